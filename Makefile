@@ -1,0 +1,29 @@
+# make run   — create .venv (pinned versions) and run the default pipeline end to end
+# make test  — create .venv and run the test suite
+PYTHON ?= python3.11
+VENV := .venv
+STAMP := $(VENV)/.installed
+# Rules call `python`, `deepspeed` and `snakemake`: take them from the project's environment.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: setup run test lint clean
+
+$(STAMP): envs/requirements.txt envs/constraints.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet -c envs/constraints.txt -r envs/requirements.txt
+	$(VENV)/bin/pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	snakemake --cores all
+
+test: setup
+	pytest
+
+lint: setup
+	snakemake --lint
+
+clean:
+	rm -rf .snakemake results/*/

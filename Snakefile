@@ -1,0 +1,30 @@
+# zerogate: reproduce, measure and gate the claims of a DeepSpeed ZeRO-3 fine-tuning paper.
+#
+#   snakemake --cores all                          # the default profile (config/config.yaml)
+#   snakemake --cores all --config profile=smoke   # another profile
+#   snakemake --cores all -R check_gates           # re-judge the existing run, no retraining
+#
+# Stages: prepare_dataset -> probe_hardware -> render_deepspeed_config -> train -> parse_logs
+#         -> check_gates -> plot_figures / record_provenance -> write_report
+from snakemake.utils import min_version
+
+min_version("9.27")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/dataset.smk"
+include: "workflow/rules/probe.smk"
+include: "workflow/rules/deepspeed.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/parse.smk"
+include: "workflow/rules/gates.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        final_targets(),

@@ -1,0 +1,58 @@
+"""Shared fixtures: repository paths and a CPU machine fingerprint as the probe writes it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from zerogate.profile import load_profile_chain, resolve_profile
+
+REPO = Path(__file__).resolve().parents[1]
+
+CPU_FINGERPRINT = {
+    "hostname": "testbox",
+    "platform": "Linux",
+    "cpu": {"model": "Test CPU", "logical_cores": 2, "physical_cores": 2, "affinity_cores": 2},
+    "ram": {"total_bytes": 24 * 1024**3, "available_bytes": 20 * 1024**3},
+    "accelerator": {"kind": "cpu", "count": 0, "devices": [], "cpu": {"fp16_supported": False}},
+    "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "deepspeed": "0.19.8"},
+}
+
+
+def gpu_fingerprint(*devices: tuple[str, float]) -> dict:
+    """A CUDA machine with the given (name, GiB) devices."""
+    fingerprint = copy.deepcopy(CPU_FINGERPRINT)
+    fingerprint["accelerator"] = {
+        "kind": "cuda",
+        "count": len(devices),
+        "devices": [
+            {"index": i, "name": name, "memory_total_bytes": int(gib * 1024**3), "compute_capability": "8.9",
+             "bf16_supported": True, "fp16_supported": True}
+            for i, (name, gib) in enumerate(devices)
+        ],
+    }
+    fingerprint["cpu"]["affinity_cores"] = 16
+    return fingerprint
+
+
+@pytest.fixture
+def cpu_fingerprint() -> dict:
+    return copy.deepcopy(CPU_FINGERPRINT)
+
+
+@pytest.fixture
+def claim_config() -> dict:
+    return json.loads((REPO / "config/deepspeed/claim_ds_config.json").read_text())
+
+
+@pytest.fixture
+def tiny_profile() -> dict:
+    return resolve_profile(load_profile_chain(REPO / "config/profiles", "cpu-tiny", "config/config.yaml", "profile"))
+
+
+@pytest.fixture
+def smoke_profile() -> dict:
+    return resolve_profile(load_profile_chain(REPO / "config/profiles", "smoke", "config/config.yaml", "profile"))

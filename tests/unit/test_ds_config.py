@@ -1,0 +1,101 @@
+import copy
+
+import pytest
+
+from tests.conftest import gpu_fingerprint
+from zerogate.ds_config import find_auto, render
+from zerogate.errors import InputError
+
+
+def by_path(deviations):
+    return {d["path"]: d for d in deviations}
+
+
+def test_cpu_render_resolves_every_auto_and_records_why(claim_config, tiny_profile, cpu_fingerprint):
+    ds, deviations, spec = render(claim_config, tiny_profile, cpu_fingerprint, "claim.json")
+    assert find_auto(claim_config)  # the template really has "auto" values
+    assert find_auto(ds) == []
+    zero = ds["zero_optimization"]
+    hidden = tiny_profile["model"]["hidden_size"]
+    assert zero["reduce_bucket_size"] == hidden**2
+    assert zero["stage3_prefetch_bucket_size"] == int(0.9 * hidden**2)
+    assert zero["stage3_param_persistence_threshold"] == 10 * hidden
+    assert zero["sub_group_size"] == 10**9 and isinstance(zero["sub_group_size"], int)
+    d = by_path(deviations)
+    assert d["zero_optimization.reduce_bucket_size"]["kind"] == "resolved"
+    assert not d["zero_optimization.reduce_bucket_size"]["changes_experiment"]
+
+
+def test_cpu_render_trains_fp32_and_says_so(claim_config, tiny_profile, cpu_fingerprint):
+    ds, deviations, spec = render(claim_config, tiny_profile, cpu_fingerprint, "claim.json")
+    assert ds["fp16"]["enabled"] is False and "bf16" not in ds
+    fp16 = by_path(deviations)["fp16.enabled"]
+    assert fp16["claim"] is True and fp16["rendered"] is False and fp16["changes_experiment"]
+    assert "fp16 unsupported" in fp16["reason"]
+    assert spec["dtype"] == "fp32" and spec["backend"] == "gloo" and spec["env"]["DS_ACCELERATOR"] == "cpu"
+
+
+def test_batch_geometry_multiplies_out(claim_config, tiny_profile, cpu_fingerprint):
+    ds, _, spec = render(claim_config, tiny_profile, cpu_fingerprint, "claim.json")
+    assert spec["world_size"] == tiny_profile["training"]["cpu_ranks"] == 2
+    assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * 2 == 16
+
+
+def test_claim_geometry_is_no_deviation_but_another_is(claim_config, tiny_profile, cpu_fingerprint):
+    _, deviations, _ = render(claim_config, tiny_profile, cpu_fingerprint, "claim.json")
+    assert "train_batch_size" not in by_path(deviations)
+    profile = copy.deepcopy(tiny_profile)
+    profile["training"]["gradient_accumulation_steps"] = 4
+    ds, deviations, _ = render(claim_config, profile, cpu_fingerprint, "claim.json")
+    assert ds["train_batch_size"] == 8
+    assert by_path(deviations)["train_batch_size"]["claim"] == 16
+
+
+def test_explicit_batch_size_that_does_not_multiply_out_is_refused(claim_config, tiny_profile, cpu_fingerprint):
+    profile = copy.deepcopy(tiny_profile)
+    profile["training"]["train_batch_size"] = 24
+    with pytest.raises(InputError, match="training.train_batch_size"):
+        render(claim_config, profile, cpu_fingerprint, "claim.json")
+
+
+def test_threads_per_rank_never_oversubscribe(claim_config, tiny_profile, cpu_fingerprint):
+    _, _, spec = render(claim_config, tiny_profile, cpu_fingerprint, "claim.json")
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        assert spec["env"][name] == "1"
+
+
+def test_gpu_render_keeps_claim_fp16_and_uses_one_rank_per_gpu(claim_config, tiny_profile):
+    fingerprint = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
+    ds, deviations, spec = render(claim_config, tiny_profile, fingerprint, "claim.json")
+    assert ds["fp16"]["enabled"] is True and spec["dtype"] == "fp16"
+    assert spec["world_size"] == 2 and spec["backend"] == "nccl"
+    assert not [d for d in deviations if d["changes_experiment"]]
+
+
+def test_profile_override_is_applied_with_its_reason(claim_config, tiny_profile, cpu_fingerprint):
+    profile = copy.deepcopy(tiny_profile)
+    profile["deepspeed"]["overrides"] = [
+        {"path": "zero_optimization.offload_param.device", "value": "none", "reason": "compare without offload"}
+    ]
+    ds, deviations, _ = render(claim_config, profile, cpu_fingerprint, "claim.json")
+    assert ds["zero_optimization"]["offload_param"]["device"] == "none"
+    assert by_path(deviations)["zero_optimization.offload_param.device"]["reason"] == "compare without offload"
+
+
+def test_open_choices_are_recorded_as_chosen(claim_config, tiny_profile, cpu_fingerprint):
+    ds, deviations, _ = render(claim_config, tiny_profile, cpu_fingerprint, "claim.json")
+    chosen = {d["path"] for d in deviations if d["kind"] == "chosen"}
+    assert {"optimizer", "scheduler", "gradient_clipping"} <= chosen
+    assert ds["scheduler"]["params"]["total_num_steps"] == tiny_profile["training"]["optimizer_steps"]
+
+
+def test_rendered_config_is_accepted_by_deepspeed(claim_config, tiny_profile, cpu_fingerprint, monkeypatch):
+    import deepspeed.runtime.config as ds_runtime_config
+
+    # DeepSpeedConfig reads the world size from torch.distributed; stand in for the 2-rank launch.
+    monkeypatch.setattr(ds_runtime_config.dist, "get_rank", lambda *a, **k: 0)
+    monkeypatch.setattr(ds_runtime_config.dist, "get_world_size", lambda *a, **k: 2)
+    ds, _, _ = render(claim_config, tiny_profile, cpu_fingerprint, "claim.json")
+    parsed = ds_runtime_config.DeepSpeedConfig(ds)  # ill-typed values and a wrong batch product raise here
+    assert parsed.zero_optimization_stage == 3
+    assert parsed.train_batch_size == 16

@@ -1,0 +1,128 @@
+import copy
+
+import numpy as np
+import pytest
+
+from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
+from tests.unit.helpers import no_events, synthetic_steps
+from zerogate.gates import FAIL, NOT_MEASURED, PASS, evaluate, evaluate_gate, faithfulness, spearman_downward
+from zerogate.parse import parse_launcher_log
+
+SUMMARY = {"completed_steps": 200}
+
+
+def gate(tiny_profile, name):
+    return next(g for g in tiny_profile["gates"] if g["name"] == name)
+
+
+def judge(tiny_profile, name, steps, events=None, summary=SUMMARY, fingerprint=CPU_FINGERPRINT, expected=200):
+    return evaluate_gate(gate(tiny_profile, name), steps, no_events() if events is None else events, summary,
+                         fingerprint, 5, expected)
+
+
+def test_step_time_gate_passes_and_fails_on_the_median(tiny_profile):
+    assert judge(tiny_profile, "optimizer_step_time", synthetic_steps(step_time=0.5))["verdict"] == PASS
+    slow = judge(tiny_profile, "optimizer_step_time", synthetic_steps(step_time=2.5))
+    assert slow["verdict"] == FAIL and slow["measured"] == pytest.approx(2.5, rel=0.05)
+    assert "p90" in slow["evidence"] and set(slow["evidence"]["per_rank"]) == {0, 1}
+
+
+def test_warmup_steps_do_not_count_for_time(tiny_profile):
+    steps = synthetic_steps(step_time=0.5)
+    steps.loc[steps["step"] <= 5, "step_time(s)"] = 100.0
+    assert judge(tiny_profile, "optimizer_step_time", steps)["measured"] < 1.0
+
+
+def test_memory_gate_converts_gib_to_the_claims_gb(tiny_profile):
+    # 7.0 GiB = 7.52 GB: under 7.42 if GB meant GiB, over it in the gate's stated decimal GB.
+    result = judge(tiny_profile, "peak_memory_smallest_device", synthetic_steps(memory_gib=7.0))
+    assert result["verdict"] == FAIL
+    assert result["measured"] == pytest.approx(7.01 * 1024**3 / 1e9, rel=1e-6)
+    assert judge(tiny_profile, "peak_memory_smallest_device", synthetic_steps(memory_gib=6.5))["verdict"] == PASS
+
+
+def test_memory_gate_judges_the_smallest_gpu(tiny_profile):
+    steps = synthetic_steps(memory_gib=7.6)
+    steps.loc[steps["rank"] == 0, "memory/device_peak(GiB)"] = 6.0  # rank 0 on the small card
+    fingerprint = gpu_fingerprint(("RTX 5070", 12), ("RTX 4090", 24))
+    result = judge(tiny_profile, "peak_memory_smallest_device", steps, fingerprint=fingerprint)
+    assert result["verdict"] == PASS and list(result["evidence"]["per_rank"]) == [0]
+    assert "RTX 5070" in result["evidence"]["device_selection"]
+
+
+def test_missing_metric_is_not_measured_never_pass(tiny_profile):
+    steps = synthetic_steps().drop(columns=["memory/device_peak(GiB)"])
+    result = judge(tiny_profile, "peak_memory_smallest_device", steps)
+    assert result["verdict"] == NOT_MEASURED and result["measured"] is None
+    assert "memory/device_peak(GiB)" in result["reason"]
+    steps = synthetic_steps()
+    steps["step_time(s)"] = np.nan
+    assert judge(tiny_profile, "optimizer_step_time", steps)["verdict"] == NOT_MEASURED
+
+
+def test_loss_convergence_needs_trend_and_ratio(tiny_profile):
+    falling = judge(tiny_profile, "loss_convergence", synthetic_steps(loss_start=5, loss_end=1))
+    assert falling["verdict"] == PASS and falling["measured"] == pytest.approx(0.2, abs=0.05)
+    flat = judge(tiny_profile, "loss_convergence", synthetic_steps(loss_start=3, loss_end=3, noise=0.3))
+    assert flat["verdict"] == FAIL
+    rising = judge(tiny_profile, "loss_convergence", synthetic_steps(loss_start=2, loss_end=4))
+    assert rising["verdict"] == FAIL and "trend" in rising["reason"]
+
+
+def test_loss_convergence_does_not_demand_per_step_monotonicity(tiny_profile):
+    steps = synthetic_steps(loss_start=5, loss_end=1, noise=0.4)
+    assert (np.diff(steps[steps["rank"] == 0]["loss"]) > 0).any()
+    assert judge(tiny_profile, "loss_convergence", steps)["verdict"] == PASS
+
+
+def test_loss_spikes_are_counted(tiny_profile):
+    steps = synthetic_steps(loss_start=3, loss_end=2.5, noise=0.01)
+    steps.loc[steps["step"] == 150, "loss"] += 5.0
+    assert judge(tiny_profile, "loss_convergence", steps)["evidence"]["spikes"] == 1
+
+
+def test_a_nan_fails_the_nonfinite_gate(tiny_profile):
+    steps = synthetic_steps()
+    assert judge(tiny_profile, "zero_nonfinite", steps)["verdict"] == PASS
+    steps.loc[(steps["step"] == 50) & (steps["rank"] == 1), "grad_norm"] = float("inf")
+    steps.loc[(steps["step"] == 60) & (steps["rank"] == 0), "loss"] = float("nan")
+    result = judge(tiny_profile, "zero_nonfinite", steps)
+    assert result["verdict"] == FAIL and result["measured"] == 2
+
+
+def test_fatal_loss_scale_and_crashes_fail_the_nonfinite_gate(tiny_profile):
+    events = parse_launcher_log("Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.\n")
+    assert judge(tiny_profile, "zero_nonfinite", synthetic_steps(), events=events)["verdict"] == FAIL
+    crash = parse_launcher_log("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"x.py\", line 1\n"
+                               "[rank1]: RuntimeError: boom\n")
+    result = judge(tiny_profile, "zero_nonfinite", synthetic_steps(), events=crash)
+    assert result["verdict"] == FAIL and "rank 1 failed: RuntimeError: boom" in result["reason"]
+
+
+def test_incomplete_run_fails_the_nonfinite_gate(tiny_profile):
+    steps = synthetic_steps()
+    steps = steps[~((steps["rank"] == 1) & (steps["step"] > 150))]
+    result = judge(tiny_profile, "zero_nonfinite", steps, summary=None)
+    assert result["verdict"] == FAIL and "stopped early" in result["reason"] and "did not finish" in result["reason"]
+
+
+def test_spearman_detects_direction():
+    rho, p = spearman_downward(np.linspace(5, 1, 100))
+    assert rho == pytest.approx(-1) and p < 1e-6
+    rho, p = spearman_downward(np.linspace(1, 5, 100))
+    assert rho == pytest.approx(1) and p > 0.99
+
+
+def test_cpu_run_is_not_a_faithful_reproduction(claim_config):
+    fp16 = {"path": "fp16.enabled", "claim": True, "rendered": False, "reason": "no fp16", "changes_experiment": True}
+    verdict = faithfulness([fp16], CPU_FINGERPRINT)
+    assert not verdict["faithful"] and len(verdict["reasons"]) == 2
+    claim_box = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
+    assert faithfulness([], claim_box)["faithful"]
+
+
+def test_evaluate_counts_verdicts(tiny_profile):
+    spec = {"training": {"optimizer_steps": 200}}
+    result = evaluate(tiny_profile["gates"], synthetic_steps(), no_events(), SUMMARY, spec, [], CPU_FINGERPRINT, 5)
+    assert result["counts"] == {PASS: 4, FAIL: 0, NOT_MEASURED: 0}
+    assert [g["name"] for g in result["gates"]] == [g["name"] for g in tiny_profile["gates"]]

@@ -1,0 +1,58 @@
+import re
+
+import pandas as pd
+
+from tests.conftest import CPU_FINGERPRINT
+from tests.unit.helpers import no_events, synthetic_steps
+from zerogate.figures import loss_figure, memory_figure, step_time_figure
+from zerogate.gates import evaluate
+from zerogate.report import render_html, run_summary
+
+PROVENANCE = {
+    "pipeline_version": "0.1.0",
+    "run_id": "smoke-box-12345678",
+    "recorded_at": "2026-11-29T00:00:00+00:00",
+    "git": {"at_training": {"commit": "abc123", "dirty": False}, "at_report": {"commit": "abc123", "dirty": False}},
+    "profile": "smoke",
+    "config_hash": "f" * 64,
+    "resolved_profile": {},
+    "ds_config": {},
+    "packages": {"torch": "2.13.0", "deepspeed": "0.19.8"},
+    "machine": {k: CPU_FINGERPRINT[k] for k in ("hostname", "platform", "cpu", "ram", "accelerator")},
+    "dataset": {"source": "builtin-tasks", "content_sha256": "d" * 64, "splits": {}},
+}
+DEVIATION = {"path": "fp16.enabled", "claim": True, "rendered": False, "kind": "changed", "reason": "no fp16 on CPU",
+             "changes_experiment": True}
+
+
+def test_report_opens_with_verdicts_and_names_its_provenance(tmp_path, tiny_profile):
+    steps = synthetic_steps(step_time=2.5)
+    verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": 200},
+                        {"training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5)
+    figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png", "memory": tmp_path / "mem.png"}
+    loss_figure(steps, no_events(), 5, figures["loss"])
+    step_time_figure(steps, 5, verdicts, figures["step_time"])
+    memory_figure(steps, verdicts, figures["memory"])
+    for path in figures.values():
+        assert path.read_bytes()[:4] == b"\x89PNG"
+    page = render_html(verdicts=verdicts, steps=steps, provenance=PROVENANCE, deviations=[DEVIATION],
+                       figures=figures, warmup_steps=5)
+    headings = re.findall(r"<h2>(.*?)</h2>", page)
+    assert headings[0] == "Verdicts"
+    table = page[page.index("<table id='verdicts'>"):page.index("</table>")]
+    assert table.count("<tr>") == 1 + len(tiny_profile["gates"])
+    assert "class='FAIL'>FAIL" in table  # 2.5 s steps fail the 1.82 s gate
+    assert "not</b> a faithful reproduction" in page and "no fp16 on CPU" in page
+    for fact in ("abc123", "f" * 64, "d" * 64, "2.13.0", "smoke-box-12345678"):
+        assert fact in page
+    assert page.count("data:image/png;base64,") == 3  # self-contained
+    assert "src='http" not in page
+
+
+def test_run_summary_reports_slowest_rank_median(tmp_path):
+    steps = synthetic_steps(step_time=1.0)
+    steps.loc[steps["rank"] == 1, "step_time(s)"] *= 2
+    summary = run_summary(steps, 5)
+    assert 1.9 < summary["median optimizer-step time (s)"] < 2.1
+    assert summary["ranks"] == 2 and summary["optimizer steps"] == 200
+    assert set(summary["peak memory per rank (GiB)"]) == {0, 1}

@@ -1,0 +1,14 @@
+rule parse_logs:
+    input:
+        metrics="results/{profile}/{machine}/train/metrics",
+        summary="results/{profile}/{machine}/train/summary.json",
+        launcher_log="results/{profile}/{machine}/logs/train.log",
+    output:
+        steps="results/{profile}/{machine}/parsed/steps.parquet",
+        events="results/{profile}/{machine}/parsed/events.parquet",
+    log:
+        "results/{profile}/{machine}/logs/parse_logs.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/parse_logs.py"

@@ -1,0 +1,8 @@
+"""Entry point of the probe_hardware rule (logic: zerogate.probe)."""
+from zerogate.entry import logging_to, write_json
+from zerogate.probe import probe, summary
+
+with logging_to(snakemake.log[0]) as log:
+    fingerprint = probe()
+    write_json(snakemake.output.fingerprint, fingerprint)
+    log.info("%s", summary(fingerprint))

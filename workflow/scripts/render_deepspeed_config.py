@@ -1,0 +1,15 @@
+"""Entry point of the render_deepspeed_config rule (logic: zerogate.ds_config)."""
+from zerogate.ds_config import render
+from zerogate.entry import logging_to, read_json, write_json
+
+with logging_to(snakemake.log[0]) as log:
+    profile = {"model": snakemake.params.model, "training": snakemake.params.training,
+               "deepspeed": snakemake.params.deepspeed}
+    ds_config, deviations, run_spec = render(
+        read_json(snakemake.input.template), profile, read_json(snakemake.input.fingerprint), snakemake.input.template
+    )
+    write_json(snakemake.output.ds_config, ds_config)
+    write_json(snakemake.output.deviations, deviations)
+    write_json(snakemake.output.run_spec, run_spec)
+    for deviation in deviations:
+        log.info("deviation %s (%s): %s", deviation["path"], deviation["kind"], deviation["reason"])

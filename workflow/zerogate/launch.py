@@ -1,0 +1,68 @@
+"""Start the training run under DeepSpeed's launcher with the rank count and environment that
+render_deepspeed_config chose, teeing the launcher's output to the console and the rule's log.
+
+    python -m zerogate.launch --run-spec RUN_SPEC --log LOG -- <arguments of zerogate.train>
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A free TCP port for the rendezvous, so runs of several profiles can share a machine."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def launcher_command(spec: dict, train_args: list[str], port: int) -> list[str]:
+    deepspeed = shutil.which("deepspeed") or str(Path(sys.executable).with_name("deepspeed"))
+    return [
+        deepspeed,
+        "--num_gpus",
+        str(spec["world_size"]),
+        "--master_port",
+        str(port),
+        "--module",
+        "zerogate.train",
+        *train_args,
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-spec", required=True)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("train_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    spec = json.loads(Path(args.run_spec).read_text())
+    train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    command = launcher_command(spec, ["--run-spec", args.run_spec, *train_args], free_port())
+    env = {**os.environ, **spec["env"], "PYTHONUNBUFFERED": "1"}
+
+    with open(args.log, "wb") as log:
+        log.write((" ".join(command) + "\n").encode())
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert process.stdout is not None
+        # Raw chunks, not lines: the progress bar redraws with carriage returns.
+        for chunk in iter(lambda: process.stdout.read1(65536), b""):
+            log.write(chunk)
+            log.flush()
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.buffer.flush()
+        code = process.wait()
+    if code != 0:
+        print(f"zerogate: training failed (launcher exit code {code}); see {args.log}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Profiles: named settings files in config/profiles/, with single inheritance through `extends`."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from zerogate.errors import InputError
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` on top of ``base``: mappings merge key by key, everything else (lists too) replaces."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def profile_path(profiles_dir: str | Path, name: str) -> Path:
+    return Path(profiles_dir) / f"{name}.yaml"
+
+
+def available_profiles(profiles_dir: str | Path) -> list[str]:
+    return sorted(p.stem for p in Path(profiles_dir).glob("*.yaml"))
+
+
+def load_profile_chain(profiles_dir: str | Path, name: str, asked_by: str, key: str) -> list[tuple[Path, dict]]:
+    """The profile and its ancestors, root first, each with its raw mapping.
+
+    ``asked_by`` and ``key`` name where the profile was requested, for the error message.
+    """
+    chain: list[tuple[Path, dict]] = []
+    seen: set[str] = set()
+    while True:
+        path = profile_path(profiles_dir, name)
+        if name in seen:
+            raise InputError(asked_by, key, f"profiles extend each other in a cycle through '{name}'")
+        seen.add(name)
+        if not path.is_file():
+            known = ", ".join(available_profiles(profiles_dir)) or "none"
+            raise InputError(asked_by, key, f"unknown profile '{name}' (no {path}; known: {known})")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as error:
+            raise InputError(str(path), "", f"not valid YAML: {str(error).splitlines()[0]}") from None
+        if not isinstance(raw, dict):
+            raise InputError(str(path), "", "a profile must be a mapping of keys to values")
+        chain.insert(0, (path, raw))
+        parent = raw.get("extends")
+        if parent is None:
+            return chain
+        asked_by, key, name = str(path), "extends", str(parent)
+
+
+def resolve_profile(chain: list[tuple[Path, dict]]) -> dict[str, Any]:
+    """Merge a chain from :func:`load_profile_chain`; ``extends`` is dropped from the result."""
+    merged: dict[str, Any] = {}
+    for _, raw in chain:
+        merged = deep_merge(merged, raw)
+    merged.pop("extends", None)
+    return merged
+
+
+def file_defining(chain: list[tuple[Path, dict]], key_path: list[str | int]) -> Path:
+    """The last file of the chain that sets ``key_path`` (or its nearest parent): the one to fix."""
+    for path, raw in reversed(chain):
+        node: Any = raw
+        found = True
+        for part in key_path:
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+                node = node[part]
+            else:
+                found = False
+                break
+        if found:
+            return path
+    return chain[-1][0]
+
+
+def check_profile(profile: dict[str, Any], chain: list[tuple[Path, dict]], repo: str | Path) -> None:
+    """Checks the JSON schema cannot express; raise InputError naming the file that sets the key."""
+
+    def refuse(key: str, problem: str) -> None:
+        raise InputError(str(file_defining(chain, key.split("."))), key, problem)
+
+    template = Path(repo) / profile["deepspeed"]["template"]
+    if not template.is_file():
+        refuse("deepspeed.template", f"no such file: {template}")
+    training = profile["training"]
+    if "train_batch_size" in training:
+        per_rank = training["micro_batch_per_rank"] * training["gradient_accumulation_steps"]
+        if training["train_batch_size"] % per_rank:
+            refuse(
+                "training.train_batch_size",
+                f"{training['train_batch_size']} is not micro_batch_per_rank x gradient_accumulation_steps "
+                f"({per_rank}) x a whole number of ranks",
+            )
+    model = profile["model"]
+    if model["hidden_size"] % model["num_attention_heads"]:
+        refuse("model.num_attention_heads", f"{model['num_attention_heads']} does not divide hidden_size {model['hidden_size']}")
+    kv_heads = model.get("num_key_value_heads", model["num_attention_heads"])
+    if model["num_attention_heads"] % kv_heads:
+        refuse("model.num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {model['num_attention_heads']}")
+    if training["warmup_steps_excluded"] >= training["optimizer_steps"]:
+        refuse("training.warmup_steps_excluded", f"{training['warmup_steps_excluded']} leaves no timed step of "
+               f"{training['optimizer_steps']}")

@@ -1,0 +1,56 @@
+"""Where a result came from: pipeline version, git commit, config and its hash, packages, machine, data."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from zerogate import __version__
+
+
+def git_state(repo: str | Path) -> dict[str, Any]:
+    """Commit and whether tracked files differ from it; nulls outside a git checkout."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def provenance(
+    *,
+    profile_name: str,
+    profile: dict[str, Any],
+    config_hash: str,
+    run_id: str,
+    repo: str | Path,
+    fingerprint: dict[str, Any],
+    manifest: dict[str, Any],
+    ds_config: dict[str, Any],
+    summary: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "pipeline_version": __version__,
+        "run_id": run_id,
+        "recorded_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "git": {"at_training": summary.get("git"), "at_report": git_state(repo)},
+        "profile": profile_name,
+        "config_hash": config_hash,
+        "resolved_profile": profile,
+        "ds_config": ds_config,
+        "packages": fingerprint["versions"],
+        "machine": {k: fingerprint[k] for k in ("hostname", "platform", "cpu", "ram", "accelerator")},
+        "dataset": {
+            "source": manifest["source"],
+            "content_sha256": manifest["content_sha256"],
+            "splits": manifest["splits"],
+        },
+    }
