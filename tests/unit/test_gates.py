@@ -6,7 +6,7 @@ import pytest
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
 from tests.unit.helpers import no_events, synthetic_steps
 from zerogate.gates import FAIL, NOT_MEASURED, PASS, evaluate, evaluate_gate, faithfulness, spearman_downward
-from zerogate.parse import parse_launcher_log
+from zerogate.parse import parse_launcher_log, run_metadata
 
 SUMMARY = {"completed_steps": 200}
 
@@ -123,6 +123,58 @@ def test_cpu_run_is_not_a_faithful_reproduction(claim_config):
 
 def test_evaluate_counts_verdicts(tiny_profile):
     spec = {"training": {"optimizer_steps": 200}}
-    result = evaluate(tiny_profile["gates"], synthetic_steps(), no_events(), SUMMARY, spec, [], CPU_FINGERPRINT, 5)
-    assert result["counts"] == {PASS: 4, FAIL: 0, NOT_MEASURED: 0}
+    steps = synthetic_steps().assign(overflow_skipped=False)
+    meta = run_metadata(steps, no_events(), SUMMARY, "", 200)
+    result = evaluate(tiny_profile["gates"], steps, no_events(), SUMMARY, spec, [], CPU_FINGERPRINT, 5,
+                      plan={"floor": {"optimizer_step(s)": 0.25}}, run_meta=meta)
+    assert result["counts"] == {PASS: len(tiny_profile["gates"]), FAIL: 0, NOT_MEASURED: 0}
+    # Without the planner's floor, fp16 skip records and run metadata, those gates are not measured.
+    bare = evaluate(tiny_profile["gates"], synthetic_steps(), no_events(), SUMMARY, spec, [], CPU_FINGERPRINT, 5)
+    assert {g["name"] for g in bare["gates"] if g["verdict"] == NOT_MEASURED} == {
+        "step_time_over_physical_floor", "overflow_skip_fraction", "ranks_completed"}
     assert [g["name"] for g in result["gates"]] == [g["name"] for g in tiny_profile["gates"]]
+
+
+def test_overflow_skipped_steps_are_excluded_from_timing_and_counted(tiny_profile):
+    steps = synthetic_steps(step_time=1.0).assign(overflow_skipped=False)
+    # Skipped steps do no update: fast. 40 % of them would pull the median down if they counted.
+    fast = steps["step"].between(20, 100)
+    steps.loc[fast, "step_time(s)"] = 0.1
+    steps.loc[fast, "overflow_skipped"] = True
+    result = judge(tiny_profile, "optimizer_step_time", steps)
+    assert result["measured"] == pytest.approx(1.0, rel=0.05)
+    assert result["evidence"]["overflow_skipped_steps_excluded"] == 81
+    fraction = judge(tiny_profile, "overflow_skip_fraction", steps)
+    assert fraction["verdict"] == FAIL and fraction["measured"] == pytest.approx(81 / 200)
+
+
+def test_overflow_fraction_falls_back_to_deepspeeds_progress_line(tiny_profile):
+    events = parse_launcher_log("[Rank 0] step=200, skipped=4, lr=[1e-05], mom=[(0.9, 0.999)]\n")
+    result = judge(tiny_profile, "overflow_skip_fraction", synthetic_steps(), events=events)
+    assert result["verdict"] == PASS and result["measured"] == pytest.approx(0.02)
+    assert result["evidence"]["source"] == "DeepSpeed progress line"
+
+
+def test_floor_ratio_needs_the_planners_floor(tiny_profile):
+    steps = synthetic_steps(step_time=0.5)
+    g = gate(tiny_profile, "step_time_over_physical_floor")
+    absent = evaluate_gate(g, steps, no_events(), SUMMARY, CPU_FINGERPRINT, 5, 200, plan=None)
+    assert absent["verdict"] == NOT_MEASURED and "plan" in absent["reason"]
+    honest = evaluate_gate(g, steps, no_events(), SUMMARY, CPU_FINGERPRINT, 5, 200, plan={"floor": {"optimizer_step(s)": 0.2}})
+    assert honest["verdict"] == PASS and honest["measured"] == pytest.approx(2.5, rel=0.05)
+    # Faster than physics: the measurement (or the floor) is wrong.
+    impossible = evaluate_gate(g, steps, no_events(), SUMMARY, CPU_FINGERPRINT, 5, 200, plan={"optimizer_step_floor(s)": 1.0})
+    assert impossible["verdict"] == FAIL
+
+
+def test_memory_gate_over_all_ranks_takes_the_worst_rank(tiny_profile):
+    steps = synthetic_steps(memory_gib=3.0)
+    steps.loc[steps["rank"] == 1, "memory/device_peak(GiB)"] = 23.0  # 24.7 GB: over the 24 GB card
+    fingerprint = gpu_fingerprint(("RTX 5070", 12), ("RTX 4090", 24))
+    result = judge(tiny_profile, "peak_memory_per_rank", steps, fingerprint=fingerprint)
+    assert result["verdict"] == FAIL and set(result["evidence"]["per_rank"]) == {0, 1}
+    assert result["evidence"]["worst_rank"] == 1
+
+
+def test_ranks_completed_without_run_metadata_is_not_measured(tiny_profile):
+    assert judge(tiny_profile, "ranks_completed", synthetic_steps())["verdict"] == NOT_MEASURED

@@ -3,7 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from zerogate.parse import parse_launcher_log, read_rank_metrics
+from tests.unit.helpers import synthetic_steps
+from zerogate.gates import FAIL, evaluate_gate
+from zerogate.parse import event_table, mark_overflow_skips, parse_launcher_log, read_rank_metrics, run_metadata
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -51,3 +53,59 @@ def test_malformed_metrics_line_names_file_and_line(tmp_path):
     (tmp_path / "rank0.jsonl").write_text('{"step": 1}\n{"step": \n')
     with pytest.raises(ValueError, match=r"rank0.jsonl: line 2"):
         read_rank_metrics(tmp_path)
+
+
+def test_real_wall_clock_breakdown_lines_become_timer_columns():
+    # Captured with the smoke profile plus "wall_clock_breakdown": true (DeepSpeed 0.19.8, CPU, fp32).
+    events = parse_launcher_log((DATA / "deepspeed_0.19.8_cpu_fp32_wall_clock.log").read_text())
+    timers = event_table(events, "wall_clock")
+    micro = timers[timers["fwd_microstep"].notna()]
+    assert len(micro) == 12 * 8  # one line per micro-step, rank 0 only
+    assert {"bwd_microstep", "step_microstep"} <= set(micro.columns) and (micro["fwd_microstep"] > 0).all()
+    per_step = timers[timers["fwd"].notna()]  # DeepSpeed's abbreviated per-optimizer-step line
+    assert len(per_step) == 12 and (per_step["bwd"] > 0).all() and (timers["rank"] == 0).all()
+    assert (events["kind"] == "rank_exit_ok").sum() == 2
+
+
+HAND_BUILT = """\
+[2026-11-29 10:00:01,000] [INFO] [logging.py:107:log_dist] [Rank 0] step=10, skipped=0, lr=[1e-05], mom=[(0.9, 0.999)]
+[2026-11-29 10:00:01,001] [INFO] [timer.py:264:stop] epoch=0/micro_step=80/global_step=10, RunningAvgSamplesPerSec=58.73, CurrSamplesPerSec=61.35, MemAllocated=6.01GB, MaxMemAllocated=19.52GB
+[2026-11-29 10:00:01,002] [INFO] [utils.py:781:see_memory_usage] MA 6.01 GB         Max_MA 19.52 GB         CA 20.1 GB         Max_CA 21 GB
+[2026-11-29 10:00:01,003] [INFO] [logging.py:107:log_dist] [Rank 0] time (ms) | forward_microstep: 412.50 | backward_microstep: 930.10 | step_microstep: 5.20
+"""
+
+
+def test_throughput_memory_and_named_wall_clock_lines():
+    events = parse_launcher_log(HAND_BUILT)
+    assert events["kind"].tolist() == ["ds_progress", "throughput", "memory", "wall_clock"]
+    throughput = json.loads(events.iloc[1]["detail"])
+    assert throughput["samples_per_s"] == 61.35 and throughput["max_mem_allocated_GiB"] == 19.52
+    assert events.iloc[1]["step"] == 10
+    assert json.loads(events.iloc[2]["detail"]) == {"ma_GiB": 6.01, "max_ma_GiB": 19.52, "ca_GiB": 20.1, "max_ca_GiB": 21.0}
+    assert events.iloc[2]["step"] == 10  # attributed to the last announced step
+    assert json.loads(events.iloc[3]["detail"]) == {"forward_microstep": 412.5, "backward_microstep": 930.1,
+                                                    "step_microstep": 5.2}
+
+
+def test_real_killed_rank_log_is_a_failure_with_its_last_lines(tiny_profile):
+    # Captured: smoke profile, rank 1 killed with SIGKILL after 3 steps; rank 0 then died in gloo.
+    text = (DATA / "deepspeed_0.19.8_cpu_fp32_rank1_killed.log").read_text()
+    events = parse_launcher_log(text)
+    exit_error = events[events["kind"] == "rank_exit_error"].iloc[0]
+    assert exit_error["rank"] == 1 and json.loads(exit_error["detail"]) == {"code": -9.0}
+    steps = synthetic_steps(steps=3)
+    meta = run_metadata(steps, events, None, text, expected_steps=12)
+    assert meta["failed_ranks"] == [0, 1] and not meta["finished"]
+    traceback = next(f for f in meta["failures"] if f["kind"] == "traceback")
+    assert "Connection reset by peer" in traceback["message"] and len(traceback["last_lines"]) > 3
+    gate = next(g for g in tiny_profile["gates"] if g["name"] == "ranks_completed")
+    result = evaluate_gate(gate, steps, events, None, {}, 1, 12, run_meta=meta)
+    assert result["verdict"] == FAIL and result["measured"] == 2
+    assert "rank 0 failed: RuntimeError" in result["reason"]
+    assert result["evidence"]["failures"][0]["last_lines"]
+
+
+def test_cumulative_skip_counter_becomes_per_step_flags():
+    steps = synthetic_steps(steps=5, ranks=1)
+    steps["skipped_steps"] = [0, 1, 1, 3, 3]
+    assert mark_overflow_skips(steps)["overflow_skipped"].tolist() == [False, True, False, True, False]

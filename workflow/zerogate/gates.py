@@ -4,6 +4,7 @@ value, the threshold and a verdict. A metric that was not measured is NOT MEASUR
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 from typing import Any, Callable
@@ -31,8 +32,32 @@ def _column(steps: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def timed_steps(steps: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
-    """Steps that count for timing: warm-up excluded."""
-    return steps[steps["step"] > warmup_steps]
+    """Steps that count for timing: warm-up and fp16-overflow-skipped steps excluded (a skipped step
+    does no optimizer update, so it would flatter the step time)."""
+    kept = steps["step"] > warmup_steps
+    if "overflow_skipped" in steps.columns:
+        kept &= ~steps["overflow_skipped"].fillna(False).astype(bool)
+    return steps[kept]
+
+
+def skipped_count(steps: pd.DataFrame, warmup_steps: int) -> int | None:
+    """Overflow-skipped steps after warm-up (slowest rank's count), None when the records do not say."""
+    if "overflow_skipped" not in steps.columns:
+        return None
+    after = steps[steps["step"] > warmup_steps]
+    return int(after["overflow_skipped"].fillna(False).astype(bool).groupby(after["rank"]).sum().max())
+
+
+def physical_floor_seconds(plan: dict[str, Any] | None) -> float | None:
+    """The planner's lower bound on one optimizer step on this machine (plan.json, issue 3).
+
+    Read from ``plan["floor"]["optimizer_step(s)"]`` (or a top-level ``"optimizer_step_floor(s)"``);
+    None when there is no plan or it gives no floor.
+    """
+    if not plan:
+        return None
+    value = (plan.get("floor") or {}).get("optimizer_step(s)", plan.get("optimizer_step_floor(s)"))
+    return float(value) if value is not None else None
 
 
 def per_rank_worst(steps: pd.DataFrame, metric: str, statistic: str) -> tuple[float, dict[str, Any]]:
@@ -148,8 +173,54 @@ def _in_unit(value: float, metric: str, unit: str) -> float:
     return value
 
 
+def floor_ratio(steps: pd.DataFrame, metric: str, warmup_steps: int,
+                plan: dict[str, Any] | None) -> tuple[float, dict[str, Any]]:
+    """Median optimizer-step time (slowest rank) over the planner's physical floor for this machine."""
+    floor = physical_floor_seconds(plan)
+    if floor is None:
+        raise NotMeasured("no physical floor: the planner's plan.json is absent or gives none")
+    if floor <= 0:
+        raise NotMeasured(f"the planner's floor is {floor} s, not a positive time")
+    _column(steps, metric)
+    median, evidence = per_rank_worst(timed_steps(steps, warmup_steps), metric, "median")
+    evidence.update({"median_step_time(s)": median, "floor(s)": floor})
+    return median / floor, evidence
+
+
+def overflow_skip_fraction(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int) -> tuple[float, dict[str, Any]]:
+    """Fraction of optimizer steps that fp16 skipped: from the per-step records, else from DeepSpeed's
+    cumulative ``skipped=`` count on its last progress line."""
+    if "overflow_skipped" in steps.columns:
+        flags = steps["overflow_skipped"].fillna(False).astype(bool)
+        per_rank = flags.groupby(steps["rank"]).mean()
+        return float(per_rank.max()), {"source": "per-step records", "per_rank": {int(r): float(v) for r, v in per_rank.items()},
+                                       "skipped_per_rank": {int(r): int(v) for r, v in flags.groupby(steps["rank"]).sum().items()}}
+    progress = events[events["kind"] == "ds_progress"] if len(events) else events
+    if len(progress):
+        last = progress.iloc[-1]
+        skipped = json.loads(last["detail"])["skipped"]
+        return float(skipped) / int(last["step"]), {"source": "DeepSpeed progress line", "skipped": skipped,
+                                                     "at_step": int(last["step"])}
+    raise NotMeasured("neither the step records nor the launcher log say which steps fp16 skipped")
+
+
+def failed_ranks(run_meta: dict[str, Any] | None) -> tuple[float, dict[str, Any]]:
+    """Ranks that crashed, exited non-zero or stopped before the last step, with their last log lines."""
+    if run_meta is None:
+        raise NotMeasured("no run metadata (parse_logs output) to read rank failures from")
+    expected = run_meta.get("expected_steps")
+    # JSON keys are strings once run.json has been written and read back.
+    short = {int(r): s for r, s in run_meta["steps_completed_per_rank"].items() if expected and s < expected}
+    failed = set(run_meta["failed_ranks"]) | set(short)
+    evidence = {"failures": run_meta["failures"], "stopped_early": short, "finished": run_meta["finished"]}
+    if not run_meta["finished"] and not failed:
+        failed = {-1}  # the run stopped without saying which rank: count it once
+    return float(len(failed)), evidence
+
+
 def evaluate_gate(gate: dict[str, Any], steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any] | None,
-                  fingerprint: dict[str, Any], warmup_steps: int, expected_steps: int) -> dict[str, Any]:
+                  fingerprint: dict[str, Any], warmup_steps: int, expected_steps: int,
+                  plan: dict[str, Any] | None = None, run_meta: dict[str, Any] | None = None) -> dict[str, Any]:
     result = {key: gate[key] for key in ("name", "claim", "definition", "metric", "statistic", "comparison",
                                          "threshold", "unit")}
     extra_failures: list[str] = []
@@ -160,7 +231,10 @@ def evaluate_gate(gate: dict[str, Any], steps: pd.DataFrame, events: pd.DataFram
             _column(steps, metric)
             pool = timed_steps(steps, warmup_steps) if statistic != "max" else steps
             evidence: dict[str, Any] = {"warmup_steps_excluded": warmup_steps if statistic != "max" else 0}
-            if metric.startswith("memory/"):
+            if statistic != "max":
+                skipped = skipped_count(steps, warmup_steps)
+                evidence["overflow_skipped_steps_excluded"] = "not recorded" if skipped is None else skipped
+            if metric.startswith("memory/") and gate.get("ranks", "smallest_device") == "smallest_device":
                 ranks, why = smallest_device_ranks(steps, fingerprint)
                 pool = pool[pool["rank"].isin(ranks)]
                 evidence["device_selection"] = why
@@ -179,6 +253,15 @@ def evaluate_gate(gate: dict[str, Any], steps: pd.DataFrame, events: pd.DataFram
                 extra_failures.append(
                     f"no significant downward trend (rho {evidence['spearman_rho']:.3f}, p {evidence['p_downward']:.3g})"
                 )
+        elif statistic == "floor_ratio":
+            measured, evidence = floor_ratio(steps, gate["metric"], warmup_steps, plan)
+        elif statistic == "overflow_skip_fraction":
+            measured, evidence = overflow_skip_fraction(steps, events, warmup_steps)
+        elif statistic == "failed_ranks":
+            measured, evidence = failed_ranks(run_meta)
+            if evidence["failures"]:
+                first = evidence["failures"][0]
+                extra_failures.append(f"rank {first['rank']} failed: {first['message']}")
         elif statistic == "nonfinite_count":
             measured, problems, evidence = nonfinite(steps, events, summary, expected_steps, gate["metric"].split(","))
             extra_failures.extend(problems)
@@ -212,8 +295,12 @@ def faithfulness(deviations: list[dict[str, Any]], fingerprint: dict[str, Any]) 
 
 def evaluate(gates: list[dict[str, Any]], steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any] | None,
              run_spec: dict[str, Any], deviations: list[dict[str, Any]], fingerprint: dict[str, Any],
-             warmup_steps: int) -> dict[str, Any]:
+             warmup_steps: int, plan: dict[str, Any] | None = None,
+             run_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """All gates of the profile. ``plan`` (the planner's plan.json) and ``run_meta`` (parse_logs'
+    run.json) are optional: the gates that need them are NOT MEASURED without them."""
     expected = run_spec["training"]["optimizer_steps"]
-    results = [evaluate_gate(g, steps, events, summary, fingerprint, warmup_steps, expected) for g in gates]
+    results = [evaluate_gate(g, steps, events, summary, fingerprint, warmup_steps, expected, plan, run_meta)
+               for g in gates]
     counts = {v: sum(r["verdict"] == v for r in results) for v in (PASS, FAIL, NOT_MEASURED)}
     return {"gates": results, "counts": counts, "reproduction": faithfulness(deviations, fingerprint)}

@@ -1,5 +1,13 @@
 """Turn the run's raw output into tidy tables: zerogate's per-rank JSON lines and the launcher's log.
 
+Three tables come out of a run:
+
+- steps: one row per (rank, optimizer step), from ``train/metrics/rank<N>.jsonl``;
+- events: one row per notable launcher-log line (DeepSpeed progress, throughput, wall-clock breakdown,
+  memory, fp16 overflow and loss-scale changes, fatal errors, tracebacks, rank exits), with its numbers
+  in ``detail`` (a JSON object);
+- run metadata (:func:`run_metadata`): world size, per-rank completion and failures with their last lines.
+
 DeepSpeed's log formats vary between releases (reference.md section 3), so the patterns match loosely.
 """
 
@@ -12,23 +20,46 @@ from typing import Any
 
 import pandas as pd
 
+_NUMBER = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 _RANK_PREFIX = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("ds_progress", re.compile(r"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+)")),
+    ("ds_progress", re.compile(rf"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+)")),
+    (
+        "throughput",
+        re.compile(
+            rf"epoch=(?P<epoch>\d+)/micro_step=(?P<micro_step>\d+)/global_step=(?P<step>\d+), "
+            rf"RunningAvgSamplesPerSec=(?P<running_avg_samples_per_s>{_NUMBER}), "
+            rf"CurrSamplesPerSec=(?P<samples_per_s>{_NUMBER})"
+            rf"(?:, MemAllocated=(?P<mem_allocated_GiB>{_NUMBER})GB, MaxMemAllocated=(?P<max_mem_allocated_GiB>{_NUMBER})GB)?"
+        ),
+    ),
+    # DeepSpeed's "GB" here is 1024**3 bytes (see_memory_usage divides by 1024**3).
+    (
+        "memory",
+        re.compile(
+            rf"MA (?P<ma_GiB>{_NUMBER}) GB\s+Max_MA (?P<max_ma_GiB>{_NUMBER}) GB\s+"
+            rf"CA (?P<ca_GiB>{_NUMBER}) GB\s+Max_CA (?P<max_ca_GiB>{_NUMBER}) GB"
+        ),
+    ),
+    ("wall_clock", re.compile(r"(?:\[Rank (?P<rank>\d+)\] )?time \(ms\) \|(?P<timers>.*)$")),
     (
         "overflow",
         re.compile(
             # Without "reducing to": the hysteresis variant, a skipped step that keeps the scale.
-            r"OVERFLOW! Rank (?P<rank>\d+) Skipping step\. Attempted loss scale: (?P<attempted>[\d.e+]+)"
-            r"(?:, reducing to (?P<new>[\d.e+]+))?"
+            rf"OVERFLOW! Rank (?P<rank>\d+) Skipping step\. Attempted loss scale: (?P<attempted>{_NUMBER})"
+            rf"(?:, reducing to (?P<new>{_NUMBER}))?"
         ),
     ),
     ("overflow", re.compile(r"Grad overflow on iteration:?\s*(?P<step>\d+)")),
-    ("loss_scale_reduced", re.compile(r"Reducing dynamic loss scale from (?P<attempted>[\d.e+]+) to (?P<new>[\d.e+]+)")),
+    ("loss_scale_reduced", re.compile(rf"Reducing dynamic loss scale from (?P<attempted>{_NUMBER}) to (?P<new>{_NUMBER})")),
     ("fatal_loss_scale", re.compile(r"Current loss scale already at minimum - cannot decrease scale anymore")),
     ("rank_exit_ok", re.compile(r"Process (?P<pid>\d+) exits successfully")),
     ("rank_exit_error", re.compile(r"--local_rank=(?P<rank>\d+)'.*exits with return code = (?P<code>-?\d+)")),
 ]
+_NOT_NUMBERS = {"rank", "step", "timers", "pid"}
+_TIMER = re.compile(rf"(?P<name>[A-Za-z_]+):\s*(?P<ms>{_NUMBER})")
+EVENT_COLUMNS = ["kind", "rank", "step", "line", "message", "detail"]
+FAILURE_KINDS = ("traceback", "rank_exit_error", "fatal_loss_scale")
 
 
 def read_rank_metrics(metrics_dir: str | Path) -> pd.DataFrame:
@@ -45,18 +76,43 @@ def read_rank_metrics(metrics_dir: str | Path) -> pd.DataFrame:
                     raise ValueError(f"{path}: line {number}: not valid JSON ({error.msg})") from None
     if not rows:
         return pd.DataFrame(columns=["rank", "step"])
-    return pd.DataFrame(rows).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    return mark_overflow_skips(pd.DataFrame(rows).sort_values(["rank", "step"], kind="stable").reset_index(drop=True))
+
+
+def mark_overflow_skips(steps: pd.DataFrame) -> pd.DataFrame:
+    """Add a boolean ``overflow_skipped`` column where the records say which steps fp16 skipped.
+
+    The training loop may log either ``overflow_skipped`` (bool, per step) or ``skipped_steps`` (DeepSpeed's
+    cumulative ``engine.skipped_steps``); the latter is differenced per rank. With neither, no column is
+    added and the overflow gate reports NOT MEASURED.
+    """
+    if "overflow_skipped" in steps.columns or "skipped_steps" not in steps.columns:
+        return steps
+    cumulative = pd.to_numeric(steps["skipped_steps"], errors="coerce")
+    delta = cumulative.groupby(steps["rank"]).diff().fillna(cumulative)
+    return steps.assign(overflow_skipped=delta > 0)
 
 
 def _number(text: str | None) -> float | None:
     return None if text is None else float(text)
 
 
+def _detail(kind: str, fields: dict[str, str | None]) -> dict[str, Any]:
+    if kind == "wall_clock":
+        return {m.group("name"): float(m.group("ms")) for m in _TIMER.finditer(fields["timers"] or "")}
+    return {k: _number(v) for k, v in fields.items() if k not in _NOT_NUMBERS}
+
+
 def parse_launcher_log(text: str) -> pd.DataFrame:
-    """Events from the launcher's combined output: DeepSpeed progress, fp16 overflows, fatal errors,
-    per-rank tracebacks (with their last lines) and exits."""
+    """Events from the launcher's combined output: DeepSpeed progress, throughput and wall-clock lines,
+    memory lines, fp16 overflows, fatal errors, per-rank tracebacks (with their last lines) and exits.
+
+    Lines without a step number (wall clock, memory, overflow in the current wording) take the last
+    step DeepSpeed announced before them, if any: an attribution, not a measurement.
+    """
     events: list[dict[str, Any]] = []
     tracebacks: dict[int | None, list[str]] = {}
+    last_step: int | None = None
     for number, raw in enumerate(text.replace("\r", "\n").splitlines(), start=1):
         prefix = _RANK_PREFIX.match(raw)
         prefix_rank = int(prefix.group("rank")) if prefix else None
@@ -71,7 +127,7 @@ def parse_launcher_log(text: str) -> pd.DataFrame:
             lines = tracebacks.pop(prefix_rank) + [line]
             events.append(
                 {"kind": "traceback", "rank": prefix_rank, "step": None, "line": number, "message": line.strip(),
-                 "detail": "\n".join(lines[-12:])}
+                 "detail": json.dumps({"last_lines": lines[-12:]})}
             )
             # The exception line itself may be a known event (the fatal loss-scale exception): fall through.
         for kind, pattern in _PATTERNS:
@@ -79,21 +135,74 @@ def parse_launcher_log(text: str) -> pd.DataFrame:
             if not match:
                 continue
             fields = match.groupdict()
-            rank = fields.get("rank")
-            step = fields.get("step")
+            rank, step = fields.get("rank"), fields.get("step")
+            if step is not None:
+                last_step = int(step)
             events.append(
                 {
                     "kind": kind,
                     "rank": int(rank) if rank is not None else prefix_rank,
-                    "step": int(step) if step is not None else None,
+                    "step": int(step) if step is not None else last_step if kind not in FAILURE_KINDS else None,
                     "line": number,
                     "message": line.strip(),
-                    "detail": json.dumps(
-                        {k: _number(v) for k, v in fields.items() if k in ("attempted", "new", "skipped", "code")}
-                    ),
+                    "detail": json.dumps(_detail(kind, fields)),
                 }
             )
             break
-    columns = ["kind", "rank", "step", "line", "message", "detail"]
-    frame = pd.DataFrame(events, columns=columns)
+    for rank, lines in tracebacks.items():  # a traceback cut off by the end of the log (a killed launcher)
+        events.append({"kind": "traceback", "rank": rank, "step": None, "line": None, "message": lines[-1].strip(),
+                       "detail": json.dumps({"last_lines": lines[-12:]})})
+    frame = pd.DataFrame(events, columns=EVENT_COLUMNS)
     return frame.astype({"rank": "Int64", "step": "Int64", "line": "Int64"})
+
+
+def event_table(events: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """The events of one kind with their ``detail`` numbers as columns (e.g. the wall-clock timers)."""
+    chosen = events[events["kind"] == kind]
+    details = pd.DataFrame([json.loads(d) for d in chosen["detail"]], index=chosen.index)
+    return pd.concat([chosen[["rank", "step", "line"]], details], axis=1).reset_index(drop=True)
+
+
+def last_log_lines(text: str, rank: int | None, count: int = 12) -> list[str]:
+    """The last lines the log holds for one rank (its ``[rankN]:`` lines), or of the whole log."""
+    lines = text.replace("\r", "\n").splitlines()
+    if rank is not None:
+        tagged = [line for line in lines if line.startswith(f"[rank{rank}]:")]
+        if tagged:
+            return tagged[-count:]
+    return [line for line in lines if line.strip()][-count:]
+
+
+def run_metadata(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any] | None, log_text: str,
+                 expected_steps: int | None = None) -> dict[str, Any]:
+    """What the run did as a whole: ranks, steps each completed, which ranks failed and how."""
+    completed = {int(r): int(g["step"].max()) for r, g in steps.groupby("rank")} if len(steps) else {}
+    failures: list[dict[str, Any]] = []
+    for _, event in events[events["kind"].isin(FAILURE_KINDS)].iterrows():
+        rank = None if pd.isna(event["rank"]) else int(event["rank"])
+        detail = json.loads(event["detail"])
+        failures.append({
+            "rank": rank, "kind": event["kind"], "message": event["message"],
+            "exit_code": detail.get("code"),
+            "last_lines": detail.get("last_lines") or last_log_lines(log_text, rank),
+        })
+    counts = events["kind"].value_counts().to_dict() if len(events) else {}
+    return {
+        "world_size": (summary or {}).get("world_size", len(completed) or None),
+        "finished": summary is not None,
+        "expected_steps": expected_steps,
+        "steps_completed_per_rank": completed,
+        "failed_ranks": sorted({f["rank"] for f in failures if f["rank"] is not None}),
+        "failures": failures,
+        "event_counts": {k: int(v) for k, v in counts.items()},
+        "deepspeed_skipped_steps": _last_skipped(events),
+    }
+
+
+def _last_skipped(events: pd.DataFrame) -> dict[str, int] | None:
+    """DeepSpeed's own cumulative fp16 skip count at its last progress line, with that step."""
+    progress = events[events["kind"] == "ds_progress"]
+    if not len(progress):
+        return None
+    last = progress.iloc[-1]
+    return {"step": int(last["step"]), "skipped": int(json.loads(last["detail"])["skipped"])}
