@@ -22,6 +22,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/parse.smk"
 include: "workflow/rules/gates.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/compare.smk"
 
 
 rule all:

@@ -56,3 +56,57 @@ def test_run_summary_reports_slowest_rank_median(tmp_path):
     assert 1.9 < summary["median optimizer-step time (s)"] < 2.1
     assert summary["ranks"] == 2 and summary["optimizer steps"] == 200
     assert set(summary["peak memory per rank (GiB)"]) == {0, 1}
+
+
+def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None):
+    events = no_events() if events is None else events
+    verdicts = evaluate(tiny_profile["gates"], steps, events, {"completed_steps": 200},
+                        {"training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5, plan=plan,
+                        run_meta=run_meta)
+    figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png", "memory": tmp_path / "mem.png"}
+    loss_figure(steps, events, 5, figures["loss"])
+    step_time_figure(steps, 5, verdicts, figures["step_time"])
+    memory_figure(steps, verdicts, figures["memory"])
+    return render_html(verdicts=verdicts, steps=steps, provenance=PROVENANCE, deviations=[DEVIATION],
+                       figures=figures, warmup_steps=5, run_meta=run_meta, plan=plan)
+
+
+def test_ledger_section_only_with_a_plan(tmp_path, tiny_profile):
+    steps = synthetic_steps()
+    assert "Ledger vs measured" not in _page(tmp_path, tiny_profile, steps)
+    plan = {"floor": {"optimizer_step(s)": 0.1},
+            "ledger_vs_measured": [{"term": "parameters (GiB)", "ledger": 0.5, "measured": 0.61}]}
+    page = _page(tmp_path, tiny_profile, steps, plan=plan)
+    assert "<table id='ledger'>" in page and "parameters (GiB)" in page
+    floor = re.search(r"step_time_over_physical_floor.*?class='(\w+)'", page, re.S)
+    assert floor.group(1) == "PASS"  # 0.5 s measured over a 0.1 s floor
+
+
+def test_crashed_rank_shows_in_the_report(tmp_path, tiny_profile):
+    from zerogate.parse import parse_launcher_log, run_metadata
+    log = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"train.py\", line 9, in step\n"
+           "[rank1]: RuntimeError: CUDA out of memory\n")
+    steps = synthetic_steps()
+    meta = run_metadata(steps, parse_launcher_log(log), None, log, 200)
+    page = _page(tmp_path, tiny_profile, steps, run_meta=meta, events=parse_launcher_log(log))
+    assert "<h2>Failures</h2>" in page and "CUDA out of memory" in page and "train.py" in page
+    assert re.search(r"ranks_completed.*?class='FAIL'", page, re.S)
+
+
+def test_loss_scale_series_from_overflow_lines():
+    from zerogate.figures import loss_scale_series
+    from zerogate.parse import parse_launcher_log
+    events = parse_launcher_log("[Rank 0] step=10, skipped=0, lr=[1], mom=[1]\n"
+                                "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768\n")
+    series = loss_scale_series(synthetic_steps(), events)
+    assert series.to_dict("records") == [{"step": 10, "loss_scale": 32768.0}]
+    assert loss_scale_series(synthetic_steps(), no_events()) is None  # fp32: no scaler, no figure
+
+
+def test_stabiliser_events_are_marked_on_the_loss_figure(tmp_path):
+    steps = synthetic_steps()
+    stabiliser = pd.DataFrame([{"step": 50, "rank": 0, "kind": "grad_spike", "value": 9.0, "action": "skip"}])
+    plain, marked = tmp_path / "plain.png", tmp_path / "marked.png"
+    loss_figure(steps, no_events(), 5, plain)
+    loss_figure(steps, no_events(), 5, marked, stabiliser)
+    assert plain.read_bytes() != marked.read_bytes()

@@ -1,5 +1,6 @@
 # Shared helpers: load and validate the configuration and the chosen profile, compute the
 # result paths' wildcards and the per-rule parameters. No rule lives here.
+import datetime
 import re
 import socket
 import sys
@@ -70,6 +71,15 @@ MACHINE = machine_id_from_host(socket.gethostname()) if config["machine"] == "au
 CONFIG_HASH = sha256_json({"profile": PROFILE, "pipeline_version": PIPELINE_VERSION})
 # A run is this pipeline version, this resolved profile, on this machine.
 RUN_ID = f"{PROFILE_NAME}-{MACHINE}-{CONFIG_HASH[:8]}"
+# Output paths are fixed when the DAG is built, so the report's date is that moment's UTC date: a report
+# built on another day gets a new file beside the old one (the inputs are unchanged, so only the report
+# and the registry are rebuilt).
+REPORT_DATE = (
+    datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    if config["report_date"] == "today"
+    else config["report_date"]
+)
+STRICT = config["strict"]
 
 # Rules take their parameters from the loaded profile, so only that profile's results can be built
 # in one invocation (another profile's results are left as they are).
@@ -78,11 +88,70 @@ wildcard_constraints:
     machine=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     version=re.escape(PIPELINE_VERSION),
     run_id=re.escape(RUN_ID),
+    date=r"\d{4}-\d{2}-\d{2}",
 
 
 def final_targets():
     base = f"results/{PROFILE_NAME}/{MACHINE}"
-    return [
+    targets = [
         f"{base}/gates/verdicts.json",
-        f"{base}/report/zerogate-v{PIPELINE_VERSION}-{RUN_ID}.html",
+        f"{base}/report/zerogate-v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}.html",
+        f"{base}/registry.json",
     ]
+    if STRICT:
+        targets.append(f"{base}/gates/strict-v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}.passed")
+    return targets
+
+
+def report_file(wildcards):
+    """This run's versioned report (for the run registry)."""
+    return f"results/{wildcards.profile}/{wildcards.machine}/report/zerogate-v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}.html"
+
+
+def _made_or_present(path):
+    """A path some rule can make, or that exists already; None otherwise (an optional input)."""
+    for rule_ in workflow.rules:
+        if any(str(o).endswith(path.split("/", 3)[-1]) for o in rule_.output):
+            return path
+    return path if Path(path).exists() else None
+
+
+def planner_inputs(wildcards):
+    """The planner's plan.json (issue 3: per-optimizer-step time floor, ledger vs measured), if any."""
+    plan = _made_or_present(f"results/{wildcards.profile}/{wildcards.machine}/plan/plan.json")
+    return {"plan": plan} if plan else {}
+
+
+def stabiliser_inputs(wildcards):
+    """The training loop's loss-stabiliser events table (issue 4), if the run writes one."""
+    events = _made_or_present(f"results/{wildcards.profile}/{wildcards.machine}/train/stabiliser_events.jsonl")
+    return {"stabiliser": events} if events else {}
+
+
+def compare_registries():
+    """The run registries the compare target reads: config["compare"] run directories, or every
+    results/*/*/registry.json present now."""
+    if config["compare"]:
+        return [d if d.endswith(".json") else str(Path(d) / "registry.json") for d in config["compare"]]
+    return sorted(str(p) for p in Path("results").glob("*/*/registry.json"))
+
+
+def compare_inputs(wildcards):
+    """The compare rule's registries (only evaluated when the compare target is asked for): stops with
+    one line when a listed run has none, or when fewer than two runs are found."""
+    registries = compare_registries()
+    missing = [r for r in registries if not Path(r).exists()]
+    if missing:
+        fail(f"{config_source(['compare'])}: compare: no run registry at {', '.join(missing)}")
+    if len(registries) < 2:
+        fail(f"{config_source(['compare'])}: compare: {len(registries)} run(s) found, need two "
+             "(list run directories under compare, or run the pipeline for another profile or machine)")
+    return {"registries": [ancient(r) for r in registries]}
+
+
+def _compare_id():
+    """Names the comparison after the runs it holds, so comparisons of other sets never overwrite it."""
+    return sha256_json(compare_registries())[:8]
+
+
+COMPARE_ID = _compare_id()

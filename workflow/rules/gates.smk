@@ -1,7 +1,9 @@
 rule check_gates:
     input:
+        unpack(planner_inputs),
         steps="results/{profile}/{machine}/parsed/steps.parquet",
         events="results/{profile}/{machine}/parsed/events.parquet",
+        run_meta="results/{profile}/{machine}/parsed/run.json",
         summary="results/{profile}/{machine}/train/summary.json",
         run_spec="results/{profile}/{machine}/deepspeed/run_spec.json",
         deviations="results/{profile}/{machine}/deepspeed/deviations.json",
@@ -17,3 +19,20 @@ rule check_gates:
         "../../envs/analysis.yaml"
     script:
         "../scripts/check_gates.py"
+
+
+# With `strict: true` this runs last and fails the invocation on any FAIL. It is a separate rule so that
+# the verdicts and the report, outputs of jobs that succeeded, stay on disk for the user to read.
+rule enforce_gates:
+    input:
+        verdicts="results/{profile}/{machine}/gates/verdicts.json",
+        report="results/{profile}/{machine}/report/zerogate-v{version}-{run_id}-{date}.html",
+    output:
+        passed="results/{profile}/{machine}/gates/strict-v{version}-{run_id}-{date}.passed",
+    log:
+        "results/{profile}/{machine}/logs/enforce_gates-v{version}-{run_id}-{date}.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/enforce_gates.py"

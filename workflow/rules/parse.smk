@@ -6,6 +6,9 @@ rule parse_logs:
     output:
         steps="results/{profile}/{machine}/parsed/steps.parquet",
         events="results/{profile}/{machine}/parsed/events.parquet",
+        run_meta="results/{profile}/{machine}/parsed/run.json",
+    params:
+        expected_steps=PROFILE["training"]["optimizer_steps"],
     log:
         "results/{profile}/{machine}/logs/parse_logs.log",
     conda:

@@ -1,5 +1,6 @@
 rule plot_figures:
     input:
+        unpack(stabiliser_inputs),
         steps="results/{profile}/{machine}/parsed/steps.parquet",
         events="results/{profile}/{machine}/parsed/events.parquet",
         verdicts="results/{profile}/{machine}/gates/verdicts.json",
@@ -19,6 +20,12 @@ rule plot_figures:
         memory=report(
             "results/{profile}/{machine}/report/figures/memory.png",
             caption="../report/memory.rst",
+            category="Training",
+            subcategory="{profile} on {machine}",
+        ),
+        loss_scale=report(
+            "results/{profile}/{machine}/report/figures/loss_scale.png",
+            caption="../report/loss_scale.rst",
             category="Training",
             subcategory="{profile} on {machine}",
         ),
@@ -52,24 +59,56 @@ rule record_provenance:
         "../scripts/record_provenance.py"
 
 
+# The report's name carries the pipeline version, the run id (profile, machine, config hash) and the
+# UTC date the DAG was built (REPORT_DATE in common.smk), so reports of other configs and other days sit
+# beside each other.
 rule write_report:
     input:
+        unpack(planner_inputs),
         verdicts="results/{profile}/{machine}/gates/verdicts.json",
         steps="results/{profile}/{machine}/parsed/steps.parquet",
+        events="results/{profile}/{machine}/parsed/events.parquet",
+        run_meta="results/{profile}/{machine}/parsed/run.json",
         provenance="results/{profile}/{machine}/provenance.json",
         deviations="results/{profile}/{machine}/deepspeed/deviations.json",
         loss="results/{profile}/{machine}/report/figures/loss.png",
         step_time="results/{profile}/{machine}/report/figures/step_time.png",
         memory="results/{profile}/{machine}/report/figures/memory.png",
+        loss_scale="results/{profile}/{machine}/report/figures/loss_scale.png",
     output:
         html=report(
-            "results/{profile}/{machine}/report/zerogate-v{version}-{run_id}.html",
+            "results/{profile}/{machine}/report/zerogate-v{version}-{run_id}-{date}.html",
             caption="../report/html.rst",
             category="Report",
         ),
     log:
-        "results/{profile}/{machine}/logs/write_report-v{version}-{run_id}.log",
+        "results/{profile}/{machine}/logs/write_report-v{version}-{run_id}-{date}.log",
     conda:
         "../../envs/analysis.yaml"
     script:
         "../scripts/write_report.py"
+
+
+rule register_run:
+    input:
+        verdicts="results/{profile}/{machine}/gates/verdicts.json",
+        steps="results/{profile}/{machine}/parsed/steps.parquet",
+        events="results/{profile}/{machine}/parsed/events.parquet",
+        run_meta="results/{profile}/{machine}/parsed/run.json",
+        provenance="results/{profile}/{machine}/provenance.json",
+        deviations="results/{profile}/{machine}/deepspeed/deviations.json",
+        report=report_file,
+        loss="results/{profile}/{machine}/report/figures/loss.png",
+        step_time="results/{profile}/{machine}/report/figures/step_time.png",
+        memory="results/{profile}/{machine}/report/figures/memory.png",
+        loss_scale="results/{profile}/{machine}/report/figures/loss_scale.png",
+    output:
+        registry="results/{profile}/{machine}/registry.json",
+    params:
+        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+    log:
+        "results/{profile}/{machine}/logs/register_run.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/register_run.py"

@@ -14,6 +14,8 @@ with logging_to(snakemake.log[0]) as log:
         read_json(snakemake.input.deviations),
         read_json(snakemake.input.fingerprint),
         snakemake.params.warmup_steps,
+        plan=read_json(snakemake.input.plan) if "plan" in snakemake.input.keys() else None,
+        run_meta=read_json(snakemake.input.run_meta),
     )
     write_json(snakemake.output.verdicts, verdicts)
     for gate in verdicts["gates"]:

@@ -2,12 +2,20 @@
 import pandas as pd
 
 from zerogate.entry import logging_to, read_json
-from zerogate.figures import loss_figure, memory_figure, step_time_figure
+from zerogate.figures import (loss_figure, loss_scale_figure, loss_scale_series, memory_figure, no_loss_scale_figure,
+                              read_stabiliser_events, step_time_figure)
 
 with logging_to(snakemake.log[0]):
     steps = pd.read_parquet(snakemake.input.steps)
+    events = pd.read_parquet(snakemake.input.events)
     verdicts = read_json(snakemake.input.verdicts)
     warmup = int(steps.loc[steps["warmup"], "step"].max()) if steps["warmup"].any() else 0
-    loss_figure(steps, pd.read_parquet(snakemake.input.events), warmup, snakemake.output.loss)
+    stabiliser = read_stabiliser_events(snakemake.input.stabiliser) if "stabiliser" in snakemake.input.keys() else None
+    loss_figure(steps, events, warmup, snakemake.output.loss, stabiliser)
     step_time_figure(steps, warmup, verdicts, snakemake.output.step_time)
     memory_figure(steps, verdicts, snakemake.output.memory)
+    series = loss_scale_series(steps, events)
+    if series is None:
+        no_loss_scale_figure(snakemake.output.loss_scale)
+    else:
+        loss_scale_figure(series, snakemake.output.loss_scale)

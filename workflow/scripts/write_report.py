@@ -4,17 +4,26 @@ from pathlib import Path
 import pandas as pd
 
 from zerogate.entry import logging_to, read_json
+from zerogate.figures import loss_scale_series
+from zerogate.parse import event_table
 from zerogate.report import render_html
 
 with logging_to(snakemake.log[0]):
     steps = pd.read_parquet(snakemake.input.steps)
+    events = pd.read_parquet(snakemake.input.events)
     warmup = int(steps.loc[steps["warmup"], "step"].max()) if steps["warmup"].any() else 0
+    figures = {k: snakemake.input[k] for k in ("loss", "step_time", "memory")}
+    if loss_scale_series(steps, events) is not None:
+        figures["loss_scale"] = snakemake.input.loss_scale
     page = render_html(
         verdicts=read_json(snakemake.input.verdicts),
         steps=steps,
         provenance=read_json(snakemake.input.provenance),
         deviations=read_json(snakemake.input.deviations),
-        figures={k: snakemake.input[k] for k in ("loss", "step_time", "memory")},
+        figures=figures,
         warmup_steps=warmup,
+        run_meta=read_json(snakemake.input.run_meta),
+        plan=read_json(snakemake.input.plan) if "plan" in snakemake.input.keys() else None,
+        timers=event_table(events, "wall_clock"),
     )
     Path(snakemake.output.html).write_text(page)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,10 @@ def _gate(verdicts: dict[str, Any], metric_prefix: str) -> dict[str, Any] | None
     return next((g for g in verdicts["gates"] if g["metric"].startswith(metric_prefix)), None)
 
 
-def loss_figure(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int, path: str | Path) -> None:
+def loss_figure(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int, path: str | Path,
+                stabiliser: pd.DataFrame | None = None) -> None:
+    """Loss raw and smoothed; launcher events (overflow, crash) as dotted lines and, when given, the
+    training loop's stabiliser events (rows with step, rank, kind, value, action) as markers."""
     rank0 = steps[steps["rank"] == steps["rank"].min()].sort_values("step")
     fig, ax = plt.subplots(figsize=(9, 4.5))
     ax.plot(rank0["step"], rank0["loss"], color="0.7", linewidth=0.8, label="loss (mean over accumulation and ranks)")
@@ -32,6 +36,14 @@ def loss_figure(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int, pa
     marked = events[events["step"].notna() & events["kind"].isin(["overflow", "traceback", "fatal_loss_scale"])] if len(events) else events
     for step in marked["step"].dropna().unique() if len(marked) else []:
         ax.axvline(int(step), color="C3", linestyle=":", linewidth=1)
+    if len(marked):
+        ax.plot([], [], color="C3", linestyle=":", label="overflow / crash in the launcher log")
+    if stabiliser is not None and len(stabiliser):
+        at = rank0.set_index("step")["loss"]
+        for (kind, action), group in stabiliser.groupby(["kind", "action"], dropna=False):
+            shown = group[group["step"].isin(at.index)]
+            ax.scatter(shown["step"], at.loc[shown["step"]].to_numpy(), marker="v", s=36, zorder=3,
+                       label=f"stabiliser: {kind} -> {action} ({len(group)})")
     ax.set(xlabel="optimizer step", ylabel="training loss (nats/token)", title="Loss")
     ax.legend(loc="upper right")
     fig.tight_layout()
@@ -73,3 +85,47 @@ def memory_figure(steps: pd.DataFrame, verdicts: dict[str, Any], path: str | Pat
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def loss_scale_series(steps: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame | None:
+    """The fp16 loss scale per step: from the records' ``loss_scale`` column, else from the launcher's
+    overflow lines (the scale after each reduction). None for runs without a loss scaler (fp32, bf16)."""
+    if "loss_scale" in steps.columns and steps["loss_scale"].notna().any():
+        first = steps[steps["rank"] == steps["rank"].min()]
+        return first[["step", "loss_scale"]].dropna()
+    if not len(events):
+        return None
+    changes = events[events["kind"].isin(["overflow", "loss_scale_reduced"])]
+    rows = [{"step": s, "loss_scale": json.loads(d).get("new")} for s, d in zip(changes["step"], changes["detail"])]
+    rows = [r for r in rows if r["loss_scale"] is not None and not pd.isna(r["step"])]
+    return pd.DataFrame(rows) if rows else None
+
+
+def loss_scale_figure(series: pd.DataFrame, path: str | Path) -> None:
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    ax.step(series["step"], series["loss_scale"], where="post", color="C2")
+    ax.set_yscale("log", base=2)
+    ax.set(xlabel="optimizer step", ylabel="fp16 loss scale (log2 axis)", title="Dynamic loss scale")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def no_loss_scale_figure(path: str | Path) -> None:
+    """Stands in for the loss-scale figure of a run without a loss scaler (Snakemake needs the file)."""
+    fig, ax = plt.subplots(figsize=(9, 1.5))
+    ax.axis("off")
+    ax.text(0.5, 0.5, "No dynamic loss scale: this run had no fp16 loss scaler (fp32 or bf16).", ha="center", va="center")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def read_stabiliser_events(path: str | Path) -> pd.DataFrame:
+    """The training loop's stabiliser events (issue 4): JSON lines, CSV or parquet with step, rank,
+    kind, value, action."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    if path.suffix == ".csv":
+        return pd.read_csv(path)
+    return pd.read_json(path, lines=True)

@@ -304,3 +304,8 @@ def evaluate(gates: list[dict[str, Any]], steps: pd.DataFrame, events: pd.DataFr
                for g in gates]
     counts = {v: sum(r["verdict"] == v for r in results) for v in (PASS, FAIL, NOT_MEASURED)}
     return {"gates": results, "counts": counts, "reproduction": faithfulness(deviations, fingerprint)}
+
+
+def failed_gates(verdicts: dict[str, Any]) -> list[str]:
+    """The gates that FAIL, each as 'name: reason' (for the strict option)."""
+    return [f"{g['name']}: {g['reason']}" for g in verdicts["gates"] if g["verdict"] == FAIL]

@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from zerogate.gates import timed_steps
+
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:1100px;color:#222;line-height:1.45}
 table{border-collapse:collapse;margin:0.5rem 0 1.5rem;width:100%;font-size:0.92rem}
@@ -49,8 +51,9 @@ def verdict_table(verdicts: dict[str, Any]) -> str:
 
 
 def run_summary(steps: pd.DataFrame, warmup_steps: int) -> dict[str, Any]:
-    """Headline numbers of the run (per rank where they differ)."""
-    timed = steps[steps["step"] > warmup_steps]
+    """Headline numbers of the run (per rank where they differ); timing after warm-up and without
+    fp16-overflow-skipped steps."""
+    timed = timed_steps(steps, warmup_steps)
     first = steps[steps["rank"] == steps["rank"].min()].sort_values("step")
     return {
         "ranks": int(steps["rank"].nunique()),
@@ -89,6 +92,56 @@ def deviations_table(deviations: list[dict[str, Any]]) -> str:
     )
 
 
+def failures_section(run_meta: dict[str, Any] | None) -> str:
+    """Each failed rank with its last log lines; empty when every rank finished."""
+    if not run_meta or not run_meta.get("failures"):
+        return ""
+    items = "".join(
+        f"<h3>rank {_e(f['rank'])}: {_e(f['kind'])}</h3><p>{_e(f['message'])}</p>"
+        f"<pre>{_e(chr(10).join(f['last_lines']))}</pre>"
+        for f in run_meta["failures"]
+    )
+    return f"<h2>Failures</h2><div id='failures'>{items}</div>"
+
+
+def ledger_section(plan: dict[str, Any] | None) -> str:
+    """The planner's memory ledger against the measured peaks (plan.json's ``ledger_vs_measured``, a list
+    of rows with any columns); omitted when there is no plan."""
+    rows = (plan or {}).get("ledger_vs_measured")
+    if not rows:
+        return ""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(row.get(c))}</td>" for c in columns) + "</tr>" for row in rows)
+    return f"<h2>Ledger vs measured</h2><table id='ledger'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def timers_section(timers: pd.DataFrame | None) -> str:
+    """DeepSpeed's own wall-clock breakdown (rank 0), median per timer, when the run logged it."""
+    if timers is None or not len(timers):
+        return ""
+    numbers = timers.drop(columns=["rank", "step", "line"], errors="ignore")
+    medians = {f"{name} (ms, median of {int(col.notna().sum())})": float(col.median())
+               for name, col in numbers.items() if col.notna().any()}
+    return "<h2>DeepSpeed wall-clock breakdown</h2>" + _kv_table(medians)
+
+
+def evidence_section(verdicts: dict[str, Any]) -> str:
+    items = "".join(
+        f"<details><summary>{_e(g['name'])}: {_e(g['verdict'])}</summary><pre>{_e(json.dumps(g['evidence'], indent=2, default=str))}</pre></details>"
+        for g in verdicts["gates"]
+    )
+    return "<h2>Evidence per gate</h2>" + items
+
+
+FIGURE_CAPTIONS = {
+    "loss": "Training loss per optimizer step, raw and smoothed; overflow, crash and stabiliser events marked",
+    "step_time": "Optimizer-step wall time per rank, and its distribution after warm-up",
+    "memory": "Peak memory per rank per optimizer step, with the claim threshold",
+    "loss_scale": "fp16 dynamic loss scale over the run",
+}
+
+
 def render_html(
     *,
     verdicts: dict[str, Any],
@@ -97,6 +150,9 @@ def render_html(
     deviations: list[dict[str, Any]],
     figures: dict[str, str | Path],
     warmup_steps: int,
+    run_meta: dict[str, Any] | None = None,
+    plan: dict[str, Any] | None = None,
+    timers: pd.DataFrame | None = None,
 ) -> str:
     reproduction = verdicts["reproduction"]
     counts = verdicts["counts"]
@@ -134,14 +190,16 @@ def render_html(
 <h2>Verdicts</h2>
 {verdict_table(verdicts)}
 {status}
+{failures_section(run_meta)}
 <h2>Run summary</h2>
 {_kv_table(summary)}
 <h2>Figures</h2>
-{_image(figures['loss'], 'Training loss per optimizer step, raw and smoothed')}
-{_image(figures['step_time'], 'Optimizer-step wall time per rank, and its distribution after warm-up')}
-{_image(figures['memory'], 'Peak memory per rank per optimizer step, with the claim threshold')}
+{"".join(_image(path, FIGURE_CAPTIONS[name]) for name, path in figures.items() if path)}
+{ledger_section(plan)}
+{timers_section(timers)}
 <h2>Deviations from the claim's DeepSpeed config</h2>
 {deviations_table(deviations)}
+{evidence_section(verdicts)}
 <h2>Provenance</h2>
 {_kv_table(key_facts)}
 <details><summary>Full provenance (JSON)</summary><pre>{_e(json.dumps(provenance, indent=2))}</pre></details>

@@ -1,0 +1,13 @@
+"""Entry point of the enforce_gates rule: with `strict: true`, any FAIL fails the invocation."""
+from pathlib import Path
+
+from zerogate.entry import fail, logging_to, read_json
+from zerogate.gates import failed_gates
+
+with logging_to(snakemake.log[0]) as log:
+    failed = failed_gates(read_json(snakemake.input.verdicts))
+    if failed:
+        log.error("strict: %d gate(s) FAIL: %s", len(failed), "; ".join(failed))
+        fail(f"strict: {len(failed)} gate(s) FAIL ({', '.join(failed)}); "
+             f"see {snakemake.input.verdicts} and {snakemake.input.report}")
+    Path(snakemake.output.passed).write_text("no gate failed\n")

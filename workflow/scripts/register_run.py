@@ -1,0 +1,23 @@
+"""Entry point of the register_run rule (logic: zerogate.registry)."""
+import pandas as pd
+
+from zerogate.entry import logging_to, read_json, write_json
+from zerogate.registry import registry_record
+
+with logging_to(snakemake.log[0]):
+    inputs = snakemake.input
+    record = registry_record(
+        machine=snakemake.wildcards.machine,
+        verdicts=read_json(inputs.verdicts),
+        steps=pd.read_parquet(inputs.steps),
+        run_meta=read_json(inputs.run_meta),
+        provenance=read_json(inputs.provenance),
+        deviations=read_json(inputs.deviations),
+        files={
+            "report": inputs.report, "verdicts": inputs.verdicts, "steps": inputs.steps, "events": inputs.events,
+            "provenance": inputs.provenance,
+            "figures": {k: inputs[k] for k in ("loss", "step_time", "memory", "loss_scale")},
+        },
+        warmup_steps=snakemake.params.warmup_steps,
+    )
+    write_json(snakemake.output.registry, record)
