@@ -145,6 +145,48 @@ def test_editing_a_gate_threshold_rejudges_without_retraining(run):
     assert len(list((results / "report").glob("zerogate-v*.html"))) == 2  # the earlier report is kept
 
 
+def test_default_report_opens_in_headless_chromium(run, tmp_path):
+    from tests.browser import chromium, dump_dom, screenshot
+
+    if chromium() is None:
+        pytest.skip("needs Debian's chromium (.ci/run installs it)")
+    _, results = run
+    report = sorted((results / "report").glob("zerogate-v*.html"))[0]
+    dom = dump_dom(report)
+    assert '<table id="verdicts">' in dom and dom.index('id="verdicts"') < dom.index("<h2>Figures</h2>")
+    screenshot(report, tmp_path / "report.png")
+
+
+def test_run_registry_lists_gates_figures_and_provenance(run):
+    _, results = run
+    registry = json.loads((results / "registry.json").read_text())
+    verdicts = json.loads((results / "gates/verdicts.json").read_text())
+    assert [g["verdict"] for g in registry["gates"]] == [g["verdict"] for g in verdicts["gates"]]
+    assert registry["provenance"]["dataset_sha256"] == json.loads((results / "dataset/manifest.json").read_text())["content_sha256"]
+    for figure in registry["files"]["figures"].values():
+        assert (run[0] / figure).exists()
+
+
+def test_strict_fails_the_invocation_but_keeps_verdicts_and_report(run):
+    workdir, results = run
+    profile = workdir / "config/profiles/smoke.yaml"
+    original = profile.read_text()
+    trained_at = (results / "train/summary.json").stat().st_mtime_ns
+    try:
+        profile.write_text(original + "gates: [{name: impossible_step_time, claim: test, metric: step_time(s), statistic: median,"
+                           " comparison: '<=', threshold: 0.000001, unit: s, definition: test}]\n")
+        done = snakemake(workdir, "--config", "strict=true")
+        assert done.returncode != 0
+        assert "strict: 1 gate(s) FAIL (impossible_step_time" in done.stderr
+        verdicts = json.loads((results / "gates/verdicts.json").read_text())
+        assert verdicts["gates"][0]["verdict"] == "FAIL"  # kept for the user to read
+        assert not list((results / "gates").glob("strict-*.passed"))
+        assert snakemake(workdir).returncode == 0  # strict is off by default
+    finally:
+        profile.write_text(original)
+    assert (results / "train/summary.json").stat().st_mtime_ns == trained_at
+
+
 def test_workflow_passes_snakemake_lint(run):
     workdir, _ = run
     done = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=workdir, env=env(),

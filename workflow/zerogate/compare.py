@@ -38,7 +38,7 @@ def _get(record: dict[str, Any], path: tuple[str, ...]) -> Any:
 def load_run(run_dir: str | Path) -> dict[str, Any]:
     """A run's registry, with its paths resolved against the results tree it sits in."""
     run_dir = Path(run_dir)
-    path = run_dir / "registry.json" if run_dir.is_dir() else run_dir
+    path = run_dir if run_dir.suffix == ".json" else run_dir / "registry.json"
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
@@ -95,11 +95,20 @@ def comparison_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
             "peak memory per rank (GiB)": json.dumps(summary.get("peak memory per rank (GiB)")),
             "deviations": len([d for d in run.get("deviations", []) if d.get("changes_experiment")]),
             "faithful": run.get("reproduction", {}).get("faithful"),
+            "verdicts": " / ".join(f"{n} {v}" for v, n in run.get("verdict_counts", {}).items()),
             "comparability": "; ".join(flagged[run["run_id"]]) or "ok",
         }
         row.update({f"gate {g['name']}": g["verdict"] for g in run["gates"]})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def gate_matrix(table: pd.DataFrame) -> pd.DataFrame:
+    """Gate verdicts with one row per gate and one column per run (the wide table, turned)."""
+    gates = [c for c in table.columns if c.startswith("gate ")]
+    matrix = table.set_index("run id")[gates].T
+    matrix.index = [g.removeprefix("gate ") for g in matrix.index]
+    return matrix.rename_axis("gate").reset_index()
 
 
 def overlay_figure(runs: list[dict[str, Any]], metric: str, ylabel: str, path: str | Path) -> None:
@@ -127,8 +136,12 @@ def render_comparison(runs: list[dict[str, Any]], table: pd.DataFrame, figures: 
         + "".join(f"<li><code>{html.escape(r)}</code>: {html.escape('; '.join(v))}</li>" for r, v in flagged.items())
         + "</ul></div>" if flagged else "<p>All runs share the dataset, the DeepSpeed config and the pipeline version.</p>"
     )
-    verdict_cells = table.to_html(index=False, table_id="comparison", na_rep="—", float_format=lambda v: f"{v:.4g}",
-                                  escape=True)
+    runs_only = table[[c for c in table.columns if not c.startswith("gate ")]]
+    verdict_cells = runs_only.to_html(index=False, table_id="comparison", na_rep="—",
+                                      float_format=lambda v: f"{v:.4g}", escape=True)
+    gate_cells = gate_matrix(table).to_html(index=False, table_id="gate-verdicts", na_rep="—", escape=True)
+    for verdict in ("PASS", "FAIL", "NOT MEASURED"):
+        gate_cells = gate_cells.replace(f"<td>{verdict}</td>", f"<td class='{verdict.replace(' ', '-')}'>{verdict}</td>")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>zerogate comparison of {len(runs)} runs</title>
 <style>{STYLE}</style></head><body>
@@ -136,6 +149,8 @@ def render_comparison(runs: list[dict[str, Any]], table: pd.DataFrame, figures: 
 {warning}
 <h2>Runs</h2>
 {verdict_cells}
+<h2>Gate verdicts</h2>
+{gate_cells}
 <h2>Figures</h2>
 {_image(figures['loss'], 'Training loss per optimizer step, one curve per run')}
 {_image(figures['step_time'], 'Optimizer-step wall time (slowest rank) per step, one curve per run')}
