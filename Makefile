@@ -1,12 +1,13 @@
 # make run   — create .venv (pinned versions) and run the default pipeline end to end
 # make test  — create .venv and run the test suite
+# make compare — compare the runs under results/ (machines and profiles side by side)
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 # Rules call `python`, `deepspeed` and `snakemake`: take them from the project's environment.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup run test lint clean
+.PHONY: setup run test lint compare clean
 
 $(STAMP): envs/requirements.txt envs/constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +25,10 @@ test: setup
 
 lint: setup
 	snakemake --lint
+
+# Every run under results/ (or config's `compare` list) side by side in one HTML report.
+compare: setup
+	snakemake --cores all compare
 
 clean:
 	rm -rf .snakemake results/*/

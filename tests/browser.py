@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -12,7 +13,10 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None and os.environ.get("ZEROGATE_REQUIRE_CHROMIUM"):
+        raise RuntimeError("ZEROGATE_REQUIRE_CHROMIUM is set but no chromium is on PATH (apt-get install chromium)")
+    return found
 
 
 def _run(page: Path, *extra: str) -> subprocess.CompletedProcess:
