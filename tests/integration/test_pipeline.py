@@ -179,7 +179,7 @@ def test_strict_fails_the_invocation_but_keeps_verdicts_and_report(run):
     try:
         profile.write_text(original + "gates: [{name: impossible_step_time, claim: test, metric: step_time(s), statistic: median,"
                            " comparison: '<=', threshold: 0.000001, unit: s, definition: test}]\n")
-        done = snakemake(workdir, "--config", "strict=True")
+        done = snakemake(workdir, "strict=True")  # one more --config entry
         assert done.returncode != 0
         assert "strict: 1 gate(s) FAIL (impossible_step_time" in done.stderr
         verdicts = json.loads((results / "gates/verdicts.json").read_text())
