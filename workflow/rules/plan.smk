@@ -1,0 +1,38 @@
+# The planner: ledger + throughput floor against this machine (probed) or a described one
+# (--config machine_description=config/machines/<name>.yaml). plan.json is written either way (it is the
+# on-paper verdict); approve_plan fails, writing nothing, when the run does not fit and the profile does
+# not override, and training depends on its approved.json.
+rule plan_run:
+    input:
+        unpack(plan_machine_input),
+        template=PROFILE["deepspeed"]["template"],
+    output:
+        plan="results/{profile}/{machine}/plan/plan.json",
+        summary="results/{profile}/{machine}/plan/plan.txt",
+        ds_config="results/{profile}/{machine}/plan/ds_config.json",
+    params:
+        profile=PROFILE,
+    log:
+        "results/{profile}/{machine}/logs/plan_run.log",
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/plan_run.py"
+
+
+rule approve_plan:
+    input:
+        plan="results/{profile}/{machine}/plan/plan.json",
+    output:
+        approved="results/{profile}/{machine}/plan/approved.json",
+    log:
+        "results/{profile}/{machine}/logs/approve_plan.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/approve_plan.py"
+
+
+rule plan:
+    input:
+        plan_target(),
