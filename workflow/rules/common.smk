@@ -92,6 +92,8 @@ def final_targets():
     return [
         f"{base}/gates/verdicts.json",
         f"{base}/report/zerogate-v{PIPELINE_VERSION}-{RUN_ID}.html",
+        f"{base}/plan/plan.json",
+        f"{base}/ledger/ledger_vs_measured.json",
     ]
 
 

@@ -58,11 +58,13 @@ class ModelCounts:
 
 
 def architecture_config(shape: dict[str, Any], vocab_size: int, seq_len: int) -> Any:
-    """The transformers config of a profile's ``model`` section (the same one zerogate.model builds;
-    ``attention_bias`` and ``tie_word_embeddings`` describe shapes such as Qwen2.5's)."""
-    from transformers import LlamaConfig
+    """The transformers config of a profile's ``model`` section: for ``llama`` the one zerogate.model
+    builds; ``qwen2`` (q/k/v biases, Qwen2.5's shape) is for planning. ``vocab_size`` unless the shape
+    fixes its own."""
+    from transformers import LlamaConfig, Qwen2Config
 
-    return LlamaConfig(
+    family = {"llama": LlamaConfig, "qwen2": Qwen2Config}[shape.get("architecture", "llama")]
+    return family(
         vocab_size=shape.get("vocab_size", vocab_size),
         hidden_size=shape["hidden_size"],
         intermediate_size=shape["intermediate_size"],
@@ -70,7 +72,6 @@ def architecture_config(shape: dict[str, Any], vocab_size: int, seq_len: int) ->
         num_attention_heads=shape["num_attention_heads"],
         num_key_value_heads=shape.get("num_key_value_heads", shape["num_attention_heads"]),
         max_position_embeddings=seq_len,
-        attention_bias=shape.get("attention_bias", False),
         tie_word_embeddings=shape.get("tie_word_embeddings", False),
         pad_token_id=None,
         bos_token_id=None,
