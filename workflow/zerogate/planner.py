@@ -24,7 +24,7 @@ def _host_need(counts: ModelCounts, setup: Setup, on_cpu: bool) -> int:
 
 
 def checks(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> list[dict[str, Any]]:
-    """One check per rank's device (GPUs), one for host RAM, one for pinned memory; each with headroom."""
+    """One check per rank's device (GPUs) and one for host RAM, each with headroom."""
     gpus = machine.get("gpus", [])
     host = machine["host"]
     result = []
@@ -37,14 +37,22 @@ def checks(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> list[d
     host_need = _host_need(counts, setup, on_cpu=not gpus)
     result.append({"what": "host RAM", "rank": None, "device": "host (all ranks of the node)", "need(bytes)": host_need,
                    "capacity(bytes)": host["ram_total_bytes"], "headroom(bytes)": host["ram_total_bytes"] - host_need})
-    limit = host.get("pinned_memory_limit_bytes")
-    if limit is not None and setup.pin_memory:
-        pinned = sum(zerogate_terms(counts, setup)["pinned"].values()) * max(1, setup.ranks // setup.nodes)
-        result.append({"what": "pinned (locked) host memory", "rank": None, "device": "host (RLIMIT_MEMLOCK)",
-                       "need(bytes)": pinned, "capacity(bytes)": limit, "headroom(bytes)": limit - pinned})
     for check in result:
         check["fits"] = check["headroom(bytes)"] >= 0
     return result
+
+
+def pinned_note(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> str | None:
+    """Pinned host memory against RLIMIT_MEMLOCK: advice, not a refusal (CUDA's pinned allocations are
+    made by the driver and need not count against the limit; mlock-based pinning does)."""
+    limit = machine["host"].get("pinned_memory_limit_bytes")
+    if not setup.pin_memory or not machine.get("gpus"):
+        return None
+    pinned = sum(zerogate_terms(counts, setup)["pinned"].values()) * max(1, setup.ranks // setup.nodes)
+    if limit is not None and pinned > limit:
+        return (f"pinned host memory {human(pinned)} exceeds RLIMIT_MEMLOCK {human(limit)}: if pinning fails, "
+                f"raise the limit (ulimit -l) or set pin_memory false")
+    return f"pinned host memory {human(pinned)}" + (" (RLIMIT_MEMLOCK unlimited)" if limit is None else "")
 
 
 def _variants(setup: Setup) -> list[tuple[str, Setup]]:
@@ -149,6 +157,7 @@ def plan(counts: ModelCounts, setup: Setup, machine: dict[str, Any], gates: list
         "deciding_check": min(memory, key=lambda c: c["headroom(bytes)"]),
         "checks": memory,
         "suggestions": [] if fits else suggestions(counts, setup, machine),
+        "pinned_memory": pinned_note(counts, setup, machine),
         "micro_step_floor(s)": steps["micro_step_floor(s)"],
         "optimizer_step_floor(s)": steps["optimizer_step_floor(s)"],
         "floor": steps,
@@ -197,6 +206,8 @@ def summary(result: dict[str, Any]) -> str:
         lines.append(f"  {'fits' if check['fits'] else 'DOES NOT FIT'}: {rank}{check['device']} {check['what']}: need "
                      f"{human(check['need(bytes)'])}, capacity {human(check['capacity(bytes)'])}, headroom "
                      f"{human(check['headroom(bytes)'])}")
+    if result.get("pinned_memory"):
+        lines.append(f"  note: {result['pinned_memory']}")
     if not result["fits"]:
         lines.append("changes that would fit: " + ("; ".join(s["change"] for s in result["suggestions"]) or "none considered"))
     micro, step = result["micro_step_floor(s)"], result["optimizer_step_floor(s)"]
