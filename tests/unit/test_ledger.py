@@ -157,3 +157,11 @@ def test_model_state_bytes_of_the_tiny_default():
     share = 128192 // 2
     assert model_state_bytes(counts, setup) == {"parameters(bytes)": 4 * share, "master_parameters(bytes)": 4 * share,
                                                 "gradients(bytes)": 4 * share, "optimizer_states(bytes)": 8 * share}
+
+
+def test_figures_show_binary_and_decimal_units():
+    from zerogate.ledger import human
+
+    assert human(112 * 10**9) == "104.31 GiB (112.00 GB)"
+    assert human(1_281_920) == "1.22 MiB (1.28 MB)"
+    assert human(None) == "n/a"

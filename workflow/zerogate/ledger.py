@@ -29,10 +29,13 @@ SCHEMES = ("ddp", "zero1", "zero2", "zero2_offload_optimizer", "zero3", "zero3_o
 
 
 def human(n: float | None) -> str:
-    """Bytes as '12.34 GiB (13.25 GB)'."""
+    """Bytes in binary and decimal units side by side: '12.34 GiB (13.25 GB)', '1.22 MiB (1.28 MB)'."""
     if n is None:
         return "n/a"
-    return f"{n / GIB:.2f} GiB ({n / GB:.2f} GB)"
+    for binary, decimal, b_unit, d_unit in ((GIB, GB, "GiB", "GB"), (1024**2, 10**6, "MiB", "MB"), (1024, 1000, "KiB", "kB")):
+        if abs(n) >= binary:
+            return f"{n / binary:.2f} {b_unit} ({n / decimal:.2f} {d_unit})"
+    return f"{n:.0f} B"
 
 
 @dataclass(frozen=True)
