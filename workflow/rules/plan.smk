@@ -14,6 +14,9 @@ rule plan_run:
         profile=PROFILE,
     log:
         "results/{profile}/{machine}/logs/plan_run.log",
+    # Before anything else starts, so that a refused run has launched nothing (seconds, not minutes).
+    threads: workflow.cores
+    priority: 100
     conda:
         "../../envs/train.yaml"
     script:
@@ -27,6 +30,8 @@ rule approve_plan:
         approved="results/{profile}/{machine}/plan/approved.json",
     log:
         "results/{profile}/{machine}/logs/approve_plan.log",
+    threads: workflow.cores
+    priority: 100
     conda:
         "../../envs/analysis.yaml"
     script:

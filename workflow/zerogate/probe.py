@@ -220,12 +220,12 @@ def shm_bytes(path: str = "/dev/shm") -> int | None:
         return None
 
 
-def measure_host(seconds: float = 0.3) -> dict[str, float]:
+def measure_host(seconds: float = 0.2) -> dict[str, float]:
     """Measured host peaks for the CPU floor: copy bandwidth (GB/s, read + write) and fp32 matmul (TFLOPS),
     all cores. Best of a few repeats; noisy on a shared machine, and only a lower bound on the true peak."""
     import torch
 
-    src = torch.ones(64 * 1024**2)  # 256 MiB
+    src = torch.ones(32 * 1024**2)  # 128 MiB: well beyond any last-level cache
     dst = torch.zeros_like(src)  # touched, so the timed copies do not include page faults
     best_bw = 0.0
     deadline = time.perf_counter() + seconds
