@@ -10,7 +10,7 @@ import pytest
 from tests.unit.test_ledger import QWEN14B, claim_setup, oracle_counts
 from zerogate.floor import floor, link_bytes, pcie_gbps
 from zerogate.machines import from_fingerprint, load_description, to_fingerprint
-from zerogate.planner import plan, plan_for_profile, refusal, summary
+from zerogate.planner import judge_claims, plan, plan_for_profile, refusal, summary
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
@@ -63,19 +63,19 @@ GATES = [
 
 
 def test_claim_on_the_claimed_box_is_refused_with_rank_device_need_and_capacity(claim_box):
-    result = plan(oracle_counts(), claim_setup(), claim_box, GATES)
+    result = plan(oracle_counts(), claim_setup(), claim_box)
     assert result["refused"] and not result["fits"]
     host = [c for c in result["checks"] if c["what"] == "host RAM"][0]
     assert host["need(bytes)"] == 280 * 10**9 and host["capacity(bytes)"] == 192 * 10**9
     message = refusal(result)
     assert "host RAM needs 260.77 GiB (280.00 GB), capacity 178.81 GiB (192.00 GB)" in message
-    verdicts = {c["gate"]: c for c in result["claims"]}
+    verdicts = {c["gate"]: c for c in judge_claims(result, GATES)}
     assert verdicts["run_fits_machine"]["verdict"] == "impossible"
     assert verdicts["optimizer_step_time"]["verdict"] == "impossible"
     assert verdicts["optimizer_step_time"]["as_micro_step"] == "impossible"  # x8 lanes: 4.4 s per micro-step
     assert verdicts["peak_memory_smallest_device"]["verdict"] == "not expected"
     assert result["optimizer_step_floor(s)"] > 20  # reference.md section 2: >= ~20 s
-    text = summary(result)
+    text = summary(result, judge_claims(result, GATES))
     for scheme in ("ddp", "zero1", "zero2", "zero3", "zero3_offload_all"):
         assert scheme in text
 
@@ -83,7 +83,7 @@ def test_claim_on_the_claimed_box_is_refused_with_rank_device_need_and_capacity(
 def test_device_refusal_names_the_rank_and_lists_changes_that_fit(claim_box):
     box = copy.deepcopy(claim_box)
     box["host"]["ram_total_bytes"] = 10**12  # plenty: only the devices can fail
-    result = plan(oracle_counts(), claim_setup(offload_optimizer=False, offload_param=False), box, GATES)
+    result = plan(oracle_counts(), claim_setup(offload_optimizer=False, offload_param=False), box)
     assert result["refused"]
     failing = [c for c in result["checks"] if not c["fits"]]
     assert failing[0]["rank"] == 0 and failing[0]["device"] == "NVIDIA GeForce RTX 5070"
@@ -95,7 +95,7 @@ def test_device_refusal_names_the_rank_and_lists_changes_that_fit(claim_box):
 
 
 def test_override_lets_an_infeasible_run_through_as_a_deviation(claim_box):
-    result = plan(oracle_counts(), claim_setup(), claim_box, GATES, {"allow_infeasible": True, "reason": "measure OOM"})
+    result = plan(oracle_counts(), claim_setup(), claim_box, {"allow_infeasible": True, "reason": "measure OOM"})
     assert not result["fits"] and not result["refused"]
     assert result["deviations"][0]["path"] == "plan.allow_infeasible"
     assert result["deviations"][0]["reason"] == "measure OOM"
@@ -104,7 +104,7 @@ def test_override_lets_an_infeasible_run_through_as_a_deviation(claim_box):
 def test_a_fitting_run_is_not_refused(claim_box):
     box = copy.deepcopy(claim_box)
     box["host"]["ram_total_bytes"] = 512 * 10**9
-    result = plan(oracle_counts(), claim_setup(activation_checkpointing=True), box, GATES)
+    result = plan(oracle_counts(), claim_setup(activation_checkpointing=True), box)
     assert result["fits"] and not result["refused"] and result["suggestions"] == []
     assert result["deciding_check"]["device"] == "NVIDIA GeForce RTX 5070"  # the smallest device decides
 

@@ -88,11 +88,13 @@ wildcard_constraints:
 
 
 def final_targets():
+    if MACHINE_DESCRIPTION:  # a described machine is planned for, never trained on
+        return [plan_target()]
     base = f"results/{PROFILE_NAME}/{MACHINE}"
     return [
         f"{base}/gates/verdicts.json",
         f"{base}/report/zerogate-v{PIPELINE_VERSION}-{RUN_ID}.html",
-        f"{base}/plan/plan.json",
+        plan_target(),
         f"{base}/ledger/ledger_vs_measured.json",
     ]
 
@@ -105,4 +107,9 @@ def plan_machine_input(wildcards):
 
 
 def plan_target():
-    return f"results/{PROFILE_NAME}/{MACHINE}/plan/plan.json"
+    return f"results/{PROFILE_NAME}/{MACHINE}/plan/plan.txt"
+
+
+def profile_sections(*names):
+    """The named sections of the profile (those it has), e.g. for a rule that must not see the gates."""
+    return {name: PROFILE[name] for name in names if name in PROFILE}

@@ -8,10 +8,11 @@ rule plan_run:
         template=PROFILE["deepspeed"]["template"],
     output:
         plan="results/{profile}/{machine}/plan/plan.json",
-        summary="results/{profile}/{machine}/plan/plan.txt",
         ds_config="results/{profile}/{machine}/plan/ds_config.json",
     params:
-        profile=PROFILE,
+        # Not the gates: editing a gate must not re-plan, because training depends on the plan.
+        sections=profile_sections("model", "dataset", "training", "plan"),
+        deepspeed=PROFILE["deepspeed"],
     log:
         "results/{profile}/{machine}/logs/plan_run.log",
     # Before anything else starts, so that a refused run has launched nothing (seconds, not minutes).
@@ -36,6 +37,22 @@ rule approve_plan:
         "../../envs/analysis.yaml"
     script:
         "../scripts/approve_plan.py"
+
+
+rule judge_plan_claims:
+    input:
+        plan="results/{profile}/{machine}/plan/plan.json",
+    output:
+        claims="results/{profile}/{machine}/plan/claims.json",
+        summary="results/{profile}/{machine}/plan/plan.txt",
+    params:
+        gates=PROFILE["gates"],
+    log:
+        "results/{profile}/{machine}/logs/judge_plan_claims.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/judge_plan_claims.py"
 
 
 rule plan:

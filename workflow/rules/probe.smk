@@ -3,6 +3,7 @@
 rule probe_hardware:
     output:
         fingerprint="results/{profile}/{machine}/probe/hardware.json",
+        summary="results/{profile}/{machine}/probe/summary.txt",
     log:
         "results/{profile}/{machine}/logs/probe_hardware.log",
     threads: workflow.cores

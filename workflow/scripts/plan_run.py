@@ -1,7 +1,4 @@
 """Entry point of the plan_run rule (logic: zerogate.planner): the plan, whether or not the run fits."""
-import sys
-from pathlib import Path
-
 from zerogate.entry import fail, logging_to, read_json, write_json
 from zerogate.errors import InputError
 from zerogate.machines import from_fingerprint, load_description, to_fingerprint
@@ -15,13 +12,11 @@ with logging_to(snakemake.log[0]) as log:
         else:
             fingerprint = read_json(snakemake.input.fingerprint)
             machine = from_fingerprint(fingerprint, snakemake.wildcards.machine)
-        result, ds_config = plan_for_profile(snakemake.params.profile, read_json(snakemake.input.template),
-                                             snakemake.input.template, fingerprint, machine)
+        profile = {**snakemake.params.sections, "deepspeed": snakemake.params.deepspeed}
+        result, ds_config = plan_for_profile(profile, read_json(snakemake.input.template), snakemake.input.template,
+                                             fingerprint, machine)
     except InputError as error:
         fail(str(error))
-    text = summary(result)
-    log.info("\n%s", text)
+    log.info("\n%s", summary(result))
     write_json(snakemake.output.ds_config, ds_config)
-    Path(snakemake.output.summary).write_text(text + "\n")
     write_json(snakemake.output.plan, result)
-    print(text, file=sys.__stderr__)

@@ -124,28 +124,21 @@ def claim_verdicts(gates: list[dict[str, Any]], memory: list[dict[str, Any]], st
     return verdicts
 
 
-def plan(counts: ModelCounts, setup: Setup, machine: dict[str, Any], gates: list[dict[str, Any]],
+def plan(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
          override: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The whole plan. ``override`` is the profile's ``plan`` section: ``allow_infeasible`` with a reason."""
+    """Fit, floor and ledger. ``override`` is the profile's ``plan`` section: ``allow_infeasible`` with a
+    reason. The gates are judged apart (:func:`judge_claims`), so that editing a gate never re-plans, and
+    so never retrains."""
     memory = checks(counts, setup, machine)
     fits = all(c["fits"] for c in memory)
     steps = floor(counts, setup, machine)
     full = ledger(counts, setup)
-    estimate = full["schemes"][setup.scheme]["deepspeed"]
     allowed = bool(override and override.get("allow_infeasible"))
     deviations = []
     if not fits and allowed:
         deviations.append({"path": "plan.allow_infeasible", "claim": None, "rendered": True, "kind": "changed",
                            "reason": override.get("reason", "profile overrides the planner's refusal"),
                            "changes_experiment": True})
-    claims = claim_verdicts(gates, memory, steps, None if estimate is None else estimate["device_per_rank(bytes)"])
-    failing = [c for c in memory if not c["fits"]]
-    claims.insert(0, {
-        "gate": "run_fits_machine", "claim": "the profile's run can be held by this machine",
-        "verdict": "impossible" if failing else "possible",
-        "why": "; ".join(f"{c['device']} {c['what']}: needs {human(c['need(bytes)'])}, capacity "
-                         f"{human(c['capacity(bytes)'])}" for c in failing) or "every check has headroom",
-    })
     return {
         "machine": machine["name"],
         "machine_source": machine["source"],
@@ -161,10 +154,24 @@ def plan(counts: ModelCounts, setup: Setup, machine: dict[str, Any], gates: list
         "micro_step_floor(s)": steps["micro_step_floor(s)"],
         "optimizer_step_floor(s)": steps["optimizer_step_floor(s)"],
         "floor": steps,
-        "claims": claims,
         "ledger": full,
         "deviations": deviations,
     }
+
+
+def judge_claims(result: dict[str, Any], gates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The profile's memory and step-time claims judged on paper against a plan, the run's fit first."""
+    estimate = result["ledger"]["schemes"][result["scheme"]]["deepspeed"]
+    memory = result["checks"]
+    claims = claim_verdicts(gates, memory, result["floor"], None if estimate is None else estimate["device_per_rank(bytes)"])
+    failing = [c for c in memory if not c["fits"]]
+    claims.insert(0, {
+        "gate": "run_fits_machine", "claim": "the profile's run can be held by this machine",
+        "verdict": "impossible" if failing else "possible",
+        "why": "; ".join(f"{c['device']} {c['what']}: needs {human(c['need(bytes)'])}, capacity "
+                         f"{human(c['capacity(bytes)'])}" for c in failing) or "every check has headroom",
+    })
+    return claims
 
 
 def refusal(result: dict[str, Any]) -> str:
@@ -185,7 +192,7 @@ def refusal(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def summary(result: dict[str, Any]) -> str:
+def summary(result: dict[str, Any], claims: list[dict[str, Any]] | None = None) -> str:
     """The human-readable plan: per-rank memory of every scheme, the floor, the claims' verdicts."""
     led = result["ledger"]
     lines = [f"machine {result['machine']} ({result['machine_source']}); {led['parameters']:,} parameters "
@@ -219,8 +226,9 @@ def summary(result: dict[str, Any]) -> str:
         lines.append(f"  rank {rank['rank']} {rank['device']}: {terms}")
     for k, v in result["floor"]["optimizer_terms"].items():
         lines.append(f"  optimizer update: {k} {'n/a' if v is None else f'{v:.3f}'}")
-    lines.append("claims:")
-    lines += [f"  {c['gate']}: {c['verdict'].upper()}: {c['why']}" for c in result["claims"]]
+    if claims:
+        lines.append("claims:")
+        lines += [f"  {c['gate']}: {c['verdict'].upper()}: {c['why']}" for c in claims]
     return "\n".join(lines)
 
 
@@ -236,4 +244,4 @@ def plan_for_profile(profile: dict[str, Any], template: dict[str, Any], template
     counts = count_parameters(architecture_config(profile["model"], vocab, seq_len))
     setup = setup_from_config(ds_config, run_spec, seq_len, nodes=machine.get("nodes", 1),
                               activation_checkpointing=profile["training"].get("activation_checkpointing", False))
-    return plan(counts, setup, machine, profile["gates"], profile.get("plan")), ds_config
+    return plan(counts, setup, machine, profile.get("plan")), ds_config
