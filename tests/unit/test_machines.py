@@ -34,3 +34,11 @@ def test_probed_fingerprint_becomes_a_valid_description(cpu_fingerprint):
     machine = check(from_fingerprint(cpu_fingerprint, "testbox"), "probe")
     assert machine["gpus"] == [] and machine["host"]["ram_total_bytes"] == 24 * 1024**3
     assert to_fingerprint(machine)["accelerator"]["kind"] == "cpu"
+
+
+def test_every_shipped_description_follows_the_schema():
+    described = sorted((REPO / "config/machines").glob("*.yaml"))
+    assert len(described) >= 2
+    for path in described:
+        machine = load_description(path)
+        assert machine["name"] == path.stem and machine["source"] == "described"
