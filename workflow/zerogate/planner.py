@@ -72,6 +72,10 @@ def _variants(setup: Setup) -> list[tuple[str, Setup]]:
                         dataclasses.replace(setup, ranks=setup.ranks * factor, nodes=setup.nodes * factor)))
     strongest = dataclasses.replace(setup.with_scheme("zero3_offload_all"), micro_batch=1, activation_checkpointing=True)
     options.append(("all of: full offload, micro-batch 1, activation checkpointing", strongest))
+    for factor in (2, 4, 8):
+        options.append((f"all of: full offload, micro-batch 1, activation checkpointing, {setup.ranks * factor} ranks "
+                        f"({setup.nodes * factor} nodes like this one)",
+                        dataclasses.replace(strongest, ranks=setup.ranks * factor, nodes=setup.nodes * factor)))
     return options
 
 
@@ -216,7 +220,7 @@ def summary(result: dict[str, Any], claims: list[dict[str, Any]] | None = None) 
     if result.get("pinned_memory"):
         lines.append(f"  note: {result['pinned_memory']}")
     if not result["fits"]:
-        lines.append("changes that would fit: " + ("; ".join(s["change"] for s in result["suggestions"]) or "none considered"))
+        lines.append("changes that would fit: " + ("; ".join(s["change"] for s in result["suggestions"]) or "none of those considered"))
     micro, step = result["micro_step_floor(s)"], result["optimizer_step_floor(s)"]
     lines.append(f"throughput floor: micro-step {'n/a' if micro is None else f'{micro:.3f} s'}, optimizer step "
                  f"{'n/a' if step is None else f'{step:.3f} s'}"
