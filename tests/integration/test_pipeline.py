@@ -91,6 +91,14 @@ def test_both_ranks_trained_every_step_and_loss_fell(run):
     assert (steps["step_time(s)"] > 0).all() and (steps["memory/device_peak(GiB)"] > 0).all()
 
 
+def test_ledger_matches_what_each_rank_held_within_5_percent(run):
+    _, results = run
+    table = json.loads((results / "ledger/ledger_vs_measured.json").read_text())
+    assert {r["rank"] for r in table["rows"]} == {0, 1}
+    assert table["within_5_percent"] is True, table["rows"]
+    assert json.loads((results / "plan/plan.json").read_text())["fits"] is True
+
+
 def test_render_records_deviations_and_no_auto(run):
     _, results = run
     ds_config = (results / "deepspeed/ds_config.json").read_text()

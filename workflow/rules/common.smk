@@ -68,6 +68,13 @@ validated(config, "config.schema.yaml")
 PROFILE_NAME = config["profile"]
 PROFILE = load_profile(PROFILE_NAME)
 MACHINE = machine_id_from_host(socket.gethostname()) if config["machine"] == "auto" else config["machine"]
+# A described machine (config/machines/<name>.yaml) is planned for, never probed; "auto" takes its file name.
+MACHINE_DESCRIPTION = config.get("machine_description")
+if MACHINE_DESCRIPTION:
+    if not (REPO / MACHINE_DESCRIPTION).is_file():
+        fail(InputError(config_source(["machine_description"]), "machine_description", f"no such file: {MACHINE_DESCRIPTION}"))
+    if config["machine"] == "auto":
+        MACHINE = Path(MACHINE_DESCRIPTION).stem
 CONFIG_HASH = sha256_json({"profile": PROFILE, "pipeline_version": PIPELINE_VERSION})
 # A run is this pipeline version, this resolved profile, on this machine.
 RUN_ID = f"{PROFILE_NAME}-{MACHINE}-{CONFIG_HASH[:8]}"
@@ -92,11 +99,15 @@ wildcard_constraints:
 
 
 def final_targets():
+    if MACHINE_DESCRIPTION:  # a described machine is planned for, never trained on
+        return [plan_target()]
     base = f"results/{PROFILE_NAME}/{MACHINE}"
     targets = [
         f"{base}/gates/verdicts.json",
         f"{base}/report/zerogate-v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}.html",
         f"{base}/registry.json",
+        plan_target(),
+        f"{base}/ledger/ledger_vs_measured.json",
     ]
     if STRICT:
         targets.append(f"{base}/gates/strict-v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}.passed")
@@ -155,3 +166,19 @@ def _compare_id():
 
 
 COMPARE_ID = _compare_id()
+
+
+def plan_machine_input(wildcards):
+    """The planner reads the described machine when one is given, else this machine's probe."""
+    if MACHINE_DESCRIPTION and wildcards.machine == MACHINE:
+        return {"description": MACHINE_DESCRIPTION}
+    return {"fingerprint": f"results/{wildcards.profile}/{wildcards.machine}/probe/hardware.json"}
+
+
+def plan_target():
+    return f"results/{PROFILE_NAME}/{MACHINE}/plan/plan.txt"
+
+
+def profile_sections(*names):
+    """The named sections of the profile (those it has), e.g. for a rule that must not see the gates."""
+    return {name: PROFILE[name] for name in names if name in PROFILE}

@@ -4,6 +4,7 @@ rule train:
         run_spec="results/{profile}/{machine}/deepspeed/run_spec.json",
         train="results/{profile}/{machine}/dataset/train.parquet",
         manifest="results/{profile}/{machine}/dataset/manifest.json",
+        plan="results/{profile}/{machine}/plan/approved.json",
     output:
         metrics=directory("results/{profile}/{machine}/train/metrics"),
         summary="results/{profile}/{machine}/train/summary.json",

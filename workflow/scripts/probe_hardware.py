@@ -1,8 +1,12 @@
 """Entry point of the probe_hardware rule (logic: zerogate.probe)."""
+from pathlib import Path
+
 from zerogate.entry import logging_to, write_json
 from zerogate.probe import probe, summary
 
 with logging_to(snakemake.log[0]) as log:
     fingerprint = probe()
+    text = summary(fingerprint)
+    Path(snakemake.output.summary).write_text(text + "\n")
     write_json(snakemake.output.fingerprint, fingerprint)
-    log.info("%s", summary(fingerprint))
+    log.info("%s", text)

@@ -1,13 +1,18 @@
 """Entry point of the render_deepspeed_config rule (logic: zerogate.ds_config)."""
 from zerogate.ds_config import render
-from zerogate.entry import logging_to, read_json, write_json
+from zerogate.entry import fail, logging_to, read_json, write_json
+from zerogate.errors import InputError
 
 with logging_to(snakemake.log[0]) as log:
     profile = {"model": snakemake.params.model, "training": snakemake.params.training,
                "deepspeed": snakemake.params.deepspeed}
-    ds_config, deviations, run_spec = render(
-        read_json(snakemake.input.template), profile, read_json(snakemake.input.fingerprint), snakemake.input.template
-    )
+    try:
+        ds_config, deviations, run_spec = render(
+            read_json(snakemake.input.template), profile, read_json(snakemake.input.fingerprint), snakemake.input.template
+        )
+    except InputError as error:  # a misspelt key, an unresolvable "auto", a config DeepSpeed rejects
+        log.error("%s", error)
+        fail(str(error))
     write_json(snakemake.output.ds_config, ds_config)
     write_json(snakemake.output.deviations, deviations)
     write_json(snakemake.output.run_spec, run_spec)

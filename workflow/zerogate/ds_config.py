@@ -10,6 +10,7 @@ import copy
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from zerogate.ds_keys import unknown_keys
 from zerogate.errors import InputError
 
 _MISSING = object()
@@ -78,10 +79,64 @@ class _Renderer:
         self.deviations.append(Deviation(path, claim_value, value, kind, reason, changes_experiment))
 
 
+def _nested(dotted: str, value: Any) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for ``"a.b"``: an override as the config fragment it writes."""
+    node: dict[str, Any] = {}
+    set_path(node, dotted, value)
+    return node
+
+
+def check_keys(config: dict[str, Any], file: str) -> None:
+    """Refuse a key DeepSpeed would not read (it ignores them silently), naming its dotted path."""
+    problems = unknown_keys(config)
+    if problems:
+        path, why = problems[0]
+        raise InputError(file, path, why)
+
+
+def validate_with_deepspeed(config: dict[str, Any], file: str) -> None:
+    """Build DeepSpeed's own config object from ``config``: ill-typed values and inconsistent settings
+    raise here, on any machine, before a launch.
+
+    Outside a launched job DeepSpeedConfig sees one rank, so the global batch is left for it to derive
+    from micro-batch x accumulation; render() has already checked their product with the rank count.
+    """
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    single = {k: v for k, v in config.items() if k != "train_batch_size"}
+    try:
+        DeepSpeedConfig(single)
+    except Exception as error:  # pydantic ValidationError, AssertionError, ValueError: all mean a bad config
+        first = " ".join(str(error).split())
+        raise InputError(file, "", f"DeepSpeed rejects the rendered config: {first[:300]}") from None
+
+
+def gpu_precision(r: "_Renderer", devices: list[dict[str, Any]]) -> str:
+    """The claim's precision where every device supports it; else the next one they do, as a deviation."""
+    wants_bf16 = get_path(r.config, "bf16.enabled") is True
+    wants_fp16 = get_path(r.config, "fp16.enabled") is True
+    all_bf16 = all(d.get("bf16_supported", False) for d in devices)
+    all_fp16 = all(d.get("fp16_supported", True) for d in devices)
+    names = ", ".join(sorted({d["name"] for d in devices}))
+    if wants_bf16 and not all_bf16:
+        r.set("bf16.enabled", False, "changed", f"bf16 requested but not supported by every device ({names})", True)
+        if all_fp16:
+            r.set("fp16.enabled", True, "changed", "fp16 instead of the unsupported bf16", True)
+            return "fp16"
+        return "fp32"
+    if wants_bf16:
+        return "bf16"
+    if wants_fp16 and not all_fp16:
+        r.set("fp16.enabled", False, "changed", f"fp16 requested but not supported by every device ({names}); fp32", True)
+        return "fp32"
+    return "fp16" if wants_fp16 else "fp32"
+
+
 def render(
     claim: dict[str, Any], profile: dict[str, Any], fingerprint: dict[str, Any], template_file: str
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """(ds_config, deviations, run spec) for the claim's config under ``profile`` on this machine."""
+    check_keys(claim, template_file)
     r = _Renderer(claim)
     training = profile["training"]
     hidden = profile["model"]["hidden_size"]
@@ -128,9 +183,7 @@ def render(
             )
             r.set("fp16.enabled", False, "changed", reason + "; training in fp32", True)
     else:
-        dtype = "fp16" if get_path(r.config, "fp16.enabled") is True else "fp32"
-        if get_path(r.config, "bf16.enabled") is True:
-            dtype = "bf16"
+        dtype = gpu_precision(r, fingerprint["accelerator"]["devices"])
 
     # What the claim leaves open: chosen by the profile.
     optimizer = training["optimizer"]
@@ -153,12 +206,17 @@ def render(
     r.set("gradient_clipping", training["gradient_clipping"], "chosen", "the claim names no gradient clipping", False)
 
     # The profile's explicit overrides, last, each with the reason the profile gives.
-    for override in profile["deepspeed"]["overrides"]:
+    for index, override in enumerate(profile["deepspeed"]["overrides"]):
+        problem = dict(unknown_keys(_nested(override["path"], override["value"])))
+        if problem:
+            path, why = next(iter(problem.items()))
+            raise InputError("profile", f"deepspeed.overrides.{index}.path", f"{path}: {why}")
         r.set(override["path"], override["value"], "changed", override["reason"], True)
 
     leftover = find_auto(r.config)
     if leftover:
         raise InputError(template_file, leftover[0], 'still "auto" after rendering: no rule resolves it')
+    validate_with_deepspeed(r.config, template_file)
 
     # Everything zerogate.train needs besides the DeepSpeed config.
     cores = fingerprint["cpu"].get("affinity_cores") or fingerprint["cpu"]["logical_cores"] or 1

@@ -27,6 +27,7 @@ from transformers import set_seed
 
 from zerogate.dataset import EncodedSplit, load_split
 from zerogate.entry import write_json
+from zerogate.held import held_bytes
 from zerogate.metrics import StepMetrics
 from zerogate.model import build_model, model_config
 from zerogate.provenance import git_state
@@ -129,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
 
     progress.close()
     metrics.close()
+    # What this rank holds, for the ledger-vs-measured check (issue 3): zerogate.held.held_bytes.
+    write_json(out_dir / "metrics" / f"held_bytes_rank{rank}.json", {"rank": rank, "world_size": world, **held_bytes(engine)})
     dist.barrier()  # every rank's metrics file is complete before the summary says so
     if rank == 0:
         write_json(

@@ -1,0 +1,67 @@
+"""The plan target for the claimed box, the refusal of an infeasible run, and a misspelt DeepSpeed key,
+each through Snakemake in a copy of the repository (no training: about a minute in all)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.integration.test_pipeline import copy_repo, env, refused
+
+pytestmark = pytest.mark.integration
+
+
+def snakemake(workdir, *args):
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir, env=env(),
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return copy_repo(tmp_path_factory.mktemp("zerogate-plan"))
+
+
+def test_plan_for_the_claimed_box_gives_the_on_paper_verdict(workdir):
+    done = snakemake(workdir, "plan", "--config", "profile=claim-14b",
+                     "machine_description=config/machines/claim-rtx5070-rtx4090.yaml")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for scheme in ("ddp", "zero1", "zero2", "zero3", "zero3_offload_optimizer", "zero3_offload_all"):
+        assert f"  {scheme} " in done.stderr
+    assert "throughput floor: micro-step" in done.stderr
+    assert "optimizer_step_time: IMPOSSIBLE" in done.stderr and "run_fits_machine: IMPOSSIBLE" in done.stderr
+    plan = json.loads((workdir / "results/claim-14b/claim-rtx5070-rtx4090/plan/plan.json").read_text())
+    assert plan["optimizer_step_floor(s)"] > 20 and plan["machine_source"] == "described"
+    assert not (workdir / "results/claim-14b/claim-rtx5070-rtx4090/probe").exists()  # nothing probed
+
+
+def test_infeasible_run_is_refused_before_anything_is_launched(workdir):
+    started = time.monotonic()
+    done = snakemake(workdir, "--config", "profile=claim-14b", "machine=ci-refuse")
+    elapsed = time.monotonic() - started
+    print(f"infeasible claim-14b refused after {elapsed:.1f} s (wall, snakemake start to exit)")
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert "zerogate: error: plan refused" in output
+    assert "host (all ranks of the node): host RAM needs" in output and "capacity" in output
+    results = workdir / "results/claim-14b/ci-refuse"
+    assert not (results / "train").exists() and not (results / "logs/train.log").exists()
+    assert not (results / "dataset").exists()  # the planner ran first: no other work was started
+    assert not (results / "plan/approved.json").exists()
+
+
+def test_misspelt_deepspeed_key_is_refused_with_its_path(workdir):
+    template = workdir / "config/deepspeed/claim_ds_config.json"
+    original = template.read_text()
+    config = json.loads(original)
+    config["zero_optimization"]["stage3_prefetch_bucket_sise"] = config["zero_optimization"].pop("stage3_prefetch_bucket_size")
+    try:
+        template.write_text(json.dumps(config))
+        line = refused(snakemake(workdir, "plan", "--config", "profile=smoke", "machine=ci-typo"))
+    finally:
+        template.write_text(original)
+    assert "config/deepspeed/claim_ds_config.json: zero_optimization.stage3_prefetch_bucket_sise: unknown key" in line
+    assert not (workdir / "results/smoke/ci-typo/plan/plan.json").exists()

@@ -1,0 +1,182 @@
+"""The ledger against hand-computed counts and bytes, DeepSpeed's estimator and reference.md's oracles."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from transformers import GPT2Config
+
+from zerogate.ledger import (GB, GIB, ModelCounts, Setup, activation_bytes, architecture_config, count_parameters,
+                             deepspeed_estimates, ledger, model_state_bytes, paper_ledger, setup_from_config,
+                             zerogate_terms)
+from zerogate.ledger_check import compare, read_measurements
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "held_bytes"
+TINY = {"architecture": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "intermediate_size": 192}
+QWEN14B = {"architecture": "qwen2", "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40,
+           "num_key_value_heads": 8, "intermediate_size": 13824, "vocab_size": 152064, "tie_word_embeddings": False}
+
+
+def claim_setup(**changes) -> Setup:
+    base = Setup(ranks=2, nodes=1, dtype="fp16", device_kind="cuda", micro_batch=1, seq_len=512, accumulation=8,
+                 stage=3, offload_optimizer=True, offload_param=True, pin_memory=True, reduce_bucket=5120**2,
+                 prefetch_bucket=int(0.9 * 5120**2), persistence_threshold=51200)
+    return dataclasses.replace(base, **changes)
+
+
+def test_tiny_llama_count_by_hand():
+    counts = count_parameters(architecture_config(TINY, 256, 64))
+    embed = 256 * 64  # embed_tokens; lm_head the same, untied
+    layer = 4 * 64 * 64 + 3 * 64 * 192 + 2 * 64  # q k v o, gate up down, two RMSNorms
+    assert counts.total == 2 * embed + 2 * layer + 64
+    assert counts.largest_layer == embed
+    assert not counts.tied_embeddings
+
+
+def test_gpt2_tied_embeddings_counted_once_by_hand():
+    counts = count_parameters(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=32))
+    block = 2 * 128 + (64 * 192 + 192) + (64 * 64 + 64) + (64 * 256 + 256) + (256 * 64 + 64)
+    assert counts.total == 256 * 64 + 32 * 64 + 2 * block + 128  # wte, wpe, blocks, ln_f; lm_head tied
+    assert counts.tied_embeddings
+    assert counts.largest_layer == 64 * 256 + 256  # mlp.c_fc with its bias beats wte (16384)
+
+
+def test_qwen25_14b_shape_by_hand():
+    counts = count_parameters(architecture_config(QWEN14B, 0, 512))
+    embed = 152064 * 5120
+    layer = (5120 * 5120 + 5120) + 2 * (5120 * 1024 + 1024) + 5120 * 5120 + 3 * 5120 * 13824 + 2 * 5120
+    assert counts.total == 2 * embed + 48 * layer + 5120 == 14_770_033_664
+    assert counts.largest_layer == embed  # ~778.6 M, reference.md section 1
+
+
+def test_paper_ledger_matches_the_claims_worked_numbers():
+    paper = paper_ledger(14 * 10**9, 2)
+    assert paper["ddp"] / GIB == pytest.approx(208.6, abs=0.05)  # claim.md section 2
+    assert paper["zero3"] / GIB == pytest.approx(104.3, abs=0.05)
+    assert paper["zero1"] == 4 * 14e9 + 6 * 14e9 and paper["zero2"] == 2 * 14e9 + 7 * 14e9
+
+
+def oracle_counts() -> ModelCounts:
+    return ModelCounts(total=14 * 10**9, largest_layer=778_567_680, numels=(7 * 10**9, 7 * 10**9), hidden=5120,
+                       layers=48, heads=40, vocab=152064, tied_embeddings=False)
+
+
+def test_deepspeed_estimator_matches_reference_oracles():
+    estimates = deepspeed_estimates(oracle_counts(), gpus_per_node=2)
+    full = estimates["zero3_offload_all"]
+    assert full["device"] / GB == pytest.approx(3.11, abs=0.01)  # 4L
+    assert full["host"] / GB == pytest.approx(378, abs=0.5)  # 18 Phi x 1.5
+    # Same counts, DeepSpeed's formulas for the other schemes (reference.md section 1).
+    assert estimates["zero3"]["device"] == 4 * 778_567_680 + 18 * 14 * 10**9 // 2
+    assert estimates["zero3_offload_optimizer"]["device"] == 4 * 778_567_680 + 2 * 14 * 10**9 // 2
+    assert estimates["zero2"]["device"] == 2 * 14 * 10**9 + 18 * 14 * 10**9 // 2
+    assert estimates["ddp"] is None and estimates["zero1"] is None
+
+
+def test_zerogate_host_is_20_bytes_per_parameter_with_accumulation():
+    terms = zerogate_terms(oracle_counts(), claim_setup())
+    host_per_node = sum(terms["host"].values()) * 2
+    assert host_per_node == 280 * 10**9  # reference.md section 1: ~20 B/param = 280 GB
+    assert "parameters" not in terms["device"]  # offloaded
+    single_step = zerogate_terms(oracle_counts(), claim_setup(accumulation=1))
+    assert sum(single_step["host"].values()) * 2 == 18 * 14 * 10**9
+
+
+def test_zerogate_adds_what_the_estimator_leaves_out():
+    counts, setup = oracle_counts(), claim_setup()
+    device = zerogate_terms(counts, setup)["device"]
+    assert {"activations", "gathered_parameters", "gradient_buckets", "cuda_context"} <= set(device)
+    # Korthikanti: s b h (34 + 5 a s / h) per layer in 16-bit, plus logits s b V (2 + 4 + 4).
+    per_layer = 512 * 5120 * (34 + 5 * 40 * 512 / 5120)
+    assert device["activations"] == int(48 * per_layer + 512 * 152064 * 10)
+    checkpointed = activation_bytes(counts, setup, checkpointing=True)
+    assert checkpointed == int(2 * 512 * 5120 * 48 + per_layer + 512 * 152064 * 10)
+    assert device["gathered_parameters"] == 2 * (778_567_680 + int(0.9 * 5120**2))
+    total = sum(device.values())
+    assert total > deepspeed_estimates(counts, 2)["zero3_offload_all"]["device"]
+
+
+def test_no_separate_master_copy_for_fp32_without_optimizer_offload():
+    counts = oracle_counts()
+    fp32 = zerogate_terms(counts, claim_setup(dtype="fp32", offload_optimizer=False, offload_param=False))
+    fp16 = zerogate_terms(counts, claim_setup(offload_optimizer=False, offload_param=False))
+    assert fp32["device"]["master_parameters"] == 0
+    assert fp16["device"]["master_parameters"] == 4 * 7 * 10**9
+    # Both are the paper's 16 Phi / N of model states.
+    for terms, b in ((fp32, 4), (fp16, 2)):
+        states = sum(terms["device"][k] for k in ("parameters", "gradients", "master_parameters", "optimizer_states"))
+        assert states == 16 * 7 * 10**9
+
+
+def test_zero3_pads_each_parameter_to_the_ranks():
+    counts = ModelCounts(total=7, largest_layer=5, numels=(5, 2), hidden=1, layers=1, heads=1, vocab=1, tied_embeddings=False)
+    assert counts.partition_numel(2) == 3 + 1
+    assert counts.partition_numel(4) == 2 + 1
+
+
+def test_every_scheme_has_all_three_ledgers():
+    full = ledger(oracle_counts(), claim_setup())
+    assert full["scheme"] == "zero3_offload_all"
+    assert list(full["schemes"]) == ["ddp", "zero1", "zero2", "zero2_offload_optimizer", "zero3",
+                                     "zero3_offload_optimizer", "zero3_offload_all"]
+    zero3 = full["schemes"]["zero3"]
+    assert zero3["paper"]["device_per_rank(bytes)"] == 16 * 7 * 10**9
+    assert zero3["deepspeed"]["device_per_rank(bytes)"] == 4 * 778_567_680 + 9 * 14 * 10**9
+    assert zero3["zerogate"]["device_per_rank(bytes)"] > zero3["paper"]["device_per_rank(bytes)"]
+    ddp = full["schemes"]["ddp"]["zerogate"]["device_terms(bytes)"]
+    assert ddp["parameters"] == 2 * 14 * 10**9 and ddp["optimizer_states"] == 8 * 14 * 10**9
+
+
+def test_setup_reads_the_rendered_config():
+    setup = setup_from_config(json.loads((DATA / "ds_config.json").read_text()),
+                              json.loads((DATA / "run_spec.json").read_text()), 64)
+    assert setup.scheme == "zero3_offload_all" and setup.dtype == "fp32" and setup.ranks == 2
+    assert setup.reduce_bucket == 64**2 and setup.accumulation == 8 and setup.device_kind == "cpu"
+
+
+def test_prediction_matches_what_the_ranks_held_on_the_cpu_default():
+    """Recorded from a real 2-rank run (tests/data/held_bytes/README): within 5 %, per term and rank."""
+    counts = count_parameters(architecture_config(TINY, 167, 64))
+    setup = setup_from_config(json.loads((DATA / "ds_config.json").read_text()),
+                              json.loads((DATA / "run_spec.json").read_text()), 64)
+    table = compare(counts, setup, read_measurements(DATA))
+    assert {r["rank"] for r in table["rows"]} == {0, 1}
+    assert table["within_5_percent"] is True
+    assert all(abs(r["error(%)"]) <= 5 for r in table["rows"])
+    # A wrong prediction is caught: fp16 parameters would be half the bytes the ranks hold.
+    wrong = compare(counts, dataclasses.replace(setup, dtype="fp16"), read_measurements(DATA))
+    assert wrong["within_5_percent"] is False
+
+
+def test_model_state_bytes_of_the_tiny_default():
+    counts = count_parameters(architecture_config(TINY, 167, 64))
+    setup = setup_from_config(json.loads((DATA / "ds_config.json").read_text()),
+                              json.loads((DATA / "run_spec.json").read_text()), 64)
+    share = 128192 // 2
+    assert model_state_bytes(counts, setup) == {"parameters(bytes)": 4 * share, "master_parameters(bytes)": 4 * share,
+                                                "gradients(bytes)": 4 * share, "optimizer_states(bytes)": 8 * share}
+
+
+def test_figures_show_binary_and_decimal_units():
+    from zerogate.ledger import human
+
+    assert human(112 * 10**9) == "104.31 GiB (112.00 GB)"
+    assert human(1_281_920) == "1.22 MiB (1.28 MB)"
+    assert human(None) == "n/a"
+
+
+def test_gpu_allocator_peaks_are_compared_with_the_device_total(tmp_path):
+    """GPU-shaped metrics (hand-made: no GPU here): the max over steps of each peak, per rank."""
+    lines = [{"step": 1, "memory/max_allocated(GiB)": 9.0, "memory/max_reserved(GiB)": 10.0},
+             {"step": 2, "memory/max_allocated(GiB)": 10.5, "memory/max_reserved(GiB)": 11.0}]
+    (tmp_path / "rank0.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    measured = read_measurements(tmp_path)
+    assert measured[0]["peaks"] == {"memory/max_allocated(GiB)": 10.5 * GIB, "memory/max_reserved(GiB)": 11.0 * GIB}
+    table = compare(oracle_counts(), claim_setup(), measured)
+    allocated = [r for r in table["rows"] if r["term"] == "device_total vs memory/max_allocated(GiB)"][0]
+    predicted = sum(zerogate_terms(oracle_counts(), claim_setup())["device"].values())
+    assert allocated["predicted(bytes)"] == predicted
+    assert allocated["error(%)"] == pytest.approx(100 * (predicted - 10.5 * GIB) / (10.5 * GIB))
+    assert table["within_5_percent"] is None  # no held tensors: nothing to judge the model states by

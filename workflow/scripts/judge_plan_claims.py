@@ -1,0 +1,15 @@
+"""Entry point of the judge_plan_claims rule: the profile's claims judged on paper, and the plan's text."""
+import sys
+from pathlib import Path
+
+from zerogate.entry import logging_to, read_json, write_json
+from zerogate.planner import judge_claims, summary
+
+with logging_to(snakemake.log[0]) as log:
+    plan = read_json(snakemake.input.plan)
+    claims = judge_claims(plan, snakemake.params.gates)
+    text = summary(plan, claims)
+    log.info("\n%s", text)
+    write_json(snakemake.output.claims, claims)
+    Path(snakemake.output.summary).write_text(text + "\n")
+    print(text, file=sys.__stderr__)
