@@ -58,7 +58,7 @@ def test_run_summary_reports_slowest_rank_median(tmp_path):
     assert set(summary["peak memory per rank (GiB)"]) == {0, 1}
 
 
-def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None):
+def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None, ledger=None):
     events = no_events() if events is None else events
     verdicts = evaluate(tiny_profile["gates"], steps, events, {"completed_steps": 200},
                         {"training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5, plan=plan,
@@ -68,16 +68,19 @@ def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None):
     step_time_figure(steps, 5, verdicts, figures["step_time"])
     memory_figure(steps, verdicts, figures["memory"])
     return render_html(verdicts=verdicts, steps=steps, provenance=PROVENANCE, deviations=[DEVIATION],
-                       figures=figures, warmup_steps=5, run_meta=run_meta, plan=plan)
+                       figures=figures, warmup_steps=5, run_meta=run_meta, plan=plan, ledger=ledger)
 
 
-def test_ledger_section_only_with_a_plan(tmp_path, tiny_profile):
+def test_ledger_section_only_with_a_ledger(tmp_path, tiny_profile):
     steps = synthetic_steps()
     assert "Ledger vs measured" not in _page(tmp_path, tiny_profile, steps)
-    plan = {"floor": {"optimizer_step(s)": 0.1},
-            "ledger_vs_measured": [{"term": "parameters (GiB)", "ledger": 0.5, "measured": 0.61}]}
-    page = _page(tmp_path, tiny_profile, steps, plan=plan)
-    assert "<table id='ledger'>" in page and "parameters (GiB)" in page
+    plan = {"floor": {"optimizer_step(s)": 0.1}}
+    ledger = {"scheme": "zero3_offload_optimizer_params", "ranks": 2, "parameters": 128192,
+              "max_abs_model_state_error(%)": 0.0, "within_5_percent": True,
+              "rows": [{"rank": 0, "term": "gradients", "predicted(bytes)": 256384, "measured(bytes)": 256384,
+                        "error(%)": 0.0, "measured_by": "held tensors"}]}
+    page = _page(tmp_path, tiny_profile, steps, plan=plan, ledger=ledger)
+    assert "<table id='ledger'>" in page and "256384" in page and "within 5 %" in page
     floor = re.search(r"step_time_over_physical_floor.*?class='(\w+)'", page, re.S)
     assert floor.group(1) == "PASS"  # 0.5 s measured over a 0.1 s floor
 

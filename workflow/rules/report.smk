@@ -71,6 +71,7 @@ rule write_report:
         run_meta="results/{profile}/{machine}/parsed/run.json",
         provenance="results/{profile}/{machine}/provenance.json",
         deviations="results/{profile}/{machine}/deepspeed/deviations.json",
+        ledger="results/{profile}/{machine}/ledger/ledger_vs_measured.json",
         loss="results/{profile}/{machine}/report/figures/loss.png",
         step_time="results/{profile}/{machine}/report/figures/step_time.png",
         memory="results/{profile}/{machine}/report/figures/memory.png",

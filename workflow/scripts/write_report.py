@@ -24,6 +24,7 @@ with logging_to(snakemake.log[0]):
         warmup_steps=warmup,
         run_meta=read_json(snakemake.input.run_meta),
         plan=read_json(snakemake.input.plan) if "plan" in snakemake.input.keys() else None,
+        ledger=read_json(snakemake.input.ledger),
         timers=event_table(events, "wall_clock"),
     )
     Path(snakemake.output.html).write_text(page)

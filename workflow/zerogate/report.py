@@ -104,16 +104,27 @@ def failures_section(run_meta: dict[str, Any] | None) -> str:
     return f"<h2>Failures</h2><div id='failures'>{items}</div>"
 
 
-def ledger_section(plan: dict[str, Any] | None) -> str:
-    """The planner's memory ledger against the measured peaks (plan.json's ``ledger_vs_measured``, a list
-    of rows with any columns); omitted when there is no plan."""
-    rows = (plan or {}).get("ledger_vs_measured")
+def ledger_section(ledger: dict[str, Any] | None) -> str:
+    """The memory ledger's prediction against what each rank held (ledger/ledger_vs_measured.json from the
+    compare_ledger rule: ``rows`` of rank, term, predicted, measured, error); omitted when absent."""
+    rows = (ledger or {}).get("rows")
     if not rows:
         return ""
     columns = list(dict.fromkeys(k for row in rows for k in row))
     head = "".join(f"<th>{_e(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{_fmt(row.get(c))}</td>" for c in columns) + "</tr>" for row in rows)
-    return f"<h2>Ledger vs measured</h2><table id='ledger'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    worst = ledger.get("max_abs_model_state_error(%)")
+    verdict = ledger.get("within_5_percent")
+    headline = (
+        f"<p>Scheme {_e(ledger.get('scheme'))}, {_e(ledger.get('parameters'))} parameters, {_e(ledger.get('ranks'))}"
+        f" ranks: largest model-state error {_fmt(worst)} % ({'within' if verdict else 'outside'} 5 %).</p>"
+        if worst is not None
+        else ""
+    )
+    return (
+        f"<h2>Ledger vs measured</h2>{headline}<table id='ledger'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table>"
+    )
 
 
 def timers_section(timers: pd.DataFrame | None) -> str:
@@ -152,6 +163,7 @@ def render_html(
     warmup_steps: int,
     run_meta: dict[str, Any] | None = None,
     plan: dict[str, Any] | None = None,
+    ledger: dict[str, Any] | None = None,
     timers: pd.DataFrame | None = None,
 ) -> str:
     reproduction = verdicts["reproduction"]
@@ -195,7 +207,7 @@ def render_html(
 {_kv_table(summary)}
 <h2>Figures</h2>
 {"".join(_image(path, FIGURE_CAPTIONS[name]) for name, path in figures.items() if path)}
-{ledger_section(plan)}
+{ledger_section(ledger)}
 {timers_section(timers)}
 <h2>Deviations from the claim's DeepSpeed config</h2>
 {deviations_table(deviations)}
