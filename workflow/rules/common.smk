@@ -90,6 +90,12 @@ def check_model_source():
 
 check_model_source()
 
+
+def dataset_files():
+    """Issue 6: a local dataset file is an input of prepare_dataset, so editing it re-runs the stage."""
+    source = PROFILE["dataset"]["source"]
+    return [] if source == "builtin-tasks" or source.startswith("hub:") else [source]
+
 # Rules take their parameters from the loaded profile, so only that profile's results can be built
 # in one invocation (another profile's results are left as they are).
 wildcard_constraints:

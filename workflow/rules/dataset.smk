@@ -1,6 +1,7 @@
 rule prepare_dataset:
     input:
         model="results/{profile}/{machine}/model/model.json",
+        data=dataset_files(),
     output:
         train="results/{profile}/{machine}/dataset/train.parquet",
         validation="results/{profile}/{machine}/dataset/validation.parquet",

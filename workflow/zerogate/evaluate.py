@@ -62,11 +62,8 @@ def validation_loss(model: Any, split: EncodedSplit, rows: int, world: int, rank
     loss_sum = tokens = 0.0
     share = rank_share(min(rows, split.input_ids.shape[0]), world, rank)
     for row in share:
-        batch = {
-            "input_ids": torch.from_numpy(split.input_ids[row : row + 1]).to(device),
-            "attention_mask": torch.from_numpy(split.attention_mask[row : row + 1]).to(device),
-            "labels": torch.from_numpy(split.labels[row : row + 1]).to(device),
-        }
+        batch = {name: torch.from_numpy(getattr(split, name)[row : row + 1]).long().to(device)
+                 for name in ("input_ids", "attention_mask", "labels")}
         learned = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())  # the loss shifts labels by one
         if learned:
             loss_sum += float(model(**batch).loss) * learned
