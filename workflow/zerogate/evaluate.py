@@ -1,5 +1,5 @@
 """Evaluation during training: validation loss before training, every N optimizer steps and at the end;
-for the built-in dataset also exact match of greedy answers on held-out items.
+for the built-in dataset also exact match of greedy answers on held-out items (before and after only).
 
 Under ZeRO-3 every forward is collective (each rank gathers the parameters it lacks), so each rank
 evaluates the same number of batches (its share of the rows) and generation runs with
@@ -136,7 +136,7 @@ class Evaluator:
         record: dict[str, Any] = {"step": step, "phase": phase}
         record.update(validation_loss(self.engine, self.split, self.settings["validation_rows"], self.world,
                                       self.rank, self.engine.device))
-        if self.items:
+        if self.items and phase != "during":  # greedy decoding is slow under ZeRO-3: before/after only
             record.update(exact_match(self.engine.module, self.tokenizer, self.items, self.world, self.rank,
                                       self.engine.device, self.settings["max_new_tokens"], self.zero3))
         record["eval_time(s)"] = time.perf_counter() - started
