@@ -123,3 +123,8 @@ def test_missing_file_and_unknown_type(tmp_path):
     assert refused(tmp_path, "nope.jsonl") == f"{tmp_path}/nope.jsonl: no such dataset file"
     (tmp_path / "data.xyz").write_text("x")
     assert "unknown file type '.xyz'" in refused(tmp_path, "data.xyz")
+
+
+def test_a_single_row_cannot_be_split(tmp_path):
+    write_jsonl(tmp_path / "one.jsonl", ROWS[:1])
+    assert "need at least 2" in refused(tmp_path, "one.jsonl")

@@ -259,6 +259,8 @@ def prepare(settings: dict[str, Any], out_dir: str | Path, model_info: dict[str,
         manifest["rows_read"] = len(records)
         if settings.get("max_rows"):
             records = records[: settings["max_rows"]]
+        if len(records) < 2:
+            raise InputError(where, "", f"{len(records)} row: a training and a validation split need at least 2")
         validation, train = split_records(records, settings.get("validation_fraction", 0.05), settings.get("seed", 0))
         texts = [r.get("text") or r.get("prompt", "") + " " + r.get("response", "") for r in train]
         tokenizer = load_tokenizer(model_dir, texts, settings.get("vocab_size", 256))
