@@ -9,9 +9,10 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: setup run test lint compare clean
 
-$(STAMP): envs/requirements.txt envs/constraints.txt pyproject.toml
+$(STAMP): envs/requirements.txt envs/requirements-nodeps.txt envs/constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet -c envs/constraints.txt -r envs/requirements.txt
+	$(VENV)/bin/pip install --quiet --no-deps -r envs/requirements-nodeps.txt
 	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 

@@ -4,7 +4,8 @@
 #   snakemake --cores all --config profile=smoke   # another profile
 #   snakemake --cores all -R check_gates           # re-judge the existing run, no retraining
 #
-# Stages: prepare_dataset -> probe_hardware -> render_deepspeed_config -> train -> parse_logs
+# Stages: probe_hardware -> check_preflight -> prepare_model -> prepare_dataset
+#         -> render_deepspeed_config -> train -> parse_logs
 #         -> check_gates -> plot_figures / record_provenance -> write_report
 from snakemake.utils import min_version
 
@@ -16,6 +17,7 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/dataset.smk"
+include: "workflow/rules/model.smk"
 include: "workflow/rules/probe.smk"
 include: "workflow/rules/deepspeed.smk"
 include: "workflow/rules/plan.smk"

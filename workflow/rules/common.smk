@@ -88,6 +88,31 @@ REPORT_DATE = (
 )
 STRICT = config["strict"]
 
+
+def profile_file_setting(key):
+    """The profile file that sets ``key`` (dotted), for error messages of rules that check it later."""
+    chain = load_profile_chain(PROFILES, PROFILE_NAME, CONFIG_FILE, "profile")
+    return str(file_defining(chain, key.split("."))).replace(f"{REPO}/", "")
+
+
+def check_model_source():
+    """Issue 6: a model path that does not exist or a GGUF transformers cannot load stops here."""
+    from zerogate.model_sources import check_model_section
+
+    try:
+        check_model_section(PROFILE["model"], profile_file_setting("model.source"), REPO)
+    except InputError as error:
+        fail(error)
+
+
+check_model_source()
+
+
+def dataset_files():
+    """Issue 6: a local dataset file is an input of prepare_dataset, so editing it re-runs the stage."""
+    source = PROFILE["dataset"]["source"]
+    return [] if source == "builtin-tasks" or source.startswith("hub:") else [source]
+
 # Rules take their parameters from the loaded profile, so only that profile's results can be built
 # in one invocation (another profile's results are left as they are).
 wildcard_constraints:

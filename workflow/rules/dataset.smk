@@ -1,4 +1,7 @@
 rule prepare_dataset:
+    input:
+        model="results/{profile}/{machine}/model/model.json",
+        data=dataset_files(),
     output:
         train="results/{profile}/{machine}/dataset/train.parquet",
         validation="results/{profile}/{machine}/dataset/validation.parquet",
@@ -8,6 +11,8 @@ rule prepare_dataset:
         manifest="results/{profile}/{machine}/dataset/manifest.json",
     params:
         settings=PROFILE["dataset"],
+        evaluation=PROFILE.get("evaluation", {}),
+        repo=str(REPO),
     log:
         "results/{profile}/{machine}/logs/prepare_dataset.log",
     conda:

@@ -1,9 +1,15 @@
-"""Entry point of the prepare_dataset rule (logic: zerogate.dataset)."""
+"""Entry point of the prepare_dataset rule (logic: zerogate.dataset, zerogate.data_sources)."""
 from pathlib import Path
 
 from zerogate.dataset import prepare
-from zerogate.entry import logging_to
+from zerogate.entry import fail, logging_to, read_json
+from zerogate.errors import InputError
 
-with logging_to(snakemake.log[0]) as log:
-    manifest = prepare(snakemake.params.settings, Path(snakemake.output.manifest).parent)
-    log.info("dataset %s: %s", manifest["content_sha256"], manifest["splits"])
+try:
+    with logging_to(snakemake.log[0]) as log:
+        manifest = prepare(snakemake.params.settings, Path(snakemake.output.manifest).parent,
+                           read_json(snakemake.input.model), snakemake.params.repo, snakemake.params.evaluation)
+        log.info("dataset %s: %s", manifest["content_sha256"], manifest["splits"])
+except InputError as error:
+    Path(snakemake.output.manifest).unlink(missing_ok=True)
+    fail(str(error))

@@ -1,10 +1,25 @@
-"""Build the profile's causal LM from its shape numbers (random initialisation)."""
+"""The profile's causal LM: random initialisation from shape numbers, or pretrained weights.
+
+``prepare_model`` (the rule) turns any source into ``model.json`` plus, for pretrained sources, a local
+Hugging Face directory (a GGUF is dequantised once there, so the training ranks load safetensors
+instead of each dequantising the GGUF). ``load_for_training`` builds the model on every rank under
+ZeRO-3: random init inside ``deepspeed.zero.Init``; pretrained weights through ``from_pretrained``
+with an ``HfDeepSpeedConfig`` alive, which makes transformers partition each parameter as it is
+created and load the checkpoint shard by shard into the partitions (tied embeddings stay tied).
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
+
+from zerogate.model_sources import SHAPE, ModelSource, resolve_hub
+
+# transformers keeps only a weak reference to the HfDeepSpeedConfig: this keeps it alive for the run.
+_HF_DEEPSPEED_CONFIG: Any = None
 
 
 def model_config(shape: dict[str, Any], vocab_size: int, seq_len: int, eos_id: int) -> LlamaConfig:
@@ -29,3 +44,79 @@ def build_model(config: LlamaConfig) -> PreTrainedModel:
     # Eager attention: identical results on every backend, and the tiny default gains nothing from SDPA.
     config._attn_implementation = "eager"
     return LlamaForCausalLM(config)
+
+
+def materialise(source: ModelSource, out_dir: str | Path, profile_file: str, hidden_size: int | None) -> dict[str, Any]:
+    """Make ``source`` loadable offline from ``out_dir``; return (and write) ``model.json``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    info: dict[str, Any] = {"source": source.spec, "kind": source.kind}
+    if source.kind == SHAPE:
+        info["directory"] = None
+    else:
+        from transformers import AutoConfig
+
+        if source.kind == "gguf":
+            info["directory"] = str(convert_gguf(source.location, out / "hf"))
+        elif source.kind == "hub":
+            info["directory"] = resolve_hub(source.location, profile_file)
+        else:
+            info["directory"] = source.location
+        config = AutoConfig.from_pretrained(info["directory"])
+        if hidden_size is not None and config.hidden_size != hidden_size:
+            from zerogate.errors import InputError
+
+            raise InputError(profile_file, "model.hidden_size",
+                             f"{hidden_size} but {source.spec} has hidden_size {config.hidden_size}")
+        info.update(
+            model_type=config.model_type,
+            hidden_size=config.hidden_size,
+            num_hidden_layers=config.num_hidden_layers,
+            vocab_size=config.vocab_size,
+            tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        )
+    (out / "model.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def convert_gguf(gguf_file: str | Path, out_dir: Path) -> Path:
+    """Dequantise a GGUF to fp32 and save it (weights and tokenizer) as a Hugging Face directory."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_file = Path(gguf_file)
+    kwargs = {"gguf_file": gguf_file.name}
+    tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, **kwargs)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, dtype=torch.float32, **kwargs)
+    # transformers marks a GGUF-loaded model as quantized and refuses to save it, although its weights
+    # are already plain fp32: copy them into an unquantized model of the same config.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def load_for_training(model_info: dict[str, Any], shape: dict[str, Any], manifest: dict[str, Any],
+                      ds_config: dict[str, Any]) -> PreTrainedModel:
+    """The model on this rank, partitioned by ZeRO-3 when the config asks for stage 3."""
+    import deepspeed
+
+    zero3 = ds_config["zero_optimization"]["stage"] == 3
+    if model_info["kind"] == SHAPE:
+        config = model_config(shape, manifest["vocab_size"], manifest["seq_len"], manifest["eos_token_id"])
+        with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=zero3):
+            return build_model(config)
+
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.integrations import HfDeepSpeedConfig
+
+    global _HF_DEEPSPEED_CONFIG
+    if zero3:
+        _HF_DEEPSPEED_CONFIG = HfDeepSpeedConfig(ds_config)
+    # fp32 master copy on load; DeepSpeed casts to the config's fp16/bf16 itself.
+    return AutoModelForCausalLM.from_pretrained(model_info["directory"], dtype=torch.float32, attn_implementation="eager")

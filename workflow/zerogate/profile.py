@@ -104,11 +104,12 @@ def check_profile(profile: dict[str, Any], chain: list[tuple[Path, dict]], repo:
                 f"({per_rank}) x a whole number of ranks",
             )
     model = profile["model"]
-    if model["hidden_size"] % model["num_attention_heads"]:
-        refuse("model.num_attention_heads", f"{model['num_attention_heads']} does not divide hidden_size {model['hidden_size']}")
-    kv_heads = model.get("num_key_value_heads", model["num_attention_heads"])
-    if model["num_attention_heads"] % kv_heads:
-        refuse("model.num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {model['num_attention_heads']}")
+    if model.get("source", "shape") == "shape":  # a pretrained model brings its own shape (issue 6)
+        if model["hidden_size"] % model["num_attention_heads"]:
+            refuse("model.num_attention_heads", f"{model['num_attention_heads']} does not divide hidden_size {model['hidden_size']}")
+        kv_heads = model.get("num_key_value_heads", model["num_attention_heads"])
+        if model["num_attention_heads"] % kv_heads:
+            refuse("model.num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {model['num_attention_heads']}")
     if training["warmup_steps_excluded"] >= training["optimizer_steps"]:
         refuse("training.warmup_steps_excluded", f"{training['warmup_steps_excluded']} leaves no timed step of "
                f"{training['optimizer_steps']}")

@@ -29,7 +29,8 @@ from zerogate.dataset import EncodedSplit, load_split
 from zerogate.entry import write_json
 from zerogate.held import held_bytes
 from zerogate.metrics import StepMetrics
-from zerogate.model import build_model, model_config
+from zerogate.evaluate import Evaluator  # issue 6
+from zerogate.model import load_for_training  # issue 6
 from zerogate.provenance import git_state
 
 
@@ -88,11 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"zerogate: launched {world} ranks but run_spec.json asks for {spec['world_size']}")
     set_seed(training["seed"])  # same seed on every rank: zero.Init must build identical weights
 
-    config = model_config(
-        spec["model"], manifest["vocab_size"], manifest["seq_len"], manifest["eos_token_id"]
-    )
-    with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=ds_config["zero_optimization"]["stage"] == 3):
-        model = build_model(config)
+    model = load_for_training(manifest["model"], spec["model"], manifest, ds_config)  # issue 6: any model source
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
     parameters = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
 
@@ -100,11 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out_dir)
     (out_dir / "metrics").mkdir(parents=True, exist_ok=True)
     metrics = StepMetrics(out_dir / "metrics" / f"rank{rank}.jsonl", rank, engine.device, training["warmup_steps_excluded"])
+    evaluator = Evaluator(engine, args.dataset_dir, out_dir, manifest, steps, ds_config["zero_optimization"]["stage"] == 3)  # issue 6
     progress = tqdm(total=steps, desc="train", unit="step", disable=rank != 0, mininterval=5, ncols=100, file=sys.stderr)
     started = time.perf_counter()
     engine.train()
 
     for step in range(steps):
+        if evaluator.maybe_run(step):  # issue 6: validation before step 1 and every N steps,
+            metrics.reset_window()  # kept out of the next step's time and memory peak
         get_accelerator().synchronize()  # the step's clock starts with the device idle
         metrics.start_step()
         lr = engine.get_lr()[0]  # the rate this step's update uses (the scheduler moves at the boundary)
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         progress.update(1)
 
     progress.close()
+    evaluator.run(steps, "after")  # issue 6: validation loss (and exact match) after the last step
     metrics.close()
     # What this rank holds, for the ledger-vs-measured check (issue 3): zerogate.held.held_bytes.
     write_json(out_dir / "metrics" / f"held_bytes_rank{rank}.json", {"rank": rank, "world_size": world, **held_bytes(engine)})

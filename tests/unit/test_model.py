@@ -1,0 +1,42 @@
+"""prepare_model for a local Hugging Face directory, and loading its weights for training."""
+
+import json
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from zerogate.errors import InputError
+from zerogate.model import load_for_training, materialise
+from zerogate.model_sources import parse_source
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("hf")
+    torch.manual_seed(1)
+    config = LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    return directory
+
+
+def test_materialise_records_the_models_own_shape(hf_dir, tmp_path):
+    info = materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", 16)
+    assert info["kind"] == "hf_dir" and info["directory"] == str(hf_dir)
+    assert (info["hidden_size"], info["vocab_size"], info["tie_word_embeddings"]) == (16, 40, True)
+    assert json.loads((tmp_path / "model.json").read_text()) == info
+
+
+def test_hidden_size_that_disagrees_with_the_model_is_refused(hf_dir, tmp_path):
+    with pytest.raises(InputError, match="p.yaml: model.hidden_size: 64 but .* has hidden_size 16"):
+        materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", 64)
+
+
+def test_pretrained_weights_are_loaded_not_reinitialised(hf_dir, tmp_path):
+    info = materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", 16)
+    model = load_for_training(info, {}, {}, {"zero_optimization": {"stage": 0}})
+    saved = LlamaForCausalLM.from_pretrained(hf_dir)
+    for (name, a), (_, b) in zip(model.state_dict().items(), saved.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied embeddings stay tied

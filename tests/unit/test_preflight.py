@@ -1,0 +1,39 @@
+"""The pre-flight check refuses a profile the machine cannot run, and says why."""
+
+from tests.conftest import REPO, gpu_fingerprint
+from zerogate.preflight import verdict
+from zerogate.profile import load_profile_chain, resolve_profile
+
+
+def profile(name):
+    return resolve_profile(load_profile_chain(REPO / "config/profiles", name, "config/config.yaml", "profile"))
+
+
+def with_ram(fingerprint, gib):
+    fingerprint["ram"]["total_bytes"] = int(gib * 1024**3)
+    return fingerprint
+
+
+def test_claim_profile_is_refused_on_a_cpu_machine(cpu_fingerprint):
+    result = verdict(profile("claim-14b")["preflight"], cpu_fingerprint)
+    assert not result["ok"]
+    assert any("2 CUDA device(s), found 0" in s for s in result["shortfalls"])
+    assert any("host memory" in s for s in result["shortfalls"])
+
+
+def test_claim_profile_passes_on_the_claims_hardware():
+    machine = with_ram(gpu_fingerprint(("RTX 5070 Laptop", 8.0), ("RTX 4090", 24.0)), 256)
+    assert verdict(profile("claim-14b")["preflight"], machine) == {
+        "ok": True, "needs": profile("claim-14b")["preflight"], "shortfalls": []}
+
+
+def test_small_card_and_short_ram_are_each_named():
+    machine = with_ram(gpu_fingerprint(("small", 6.0), ("big", 24.0)), 64)
+    shortfalls = verdict(profile("claim-14b")["preflight"], machine)["shortfalls"]
+    assert len(shortfalls) == 2
+    assert "smallest has 6.0 GiB" in shortfalls[0] and "has 64.0 GiB" in shortfalls[1]
+
+
+def test_profiles_without_needs_pass(cpu_fingerprint):
+    assert verdict(None, cpu_fingerprint)["ok"]
+    assert verdict(profile("cpu-smollm2")["preflight"], cpu_fingerprint)["ok"]

@@ -1,0 +1,18 @@
+"""Entry point of the prepare_model rule (logic: zerogate.model, zerogate.model_sources)."""
+from pathlib import Path
+
+from zerogate.entry import fail, logging_to
+from zerogate.errors import InputError
+from zerogate.model import materialise
+from zerogate.model_sources import parse_source
+
+try:
+    with logging_to(snakemake.log[0]) as log:
+        model = snakemake.params.model
+        source = parse_source(model.get("source"), snakemake.params.repo)
+        info = materialise(source, Path(snakemake.output.model).parent, snakemake.params.profile_file,
+                           model.get("hidden_size"))
+        log.info("model: %s", info)
+except (InputError, FileNotFoundError) as error:
+    Path(snakemake.output.model).unlink(missing_ok=True)
+    fail(str(error))
