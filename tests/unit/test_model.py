@@ -22,19 +22,23 @@ def hf_dir(tmp_path_factory):
 
 
 def test_materialise_records_the_models_own_shape(hf_dir, tmp_path):
-    info = materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", 16)
+    info = materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", {"hidden_size": 16})
     assert info["kind"] == "hf_dir" and info["directory"] == str(hf_dir)
     assert (info["hidden_size"], info["vocab_size"], info["tie_word_embeddings"]) == (16, 40, True)
     assert json.loads((tmp_path / "model.json").read_text()) == info
 
 
 def test_hidden_size_that_disagrees_with_the_model_is_refused(hf_dir, tmp_path):
-    with pytest.raises(InputError, match="p.yaml: model.hidden_size: 64 but .* has hidden_size 16"):
-        materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", 64)
+    with pytest.raises(InputError, match="p.yaml: model.hidden_size: hidden_size 64 but the model has 16"):
+        materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", {"hidden_size": 64})
+    with pytest.raises(InputError, match="p.yaml: model.num_hidden_layers: num_hidden_layers 30 but the model has 1"):
+        materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", {"hidden_size": 16, "num_hidden_layers": 30})
+    assert materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml",
+                       {"hidden_size": 16, "num_hidden_layers": 1, "vocab_size": 40, "tie_word_embeddings": True})
 
 
 def test_pretrained_weights_are_loaded_not_reinitialised(hf_dir, tmp_path):
-    info = materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", 16)
+    info = materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", {"hidden_size": 16})
     model = load_for_training(info, {}, {}, {"zero_optimization": {"stage": 0}})
     saved = LlamaForCausalLM.from_pretrained(hf_dir)
     for (name, a), (_, b) in zip(model.state_dict().items(), saved.state_dict().items()):

@@ -10,8 +10,7 @@ try:
     with logging_to(snakemake.log[0]) as log:
         model = snakemake.params.model
         source = parse_source(model.get("source"), snakemake.params.repo)
-        info = materialise(source, Path(snakemake.output.model).parent, snakemake.params.profile_file,
-                           model.get("hidden_size"))
+        info = materialise(source, Path(snakemake.output.model).parent, snakemake.params.profile_file, model)
         log.info("model: %s", info)
 except (InputError, FileNotFoundError) as error:
     Path(snakemake.output.model).unlink(missing_ok=True)

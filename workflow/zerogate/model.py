@@ -46,7 +46,22 @@ def build_model(config: LlamaConfig) -> PreTrainedModel:
     return LlamaForCausalLM(config)
 
 
-def materialise(source: ModelSource, out_dir: str | Path, profile_file: str, hidden_size: int | None) -> dict[str, Any]:
+# Shape keys a profile may state for a pretrained model (the planner counts parameters from them without
+# the weights): each one stated must agree with the model's own config.
+CHECKED_SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                      "intermediate_size", "vocab_size", "tie_word_embeddings")
+
+
+def shape_disagreements(stated: dict[str, Any], config: Any) -> list[str]:
+    """``key: stated but the model has actual`` for each stated shape key the model's config contradicts."""
+    problems = []
+    for key in CHECKED_SHAPE_KEYS:
+        if key in stated and getattr(config, key, stated[key]) != stated[key]:
+            problems.append(f"{key} {stated[key]} but the model has {getattr(config, key)}")
+    return problems
+
+
+def materialise(source: ModelSource, out_dir: str | Path, profile_file: str, stated_shape: dict[str, Any]) -> dict[str, Any]:
     """Make ``source`` loadable offline from ``out_dir``; return (and write) ``model.json``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -63,11 +78,12 @@ def materialise(source: ModelSource, out_dir: str | Path, profile_file: str, hid
         else:
             info["directory"] = source.location
         config = AutoConfig.from_pretrained(info["directory"])
-        if hidden_size is not None and config.hidden_size != hidden_size:
+        problems = shape_disagreements(stated_shape, config)
+        if problems:
             from zerogate.errors import InputError
 
-            raise InputError(profile_file, "model.hidden_size",
-                             f"{hidden_size} but {source.spec} has hidden_size {config.hidden_size}")
+            key = problems[0].split()[0]
+            raise InputError(profile_file, f"model.{key}", f"{'; '.join(problems)} ({source.spec})")
         info.update(
             model_type=config.model_type,
             hidden_size=config.hidden_size,
