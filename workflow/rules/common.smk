@@ -86,3 +86,10 @@ def final_targets():
         f"{base}/gates/verdicts.json",
         f"{base}/report/zerogate-v{PIPELINE_VERSION}-{RUN_ID}.html",
     ]
+
+
+def checkpoint_dir(wildcards):
+    """Checkpoints of a training run: beside its outputs, never one of them (they must outlive a crash)."""
+    base = f"results/{wildcards.profile}/{wildcards.machine}"
+    variant = getattr(wildcards, "variant", None)
+    return f"{base}/variants/{variant}/checkpoints" if variant else f"{base}/checkpoints"
