@@ -78,6 +78,7 @@ wildcard_constraints:
     machine=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     version=re.escape(PIPELINE_VERSION),
     run_id=re.escape(RUN_ID),
+    variant="|".join(re.escape(v) for v in PROFILE.get("variants", [])) or "(?!)",
 
 
 def final_targets():
@@ -93,3 +94,9 @@ def checkpoint_dir(wildcards):
     base = f"results/{wildcards.profile}/{wildcards.machine}"
     variant = getattr(wildcards, "variant", None)
     return f"{base}/variants/{variant}/checkpoints" if variant else f"{base}/checkpoints"
+
+
+def variant_summaries(wildcards):
+    """Every comparison run the profile lists (key `variants`)."""
+    base = f"results/{wildcards.profile}/{wildcards.machine}/variants"
+    return [f"{base}/{variant}/train/summary.json" for variant in PROFILE.get("variants", [])]

@@ -41,3 +41,56 @@ rule train:
         "python -m zerogate.launch --run-spec {input.run_spec} --log {log} --"
         " --ds-config {input.ds_config} --plan {input.plan} --dataset-dir {params.dataset_dir}"
         " --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir}"
+
+
+# Comparison runs (profile key `variants`): the same model, data and loop under ZeRO stage 0-3, with and
+# without offload. `snakemake --cores all compare_variants` trains every listed variant and tabulates them.
+rule render_variant_config:
+    input:
+        ds_config="results/{profile}/{machine}/deepspeed/ds_config.json",
+    output:
+        ds_config="results/{profile}/{machine}/variants/{variant}/deepspeed/ds_config.json",
+        overrides="results/{profile}/{machine}/variants/{variant}/deepspeed/overrides.json",
+    log:
+        "results/{profile}/{machine}/logs/render_variant_config/{variant}.log",
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/render_variant_config.py"
+
+
+use rule train as train_variant with:
+    input:
+        ds_config="results/{profile}/{machine}/variants/{variant}/deepspeed/ds_config.json",
+        run_spec="results/{profile}/{machine}/deepspeed/run_spec.json",
+        plan="results/{profile}/{machine}/plan/train.json",
+        train="results/{profile}/{machine}/dataset/train.parquet",
+        manifest="results/{profile}/{machine}/dataset/manifest.json",
+    output:
+        metrics=directory("results/{profile}/{machine}/variants/{variant}/train/metrics"),
+        events="results/{profile}/{machine}/variants/{variant}/train/events.jsonl",
+        summary="results/{profile}/{machine}/variants/{variant}/train/summary.json",
+    log:
+        "results/{profile}/{machine}/logs/train_variant/{variant}.log",
+    benchmark:
+        "results/{profile}/{machine}/benchmarks/train_variant/{variant}.tsv"
+
+
+rule compare_variants:
+    input:
+        summaries=variant_summaries,
+    output:
+        table="results/{profile}/{machine}/variants/comparison.json",
+    params:
+        variants=PROFILE.get("variants", []),
+    log:
+        "results/{profile}/{machine}/logs/compare_variants.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/compare_variants.py"
+
+
+rule train_variants:
+    input:
+        f"results/{PROFILE_NAME}/{MACHINE}/variants/comparison.json",

@@ -120,6 +120,7 @@ class StepMetrics:
         self.started = time.perf_counter()
         self.step_started = self.started
         self.micro_marks: list[float] = []
+        self.time_spent_s = 0.0  # in end_step: what the metrics layer adds to the loop (bench.metrics_overhead)
         self.peak_resettable = _reset_vm_hwm()
         if self.probe is not None:
             self.probe.reset_peaks()
@@ -170,6 +171,13 @@ class StepMetrics:
         (padding included), which is what the FLOP count needs."""
         now = time.perf_counter()
         step_time = now - self.step_started
+        try:
+            return self._write(step, loss, grad_norm, lr, tokens, micro_steps, processed_tokens, extra, now, step_time)
+        finally:
+            self.time_spent_s += time.perf_counter() - now
+
+    def _write(self, step: int, loss: float, grad_norm: float | None, lr: float, tokens: int, micro_steps: int,
+               processed_tokens: int | None, extra: dict[str, Any] | None, now: float, step_time: float) -> dict[str, Any]:
         micro_times = [b - a for a, b in zip(self.micro_marks, self.micro_marks[1:])]
         record: dict[str, Any] = {
             "step": step,
@@ -201,3 +209,24 @@ class StepMetrics:
         self.handle.close()
         if self.nvml is not None:
             self.nvml.stop()
+
+
+class NoMetrics:
+    """The metrics layer switched off (zerogate.bench.metrics_overhead): same calls, nothing measured."""
+
+    time_spent_s = 0.0
+
+    def __init__(self, path: str | Path, *args: Any, **kwargs: Any) -> None:
+        self.handle = open(path, "a")  # checkpoints copy the (empty) file like a real one
+
+    def start_step(self) -> None:
+        pass
+
+    def micro_step_done(self) -> None:
+        pass
+
+    def end_step(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        self.handle.close()

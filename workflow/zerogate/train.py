@@ -35,7 +35,7 @@ from zerogate import checkpoint as ckpt
 from zerogate.dataset import EncodedSplit, load_split
 from zerogate.entry import write_json
 from zerogate.hashing import sha256_json
-from zerogate.metrics import StepMetrics, peak_flops, train_flops_per_token
+from zerogate.metrics import NoMetrics, StepMetrics, peak_flops, train_flops_per_token
 from zerogate.model import build_model, model_config
 from zerogate.nvml_sampler import NvmlSampler, nvml_query
 from zerogate.provenance import git_state
@@ -81,6 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dataset-dir", required=True, help="directory written by prepare_dataset")
     parser.add_argument("--out-dir", required=True, help="where metrics/rank<N>.jsonl, events.jsonl, summary.json go")
     parser.add_argument("--checkpoint-dir", required=True, help="checkpoints; outside the rule's outputs")
+    parser.add_argument("--no-metrics", action="store_true", help="metrics layer off (zerogate.bench.metrics_overhead)")
     parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
     return parser.parse_args(argv)
 
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if spec["accelerator"] == "cuda":
         query = nvml_query(engine.device.index or 0)
         nvml = NvmlSampler(query).start() if query else None
-    metrics = StepMetrics(
+    metrics = (NoMetrics if args.no_metrics else StepMetrics)(
         metrics_file, rank, engine.device, training["warmup_steps_excluded"], append=latest is not None,
         flops_per_token=train_flops_per_token(int(parameters), config.num_hidden_layers, config.hidden_size, manifest["seq_len"]),
         peak_flops_per_s=peak_flops(device_name, spec["dtype"]), nvml=nvml,
@@ -281,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                 "world_size": world,
                 "parameters": int(parameters),
                 "wall_time(s)": time.perf_counter() - started,
+                "metrics_time(s)": metrics.time_spent_s,
                 "dtype": spec["dtype"],
                 "accelerator": spec["accelerator"],
                 "git": git_state(Path.cwd()),
