@@ -225,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         mean_loss = sum(losses) / world
         grad_norm = engine.get_global_grad_norm() if verdict.ok else None
         grad_norm = None if grad_norm is None else float(grad_norm)
-        if verdict.ok:
+        # Under fp16 a non-finite norm is the loss scaler's overflow, a normal skipped step (counted as
+        # fp16_overflow below); in fp32/bf16 it is a fault.
+        if verdict.ok and not engine.fp16_enabled():
             norm_verdict = stabiliser.judge_grad_norm(grad_norm, world)
             if not norm_verdict.ok:
                 verdict = norm_verdict  # DeepSpeed's ZeRO optimizer has already dropped this update
