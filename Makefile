@@ -33,3 +33,13 @@ compare: setup
 
 clean:
 	rm -rf .snakemake results/*/
+
+# Benchmarks (issue 4): figures printed, not tests. Each prepares its own data under /tmp.
+.PHONY: bench bench-ddp-vs-zero3 bench-metrics-overhead
+bench: bench-ddp-vs-zero3 bench-metrics-overhead
+
+bench-ddp-vs-zero3: setup
+	PYTHONPATH=workflow python -m zerogate.bench.ddp_vs_zero3
+
+bench-metrics-overhead: setup
+	PYTHONPATH=workflow python -m zerogate.bench.metrics_overhead

@@ -121,6 +121,7 @@ wildcard_constraints:
     version=re.escape(PIPELINE_VERSION),
     run_id=re.escape(RUN_ID),
     date=r"\d{4}-\d{2}-\d{2}",
+    variant="|".join(re.escape(v) for v in PROFILE.get("variants", [])) or "(?!)",
 
 
 def final_targets():
@@ -207,3 +208,16 @@ def plan_target():
 def profile_sections(*names):
     """The named sections of the profile (those it has), e.g. for a rule that must not see the gates."""
     return {name: PROFILE[name] for name in names if name in PROFILE}
+
+
+def checkpoint_dir(wildcards):
+    """Checkpoints of a training run: beside its outputs, never one of them (they must outlive a crash)."""
+    base = f"results/{wildcards.profile}/{wildcards.machine}"
+    variant = getattr(wildcards, "variant", None)
+    return f"{base}/variants/{variant}/checkpoints" if variant else f"{base}/checkpoints"
+
+
+def variant_summaries(wildcards):
+    """Every comparison run the profile lists (key `variants`)."""
+    base = f"results/{wildcards.profile}/{wildcards.machine}/variants"
+    return [f"{base}/{variant}/train/summary.json" for variant in PROFILE.get("variants", [])]

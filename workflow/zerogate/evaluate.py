@@ -113,7 +113,7 @@ def _gather_task_names(by_task: dict[str, list[int]]) -> set[str]:
 class Evaluator:
     """Runs the evaluations of one training run and writes eval.jsonl (rank 0)."""
 
-    def __init__(self, engine: Any, dataset_dir: str | Path, out_dir: str | Path, manifest: dict[str, Any],
+    def __init__(self, engine: Any, dataset_dir: str | Path, path: str | Path, manifest: dict[str, Any],
                  steps: int, zero3: bool) -> None:
         from transformers import AutoTokenizer
 
@@ -124,10 +124,11 @@ class Evaluator:
         lines = (Path(dataset_dir) / "validation_examples.jsonl").read_text().splitlines()
         self.items = [json.loads(line) for line in lines[: self.settings["exact_match_items"]]]
         self.tokenizer = AutoTokenizer.from_pretrained(manifest["tokenizer_directory"]) if self.items else None
-        self.path = Path(out_dir) / "eval.jsonl"
-        if self.rank == 0:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text("")
+        # Appended to, never truncated here: the training loop removes it for a fresh run and restores it
+        # with each checkpoint, which holds the evaluations of the steps before it, so after a resume or a
+        # rollback every evaluation is recorded exactly once.
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def run(self, step: int, phase: str) -> dict[str, Any]:
         started = time.perf_counter()

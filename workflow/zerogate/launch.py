@@ -23,7 +23,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def launcher_command(spec: dict, train_args: list[str], port: int) -> list[str]:
+def launcher_command(spec: dict, train_args: list[str], port: int, module: str = "zerogate.train") -> list[str]:
     deepspeed = shutil.which("deepspeed") or str(Path(sys.executable).with_name("deepspeed"))
     return [
         deepspeed,
@@ -32,7 +32,7 @@ def launcher_command(spec: dict, train_args: list[str], port: int) -> list[str]:
         "--master_port",
         str(port),
         "--module",
-        "zerogate.train",
+        module,
         *train_args,
     ]
 
@@ -41,11 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-spec", required=True)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--module", default="zerogate.train", help="what the launcher runs on each rank")
     parser.add_argument("train_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     spec = json.loads(Path(args.run_spec).read_text())
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-    command = launcher_command(spec, ["--run-spec", args.run_spec, *train_args], free_port())
+    command = launcher_command(spec, ["--run-spec", args.run_spec, *train_args], free_port(), args.module)
     env = {**os.environ, **spec["env"], "PYTHONUNBUFFERED": "1"}
 
     with open(args.log, "wb") as log:

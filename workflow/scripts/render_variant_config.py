@@ -1,0 +1,10 @@
+"""Entry point of the render_variant_config rule (logic: zerogate.variants)."""
+from zerogate.entry import logging_to, read_json, write_json
+from zerogate.variants import variant_config
+
+with logging_to(snakemake.log[0]) as log:
+    config, overrides = variant_config(read_json(snakemake.input.ds_config), snakemake.wildcards.variant)
+    write_json(snakemake.output.ds_config, config)
+    write_json(snakemake.output.overrides, overrides)
+    for override in overrides:
+        log.info("%s: %s -> %s", override["path"], override["before"], override["value"])

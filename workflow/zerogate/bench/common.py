@@ -1,0 +1,71 @@
+"""What the benchmarks share: a profile's run prepared outside Snakemake, and the launcher call."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from zerogate.dataset import prepare
+from zerogate.ds_config import render
+from zerogate.entry import write_json
+from zerogate.train_settings import training_settings
+from zerogate.probe import probe
+from zerogate.profile import load_profile_chain, resolve_profile
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def prepare_run(profile_name: str, workdir: Path, steps: int) -> dict[str, Path]:
+    """Dataset, rendered DeepSpeed config, run spec and training settings of a profile, as the pipeline makes them,
+    with ``steps`` optimizer steps and no checkpoints (they are not what is timed)."""
+    profile = resolve_profile(load_profile_chain(REPO / "config/profiles", profile_name, "--profile", "profile"))
+    profile["training"]["optimizer_steps"] = steps
+    profile["training"]["warmup_steps_excluded"] = min(profile["training"]["warmup_steps_excluded"], steps // 3)
+    template = REPO / profile["deepspeed"]["template"]
+    ds_config, _, run_spec = render(json.loads(template.read_text()), profile, probe(), str(template))
+    settings = training_settings(profile)
+    settings["checkpoint"]["every_steps"] = 0
+    paths = {"dataset": workdir / "dataset", "ds_config": workdir / "ds_config.json",
+             "run_spec": workdir / "run_spec.json", "settings": workdir / "settings.json"}
+    if not (paths["dataset"] / "manifest.json").exists():
+        prepare(profile["dataset"], paths["dataset"])
+    for key, value in (("ds_config", ds_config), ("run_spec", run_spec), ("settings", settings)):
+        write_json(paths[key], value)
+    return paths
+
+
+def launch(paths: dict[str, Path], out: Path, module: str = "zerogate.train", extra: list[str] | None = None) -> None:
+    """``module`` under DeepSpeed's launcher with the run spec's ranks and thread environment."""
+    command = [sys.executable, "-m", "zerogate.launch", "--run-spec", str(paths["run_spec"]), "--log",
+               str(out / "launch.log"), "--module", module, "--", "--ds-config", str(paths["ds_config"]),
+               "--settings", str(paths["settings"]), "--dataset-dir", str(paths["dataset"]), "--out-dir", str(out),
+               "--checkpoint-dir", str(out / "checkpoints"), *(extra or [])]
+    out.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(command, env={**os.environ, "TQDM_DISABLE": "1"}, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    if done.returncode:
+        raise SystemExit(f"zerogate: benchmark run failed; see {out / 'launch.log'}")
+
+
+def timed_steps(out: Path) -> list[float]:
+    """Step times of the slowest rank per step, warm-up excluded."""
+    per_step: dict[int, float] = {}
+    for path in sorted((out / "metrics").glob("rank*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if not record["warmup"]:
+                per_step[record["step"]] = max(per_step.get(record["step"], 0.0), record["step_time(s)"])
+    return [per_step[s] for s in sorted(per_step)]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def summary(out: Path) -> dict[str, Any]:
+    return json.loads((out / "summary.json").read_text())

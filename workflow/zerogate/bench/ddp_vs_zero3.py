@@ -1,0 +1,50 @@
+"""Step time of zerogate's ZeRO-3 configuration against plain PyTorch DDP, same model and data, one
+invocation, runs interleaved so machine noise hits both alike.
+
+    python -m zerogate.bench.ddp_vs_zero3 [--profile cpu-tiny] [--steps 60] [--repeats 2]
+
+Prints the median optimizer-step time (slowest rank, warm-up excluded) of each and the ratio
+ZeRO-3 / DDP (target at most 1.5 on the default profile), for the config as rendered and with the CPU
+communication tuning of zerogate.cpu_tuning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from zerogate.bench.common import launch, median, prepare_run, timed_steps
+from zerogate.cpu_tuning import apply_overrides, cpu_comm_overrides
+from zerogate.entry import read_json, write_json
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="cpu-tiny")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="zerogate-bench-"))
+    paths = prepare_run(args.profile, workdir, args.steps)
+    tuned = {**paths, "ds_config": workdir / "ds_config_cpu_tuned.json"}
+    write_json(tuned["ds_config"], apply_overrides(read_json(paths["ds_config"]), cpu_comm_overrides()))
+    runs = {"ddp": (paths, "zerogate.bench.ddp_worker"), "zero3": (paths, "zerogate.train"),
+            "zero3_tuned": (tuned, "zerogate.train")}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for repeat in range(args.repeats):
+        for name, (run_paths, module) in runs.items():
+            launch(run_paths, workdir / f"{name}-{repeat}", module=module)
+            times[name] += timed_steps(workdir / f"{name}-{repeat}")
+    ddp, zero3, tuned_time = (median(times[name]) for name in runs)
+    print(f"profile {args.profile}: {args.steps} steps x {args.repeats} repeats, interleaved; work in {workdir}")
+    print(f"DDP (torch DDP, gloo, no_sync accumulation)   median step {ddp:.4f} s  ({len(times['ddp'])} steps)")
+    print(f"ZeRO-3, config as rendered                    median step {zero3:.4f} s  ratio to DDP {zero3 / ddp:.2f}")
+    print(f"ZeRO-3, + zerogate.cpu_tuning overrides       median step {tuned_time:.4f} s  ratio to DDP "
+          f"{tuned_time / ddp:.2f}  (target <= 1.5)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

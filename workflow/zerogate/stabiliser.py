@@ -1,0 +1,134 @@
+"""The loss stabiliser: judge each optimizer step before its update is applied, and say what to do.
+
+Pure logic, no torch.distributed: the training loop hands in every rank's window loss (all ranks learn
+all of them from the one all-reduce the loop already does per optimizer step), and gets back a verdict.
+Policies: ``abort`` (stop with the step), ``skip`` (drop the update and the batch), ``rollback``
+(restore the last good checkpoint and skip the offending data window).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DEFAULTS: dict[str, Any] = {
+    "policy": "skip",
+    "spike_window": 128,
+    "spike_threshold": 6.0,
+    "spike_min_history": 20,
+    "max_rollbacks": 3,
+    "inject": None,
+}
+# 1.4826 x MAD estimates the standard deviation of normally distributed data.
+MAD_TO_SIGMA = 1.4826
+
+
+def settings(profile_section: dict[str, Any] | None) -> dict[str, Any]:
+    return {**DEFAULTS, **(profile_section or {})}
+
+
+def robust_z(value: float, history: list[float] | np.ndarray) -> float | None:
+    """(value - median) / (1.4826 MAD) of the history; None where the history has no spread."""
+    values = np.asarray(history, dtype=float)
+    median = float(np.median(values))
+    mad = float(np.median(np.abs(values - median))) * MAD_TO_SIGMA
+    if mad <= 0 or not math.isfinite(mad):
+        return None
+    return (value - median) / mad
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    kind: str | None = None  # "nonfinite_loss" | "nonfinite_grad_norm" | "loss_spike"
+    value: float | None = None
+    ranks: list[int] = field(default_factory=list)  # where it was seen
+    action: str = "apply"  # "apply" | "abort" | "skip" | "rollback"
+
+
+class Stabiliser:
+    """Keeps the rolling loss history; judges each step's loss before the update."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = settings(config)
+        self.history: deque[float] = deque(maxlen=self.config["spike_window"])
+        self.rollbacks = 0
+        self.skipped_steps = 0
+
+    def _action(self) -> str:
+        policy = self.config["policy"]
+        if policy == "rollback" and self.rollbacks >= self.config["max_rollbacks"]:
+            return "abort"  # a fault that survives every rollback would otherwise loop forever
+        return policy
+
+    def judge_loss(self, rank_losses: list[float]) -> Verdict:
+        """Verdict on the window losses of every rank (index = rank), before the optimizer step."""
+        bad = [rank for rank, loss in enumerate(rank_losses) if not math.isfinite(loss)]
+        if bad:
+            return Verdict(False, "nonfinite_loss", float(rank_losses[bad[0]]), bad, self._action())
+        loss = float(np.mean(rank_losses))
+        if len(self.history) >= self.config["spike_min_history"]:
+            z = robust_z(loss, list(self.history))
+            if z is not None and z > self.config["spike_threshold"]:
+                return Verdict(False, "loss_spike", loss, list(range(len(rank_losses))), self._action())
+        return Verdict(True, value=loss)
+
+    def judge_grad_norm(self, grad_norm: float | None, world: int) -> Verdict:
+        """After the step: DeepSpeed's ZeRO optimizers compute the norm inside step() and drop the update
+        themselves when it is not finite (stage3.step: is_invalid_grad_norm), so only the policy's
+        abort or rollback is left to do."""
+        if grad_norm is None or math.isfinite(grad_norm):
+            return Verdict(True, value=grad_norm)
+        return Verdict(False, "nonfinite_grad_norm", float(grad_norm), list(range(world)), self._action())
+
+    def accept(self, loss: float) -> None:
+        """A step whose update was applied: its loss joins the history."""
+        self.history.append(float(loss))
+
+    def state(self) -> dict[str, Any]:
+        return {"history": list(self.history), "rollbacks": self.rollbacks, "skipped_steps": self.skipped_steps}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.history = deque(state["history"], maxlen=self.config["spike_window"])
+        self.rollbacks, self.skipped_steps = state["rollbacks"], state["skipped_steps"]
+
+
+def data_window(step: int, skipped_windows: list[int]) -> int:
+    """The data window (0-based) that optimizer step ``step`` (0-based) trains on: the step-th window not
+    skipped by a rollback. Without rollbacks it is the step itself, so data order stays a function of
+    the step (and of the skipped windows, which checkpoints carry)."""
+    window = step
+    for skipped in sorted(skipped_windows):
+        if skipped <= window:
+            window += 1
+    return window
+
+
+def injected_loss_factor(inject: dict[str, Any] | None, window: int, rank: int) -> float | None:
+    """The factor that poisons this window's loss on this rank (fault injection), or None.
+
+    Keyed on the data window, not the step: a rollback skips the window, so the fault does not recur."""
+    if not inject or inject["step"] - 1 != window or inject.get("rank", 0) != rank:
+        return None
+    return float("nan") if inject["kind"] == "nan_loss" else 1000.0
+
+
+class EventLog:
+    """train/events.jsonl: one line per stabiliser event (step, rank, kind, value, action)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, step: int, verdict: Verdict, detail: str = "") -> None:
+        with open(self.path, "a") as handle:
+            for rank in verdict.ranks:
+                value = verdict.value if verdict.value is None or math.isfinite(verdict.value) else str(verdict.value)
+                handle.write(json.dumps({"step": step, "rank": rank, "kind": verdict.kind, "value": value,
+                                         "action": verdict.action, "detail": detail}) + "\n")
