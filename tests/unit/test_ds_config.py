@@ -17,13 +17,27 @@ def test_cpu_render_resolves_every_auto_and_records_why(claim_config, tiny_profi
     assert find_auto(ds) == []
     zero = ds["zero_optimization"]
     hidden = tiny_profile["model"]["hidden_size"]
-    assert zero["reduce_bucket_size"] == hidden**2
-    assert zero["stage3_prefetch_bucket_size"] == int(0.9 * hidden**2)
+    # On the CPU accelerator the bucket "auto"s take the tuned values (zerogate.cpu_tuning), one deviation each.
+    assert zero["reduce_bucket_size"] == 500_000_000
+    assert zero["stage3_prefetch_bucket_size"] == 50_000_000
+    assert zero["overlap_comm"] is False
     assert zero["stage3_param_persistence_threshold"] == 10 * hidden
     assert zero["sub_group_size"] == 10**9 and isinstance(zero["sub_group_size"], int)
     d = by_path(deviations)
+    assert [x["path"] for x in deviations].count("zero_optimization.reduce_bucket_size") == 1
     assert d["zero_optimization.reduce_bucket_size"]["kind"] == "resolved"
     assert not d["zero_optimization.reduce_bucket_size"]["changes_experiment"]
+    overlap = d["zero_optimization.overlap_comm"]
+    assert overlap["claim"] is True and overlap["kind"] == "changed" and not overlap["changes_experiment"]
+
+
+def test_gpu_render_resolves_auto_by_the_hf_rule(claim_config, tiny_profile):
+    fingerprint = gpu_fingerprint(("NVIDIA GeForce RTX 4090", 24))
+    ds, deviations, _ = render(claim_config, tiny_profile, fingerprint, "claim.json")
+    zero, hidden = ds["zero_optimization"], tiny_profile["model"]["hidden_size"]
+    assert zero["reduce_bucket_size"] == hidden**2
+    assert zero["stage3_prefetch_bucket_size"] == int(0.9 * hidden**2)
+    assert zero["overlap_comm"] is True
 
 
 def test_cpu_render_trains_fp32_and_says_so(claim_config, tiny_profile, cpu_fingerprint):

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from zerogate.cpu_tuning import apply_overrides, cpu_comm_overrides
+from zerogate.cpu_tuning import apply_overrides, cpu_comm_overrides, untuned_overrides
 from zerogate.ds_config import render
 from zerogate.variants import VARIANTS, compare, variant_config
 
@@ -53,8 +53,12 @@ def test_compare_takes_slowest_rank_and_skips_warmup():
     assert (row["stage"], row["final_loss"], row["steps"]) == (2, 2, 3)
 
 
-def test_cpu_tuning_sets_buckets_and_overlap(rendered):
-    tuned = apply_overrides(rendered, cpu_comm_overrides())
-    assert tuned["zero_optimization"]["overlap_comm"] is False
-    assert tuned["zero_optimization"]["reduce_bucket_size"] == 500_000_000
-    assert rendered["zero_optimization"]["overlap_comm"] is True  # the input is left alone
+def test_cpu_render_applies_the_tuning_and_benchmarks_can_undo_it(rendered, tiny_profile):
+    zero = rendered["zero_optimization"]
+    assert zero["overlap_comm"] is False and zero["reduce_bucket_size"] == 500_000_000
+    hidden = tiny_profile["model"]["hidden_size"]
+    untuned = apply_overrides(rendered, untuned_overrides(hidden))
+    assert untuned["zero_optimization"]["overlap_comm"] is True
+    assert untuned["zero_optimization"]["reduce_bucket_size"] == hidden * hidden
+    assert rendered["zero_optimization"]["overlap_comm"] is False  # the input is left alone
+    assert apply_overrides(untuned, cpu_comm_overrides())["zero_optimization"] == zero

@@ -6,9 +6,8 @@ reduce-scatters, and overlap_comm has no streams to overlap on with the CPU acce
 halved the ZeRO-3 step time; either alone did not help (large buckets with overlap_comm on ran slower).
 Stage, offloads and batch geometry stay the claim's.
 
-Not applied by the pipeline yet: the place for it is zerogate.ds_config.render's CPU branch (owned by
-the config-rendering work), recorded there as a deviation that does not change the experiment.
-zerogate.bench.ddp_vs_zero3 measures the rendered config with and without these.
+Applied by zerogate.ds_config.render on the CPU accelerator, each recorded as a deviation that does not
+change the experiment. zerogate.bench.ddp_vs_zero3 measures the config with and without them.
 """
 
 from __future__ import annotations
@@ -29,6 +28,16 @@ def cpu_comm_overrides() -> list[dict[str, Any]]:
          "reason": "DeepSpeed's default 5e7 elements: fewer, larger all-gathers"},
         {"path": "zero_optimization.overlap_comm", "value": False,
          "reason": "the CPU accelerator has no streams to overlap communication on; measured slower with it on"},
+    ]
+
+
+def untuned_overrides(hidden_size: int) -> list[dict[str, Any]]:
+    """The same keys as the Hugging Face "auto" rule and the claim set them (what the CPU path ran with
+    before the tuning), for benchmarks that measure the tuning's effect."""
+    return [
+        {"path": "zero_optimization.reduce_bucket_size", "value": hidden_size * hidden_size},
+        {"path": "zero_optimization.stage3_prefetch_bucket_size", "value": int(0.9 * hidden_size * hidden_size)},
+        {"path": "zero_optimization.overlap_comm", "value": True},
     ]
 
 

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from zerogate.ds_keys import unknown_keys
+from zerogate.cpu_tuning import cpu_comm_overrides
 from zerogate.errors import InputError
 
 _MISSING = object()
@@ -164,9 +165,19 @@ def render(
         "zero_optimization.stage3_prefetch_bucket_size": (int(0.9 * hidden * hidden), "0.9 x hidden_size^2"),
         "zero_optimization.stage3_param_persistence_threshold": (10 * hidden, "10 x hidden_size"),
     }
+    # On DeepSpeed's CPU accelerator the communication settings that profiling found fastest (issue 4,
+    # zerogate.cpu_tuning): they change when and in what pieces gloo moves the same bytes, not the result.
+    cpu_tuning = {o["path"]: o for o in cpu_comm_overrides()} if on_cpu else {}
     for path, (value, rule) in auto_rules.items():
-        if get_path(r.config, path) == "auto":
+        if get_path(r.config, path) != "auto":
+            continue
+        if path in cpu_tuning:
+            tuned = cpu_tuning.pop(path)
+            r.set(path, tuned["value"], "resolved", f'"auto" resolved for the CPU accelerator: {tuned["reason"]}', False)
+        else:
             r.set(path, value, "resolved", f'"auto" resolved as {rule} (hidden_size {hidden})', False)
+    for path, tuned in cpu_tuning.items():
+        r.set(path, tuned["value"], "changed", f"CPU accelerator, performance only: {tuned['reason']}", False)
     sub_group = get_path(r.config, "zero_optimization.sub_group_size")
     if isinstance(sub_group, float) and sub_group.is_integer():
         r.set("zero_optimization.sub_group_size", int(sub_group), "resolved", "1e9 written as an integer", False)
