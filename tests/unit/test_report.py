@@ -113,3 +113,20 @@ def test_stabiliser_events_are_marked_on_the_loss_figure(tmp_path):
     loss_figure(steps, no_events(), 5, plain)
     loss_figure(steps, no_events(), 5, marked, stabiliser)
     assert plain.read_bytes() != marked.read_bytes()
+
+
+def test_evaluation_before_and_after_is_shown(tmp_path, tiny_profile):
+    steps = synthetic_steps()
+    assert "id='evaluation'" not in _page(tmp_path, tiny_profile, steps)
+    records = [
+        {"step": 0, "phase": "before", "validation/loss": 5.25, "validation/rows": 64,
+         "exact_match/accuracy": 0.0, "exact_match/correct": 0, "exact_match/items": 20},
+        {"step": 250, "phase": "during", "validation/loss": 2.17, "validation/rows": 64},
+        {"step": 1000, "phase": "after", "validation/loss": 1.04, "validation/rows": 64,
+         "exact_match/accuracy": 0.4, "exact_match/correct": 8, "exact_match/items": 20},
+    ]
+    from zerogate.report import evaluation_section
+
+    section = evaluation_section(records)
+    assert section.count("<tr>") == 4
+    assert "0/20 (0%)" in section and "8/20 (40%)" in section and "5.25" in section and "1.04" in section

@@ -72,6 +72,7 @@ rule write_report:
         provenance="results/{profile}/{machine}/provenance.json",
         deviations="results/{profile}/{machine}/deepspeed/deviations.json",
         ledger="results/{profile}/{machine}/ledger/ledger_vs_measured.json",
+        evaluation="results/{profile}/{machine}/train/eval.jsonl",
         loss="results/{profile}/{machine}/report/figures/loss.png",
         step_time="results/{profile}/{machine}/report/figures/step_time.png",
         memory="results/{profile}/{machine}/report/figures/memory.png",

@@ -25,6 +25,7 @@ rule train:
     output:
         metrics=directory("results/{profile}/{machine}/train/metrics"),
         events="results/{profile}/{machine}/train/events.jsonl",
+        evaluation="results/{profile}/{machine}/train/eval.jsonl",
         summary="results/{profile}/{machine}/train/summary.json",
     params:
         dataset_dir=subpath(input.manifest, parent=True),
@@ -70,6 +71,7 @@ use rule train as train_variant with:
     output:
         metrics=directory("results/{profile}/{machine}/variants/{variant}/train/metrics"),
         events="results/{profile}/{machine}/variants/{variant}/train/events.jsonl",
+        evaluation="results/{profile}/{machine}/variants/{variant}/train/eval.jsonl",
         summary="results/{profile}/{machine}/variants/{variant}/train/summary.json",
     log:
         "results/{profile}/{machine}/logs/train_variant/{variant}.log",

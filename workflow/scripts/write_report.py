@@ -1,4 +1,5 @@
 """Entry point of the write_report rule (logic: zerogate.report)."""
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -25,6 +26,7 @@ with logging_to(snakemake.log[0]):
         run_meta=read_json(snakemake.input.run_meta),
         plan=read_json(snakemake.input.plan) if "plan" in snakemake.input.keys() else None,
         ledger=read_json(snakemake.input.ledger),
+        evaluation=[json.loads(line) for line in Path(snakemake.input.evaluation).read_text().splitlines() if line],
         timers=event_table(events, "wall_clock"),
     )
     Path(snakemake.output.html).write_text(page)

@@ -127,6 +127,30 @@ def ledger_section(ledger: dict[str, Any] | None) -> str:
     )
 
 
+def evaluation_section(records: list[dict[str, Any]] | None) -> str:
+    """Validation loss before, during and after training, and exact match on held-out items before and
+    after (train/eval.jsonl, zerogate.evaluate); omitted when the run recorded none."""
+    if not records:
+        return ""
+    rows = []
+    for record in records:
+        exact = (
+            f"{record['exact_match/correct']}/{record['exact_match/items']} ({record['exact_match/accuracy']:.0%})"
+            if "exact_match/items" in record
+            else "—"
+        )
+        rows.append(
+            f"<tr><td>{_e(record['phase'])}</td><td>{_e(record['step'])}</td>"
+            f"<td>{_fmt(record.get('validation/loss'))}</td><td>{_e(record.get('validation/rows'))}</td>"
+            f"<td>{exact}</td></tr>"
+        )
+    return (
+        "<h2>Evaluation</h2><table id='evaluation'><thead><tr><th>when</th><th>after step</th>"
+        "<th>validation loss (nats/token)</th><th>validation rows</th><th>exact match, held-out items</th>"
+        "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
+
+
 def timers_section(timers: pd.DataFrame | None) -> str:
     """DeepSpeed's own wall-clock breakdown (rank 0), median per timer, when the run logged it."""
     if timers is None or not len(timers):
@@ -164,6 +188,7 @@ def render_html(
     run_meta: dict[str, Any] | None = None,
     plan: dict[str, Any] | None = None,
     ledger: dict[str, Any] | None = None,
+    evaluation: list[dict[str, Any]] | None = None,
     timers: pd.DataFrame | None = None,
 ) -> str:
     reproduction = verdicts["reproduction"]
@@ -207,6 +232,7 @@ def render_html(
 {_kv_table(summary)}
 <h2>Figures</h2>
 {"".join(_image(path, FIGURE_CAPTIONS[name]) for name, path in figures.items() if path)}
+{evaluation_section(evaluation)}
 {ledger_section(ledger)}
 {timers_section(timers)}
 <h2>Deviations from the claim's DeepSpeed config</h2>
