@@ -52,10 +52,13 @@ def snakemake(workdir: Path, *args: str, profile: str = "smoke") -> subprocess.C
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     workdir = copy_repo(tmp_path_factory.mktemp("zerogate"))
+    shm_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
     started = time.monotonic()
     done = snakemake(workdir)
     assert done.returncode == 0, done.stderr[-4000:]
     print(f"smoke pipeline end to end: {time.monotonic() - started:.1f} s")
+    # DeepSpeed's CPU comm op leaves its /dev/shm (RAM) buffers behind; zerogate.launch removes them.
+    assert set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) <= shm_before
     return workdir, workdir / "results" / "smoke" / MACHINE
 
 
