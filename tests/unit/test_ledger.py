@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from transformers import GPT2Config
 
-from zerogate.ledger import (GB, GIB, ModelCounts, Setup, activation_bytes, architecture_config, count_parameters,
+from zerogate.model import model_config
+from zerogate.ledger import (GB, GIB, ModelCounts, Setup, activation_bytes, count_parameters,
                              deepspeed_estimates, ledger, model_state_bytes, paper_ledger, setup_from_config,
                              zerogate_terms)
 from zerogate.ledger_check import compare, read_measurements
@@ -27,7 +28,7 @@ def claim_setup(**changes) -> Setup:
 
 
 def test_tiny_llama_count_by_hand():
-    counts = count_parameters(architecture_config(TINY, 256, 64))
+    counts = count_parameters(model_config(TINY, 256, 64))
     embed = 256 * 64  # embed_tokens; lm_head the same, untied
     layer = 4 * 64 * 64 + 3 * 64 * 192 + 2 * 64  # q k v o, gate up down, two RMSNorms
     assert counts.total == 2 * embed + 2 * layer + 64
@@ -44,7 +45,7 @@ def test_gpt2_tied_embeddings_counted_once_by_hand():
 
 
 def test_qwen25_14b_shape_by_hand():
-    counts = count_parameters(architecture_config(QWEN14B, 0, 512))
+    counts = count_parameters(model_config(QWEN14B, 0, 512))
     embed = 152064 * 5120
     layer = (5120 * 5120 + 5120) + 2 * (5120 * 1024 + 1024) + 5120 * 5120 + 3 * 5120 * 13824 + 2 * 5120
     assert counts.total == 2 * embed + 48 * layer + 5120 == 14_770_033_664
@@ -138,7 +139,7 @@ def test_setup_reads_the_rendered_config():
 
 def test_prediction_matches_what_the_ranks_held_on_the_cpu_default():
     """Recorded from a real 2-rank run (tests/data/held_bytes/README): within 5 %, per term and rank."""
-    counts = count_parameters(architecture_config(TINY, 167, 64))
+    counts = count_parameters(model_config(TINY, 167, 64))
     setup = setup_from_config(json.loads((DATA / "ds_config.json").read_text()),
                               json.loads((DATA / "run_spec.json").read_text()), 64)
     table = compare(counts, setup, read_measurements(DATA))
@@ -151,7 +152,7 @@ def test_prediction_matches_what_the_ranks_held_on_the_cpu_default():
 
 
 def test_model_state_bytes_of_the_tiny_default():
-    counts = count_parameters(architecture_config(TINY, 167, 64))
+    counts = count_parameters(model_config(TINY, 167, 64))
     setup = setup_from_config(json.loads((DATA / "ds_config.json").read_text()),
                               json.loads((DATA / "run_spec.json").read_text()), 64)
     share = 128192 // 2

@@ -1,12 +1,13 @@
 """Entry point of the compare_ledger rule (logic: zerogate.ledger_check)."""
 from zerogate.entry import logging_to, read_json, write_json
-from zerogate.ledger import architecture_config, count_parameters, human, setup_from_config
+from zerogate.ledger import count_parameters, human, setup_from_config
+from zerogate.model import model_config
 from zerogate.ledger_check import compare, read_measurements
 
 with logging_to(snakemake.log[0]) as log:
     manifest = read_json(snakemake.input.manifest)
     # The model exactly as trained: the tokenizer's vocabulary, not the profile's upper bound.
-    counts = count_parameters(architecture_config(snakemake.params.model, manifest["vocab_size"], manifest["seq_len"]))
+    counts = count_parameters(model_config(snakemake.params.model, manifest["vocab_size"], manifest["seq_len"]))
     setup = setup_from_config(read_json(snakemake.input.ds_config), read_json(snakemake.input.run_spec), manifest["seq_len"])
     table = compare(counts, setup, read_measurements(snakemake.input.metrics))
     for row in table["rows"]:

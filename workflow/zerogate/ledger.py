@@ -60,28 +60,6 @@ class ModelCounts:
         return sum(n for n in self.numels if n <= threshold)
 
 
-def architecture_config(shape: dict[str, Any], vocab_size: int, seq_len: int) -> Any:
-    """The transformers config of a profile's ``model`` section: for ``llama`` the one zerogate.model
-    builds; ``qwen2`` (q/k/v biases, Qwen2.5's shape) is for planning. ``vocab_size`` unless the shape
-    fixes its own."""
-    from transformers import LlamaConfig, Qwen2Config
-
-    family = {"llama": LlamaConfig, "qwen2": Qwen2Config}[shape.get("architecture", "llama")]
-    return family(
-        vocab_size=shape.get("vocab_size", vocab_size),
-        hidden_size=shape["hidden_size"],
-        intermediate_size=shape["intermediate_size"],
-        num_hidden_layers=shape["num_hidden_layers"],
-        num_attention_heads=shape["num_attention_heads"],
-        num_key_value_heads=shape.get("num_key_value_heads", shape["num_attention_heads"]),
-        max_position_embeddings=seq_len,
-        tie_word_embeddings=shape.get("tie_word_embeddings", False),
-        pad_token_id=None,
-        bos_token_id=None,
-        eos_token_id=None,
-    )
-
-
 def count_parameters(config: Any) -> ModelCounts:
     """Instantiate ``config``'s causal LM on the meta device and count its parameters.
 

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel
 
 from zerogate.model_sources import SHAPE, ModelSource, resolve_hub
 
@@ -22,9 +22,15 @@ from zerogate.model_sources import SHAPE, ModelSource, resolve_hub
 _HF_DEEPSPEED_CONFIG: Any = None
 
 
-def model_config(shape: dict[str, Any], vocab_size: int, seq_len: int, eos_id: int) -> LlamaConfig:
-    return LlamaConfig(
-        vocab_size=vocab_size,
+def model_config(shape: dict[str, Any], vocab_size: int, seq_len: int, eos_id: int | None = None) -> Any:
+    """The transformers config of a profile's ``model`` shape: what training builds and what the planner
+    counts. ``llama`` (default) or ``qwen2`` (q/k/v biases, Qwen2.5's shape); ``vocab_size`` unless the
+    shape fixes its own."""
+    from transformers import Qwen2Config
+
+    family = {"llama": LlamaConfig, "qwen2": Qwen2Config}[shape.get("architecture", "llama")]
+    return family(
+        vocab_size=shape.get("vocab_size", vocab_size),
         hidden_size=shape["hidden_size"],
         intermediate_size=shape["intermediate_size"],
         num_hidden_layers=shape["num_hidden_layers"],
@@ -36,14 +42,14 @@ def model_config(shape: dict[str, Any], vocab_size: int, seq_len: int, eos_id: i
         pad_token_id=None,
         eos_token_id=eos_id,
         bos_token_id=None,
-        tie_word_embeddings=False,
+        tie_word_embeddings=shape.get("tie_word_embeddings", False),
     )
 
 
-def build_model(config: LlamaConfig) -> PreTrainedModel:
+def build_model(config: Any) -> PreTrainedModel:
     # Eager attention: identical results on every backend, and the tiny default gains nothing from SDPA.
     config._attn_implementation = "eager"
-    return LlamaForCausalLM(config)
+    return AutoModelForCausalLM.from_config(config)
 
 
 # Shape keys a profile may state for a pretrained model (the planner counts parameters from them without
