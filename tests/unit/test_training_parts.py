@@ -52,3 +52,16 @@ def test_step_metrics_lines_carry_units_and_peaks(tmp_path):
     assert first["micro_step_time(s)"] == first["step_time(s)"] / 8
     assert 0 < first["memory/device_peak(GiB)"] < 64
     assert lines[2]["loss_finite"] is False and lines[2]["grad_norm"] is None
+
+
+def test_metrics_off_answers_every_call_the_loop_makes():
+    import inspect
+    import re
+
+    import zerogate.train
+    from zerogate.metrics import NoMetrics
+
+    called = set(re.findall(r"\bmetrics\.(\w+)\(", inspect.getsource(zerogate.train)))
+    assert {"start_step", "end_step", "reset_window", "close"} <= called
+    missing = {name for name in called if not callable(getattr(NoMetrics, name, None))}
+    assert not missing, f"NoMetrics lacks {sorted(missing)}"

@@ -225,6 +225,9 @@ class NoMetrics:
     def micro_step_done(self) -> None:
         pass
 
+    def reset_window(self) -> None:
+        pass
+
     def end_step(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return {}
 
