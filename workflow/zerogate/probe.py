@@ -220,6 +220,19 @@ def shm_bytes(path: str = "/dev/shm") -> int | None:
         return None
 
 
+def _best_rate(operation: Any, work: float, seconds: float) -> float:
+    """The best ``work`` per second of ``operation`` over at least 3 runs and about ``seconds``."""
+    best = 0.0
+    deadline = time.perf_counter() + seconds
+    for attempt in range(1000):
+        if attempt >= 3 and time.perf_counter() > deadline:
+            break
+        started = time.perf_counter()
+        operation()
+        best = max(best, work / (time.perf_counter() - started))
+    return best
+
+
 def measure_host(seconds: float = 0.2) -> dict[str, float]:
     """Measured host peaks for the CPU floor: copy bandwidth (GB/s, read + write) and fp32 matmul (TFLOPS),
     all cores. Best of a few repeats; noisy on a shared machine, and only a lower bound on the true peak."""
@@ -227,24 +240,10 @@ def measure_host(seconds: float = 0.2) -> dict[str, float]:
 
     src = torch.ones(32 * 1024**2)  # 128 MiB: well beyond any last-level cache
     dst = torch.zeros_like(src)  # touched, so the timed copies do not include page faults
-    best_bw = 0.0
-    deadline = time.perf_counter() + seconds
-    for _ in range(1000):
-        if _ >= 3 and time.perf_counter() > deadline:
-            break
-        started = time.perf_counter()
-        dst.copy_(src)
-        best_bw = max(best_bw, 2 * src.numel() * 4 / (time.perf_counter() - started) / 1e9)
+    best_bw = _best_rate(lambda: dst.copy_(src), 2 * src.numel() * 4, seconds) / 1e9  # read + write bytes
     a = torch.randn(1024, 1024)
     torch.mm(a, a)  # warm-up: thread pool and kernels
-    best_flops = 0.0
-    deadline = time.perf_counter() + seconds
-    for _ in range(1000):
-        if _ >= 3 and time.perf_counter() > deadline:
-            break
-        started = time.perf_counter()
-        torch.mm(a, a)
-        best_flops = max(best_flops, 2 * 1024**3 / (time.perf_counter() - started) / 1e12)
+    best_flops = _best_rate(lambda: torch.mm(a, a), 2 * 1024**3, seconds) / 1e12
     return {"memory_bandwidth_gbps": round(best_bw, 2), "cpu_peak_tflops_fp32": round(best_flops, 4)}
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,18 @@ from zerogate.probe import probe
 from zerogate.profile import load_profile_chain, resolve_profile
 
 REPO = Path(__file__).resolve().parents[3]
+
+
+def parse_and_prepare(doc: str | None, argv: list[str] | None) -> tuple[argparse.Namespace, Path, dict[str, Path]]:
+    """The benchmarks' shared command line (profile, steps, repeats, work directory) and their prepared run."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="cpu-tiny")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="zerogate-bench-"))
+    return args, workdir, prepare_run(args.profile, workdir, args.steps)
 
 
 def prepare_run(profile_name: str, workdir: Path, steps: int) -> dict[str, Path]:

@@ -11,24 +11,14 @@ communication tuning of zerogate.cpu_tuning) and without that tuning (the claim'
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-from pathlib import Path
 
-from zerogate.bench.common import launch, median, prepare_run, timed_steps
+from zerogate.bench.common import launch, median, parse_and_prepare, timed_steps
 from zerogate.cpu_tuning import apply_overrides, untuned_overrides
 from zerogate.entry import read_json, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="cpu-tiny")
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--workdir", type=Path, default=None)
-    args = parser.parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="zerogate-bench-"))
-    paths = prepare_run(args.profile, workdir, args.steps)
+    args, workdir, paths = parse_and_prepare(__doc__, argv)
     untuned = {**paths, "ds_config": workdir / "ds_config_untuned.json"}
     hidden = read_json(paths["run_spec"])["model"]["hidden_size"]
     write_json(untuned["ds_config"], apply_overrides(read_json(paths["ds_config"]), untuned_overrides(hidden)))

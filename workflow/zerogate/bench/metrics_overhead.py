@@ -9,22 +9,12 @@ shared machine). Target: at most 2 %.
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-from pathlib import Path
 
-from zerogate.bench.common import launch, median, prepare_run, summary
+from zerogate.bench.common import launch, median, parse_and_prepare, summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="cpu-tiny")
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--workdir", type=Path, default=None)
-    args = parser.parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="zerogate-bench-"))
-    paths = prepare_run(args.profile, workdir, args.steps)
+    args, workdir, paths = parse_and_prepare(__doc__, argv)
     on, off, inside = [], [], []
     for repeat in range(args.repeats):
         launch(paths, workdir / f"off-{repeat}", extra=["--no-metrics"])
