@@ -145,26 +145,6 @@ def report_file(wildcards):
     return f"results/{wildcards.profile}/{wildcards.machine}/report/zerogate-v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}.html"
 
 
-def _made_or_present(path):
-    """A path some rule can make, or that exists already; None otherwise (an optional input)."""
-    for rule_ in workflow.rules:
-        if any(str(o).endswith(path.split("/", 3)[-1]) for o in rule_.output):
-            return path
-    return path if Path(path).exists() else None
-
-
-def planner_inputs(wildcards):
-    """The planner's plan.json (issue 3: per-optimizer-step time floor, ledger vs measured), if any."""
-    plan = _made_or_present(f"results/{wildcards.profile}/{wildcards.machine}/plan/plan.json")
-    return {"plan": plan} if plan else {}
-
-
-def stabiliser_inputs(wildcards):
-    """The training loop's loss-stabiliser events table (issue 4), if the run writes one."""
-    events = _made_or_present(f"results/{wildcards.profile}/{wildcards.machine}/train/stabiliser_events.jsonl")
-    return {"stabiliser": events} if events else {}
-
-
 def compare_registries():
     """The run registries the compare target reads: config["compare"] run directories, or every
     results/*/*/registry.json present now."""

@@ -1,6 +1,6 @@
 rule check_gates:
     input:
-        unpack(planner_inputs),
+        plan="results/{profile}/{machine}/plan/plan.json",
         steps="results/{profile}/{machine}/parsed/steps.parquet",
         events="results/{profile}/{machine}/parsed/events.parquet",
         run_meta="results/{profile}/{machine}/parsed/run.json",

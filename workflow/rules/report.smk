@@ -1,6 +1,6 @@
 rule plot_figures:
     input:
-        unpack(stabiliser_inputs),
+        stabiliser="results/{profile}/{machine}/train/events.jsonl",
         steps="results/{profile}/{machine}/parsed/steps.parquet",
         events="results/{profile}/{machine}/parsed/events.parquet",
         verdicts="results/{profile}/{machine}/gates/verdicts.json",
@@ -64,7 +64,7 @@ rule record_provenance:
 # beside each other.
 rule write_report:
     input:
-        unpack(planner_inputs),
+        plan="results/{profile}/{machine}/plan/plan.json",
         verdicts="results/{profile}/{machine}/gates/verdicts.json",
         steps="results/{profile}/{machine}/parsed/steps.parquet",
         events="results/{profile}/{machine}/parsed/events.parquet",

@@ -10,8 +10,7 @@ with logging_to(snakemake.log[0]):
     events = pd.read_parquet(snakemake.input.events)
     verdicts = read_json(snakemake.input.verdicts)
     warmup = int(steps.loc[steps["warmup"], "step"].max()) if steps["warmup"].any() else 0
-    stabiliser = read_stabiliser_events(snakemake.input.stabiliser) if "stabiliser" in snakemake.input.keys() else None
-    loss_figure(steps, events, warmup, snakemake.output.loss, stabiliser)
+    loss_figure(steps, events, warmup, snakemake.output.loss, read_stabiliser_events(snakemake.input.stabiliser))
     step_time_figure(steps, warmup, verdicts, snakemake.output.step_time)
     memory_figure(steps, verdicts, snakemake.output.memory)
     series = loss_scale_series(steps, events)
