@@ -35,11 +35,14 @@ clean:
 	rm -rf .snakemake results/*/
 
 # Benchmarks (issue 4): figures printed, not tests. Each prepares its own data under /tmp.
-.PHONY: bench bench-ddp-vs-zero3 bench-metrics-overhead
-bench: bench-ddp-vs-zero3 bench-metrics-overhead
+.PHONY: bench bench-ddp-vs-zero3 bench-metrics-overhead bench-gloo-latency
+bench: bench-ddp-vs-zero3 bench-metrics-overhead bench-gloo-latency
 
 bench-ddp-vs-zero3: setup
 	PYTHONPATH=workflow python -m zerogate.bench.ddp_vs_zero3
 
 bench-metrics-overhead: setup
 	PYTHONPATH=workflow python -m zerogate.bench.metrics_overhead
+
+bench-gloo-latency: setup
+	PYTHONPATH=workflow python -m zerogate.bench.gloo_latency

@@ -29,6 +29,23 @@ def test_cpu_render_resolves_every_auto_and_records_why(claim_config, tiny_profi
     assert not d["zero_optimization.reduce_bucket_size"]["changes_experiment"]
     overlap = d["zero_optimization.overlap_comm"]
     assert overlap["claim"] is True and overlap["kind"] == "changed" and not overlap["changes_experiment"]
+    # The decoder layer is a ZeRO-3 leaf module on CPU, next to DeepSpeed's default (MoE) leaf classes.
+    from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
+
+    assert zero["leaf_module"]["classes"] == [*DEFAULT_LEAF_MODULE_CLASSES, "LlamaDecoderLayer"]
+    leaf = d["zero_optimization.leaf_module.classes"]
+    assert leaf["claim"] is None and leaf["kind"] == "changed" and not leaf["changes_experiment"]
+
+
+def test_cpu_leaf_module_follows_the_architecture_and_needs_one(claim_config, tiny_profile, cpu_fingerprint):
+    profile = copy.deepcopy(tiny_profile)
+    profile["model"]["architecture"] = "qwen2"
+    ds, _, _ = render(claim_config, profile, cpu_fingerprint, "claim.json")
+    assert ds["zero_optimization"]["leaf_module"]["classes"][-1] == "Qwen2DecoderLayer"
+    del profile["model"]["architecture"]  # a model whose family is not stated: no class to name
+    ds, deviations, _ = render(claim_config, profile, cpu_fingerprint, "claim.json")
+    assert "leaf_module" not in ds["zero_optimization"]
+    assert "zero_optimization.leaf_module.classes" not in by_path(deviations)
 
 
 def test_gpu_render_resolves_auto_by_the_hf_rule(claim_config, tiny_profile):
@@ -38,6 +55,7 @@ def test_gpu_render_resolves_auto_by_the_hf_rule(claim_config, tiny_profile):
     assert zero["reduce_bucket_size"] == hidden**2
     assert zero["stage3_prefetch_bucket_size"] == int(0.9 * hidden**2)
     assert zero["overlap_comm"] is True
+    assert "leaf_module" not in zero  # GPU runs keep the claim's fetch granularity
 
 
 def test_cpu_render_trains_fp32_and_says_so(claim_config, tiny_profile, cpu_fingerprint):

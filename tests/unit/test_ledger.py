@@ -111,6 +111,22 @@ def test_no_separate_master_copy_for_fp32_without_optimizer_offload():
         assert states == 16 * 7 * 10**9
 
 
+def test_leaf_decoder_layers_are_gathered_whole():
+    counts = count_parameters(model_config(TINY, 256, 64))
+    h, i = 64, 192
+    assert counts.largest_block == 4 * h * h + 3 * h * i + 2 * h  # attention, MLP, two norms
+    setup = claim_setup()
+    spec = {"world_size": 2, "dtype": "fp32", "accelerator": "cpu"}
+    ds = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "zero_optimization": {"stage": 3}}
+    assert not setup_from_config(ds, spec, 64).leaf_blocks
+    ds["zero_optimization"]["leaf_module"] = {"classes": ["LlamaDecoderLayer"]}
+    assert setup_from_config(ds, spec, 64).leaf_blocks
+    leaf = dataclasses.replace(setup, leaf_blocks=True)
+    gathered = zerogate_terms(counts, leaf)["device"]["gathered_parameters"]
+    assert gathered == 2 * (counts.largest_block + setup.prefetch_bucket)
+    assert zerogate_terms(counts, setup)["device"]["gathered_parameters"] == 2 * (counts.largest_layer + setup.prefetch_bucket)
+
+
 def test_zero3_pads_each_parameter_to_the_ranks():
     counts = ModelCounts(total=7, largest_layer=5, numels=(5, 2), hidden=1, layers=1, heads=1, vocab=1, tied_embeddings=False)
     assert counts.partition_numel(2) == 3 + 1

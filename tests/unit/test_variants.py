@@ -60,5 +60,6 @@ def test_cpu_render_applies_the_tuning_and_benchmarks_can_undo_it(rendered, tiny
     untuned = apply_overrides(rendered, untuned_overrides(hidden))
     assert untuned["zero_optimization"]["overlap_comm"] is True
     assert untuned["zero_optimization"]["reduce_bucket_size"] == hidden * hidden
+    assert "LlamaDecoderLayer" not in untuned["zero_optimization"]["leaf_module"]["classes"]
     assert rendered["zero_optimization"]["overlap_comm"] is False  # the input is left alone
-    assert apply_overrides(untuned, cpu_comm_overrides())["zero_optimization"] == zero
+    assert apply_overrides(untuned, cpu_comm_overrides("llama"))["zero_optimization"] == zero

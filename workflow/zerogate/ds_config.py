@@ -166,8 +166,10 @@ def render(
         "zero_optimization.stage3_param_persistence_threshold": (10 * hidden, "10 x hidden_size"),
     }
     # On DeepSpeed's CPU accelerator the communication settings that profiling found fastest (issue 4,
-    # zerogate.cpu_tuning): they change when and in what pieces gloo moves the same bytes, not the result.
-    cpu_tuning = {o["path"]: o for o in cpu_comm_overrides()} if on_cpu else {}
+    # zerogate.cpu_tuning): they change when and in what pieces gloo moves the same bytes, not the
+    # arithmetic (beyond fp32 summation order).
+    architecture = profile["model"].get("architecture")
+    cpu_tuning = {o["path"]: o for o in cpu_comm_overrides(architecture)} if on_cpu else {}
     for path, (value, rule) in auto_rules.items():
         if get_path(r.config, path) != "auto":
             continue

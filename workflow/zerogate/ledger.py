@@ -50,6 +50,9 @@ class ModelCounts:
     heads: int
     vocab: int
     tied_embeddings: bool
+    # Most parameters in one decoder layer (a class in the model's ``_no_split_modules``): what ZeRO-3
+    # gathers at once when that class is a leaf module (zero_optimization.leaf_module, zerogate.cpu_tuning).
+    largest_block: int = 0
 
     def partition_numel(self, ranks: int) -> int:
         """Elements of one rank's ZeRO-3 partition: each parameter is padded to a multiple of ``ranks``."""
@@ -73,6 +76,9 @@ def count_parameters(config: Any) -> ModelCounts:
         model = AutoModelForCausalLM.from_config(config)
     numels = tuple(p.numel() for p in model.parameters())
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    blocks = set(getattr(model, "_no_split_modules", None) or [])
+    largest_block = max((sum(p.numel() for p in m.parameters()) for m in model.modules()
+                         if type(m).__name__ in blocks), default=0)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return ModelCounts(
         total=sum(numels),
@@ -83,6 +89,7 @@ def count_parameters(config: Any) -> ModelCounts:
         heads=text.num_attention_heads,
         vocab=text.vocab_size,
         tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        largest_block=largest_block,
     )
 
 
@@ -148,6 +155,7 @@ class Setup:
     prefetch_bucket: int  # elements
     persistence_threshold: int  # elements
     activation_checkpointing: bool = False
+    leaf_blocks: bool = False  # a leaf module class beyond DeepSpeed's defaults: whole blocks are gathered
 
     @property
     def dtype_bytes(self) -> int:
@@ -180,6 +188,9 @@ def setup_from_config(ds_config: dict[str, Any], run_spec: dict[str, Any], seq_l
     """The ledger's view of a rendered config (``ds_config.json``) and its ``run_spec.json``."""
     zero = ds_config.get("zero_optimization", {})
     pin = any((zero.get(k) or {}).get("pin_memory", False) for k in ("offload_optimizer", "offload_param"))
+    from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
+
+    leaf_classes = (zero.get("leaf_module") or {}).get("classes", [])
     return Setup(
         ranks=run_spec["world_size"], nodes=nodes, dtype=run_spec["dtype"], device_kind=run_spec["accelerator"],
         micro_batch=ds_config["train_micro_batch_size_per_gpu"], seq_len=seq_len,
@@ -189,6 +200,7 @@ def setup_from_config(ds_config: dict[str, Any], run_spec: dict[str, Any], seq_l
         prefetch_bucket=int(zero.get("stage3_prefetch_bucket_size", 5e7)),
         persistence_threshold=int(zero.get("stage3_param_persistence_threshold", 1e5)),
         activation_checkpointing=activation_checkpointing,
+        leaf_blocks=any(c not in DEFAULT_LEAF_MODULE_CLASSES for c in leaf_classes),
     )
 
 
@@ -244,8 +256,10 @@ def zerogate_terms(counts: ModelCounts, setup: Setup) -> dict[str, dict[str, int
 
     if setup.stage == 3:
         device["persistent_parameters"] = b * counts.persistent_numel(setup.persistence_threshold)
-        # The module being computed, gathered in full, plus the prefetched next ones.
-        device["gathered_parameters"] = b * (counts.largest_layer + setup.prefetch_bucket)
+        # The module being computed, gathered in full (a whole decoder layer when it is a leaf module),
+        # plus the prefetched next ones.
+        unit = max(counts.largest_layer, counts.largest_block) if setup.leaf_blocks else counts.largest_layer
+        device["gathered_parameters"] = b * (unit + setup.prefetch_bucket)
     if setup.stage >= 2:
         # The largest layer's full gradient before it is reduce-scattered, and the contiguous gradient bucket.
         device["gradient_buckets"] = b * (counts.largest_layer + setup.reduce_bucket)

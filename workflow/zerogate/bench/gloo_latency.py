@@ -1,0 +1,78 @@
+"""What one gloo collective costs between two local ranks: the floor under ZeRO-3's step time on the CPU.
+
+    python -m zerogate.bench.gloo_latency [--iterations 500]
+
+Two processes (one thread pool of one thread each, as the training ranks run) time all_gather_into_tensor,
+reduce_scatter_tensor and all_reduce for messages the size of one norm weight, one linear layer and the
+whole default model. ZeRO-3 with gradient accumulation 8 pays at least one parameter all-gather in the
+forward, the backward's gathers and one gradient reduce-scatter in each of the 8 micro-steps; DDP with
+no_sync pays one all-reduce per optimizer step. Multiply to see how much of the step-time ratio printed by
+zerogate.bench.ddp_vs_zero3 is communication latency alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+# Elements per rank: a norm weight, one 64 x 64 linear layer, the 0.14 M-parameter default model.
+SIZES = {"norm weight (64)": 64, "linear layer (4096)": 4096, "whole model (139584)": 139_584}
+OPERATIONS = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce")
+
+
+def _time(operation: str, elements: int, world: int, iterations: int) -> float:
+    """Mean seconds per call after a warm-up, for ``elements`` per rank."""
+    shard, full = torch.ones(elements), torch.ones(elements * world)
+    calls = {
+        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(full, shard),
+        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(shard, full),
+        "all_reduce": lambda: dist.all_reduce(full),
+    }
+    call = calls[operation]
+    for _ in range(max(iterations // 10, 5)):
+        call()
+    dist.barrier()
+    started = time.perf_counter()
+    for _ in range(iterations):
+        call()
+    return (time.perf_counter() - started) / iterations
+
+
+def _rank(rank: int, world: int, port: int, iterations: int) -> None:
+    torch.set_num_threads(1)
+    # DeepSpeed 0.19.8 calls these collectives by the names torch 2.13 deprecates: time what it calls.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    for label, elements in SIZES.items():
+        times = {op: _time(op, elements, world, iterations) for op in OPERATIONS}
+        if rank == 0:
+            print(f"{label:22s} " + "  ".join(f"{op} {seconds * 1e3:6.3f} ms" for op, seconds in times.items()))
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=int, default=500)
+    args = parser.parse_args(argv)
+    world = 2
+    print(f"gloo, {world} local ranks, mean of {args.iterations} calls, elements per rank:")
+    mp.spawn(_rank, args=(world, _free_port(), args.iterations), nprocs=world, join=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
