@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"time inside the metrics layer: {100 * median(inside):.2f} % of the loop (rank 0)")
     print(f"loop wall time: metrics on {median(on):.2f} s, off {median(off):.2f} s: "
           f"overhead {100 * (median(on) / median(off) - 1):+.1f} % (target <= 2 %; noisy on a shared machine)")
+    # The spread between runs of the same setting says how much of that difference is noise.
+    print("  each run, in order: " + ", ".join(f"off {a:.2f} s / on {b:.2f} s" for a, b in zip(off, on)))
     return 0
 
 
