@@ -76,6 +76,8 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_one(workdir, uninterrup
             os.killpg(process.pid, signal.SIGKILL)
     assert not (results / "train/summary.json").exists()  # Snakemake took the failed job's outputs away
     assert list((results / "checkpoints").glob("step*/zerogate.json"))  # but not the checkpoints
+    kept = [json.loads(line) for line in (results / "logs/train_failed/metrics/rank1.jsonl").read_text().splitlines()]
+    assert len(kept) >= kill_step - 1  # nor the launcher's copy of the records up to the kill
 
     done = subprocess.run(snakemake_command("killed"), cwd=workdir, env=env(), capture_output=True, text=True,
                           timeout=900)
@@ -133,6 +135,10 @@ def test_abort_stops_at_the_step_and_says_so(workdir, uninterrupted):
     assert [(e["step"], e["rank"], e["kind"], e["action"]) for e in events(out)] == [(3, 1, "nonfinite_loss", "abort")]
     assert [r["step"] for r in metrics(out, 0)] == [1, 2]  # the poisoned step was never applied
     assert not (out / "train/summary.json").exists()
+    # The launcher keeps a copy beside the log, which Snakemake does not delete with a failed job's outputs.
+    kept = out / "train_failed"
+    assert f"records so far are kept in {kept}" in done.stderr
+    assert (kept / "events.jsonl").read_text() == (out / "train/events.jsonl").read_text()
 
 
 def test_skip_drops_the_update_and_the_batch(workdir, uninterrupted):

@@ -54,6 +54,40 @@ def remove_shm_buffers(port: int, shm: Path = SHM) -> list[Path]:
     return leaked
 
 
+# What a run has recorded so far (zerogate.train writes them under --out-dir).
+RUN_RECORDS = ("metrics", "events.jsonl", "eval.jsonl", "summary.json")
+
+
+def keep_failed_records(out_dir: Path, log: Path) -> Path | None:
+    """Copy a failed run's records beside the rule's log, into ``<log stem>_failed/``.
+
+    Snakemake deletes a failed job's outputs but keeps its log: without this copy a stabiliser abort
+    would take its own evidence (events.jsonl: step, rank, value, action) and the metrics up to the
+    fault with it. A later failure replaces the copy. None when the run recorded nothing.
+    """
+    present = [out_dir / name for name in RUN_RECORDS if (out_dir / name).exists()]
+    if not present:
+        return None
+    kept = log.parent / f"{log.stem}_failed"
+    if kept.exists():
+        shutil.rmtree(kept)
+    kept.mkdir(parents=True)
+    for path in present:
+        if path.is_dir():
+            shutil.copytree(path, kept / path.name)
+        else:
+            shutil.copy2(path, kept / path.name)
+    return kept
+
+
+def out_dir_of(train_args: list[str]) -> Path | None:
+    """The ``--out-dir`` among the training arguments, if given."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--out-dir")
+    known, _ = parser.parse_known_args(train_args)
+    return Path(known.out_dir) if known.out_dir else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-spec", required=True)
@@ -82,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:  # also when interrupted: the ranks are gone, their buffers must go too
             remove_shm_buffers(port)
     if code != 0:
-        print(f"zerogate: training failed (launcher exit code {code}); see {args.log}", file=sys.stderr)
+        out_dir = out_dir_of(train_args)
+        kept = keep_failed_records(out_dir, Path(args.log)) if out_dir is not None else None
+        where = f"; its records so far are kept in {kept}" if kept is not None else ""
+        print(f"zerogate: training failed (launcher exit code {code}); see {args.log}{where}", file=sys.stderr)
     return code
 
 
