@@ -1,4 +1,5 @@
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -6,7 +7,7 @@ import pytest
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
 from tests.unit.helpers import no_events, synthetic_steps
 from zerogate.gates import FAIL, NOT_MEASURED, PASS, evaluate, evaluate_gate, faithfulness, spearman_downward
-from zerogate.parse import parse_launcher_log, run_metadata
+from zerogate.parse import parse_launcher_log, run_metadata, stabiliser_events
 
 SUMMARY = {"completed_steps": 200}
 
@@ -97,6 +98,35 @@ def test_fatal_loss_scale_and_crashes_fail_the_nonfinite_gate(tiny_profile):
                                "[rank1]: RuntimeError: boom\n")
     result = judge(tiny_profile, "zero_nonfinite", synthetic_steps(), events=crash)
     assert result["verdict"] == FAIL and "rank 1 failed: RuntimeError: boom" in result["reason"]
+
+
+def stabiliser_log(tmp_path, *events):
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return stabiliser_events(path)
+
+
+def test_a_nan_the_stabiliser_rolled_back_still_fails_the_nonfinite_gate(tmp_path, tiny_profile):
+    # Rollback restored the step records of the last good checkpoint: only the event tells of the NaN.
+    events = stabiliser_log(tmp_path, {"step": 12, "rank": 1, "kind": "nonfinite_loss", "value": "nan",
+                                       "action": "rollback", "detail": ""})
+    result = judge(tiny_profile, "zero_nonfinite", synthetic_steps(), events=events)
+    assert result["verdict"] == FAIL and result["measured"] == 1
+    assert result["evidence"]["stabiliser_only_steps"] == [12]
+
+
+def test_a_skipped_nan_is_counted_once_and_spikes_are_not_nonfinite(tmp_path, tiny_profile):
+    steps = synthetic_steps()
+    steps.loc[steps["step"] == 30, "loss"] = float("nan")  # skip keeps the bad step's record, on both ranks
+    events = stabiliser_log(
+        tmp_path,
+        {"step": 30, "rank": 1, "kind": "nonfinite_loss", "value": "nan", "action": "skip", "detail": ""},
+        {"step": 90, "rank": 0, "kind": "loss_spike", "value": 9.5, "action": "skip", "detail": ""},
+    )
+    result = judge(tiny_profile, "zero_nonfinite", steps, events=events)
+    assert result["measured"] == 2 and result["evidence"]["stabiliser_nonfinite_steps"] == [30]
+    assert result["evidence"]["stabiliser_only_steps"] == []
+    assert judge(tiny_profile, "zero_nonfinite", synthetic_steps(), events=stabiliser_log(tmp_path))["verdict"] == PASS
 
 
 def test_incomplete_run_fails_the_nonfinite_gate(tiny_profile):

@@ -3,6 +3,7 @@ rule parse_logs:
         metrics="results/{profile}/{machine}/train/metrics",
         summary="results/{profile}/{machine}/train/summary.json",
         launcher_log="results/{profile}/{machine}/logs/train.log",
+        stabiliser_events="results/{profile}/{machine}/train/events.jsonl",
     output:
         steps="results/{profile}/{machine}/parsed/steps.parquet",
         events="results/{profile}/{machine}/parsed/events.parquet",

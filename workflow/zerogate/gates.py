@@ -144,12 +144,18 @@ def nonfinite(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any]
     if not present:
         raise NotMeasured(f"none of {metrics} in the run's step records")
     counts = {}
+    shown: set[int] = set()  # steps whose records show a non-finite value
     for metric in present:
         values = pd.to_numeric(steps[metric], errors="coerce").astype(float)
         # A null grad_norm means DeepSpeed returned none; a null loss was a non-finite value.
         bad = ~np.isfinite(values) if metric == "loss" else (values.notna() & ~np.isfinite(values))
         counts[metric] = int(bad.sum())
+        shown |= {int(step) for step in steps.loc[bad, "step"]}
     fatal = int((events["kind"] == "fatal_loss_scale").sum()) if len(events) else 0
+    # A non-finite value the loss stabiliser caught counts even where the step records no longer show it:
+    # a rollback restores the metrics of the last good checkpoint, so the bad step's record is gone.
+    caught = stabiliser_nonfinite(events)
+    unseen = sorted({step for step in caught if step not in shown})
     problems = []
     ranks = sorted(int(r) for r in steps["rank"].unique())
     completed = {int(r): int(g["step"].max()) for r, g in steps.groupby("rank")}
@@ -162,8 +168,18 @@ def nonfinite(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any]
     if len(crashed):
         first = crashed.iloc[0]
         problems.append(f"rank {first['rank']} failed: {first['message']}")
-    evidence = {"per_metric": counts, "fatal_loss_scale_events": fatal, "ranks": ranks, "steps_per_rank": completed}
-    return float(sum(counts.values()) + fatal), problems, evidence
+    evidence = {"per_metric": counts, "fatal_loss_scale_events": fatal, "ranks": ranks, "steps_per_rank": completed,
+                "stabiliser_nonfinite_steps": sorted(set(caught)), "stabiliser_only_steps": unseen}
+    return float(sum(counts.values()) + fatal + len(unseen)), problems, evidence
+
+
+def stabiliser_nonfinite(events: pd.DataFrame) -> list[int]:
+    """Steps at which the loss stabiliser caught a non-finite loss or gradient norm (any rank, any action)."""
+    if not len(events):
+        return []
+    rows = events[events["kind"] == "stabiliser"]
+    return [int(step) for step, detail in zip(rows["step"], rows["detail"])
+            if str(json.loads(detail).get("kind", "")).startswith("nonfinite")]
 
 
 def _in_unit(value: float, metric: str, unit: str) -> float:

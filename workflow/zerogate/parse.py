@@ -5,7 +5,8 @@ Three tables come out of a run:
 - steps: one row per (rank, optimizer step), from ``train/metrics/rank<N>.jsonl``;
 - events: one row per notable launcher-log line (DeepSpeed progress, throughput, wall-clock breakdown,
   memory, fp16 overflow and loss-scale changes, fatal errors, tracebacks, rank exits), with its numbers
-  in ``detail`` (a JSON object);
+  in ``detail`` (a JSON object), and one per loss-stabiliser event from ``train/events.jsonl`` (kind
+  ``stabiliser``; :func:`stabiliser_events`);
 - run metadata (:func:`run_metadata`): world size, per-rank completion and failures with their last lines.
 
 DeepSpeed's log formats vary between releases (reference.md section 3), so the patterns match loosely.
@@ -153,6 +154,22 @@ def parse_launcher_log(text: str) -> pd.DataFrame:
         events.append({"kind": "traceback", "rank": rank, "step": None, "line": None, "message": lines[-1].strip(),
                        "detail": json.dumps({"last_lines": lines[-12:]})})
     frame = pd.DataFrame(events, columns=EVENT_COLUMNS)
+    return frame.astype({"rank": "Int64", "step": "Int64", "line": "Int64"})
+
+
+def stabiliser_events(path: str | Path) -> pd.DataFrame:
+    """The loss stabiliser's events (``train/events.jsonl``: step, rank, kind, value, action) as event rows
+    of kind ``stabiliser``, their own kind, value and action in ``detail``."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        event = json.loads(line)
+        detail = {key: event.get(key) for key in ("kind", "value", "action")}
+        rows.append({"kind": "stabiliser", "rank": event["rank"], "step": event["step"], "line": None,
+                     "message": f"{event['kind']} = {event.get('value')}: {event.get('action')}",
+                     "detail": json.dumps(detail)})
+    frame = pd.DataFrame(rows, columns=EVENT_COLUMNS)
     return frame.astype({"rank": "Int64", "step": "Int64", "line": "Int64"})
 
 
