@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.helpers import synthetic_steps
-from zerogate.gates import FAIL, evaluate_gate
+from zerogate.gates import FAIL, NOT_MEASURED, evaluate_gate
 from zerogate.parse import event_table, mark_overflow_skips, parse_launcher_log, read_rank_metrics, run_metadata
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -109,3 +109,18 @@ def test_cumulative_skip_counter_becomes_per_step_flags():
     steps = synthetic_steps(steps=5, ranks=1)
     steps["skipped_steps"] = [0, 1, 1, 3, 3]
     assert mark_overflow_skips(steps)["overflow_skipped"].tolist() == [False, True, False, True, False]
+
+
+def test_training_loop_skip_reasons_become_overflow_flags_only_under_a_loss_scaler(tiny_profile):
+    # What zerogate.train writes: skip_reason per step, DeepSpeed's cumulative counter (which also counts
+    # the stabiliser's dropped updates) and the loss scale, null without fp16.
+    steps = synthetic_steps(steps=5, ranks=1)
+    steps["skip_reason"] = [None, "fp16_overflow", None, "nonfinite_loss", None]
+    steps["skipped_steps_deepspeed"] = [0, 1, 1, 2, 2]
+    steps["loss_scale"] = [65536.0, 32768.0, 32768.0, 32768.0, 32768.0]
+    assert mark_overflow_skips(steps)["overflow_skipped"].tolist() == [False, True, False, False, False]
+    steps["loss_scale"] = None  # fp32: no loss scaler, nothing to count
+    assert "overflow_skipped" not in mark_overflow_skips(steps).columns
+    gate = next(g for g in tiny_profile["gates"] if g["name"] == "overflow_skip_fraction")
+    result = evaluate_gate(gate, mark_overflow_skips(steps), parse_launcher_log(""), None, {}, 1, 5)
+    assert result["verdict"] == NOT_MEASURED and "no fp16 loss scaler" in result["reason"]

@@ -217,6 +217,8 @@ def overflow_skip_fraction(steps: pd.DataFrame, events: pd.DataFrame, warmup_ste
         skipped = json.loads(last["detail"])["skipped"]
         return float(skipped) / int(last["step"]), {"source": "DeepSpeed progress line", "skipped": skipped,
                                                      "at_step": int(last["step"])}
+    if "loss_scale" in steps.columns and steps["loss_scale"].isna().all():
+        raise NotMeasured("the run had no fp16 loss scaler (loss_scale not recorded): nothing for it to skip")
     raise NotMeasured("neither the step records nor the launcher log say which steps fp16 skipped")
 
 

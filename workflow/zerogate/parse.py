@@ -83,11 +83,20 @@ def read_rank_metrics(metrics_dir: str | Path) -> pd.DataFrame:
 def mark_overflow_skips(steps: pd.DataFrame) -> pd.DataFrame:
     """Add a boolean ``overflow_skipped`` column where the records say which steps fp16 skipped.
 
-    The training loop may log either ``overflow_skipped`` (bool, per step) or ``skipped_steps`` (DeepSpeed's
-    cumulative ``engine.skipped_steps``); the latter is differenced per rank. With neither, no column is
-    added and the overflow gate reports NOT MEASURED.
+    zerogate.train records ``skip_reason`` per step ("fp16_overflow" when DeepSpeed's loss scaler dropped
+    the update) and ``loss_scale`` (null without an fp16 loss scaler); other loops may log
+    ``overflow_skipped`` (bool, per step) or ``skipped_steps`` (DeepSpeed's cumulative
+    ``engine.skipped_steps``, differenced per rank). DeepSpeed's counter also counts updates the loss
+    stabiliser dropped, so ``skip_reason`` is preferred. A run without a loss scaler (fp32, bf16) gets no
+    column, and the overflow gate reports NOT MEASURED.
     """
-    if "overflow_skipped" in steps.columns or "skipped_steps" not in steps.columns:
+    if "overflow_skipped" in steps.columns:
+        return steps
+    if "skip_reason" in steps.columns:
+        if "loss_scale" not in steps.columns or steps["loss_scale"].isna().all():
+            return steps
+        return steps.assign(overflow_skipped=steps["skip_reason"] == "fp16_overflow")
+    if "skipped_steps" not in steps.columns:
         return steps
     cumulative = pd.to_numeric(steps["skipped_steps"], errors="coerce")
     delta = cumulative.groupby(steps["rank"]).diff().fillna(cumulative)
