@@ -68,7 +68,7 @@ def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None, 
     step_time_figure(steps, 5, verdicts, figures["step_time"])
     memory_figure(steps, verdicts, figures["memory"])
     return render_html(verdicts=verdicts, steps=steps, provenance=PROVENANCE, deviations=[DEVIATION],
-                       figures=figures, warmup_steps=5, run_meta=run_meta, plan=plan, ledger=ledger)
+                       figures=figures, warmup_steps=5, run_meta=run_meta, ledger=ledger)
 
 
 def test_ledger_section_only_with_a_ledger(tmp_path, tiny_profile):

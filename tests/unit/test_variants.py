@@ -4,8 +4,8 @@ import copy
 
 import pytest
 
-from zerogate.cpu_tuning import apply_overrides, cpu_comm_overrides, untuned_overrides
-from zerogate.ds_config import render
+from zerogate.cpu_tuning import cpu_comm_overrides, untuned_overrides
+from zerogate.ds_config import apply_overrides, render
 from zerogate.variants import VARIANTS, compare, variant_config
 
 

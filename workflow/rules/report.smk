@@ -1,6 +1,5 @@
 rule plot_figures:
     input:
-        stabiliser="results/{profile}/{machine}/train/events.jsonl",
         steps="results/{profile}/{machine}/parsed/steps.parquet",
         events="results/{profile}/{machine}/parsed/events.parquet",
         verdicts="results/{profile}/{machine}/gates/verdicts.json",
@@ -64,7 +63,6 @@ rule record_provenance:
 # beside each other.
 rule write_report:
     input:
-        plan="results/{profile}/{machine}/plan/plan.json",
         verdicts="results/{profile}/{machine}/gates/verdicts.json",
         steps="results/{profile}/{machine}/parsed/steps.parquet",
         events="results/{profile}/{machine}/parsed/events.parquet",

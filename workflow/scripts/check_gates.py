@@ -14,7 +14,7 @@ with logging_to(snakemake.log[0]) as log:
         read_json(snakemake.input.deviations),
         read_json(snakemake.input.fingerprint),
         snakemake.params.warmup_steps,
-        plan=read_json(snakemake.input.plan) if "plan" in snakemake.input.keys() else None,
+        plan=read_json(snakemake.input.plan),
         run_meta=read_json(snakemake.input.run_meta),
     )
     write_json(snakemake.output.verdicts, verdicts)

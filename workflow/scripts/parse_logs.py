@@ -1,9 +1,9 @@
 """Entry point of the parse_logs rule (logic: zerogate.parse)."""
 from pathlib import Path
 
-from zerogate.entry import logging_to, read_json, write_json
 import pandas as pd
 
+from zerogate.entry import logging_to, read_json, write_json
 from zerogate.parse import parse_launcher_log, read_rank_metrics, run_metadata, stabiliser_events
 
 with logging_to(snakemake.log[0]) as log:

@@ -24,7 +24,6 @@ with logging_to(snakemake.log[0]):
         figures=figures,
         warmup_steps=warmup,
         run_meta=read_json(snakemake.input.run_meta),
-        plan=read_json(snakemake.input.plan) if "plan" in snakemake.input.keys() else None,
         ledger=read_json(snakemake.input.ledger),
         evaluation=[json.loads(line) for line in Path(snakemake.input.evaluation).read_text().splitlines() if line],
         timers=event_table(events, "wall_clock"),

@@ -74,15 +74,3 @@ def untuned_overrides(hidden_size: int) -> list[dict[str, Any]]:
         {"path": "zero_optimization.overlap_comm", "value": True},
         {"path": "zero_optimization.leaf_module.classes", "value": list(DEFAULT_LEAF_MODULE_CLASSES)},
     ]
-
-
-def apply_overrides(ds_config: dict[str, Any], overrides: list[dict[str, Any]]) -> dict[str, Any]:
-    """A copy of ``ds_config`` with each dotted-path override set."""
-    import copy
-
-    from zerogate.ds_config import set_path
-
-    tuned = copy.deepcopy(ds_config)
-    for override in overrides:
-        set_path(tuned, override["path"], override["value"])
-    return tuned

@@ -11,15 +11,15 @@ Every problem is an InputError naming the file and what is wrong, raised before 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from zerogate.errors import InputError
+from zerogate.hashing import sha256_file
+from zerogate.model_sources import HUB_PREFIX, hub_reachable
 
-HUB_PREFIX = "hub:"
 FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text"}
 LAYOUTS: dict[str, tuple[set[str], set[str]]] = {  # layout: (required roles, optional roles)
     "instruction": ({"instruction", "output"}, {"input"}),
@@ -63,22 +63,12 @@ def check_jsonl(path: Path) -> None:
                 raise InputError(str(path), f"line {number}", f"expected a JSON object, got {type(value).__name__}")
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def load_table(source: str, repo: str | Path, settings: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The rows of ``source`` as a ``datasets.Dataset``, and facts about the file for the manifest."""
     import datasets
 
     datasets.disable_progress_bars()
     if source.startswith(HUB_PREFIX):
-        from zerogate.model_sources import hub_reachable
-
         name = source[len(HUB_PREFIX):]
         if not hub_reachable():
             raise InputError(name, "dataset.source", "hub dataset requested but the hub cannot be reached "
@@ -98,7 +88,6 @@ def load_table(source: str, repo: str | Path, settings: dict[str, Any]) -> tuple
     with tempfile.TemporaryDirectory(prefix="zerogate-datasets-") as cache:
         try:
             table = datasets.load_dataset(kind, data_files=str(path), split="train", cache_dir=cache)
-            table = table.flatten_indices() if hasattr(table, "flatten_indices") else table
             table = datasets.Dataset.from_list(table.to_list()) if len(table) else table
         except Exception as error:  # datasets wraps parser errors in several types; report its first line
             if "corresponds to no data" in str(error):  # a header without rows

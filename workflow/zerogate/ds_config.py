@@ -44,6 +44,14 @@ def set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def apply_overrides(ds_config: dict[str, Any], overrides: list[dict[str, Any]]) -> dict[str, Any]:
+    """A copy of ``ds_config`` with each ``{"path": dotted.path, "value": ...}`` override set."""
+    changed = copy.deepcopy(ds_config)
+    for override in overrides:
+        set_path(changed, override["path"], override["value"])
+    return changed
+
+
 def find_auto(config: Any, prefix: str = "") -> list[str]:
     """Dotted paths of every value still set to "auto"."""
     if isinstance(config, dict):

@@ -118,14 +118,3 @@ def no_loss_scale_figure(path: str | Path) -> None:
     ax.text(0.5, 0.5, "No dynamic loss scale: this run had no fp16 loss scaler (fp32 or bf16).", ha="center", va="center")
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def read_stabiliser_events(path: str | Path) -> pd.DataFrame:
-    """The training loop's stabiliser events (issue 4): JSON lines, CSV or parquet with step, rank,
-    kind, value, action."""
-    path = Path(path)
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    if path.suffix == ".csv":
-        return pd.read_csv(path)
-    return pd.read_json(path, lines=True)

@@ -12,6 +12,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from zerogate.parse import event_table
+
 PASS, FAIL, NOT_MEASURED = "PASS", "FAIL", "NOT MEASURED"
 GIB, GB = 1024**3, 10**9
 TREND_ALPHA = 0.01  # one-sided significance of the downward loss trend
@@ -175,11 +177,10 @@ def nonfinite(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any]
 
 def stabiliser_nonfinite(events: pd.DataFrame) -> list[int]:
     """Steps at which the loss stabiliser caught a non-finite loss or gradient norm (any rank, any action)."""
-    if not len(events):
+    rows = event_table(events, "stabiliser")
+    if not len(rows):
         return []
-    rows = events[events["kind"] == "stabiliser"]
-    return [int(step) for step, detail in zip(rows["step"], rows["detail"])
-            if str(json.loads(detail).get("kind", "")).startswith("nonfinite")]
+    return [int(step) for step, kind in zip(rows["step"], rows["kind"]) if str(kind).startswith("nonfinite")]
 
 
 def _in_unit(value: float, metric: str, unit: str) -> float:

@@ -205,6 +205,11 @@ class StepMetrics:
         self.reset_window()
         return record
 
+    def reopen(self) -> None:
+        """Append to the metrics file again after a rollback replaced it with the checkpoint's copy."""
+        self.handle.close()
+        self.handle = open(self.handle.name, "a", buffering=1)
+
     def close(self) -> None:
         self.handle.close()
         if self.nvml is not None:
@@ -230,6 +235,9 @@ class NoMetrics:
 
     def end_step(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return {}
+
+    def reopen(self) -> None:
+        pass
 
     def close(self) -> None:
         self.handle.close()

@@ -186,7 +186,6 @@ def render_html(
     figures: dict[str, str | Path],
     warmup_steps: int,
     run_meta: dict[str, Any] | None = None,
-    plan: dict[str, Any] | None = None,
     ledger: dict[str, Any] | None = None,
     evaluation: list[dict[str, Any]] | None = None,
     timers: pd.DataFrame | None = None,

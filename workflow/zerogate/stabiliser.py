@@ -126,9 +126,9 @@ class EventLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def write(self, step: int, verdict: Verdict, detail: str = "") -> None:
+    def write(self, step: int, verdict: Verdict) -> None:
+        value = verdict.value if verdict.value is None or math.isfinite(verdict.value) else str(verdict.value)
         with open(self.path, "a") as handle:
             for rank in verdict.ranks:
-                value = verdict.value if verdict.value is None or math.isfinite(verdict.value) else str(verdict.value)
                 handle.write(json.dumps({"step": step, "rank": rank, "kind": verdict.kind, "value": value,
-                                         "action": verdict.action, "detail": detail}) + "\n")
+                                         "action": verdict.action, "detail": ""}) + "\n")

@@ -18,7 +18,6 @@ from zerogate.checkpoint: the loop below only says when.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -33,7 +32,7 @@ from transformers import set_seed
 
 from zerogate import checkpoint as ckpt
 from zerogate.dataset import EncodedSplit, load_split
-from zerogate.entry import write_json
+from zerogate.entry import read_json, write_json
 from zerogate.hashing import sha256_json
 from zerogate.evaluate import Evaluator
 from zerogate.held import held_bytes
@@ -94,10 +93,10 @@ class StabiliserAbort(SystemExit):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    spec = json.loads(Path(args.run_spec).read_text())
-    ds_config = json.loads(Path(args.ds_config).read_text())
-    settings = json.loads(Path(args.settings).read_text())
-    manifest = json.loads((Path(args.dataset_dir) / "manifest.json").read_text())
+    spec = read_json(args.run_spec)
+    ds_config = read_json(args.ds_config)
+    settings = read_json(args.settings)
+    manifest = read_json(Path(args.dataset_dir) / "manifest.json")
     training, stab_cfg, ckpt_cfg = spec["training"], settings["stabiliser"], settings["checkpoint"]
     steps, accumulation = training["optimizer_steps"], ds_config["gradient_accumulation_steps"]
     micro_batch = ds_config["train_micro_batch_size_per_gpu"]
@@ -131,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     def save_checkpoint(step: int) -> None:
         staging = ckpt.staging_dir(ckpt_root, step)
         engine.save_checkpoint(str(staging), tag=ckpt.TAG, save_latest=False)
-        metrics.handle.flush()
         ckpt.write_rank_files(staging, rank, {"skipped_windows": skipped_windows, "stabiliser": stabiliser.state()},
                               metrics_file, run_logs)
         dist.barrier()  # every rank's partitions are on disk before the checkpoint is called complete
@@ -204,15 +202,17 @@ def main(argv: list[str] | None = None) -> int:
         loss_sum = torch.zeros((), device=engine.device)
         tokens = processed = 0
         for micro in range(accumulation):
-            batch = {k: v.to(engine.device) for k, v in batches.get(window, micro).items()}
+            host_batch = batches.get(window, micro)
+            batch = {k: v.to(engine.device) for k, v in host_batch.items()}
             loss = engine(**batch).loss
             poison = injected_loss_factor(stab_cfg["inject"], window, rank) if micro == 0 else None
             if poison is not None:
                 loss = loss * poison  # fault injection (config, off by default): a bad batch on one rank
             engine.backward(loss)
             loss_sum += loss.detach()
-            tokens += int(batch["attention_mask"].sum())
-            processed += batch["input_ids"].numel()
+            # Counted on the host copy: no device work or readback between micro-steps.
+            tokens += int(host_batch["attention_mask"].sum())
+            processed += host_batch["input_ids"].numel()
             if micro < accumulation - 1:
                 engine.step()  # not the boundary: DeepSpeed only counts the micro-step
                 metrics.micro_step_done()
@@ -269,8 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         bad_window = window
         step = restore(found, with_events=False)
         skipped_windows = sorted({*skipped_windows, bad_window})
-        metrics.handle.close()
-        metrics.handle = open(metrics_file, "a", buffering=1)
+        metrics.reopen()  # the metrics file was put back as it was at the checkpoint
         progress.n = step
         print(f"zerogate: rank {rank} rolled back to step {step}; data window {bad_window} skipped", file=sys.stderr)
 

@@ -7,11 +7,10 @@ schedule, precision -- stays the same across variants and the ledger can be chec
 
 from __future__ import annotations
 
-import copy
 import statistics
 from typing import Any
 
-from zerogate.ds_config import _MISSING, get_path, set_path
+from zerogate.ds_config import _MISSING, apply_overrides, get_path
 
 # name -> (stage, optimizer offload, parameter offload). Parameter offload exists only in stage 3.
 VARIANTS: dict[str, tuple[int, bool, bool]] = {
@@ -39,13 +38,21 @@ def variant_overrides(name: str) -> list[dict[str, Any]]:
 
 def variant_config(ds_config: dict[str, Any], name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(the variant's DeepSpeed config, its overrides with the rendered value each replaced)."""
-    config = copy.deepcopy(ds_config)
+    overrides = variant_overrides(name)
     applied = []
-    for override in variant_overrides(name):
-        before = get_path(config, override["path"])
-        set_path(config, override["path"], override["value"])
+    for override in overrides:
+        before = get_path(ds_config, override["path"])
         applied.append({**override, "before": None if before is _MISSING else before})
-    return config, applied
+    return apply_overrides(ds_config, overrides), applied
+
+
+def slowest_rank_step_times(records: list[dict[str, Any]]) -> dict[int, float]:
+    """Optimizer step -> step time of its slowest rank, warm-up steps left out (records of every rank)."""
+    timed: dict[int, float] = {}
+    for r in records:
+        if not r["warmup"]:
+            timed[r["step"]] = max(timed.get(r["step"], 0.0), r["step_time(s)"])
+    return timed
 
 
 def compare(summaries: dict[str, dict[str, Any]], steps: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -53,11 +60,9 @@ def compare(summaries: dict[str, dict[str, Any]], steps: dict[str, list[dict[str
     final loss. ``steps`` holds each variant's metrics records of every rank."""
     rows = []
     for name, records in steps.items():
-        timed: dict[int, float] = {}
+        timed = slowest_rank_step_times(records)
         peaks: dict[int, float] = {}
         for r in records:
-            if not r["warmup"]:
-                timed[r["step"]] = max(timed.get(r["step"], 0.0), r["step_time(s)"])
             peaks[r["rank"]] = max(peaks.get(r["rank"], 0.0), r["memory/device_peak(GiB)"])
         last = max((r for r in records if r["rank"] == 0), key=lambda r: r["step"])
         stage, offload_optimizer, offload_param = VARIANTS[name]

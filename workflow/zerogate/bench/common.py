@@ -16,6 +16,7 @@ from zerogate.dataset import prepare
 from zerogate.ds_config import render
 from zerogate.entry import write_json
 from zerogate.train_settings import training_settings
+from zerogate.variants import slowest_rank_step_times
 from zerogate.probe import probe
 from zerogate.profile import load_profile_chain, resolve_profile
 
@@ -41,7 +42,8 @@ def prepare_run(profile_name: str, workdir: Path, steps: int) -> dict[str, Path]
     profile["training"]["optimizer_steps"] = steps
     profile["training"]["warmup_steps_excluded"] = min(profile["training"]["warmup_steps_excluded"], steps // 3)
     template = REPO / profile["deepspeed"]["template"]
-    ds_config, _, run_spec = render(json.loads(template.read_text()), profile, probe(), str(template))
+    # render reads the accelerator and cores, not the measured bandwidths: skip measuring them.
+    ds_config, _, run_spec = render(json.loads(template.read_text()), profile, probe(measure=False), str(template))
     settings = training_settings(profile)
     settings["checkpoint"]["every_steps"] = 0
     paths = {"dataset": workdir / "dataset", "ds_config": workdir / "ds_config.json",
@@ -68,12 +70,9 @@ def launch(paths: dict[str, Path], out: Path, module: str = "zerogate.train", ex
 
 def timed_steps(out: Path) -> list[float]:
     """Step times of the slowest rank per step, warm-up excluded."""
-    per_step: dict[int, float] = {}
-    for path in sorted((out / "metrics").glob("rank*.jsonl")):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if not record["warmup"]:
-                per_step[record["step"]] = max(per_step.get(record["step"], 0.0), record["step_time(s)"])
+    records = [json.loads(line) for path in sorted((out / "metrics").glob("rank*.jsonl"))
+               for line in path.read_text().splitlines()]
+    per_step = slowest_rank_step_times(records)
     return [per_step[s] for s in sorted(per_step)]
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 
 from zerogate.bench.common import launch, median, parse_and_prepare, timed_steps
-from zerogate.cpu_tuning import apply_overrides, untuned_overrides
+from zerogate.cpu_tuning import untuned_overrides
+from zerogate.ds_config import apply_overrides
 from zerogate.entry import read_json, write_json
 from zerogate.variants import variant_config
 

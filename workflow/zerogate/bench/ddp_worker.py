@@ -15,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 from transformers import set_seed
 
 from zerogate.dataset import load_split
+from zerogate.entry import read_json
 from zerogate.metrics import StepMetrics
 from zerogate.model import build_model, model_config
 from zerogate.train import RankBatches, parse_args
@@ -22,9 +23,9 @@ from zerogate.train import RankBatches, parse_args
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    spec = json.loads(Path(args.run_spec).read_text())
-    ds_config = json.loads(Path(args.ds_config).read_text())
-    manifest = json.loads((Path(args.dataset_dir) / "manifest.json").read_text())
+    spec = read_json(args.run_spec)
+    ds_config = read_json(args.ds_config)
+    manifest = read_json(Path(args.dataset_dir) / "manifest.json")
     training = spec["training"]
     steps, accumulation = training["optimizer_steps"], ds_config["gradient_accumulation_steps"]
     dist.init_process_group("gloo")

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import time
 import warnings
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from zerogate.launch import MASTER_ADDR, free_port
 
 # Elements per rank: a norm weight, one 64 x 64 linear layer, the 0.14 M-parameter default model.
 SIZES = {"norm weight (64)": 64, "linear layer (4096)": 4096, "whole model (139584)": 139_584}
@@ -49,7 +50,7 @@ def _rank(rank: int, world: int, port: int, iterations: int) -> None:
     torch.set_num_threads(1)
     # DeepSpeed 0.19.8 calls these collectives by the names torch 2.13 deprecates: time what it calls.
     warnings.filterwarnings("ignore", category=FutureWarning)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR=MASTER_ADDR, MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     for label, elements in SIZES.items():
         times = {op: _time(op, elements, world, iterations) for op in OPERATIONS}
@@ -58,19 +59,13 @@ def _rank(rank: int, world: int, port: int, iterations: int) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=500)
     args = parser.parse_args(argv)
     world = 2
     print(f"gloo, {world} local ranks, mean of {args.iterations} calls, elements per rank:")
-    mp.spawn(_rank, args=(world, _free_port(), args.iterations), nprocs=world, join=True)
+    mp.spawn(_rank, args=(world, free_port(), args.iterations), nprocs=world, join=True)
     return 0
 
 
