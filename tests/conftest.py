@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from zerogate.profile import load_profile_chain, resolve_profile
+from zerogate.config.profile import load_profile_chain, resolve_profile
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -57,7 +57,7 @@ def run(tmp_path_factory):
     done = snakemake(workdir)
     assert done.returncode == 0, done.stderr[-4000:]
     print(f"smoke pipeline end to end: {time.monotonic() - started:.1f} s")
-    # DeepSpeed's CPU comm op leaves its /dev/shm (RAM) buffers behind; zerogate.launch removes them.
+    # DeepSpeed's CPU comm op leaves its /dev/shm (RAM) buffers behind; zerogate.train.launch removes them.
     assert set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) <= shm_before
     return workdir, workdir / "results" / "smoke" / MACHINE
 

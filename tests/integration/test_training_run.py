@@ -42,7 +42,7 @@ def kill_rank0_at(process: subprocess.Popen, metrics_file: Path, step: int, time
         if metrics_file.exists() and len(metrics_file.read_text().splitlines()) >= step:
             for child in psutil.Process(process.pid).children(recursive=True):
                 cmdline = child.cmdline()
-                if "zerogate.train" in cmdline and "--local_rank=0" in cmdline:
+                if "zerogate.train.loop" in cmdline and "--local_rank=0" in cmdline:
                     child.send_signal(signal.SIGKILL)
                     return
         time.sleep(0.2)
@@ -98,7 +98,7 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_one(workdir, uninterrup
 
 def run_policy(workdir: Path, source: Path, name: str, policy: str, inject_step: int, steps: int = 8,
                every: int = 3) -> tuple[subprocess.CompletedProcess, Path]:
-    """zerogate.train through the launcher, on the smoke run's data, with a NaN injected on rank 1."""
+    """zerogate.train.loop through the launcher, on the smoke run's data, with a NaN injected on rank 1."""
     out = workdir / "results/policies" / name
     out.mkdir(parents=True, exist_ok=True)
     spec = json.loads((source / "deepspeed/run_spec.json").read_text())
@@ -110,7 +110,7 @@ def run_policy(workdir: Path, source: Path, name: str, policy: str, inject_step:
     settings["checkpoint"].update(every_steps=every, keep=2, export_fp32=True)
     for file, value in (("run_spec.json", spec), ("ds_config.json", ds_config), ("settings.json", settings)):
         (out / file).write_text(json.dumps(value))
-    command = [sys.executable, "-m", "zerogate.launch", "--run-spec", str(out / "run_spec.json"), "--log",
+    command = [sys.executable, "-m", "zerogate.train.launch", "--run-spec", str(out / "run_spec.json"), "--log",
                str(out / "train.log"), "--", "--ds-config", str(out / "ds_config.json"), "--settings",
                str(out / "settings.json"), "--dataset-dir", str(source / "dataset"), "--out-dir", str(out / "train"),
                "--checkpoint-dir", str(out / "checkpoints")]

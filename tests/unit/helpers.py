@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from zerogate.parse import parse_launcher_log
+from zerogate.analysis.parse import parse_launcher_log
 
 
 def synthetic_steps(steps: int = 200, ranks: int = 2, step_time: float = 0.5, loss_start: float = 5.0,

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import torch
 
-from zerogate import checkpoint as ckpt
+from zerogate.train import checkpoint as ckpt
 
 
 def fake_save(root, step, rank_count=2, metrics_lines=3):

@@ -5,11 +5,11 @@ import pytest
 from tests.conftest import CPU_FINGERPRINT
 from tests.unit.helpers import no_events, synthetic_steps
 from tests.unit.test_report import DEVIATION, PROVENANCE
-from zerogate.compare import comparison_table, flags, gate_matrix, load_run, render_comparison
+from zerogate.report.compare import comparison_table, flags, gate_matrix, load_run, render_comparison
 from zerogate.errors import InputError
-from zerogate.gates import evaluate
-from zerogate.parse import run_metadata
-from zerogate.registry import SCHEMA, registry_record
+from zerogate.analysis.gates import evaluate
+from zerogate.analysis.parse import run_metadata
+from zerogate.report.registry import SCHEMA, registry_record
 
 
 def write_run(root, tiny_profile, machine, dataset_hash="d" * 64, step_time=0.5, profile="smoke"):

@@ -6,9 +6,9 @@ import json
 import pandas as pd
 import pytest
 
-from zerogate.dataset import load_split, prepare
+from zerogate.data.dataset import load_split, prepare
 from zerogate.errors import InputError
-from zerogate.templates import IGNORE_INDEX
+from zerogate.data.templates import IGNORE_INDEX
 
 ROWS = [{"question": f"reverse {w}", "answer": w[::-1], "extra": i} for i, w in
         enumerate(["abc", "defg", "hij", "klmno", "pqr", "stuv", "wxy", "zab", "cde", "fgh"])]

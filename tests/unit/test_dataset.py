@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from zerogate.dataset import IGNORE_INDEX, TASKS, encode, generate_examples, load_split, prepare, train_tokenizer
+from zerogate.data.dataset import IGNORE_INDEX, TASKS, encode, generate_examples, load_split, prepare, train_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ import copy
 import pytest
 
 from tests.conftest import gpu_fingerprint
-from zerogate.ds_config import find_auto, render
+from zerogate.plan.ds_config import find_auto, render
 from zerogate.errors import InputError
 
 
@@ -17,7 +17,7 @@ def test_cpu_render_resolves_every_auto_and_records_why(claim_config, tiny_profi
     assert find_auto(ds) == []
     zero = ds["zero_optimization"]
     hidden = tiny_profile["model"]["hidden_size"]
-    # On the CPU accelerator the bucket "auto"s take the tuned values (zerogate.cpu_tuning), one deviation each.
+    # On the CPU accelerator the bucket "auto"s take the tuned values (zerogate.plan.cpu_tuning), one deviation each.
     assert zero["reduce_bucket_size"] == 500_000_000
     assert zero["stage3_prefetch_bucket_size"] == 50_000_000
     assert zero["overlap_comm"] is False

@@ -5,8 +5,8 @@ import copy
 import pytest
 
 from tests.conftest import gpu_fingerprint
-from zerogate.ds_config import render, validate_with_deepspeed
-from zerogate.ds_keys import model_keys, unknown_keys
+from zerogate.plan.ds_config import render, validate_with_deepspeed
+from zerogate.plan.ds_keys import model_keys, unknown_keys
 from zerogate.errors import InputError
 
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from zerogate.dataset import fit_rows
-from zerogate.evaluate import Evaluator, exact_match, rank_share, settings_for, validation_loss
-from zerogate.templates import IGNORE_INDEX
+from zerogate.data.dataset import fit_rows
+from zerogate.train.evaluate import Evaluator, exact_match, rank_share, settings_for, validation_loss
+from zerogate.data.templates import IGNORE_INDEX
 
 
 def test_every_rank_gets_the_same_number_of_rows():

@@ -6,8 +6,8 @@ import pytest
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
 from tests.unit.helpers import no_events, synthetic_steps
-from zerogate.gates import FAIL, NOT_MEASURED, PASS, evaluate, evaluate_gate, faithfulness, spearman_downward
-from zerogate.parse import parse_launcher_log, run_metadata, stabiliser_events
+from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate, evaluate_gate, faithfulness, spearman_downward
+from zerogate.analysis.parse import parse_launcher_log, run_metadata, stabiliser_events
 
 SUMMARY = {"completed_steps": 200}
 

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import torch
 
-from zerogate.held import held_bytes
+from zerogate.train.held import held_bytes
 
 
 def fake_engine(master_shares_storage: bool):

@@ -1,6 +1,6 @@
 """The launcher wrapper removes the shared-memory buffers DeepSpeed's CPU comm op leaves behind."""
 
-from zerogate.launch import MASTER_ADDR, keep_failed_records, launcher_command, out_dir_of, remove_shm_buffers
+from zerogate.train.launch import MASTER_ADDR, keep_failed_records, launcher_command, out_dir_of, remove_shm_buffers
 
 
 def test_only_this_runs_shm_buffers_are_removed(tmp_path):
@@ -15,7 +15,7 @@ def test_only_this_runs_shm_buffers_are_removed(tmp_path):
 
 
 def test_launcher_command_uses_the_given_port_and_rank_count():
-    command = launcher_command({"world_size": 2}, ["--run-spec", "r.json"], 41234, "zerogate.train")
+    command = launcher_command({"world_size": 2}, ["--run-spec", "r.json"], 41234, "zerogate.train.loop")
     assert command[command.index("--num_gpus") + 1] == "2"
     assert command[command.index("--master_port") + 1] == "41234"
     assert command[-2:] == ["--run-spec", "r.json"]

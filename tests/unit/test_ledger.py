@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from transformers import GPT2Config
 
-from zerogate.model import model_config
-from zerogate.ledger import (GB, GIB, ModelCounts, Setup, activation_bytes, count_parameters,
+from zerogate.model.build import model_config
+from zerogate.plan.ledger import (GB, GIB, ModelCounts, Setup, activation_bytes, count_parameters,
                              deepspeed_estimates, ledger, model_state_bytes, paper_ledger, setup_from_config,
                              zerogate_terms)
-from zerogate.ledger_check import compare, read_measurements
+from zerogate.analysis.ledger_check import compare, read_measurements
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "held_bytes"
 TINY = {"architecture": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -177,7 +177,7 @@ def test_model_state_bytes_of_the_tiny_default():
 
 
 def test_figures_show_binary_and_decimal_units():
-    from zerogate.ledger import human
+    from zerogate.plan.ledger import human
 
     assert human(112 * 10**9) == "104.31 GiB (112.00 GB)"
     assert human(1_281_920) == "1.22 MiB (1.28 MB)"

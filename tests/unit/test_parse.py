@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from tests.unit.helpers import synthetic_steps
-from zerogate.gates import FAIL, NOT_MEASURED, evaluate_gate
-from zerogate.parse import event_table, mark_overflow_skips, parse_launcher_log, read_rank_metrics, run_metadata
+from zerogate.analysis.gates import FAIL, NOT_MEASURED, evaluate_gate
+from zerogate.analysis.parse import event_table, mark_overflow_skips, parse_launcher_log, read_rank_metrics, run_metadata
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -112,7 +112,7 @@ def test_cumulative_skip_counter_becomes_per_step_flags():
 
 
 def test_training_loop_skip_reasons_become_overflow_flags_only_under_a_loss_scaler(tiny_profile):
-    # What zerogate.train writes: skip_reason per step, DeepSpeed's cumulative counter (which also counts
+    # What zerogate.train.loop writes: skip_reason per step, DeepSpeed's cumulative counter (which also counts
     # the stabiliser's dropped updates) and the loss scale, null without fp16.
     steps = synthetic_steps(steps=5, ranks=1)
     steps["skip_reason"] = [None, "fp16_overflow", None, "nonfinite_loss", None]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_ledger import QWEN14B, claim_setup, oracle_counts
-from zerogate.floor import floor, link_bytes, pcie_gbps
-from zerogate.machines import from_fingerprint, load_description, to_fingerprint
-from zerogate.planner import judge_claims, plan, plan_for_profile, refusal, summary
+from zerogate.plan.floor import floor, link_bytes, pcie_gbps
+from zerogate.config.machines import from_fingerprint, load_description, to_fingerprint
+from zerogate.plan.planner import judge_claims, plan, plan_for_profile, refusal, summary
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"

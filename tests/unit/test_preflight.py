@@ -1,8 +1,8 @@
 """The pre-flight check refuses a profile the machine cannot run, and says why."""
 
 from tests.conftest import REPO, gpu_fingerprint
-from zerogate.preflight import verdict
-from zerogate.profile import load_profile_chain, resolve_profile
+from zerogate.plan.preflight import verdict
+from zerogate.config.profile import load_profile_chain, resolve_profile
 
 
 def profile(name):

@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
-from zerogate.machines import check, from_fingerprint
-from zerogate.probe import merge_devices, numa_nodes, parse_nvidia_smi_xml, parse_nvml, pinned_memory_limit, summary
+from zerogate.config.machines import check, from_fingerprint
+from zerogate.plan.probe import merge_devices, numa_nodes, parse_nvidia_smi_xml, parse_nvml, pinned_memory_limit, summary
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "probe"
 

@@ -2,7 +2,7 @@ import pytest
 import yaml
 
 from zerogate.errors import InputError
-from zerogate.profile import deep_merge, file_defining, load_profile_chain, resolve_profile
+from zerogate.config.profile import deep_merge, file_defining, load_profile_chain, resolve_profile
 
 
 def write(directory, name, value):

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from zerogate.profile import available_profiles, check_profile, load_profile_chain, resolve_profile
+from zerogate.config.profile import available_profiles, check_profile, load_profile_chain, resolve_profile
 
 SCHEMA = yaml.safe_load((REPO / "config/schemas/profile.schema.yaml").read_text())
 

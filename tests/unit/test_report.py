@@ -4,9 +4,9 @@ import pandas as pd
 
 from tests.conftest import CPU_FINGERPRINT
 from tests.unit.helpers import no_events, synthetic_steps
-from zerogate.figures import loss_figure, memory_figure, step_time_figure
-from zerogate.gates import evaluate
-from zerogate.report import render_html, run_summary
+from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
+from zerogate.analysis.gates import evaluate
+from zerogate.report.html import render_html, run_summary
 
 PROVENANCE = {
     "pipeline_version": "0.1.0",
@@ -86,7 +86,7 @@ def test_ledger_section_only_with_a_ledger(tmp_path, tiny_profile):
 
 
 def test_crashed_rank_shows_in_the_report(tmp_path, tiny_profile):
-    from zerogate.parse import parse_launcher_log, run_metadata
+    from zerogate.analysis.parse import parse_launcher_log, run_metadata
     log = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"train.py\", line 9, in step\n"
            "[rank1]: RuntimeError: CUDA out of memory\n")
     steps = synthetic_steps()
@@ -97,8 +97,8 @@ def test_crashed_rank_shows_in_the_report(tmp_path, tiny_profile):
 
 
 def test_loss_scale_series_from_overflow_lines():
-    from zerogate.figures import loss_scale_series
-    from zerogate.parse import parse_launcher_log
+    from zerogate.report.figures import loss_scale_series
+    from zerogate.analysis.parse import parse_launcher_log
     events = parse_launcher_log("[Rank 0] step=10, skipped=0, lr=[1], mom=[1]\n"
                                 "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768\n")
     series = loss_scale_series(synthetic_steps(), events)
@@ -125,7 +125,7 @@ def test_evaluation_before_and_after_is_shown(tmp_path, tiny_profile):
         {"step": 1000, "phase": "after", "validation/loss": 1.04, "validation/rows": 64,
          "exact_match/accuracy": 0.4, "exact_match/correct": 8, "exact_match/items": 20},
     ]
-    from zerogate.report import evaluation_section
+    from zerogate.report.html import evaluation_section
 
     section = evaluation_section(records)
     assert section.count("<tr>") == 4

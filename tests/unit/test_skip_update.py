@@ -3,7 +3,7 @@ engine is told "overflow" (so it counts a skipped step and holds the LR schedule
 
 import torch
 
-from zerogate.skip_update import update_dropped
+from zerogate.train.deepspeed_adapter import update_dropped
 
 
 class Stage3Like:

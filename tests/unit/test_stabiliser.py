@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from zerogate.stabiliser import EventLog, Stabiliser, data_window, injected_loss_factor, robust_z
+from zerogate.train.stabiliser import EventLog, Stabiliser, data_window, injected_loss_factor, robust_z
 
 
 def warmed(policy="skip", history=30, **extra):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from zerogate.dataset import load_tokenizer
-from zerogate.templates import IGNORE_INDEX, encode_record, prompt_ids
+from zerogate.data.dataset import load_tokenizer
+from zerogate.data.templates import IGNORE_INDEX, encode_record, prompt_ids
 
 CHAT = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}<eos>\n{% endfor %}"
         "{% if add_generation_prompt %}<|assistant|> {% endif %}")

@@ -1,6 +1,6 @@
 """The training settings fill in the stabiliser's and checkpoints' defaults and keeps the profile's values."""
 
-from zerogate.train_settings import training_settings
+from zerogate.config.settings import training_settings
 
 
 def test_profile_values_win_and_defaults_fill_the_rest(smoke_profile):

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import torch
 
-from zerogate.dataset import EncodedSplit
-from zerogate.metrics import StepMetrics
-from zerogate.train import RankBatches
+from zerogate.data.dataset import EncodedSplit
+from zerogate.train.metrics import StepMetrics
+from zerogate.train.loop import RankBatches
 
 
 def split(rows=50, seq=8):
@@ -58,10 +58,10 @@ def test_metrics_off_answers_every_call_the_loop_makes():
     import inspect
     import re
 
-    import zerogate.train
-    from zerogate.metrics import NoMetrics
+    import zerogate.train.loop
+    from zerogate.train.metrics import NoMetrics
 
-    called = set(re.findall(r"\bmetrics\.(\w+)\(", inspect.getsource(zerogate.train)))
+    called = set(re.findall(r"\bmetrics\.(\w+)\(", inspect.getsource(zerogate.train.loop)))
     assert {"start_step", "end_step", "reset_window", "close"} <= called
     missing = {name for name in called if not callable(getattr(NoMetrics, name, None))}
     assert not missing, f"NoMetrics lacks {sorted(missing)}"

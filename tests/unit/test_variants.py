@@ -4,9 +4,9 @@ import copy
 
 import pytest
 
-from zerogate.cpu_tuning import cpu_comm_overrides, untuned_overrides
-from zerogate.ds_config import apply_overrides, render
-from zerogate.variants import VARIANTS, compare, variant_config
+from zerogate.plan.cpu_tuning import cpu_comm_overrides, untuned_overrides
+from zerogate.plan.ds_config import apply_overrides, render
+from zerogate.plan.variants import VARIANTS, compare, variant_config
 
 
 @pytest.fixture

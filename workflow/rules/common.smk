@@ -12,9 +12,9 @@ from snakemake.utils import validate
 from zerogate import __version__ as PIPELINE_VERSION
 from zerogate.errors import InputError
 from zerogate.hashing import sha256_json
-from zerogate.machine_id import machine_id_from_host
-from zerogate.profile import check_profile, file_defining, load_profile_chain, resolve_profile
-from zerogate.validation import key_path, to_input_error
+from zerogate.config.machine_id import machine_id_from_host
+from zerogate.config.profile import check_profile, file_defining, load_profile_chain, resolve_profile
+from zerogate.config.validation import key_path, to_input_error
 
 REPO = Path(workflow.basedir)
 CONFIG_FILE = "config/config.yaml"
@@ -97,7 +97,7 @@ def profile_file_setting(key):
 
 def check_model_source():
     """Issue 6: a model path that does not exist or a GGUF transformers cannot load stops here."""
-    from zerogate.model_sources import check_model_section
+    from zerogate.model.sources import check_model_section
 
     try:
         check_model_section(PROFILE["model"], profile_file_setting("model.source"), REPO)

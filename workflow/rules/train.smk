@@ -40,7 +40,7 @@ rule train:
     conda:
         "../../envs/train.yaml"
     shell:
-        "python -m zerogate.launch --run-spec {input.run_spec} --log {log} --"
+        "python -m zerogate.train.launch --run-spec {input.run_spec} --log {log} --"
         " --ds-config {input.ds_config} --settings {input.settings} --dataset-dir {params.dataset_dir}"
         " --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir}"
 

@@ -1,6 +1,7 @@
 """Entry point of the approve_plan rule: training may start only if the plan fits or the profile overrides."""
-from zerogate.entry import fail, logging_to, read_json, write_json
-from zerogate.planner import refusal
+from zerogate.entry import fail, logging_to
+from zerogate.io import read_json, write_json
+from zerogate.plan.planner import refusal
 
 with logging_to(snakemake.log[0]) as log:
     plan = read_json(snakemake.input.plan)

@@ -1,8 +1,9 @@
-"""Entry point of the check_gates rule (logic: zerogate.gates)."""
+"""Entry point of the check_gates rule (logic: zerogate.analysis.gates)."""
 import pandas as pd
 
-from zerogate.entry import logging_to, read_json, write_json
-from zerogate.gates import evaluate
+from zerogate.entry import logging_to
+from zerogate.io import read_json, write_json
+from zerogate.analysis.gates import evaluate
 
 with logging_to(snakemake.log[0]) as log:
     verdicts = evaluate(

@@ -1,6 +1,7 @@
-"""Entry point of the check_preflight rule (logic: zerogate.preflight)."""
-from zerogate.entry import fail, logging_to, read_json, write_json
-from zerogate.preflight import verdict
+"""Entry point of the check_preflight rule (logic: zerogate.plan.preflight)."""
+from zerogate.entry import fail, logging_to
+from zerogate.io import read_json, write_json
+from zerogate.plan.preflight import verdict
 
 with logging_to(snakemake.log[0]) as log:
     result = verdict(snakemake.params.needs, read_json(snakemake.input.fingerprint))

@@ -1,8 +1,9 @@
-"""Entry point of the compare_ledger rule (logic: zerogate.ledger_check)."""
-from zerogate.entry import logging_to, read_json, write_json
-from zerogate.ledger import count_parameters, human, setup_from_config
-from zerogate.model import model_config
-from zerogate.ledger_check import compare, read_measurements
+"""Entry point of the compare_ledger rule (logic: zerogate.analysis.ledger_check)."""
+from zerogate.entry import logging_to
+from zerogate.io import read_json, write_json
+from zerogate.plan.ledger import count_parameters, human, setup_from_config
+from zerogate.model.build import model_config
+from zerogate.analysis.ledger_check import compare, read_measurements
 
 with logging_to(snakemake.log[0]) as log:
     manifest = read_json(snakemake.input.manifest)

@@ -1,7 +1,7 @@
-"""Entry point of the compare_runs rule (logic: zerogate.compare)."""
+"""Entry point of the compare_runs rule (logic: zerogate.report.compare)."""
 from pathlib import Path
 
-from zerogate.compare import comparison_table, flags, load_run, overlay_figure, render_comparison
+from zerogate.report.compare import comparison_table, flags, load_run, overlay_figure, render_comparison
 from zerogate.entry import logging_to
 
 with logging_to(snakemake.log[0]) as log:

@@ -1,9 +1,10 @@
-"""Entry point of the compare_variants rule (logic: zerogate.variants)."""
+"""Entry point of the compare_variants rule (logic: zerogate.plan.variants)."""
 from pathlib import Path
 
-from zerogate.entry import logging_to, read_json, write_json
-from zerogate.parse import read_rank_metrics
-from zerogate.variants import compare
+from zerogate.entry import logging_to
+from zerogate.io import read_json, write_json
+from zerogate.analysis.parse import read_rank_metrics
+from zerogate.plan.variants import compare
 
 with logging_to(snakemake.log[0]) as log:
     names = snakemake.params.variants

@@ -1,8 +1,9 @@
 """Entry point of the enforce_gates rule: with `strict: true`, any FAIL fails the invocation."""
 from pathlib import Path
 
-from zerogate.entry import fail, logging_to, read_json
-from zerogate.gates import failed_gates
+from zerogate.entry import fail, logging_to
+from zerogate.io import read_json
+from zerogate.analysis.gates import failed_gates
 
 with logging_to(snakemake.log[0]) as log:
     failed = failed_gates(read_json(snakemake.input.verdicts))

@@ -2,8 +2,9 @@
 import sys
 from pathlib import Path
 
-from zerogate.entry import logging_to, read_json, write_json
-from zerogate.planner import judge_claims, summary
+from zerogate.entry import logging_to
+from zerogate.io import read_json, write_json
+from zerogate.plan.planner import judge_claims, summary
 
 with logging_to(snakemake.log[0]) as log:
     plan = read_json(snakemake.input.plan)

@@ -1,10 +1,11 @@
-"""Entry point of the parse_logs rule (logic: zerogate.parse)."""
+"""Entry point of the parse_logs rule (logic: zerogate.analysis.parse)."""
 from pathlib import Path
 
 import pandas as pd
 
-from zerogate.entry import logging_to, read_json, write_json
-from zerogate.parse import parse_launcher_log, read_rank_metrics, run_metadata, stabiliser_events
+from zerogate.entry import logging_to
+from zerogate.io import read_json, write_json
+from zerogate.analysis.parse import parse_launcher_log, read_rank_metrics, run_metadata, stabiliser_events
 
 with logging_to(snakemake.log[0]) as log:
     steps = read_rank_metrics(snakemake.input.metrics)

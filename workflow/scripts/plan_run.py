@@ -1,8 +1,9 @@
-"""Entry point of the plan_run rule (logic: zerogate.planner): the plan, whether or not the run fits."""
-from zerogate.entry import fail, logging_to, read_json, write_json
+"""Entry point of the plan_run rule (logic: zerogate.plan.planner): the plan, whether or not the run fits."""
+from zerogate.entry import fail, logging_to
+from zerogate.io import read_json, write_json
 from zerogate.errors import InputError
-from zerogate.machines import from_fingerprint, load_description, to_fingerprint
-from zerogate.planner import plan_for_profile, summary
+from zerogate.config.machines import from_fingerprint, load_description, to_fingerprint
+from zerogate.plan.planner import plan_for_profile, summary
 
 with logging_to(snakemake.log[0]) as log:
     try:

@@ -1,10 +1,11 @@
-"""Entry point of the plot_figures rule (logic: zerogate.figures)."""
+"""Entry point of the plot_figures rule (logic: zerogate.report.figures)."""
 import pandas as pd
 
-from zerogate.entry import logging_to, read_json
-from zerogate.figures import (loss_figure, loss_scale_figure, loss_scale_series, memory_figure, no_loss_scale_figure,
+from zerogate.entry import logging_to
+from zerogate.io import read_json
+from zerogate.report.figures import (loss_figure, loss_scale_figure, loss_scale_series, memory_figure, no_loss_scale_figure,
                               step_time_figure)
-from zerogate.parse import event_table
+from zerogate.analysis.parse import event_table
 
 with logging_to(snakemake.log[0]):
     steps = pd.read_parquet(snakemake.input.steps)

@@ -1,8 +1,9 @@
-"""Entry point of the prepare_dataset rule (logic: zerogate.dataset, zerogate.data_sources)."""
+"""Entry point of the prepare_dataset rule (logic: zerogate.data.dataset, zerogate.data.sources)."""
 from pathlib import Path
 
-from zerogate.dataset import prepare
-from zerogate.entry import fail, logging_to, read_json
+from zerogate.data.dataset import prepare
+from zerogate.entry import fail, logging_to
+from zerogate.io import read_json
 from zerogate.errors import InputError
 
 try:

@@ -1,10 +1,10 @@
-"""Entry point of the prepare_model rule (logic: zerogate.model, zerogate.model_sources)."""
+"""Entry point of the prepare_model rule (logic: zerogate.model.build, zerogate.model.sources)."""
 from pathlib import Path
 
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
-from zerogate.model import materialise
-from zerogate.model_sources import parse_source
+from zerogate.model.build import materialise
+from zerogate.model.sources import parse_source
 
 try:
     with logging_to(snakemake.log[0]) as log:

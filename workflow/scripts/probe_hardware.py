@@ -1,8 +1,9 @@
-"""Entry point of the probe_hardware rule (logic: zerogate.probe)."""
+"""Entry point of the probe_hardware rule (logic: zerogate.plan.probe)."""
 from pathlib import Path
 
-from zerogate.entry import logging_to, write_json
-from zerogate.probe import probe, summary
+from zerogate.entry import logging_to
+from zerogate.io import write_json
+from zerogate.plan.probe import probe, summary
 
 with logging_to(snakemake.log[0]) as log:
     fingerprint = probe()

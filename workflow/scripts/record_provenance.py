@@ -1,5 +1,6 @@
 """Entry point of the record_provenance rule (logic: zerogate.provenance)."""
-from zerogate.entry import logging_to, read_json, write_json
+from zerogate.entry import logging_to
+from zerogate.io import read_json, write_json
 from zerogate.provenance import provenance
 
 with logging_to(snakemake.log[0]):

@@ -1,8 +1,9 @@
-"""Entry point of the register_run rule (logic: zerogate.registry)."""
+"""Entry point of the register_run rule (logic: zerogate.report.registry)."""
 import pandas as pd
 
-from zerogate.entry import logging_to, read_json, write_json
-from zerogate.registry import registry_record
+from zerogate.entry import logging_to
+from zerogate.io import read_json, write_json
+from zerogate.report.registry import registry_record
 
 with logging_to(snakemake.log[0]):
     inputs = snakemake.input

@@ -1,6 +1,7 @@
-"""Entry point of the render_deepspeed_config rule (logic: zerogate.ds_config)."""
-from zerogate.ds_config import render
-from zerogate.entry import fail, logging_to, read_json, write_json
+"""Entry point of the render_deepspeed_config rule (logic: zerogate.plan.ds_config)."""
+from zerogate.plan.ds_config import render
+from zerogate.entry import fail, logging_to
+from zerogate.io import read_json, write_json
 from zerogate.errors import InputError
 
 with logging_to(snakemake.log[0]) as log:

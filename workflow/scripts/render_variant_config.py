@@ -1,6 +1,7 @@
-"""Entry point of the render_variant_config rule (logic: zerogate.variants)."""
-from zerogate.entry import logging_to, read_json, write_json
-from zerogate.variants import variant_config
+"""Entry point of the render_variant_config rule (logic: zerogate.plan.variants)."""
+from zerogate.entry import logging_to
+from zerogate.io import read_json, write_json
+from zerogate.plan.variants import variant_config
 
 with logging_to(snakemake.log[0]) as log:
     config, overrides = variant_config(read_json(snakemake.input.ds_config), snakemake.wildcards.variant)

@@ -1,13 +1,14 @@
-"""Entry point of the write_report rule (logic: zerogate.report)."""
+"""Entry point of the write_report rule (logic: zerogate.report.html)."""
 import json
 from pathlib import Path
 
 import pandas as pd
 
-from zerogate.entry import logging_to, read_json
-from zerogate.figures import loss_scale_series
-from zerogate.parse import event_table
-from zerogate.report import render_html
+from zerogate.entry import logging_to
+from zerogate.io import read_json
+from zerogate.report.figures import loss_scale_series
+from zerogate.analysis.parse import event_table
+from zerogate.report.html import render_html
 
 with logging_to(snakemake.log[0]):
     steps = pd.read_parquet(snakemake.input.steps)

@@ -12,13 +12,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from zerogate.dataset import prepare
-from zerogate.ds_config import render
-from zerogate.entry import write_json
-from zerogate.train_settings import training_settings
-from zerogate.variants import slowest_rank_step_times
-from zerogate.probe import probe
-from zerogate.profile import load_profile_chain, resolve_profile
+from zerogate.data.dataset import prepare
+from zerogate.plan.ds_config import render
+from zerogate.io import write_json
+from zerogate.config.settings import training_settings
+from zerogate.plan.variants import slowest_rank_step_times
+from zerogate.plan.probe import probe
+from zerogate.config.profile import load_profile_chain, resolve_profile
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -55,9 +55,9 @@ def prepare_run(profile_name: str, workdir: Path, steps: int) -> dict[str, Path]
     return paths
 
 
-def launch(paths: dict[str, Path], out: Path, module: str = "zerogate.train", extra: list[str] | None = None) -> None:
+def launch(paths: dict[str, Path], out: Path, module: str = "zerogate.train.loop", extra: list[str] | None = None) -> None:
     """``module`` under DeepSpeed's launcher with the run spec's ranks and thread environment."""
-    command = [sys.executable, "-m", "zerogate.launch", "--run-spec", str(paths["run_spec"]), "--log",
+    command = [sys.executable, "-m", "zerogate.train.launch", "--run-spec", str(paths["run_spec"]), "--log",
                str(out / "launch.log"), "--module", module, "--", "--ds-config", str(paths["ds_config"]),
                "--settings", str(paths["settings"]), "--dataset-dir", str(paths["dataset"]), "--out-dir", str(out),
                "--checkpoint-dir", str(out / "checkpoints"), *(extra or [])]

@@ -1,6 +1,6 @@
-"""The same model, data and loop as zerogate.train, under plain PyTorch DDP (gloo): the baseline of
+"""The same model, data and loop as zerogate.train.loop, under plain PyTorch DDP (gloo): the baseline of
 zerogate.bench.ddp_vs_zero3. Accumulation micro-steps run under no_sync, so gradients are all-reduced
-once per optimizer step, as DDP users do. Same command line as zerogate.train (run by the launcher)."""
+once per optimizer step, as DDP users do. Same command line as zerogate.train.loop (run by the launcher)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from transformers import set_seed
 
-from zerogate.dataset import load_split
-from zerogate.entry import read_json
-from zerogate.metrics import StepMetrics
-from zerogate.model import build_model, model_config
-from zerogate.train import RankBatches, parse_args
+from zerogate.data.dataset import load_split
+from zerogate.io import read_json
+from zerogate.train.metrics import StepMetrics
+from zerogate.model.build import build_model, model_config
+from zerogate.train.loop import RankBatches, parse_args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from zerogate.launch import MASTER_ADDR, free_port
+from zerogate.train.launch import MASTER_ADDR, free_port
 
 # Elements per rank: a norm weight, one 64 x 64 linear layer, the 0.14 M-parameter default model.
 SIZES = {"norm weight (64)": 64, "linear layer (4096)": 4096, "whole model (139584)": 139_584}

@@ -1,0 +1,234 @@
+"""Turn the run's raw output into tidy tables: zerogate's per-rank JSON lines and the launcher's log.
+
+Three tables come out of a run:
+
+- steps: one row per (rank, optimizer step), from ``train/metrics/rank<N>.jsonl``;
+- events: one row per notable launcher-log line (DeepSpeed progress, throughput, wall-clock breakdown,
+  memory, fp16 overflow and loss-scale changes, fatal errors, tracebacks, rank exits), with its numbers
+  in ``detail`` (a JSON object), and one per loss-stabiliser event from ``train/events.jsonl`` (kind
+  ``stabiliser``; :func:`stabiliser_events`);
+- run metadata (:func:`run_metadata`): world size, per-rank completion and failures with their last lines.
+
+DeepSpeed's log formats vary between releases (reference.md section 3), so the patterns match loosely.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+_NUMBER = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+_RANK_PREFIX = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("ds_progress", re.compile(rf"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+)")),
+    (
+        "throughput",
+        re.compile(
+            rf"epoch=(?P<epoch>\d+)/micro_step=(?P<micro_step>\d+)/global_step=(?P<step>\d+), "
+            rf"RunningAvgSamplesPerSec=(?P<running_avg_samples_per_s>{_NUMBER}), "
+            rf"CurrSamplesPerSec=(?P<samples_per_s>{_NUMBER})"
+            rf"(?:, MemAllocated=(?P<mem_allocated_GiB>{_NUMBER})GB, MaxMemAllocated=(?P<max_mem_allocated_GiB>{_NUMBER})GB)?"
+        ),
+    ),
+    # DeepSpeed's "GB" here is 1024**3 bytes (see_memory_usage divides by 1024**3).
+    (
+        "memory",
+        re.compile(
+            rf"MA (?P<ma_GiB>{_NUMBER}) GB\s+Max_MA (?P<max_ma_GiB>{_NUMBER}) GB\s+"
+            rf"CA (?P<ca_GiB>{_NUMBER}) GB\s+Max_CA (?P<max_ca_GiB>{_NUMBER}) GB"
+        ),
+    ),
+    ("wall_clock", re.compile(r"(?:\[Rank (?P<rank>\d+)\] )?time \(ms\) \|(?P<timers>.*)$")),
+    (
+        "overflow",
+        re.compile(
+            # Without "reducing to": the hysteresis variant, a skipped step that keeps the scale.
+            rf"OVERFLOW! Rank (?P<rank>\d+) Skipping step\. Attempted loss scale: (?P<attempted>{_NUMBER})"
+            rf"(?:, reducing to (?P<new>{_NUMBER}))?"
+        ),
+    ),
+    ("overflow", re.compile(r"Grad overflow on iteration:?\s*(?P<step>\d+)")),
+    ("loss_scale_reduced", re.compile(rf"Reducing dynamic loss scale from (?P<attempted>{_NUMBER}) to (?P<new>{_NUMBER})")),
+    ("fatal_loss_scale", re.compile(r"Current loss scale already at minimum - cannot decrease scale anymore")),
+    ("rank_exit_ok", re.compile(r"Process (?P<pid>\d+) exits successfully")),
+    ("rank_exit_error", re.compile(r"--local_rank=(?P<rank>\d+)'.*exits with return code = (?P<code>-?\d+)")),
+]
+_NOT_NUMBERS = {"rank", "step", "timers", "pid"}
+_TIMER = re.compile(rf"(?P<name>[A-Za-z_]+):\s*(?P<ms>{_NUMBER})")
+EVENT_COLUMNS = ["kind", "rank", "step", "line", "message", "detail"]
+FAILURE_KINDS = ("traceback", "rank_exit_error", "fatal_loss_scale")
+
+
+def read_rank_metrics(metrics_dir: str | Path) -> pd.DataFrame:
+    """All ranks' step records, one row per (rank, step), sorted."""
+    rows: list[dict[str, Any]] = []
+    for path in sorted(Path(metrics_dir).glob("rank*.jsonl")):
+        with open(path) as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{path}: line {number}: not valid JSON ({error.msg})") from None
+    if not rows:
+        return pd.DataFrame(columns=["rank", "step"])
+    return mark_overflow_skips(pd.DataFrame(rows).sort_values(["rank", "step"], kind="stable").reset_index(drop=True))
+
+
+def mark_overflow_skips(steps: pd.DataFrame) -> pd.DataFrame:
+    """Add a boolean ``overflow_skipped`` column where the records say which steps fp16 skipped.
+
+    zerogate.train.loop records ``skip_reason`` per step ("fp16_overflow" when DeepSpeed's loss scaler dropped
+    the update) and ``loss_scale`` (null without an fp16 loss scaler); other loops may log
+    ``overflow_skipped`` (bool, per step) or ``skipped_steps`` (DeepSpeed's cumulative
+    ``engine.skipped_steps``, differenced per rank). DeepSpeed's counter also counts updates the loss
+    stabiliser dropped, so ``skip_reason`` is preferred. A run without a loss scaler (fp32, bf16) gets no
+    column, and the overflow gate reports NOT MEASURED.
+    """
+    if "overflow_skipped" in steps.columns:
+        return steps
+    if "skip_reason" in steps.columns:
+        if "loss_scale" not in steps.columns or steps["loss_scale"].isna().all():
+            return steps
+        return steps.assign(overflow_skipped=steps["skip_reason"] == "fp16_overflow")
+    if "skipped_steps" not in steps.columns:
+        return steps
+    cumulative = pd.to_numeric(steps["skipped_steps"], errors="coerce")
+    delta = cumulative.groupby(steps["rank"]).diff().fillna(cumulative)
+    return steps.assign(overflow_skipped=delta > 0)
+
+
+def _number(text: str | None) -> float | None:
+    return None if text is None else float(text)
+
+
+def _detail(kind: str, fields: dict[str, str | None]) -> dict[str, Any]:
+    if kind == "wall_clock":
+        return {m.group("name"): float(m.group("ms")) for m in _TIMER.finditer(fields["timers"] or "")}
+    return {k: _number(v) for k, v in fields.items() if k not in _NOT_NUMBERS}
+
+
+def parse_launcher_log(text: str) -> pd.DataFrame:
+    """Events from the launcher's combined output: DeepSpeed progress, throughput and wall-clock lines,
+    memory lines, fp16 overflows, fatal errors, per-rank tracebacks (with their last lines) and exits.
+
+    Lines without a step number (wall clock, memory, overflow in the current wording) take the last
+    step DeepSpeed announced before them, if any: an attribution, not a measurement.
+    """
+    events: list[dict[str, Any]] = []
+    tracebacks: dict[int | None, list[str]] = {}
+    last_step: int | None = None
+    for number, raw in enumerate(text.replace("\r", "\n").splitlines(), start=1):
+        prefix = _RANK_PREFIX.match(raw)
+        prefix_rank = int(prefix.group("rank")) if prefix else None
+        line = raw[prefix.end() :] if prefix else raw
+        if line.startswith("Traceback (most recent call last)"):
+            tracebacks[prefix_rank] = [line]
+            continue
+        if prefix_rank in tracebacks and (line.startswith(" ") or not line.strip()):
+            tracebacks[prefix_rank].append(line)
+            continue
+        if prefix_rank in tracebacks:  # the exception line closes the traceback
+            lines = tracebacks.pop(prefix_rank) + [line]
+            events.append(
+                {"kind": "traceback", "rank": prefix_rank, "step": None, "line": number, "message": line.strip(),
+                 "detail": json.dumps({"last_lines": lines[-12:]})}
+            )
+            # The exception line itself may be a known event (the fatal loss-scale exception): fall through.
+        for kind, pattern in _PATTERNS:
+            match = pattern.search(line)
+            if not match:
+                continue
+            fields = match.groupdict()
+            rank, step = fields.get("rank"), fields.get("step")
+            if step is not None:
+                last_step = int(step)
+            events.append(
+                {
+                    "kind": kind,
+                    "rank": int(rank) if rank is not None else prefix_rank,
+                    "step": int(step) if step is not None else last_step if kind not in FAILURE_KINDS else None,
+                    "line": number,
+                    "message": line.strip(),
+                    "detail": json.dumps(_detail(kind, fields)),
+                }
+            )
+            break
+    for rank, lines in tracebacks.items():  # a traceback cut off by the end of the log (a killed launcher)
+        events.append({"kind": "traceback", "rank": rank, "step": None, "line": None, "message": lines[-1].strip(),
+                       "detail": json.dumps({"last_lines": lines[-12:]})})
+    frame = pd.DataFrame(events, columns=EVENT_COLUMNS)
+    return frame.astype({"rank": "Int64", "step": "Int64", "line": "Int64"})
+
+
+def stabiliser_events(path: str | Path) -> pd.DataFrame:
+    """The loss stabiliser's events (``train/events.jsonl``: step, rank, kind, value, action) as event rows
+    of kind ``stabiliser``, their own kind, value and action in ``detail``."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        event = json.loads(line)
+        detail = {key: event.get(key) for key in ("kind", "value", "action")}
+        rows.append({"kind": "stabiliser", "rank": event["rank"], "step": event["step"], "line": None,
+                     "message": f"{event['kind']} = {event.get('value')}: {event.get('action')}",
+                     "detail": json.dumps(detail)})
+    frame = pd.DataFrame(rows, columns=EVENT_COLUMNS)
+    return frame.astype({"rank": "Int64", "step": "Int64", "line": "Int64"})
+
+
+def event_table(events: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """The events of one kind with their ``detail`` numbers as columns (e.g. the wall-clock timers)."""
+    chosen = events[events["kind"] == kind]
+    details = pd.DataFrame([json.loads(d) for d in chosen["detail"]], index=chosen.index)
+    return pd.concat([chosen[["rank", "step", "line"]], details], axis=1).reset_index(drop=True)
+
+
+def last_log_lines(text: str, rank: int | None, count: int = 12) -> list[str]:
+    """The last lines the log holds for one rank (its ``[rankN]:`` lines), or of the whole log."""
+    lines = text.replace("\r", "\n").splitlines()
+    if rank is not None:
+        tagged = [line for line in lines if line.startswith(f"[rank{rank}]:")]
+        if tagged:
+            return tagged[-count:]
+    return [line for line in lines if line.strip()][-count:]
+
+
+def run_metadata(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any] | None, log_text: str,
+                 expected_steps: int | None = None) -> dict[str, Any]:
+    """What the run did as a whole: ranks, steps each completed, which ranks failed and how."""
+    completed = {int(r): int(g["step"].max()) for r, g in steps.groupby("rank")} if len(steps) else {}
+    failures: list[dict[str, Any]] = []
+    for _, event in events[events["kind"].isin(FAILURE_KINDS)].iterrows():
+        rank = None if pd.isna(event["rank"]) else int(event["rank"])
+        detail = json.loads(event["detail"])
+        failures.append({
+            "rank": rank, "kind": event["kind"], "message": event["message"],
+            "exit_code": detail.get("code"),
+            "last_lines": detail.get("last_lines") or last_log_lines(log_text, rank),
+        })
+    counts = events["kind"].value_counts().to_dict() if len(events) else {}
+    return {
+        "world_size": (summary or {}).get("world_size", len(completed) or None),
+        "finished": summary is not None,
+        "expected_steps": expected_steps,
+        "steps_completed_per_rank": completed,
+        "failed_ranks": sorted({f["rank"] for f in failures if f["rank"] is not None}),
+        "failures": failures,
+        "event_counts": {k: int(v) for k, v in counts.items()},
+        "deepspeed_skipped_steps": _last_skipped(events),
+    }
+
+
+def _last_skipped(events: pd.DataFrame) -> dict[str, int] | None:
+    """DeepSpeed's own cumulative fp16 skip count at its last progress line, with that step."""
+    progress = events[events["kind"] == "ds_progress"]
+    if not len(progress):
+        return None
+    last = progress.iloc[-1]
+    return {"step": int(last["step"]), "skipped": int(json.loads(last["detail"])["skipped"])}

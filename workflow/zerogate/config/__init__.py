@@ -1,0 +1,1 @@
+"""Profiles, machine descriptions and typed settings: what the user configures, checked."""

@@ -1,0 +1,1 @@
+"""Stage 1, prepare_dataset: the instruction dataset, tokenizer and prompt templates."""

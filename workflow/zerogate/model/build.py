@@ -1,0 +1,144 @@
+"""The profile's causal LM: random initialisation from shape numbers, or pretrained weights.
+
+``prepare_model`` (the rule) turns any source into ``model.json`` plus, for pretrained sources, a local
+Hugging Face directory (a GGUF is dequantised once there, so the training ranks load safetensors
+instead of each dequantising the GGUF). ``load_for_training`` builds the model on every rank under
+ZeRO-3: random init inside ``deepspeed.zero.Init``; pretrained weights through ``from_pretrained``
+with an ``HfDeepSpeedConfig`` alive, which makes transformers partition each parameter as it is
+created and load the checkpoint shard by shard into the partitions (tied embeddings stay tied).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel
+
+from zerogate.model.sources import SHAPE, ModelSource, resolve_hub
+
+# transformers keeps only a weak reference to the HfDeepSpeedConfig: this keeps it alive for the run.
+_HF_DEEPSPEED_CONFIG: Any = None
+
+
+def model_config(shape: dict[str, Any], vocab_size: int, seq_len: int, eos_id: int | None = None) -> Any:
+    """The transformers config of a profile's ``model`` shape: what training builds and what the planner
+    counts. ``llama`` (default) or ``qwen2`` (q/k/v biases, Qwen2.5's shape); ``vocab_size`` unless the
+    shape fixes its own."""
+    from transformers import Qwen2Config
+
+    family = {"llama": LlamaConfig, "qwen2": Qwen2Config}[shape.get("architecture", "llama")]
+    return family(
+        vocab_size=shape.get("vocab_size", vocab_size),
+        hidden_size=shape["hidden_size"],
+        intermediate_size=shape["intermediate_size"],
+        num_hidden_layers=shape["num_hidden_layers"],
+        num_attention_heads=shape["num_attention_heads"],
+        num_key_value_heads=shape.get("num_key_value_heads", shape["num_attention_heads"]),
+        max_position_embeddings=seq_len,
+        # No padding_idx on the embedding: under zero.Init the weight is already partitioned when
+        # transformers zeroes the padding row (IndexError). Padding is masked from loss and attention.
+        pad_token_id=None,
+        eos_token_id=eos_id,
+        bos_token_id=None,
+        tie_word_embeddings=shape.get("tie_word_embeddings", False),
+    )
+
+
+def build_model(config: Any) -> PreTrainedModel:
+    # Eager attention: identical results on every backend, and the tiny default gains nothing from SDPA.
+    config._attn_implementation = "eager"
+    return AutoModelForCausalLM.from_config(config)
+
+
+# Shape keys a profile may state for a pretrained model (the planner counts parameters from them without
+# the weights): each one stated must agree with the model's own config.
+CHECKED_SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                      "intermediate_size", "vocab_size", "tie_word_embeddings")
+
+
+def shape_disagreements(stated: dict[str, Any], config: Any) -> list[str]:
+    """``key: stated but the model has actual`` for each stated shape key the model's config contradicts."""
+    problems = []
+    for key in CHECKED_SHAPE_KEYS:
+        if key in stated and getattr(config, key, stated[key]) != stated[key]:
+            problems.append(f"{key} {stated[key]} but the model has {getattr(config, key)}")
+    return problems
+
+
+def materialise(source: ModelSource, out_dir: str | Path, profile_file: str, stated_shape: dict[str, Any]) -> dict[str, Any]:
+    """Make ``source`` loadable offline from ``out_dir``; return (and write) ``model.json``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    info: dict[str, Any] = {"source": source.spec, "kind": source.kind}
+    if source.kind == SHAPE:
+        info["directory"] = None
+    else:
+        from transformers import AutoConfig
+
+        if source.kind == "gguf":
+            info["directory"] = str(convert_gguf(source.location, out / "hf"))
+        elif source.kind == "hub":
+            info["directory"] = resolve_hub(source.location, profile_file)
+        else:
+            info["directory"] = source.location
+        config = AutoConfig.from_pretrained(info["directory"])
+        problems = shape_disagreements(stated_shape, config)
+        if problems:
+            from zerogate.errors import InputError
+
+            key = problems[0].split()[0]
+            raise InputError(profile_file, f"model.{key}", f"{'; '.join(problems)} ({source.spec})")
+        info.update(
+            model_type=config.model_type,
+            hidden_size=config.hidden_size,
+            num_hidden_layers=config.num_hidden_layers,
+            vocab_size=config.vocab_size,
+            tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        )
+    (out / "model.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def convert_gguf(gguf_file: str | Path, out_dir: Path) -> Path:
+    """Dequantise a GGUF to fp32 and save it (weights and tokenizer) as a Hugging Face directory."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_file = Path(gguf_file)
+    kwargs = {"gguf_file": gguf_file.name}
+    tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, **kwargs)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, dtype=torch.float32, **kwargs)
+    # transformers marks a GGUF-loaded model as quantized and refuses to save it, although its weights
+    # are already plain fp32: copy them into an unquantized model of the same config.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def load_for_training(model_info: dict[str, Any], shape: dict[str, Any], manifest: dict[str, Any],
+                      ds_config: dict[str, Any]) -> PreTrainedModel:
+    """The model on this rank, partitioned by ZeRO-3 when the config asks for stage 3."""
+    import deepspeed
+
+    zero3 = ds_config["zero_optimization"]["stage"] == 3
+    if model_info["kind"] == SHAPE:
+        config = model_config(shape, manifest["vocab_size"], manifest["seq_len"], manifest["eos_token_id"])
+        with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=zero3):
+            return build_model(config)
+
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.integrations import HfDeepSpeedConfig
+
+    global _HF_DEEPSPEED_CONFIG
+    if zero3:
+        _HF_DEEPSPEED_CONFIG = HfDeepSpeedConfig(ds_config)
+    # fp32 master copy on load; DeepSpeed casts to the config's fp16/bf16 itself.
+    return AutoModelForCausalLM.from_pretrained(model_info["directory"], dtype=torch.float32, attn_implementation="eager")

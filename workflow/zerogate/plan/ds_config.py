@@ -1,0 +1,253 @@
+"""Render the claim's DeepSpeed config into a concrete one for this machine and profile.
+
+Every difference from the claim's published config is recorded as a deviation with its reason, so the
+report can say whether a run is a faithful reproduction.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from zerogate.plan.ds_keys import unknown_keys
+from zerogate.plan.cpu_tuning import cpu_comm_overrides
+from zerogate.errors import InputError
+
+_MISSING = object()
+
+
+@dataclass
+class Deviation:
+    path: str  # dotted key in the DeepSpeed config
+    claim: Any  # the claim's value (None when the claim leaves the key out)
+    rendered: Any
+    kind: str  # "changed": differs from the claim | "resolved": an "auto" made concrete | "chosen": left open by the claim
+    reason: str
+    changes_experiment: bool  # False only where the claim's intent is kept (auto resolved, open choice made)
+
+
+def get_path(config: dict[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = config
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+
+
+def apply_overrides(ds_config: dict[str, Any], overrides: list[dict[str, Any]]) -> dict[str, Any]:
+    """A copy of ``ds_config`` with each ``{"path": dotted.path, "value": ...}`` override set."""
+    changed = copy.deepcopy(ds_config)
+    for override in overrides:
+        set_path(changed, override["path"], override["value"])
+    return changed
+
+
+def find_auto(config: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of every value still set to "auto"."""
+    if isinstance(config, dict):
+        return [p for k, v in config.items() for p in find_auto(v, f"{prefix}{k}.")]
+    return [prefix.rstrip(".")] if config == "auto" else []
+
+
+def thread_env(threads_per_rank: int) -> dict[str, str]:
+    """Thread-pool sizes for each rank. All of them: Snakemake sets each to the job's thread count, and
+    ranks x threads > cores thrashes (measured with 2 ranks on 2 cores, 0.44 s per optimizer step at one
+    thread per rank; 2.5 s with OMP_NUM_THREADS=2, 2.0 s with only MKL_NUM_THREADS=2)."""
+    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+    return {name: str(threads_per_rank) for name in names}
+
+
+def world_size(profile: dict[str, Any], fingerprint: dict[str, Any]) -> int:
+    """One rank per GPU; on a machine without GPUs, the profile's cpu_ranks."""
+    accelerator = fingerprint["accelerator"]
+    return accelerator["count"] if accelerator["kind"] == "cuda" else profile["training"]["cpu_ranks"]
+
+
+class _Renderer:
+    def __init__(self, claim: dict[str, Any]) -> None:
+        self.claim = claim
+        self.config = copy.deepcopy(claim)
+        self.deviations: list[Deviation] = []
+
+    def set(self, path: str, value: Any, kind: str, reason: str, changes_experiment: bool) -> None:
+        before = get_path(self.claim, path)
+        set_path(self.config, path, value)
+        if before is not _MISSING and before == value:
+            return
+        claim_value = None if before is _MISSING else before
+        self.deviations.append(Deviation(path, claim_value, value, kind, reason, changes_experiment))
+
+
+def _nested(dotted: str, value: Any) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for ``"a.b"``: an override as the config fragment it writes."""
+    node: dict[str, Any] = {}
+    set_path(node, dotted, value)
+    return node
+
+
+def check_keys(config: dict[str, Any], file: str) -> None:
+    """Refuse a key DeepSpeed would not read (it ignores them silently), naming its dotted path."""
+    problems = unknown_keys(config)
+    if problems:
+        path, why = problems[0]
+        raise InputError(file, path, why)
+
+
+def validate_with_deepspeed(config: dict[str, Any], file: str) -> None:
+    """Build DeepSpeed's own config object from ``config``: ill-typed values and inconsistent settings
+    raise here, on any machine, before a launch.
+
+    Outside a launched job DeepSpeedConfig sees one rank, so the global batch is left for it to derive
+    from micro-batch x accumulation; render() has already checked their product with the rank count.
+    """
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    single = {k: v for k, v in config.items() if k != "train_batch_size"}
+    try:
+        DeepSpeedConfig(single)
+    except Exception as error:  # pydantic ValidationError, AssertionError, ValueError: all mean a bad config
+        first = " ".join(str(error).split())
+        raise InputError(file, "", f"DeepSpeed rejects the rendered config: {first[:300]}") from None
+
+
+def gpu_precision(r: "_Renderer", devices: list[dict[str, Any]]) -> str:
+    """The claim's precision where every device supports it; else the next one they do, as a deviation."""
+    wants_bf16 = get_path(r.config, "bf16.enabled") is True
+    wants_fp16 = get_path(r.config, "fp16.enabled") is True
+    all_bf16 = all(d.get("bf16_supported", False) for d in devices)
+    all_fp16 = all(d.get("fp16_supported", True) for d in devices)
+    names = ", ".join(sorted({d["name"] for d in devices}))
+    if wants_bf16 and not all_bf16:
+        r.set("bf16.enabled", False, "changed", f"bf16 requested but not supported by every device ({names})", True)
+        if all_fp16:
+            r.set("fp16.enabled", True, "changed", "fp16 instead of the unsupported bf16", True)
+            return "fp16"
+        return "fp32"
+    if wants_bf16:
+        return "bf16"
+    if wants_fp16 and not all_fp16:
+        r.set("fp16.enabled", False, "changed", f"fp16 requested but not supported by every device ({names}); fp32", True)
+        return "fp32"
+    return "fp16" if wants_fp16 else "fp32"
+
+
+def render(
+    claim: dict[str, Any], profile: dict[str, Any], fingerprint: dict[str, Any], template_file: str
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """(ds_config, deviations, run spec) for the claim's config under ``profile`` on this machine."""
+    check_keys(claim, template_file)
+    r = _Renderer(claim)
+    training = profile["training"]
+    hidden = profile["model"]["hidden_size"]
+    ranks = world_size(profile, fingerprint)
+    on_cpu = fingerprint["accelerator"]["kind"] == "cpu"
+
+    # Batch geometry: the profile's micro-batch and accumulation; the global batch follows from them.
+    micro, accumulation = training["micro_batch_per_rank"], training["gradient_accumulation_steps"]
+    geometry_reason = f"profile geometry {micro} x {accumulation} x {ranks} ranks"
+    r.set("train_micro_batch_size_per_gpu", micro, "changed", geometry_reason, True)
+    r.set("gradient_accumulation_steps", accumulation, "changed", geometry_reason, True)
+    r.set("train_batch_size", micro * accumulation * ranks, "changed", geometry_reason, True)
+    wanted = training.get("train_batch_size")
+    if wanted is not None and wanted != micro * accumulation * ranks:
+        raise InputError(
+            "profile",
+            "training.train_batch_size",
+            f"{wanted} != micro_batch_per_rank {micro} x gradient_accumulation_steps {accumulation} x {ranks} ranks",
+        )
+
+    # "auto" is resolved only by the Hugging Face Trainer; plain DeepSpeed needs numbers. Same rules as
+    # transformers.integrations.deepspeed (HfTrainerDeepSpeedConfig.trainer_config_finalize).
+    auto_rules = {
+        "zero_optimization.reduce_bucket_size": (hidden * hidden, "hidden_size^2"),
+        "zero_optimization.stage3_prefetch_bucket_size": (int(0.9 * hidden * hidden), "0.9 x hidden_size^2"),
+        "zero_optimization.stage3_param_persistence_threshold": (10 * hidden, "10 x hidden_size"),
+    }
+    # On DeepSpeed's CPU accelerator the communication settings that profiling found fastest (issue 4,
+    # zerogate.plan.cpu_tuning): they change when and in what pieces gloo moves the same bytes, not the
+    # arithmetic (beyond fp32 summation order).
+    architecture = profile["model"].get("architecture")
+    cpu_tuning = {o["path"]: o for o in cpu_comm_overrides(architecture)} if on_cpu else {}
+    for path, (value, rule) in auto_rules.items():
+        if get_path(r.config, path) != "auto":
+            continue
+        if path in cpu_tuning:
+            tuned = cpu_tuning.pop(path)
+            r.set(path, tuned["value"], "resolved", f'"auto" resolved for the CPU accelerator: {tuned["reason"]}', False)
+        else:
+            r.set(path, value, "resolved", f'"auto" resolved as {rule} (hidden_size {hidden})', False)
+    for path, tuned in cpu_tuning.items():
+        r.set(path, tuned["value"], "changed", f"CPU accelerator, performance only: {tuned['reason']}", False)
+    sub_group = get_path(r.config, "zero_optimization.sub_group_size")
+    if isinstance(sub_group, float) and sub_group.is_integer():
+        r.set("zero_optimization.sub_group_size", int(sub_group), "resolved", "1e9 written as an integer", False)
+
+    # Precision: keep the claim's fp16 where the hardware supports it.
+    if on_cpu:
+        dtype = "fp32"
+        if get_path(r.config, "fp16.enabled") is True:
+            fp16_ok = fingerprint["accelerator"].get("cpu", {}).get("fp16_supported", False)
+            reason = (
+                "DeepSpeed's CPU accelerator reports fp16 unsupported on this CPU"
+                if not fp16_ok
+                else "CPU runs train in fp32 (fp16/bf16 on CPUs run far slower than fp32, reference.md section 5)"
+            )
+            r.set("fp16.enabled", False, "changed", reason + "; training in fp32", True)
+    else:
+        dtype = gpu_precision(r, fingerprint["accelerator"]["devices"])
+
+    # What the claim leaves open: chosen by the profile.
+    optimizer = training["optimizer"]
+    params = {k: v for k, v in optimizer.items() if k != "type"}
+    r.set("optimizer", {"type": optimizer["type"], "params": params}, "chosen", "the claim names no optimizer", False)
+    r.set(
+        "scheduler",
+        {
+            "type": "WarmupCosineLR",
+            "params": {
+                "total_num_steps": training["optimizer_steps"],
+                "warmup_num_steps": training["lr_warmup_steps"],
+                "warmup_type": "linear",
+            },
+        },
+        "chosen",
+        "the claim names no learning-rate schedule",
+        False,
+    )
+    r.set("gradient_clipping", training["gradient_clipping"], "chosen", "the claim names no gradient clipping", False)
+
+    # The profile's explicit overrides, last, each with the reason the profile gives.
+    for index, override in enumerate(profile["deepspeed"]["overrides"]):
+        problem = dict(unknown_keys(_nested(override["path"], override["value"])))
+        if problem:
+            path, why = next(iter(problem.items()))
+            raise InputError("profile", f"deepspeed.overrides.{index}.path", f"{path}: {why}")
+        r.set(override["path"], override["value"], "changed", override["reason"], True)
+
+    leftover = find_auto(r.config)
+    if leftover:
+        raise InputError(template_file, leftover[0], 'still "auto" after rendering: no rule resolves it')
+    validate_with_deepspeed(r.config, template_file)
+
+    # Everything zerogate.train.loop needs besides the DeepSpeed config.
+    cores = fingerprint["cpu"].get("affinity_cores") or fingerprint["cpu"]["logical_cores"] or 1
+    run_spec = {
+        "world_size": ranks,
+        "accelerator": "cpu" if on_cpu else "cuda",
+        "backend": "gloo" if on_cpu else "nccl",
+        "dtype": dtype,
+        "env": {"DS_ACCELERATOR": "cpu" if on_cpu else "cuda", **thread_env(max(1, cores // ranks))},
+        "model": profile["model"],
+        "training": training,
+    }
+    return r.config, [asdict(d) for d in r.deviations], run_spec

@@ -1,0 +1,110 @@
+"""The throughput floor: the shortest micro-step and optimizer step a machine could possibly run.
+
+Every term uses a published or measured peak (never an achievable fraction), and resources that can work
+at the same time are assumed to overlap perfectly, so measured time / floor >= 1 always; how far above 1
+a run lands is the honest way to judge a step-time claim (reference.md section 2).
+
+Per micro-step and rank: compute (FLOP / peak), the host<->device PCIe link in each direction (parameter
+streaming with offload, collectives, gradient offload), and the slowest rank decides. Per optimizer step:
+accumulation x micro-step, plus the optimizer update (CPU Adam is bound by host memory traffic), which
+DeepSpeed runs after the last micro-step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zerogate.plan.ledger import ModelCounts, Setup
+
+# GB/s per lane and direction after line encoding (PCI-SIG: 8b/10b for Gen 1-2, 128b/130b from Gen 3).
+PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+# Host memory bytes moved per parameter by one CPU Adam update (reference.md section 2: ~36 B/param:
+# fp32 param, grad, exp_avg, exp_avg_sq read, three written back, plus the 16-bit copy to the device).
+ADAM_BYTES_PER_PARAM = 36
+
+
+def pcie_gbps(pcie: dict[str, Any] | None) -> float | None:
+    if not pcie or not pcie.get("generation") or not pcie.get("width"):
+        return None
+    return PCIE_LANE_GBPS.get(pcie["generation"], max(PCIE_LANE_GBPS.values())) * pcie["width"]
+
+
+def link_bytes(counts: ModelCounts, setup: Setup) -> dict[str, float]:
+    """Bytes one rank moves over its host link per micro-step, host-to-device and device-to-host.
+
+    Without peer-to-peer every collective crosses host memory, so it is counted on the link either way.
+    """
+    phi, b, n = counts.total, setup.dtype_bytes, setup.ranks
+    others = (n - 1) / n
+    h2d = d2h = 0.0
+    if setup.stage == 3:
+        # Forward and backward each gather the full model onto every device (reference.md section 2).
+        h2d += 2 * phi * b if setup.offload_param else 2 * phi * b * others
+        h2d += phi * b * others  # reduce-scatter: the other ranks' gradient shards arrive
+        d2h += phi * b * others
+    elif setup.stage == 2:
+        h2d += phi * b * others
+        d2h += phi * b * others
+    # ZeRO-0/1 reduce once per optimizer step: counted in optimizer_step_bytes.
+    if setup.offload_optimizer and setup.stage >= 2:
+        d2h += 4 * counts.partition_numel(n)  # fp32 gradient partition to the host buffer, every micro-step
+    return {"h2d": h2d, "d2h": d2h}
+
+
+def _peak(gpu: dict[str, Any], dtype: str) -> float | None:
+    peaks = gpu.get("peak_tflops") or {}
+    return peaks.get(dtype) or None
+
+
+def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> dict[str, Any]:
+    """Micro-step and optimizer-step floors (seconds) for ``setup`` on ``machine``, with every term."""
+    tokens = setup.micro_batch * setup.seq_len
+    flop = (8 if setup.activation_checkpointing else 6) * counts.total * tokens
+    gpus = machine.get("gpus", [])
+    host = machine.get("host", {})
+    ranks: list[dict[str, Any]] = []
+    missing: list[str] = []
+    moved = link_bytes(counts, setup)
+    for rank in range(setup.ranks):
+        terms: dict[str, float | None] = {}
+        if gpus:
+            gpu = gpus[rank % len(gpus)]
+            device = gpu["name"]
+            peak = _peak(gpu, setup.dtype)
+            terms["compute(s)"] = flop / (peak * 1e12) if peak else None
+            link = pcie_gbps(gpu.get("pcie"))
+            terms["pcie_h2d(s)"] = moved["h2d"] / (link * 1e9) if link else (None if moved["h2d"] else 0.0)
+            terms["pcie_d2h(s)"] = moved["d2h"] / (link * 1e9) if link else (None if moved["d2h"] else 0.0)
+        else:
+            device = "cpu"
+            peak = host.get("cpu_peak_tflops_fp32")
+            # The ranks share the host's cores: each gets its share of the measured peak.
+            terms["compute(s)"] = flop / (peak * 1e12 / setup.ranks) if peak else None
+        missing += [f"rank {rank} ({device}): {k}" for k, v in terms.items() if v is None]
+        known = [v for v in terms.values() if v is not None]
+        ranks.append({"rank": rank, "device": device, "terms": terms,
+                      "micro_step_floor(s)": max(known) if known else None})
+
+    micro = [r["micro_step_floor(s)"] for r in ranks if r["micro_step_floor(s)"] is not None]
+    micro_floor = max(micro) if micro else None
+    optimizer_terms: dict[str, float | None] = {}
+    if setup.offload_optimizer or not gpus:
+        bandwidth = host.get("memory_bandwidth_gbps")
+        optimizer_terms["cpu_adam(s)"] = ADAM_BYTES_PER_PARAM * counts.total / (bandwidth * 1e9) if bandwidth else None
+    else:
+        bandwidths = [g.get("memory_bandwidth_gbps") for g in gpus]
+        slowest = min(bandwidths) if all(bandwidths) else None
+        share = counts.partition_numel(setup.ranks) if setup.stage >= 1 else counts.total
+        optimizer_terms["device_adam(s)"] = ADAM_BYTES_PER_PARAM * share / (slowest * 1e9) if slowest else None
+    missing += [f"optimizer: {k}" for k, v in optimizer_terms.items() if v is None]
+    known_opt = [v for v in optimizer_terms.values() if v is not None]
+    step = None if micro_floor is None else setup.accumulation * micro_floor + sum(known_opt)
+    return {
+        "flop_per_micro_step_per_rank": flop,
+        "link_bytes_per_micro_step_per_rank": moved,
+        "ranks": ranks,
+        "micro_step_floor(s)": micro_floor,
+        "optimizer_terms": optimizer_terms,
+        "optimizer_step_floor(s)": step,
+        "missing": missing,  # terms left out for lack of a figure: the floor is then lower than it could be
+    }

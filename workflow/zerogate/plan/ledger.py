@@ -1,0 +1,320 @@
+"""The memory ledger: what each rank and each host needs, three ways, for every ZeRO scheme.
+
+(a) ``paper``: the ZeRO paper's model-state formulas (Rajbhandari et al. 2020, K = 12 bytes/param of fp32
+    Adam state; reference.md section 1), as the claim quotes them.
+(b) ``deepspeed``: DeepSpeed's own estimators, called (never re-typed) on the same counts.
+(c) ``zerogate``: model states as DeepSpeed 0.19 actually allocates them (per-parameter partition
+    padding included), plus what (a) and (b) leave out: activations at the profile's sequence length and
+    micro-batch, gathered-parameter, prefetch and gradient-bucket buffers from the rendered config,
+    gradient accumulation, the CUDA context and pinned host memory.
+
+Parameter counts come from the model's config instantiated on the meta device: no weights, so a 14B model
+is counted in seconds. Every figure is in bytes; :func:`human` shows GiB and GB side by side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from zerogate.units import GB, GIB
+# CUDA context + cuBLAS/NCCL workspaces per GPU process: 0.3-0.6 GiB measured by users (reference.md
+# section 1); the upper end, so that a "fits" verdict is not optimistic.
+CUDA_CONTEXT_BYTES = int(0.6 * GIB)
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+SCHEMES = ("ddp", "zero1", "zero2", "zero2_offload_optimizer", "zero3", "zero3_offload_optimizer", "zero3_offload_all")
+
+
+def human(n: float | None) -> str:
+    """Bytes in binary and decimal units side by side: '12.34 GiB (13.25 GB)', '1.22 MiB (1.28 MB)'."""
+    if n is None:
+        return "n/a"
+    for binary, decimal, b_unit, d_unit in ((GIB, GB, "GiB", "GB"), (1024**2, 10**6, "MiB", "MB"), (1024, 1000, "KiB", "kB")):
+        if abs(n) >= binary:
+            return f"{n / binary:.2f} {b_unit} ({n / decimal:.2f} {d_unit})"
+    return f"{n:.0f} B"
+
+
+@dataclass(frozen=True)
+class ModelCounts:
+    """Parameter counts of a model, with the shape numbers the activation terms need."""
+
+    total: int  # unique parameters (tied weights once)
+    largest_layer: int  # most parameters held directly by one module (DeepSpeed's "largest layer")
+    numels: tuple[int, ...]  # each unique parameter's element count (ZeRO-3 partitions each one)
+    hidden: int
+    layers: int
+    heads: int
+    vocab: int
+    tied_embeddings: bool
+    # Most parameters in one decoder layer (a class in the model's ``_no_split_modules``): what ZeRO-3
+    # gathers at once when that class is a leaf module (zero_optimization.leaf_module, zerogate.plan.cpu_tuning).
+    largest_block: int = 0
+
+    def partition_numel(self, ranks: int) -> int:
+        """Elements of one rank's ZeRO-3 partition: each parameter is padded to a multiple of ``ranks``."""
+        return sum(math.ceil(n / ranks) for n in self.numels)
+
+    def persistent_numel(self, threshold: int) -> int:
+        """Elements ZeRO-3 keeps whole on every rank (parameters at or below the persistence threshold)."""
+        return sum(n for n in self.numels if n <= threshold)
+
+
+def count_parameters(config: Any) -> ModelCounts:
+    """Instantiate ``config``'s causal LM on the meta device and count its parameters.
+
+    DeepSpeed's ``model_to_params`` deduplicates tied weights by ``data_ptr``, which is 0 for every meta
+    tensor; parameters are deduplicated by identity here instead (``Module.parameters`` does that).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    numels = tuple(p.numel() for p in model.parameters())
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    blocks = set(getattr(model, "_no_split_modules", None) or [])
+    largest_block = max((sum(p.numel() for p in m.parameters()) for m in model.modules()
+                         if type(m).__name__ in blocks), default=0)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return ModelCounts(
+        total=sum(numels),
+        largest_layer=largest,
+        numels=numels,
+        hidden=text.hidden_size,
+        layers=text.num_hidden_layers,
+        heads=text.num_attention_heads,
+        vocab=text.vocab_size,
+        tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        largest_block=largest_block,
+    )
+
+
+def paper_ledger(phi: int, ranks: int) -> dict[str, int | None]:
+    """Model-state bytes per GPU as the ZeRO paper (and the claim, claim.md section 2) writes them."""
+    return {
+        "ddp": 16 * phi,
+        "zero1": 4 * phi + 12 * phi // ranks,
+        "zero2": 2 * phi + 14 * phi // ranks,
+        "zero2_offload_optimizer": None,  # the paper gives no offload formula
+        "zero3": 16 * phi // ranks,
+        "zero3_offload_optimizer": None,
+        # The claim's own "ZeRO-3 + Offload" line (claim.md section 2): 2 Phi / N_d + M_activation.
+        "zero3_offload_all": 2 * phi // ranks,
+    }
+
+
+def deepspeed_estimates(counts: ModelCounts, gpus_per_node: int, nodes: int = 1) -> dict[str, dict[str, int] | None]:
+    """DeepSpeed's estimators on the same counts: per-GPU ``device`` and per-node ``host`` bytes.
+
+    DeepSpeed has none for DDP or ZeRO-1. ``zero_init=True``: zerogate builds models under zero.Init.
+    """
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    def z2(offload: bool) -> dict[str, int]:
+        host, device = estimate_zero2_model_states_mem_needs(counts.total, gpus_per_node, nodes, cpu_offload=offload)
+        return {"device": int(device), "host": int(host)}
+
+    def z3(offload_optimizer: bool, offload_param: bool) -> dict[str, int]:
+        host, device, _ = estimate_zero3_model_states_mem_needs(
+            counts.total, counts.largest_layer, gpus_per_node, nodes, cpu_offload=offload_optimizer,
+            cpu_offload_params=offload_param, zero_init=True)
+        return {"device": int(device), "host": int(host)}
+
+    return {
+        "ddp": None,
+        "zero1": None,
+        "zero2": z2(False),
+        "zero2_offload_optimizer": z2(True),
+        "zero3": z3(False, False),
+        "zero3_offload_optimizer": z3(True, False),
+        "zero3_offload_all": z3(True, True),
+    }
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the ledger needs from the rendered DeepSpeed config, the profile and the machine."""
+
+    ranks: int
+    nodes: int
+    dtype: str  # fp32 | fp16 | bf16: parameters and gradients on the device
+    device_kind: str  # cuda | cpu
+    micro_batch: int
+    seq_len: int
+    accumulation: int
+    stage: int
+    offload_optimizer: bool
+    offload_param: bool
+    pin_memory: bool
+    reduce_bucket: int  # elements
+    prefetch_bucket: int  # elements
+    persistence_threshold: int  # elements
+    activation_checkpointing: bool = False
+    leaf_blocks: bool = False  # a leaf module class beyond DeepSpeed's defaults: whole blocks are gathered
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def scheme(self) -> str:
+        if self.stage == 0:
+            return "ddp"
+        if self.stage == 1:
+            return "zero1"
+        if self.stage == 2:
+            return "zero2_offload_optimizer" if self.offload_optimizer else "zero2"
+        if self.offload_param:
+            return "zero3_offload_all"
+        return "zero3_offload_optimizer" if self.offload_optimizer else "zero3"
+
+    def with_scheme(self, scheme: str) -> "Setup":
+        stage = {"ddp": 0, "zero1": 1, "zero2": 2, "zero2_offload_optimizer": 2}.get(scheme, 3)
+        return dataclasses.replace(self, stage=stage, offload_optimizer="offload" in scheme,
+                                   offload_param=scheme == "zero3_offload_all")
+
+
+def _offload_device(zero: dict[str, Any], key: str) -> bool:
+    return str((zero.get(key) or {}).get("device", "none")) in ("cpu", "nvme")
+
+
+def setup_from_config(ds_config: dict[str, Any], run_spec: dict[str, Any], seq_len: int, nodes: int = 1,
+                      activation_checkpointing: bool = False) -> Setup:
+    """The ledger's view of a rendered config (``ds_config.json``) and its ``run_spec.json``."""
+    zero = ds_config.get("zero_optimization", {})
+    pin = any((zero.get(k) or {}).get("pin_memory", False) for k in ("offload_optimizer", "offload_param"))
+    from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
+
+    leaf_classes = (zero.get("leaf_module") or {}).get("classes", [])
+    return Setup(
+        ranks=run_spec["world_size"], nodes=nodes, dtype=run_spec["dtype"], device_kind=run_spec["accelerator"],
+        micro_batch=ds_config["train_micro_batch_size_per_gpu"], seq_len=seq_len,
+        accumulation=ds_config["gradient_accumulation_steps"], stage=int(zero.get("stage", 0)),
+        offload_optimizer=_offload_device(zero, "offload_optimizer"), offload_param=_offload_device(zero, "offload_param"),
+        pin_memory=bool(pin), reduce_bucket=int(zero.get("reduce_bucket_size", 5e8)),
+        prefetch_bucket=int(zero.get("stage3_prefetch_bucket_size", 5e7)),
+        persistence_threshold=int(zero.get("stage3_param_persistence_threshold", 1e5)),
+        activation_checkpointing=activation_checkpointing,
+        leaf_blocks=any(c not in DEFAULT_LEAF_MODULE_CLASSES for c in leaf_classes),
+    )
+
+
+def activation_bytes(counts: ModelCounts, setup: Setup, checkpointing: bool) -> int:
+    """Activations kept for the backward pass of one micro-batch, logits included.
+
+    Per decoder layer s*b*h*(34 + 5*a*s/h) bytes in 16-bit (Korthikanti et al. 2022, "Reducing Activation
+    Recomputation in Large Transformer Models", eq. 1), scaled by dtype bytes / 2; with full activation
+    checkpointing 2*s*b*h per layer (the layer inputs) plus one layer recomputed in full. Logits: s*b*V in
+    the training dtype plus the fp32 upcast and its gradient that the loss computes.
+    """
+    s, b, h, a = setup.seq_len, setup.micro_batch, counts.hidden, counts.heads
+    scale = setup.dtype_bytes / 2
+    per_layer = s * b * h * (34 + 5 * a * s / h) * scale
+    layers = (2 * s * b * h * scale * counts.layers + per_layer) if checkpointing else per_layer * counts.layers
+    logits = s * b * counts.vocab * (setup.dtype_bytes + 4 + 4)
+    return int(layers + logits)
+
+
+def zerogate_terms(counts: ModelCounts, setup: Setup) -> dict[str, dict[str, int]]:
+    """zerogate's prediction for ``setup``: per-rank ``device`` terms, per-rank ``host`` terms (offloaded
+    state, which lives in the host's RAM), and the ``pinned`` share of the host terms; bytes."""
+    n, b, phi = setup.ranks, setup.dtype_bytes, counts.total
+    # One rank's share. ZeRO-3 pads every parameter to a multiple of the ranks; ZeRO-1/2 pad the flat group.
+    share = counts.partition_numel(n) if setup.stage == 3 else math.ceil(phi / n)
+    # A separate fp32 master copy exists unless parameters are fp32 on the device that runs Adam
+    # (DeepSpeed 0.19 stage3._create_fp32_partitions; with optimizer offload it always clones).
+    master = 0 if (b == 4 and not setup.offload_optimizer) else 4
+    device: dict[str, int] = {}
+    host: dict[str, int] = {}
+    pinned: dict[str, int] = {}
+
+    params_full = phi if setup.stage < 3 else share
+    if setup.offload_param:
+        host["parameters"] = b * share
+    else:
+        device["parameters"] = b * params_full
+    grads_share = phi if setup.stage < 2 else share
+    optimizer_state = {"master_parameters": master * share if setup.stage >= 1 else master * phi,
+                       "optimizer_states": 8 * (share if setup.stage >= 1 else phi)}
+    if setup.offload_optimizer:
+        # Gradient partitions go to a flat fp32 host buffer (stage3 grad_partitions_flat_buffer).
+        host["gradients"] = 4 * share
+        host.update(optimizer_state)
+        if setup.accumulation > 1 and b < 4:
+            # 16-bit gradient accumulation partition on the host (reference.md section 1: +2 Phi when G > 1).
+            host["gradient_accumulation"] = b * share
+    else:
+        device["gradients"] = b * grads_share
+        device.update(optimizer_state)
+    if setup.pin_memory:
+        pinned = {k: v for k, v in host.items() if k in ("parameters", "gradients", "gradient_accumulation")}
+
+    if setup.stage == 3:
+        device["persistent_parameters"] = b * counts.persistent_numel(setup.persistence_threshold)
+        # The module being computed, gathered in full (a whole decoder layer when it is a leaf module),
+        # plus the prefetched next ones.
+        unit = max(counts.largest_layer, counts.largest_block) if setup.leaf_blocks else counts.largest_layer
+        device["gathered_parameters"] = b * (unit + setup.prefetch_bucket)
+    if setup.stage >= 2:
+        # The largest layer's full gradient before it is reduce-scattered, and the contiguous gradient bucket.
+        device["gradient_buckets"] = b * (counts.largest_layer + setup.reduce_bucket)
+    else:
+        device["gradient_buckets"] = b * setup.reduce_bucket
+    device["activations"] = activation_bytes(counts, setup, setup.activation_checkpointing)
+    if setup.device_kind == "cuda":
+        device["cuda_context"] = CUDA_CONTEXT_BYTES
+    return {"device": device, "host": host, "pinned": pinned}
+
+
+def model_state_bytes(counts: ModelCounts, setup: Setup) -> dict[str, int]:
+    """The four tensors each rank holds for the whole run, as zerogate.train.held.held_bytes measures them."""
+    terms = zerogate_terms(counts, setup)
+    merged = {**terms["device"], **terms["host"]}
+    return {
+        "parameters(bytes)": merged.get("parameters", 0),
+        "master_parameters(bytes)": merged.get("master_parameters", 0),
+        "gradients(bytes)": merged.get("gradients", 0),
+        "optimizer_states(bytes)": merged.get("optimizer_states", 0),
+    }
+
+
+def ledger(counts: ModelCounts, setup: Setup) -> dict[str, Any]:
+    """Every scheme, three ledgers, per rank and per host. ``setup.scheme`` is the run's own scheme."""
+    ranks_per_node = max(1, setup.ranks // setup.nodes)
+    paper = paper_ledger(counts.total, setup.ranks)
+    estimates = deepspeed_estimates(counts, ranks_per_node, setup.nodes)
+    schemes: dict[str, Any] = {}
+    for scheme in SCHEMES:
+        variant = setup.with_scheme(scheme)
+        terms = zerogate_terms(counts, variant)
+        checkpointed = dataclasses.replace(variant, activation_checkpointing=not variant.activation_checkpointing)
+        other_activations = activation_bytes(counts, checkpointed, checkpointed.activation_checkpointing)
+        device_total = sum(terms["device"].values())
+        schemes[scheme] = {
+            "paper": {"device_per_rank(bytes)": paper[scheme]},
+            "deepspeed": None if estimates[scheme] is None else {
+                "device_per_rank(bytes)": estimates[scheme]["device"], "host_per_node(bytes)": estimates[scheme]["host"]},
+            "zerogate": {
+                "device_terms(bytes)": terms["device"],
+                "host_terms_per_rank(bytes)": terms["host"],
+                "device_per_rank(bytes)": device_total,
+                "device_per_rank_other_checkpointing(bytes)":
+                    device_total - terms["device"]["activations"] + other_activations,
+                "host_per_node(bytes)": sum(terms["host"].values()) * ranks_per_node,
+                "pinned_per_node(bytes)": sum(terms["pinned"].values()) * ranks_per_node,
+            },
+        }
+    return {
+        "parameters": counts.total,
+        "largest_layer_parameters": counts.largest_layer,
+        "ranks": setup.ranks,
+        "nodes": setup.nodes,
+        "dtype": setup.dtype,
+        "activation_checkpointing": setup.activation_checkpointing,
+        "scheme": setup.scheme,
+        "schemes": schemes,
+    }

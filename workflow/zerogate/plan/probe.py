@@ -1,0 +1,342 @@
+"""Hardware and software fingerprint of the machine the pipeline runs on.
+
+GPUs through NVML (nvidia-ml-py) and torch: name, total and free memory, compute capability, fp16/bf16,
+PCIe generation and width (current and maximum), peer-to-peer and NVLink between each pair. The host:
+CPU model, cores, NUMA nodes, RAM, /dev/shm, the locked-memory limit (pinned memory), a measured memory
+bandwidth and fp32 matmul peak (the CPU floor's inputs), and versions of CUDA, NCCL, torch, DeepSpeed and
+DeepSpeed's op compatibility report. NVML values are read into plain dicts first and parsed by pure
+functions, tested on hand-made samples (the GPU path has not yet run on a GPU).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import resource
+import shutil
+import socket
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+PACKAGES = ("torch", "deepspeed", "transformers", "datasets", "snakemake", "tokenizers", "pandas", "seaborn",
+            "nvidia-ml-py")
+from zerogate.units import GIB  # noqa: E402
+MIB = 1024**2
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# --- GPUs: NVML values -> device facts (pure, tested on samples) -------------------------------------
+
+def parse_nvml(raw: dict[str, Any]) -> dict[str, Any]:
+    """Device facts and pairwise links from the plain values :func:`read_nvml` collects.
+
+    ``raw``: {"driver_version", "cuda_driver_version" (int, e.g. 12040), "devices": [{"name", "memory_total",
+    "memory_free" (bytes), "cuda_compute_capability" ((major, minor)), "pcie_gen", "pcie_width",
+    "pcie_max_gen", "pcie_max_width", "nvlink_active" (int)}], "p2p": {"i,j": status}} with NVML's
+    status 0 = NVML_P2P_STATUS_OK.
+    """
+    devices = []
+    for index, d in enumerate(raw.get("devices", [])):
+        major, minor = d.get("cuda_compute_capability") or (None, None)
+        devices.append({
+            "index": index,
+            "name": d["name"].decode() if isinstance(d["name"], bytes) else d["name"],
+            "memory_total_bytes": int(d["memory_total"]),
+            "memory_free_bytes": None if d.get("memory_free") is None else int(d["memory_free"]),
+            "compute_capability": None if major is None else f"{major}.{minor}",
+            # fp16 arithmetic from sm_53, bf16 from Ampere (sm_80), per the CUDA programming guide.
+            "fp16_supported": major is not None and (major, minor) >= (5, 3),
+            "bf16_supported": major is not None and major >= 8,
+            "pcie": {"generation": d.get("pcie_gen"), "width": d.get("pcie_width"),
+                     "max_generation": d.get("pcie_max_gen"), "max_width": d.get("pcie_max_width")},
+            "nvlink_active_links": d.get("nvlink_active", 0),
+        })
+    pairs = []
+    for key, status in sorted(raw.get("p2p", {}).items()):
+        i, j = (int(x) for x in key.split(","))
+        pairs.append({"a": i, "b": j, "peer_to_peer": status == 0})
+    cuda = raw.get("cuda_driver_version")
+    return {
+        "driver_version": raw.get("driver_version"),
+        "cuda_driver_version": None if cuda is None else f"{cuda // 1000}.{cuda % 1000 // 10}",
+        "devices": devices,
+        "links": {
+            "pairs": pairs,
+            "peer_to_peer_all_pairs": None if not pairs else all(p["peer_to_peer"] for p in pairs),
+            "nvlink_any": any(d["nvlink_active_links"] for d in devices),
+        },
+    }
+
+
+def _int_or_none(text: str | None) -> int | None:
+    digits = "".join(ch for ch in (text or "") if ch.isdigit())
+    return int(digits) if digits else None
+
+
+def parse_nvidia_smi_xml(text: str) -> dict[str, Any]:
+    """The same facts from ``nvidia-smi -q -x`` (a fallback where NVML's Python bindings are missing)."""
+    root = ET.fromstring(text)
+    raw: dict[str, Any] = {"driver_version": root.findtext("driver_version"), "devices": []}
+    cuda = root.findtext("cuda_version")
+    if cuda:
+        major, _, minor = cuda.partition(".")
+        raw["cuda_driver_version"] = int(major) * 1000 + int(minor or 0) * 10
+    for gpu in root.findall("gpu"):
+        fb = gpu.find("fb_memory_usage")
+        link = gpu.find("pci/pci_gpu_link_info")
+        raw["devices"].append({
+            "name": gpu.findtext("product_name"),
+            "memory_total": (_int_or_none(fb.findtext("total")) or 0) * MIB,
+            "memory_free": None if fb.findtext("free") is None else _int_or_none(fb.findtext("free")) * MIB,
+            "cuda_compute_capability": None,  # not in the XML; torch fills it in
+            "pcie_gen": _int_or_none(link.findtext("pcie_gen/current_link_gen")) if link is not None else None,
+            "pcie_max_gen": _int_or_none(link.findtext("pcie_gen/max_link_gen")) if link is not None else None,
+            "pcie_width": _int_or_none(link.findtext("link_widths/current_link_width")) if link is not None else None,
+            "pcie_max_width": _int_or_none(link.findtext("link_widths/max_link_width")) if link is not None else None,
+        })
+    return parse_nvml(raw)
+
+
+def read_nvml() -> dict[str, Any] | None:
+    """Plain NVML values for :func:`parse_nvml`; None where there is no NVIDIA driver."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+
+    def maybe(call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except pynvml.NVMLError:
+            return None
+
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        devices = []
+        for h in handles:
+            memory = pynvml.nvmlDeviceGetMemoryInfo(h)
+            active = 0
+            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+                active += 1 if maybe(lambda: pynvml.nvmlDeviceGetNvLinkState(h, link)) == 1 else 0
+            devices.append({
+                "name": pynvml.nvmlDeviceGetName(h), "memory_total": memory.total, "memory_free": memory.free,
+                "cuda_compute_capability": maybe(lambda: pynvml.nvmlDeviceGetCudaComputeCapability(h)),
+                "pcie_gen": maybe(lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+                "pcie_width": maybe(lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
+                "pcie_max_gen": maybe(lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
+                "pcie_max_width": maybe(lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)),
+                "nvlink_active": active,
+            })
+        p2p = {}
+        for i, a in enumerate(handles):
+            for j, b in enumerate(handles):
+                if i < j:
+                    p2p[f"{i},{j}"] = maybe(lambda: pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_READ))
+        return {"driver_version": maybe(pynvml.nvmlSystemGetDriverVersion),
+                "cuda_driver_version": maybe(pynvml.nvmlSystemGetCudaDriverVersion), "devices": devices, "p2p": p2p}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def cuda_devices() -> list[dict[str, Any]]:
+    """Each visible CUDA device as torch sees it (empty on a machine without GPUs)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    devices = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        devices.append({
+            "index": index,
+            "name": props.name,
+            "memory_total_bytes": int(props.total_memory),
+            "compute_capability": f"{props.major}.{props.minor}",
+            "bf16_supported": bool(props.major >= 8),
+            "fp16_supported": True,
+        })
+    return devices
+
+
+def merge_devices(torch_devices: list[dict[str, Any]], nvml: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """torch's view (what the ranks will use) completed with NVML's PCIe and free memory, by index.
+
+    Assumes CUDA_VISIBLE_DEVICES is unset or in NVML order (CUDA_DEVICE_ORDER=PCI_BUS_ID).
+    """
+    merged = []
+    nvml_devices = (nvml or {}).get("devices", [])
+    for device in torch_devices:
+        extra = nvml_devices[device["index"]] if device["index"] < len(nvml_devices) else {}
+        merged.append({**{k: v for k, v in extra.items() if v is not None}, **device})
+    return merged
+
+
+# --- host ---------------------------------------------------------------------------------------------
+
+def numa_nodes(root: str = "/sys/devices/system/node") -> int | None:
+    nodes = [p for p in Path(root).glob("node[0-9]*")] if Path(root).is_dir() else []
+    return len(nodes) or None
+
+
+def pinned_memory_limit() -> int | None:
+    """RLIMIT_MEMLOCK in bytes; None = unlimited. Pinned host buffers (offload pin_memory) count against it."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def shm_bytes(path: str = "/dev/shm") -> int | None:
+    try:
+        return int(shutil.disk_usage(path).total)
+    except OSError:
+        return None
+
+
+def _best_rate(operation: Any, work: float, seconds: float) -> float:
+    """The best ``work`` per second of ``operation`` over at least 3 runs and about ``seconds``."""
+    best = 0.0
+    deadline = time.perf_counter() + seconds
+    for attempt in range(1000):
+        if attempt >= 3 and time.perf_counter() > deadline:
+            break
+        started = time.perf_counter()
+        operation()
+        best = max(best, work / (time.perf_counter() - started))
+    return best
+
+
+def measure_host(seconds: float = 0.2) -> dict[str, float]:
+    """Measured host peaks for the CPU floor: copy bandwidth (GB/s, read + write) and fp32 matmul (TFLOPS),
+    all cores. Best of a few repeats; noisy on a shared machine, and only a lower bound on the true peak."""
+    import torch
+
+    src = torch.ones(32 * 1024**2)  # 128 MiB: well beyond any last-level cache
+    dst = torch.zeros_like(src)  # touched, so the timed copies do not include page faults
+    best_bw = _best_rate(lambda: dst.copy_(src), 2 * src.numel() * 4, seconds) / 1e9  # read + write bytes
+    a = torch.randn(1024, 1024)
+    torch.mm(a, a)  # warm-up: thread pool and kernels
+    best_flops = _best_rate(lambda: torch.mm(a, a), 2 * 1024**3, seconds) / 1e12
+    return {"memory_bandwidth_gbps": round(best_bw, 2), "cpu_peak_tflops_fp32": round(best_flops, 4)}
+
+
+def cpu_accelerator_facts() -> dict[str, Any]:
+    """What DeepSpeed's CPU accelerator offers: fp16 depends on oneDNN support of this CPU."""
+    import torch
+
+    try:
+        fp16 = bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except Exception:  # older torch builds lack the op: DeepSpeed then treats fp16 as unsupported
+        fp16 = False
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            flags = next((line for line in handle if line.startswith("flags")), "")
+    except OSError:
+        pass
+    # Flags only: bf16 speed on a CPU must be measured (reference.md section 5: ~20x slower than fp32 here).
+    return {"fp16_supported": fp16, "avx512_bf16_flag": "avx512_bf16" in flags, "amx_bf16_flag": "amx_bf16" in flags}
+
+
+def runtime_versions() -> dict[str, Any]:
+    """CUDA and NCCL as torch was built with them, and DeepSpeed's op compatibility (its ds_report)."""
+    import torch
+
+    nccl = None
+    try:
+        if torch.cuda.is_available():
+            version = torch.cuda.nccl.version()
+            nccl = ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
+    except Exception:  # torch built without NCCL
+        nccl = None
+    return {"cuda": torch.version.cuda, "nccl": nccl, "deepspeed_ops": deepspeed_op_report()}
+
+
+def deepspeed_op_report() -> dict[str, bool] | None:
+    """Per DeepSpeed op: compatible with this machine (the "compatible" column of ``ds_report``)."""
+    try:
+        from deepspeed.ops.op_builder.all_ops import ALL_OPS
+    except Exception:
+        return None
+    report = {}
+    for name, builder in sorted(ALL_OPS.items()):
+        try:
+            report[name] = bool(builder.is_compatible(verbose=False))
+        except Exception:
+            report[name] = False
+    return report
+
+
+def probe(measure: bool = True) -> dict[str, Any]:
+    """The machine fingerprint written by the ``probe_hardware`` rule."""
+    memory = psutil.virtual_memory()
+    nvml = parse_nvml(raw) if (raw := read_nvml()) else None
+    gpus = merge_devices(cuda_devices(), nvml)
+    fingerprint: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu": {
+            "model": cpu_model(),
+            "logical_cores": psutil.cpu_count(logical=True),
+            "physical_cores": psutil.cpu_count(logical=False),
+            "affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        },
+        "ram": {"total_bytes": int(memory.total), "available_bytes": int(memory.available)},
+        "host": {"numa_nodes": numa_nodes(), "shm_bytes": shm_bytes(), "pinned_memory_limit_bytes": pinned_memory_limit(),
+                 **(measure_host() if measure else {})},
+        "accelerator": {"kind": "cuda" if gpus else "cpu", "count": len(gpus), "devices": gpus},
+        "links": (nvml or {}).get("links", {}),
+        "driver": None if nvml is None else {"version": nvml["driver_version"], "cuda": nvml["cuda_driver_version"]},
+        "versions": {**package_versions(), **runtime_versions()},
+    }
+    if not gpus:
+        fingerprint["accelerator"]["cpu"] = cpu_accelerator_facts()
+    return fingerprint
+
+
+def summary(fingerprint: dict[str, Any]) -> str:
+    """A short human-readable line for logs and the report."""
+    acc = fingerprint["accelerator"]
+    cpu = fingerprint["cpu"]
+    ram = fingerprint["ram"]["total_bytes"] / GIB
+    if acc["kind"] == "cuda":
+        def link(d: dict[str, Any]) -> str:
+            pcie = d.get("pcie") or {}
+            return f", PCIe {pcie.get('generation')} x{pcie.get('width')}" if pcie.get("generation") else ""
+        devices = ", ".join(f"{d['name']} {d['memory_total_bytes'] / GIB:.1f} GiB{link(d)}" for d in acc["devices"])
+        p2p = (fingerprint.get("links") or {}).get("peer_to_peer_all_pairs")
+        head = f"{acc['count']} CUDA device(s): {devices}; peer-to-peer {'yes' if p2p else 'no' if p2p is False else 'n/a'}"
+    else:
+        head = "no GPU (DeepSpeed CPU accelerator)"
+    host = fingerprint.get("host", {})
+    measured = (f"; measured copy {host['memory_bandwidth_gbps']} GB/s, fp32 matmul {host['cpu_peak_tflops_fp32']} TFLOPS"
+                if host.get("memory_bandwidth_gbps") else "")
+    return (f"{head}; CPU {cpu['model']} ({cpu['logical_cores']} logical cores, {host.get('numa_nodes')} NUMA); "
+            f"RAM {ram:.1f} GiB{measured}")

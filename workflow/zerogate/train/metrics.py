@@ -1,0 +1,243 @@
+"""Per-rank, per-optimizer-step metrics, kept out of the training loop.
+
+One JSON object per line and rank. Keys carry their units. Memory peaks are reset after every window
+(one optimizer step), so each line holds that step's peak, not the run's. The loop calls start_step,
+micro_step_done per micro-step (a clock read, no device sync) and end_step after its one host sync.
+GPU sources (allocator peaks, pinned host memory, NVML) sit behind small probes so the logic is tested
+on a CPU with fakes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import psutil
+import torch
+
+from zerogate.train.nvml_sampler import NvmlSampler
+
+from zerogate.units import GIB  # noqa: E402
+
+# Dense peak FLOP/s per device for the training dtype (vendor data sheets; tensor cores, fp32 accumulate
+# where that differs). Unknown devices (and CPUs) get no MFU rather than a guessed one.
+PEAK_FLOPS: dict[tuple[str, str], float] = {
+    ("RTX 4090", "fp16"): 165.2e12,
+    ("RTX 4090", "bf16"): 165.2e12,
+    ("RTX 5070", "fp16"): 123.5e12,
+    ("A100", "bf16"): 312e12,
+    ("A100", "fp16"): 312e12,
+    ("H100", "bf16"): 989.4e12,
+    ("H100", "fp16"): 989.4e12,
+    ("H200", "bf16"): 989.4e12,
+    ("H200", "fp16"): 989.4e12,
+}
+
+
+def peak_flops(device_name: str | None, dtype: str) -> float | None:
+    if not device_name:
+        return None
+    for (name, kind), flops in PEAK_FLOPS.items():
+        if name in device_name and kind == dtype:
+            return flops
+    return None
+
+
+def train_flops_per_token(parameters: int, layers: int, hidden: int, seq_len: int) -> float:
+    """Forward + backward FLOPs per token: 6 per parameter plus attention scores and values,
+    12 * layers * hidden * seq_len (Kaplan et al. 2020; PaLM appendix B's MFU accounting)."""
+    return 6.0 * parameters + 12.0 * layers * hidden * seq_len
+
+
+def _read_vm_hwm_bytes() -> int | None:
+    """Peak resident set of this process since the last reset (Linux /proc/self/status VmHWM)."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_vm_hwm() -> bool:
+    """Reset VmHWM to the current RSS (writing 5 to clear_refs); False where the kernel forbids it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class DeviceProbe(Protocol):
+    """What the metrics need from a GPU; CudaProbe is the real one, tests pass a fake."""
+
+    def max_allocated(self) -> int: ...
+    def max_reserved(self) -> int: ...
+    def pinned_host_bytes(self) -> int | None: ...
+    def reset_peaks(self) -> None: ...
+
+
+class CudaProbe:
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def max_allocated(self) -> int:
+        return torch.cuda.max_memory_allocated(self.device)
+
+    def max_reserved(self) -> int:
+        return torch.cuda.max_memory_reserved(self.device)
+
+    def pinned_host_bytes(self) -> int | None:
+        # PyTorch's caching host allocator: the pinned buffers tensors.pin_memory() and the offload use.
+        stats = torch.cuda.host_memory_stats()
+        return stats.get("allocated_bytes.current", stats.get("reserved_bytes.current"))
+
+    def reset_peaks(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+
+class StepMetrics:
+    """Writes one line per optimizer step for one rank."""
+
+    def __init__(self, path: str | Path, rank: int, device: torch.device, warmup_steps: int, *,
+                 flops_per_token: float | None = None, peak_flops_per_s: float | None = None,
+                 probe: DeviceProbe | None = None, nvml: NvmlSampler | None = None, append: bool = False) -> None:
+        self.rank = rank
+        self.device = device
+        self.warmup_steps = warmup_steps
+        self.flops_per_token, self.peak_flops_per_s = flops_per_token, peak_flops_per_s
+        self.probe = probe if probe is not None else (CudaProbe(device) if device.type == "cuda" else None)
+        self.nvml = nvml
+        self.process = psutil.Process()
+        # Line-buffered: a crash keeps finished lines. Append when resuming from a checkpoint's copy.
+        self.handle: IO[str] = open(path, "a" if append else "w", buffering=1)
+        self.started = time.perf_counter()
+        self.step_started = self.started
+        self.micro_marks: list[float] = []
+        self.time_spent_s = 0.0  # in end_step: what the metrics layer adds to the loop (bench.metrics_overhead)
+        self.peak_resettable = _reset_vm_hwm()
+        if self.probe is not None:
+            self.probe.reset_peaks()
+
+    def start_step(self) -> None:
+        self.step_started = time.perf_counter()
+        self.micro_marks = [self.step_started]
+
+    def micro_step_done(self) -> None:
+        """A clock read only: no device sync, so on GPUs these are host-side (dispatch) times."""
+        self.micro_marks.append(time.perf_counter())
+
+    def memory(self) -> dict[str, Any]:
+        rss = self.process.memory_info().rss
+        hwm = _read_vm_hwm_bytes()
+        fields: dict[str, Any] = {
+            "memory/rss(GiB)": rss / GIB,
+            # Peak RSS of this window where the kernel lets us reset it, else since process start.
+            "memory/peak_rss(GiB)": (hwm if hwm is not None else rss) / GIB,
+        }
+        if self.probe is not None:
+            reserved = self.probe.max_reserved()
+            fields["memory/max_allocated(GiB)"] = self.probe.max_allocated() / GIB
+            fields["memory/max_reserved(GiB)"] = reserved / GIB
+            fields["memory/device_peak(GiB)"] = reserved / GIB
+            fields["memory/device_peak_source"] = "torch.cuda.max_memory_reserved"
+            pinned = self.probe.pinned_host_bytes()
+            fields["memory/pinned_host(GiB)"] = None if pinned is None else pinned / GIB
+        else:
+            fields["memory/device_peak(GiB)"] = fields["memory/peak_rss(GiB)"]
+            fields["memory/device_peak_source"] = "VmHWM per step" if self.peak_resettable else "VmHWM since start"
+        if self.nvml is not None:
+            peak = self.nvml.take_peak()
+            fields["memory/nvml_process_peak(GiB)"] = None if peak is None else peak / GIB
+        return fields
+
+    def reset_window(self) -> None:
+        if self.probe is not None:
+            self.probe.reset_peaks()
+        if self.peak_resettable:
+            _reset_vm_hwm()
+
+    def end_step(self, step: int, loss: float, grad_norm: float | None, lr: float, tokens: int, micro_steps: int,
+                 *, processed_tokens: int | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Record a finished optimizer step. The caller has synchronised the device (loss.item()).
+
+        ``tokens`` counts the non-padding tokens trained on; ``processed_tokens`` all positions computed
+        (padding included), which is what the FLOP count needs."""
+        now = time.perf_counter()
+        step_time = now - self.step_started
+        try:
+            return self._write(step, loss, grad_norm, lr, tokens, micro_steps, processed_tokens, extra, now, step_time)
+        finally:
+            self.time_spent_s += time.perf_counter() - now
+
+    def _write(self, step: int, loss: float, grad_norm: float | None, lr: float, tokens: int, micro_steps: int,
+               processed_tokens: int | None, extra: dict[str, Any] | None, now: float, step_time: float) -> dict[str, Any]:
+        micro_times = [b - a for a, b in zip(self.micro_marks, self.micro_marks[1:])]
+        record: dict[str, Any] = {
+            "step": step,
+            "rank": self.rank,
+            "warmup": step <= self.warmup_steps,
+            "loss": float(loss),
+            "loss_finite": math.isfinite(loss),
+            "grad_norm": None if grad_norm is None else float(grad_norm),
+            "lr": float(lr),
+            "step_time(s)": step_time,
+            "micro_step_time(s)": step_time / micro_steps,
+            "micro_step_time_max(s)": max(micro_times) if micro_times else None,
+            "tokens": int(tokens),
+            "tokens_per_s": tokens / step_time if step_time > 0 else None,
+            "elapsed(s)": now - self.started,
+            "device": str(self.device),
+        }
+        if self.flops_per_token is not None and processed_tokens is not None and step_time > 0:
+            flops_per_s = self.flops_per_token * processed_tokens / step_time
+            record["model_flops_per_s(FLOP/s)"] = flops_per_s
+            record["mfu(ratio)"] = flops_per_s / self.peak_flops_per_s if self.peak_flops_per_s else None
+        record.update(extra or {})
+        record.update(self.memory())
+        self.handle.write(json.dumps(record) + "\n")
+        self.reset_window()
+        return record
+
+    def reopen(self) -> None:
+        """Append to the metrics file again after a rollback replaced it with the checkpoint's copy."""
+        self.handle.close()
+        self.handle = open(self.handle.name, "a", buffering=1)
+
+    def close(self) -> None:
+        self.handle.close()
+        if self.nvml is not None:
+            self.nvml.stop()
+
+
+class NoMetrics:
+    """The metrics layer switched off (zerogate.bench.metrics_overhead): same calls, nothing measured."""
+
+    time_spent_s = 0.0
+
+    def __init__(self, path: str | Path, *args: Any, **kwargs: Any) -> None:
+        self.handle = open(path, "a")  # checkpoints copy the (empty) file like a real one
+
+    def start_step(self) -> None:
+        pass
+
+    def micro_step_done(self) -> None:
+        pass
+
+    def reset_window(self) -> None:
+        pass
+
+    def end_step(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return {}
+
+    def reopen(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.handle.close()
