@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from zerogate.train.stabiliser import EventLog, Stabiliser, data_window, injected_loss_factor, robust_z
+from zerogate.robust import robust_z
+from zerogate.train.stabiliser import EventLog, Stabiliser, data_window, injected_loss_factor
 
 
 def warmed(policy="skip", history=30, **extra):

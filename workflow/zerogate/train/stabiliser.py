@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from zerogate.robust import robust_z
+
 DEFAULTS: dict[str, Any] = {
     "policy": "skip",
     "spike_window": 128,
@@ -25,22 +27,10 @@ DEFAULTS: dict[str, Any] = {
     "max_rollbacks": 3,
     "inject": None,
 }
-# 1.4826 x MAD estimates the standard deviation of normally distributed data.
-MAD_TO_SIGMA = 1.4826
 
 
 def settings(profile_section: dict[str, Any] | None) -> dict[str, Any]:
     return {**DEFAULTS, **(profile_section or {})}
-
-
-def robust_z(value: float, history: list[float] | np.ndarray) -> float | None:
-    """(value - median) / (1.4826 MAD) of the history; None where the history has no spread."""
-    values = np.asarray(history, dtype=float)
-    median = float(np.median(values))
-    mad = float(np.median(np.abs(values - median))) * MAD_TO_SIGMA
-    if mad <= 0 or not math.isfinite(mad):
-        return None
-    return (value - median) / mad
 
 
 @dataclass
