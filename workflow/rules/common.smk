@@ -1,6 +1,7 @@
 # Shared helpers: load and validate the configuration and the chosen profile, compute the
 # result paths' wildcards and the per-rule parameters. No rule lives here.
 import datetime
+import os
 import re
 import socket
 import sys
@@ -113,36 +114,52 @@ def dataset_files():
     source = PROFILE["dataset"]["source"]
     return [] if source == "builtin-tasks" or source.startswith("hub:") else [source]
 
-# Rules take their parameters from the loaded profile, so only that profile's results can be built
-# in one invocation (another profile's results are left as they are).
+# One profile and one machine per invocation: every path below is concrete (no {profile} or {machine}
+# wildcards pinned to one value), built from RESULTS. Rules cite each other's outputs as rules.X.output.Y;
+# result() is only for a rule's own outputs and logs. The one real wildcard is {variant} (and the
+# benchmarks' {bench_run}).
+RESULTS = f"results/{PROFILE_NAME}/{MACHINE}"
+
+
+def result(path):
+    """``path`` under this run's results directory, results/<profile>/<machine>/."""
+    return f"{RESULTS}/{path}"
+
+
 wildcard_constraints:
-    profile=re.escape(PROFILE_NAME),
-    machine=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    version=re.escape(PIPELINE_VERSION),
-    run_id=re.escape(RUN_ID),
-    date=r"\d{4}-\d{2}-\d{2}",
     variant="|".join(re.escape(v) for v in PROFILE.get("variants", [])) or "(?!)",
+
+
+def host_cores():
+    """Cores this process may use: the training ranks' thread pools share them (ds_config.thread_env) and
+    the probe measures its host peaks on all of them."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+# A measuring job (the probe, every training run) holds the whole host share, so no other job of this
+# invocation runs beside it; every other job holds one share (workflow profile profiles/default: the pool
+# and the default). Without that profile the resource is unlimited and only the cores keep jobs apart.
+HOST_SHARE_POOL = 100
+
+
+# What the report and the strict-mode stamp are named after: the pipeline version, the run id (profile,
+# machine, config hash) and the UTC date the DAG was built.
+RUN_LABEL = f"v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}"
 
 
 def final_targets():
     if MACHINE_DESCRIPTION:  # a described machine is planned for, never trained on
-        return [plan_target()]
-    base = f"results/{PROFILE_NAME}/{MACHINE}"
+        return [rules.judge_plan_claims.output.summary]
     targets = [
-        f"{base}/gates/verdicts.json",
-        f"{base}/report/zerogate-v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}.html",
-        f"{base}/registry.json",
-        plan_target(),
-        f"{base}/ledger/ledger_vs_measured.json",
+        rules.check_gates.output.verdicts,
+        rules.write_report.output.html,
+        rules.register_run.output.registry,
+        rules.judge_plan_claims.output.summary,
+        rules.compare_ledger.output.table,
     ]
     if STRICT:
-        targets.append(f"{base}/gates/strict-v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}.passed")
+        targets.append(rules.enforce_gates.output.passed)
     return targets
-
-
-def report_file(wildcards):
-    """This run's versioned report (for the run registry)."""
-    return f"results/{wildcards.profile}/{wildcards.machine}/report/zerogate-v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}.html"
 
 
 def compare_registries():
@@ -174,15 +191,12 @@ def _compare_id():
 COMPARE_ID = _compare_id()
 
 
-def plan_machine_input(wildcards):
-    """The planner reads the described machine when one is given, else this machine's probe."""
-    if MACHINE_DESCRIPTION and wildcards.machine == MACHINE:
+def machine_input(wildcards):
+    """The machine the config is rendered and the run planned for: the described one when given
+    (config/machines/<name>.yaml, never probed), else this machine's probe."""
+    if MACHINE_DESCRIPTION:
         return {"description": MACHINE_DESCRIPTION}
-    return {"fingerprint": f"results/{wildcards.profile}/{wildcards.machine}/probe/hardware.json"}
-
-
-def plan_target():
-    return f"results/{PROFILE_NAME}/{MACHINE}/plan/plan.txt"
+    return {"fingerprint": rules.probe_hardware.output.fingerprint}
 
 
 def profile_sections(*names):
@@ -192,12 +206,13 @@ def profile_sections(*names):
 
 def checkpoint_dir(wildcards):
     """Checkpoints of a training run: beside its outputs, never one of them (they must outlive a crash)."""
-    base = f"results/{wildcards.profile}/{wildcards.machine}"
     variant = getattr(wildcards, "variant", None)
-    return f"{base}/variants/{variant}/checkpoints" if variant else f"{base}/checkpoints"
+    if variant:
+        return result(f"variants/{variant}/checkpoints")
+    bench_run = getattr(wildcards, "bench_run", None)
+    return result(f"bench/runs/{bench_run}/checkpoints") if bench_run else result("checkpoints")
 
 
 def variant_summaries(wildcards):
     """Every comparison run the profile lists (key `variants`)."""
-    base = f"results/{wildcards.profile}/{wildcards.machine}/variants"
-    return [f"{base}/{variant}/train/summary.json" for variant in PROFILE.get("variants", [])]
+    return expand(rules.train_variant.output.summary, variant=PROFILE.get("variants", []))
