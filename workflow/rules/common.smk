@@ -116,8 +116,8 @@ def dataset_files():
 
 # One profile and one machine per invocation: every path below is concrete (no {profile} or {machine}
 # wildcards pinned to one value), built from RESULTS. Rules cite each other's outputs as rules.X.output.Y;
-# result() is only for a rule's own outputs and logs. The one real wildcard is {variant} (and the
-# benchmarks' {bench_run}).
+# result() is only for a rule's own outputs and logs. The real wildcards are {variant} and the
+# benchmarks' {bench_row} and {repeat}.
 RESULTS = f"results/{PROFILE_NAME}/{MACHINE}"
 
 
@@ -126,8 +126,18 @@ def result(path):
     return f"{RESULTS}/{path}"
 
 
+# The benchmarks (bench.smk) train two variants whatever the profile lists.
+BENCH_VARIANTS = ["zero0", "zero2-offload"]
+# Benchmark row -> the DeepSpeed config it trains with (besides the variants: zero3 as rendered, the same
+# without the CPU tuning, and zero3 with the metrics layer off).
+BENCH_ROWS = ["zero3", "zero3-untuned", "zero3-no-metrics", *BENCH_VARIANTS]
+BENCH_REPEATS = list(range(config["bench_repeats"]))
+
+
 wildcard_constraints:
-    variant="|".join(re.escape(v) for v in PROFILE.get("variants", [])) or "(?!)",
+    variant="|".join(re.escape(v) for v in dict.fromkeys([*PROFILE.get("variants", []), *BENCH_VARIANTS])),
+    bench_row="|".join(re.escape(r) for r in BENCH_ROWS),
+    repeat=r"\d+",
 
 
 def host_cores():
@@ -209,10 +219,25 @@ def checkpoint_dir(wildcards):
     variant = getattr(wildcards, "variant", None)
     if variant:
         return result(f"variants/{variant}/checkpoints")
-    bench_run = getattr(wildcards, "bench_run", None)
-    return result(f"bench/runs/{bench_run}/checkpoints") if bench_run else result("checkpoints")
+    if hasattr(wildcards, "bench_row"):
+        return result(f"bench/runs/{wildcards.bench_row}/{wildcards.repeat}/checkpoints")
+    return result("checkpoints")
 
 
 def variant_summaries(wildcards):
     """Every comparison run the profile lists (key `variants`)."""
     return expand(rules.train_variant.output.summary, variant=PROFILE.get("variants", []))
+
+
+def bench_ds_config(wildcards):
+    """The DeepSpeed config of a benchmark row: as rendered, without the CPU tuning, or a variant's."""
+    if wildcards.bench_row in BENCH_VARIANTS:
+        return expand(rules.render_variant_config.output.ds_config, variant=wildcards.bench_row)
+    if wildcards.bench_row == "zero3-untuned":
+        return rules.render_untuned_config.output.ds_config
+    return rules.render_deepspeed_config.output.ds_config
+
+
+def bench_extra(wildcards):
+    """Extra arguments of a benchmark row's training loop: the metrics layer off for zero3-no-metrics."""
+    return "--no-metrics" if wildcards.bench_row == "zero3-no-metrics" else ""
