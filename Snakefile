@@ -3,10 +3,11 @@
 #   snakemake --cores all                          # the default profile (config/config.yaml)
 #   snakemake --cores all --config profile=smoke   # another profile
 #   snakemake --cores all -R check_gates           # re-judge the existing run, no retraining
+#   snakemake --cores all --config profile=bench -- bench   # the benchmarks (make bench)
 #
-# Stages: probe_hardware -> check_preflight, render_deepspeed_config -> plan_run -> approve_plan
+# Stages: probe_hardware -> render_deepspeed_config -> plan_run, check_preflight -> approve_plan
 #         -> prepare_model -> prepare_dataset -> train -> parse_logs
-#         -> check_gates -> plot_figures / record_provenance -> write_report
+#         -> check_gates -> plot_figures / record_provenance -> write_report -> register_run
 # Each .smk cites rules of the files included before it (rules.X.output.Y), hence this order.
 from snakemake.utils import min_version
 

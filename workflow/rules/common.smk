@@ -146,10 +146,16 @@ def host_cores():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-# A measuring job (the probe, every training run) holds the whole host share, so no other job of this
-# invocation runs beside it; every other job holds one share (workflow profile profiles/default: the pool
-# and the default). Without that profile the resource is unlimited and only the cores keep jobs apart.
-HOST_SHARE_POOL = 100
+def host_share_pool():
+    """All of the host_share resource. A measuring job (the probe, every training run) holds all of it, so no
+    other job of this invocation runs beside it; every other job holds one share (the workflow profile,
+    profiles/default, declares the pool and that default). Without the profile the resource is unlimited
+    and only the cores keep jobs apart."""
+    pool = workflow.global_resources.get("host_share")
+    return int(getattr(pool, "value", pool) or 1)
+
+
+HOST_SHARE_POOL = host_share_pool()
 
 
 # What the report and the strict-mode stamp are named after: the pipeline version, the run id (profile,

@@ -1,23 +1,6 @@
-rule check_preflight:
-    input:
-        fingerprint=rules.probe_hardware.output.fingerprint,
-    output:
-        preflight=result("preflight/preflight.json"),
-    params:
-        needs=PROFILE.get("preflight"),
-        profile_name=PROFILE_NAME,
-    log:
-        result("logs/check_preflight.log"),
-    conda:
-        "../../envs/train.yaml"
-    script:
-        "../scripts/check_preflight.py"
-
-
 # Only for an approved plan: a run the planner refuses loads no model and prepares no data.
 rule prepare_model:
     input:
-        preflight=rules.check_preflight.output.preflight,
         approved=rules.approve_plan.output.approved,
     output:
         model=result("model/model.json"),

@@ -1,7 +1,24 @@
+# The profile's stated needs (its preflight section) against the probed machine: a verdict, ok or not.
+rule check_preflight:
+    input:
+        fingerprint=rules.probe_hardware.output.fingerprint,
+    output:
+        preflight=result("preflight/preflight.json"),
+    params:
+        needs=PROFILE.get("preflight"),
+    log:
+        result("logs/check_preflight.log"),
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/check_preflight.py"
+
+
 # The planner: ledger + throughput floor against this machine (probed) or a described one
 # (--config machine_description=config/machines/<name>.yaml). plan.json is written either way (it is the
 # on-paper verdict); approve_plan fails, writing nothing, when the run does not fit and the profile does
-# not override. Everything that costs time (the model, the dataset, every training run) depends on its
+# not override, or when the pre-flight check (check_preflight) finds the machine short of the profile's
+# stated needs. Everything that costs time (the model, the dataset, every training run) depends on its
 # approved.json, so a refused run starts none of it: the order comes from those input edges alone.
 #
 # The planner reads render_deepspeed_config's rendering (the one training uses). That rule takes the
@@ -25,11 +42,15 @@ rule plan_run:
         "../scripts/plan_run.py"
 
 
+# The one gate before any costly work: the planner's fit and the profile's pre-flight needs.
 rule approve_plan:
     input:
         plan=rules.plan_run.output.plan,
+        preflight=rules.check_preflight.output.preflight,
     output:
         approved=result("plan/approved.json"),
+    params:
+        profile_name=PROFILE_NAME,
     log:
         result("logs/approve_plan.log"),
     localrule: True
