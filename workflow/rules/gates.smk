@@ -13,6 +13,7 @@ rule check_gates:
     params:
         gates=PROFILE["gates"],
         warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=PROFILE.get("stabiliser", {}),
     log:
         result("logs/check_gates.log"),
     conda:

@@ -2,6 +2,7 @@
 rule compare_ledger:
     input:
         metrics=rules.train.output.metrics,
+        steps=rules.parse_logs.output.steps,
         manifest=rules.prepare_dataset.output.manifest,
         ds_config=rules.render_deepspeed_config.output.ds_config,
         run_spec=rules.render_deepspeed_config.output.run_spec,

@@ -28,6 +28,9 @@ rule plot_figures:
             category="Training",
             subcategory=f"{PROFILE_NAME} on {MACHINE}",
         ),
+    params:
+        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=PROFILE.get("stabiliser", {}),
     log:
         result("logs/plot_figures.log"),
     conda:
@@ -81,6 +84,9 @@ rule write_report:
             caption="../report/html.rst",
             category="Report",
         ),
+    params:
+        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=PROFILE.get("stabiliser", {}),
     log:
         result(f"logs/write_report-{RUN_LABEL}.log"),
     conda:
@@ -107,6 +113,7 @@ rule register_run:
     params:
         machine=MACHINE,
         warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=PROFILE.get("stabiliser", {}),
     log:
         result("logs/register_run.log"),
     conda:

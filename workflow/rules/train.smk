@@ -97,6 +97,8 @@ rule compare_variants:
     params:
         variants=PROFILE.get("variants", []),
         warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=PROFILE.get("stabiliser", {}),
+        expected_steps=PROFILE["training"]["optimizer_steps"],
     log:
         result("logs/compare_variants.log"),
     conda:
