@@ -13,6 +13,8 @@ rule prepare_dataset:
         settings=PROFILE["dataset"],
         evaluation=PROFILE.get("evaluation", {}),
         repo=str(REPO),
+        # Named in the dataset stage's errors (e.g. a tokenizer larger than dataset.vocab_size).
+        profile_file=profile_file_setting("dataset.vocab_size"),
     log:
         result("logs/prepare_dataset.log"),
     conda:
