@@ -67,6 +67,7 @@ def test_every_training_rule_needs_the_approved_plan():
     assert jobs["train_variant"] >= 1 and jobs["train_bench_run"] >= 1
     blocks = done.stdout.split("\n\n")
     for block in blocks:
-        if re.search(r"^(local)?rule (train|train_variant|train_bench_run|train_ddp_baseline|prepare_model):", block,
+        if re.search(r"^(local)?rule (train|train_variant|train_bench_run|train_ddp_baseline|prepare_model|"
+                     r"write_train_settings):", block,
                      re.MULTILINE):
             assert "results/smoke/dry-run/plan/approved.json" in block, block

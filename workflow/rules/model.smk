@@ -1,4 +1,5 @@
-# Only for an approved plan: a run the planner refuses loads no model and prepares no data.
+# Only for an approved plan (a flag input, not read): a run the planner or the pre-flight check refuses
+# loads no model and prepares no data.
 rule prepare_model:
     input:
         approved=rules.approve_plan.output.approved,

@@ -1,4 +1,8 @@
+# Like every stage that prepares a training run, only for an approved plan (a refused run writes nothing
+# under train/).
 rule write_train_settings:
+    input:
+        approved=rules.approve_plan.output.approved,
     output:
         settings=result("train/settings.json"),
     params:
