@@ -128,8 +128,8 @@ def result(path):
 
 # The benchmarks (bench.smk) train two variants whatever the profile lists.
 BENCH_VARIANTS = ["zero0", "zero2-offload"]
-# Benchmark row -> the DeepSpeed config it trains with (besides the variants: zero3 as rendered, the same
-# without the CPU tuning, and zero3 with the metrics layer off).
+# The benchmarks' training runs besides DDP (bench_ds_config, bench_extra): zero3 as rendered, the same
+# without the CPU tuning, the same with the metrics layer off, and the two variants.
 BENCH_ROWS = ["zero3", "zero3-untuned", "zero3-no-metrics", *BENCH_VARIANTS]
 BENCH_REPEATS = list(range(config["bench_repeats"]))
 
