@@ -34,15 +34,19 @@ compare: setup
 clean:
 	rm -rf .snakemake results/*/
 
-# Benchmarks (issue 4): figures printed, not tests. Each prepares its own data under /tmp.
+# Benchmarks: figures printed and written to results/bench/<machine>/bench/, not tests. Snakemake targets
+# (workflow/rules/bench.smk) on the pipeline's own rules, profile `bench` (the default in 60 steps).
+# BENCH_CONFIG adds --config entries, e.g. make bench BENCH_CONFIG="bench_repeats=1".
+BENCH := snakemake --cores all --config profile=bench $(BENCH_CONFIG) --
 .PHONY: bench bench-ddp-vs-zero3 bench-metrics-overhead bench-gloo-latency
-bench: bench-ddp-vs-zero3 bench-metrics-overhead bench-gloo-latency
+bench: setup
+	$(BENCH) bench
 
 bench-ddp-vs-zero3: setup
-	PYTHONPATH=workflow python -m zerogate.bench.ddp_vs_zero3
+	$(BENCH) bench_ddp_vs_zero3
 
 bench-metrics-overhead: setup
-	PYTHONPATH=workflow python -m zerogate.bench.metrics_overhead
+	$(BENCH) bench_metrics_overhead
 
 bench-gloo-latency: setup
-	PYTHONPATH=workflow python -m zerogate.bench.gloo_latency
+	$(BENCH) bench_gloo_latency

@@ -10,7 +10,8 @@ import pytest
 from tests.unit.test_ledger import QWEN14B, claim_setup, oracle_counts
 from zerogate.plan.floor import floor, link_bytes, pcie_gbps
 from zerogate.config.machines import from_fingerprint, load_description, to_fingerprint
-from zerogate.plan.planner import judge_claims, plan, plan_for_profile, refusal, summary
+from zerogate.plan.ds_config import render
+from zerogate.plan.planner import judge_claims, plan, plan_for_profile, refusal, summary, target_machine
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
@@ -114,7 +115,10 @@ def test_claim_profile_planned_for_the_claimed_box_in_seconds(claim_box, claim_c
     profile["model"] = QWEN14B
     profile["dataset"]["seq_len"] = 512
     started = time.monotonic()
-    result, ds = plan_for_profile(profile, claim_config, "claim.json", to_fingerprint(claim_box), claim_box)
+    machine, fingerprint = target_machine(str(CLAIM_BOX), None, "ignored")
+    assert machine == claim_box and fingerprint == to_fingerprint(claim_box)
+    ds, _, run_spec = render(claim_config, profile, fingerprint, "claim.json")
+    result = plan_for_profile(profile, ds, run_spec, machine)
     assert time.monotonic() - started < 30
     assert ds["fp16"]["enabled"] is True and result["dtype"] == "fp16" and result["ranks"] == 2
     assert result["ledger"]["parameters"] == 14_770_033_664
@@ -122,7 +126,9 @@ def test_claim_profile_planned_for_the_claimed_box_in_seconds(claim_box, claim_c
 
 
 def test_tiny_profile_fits_this_kind_of_machine(tiny_profile, claim_config, cpu_fingerprint):
-    machine = from_fingerprint(cpu_fingerprint, "testbox")
-    result, _ = plan_for_profile(tiny_profile, claim_config, "claim.json", cpu_fingerprint, machine)
+    machine, fingerprint = target_machine(None, cpu_fingerprint, "testbox")
+    assert machine == from_fingerprint(cpu_fingerprint, "testbox") and fingerprint is cpu_fingerprint
+    ds, _, run_spec = render(claim_config, tiny_profile, fingerprint, "claim.json")
+    result = plan_for_profile(tiny_profile, ds, run_spec, machine)
     assert result["fits"] and result["scheme"] == "zero3_offload_all" and result["dtype"] == "fp32"
     assert [c["what"] for c in result["checks"]] == ["host RAM"]

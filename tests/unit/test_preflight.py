@@ -37,3 +37,12 @@ def test_small_card_and_short_ram_are_each_named():
 def test_profiles_without_needs_pass(cpu_fingerprint):
     assert verdict(None, cpu_fingerprint)["ok"]
     assert verdict(profile("cpu-smollm2")["preflight"], cpu_fingerprint)["ok"]
+
+
+def test_refusal_message_names_the_profile_each_shortfall_and_the_basis(cpu_fingerprint):
+    from zerogate.plan.preflight import preflight_refusal
+
+    needs = profile("claim-14b")["preflight"]
+    message = preflight_refusal(verdict(needs, cpu_fingerprint), "claim-14b")
+    assert message.startswith("profile claim-14b refused by the pre-flight check: needs cuda devices")
+    assert needs["basis"] in message

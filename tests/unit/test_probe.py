@@ -65,3 +65,29 @@ def test_host_facts(tmp_path):
     assert numa_nodes(str(tmp_path / "missing")) is None
     limit = pinned_memory_limit()
     assert limit is None or limit >= 0
+
+
+def test_deepspeed_op_checks_keep_the_fact_and_leave_the_console_alone(capfd, tmp_path):
+    """Issue 10 bug 3: the async_io check's linker error (`ld: cannot find -laio`) reached the console
+    although the probe's rule sends its output to a log. It must land in the log; the JSON keeps the fact."""
+    import logging
+
+    from zerogate.entry import logging_to
+    from zerogate.plan.probe import deepspeed_op_report
+
+    log = tmp_path / "probe_hardware.log"
+    capfd.readouterr()
+    try:
+        with logging_to(str(log)):  # the probe rule's context: Python's streams and logging into the log file
+            report = deepspeed_op_report()
+    finally:
+        logging.basicConfig(force=True)  # let go of the closed log file
+    console = capfd.readouterr()
+    assert "cannot find" not in console.err + console.out and "collect2" not in console.err + console.out
+    assert report is not None and set(report) == {"compatible", "incompatible_reasons"}
+    assert report["compatible"]["cpu_adam"] is True
+    if report["compatible"]["async_io"]:
+        assert "async_io" not in report["incompatible_reasons"]
+    else:  # this machine has no libaio: the reason is DeepSpeed's, and the linker's complaint is in the log
+        assert "libaio" in report["incompatible_reasons"]["async_io"]
+        assert "-laio" in log.read_text()

@@ -1,6 +1,7 @@
 # Shared helpers: load and validate the configuration and the chosen profile, compute the
 # result paths' wildcards and the per-rule parameters. No rule lives here.
 import datetime
+import os
 import re
 import socket
 import sys
@@ -113,36 +114,68 @@ def dataset_files():
     source = PROFILE["dataset"]["source"]
     return [] if source == "builtin-tasks" or source.startswith("hub:") else [source]
 
-# Rules take their parameters from the loaded profile, so only that profile's results can be built
-# in one invocation (another profile's results are left as they are).
+# One profile and one machine per invocation: every path below is concrete (no {profile} or {machine}
+# wildcards pinned to one value), built from RESULTS. Rules cite each other's outputs as rules.X.output.Y;
+# result() is only for a rule's own outputs and logs. The real wildcards are {variant} and the
+# benchmarks' {bench_row} and {repeat}.
+RESULTS = f"results/{PROFILE_NAME}/{MACHINE}"
+
+
+def result(path):
+    """``path`` under this run's results directory, results/<profile>/<machine>/."""
+    return f"{RESULTS}/{path}"
+
+
+# The benchmarks (bench.smk) train two variants whatever the profile lists.
+BENCH_VARIANTS = ["zero0", "zero2-offload"]
+# The benchmarks' training runs besides DDP (bench_ds_config, bench_extra): zero3 as rendered, the same
+# without the CPU tuning, the same with the metrics layer off, and the two variants.
+BENCH_ROWS = ["zero3", "zero3-untuned", "zero3-no-metrics", *BENCH_VARIANTS]
+BENCH_REPEATS = list(range(config["bench_repeats"]))
+
+
 wildcard_constraints:
-    profile=re.escape(PROFILE_NAME),
-    machine=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    version=re.escape(PIPELINE_VERSION),
-    run_id=re.escape(RUN_ID),
-    date=r"\d{4}-\d{2}-\d{2}",
-    variant="|".join(re.escape(v) for v in PROFILE.get("variants", [])) or "(?!)",
+    variant="|".join(re.escape(v) for v in dict.fromkeys([*PROFILE.get("variants", []), *BENCH_VARIANTS])),
+    bench_row="|".join(re.escape(r) for r in BENCH_ROWS),
+    repeat=r"\d+",
+
+
+def host_cores():
+    """Cores this process may use: the training ranks' thread pools share them (ds_config.thread_env) and
+    the probe measures its host peaks on all of them."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def host_share_pool():
+    """All of the host_share resource. A measuring job (the probe, every training run) holds all of it, so no
+    other job of this invocation runs beside it; every other job holds one share (the workflow profile,
+    profiles/default, declares the pool and that default). Without the profile the resource is unlimited
+    and only the cores keep jobs apart."""
+    pool = workflow.global_resources.get("host_share")
+    return int(getattr(pool, "value", pool) or 1)
+
+
+HOST_SHARE_POOL = host_share_pool()
+
+
+# What the report and the strict-mode stamp are named after: the pipeline version, the run id (profile,
+# machine, config hash) and the UTC date the DAG was built.
+RUN_LABEL = f"v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}"
 
 
 def final_targets():
     if MACHINE_DESCRIPTION:  # a described machine is planned for, never trained on
-        return [plan_target()]
-    base = f"results/{PROFILE_NAME}/{MACHINE}"
+        return [rules.judge_plan_claims.output.summary]
     targets = [
-        f"{base}/gates/verdicts.json",
-        f"{base}/report/zerogate-v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}.html",
-        f"{base}/registry.json",
-        plan_target(),
-        f"{base}/ledger/ledger_vs_measured.json",
+        rules.check_gates.output.verdicts,
+        rules.write_report.output.html,
+        rules.register_run.output.registry,
+        rules.judge_plan_claims.output.summary,
+        rules.compare_ledger.output.table,
     ]
     if STRICT:
-        targets.append(f"{base}/gates/strict-v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}.passed")
+        targets.append(rules.enforce_gates.output.passed)
     return targets
-
-
-def report_file(wildcards):
-    """This run's versioned report (for the run registry)."""
-    return f"results/{wildcards.profile}/{wildcards.machine}/report/zerogate-v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}.html"
 
 
 def compare_registries():
@@ -174,15 +207,12 @@ def _compare_id():
 COMPARE_ID = _compare_id()
 
 
-def plan_machine_input(wildcards):
-    """The planner reads the described machine when one is given, else this machine's probe."""
-    if MACHINE_DESCRIPTION and wildcards.machine == MACHINE:
+def machine_input(wildcards):
+    """The machine the config is rendered and the run planned for: the described one when given
+    (config/machines/<name>.yaml, never probed), else this machine's probe."""
+    if MACHINE_DESCRIPTION:
         return {"description": MACHINE_DESCRIPTION}
-    return {"fingerprint": f"results/{wildcards.profile}/{wildcards.machine}/probe/hardware.json"}
-
-
-def plan_target():
-    return f"results/{PROFILE_NAME}/{MACHINE}/plan/plan.txt"
+    return {"fingerprint": rules.probe_hardware.output.fingerprint}
 
 
 def profile_sections(*names):
@@ -192,12 +222,28 @@ def profile_sections(*names):
 
 def checkpoint_dir(wildcards):
     """Checkpoints of a training run: beside its outputs, never one of them (they must outlive a crash)."""
-    base = f"results/{wildcards.profile}/{wildcards.machine}"
     variant = getattr(wildcards, "variant", None)
-    return f"{base}/variants/{variant}/checkpoints" if variant else f"{base}/checkpoints"
+    if variant:
+        return result(f"variants/{variant}/checkpoints")
+    if hasattr(wildcards, "bench_row"):
+        return result(f"bench/runs/{wildcards.bench_row}/{wildcards.repeat}/checkpoints")
+    return result("checkpoints")
 
 
 def variant_summaries(wildcards):
     """Every comparison run the profile lists (key `variants`)."""
-    base = f"results/{wildcards.profile}/{wildcards.machine}/variants"
-    return [f"{base}/{variant}/train/summary.json" for variant in PROFILE.get("variants", [])]
+    return expand(rules.train_variant.output.summary, variant=PROFILE.get("variants", []))
+
+
+def bench_ds_config(wildcards):
+    """The DeepSpeed config of a benchmark row: as rendered, without the CPU tuning, or a variant's."""
+    if wildcards.bench_row in BENCH_VARIANTS:
+        return expand(rules.render_variant_config.output.ds_config, variant=wildcards.bench_row)
+    if wildcards.bench_row == "zero3-untuned":
+        return rules.render_untuned_config.output.ds_config
+    return rules.render_deepspeed_config.output.ds_config
+
+
+def bench_extra(wildcards):
+    """Extra arguments of a benchmark row's training loop: the metrics layer off for zero3-no-metrics."""
+    return "--no-metrics" if wildcards.bench_row == "zero3-no-metrics" else ""

@@ -1,20 +1,22 @@
 rule prepare_dataset:
     input:
-        model="results/{profile}/{machine}/model/model.json",
+        model=rules.prepare_model.output.model,
         data=dataset_files(),
     output:
-        train="results/{profile}/{machine}/dataset/train.parquet",
-        validation="results/{profile}/{machine}/dataset/validation.parquet",
-        train_examples="results/{profile}/{machine}/dataset/train_examples.jsonl",
-        validation_examples="results/{profile}/{machine}/dataset/validation_examples.jsonl",
-        tokenizer="results/{profile}/{machine}/dataset/tokenizer.json",
-        manifest="results/{profile}/{machine}/dataset/manifest.json",
+        train=result("dataset/train.parquet"),
+        validation=result("dataset/validation.parquet"),
+        train_examples=result("dataset/train_examples.jsonl"),
+        validation_examples=result("dataset/validation_examples.jsonl"),
+        tokenizer=result("dataset/tokenizer.json"),
+        manifest=result("dataset/manifest.json"),
     params:
         settings=PROFILE["dataset"],
         evaluation=PROFILE.get("evaluation", {}),
         repo=str(REPO),
+        # Named in the dataset stage's errors (e.g. a tokenizer larger than dataset.vocab_size).
+        profile_file=profile_file_setting("dataset.vocab_size"),
     log:
-        "results/{profile}/{machine}/logs/prepare_dataset.log",
+        result("logs/prepare_dataset.log"),
     conda:
         "../../envs/train.yaml"
     script:

@@ -1,17 +1,20 @@
+# The claim's DeepSpeed config rendered for this machine (probed) or a described one (machine_description:
+# config/machines/<name>.yaml, never probed). The planner reads this rendering; there is no other.
 rule render_deepspeed_config:
     input:
+        unpack(machine_input),
         template=PROFILE["deepspeed"]["template"],
-        fingerprint="results/{profile}/{machine}/probe/hardware.json",
     output:
-        ds_config="results/{profile}/{machine}/deepspeed/ds_config.json",
-        deviations="results/{profile}/{machine}/deepspeed/deviations.json",
-        run_spec="results/{profile}/{machine}/deepspeed/run_spec.json",
+        ds_config=result("deepspeed/ds_config.json"),
+        deviations=result("deepspeed/deviations.json"),
+        run_spec=result("deepspeed/run_spec.json"),
     params:
         model=PROFILE["model"],
         training=PROFILE["training"],
         deepspeed=PROFILE["deepspeed"],
+        machine=MACHINE,
     log:
-        "results/{profile}/{machine}/logs/render_deepspeed_config.log",
+        result("logs/render_deepspeed_config.log"),
     conda:
         "../../envs/train.yaml"
     script:

@@ -1,38 +1,23 @@
 rule check_gates:
     input:
-        plan="results/{profile}/{machine}/plan/plan.json",
-        steps="results/{profile}/{machine}/parsed/steps.parquet",
-        events="results/{profile}/{machine}/parsed/events.parquet",
-        run_meta="results/{profile}/{machine}/parsed/run.json",
-        summary="results/{profile}/{machine}/train/summary.json",
-        run_spec="results/{profile}/{machine}/deepspeed/run_spec.json",
-        deviations="results/{profile}/{machine}/deepspeed/deviations.json",
-        fingerprint="results/{profile}/{machine}/probe/hardware.json",
+        plan=rules.plan_run.output.plan,
+        steps=rules.parse_logs.output.steps,
+        events=rules.parse_logs.output.events,
+        run_meta=rules.parse_logs.output.run_meta,
+        summary=rules.train.output.summary,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+        deviations=rules.render_deepspeed_config.output.deviations,
+        fingerprint=rules.probe_hardware.output.fingerprint,
     output:
-        verdicts="results/{profile}/{machine}/gates/verdicts.json",
+        verdicts=result("gates/verdicts.json"),
     params:
         gates=PROFILE["gates"],
         warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=PROFILE.get("stabiliser", {}),
     log:
-        "results/{profile}/{machine}/logs/check_gates.log",
+        result("logs/check_gates.log"),
     conda:
         "../../envs/analysis.yaml"
     script:
         "../scripts/check_gates.py"
 
-
-# With `strict: true` this runs last and fails the invocation on any FAIL. It is a separate rule so that
-# the verdicts and the report, outputs of jobs that succeeded, stay on disk for the user to read.
-rule enforce_gates:
-    input:
-        verdicts="results/{profile}/{machine}/gates/verdicts.json",
-        report="results/{profile}/{machine}/report/zerogate-v{version}-{run_id}-{date}.html",
-    output:
-        passed="results/{profile}/{machine}/gates/strict-v{version}-{run_id}-{date}.passed",
-    log:
-        "results/{profile}/{machine}/logs/enforce_gates-v{version}-{run_id}-{date}.log",
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    script:
-        "../scripts/enforce_gates.py"

@@ -1,16 +1,17 @@
 # Ledger vs measured: what each rank held (and on GPUs its allocator peaks) against the prediction.
 rule compare_ledger:
     input:
-        metrics="results/{profile}/{machine}/train/metrics",
-        manifest="results/{profile}/{machine}/dataset/manifest.json",
-        ds_config="results/{profile}/{machine}/deepspeed/ds_config.json",
-        run_spec="results/{profile}/{machine}/deepspeed/run_spec.json",
+        metrics=rules.train.output.metrics,
+        steps=rules.parse_logs.output.steps,
+        manifest=rules.prepare_dataset.output.manifest,
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
     output:
-        table="results/{profile}/{machine}/ledger/ledger_vs_measured.json",
+        table=result("ledger/ledger_vs_measured.json"),
     params:
         model=PROFILE["model"],
     log:
-        "results/{profile}/{machine}/logs/compare_ledger.log",
+        result("logs/compare_ledger.log"),
     conda:
         "../../envs/train.yaml"
     script:

@@ -1,30 +1,16 @@
-rule check_preflight:
-    input:
-        fingerprint="results/{profile}/{machine}/probe/hardware.json",
-    output:
-        preflight="results/{profile}/{machine}/preflight/preflight.json",
-    params:
-        needs=PROFILE.get("preflight"),
-        profile_name=PROFILE_NAME,
-    log:
-        "results/{profile}/{machine}/logs/check_preflight.log",
-    conda:
-        "../../envs/train.yaml"
-    script:
-        "../scripts/check_preflight.py"
-
-
+# Only for an approved plan (a flag input, not read): a run the planner or the pre-flight check refuses
+# loads no model and prepares no data.
 rule prepare_model:
     input:
-        preflight="results/{profile}/{machine}/preflight/preflight.json",
+        approved=rules.approve_plan.output.approved,
     output:
-        model="results/{profile}/{machine}/model/model.json",
+        model=result("model/model.json"),
     params:
         model=PROFILE["model"],
         repo=str(REPO),
         profile_file=profile_file_setting("model.source"),
     log:
-        "results/{profile}/{machine}/logs/prepare_model.log",
+        result("logs/prepare_model.log"),
     conda:
         "../../envs/train.yaml"
     script:

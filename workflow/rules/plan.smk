@@ -1,38 +1,59 @@
+# The profile's stated needs (its preflight section) against the probed machine: a verdict, ok or not.
+rule check_preflight:
+    input:
+        fingerprint=rules.probe_hardware.output.fingerprint,
+    output:
+        preflight=result("preflight/preflight.json"),
+    params:
+        needs=PROFILE.get("preflight"),
+    log:
+        result("logs/check_preflight.log"),
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/check_preflight.py"
+
+
 # The planner: ledger + throughput floor against this machine (probed) or a described one
 # (--config machine_description=config/machines/<name>.yaml). plan.json is written either way (it is the
 # on-paper verdict); approve_plan fails, writing nothing, when the run does not fit and the profile does
-# not override, and training depends on its approved.json.
+# not override, or when the pre-flight check (check_preflight) finds the machine short of the profile's
+# stated needs. Everything that costs time (the model, the dataset, every training run) depends on its
+# approved.json, so a refused run starts none of it: the order comes from those input edges alone.
+#
+# The planner reads render_deepspeed_config's rendering (the one training uses). That rule takes the
+# described machine as well as the probed one, so the described case needs no second rendering either.
 rule plan_run:
     input:
-        unpack(plan_machine_input),
-        template=PROFILE["deepspeed"]["template"],
+        unpack(machine_input),
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
     output:
-        plan="results/{profile}/{machine}/plan/plan.json",
-        ds_config="results/{profile}/{machine}/plan/ds_config.json",
+        plan=result("plan/plan.json"),
     params:
         # Not the gates: editing a gate must not re-plan, because training depends on the plan.
         sections=profile_sections("model", "dataset", "training", "plan"),
-        deepspeed=PROFILE["deepspeed"],
+        machine=MACHINE,
     log:
-        "results/{profile}/{machine}/logs/plan_run.log",
-    # Before anything else starts, so that a refused run has launched nothing (seconds, not minutes).
-    threads: workflow.cores
-    priority: 100
+        result("logs/plan_run.log"),
     conda:
         "../../envs/train.yaml"
     script:
         "../scripts/plan_run.py"
 
 
+# The one gate before any costly work: the planner's fit and the profile's pre-flight needs.
 rule approve_plan:
     input:
-        plan="results/{profile}/{machine}/plan/plan.json",
+        plan=rules.plan_run.output.plan,
+        preflight=rules.check_preflight.output.preflight,
     output:
-        approved="results/{profile}/{machine}/plan/approved.json",
+        approved=result("plan/approved.json"),
+    params:
+        profile_name=PROFILE_NAME,
     log:
-        "results/{profile}/{machine}/logs/approve_plan.log",
-    threads: workflow.cores
-    priority: 100
+        result("logs/approve_plan.log"),
+    localrule: True
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -41,14 +62,15 @@ rule approve_plan:
 
 rule judge_plan_claims:
     input:
-        plan="results/{profile}/{machine}/plan/plan.json",
+        plan=rules.plan_run.output.plan,
     output:
-        claims="results/{profile}/{machine}/plan/claims.json",
-        summary="results/{profile}/{machine}/plan/plan.txt",
+        claims=result("plan/claims.json"),
+        summary=result("plan/plan.txt"),
     params:
         gates=PROFILE["gates"],
     log:
-        "results/{profile}/{machine}/logs/judge_plan_claims.log",
+        result("logs/judge_plan_claims.log"),
+    localrule: True
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -57,4 +79,5 @@ rule judge_plan_claims:
 
 rule plan:
     input:
-        plan_target(),
+        rules.judge_plan_claims.output.summary,
+    localrule: True

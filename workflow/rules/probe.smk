@@ -1,13 +1,15 @@
-# First, alone on the machine: it measures host peaks (copy bandwidth, matmul), and the planner that
-# can refuse the run needs it before any other work starts.
+# The machine's fingerprint. It measures host peaks (copy bandwidth, fp32 matmul) on every core, so it runs
+# with the host's thread count (Snakemake sets OMP_NUM_THREADS and friends to it; with one thread torch
+# would measure one core) and holds the whole host share: no other job of this invocation runs beside it.
 rule probe_hardware:
     output:
-        fingerprint="results/{profile}/{machine}/probe/hardware.json",
-        summary="results/{profile}/{machine}/probe/summary.txt",
+        fingerprint=result("probe/hardware.json"),
+        summary=result("probe/summary.txt"),
     log:
-        "results/{profile}/{machine}/logs/probe_hardware.log",
-    threads: workflow.cores
-    priority: 100
+        result("logs/probe_hardware.log"),
+    threads: host_cores()
+    resources:
+        host_share=HOST_SHARE_POOL,
     conda:
         "../../envs/train.yaml"
     script:

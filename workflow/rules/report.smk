@@ -1,35 +1,38 @@
 rule plot_figures:
     input:
-        steps="results/{profile}/{machine}/parsed/steps.parquet",
-        events="results/{profile}/{machine}/parsed/events.parquet",
-        verdicts="results/{profile}/{machine}/gates/verdicts.json",
+        steps=rules.parse_logs.output.steps,
+        events=rules.parse_logs.output.events,
+        verdicts=rules.check_gates.output.verdicts,
     output:
         loss=report(
-            "results/{profile}/{machine}/report/figures/loss.png",
+            result("report/figures/loss.png"),
             caption="../report/loss.rst",
             category="Training",
-            subcategory="{profile} on {machine}",
+            subcategory=f"{PROFILE_NAME} on {MACHINE}",
         ),
         step_time=report(
-            "results/{profile}/{machine}/report/figures/step_time.png",
+            result("report/figures/step_time.png"),
             caption="../report/step_time.rst",
             category="Training",
-            subcategory="{profile} on {machine}",
+            subcategory=f"{PROFILE_NAME} on {MACHINE}",
         ),
         memory=report(
-            "results/{profile}/{machine}/report/figures/memory.png",
+            result("report/figures/memory.png"),
             caption="../report/memory.rst",
             category="Training",
-            subcategory="{profile} on {machine}",
+            subcategory=f"{PROFILE_NAME} on {MACHINE}",
         ),
         loss_scale=report(
-            "results/{profile}/{machine}/report/figures/loss_scale.png",
+            result("report/figures/loss_scale.png"),
             caption="../report/loss_scale.rst",
             category="Training",
-            subcategory="{profile} on {machine}",
+            subcategory=f"{PROFILE_NAME} on {MACHINE}",
         ),
+    params:
+        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=PROFILE.get("stabiliser", {}),
     log:
-        "results/{profile}/{machine}/logs/plot_figures.log",
+        result("logs/plot_figures.log"),
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -38,12 +41,12 @@ rule plot_figures:
 
 rule record_provenance:
     input:
-        fingerprint="results/{profile}/{machine}/probe/hardware.json",
-        manifest="results/{profile}/{machine}/dataset/manifest.json",
-        ds_config="results/{profile}/{machine}/deepspeed/ds_config.json",
-        summary="results/{profile}/{machine}/train/summary.json",
+        fingerprint=rules.probe_hardware.output.fingerprint,
+        manifest=rules.prepare_dataset.output.manifest,
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        summary=rules.train.output.summary,
     output:
-        provenance="results/{profile}/{machine}/provenance.json",
+        provenance=result("provenance.json"),
     params:
         profile_name=PROFILE_NAME,
         profile=PROFILE,
@@ -51,7 +54,7 @@ rule record_provenance:
         run_id=RUN_ID,
         repo=str(REPO),
     log:
-        "results/{profile}/{machine}/logs/record_provenance.log",
+        result("logs/record_provenance.log"),
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -59,30 +62,33 @@ rule record_provenance:
 
 
 # The report's name carries the pipeline version, the run id (profile, machine, config hash) and the
-# UTC date the DAG was built (REPORT_DATE in common.smk), so reports of other configs and other days sit
+# UTC date the DAG was built (RUN_LABEL in common.smk), so reports of other configs and other days sit
 # beside each other.
 rule write_report:
     input:
-        verdicts="results/{profile}/{machine}/gates/verdicts.json",
-        steps="results/{profile}/{machine}/parsed/steps.parquet",
-        events="results/{profile}/{machine}/parsed/events.parquet",
-        run_meta="results/{profile}/{machine}/parsed/run.json",
-        provenance="results/{profile}/{machine}/provenance.json",
-        deviations="results/{profile}/{machine}/deepspeed/deviations.json",
-        ledger="results/{profile}/{machine}/ledger/ledger_vs_measured.json",
-        evaluation="results/{profile}/{machine}/train/eval.jsonl",
-        loss="results/{profile}/{machine}/report/figures/loss.png",
-        step_time="results/{profile}/{machine}/report/figures/step_time.png",
-        memory="results/{profile}/{machine}/report/figures/memory.png",
-        loss_scale="results/{profile}/{machine}/report/figures/loss_scale.png",
+        verdicts=rules.check_gates.output.verdicts,
+        steps=rules.parse_logs.output.steps,
+        events=rules.parse_logs.output.events,
+        run_meta=rules.parse_logs.output.run_meta,
+        provenance=rules.record_provenance.output.provenance,
+        deviations=rules.render_deepspeed_config.output.deviations,
+        ledger=rules.compare_ledger.output.table,
+        evaluation=rules.train.output.evaluation,
+        loss=rules.plot_figures.output.loss,
+        step_time=rules.plot_figures.output.step_time,
+        memory=rules.plot_figures.output.memory,
+        loss_scale=rules.plot_figures.output.loss_scale,
     output:
         html=report(
-            "results/{profile}/{machine}/report/zerogate-v{version}-{run_id}-{date}.html",
+            result(f"report/zerogate-{RUN_LABEL}.html"),
             caption="../report/html.rst",
             category="Report",
         ),
+    params:
+        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=PROFILE.get("stabiliser", {}),
     log:
-        "results/{profile}/{machine}/logs/write_report-v{version}-{run_id}-{date}.log",
+        result(f"logs/write_report-{RUN_LABEL}.log"),
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -91,24 +97,43 @@ rule write_report:
 
 rule register_run:
     input:
-        verdicts="results/{profile}/{machine}/gates/verdicts.json",
-        steps="results/{profile}/{machine}/parsed/steps.parquet",
-        events="results/{profile}/{machine}/parsed/events.parquet",
-        run_meta="results/{profile}/{machine}/parsed/run.json",
-        provenance="results/{profile}/{machine}/provenance.json",
-        deviations="results/{profile}/{machine}/deepspeed/deviations.json",
-        report=report_file,
-        loss="results/{profile}/{machine}/report/figures/loss.png",
-        step_time="results/{profile}/{machine}/report/figures/step_time.png",
-        memory="results/{profile}/{machine}/report/figures/memory.png",
-        loss_scale="results/{profile}/{machine}/report/figures/loss_scale.png",
+        verdicts=rules.check_gates.output.verdicts,
+        steps=rules.parse_logs.output.steps,
+        events=rules.parse_logs.output.events,
+        run_meta=rules.parse_logs.output.run_meta,
+        provenance=rules.record_provenance.output.provenance,
+        deviations=rules.render_deepspeed_config.output.deviations,
+        report=rules.write_report.output.html,
+        loss=rules.plot_figures.output.loss,
+        step_time=rules.plot_figures.output.step_time,
+        memory=rules.plot_figures.output.memory,
+        loss_scale=rules.plot_figures.output.loss_scale,
     output:
-        registry="results/{profile}/{machine}/registry.json",
+        registry=result("registry.json"),
     params:
+        machine=MACHINE,
         warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=PROFILE.get("stabiliser", {}),
     log:
-        "results/{profile}/{machine}/logs/register_run.log",
+        result("logs/register_run.log"),
     conda:
         "../../envs/analysis.yaml"
     script:
         "../scripts/register_run.py"
+
+
+# With `strict: true` this runs last and fails the invocation on any FAIL. It is a separate rule so that
+# the verdicts and the report, outputs of jobs that succeeded, stay on disk for the user to read.
+rule enforce_gates:
+    input:
+        verdicts=rules.check_gates.output.verdicts,
+        report=rules.write_report.output.html,
+    output:
+        passed=result(f"gates/strict-{RUN_LABEL}.passed"),
+    log:
+        result(f"logs/enforce_gates-{RUN_LABEL}.log"),
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/enforce_gates.py"

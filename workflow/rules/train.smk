@@ -1,93 +1,110 @@
+# Like every stage that prepares a training run, only for an approved plan (a refused run writes nothing
+# under train/).
 rule write_train_settings:
+    input:
+        approved=rules.approve_plan.output.approved,
     output:
-        settings="results/{profile}/{machine}/train/settings.json",
+        settings=result("train/settings.json"),
     params:
         stabiliser=PROFILE.get("stabiliser", {}),
         checkpoint=PROFILE.get("checkpoint", {}),
     log:
-        "results/{profile}/{machine}/logs/write_train_settings.log",
+        result("logs/write_train_settings.log"),
+    localrule: True
     conda:
         "../../envs/train.yaml"
     script:
         "../scripts/write_train_settings.py"
 
 
-# Checkpoints go to results/{profile}/{machine}/checkpoints/, deliberately not an output: Snakemake
+# Checkpoints go to results/<profile>/<machine>/checkpoints/, deliberately not an output: Snakemake
 # deletes a failed job's outputs, and a rerun of this rule resumes from the newest complete checkpoint.
+# The ranks' thread pools share the host's cores (zerogate.plan.ds_config.thread_env), hence threads; the
+# timed run holds the whole host share, so no other job of this invocation runs beside it. runtime and
+# mem_mb are for cluster executors (set them per machine in the workflow profile, profiles/default).
 rule train:
     input:
-        ds_config="results/{profile}/{machine}/deepspeed/ds_config.json",
-        run_spec="results/{profile}/{machine}/deepspeed/run_spec.json",
-        settings="results/{profile}/{machine}/train/settings.json",
-        train="results/{profile}/{machine}/dataset/train.parquet",
-        manifest="results/{profile}/{machine}/dataset/manifest.json",
-        plan="results/{profile}/{machine}/plan/approved.json",
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+        settings=rules.write_train_settings.output.settings,
+        train=rules.prepare_dataset.output.train,
+        manifest=rules.prepare_dataset.output.manifest,
+        plan=rules.approve_plan.output.approved,
     output:
-        metrics=directory("results/{profile}/{machine}/train/metrics"),
-        events="results/{profile}/{machine}/train/events.jsonl",
-        evaluation="results/{profile}/{machine}/train/eval.jsonl",
-        summary="results/{profile}/{machine}/train/summary.json",
+        metrics=directory(result("train/metrics")),
+        events=result("train/events.jsonl"),
+        evaluation=result("train/eval.jsonl"),
+        summary=result("train/summary.json"),
     params:
         dataset_dir=subpath(input.manifest, parent=True),
         out_dir=subpath(output.summary, parent=True),
         checkpoint_dir=checkpoint_dir,
+        module="zerogate.train.loop",
+        extra="",
     log:
-        "results/{profile}/{machine}/logs/train.log",
+        result("logs/train.log"),
     benchmark:
-        "results/{profile}/{machine}/benchmarks/train.tsv"
-    # All cores: nothing else may run beside the timed training run.
-    threads: workflow.cores
+        result("benchmarks/train.tsv")
+    threads: host_cores()
+    resources:
+        host_share=HOST_SHARE_POOL,
     conda:
         "../../envs/train.yaml"
     shell:
-        "python -m zerogate.train.launch --run-spec {input.run_spec} --log {log} --"
+        "python -m zerogate.train.launch --run-spec {input.run_spec} --log {log} --module {params.module} --"
         " --ds-config {input.ds_config} --settings {input.settings} --dataset-dir {params.dataset_dir}"
-        " --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir}"
+        " --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir} {params.extra}"
 
 
 # Comparison runs (profile key `variants`): the same model, data and loop under ZeRO stage 0-3, with and
-# without offload. `snakemake --cores all compare_variants` trains every listed variant and tabulates them.
+# without offload. `snakemake --cores all train_variants` trains every listed variant and tabulates them.
 rule render_variant_config:
     input:
-        ds_config="results/{profile}/{machine}/deepspeed/ds_config.json",
+        ds_config=rules.render_deepspeed_config.output.ds_config,
     output:
-        ds_config="results/{profile}/{machine}/variants/{variant}/deepspeed/ds_config.json",
-        overrides="results/{profile}/{machine}/variants/{variant}/deepspeed/overrides.json",
+        ds_config=result("variants/{variant}/deepspeed/ds_config.json"),
+        overrides=result("variants/{variant}/deepspeed/overrides.json"),
     log:
-        "results/{profile}/{machine}/logs/render_variant_config/{variant}.log",
+        result("logs/render_variant_config/{variant}.log"),
+    localrule: True
     conda:
         "../../envs/train.yaml"
     script:
         "../scripts/render_variant_config.py"
 
 
+# A variant trains only for an approved plan, like the run itself (the planner's refusal holds for all).
 use rule train as train_variant with:
     input:
-        ds_config="results/{profile}/{machine}/variants/{variant}/deepspeed/ds_config.json",
-        run_spec="results/{profile}/{machine}/deepspeed/run_spec.json",
-        settings="results/{profile}/{machine}/train/settings.json",
-        train="results/{profile}/{machine}/dataset/train.parquet",
-        manifest="results/{profile}/{machine}/dataset/manifest.json",
+        ds_config=rules.render_variant_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+        settings=rules.write_train_settings.output.settings,
+        train=rules.prepare_dataset.output.train,
+        manifest=rules.prepare_dataset.output.manifest,
+        plan=rules.approve_plan.output.approved,
     output:
-        metrics=directory("results/{profile}/{machine}/variants/{variant}/train/metrics"),
-        events="results/{profile}/{machine}/variants/{variant}/train/events.jsonl",
-        evaluation="results/{profile}/{machine}/variants/{variant}/train/eval.jsonl",
-        summary="results/{profile}/{machine}/variants/{variant}/train/summary.json",
+        metrics=directory(result("variants/{variant}/train/metrics")),
+        events=result("variants/{variant}/train/events.jsonl"),
+        evaluation=result("variants/{variant}/train/eval.jsonl"),
+        summary=result("variants/{variant}/train/summary.json"),
     log:
-        "results/{profile}/{machine}/logs/train_variant/{variant}.log",
+        result("logs/train_variant/{variant}.log"),
     benchmark:
-        "results/{profile}/{machine}/benchmarks/train_variant/{variant}.tsv"
+        result("benchmarks/train_variant/{variant}.tsv")
 
 
 rule compare_variants:
     input:
         summaries=variant_summaries,
     output:
-        table="results/{profile}/{machine}/variants/comparison.json",
+        table=result("variants/comparison.json"),
     params:
         variants=PROFILE.get("variants", []),
+        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=PROFILE.get("stabiliser", {}),
+        expected_steps=PROFILE["training"]["optimizer_steps"],
     log:
-        "results/{profile}/{machine}/logs/compare_variants.log",
+        result("logs/compare_variants.log"),
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -96,4 +113,5 @@ rule compare_variants:
 
 rule train_variants:
     input:
-        f"results/{PROFILE_NAME}/{MACHINE}/variants/comparison.json",
+        rules.compare_variants.output.table,
+    localrule: True

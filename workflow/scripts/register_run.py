@@ -8,7 +8,7 @@ from zerogate.report.registry import registry_record
 with logging_to(snakemake.log[0]):
     inputs = snakemake.input
     record = registry_record(
-        machine=snakemake.wildcards.machine,
+        machine=snakemake.params.machine,
         verdicts=read_json(inputs.verdicts),
         steps=pd.read_parquet(inputs.steps),
         run_meta=read_json(inputs.run_meta),

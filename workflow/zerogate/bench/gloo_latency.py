@@ -1,6 +1,6 @@
 """What one gloo collective costs between two local ranks: the floor under ZeRO-3's step time on the CPU.
 
-    python -m zerogate.bench.gloo_latency [--iterations 500]
+    python -m zerogate.bench.gloo_latency [--iterations 500] [--out table.txt]   (`make bench`: bench_gloo_latency)
 
 Two processes (one thread pool of one thread each, as the training ranks run) time all_gather_into_tensor,
 reduce_scatter_tensor and all_reduce for messages the size of one norm weight, one linear layer and the
@@ -16,6 +16,7 @@ import argparse
 import os
 import time
 import warnings
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -46,26 +47,35 @@ def _time(operation: str, elements: int, world: int, iterations: int) -> float:
     return (time.perf_counter() - started) / iterations
 
 
-def _rank(rank: int, world: int, port: int, iterations: int) -> None:
+def _rank(rank: int, world: int, port: int, iterations: int, out: str | None) -> None:
     torch.set_num_threads(1)
     # DeepSpeed 0.19.8 calls these collectives by the names torch 2.13 deprecates: time what it calls.
     warnings.filterwarnings("ignore", category=FutureWarning)
     os.environ.update(MASTER_ADDR=MASTER_ADDR, MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    lines = []
     for label, elements in SIZES.items():
         times = {op: _time(op, elements, world, iterations) for op in OPERATIONS}
-        if rank == 0:
-            print(f"{label:22s} " + "  ".join(f"{op} {seconds * 1e3:6.3f} ms" for op, seconds in times.items()))
+        lines.append(f"{label:22s} " + "  ".join(f"{op} {seconds * 1e3:6.3f} ms" for op, seconds in times.items()))
+    if rank == 0:
+        print("\n".join(lines))
+        if out:
+            with open(out, "a") as handle:
+                handle.write("\n".join(lines) + "\n")
     dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=500)
+    parser.add_argument("--out", default=None, help="also write the table to this file")
     args = parser.parse_args(argv)
     world = 2
-    print(f"gloo, {world} local ranks, mean of {args.iterations} calls, elements per rank:")
-    mp.spawn(_rank, args=(world, free_port(), args.iterations), nprocs=world, join=True)
+    head = f"gloo, {world} local ranks, mean of {args.iterations} calls, elements per rank:"
+    print(head)
+    if args.out:
+        Path(args.out).write_text(head + "\n")
+    mp.spawn(_rank, args=(world, free_port(), args.iterations, args.out), nprocs=world, join=True)
     return 0
 
 

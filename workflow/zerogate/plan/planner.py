@@ -236,17 +236,28 @@ def summary(result: dict[str, Any], claims: list[dict[str, Any]] | None = None) 
     return "\n".join(lines)
 
 
-def plan_for_profile(profile: dict[str, Any], template: dict[str, Any], template_file: str,
-                     fingerprint: dict[str, Any], machine: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Render the profile's config for ``machine`` (as render_deepspeed_config does), count the model on the
-    meta device and plan. Returns (plan, rendered ds_config)."""
-    from zerogate.plan.ds_config import render
+def target_machine(description: str | None, fingerprint: dict[str, Any] | None,
+                   name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(machine, fingerprint) of the machine a run is rendered and planned for: a described one
+    (config/machines/<name>.yaml, given as its path) or the probed one (its fingerprint, named ``name``)."""
+    from zerogate.config.machines import from_fingerprint, load_description, to_fingerprint
+
+    if description is not None:
+        machine = load_description(description)
+        return machine, to_fingerprint(machine)
+    assert fingerprint is not None
+    return from_fingerprint(fingerprint, name), fingerprint
+
+
+def plan_for_profile(profile: dict[str, Any], ds_config: dict[str, Any], run_spec: dict[str, Any],
+                     machine: dict[str, Any]) -> dict[str, Any]:
+    """Plan the run of ``profile`` as render_deepspeed_config rendered it for ``machine`` (``ds_config``,
+    ``run_spec``): count the model on the meta device, then fit, floor and ledger."""
     from zerogate.plan.ledger import count_parameters, setup_from_config
     from zerogate.model.build import model_config
 
-    ds_config, _, run_spec = render(template, profile, fingerprint, template_file)
     seq_len, vocab = profile["dataset"]["seq_len"], profile["dataset"]["vocab_size"]
     counts = count_parameters(model_config(profile["model"], vocab, seq_len))
     setup = setup_from_config(ds_config, run_spec, seq_len, nodes=machine.get("nodes", 1),
                               activation_checkpointing=profile["training"].get("activation_checkpointing", False))
-    return plan(counts, setup, machine, profile.get("plan")), ds_config
+    return plan(counts, setup, machine, profile.get("plan"))

@@ -36,3 +36,10 @@ def verdict(needs: dict[str, Any] | None, fingerprint: dict[str, Any]) -> dict[s
     needs = needs or {}
     problems = shortfalls(needs, fingerprint)
     return {"ok": not problems, "needs": needs, "shortfalls": problems}
+
+
+def preflight_refusal(result: dict[str, Any], profile_name: str) -> str:
+    """The refusal message of a failed pre-flight verdict: each shortfall, and the basis the profile gives."""
+    basis = (result.get("needs") or {}).get("basis", "")
+    return (f"profile {profile_name} refused by the pre-flight check: {'; '.join(result['shortfalls'])}"
+            + (f" ({basis})" if basis else ""))

@@ -4,22 +4,27 @@ GPUs through NVML (nvidia-ml-py) and torch: name, total and free memory, compute
 PCIe generation and width (current and maximum), peer-to-peer and NVLink between each pair. The host:
 CPU model, cores, NUMA nodes, RAM, /dev/shm, the locked-memory limit (pinned memory), a measured memory
 bandwidth and fp32 matmul peak (the CPU floor's inputs), and versions of CUDA, NCCL, torch, DeepSpeed and
-DeepSpeed's op compatibility report. NVML values are read into plain dicts first and parsed by pure
+DeepSpeed's op compatibility report (with the reason of each incompatible op). NVML values are read into plain dicts first and parsed by pure
 functions, tested on hand-made samples (the GPU path has not yet run on a GPU).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import logging
 import os
 import platform
+import re
 import resource
 import shutil
 import socket
+import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import psutil
 
@@ -279,19 +284,73 @@ def runtime_versions() -> dict[str, Any]:
     return {"cuda": torch.version.cuda, "nccl": nccl, "deepspeed_ops": deepspeed_op_report()}
 
 
-def deepspeed_op_report() -> dict[str, bool] | None:
-    """Per DeepSpeed op: compatible with this machine (the "compatible" column of ``ds_report``)."""
+@contextlib.contextmanager
+def captured_output() -> Iterator[Callable[[], str]]:
+    """Everything written meanwhile, by Python (sys.stdout, sys.stderr) and by child processes (file
+    descriptors 1 and 2), into one temporary file; yields a function returning the text so far.
+
+    DeepSpeed's op checks compile and link test programs: with verbose=False it silences the compiler by
+    redirecting ``sys.stderr.fileno()``, which misses the real stderr when sys.stderr has been replaced
+    (a rule's log), so the linker's ``cannot find -laio`` reached the console."""
+    with tempfile.TemporaryFile(mode="w+") as capture:
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            if stream is not None:
+                stream.flush()
+        saved = {fd: os.dup(fd) for fd in (1, 2)}
+        try:
+            for fd in saved:
+                os.dup2(capture.fileno(), fd)
+            with contextlib.redirect_stdout(capture), contextlib.redirect_stderr(capture):
+                def text() -> str:
+                    capture.flush()
+                    capture.seek(0)
+                    return capture.read()
+                yield text
+        finally:
+            capture.flush()
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _warnings(text: str) -> str:
+    """DeepSpeed's ``[WARNING]`` lines of ``text``, colour codes and prefix removed, in one line."""
+    lines = [_ANSI.sub("", line).split("[WARNING]", 1)[1].strip() for line in text.splitlines() if "[WARNING]" in line]
+    return " ".join(line for line in lines if line)
+
+
+def deepspeed_op_report() -> dict[str, Any] | None:
+    """Per DeepSpeed op: compatible with this machine (the "compatible" column of ``ds_report``), and for
+    each incompatible op DeepSpeed's reason (async_io: libaio's headers and library not found). The
+    compilers' and linkers' output of the checks goes to this module's logger (the rule's log), never
+    to the console."""
     try:
         from deepspeed.ops.op_builder.all_ops import ALL_OPS
     except Exception:
         return None
-    report = {}
-    for name, builder in sorted(ALL_OPS.items()):
-        try:
-            report[name] = bool(builder.is_compatible(verbose=False))
-        except Exception:
-            report[name] = False
-    return report
+    compatible: dict[str, bool] = {}
+    reasons: dict[str, str] = {}
+    with captured_output() as output:
+        for name, builder in sorted(ALL_OPS.items()):
+            try:
+                compatible[name] = bool(builder.is_compatible(verbose=False))
+            except Exception as error:
+                compatible[name] = False
+                reasons[name] = f"the compatibility check raised {type(error).__name__}: {error}"
+        for name in sorted(n for n, ok in compatible.items() if not ok and n not in reasons):
+            before = len(output())
+            try:  # again, verbose: DeepSpeed then says why
+                ALL_OPS[name].is_compatible(verbose=True)
+            except Exception:
+                pass
+            reasons[name] = _warnings(output()[before:]) or "DeepSpeed's compatibility check failed (no reason given)"
+        noise = output()
+    if noise.strip():
+        logging.getLogger(__name__).info("DeepSpeed op compatibility checks (compiler and linker output):\n%s", noise)
+    return {"compatible": compatible, "incompatible_reasons": reasons}
 
 
 def probe(measure: bool = True) -> dict[str, Any]:

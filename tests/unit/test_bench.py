@@ -1,0 +1,47 @@
+"""The benchmarks' tables: each run's step time is the pipeline's (analysis.measures.step_time on the
+run's per-rank metrics), never a statistic of their own."""
+
+import json
+
+import pytest
+
+from zerogate.analysis.measures import step_time
+from zerogate.analysis.parse import read_rank_metrics
+from zerogate.bench import ddp_vs_zero3, metrics_overhead
+
+
+def write_run(directory, per_rank_times):
+    directory.mkdir(parents=True)
+    for rank, times in enumerate(per_rank_times):
+        lines = [json.dumps({"rank": rank, "step": step, "step_time(s)": t, "loss": 1.0})
+                 for step, t in enumerate(times, start=1)]
+        (directory / f"rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
+    return str(directory)
+
+
+def test_ddp_vs_zero3_rows_use_the_pipelines_step_time(tmp_path):
+    # Rank 1 is slow on one step, rank 0 on others: the slowest-rank median (median per rank, then max)
+    # differs from a max-per-step-then-median, so a private statistic would show.
+    runs = {}
+    for index, name in enumerate(ddp_vs_zero3.ROWS):
+        scale = index + 1
+        runs[name] = [write_run(tmp_path / name / str(repeat), [
+            [9.0, scale * 1.0, scale * 3.0, scale * 1.0, scale * 3.0],
+            [9.0, scale * 2.9, scale * 1.1, scale * 2.9, scale * 1.1]]) for repeat in range(2)]
+    result = ddp_vs_zero3.table(runs, warmup_steps=1)
+    for row in result["rows"]:
+        expected = step_time(read_rank_metrics(runs[row["run"]][0]), 1).value
+        assert row["per_repeat_step_time(s)"] == [expected, expected]
+        assert row["step_time(s)"] == expected
+    ddp, zero3 = result["rows"][0], next(r for r in result["rows"] if r["run"] == "zero3")
+    assert zero3["ratio_to_ddp"] == pytest.approx(zero3["step_time(s)"] / ddp["step_time(s)"])
+    assert "target <= 1.5" in ddp_vs_zero3.text(result, "bench", 5)
+
+
+def test_metrics_overhead_from_the_runs_summaries():
+    on = [{"wall_time(s)": 10.2, "metrics_time(s)": 0.1}, {"wall_time(s)": 10.4, "metrics_time(s)": 0.1}]
+    off = [{"wall_time(s)": 10.0}, {"wall_time(s)": 10.0}]
+    result = metrics_overhead.table(on, off)
+    assert result["overhead_percent"] == pytest.approx(3.0)
+    assert result["inside_metrics_percent"] == pytest.approx(100 * 0.1 / 10.3, rel=0.01)
+    assert "overhead +3.0 %" in metrics_overhead.text(result, "bench", 60)

@@ -1,0 +1,73 @@
+"""The Snakemake workflow itself: `snakemake --lint` is clean and `snakemake -n` builds the DAG of every
+shipped profile, of the described-machine plan and of the benchmarks (seconds each, nothing is run)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILES = sorted(p.stem for p in (REPO / "config/profiles").glob("*.yaml"))
+
+
+def snakemake(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def planned_jobs(done: subprocess.CompletedProcess) -> dict[str, int]:
+    """Rule -> job count from a dry run's job table."""
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    table = done.stdout.split("Job stats:")[1].split("total")[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)}
+
+
+def test_lint_is_clean():
+    done = snakemake("--lint")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Congratulations, your workflow is in a good condition!" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_profile_builds_its_dag(profile):
+    done = snakemake("-n", "--config", f"profile={profile}", "machine=dry-run")
+    jobs = planned_jobs(done)
+    for rule in ("probe_hardware", "render_deepspeed_config", "plan_run", "approve_plan", "prepare_model",
+                 "prepare_dataset", "train", "check_gates", "write_report", "register_run"):
+        assert jobs.get(rule) == 1, (rule, jobs)
+    assert f"results/{profile}/dry-run/train/summary.json" in done.stdout
+    assert "{profile}" not in done.stdout and "{machine}" not in done.stdout
+
+
+def test_described_machine_is_planned_never_probed_or_trained():
+    done = snakemake("-n", "--cores", "1", "plan", "--config", "profile=claim-14b",
+                     "machine_description=config/machines/claim-rtx5070-rtx4090.yaml")
+    jobs = planned_jobs(done)
+    assert set(jobs) == {"render_deepspeed_config", "plan_run", "judge_plan_claims", "plan"}, jobs
+    assert "results/claim-14b/claim-rtx5070-rtx4090/plan/plan.txt" in done.stdout
+    assert "plan/ds_config.json" not in done.stdout  # the planner reads render_deepspeed_config's rendering
+
+
+def test_benchmarks_are_targets_on_the_pipelines_rules():
+    jobs = planned_jobs(snakemake("-n", "bench", "--config", "profile=bench", "machine=dry-run", "bench_repeats=1"))
+    assert jobs["train_bench_run"] == 5 and jobs["train_ddp_baseline"] == 1  # zero3 (+untuned, no-metrics), 2 variants
+    assert jobs["render_variant_config"] == 2 and jobs["prepare_dataset"] == 1 and jobs["approve_plan"] == 1
+    assert {"bench_ddp_vs_zero3", "bench_metrics_overhead", "bench_gloo_latency"} <= set(jobs)
+
+
+def test_every_training_rule_needs_the_approved_plan():
+    done = snakemake("-n", "train_variants", "bench", "--config", "profile=smoke", "machine=dry-run", "bench_repeats=1")
+    jobs = planned_jobs(done)
+    assert jobs["train_variant"] >= 1 and jobs["train_bench_run"] >= 1
+    blocks = done.stdout.split("\n\n")
+    for block in blocks:
+        if re.search(r"^(local)?rule (train|train_variant|train_bench_run|train_ddp_baseline|prepare_model|"
+                     r"write_train_settings):", block,
+                     re.MULTILINE):
+            assert "results/smoke/dry-run/plan/approved.json" in block, block

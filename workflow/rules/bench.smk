@@ -1,0 +1,141 @@
+# The benchmarks (`make bench`: targets bench, bench_ddp_vs_zero3, bench_metrics_overhead,
+# bench_gloo_latency), run on the pipeline's own rules: the profile's dataset, its rendered DeepSpeed config
+# and the variants' (render_variant_config), the approved plan, and the train rule's command. Figures are
+# printed and written to results/<profile>/<machine>/bench/. The profile `bench` (the default profile in 60
+# steps, no checkpoints) is what `make bench` runs; config key bench_repeats sets the runs per row.
+# Runs are sequential (each holds the host), not interleaved: rerun to see the spread between runs.
+rule render_untuned_config:
+    input:
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+    output:
+        ds_config=result("bench/zero3-untuned/ds_config.json"),
+        overrides=result("bench/zero3-untuned/overrides.json"),
+    params:
+        hidden_size=PROFILE["model"]["hidden_size"],
+    log:
+        result("logs/bench/render_untuned_config.log"),
+    localrule: True
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/render_untuned_config.py"
+
+
+# One benchmark run: the train rule with another DeepSpeed config (bench_ds_config) or with the metrics
+# layer off (bench_extra), repeat {repeat} of row {bench_row}.
+use rule train as train_bench_run with:
+    input:
+        ds_config=bench_ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+        settings=rules.write_train_settings.output.settings,
+        train=rules.prepare_dataset.output.train,
+        manifest=rules.prepare_dataset.output.manifest,
+        plan=rules.approve_plan.output.approved,
+    output:
+        metrics=directory(result("bench/runs/{bench_row}/{repeat}/metrics")),
+        events=result("bench/runs/{bench_row}/{repeat}/events.jsonl"),
+        evaluation=result("bench/runs/{bench_row}/{repeat}/eval.jsonl"),
+        summary=result("bench/runs/{bench_row}/{repeat}/summary.json"),
+    params:
+        dataset_dir=subpath(input.manifest, parent=True),
+        out_dir=subpath(output.summary, parent=True),
+        checkpoint_dir=checkpoint_dir,
+        module="zerogate.train.loop",
+        extra=bench_extra,
+    log:
+        result("logs/bench/{bench_row}-{repeat}.log"),
+    benchmark:
+        result("benchmarks/bench/{bench_row}-{repeat}.tsv")
+
+
+# The DDP baseline: zerogate.bench.ddp_worker (torch DDP, no_sync accumulation) under the same launcher,
+# same run spec, data and optimizer settings; it writes metrics and a summary only.
+use rule train as train_ddp_baseline with:
+    input:
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+        settings=rules.write_train_settings.output.settings,
+        train=rules.prepare_dataset.output.train,
+        manifest=rules.prepare_dataset.output.manifest,
+        plan=rules.approve_plan.output.approved,
+    output:
+        metrics=directory(result("bench/runs/ddp/{repeat}/metrics")),
+        summary=result("bench/runs/ddp/{repeat}/summary.json"),
+    params:
+        dataset_dir=subpath(input.manifest, parent=True),
+        out_dir=subpath(output.summary, parent=True),
+        checkpoint_dir=result("bench/runs/ddp/{repeat}/checkpoints"),
+        module="zerogate.bench.ddp_worker",
+        extra="",
+    log:
+        result("logs/bench/ddp-{repeat}.log"),
+    benchmark:
+        result("benchmarks/bench/ddp-{repeat}.tsv")
+
+
+rule bench_ddp_vs_zero3:
+    input:
+        ddp=expand(rules.train_ddp_baseline.output.metrics, repeat=BENCH_REPEATS),
+        zero3_untuned=expand(rules.train_bench_run.output.metrics, bench_row="zero3-untuned", repeat=BENCH_REPEATS),
+        zero3=expand(rules.train_bench_run.output.metrics, bench_row="zero3", repeat=BENCH_REPEATS),
+        zero0=expand(rules.train_bench_run.output.metrics, bench_row="zero0", repeat=BENCH_REPEATS),
+        zero2_offload=expand(rules.train_bench_run.output.metrics, bench_row="zero2-offload", repeat=BENCH_REPEATS),
+    output:
+        table=result("bench/ddp_vs_zero3.txt"),
+        data=result("bench/ddp_vs_zero3.json"),
+    params:
+        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        steps=PROFILE["training"]["optimizer_steps"],
+        profile_name=PROFILE_NAME,
+    log:
+        result("logs/bench/bench_ddp_vs_zero3.log"),
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/bench_ddp_vs_zero3.py"
+
+
+rule bench_metrics_overhead:
+    input:
+        on=expand(rules.train_bench_run.output.summary, bench_row="zero3", repeat=BENCH_REPEATS),
+        off=expand(rules.train_bench_run.output.summary, bench_row="zero3-no-metrics", repeat=BENCH_REPEATS),
+    output:
+        table=result("bench/metrics_overhead.txt"),
+        data=result("bench/metrics_overhead.json"),
+    params:
+        steps=PROFILE["training"]["optimizer_steps"],
+        profile_name=PROFILE_NAME,
+    log:
+        result("logs/bench/bench_metrics_overhead.log"),
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/bench_metrics_overhead.py"
+
+
+# Two processes with one thread each, as the training ranks run; holds the host like a training run.
+rule bench_gloo_latency:
+    output:
+        table=result("bench/gloo_latency.txt"),
+    params:
+        iterations=config["bench_gloo_iterations"],
+    log:
+        result("logs/bench/bench_gloo_latency.log"),
+    threads: 2
+    resources:
+        host_share=HOST_SHARE_POOL,
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "python -m zerogate.bench.gloo_latency --iterations {params.iterations} --out {output.table} > {log} 2>&1"
+        " && cat {output.table} >&2"
+
+
+rule bench:
+    input:
+        rules.bench_ddp_vs_zero3.output.table,
+        rules.bench_metrics_overhead.output.table,
+        rules.bench_gloo_latency.output.table,
+    localrule: True
