@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                           ds_config["train_micro_batch_size_per_gpu"], accumulation, training["seed"])
     out = Path(args.out_dir)
     (out / "metrics").mkdir(parents=True, exist_ok=True)
-    metrics = StepMetrics(out / "metrics" / f"rank{rank}.jsonl", rank, torch.device("cpu"), training["warmup_steps_excluded"])
+    metrics = StepMetrics(out / "metrics" / f"rank{rank}.jsonl", rank, torch.device("cpu"))
     started = time.perf_counter()
     for step in range(steps):
         metrics.start_step()

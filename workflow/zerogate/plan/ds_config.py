@@ -15,6 +15,8 @@ from zerogate.plan.cpu_tuning import cpu_comm_overrides
 from zerogate.errors import InputError
 
 _MISSING = object()
+# Keys of the profile's ``training`` section that only the analysis reads; never part of the run spec.
+ANALYSIS_ONLY_TRAINING_KEYS = ("warmup_steps_excluded",)
 
 
 @dataclass
@@ -248,6 +250,8 @@ def render(
         "dtype": dtype,
         "env": {"DS_ACCELERATOR": "cpu" if on_cpu else "cuda", **thread_env(max(1, cores // ranks))},
         "model": profile["model"],
-        "training": training,
+        # Warm-up exclusion is an analysis setting (zerogate.analysis.measures): left out, so editing it
+        # neither changes the checkpoint fingerprint (which hashes this spec) nor retrains.
+        "training": {k: v for k, v in training.items() if k not in ANALYSIS_ONLY_TRAINING_KEYS},
     }
     return r.config, [asdict(d) for d in r.deviations], run_spec
