@@ -242,11 +242,11 @@ def plan_for_profile(profile: dict[str, Any], template: dict[str, Any], template
     meta device and plan. Returns (plan, rendered ds_config)."""
     from zerogate.plan.ds_config import render
     from zerogate.plan.ledger import count_parameters, setup_from_config
-    from zerogate.model.build import model_config
+    from zerogate.model.build import planned_model_config
 
     ds_config, _, run_spec = render(template, profile, fingerprint, template_file)
-    seq_len, vocab = profile["dataset"]["seq_len"], profile["dataset"]["vocab_size"]
-    counts = count_parameters(model_config(profile["model"], vocab, seq_len))
+    counts = count_parameters(planned_model_config(profile["model"], profile["dataset"]))
+    seq_len = profile["dataset"]["seq_len"]
     setup = setup_from_config(ds_config, run_spec, seq_len, nodes=machine.get("nodes", 1),
                               activation_checkpointing=profile["training"].get("activation_checkpointing", False))
     return plan(counts, setup, machine, profile.get("plan")), ds_config
