@@ -180,6 +180,17 @@ class TrainingSettings:
     train_batch_size: int | None = doc("optional; must equal micro_batch_per_rank x accumulation x ranks", None)
 
 
+# Keys of ``training`` only the analysis reads (which steps the statistics leave out). Not part of the
+# run: the run spec, the planner's and the renderer's inputs leave them out, so editing them re-judges
+# the run and never retrains it or discards its checkpoints.
+ANALYSIS_ONLY_TRAINING_KEYS = ("warmup_steps_excluded",)
+
+
+def run_training_section(training: dict[str, Any]) -> dict[str, Any]:
+    """The profile's ``training`` section as the run sees it: without the analysis-only keys."""
+    return {key: value for key, value in training.items() if key not in ANALYSIS_ONLY_TRAINING_KEYS}
+
+
 @dataclass(frozen=True)
 class ProfileSettings:
     """The sections the training side and the data stage read, typed and cross-checked."""

@@ -12,11 +12,10 @@ from typing import Any
 
 from zerogate.plan.ds_keys import unknown_keys
 from zerogate.plan.cpu_tuning import cpu_comm_overrides
+from zerogate.config.settings import run_training_section
 from zerogate.errors import InputError
 
 _MISSING = object()
-# Keys of the profile's ``training`` section that only the analysis reads; never part of the run spec.
-ANALYSIS_ONLY_TRAINING_KEYS = ("warmup_steps_excluded",)
 
 
 @dataclass
@@ -252,6 +251,6 @@ def render(
         "model": profile["model"],
         # Warm-up exclusion is an analysis setting (zerogate.analysis.measures): left out, so editing it
         # neither changes the checkpoint fingerprint (which hashes this spec) nor retrains.
-        "training": {k: v for k, v in training.items() if k not in ANALYSIS_ONLY_TRAINING_KEYS},
+        "training": run_training_section(training),
     }
     return r.config, [asdict(d) for d in r.deviations], run_spec
