@@ -128,3 +128,23 @@ def test_missing_file_and_unknown_type(tmp_path):
 def test_a_single_row_cannot_be_split(tmp_path):
     write_jsonl(tmp_path / "one.jsonl", ROWS[:1])
     assert "need at least 2" in refused(tmp_path, "one.jsonl")
+
+
+def test_a_user_file_with_the_default_template_fits_on_a_random_init_model(tmp_path):
+    """Bug 1: the BPE tokenizer was trained on the rows' text without the template's own text, so the
+    Alpaca header tokenised character by character and no row fitted in seq_len."""
+    write_jsonl(tmp_path / "mine.jsonl", ROWS * 3)
+    manifest = prepare(settings("mine.jsonl", template="auto", seq_len=64, vocab_size=256), tmp_path / "out",
+                       repo=tmp_path)
+    assert manifest["template"] == "alpaca"
+    assert manifest["splits"]["train"]["rows"] == 24 and manifest["splits"]["train"]["dropped_too_long"] == 0
+
+
+def test_a_tokenizer_larger_than_the_profiles_vocabulary_is_refused(tmp_path):
+    """One model: a shape-only model has dataset.vocab_size entries; a tokenizer that needs more is refused
+    (a BPE trainer keeps every character of the text, whatever vocab_size asks)."""
+    alphabet = [chr(c) for c in range(0x4E00, 0x4E00 + 90)]  # 90 distinct CJK characters
+    rows = [{"question": "".join(alphabet[i::10]), "answer": alphabet[i]} for i in range(10)]
+    write_jsonl(tmp_path / "wide.jsonl", rows)
+    message = refused(tmp_path, "wide.jsonl", vocab_size=64)
+    assert ": dataset.vocab_size: " in message and "64" in message

@@ -1,5 +1,8 @@
 """The launcher wrapper removes the shared-memory buffers DeepSpeed's CPU comm op leaves behind."""
 
+import json
+import sys
+
 from zerogate.train.launch import MASTER_ADDR, keep_failed_records, launcher_command, out_dir_of, remove_shm_buffers
 
 
@@ -47,3 +50,84 @@ def test_nothing_is_kept_when_the_run_recorded_nothing(tmp_path):
 def test_out_dir_is_read_from_the_training_arguments():
     assert str(out_dir_of(["--ds-config", "c.json", "--out-dir", "results/x/train", "--settings", "s"])) == "results/x/train"
     assert out_dir_of(["--ds-config", "c.json"]) is None
+
+
+def buffers(shm, port, ranks=(0, 1)):
+    paths = [shm / f"deepspeed_allreduce_buffer_0_{MASTER_ADDR}_{port}_{rank}" for rank in ranks]
+    for path in paths:
+        path.write_bytes(b"x")
+    return paths
+
+
+def fake_process(proc, pid, mapped=()):
+    """/proc/<pid>/maps of a process that has ``mapped`` mmapped, as the kernel writes it."""
+    (proc / str(pid)).mkdir(parents=True)
+    lines = [f"7f0000000000-7f0004200000 rw-s 00000000 00:1a 1234                       {p}" for p in mapped]
+    (proc / str(pid) / "maps").write_text("\n".join(lines) + "\n")
+
+
+def test_a_killed_runs_buffers_are_removed_by_the_next_launch(tmp_path):
+    """Bug 2 (issue 10): after SIGKILL of the Snakemake process group the launcher's finally never ran."""
+    from zerogate.train.launch import port_state_file, remove_stale_shm_buffers
+
+    shm, proc, logs = tmp_path / "shm", tmp_path / "proc", tmp_path / "logs"
+    for d in (shm, proc, logs):
+        d.mkdir()
+    killed = buffers(shm, 41000)
+    port_state_file(logs / "train.log").write_text(json.dumps({"port": 41000, "pid": 999999}))
+    fake_process(proc, 1, mapped=["/usr/lib/libc.so.6"])
+    assert remove_stale_shm_buffers(logs, shm, proc) == killed
+    assert not any(p.exists() for p in killed) and not list(logs.iterdir())
+
+
+def test_buffers_a_live_run_holds_are_never_removed(tmp_path):
+    """Another run (another helper's, or ours reusing the port) that maps the buffers keeps them."""
+    from zerogate.train.launch import port_state_file, remove_stale_shm_buffers
+
+    shm, proc, logs = tmp_path / "shm", tmp_path / "proc", tmp_path / "logs"
+    for d in (shm, proc, logs):
+        d.mkdir()
+    live = buffers(shm, 42000)
+    fake_process(proc, 4242, mapped=live)
+    port_state_file(logs / "train.log").write_text(json.dumps({"port": 42000, "pid": 999999}))
+    assert remove_stale_shm_buffers(logs, shm, proc) == []
+    assert all(p.exists() for p in live) and port_state_file(logs / "train.log").exists()
+    assert remove_shm_buffers(42000, shm=shm, proc=proc) == [] and all(p.exists() for p in live)
+
+
+def test_a_running_launchs_state_file_is_left_alone(tmp_path):
+    from zerogate.train.launch import port_state_file, remove_stale_shm_buffers
+
+    shm, proc, logs = tmp_path / "shm", tmp_path / "proc", tmp_path / "logs"
+    for d in (shm, proc, logs):
+        d.mkdir()
+    fake_process(proc, 777)
+    port_state_file(logs / "train_variant.log").write_text(json.dumps({"port": 43000, "pid": 777}))
+    assert remove_stale_shm_buffers(logs, shm, proc) == [] and port_state_file(logs / "train_variant.log").exists()
+
+
+def test_the_launcher_records_its_port_and_cleans_up_after_a_normal_exit(tmp_path, monkeypatch):
+    """End to end with a stand-in for DeepSpeed's launcher: the state file exists while it runs, and a
+    kill's leftovers from an earlier launch are gone before it starts."""
+    import zerogate.train.launch as launch
+
+    shm, logs = tmp_path / "shm", tmp_path / "logs"
+    shm.mkdir()
+    logs.mkdir()
+    earlier = buffers(shm, 44000)
+    launch.port_state_file(logs / "train.log").write_text(json.dumps({"port": 44000, "pid": 999999}))
+    spec = tmp_path / "run_spec.json"
+    spec.write_text(json.dumps({"world_size": 1, "env": {}}))
+    seen = {}
+
+    def fake_command(spec, train_args, port, module):
+        seen["port"] = port
+        state = launch.port_state_file(logs / "train.log")
+        return [sys.executable, "-c", f"import json; print(json.load(open({str(state)!r}))['port'])"]
+
+    monkeypatch.setattr(launch, "SHM", shm)
+    monkeypatch.setattr(launch, "launcher_command", fake_command)
+    assert launch.main(["--run-spec", str(spec), "--log", str(logs / "train.log"), "--"]) == 0
+    assert not any(p.exists() for p in earlier)
+    assert str(seen["port"]) in (logs / "train.log").read_text()  # the state file held this run's port
+    assert not launch.port_state_file(logs / "train.log").exists()

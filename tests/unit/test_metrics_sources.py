@@ -46,7 +46,7 @@ def lines(path):
 
 def test_gpu_peaks_are_per_window_and_pinned_memory_is_recorded(tmp_path):
     probe = FakeProbe()
-    recorder = StepMetrics(tmp_path / "rank1.jsonl", 1, torch.device("cpu"), 0, probe=probe)
+    recorder = StepMetrics(tmp_path / "rank1.jsonl", 1, torch.device("cpu"), probe=probe)
     assert probe.resets == 1  # a fresh window at the start
     for step in (1, 2):
         recorder.start_step()
@@ -82,7 +82,7 @@ def test_nvml_sampler_thread_samples_in_the_background():
 
 
 def test_nvml_peak_lands_in_the_step_line(tmp_path):
-    recorder = StepMetrics(tmp_path / "r.jsonl", 0, torch.device("cpu"), 0,
+    recorder = StepMetrics(tmp_path / "r.jsonl", 0, torch.device("cpu"),
                            nvml=NvmlSampler(Readings([3 * GIB]), interval_s=3600))
     recorder.start_step()
     recorder.end_step(1, 2.0, 1.0, 1e-3, 10, 1)
@@ -94,7 +94,7 @@ def test_flops_and_mfu_only_where_the_peak_is_known(tmp_path):
     assert train_flops_per_token(1000, 2, 8, 16) == 6000 + 12 * 2 * 8 * 16
     assert peak_flops("NVIDIA GeForce RTX 4090", "fp16") == 165.2e12
     assert peak_flops(None, "fp32") is None and peak_flops("Some GPU", "fp16") is None
-    recorder = StepMetrics(tmp_path / "r.jsonl", 0, torch.device("cpu"), 0, flops_per_token=1e6, peak_flops_per_s=1e9)
+    recorder = StepMetrics(tmp_path / "r.jsonl", 0, torch.device("cpu"), flops_per_token=1e6, peak_flops_per_s=1e9)
     recorder.start_step()
     record = recorder.end_step(1, 2.0, 1.0, 1e-3, 50, 2, processed_tokens=64)
     recorder.close()
@@ -105,7 +105,7 @@ def test_flops_and_mfu_only_where_the_peak_is_known(tmp_path):
 def test_micro_step_times_and_resume_appends(tmp_path):
     path = tmp_path / "rank0.jsonl"
     path.write_text(json.dumps({"step": 1}) + "\n")  # the checkpoint's copy of the lines so far
-    recorder = StepMetrics(path, 0, torch.device("cpu"), 0, append=True)
+    recorder = StepMetrics(path, 0, torch.device("cpu"), append=True)
     recorder.start_step()
     for _ in range(3):
         recorder.micro_step_done()

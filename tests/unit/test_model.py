@@ -44,3 +44,32 @@ def test_pretrained_weights_are_loaded_not_reinitialised(hf_dir, tmp_path):
     for (name, a), (_, b) in zip(model.state_dict().items(), saved.state_dict().items()):
         assert torch.equal(a, b), name
     assert model.lm_head.weight is model.model.embed_tokens.weight  # tied embeddings stay tied
+
+
+def test_one_model_the_trained_shape_model_is_the_planned_one(tiny_profile, tmp_path, monkeypatch):
+    """Decision 3 of issue 10: training built the model with the tokenizer's vocabulary (167 for the
+    default) while the planner counted dataset.vocab_size (256): two parameter counts in one report."""
+    import contextlib
+
+    import deepspeed
+
+    from zerogate.model.build import planned_model_config
+    from zerogate.model.sources import SHAPE
+
+    # zero.Init wants a process group even when disabled; the model built inside it is what matters here.
+    monkeypatch.setattr(deepspeed.zero, "Init", lambda **kwargs: contextlib.nullcontext())
+    from zerogate.plan.ledger import count_parameters
+
+    planned = count_parameters(planned_model_config(tiny_profile["model"], tiny_profile["dataset"]))
+    manifest = {"settings": tiny_profile["dataset"], "vocab_size": 167, "seq_len": tiny_profile["dataset"]["seq_len"],
+                "eos_token_id": 2}
+    info = materialise(parse_source("shape"), tmp_path, "p.yaml", tiny_profile["model"])
+    assert info["kind"] == SHAPE and "vocab_size" not in info  # the profile's dataset.vocab_size decides
+    trained = load_for_training(info, tiny_profile["model"], manifest, {"zero_optimization": {"stage": 0}})
+    assert trained.config.vocab_size == tiny_profile["dataset"]["vocab_size"] == planned.vocab
+    assert sum(p.numel() for p in trained.parameters()) == planned.total
+
+
+def test_a_shape_with_its_own_vocabulary_records_it_for_the_tokenizer_check(tmp_path):
+    info = materialise(parse_source("shape"), tmp_path, "p.yaml", {"hidden_size": 16, "vocab_size": 100})
+    assert info["vocab_size"] == 100

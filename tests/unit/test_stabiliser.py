@@ -50,7 +50,7 @@ def test_grad_norm_verdict_and_state_round_trip():
     assert stabiliser.judge_grad_norm(1.5, 2).ok and stabiliser.judge_grad_norm(None, 2).ok
     verdict = stabiliser.judge_grad_norm(float("inf"), 2)
     assert verdict.kind == "nonfinite_grad_norm" and verdict.ranks == [0, 1]
-    copy = Stabiliser(stabiliser.config)
+    copy = Stabiliser(stabiliser.settings)
     copy.load_state(json.loads(json.dumps(stabiliser.state())))
     assert list(copy.history) == list(stabiliser.history)
 

@@ -15,6 +15,7 @@ from zerogate.errors import InputError
 from zerogate.hashing import sha256_json
 from zerogate.config.machine_id import machine_id_from_host
 from zerogate.config.profile import check_profile, file_defining, load_profile_chain, resolve_profile
+from zerogate.config.settings import run_training_section
 from zerogate.config.validation import key_path, to_input_error
 
 REPO = Path(workflow.basedir)
@@ -216,8 +217,11 @@ def machine_input(wildcards):
 
 
 def profile_sections(*names):
-    """The named sections of the profile (those it has), e.g. for a rule that must not see the gates."""
-    return {name: PROFILE[name] for name in names if name in PROFILE}
+    """The named sections of the profile (those it has), e.g. for a rule that must not see the gates. The
+    training section as the run sees it: analysis-only keys (the warm-up cut) left out, so editing them
+    re-judges without re-planning or retraining."""
+    return {name: run_training_section(PROFILE[name]) if name == "training" else PROFILE[name]
+            for name in names if name in PROFILE}
 
 
 def checkpoint_dir(wildcards):

@@ -10,7 +10,7 @@ rule render_deepspeed_config:
         run_spec=result("deepspeed/run_spec.json"),
     params:
         model=PROFILE["model"],
-        training=PROFILE["training"],
+        training=run_training_section(PROFILE["training"]),
         deepspeed=PROFILE["deepspeed"],
         machine=MACHINE,
     log:

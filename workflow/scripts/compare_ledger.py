@@ -2,13 +2,13 @@
 from zerogate.entry import logging_to
 from zerogate.io import read_json, write_json
 from zerogate.plan.ledger import count_parameters, human, setup_from_config
-from zerogate.model.build import model_config
+from zerogate.model.build import planned_model_config
 from zerogate.analysis.ledger_check import compare, read_measurements
 
 with logging_to(snakemake.log[0]) as log:
     manifest = read_json(snakemake.input.manifest)
-    # The model exactly as trained: the tokenizer's vocabulary, not the profile's upper bound.
-    counts = count_parameters(model_config(snakemake.params.model, manifest["vocab_size"], manifest["seq_len"]))
+    # The model exactly as trained and planned: the profile's shape and dataset.vocab_size (one model).
+    counts = count_parameters(planned_model_config(snakemake.params.model, manifest["settings"]))
     setup = setup_from_config(read_json(snakemake.input.ds_config), read_json(snakemake.input.run_spec), manifest["seq_len"])
     table = compare(counts, setup, read_measurements(snakemake.input.metrics))
     for row in table["rows"]:

@@ -17,7 +17,7 @@ from transformers import set_seed
 from zerogate.data.dataset import load_split
 from zerogate.io import read_json
 from zerogate.train.metrics import StepMetrics
-from zerogate.model.build import build_model, model_config
+from zerogate.model.build import build_model, planned_model_config
 from zerogate.train.loop import RankBatches, parse_args
 
 
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     set_seed(training["seed"])
-    model = build_model(model_config(spec["model"], manifest["vocab_size"], manifest["seq_len"], manifest["eos_token_id"]))
+    model = build_model(planned_model_config(spec["model"], manifest["settings"], manifest["eos_token_id"]))
     ddp = DistributedDataParallel(model)
     optimizer_settings = ds_config["optimizer"]["params"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=optimizer_settings["lr"], betas=tuple(optimizer_settings["betas"]),
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                           ds_config["train_micro_batch_size_per_gpu"], accumulation, training["seed"])
     out = Path(args.out_dir)
     (out / "metrics").mkdir(parents=True, exist_ok=True)
-    metrics = StepMetrics(out / "metrics" / f"rank{rank}.jsonl", rank, torch.device("cpu"), training["warmup_steps_excluded"])
+    metrics = StepMetrics(out / "metrics" / f"rank{rank}.jsonl", rank, torch.device("cpu"))
     started = time.perf_counter()
     for step in range(steps):
         metrics.start_step()

@@ -86,30 +86,16 @@ def file_defining(chain: list[tuple[Path, dict]], key_path: list[str | int]) -> 
 
 
 def check_profile(profile: dict[str, Any], chain: list[tuple[Path, dict]], repo: str | Path) -> None:
-    """Checks the JSON schema cannot express; raise InputError naming the file that sets the key."""
+    """Checks the JSON schema cannot express; raise InputError naming the file that sets the key.
 
-    def refuse(key: str, problem: str) -> None:
-        raise InputError(str(file_defining(chain, key.split("."))), key, problem)
+    The cross-field checks and defaults live in zerogate.config.settings (one place); this adds the
+    checks that need the repository."""
+    from zerogate.config.settings import settings_of
+
+    def where(key: str) -> str:
+        return str(file_defining(chain, key.split(".")))
 
     template = Path(repo) / profile["deepspeed"]["template"]
     if not template.is_file():
-        refuse("deepspeed.template", f"no such file: {template}")
-    training = profile["training"]
-    if "train_batch_size" in training:
-        per_rank = training["micro_batch_per_rank"] * training["gradient_accumulation_steps"]
-        if training["train_batch_size"] % per_rank:
-            refuse(
-                "training.train_batch_size",
-                f"{training['train_batch_size']} is not micro_batch_per_rank x gradient_accumulation_steps "
-                f"({per_rank}) x a whole number of ranks",
-            )
-    model = profile["model"]
-    if model.get("source", "shape") == "shape":  # a pretrained model brings its own shape (issue 6)
-        if model["hidden_size"] % model["num_attention_heads"]:
-            refuse("model.num_attention_heads", f"{model['num_attention_heads']} does not divide hidden_size {model['hidden_size']}")
-        kv_heads = model.get("num_key_value_heads", model["num_attention_heads"])
-        if model["num_attention_heads"] % kv_heads:
-            refuse("model.num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {model['num_attention_heads']}")
-    if training["warmup_steps_excluded"] >= training["optimizer_steps"]:
-        refuse("training.warmup_steps_excluded", f"{training['warmup_steps_excluded']} leaves no timed step of "
-               f"{training['optimizer_steps']}")
+        raise InputError(where("deepspeed.template"), "deepspeed.template", f"no such file: {template}")
+    settings_of(profile, where)

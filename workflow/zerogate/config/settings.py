@@ -1,14 +1,285 @@
-"""The training settings: the profile's stabiliser and checkpoint settings, with their defaults filled in."""
+"""Typed settings: the profile's sections as the code reads them, with every default and every
+cross-field check in this one module.
+
+config/schemas/profile.schema.yaml stays the user-facing contract (types, ranges, closed objects);
+the dataclasses below add the defaults and the checks that involve more than one key, and are what
+the stages read. Each field says what it means in its ``doc``. A bad value raises InputError naming
+the profile file that sets the key and the dotted key, e.g.
+
+    config/profiles/mine.yaml: checkpoint.export_fp32: true needs a saved checkpoint, but checkpoint.every_steps is 0
+
+``check_profile`` (zerogate.config.profile, called when the Snakefile loads the profile) builds these,
+so a bad profile fails in seconds, before any rule runs. Pure Python: no torch, no pandas.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
 
-from zerogate.train import checkpoint, stabiliser
+from zerogate.errors import InputError
+
+# Where a dotted key is set: a profile file (from the profile's `extends` chain) or a stand-in name.
+Where = Callable[[str], str]
+
+
+def _anywhere(key: str) -> str:
+    return "profile"
+
+
+def doc(text: str, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+    """A field that documents itself: ``doc`` is kept in the field's metadata (``fields(X)[i].metadata``)."""
+    if default is dataclasses.MISSING and "default_factory" not in kwargs:
+        return field(metadata={"doc": text}, **kwargs)
+    return field(default=default, metadata={"doc": text}, **kwargs)
+
+
+def _type_ok(value: Any, kind: Any) -> bool:
+    origin = typing.get_origin(kind)
+    if kind is Any:
+        return True
+    if origin is Literal:
+        return value in typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, k) for k in typing.get_args(kind))
+    if kind is type(None):
+        return value is None
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if origin is dict:
+        return isinstance(value, dict)
+    return isinstance(value, kind)
+
+
+def _from_section(cls: type, section: dict[str, Any] | None, prefix: str, where: Where) -> Any:
+    """``cls`` from a profile section: unknown keys and ill-typed values refused, defaults filled."""
+    section = dict(section or {})
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key, value in section.items():
+        dotted = f"{prefix}.{key}"
+        if key not in names:
+            raise InputError(where(dotted), dotted, "unknown key (not in the schema; misspelt?)")
+        if not _type_ok(value, hints[key]):
+            raise InputError(where(dotted), dotted, f"{value!r} is not {_type_name(hints[key])}")
+    for f in dataclasses.fields(cls):
+        missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if missing and f.name not in section:
+            dotted = f"{prefix}.{f.name}"
+            raise InputError(where(dotted), dotted, f"required ({f.metadata.get('doc', '')})")
+    return cls(**section)
+
+
+def _type_name(kind: Any) -> str:
+    if typing.get_origin(kind) is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(kind))
+    return getattr(kind, "__name__", str(kind).replace("typing.", ""))
+
+
+@dataclass(frozen=True)
+class StabiliserSettings:
+    """``stabiliser``: what happens when a step's loss or gradient norm is non-finite or spikes."""
+
+    policy: Literal["abort", "skip", "rollback"] = doc(
+        "abort: stop the run; skip: drop the update and the batch; rollback: restore the newest checkpoint "
+        "and skip the offending data window (needs checkpoint.every_steps > 0)", "skip")
+    spike_window: int = doc("optimizer steps of loss history for the rolling robust z-score", 128)
+    spike_threshold: float = doc("a loss whose robust z-score exceeds this is a spike", 6.0)
+    spike_min_history: int = doc("steps of history before spikes are judged", 20)
+    max_rollbacks: int = doc("rollbacks allowed before the run aborts (a fault that survives them all)", 3)
+    inject: dict[str, Any] | None = doc(
+        "fault injection for tests, off when null: {step, kind: nan_loss | loss_spike, rank}", None)
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """``checkpoint``: ZeRO checkpoints under results/<profile>/<machine>/checkpoints/."""
+
+    every_steps: int = doc("save every N optimizer steps (0 = never)", 100)
+    keep: int = doc("complete checkpoints kept (the newest)", 2)
+    export_fp32: bool = doc("consolidate the final checkpoint into one fp32 state dict (needs every_steps > 0)", False)
+
+    def due(self, step: int, steps: int) -> bool:
+        """Is a checkpoint saved after completed step ``step`` of ``steps``? Every ``every_steps``, and
+        after the last step when it is to be exported."""
+        if not self.every_steps:
+            return False
+        return step % self.every_steps == 0 or (step == steps and self.export_fp32)
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """``evaluation``: validation loss before training, during it and at the end."""
+
+    every_steps: int = doc("evaluate every N optimizer steps; 0 = four times per run", 0)
+    validation_rows: int = doc("validation rows the loss is averaged over", 64)
+    exact_match_items: int = doc("held-out built-in items greedily decoded (built-in dataset only)", 20)
+    max_new_tokens: int = doc("greedy decoding length for exact match", 16)
+
+    def interval(self, steps: int) -> int:
+        """Optimizer steps between two evaluations during a run of ``steps``."""
+        return self.every_steps or max(1, steps // 4)
+
+
+DEFAULT_VOCAB_SIZE = 256
+
+
+@dataclass(frozen=True)
+class DatasetSettings:
+    """``dataset``: where the training rows come from and how they are tokenised."""
+
+    source: str = doc('"builtin-tasks", a local file (relative to the repository) or hub:NAME')
+    seq_len: int = doc("tokens per row; longer rows are handled by too_long")
+    format: str | None = doc("file type when the extension does not say: json, parquet, csv, text", None)
+    columns: dict[str, str] | None = doc("role -> column (instruction/input/output, prompt/response, messages, text)", None)
+    template: Literal["auto", "chat", "builtin", "alpaca", "plain"] = doc(
+        "prompt format; auto = the model's chat template if it has one, else builtin (built-in data) or alpaca", "auto")
+    too_long: Literal["error", "drop", "truncate"] | None = doc(
+        "rows longer than seq_len; default drop for builtin-tasks, error for files", None)
+    validation_fraction: float = doc("share of a file's rows held out for validation", 0.05)
+    max_rows: int | None = doc("read at most this many rows of a file", None)
+    subset: str | None = doc("hub dataset configuration name", None)
+    split: str | None = doc("hub dataset split", None)
+    tasks: list[str] | None = doc("built-in tasks drawn from", None)
+    seed: int = doc("seed of the built-in generator and of a file's train/validation split", 0)
+    num_train: int | None = doc("built-in training examples", None)
+    num_validation: int | None = doc("built-in validation examples", None)
+    vocab_size: int = doc("vocabulary of a shape-only model, and the size of the BPE tokenizer trained for it; "
+                          "a tokenizer larger than this is refused", DEFAULT_VOCAB_SIZE)
+
+    @property
+    def builtin(self) -> bool:
+        return self.source == "builtin-tasks"
+
+    @property
+    def too_long_rows(self) -> str:
+        """What happens to a row longer than seq_len (the source's default when not set)."""
+        return self.too_long or ("drop" if self.builtin else "error")
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """``training``: the optimisation the run performs."""
+
+    optimizer_steps: int = doc("optimizer steps to train")
+    micro_batch_per_rank: int = doc("rows per micro-step per rank")
+    gradient_accumulation_steps: int = doc("micro-steps per optimizer step")
+    cpu_ranks: int = doc("ranks on a machine without GPUs")
+    warmup_steps_excluded: int = doc("analysis only: first steps left out of the timing statistics (never retrains)")
+    seed: int = doc("seed of weights and data order")
+    optimizer: dict[str, Any] = doc("{type: AdamW | Adam, lr, weight_decay, betas}")
+    lr_warmup_steps: int = doc("linear learning-rate warm-up steps of the cosine schedule")
+    gradient_clipping: float = doc("global gradient-norm clip (0 = off)")
+    train_batch_size: int | None = doc("optional; must equal micro_batch_per_rank x accumulation x ranks", None)
+
+
+# Keys of ``training`` only the analysis reads (which steps the statistics leave out). Not part of the
+# run: the run spec, the planner's and the renderer's inputs leave them out, so editing them re-judges
+# the run and never retrains it or discards its checkpoints.
+ANALYSIS_ONLY_TRAINING_KEYS = ("warmup_steps_excluded",)
+
+
+def run_training_section(training: dict[str, Any]) -> dict[str, Any]:
+    """The profile's ``training`` section as the run sees it: without the analysis-only keys."""
+    return {key: value for key, value in training.items() if key not in ANALYSIS_ONLY_TRAINING_KEYS}
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """The sections the training side and the data stage read, typed and cross-checked."""
+
+    training: TrainingSettings
+    dataset: DatasetSettings
+    stabiliser: StabiliserSettings
+    checkpoint: CheckpointSettings
+    evaluation: EvaluationSettings
+
+
+def stabiliser_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> StabiliserSettings:
+    return _from_section(StabiliserSettings, section, "stabiliser", where)
+
+
+def checkpoint_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> CheckpointSettings:
+    return _from_section(CheckpointSettings, section, "checkpoint", where)
+
+
+def evaluation_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> EvaluationSettings:
+    return _from_section(EvaluationSettings, section, "evaluation", where)
+
+
+def dataset_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> DatasetSettings:
+    return _from_section(DatasetSettings, section, "dataset", where)
+
+
+def training_section(section: dict[str, Any] | None, where: Where = _anywhere) -> TrainingSettings:
+    return _from_section(TrainingSettings, section, "training", where)
+
+
+def settings_of(profile: dict[str, Any], where: Where = _anywhere) -> ProfileSettings:
+    """The profile's typed settings, after the cross-field checks below (InputError on the first problem)."""
+    settings = ProfileSettings(
+        training=training_section(profile.get("training"), where),
+        dataset=dataset_settings(profile.get("dataset"), where),
+        stabiliser=stabiliser_settings(profile.get("stabiliser"), where),
+        checkpoint=checkpoint_settings(profile.get("checkpoint"), where),
+        evaluation=evaluation_settings(profile.get("evaluation"), where),
+    )
+    check_cross_fields(settings, profile.get("model", {}), where)
+    return settings
+
+
+def check_cross_fields(settings: ProfileSettings, model: dict[str, Any], where: Where = _anywhere) -> None:
+    """The checks the JSON schema cannot express: each names the key to change."""
+
+    def refuse(key: str, problem: str) -> None:
+        raise InputError(where(key), key, problem)
+
+    training, checkpoint = settings.training, settings.checkpoint
+    if training.train_batch_size is not None:
+        per_rank = training.micro_batch_per_rank * training.gradient_accumulation_steps
+        if training.train_batch_size % per_rank:
+            refuse("training.train_batch_size",
+                   f"{training.train_batch_size} is not micro_batch_per_rank x gradient_accumulation_steps "
+                   f"({per_rank}) x a whole number of ranks")
+    if training.warmup_steps_excluded >= training.optimizer_steps:
+        refuse("training.warmup_steps_excluded",
+               f"{training.warmup_steps_excluded} leaves no timed step of {training.optimizer_steps}")
+    if model.get("source", "shape") == "shape":  # a pretrained model brings its own shape
+        heads = model.get("num_attention_heads")
+        if heads and model.get("hidden_size") and model["hidden_size"] % heads:
+            refuse("model.num_attention_heads", f"{heads} does not divide hidden_size {model['hidden_size']}")
+        kv_heads = model.get("num_key_value_heads", heads)
+        if heads and kv_heads and heads % kv_heads:
+            refuse("model.num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}")
+    check_checkpoint_needs(settings.stabiliser, checkpoint, where)
+
+
+def check_checkpoint_needs(stabiliser: StabiliserSettings, checkpoint: CheckpointSettings,
+                           where: Where = _anywhere) -> None:
+    """Settings that need saved checkpoints refuse ``checkpoint.every_steps: 0``. Both used to pass the
+    schema and then crash after training (export) or silently turn rollback into abort."""
+
+    def refuse(key: str, problem: str) -> None:
+        raise InputError(where(key), key, problem)
+
+    if checkpoint.export_fp32 and not checkpoint.every_steps:
+        refuse("checkpoint.export_fp32", "true needs a saved checkpoint to export, but checkpoint.every_steps is 0 "
+                                         "(never save): set every_steps > 0 or export_fp32: false")
+    if stabiliser.policy == "rollback" and not checkpoint.every_steps:
+        refuse("stabiliser.policy", "rollback needs checkpoints to roll back to, but checkpoint.every_steps is 0 "
+                                    "(never save): set every_steps > 0 or policy: skip or abort")
 
 
 def training_settings(profile: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "stabiliser": stabiliser.settings(profile.get("stabiliser")),
-        "checkpoint": checkpoint.settings(profile.get("checkpoint")),
-    }
+    """train/settings.json: the stabiliser's and checkpoints' settings, defaults filled in (what the loop reads)."""
+    stabiliser = stabiliser_settings(profile.get("stabiliser"))
+    checkpoint = checkpoint_settings(profile.get("checkpoint"))
+    check_checkpoint_needs(stabiliser, checkpoint)
+    return {"stabiliser": dataclasses.asdict(stabiliser), "checkpoint": dataclasses.asdict(checkpoint)}

@@ -20,8 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from zerogate.config.settings import dataset_settings
+from zerogate.data.templates import IGNORE_INDEX, encode_record, formatted_text, prompt_ids
 from zerogate.errors import InputError
-from zerogate.data.templates import IGNORE_INDEX
 
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<eos>"]
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -198,21 +199,34 @@ def builtin_record(example: Example, template: str) -> dict[str, str]:
     return {"prompt": f"{example.instruction}\n{example.input}", "response": example.output}
 
 
-def load_tokenizer(model_dir: str | None, texts: list[str], vocab_size: int) -> Any:
-    """The model's own tokenizer, or (random-init models) a BPE tokenizer trained on the dataset's text."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+def pretrained_tokenizer(model_dir: str) -> Any:
+    from transformers import AutoTokenizer
 
-    if model_dir:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    else:
-        tokenizer = PreTrainedTokenizerFast(tokenizer_object=train_tokenizer(texts, vocab_size),
-                                            eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
+    return _with_padding(AutoTokenizer.from_pretrained(model_dir))
+
+
+def trained_tokenizer(texts: list[str], vocab_size: int) -> Any:
+    """A BPE tokenizer trained on ``texts`` (random-init models), as a transformers tokenizer."""
+    from transformers import PreTrainedTokenizerFast
+
+    return _with_padding(PreTrainedTokenizerFast(tokenizer_object=train_tokenizer(texts, vocab_size),
+                                                 eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"))
+
+
+def _with_padding(tokenizer: Any) -> Any:
     if tokenizer.pad_token_id is None:  # padding is masked from loss and attention: any id will do
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
+def load_tokenizer(model_dir: str | None, texts: list[str], vocab_size: int) -> Any:
+    """The model's own tokenizer, or (random-init models) a BPE tokenizer trained on ``texts``."""
+    return pretrained_tokenizer(model_dir) if model_dir else trained_tokenizer(texts, vocab_size)
+
+
 def choose_template(settings: dict[str, Any], tokenizer: Any) -> str:
+    """The profile's template; ``auto``: the tokenizer's chat template if it has one, else builtin
+    (built-in data) or alpaca. ``tokenizer`` None stands for a tokenizer yet to be trained (no chat template)."""
     template = settings.get("template", "auto")
     if template == "auto":
         if getattr(tokenizer, "chat_template", None):
@@ -221,6 +235,26 @@ def choose_template(settings: dict[str, Any], tokenizer: Any) -> str:
     if template == "chat" and not getattr(tokenizer, "chat_template", None):
         raise InputError("profile", "dataset.template", "chat, but the model's tokenizer has no chat template")
     return template
+
+
+def tokenizer_and_template(settings: dict[str, Any], model_dir: str | None, train_records: list[dict[str, Any]],
+                           vocab_size: int) -> tuple[Any, str]:
+    """The tokenizer and the template for the records: a pretrained model's own tokenizer, or a BPE
+    tokenizer trained on the train records exactly as the template formats them (bug 1 of issue 10:
+    trained without the template's words, the Alpaca header split into single characters)."""
+    if model_dir:
+        tokenizer = pretrained_tokenizer(model_dir)
+        return tokenizer, choose_template(settings, tokenizer)
+    template = choose_template(settings, None)
+    return trained_tokenizer([formatted_text(r, template) for r in train_records], vocab_size), template
+
+
+def check_vocabulary(tokenizer: Any, model_vocab_size: int, profile_file: str, key: str) -> None:
+    """One model (the planner counts it from the profile): the model's vocabulary must hold every token."""
+    if len(tokenizer) > model_vocab_size:
+        raise InputError(profile_file, key, f"the tokenizer trained for this dataset has {len(tokenizer)} tokens, more "
+                                            f"than the model's vocabulary of {model_vocab_size} (a BPE tokenizer keeps "
+                                            f"every character of the text): raise {key}")
 
 
 def split_records(records: list[Any], fraction: float, seed: int) -> tuple[list[Any], list[Any]]:
@@ -233,40 +267,51 @@ def split_records(records: list[Any], fraction: float, seed: int) -> tuple[list[
 
 
 def prepare(settings: dict[str, Any], out_dir: str | Path, model_info: dict[str, Any] | None = None,
-            repo: str | Path = ".", evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Build the profile's dataset into ``out_dir`` and return its manifest (also written there)."""
-    from zerogate.data.sources import load_table, to_records
-    from zerogate.data.templates import encode_record, prompt_ids
+            repo: str | Path = ".", evaluation: dict[str, Any] | None = None,
+            profile_file: str = "profile") -> dict[str, Any]:
+    """Build the profile's dataset into ``out_dir`` and return its manifest (also written there).
 
+    ``settings`` is the profile's ``dataset`` section (defaults: zerogate.config.settings.DatasetSettings);
+    ``profile_file`` the file that sets it, named in errors."""
+    from zerogate.data.sources import load_table, to_records
+
+    typed = dataset_settings(settings, lambda key: profile_file)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_dir = (model_info or {}).get("directory")
-    seq_len = settings["seq_len"]
-    manifest: dict[str, Any] = {"source": settings["source"], "settings": settings, "splits": {}}
-    if settings["source"] == "builtin-tasks":
-        examples = generate_examples(settings["seed"], settings["num_train"] + settings["num_validation"], settings["tasks"])
-        validation_ex, train_ex = examples[: settings["num_validation"]], examples[settings["num_validation"]:]
-        tokenizer = load_tokenizer(model_dir, [e.prompt() + e.response() for e in train_ex], settings.get("vocab_size", 256))
-        template = choose_template(settings, tokenizer)
+    seq_len = typed.seq_len
+    manifest: dict[str, Any] = {"source": typed.source, "settings": settings, "splits": {}}
+    if typed.builtin:
+        examples = generate_examples(typed.seed, typed.num_train + typed.num_validation, typed.tasks)
+        validation_ex, train_ex = examples[: typed.num_validation], examples[typed.num_validation:]
+        if model_dir:
+            tokenizer = pretrained_tokenizer(model_dir)
+            template = choose_template(settings, tokenizer)
+        else:
+            template = choose_template(settings, None)
+            tokenizer = trained_tokenizer([formatted_text(builtin_record(e, template), template) for e in train_ex],
+                                          typed.vocab_size)
         splits = {name: [(builtin_record(e, template), e.__dict__) for e in rows]
                   for name, rows in (("train", train_ex), ("validation", validation_ex))}
-        too_long, where = settings.get("too_long", "drop"), "builtin-tasks"
+        where = "builtin-tasks"
     else:
-        table, facts = load_table(settings["source"], repo, settings)
-        where = str(Path(repo) / settings["source"]) if "file_sha256" in facts else settings["source"]
+        table, facts = load_table(typed.source, repo, settings)
+        where = str(Path(repo) / typed.source) if "file_sha256" in facts else typed.source
         records = to_records(table, settings["columns"], where)
         manifest["file"] = facts
         manifest["rows_read"] = len(records)
-        if settings.get("max_rows"):
-            records = records[: settings["max_rows"]]
+        if typed.max_rows:
+            records = records[: typed.max_rows]
         if len(records) < 2:
             raise InputError(where, "", f"{len(records)} row: a training and a validation split need at least 2")
-        validation, train = split_records(records, settings.get("validation_fraction", 0.05), settings.get("seed", 0))
-        texts = [r.get("text") or r.get("prompt", "") + " " + r.get("response", "") for r in train]
-        tokenizer = load_tokenizer(model_dir, texts, settings.get("vocab_size", 256))
-        template = choose_template(settings, tokenizer)
+        validation, train = split_records(records, typed.validation_fraction, typed.seed)
+        tokenizer, template = tokenizer_and_template(settings, model_dir, train, typed.vocab_size)
         splits = {"train": [(r, r) for r in train], "validation": [(r, r) for r in validation]}
-        too_long = settings.get("too_long", "error")
+    too_long = typed.too_long_rows
+    if model_dir is None:  # a shape-only model: its vocabulary is the profile's, not the tokenizer's
+        stated = (model_info or {}).get("vocab_size")
+        check_vocabulary(tokenizer, stated or typed.vocab_size, profile_file,
+                         "model.vocab_size" if stated else "dataset.vocab_size")
 
     tokenizer_json = tokenizer.backend_tokenizer.to_str()
     (out / "tokenizer.json").write_text(tokenizer_json)

@@ -54,6 +54,18 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str, template: str) -> list[int]:
     return encode_text(tokenizer, NAMED_TEMPLATES[template][0].format(prompt=prompt))
 
 
+def formatted_text(record: dict[str, Any], template: str) -> str:
+    """The whole text a named template makes of ``record`` (prompt and response with the template's own
+    words): what a tokenizer trained for the dataset must be trained on, so the template's headers are
+    learned too rather than split into single characters."""
+    if "text" in record:
+        return record["text"]
+    if "messages" in record:  # chat data needs the model's chat template; no trained tokenizer has one
+        return "\n".join(message["content"] for message in record["messages"])
+    prompt_format, response_format = NAMED_TEMPLATES[template]
+    return prompt_format.format(prompt=record["prompt"]) + response_format.format(response=record["response"])
+
+
 def encode_record(tokenizer: Tokenizer, record: dict[str, Any], template: str) -> tuple[list[int], list[int]]:
     """``(input_ids, labels)`` of one record; labels are IGNORE_INDEX on prompt tokens."""
     if "text" in record:  # continued pre-training: every token is learned

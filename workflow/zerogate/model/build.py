@@ -46,6 +46,17 @@ def model_config(shape: dict[str, Any], vocab_size: int, seq_len: int, eos_id: i
     )
 
 
+def planned_model_config(model: dict[str, Any], dataset: dict[str, Any], eos_id: int | None = None) -> Any:
+    """THE model of a profile with a shape-only ``model`` section: its shape, with the vocabulary of
+    ``dataset.vocab_size`` (unless the shape fixes its own) and positions for ``dataset.seq_len``. The
+    planner, the ledger check and training all build or count this one (prepare_dataset refuses a
+    tokenizer larger than its vocabulary), so every consumer counts the same parameters."""
+    from zerogate.config.settings import dataset_settings
+
+    dataset_typed = dataset_settings(dataset)
+    return model_config(model, dataset_typed.vocab_size, dataset_typed.seq_len, eos_id)
+
+
 def build_model(config: Any) -> PreTrainedModel:
     # Eager attention: identical results on every backend, and the tiny default gains nothing from SDPA.
     config._attn_implementation = "eager"
@@ -74,6 +85,8 @@ def materialise(source: ModelSource, out_dir: str | Path, profile_file: str, sta
     info: dict[str, Any] = {"source": source.spec, "kind": source.kind}
     if source.kind == SHAPE:
         info["directory"] = None
+        if "vocab_size" in stated_shape:  # a fixed vocabulary: prepare_dataset checks its tokenizer against it
+            info["vocab_size"] = stated_shape["vocab_size"]
     else:
         from transformers import AutoConfig
 
@@ -129,7 +142,8 @@ def load_for_training(model_info: dict[str, Any], shape: dict[str, Any], manifes
 
     zero3 = ds_config["zero_optimization"]["stage"] == 3
     if model_info["kind"] == SHAPE:
-        config = model_config(shape, manifest["vocab_size"], manifest["seq_len"], manifest["eos_token_id"])
+        # The profile's model (dataset.vocab_size), not the tokenizer's vocabulary: one model for every count.
+        config = planned_model_config(shape, manifest["settings"], manifest["eos_token_id"])
         with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=zero3):
             return build_model(config)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from zerogate.plan.ds_keys import unknown_keys
 from zerogate.plan.cpu_tuning import cpu_comm_overrides
+from zerogate.config.settings import run_training_section
 from zerogate.errors import InputError
 
 _MISSING = object()
@@ -248,6 +249,8 @@ def render(
         "dtype": dtype,
         "env": {"DS_ACCELERATOR": "cpu" if on_cpu else "cuda", **thread_env(max(1, cores // ranks))},
         "model": profile["model"],
-        "training": training,
+        # Warm-up exclusion is an analysis setting (zerogate.analysis.measures): left out, so editing it
+        # neither changes the checkpoint fingerprint (which hashes this spec) nor retrains.
+        "training": run_training_section(training),
     }
     return r.config, [asdict(d) for d in r.deviations], run_spec

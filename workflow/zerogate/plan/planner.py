@@ -254,10 +254,10 @@ def plan_for_profile(profile: dict[str, Any], ds_config: dict[str, Any], run_spe
     """Plan the run of ``profile`` as render_deepspeed_config rendered it for ``machine`` (``ds_config``,
     ``run_spec``): count the model on the meta device, then fit, floor and ledger."""
     from zerogate.plan.ledger import count_parameters, setup_from_config
-    from zerogate.model.build import model_config
+    from zerogate.model.build import planned_model_config
 
-    seq_len, vocab = profile["dataset"]["seq_len"], profile["dataset"]["vocab_size"]
-    counts = count_parameters(model_config(profile["model"], vocab, seq_len))
+    counts = count_parameters(planned_model_config(profile["model"], profile["dataset"]))
+    seq_len = profile["dataset"]["seq_len"]
     setup = setup_from_config(ds_config, run_spec, seq_len, nodes=machine.get("nodes", 1),
                               activation_checkpointing=profile["training"].get("activation_checkpointing", False))
     return plan(counts, setup, machine, profile.get("plan"))

@@ -29,13 +29,6 @@ import torch
 
 MARKER = "zerogate.json"
 TAG = "ds"
-DEFAULTS: dict[str, Any] = {"every_steps": 100, "keep": 2, "export_fp32": False}
-
-
-def settings(profile_section: dict[str, Any] | None) -> dict[str, Any]:
-    return {**DEFAULTS, **(profile_section or {})}
-
-
 def step_dir(root: str | Path, step: int) -> Path:
     return Path(root) / f"step{step:07d}"
 

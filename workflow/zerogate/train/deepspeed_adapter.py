@@ -1,12 +1,21 @@
-"""Drop one optimizer update under DeepSpeed, the way DeepSpeed drops an fp16-overflow step.
+"""Every private or version-sensitive DeepSpeed internal the training loop relies on, in one place.
 
-engine.step() at the accumulation boundary does bookkeeping we need (micro-step and global-step
-counters, zero_grad, skipped_steps) around optimizer.step(). Skipping the whole call would leave the
-engine's micro-step counter one short, so the next window's first micro-step would become the boundary.
-So the boundary step runs, with the optimizer's step replaced for that one call by DeepSpeed's own
-overflow clean-up: the accumulated (possibly non-finite) gradients are discarded -- under ZeRO-3 they
-already sit in the partitioned fp32 buffers, on the CPU with offload -- and ``overflow`` tells the engine
-not to advance the LR schedule and to count the step as skipped (engine._take_model_step).
+The loop calls only the functions below; tests/unit/test_deepspeed_adapter.py runs them against a
+real ZeRO-3 engine (one process, gloo, CPU accelerator), so a DeepSpeed upgrade that moves one of
+these internals fails there, not in the middle of a training run.
+
+Dropping one update. engine.step() at the accumulation boundary does bookkeeping we need (micro-step
+and global-step counters, zero_grad, skipped_steps) around optimizer.step(). Skipping the whole call
+would leave the engine's micro-step counter one short, so the next window's first micro-step would
+become the boundary. So the boundary step runs, with the optimizer's step replaced for that one call
+by DeepSpeed's own overflow clean-up: the accumulated (possibly non-finite) gradients are discarded --
+under ZeRO-3 they already sit in the partitioned fp32 buffers, on the CPU with offload -- and
+``overflow`` tells the engine not to advance the LR schedule and to count the step as skipped
+(engine._take_model_step).
+
+Internals used: DeepSpeedZeroOptimizer_Stage3._overflow_clean_up, ZeRO-1/2's averaged_gradients /
+all_grad_tensors / reset_cpu_buffers, optimizer.overflow, optimizer.loss_scale,
+engine.was_step_applied(), engine.skipped_steps, engine.get_global_grad_norm().
 """
 
 from __future__ import annotations
@@ -49,3 +58,37 @@ def update_dropped(optimizer: Any) -> Iterator[None]:
                 vars(optimizer).pop(name, None)
             else:
                 setattr(optimizer, name, saved)
+
+
+def boundary_step(engine: Any, apply: bool) -> None:
+    """The accumulation boundary's engine.step(): the update applied, or dropped with the counters advanced."""
+    if apply:
+        engine.step()
+        return
+    with update_dropped(engine.optimizer):
+        engine.step()  # counters advance, the gradients are dropped, the weights are untouched
+
+
+def global_grad_norm(engine: Any) -> float | None:
+    """The gradient norm of the last boundary step (None where DeepSpeed has none)."""
+    norm = engine.get_global_grad_norm()
+    return None if norm is None else float(norm)
+
+
+def update_applied(engine: Any) -> bool:
+    """False when DeepSpeed itself dropped the last update (fp16 overflow, non-finite norm under ZeRO)."""
+    return bool(engine.was_step_applied())
+
+
+def loss_scale(engine: Any) -> float | None:
+    """The fp16 loss scale; None without a loss scaler (fp32, bf16)."""
+    return engine.optimizer.loss_scale if engine.fp16_enabled() else None
+
+
+def skipped_steps(engine: Any) -> int:
+    """DeepSpeed's own count of skipped optimizer steps (ours and its overflow skips)."""
+    return int(engine.skipped_steps)
+
+
+def fp16(engine: Any) -> bool:
+    return bool(engine.fp16_enabled())

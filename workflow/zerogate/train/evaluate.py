@@ -19,6 +19,7 @@ Rank 0 appends one JSON object per evaluation to ``<out_dir>/eval.jsonl``:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -27,17 +28,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from zerogate.config.settings import evaluation_settings
 from zerogate.data.dataset import EncodedSplit, load_split
 from zerogate.data.templates import IGNORE_INDEX
 
-DEFAULTS = {"every_steps": 0, "validation_rows": 64, "exact_match_items": 20, "max_new_tokens": 16}
-
-
 def settings_for(manifest: dict[str, Any], steps: int) -> dict[str, Any]:
-    """The profile's evaluation settings with defaults; ``every_steps`` 0 means four times per run."""
-    settings = {**DEFAULTS, **manifest.get("evaluation", {})}
-    if not settings["every_steps"]:
-        settings["every_steps"] = max(1, steps // 4)
+    """The profile's evaluation settings (defaults: zerogate.config.settings.EvaluationSettings) resolved for a
+    run of ``steps``: ``every_steps`` 0 becomes four times per run."""
+    typed = evaluation_settings(manifest.get("evaluation"))
+    settings = {**dataclasses.asdict(typed), "every_steps": typed.interval(steps)}
     if manifest.get("source") != "builtin-tasks":
         settings["exact_match_items"] = 0  # no reference answers to match for a user dataset
     return settings

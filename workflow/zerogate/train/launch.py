@@ -39,19 +39,90 @@ def launcher_command(spec: dict, train_args: list[str], port: int, module: str =
 
 MASTER_ADDR = "127.0.0.1"  # the launcher's rendezvous address on a single node (its default)
 SHM = Path("/dev/shm")
+PROC = Path("/proc")
 
 
-def remove_shm_buffers(port: int, shm: Path = SHM) -> list[Path]:
-    """Delete DeepSpeed's shared-memory all-reduce buffers of the run that used ``port``.
+def shm_buffers(port: int, shm: Path = SHM) -> list[Path]:
+    """DeepSpeed's shared-memory all-reduce buffers of the run whose rendezvous used ``port``.
 
     On the CPU accelerator DeepSpeed's shm comm op creates one 69 MB file per rank in /dev/shm, named after
     the master address and port, and never removes it (DeepSpeed 0.19.8, on normal exits too). /dev/shm is
     RAM: about a hundred runs leaked 13 GB here and the next training run was killed for memory.
     """
-    leaked = sorted(shm.glob(f"deepspeed_allreduce_buffer_*_{MASTER_ADDR}_{port}_*"))
-    for path in leaked:
-        path.unlink(missing_ok=True)
-    return leaked
+    return sorted(shm.glob(f"deepspeed_allreduce_buffer_*_{MASTER_ADDR}_{port}_*"))
+
+
+def remove_shm_buffers(port: int, shm: Path = SHM, proc: Path = PROC) -> list[Path]:
+    """Delete the buffers of the run that used ``port``, except any a live process holds (another run
+    that reused the port: never delete what a running training uses)."""
+    buffers = shm_buffers(port, shm)
+    held = held_by_live_processes(buffers, proc)
+    for path in buffers:
+        if path not in held:
+            path.unlink(missing_ok=True)
+    return [path for path in buffers if path not in held]
+
+
+# Beside the rule's log: the rendezvous port of a launch in progress, removed when it ends. One left behind
+# means that launch was killed (SIGKILL of the Snakemake process group skips every finally:).
+PORT_STATE_SUFFIX = ".shm_port.json"
+
+
+def port_state_file(log: Path) -> Path:
+    return log.with_name(log.name + PORT_STATE_SUFFIX)
+
+
+def held_by_live_processes(paths: list[Path], proc: Path = PROC) -> set[Path]:
+    """Those of ``paths`` that a running process has open or mapped (/proc/<pid>/fd and /proc/<pid>/maps).
+
+    DeepSpeed's ranks mmap their buffer, so a live run always shows it in its maps. Processes whose
+    entries cannot be read (another user's) are skipped: our runs are ours."""
+    wanted = {str(path): path for path in paths}
+    held: set[Path] = set()
+    if not wanted:
+        return held
+    for pid_dir in proc.iterdir() if proc.is_dir() else []:
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            for fd in (pid_dir / "fd").iterdir():
+                target = os.readlink(fd)
+                if target in wanted:
+                    held.add(wanted[target])
+        except OSError:
+            pass
+        try:
+            maps = (pid_dir / "maps").read_text()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            fields = line.split(None, 5)
+            if len(fields) == 6:
+                mapped = fields[5].removesuffix(" (deleted)")
+                if mapped in wanted:
+                    held.add(wanted[mapped])
+    return held
+
+
+def remove_stale_shm_buffers(log_dir: Path, shm: Path = SHM, proc: Path = PROC) -> list[Path]:
+    """Buffers that earlier, killed launches of this machine's rules left in ``shm`` (their ports are in the
+    state files in ``log_dir``), removed unless a live process still holds them. A buffer of another run
+    that happens to reuse the port is held by that run, so it stays."""
+    removed: list[Path] = []
+    for state in sorted(log_dir.glob(f"*{PORT_STATE_SUFFIX}")):
+        try:
+            recorded = json.loads(state.read_text())
+            port = int(recorded["port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            state.unlink(missing_ok=True)
+            continue
+        if recorded.get("pid") and (proc / str(recorded["pid"])).exists():
+            continue  # that launch is still running (another job of this machine): its state is its own
+        gone = remove_shm_buffers(port, shm, proc)
+        removed += gone
+        if not shm_buffers(port, shm):  # nothing held any more: this state file has done its job
+            state.unlink(missing_ok=True)
+    return removed
 
 
 # What a run has recorded so far (zerogate.train.loop writes them under --out-dir).
@@ -97,7 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = json.loads(Path(args.run_spec).read_text())
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    log_path = Path(args.log)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in remove_stale_shm_buffers(log_path.parent, SHM):
+        print(f"zerogate: removed {stale}, left by an earlier run that was killed", file=sys.stderr)
     port = free_port()
+    state = port_state_file(log_path)
+    state.write_text(json.dumps({"port": port, "pid": os.getpid()}) + "\n")  # before any rank can create a buffer
     command = launcher_command(spec, ["--run-spec", args.run_spec, *train_args], port, args.module)
     env = {**os.environ, **spec["env"], "PYTHONUNBUFFERED": "1"}
 
@@ -114,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stderr.buffer.flush()
             code = process.wait()
         finally:  # also when interrupted: the ranks are gone, their buffers must go too
-            remove_shm_buffers(port)
+            remove_shm_buffers(port, SHM)
+            state.unlink(missing_ok=True)
     if code != 0:
         out_dir = out_dir_of(train_args)
         kept = keep_failed_records(out_dir, Path(args.log)) if out_dir is not None else None

@@ -11,8 +11,11 @@ Launched by DeepSpeed's launcher, one process per rank (the ``train`` rule does 
         --checkpoint-dir results/cpu-tiny/<machine>/checkpoints
 
 Rerun after an interruption, it resumes from the newest complete checkpoint of the same configuration.
-Metrics are written by zerogate.train.metrics, stabiliser verdicts come from zerogate.train.stabiliser, checkpoints
-from zerogate.train.checkpoint: the loop below only says when.
+One optimizer step = one data window of ``gradient_accumulation_steps`` micro-batches per rank. Who does what:
+metrics (zerogate.train.metrics), the per-step policy -- stabiliser verdicts, skip, rollback, abort, fault
+injection (zerogate.train.policy, zerogate.train.stabiliser) --, checkpoints (zerogate.train.checkpoint), the
+checkpoint and evaluation cadences (zerogate.config.settings), evaluation (zerogate.train.evaluate) and every
+DeepSpeed internal (zerogate.train.deepspeed_adapter). The loop below only says in what order.
 """
 
 from __future__ import annotations
@@ -30,18 +33,20 @@ from deepspeed.accelerator import get_accelerator
 from tqdm import tqdm
 from transformers import set_seed
 
-from zerogate.train import checkpoint as ckpt
+from zerogate.config.settings import checkpoint_settings, stabiliser_settings
 from zerogate.data.dataset import EncodedSplit, load_split
-from zerogate.io import read_json, write_json
 from zerogate.hashing import sha256_json
+from zerogate.io import read_json, write_json
+from zerogate.model.build import load_for_training
+from zerogate.provenance import git_state
+from zerogate.train import checkpoint as ckpt
+from zerogate.train import deepspeed_adapter as ds
 from zerogate.train.evaluate import Evaluator
 from zerogate.train.held import held_bytes
 from zerogate.train.metrics import NoMetrics, StepMetrics, peak_flops, train_flops_per_token
-from zerogate.model.build import load_for_training
 from zerogate.train.nvml_sampler import NvmlSampler, nvml_query
-from zerogate.provenance import git_state
-from zerogate.train.deepspeed_adapter import update_dropped
-from zerogate.train.stabiliser import EventLog, Stabiliser, Verdict, data_window, injected_loss_factor
+from zerogate.train.policy import FaultInjector, StepPolicy, skip_reason
+from zerogate.train.stabiliser import EventLog, Stabiliser, data_window
 
 
 class RankBatches:
@@ -87,21 +92,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-class StabiliserAbort(SystemExit):
-    pass
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     spec = read_json(args.run_spec)
     ds_config = read_json(args.ds_config)
     settings = read_json(args.settings)
     manifest = read_json(Path(args.dataset_dir) / "manifest.json")
-    training, stab_cfg, ckpt_cfg = spec["training"], settings["stabiliser"], settings["checkpoint"]
+    training = spec["training"]
+    stabiliser_cfg, checkpoints = stabiliser_settings(settings["stabiliser"]), checkpoint_settings(settings["checkpoint"])
     steps, accumulation = training["optimizer_steps"], ds_config["gradient_accumulation_steps"]
     micro_batch = ds_config["train_micro_batch_size_per_gpu"]
     # A checkpoint resumes only the run it came from: same DeepSpeed config, spec, data and stabiliser.
-    fingerprint = sha256_json({"ds_config": ds_config, "run_spec": spec, "stabiliser": stab_cfg,
+    fingerprint = sha256_json({"ds_config": ds_config, "run_spec": spec, "stabiliser": settings["stabiliser"],
                                "dataset": manifest.get("content_sha256")})
 
     deepspeed.init_distributed(dist_backend=spec["backend"])
@@ -124,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     eval_file = out_dir / "eval.jsonl"
     # Rank 0's run-level logs travel with each checkpoint, so a resumed run continues them.
     run_logs = [events.path, eval_file] if rank == 0 else []
-    stabiliser = Stabiliser(stab_cfg)
-    skipped_windows: list[int] = []
+    stabiliser = Stabiliser(stabiliser_cfg)
+    policy = StepPolicy(stabiliser, events, rank, ds.fp16(engine), barrier=dist.barrier)
+    faults = FaultInjector(stabiliser_cfg.inject, rank)
+    skipped_windows: list[int] = []  # data windows a rollback took out of the run
 
     def save_checkpoint(step: int) -> None:
         staging = ckpt.staging_dir(ckpt_root, step)
@@ -134,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                               metrics_file, run_logs)
         dist.barrier()  # every rank's partitions are on disk before the checkpoint is called complete
         if rank == 0:
-            ckpt.publish(ckpt_root, step, fingerprint, ckpt_cfg["keep"])
+            ckpt.publish(ckpt_root, step, fingerprint, checkpoints.keep)
         dist.barrier()
 
     def restore(found: tuple[int, Path], with_events: bool) -> int:
@@ -168,28 +172,17 @@ def main(argv: list[str] | None = None) -> int:
         query = nvml_query(engine.device.index or 0)
         nvml = NvmlSampler(query).start() if query else None
     metrics = (NoMetrics if args.no_metrics else StepMetrics)(
-        metrics_file, rank, engine.device, training["warmup_steps_excluded"], append=latest is not None,
+        metrics_file, rank, engine.device, append=latest is not None,
         flops_per_token=train_flops_per_token(int(parameters), config.num_hidden_layers, config.hidden_size, manifest["seq_len"]),
         peak_flops_per_s=peak_flops(device_name, spec["dtype"]), nvml=nvml,
     )
     evaluator = Evaluator(engine, args.dataset_dir, eval_file, manifest, steps, ds_config["zero_optimization"]["stage"] == 3)
-    if not latest and stabiliser.config["policy"] == "rollback" and ckpt_cfg["every_steps"] > 0:
+    if not latest and stabiliser_cfg.policy == "rollback":
         save_checkpoint(0)  # rollback needs a good state to return to, even before the first interval
     progress = tqdm(total=steps, initial=start_step, desc="train", unit="step", disable=rank != 0, mininterval=5,
                     ncols=100, file=sys.stderr)
     started = time.perf_counter()
     engine.train()
-
-    def handle(step: int, verdict: Verdict) -> None:
-        """Log a stabiliser event; stop the run if the policy says abort."""
-        print(f"zerogate: stabiliser: step {step}: {verdict.kind} = {verdict.value} on ranks {verdict.ranks}: "
-              f"{verdict.action}", file=sys.stderr)
-        if rank == 0:
-            events.write(step, verdict)
-        if verdict.action == "abort":
-            dist.barrier()
-            raise StabiliserAbort(f"zerogate: stabiliser aborted the run at step {step}: {verdict.kind} "
-                                  f"({verdict.value}) on ranks {verdict.ranks}")
 
     step = start_step
     while step < steps:
@@ -204,10 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         for micro in range(accumulation):
             host_batch = batches.get(window, micro)
             batch = {k: v.to(engine.device) for k, v in host_batch.items()}
-            loss = engine(**batch).loss
-            poison = injected_loss_factor(stab_cfg["inject"], window, rank) if micro == 0 else None
-            if poison is not None:
-                loss = loss * poison  # fault injection (config, off by default): a bad batch on one rank
+            loss = faults.poison(engine(**batch).loss, window, micro)
             engine.backward(loss)
             loss_sum += loss.detach()
             # Counted on the host copy: no device work or readback between micro-steps.
@@ -223,55 +213,36 @@ def main(argv: list[str] | None = None) -> int:
         rank_losses[rank] = loss_sum / accumulation
         dist.all_reduce(rank_losses)
         losses = rank_losses.tolist()
-        verdict = stabiliser.judge_loss(losses)
-        if verdict.ok:
-            engine.step()
-        else:
-            with update_dropped(engine.optimizer):
-                engine.step()  # counters advance, the gradients are dropped, the weights are untouched
+        verdict = policy.before_update(losses)
+        ds.boundary_step(engine, apply=verdict.ok)  # a bad window's update is dropped, counters advance
         metrics.micro_step_done()
         mean_loss = sum(losses) / world
-        grad_norm = engine.get_global_grad_norm() if verdict.ok else None
-        grad_norm = None if grad_norm is None else float(grad_norm)
-        # Under fp16 a non-finite norm is the loss scaler's overflow, a normal skipped step (counted as
-        # fp16_overflow below); in fp32/bf16 it is a fault.
-        if verdict.ok and not engine.fp16_enabled():
-            norm_verdict = stabiliser.judge_grad_norm(grad_norm, world)
-            if not norm_verdict.ok:
-                verdict = norm_verdict  # DeepSpeed's ZeRO optimizer has already dropped this update
-        applied = verdict.ok and engine.was_step_applied()
-        extra = {
-            "data_window": window,
-            "update_applied": applied,
-            "skip_reason": None if applied else (verdict.kind or "fp16_overflow"),
-            "loss_scale": engine.optimizer.loss_scale if engine.fp16_enabled() else None,
-            "skipped_steps_deepspeed": engine.skipped_steps,
-        }
-        if not verdict.ok:
-            stabiliser.skipped_steps += 1
-            handle(step + 1, verdict)
-        if verdict.ok or verdict.action == "skip":
+        grad_norm = ds.global_grad_norm(engine) if verdict.ok else None
+        verdict = policy.after_update(verdict, grad_norm, world)
+        applied = verdict.ok and ds.update_applied(engine)
+        if policy.settle(step + 1, verdict) == policy.CONTINUE:  # applied, or skipped by the policy
             if applied:
-                stabiliser.accept(mean_loss)
+                stabiliser.accept(mean_loss)  # only applied steps make the spike detector's history
             metrics.end_step(step + 1, mean_loss, grad_norm, lr, tokens, accumulation, processed_tokens=processed,
-                             extra=extra)
+                             extra={"data_window": window, "update_applied": applied,
+                                    "skip_reason": skip_reason(verdict, applied), "loss_scale": ds.loss_scale(engine),
+                                    "skipped_steps_deepspeed": ds.skipped_steps(engine)})
             step += 1
             progress.set_postfix(loss=f"{mean_loss:.3f}", refresh=False)
             progress.update(1)
-            if ckpt_cfg["every_steps"] and (step % ckpt_cfg["every_steps"] == 0 or (step == steps and ckpt_cfg["export_fp32"])):
+            if checkpoints.due(step, steps):
                 save_checkpoint(step)
             continue
         # Rollback: back to the newest good checkpoint; the offending data window is never trained on.
         found = ckpt.latest_checkpoint(ckpt_root, fingerprint)
         if found is None:
-            handle(step + 1, Verdict(False, verdict.kind, verdict.value, verdict.ranks, "abort"))
+            policy.no_checkpoint(step + 1, verdict)
         stabiliser.rollbacks += 1
-        bad_window = window
         step = restore(found, with_events=False)
-        skipped_windows = sorted({*skipped_windows, bad_window})
+        skipped_windows = sorted({*skipped_windows, window})
         metrics.reopen()  # the metrics file was put back as it was at the checkpoint
         progress.n = step
-        print(f"zerogate: rank {rank} rolled back to step {step}; data window {bad_window} skipped", file=sys.stderr)
+        print(f"zerogate: rank {rank} rolled back to step {step}; data window {window} skipped", file=sys.stderr)
 
     progress.close()
     evaluator.run(steps, "after")  # validation loss (and exact match) after the last step
@@ -280,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out_dir / "metrics" / f"held_bytes_rank{rank}.json", {"rank": rank, "world_size": world, **held_bytes(engine)})
     dist.barrier()  # every rank's metrics file is complete before the summary says so
     if rank == 0:
-        if ckpt_cfg["export_fp32"]:
+        if checkpoints.export_fp32:
             export = ckpt.export_fp32(ckpt.step_dir(ckpt_root, steps), out_dir / "model_fp32")
             print(f"zerogate: consolidated fp32 model in {export}", file=sys.stderr)
         events.path.touch()
@@ -289,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "completed_steps": steps,
                 "resumed_from_step": start_step if latest else None,
-                "stabiliser": {"policy": stabiliser.config["policy"], "skipped_steps": stabiliser.skipped_steps,
+                "stabiliser": {"policy": stabiliser_cfg.policy, "skipped_steps": stabiliser.skipped_steps,
                                "rollbacks": stabiliser.rollbacks, "skipped_windows": skipped_windows},
                 "world_size": world,
                 "parameters": int(parameters),

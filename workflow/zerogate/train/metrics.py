@@ -1,6 +1,8 @@
 """Per-rank, per-optimizer-step metrics, kept out of the training loop.
 
-One JSON object per line and rank. Keys carry their units. Memory peaks are reset after every window
+One JSON object per line and rank. Keys carry their units. No warm-up flag: which steps are warm-up is
+an analysis setting (zerogate.analysis.measures, profile key training.warmup_steps_excluded), so editing it
+never retrains. Memory peaks are reset after every window
 (one optimizer step), so each line holds that step's peak, not the run's. The loop calls start_step,
 micro_step_done per micro-step (a clock read, no device sync) and end_step after its one host sync.
 GPU sources (allocator peaks, pinned host memory, NVML) sit behind small probes so the logic is tested
@@ -105,12 +107,11 @@ class CudaProbe:
 class StepMetrics:
     """Writes one line per optimizer step for one rank."""
 
-    def __init__(self, path: str | Path, rank: int, device: torch.device, warmup_steps: int, *,
+    def __init__(self, path: str | Path, rank: int, device: torch.device, *,
                  flops_per_token: float | None = None, peak_flops_per_s: float | None = None,
                  probe: DeviceProbe | None = None, nvml: NvmlSampler | None = None, append: bool = False) -> None:
         self.rank = rank
         self.device = device
-        self.warmup_steps = warmup_steps
         self.flops_per_token, self.peak_flops_per_s = flops_per_token, peak_flops_per_s
         self.probe = probe if probe is not None else (CudaProbe(device) if device.type == "cuda" else None)
         self.nvml = nvml
@@ -182,7 +183,6 @@ class StepMetrics:
         record: dict[str, Any] = {
             "step": step,
             "rank": self.rank,
-            "warmup": step <= self.warmup_steps,
             "loss": float(loss),
             "loss_finite": math.isfinite(loss),
             "grad_norm": None if grad_norm is None else float(grad_norm),

@@ -17,20 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from zerogate.config.settings import StabiliserSettings, stabiliser_settings
 from zerogate.robust import robust_z
-
-DEFAULTS: dict[str, Any] = {
-    "policy": "skip",
-    "spike_window": 128,
-    "spike_threshold": 6.0,
-    "spike_min_history": 20,
-    "max_rollbacks": 3,
-    "inject": None,
-}
-
-
-def settings(profile_section: dict[str, Any] | None) -> dict[str, Any]:
-    return {**DEFAULTS, **(profile_section or {})}
 
 
 @dataclass
@@ -45,15 +33,16 @@ class Verdict:
 class Stabiliser:
     """Keeps the rolling loss history; judges each step's loss before the update."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.config = settings(config)
-        self.history: deque[float] = deque(maxlen=self.config["spike_window"])
+    def __init__(self, settings: StabiliserSettings | dict[str, Any] | None) -> None:
+        """``settings``: typed, or the profile's ``stabiliser`` section (defaults from zerogate.config.settings)."""
+        self.settings = settings if isinstance(settings, StabiliserSettings) else stabiliser_settings(settings)
+        self.history: deque[float] = deque(maxlen=self.settings.spike_window)
         self.rollbacks = 0
         self.skipped_steps = 0
 
     def _action(self) -> str:
-        policy = self.config["policy"]
-        if policy == "rollback" and self.rollbacks >= self.config["max_rollbacks"]:
+        policy = self.settings.policy
+        if policy == "rollback" and self.rollbacks >= self.settings.max_rollbacks:
             return "abort"  # a fault that survives every rollback would otherwise loop forever
         return policy
 
@@ -63,9 +52,9 @@ class Stabiliser:
         if bad:
             return Verdict(False, "nonfinite_loss", float(rank_losses[bad[0]]), bad, self._action())
         loss = float(np.mean(rank_losses))
-        if len(self.history) >= self.config["spike_min_history"]:
+        if len(self.history) >= self.settings.spike_min_history:
             z = robust_z(loss, list(self.history))
-            if z is not None and z > self.config["spike_threshold"]:
+            if z is not None and z > self.settings.spike_threshold:
                 return Verdict(False, "loss_spike", loss, list(range(len(rank_losses))), self._action())
         return Verdict(True, value=loss)
 
@@ -85,7 +74,7 @@ class Stabiliser:
         return {"history": list(self.history), "rollbacks": self.rollbacks, "skipped_steps": self.skipped_steps}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.history = deque(state["history"], maxlen=self.config["spike_window"])
+        self.history = deque(state["history"], maxlen=self.settings.spike_window)
         self.rollbacks, self.skipped_steps = state["rollbacks"], state["skipped_steps"]
 
 

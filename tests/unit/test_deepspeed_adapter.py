@@ -1,0 +1,103 @@
+"""zerogate.train.deepspeed_adapter against a REAL DeepSpeed ZeRO-3 engine (one process, gloo, CPU
+accelerator, optimizer offloaded as in the default profile): the private internals the skip path relies
+on must still exist and still behave. A DeepSpeed upgrade that moves one of them fails here."""
+
+import os
+
+import pytest
+import torch
+
+from zerogate.train import deepspeed_adapter as adapter
+from zerogate.train.launch import free_port, remove_shm_buffers
+
+ACCUMULATION = 2
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 16)
+        self.b = torch.nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x))).pow(2).mean()
+
+
+@pytest.fixture(scope="module")
+def engine():
+    saved = {k: os.environ.get(k) for k in ("DS_ACCELERATOR", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+                                             "LOCAL_RANK", "LOCAL_SIZE")}
+    port = free_port()
+    os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
+                      WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_SIZE="1")
+    import deepspeed
+    import torch.distributed as dist
+    from deepspeed.accelerator import get_accelerator
+
+    if get_accelerator().device_name() != "cpu":
+        pytest.skip("DeepSpeed's accelerator was already chosen as non-CPU in this session")
+    deepspeed.init_distributed(dist_backend="gloo")
+    config = {
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": ACCUMULATION,
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                              "stage3_param_persistence_threshold": 0},
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.1}},
+        # A rising LR that is never 0, so an update changes the weights and a held schedule shows.
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.05, "warmup_max_lr": 0.1,
+                                                     "warmup_num_steps": 10, "warmup_type": "linear"}},
+    }
+    torch.manual_seed(0)
+    with deepspeed.zero.Init(config_dict_or_path=config):
+        model = Tiny()
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    yield engine
+    dist.destroy_process_group()
+    remove_shm_buffers(port)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def weights(engine):
+    """This rank's partitions (world size 1: all of each parameter)."""
+    return [p.ds_tensor.detach().clone() for p in engine.module.parameters()]
+
+
+def window(engine, apply, poison=1.0):
+    """One accumulation window; the boundary step goes through the adapter."""
+    for micro in range(ACCUMULATION):
+        loss = engine(torch.randn(4, 8)) * poison
+        engine.backward(loss)
+        if micro < ACCUMULATION - 1:
+            engine.step()
+    adapter.boundary_step(engine, apply=apply)
+
+
+def test_a_dropped_update_leaves_weights_and_schedule_and_the_next_window_applies(engine):
+    start = weights(engine)
+    window(engine, apply=True)  # a first applied window, so the optimizer state exists
+    assert adapter.update_applied(engine)
+    assert not all(torch.equal(a, b) for a, b in zip(start, weights(engine))), "an applied update left the weights"
+    before, lr, skipped, global_steps = weights(engine), engine.get_lr()[0], adapter.skipped_steps(engine), engine.global_steps
+
+    window(engine, apply=False, poison=float("nan"))  # what the stabiliser does with a NaN window
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(engine))), "a dropped update changed the weights"
+    assert not adapter.update_applied(engine)
+    assert adapter.skipped_steps(engine) == skipped + 1 and engine.global_steps == global_steps + 1
+    assert engine.get_lr()[0] == lr  # the LR schedule holds on a skipped step
+    assert "step" not in vars(engine.optimizer)  # the optimizer's own step() is back
+
+    window(engine, apply=True)  # the micro-step counter is not one short: this window's boundary applies
+    after = weights(engine)
+    assert adapter.update_applied(engine) and adapter.skipped_steps(engine) == skipped + 1
+    assert not all(torch.equal(a, b) for a, b in zip(before, after))
+    assert all(torch.isfinite(t).all() for t in after), "the NaN gradients of the dropped window leaked"
+    norm = adapter.global_grad_norm(engine)
+    assert isinstance(norm, float) and norm > 0 and norm == norm
+
+
+def test_fp32_has_no_loss_scale(engine):
+    assert adapter.fp16(engine) is False and adapter.loss_scale(engine) is None
