@@ -27,3 +27,11 @@ def synthetic_steps(steps: int = 200, ranks: int = 2, step_time: float = 0.5, lo
 
 def no_events() -> pd.DataFrame:
     return parse_launcher_log("")
+
+
+def spike_rule(profile: dict) -> "SpikeRule":
+    """The profile's loss-spike rule, its stabiliser settings resolved the way the rules resolve them."""
+    from zerogate.analysis.measures import SpikeRule
+    from zerogate.config.settings import training_settings
+
+    return SpikeRule.from_settings(training_settings(profile)["stabiliser"])
