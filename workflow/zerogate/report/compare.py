@@ -229,16 +229,16 @@ def comparison_table(comparison: Comparison) -> pd.DataFrame:
     for number, group in enumerate(comparison.groups, start=1):
         reference = group.runs[group.machines.index(group.reference)]
         for run in group.runs:
-            row = _run_columns(run) | {"group": number, "reference machine": group.reference,
-                                       "comparable": True, "not comparable because": None}
+            row = {"group": number, "comparable": True, "not comparable because": None,
+                   "reference machine": group.reference} | _run_columns(run)
             for key, label in QUANTITIES.items():
                 column = f"{label} ({_unit(key)})" if _unit(key) else label
                 row[f"{column} / reference"] = _ratio(run.get("summary", {}).get(key), reference.get("summary", {}).get(key))
             rows.append(row)
     for straggler in comparison.stragglers:
-        rows.append(_run_columns(straggler.run) | {"group": None, "reference machine": None, "comparable": False,
-                                                   "not comparable because": straggler.reason})
-    return pd.DataFrame(rows)
+        rows.append({"group": None, "comparable": False, "not comparable because": straggler.reason,
+                     "reference machine": None} | _run_columns(straggler.run))
+    return pd.DataFrame(rows).astype({"group": "Int64"})
 
 
 def _run_columns(run: dict[str, Any]) -> dict[str, Any]:
