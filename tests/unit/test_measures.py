@@ -239,3 +239,9 @@ def test_analysis_and_report_never_load_torch():
                           env={"PYTHONPATH": workflow, "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_a_run_no_longer_than_its_warmup_has_no_timing_statistics():
+    statistics = measures.run_statistics(uneven_run(), STEPS, RULE)
+    assert statistics["timed_steps"] == 0 and statistics["step_time_median(s)"] is None
+    assert statistics["tokens_per_s"] is None and statistics["peak_memory_per_rank(GiB)"] == {0: 0.5, 1: 0.7}

@@ -190,3 +190,12 @@ def test_templates_ship_with_the_package():
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["package-data"]["zerogate.report"]
     assert all(any(Path("templates", name).match(pattern) for pattern in patterns) for name in names)
+
+
+def test_a_run_that_stopped_in_its_warmup_still_gets_its_figures_and_summary(tmp_path, tiny_profile):
+    # A crash before the first timed step: no step-time statistics, but the report must still be written.
+    steps = synthetic_steps(steps=4)
+    drawn = step_time_figure(steps, 5, {"gates": []}, tmp_path / "step.png")
+    assert drawn == {"step_time_median(s)": None, "timed_steps": 0}
+    summary = run_summary(steps, 5, spike_rule(tiny_profile))
+    assert summary["step_time_median(s)"] is None and summary["timed_steps"] == 0

@@ -275,7 +275,8 @@ def completion_of(run_meta: Mapping[str, Any]) -> Completion:
 
 
 def _or_none(compute: Callable[[], float], *columns: str, steps: pd.DataFrame) -> float | None:
-    """``compute()``, or None when the records lack a column it needs (older or partial records)."""
+    """``compute()``, or None when the rows lack a column it needs (older or partial records) or hold no
+    value of it (no timed step: a run shorter than its warm-up)."""
     if any(column not in steps.columns or steps[column].isna().all() for column in columns):
         return None
     return compute()
@@ -296,12 +297,12 @@ def run_statistics(steps: pd.DataFrame, warmup_steps: int, spike_rule: SpikeRule
         "optimizer_steps": int(steps["step"].max()),
         "warmup_steps_excluded": int(warmup_steps),
         "timed_steps": int(timed["step"].nunique()),
-        "step_time_median(s)": _or_none(lambda: step_time(steps, warmup_steps).value, STEP_TIME, steps=steps),
-        "step_time_p90(s)": _or_none(lambda: step_time(steps, warmup_steps, "p90").value, STEP_TIME, steps=steps),
-        "slowest_rank": _or_none(lambda: step_time(steps, warmup_steps).rank, STEP_TIME, steps=steps),
+        "step_time_median(s)": _or_none(lambda: step_time(steps, warmup_steps).value, STEP_TIME, steps=timed),
+        "step_time_p90(s)": _or_none(lambda: step_time(steps, warmup_steps, "p90").value, STEP_TIME, steps=timed),
+        "slowest_rank": _or_none(lambda: step_time(steps, warmup_steps).rank, STEP_TIME, steps=timed),
         "micro_step_time_median(s)": _or_none(lambda: micro_step_time(steps, warmup_steps).value, MICRO_STEP_TIME,
-                                              steps=steps),
-        "tokens_per_s": _or_none(lambda: tokens_per_second(steps, warmup_steps), TOKENS_PER_S, steps=steps),
+                                              steps=timed),
+        "tokens_per_s": _or_none(lambda: tokens_per_second(steps, warmup_steps), TOKENS_PER_S, steps=timed),
         "first_loss": float(finite.iloc[0]) if len(finite) else None,
         "final_loss": float(finite.iloc[-1]) if len(finite) else None,
         "loss_spikes": loss_spikes(steps, spike_rule).count,

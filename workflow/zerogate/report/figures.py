@@ -72,22 +72,29 @@ def step_time_figure(steps: pd.DataFrame, warmup_steps: int, verdicts: dict[str,
     data = steps.assign(rank=steps["rank"].astype(str))
     sns.lineplot(data=data, x="step", y=measures.STEP_TIME, hue="rank", ax=ax_line, linewidth=0.8)
     timed = measures.timed_steps(data, warmup_steps)
-    sns.histplot(data=timed, x=measures.STEP_TIME, hue="rank", ax=ax_hist, bins=40, element="step")
-    median = measures.step_time(steps, warmup_steps)
-    ax_hist.axvline(median.value, color="k", linestyle=":",
-                    label=f"median, slowest rank ({median.rank}): {median.value:.3g} s")
+    if len(timed):
+        sns.histplot(data=timed, x=measures.STEP_TIME, hue="rank", ax=ax_hist, bins=40, element="step")
+    else:
+        ax_hist.text(0.5, 0.5, "no timed step\n(the run stopped within its warm-up)", ha="center", va="center",
+                     transform=ax_hist.transAxes)
+    # A run that stopped within its warm-up has no timed step, and so no median to draw.
+    median = measures.step_time(steps, warmup_steps) if len(timed) else None
+    if median is not None:
+        ax_hist.axvline(median.value, color="k", linestyle=":",
+                        label=f"median, slowest rank ({median.rank}): {median.value:.3g} s")
     gate = _gate(verdicts, "step_time")
     if gate is not None:
         for ax, line in ((ax_line, ax_line.axhline), (ax_hist, ax_hist.axvline)):
             line(gate["threshold"], color="C3", linestyle="--", label=f"claim {gate['threshold']:g} s")
         ax_line.legend(title="rank")
-    ax_hist.legend(loc="upper right", fontsize="small")
+    if ax_hist.get_legend_handles_labels()[0]:
+        ax_hist.legend(loc="upper right", fontsize="small")
     ax_line.set(xlabel="optimizer step", ylabel="optimizer-step wall time (s)", title="Step time per rank")
     ax_hist.set(xlabel="optimizer-step wall time (s), timed steps", ylabel="steps", title="Distribution")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return {"step_time_median(s)": median.value, "timed_steps": int(timed["step"].nunique())}
+    return {"step_time_median(s)": None if median is None else median.value, "timed_steps": int(timed["step"].nunique())}
 
 
 def memory_figure(steps: pd.DataFrame, verdicts: dict[str, Any], path: str | Path) -> dict[str, Any]:
