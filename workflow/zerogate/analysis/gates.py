@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from zerogate.analysis import measures
-from zerogate.analysis.measures import Completion, SpikeRule
+from zerogate.analysis.measures import Completion, SpikeRule, smooth
 from zerogate.analysis.parse import event_table, run_metadata
 from zerogate.units import GB, GIB
 
@@ -73,12 +73,6 @@ def smallest_device_ranks(steps: pd.DataFrame, fingerprint: dict[str, Any]) -> t
     chosen = [r for r in ranks if r < len(devices) and devices[r]["memory_total_bytes"] == smallest]
     names = sorted({devices[r]["name"] for r in chosen})
     return chosen, f"smallest device: {', '.join(names)} ({smallest / GIB:.2f} GiB)"
-
-
-def smooth(series: pd.Series) -> pd.Series:
-    """Centred rolling median, window ~5 % of the run (at least 5 steps)."""
-    window = max(5, len(series) // 20) | 1
-    return series.rolling(window, center=True, min_periods=1).median()
 
 
 def spearman_downward(values: np.ndarray) -> tuple[float, float]:

@@ -24,7 +24,7 @@ Definitions
   ``skip_reason``: DeepSpeed's progress line (``skipped=``) and its cumulative counter also count updates
   the loss stabiliser dropped, so they are evidence at most, never the statistic.
 - Loss series: the lowest rank's logged loss per step (the loss is all-reduced, so every rank logs the
-  same series).
+  same series). Smoothed loss: its centred rolling median, window ~5 % of the run (at least 5 steps).
 - Loss spike: the loss stabiliser's rule (zerogate.train.stabiliser), replayed on the recorded series
   with the profile's ``stabiliser`` settings (``spike_window``, ``spike_threshold``,
   ``spike_min_history``): a finite loss whose robust z-score (zerogate.robust.robust_z: median and
@@ -154,6 +154,12 @@ def loss_series(steps: pd.DataFrame) -> pd.Series:
     first = steps[steps["rank"] == steps["rank"].min()].sort_values("step")
     return pd.Series(pd.to_numeric(first[LOSS], errors="coerce").astype(float).to_numpy(), index=first["step"].to_numpy(),
                      name=LOSS)
+
+
+def smooth(series: pd.Series) -> pd.Series:
+    """Centred rolling median, window ~5 % of the run (at least 5 steps)."""
+    window = max(5, len(series) // 20) | 1
+    return series.rolling(window, center=True, min_periods=1).median()
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from zerogate.analysis import measures  # noqa: E402
-from zerogate.analysis.gates import smooth  # noqa: E402
 from zerogate.analysis.measures import SpikeRule  # noqa: E402
 from zerogate.units import GB, GIB  # noqa: E402
 
@@ -38,7 +37,7 @@ def loss_figure(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int, pa
     loss = measures.loss_series(steps)
     fig, ax = plt.subplots(figsize=(9, 4.5))
     ax.plot(loss.index, loss.to_numpy(), color="0.7", linewidth=0.8, label="loss (mean over accumulation and ranks)")
-    ax.plot(loss.index, smooth(loss.reset_index(drop=True)).to_numpy(), color="C0", linewidth=2,
+    ax.plot(loss.index, measures.smooth(loss.reset_index(drop=True)).to_numpy(), color="C0", linewidth=2,
             label="smoothed (rolling median)")
     spikes = measures.loss_spikes(steps, spike_rule)
     if spikes.count:
