@@ -22,18 +22,19 @@ def snakemake(workdir, *args):
     return subprocess.run(command, cwd=workdir, env=env(), capture_output=True, text=True, timeout=600)
 
 
-def test_compare_target_writes_the_comparison_and_flags_a_differing_dataset(tmp_path, tiny_profile):
+def test_compare_target_groups_the_runs_and_lists_the_odd_one_apart(tmp_path, tiny_profile):
     workdir = copy_repo(tmp_path)
     write_run(workdir, tiny_profile, "lab-a")
+    write_run(workdir, tiny_profile, "lab-c", step_time=0.6)
     write_run(workdir, tiny_profile, "lab-b", dataset_hash="e" * 64, profile="cpu-tiny")
-    done = snakemake(workdir, "compare")
+    done = snakemake(workdir, "compare", "--config", "compare_reference=lab-c")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rule train" not in done.stderr  # reading other runs never trains
     pages = list((workdir / "results/compare").glob("comparison-*.html"))
     assert len(pages) == 1
     page = pages[0].read_text()
-    assert "<table border=\"1\" class=\"dataframe\" id=\"comparison\">" in page
-    assert "dataset hash differs" in page and "lab-a" in page and "lab-b" in page
+    assert "<table id='group-1' class='fixed comparison'>" in page and "lab-c (reference)" in page
+    assert "<table id='not-comparable'" in page and "the only run of profile cpu-tiny" in page
     assert page.count("data:image/png;base64,") == 2
 
 

@@ -1,34 +1,56 @@
+"""compare: runs grouped by what they measured, machines side by side with ratios to a reference, and the
+runs that are not comparable listed apart with their one reason (bug 6)."""
+
 import json
+import re
 
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT
-from tests.unit.helpers import no_events, synthetic_steps
+from tests.unit.helpers import no_events, spike_rule, synthetic_steps
 from tests.unit.test_report import DEVIATION, PROVENANCE
-from zerogate.report.compare import comparison_table, flags, gate_matrix, load_run, render_comparison
-from zerogate.errors import InputError
+from zerogate.analysis import measures
 from zerogate.analysis.gates import evaluate
 from zerogate.analysis.parse import run_metadata
+from zerogate.errors import InputError
+from zerogate.report.compare import (comparison_table, gate_rows, group_runs, load_run, overlay_figure,
+                                     quantity_rows, render_comparison)
 from zerogate.report.registry import SCHEMA, registry_record
 
 
-def write_run(root, tiny_profile, machine, dataset_hash="d" * 64, step_time=0.5, profile="smoke"):
+def write_run(root, tiny_profile, machine, dataset_hash="d" * 64, step_time=0.5, profile="smoke",
+              config_hash="f" * 64, memory_gib=0.6):
     """A run directory as the pipeline leaves it: registry.json plus parsed/steps.parquet."""
     run_dir = root / "results" / profile / machine
     (run_dir / "parsed").mkdir(parents=True)
-    steps = synthetic_steps(step_time=step_time)
+    steps = synthetic_steps(step_time=step_time, memory_gib=memory_gib)
     steps.to_parquet(run_dir / "parsed/steps.parquet")
     verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": 200},
-                        {"training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5)
-    provenance = {**PROVENANCE, "profile": profile, "run_id": f"{profile}-{machine}-12345678",
-                  "dataset": {**PROVENANCE["dataset"], "content_sha256": dataset_hash}}
+                        {"training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5, spike_rule(tiny_profile))
+    provenance = {**PROVENANCE, "profile": profile, "run_id": f"{profile}-{machine}-{config_hash[:8]}",
+                  "config_hash": config_hash, "dataset": {**PROVENANCE["dataset"], "content_sha256": dataset_hash}}
     base = f"results/{profile}/{machine}"
     record = registry_record(machine=machine, verdicts=verdicts, steps=steps,
                              run_meta=run_metadata(steps, no_events(), {}, "", 200), provenance=provenance,
-                             deviations=[DEVIATION], warmup_steps=5,
+                             deviations=[DEVIATION], warmup_steps=5, spike_rule=spike_rule(tiny_profile),
                              files={"steps": f"{base}/parsed/steps.parquet", "report": f"{base}/report/x.html"})
     (run_dir / "registry.json").write_text(json.dumps(record, default=str))
     return run_dir
+
+
+@pytest.fixture
+def seven(tmp_path, tiny_profile):
+    """Two groups (smoke on lab-a and lab-b; cpu-tiny on box-1 and box-2) and three runs that fit neither."""
+    dirs = [
+        write_run(tmp_path, tiny_profile, "lab-b", step_time=2.5, memory_gib=1.2),
+        write_run(tmp_path, tiny_profile, "lab-a", step_time=0.5),
+        write_run(tmp_path, tiny_profile, "box-2", profile="cpu-tiny", config_hash="c" * 64, step_time=1.0),
+        write_run(tmp_path, tiny_profile, "box-1", profile="cpu-tiny", config_hash="c" * 64, step_time=0.8),
+        write_run(tmp_path, tiny_profile, "lab-x", dataset_hash="e" * 64),  # smoke, another dataset
+        write_run(tmp_path, tiny_profile, "box-3", profile="cpu-tiny", config_hash="9" * 64),  # edited profile
+        write_run(tmp_path, tiny_profile, "lab-a", profile="gpu-1x", config_hash="a" * 64),  # alone in its profile
+    ]
+    return [load_run(d) for d in dirs]
 
 
 def test_registry_holds_gates_summary_and_provenance(tmp_path, tiny_profile):
@@ -36,24 +58,93 @@ def test_registry_holds_gates_summary_and_provenance(tmp_path, tiny_profile):
     assert record["schema"] == SCHEMA and record["machine"] == "lab-a"
     assert [g["name"] for g in record["gates"]] == [g["name"] for g in tiny_profile["gates"]]
     assert record["provenance"]["dataset_sha256"] == "d" * 64 and len(record["provenance"]["ds_config_sha256"]) == 64
-    assert record["summary"]["ranks"] == 2
+    assert record["summary"]["ranks"] == 2 and record["summary"]["run_complete"] is True
 
 
-def test_differing_dataset_hash_is_flagged(tmp_path, tiny_profile):
-    runs = [load_run(write_run(tmp_path, tiny_profile, "lab-a")),
-            load_run(write_run(tmp_path, tiny_profile, "lab-b", dataset_hash="e" * 64, step_time=2.5))]
-    flagged = flags(runs)
-    assert flagged["smoke-lab-a-12345678"] == []
-    assert "dataset hash differs" in flagged["smoke-lab-b-12345678"][0]
-    table = comparison_table(runs)
-    assert table["comparability"].tolist()[0] == "ok" and "dataset hash" in table["comparability"].tolist()[1]
-    assert table["gate optimizer_step_time"].tolist() == ["PASS", "FAIL"]  # 2.5 s steps fail 1.82 s
-    assert list(gate_matrix(table).columns) == ["gate", "smoke-lab-a-12345678", "smoke-lab-b-12345678"]
+def test_runs_are_grouped_by_profile_config_and_dataset(seven):
+    comparison = group_runs(seven)
+    assert [(g.key[0], g.machines) for g in comparison.groups] == [("smoke", ["lab-a", "lab-b"]),
+                                                                   ("cpu-tiny", ["box-1", "box-2"])]
+    assert [g.reference for g in comparison.groups] == ["lab-a", "box-1"]  # first alphabetically
+    reasons = {s.run["run_id"]: s.reason for s in comparison.stragglers}
+    assert len(reasons) == 3
+    assert reasons["smoke-lab-x-ffffffff"].startswith("dataset hash eeeeeeeeeeee differs")
+    assert reasons["cpu-tiny-box-3-99999999"].startswith("config hash 999999999999 differs")
+    assert reasons["gpu-1x-lab-a-aaaaaaaa"] == "the only run of profile gpu-1x"
+    assert all(";" not in reason for reason in reasons.values())  # one reason each
 
 
-def test_same_runs_are_not_flagged(tmp_path, tiny_profile):
-    runs = [load_run(write_run(tmp_path, tiny_profile, m)) for m in ("lab-a", "lab-b")]
-    assert all(not v for v in flags(runs).values())
+def test_the_user_chooses_the_reference_machine(seven):
+    comparison = group_runs(seven, reference="lab-b")
+    smoke, tiny = comparison.groups
+    assert smoke.reference == "lab-b" and smoke.reference_note is None
+    assert tiny.reference == "box-1" and "lab-b" in tiny.reference_note
+    step = next(row for row in quantity_rows(smoke) if row["label"].startswith("median optimizer-step"))
+    assert step["cells"]["lab-b"]["ratio"] == 1.0
+    lab_a, lab_b = (seven[1]["summary"]["step_time_median(s)"], seven[0]["summary"]["step_time_median(s)"])
+    assert step["cells"]["lab-a"]["ratio"] == pytest.approx(lab_a / lab_b) and 0.15 < lab_a / lab_b < 0.25
+
+
+def test_per_rank_memory_is_one_row_per_rank_with_units(seven):
+    smoke = group_runs(seven).groups[0]
+    rows = {row["label"]: row for row in quantity_rows(smoke)}
+    assert rows["peak memory, rank 1"]["unit"] == "GiB"
+    assert rows["peak memory, rank 1"]["cells"]["lab-b"]["value"] == pytest.approx(1.21)
+    assert rows["peak memory, rank 1"]["cells"]["lab-b"]["ratio"] == pytest.approx(1.21 / 0.61)
+    table = comparison_table(group_runs(seven))
+    assert {"peak memory rank 0 (GiB)", "peak memory rank 1 (GiB)"} <= set(table.columns)
+    cells = [str(v) for v in table.to_numpy().ravel()]
+    assert not any(c.startswith("{") or c.startswith("[") for c in cells)  # no JSON in a cell
+    assert table["comparable"].tolist() == [True] * 4 + [False] * 3
+    assert table["not comparable because"].notna().sum() == 3
+
+
+def test_gate_verdicts_side_by_side(seven):
+    smoke = group_runs(seven).groups[0]
+    rows = {row["gate"]: row["verdicts"] for row in gate_rows(smoke)}
+    assert rows["optimizer_step_time"] == {"lab-a": "PASS", "lab-b": "FAIL"}  # 2.5 s steps fail 1.82 s
+
+
+def test_comparison_page_has_one_table_per_group_and_the_stragglers_apart(tmp_path, seven):
+    comparison = group_runs(seven, reference="lab-b")
+    figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png"}
+    overlay_figure(comparison, "loss", "loss", figures["loss"])
+    overlay_figure(comparison, "step_time", "s", figures["step_time"])
+    page = render_comparison(comparison, figures, "lab-b")
+    assert "<table id='group-1' class='fixed comparison'>" in page and "<table id='group-2'" in page
+    assert "<table id='group-3'" not in page
+    apart = page[page.index("<table id='not-comparable'"):]
+    apart = apart[:apart.index("</table>")]
+    assert apart.count("<tr>") == 1 + 3 and "the only run of profile gpu-1x" in apart
+    assert "compare_reference: lab-b" in page and "lab-b (reference)" in page
+    assert not re.search(r"\{'?\d'?:", page)  # no dict printed
+    assert page.count("data:image/png;base64,") == 2
+
+
+def test_overlay_curves_are_the_measures_series(seven, tmp_path, monkeypatch):
+    drawn = []
+    import matplotlib.axes
+
+    original = matplotlib.axes.Axes.plot
+
+    def spy(self, x, y, *args, **kwargs):
+        drawn.append((kwargs.get("label"), list(x), list(y)))
+        return original(self, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    comparison = group_runs(seven)
+    overlay_figure(comparison, "step_time", "s", tmp_path / "step.png")
+    assert [label for label, _, _ in drawn] == ["lab-a (reference)", "lab-b", "box-1 (reference)", "box-2"]
+    lab_b = measures.step_time_per_step(__import__("pandas").read_parquet(seven[0]["_dir"] + "/parsed/steps.parquet"))
+    assert drawn[1][2] == lab_b.tolist()
+
+
+def test_an_older_registry_is_not_comparable_and_says_why(tmp_path, tiny_profile):
+    runs = [load_run(write_run(tmp_path, tiny_profile, m)) for m in ("lab-a", "lab-b", "lab-c")]
+    runs[2]["schema"] = "zerogate-run-registry/1"
+    comparison = group_runs(runs)
+    assert comparison.groups[0].machines == ["lab-a", "lab-b"]
+    assert "registry schema 'zerogate-run-registry/1'" in comparison.stragglers[0].reason
 
 
 def test_missing_registry_is_one_line_naming_the_file(tmp_path):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
-from tests.unit.helpers import no_events, synthetic_steps
+from tests.unit.helpers import no_events, spike_rule, synthetic_steps
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate, evaluate_gate, faithfulness, spearman_downward
 from zerogate.analysis.parse import parse_launcher_log, run_metadata, stabiliser_events
 
@@ -18,14 +18,14 @@ def gate(tiny_profile, name):
 
 def judge(tiny_profile, name, steps, events=None, summary=SUMMARY, fingerprint=CPU_FINGERPRINT, expected=200):
     return evaluate_gate(gate(tiny_profile, name), steps, no_events() if events is None else events, summary,
-                         fingerprint, 5, expected)
+                         fingerprint, 5, expected, spike_rule(tiny_profile))
 
 
 def test_step_time_gate_passes_and_fails_on_the_median(tiny_profile):
     assert judge(tiny_profile, "optimizer_step_time", synthetic_steps(step_time=0.5))["verdict"] == PASS
     slow = judge(tiny_profile, "optimizer_step_time", synthetic_steps(step_time=2.5))
     assert slow["verdict"] == FAIL and slow["measured"] == pytest.approx(2.5, rel=0.05)
-    assert "p90" in slow["evidence"] and set(slow["evidence"]["per_rank"]) == {0, 1}
+    assert "p90(s)" in slow["evidence"] and set(slow["evidence"]["per_rank(s)"]) == {0, 1}
 
 
 def test_warmup_steps_do_not_count_for_time(tiny_profile):
@@ -47,7 +47,7 @@ def test_memory_gate_judges_the_smallest_gpu(tiny_profile):
     steps.loc[steps["rank"] == 0, "memory/device_peak(GiB)"] = 6.0  # rank 0 on the small card
     fingerprint = gpu_fingerprint(("RTX 5070", 12), ("RTX 4090", 24))
     result = judge(tiny_profile, "peak_memory_smallest_device", steps, fingerprint=fingerprint)
-    assert result["verdict"] == PASS and list(result["evidence"]["per_rank"]) == [0]
+    assert result["verdict"] == PASS and list(result["evidence"]["per_rank(GiB)"]) == [0]
     assert "RTX 5070" in result["evidence"]["device_selection"]
 
 
@@ -153,24 +153,31 @@ def test_cpu_run_is_not_a_faithful_reproduction(claim_config):
 
 def test_evaluate_counts_verdicts(tiny_profile):
     spec = {"training": {"optimizer_steps": 200}}
-    steps = synthetic_steps().assign(overflow_skipped=False)
+    steps = fp16(synthetic_steps())
     meta = run_metadata(steps, no_events(), SUMMARY, "", 200)
     result = evaluate(tiny_profile["gates"], steps, no_events(), SUMMARY, spec, [], CPU_FINGERPRINT, 5,
-                      plan={"floor": {"optimizer_step(s)": 0.25}}, run_meta=meta)
+                      spike_rule(tiny_profile), plan={"floor": {"optimizer_step(s)": 0.25}}, run_meta=meta)
     assert result["counts"] == {PASS: len(tiny_profile["gates"]), FAIL: 0, NOT_MEASURED: 0}
     # Without the planner's floor, fp16 skip records and run metadata, those gates are not measured.
-    bare = evaluate(tiny_profile["gates"], synthetic_steps(), no_events(), SUMMARY, spec, [], CPU_FINGERPRINT, 5)
+    bare = evaluate(tiny_profile["gates"], synthetic_steps(), no_events(), SUMMARY, spec, [], CPU_FINGERPRINT, 5,
+                    spike_rule(tiny_profile))
     assert {g["name"] for g in bare["gates"] if g["verdict"] == NOT_MEASURED} == {
         "step_time_over_physical_floor", "overflow_skip_fraction", "ranks_completed"}
     assert [g["name"] for g in result["gates"]] == [g["name"] for g in tiny_profile["gates"]]
 
 
+def fp16(steps):
+    """Records as zerogate.train.loop writes them under fp16: a loss scale, and a skip reason per step."""
+    return steps.assign(loss_scale=65536.0, skip_reason=None, update_applied=True)
+
+
 def test_overflow_skipped_steps_are_excluded_from_timing_and_counted(tiny_profile):
-    steps = synthetic_steps(step_time=1.0).assign(overflow_skipped=False)
+    steps = fp16(synthetic_steps(step_time=1.0))
     # Skipped steps do no update: fast. 40 % of them would pull the median down if they counted.
     fast = steps["step"].between(20, 100)
     steps.loc[fast, "step_time(s)"] = 0.1
-    steps.loc[fast, "overflow_skipped"] = True
+    steps.loc[fast, "skip_reason"] = "fp16_overflow"
+    steps.loc[fast, "update_applied"] = False
     result = judge(tiny_profile, "optimizer_step_time", steps)
     assert result["measured"] == pytest.approx(1.0, rel=0.05)
     assert result["evidence"]["overflow_skipped_steps_excluded"] == 81
@@ -178,22 +185,33 @@ def test_overflow_skipped_steps_are_excluded_from_timing_and_counted(tiny_profil
     assert fraction["verdict"] == FAIL and fraction["measured"] == pytest.approx(81 / 200)
 
 
-def test_overflow_fraction_falls_back_to_deepspeeds_progress_line(tiny_profile):
-    events = parse_launcher_log("[Rank 0] step=200, skipped=4, lr=[1e-05], mom=[(0.9, 0.999)]\n")
-    result = judge(tiny_profile, "overflow_skip_fraction", synthetic_steps(), events=events)
-    assert result["verdict"] == PASS and result["measured"] == pytest.approx(0.02)
-    assert result["evidence"]["source"] == "DeepSpeed progress line"
+def test_deepspeeds_progress_line_is_evidence_never_the_skip_statistic(tiny_profile):
+    # DeepSpeed's skipped= also counts the updates the loss stabiliser dropped: one source, the records.
+    text = "[Rank 0] step=200, skipped=4, lr=[1e-05], mom=[(0.9, 0.999)]\n"
+    events = parse_launcher_log(text)
+    meta = run_metadata(synthetic_steps(), events, SUMMARY, text, 200)
+    g = gate(tiny_profile, "overflow_skip_fraction")
+    fp32 = evaluate_gate(g, synthetic_steps(), events, SUMMARY, CPU_FINGERPRINT, 5, 200, spike_rule(tiny_profile),
+                         run_meta=meta)
+    assert fp32["verdict"] == NOT_MEASURED and "no fp16 loss scaler" in fp32["reason"]
+    steps = fp16(synthetic_steps())
+    steps.loc[steps["step"] == 7, "skip_reason"] = "fp16_overflow"
+    steps.loc[steps["step"] == 9, "skip_reason"] = "loss_spike"  # the stabiliser's, not fp16's
+    result = evaluate_gate(g, steps, events, SUMMARY, CPU_FINGERPRINT, 5, 200, spike_rule(tiny_profile), run_meta=meta)
+    assert result["measured"] == pytest.approx(1 / 200) and result["evidence"]["skipped_per_rank"] == {0: 1, 1: 1}
+    assert result["evidence"]["deepspeed_progress_line"]["skipped"] == 4
 
 
 def test_floor_ratio_needs_the_planners_floor(tiny_profile):
     steps = synthetic_steps(step_time=0.5)
     g = gate(tiny_profile, "step_time_over_physical_floor")
-    absent = evaluate_gate(g, steps, no_events(), SUMMARY, CPU_FINGERPRINT, 5, 200, plan=None)
+    rule = spike_rule(tiny_profile)
+    absent = evaluate_gate(g, steps, no_events(), SUMMARY, CPU_FINGERPRINT, 5, 200, rule, plan=None)
     assert absent["verdict"] == NOT_MEASURED and "plan" in absent["reason"]
-    honest = evaluate_gate(g, steps, no_events(), SUMMARY, CPU_FINGERPRINT, 5, 200, plan={"floor": {"optimizer_step(s)": 0.2}})
+    honest = evaluate_gate(g, steps, no_events(), SUMMARY, CPU_FINGERPRINT, 5, 200, rule, plan={"floor": {"optimizer_step(s)": 0.2}})
     assert honest["verdict"] == PASS and honest["measured"] == pytest.approx(2.5, rel=0.05)
     # Faster than physics: the measurement (or the floor) is wrong.
-    impossible = evaluate_gate(g, steps, no_events(), SUMMARY, CPU_FINGERPRINT, 5, 200, plan={"optimizer_step_floor(s)": 1.0})
+    impossible = evaluate_gate(g, steps, no_events(), SUMMARY, CPU_FINGERPRINT, 5, 200, rule, plan={"optimizer_step_floor(s)": 1.0})
     assert impossible["verdict"] == FAIL
 
 
@@ -202,7 +220,7 @@ def test_memory_gate_over_all_ranks_takes_the_worst_rank(tiny_profile):
     steps.loc[steps["rank"] == 1, "memory/device_peak(GiB)"] = 23.0  # 24.7 GB: over the 24 GB card
     fingerprint = gpu_fingerprint(("RTX 5070", 12), ("RTX 4090", 24))
     result = judge(tiny_profile, "peak_memory_per_rank", steps, fingerprint=fingerprint)
-    assert result["verdict"] == FAIL and set(result["evidence"]["per_rank"]) == {0, 1}
+    assert result["verdict"] == FAIL and set(result["evidence"]["per_rank(GiB)"]) == {0, 1}
     assert result["evidence"]["worst_rank"] == 1
 
 

@@ -4,6 +4,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from transformers import GPT2Config
 
@@ -14,6 +15,7 @@ from zerogate.plan.ledger import (GB, GIB, ModelCounts, Setup, activation_bytes,
 from zerogate.analysis.ledger_check import compare, read_measurements
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "held_bytes"
+NO_STEPS = pd.DataFrame(columns=["rank", "step"])  # a CPU run's steps table holds no allocator peaks
 TINY = {"architecture": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 4, "intermediate_size": 192}
 QWEN14B = {"architecture": "qwen2", "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40,
@@ -158,12 +160,12 @@ def test_prediction_matches_what_the_ranks_held_on_the_cpu_default():
     counts = count_parameters(model_config(TINY, 167, 64))
     setup = setup_from_config(json.loads((DATA / "ds_config.json").read_text()),
                               json.loads((DATA / "run_spec.json").read_text()), 64)
-    table = compare(counts, setup, read_measurements(DATA))
+    table = compare(counts, setup, read_measurements(DATA, NO_STEPS))
     assert {r["rank"] for r in table["rows"]} == {0, 1}
     assert table["within_5_percent"] is True
     assert all(abs(r["error(%)"]) <= 5 for r in table["rows"])
     # A wrong prediction is caught: fp16 parameters would be half the bytes the ranks hold.
-    wrong = compare(counts, dataclasses.replace(setup, dtype="fp16"), read_measurements(DATA))
+    wrong = compare(counts, dataclasses.replace(setup, dtype="fp16"), read_measurements(DATA, NO_STEPS))
     assert wrong["within_5_percent"] is False
 
 
@@ -186,10 +188,9 @@ def test_figures_show_binary_and_decimal_units():
 
 def test_gpu_allocator_peaks_are_compared_with_the_device_total(tmp_path):
     """GPU-shaped metrics (hand-made: no GPU here): the max over steps of each peak, per rank."""
-    lines = [{"step": 1, "memory/max_allocated(GiB)": 9.0, "memory/max_reserved(GiB)": 10.0},
-             {"step": 2, "memory/max_allocated(GiB)": 10.5, "memory/max_reserved(GiB)": 11.0}]
-    (tmp_path / "rank0.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    measured = read_measurements(tmp_path)
+    steps = pd.DataFrame([{"rank": 0, "step": 1, "memory/max_allocated(GiB)": 9.0, "memory/max_reserved(GiB)": 10.0},
+                          {"rank": 0, "step": 2, "memory/max_allocated(GiB)": 10.5, "memory/max_reserved(GiB)": 11.0}])
+    measured = read_measurements(tmp_path, steps)  # parse_logs' steps table: the peaks come from measures
     assert measured[0]["peaks"] == {"memory/max_allocated(GiB)": 10.5 * GIB, "memory/max_reserved(GiB)": 11.0 * GIB}
     table = compare(oracle_counts(), claim_setup(), measured)
     allocated = [r for r in table["rows"] if r["term"] == "device_total vs memory/max_allocated(GiB)"][0]

@@ -3,9 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.helpers import synthetic_steps
+from tests.unit.helpers import spike_rule, synthetic_steps
+from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, evaluate_gate
-from zerogate.analysis.parse import event_table, mark_overflow_skips, parse_launcher_log, read_rank_metrics, run_metadata
+from zerogate.analysis.parse import event_table, parse_launcher_log, read_rank_metrics, run_metadata
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -99,28 +100,33 @@ def test_real_killed_rank_log_is_a_failure_with_its_last_lines(tiny_profile):
     traceback = next(f for f in meta["failures"] if f["kind"] == "traceback")
     assert "Connection reset by peer" in traceback["message"] and len(traceback["last_lines"]) > 3
     gate = next(g for g in tiny_profile["gates"] if g["name"] == "ranks_completed")
-    result = evaluate_gate(gate, steps, events, None, {}, 1, 12, run_meta=meta)
+    result = evaluate_gate(gate, steps, events, None, {}, 1, 12, spike_rule(tiny_profile), run_meta=meta)
     assert result["verdict"] == FAIL and result["measured"] == 2
     assert "rank 0 failed: RuntimeError" in result["reason"]
     assert result["evidence"]["failures"][0]["last_lines"]
 
 
-def test_cumulative_skip_counter_becomes_per_step_flags():
-    steps = synthetic_steps(steps=5, ranks=1)
-    steps["skipped_steps"] = [0, 1, 1, 3, 3]
-    assert mark_overflow_skips(steps)["overflow_skipped"].tolist() == [False, True, False, True, False]
-
-
 def test_training_loop_skip_reasons_become_overflow_flags_only_under_a_loss_scaler(tiny_profile):
     # What zerogate.train.loop writes: skip_reason per step, DeepSpeed's cumulative counter (which also counts
-    # the stabiliser's dropped updates) and the loss scale, null without fp16.
+    # the stabiliser's dropped updates) and the loss scale, null without fp16. Only skip_reason counts.
     steps = synthetic_steps(steps=5, ranks=1)
     steps["skip_reason"] = [None, "fp16_overflow", None, "nonfinite_loss", None]
     steps["skipped_steps_deepspeed"] = [0, 1, 1, 2, 2]
     steps["loss_scale"] = [65536.0, 32768.0, 32768.0, 32768.0, 32768.0]
-    assert mark_overflow_skips(steps)["overflow_skipped"].tolist() == [False, True, False, False, False]
+    assert measures.overflow_skipped(steps).tolist() == [False, True, False, False, False]
+    assert "overflow_skipped" not in read_back(steps).columns  # parsing derives nothing: one source
     steps["loss_scale"] = None  # fp32: no loss scaler, nothing to count
-    assert "overflow_skipped" not in mark_overflow_skips(steps).columns
+    assert measures.overflow_skipped(steps) is None
     gate = next(g for g in tiny_profile["gates"] if g["name"] == "overflow_skip_fraction")
-    result = evaluate_gate(gate, mark_overflow_skips(steps), parse_launcher_log(""), None, {}, 1, 5)
+    result = evaluate_gate(gate, steps, parse_launcher_log(""), None, {}, 1, 5, spike_rule(tiny_profile))
     assert result["verdict"] == NOT_MEASURED and "no fp16 loss scaler" in result["reason"]
+
+
+def read_back(steps, tmp=None):
+    """The steps as parse_logs reads them from the ranks' JSON lines."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        for rank, group in steps.groupby("rank"):
+            Path(directory, f"rank{rank}.jsonl").write_text(group.to_json(orient="records", lines=True))
+        return read_rank_metrics(directory)

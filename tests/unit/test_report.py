@@ -1,9 +1,10 @@
 import re
+from pathlib import Path
 
 import pandas as pd
 
 from tests.conftest import CPU_FINGERPRINT
-from tests.unit.helpers import no_events, synthetic_steps
+from tests.unit.helpers import no_events, spike_rule, synthetic_steps
 from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
 from zerogate.analysis.gates import evaluate
 from zerogate.report.html import render_html, run_summary
@@ -28,15 +29,15 @@ DEVIATION = {"path": "fp16.enabled", "claim": True, "rendered": False, "kind": "
 def test_report_opens_with_verdicts_and_names_its_provenance(tmp_path, tiny_profile):
     steps = synthetic_steps(step_time=2.5)
     verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": 200},
-                        {"training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5)
+                        {"training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5, spike_rule(tiny_profile))
     figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png", "memory": tmp_path / "mem.png"}
-    loss_figure(steps, no_events(), 5, figures["loss"])
+    loss_figure(steps, no_events(), 5, figures["loss"], spike_rule(tiny_profile))
     step_time_figure(steps, 5, verdicts, figures["step_time"])
     memory_figure(steps, verdicts, figures["memory"])
     for path in figures.values():
         assert path.read_bytes()[:4] == b"\x89PNG"
     page = render_html(verdicts=verdicts, steps=steps, provenance=PROVENANCE, deviations=[DEVIATION],
-                       figures=figures, warmup_steps=5)
+                       figures=figures, warmup_steps=5, spike_rule=spike_rule(tiny_profile))
     headings = re.findall(r"<h2>(.*?)</h2>", page)
     assert headings[0] == "Verdicts"
     table = page[page.index("<table id='verdicts'>"):page.index("</table>")]
@@ -49,26 +50,28 @@ def test_report_opens_with_verdicts_and_names_its_provenance(tmp_path, tiny_prof
     assert "src='http" not in page
 
 
-def test_run_summary_reports_slowest_rank_median(tmp_path):
+def test_run_summary_reports_slowest_rank_median(tmp_path, tiny_profile):
     steps = synthetic_steps(step_time=1.0)
     steps.loc[steps["rank"] == 1, "step_time(s)"] *= 2
-    summary = run_summary(steps, 5)
-    assert 1.9 < summary["median optimizer-step time (s)"] < 2.1
-    assert summary["ranks"] == 2 and summary["optimizer steps"] == 200
-    assert set(summary["peak memory per rank (GiB)"]) == {0, 1}
+    summary = run_summary(steps, 5, spike_rule(tiny_profile))
+    assert 1.9 < summary["step_time_median(s)"] < 2.1
+    assert summary["ranks"] == 2 and summary["optimizer_steps"] == 200
+    assert set(summary["peak_memory_per_rank(GiB)"]) == {0, 1}
 
 
-def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None, ledger=None):
+def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None, ledger=None, deviations=(DEVIATION,)):
     events = no_events() if events is None else events
+    deviations = list(deviations)
     verdicts = evaluate(tiny_profile["gates"], steps, events, {"completed_steps": 200},
-                        {"training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5, plan=plan,
-                        run_meta=run_meta)
+                        {"training": {"optimizer_steps": 200}}, deviations, CPU_FINGERPRINT, 5, spike_rule(tiny_profile),
+                        plan=plan, run_meta=run_meta)
     figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png", "memory": tmp_path / "mem.png"}
-    loss_figure(steps, events, 5, figures["loss"])
+    loss_figure(steps, events, 5, figures["loss"], spike_rule(tiny_profile))
     step_time_figure(steps, 5, verdicts, figures["step_time"])
     memory_figure(steps, verdicts, figures["memory"])
-    return render_html(verdicts=verdicts, steps=steps, provenance=PROVENANCE, deviations=[DEVIATION],
-                       figures=figures, warmup_steps=5, run_meta=run_meta, ledger=ledger)
+    return render_html(verdicts=verdicts, steps=steps, provenance=PROVENANCE, deviations=deviations,
+                       figures=figures, warmup_steps=5, spike_rule=spike_rule(tiny_profile), run_meta=run_meta,
+                       ledger=ledger)
 
 
 def test_ledger_section_only_with_a_ledger(tmp_path, tiny_profile):
@@ -106,12 +109,16 @@ def test_loss_scale_series_from_overflow_lines():
     assert loss_scale_series(synthetic_steps(), no_events()) is None  # fp32: no scaler, no figure
 
 
+def spike_rule_of_defaults():
+    return spike_rule({})
+
+
 def test_stabiliser_events_are_marked_on_the_loss_figure(tmp_path):
     steps = synthetic_steps()
     stabiliser = pd.DataFrame([{"step": 50, "rank": 0, "kind": "grad_spike", "value": 9.0, "action": "skip"}])
     plain, marked = tmp_path / "plain.png", tmp_path / "marked.png"
-    loss_figure(steps, no_events(), 5, plain)
-    loss_figure(steps, no_events(), 5, marked, stabiliser)
+    loss_figure(steps, no_events(), 5, plain, spike_rule_of_defaults())
+    loss_figure(steps, no_events(), 5, marked, spike_rule_of_defaults(), stabiliser)
     assert plain.read_bytes() != marked.read_bytes()
 
 
@@ -130,3 +137,65 @@ def test_evaluation_before_and_after_is_shown(tmp_path, tiny_profile):
     section = evaluation_section(records)
     assert section.count("<tr>") == 4
     assert "0/20 (0%)" in section and "8/20 (40%)" in section and "5.25" in section and "1.04" in section
+
+
+# Bug 5: a deviation whose values are long JSON (a list of module classes, a nested object) made the
+# table wider than the page, and the run summary printed per-rank memory as a Python dict.
+LONG_DEVIATION = {
+    "path": "zero_optimization.leaf_module.classes_and_a_rather_long_key_name_without_spaces",
+    "claim": None,
+    "rendered": ["LlamaDecoderLayer", "Qwen2DecoderLayer", "MistralDecoderLayer", "GPTNeoXLayer",
+                 "SomeVeryLongModuleNameWithoutAnyBreakOpportunityWhatsoeverInsideIt" * 2],
+    "kind": "added",
+    "reason": "ZeRO-3 leaf modules on the CPU accelerator keep whole decoder layers gathered, which avoids "
+              "per-parameter all-gathers of the tiny default model " * 2,
+    "changes_experiment": False,
+}
+
+
+def test_deviations_table_wraps_long_values_in_fixed_columns(tmp_path, tiny_profile):
+    page = _page(tmp_path, tiny_profile, synthetic_steps(), deviations=(DEVIATION, LONG_DEVIATION))
+    table = page[page.index("<table id='deviations'"):]
+    table = table[:table.index("</table>")]
+    assert "class='fixed'" in table.split(">", 1)[0]
+    widths = [float(w) for w in re.findall(r"<col style='width:(\d+)%'>", table)]
+    assert len(widths) == 6 and sum(widths) == 100  # one width per column, the whole table
+    # The style makes fixed tables lay out by those widths and wraps code anywhere inside its cell.
+    style = page[page.index("<style>"):page.index("</style>")]
+    assert re.search(r"table\.fixed\{table-layout:fixed\}", style)
+    assert re.search(r"table\.fixed code\{[^}]*overflow-wrap:anywhere", style)
+    assert "SomeVeryLongModuleName" in table and LONG_DEVIATION["reason"].strip()[:40] in table  # shown, not cut
+
+
+def test_run_summary_shows_per_rank_memory_as_a_table_with_units(tmp_path, tiny_profile):
+    page = _page(tmp_path, tiny_profile, synthetic_steps(memory_gib=0.6))
+    summary = page[page.index("<table id='summary'>"):]
+    summary = summary[:summary.index("</table></td></tr>") + len("</table></td></tr>")]
+    assert "{0:" not in summary and "{'0'" not in summary  # no Python dict
+    row = summary[summary.index("peak memory per rank"):]
+    assert "<th>rank</th><th>GiB</th>" in row
+    assert "<tr><td>0</td><td class='number'>0.6</td></tr>" in row
+    assert "<tr><td>1</td><td class='number'>0.61</td></tr>" in row
+    assert re.search(r"median optimizer-step time, slowest rank</th><td>0\.\d+ s</td>", summary)
+
+
+def test_templates_ship_with_the_package():
+    """The report's templates are package data (pyproject), found beside the module that loads them."""
+    import tomllib
+
+    from zerogate.report import html
+
+    names = {p.name for p in html.TEMPLATES.iterdir()}
+    assert {"base.html.j2", "report.html.j2", "comparison.html.j2", "sections.html.j2", "style.css"} <= names
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["zerogate.report"]
+    assert all(any(Path("templates", name).match(pattern) for pattern in patterns) for name in names)
+
+
+def test_a_run_that_stopped_in_its_warmup_still_gets_its_figures_and_summary(tmp_path, tiny_profile):
+    # A crash before the first timed step: no step-time statistics, but the report must still be written.
+    steps = synthetic_steps(steps=4)
+    drawn = step_time_figure(steps, 5, {"gates": []}, tmp_path / "step.png")
+    assert drawn == {"step_time_median(s)": None, "timed_steps": 0}
+    summary = run_summary(steps, 5, spike_rule(tiny_profile))
+    assert summary["step_time_median(s)"] is None and summary["timed_steps"] == 0

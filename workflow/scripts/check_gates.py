@@ -4,6 +4,7 @@ import pandas as pd
 from zerogate.entry import logging_to
 from zerogate.io import read_json, write_json
 from zerogate.analysis.gates import evaluate
+from zerogate.analysis.measures import SpikeRule
 
 with logging_to(snakemake.log[0]) as log:
     verdicts = evaluate(
@@ -15,6 +16,7 @@ with logging_to(snakemake.log[0]) as log:
         read_json(snakemake.input.deviations),
         read_json(snakemake.input.fingerprint),
         snakemake.params.warmup_steps,
+        SpikeRule.from_settings(snakemake.params.stabiliser),
         plan=read_json(snakemake.input.plan),
         run_meta=read_json(snakemake.input.run_meta),
     )

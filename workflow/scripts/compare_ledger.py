@@ -1,4 +1,6 @@
 """Entry point of the compare_ledger rule (logic: zerogate.analysis.ledger_check)."""
+import pandas as pd
+
 from zerogate.entry import logging_to
 from zerogate.io import read_json, write_json
 from zerogate.plan.ledger import count_parameters, human, setup_from_config
@@ -10,7 +12,8 @@ with logging_to(snakemake.log[0]) as log:
     # The model exactly as trained and planned: the profile's shape and dataset.vocab_size (one model).
     counts = count_parameters(planned_model_config(snakemake.params.model, manifest["settings"]))
     setup = setup_from_config(read_json(snakemake.input.ds_config), read_json(snakemake.input.run_spec), manifest["seq_len"])
-    table = compare(counts, setup, read_measurements(snakemake.input.metrics))
+    # Held tensor bytes from the metrics directory; the allocator peaks from parse_logs' steps table.
+    table = compare(counts, setup, read_measurements(snakemake.input.metrics, pd.read_parquet(snakemake.input.steps)))
     for row in table["rows"]:
         error = "n/a" if row["error(%)"] is None else f"{row['error(%)']:+.2f} %"
         log.info("rank %s %-28s predicted %s measured %s error %s", row["rank"], row["term"],

@@ -3,6 +3,7 @@ import pandas as pd
 
 from zerogate.entry import logging_to
 from zerogate.io import read_json, write_json
+from zerogate.analysis.measures import SpikeRule
 from zerogate.report.registry import registry_record
 
 with logging_to(snakemake.log[0]):
@@ -20,5 +21,6 @@ with logging_to(snakemake.log[0]):
             "figures": {k: inputs[k] for k in ("loss", "step_time", "memory", "loss_scale")},
         },
         warmup_steps=snakemake.params.warmup_steps,
+        spike_rule=SpikeRule.from_settings(snakemake.params.stabiliser),
     )
     write_json(snakemake.output.registry, record)

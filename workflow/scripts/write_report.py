@@ -6,14 +6,14 @@ import pandas as pd
 
 from zerogate.entry import logging_to
 from zerogate.io import read_json
-from zerogate.report.figures import loss_scale_series
+from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import event_table
+from zerogate.report.figures import loss_scale_series
 from zerogate.report.html import render_html
 
 with logging_to(snakemake.log[0]):
     steps = pd.read_parquet(snakemake.input.steps)
     events = pd.read_parquet(snakemake.input.events)
-    warmup = int(steps.loc[steps["warmup"], "step"].max()) if steps["warmup"].any() else 0
     figures = {k: snakemake.input[k] for k in ("loss", "step_time", "memory")}
     if loss_scale_series(steps, events) is not None:
         figures["loss_scale"] = snakemake.input.loss_scale
@@ -23,7 +23,8 @@ with logging_to(snakemake.log[0]):
         provenance=read_json(snakemake.input.provenance),
         deviations=read_json(snakemake.input.deviations),
         figures=figures,
-        warmup_steps=warmup,
+        warmup_steps=snakemake.params.warmup_steps,  # the profile's training.warmup_steps_excluded
+        spike_rule=SpikeRule.from_settings(snakemake.params.stabiliser),
         run_meta=read_json(snakemake.input.run_meta),
         ledger=read_json(snakemake.input.ledger),
         evaluation=[json.loads(line) for line in Path(snakemake.input.evaluation).read_text().splitlines() if line],

@@ -1,23 +1,28 @@
 """Judge the run against the profile's gates: each gate a record with its definition, the measured
 value, the threshold and a verdict. A metric that was not measured is NOT MEASURED, never PASS.
+
+Every measured quantity comes from zerogate.analysis.measures (the one definition the report, figures,
+compare and the variant table share); this module only picks the quantity a gate names, converts it to
+the gate's unit and compares. Evidence keys carry their units, e.g. ``per_rank(s)``, ``floor(s)``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import operator
+import re
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from zerogate.analysis.parse import event_table
+from zerogate.analysis import measures
+from zerogate.analysis.measures import Completion, SpikeRule, smooth
+from zerogate.analysis.parse import event_table, run_metadata
 from zerogate.units import GB, GIB
 
 PASS, FAIL, NOT_MEASURED = "PASS", "FAIL", "NOT MEASURED"
 TREND_ALPHA = 0.01  # one-sided significance of the downward loss trend
-SPIKE_WINDOW, SPIKE_Z = 128, 6.0  # reference.md section 4
 COMPARE: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, "==": operator.eq, ">=": operator.ge, ">": operator.gt,
 }
@@ -33,23 +38,6 @@ def _column(steps: pd.DataFrame, metric: str) -> pd.DataFrame:
     return steps
 
 
-def timed_steps(steps: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
-    """Steps that count for timing: warm-up and fp16-overflow-skipped steps excluded (a skipped step
-    does no optimizer update, so it would flatter the step time)."""
-    kept = steps["step"] > warmup_steps
-    if "overflow_skipped" in steps.columns:
-        kept &= ~steps["overflow_skipped"].fillna(False).astype(bool)
-    return steps[kept]
-
-
-def skipped_count(steps: pd.DataFrame, warmup_steps: int) -> int | None:
-    """Overflow-skipped steps after warm-up (slowest rank's count), None when the records do not say."""
-    if "overflow_skipped" not in steps.columns:
-        return None
-    after = steps[steps["step"] > warmup_steps]
-    return int(after["overflow_skipped"].fillna(False).astype(bool).groupby(after["rank"]).sum().max())
-
-
 def physical_floor_seconds(plan: dict[str, Any] | None) -> float | None:
     """The planner's lower bound on one optimizer step on this machine (plan.json, issue 3).
 
@@ -62,12 +50,16 @@ def physical_floor_seconds(plan: dict[str, Any] | None) -> float | None:
     return float(value) if value is not None else None
 
 
-def per_rank_worst(steps: pd.DataFrame, metric: str, statistic: str) -> tuple[float, dict[str, Any]]:
-    """The statistic per rank, then the worst (largest) rank: the slowest rank sets the pace."""
-    reducers = {"median": lambda s: s.median(), "p90": lambda s: s.quantile(0.9), "max": lambda s: s.max()}
-    per_rank = steps.groupby("rank")[metric].agg(reducers[statistic])
-    worst_rank = int(per_rank.idxmax())
-    return float(per_rank.max()), {"per_rank": {int(r): float(v) for r, v in per_rank.items()}, "worst_rank": worst_rank}
+def unit_of(metric: str) -> str:
+    """The unit a metric's key carries, as the evidence keys write it: ``(s)``, ``(GiB)``; empty if none."""
+    found = re.search(r"\([^()]*\)$", metric)
+    return found.group(0) if found else ""
+
+
+def slowest_rank_evidence(pool: pd.DataFrame, metric: str, statistic: str) -> tuple[float, dict[str, Any]]:
+    """measures.slowest_rank with its per-rank values as evidence (in the metric's unit)."""
+    result = measures.slowest_rank(pool, metric, statistic)
+    return result.value, {f"per_rank{unit_of(metric)}": result.per_rank, "worst_rank": result.rank}
 
 
 def smallest_device_ranks(steps: pd.DataFrame, fingerprint: dict[str, Any]) -> tuple[list[int], str]:
@@ -81,12 +73,6 @@ def smallest_device_ranks(steps: pd.DataFrame, fingerprint: dict[str, Any]) -> t
     chosen = [r for r in ranks if r < len(devices) and devices[r]["memory_total_bytes"] == smallest]
     names = sorted({devices[r]["name"] for r in chosen})
     return chosen, f"smallest device: {', '.join(names)} ({smallest / GIB:.2f} GiB)"
-
-
-def smooth(series: pd.Series) -> pd.Series:
-    """Centred rolling median, window ~5 % of the run (at least 5 steps)."""
-    window = max(5, len(series) // 20) | 1
-    return series.rolling(window, center=True, min_periods=1).median()
 
 
 def spearman_downward(values: np.ndarray) -> tuple[float, float]:
@@ -104,21 +90,10 @@ def spearman_downward(values: np.ndarray) -> tuple[float, float]:
     return rho, p_downward
 
 
-def count_spikes(values: np.ndarray) -> int:
-    """Steps whose loss sits more than SPIKE_Z robust standard deviations above the trailing window."""
-    series = pd.Series(values)
-    median = series.rolling(SPIKE_WINDOW, min_periods=10).median().shift(1)
-    mad = (series - median).abs().rolling(SPIKE_WINDOW, min_periods=10).median().shift(1)
-    z = (series - median) / (1.4826 * mad.replace(0, np.nan))
-    return int((z > SPIKE_Z).sum())
-
-
-def loss_convergence(steps: pd.DataFrame, gate: dict[str, Any]) -> tuple[float, bool, dict[str, Any]]:
+def loss_convergence(steps: pd.DataFrame, gate: dict[str, Any], spike_rule: SpikeRule) -> tuple[float, bool, dict[str, Any]]:
     """(final/initial ratio of the smoothed loss, whether the trend is significantly downward, evidence)."""
     _column(steps, "loss")
-    # The logged loss is all-reduced, so every rank holds the same series: take the lowest rank.
-    first_rank = steps["rank"].min()
-    loss = steps[steps["rank"] == first_rank].sort_values("step")["loss"].astype(float)
+    loss = measures.loss_series(steps)
     finite = loss[np.isfinite(loss)]
     if len(finite) < 10:
         raise NotMeasured(f"only {len(finite)} finite loss values (need 10)")
@@ -126,20 +101,22 @@ def loss_convergence(steps: pd.DataFrame, gate: dict[str, Any]) -> tuple[float, 
     tenth = max(1, len(smoothed) // 10)
     initial, final = float(smoothed.iloc[:tenth].mean()), float(smoothed.iloc[-tenth:].mean())
     rho, p = spearman_downward(finite.to_numpy())
+    spikes = measures.loss_spikes(steps, spike_rule)
     evidence = {
         "initial_smoothed_loss": initial,
         "final_smoothed_loss": final,
         "spearman_rho": rho,
         "p_downward": p,
         "alpha": TREND_ALPHA,
-        "spikes": count_spikes(finite.to_numpy()),
-        "spike_rule": f"robust z > {SPIKE_Z} against the trailing {SPIKE_WINDOW} steps",
+        "spikes": spikes.count,
+        "spike_steps": spikes.steps,
+        "spike_rule": spike_rule.describe(),
         "steps": int(len(finite)),
     }
     return final / initial, bool(rho < 0 and p < TREND_ALPHA), evidence
 
 
-def nonfinite(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any] | None, expected_steps: int,
+def nonfinite(steps: pd.DataFrame, events: pd.DataFrame, completion: Completion,
               metrics: list[str]) -> tuple[float, list[str], dict[str, Any]]:
     """(count of non-finite values and fatal events, problems that fail the gate outright, evidence)."""
     present = [m for m in metrics if m in steps.columns]
@@ -158,21 +135,12 @@ def nonfinite(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any]
     # a rollback restores the metrics of the last good checkpoint, so the bad step's record is gone.
     caught = stabiliser_nonfinite(events)
     unseen = sorted({step for step in caught if step not in shown})
-    problems = []
+    # The run must also have completed: the one completion definition the ranks_completed gate reads.
     ranks = sorted(int(r) for r in steps["rank"].unique())
-    completed = {int(r): int(g["step"].max()) for r, g in steps.groupby("rank")}
-    incomplete = {r: s for r, s in completed.items() if s < expected_steps}
-    if summary is None:
-        problems.append("the training run did not finish (no summary)")
-    if incomplete:
-        problems.append(f"ranks stopped early: {incomplete} of {expected_steps} steps")
-    crashed = events[events["kind"].isin(["traceback", "rank_exit_error"])] if len(events) else events
-    if len(crashed):
-        first = crashed.iloc[0]
-        problems.append(f"rank {first['rank']} failed: {first['message']}")
-    evidence = {"per_metric": counts, "fatal_loss_scale_events": fatal, "ranks": ranks, "steps_per_rank": completed,
+    evidence = {"per_metric": counts, "fatal_loss_scale_events": fatal, "ranks": ranks,
+                "steps_per_rank": completion.steps_per_rank, "run_complete": completion.complete,
                 "stabiliser_nonfinite_steps": sorted(set(caught)), "stabiliser_only_steps": unseen}
-    return float(sum(counts.values()) + fatal + len(unseen)), problems, evidence
+    return float(sum(counts.values()) + fatal + len(unseen)), list(completion.problems), evidence
 
 
 def stabiliser_nonfinite(events: pd.DataFrame) -> list[int]:
@@ -199,46 +167,48 @@ def floor_ratio(steps: pd.DataFrame, metric: str, warmup_steps: int,
     if floor <= 0:
         raise NotMeasured(f"the planner's floor is {floor} s, not a positive time")
     _column(steps, metric)
-    median, evidence = per_rank_worst(timed_steps(steps, warmup_steps), metric, "median")
-    evidence.update({"median_step_time(s)": median, "floor(s)": floor})
+    median, evidence = slowest_rank_evidence(measures.timed_steps(steps, warmup_steps), metric, "median")
+    evidence.update({f"median_step_time{unit_of(metric)}": median, "floor(s)": floor,
+                     "warmup_steps_excluded": warmup_steps})
     return median / floor, evidence
 
 
-def overflow_skip_fraction(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int) -> tuple[float, dict[str, Any]]:
-    """Fraction of optimizer steps that fp16 skipped: from the per-step records, else from DeepSpeed's
-    cumulative ``skipped=`` count on its last progress line."""
-    if "overflow_skipped" in steps.columns:
-        flags = steps["overflow_skipped"].fillna(False).astype(bool)
-        per_rank = flags.groupby(steps["rank"]).mean()
-        return float(per_rank.max()), {"source": "per-step records", "per_rank": {int(r): float(v) for r, v in per_rank.items()},
-                                       "skipped_per_rank": {int(r): int(v) for r, v in flags.groupby(steps["rank"]).sum().items()}}
-    progress = events[events["kind"] == "ds_progress"] if len(events) else events
-    if len(progress):
-        last = progress.iloc[-1]
-        skipped = json.loads(last["detail"])["skipped"]
-        return float(skipped) / int(last["step"]), {"source": "DeepSpeed progress line", "skipped": skipped,
-                                                     "at_step": int(last["step"])}
-    if "loss_scale" in steps.columns and steps["loss_scale"].isna().all():
+def overflow_skip_fraction(steps: pd.DataFrame, run_meta: dict[str, Any] | None) -> tuple[float, dict[str, Any]]:
+    """Fraction of optimizer steps that fp16 skipped (worst rank), from the step records' skip reasons
+    (measures.overflow_skips). DeepSpeed's own ``skipped=`` count from its last progress line is shown
+    beside it as evidence only: it also counts the updates the loss stabiliser dropped."""
+    skips = measures.overflow_skips(steps)
+    if skips is None:
         raise NotMeasured("the run had no fp16 loss scaler (loss_scale not recorded): nothing for it to skip")
-    raise NotMeasured("neither the step records nor the launcher log say which steps fp16 skipped")
+    evidence: dict[str, Any] = {"source": "per-step records (skip_reason)", "skip_fraction_per_rank": skips.fraction_per_rank,
+                                "skipped_per_rank": skips.per_rank}
+    progress = (run_meta or {}).get("deepspeed_skipped_steps")
+    if progress:
+        evidence["deepspeed_progress_line"] = {**progress, "note": "DeepSpeed's count also includes the updates "
+                                                                   "the loss stabiliser dropped; not the statistic"}
+    return skips.worst_fraction, evidence
 
 
-def failed_ranks(run_meta: dict[str, Any] | None) -> tuple[float, dict[str, Any]]:
-    """Ranks that crashed, exited non-zero or stopped before the last step, with their last log lines."""
+def failed_ranks(completion: Completion) -> tuple[float, dict[str, Any]]:
+    """Ranks that crashed, exited non-zero or stopped before the last step (measures.run_completion),
+    with their last log lines."""
+    evidence = {"failures": completion.failures, "stopped_early": completion.stopped_early,
+                "finished": completion.finished, "failed_ranks": completion.failed_ranks,
+                "steps_per_rank": completion.steps_per_rank}
+    return float(completion.failed_rank_count), evidence
+
+
+def completion_for(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any] | None, expected_steps: int,
+                   run_meta: dict[str, Any] | None) -> Completion:
+    """The run's completion from parse_logs' metadata, or, without it, from the same parse over the step
+    records and events (no launcher log text: the failures then lack their last lines)."""
     if run_meta is None:
-        raise NotMeasured("no run metadata (parse_logs output) to read rank failures from")
-    expected = run_meta.get("expected_steps")
-    # JSON keys are strings once run.json has been written and read back.
-    short = {int(r): s for r, s in run_meta["steps_completed_per_rank"].items() if expected and s < expected}
-    failed = set(run_meta["failed_ranks"]) | set(short)
-    evidence = {"failures": run_meta["failures"], "stopped_early": short, "finished": run_meta["finished"]}
-    if not run_meta["finished"] and not failed:
-        failed = {-1}  # the run stopped without saying which rank: count it once
-    return float(len(failed)), evidence
+        run_meta = run_metadata(steps, events, summary, "", expected_steps)
+    return measures.completion_of(run_meta)
 
 
 def evaluate_gate(gate: dict[str, Any], steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any] | None,
-                  fingerprint: dict[str, Any], warmup_steps: int, expected_steps: int,
+                  fingerprint: dict[str, Any], warmup_steps: int, expected_steps: int, spike_rule: SpikeRule,
                   plan: dict[str, Any] | None = None, run_meta: dict[str, Any] | None = None) -> dict[str, Any]:
     result = {key: gate[key] for key in ("name", "claim", "definition", "metric", "statistic", "comparison",
                                          "threshold", "unit")}
@@ -248,10 +218,10 @@ def evaluate_gate(gate: dict[str, Any], steps: pd.DataFrame, events: pd.DataFram
         if statistic in ("median", "p90", "max"):
             metric = gate["metric"]
             _column(steps, metric)
-            pool = timed_steps(steps, warmup_steps) if statistic != "max" else steps
+            pool = measures.timed_steps(steps, warmup_steps) if statistic != "max" else steps
             evidence: dict[str, Any] = {"warmup_steps_excluded": warmup_steps if statistic != "max" else 0}
             if statistic != "max":
-                skipped = skipped_count(steps, warmup_steps)
+                skipped = measures.overflow_skipped_count(steps, warmup_steps)
                 evidence["overflow_skipped_steps_excluded"] = "not recorded" if skipped is None else skipped
             if metric.startswith("memory/") and gate.get("ranks", "smallest_device") == "smallest_device":
                 ranks, why = smallest_device_ranks(steps, fingerprint)
@@ -261,13 +231,13 @@ def evaluate_gate(gate: dict[str, Any], steps: pd.DataFrame, events: pd.DataFram
                     evidence["memory_source"] = sorted(steps["memory/device_peak_source"].dropna().unique().tolist())
             if pool[metric].isna().all():
                 raise NotMeasured(f"no '{metric}' values after warm-up")
-            value, more = per_rank_worst(pool, metric, statistic)
+            value, more = slowest_rank_evidence(pool, metric, statistic)
             evidence.update(more)
             if statistic == "median" and "step_time" in metric:
-                evidence["p90"] = float(pool.groupby("rank")[metric].quantile(0.9).max())
+                evidence[f"p90{unit_of(metric)}"] = measures.slowest_rank(pool, metric, "p90").value
             measured = _in_unit(value, metric, gate["unit"])
         elif statistic == "smoothed_final_over_initial":
-            measured, downward, evidence = loss_convergence(steps, gate)
+            measured, downward, evidence = loss_convergence(steps, gate, spike_rule)
             if not downward:
                 extra_failures.append(
                     f"no significant downward trend (rho {evidence['spearman_rho']:.3f}, p {evidence['p_downward']:.3g})"
@@ -275,14 +245,16 @@ def evaluate_gate(gate: dict[str, Any], steps: pd.DataFrame, events: pd.DataFram
         elif statistic == "floor_ratio":
             measured, evidence = floor_ratio(steps, gate["metric"], warmup_steps, plan)
         elif statistic == "overflow_skip_fraction":
-            measured, evidence = overflow_skip_fraction(steps, events, warmup_steps)
+            measured, evidence = overflow_skip_fraction(steps, run_meta)
         elif statistic == "failed_ranks":
-            measured, evidence = failed_ranks(run_meta)
-            if evidence["failures"]:
-                first = evidence["failures"][0]
-                extra_failures.append(f"rank {first['rank']} failed: {first['message']}")
+            if run_meta is None:
+                raise NotMeasured("no run metadata (parse_logs output) to read rank failures from")
+            completion = completion_for(steps, events, summary, expected_steps, run_meta)
+            measured, evidence = failed_ranks(completion)
+            extra_failures.extend(completion.problems)
         elif statistic == "nonfinite_count":
-            measured, problems, evidence = nonfinite(steps, events, summary, expected_steps, gate["metric"].split(","))
+            completion = completion_for(steps, events, summary, expected_steps, run_meta)
+            measured, problems, evidence = nonfinite(steps, events, completion, gate["metric"].split(","))
             extra_failures.extend(problems)
         else:  # the schema admits no other statistic
             raise ValueError(f"unknown statistic {statistic}")
@@ -314,12 +286,14 @@ def faithfulness(deviations: list[dict[str, Any]], fingerprint: dict[str, Any]) 
 
 def evaluate(gates: list[dict[str, Any]], steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any] | None,
              run_spec: dict[str, Any], deviations: list[dict[str, Any]], fingerprint: dict[str, Any],
-             warmup_steps: int, plan: dict[str, Any] | None = None,
+             warmup_steps: int, spike_rule: SpikeRule, plan: dict[str, Any] | None = None,
              run_meta: dict[str, Any] | None = None) -> dict[str, Any]:
-    """All gates of the profile. ``plan`` (the planner's plan.json) and ``run_meta`` (parse_logs'
-    run.json) are optional: the gates that need them are NOT MEASURED without them."""
+    """All gates of the profile. ``warmup_steps`` is the profile's ``training.warmup_steps_excluded`` and
+    ``spike_rule`` its ``stabiliser`` settings (both analysis inputs: changing them re-judges). ``plan``
+    (the planner's plan.json) and ``run_meta`` (parse_logs' run.json) are optional: the gates that need
+    them are NOT MEASURED without them."""
     expected = run_spec["training"]["optimizer_steps"]
-    results = [evaluate_gate(g, steps, events, summary, fingerprint, warmup_steps, expected, plan, run_meta)
+    results = [evaluate_gate(g, steps, events, summary, fingerprint, warmup_steps, expected, spike_rule, plan, run_meta)
                for g in gates]
     counts = {v: sum(r["verdict"] == v for r in results) for v in (PASS, FAIL, NOT_MEASURED)}
     return {"gates": results, "counts": counts, "reproduction": faithfulness(deviations, fingerprint)}

@@ -2,8 +2,9 @@
 
 Measured on every accelerator: the bytes of the partitioned parameter, master-weight, gradient and
 optimizer tensors each rank holds at the end of training (``held_bytes_rank<N>.json`` from
-zerogate.train.held). On GPUs also the allocator peak and reserved peak (max over steps of the metrics'
-``memory/max_allocated(GiB)`` and ``memory/max_reserved(GiB)``) against the predicted device total.
+zerogate.train.held). On GPUs also the allocator peak and reserved peak (measures.peak_memory_per_rank of
+``memory/max_allocated(GiB)`` and ``memory/max_reserved(GiB)`` in parse_logs' steps table) against the
+predicted device total.
 """
 
 from __future__ import annotations
@@ -12,8 +13,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from zerogate.plan.ledger import GIB, ModelCounts, Setup, model_state_bytes, zerogate_terms
+import pandas as pd
 
+from zerogate.analysis import measures
+from zerogate.plan.ledger import ModelCounts, Setup, model_state_bytes, zerogate_terms
+from zerogate.units import GIB
+
+ALLOCATOR_PEAKS = ("memory/max_allocated(GiB)", "memory/max_reserved(GiB)")
 TENSOR_TERMS = ("parameters(bytes)", "master_parameters(bytes)", "gradients(bytes)", "optimizer_states(bytes)")
 
 
@@ -27,21 +33,16 @@ def _row(rank: int, term: str, predicted: float, measured: float, source: str) -
             "error(%)": error_percent(predicted, measured), "measured_by": source}
 
 
-def read_measurements(metrics_dir: str | Path) -> dict[int, dict[str, Any]]:
-    """Per rank: the held tensor bytes, and on GPUs the allocator peaks over all steps (bytes)."""
+def read_measurements(metrics_dir: str | Path, steps: pd.DataFrame) -> dict[int, dict[str, Any]]:
+    """Per rank: the held tensor bytes (``held_bytes_rank<N>.json`` in ``metrics_dir``), and on GPUs the
+    allocator peaks over all steps in bytes (measures.peak_memory_per_rank of parse_logs' steps table)."""
     ranks: dict[int, dict[str, Any]] = {}
     for path in sorted(Path(metrics_dir).glob("held_bytes_rank*.json")):
         held = json.loads(path.read_text())
         ranks[int(held["rank"])] = {"held": held}
-    for path in sorted(Path(metrics_dir).glob("rank*.jsonl")):
-        rank = int(path.stem.removeprefix("rank"))
-        peaks: dict[str, float] = {}
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            for key in ("memory/max_allocated(GiB)", "memory/max_reserved(GiB)"):
-                if record.get(key) is not None:
-                    peaks[key] = max(peaks.get(key, 0.0), record[key])
-        ranks.setdefault(rank, {})["peaks"] = {k: v * GIB for k, v in peaks.items()}
+    for key in ALLOCATOR_PEAKS:
+        for rank, peak in measures.peak_memory_per_rank(steps, key).items():
+            ranks.setdefault(rank, {}).setdefault("peaks", {})[key] = peak * GIB
     return ranks
 
 

@@ -64,7 +64,8 @@ FAILURE_KINDS = ("traceback", "rank_exit_error", "fatal_loss_scale")
 
 
 def read_rank_metrics(metrics_dir: str | Path) -> pd.DataFrame:
-    """All ranks' step records, one row per (rank, step), sorted."""
+    """All ranks' step records, one row per (rank, step), sorted: the ``steps`` table every statistic in
+    zerogate.analysis.measures reads (fp16 skips from its ``skip_reason`` column, nothing derived here)."""
     rows: list[dict[str, Any]] = []
     for path in sorted(Path(metrics_dir).glob("rank*.jsonl")):
         with open(path) as handle:
@@ -77,30 +78,7 @@ def read_rank_metrics(metrics_dir: str | Path) -> pd.DataFrame:
                     raise ValueError(f"{path}: line {number}: not valid JSON ({error.msg})") from None
     if not rows:
         return pd.DataFrame(columns=["rank", "step"])
-    return mark_overflow_skips(pd.DataFrame(rows).sort_values(["rank", "step"], kind="stable").reset_index(drop=True))
-
-
-def mark_overflow_skips(steps: pd.DataFrame) -> pd.DataFrame:
-    """Add a boolean ``overflow_skipped`` column where the records say which steps fp16 skipped.
-
-    zerogate.train.loop records ``skip_reason`` per step ("fp16_overflow" when DeepSpeed's loss scaler dropped
-    the update) and ``loss_scale`` (null without an fp16 loss scaler); other loops may log
-    ``overflow_skipped`` (bool, per step) or ``skipped_steps`` (DeepSpeed's cumulative
-    ``engine.skipped_steps``, differenced per rank). DeepSpeed's counter also counts updates the loss
-    stabiliser dropped, so ``skip_reason`` is preferred. A run without a loss scaler (fp32, bf16) gets no
-    column, and the overflow gate reports NOT MEASURED.
-    """
-    if "overflow_skipped" in steps.columns:
-        return steps
-    if "skip_reason" in steps.columns:
-        if "loss_scale" not in steps.columns or steps["loss_scale"].isna().all():
-            return steps
-        return steps.assign(overflow_skipped=steps["skip_reason"] == "fp16_overflow")
-    if "skipped_steps" not in steps.columns:
-        return steps
-    cumulative = pd.to_numeric(steps["skipped_steps"], errors="coerce")
-    delta = cumulative.groupby(steps["rank"]).diff().fillna(cumulative)
-    return steps.assign(overflow_skipped=delta > 0)
+    return pd.DataFrame(rows).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
 
 
 def _number(text: str | None) -> float | None:
@@ -226,7 +204,8 @@ def run_metadata(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, A
 
 
 def _last_skipped(events: pd.DataFrame) -> dict[str, int] | None:
-    """DeepSpeed's own cumulative fp16 skip count at its last progress line, with that step."""
+    """DeepSpeed's own cumulative skip count at its last progress line, with that step: evidence beside the
+    overflow gate, never its statistic (it also counts the updates the loss stabiliser dropped)."""
     progress = events[events["kind"] == "ds_progress"]
     if not len(progress):
         return None

@@ -3,11 +3,11 @@
 Each variant is the rendered DeepSpeed config (zerogate.plan.ds_config.render: the claim under the profile)
 with the stage and offload devices overridden, so everything else -- batch geometry, optimizer, LR
 schedule, precision -- stays the same across variants and the ledger can be checked stage by stage.
+Their comparison table (statistics of the trained variants) is zerogate.analysis.variants.
 """
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from zerogate.plan.ds_config import _MISSING, apply_overrides, get_path
@@ -44,33 +44,3 @@ def variant_config(ds_config: dict[str, Any], name: str) -> tuple[dict[str, Any]
         before = get_path(ds_config, override["path"])
         applied.append({**override, "before": None if before is _MISSING else before})
     return apply_overrides(ds_config, overrides), applied
-
-
-def slowest_rank_step_times(records: list[dict[str, Any]]) -> dict[int, float]:
-    """Optimizer step -> step time of its slowest rank, warm-up steps left out (records of every rank)."""
-    timed: dict[int, float] = {}
-    for r in records:
-        if not r["warmup"]:
-            timed[r["step"]] = max(timed.get(r["step"], 0.0), r["step_time(s)"])
-    return timed
-
-
-def compare(summaries: dict[str, dict[str, Any]], steps: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One row per variant: median step time (slowest rank, warm-up excluded), peak memory per rank,
-    final loss. ``steps`` holds each variant's metrics records of every rank."""
-    rows = []
-    for name, records in steps.items():
-        timed = slowest_rank_step_times(records)
-        peaks: dict[int, float] = {}
-        for r in records:
-            peaks[r["rank"]] = max(peaks.get(r["rank"], 0.0), r["memory/device_peak(GiB)"])
-        last = max((r for r in records if r["rank"] == 0), key=lambda r: r["step"])
-        stage, offload_optimizer, offload_param = VARIANTS[name]
-        rows.append({
-            "variant": name, "stage": stage, "offload_optimizer": offload_optimizer, "offload_param": offload_param,
-            "median_step_time(s)": statistics.median(timed.values()) if timed else None,
-            "peak_memory_per_rank(GiB)": [peaks[k] for k in sorted(peaks)],
-            "final_loss": last["loss"], "steps": last["step"],
-            "wall_time(s)": summaries[name].get("wall_time(s)"),
-        })
-    return rows

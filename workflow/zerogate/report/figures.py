@@ -1,4 +1,9 @@
-"""Seaborn figures of a run: loss, step time and memory per rank."""
+"""Seaborn figures of a run: loss, step time and memory per rank.
+
+What a figure marks as a statistic (the timed steps, the slowest-rank median, each rank's peak, the loss
+spikes) comes from zerogate.analysis.measures; each figure function returns those numbers, so a test can
+check that the picture shows what the gates and the report say.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from zerogate.analysis.gates import GB, GIB, smooth  # noqa: E402
+from zerogate.analysis import measures  # noqa: E402
+from zerogate.analysis.measures import SpikeRule  # noqa: E402
+from zerogate.units import GB, GIB  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook")
 
@@ -23,14 +30,19 @@ def _gate(verdicts: dict[str, Any], metric_prefix: str) -> dict[str, Any] | None
 
 
 def loss_figure(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int, path: str | Path,
-                stabiliser: pd.DataFrame | None = None) -> None:
-    """Loss raw and smoothed; launcher events (overflow, crash) as dotted lines and, when given, the
-    training loop's stabiliser events (rows with step, rank, kind, value, action) as markers."""
-    rank0 = steps[steps["rank"] == steps["rank"].min()].sort_values("step")
+                spike_rule: SpikeRule, stabiliser: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Loss raw and smoothed, the loss spikes (measures.loss_spikes) circled; launcher events (overflow,
+    crash) as dotted lines and, when given, the training loop's stabiliser events (rows with step, rank,
+    kind, value, action) as markers. Returns the spikes it marked."""
+    loss = measures.loss_series(steps)
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.plot(rank0["step"], rank0["loss"], color="0.7", linewidth=0.8, label="loss (mean over accumulation and ranks)")
-    ax.plot(rank0["step"], smooth(rank0["loss"].reset_index(drop=True)).to_numpy(), color="C0", linewidth=2,
+    ax.plot(loss.index, loss.to_numpy(), color="0.7", linewidth=0.8, label="loss (mean over accumulation and ranks)")
+    ax.plot(loss.index, measures.smooth(loss.reset_index(drop=True)).to_numpy(), color="C0", linewidth=2,
             label="smoothed (rolling median)")
+    spikes = measures.loss_spikes(steps, spike_rule)
+    if spikes.count:
+        ax.scatter(spikes.steps, loss.loc[spikes.steps].to_numpy(), s=80, facecolors="none", edgecolors="C3",
+                   zorder=4, label=f"loss spikes ({spikes.count}: {spike_rule.describe()})")
     if warmup_steps:
         ax.axvspan(0, warmup_steps, color="C1", alpha=0.12, label=f"warm-up ({warmup_steps} steps)")
     marked = events[events["step"].notna() & events["kind"].isin(["overflow", "traceback", "fatal_loss_scale"])] if len(events) else events
@@ -39,7 +51,7 @@ def loss_figure(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int, pa
     if len(marked):
         ax.plot([], [], color="C3", linestyle=":", label="overflow / crash in the launcher log")
     if stabiliser is not None and len(stabiliser):
-        at = rank0.set_index("step")["loss"]
+        at = loss
         for (kind, action), group in stabiliser.groupby(["kind", "action"], dropna=False):
             shown = group[group["step"].isin(at.index)]
             ax.scatter(shown["step"], at.loc[shown["step"]].to_numpy(), marker="v", s=36, zorder=3,
@@ -49,30 +61,48 @@ def loss_figure(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int, pa
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return {"loss_spikes": spikes.count, "spike_steps": spikes.steps}
 
 
-def step_time_figure(steps: pd.DataFrame, warmup_steps: int, verdicts: dict[str, Any], path: str | Path) -> None:
+def step_time_figure(steps: pd.DataFrame, warmup_steps: int, verdicts: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """Step time per rank over the run, and the distribution over the timed steps (measures.timed_steps)
+    with the slowest-rank median (measures.step_time). Returns the median and the timed-step count."""
     fig, (ax_line, ax_hist) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [2, 1]})
     data = steps.assign(rank=steps["rank"].astype(str))
-    sns.lineplot(data=data, x="step", y="step_time(s)", hue="rank", ax=ax_line, linewidth=0.8)
-    timed = data[data["step"] > warmup_steps]
-    sns.histplot(data=timed, x="step_time(s)", hue="rank", ax=ax_hist, bins=40, element="step")
+    sns.lineplot(data=data, x="step", y=measures.STEP_TIME, hue="rank", ax=ax_line, linewidth=0.8)
+    timed = measures.timed_steps(data, warmup_steps)
+    if len(timed):
+        sns.histplot(data=timed, x=measures.STEP_TIME, hue="rank", ax=ax_hist, bins=40, element="step")
+    else:
+        ax_hist.text(0.5, 0.5, "no timed step\n(the run stopped within its warm-up)", ha="center", va="center",
+                     transform=ax_hist.transAxes)
+    # A run that stopped within its warm-up has no timed step, and so no median to draw.
+    median = measures.step_time(steps, warmup_steps) if len(timed) else None
+    if median is not None:
+        ax_hist.axvline(median.value, color="k", linestyle=":",
+                        label=f"median, slowest rank ({median.rank}): {median.value:.3g} s")
     gate = _gate(verdicts, "step_time")
     if gate is not None:
         for ax, line in ((ax_line, ax_line.axhline), (ax_hist, ax_hist.axvline)):
             line(gate["threshold"], color="C3", linestyle="--", label=f"claim {gate['threshold']:g} s")
         ax_line.legend(title="rank")
+    if ax_hist.get_legend_handles_labels()[0]:
+        ax_hist.legend(loc="upper right", fontsize="small")
     ax_line.set(xlabel="optimizer step", ylabel="optimizer-step wall time (s)", title="Step time per rank")
-    ax_hist.set(xlabel="optimizer-step wall time (s), after warm-up", ylabel="steps", title="Distribution")
+    ax_hist.set(xlabel="optimizer-step wall time (s), timed steps", ylabel="steps", title="Distribution")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return {"step_time_median(s)": None if median is None else median.value, "timed_steps": int(timed["step"].nunique())}
 
 
-def memory_figure(steps: pd.DataFrame, verdicts: dict[str, Any], path: str | Path) -> None:
+def memory_figure(steps: pd.DataFrame, verdicts: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """Peak memory per rank per step, each rank's peak (measures.peak_memory_per_rank) in the legend.
+    Returns the peaks it labelled."""
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    data = steps.assign(rank=steps["rank"].astype(str))
-    sns.lineplot(data=data, x="step", y="memory/device_peak(GiB)", hue="rank", ax=ax)
+    peaks = measures.peak_memory_per_rank(steps)
+    data = steps.assign(rank=[f"{rank} (peak {peaks.get(int(rank), float('nan')):.3g} GiB)" for rank in steps["rank"]])
+    sns.lineplot(data=data, x="step", y=measures.DEVICE_PEAK, hue="rank", ax=ax)
     source = ", ".join(sorted(steps.get("memory/device_peak_source", pd.Series(dtype=str)).dropna().unique()))
     gate = _gate(verdicts, "memory/")
     if gate is not None:
@@ -85,12 +115,14 @@ def memory_figure(steps: pd.DataFrame, verdicts: dict[str, Any], path: str | Pat
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return {"peak_memory_per_rank(GiB)": peaks}
 
 
 def loss_scale_series(steps: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame | None:
     """The fp16 loss scale per step: from the records' ``loss_scale`` column, else from the launcher's
-    overflow lines (the scale after each reduction). None for runs without a loss scaler (fp32, bf16)."""
-    if "loss_scale" in steps.columns and steps["loss_scale"].notna().any():
+    overflow lines (the scale after each reduction). None for runs without a loss scaler (fp32, bf16).
+    A picture of the scale only: the skipped-step statistics come from measures.overflow_skips."""
+    if measures.loss_scaler_present(steps):
         first = steps[steps["rank"] == steps["rank"].min()]
         return first[["step", "loss_scale"]].dropna()
     if not len(events):

@@ -1,0 +1,247 @@
+"""zerogate.analysis.measures: each quantity defined once, and every consumer giving the same number.
+
+The agreement test builds one run whose records make the old definitions disagree (uneven ranks, so the
+max per step then the median is not the median per rank then the max; a warm-up; an fp16-skipped step; a
+loss spike) and reads each shared quantity through the gates' evidence, the report's run summary, the
+registry, compare, the variant table and the figures.
+"""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import CPU_FINGERPRINT
+from tests.unit.helpers import no_events
+from zerogate.analysis import measures
+from zerogate.analysis.gates import FAIL, PASS, evaluate
+from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.parse import parse_launcher_log, run_metadata
+from zerogate.analysis.variants import compare as variant_table
+from zerogate.config.settings import training_settings
+from zerogate.report.compare import comparison_table, group_runs, load_run, quantity_rows
+from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
+from zerogate.report.html import run_summary
+from zerogate.report.registry import registry_record
+
+STEPS, WARMUP, SKIPPED, SPIKE = 30, 3, 8, 20
+# The spike rule as the rules pass it: the profile's stabiliser section with its defaults filled in.
+STABILISER = training_settings({"stabiliser": {"spike_window": 16, "spike_min_history": 5}})["stabiliser"]
+RULE = SpikeRule.from_settings(STABILISER)
+
+
+def uneven_run() -> pd.DataFrame:
+    """2 ranks, fp16: rank 0 is slow on every third step, rank 1 on the step after, so each rank's median
+    is fast (1.0 s, 1.1 s) while two steps in three have a slow rank (max per step, median: ~3 s)."""
+    rows = []
+    for rank in (0, 1):
+        for step in range(1, STEPS + 1):
+            slow = step % 3 == rank
+            time = (3.0 if slow else 1.0) + 0.1 * rank + 0.001 * step
+            skipped = step == SKIPPED
+            rows.append({
+                "step": step, "rank": rank, "loss": 5.0 - 0.05 * step + (4.0 if step == SPIKE else 0.0)
+                + 0.01 * math.sin(step), "grad_norm": None if skipped else 1.0,
+                "step_time(s)": 0.05 if skipped else time, "micro_step_time(s)": (0.05 if skipped else time) / 4,
+                "tokens": 256, "tokens_per_s": 256 / (0.05 if skipped else time),
+                "memory/device_peak(GiB)": (0.5 if step == 2 else 0.4) if rank == 0 else 0.7,
+                "update_applied": not skipped and step != SPIKE,
+                "skip_reason": "fp16_overflow" if skipped else ("loss_spike" if step == SPIKE else None),
+                "loss_scale": 32768.0 if step >= SKIPPED else 65536.0,
+            })
+    return pd.DataFrame(rows)
+
+
+def gates_profile(tiny_profile):
+    return {g["name"]: g for g in tiny_profile["gates"]}
+
+
+def judged(tiny_profile, steps, events=None, summary=None, log=""):
+    events = no_events() if events is None else events
+    summary = {"completed_steps": STEPS, "world_size": 2} if summary is None else summary
+    meta = json.loads(json.dumps(run_metadata(steps, events, summary, log, STEPS)))  # as run.json holds it
+    verdicts = evaluate(tiny_profile["gates"], steps, events, summary, {"training": {"optimizer_steps": STEPS}}, [],
+                        CPU_FINGERPRINT, WARMUP, RULE, plan={"floor": {"optimizer_step(s)": 0.1}}, run_meta=meta)
+    return {g["name"]: g for g in verdicts["gates"]}, verdicts, meta
+
+
+def registry(tmp_path, machine, steps, verdicts, meta):
+    run_dir = tmp_path / "results" / "smoke" / machine
+    (run_dir / "parsed").mkdir(parents=True)
+    steps.to_parquet(run_dir / "parsed/steps.parquet")
+    provenance = {"pipeline_version": "0.1.0", "run_id": f"smoke-{machine}-ffffffff", "profile": "smoke",
+                  "config_hash": "f" * 64, "dataset": {"content_sha256": "d" * 64}, "ds_config": {}, "git": {},
+                  "packages": {}, "machine": {}, "recorded_at": "2026-11-30T00:00:00+00:00"}
+    record = registry_record(machine=machine, verdicts=verdicts, steps=steps, run_meta=meta, provenance=provenance,
+                             deviations=[], warmup_steps=WARMUP, spike_rule=RULE,
+                             files={"steps": f"results/smoke/{machine}/parsed/steps.parquet"})
+    (run_dir / "registry.json").write_text(json.dumps(record, default=str))
+    return load_run(run_dir)
+
+
+def test_the_synthetic_run_separates_the_old_definitions():
+    steps = uneven_run()
+    timed = steps[(steps["step"] > WARMUP) & (steps["step"] != SKIPPED)]
+    max_then_median = timed.groupby("step")["step_time(s)"].max().median()
+    median_then_max = timed.groupby("rank")["step_time(s)"].median().max()
+    assert max_then_median > 2.5 and median_then_max < 1.2
+    assert measures.step_time(steps, WARMUP).value == pytest.approx(median_then_max)
+    assert measures.overflow_skips(steps).worst_count == 1
+    assert measures.loss_spikes(steps, RULE).steps == [SPIKE]
+
+
+def test_every_consumer_gives_the_same_number(tmp_path, tiny_profile):
+    steps = uneven_run()
+    gates, verdicts, meta = judged(tiny_profile, steps)
+    summary = run_summary(steps, WARMUP, RULE, meta)
+    runs = [registry(tmp_path, machine, steps, verdicts, meta) for machine in ("lab-a", "lab-b")]
+    stored = runs[0]["summary"]  # after the JSON round trip
+    comparison = group_runs(runs)
+    rows = {row["label"]: row["cells"]["lab-b"]["value"] for row in quantity_rows(comparison.groups[0])}
+    csv = comparison_table(comparison).iloc[1]
+    (variant,) = variant_table({"zero3": {"world_size": 2}}, {"zero3": steps}, warmup_steps=WARMUP, spike_rule=RULE,
+                               expected_steps=STEPS)
+    drawn = loss_figure(steps, no_events(), WARMUP, tmp_path / "loss.png", RULE)
+    drawn |= step_time_figure(steps, WARMUP, verdicts, tmp_path / "step.png")
+    drawn |= memory_figure(steps, verdicts, tmp_path / "memory.png")
+
+    median = measures.step_time(steps, WARMUP).value
+    for value in (gates["optimizer_step_time"]["measured"], max(gates["optimizer_step_time"]["evidence"]["per_rank(s)"].values()),
+                  gates["step_time_over_physical_floor"]["evidence"]["median_step_time(s)"], summary["step_time_median(s)"],
+                  stored["step_time_median(s)"], rows["median optimizer-step time, slowest rank"],
+                  csv["median optimizer-step time, slowest rank (s)"], variant["median_step_time(s)"],
+                  drawn["step_time_median(s)"]):
+        assert value == median
+    p90 = measures.step_time(steps, WARMUP, "p90").value
+    for value in (gates["optimizer_step_time_p90"]["measured"], gates["optimizer_step_time"]["evidence"]["p90(s)"],
+                  summary["step_time_p90(s)"], stored["step_time_p90(s)"], rows["p90 optimizer-step time, slowest rank"],
+                  variant["step_time_p90(s)"]):
+        assert value == p90
+    micro = measures.micro_step_time(steps, WARMUP).value
+    for value in (gates["micro_step_time"]["measured"], summary["micro_step_time_median(s)"],
+                  stored["micro_step_time_median(s)"], rows["median micro-step time, slowest rank"],
+                  variant["micro_step_time_median(s)"]):
+        assert value == micro
+    tokens = measures.tokens_per_second(steps, WARMUP)
+    for value in (summary["tokens_per_s"], stored["tokens_per_s"], rows["tokens/s, all ranks"], csv["tokens/s, all ranks"],
+                  variant["tokens_per_s"]):
+        assert value == tokens
+    peaks = measures.peak_memory_per_rank(steps)
+    assert peaks == {0: 0.5, 1: 0.7}  # rank 0's peak is in the warm-up: memory counts every step
+    for value in (gates["peak_memory_per_rank"]["evidence"]["per_rank(GiB)"], summary["peak_memory_per_rank(GiB)"],
+                  {int(r): v for r, v in stored["peak_memory_per_rank(GiB)"].items()},
+                  {0: rows["peak memory, rank 0"], 1: rows["peak memory, rank 1"]},
+                  {0: csv["peak memory rank 0 (GiB)"], 1: csv["peak memory rank 1 (GiB)"]},
+                  dict(enumerate(variant["peak_memory_per_rank(GiB)"])), drawn["peak_memory_per_rank(GiB)"]):
+        assert value == peaks
+    skipped = measures.overflow_skips(steps).worst_count
+    assert skipped == 1
+    for value in (max(gates["overflow_skip_fraction"]["evidence"]["skipped_per_rank"].values()),
+                  summary["overflow_skipped_steps"], stored["overflow_skipped_steps"],
+                  rows["fp16-overflow-skipped steps, worst rank"], variant["overflow_skipped_steps"]):
+        assert value == skipped
+    assert gates["optimizer_step_time"]["evidence"]["overflow_skipped_steps_excluded"] == 1  # after the warm-up
+    spikes = measures.loss_spikes(steps, RULE)
+    for value in (gates["loss_convergence"]["evidence"]["spikes"], summary["loss_spikes"], stored["loss_spikes"],
+                  rows["loss spikes"], variant["loss_spikes"], drawn["loss_spikes"]):
+        assert value == spikes.count == 1
+    assert gates["loss_convergence"]["evidence"]["spike_steps"] == drawn["spike_steps"] == spikes.steps
+    # Completion: one definition behind both gates, the summary, the registry and the variant table.
+    assert gates["ranks_completed"]["verdict"] == PASS and gates["ranks_completed"]["measured"] == 0
+    assert gates["zero_nonfinite"]["evidence"]["run_complete"] is True
+    for value in (summary["run_complete"], stored["run_complete"], variant["run_complete"]):
+        assert value is True
+    for value in (summary["failed_ranks"], stored["failed_ranks"], rows["failed ranks"], variant["failed_ranks"]):
+        assert value == 0
+
+
+def test_a_crashed_rank_fails_both_gates_through_the_one_completion(tiny_profile):
+    log = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"loop.py\", line 9, in step\n"
+           "[rank1]: RuntimeError: boom\n")
+    steps = uneven_run()
+    steps = steps[~((steps["rank"] == 1) & (steps["step"] > 20))]
+    gates, _, meta = judged(tiny_profile, steps, parse_launcher_log(log), summary={"completed_steps": 20, "world_size": 2},
+                            log=log)
+    completion = measures.completion_of(meta)
+    assert completion.failed_ranks == [1] and completion.stopped_early == {1: 20} and not completion.complete
+    for name in ("ranks_completed", "zero_nonfinite"):
+        assert gates[name]["verdict"] == FAIL
+        assert all(problem in gates[name]["reason"] for problem in completion.problems), name
+    assert gates["ranks_completed"]["measured"] == 1 and gates["zero_nonfinite"]["measured"] == 0
+    assert summary_of(steps, meta)["failed_ranks"] == 1 and summary_of(steps, meta)["run_complete"] is False
+
+
+def summary_of(steps, meta):
+    return run_summary(steps, WARMUP, RULE, meta)
+
+
+def test_a_run_that_stopped_without_a_word_counts_one_unknown_rank():
+    completion = measures.run_completion({0: 30, 1: 30}, [], False, 30, 2)
+    assert completion.failed_rank_count == 1 and completion.problems == ["the training run did not finish (no summary)"]
+    missing = measures.run_completion({0: 30}, [], True, 30, 2)  # rank 1 wrote no record at all
+    assert missing.stopped_early == {1: 0} and missing.failed_ranks == [1]
+
+
+def test_the_spike_rule_is_the_stabilisers(tiny_profile):
+    """measures.loss_spikes replays zerogate.train.stabiliser on the recorded series: same steps flagged."""
+    from zerogate.train.stabiliser import Stabiliser
+
+    rng = np.random.default_rng(3)
+    loss = 4.0 - np.linspace(0, 1, 300) + rng.normal(0, 0.02, 300)
+    loss[[60, 61, 150, 280]] += [1.0, 3.0, 0.5, 2.0]
+    loss[100] = np.nan
+    section = {"spike_window": 64, "spike_threshold": 6.0, "spike_min_history": 20}
+    stabiliser, flagged, applied = Stabiliser(section), [], []
+    for step, value in enumerate(loss, start=1):
+        verdict = stabiliser.judge_loss([float(value)])
+        if verdict.ok:
+            stabiliser.accept(float(value))
+        elif verdict.kind == "loss_spike":
+            flagged.append(step)
+        applied.append(verdict.ok)
+    steps = pd.DataFrame({"step": range(1, 301), "rank": 0, "loss": loss, "update_applied": applied})
+    rule = SpikeRule.from_settings(training_settings({"stabiliser": section})["stabiliser"])
+    assert flagged and measures.loss_spikes(steps, rule).steps == flagged
+    # The profile's threshold is the gates' threshold: a higher one counts fewer spikes.
+    strict = SpikeRule.from_settings({**training_settings({"stabiliser": section})["stabiliser"], "spike_threshold": 40.0})
+    assert measures.loss_spikes(steps, strict).count < len(flagged)
+
+
+def test_the_gates_read_the_profiles_spike_settings(tiny_profile):
+    steps = uneven_run()
+    loose = SpikeRule.from_settings({**STABILISER, "spike_threshold": 1000.0})
+    verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": STEPS},
+                        {"training": {"optimizer_steps": STEPS}}, [], CPU_FINGERPRINT, WARMUP, loose)
+    convergence = next(g for g in verdicts["gates"] if g["name"] == "loss_convergence")
+    assert convergence["evidence"]["spikes"] == 0 and "1000" in convergence["evidence"]["spike_rule"]
+
+
+def test_without_a_loss_scaler_skips_are_not_measured_never_zero():
+    steps = uneven_run().assign(loss_scale=None)
+    assert measures.overflow_skipped(steps) is None and measures.overflow_skips(steps) is None
+    assert measures.run_statistics(steps, WARMUP, RULE)["overflow_skipped_steps"] is None
+    # Without a loss scaler nothing was skipped by fp16: the timed steps keep the (fast) step 8.
+    assert SKIPPED in set(measures.timed_steps(steps, WARMUP)["step"])
+
+
+def test_analysis_and_report_never_load_torch():
+    modules = ["zerogate.analysis.measures", "zerogate.analysis.gates", "zerogate.analysis.variants",
+               "zerogate.analysis.ledger_check", "zerogate.report.html", "zerogate.report.compare",
+               "zerogate.report.figures", "zerogate.report.registry"]
+    probe = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules, 'deepspeed' in sys.modules)"
+    workflow = str(Path(__file__).resolve().parents[2] / "workflow")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": workflow, "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "False"]
+
+
+def test_a_run_no_longer_than_its_warmup_has_no_timing_statistics():
+    statistics = measures.run_statistics(uneven_run(), STEPS, RULE)
+    assert statistics["timed_steps"] == 0 and statistics["step_time_median(s)"] is None
+    assert statistics["tokens_per_s"] is None and statistics["peak_memory_per_rank(GiB)"] == {0: 0.5, 1: 0.7}
