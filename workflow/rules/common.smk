@@ -15,7 +15,7 @@ from zerogate.errors import InputError
 from zerogate.hashing import sha256_json
 from zerogate.config.machine_id import machine_id_from_host
 from zerogate.config.profile import check_profile, file_defining, load_profile_chain, resolve_profile
-from zerogate.config.settings import run_training_section
+from zerogate.config.settings import run_training_section, training_settings
 from zerogate.config.validation import key_path, to_input_error
 
 REPO = Path(workflow.basedir)
@@ -89,6 +89,10 @@ REPORT_DATE = (
     else config["report_date"]
 )
 STRICT = config["strict"]
+# The stabiliser's settings with their defaults (zerogate.config.settings, the one place they live): the
+# training loop reads them from train/settings.json, the judging rules take the same as a param, so the
+# spike rule the gates count by is the one the run was stabilised by.
+STABILISER_SETTINGS = training_settings(PROFILE)["stabiliser"]
 
 
 def profile_file_setting(key):

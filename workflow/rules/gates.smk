@@ -13,7 +13,7 @@ rule check_gates:
     params:
         gates=PROFILE["gates"],
         warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
-        stabiliser=PROFILE.get("stabiliser", {}),
+        stabiliser=STABILISER_SETTINGS,
     log:
         result("logs/check_gates.log"),
     conda:

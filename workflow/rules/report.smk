@@ -30,7 +30,7 @@ rule plot_figures:
         ),
     params:
         warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
-        stabiliser=PROFILE.get("stabiliser", {}),
+        stabiliser=STABILISER_SETTINGS,
     log:
         result("logs/plot_figures.log"),
     conda:
@@ -86,7 +86,7 @@ rule write_report:
         ),
     params:
         warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
-        stabiliser=PROFILE.get("stabiliser", {}),
+        stabiliser=STABILISER_SETTINGS,
     log:
         result(f"logs/write_report-{RUN_LABEL}.log"),
     conda:
@@ -113,7 +113,7 @@ rule register_run:
     params:
         machine=MACHINE,
         warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
-        stabiliser=PROFILE.get("stabiliser", {}),
+        stabiliser=STABILISER_SETTINGS,
     log:
         result("logs/register_run.log"),
     conda:

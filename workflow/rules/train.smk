@@ -6,7 +6,7 @@ rule write_train_settings:
     output:
         settings=result("train/settings.json"),
     params:
-        stabiliser=PROFILE.get("stabiliser", {}),
+        stabiliser=STABILISER_SETTINGS,
         checkpoint=PROFILE.get("checkpoint", {}),
     log:
         result("logs/write_train_settings.log"),
@@ -101,7 +101,7 @@ rule compare_variants:
     params:
         variants=PROFILE.get("variants", []),
         warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
-        stabiliser=PROFILE.get("stabiliser", {}),
+        stabiliser=STABILISER_SETTINGS,
         expected_steps=PROFILE["training"]["optimizer_steps"],
     log:
         result("logs/compare_variants.log"),
