@@ -3,7 +3,7 @@
 import json
 import sys
 
-from zerogate.train.launch import MASTER_ADDR, keep_failed_records, launcher_command, out_dir_of, remove_shm_buffers
+from zerogate.train.launch import MASTER_ADDR, keep_failed_records, out_dir_of, run_layout, wait_all, remove_shm_buffers
 
 
 def test_only_this_runs_shm_buffers_are_removed(tmp_path):
@@ -17,11 +17,20 @@ def test_only_this_runs_shm_buffers_are_removed(tmp_path):
     assert other_run.exists() and unrelated.exists()
 
 
-def test_launcher_command_uses_the_given_port_and_rank_count():
-    command = launcher_command({"world_size": 2}, ["--run-spec", "r.json"], 41234, "zerogate.train.loop")
-    assert command[command.index("--num_gpus") + 1] == "2"
-    assert command[command.index("--master_port") + 1] == "41234"
-    assert command[-2:] == ["--run-spec", "r.json"]
+def test_a_one_node_spec_is_one_launcher_of_world_size_ranks(tmp_path):
+    nodes = run_layout({"world_size": 2, "nodes": None}, tmp_path / "train.log")
+    assert (nodes.multi_node, nodes.ranks_per_node, nodes.world_size) == (False, 2, 2)
+
+
+def test_a_failed_node_stops_the_others_within_the_grace_time():
+    import subprocess
+    import time
+
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    started = time.monotonic()
+    assert wait_all({0: alive, 1: dead}, grace_s=5) == 3
+    assert alive.poll() is not None and time.monotonic() - started < 20
 
 
 def test_a_failed_runs_records_are_kept_beside_its_log(tmp_path):
@@ -120,13 +129,13 @@ def test_the_launcher_records_its_port_and_cleans_up_after_a_normal_exit(tmp_pat
     spec.write_text(json.dumps({"world_size": 1, "env": {}}))
     seen = {}
 
-    def fake_command(spec, train_args, port, module):
+    def fake_commands(nodes, deepspeed, port, module, train_args, node_ranks):
         seen["port"] = port
         state = launch.port_state_file(logs / "train.log")
-        return [sys.executable, "-c", f"import json; print(json.load(open({str(state)!r}))['port'])"]
+        return {0: [sys.executable, "-c", f"import json; print(json.load(open({str(state)!r}))['port'])"]}
 
     monkeypatch.setattr(launch, "SHM", shm)
-    monkeypatch.setattr(launch, "launcher_command", fake_command)
+    monkeypatch.setattr(launch, "launcher_commands", fake_commands)
     assert launch.main(["--run-spec", str(spec), "--log", str(logs / "train.log"), "--"]) == 0
     assert not any(p.exists() for p in earlier)
     assert str(seen["port"]) in (logs / "train.log").read_text()  # the state file held this run's port

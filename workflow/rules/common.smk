@@ -114,6 +114,12 @@ def check_model_source():
 check_model_source()
 
 
+def nodes_hostfile():
+    """The profile's DeepSpeed hostfile (several nodes): an input of the rendering, so editing it re-renders."""
+    hostfile = (PROFILE.get("nodes") or {}).get("hostfile")
+    return [hostfile] if hostfile else []
+
+
 def dataset_files():
     """Issue 6: a local dataset file is an input of prepare_dataset, so editing it re-runs the stage."""
     source = PROFILE["dataset"]["source"]

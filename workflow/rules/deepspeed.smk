@@ -4,6 +4,7 @@ rule render_deepspeed_config:
     input:
         unpack(machine_input),
         template=PROFILE["deepspeed"]["template"],
+        hostfile=nodes_hostfile(),
     output:
         ds_config=result("deepspeed/ds_config.json"),
         deviations=result("deepspeed/deviations.json"),
@@ -13,6 +14,9 @@ rule render_deepspeed_config:
         training=run_training_section(PROFILE["training"]),
         deepspeed=PROFILE["deepspeed"],
         machine=MACHINE,
+        nodes=PROFILE.get("nodes"),
+        nodes_file=profile_file_setting("nodes"),
+        repo=str(REPO),
     log:
         result("logs/render_deepspeed_config.log"),
     conda:

@@ -14,6 +14,7 @@ from zerogate.plan.ds_keys import unknown_keys
 from zerogate.plan.cpu_tuning import cpu_comm_overrides
 from zerogate.config.settings import run_training_section
 from zerogate.errors import InputError
+from zerogate.train.nodes import NodeLayout, local_nodes
 
 _MISSING = object()
 
@@ -68,10 +69,22 @@ def thread_env(threads_per_rank: int) -> dict[str, str]:
     return {name: str(threads_per_rank) for name in names}
 
 
-def world_size(profile: dict[str, Any], fingerprint: dict[str, Any]) -> int:
-    """One rank per GPU; on a machine without GPUs, the profile's cpu_ranks."""
+def world_size(profile: dict[str, Any], fingerprint: dict[str, Any], nodes: NodeLayout | None = None) -> int:
+    """Several nodes: nodes x ranks per node. One node: one rank per GPU; without GPUs, the profile's cpu_ranks."""
+    if nodes is not None and nodes.multi_node:
+        return nodes.world_size
     accelerator = fingerprint["accelerator"]
     return accelerator["count"] if accelerator["kind"] == "cuda" else profile["training"]["cpu_ranks"]
+
+
+def nodes_spec(nodes: NodeLayout, section: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run spec's ``nodes``: the layout as rendered, and the profile's section, which the launcher
+    lays out again inside a Slurm allocation (where the hosts become known)."""
+    if not nodes.multi_node:
+        return None
+    return {"mode": nodes.mode, "hosts": list(nodes.hosts), "ranks_per_node": nodes.ranks_per_node,
+            "master_addr": nodes.master_addr, "collective_timeout_s": nodes.collective_timeout_s,
+            "section": section}
 
 
 class _Renderer:
@@ -143,14 +156,17 @@ def gpu_precision(r: "_Renderer", devices: list[dict[str, Any]]) -> str:
 
 
 def render(
-    claim: dict[str, Any], profile: dict[str, Any], fingerprint: dict[str, Any], template_file: str
+    claim: dict[str, Any], profile: dict[str, Any], fingerprint: dict[str, Any], template_file: str,
+    nodes: NodeLayout | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
-    """(ds_config, deviations, run spec) for the claim's config under ``profile`` on this machine."""
+    """(ds_config, deviations, run spec) for the claim's config under ``profile`` on this machine
+    (``nodes``: the checked layout of the profile's ``nodes`` section; None or one node: this machine)."""
+    nodes = nodes or NodeLayout()
     check_keys(claim, template_file)
     r = _Renderer(claim)
     training = profile["training"]
     hidden = profile["model"]["hidden_size"]
-    ranks = world_size(profile, fingerprint)
+    ranks = world_size(profile, fingerprint, nodes)
     on_cpu = fingerprint["accelerator"]["kind"] == "cpu"
 
     # Batch geometry: the profile's micro-batch and accumulation; the global batch follows from them.
@@ -247,7 +263,11 @@ def render(
         "accelerator": "cpu" if on_cpu else "cuda",
         "backend": "gloo" if on_cpu else "nccl",
         "dtype": dtype,
-        "env": {"DS_ACCELERATOR": "cpu" if on_cpu else "cuda", **thread_env(max(1, cores // ranks))},
+        # The ranks that share this machine's cores: all of them on one node; on several, those of the
+        # nodes that are this machine (two local nodes in the tests, one on a real cluster).
+        "env": {"DS_ACCELERATOR": "cpu" if on_cpu else "cuda",
+                **thread_env(max(1, cores // (nodes.ranks_per_node * local_nodes(nodes) if nodes.multi_node else ranks)))},
+        "nodes": nodes_spec(nodes, profile.get("nodes")),
         "model": profile["model"],
         # Warm-up exclusion is an analysis setting (zerogate.analysis.measures): left out, so editing it
         # neither changes the checkpoint fingerprint (which hashes this spec) nor retrains.

@@ -2,6 +2,10 @@
 render_deepspeed_config chose, teeing the launcher's output to the console and the rule's log.
 
     python -m zerogate.train.launch --run-spec RUN_SPEC --log LOG -- <arguments of zerogate.train.loop>
+
+Several nodes (run_spec's ``nodes``, zerogate.train.nodes): one DeepSpeed launcher per node of this
+machine (no_ssh), or one whose slurm backend starts every rank with srun; each node's output in its own
+log (node 0: LOG, node i: train.node<i>.log beside it).
 """
 
 from __future__ import annotations
@@ -13,7 +17,12 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+
+from zerogate.errors import InputError
+from zerogate.train.nodes import NodeLayout, launcher_commands, layout, node_log
 
 
 def free_port() -> int:
@@ -21,20 +30,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def launcher_command(spec: dict, train_args: list[str], port: int, module: str = "zerogate.train.loop") -> list[str]:
-    deepspeed = shutil.which("deepspeed") or str(Path(sys.executable).with_name("deepspeed"))
-    return [
-        deepspeed,
-        "--num_gpus",
-        str(spec["world_size"]),
-        "--master_port",
-        str(port),
-        "--module",
-        module,
-        *train_args,
-    ]
 
 
 MASTER_ADDR = "127.0.0.1"  # the launcher's rendezvous address on a single node (its default)
@@ -159,40 +154,108 @@ def out_dir_of(train_args: list[str]) -> Path | None:
     return Path(known.out_dir) if known.out_dir else None
 
 
+def deepspeed_executable() -> str:
+    return shutil.which("deepspeed") or str(Path(sys.executable).with_name("deepspeed"))
+
+
+def run_layout(spec: dict, log_path: Path) -> NodeLayout:
+    """The nodes this run spans (run_spec.json's ``nodes``, laid out again here: inside a Slurm
+    allocation the allocation is checked and, without a hostfile, becomes it)."""
+    nodes = spec.get("nodes")
+    if not nodes:
+        return NodeLayout(ranks_per_node=spec["world_size"])
+    env = os.environ if nodes["mode"] == "slurm" else None
+    return layout(nodes["section"], nodes.get("profile_file", "profile"), Path.cwd(), None, env=env,
+                  hostfile_out=log_path.with_suffix(".hostfile"))
+
+
+def tee(process: subprocess.Popen, log: Path) -> threading.Thread:
+    """Copy a launcher's output to its log and the console as it comes (raw chunks: the progress bar
+    redraws with carriage returns)."""
+
+    def copy() -> None:
+        assert process.stdout is not None
+        with open(log, "ab") as out:
+            for chunk in iter(lambda: process.stdout.read1(65536), b""):
+                out.write(chunk)
+                out.flush()
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.buffer.flush()
+
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_all(processes: dict[int, subprocess.Popen], grace_s: float = 10.0) -> int:
+    """Wait for every node's launcher; when one fails, stop the others (a dead node must not leave the
+    rest waiting in a collective). The first non-zero exit code, else 0."""
+    while True:
+        codes = {node: p.poll() for node, p in processes.items()}
+        failed = [code for code in codes.values() if code not in (None, 0)]
+        if failed or all(code is not None for code in codes.values()):
+            break
+        time.sleep(0.5)
+    for node, process in processes.items():
+        if process.poll() is None:
+            print(f"zerogate: node {node}'s launcher stopped: another node failed", file=sys.stderr)
+            process.terminate()
+    deadline = time.monotonic() + grace_s
+    for process in processes.values():
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return failed[0] if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-spec", required=True)
-    parser.add_argument("--log", required=True)
+    parser.add_argument("--log", required=True, help="node 0's launcher log (node i: train.node<i>.log beside it)")
     parser.add_argument("--module", default="zerogate.train.loop", help="what the launcher runs on each rank")
+    parser.add_argument("--node-rank", type=int, action="append",
+                        help="several nodes, no_ssh: start this node's launcher only (default: every node that is "
+                             "this machine); run it on each other node with the same arguments")
+    parser.add_argument("--master-port", type=int, help="several nodes started by hand: the port all of them use")
     parser.add_argument("train_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     spec = json.loads(Path(args.run_spec).read_text())
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     log_path = Path(args.log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        nodes = run_layout(spec, log_path)
+    except InputError as error:
+        print(f"zerogate: error: {error}", file=sys.stderr)
+        return 2
     for stale in remove_stale_shm_buffers(log_path.parent, SHM):
         print(f"zerogate: removed {stale}, left by an earlier run that was killed", file=sys.stderr)
-    port = free_port()
+    port = args.master_port or free_port()
     state = port_state_file(log_path)
     state.write_text(json.dumps({"port": port, "pid": os.getpid()}) + "\n")  # before any rank can create a buffer
-    command = launcher_command(spec, ["--run-spec", args.run_spec, *train_args], port, args.module)
+    commands = launcher_commands(nodes, deepspeed_executable(), port, args.module,
+                                 ["--run-spec", args.run_spec, *train_args], args.node_rank)
     env = {**os.environ, **spec["env"], "PYTHONUNBUFFERED": "1"}
-
-    with open(args.log, "wb") as log:
-        log.write((" ".join(command) + "\n").encode())
-        try:
-            process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            assert process.stdout is not None
-            # Raw chunks, not lines: the progress bar redraws with carriage returns.
-            for chunk in iter(lambda: process.stdout.read1(65536), b""):
-                log.write(chunk)
-                log.flush()
-                sys.stderr.buffer.write(chunk)
-                sys.stderr.buffer.flush()
-            code = process.wait()
-        finally:  # also when interrupted: the ranks are gone, their buffers must go too
-            remove_shm_buffers(port, SHM)
-            state.unlink(missing_ok=True)
+    processes: dict[int, subprocess.Popen] = {}
+    copies: list[threading.Thread] = []
+    try:
+        for node, command in commands.items():
+            log = node_log(log_path, node)
+            log.write_text(" ".join(command) + "\n")
+            processes[node] = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                               start_new_session=len(commands) > 1)
+            copies.append(tee(processes[node], log))
+        code = wait_all(processes)
+        for copy in copies:  # the launchers have exited: let their last output reach the logs
+            copy.join(timeout=10)
+    finally:  # also when interrupted: the ranks are gone, their buffers must go too
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+        remove_shm_buffers(port, SHM)
+        state.unlink(missing_ok=True)
     if code != 0:
         out_dir = out_dir_of(train_args)
         kept = keep_failed_records(out_dir, Path(args.log)) if out_dir is not None else None

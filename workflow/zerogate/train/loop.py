@@ -21,7 +21,9 @@ DeepSpeed internal (zerogate.train.deepspeed_adapter). The loop below only says 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -43,6 +45,7 @@ from zerogate.train import checkpoint as ckpt
 from zerogate.train import deepspeed_adapter as ds
 from zerogate.train.evaluate import Evaluator
 from zerogate.train.held import held_bytes
+from zerogate.train.nodes import rank_env_from_slurm
 from zerogate.train.metrics import NoMetrics, StepMetrics, peak_flops, train_flops_per_token
 from zerogate.train.nvml_sampler import NvmlSampler, nvml_query
 from zerogate.train.policy import FaultInjector, StepPolicy, skip_reason
@@ -106,8 +109,16 @@ def main(argv: list[str] | None = None) -> int:
     fingerprint = sha256_json({"ds_config": ds_config, "run_spec": spec, "stabiliser": settings["stabiliser"],
                                "dataset": manifest.get("content_sha256")})
 
-    deepspeed.init_distributed(dist_backend=spec["backend"])
+    # Ranks that DeepSpeed's slurm backend started with srun learn their rank from srun's variables. Over
+    # several nodes a bounded collective timeout makes a dead node end the run instead of hanging it.
+    os.environ.update(rank_env_from_slurm(os.environ))
+    nodes = spec.get("nodes") or {}
+    timeout = nodes.get("collective_timeout_s")
+    deepspeed.init_distributed(dist_backend=spec["backend"],
+                               **({"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}))
     rank, world = dist.get_rank(), dist.get_world_size()
+    placement = {"node": rank // nodes["ranks_per_node"], "local_rank": int(os.environ.get("LOCAL_RANK", rank)),
+                 "host": socket.gethostname()} if nodes else None
     if world != spec["world_size"]:
         raise SystemExit(f"zerogate: launched {world} ranks but run_spec.json asks for {spec['world_size']}")
     set_seed(training["seed"])  # same seed on every rank: zero.Init must build identical weights
@@ -172,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         query = nvml_query(engine.device.index or 0)
         nvml = NvmlSampler(query).start() if query else None
     metrics = (NoMetrics if args.no_metrics else StepMetrics)(
-        metrics_file, rank, engine.device, append=latest is not None,
+        metrics_file, rank, engine.device, append=latest is not None, placement=placement,
         flops_per_token=train_flops_per_token(int(parameters), config.num_hidden_layers, config.hidden_size, manifest["seq_len"]),
         peak_flops_per_s=peak_flops(device_name, spec["dtype"]), nvml=nvml,
     )

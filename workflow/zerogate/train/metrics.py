@@ -109,8 +109,10 @@ class StepMetrics:
 
     def __init__(self, path: str | Path, rank: int, device: torch.device, *,
                  flops_per_token: float | None = None, peak_flops_per_s: float | None = None,
-                 probe: DeviceProbe | None = None, nvml: NvmlSampler | None = None, append: bool = False) -> None:
+                 probe: DeviceProbe | None = None, nvml: NvmlSampler | None = None, append: bool = False,
+                 placement: dict[str, Any] | None = None) -> None:
         self.rank = rank
+        self.placement = placement or {}  # where the rank runs: node, local_rank, host (several nodes)
         self.device = device
         self.flops_per_token, self.peak_flops_per_s = flops_per_token, peak_flops_per_s
         self.probe = probe if probe is not None else (CudaProbe(device) if device.type == "cuda" else None)
@@ -194,6 +196,7 @@ class StepMetrics:
             "tokens_per_s": tokens / step_time if step_time > 0 else None,
             "elapsed(s)": now - self.started,
             "device": str(self.device),
+            **self.placement,
         }
         if self.flops_per_token is not None and processed_tokens is not None and step_time > 0:
             flops_per_s = self.flops_per_token * processed_tokens / step_time
