@@ -163,50 +163,63 @@ BAD_PROFILES = {
 }
 
 
-@pytest.fixture(scope="module")
-def clean_copy(tmp_path_factory):
-    return copy_repo(tmp_path_factory.mktemp("zerogate-bad"))
-
-
 def dry_run(workdir, *args, profile="smoke"):
     """`snakemake -n`: the profile and config checks run while the DAG is built, so a bad input is refused
     by a dry run exactly as by a real one, and nothing can start training."""
     return snakemake(workdir, *args, targets=("-n",), profile=profile, timeout=300)
 
 
+def bare_snakemake(workdir, *args):
+    """Snakemake with no --config at all: config/config.yaml alone."""
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, env=env(), capture_output=True,
+                          text=True, timeout=300)
+
+
+def profile_name(case: str) -> str:
+    return "bad-" + case.replace(" ", "-")
+
+
 @pytest.fixture(scope="module")
-def bad_profile_runs(clean_copy):
-    """Each bad profile's dry run, side by side (each is a Snakemake start-up, seconds of CPU)."""
+def checks(tmp_path_factory):
+    """Every refusal case and the lint, side by side: each is one Snakemake start-up (seconds of CPU, no job).
+    Returns (clean copy, copy with a misspelt config.yaml, {case: CompletedProcess})."""
+    clean = copy_repo(tmp_path_factory.mktemp("zerogate-bad"))
     for case, (body, _) in BAD_PROFILES.items():
-        (clean_copy / f"config/profiles/bad-{case.replace(' ', '-')}.yaml").write_text(f"extends: smoke\n{body}\n")
-    with ThreadPoolExecutor(max_workers=max(1, min(len(BAD_PROFILES), os.cpu_count() or 1))) as pool:
-        futures = {case: pool.submit(dry_run, clean_copy, profile=f"bad-{case.replace(' ', '-')}") for case in BAD_PROFILES}
-        return {case: future.result() for case, future in futures.items()}
+        (clean / f"config/profiles/{profile_name(case)}.yaml").write_text(f"extends: smoke\n{body}\n")
+    typo = copy_repo(tmp_path_factory.mktemp("zerogate-config-typo"))
+    (typo / "config/config.yaml").write_text("profile: smoke\nmachine: auto\nprofil: x\n")
+    calls = {case: (dry_run, clean, (), {"profile": profile_name(case)}) for case in BAD_PROFILES}
+    calls |= {
+        "unknown profile": (dry_run, clean, (), {"profile": "nope"}),
+        "unknown config key": (dry_run, clean, ("bogus=1",), {}),
+        "config.yaml typo": (bare_snakemake, typo, ("-n",), {}),
+        "lint": (bare_snakemake, clean, ("--lint",), {}),
+    }
+    with ThreadPoolExecutor(max_workers=max(1, min(len(calls), os.cpu_count() or 1))) as pool:
+        futures = {case: pool.submit(call, workdir, *args, **kwargs) for case, (call, workdir, args, kwargs) in calls.items()}
+        done = {case: future.result() for case, future in futures.items()}
+    return clean, typo, done
 
 
 @pytest.mark.parametrize("case", sorted(BAD_PROFILES))
-def test_bad_profile_is_refused_with_file_and_key(clean_copy, bad_profile_runs, case):
+def test_bad_profile_is_refused_with_file_and_key(checks, case):
+    clean, _, done = checks
     _, expected = BAD_PROFILES[case]
-    line = refused(bad_profile_runs[case])
-    assert f"config/profiles/bad-{case.replace(' ', '-')}.yaml: {expected}" in line
-    assert not (clean_copy / "results").exists()
+    line = refused(done[case])
+    assert f"config/profiles/{profile_name(case)}.yaml: {expected}" in line
+    assert not (clean / "results").exists()
 
 
-def test_unknown_profile_and_unknown_config_key_are_refused(clean_copy):
-    line = refused(dry_run(clean_copy, profile="nope"))
+def test_unknown_profile_and_unknown_config_key_are_refused(checks):
+    clean, typo, done = checks
+    line = refused(done["unknown profile"])
     assert "profile: unknown profile 'nope'" in line and "smoke" in line
-    line = refused(dry_run(clean_copy, "bogus=1"))
-    assert "--config: bogus: unknown key" in line
-    (clean_copy / "config/config.yaml").write_text("profile: smoke\nmachine: auto\nprofil: x\n")
-    done = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=clean_copy, env=env(), capture_output=True,
-                          text=True, timeout=300)
-    assert "config/config.yaml: profil: unknown key" in refused(done)
-    assert not (clean_copy / "results").exists()
+    assert "--config: bogus: unknown key" in refused(done["unknown config key"])
+    assert "config/config.yaml: profil: unknown key" in refused(done["config.yaml typo"])
+    assert not (clean / "results").exists() and not (typo / "results").exists()
 
 
-def test_workflow_passes_snakemake_lint(tmp_path):
-    workdir = copy_repo(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=workdir, env=env(),
-                          capture_output=True, text=True, timeout=300)
+def test_workflow_passes_snakemake_lint(checks):
+    done = checks[2]["lint"]
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Congratulations" in done.stdout + done.stderr
