@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.integration.test_pipeline import copy_repo, env
+from tests.integration.pipeline import copy_repo, env
 from tests.unit.test_compare import write_run
 
 pytestmark = pytest.mark.integration

@@ -1,69 +1,26 @@
-"""The whole DAG on the smoke profile, in a copy of the repository, and its refusals of bad input.
-
-These run Snakemake and DeepSpeed for real (2 CPU ranks over gloo): about two minutes in all.
+"""The whole DAG on the smoke profile (tests/integration/conftest.py runs it once per session), re-judging a
+finished run without retraining, and the refusals of bad input at DAG-build time (no job runs).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 import pytest
 
+from tests.integration.pipeline import MACHINE, copy_repo, env, refused, snakemake
 from zerogate import __version__
 
-REPO = Path(__file__).resolve().parents[2]
-MACHINE = "ci-box"
 pytestmark = pytest.mark.integration
 
-
-def copy_repo(target: Path) -> Path:
-    for name in ("Snakefile", "workflow", "config", "envs"):
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            shutil.copy2(source, target / name)
-    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid"]
-    subprocess.run(["git", "init", "-q"], cwd=target, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=target, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "test copy"], cwd=target, check=True)
-    return target
-
-
-def env() -> dict[str, str]:
-    # The rules call `python` and `deepspeed`: the ones of this test's environment.
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-
-
-def snakemake(workdir: Path, *args: str, profile: str = "smoke") -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "snakemake", "--cores", "2", "--config", f"profile={profile}",
-               f"machine={MACHINE}", *args]
-    return subprocess.run(command, cwd=workdir, env=env(), capture_output=True, text=True, timeout=900)
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    workdir = copy_repo(tmp_path_factory.mktemp("zerogate"))
-    shm_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
-    started = time.monotonic()
-    done = snakemake(workdir)
-    assert done.returncode == 0, done.stderr[-4000:]
-    print(f"smoke pipeline end to end: {time.monotonic() - started:.1f} s")
-    # DeepSpeed's CPU comm op leaves its /dev/shm (RAM) buffers behind; zerogate.train.launch removes them.
-    assert set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) <= shm_before
-    return workdir, workdir / "results" / "smoke" / MACHINE
-
-
-def test_every_gate_has_definition_value_threshold_and_verdict(run, smoke_profile):
-    _, results = run
+def test_every_gate_has_definition_value_threshold_and_verdict(smoke_run, smoke_profile):
+    results = smoke_run.results
     verdicts = json.loads((results / "gates/verdicts.json").read_text())
     assert [g["name"] for g in verdicts["gates"]] == [g["name"] for g in smoke_profile["gates"]]
     # Not measurable on the CPU default: fp32 has no loss scaler to skip steps.
@@ -85,8 +42,8 @@ def test_every_gate_has_definition_value_threshold_and_verdict(run, smoke_profil
     assert any("fp16.enabled" in r for r in reproduction["reasons"])
 
 
-def test_both_ranks_trained_every_step_and_loss_fell(run):
-    _, results = run
+def test_both_ranks_trained_every_step_and_loss_fell(smoke_run):
+    results = smoke_run.results
     steps = pd.read_parquet(results / "parsed/steps.parquet")
     assert sorted(steps["rank"].unique()) == [0, 1]
     assert (steps.groupby("rank")["step"].apply(sorted).apply(list) == [list(range(1, 41))] * 2).all()
@@ -96,24 +53,24 @@ def test_both_ranks_trained_every_step_and_loss_fell(run):
     assert (steps["step_time(s)"] > 0).all() and (steps["memory/device_peak(GiB)"] > 0).all()
 
 
-def test_ledger_matches_what_each_rank_held_within_5_percent(run):
-    _, results = run
+def test_ledger_matches_what_each_rank_held_within_5_percent(smoke_run):
+    results = smoke_run.results
     table = json.loads((results / "ledger/ledger_vs_measured.json").read_text())
     assert {r["rank"] for r in table["rows"]} == {0, 1}
     assert table["within_5_percent"] is True, table["rows"]
     assert json.loads((results / "plan/plan.json").read_text())["fits"] is True
 
 
-def test_render_records_deviations_and_no_auto(run):
-    _, results = run
+def test_render_records_deviations_and_no_auto(smoke_run):
+    results = smoke_run.results
     ds_config = (results / "deepspeed/ds_config.json").read_text()
     assert '"auto"' not in ds_config
     deviations = json.loads((results / "deepspeed/deviations.json").read_text())
     assert {"fp16.enabled", "zero_optimization.reduce_bucket_size"} <= {d["path"] for d in deviations}
 
 
-def test_report_is_versioned_and_names_its_provenance(run):
-    workdir, results = run
+def test_report_is_versioned_and_names_its_provenance(smoke_run):
+    workdir, results = smoke_run.workdir, smoke_run.results
     reports = list((results / "report").glob("zerogate-v*.html"))
     assert len(reports) == 1
     assert reports[0].name.startswith(f"zerogate-v{__version__}-smoke-{MACHINE}-")
@@ -127,8 +84,12 @@ def test_report_is_versioned_and_names_its_provenance(run):
     assert page.index("id='verdicts'") < page.index("<h2>Figures</h2>")
 
 
-def test_rerunning_check_gates_does_not_retrain(run):
-    workdir, results = run
+def test_rerunning_check_gates_does_not_retrain(smoke_run):
+    with smoke_run.borrowed() as (workdir, results):
+        rerun_check_gates(workdir, results)
+
+
+def rerun_check_gates(workdir, results):
     summary = results / "train/summary.json"
     trained_at = summary.stat().st_mtime_ns
     verdicts_at = (results / "gates/verdicts.json").stat().st_mtime_ns
@@ -141,75 +102,55 @@ def test_rerunning_check_gates_does_not_retrain(run):
     assert "rule train:" not in done.stderr and "localrule train:" not in done.stderr
 
 
-def test_editing_a_gate_threshold_rejudges_without_retraining(run):
-    workdir, results = run
+def test_editing_a_gate_threshold_rejudges_without_retraining_and_strict_fails_on_it(smoke_run):
+    # One re-judged run serves both: the edited threshold must re-judge without retraining, and with
+    # strict=True the FAIL it produces must fail the invocation while the verdicts and report stay.
+    with smoke_run.borrowed() as (workdir, results):
+        edit_threshold_with_strict(workdir, results)
+
+
+def edit_threshold_with_strict(workdir, results):
     profile = workdir / "config/profiles/smoke.yaml"
-    original = profile.read_text()
     gates = json.loads((results / "gates/verdicts.json").read_text())["gates"]
     strict_time = [{k: g[k] for k in ("name", "claim", "metric", "statistic", "comparison", "threshold", "unit", "definition")}
                    for g in gates]
     strict_time[0]["threshold"] = 0.001  # no machine makes an optimizer step in a millisecond
     trained_at = (results / "train/summary.json").stat().st_mtime_ns
-    try:
-        profile.write_text(original + "gates: " + json.dumps(strict_time) + "\n")
-        done = snakemake(workdir)
-        assert done.returncode == 0, done.stderr[-3000:]
-    finally:
-        profile.write_text(original)
+    profile.write_text(profile.read_text() + "gates: " + json.dumps(strict_time) + "\n")
+
+    done = snakemake(workdir, "strict=True")  # one more --config entry
+    assert done.returncode != 0
+    verdicts = json.loads((results / "gates/verdicts.json").read_text())["gates"]
+    failed = [g["name"] for g in verdicts if g["verdict"] == "FAIL"]
+    assert f"strict: {len(failed)} gate(s) FAIL ({failed[0]}: " in done.stderr  # each FAIL with its reason
+    assert verdicts[0]["threshold"] == 0.001 and verdicts[0]["verdict"] == "FAIL"  # kept for the user to read
+    assert not list((results / "gates").glob("strict-*.passed"))
     assert (results / "train/summary.json").stat().st_mtime_ns == trained_at
-    verdict = json.loads((results / "gates/verdicts.json").read_text())["gates"][0]
-    assert verdict["threshold"] == 0.001 and verdict["verdict"] == "FAIL"
     assert len(list((results / "report").glob("zerogate-v*.html"))) == 2  # the earlier report is kept
 
+    assert snakemake(workdir).returncode == 0  # strict is off by default
+    assert (results / "train/summary.json").stat().st_mtime_ns == trained_at
 
-def test_default_report_opens_in_headless_chromium(run, tmp_path):
+
+def test_default_report_opens_in_headless_chromium(smoke_run, tmp_path):
     from tests.browser import chromium, dump_dom, screenshot
 
     if chromium() is None:
         pytest.skip("needs Debian's chromium (.ci/run installs it)")
-    _, results = run
-    report = sorted((results / "report").glob("zerogate-v*.html"))[0]
+    report = sorted((smoke_run.results / "report").glob("zerogate-v*.html"))[0]
     dom = dump_dom(report)
     assert '<table id="verdicts">' in dom and dom.index('id="verdicts"') < dom.index("<h2>Figures</h2>")
     screenshot(report, tmp_path / "report.png")
 
 
-def test_run_registry_lists_gates_figures_and_provenance(run):
-    _, results = run
+def test_run_registry_lists_gates_figures_and_provenance(smoke_run):
+    results = smoke_run.results
     registry = json.loads((results / "registry.json").read_text())
     verdicts = json.loads((results / "gates/verdicts.json").read_text())
     assert [g["verdict"] for g in registry["gates"]] == [g["verdict"] for g in verdicts["gates"]]
     assert registry["provenance"]["dataset_sha256"] == json.loads((results / "dataset/manifest.json").read_text())["content_sha256"]
     for figure in registry["files"]["figures"].values():
-        assert (run[0] / figure).exists()
-
-
-def test_strict_fails_the_invocation_but_keeps_verdicts_and_report(run):
-    workdir, results = run
-    profile = workdir / "config/profiles/smoke.yaml"
-    original = profile.read_text()
-    trained_at = (results / "train/summary.json").stat().st_mtime_ns
-    try:
-        profile.write_text(original + "gates: [{name: impossible_step_time, claim: test, metric: step_time(s), statistic: median,"
-                           " comparison: '<=', threshold: 0.000001, unit: s, definition: test}]\n")
-        done = snakemake(workdir, "strict=True")  # one more --config entry
-        assert done.returncode != 0
-        assert "strict: 1 gate(s) FAIL (impossible_step_time" in done.stderr
-        verdicts = json.loads((results / "gates/verdicts.json").read_text())
-        assert verdicts["gates"][0]["verdict"] == "FAIL"  # kept for the user to read
-        assert not list((results / "gates").glob("strict-*.passed"))
-        assert snakemake(workdir).returncode == 0  # strict is off by default
-    finally:
-        profile.write_text(original)
-    assert (results / "train/summary.json").stat().st_mtime_ns == trained_at
-
-
-def test_workflow_passes_snakemake_lint(run):
-    workdir, _ = run
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=workdir, env=env(),
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Congratulations" in done.stdout + done.stderr
+        assert (smoke_run.workdir / figure).exists()
 
 
 BAD_PROFILES = {
@@ -222,58 +163,63 @@ BAD_PROFILES = {
 }
 
 
+def dry_run(workdir, *args, profile="smoke"):
+    """`snakemake -n`: the profile and config checks run while the DAG is built, so a bad input is refused
+    by a dry run exactly as by a real one, and nothing can start training."""
+    return snakemake(workdir, *args, targets=("-n",), profile=profile, timeout=300)
+
+
+def bare_snakemake(workdir, *args):
+    """Snakemake with no --config at all: config/config.yaml alone."""
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, env=env(), capture_output=True,
+                          text=True, timeout=300)
+
+
+def profile_name(case: str) -> str:
+    return "bad-" + case.replace(" ", "-")
+
+
 @pytest.fixture(scope="module")
-def clean_copy(tmp_path_factory):
-    return copy_repo(tmp_path_factory.mktemp("zerogate-bad"))
-
-
-def refused(done: subprocess.CompletedProcess) -> str:
-    """The single zerogate error line of a refused invocation."""
-    assert done.returncode != 0
-    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("zerogate: error:")]
-    assert len(lines) == 1, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr
-    return lines[0]
+def checks(tmp_path_factory):
+    """Every refusal case and the lint, side by side: each is one Snakemake start-up (seconds of CPU, no job).
+    Returns (clean copy, copy with a misspelt config.yaml, {case: CompletedProcess})."""
+    clean = copy_repo(tmp_path_factory.mktemp("zerogate-bad"))
+    for case, (body, _) in BAD_PROFILES.items():
+        (clean / f"config/profiles/{profile_name(case)}.yaml").write_text(f"extends: smoke\n{body}\n")
+    typo = copy_repo(tmp_path_factory.mktemp("zerogate-config-typo"))
+    (typo / "config/config.yaml").write_text("profile: smoke\nmachine: auto\nprofil: x\n")
+    calls = {case: (dry_run, clean, (), {"profile": profile_name(case)}) for case in BAD_PROFILES}
+    calls |= {
+        "unknown profile": (dry_run, clean, (), {"profile": "nope"}),
+        "unknown config key": (dry_run, clean, ("bogus=1",), {}),
+        "config.yaml typo": (bare_snakemake, typo, ("-n",), {}),
+        "lint": (bare_snakemake, clean, ("--lint",), {}),
+    }
+    with ThreadPoolExecutor(max_workers=max(1, min(len(calls), os.cpu_count() or 1))) as pool:
+        futures = {case: pool.submit(call, workdir, *args, **kwargs) for case, (call, workdir, args, kwargs) in calls.items()}
+        done = {case: future.result() for case, future in futures.items()}
+    return clean, typo, done
 
 
 @pytest.mark.parametrize("case", sorted(BAD_PROFILES))
-def test_bad_profile_is_refused_with_file_and_key(clean_copy, case):
-    body, expected = BAD_PROFILES[case]
-    (clean_copy / "config/profiles/bad.yaml").write_text(f"extends: smoke\n{body}\n")
-    line = refused(snakemake(clean_copy, profile="bad"))
-    assert f"config/profiles/bad.yaml: {expected}" in line
-    assert not (clean_copy / "results").exists()
+def test_bad_profile_is_refused_with_file_and_key(checks, case):
+    clean, _, done = checks
+    _, expected = BAD_PROFILES[case]
+    line = refused(done[case])
+    assert f"config/profiles/{profile_name(case)}.yaml: {expected}" in line
+    assert not (clean / "results").exists()
 
 
-def test_unknown_profile_and_unknown_config_key_are_refused(clean_copy):
-    line = refused(snakemake(clean_copy, profile="nope"))
+def test_unknown_profile_and_unknown_config_key_are_refused(checks):
+    clean, typo, done = checks
+    line = refused(done["unknown profile"])
     assert "profile: unknown profile 'nope'" in line and "smoke" in line
-    line = refused(snakemake(clean_copy, "--config", "bogus=1"))
-    assert "--config: bogus: unknown key" in line
-    (clean_copy / "config/config.yaml").write_text("profile: smoke\nmachine: auto\nprofil: x\n")
-    done = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=clean_copy, env=env(), capture_output=True,
-                          text=True, timeout=300)
-    assert "config/config.yaml: profil: unknown key" in refused(done)
-    assert not (clean_copy / "results").exists()
+    assert "--config: bogus: unknown key" in refused(done["unknown config key"])
+    assert "config/config.yaml: profil: unknown key" in refused(done["config.yaml typo"])
+    assert not (clean / "results").exists() and not (typo / "results").exists()
 
 
-def test_interrupted_training_leaves_no_finished_output(tmp_path):
-    workdir = copy_repo(tmp_path)
-    command = [sys.executable, "-m", "snakemake", "--cores", "2", "--config", "profile=smoke", "machine=interrupted"]
-    process = subprocess.Popen(command, cwd=workdir, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    results = workdir / "results/smoke/interrupted"
-    deadline = time.monotonic() + 600
-    metrics = results / "train/metrics/rank0.jsonl"
-    while time.monotonic() < deadline and process.poll() is None:
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
-            break
-        time.sleep(0.5)
-    assert process.poll() is None, "the run ended before it could be interrupted"
-    os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole process group
-    process.wait(timeout=120)
-    assert not (results / "train/summary.json").exists()
-    assert not (results / "parsed").exists()
-    dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--config", "profile=smoke", "machine=interrupted"],
-                         cwd=workdir, env=env(), capture_output=True, text=True, timeout=300)
-    assert "train" in dry.stdout  # Snakemake will train again rather than trust a partial run
+def test_workflow_passes_snakemake_lint(checks):
+    done = checks[2]["lint"]
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Congratulations" in done.stdout + done.stderr

@@ -1,5 +1,5 @@
 """The plan target for the claimed box, the refusal of an infeasible run, and a misspelt DeepSpeed key,
-each through Snakemake in a copy of the repository (no training: about a minute in all)."""
+each through Snakemake in a copy of the repository (no training; the session's smoke run lends its probe)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.integration.test_pipeline import copy_repo, env, refused
+from tests.integration.pipeline import copy_repo, env, refused
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,8 @@ def test_plan_for_the_claimed_box_gives_the_on_paper_verdict(workdir):
     assert not (workdir / "results/claim-14b/claim-rtx5070-rtx4090/probe").exists()  # nothing probed
 
 
-def test_infeasible_run_is_refused_before_anything_is_launched(workdir):
+def test_infeasible_run_is_refused_before_anything_is_launched(workdir, smoke_run):
+    smoke_run.share_probe(workdir, "claim-14b", "ci-refuse")
     started = time.monotonic()
     done = snakemake(workdir, "--config", "profile=claim-14b", "machine=ci-refuse")
     elapsed = time.monotonic() - started
@@ -53,7 +54,8 @@ def test_infeasible_run_is_refused_before_anything_is_launched(workdir):
     assert not (results / "plan/approved.json").exists()
 
 
-def test_misspelt_deepspeed_key_is_refused_with_its_path(workdir):
+def test_misspelt_deepspeed_key_is_refused_with_its_path(workdir, smoke_run):
+    smoke_run.share_probe(workdir, "smoke", "ci-typo")
     template = workdir / "config/deepspeed/claim_ds_config.json"
     original = template.read_text()
     config = json.loads(original)

@@ -1,5 +1,6 @@
 """A user's own JSONL, with its own column names mapped in a profile, trained end to end; and a malformed
-file refused before training with the line number. Runs Snakemake and DeepSpeed for real (~2 minutes)."""
+file refused before training with the line number. Runs Snakemake and DeepSpeed for real (the probe is
+the session smoke run's)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 
 import pytest
 
-from tests.integration.test_pipeline import MACHINE, copy_repo, snakemake
+from tests.integration.pipeline import MACHINE, copy_repo, snakemake
 
 pytestmark = pytest.mark.integration
 
@@ -40,8 +41,9 @@ def user_rows(count: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
+def workdir(tmp_path_factory, smoke_run):
     workdir = copy_repo(tmp_path_factory.mktemp("zerogate-user"))
+    smoke_run.share_probe(workdir, "user-jsonl", MACHINE)
     (workdir / "data").mkdir()
     (workdir / "data/mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in user_rows(1500)))
     (workdir / "config/profiles/user-jsonl.yaml").write_text(PROFILE)
