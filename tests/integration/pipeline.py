@@ -14,7 +14,7 @@ MACHINE = "ci-box"
 
 def copy_repo(target: Path) -> Path:
     """The workflow, its configuration and environments, committed in a fresh git repository at ``target``."""
-    for name in ("Snakefile", "workflow", "config", "envs"):
+    for name in ("Snakefile", "workflow", "config", "envs", "profiles"):
         source = REPO / name
         if source.is_dir():
             shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))

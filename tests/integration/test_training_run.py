@@ -113,11 +113,9 @@ def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, li
     assert f"at step {first_checkpoint}" in (results / "logs/train.log").read_text()  # it had resumed
 
     # 3. After a kill -9 the lock needs `snakemake --unlock` (the README says so); then the usual command
-    #    resumes. Issue 10 bug 2: the workflow profile (workflow/profiles/default) sets rerun-incomplete.
-    # Check after merge: the fallback below goes once workflow/profiles/default is on main.
+    #    resumes. Issue 10 bug 2: the workflow profile (profiles/default) sets rerun-incomplete, so no flag.
     assert snakemake(workdir, targets=("--unlock",), timeout=300).returncode == 0
-    flags = () if (workdir / "workflow/profiles/default/config.yaml").exists() else ("--rerun-incomplete",)
-    done = snakemake(workdir, targets=(*flags, SUMMARY))
+    done = snakemake(workdir, targets=(SUMMARY,))
     assert done.returncode == 0, done.stderr[-4000:]
     summary = json.loads((results / "train/summary.json").read_text())
     assert summary["resumed_from_step"] == 30

@@ -1,4 +1,4 @@
-"""The ledger against hand-computed counts and bytes, DeepSpeed's estimator and reference.md's oracles."""
+"""The ledger against hand-computed counts and bytes, DeepSpeed's estimator and docs/reference.md's oracles."""
 
 import dataclasses
 import json
@@ -51,7 +51,7 @@ def test_qwen25_14b_shape_by_hand():
     embed = 152064 * 5120
     layer = (5120 * 5120 + 5120) + 2 * (5120 * 1024 + 1024) + 5120 * 5120 + 3 * 5120 * 13824 + 2 * 5120
     assert counts.total == 2 * embed + 48 * layer + 5120 == 14_770_033_664
-    assert counts.largest_layer == embed  # ~778.6 M, reference.md section 1
+    assert counts.largest_layer == embed  # ~778.6 M, docs/reference.md section 1
 
 
 def test_paper_ledger_matches_the_claims_worked_numbers():
@@ -71,7 +71,7 @@ def test_deepspeed_estimator_matches_reference_oracles():
     full = estimates["zero3_offload_all"]
     assert full["device"] / GB == pytest.approx(3.11, abs=0.01)  # 4L
     assert full["host"] / GB == pytest.approx(378, abs=0.5)  # 18 Phi x 1.5
-    # Same counts, DeepSpeed's formulas for the other schemes (reference.md section 1).
+    # Same counts, DeepSpeed's formulas for the other schemes (docs/reference.md section 1).
     assert estimates["zero3"]["device"] == 4 * 778_567_680 + 18 * 14 * 10**9 // 2
     assert estimates["zero3_offload_optimizer"]["device"] == 4 * 778_567_680 + 2 * 14 * 10**9 // 2
     assert estimates["zero2"]["device"] == 2 * 14 * 10**9 + 18 * 14 * 10**9 // 2
@@ -81,7 +81,7 @@ def test_deepspeed_estimator_matches_reference_oracles():
 def test_zerogate_host_is_20_bytes_per_parameter_with_accumulation():
     terms = zerogate_terms(oracle_counts(), claim_setup())
     host_per_node = sum(terms["host"].values()) * 2
-    assert host_per_node == 280 * 10**9  # reference.md section 1: ~20 B/param = 280 GB
+    assert host_per_node == 280 * 10**9  # docs/reference.md section 1: ~20 B/param = 280 GB
     assert "parameters" not in terms["device"]  # offloaded
     single_step = zerogate_terms(oracle_counts(), claim_setup(accumulation=1))
     assert sum(single_step["host"].values()) * 2 == 18 * 14 * 10**9

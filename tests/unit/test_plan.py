@@ -23,14 +23,14 @@ def claim_box():
 
 
 def test_pcie_bandwidth_per_generation_and_width():
-    assert pcie_gbps({"generation": 4, "width": 16}) == pytest.approx(31.5, abs=0.1)  # reference.md section 2
+    assert pcie_gbps({"generation": 4, "width": 16}) == pytest.approx(31.5, abs=0.1)  # docs/reference.md section 2
     assert pcie_gbps({"generation": 4, "width": 8}) == pytest.approx(15.75, abs=0.1)
     assert pcie_gbps({"generation": None, "width": 16}) is None
 
 
 def test_parameter_offload_streams_the_full_model_twice_per_micro_step():
     moved = link_bytes(oracle_counts(), claim_setup())
-    # 2 x 28 GB gathered + half the gradients arriving in the reduce-scatter (reference.md section 2).
+    # 2 x 28 GB gathered + half the gradients arriving in the reduce-scatter (docs/reference.md section 2).
     assert moved["h2d"] == 2 * 28e9 + 14e9
     assert moved["d2h"] == 14e9 + 4 * 7e9
 
@@ -75,7 +75,7 @@ def test_claim_on_the_claimed_box_is_refused_with_rank_device_need_and_capacity(
     assert verdicts["optimizer_step_time"]["verdict"] == "impossible"
     assert verdicts["optimizer_step_time"]["as_micro_step"] == "impossible"  # x8 lanes: 4.4 s per micro-step
     assert verdicts["peak_memory_smallest_device"]["verdict"] == "not expected"
-    assert result["optimizer_step_floor(s)"] > 20  # reference.md section 2: >= ~20 s
+    assert result["optimizer_step_floor(s)"] > 20  # docs/reference.md section 2: >= ~20 s
     text = summary(result, judge_claims(result, GATES))
     for scheme in ("ddp", "zero1", "zero2", "zero3", "zero3_offload_all"):
         assert scheme in text

@@ -12,7 +12,6 @@ rule prepare_dataset:
     params:
         settings=PROFILE["dataset"],
         evaluation=PROFILE.get("evaluation", {}),
-        repo=str(REPO),
         # Named in the dataset stage's errors (e.g. a tokenizer larger than dataset.vocab_size).
         profile_file=profile_file_setting("dataset.vocab_size"),
     log:

@@ -16,7 +16,6 @@ rule render_deepspeed_config:
         machine=MACHINE,
         nodes=PROFILE.get("nodes"),
         nodes_file=profile_file_setting("nodes"),
-        repo=str(REPO),
     log:
         result("logs/render_deepspeed_config.log"),
     conda:

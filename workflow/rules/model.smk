@@ -7,7 +7,6 @@ rule prepare_model:
         model=result("model/model.json"),
     params:
         model=PROFILE["model"],
-        repo=str(REPO),
         profile_file=profile_file_setting("model.source"),
     log:
         result("logs/prepare_model.log"),

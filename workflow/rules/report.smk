@@ -52,7 +52,6 @@ rule record_provenance:
         profile=PROFILE,
         config_hash=CONFIG_HASH,
         run_id=RUN_ID,
-        repo=str(REPO),
     log:
         result("logs/record_provenance.log"),
     conda:

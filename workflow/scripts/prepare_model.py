@@ -1,7 +1,7 @@
 """Entry point of the prepare_model rule (logic: zerogate.model.build, zerogate.model.sources)."""
 from pathlib import Path
 
-from zerogate.entry import fail, logging_to
+from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
 from zerogate.model.build import materialise
 from zerogate.model.sources import parse_source
@@ -9,7 +9,7 @@ from zerogate.model.sources import parse_source
 try:
     with logging_to(snakemake.log[0]) as log:
         model = snakemake.params.model
-        source = parse_source(model.get("source"), snakemake.params.repo)
+        source = parse_source(model.get("source"), str(repo_root(snakemake)))
         info = materialise(source, Path(snakemake.output.model).parent, snakemake.params.profile_file, model)
         log.info("model: %s", info)
 except (InputError, FileNotFoundError) as error:

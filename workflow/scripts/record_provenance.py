@@ -1,5 +1,5 @@
 """Entry point of the record_provenance rule (logic: zerogate.provenance)."""
-from zerogate.entry import logging_to
+from zerogate.entry import logging_to, repo_root
 from zerogate.io import read_json, write_json
 from zerogate.provenance import provenance
 
@@ -9,7 +9,7 @@ with logging_to(snakemake.log[0]):
         profile=snakemake.params.profile,
         config_hash=snakemake.params.config_hash,
         run_id=snakemake.params.run_id,
-        repo=snakemake.params.repo,
+        repo=str(repo_root(snakemake)),
         fingerprint=read_json(snakemake.input.fingerprint),
         manifest=read_json(snakemake.input.manifest),
         ds_config=read_json(snakemake.input.ds_config),

@@ -1,7 +1,7 @@
 """Entry point of the render_deepspeed_config rule (logic: zerogate.plan.ds_config)."""
 from pathlib import Path
 
-from zerogate.entry import fail, logging_to
+from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
 from zerogate.io import read_json, write_json
 from zerogate.plan.ds_config import render
@@ -19,7 +19,7 @@ with logging_to(snakemake.log[0]) as log:
         accelerator = fingerprint["accelerator"]
         # The profile's nodes section, checked before anything launches (hostfile, ranks per node against
         # a node's devices, the node count); the Slurm allocation is checked again at launch.
-        nodes = layout(snakemake.params.nodes, snakemake.params.nodes_file, Path(snakemake.params.repo),
+        nodes = layout(snakemake.params.nodes, snakemake.params.nodes_file, repo_root(snakemake),
                        accelerator["count"] if accelerator["kind"] == "cuda" else None)
         ds_config, deviations, run_spec = render(read_json(inputs.template), profile, fingerprint, inputs.template,
                                                  nodes)

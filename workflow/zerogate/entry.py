@@ -6,7 +6,7 @@ import contextlib
 import logging
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 
 @contextlib.contextmanager
@@ -17,6 +17,13 @@ def logging_to(log_path: str) -> Iterator[logging.Logger]:
         logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True)
         logging.captureWarnings(True)
         yield logging.getLogger("zerogate")
+
+
+def repo_root(snakemake: Any) -> Path:
+    """The repository the running rule's script belongs to (workflow/scripts/ is two levels down). Taken
+    from the script's location rather than a rule param: a param holding the absolute path would make a
+    moved or renamed checkout rerun every rule that has it."""
+    return Path(snakemake.scriptdir).parents[1]
 
 
 def fail(message: str) -> None:

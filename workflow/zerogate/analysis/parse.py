@@ -9,7 +9,7 @@ Three tables come out of a run:
   ``stabiliser``; :func:`stabiliser_events`);
 - run metadata (:func:`run_metadata`): world size, per-rank completion and failures with their last lines.
 
-DeepSpeed's log formats vary between releases (reference.md section 3), so the patterns match loosely.
+DeepSpeed's log formats vary between releases (docs/reference.md section 3), so the patterns match loosely.
 """
 
 from __future__ import annotations

@@ -217,7 +217,7 @@ def render(
             reason = (
                 "DeepSpeed's CPU accelerator reports fp16 unsupported on this CPU"
                 if not fp16_ok
-                else "CPU runs train in fp32 (fp16/bf16 on CPUs run far slower than fp32, reference.md section 5)"
+                else "CPU runs train in fp32 (fp16/bf16 on CPUs run far slower than fp32, docs/reference.md section 5)"
             )
             r.set("fp16.enabled", False, "changed", reason + "; training in fp32", True)
     else:

@@ -2,7 +2,7 @@
 
 Every term uses a published or measured peak (never an achievable fraction), and resources that can work
 at the same time are assumed to overlap perfectly, so measured time / floor >= 1 always; how far above 1
-a run lands is the honest way to judge a step-time claim (reference.md section 2).
+a run lands is the honest way to judge a step-time claim (docs/reference.md section 2).
 
 Per micro-step and rank: compute (FLOP / peak), the host<->device PCIe link in each direction (parameter
 streaming with offload, collectives, gradient offload), and the slowest rank decides. Per optimizer step:
@@ -18,7 +18,7 @@ from zerogate.plan.ledger import ModelCounts, Setup
 
 # GB/s per lane and direction after line encoding (PCI-SIG: 8b/10b for Gen 1-2, 128b/130b from Gen 3).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-# Host memory bytes moved per parameter by one CPU Adam update (reference.md section 2: ~36 B/param:
+# Host memory bytes moved per parameter by one CPU Adam update (docs/reference.md section 2: ~36 B/param:
 # fp32 param, grad, exp_avg, exp_avg_sq read, three written back, plus the 16-bit copy to the device).
 ADAM_BYTES_PER_PARAM = 36
 
@@ -38,7 +38,7 @@ def link_bytes(counts: ModelCounts, setup: Setup) -> dict[str, float]:
     others = (n - 1) / n
     h2d = d2h = 0.0
     if setup.stage == 3:
-        # Forward and backward each gather the full model onto every device (reference.md section 2).
+        # Forward and backward each gather the full model onto every device (docs/reference.md section 2).
         h2d += 2 * phi * b if setup.offload_param else 2 * phi * b * others
         h2d += phi * b * others  # reduce-scatter: the other ranks' gradient shards arrive
         d2h += phi * b * others

@@ -1,7 +1,7 @@
 """The memory ledger: what each rank and each host needs, three ways, for every ZeRO scheme.
 
 (a) ``paper``: the ZeRO paper's model-state formulas (Rajbhandari et al. 2020, K = 12 bytes/param of fp32
-    Adam state; reference.md section 1), as the claim quotes them.
+    Adam state; docs/reference.md section 1), as the claim quotes them.
 (b) ``deepspeed``: DeepSpeed's own estimators, called (never re-typed) on the same counts.
 (c) ``zerogate``: model states as DeepSpeed 0.19 actually allocates them (per-parameter partition
     padding included), plus what (a) and (b) leave out: activations at the profile's sequence length and
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerogate.units import GB, GIB
-# CUDA context + cuBLAS/NCCL workspaces per GPU process: 0.3-0.6 GiB measured by users (reference.md
+# CUDA context + cuBLAS/NCCL workspaces per GPU process: 0.3-0.6 GiB measured by users (docs/reference.md
 # section 1); the upper end, so that a "fits" verdict is not optimistic.
 CUDA_CONTEXT_BYTES = int(0.6 * GIB)
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -245,7 +245,7 @@ def zerogate_terms(counts: ModelCounts, setup: Setup) -> dict[str, dict[str, int
         host["gradients"] = 4 * share
         host.update(optimizer_state)
         if setup.accumulation > 1 and b < 4:
-            # 16-bit gradient accumulation partition on the host (reference.md section 1: +2 Phi when G > 1).
+            # 16-bit gradient accumulation partition on the host (docs/reference.md section 1: +2 Phi when G > 1).
             host["gradient_accumulation"] = b * share
     else:
         device["gradients"] = b * grads_share

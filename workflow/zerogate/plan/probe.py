@@ -266,7 +266,7 @@ def cpu_accelerator_facts() -> dict[str, Any]:
             flags = next((line for line in handle if line.startswith("flags")), "")
     except OSError:
         pass
-    # Flags only: bf16 speed on a CPU must be measured (reference.md section 5: ~20x slower than fp32 here).
+    # Flags only: bf16 speed on a CPU must be measured (docs/reference.md section 5: ~20x slower than fp32 here).
     return {"fp16_supported": fp16, "avx512_bf16_flag": "avx512_bf16" in flags, "amx_bf16_flag": "amx_bf16" in flags}
 
 
