@@ -36,6 +36,15 @@ def test_plan_for_the_claimed_box_gives_the_on_paper_verdict(workdir):
     plan = json.loads((workdir / "results/claim-14b/claim-rtx5070-rtx4090/plan/plan.json").read_text())
     assert plan["optimizer_step_floor(s)"] > 20 and plan["machine_source"] == "described"
     assert not (workdir / "results/claim-14b/claim-rtx5070-rtx4090/probe").exists()  # nothing probed
+    # Issue 13: the planner's multi-node answer, printed and written as a profile overlay that runs: planned
+    # as a profile of its own on the same box, it fits.
+    overlay = workdir / "results/claim-14b/claim-rtx5070-rtx4090/plan/multinode-overlay.yaml"
+    assert f"{overlay.relative_to(workdir)}:" in done.stderr and "nodes:" in overlay.read_text()
+    (workdir / "config/profiles/claim-14b-2nodes.yaml").write_text(overlay.read_text())
+    done = snakemake(workdir, "plan", "--config", "profile=claim-14b-2nodes",
+                     "machine_description=config/machines/claim-rtx5070-rtx4090.yaml")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "run_fits_machine: POSSIBLE" in done.stderr and "4 ranks" in done.stderr
 
 
 def test_infeasible_run_is_refused_before_anything_is_launched(workdir, smoke_run):

@@ -66,8 +66,12 @@ rule judge_plan_claims:
     output:
         claims=result("plan/claims.json"),
         summary=result("plan/plan.txt"),
+        overlay=result("plan/multinode-overlay.yaml"),
     params:
         gates=PROFILE["gates"],
+        profile_name=PROFILE_NAME,
+        profile=profile_sections("training", "deepspeed"),
+        machine=MACHINE,
     log:
         result("logs/judge_plan_claims.log"),
     localrule: True

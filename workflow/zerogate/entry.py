@@ -23,7 +23,7 @@ def repo_root(snakemake: Any) -> Path:
     """The repository the running rule's script belongs to (workflow/scripts/ is two levels down). Taken
     from the script's location rather than a rule param: a param holding the absolute path would make a
     moved or renamed checkout rerun every rule that has it."""
-    return Path(snakemake.scriptdir).parents[1]
+    return Path(snakemake.scriptdir).resolve().parents[1]  # scriptdir may read workflow/rules/../scripts
 
 
 def fail(message: str) -> None:

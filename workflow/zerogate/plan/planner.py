@@ -87,7 +87,13 @@ def suggestions(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> l
         if all(c["fits"] for c in result):
             tightest = min(result, key=lambda c: c["headroom(bytes)"])
             found.append({"change": change, "tightest": tightest["what"], "need(bytes)": tightest["need(bytes)"],
-                          "capacity(bytes)": tightest["capacity(bytes)"]})
+                          "capacity(bytes)": tightest["capacity(bytes)"],
+                          # The same change as settings (plan.overlay writes a runnable profile from them).
+                          "settings": {"nodes": variant.nodes, "ranks": variant.ranks,
+                                       "micro_batch": variant.micro_batch, "accumulation": variant.accumulation,
+                                       "offload_optimizer": variant.offload_optimizer,
+                                       "offload_param": variant.offload_param,
+                                       "activation_checkpointing": variant.activation_checkpointing}})
     return found
 
 
@@ -148,6 +154,7 @@ def plan(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
         "machine_source": machine["source"],
         "scheme": setup.scheme,
         "ranks": setup.ranks,
+        "nodes": setup.nodes,
         "dtype": setup.dtype,
         "fits": fits,
         "refused": not fits and not allowed,
@@ -258,6 +265,8 @@ def plan_for_profile(profile: dict[str, Any], ds_config: dict[str, Any], run_spe
 
     counts = count_parameters(planned_model_config(profile["model"], profile["dataset"]))
     seq_len = profile["dataset"]["seq_len"]
-    setup = setup_from_config(ds_config, run_spec, seq_len, nodes=machine.get("nodes", 1),
+    # Several nodes (the profile's nodes section, as rendered): each node holds its share of the ranks.
+    nodes = len(run_spec["nodes"]["hosts"]) if run_spec.get("nodes") else machine.get("nodes", 1)
+    setup = setup_from_config(ds_config, run_spec, seq_len, nodes=nodes,
                               activation_checkpointing=profile["training"].get("activation_checkpointing", False))
     return plan(counts, setup, machine, profile.get("plan"))
