@@ -37,7 +37,9 @@ def slurm_run(smoke_run, tmp_path_factory):
         pytest.skip("no Slurm cluster (tests/slurm/cluster.sh start makes a one-node one)")
     workdir = copy_workdir(smoke_run.workdir, tmp_path_factory.mktemp("zerogate-slurm"))
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--workflow-profile", "profiles/slurm", "--config",
+    # Successful jobs keep their Slurm logs here: they are the evidence that each rule ran as a Slurm job.
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--workflow-profile", "profiles/slurm",
+                           "--slurm-keep-successful-logs", "--config",
                            "profile=smoke", f"machine={MACHINE}"], cwd=workdir, env=env(), capture_output=True,
                           text=True, timeout=1800)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]

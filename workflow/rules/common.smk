@@ -69,7 +69,11 @@ def load_profile(name):
 validated(config, "config.schema.yaml")
 PROFILE_NAME = config["profile"]
 PROFILE = load_profile(PROFILE_NAME)
-MACHINE = machine_id_from_host(socket.gethostname()) if config["machine"] == "auto" else config["machine"]
+# "auto" (the host name) and "today" (the report's date) are resolved once, by the invocation the user
+# started, and reach every job it spawns through the environment: a cluster job re-reads this file on its
+# own node, perhaps after midnight, and must build the same paths (sbatch passes the environment on).
+MACHINE = (os.environ.setdefault("ZEROGATE_MACHINE", machine_id_from_host(socket.gethostname()))
+           if config["machine"] == "auto" else config["machine"])
 # A described machine (config/machines/<name>.yaml) is planned for, never probed; "auto" takes its file name.
 MACHINE_DESCRIPTION = config.get("machine_description")
 if MACHINE_DESCRIPTION:
@@ -84,7 +88,7 @@ RUN_ID = f"{PROFILE_NAME}-{MACHINE}-{CONFIG_HASH[:8]}"
 # built on another day gets a new file beside the old one (the inputs are unchanged, so only the report
 # and the registry are rebuilt).
 REPORT_DATE = (
-    datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    os.environ.setdefault("ZEROGATE_REPORT_DATE", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
     if config["report_date"] == "today"
     else config["report_date"]
 )
@@ -247,6 +251,11 @@ def checkpoint_dir(wildcards):
 def variant_summaries(wildcards):
     """Every comparison run the profile lists (key `variants`)."""
     return expand(rules.train_variant.output.summary, variant=PROFILE.get("variants", []))
+
+
+def variant_metrics(wildcards):
+    """The per-rank records of every comparison run, in the order of variant_summaries."""
+    return expand(rules.train_variant.output.metrics, variant=PROFILE.get("variants", []))
 
 
 def bench_ds_config(wildcards):

@@ -96,6 +96,7 @@ use rule train as train_variant with:
 rule compare_variants:
     input:
         summaries=variant_summaries,
+        metrics=variant_metrics,
     output:
         table=result("variants/comparison.json"),
     params:

@@ -10,7 +10,7 @@ from zerogate.analysis.variants import compare
 with logging_to(snakemake.log[0]) as log:
     names = snakemake.params.variants
     summaries = {name: read_json(path) for name, path in zip(names, snakemake.input.summaries)}
-    steps = {name: read_rank_metrics(Path(path).parent / "metrics") for name, path in zip(names, snakemake.input.summaries)}
+    steps = {name: read_rank_metrics(path) for name, path in zip(names, snakemake.input.metrics)}
     rows = compare(summaries, steps, warmup_steps=snakemake.params.warmup_steps,
                    spike_rule=SpikeRule.from_settings(snakemake.params.stabiliser),
                    expected_steps=snakemake.params.expected_steps)

@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for stale in remove_stale_shm_buffers(log_path.parent, SHM):
         print(f"zerogate: removed {stale}, left by an earlier run that was killed", file=sys.stderr)
-    port = args.master_port or free_port()
+    # Several machines started by hand must meet on a port they all know: the profile's, else a free one.
+    port = args.master_port or ((spec.get("nodes") or {}).get("section") or {}).get("master_port") or free_port()
     state = port_state_file(log_path)
     state.write_text(json.dumps({"port": port, "pid": os.getpid()}) + "\n")  # before any rank can create a buffer
     commands = launcher_commands(nodes, deepspeed_executable(), port, args.module,
