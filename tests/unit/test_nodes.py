@@ -79,3 +79,21 @@ def test_srun_tasks_get_torch_rank_variables():
     assert rank_env_from_slurm(srun) == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}
     assert rank_env_from_slurm({**srun, "RANK": "0"}) == {}
     assert rank_env_from_slurm({}) == {}
+
+
+def test_without_a_hostfile_slurm_mode_takes_the_allocations_nodes(tmp_path, monkeypatch):
+    import zerogate.train.nodes as nodes_module
+
+    section = {"mode": "slurm", "count": 2, "ranks_per_node": 2}
+    # When rendering (outside the allocation): placeholders, the world size known from count.
+    rendered = layout(section, PROFILE, tmp_path, devices_per_node=2)
+    assert rendered.world_size == 4 and rendered.hostfile is None
+    # At launch, inside the allocation: its node list (scontrol show hostnames) becomes the hostfile.
+    monkeypatch.setattr(nodes_module, "allocation_hosts", lambda env: ["gpu-a", "gpu-b"])
+    hostfile = tmp_path / "train.hostfile"
+    launched = layout(section, PROFILE, tmp_path, None, env={"SLURM_JOB_NUM_NODES": "2"}, hostfile_out=hostfile)
+    assert launched.hosts == ("gpu-a", "gpu-b")
+    assert hostfile.read_text() == "gpu-a slots=2\ngpu-b slots=2\n"
+    with pytest.raises(InputError, match="nodes.count: 2 nodes, but hostfile"):
+        monkeypatch.setattr(nodes_module, "allocation_hosts", lambda env: ["gpu-a"])
+        layout(section, PROFILE, tmp_path, None, env={"SLURM_JOB_NUM_NODES": "1"}, hostfile_out=hostfile)
