@@ -1,6 +1,7 @@
 """The seed's claims: each kind's verdict logic on hand-made numbers that flip it both ways."""
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,19 @@ def test_analysis_claims_never_imports_torch():
     import sys
     code = "import sys, zerogate.analysis.claims; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_claims_file_is_an_input_of_the_judge_only():
+    """Editing a claim re-judges (judge_seed_claims, then the report), never re-plans or retrains: no other rule
+    reads config/claims.yaml, and the judge needs no training rule's output it would re-make."""
+    from tests.unit.test_workflow import planned_jobs, snakemake
+
+    done = snakemake("-n", "--config", "profile=smoke", "machine=dry-run")
+    assert planned_jobs(done)["judge_seed_claims"] == 1 and planned_jobs(done)["plan_claimed_box"] == 1
+    readers, rule = [], None
+    for line in done.stdout.splitlines():
+        if found := re.match(r"^(?:local)?rule (\w+):", line):
+            rule = found[1]
+        elif line.strip().startswith("input:") and "config/claims.yaml" in line:
+            readers.append(rule)
+    assert readers == ["judge_seed_claims"], readers
