@@ -49,8 +49,8 @@ def ledger_table(held_per_rank: int, dtype: str = "fp32", scheme_name: str = "ze
             "rows": [{"rank": r, "term": "model_states_total", "measured(bytes)": held_per_rank} for r in range(N)]}
 
 
-def gates(**verdicts) -> dict:
-    return {"gates": [{"name": name, "verdict": v, "measured": 1.0, "unit": "s", "comparison": "<=", "threshold": 1.82,
+def gates(faithful: bool = True, **verdicts) -> dict:
+    return {"reproduction": {"faithful": faithful, "reasons": [] if faithful else ["no GPU"]}, "gates": [{"name": name, "verdict": v, "measured": 1.0, "unit": "s", "comparison": "<=", "threshold": 1.82,
                        "evidence": {"steps_per_rank": {"0": 40, "1": 40}}} for name, v in verdicts.items()]}
 
 
@@ -123,6 +123,8 @@ def test_step_time_on_the_floor_and_from_the_gate():
     claim = {"stated": {"value": 1.82}, "gate": "optimizer_step_time"}
     below = c.judge_step_time(claim, Evidence(claimed_plan(), gates=gates(optimizer_step_time="PASS")))
     assert below[0].verdict == CANNOT_JUDGE and below[1].verdict == HOLDS
+    elsewhere = c.judge_step_time(claim, Evidence(claimed_plan(), gates=gates(False, optimizer_step_time="PASS")))[1]
+    assert elsewhere.verdict == HOLDS_ONLY_WHEN and "not the claim's 14B model" in elsewhere.condition
     micro = c.judge_step_time(claim, Evidence(claimed_plan(**{"optimizer_step_floor(s)": 5.0}),
                                               gates=gates(optimizer_step_time="FAIL")))
     assert micro[0].verdict == HOLDS_ONLY_WHEN and "micro-step" in micro[0].condition

@@ -278,7 +278,14 @@ def _gate_verdict(gate: dict[str, Any] | None, name: str, evidence: Evidence, un
     text = (f"{evidence.machine}, this profile's model: measured {'—' if measured is None else f'{measured:.4g}'} "
             f"{gate['unit']} {gate['comparison']} {gate['threshold']} {gate['unit']}: {gate['verdict']}")
     if gate["verdict"] == "PASS":
-        return Verdict(HOLDS, text, source)
+        reproduction = (evidence.gates or {}).get("reproduction") or {}
+        if reproduction.get("faithful"):
+            return Verdict(HOLDS, text, source)
+        parameters = (evidence.ledger or {}).get("parameters")
+        return Verdict(HOLDS_ONLY_WHEN, text + "; not a faithful reproduction: " + "; ".join(reproduction.get("reasons", [])),
+                       source, condition=f"the model and machine are this run's ({evidence.machine}"
+                                         + (f", {parameters:,} parameters" if parameters else "")
+                                         + "), not the claim's 14B model on the claimed box")
     if gate["verdict"] == "FAIL":
         return Verdict(DOES_NOT_HOLD, text, source)
     return Verdict(CANNOT_JUDGE, text, source, why=gate.get("reason") or "the gate was not measured")
