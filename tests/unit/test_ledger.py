@@ -198,3 +198,36 @@ def test_gpu_allocator_peaks_are_compared_with_the_device_total(tmp_path):
     assert allocated["predicted(bytes)"] == predicted
     assert allocated["error(%)"] == pytest.approx(100 * (predicted - 10.5 * GIB) / (10.5 * GIB))
     assert table["within_5_percent"] is None  # no held tensors: nothing to judge the model states by
+
+
+def _peak_steps(peaks: list[float], ends: list[float]) -> pd.DataFrame:
+    return pd.DataFrame([{"rank": r, "step": s + 1, "memory/peak_rss(GiB)": p, "memory/rss(GiB)": e}
+                         for r in (0, 1) for s, (p, e) in enumerate(zip(peaks, ends))])
+
+
+def _prediction(persistent: float, transient: float) -> dict:
+    from zerogate.plan.ledger import peak_split
+    terms = {"runtime_baseline": int(persistent * GIB), "activations": int(transient * GIB)}
+    return {"metric": "memory/peak_rss(GiB)", "terms(bytes)": terms, **peak_split(terms)}
+
+
+def test_peak_rows_within_tolerance_and_outside_it_name_the_part_that_is_off():
+    from zerogate.analysis.ledger_check import peak_rows, with_peaks
+    steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0])  # run peak 1.1 GiB at step 2, 1.0 held after it
+    close = peak_rows(_prediction(1.0, 0.1), steps)
+    assert [r["rank"] for r in close] == [0, 1]
+    assert close[0]["error(%)"] == pytest.approx(0.0, abs=1e-6) and close[0]["within_tolerance"] and close[0]["off"] is None
+    low = peak_rows(_prediction(0.6, 0.1), steps)  # persistent 0.4 GiB short
+    assert not low[0]["within_tolerance"] and low[0]["error(%)"] == pytest.approx(-100 * 0.4 / 1.1)
+    assert low[0]["diagnosis"]["off"] == "persistent" and "under-predicted" in low[0]["off"] and "step 2" in low[0]["off"]
+    high = peak_rows(_prediction(1.0, 0.6), steps)  # transient 0.5 GiB over
+    assert high[0]["diagnosis"]["off"] == "transient" and "over-predicted" in high[0]["off"]
+    table = with_peaks({"rows": []}, _prediction(0.6, 0.1), steps)
+    assert table["peak"]["within_tolerance"] is False and table["peak"]["max_abs_error(%)"] > 15
+
+
+def test_peak_terms_on_gpus_are_the_device_terms():
+    from zerogate.plan.ledger import peak_terms
+    counts, setup = oracle_counts(), claim_setup()
+    terms = peak_terms(counts, setup, None)
+    assert terms == zerogate_terms(counts, setup)["device"] and "runtime_baseline" not in terms

@@ -132,3 +132,23 @@ def test_tiny_profile_fits_this_kind_of_machine(tiny_profile, claim_config, cpu_
     result = plan_for_profile(tiny_profile, ds, run_spec, machine)
     assert result["fits"] and result["scheme"] == "zero3_offload_all" and result["dtype"] == "fp32"
     assert [c["what"] for c in result["checks"]] == ["host RAM"]
+
+
+def test_peak_prediction_on_the_cpu_accelerator_adds_the_measured_baseline(tiny_profile, claim_config, cpu_fingerprint):
+    from zerogate.plan.ledger import PAGE_BYTES, TRANSIENT_TERMS
+    from zerogate.plan.planner import peak_for_profile
+
+    _, fingerprint = target_machine(None, cpu_fingerprint, "testbox")
+    ds, _, run_spec = render(claim_config, tiny_profile, fingerprint, "claim.json")
+    baseline = {"peak_rss(bytes)": 500 * 2**20}
+    with_base = peak_for_profile(tiny_profile, ds, run_spec, baseline)
+    without = peak_for_profile(tiny_profile, ds, run_spec, {"peak_rss(bytes)": 0})
+    assert with_base["total(bytes)"] - without["total(bytes)"] == 500 * 2**20
+    assert with_base["metric"] == "memory/peak_rss(GiB)"
+    terms = with_base["terms(bytes)"]
+    assert terms["shm_comm_buffer"] == PAGE_BYTES  # one other rank's state page: training's collectives use gloo
+    phi = 139_584  # cpu-tiny, counted by hand in test_ledger
+    # An untouched page is not resident: the 5e8-element reduce bucket holds at most the model's gradients.
+    assert terms["reduce_bucket"] == 4 * phi and ds["zero_optimization"]["reduce_bucket_size"] > phi
+    assert with_base["transient(bytes)"] == sum(v for k, v in terms.items() if k in TRANSIENT_TERMS)
+    assert with_base["persistent(bytes)"] + with_base["transient(bytes)"] == with_base["total(bytes)"]

@@ -199,3 +199,32 @@ def test_a_run_that_stopped_in_its_warmup_still_gets_its_figures_and_summary(tmp
     assert drawn == {"step_time_median(s)": None, "timed_steps": 0}
     summary = run_summary(steps, 5, spike_rule(tiny_profile))
     assert summary["step_time_median(s)"] is None and summary["timed_steps"] == 0
+
+
+def test_report_opens_with_the_seeds_claims_and_shows_the_peak_table(tmp_path, tiny_profile):
+    claims = {"claimed_box": {"profile": "claim-14b", "machine": "m.yaml", "machine_name": "box"}, "machine": "here",
+              "vocabulary": ["holds", "holds only when", "does not hold", "cannot be judged here"],
+              "claims": [{"id": "hardware", "statement": "RTX 5070 8 GB", "kind": "hardware",
+                          "on_paper": {"verdict": "does not hold", "text": "does not hold", "evidence": "12.00 GiB",
+                                       "source": "description"},
+                          "measured_here": {"verdict": "cannot be judged here", "text": "cannot be judged here (no GPU)",
+                                            "evidence": "—", "source": "probe"}}]}
+    ledger = {"scheme": "zero3_offload_all", "ranks": 2, "parameters": 10, "rows": [],
+              "max_abs_model_state_error(%)": None,
+              "peak": {"prediction": {"what": "resident-set peak", "metric": "memory/peak_rss(GiB)",
+                                      "terms(bytes)": {"runtime_baseline": 2**30}, "persistent(bytes)": 2**30,
+                                      "transient(bytes)": 0, "total(bytes)": 2**30},
+                       "rows": [{"rank": 0, "predicted(bytes)": 2**30, "measured(bytes)": 2 * 2**30, "error(%)": -50.0,
+                                 "off": "the persistent terms (runtime_baseline) are under-predicted"}],
+                       "tolerance(%)": 15.0, "max_abs_error(%)": 50.0, "within_tolerance": False}}
+    steps = synthetic_steps()
+    verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": 200},
+                        {"training": {"optimizer_steps": 200}}, [], CPU_FINGERPRINT, 5, spike_rule(tiny_profile))
+    page = render_html(verdicts=verdicts, steps=steps, provenance=PROVENANCE, deviations=[], figures={},
+                       warmup_steps=5, spike_rule=spike_rule(tiny_profile), ledger=ledger, claims=claims)
+    headings = re.findall(r"<h2>(.*?)</h2>", page)
+    assert headings[0] == "The seed's claims" and headings[1] == "Verdicts"
+    assert "claim-does-not-hold" in page and "cannot be judged here (no GPU)" in page
+    peak = page[page.index("<table id='peak'>"):]
+    assert "1.00 GiB (1.07 GB)" in peak and "2.00 GiB (2.15 GB)" in peak and "under-predicted" in peak
+    assert "outside ±15 %" in page

@@ -187,6 +187,7 @@ def final_targets():
         rules.register_run.output.registry,
         rules.judge_plan_claims.output.summary,
         rules.compare_ledger.output.table,
+        rules.judge_seed_claims.output.verdicts,
     ]
     if STRICT:
         targets.append(rules.enforce_gates.output.passed)

@@ -6,6 +6,7 @@ rule compare_ledger:
         manifest=rules.prepare_dataset.output.manifest,
         ds_config=rules.render_deepspeed_config.output.ds_config,
         run_spec=rules.render_deepspeed_config.output.run_spec,
+        peak=rules.predict_peak_memory.output.peak,
     output:
         table=result("ledger/ledger_vs_measured.json"),
     params:

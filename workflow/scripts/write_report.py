@@ -29,5 +29,8 @@ with logging_to(snakemake.log[0]):
         ledger=read_json(snakemake.input.ledger),
         evaluation=[json.loads(line) for line in Path(snakemake.input.evaluation).read_text().splitlines() if line],
         timers=event_table(events, "wall_clock"),
+        claims=read_json(snakemake.input.claims),
+        plan=read_json(snakemake.input.plan),
+        claimed_plan=read_json(snakemake.input.claimed_plan),
     )
     Path(snakemake.output.html).write_text(page)

@@ -4,7 +4,10 @@ Measured on every accelerator: the bytes of the partitioned parameter, master-we
 optimizer tensors each rank holds at the end of training (``held_bytes_rank<N>.json`` from
 zerogate.train.held). On GPUs also the allocator peak and reserved peak (measures.peak_memory_per_rank of
 ``memory/max_allocated(GiB)`` and ``memory/max_reserved(GiB)`` in parse_logs' steps table) against the
-predicted device total.
+predicted device total. And each rank's peak (the planner's peak prediction, plan/peak_memory.json) against
+the measured one: on the CPU accelerator the resident-set peak (max over steps of ``memory/peak_rss(GiB)``),
+on GPUs the allocator's reserved peak; where it misses by more than :data:`PEAK_TOLERANCE` the row says
+which part is off, from the per-window peaks the metrics record (:func:`peak_diagnosis`).
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ from typing import Any
 import pandas as pd
 
 from zerogate.analysis import measures
-from zerogate.plan.ledger import ModelCounts, Setup, model_state_bytes, zerogate_terms
+from zerogate.plan.ledger import TRANSIENT_TERMS, ModelCounts, Setup, human, model_state_bytes, zerogate_terms
 from zerogate.units import GIB
 
 ALLOCATOR_PEAKS = ("memory/max_allocated(GiB)", "memory/max_reserved(GiB)")
+# The issue's target: a peak prediction within +-15 % of the measured peak.
+PEAK_TOLERANCE = 15.0
+RSS = "memory/rss(GiB)"
 TENSOR_TERMS = ("parameters(bytes)", "master_parameters(bytes)", "gradients(bytes)", "optimizer_states(bytes)")
 
 
@@ -71,3 +77,68 @@ def compare(counts: ModelCounts, setup: Setup, measured: dict[int, dict[str, Any
         "max_abs_model_state_error(%)": worst,
         "within_5_percent": None if worst is None else worst <= 5.0,
     }
+
+
+def peak_diagnosis(prediction: dict[str, Any], steps: pd.DataFrame, rank: int) -> dict[str, Any] | None:
+    """Which part of the predicted peak is off, from the per-window record of ``rank``.
+
+    Every window (one optimizer step) records its peak (``memory/peak_rss``, VmHWM reset per window) and
+    the resident set at its end (``memory/rss``). At the window of the run's peak, the end-of-window
+    resident set is what stays between steps (the persistent terms: runtime baseline, model states, shm
+    buffer) and the peak above it is what comes and goes inside a step (the transient terms: gathered
+    parameters, gradient buckets, activations). Each is compared with its prediction; the larger miss
+    names the terms. None where the record lacks the end-of-window resident set (GPUs: the allocator)."""
+    metric = prediction["metric"]
+    own = steps[steps["rank"] == rank]
+    if metric != "memory/peak_rss(GiB)" or RSS not in own or own[metric].isna().all():
+        return None
+    at = own.loc[pd.to_numeric(own[metric], errors="coerce").idxmax()]
+    resident = float(at[RSS]) * GIB
+    transient = max(0.0, float(at[metric]) * GIB - resident)
+    first = own.loc[own["step"].idxmin()]
+    parts = {
+        "persistent": {"predicted(bytes)": prediction["persistent(bytes)"], "measured(bytes)": int(resident),
+                       "terms": [k for k in prediction["terms(bytes)"] if k not in TRANSIENT_TERMS]},
+        "transient": {"predicted(bytes)": prediction["transient(bytes)"], "measured(bytes)": int(transient),
+                      "terms": [k for k in prediction["terms(bytes)"] if k in TRANSIENT_TERMS]},
+    }
+    for part in parts.values():
+        part["miss(bytes)"] = part["predicted(bytes)"] - part["measured(bytes)"]
+    off = max(parts, key=lambda name: abs(parts[name]["miss(bytes)"]))
+    terms = {k: prediction["terms(bytes)"][k] for k in parts[off]["terms"]}
+    largest = max(terms, key=terms.get) if terms else None
+    sign = "over" if parts[off]["miss(bytes)"] > 0 else "under"
+    return {
+        "window_step": int(at["step"]),
+        "first_window": {"step": int(first["step"]), "peak(bytes)": int(float(first[metric]) * GIB),
+                         "resident_at_end(bytes)": int(float(first[RSS]) * GIB)},
+        "parts": parts,
+        "off": off,
+        "note": (f"the {off} terms ({', '.join(parts[off]['terms'])}) are {sign}-predicted by "
+                 f"{human(abs(parts[off]['miss(bytes)']))} at step {int(at['step'])} "
+                 f"(predicted {human(parts[off]['predicted(bytes)'])}, measured {human(parts[off]['measured(bytes)'])})"
+                 + (f"; its largest predicted term: {largest} {human(terms[largest])}" if largest else "")),
+    }
+
+
+def peak_rows(prediction: dict[str, Any], steps: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per rank: the predicted peak against the measured one (measures.peak_memory_per_rank of the
+    prediction's metric), with the error and, beyond :data:`PEAK_TOLERANCE`, the part that is off."""
+    rows = []
+    for rank, peak in sorted(measures.peak_memory_per_rank(steps, prediction["metric"]).items()):
+        row = _row(rank, "peak", prediction["total(bytes)"], peak * GIB, f"{prediction['metric']}, max over steps")
+        row["within_tolerance"] = row["error(%)"] is not None and abs(row["error(%)"]) <= PEAK_TOLERANCE
+        diagnosis = peak_diagnosis(prediction, steps, rank)
+        row["diagnosis"] = diagnosis
+        row["off"] = None if row["within_tolerance"] or diagnosis is None else diagnosis["note"]
+        rows.append(row)
+    return rows
+
+
+def with_peaks(table: dict[str, Any], prediction: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
+    """The ledger table with the peak rows and the prediction's terms beside the model-state rows."""
+    rows = peak_rows(prediction, steps)
+    errors = [abs(r["error(%)"]) for r in rows if r["error(%)"] is not None]
+    return {**table, "peak": {"prediction": prediction, "rows": rows, "tolerance(%)": PEAK_TOLERANCE,
+                              "max_abs_error(%)": max(errors, default=None),
+                              "within_tolerance": bool(errors) and max(errors) <= PEAK_TOLERANCE}}

@@ -318,3 +318,61 @@ def ledger(counts: ModelCounts, setup: Setup) -> dict[str, Any]:
         "scheme": setup.scheme,
         "schemes": schemes,
     }
+
+
+# --- The rank's peak, not only its model states ------------------------------------------------------
+
+# DeepSpeed's shared-memory all-reduce workspace on the CPU accelerator (deepspeed/ops/csrc/cpu/comm/shm.cpp,
+# struct allreduce_workspace: 2 * NAIVE_ALLREDUCE_THRESHOLD + 2 * MAX_BUF_SIZE bytes, 1 MiB and 32 MiB), one
+# /dev/shm file per rank, mapped by every rank (zerogate.train.launch.shm_buffers): 66 MiB (69.2 MB). A page
+# of it is resident only once written, and training's collectives go through gloo, not this op (it serves
+# inference_all_reduce): each rank writes the state words of its own workspace and reads the others'. So
+# the resident share is one page per rank (RssShmem of a cpu-smollm2 rank: 8 kB), the rest is address space.
+SHM_WORKSPACE_BYTES = 2 * 1048576 + 2 * 1048576 * 32
+PAGE_BYTES = 4096
+# Which terms stay resident for the whole run (what the rank holds between steps) and which come and go
+# inside a step (the per-window peak above the window's end): the split the measured per-window peaks
+# (memory/peak_rss and memory/rss at the end of each step) can check term by term.
+PERSISTENT_TERMS = ("runtime_baseline", "cuda_context", "shm_comm_buffer", "parameters", "master_parameters",
+                    "gradients", "gradient_accumulation", "optimizer_states", "persistent_parameters", "reduce_bucket")
+TRANSIENT_TERMS = ("gathered_parameters", "gradient_buckets", "activations")
+
+
+def peak_terms(counts: ModelCounts, setup: Setup, runtime_baseline: int | None) -> dict[str, int]:
+    """Each rank's predicted peak, term by term, in bytes.
+
+    On GPUs the allocator's reserved peak: the device terms of :func:`zerogate_terms` (the CUDA context
+    among them). On the CPU accelerator the rank's resident-set peak: everything is host RAM, so the
+    runtime's own baseline (the probe's measurement of a process with the training ranks' imports, engine
+    and data reader, ``runtime_baseline``) plus the device and host terms, plus the resident share of the
+    shm comm workspace. Buffers allocated
+    at full size but written only in part count as resident only for what is written (an untouched page
+    of a CPU tensor is not resident): the reduce bucket and the gathered-parameter window hold at most
+    the model's parameters. The reduce bucket (ZeRO-3's contiguous IPG buffer, torch.empty of
+    reduce_bucket_size elements at engine init) is kept for the whole run, so once written it stays
+    resident: a persistent term (``reduce_bucket``); the largest layer's full gradient before it is copied
+    in stays transient (``gradient_buckets``).
+    """
+    terms = zerogate_terms(counts, setup)
+    peak: dict[str, int] = {}
+    if setup.device_kind == "cpu":
+        peak["runtime_baseline"] = int(runtime_baseline or 0)
+        # The baseline process (a one-rank world) already holds its own workspace's state page.
+        peak["shm_comm_buffer"] = min(SHM_WORKSPACE_BYTES, PAGE_BYTES * (setup.ranks - 1))
+        peak.update(terms["host"])
+    peak.update(terms["device"])
+    if setup.device_kind == "cpu":
+        b = setup.dtype_bytes
+        unit = max(counts.largest_layer, counts.largest_block) if setup.leaf_blocks else counts.largest_layer
+        if "gathered_parameters" in peak:
+            peak["gathered_parameters"] = b * min(counts.total, unit + setup.prefetch_bucket)
+        peak["reduce_bucket"] = b * min(counts.total, setup.reduce_bucket)
+        peak["gradient_buckets"] = b * counts.largest_layer if setup.stage >= 2 else 0
+    return peak
+
+
+def peak_split(terms: dict[str, int]) -> dict[str, int]:
+    """The predicted peak as persistent (held between steps) + transient (inside a step), bytes."""
+    persistent = sum(v for k, v in terms.items() if k not in TRANSIENT_TERMS)
+    transient = sum(v for k, v in terms.items() if k in TRANSIENT_TERMS)
+    return {"persistent(bytes)": persistent, "transient(bytes)": transient, "total(bytes)": persistent + transient}

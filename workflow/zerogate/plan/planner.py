@@ -270,3 +270,37 @@ def plan_for_profile(profile: dict[str, Any], ds_config: dict[str, Any], run_spe
     setup = setup_from_config(ds_config, run_spec, seq_len, nodes=nodes,
                               activation_checkpointing=profile["training"].get("activation_checkpointing", False))
     return plan(counts, setup, machine, profile.get("plan"))
+
+
+def peak_prediction(counts: ModelCounts, setup: Setup, runtime_baseline: dict[str, Any] | None) -> dict[str, Any]:
+    """Each rank's predicted peak (ledger.peak_terms): on GPUs the allocator's reserved peak, on the CPU
+    accelerator the resident-set peak on top of the runtime baseline the probe measured
+    (``runtime_baseline``: measure_runtime_baseline's record, None on GPUs). Every rank of a scheme holds
+    the same terms (ZeRO pads each partition to the same size), so one prediction serves each rank."""
+    from zerogate.plan.ledger import peak_split, peak_terms
+
+    baseline = None if runtime_baseline is None else runtime_baseline["peak_rss(bytes)"]
+    terms = peak_terms(counts, setup, baseline)
+    return {
+        "scheme": setup.scheme,
+        "ranks": setup.ranks,
+        "accelerator": setup.device_kind,
+        "metric": "memory/peak_rss(GiB)" if setup.device_kind == "cpu" else "memory/max_reserved(GiB)",
+        "what": ("resident-set peak of the rank's process (VmHWM)" if setup.device_kind == "cpu"
+                 else "the CUDA caching allocator's reserved peak"),
+        "terms(bytes)": terms,
+        **peak_split(terms),
+        "runtime_baseline": runtime_baseline,
+    }
+
+
+def peak_for_profile(profile: dict[str, Any], ds_config: dict[str, Any], run_spec: dict[str, Any],
+                     runtime_baseline: dict[str, Any] | None) -> dict[str, Any]:
+    """The peak prediction of the run of ``profile`` as rendered (``ds_config``, ``run_spec``)."""
+    from zerogate.model.build import planned_model_config
+    from zerogate.plan.ledger import count_parameters, setup_from_config
+
+    counts = count_parameters(planned_model_config(profile["model"], profile["dataset"]))
+    setup = setup_from_config(ds_config, run_spec, profile["dataset"]["seq_len"],
+                              activation_checkpointing=profile["training"].get("activation_checkpointing", False))
+    return peak_prediction(counts, setup, runtime_baseline)

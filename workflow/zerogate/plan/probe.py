@@ -399,3 +399,103 @@ def summary(fingerprint: dict[str, Any]) -> str:
                 if host.get("memory_bandwidth_gbps") else "")
     return (f"{head}; CPU {cpu['model']} ({cpu['logical_cores']} logical cores, {host.get('numa_nodes')} NUMA); "
             f"RAM {ram:.1f} GiB{measured}")
+
+
+# --- The runtime's own resident set (the CPU peak prediction's baseline) ------------------------------
+
+# Run in a throw-away interpreter: the training ranks' module imported (torch, deepspeed, transformers and
+# the rest of what a rank loads), DeepSpeed's accelerator resolved and its distributed backend initialised
+# as a one-process world on a free port (gloo; on the CPU accelerator this loads the shm comm op); then, when
+# a rendered DeepSpeed config is given, an engine built from it around a one-layer model (8 x 8 weights) and
+# one optimizer step taken: the engine, the optimizer's op (CPU Adam) and autograd loaded, nothing that
+# scales with the model; and, when the run's training split is given, the split read as a rank reads it
+# (zerogate.data.dataset.load_split: pyarrow's libraries and memory pool, 70 MiB here, and the rows). The process's peak resident set (VmHWM) and its parts are printed as JSON. The shm
+# workspace this creates is removed.
+_BASELINE_SCRIPT = r"""
+import glob, importlib, json, os, socket, sys
+options = json.loads(sys.argv[1])
+importlib.import_module(options["module"])
+from deepspeed.accelerator import get_accelerator
+import deepspeed
+accelerator = get_accelerator()
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+deepspeed.init_distributed(dist_backend=options["backend"])
+def status():
+    found = {}
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            key, _, value = line.partition(":")
+            if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                found[key] = int(value.split()[0]) * 1024
+    return found
+stages = {"imports_and_backend": status()}
+if options.get("split"):
+    from zerogate.data.dataset import load_split
+    split = load_split(options["split"])
+    stages["training_split_read"] = status()
+if options.get("ds_config"):
+    import torch
+    config = options["ds_config"]
+    config["train_batch_size"] = config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"]
+    config.get("zero_optimization", {}).pop("leaf_module", None)
+    model = torch.nn.Linear(8, 8)
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    for _ in range(config["gradient_accumulation_steps"]):
+        engine.backward(engine(torch.ones(1, 8, dtype=next(engine.parameters()).dtype)).sum())
+        engine.step()
+    stages["engine_and_one_step"] = status()
+for path in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_127.0.0.1_{port}_*"):
+    os.remove(path)
+print("BASELINE " + json.dumps({"accelerator": accelerator._name, **stages[list(stages)[-1]], "stages": stages}))
+"""
+
+
+def parse_baseline(output: str) -> dict[str, int | str]:
+    """The JSON line the baseline script prints (its other output is the libraries' chatter)."""
+    import json
+
+    for line in reversed(output.splitlines()):
+        if line.startswith("BASELINE "):
+            return json.loads(line.removeprefix("BASELINE "))
+    raise RuntimeError("runtime baseline: the measuring process printed no result:\n" + output[-2000:])
+
+
+def measure_runtime_baseline(module: str = "zerogate.train.loop", backend: str = "gloo",
+                             env: dict[str, str] | None = None, repeats: int = 3,
+                             ds_config: dict[str, Any] | None = None, split: str | None = None) -> dict[str, Any]:
+    """The resident set of a process that has loaded what a training rank loads, and (with the run's
+    rendered ``ds_config``) built a DeepSpeed engine and taken an optimizer step on a model of 72
+    parameters: the runtime's share of a rank's peak, nothing that scales with the model. With ``split``
+    (the run's train.parquet) the process also reads it as a rank does.
+
+    Measured ``repeats`` times in fresh interpreters (``env`` on top of this one's: DS_ACCELERATOR and the
+    thread counts of the run); the median is the baseline, the spread is its noise."""
+    import json
+    import statistics
+    import subprocess
+
+    args = [json.dumps({"module": module, "backend": backend, "ds_config": ds_config, "split": split})]
+    runs = []
+    for _ in range(repeats):
+        done = subprocess.run([sys.executable, "-c", _BASELINE_SCRIPT, *args], capture_output=True,
+                              text=True, env={**os.environ, **(env or {})}, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"runtime baseline: the measuring process failed ({done.returncode}):\n"
+                               + (done.stdout + done.stderr)[-2000:])
+        runs.append(parse_baseline(done.stdout))
+    peaks = [int(r["VmHWM"]) for r in runs]
+    return {
+        "peak_rss(bytes)": int(statistics.median(peaks)),
+        "peak_rss_range(bytes)": [min(peaks), max(peaks)],
+        "runs": runs,
+        "module": module,
+        "backend": backend,
+        "how": (f"{repeats} fresh interpreters: import {module}, DeepSpeed's accelerator, "
+                f"deepspeed.init_distributed({backend!r}) as a one-process world"
+                + (f", {split} read" if split else "")
+                + (", an engine from the run's config on an 8 x 8 linear layer and one optimizer step" if ds_config else "")
+                + "; VmHWM, median"),
+    }

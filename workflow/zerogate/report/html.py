@@ -1,4 +1,4 @@
-"""The self-contained HTML report of one run: verdicts first, then the run summary, figures, evaluation,
+"""The self-contained HTML report of one run: the seed's claims judged (when given), the gates' verdicts, then the run summary, figures, evaluation,
 ledger, deviations, evidence and provenance.
 
 The page is rendered with jinja2 from ``templates/`` beside this module (``report.html.j2``; the sections
@@ -20,6 +20,7 @@ import jinja2
 import pandas as pd
 
 from zerogate.analysis import measures
+from zerogate.analysis.claims import both_units
 from zerogate.analysis.measures import SpikeRule
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -41,6 +42,7 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=False, lstrip_blocks=False)
     env.filters["fmt"] = fmt
+    env.filters["both_units"] = lambda n: "—" if n is None else both_units(n)
     env.filters["tojson_plain"] = lambda value: json.dumps(value)
     env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, default=str)
     env.filters["columns"] = lambda rows: list(dict.fromkeys(key for row in rows for key in row))
@@ -111,10 +113,18 @@ def failures_section(run_meta: dict[str, Any] | None) -> str:
     return _section("failures", (run_meta or {}).get("failures") or [])
 
 
-def ledger_section(ledger: dict[str, Any] | None) -> str:
-    """The memory ledger's prediction against what each rank held (ledger/ledger_vs_measured.json from the
-    compare_ledger rule: ``rows`` of rank, term, predicted, measured, error); omitted when absent."""
-    return _section("ledger", ledger or {})
+def ledger_section(ledger: dict[str, Any] | None, plan: dict[str, Any] | None = None,
+                   claimed_plan: dict[str, Any] | None = None, claims: dict[str, Any] | None = None) -> str:
+    """The memory ledger: each rank's predicted vs measured peak (the ``peak`` part of
+    ledger/ledger_vs_measured.json), the plan's per-scheme table for this run's model and for the claimed
+    box with the verdicts on the seed's formulas (claims/verdicts.json), and the model-state terms against
+    what each rank held (``rows`` of rank, term, predicted, measured, error); omitted when all are absent."""
+    return _section("ledger", ledger or {}, plan, claimed_plan, claims)
+
+
+def seed_claims_section(claims: dict[str, Any] | None) -> str:
+    """The seed's statements with their verdicts on paper and measured here (claims/verdicts.json)."""
+    return _section("seed_claims", claims or {})
 
 
 def evaluation_section(records: list[dict[str, Any]] | None) -> str:
@@ -171,6 +181,9 @@ def render_html(
     ledger: dict[str, Any] | None = None,
     evaluation: list[dict[str, Any]] | None = None,
     timers: pd.DataFrame | None = None,
+    claims: dict[str, Any] | None = None,
+    plan: dict[str, Any] | None = None,
+    claimed_plan: dict[str, Any] | None = None,
 ) -> str:
     title = f"zerogate report — {provenance['profile']} on {provenance['machine']['hostname']}"
     return environment().get_template("report.html.j2").render(
@@ -184,6 +197,9 @@ def render_html(
         images=[image(path, FIGURE_CAPTIONS[name]) for name, path in figures.items() if path],
         evaluation=evaluation or [],
         ledger=ledger or {},
+        claims=claims or {},
+        plan=plan,
+        claimed_plan=claimed_plan,
         timers=timer_medians(timers),
         deviations=deviations,
         key_facts=key_facts(provenance),
