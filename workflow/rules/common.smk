@@ -12,6 +12,7 @@ from snakemake.utils import validate
 from zerogate import __version__ as PIPELINE_VERSION
 from zerogate.errors import InputError
 from zerogate.hashing import sha256_json
+from zerogate.config.settings import training_settings
 from zerogate.config.machine_id import machine_id_from_host
 from zerogate.config.profile import check_profile, file_defining, load_profile_chain, resolve_profile
 from zerogate.config.validation import key_path, to_input_error
@@ -67,6 +68,8 @@ def load_profile(name):
 validated(config, "config.schema.yaml")
 PROFILE_NAME = config["profile"]
 PROFILE = load_profile(PROFILE_NAME)
+# The loss stabiliser's settings with defaults filled in: the spike rule the analysis replays.
+STABILISER_SETTINGS = training_settings(PROFILE)["stabiliser"]
 MACHINE = machine_id_from_host(socket.gethostname()) if config["machine"] == "auto" else config["machine"]
 # A described machine (config/machines/<name>.yaml) is planned for, never probed; "auto" takes its file name.
 MACHINE_DESCRIPTION = config.get("machine_description")

@@ -8,11 +8,13 @@ rule check_gates:
         run_spec="results/{profile}/{machine}/deepspeed/run_spec.json",
         deviations="results/{profile}/{machine}/deepspeed/deviations.json",
         fingerprint="results/{profile}/{machine}/probe/hardware.json",
+        ds_config="results/{profile}/{machine}/deepspeed/ds_config.json",
     output:
         verdicts="results/{profile}/{machine}/gates/verdicts.json",
     params:
         gates=PROFILE["gates"],
         warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=STABILISER_SETTINGS,
     log:
         "results/{profile}/{machine}/logs/check_gates.log",
     conda:

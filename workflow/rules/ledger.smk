@@ -5,6 +5,7 @@ rule compare_ledger:
         manifest="results/{profile}/{machine}/dataset/manifest.json",
         ds_config="results/{profile}/{machine}/deepspeed/ds_config.json",
         run_spec="results/{profile}/{machine}/deepspeed/run_spec.json",
+        steps="results/{profile}/{machine}/parsed/steps.parquet",
     output:
         table="results/{profile}/{machine}/ledger/ledger_vs_measured.json",
     params:

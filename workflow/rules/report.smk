@@ -28,6 +28,9 @@ rule plot_figures:
             category="Training",
             subcategory="{profile} on {machine}",
         ),
+    params:
+        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=STABILISER_SETTINGS,
     log:
         "results/{profile}/{machine}/logs/plot_figures.log",
     conda:
@@ -81,6 +84,9 @@ rule write_report:
             caption="../report/html.rst",
             category="Report",
         ),
+    params:
+        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=STABILISER_SETTINGS,
     log:
         "results/{profile}/{machine}/logs/write_report-v{version}-{run_id}-{date}.log",
     conda:
@@ -106,6 +112,7 @@ rule register_run:
         registry="results/{profile}/{machine}/registry.json",
     params:
         warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
+        stabiliser=STABILISER_SETTINGS,
     log:
         "results/{profile}/{machine}/logs/register_run.log",
     conda:
