@@ -65,8 +65,9 @@ def judged(tiny_profile, steps, events=None, summary=None, log=""):
     events = no_events() if events is None else events
     summary = {"completed_steps": STEPS, "world_size": 2} if summary is None else summary
     meta = json.loads(json.dumps(run_metadata(steps, events, summary, log, STEPS)))  # as run.json holds it
-    verdicts = evaluate(tiny_profile["gates"], steps, events, summary, {"training": {"optimizer_steps": STEPS}}, [],
-                        CPU_FINGERPRINT, WARMUP, RULE, plan={"floor": {"optimizer_step(s)": 0.1}}, run_meta=meta)
+    verdicts = evaluate(tiny_profile["gates"], steps, events, summary, {"world_size": 2, "training": {"optimizer_steps": STEPS}}, [],
+                        CPU_FINGERPRINT, WARMUP, RULE, plan={"floor": {"optimizer_step(s)": 0.1}}, run_meta=meta,
+                        ds_config={"fp16": {"enabled": True, "loss_scale": 0}})
     return {g["name"]: g for g in verdicts["gates"]}, verdicts, meta
 
 
@@ -141,16 +142,16 @@ def test_every_consumer_gives_the_same_number(tmp_path, tiny_profile):
         assert value == peaks
     skipped = measures.overflow_skips(steps).worst_count
     assert skipped == 1
-    for value in (max(gates["overflow_skip_fraction"]["evidence"]["skipped_per_rank"].values()),
+    for value in (max(gates["overflow_skip_fraction"]["evidence"]["skipped_per_rank(steps)"].values()),
                   summary["overflow_skipped_steps"], stored["overflow_skipped_steps"],
                   rows["fp16-overflow-skipped steps, worst rank"], variant["overflow_skipped_steps"]):
         assert value == skipped
-    assert gates["optimizer_step_time"]["evidence"]["overflow_skipped_steps_excluded"] == 1  # after the warm-up
+    assert gates["optimizer_step_time"]["evidence"]["overflow_skipped_steps_excluded(steps)"] == 1  # after the warm-up
     spikes = measures.loss_spikes(steps, RULE)
-    for value in (gates["loss_convergence"]["evidence"]["spikes"], summary["loss_spikes"], stored["loss_spikes"],
+    for value in (gates["loss_convergence"]["evidence"]["spikes(count)"], summary["loss_spikes"], stored["loss_spikes"],
                   rows["loss spikes"], variant["loss_spikes"], drawn["loss_spikes"]):
         assert value == spikes.count == 1
-    assert gates["loss_convergence"]["evidence"]["spike_steps"] == drawn["spike_steps"] == spikes.steps
+    assert gates["loss_convergence"]["evidence"]["spike_steps(step)"] == drawn["spike_steps"] == spikes.steps
     # Completion: one definition behind both gates, the summary, the registry and the variant table.
     assert gates["ranks_completed"]["verdict"] == PASS and gates["ranks_completed"]["measured"] == 0
     assert gates["zero_nonfinite"]["evidence"]["run_complete"] is True
@@ -216,9 +217,9 @@ def test_the_gates_read_the_profiles_spike_settings(tiny_profile):
     steps = uneven_run()
     loose = SpikeRule.from_settings({**STABILISER, "spike_threshold": 1000.0})
     verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": STEPS},
-                        {"training": {"optimizer_steps": STEPS}}, [], CPU_FINGERPRINT, WARMUP, loose)
+                        {"world_size": 2, "training": {"optimizer_steps": STEPS}}, [], CPU_FINGERPRINT, WARMUP, loose)
     convergence = next(g for g in verdicts["gates"] if g["name"] == "loss_convergence")
-    assert convergence["evidence"]["spikes"] == 0 and "1000" in convergence["evidence"]["spike_rule"]
+    assert convergence["evidence"]["spikes(count)"] == 0 and "1000" in convergence["evidence"]["spike_rule"]
 
 
 def test_without_a_loss_scaler_skips_are_not_measured_never_zero():

@@ -118,7 +118,8 @@ def test_training_loop_skip_reasons_become_overflow_flags_only_under_a_loss_scal
     steps["loss_scale"] = None  # fp32: no loss scaler, nothing to count
     assert measures.overflow_skipped(steps) is None
     gate = next(g for g in tiny_profile["gates"] if g["name"] == "overflow_skip_fraction")
-    result = evaluate_gate(gate, steps, parse_launcher_log(""), None, {}, 1, 5, spike_rule(tiny_profile))
+    result = evaluate_gate(gate, steps, parse_launcher_log(""), None, {}, 1, 5, spike_rule(tiny_profile), world_size=1,
+                           ds_config={"fp16": {"enabled": False}})
     assert result["verdict"] == NOT_MEASURED and "no fp16 loss scaler" in result["reason"]
 
 

@@ -192,7 +192,8 @@ def run_metadata(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, A
         })
     counts = events["kind"].value_counts().to_dict() if len(events) else {}
     return {
-        "world_size": (summary or {}).get("world_size", len(completed) or None),
+        # The summary's world size, or None: never the count of ranks that happen to have records.
+        "world_size": (summary or {}).get("world_size"),
         "finished": summary is not None,
         "expected_steps": expected_steps,
         "steps_completed_per_rank": completed,
