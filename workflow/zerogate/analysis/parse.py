@@ -212,3 +212,17 @@ def _last_skipped(events: pd.DataFrame) -> dict[str, int] | None:
         return None
     last = progress.iloc[-1]
     return {"step": int(last["step"]), "skipped": int(json.loads(last["detail"])["skipped"])}
+
+
+def parse_run(metrics_dir: str | Path, launcher_log: str | Path, summary: dict[str, Any] | None,
+              stabiliser_events_path: str | Path,
+              expected_steps: int | None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The parse_logs rule's work: (steps, events, run metadata) from a run's per-rank records, launcher
+    log, summary (None when the run did not finish) and the loss stabiliser's events."""
+    steps = read_rank_metrics(metrics_dir)
+    log_text = Path(launcher_log).read_text(errors="replace")
+    launcher_events = parse_launcher_log(log_text)
+    meta = run_metadata(steps, launcher_events, summary, log_text, expected_steps)
+    stabiliser = stabiliser_events(stabiliser_events_path)
+    events = pd.concat([launcher_events, stabiliser], ignore_index=True) if len(stabiliser) else launcher_events
+    return steps, events, meta
