@@ -46,3 +46,8 @@ bench-metrics-overhead: setup
 
 bench-gloo-latency: setup
 	PYTHONPATH=workflow python -m zerogate.bench.gloo_latency
+
+# Mutation score of the judging code (issue 14; mutmut, tens of minutes): not part of `bench` or CI.
+.PHONY: bench-mutation
+bench-mutation: setup
+	PYTHONPATH=workflow python -m zerogate.bench.mutation

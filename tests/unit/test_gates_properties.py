@@ -13,6 +13,7 @@ test.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -61,20 +62,26 @@ def loss_curve(shape: str, n: int, rng: np.random.Generator) -> np.ndarray:
     return curve + noise
 
 
-runs = st.fixed_dictionaries({
-    "ranks": st.integers(1, 3),
-    "steps": st.integers(30, 90),
-    "slow": st.booleans(),
-    "huge_memory": st.booleans(),
-    "shape": st.sampled_from(SHAPES),
-    "fp16": st.booleans(),
-    "overflow_skips": st.booleans(),
-    "fault_steps": st.lists(st.integers(1, 30), max_size=3, unique=True),
-    "fault_ranks": st.integers(1, 3),
-    "gap": st.sampled_from(GAPS),
-    "damage": st.sampled_from(DAMAGE),
-    "seed": st.integers(0, 2**16),
-})
+def run_choices(damage=st.sampled_from(DAMAGE), gap=st.sampled_from(GAPS)) -> st.SearchStrategy[dict]:
+    return st.fixed_dictionaries({
+        "ranks": st.integers(1, 3),
+        "steps": st.integers(30, 90),
+        "slow": st.booleans(),
+        "huge_memory": st.booleans(),
+        "shape": st.sampled_from(SHAPES),
+        "fp16": st.booleans(),
+        "overflow_skips": st.booleans(),
+        "fault_steps": st.lists(st.integers(1, 30), max_size=3, unique=True),
+        "fault_ranks": st.integers(1, 3),
+        "gap": gap,
+        "damage": damage,
+        "seed": st.integers(0, 2**16),
+    })
+
+
+runs = run_choices()
+complete_runs = run_choices(damage=st.just("none"))
+clean_runs = run_choices(damage=st.just("none"), gap=st.just("none"))
 
 
 def build(run: dict) -> pd.DataFrame:
@@ -151,7 +158,9 @@ def judge(profile: dict, run: dict) -> dict[str, dict]:
     return {g["name"]: g for g in result["gates"]}
 
 
-PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# ZEROGATE_PROPERTY_EXAMPLES: fewer examples where the suite runs once per mutant (zerogate.bench.mutation).
+PROPERTY = settings(max_examples=int(os.environ.get("ZEROGATE_PROPERTY_EXAMPLES", "60")), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY
@@ -164,7 +173,7 @@ def test_every_gate_gives_the_verdict_the_run_was_built_to_get(run):
 
 
 @PROPERTY
-@given(run=runs.filter(lambda r: r["damage"] == "none"))
+@given(run=complete_runs)
 def test_faults_count_once_per_step_whatever_the_ranks(run):
     judged = judge(PROFILE, run)["zero_nonfinite"]
     n = run["steps"]
@@ -178,7 +187,7 @@ def test_faults_count_once_per_step_whatever_the_ranks(run):
 
 
 @PROPERTY
-@given(run=runs.filter(lambda r: r["damage"] == "none" and r["gap"] == "none"))
+@given(run=clean_runs)
 def test_gate_numbers_are_the_measures_statistics(run):
     """Complete, gap-free runs: each gate's number is the measures definition, in the gate's unit."""
     steps = build(run)
