@@ -226,3 +226,112 @@ def test_memory_gate_over_all_ranks_takes_the_worst_rank(tiny_profile):
 
 def test_ranks_completed_without_run_metadata_is_not_measured(tiny_profile):
     assert judge(tiny_profile, "ranks_completed", synthetic_steps())["verdict"] == NOT_MEASURED
+
+
+def test_overflow_gate_reasons_and_evidence_exactly(tiny_profile):
+    g = gate(tiny_profile, "overflow_skip_fraction")
+    rule = spike_rule(tiny_profile)
+    steps = fp16(synthetic_steps())
+
+    def reason(ds_config, records=steps):
+        return evaluate_gate(g, records, no_events(), SUMMARY, CPU_FINGERPRINT, 5, 200, rule, world_size=2,
+                             ds_config=ds_config)["reason"]
+
+    assert reason(None) == "no rendered DeepSpeed config: whether the run had a loss scaler is unknown"
+    assert reason({"fp16": {"enabled": False}}) == \
+        "the rendered DeepSpeed config has no fp16 loss scaler: nothing for it to skip"
+    assert reason(FP16_CONFIG, synthetic_steps()) == \
+        "fp16 is on but the step records hold no loss scale or skip reason to count from"
+    text = "[Rank 0] step=200, skipped=3, lr=[1e-05]\n"
+    meta = run_metadata(steps, parse_launcher_log(text), SUMMARY, text, 200)
+    result = evaluate_gate(g, steps, no_events(), SUMMARY, CPU_FINGERPRINT, 5, 200, rule, run_meta=meta,
+                           world_size=2, ds_config=FP16_CONFIG)
+    assert result["verdict"] == PASS and result["evidence"] == {
+        "source": "per-step records (skip_reason)",
+        "skip_fraction_per_rank(ratio)": {0: 0.0, 1: 0.0}, "skipped_per_rank(steps)": {0: 0, 1: 0},
+        "deepspeed_progress_line": {"at_step(step)": 200, "skipped(steps)": 3,
+                                    "note": "DeepSpeed's count also includes the updates the loss stabiliser dropped; "
+                                            "not the statistic"}}
+
+
+def test_overflow_skips_of_no_records_are_zero():
+    import pandas as pd
+
+    from zerogate.analysis import measures
+
+    empty = pd.DataFrame({"rank": [], "step": [], "loss_scale": [], "skip_reason": []})
+    assert measures.overflow_skips(empty) is None  # no loss scale recorded: no scaler
+    one = pd.DataFrame({"rank": [0, 0], "step": [1, 2], "loss_scale": [1.0, 1.0], "skip_reason": [None, "fp16_overflow"]})
+    skips = measures.overflow_skips(one)
+    assert (skips.per_rank, skips.fraction_per_rank, skips.worst_count, skips.worst_fraction) == ({0: 1}, {0: 0.5}, 1, 0.5)
+    nothing = measures.overflow_skips(one.iloc[:0].assign(loss_scale=[]))
+    assert nothing is None
+    assert measures.OverflowSkips({}, {}, 0, 0.0) == measures.OverflowSkips(
+        *({}, {}, max({}.values(), default=0), max({}.values(), default=0.0)))
+    assert measures.overflow_skipped_count(one, 1) == 1 and measures.overflow_skipped_count(one, 0) == 1
+    assert measures.overflow_skipped_count(one.assign(skip_reason=None), 1) == 0
+    assert measures.overflow_skipped_count(one.assign(loss_scale=None), 0) is None
+
+
+def test_floor_gate_reasons_and_evidence_exactly(tiny_profile):
+    g = gate(tiny_profile, "step_time_over_physical_floor")
+    rule = spike_rule(tiny_profile)
+    steps = synthetic_steps(step_time=0.5)
+
+    def judged(plan):
+        return evaluate_gate(g, steps, no_events(), SUMMARY, CPU_FINGERPRINT, 5, 200, rule, plan=plan, world_size=2)
+
+    assert judged(None)["reason"] == "no physical floor: the planner's plan.json is absent or gives none"
+    assert judged({"floor": {"optimizer_step(s)": 0.0}})["reason"] == "the planner's floor is 0.0 s, not a positive time"
+    assert judged({"floor": {"optimizer_step(s)": -1}})["verdict"] == NOT_MEASURED
+    result = judged({"floor": {"optimizer_step(s)": 0.25}})
+    assert set(result["evidence"]) == {"per_rank(s)", "worst_rank(rank)", "median_step_time(s)", "floor(s)",
+                                       "warmup_steps_excluded(steps)"}
+    assert result["evidence"]["floor(s)"] == 0.25 and result["evidence"]["warmup_steps_excluded(steps)"] == 5
+    from zerogate.analysis.gates import physical_floor_seconds, unit_of
+
+    assert physical_floor_seconds({}) is None and physical_floor_seconds({"floor": {}}) is None
+    assert physical_floor_seconds({"optimizer_step_floor(s)": 2}) == 2.0
+    assert unit_of("step_time(s)") == "(s)" and unit_of("memory/device_peak(GiB)") == "(GiB)" and unit_of("loss") == ""
+    assert unit_of("a(b)c") == ""
+
+
+def test_smallest_device_selection_exactly():
+    from zerogate.analysis.gates import smallest_device_ranks
+
+    steps = synthetic_steps(ranks=3)
+    assert smallest_device_ranks(steps, CPU_FINGERPRINT) == ([0, 1, 2], "CPU accelerator: all ranks share host memory")
+    no_devices = gpu_fingerprint()
+    assert smallest_device_ranks(steps, no_devices)[0] == [0, 1, 2]
+    cpu_with_devices = copy.deepcopy(gpu_fingerprint(("A", 8)))
+    cpu_with_devices["accelerator"]["kind"] = "cpu"
+    assert smallest_device_ranks(steps, cpu_with_devices)[0] == [0, 1, 2]
+    two = gpu_fingerprint(("RTX 5070", 12), ("RTX 4090", 24))  # rank 2 has no device of its own: left out
+    assert smallest_device_ranks(steps, two) == ([0], "smallest device: RTX 5070 (12.00 GiB)")
+    twins = gpu_fingerprint(("B", 8), ("A", 8), ("C", 9))
+    assert smallest_device_ranks(steps, twins) == ([0, 1], "smallest device: A, B (8.00 GiB)")
+
+
+def test_convergence_needs_twice_the_initial_steps(tiny_profile):
+    g = gate(tiny_profile, "loss_convergence")  # initial_steps: 3
+    rule = spike_rule(tiny_profile)
+
+    def judged(n):
+        return evaluate_gate(g, synthetic_steps(steps=n), no_events(), {"world_size": 2}, CPU_FINGERPRINT, 0, n, rule,
+                             world_size=2)
+
+    assert judged(5)["reason"] == "only 5 loss values: too few to tell a trend"
+    assert judged(6)["verdict"] != NOT_MEASURED
+    steps = synthetic_steps(steps=5)
+    steps.loc[steps["step"] == 2, "loss"] = float("nan")
+    broken = evaluate_gate(g, steps, no_events(), {"world_size": 2}, CPU_FINGERPRINT, 0, 5, rule, world_size=2)
+    assert broken["verdict"] == FAIL and broken["reason"] == "non-finite loss at 1 steps (2)"
+
+
+def test_memory_gate_gives_per_rank_values_in_the_gates_unit(tiny_profile):
+    result = judge(tiny_profile, "peak_memory_per_rank", synthetic_steps(memory_gib=1.0))
+    assert result["evidence"]["per_rank(GB)"] == {0: pytest.approx(1.0 * 1024**3 / 1e9), 1: pytest.approx(1.01 * 1024**3 / 1e9)}
+    assert result["evidence"]["per_rank(GiB)"] == {0: pytest.approx(1.0), 1: pytest.approx(1.01)}
+    from zerogate.analysis.gates import _in_unit
+
+    assert _in_unit(1.0, "memory/device_peak(GiB)", "GiB") == 1.0 and _in_unit(1.0, "step_time(s)", "GB") == 1.0

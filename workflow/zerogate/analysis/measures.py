@@ -67,19 +67,30 @@ OVERFLOW_REASON = "fp16_overflow"
 # Where the training loop records whether a step's update was applied (absent in older records).
 UPDATE_APPLIED = "update_applied"
 
-def _nan_if_missing(statistic: Callable[[pd.Series], float]) -> Callable[[pd.Series], float]:
-    """A statistic that is NaN when any value is missing or non-finite: a gap is never skipped over."""
-    def guarded(series: pd.Series) -> float:
-        values = pd.to_numeric(series, errors="coerce").astype(float)
-        return float("nan") if not len(values) or not np.isfinite(values).all() else statistic(values)
-    return guarded
+def _complete(series: pd.Series) -> np.ndarray | None:
+    """The series as floats, or None when any value is missing or non-finite (or there is none): a
+    statistic over a series with a gap is NaN, never the statistic of the values that remain."""
+    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=float)
+    return values if len(values) and np.isfinite(values).all() else None
 
 
-STATISTICS: dict[str, Callable[[pd.Series], float]] = {
-    "median": _nan_if_missing(lambda series: float(series.median())),
-    "p90": _nan_if_missing(lambda series: float(series.quantile(0.9))),
-    "max": _nan_if_missing(lambda series: float(series.max())),
-}
+def median_of(series: pd.Series) -> float:
+    values = _complete(series)
+    return float("nan") if values is None else float(np.median(values))
+
+
+def p90_of(series: pd.Series) -> float:
+    """The 90th percentile, linear interpolation between order statistics (numpy's and pandas' default)."""
+    values = _complete(series)
+    return float("nan") if values is None else float(np.quantile(values, 0.9))
+
+
+def max_of(series: pd.Series) -> float:
+    values = _complete(series)
+    return float("nan") if values is None else float(values.max())
+
+
+STATISTICS: dict[str, Callable[[pd.Series], float]] = {"median": median_of, "p90": p90_of, "max": max_of}
 
 
 def loss_scaler_present(steps: pd.DataFrame) -> bool:
