@@ -50,3 +50,10 @@ bench-metrics-overhead: setup
 
 bench-gloo-latency: setup
 	$(BENCH) bench_gloo_latency
+
+# Mutation score of the judging code (issue 14; mutmut, about 45 minutes on 2 cores): not part of `bench` or
+# CI; mutmut comes from envs/requirements-bench.txt.
+.PHONY: bench-mutation
+bench-mutation: setup
+	$(VENV)/bin/pip install --quiet -c envs/constraints.txt -r envs/requirements-bench.txt
+	PYTHONPATH=workflow python -m zerogate.bench.mutation

@@ -26,7 +26,7 @@ def write_run(root, tiny_profile, machine, dataset_hash="d" * 64, step_time=0.5,
     steps = synthetic_steps(step_time=step_time, memory_gib=memory_gib)
     steps.to_parquet(run_dir / "parsed/steps.parquet")
     verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": 200},
-                        {"training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5, spike_rule(tiny_profile))
+                        {"world_size": 2, "training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5, spike_rule(tiny_profile))
     provenance = {**PROVENANCE, "profile": profile, "run_id": f"{profile}-{machine}-{config_hash[:8]}",
                   "config_hash": config_hash, "dataset": {**PROVENANCE["dataset"], "content_sha256": dataset_hash}}
     base = f"results/{profile}/{machine}"

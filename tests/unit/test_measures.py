@@ -65,8 +65,9 @@ def judged(tiny_profile, steps, events=None, summary=None, log=""):
     events = no_events() if events is None else events
     summary = {"completed_steps": STEPS, "world_size": 2} if summary is None else summary
     meta = json.loads(json.dumps(run_metadata(steps, events, summary, log, STEPS)))  # as run.json holds it
-    verdicts = evaluate(tiny_profile["gates"], steps, events, summary, {"training": {"optimizer_steps": STEPS}}, [],
-                        CPU_FINGERPRINT, WARMUP, RULE, plan={"floor": {"optimizer_step(s)": 0.1}}, run_meta=meta)
+    verdicts = evaluate(tiny_profile["gates"], steps, events, summary, {"world_size": 2, "training": {"optimizer_steps": STEPS}}, [],
+                        CPU_FINGERPRINT, WARMUP, RULE, plan={"floor": {"optimizer_step(s)": 0.1}}, run_meta=meta,
+                        ds_config={"fp16": {"enabled": True, "loss_scale": 0}})
     return {g["name"]: g for g in verdicts["gates"]}, verdicts, meta
 
 
@@ -141,16 +142,16 @@ def test_every_consumer_gives_the_same_number(tmp_path, tiny_profile):
         assert value == peaks
     skipped = measures.overflow_skips(steps).worst_count
     assert skipped == 1
-    for value in (max(gates["overflow_skip_fraction"]["evidence"]["skipped_per_rank"].values()),
+    for value in (max(gates["overflow_skip_fraction"]["evidence"]["skipped_per_rank(steps)"].values()),
                   summary["overflow_skipped_steps"], stored["overflow_skipped_steps"],
                   rows["fp16-overflow-skipped steps, worst rank"], variant["overflow_skipped_steps"]):
         assert value == skipped
-    assert gates["optimizer_step_time"]["evidence"]["overflow_skipped_steps_excluded"] == 1  # after the warm-up
+    assert gates["optimizer_step_time"]["evidence"]["overflow_skipped_steps_excluded(steps)"] == 1  # after the warm-up
     spikes = measures.loss_spikes(steps, RULE)
-    for value in (gates["loss_convergence"]["evidence"]["spikes"], summary["loss_spikes"], stored["loss_spikes"],
+    for value in (gates["loss_convergence"]["evidence"]["spikes(count)"], summary["loss_spikes"], stored["loss_spikes"],
                   rows["loss spikes"], variant["loss_spikes"], drawn["loss_spikes"]):
         assert value == spikes.count == 1
-    assert gates["loss_convergence"]["evidence"]["spike_steps"] == drawn["spike_steps"] == spikes.steps
+    assert gates["loss_convergence"]["evidence"]["spike_steps(step)"] == drawn["spike_steps"] == spikes.steps
     # Completion: one definition behind both gates, the summary, the registry and the variant table.
     assert gates["ranks_completed"]["verdict"] == PASS and gates["ranks_completed"]["measured"] == 0
     assert gates["zero_nonfinite"]["evidence"]["run_complete"] is True
@@ -216,9 +217,9 @@ def test_the_gates_read_the_profiles_spike_settings(tiny_profile):
     steps = uneven_run()
     loose = SpikeRule.from_settings({**STABILISER, "spike_threshold": 1000.0})
     verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": STEPS},
-                        {"training": {"optimizer_steps": STEPS}}, [], CPU_FINGERPRINT, WARMUP, loose)
+                        {"world_size": 2, "training": {"optimizer_steps": STEPS}}, [], CPU_FINGERPRINT, WARMUP, loose)
     convergence = next(g for g in verdicts["gates"] if g["name"] == "loss_convergence")
-    assert convergence["evidence"]["spikes"] == 0 and "1000" in convergence["evidence"]["spike_rule"]
+    assert convergence["evidence"]["spikes(count)"] == 0 and "1000" in convergence["evidence"]["spike_rule"]
 
 
 def test_without_a_loss_scaler_skips_are_not_measured_never_zero():
@@ -245,3 +246,147 @@ def test_a_run_no_longer_than_its_warmup_has_no_timing_statistics():
     statistics = measures.run_statistics(uneven_run(), STEPS, RULE)
     assert statistics["timed_steps"] == 0 and statistics["step_time_median(s)"] is None
     assert statistics["tokens_per_s"] is None and statistics["peak_memory_per_rank(GiB)"] == {0: 0.5, 1: 0.7}
+
+
+def test_statistics_are_nan_over_any_gap_and_exact_otherwise():
+    series = pd.Series([3.0, 1.0, 2.0, 10.0, 4.0])
+    assert measures.median_of(series) == 3.0
+    assert measures.p90_of(series) == pytest.approx(np.quantile([1, 2, 3, 4, 10], 0.9)) == pytest.approx(7.6)
+    assert measures.max_of(series) == 10.0
+    for gap in (np.nan, np.inf, -np.inf, None):
+        holed = pd.Series([3.0, 1.0, gap, 10.0], dtype=object)
+        assert all(math.isnan(f(holed)) for f in (measures.median_of, measures.p90_of, measures.max_of))
+    assert math.isnan(measures.max_of(pd.Series([], dtype=float)))
+    assert measures.STATISTICS == {"median": measures.median_of, "p90": measures.p90_of, "max": measures.max_of}
+
+
+def test_slowest_rank_names_the_rank_with_a_gap():
+    frame = pd.DataFrame({"rank": [0, 0, 1, 1, 2, 2], "step": [1, 2] * 3, "t(s)": [1.0, 2.0, np.nan, 1.0, 5.0, 6.0]})
+    result = measures.slowest_rank(frame, "t(s)", "max")
+    assert math.isnan(result.value) and result.rank == 1
+    clean = measures.slowest_rank(frame[frame["rank"] != 1], "t(s)", "median")
+    assert clean.value == 5.5 and clean.rank == 2 and clean.per_rank == {0: 1.5, 2: 5.5}
+
+
+def test_smooth_is_a_centred_rolling_median_of_about_5_percent():
+    for n in (40, 100, 400):
+        values = np.r_[np.zeros(n // 2), np.full(n - n // 2, 10.0)] + np.arange(n) * 1e-3
+        window = max(5, n // 20) | 1
+        half = window // 2
+        expected = [np.median(values[max(0, i - half):i + half + 1]) for i in range(n)]
+        assert measures.smooth(pd.Series(values)).tolist() == pytest.approx(expected)
+
+
+def test_step_time_per_step_is_the_slowest_rank_at_each_step():
+    frame = pd.DataFrame({"rank": [0, 1, 0, 1], "step": [1, 1, 2, 2], "step_time(s)": [1.0, 3.0, 4.0, 2.0]})
+    assert measures.step_time_per_step(frame).to_dict() == {1: 3.0, 2: 4.0}
+
+
+def test_tokens_per_second_sums_ranks_then_takes_the_median_and_never_skips_a_gap():
+    frame = pd.DataFrame({"rank": [0, 1] * 3, "step": [1, 1, 2, 2, 3, 3], "tokens_per_s": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]})
+    assert measures.tokens_per_second(frame, 0) == 7.0
+    assert measures.tokens_per_second(frame, 1) == 9.0  # the warm-up step is left out
+    frame.loc[5, "tokens_per_s"] = np.nan
+    assert math.isnan(measures.tokens_per_second(frame, 0))
+
+
+def test_record_completeness_names_missing_repeated_unexpected_and_extra():
+    frame = pd.DataFrame({"rank": [0, 0, 0, 0, 2, 5], "step": [1, 2, 2, 4, 1, 1]})
+    found = measures.record_completeness(frame, 3, 3)
+    assert found.missing_ranks == [1] and found.extra_ranks == [5] and found.ranks_present == [0, 2, 5]
+    assert found.missing_steps == {0: [3], 2: [2, 3], 5: [2, 3]}
+    assert found.repeated_steps == {0: [2]} and found.unexpected_steps == {0: [4]}
+    assert found.incomplete_ranks == [0, 1, 2, 5] and not found.complete
+    text = "; ".join(found.problems)
+    for part in ("ranks with no step records: [1] of world size 3", "outside the world size 3: [5]",
+                 "rank 0: 1 steps missing (3)", "rank 0: 1 steps recorded more than once (2)",
+                 "rank 0: 1 steps outside 1..expected (4)"):
+        assert part in text
+    evidence = found.evidence()
+    assert evidence["world_size(ranks)"] == 3 and evidence["expected_steps(steps)"] == 3
+    assert evidence["missing_steps(step)"] == {0: "3", 2: "2, 3", 5: "2, 3"}
+    unknown = measures.record_completeness(frame, None, None)
+    assert unknown.problems == ["world size unknown (no run spec or summary gives it): the ranks cannot be counted",
+                                "expected optimizer steps unknown: the steps cannot be counted",
+                                "rank 0: 1 steps recorded more than once (2)"]
+    complete = measures.record_completeness(pd.DataFrame({"rank": [0, 0, 1, 1], "step": [1, 2, 1, 2]}), 2, 2)
+    assert complete.complete and complete.problems == [] and complete.incomplete_ranks == []
+    assert measures._span(list(range(1, 12))) == "1, 2, 3, 4, 5, 6, 7, 8 and 3 more"
+
+
+def test_missing_values_per_rank():
+    frame = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [1, 2, 1, 2], "m": [1.0, None, np.inf, 2.0]})
+    assert measures.missing_values(frame, "m") == {0: [2], 1: [1]}
+    assert measures.missing_values(frame.assign(m=1.0), "m") == {}
+
+
+def test_loss_scaler_comes_from_the_rendered_config():
+    assert measures.loss_scaler_configured({"fp16": {"enabled": True, "loss_scale": 0}})
+    assert not measures.loss_scaler_configured({"fp16": {"enabled": False}})
+    assert not measures.loss_scaler_configured({"bf16": {"enabled": True}})
+    assert not measures.loss_scaler_configured({"fp16": {"enabled": "auto"}})  # rendered configs are concrete
+
+
+def test_nonfinite_events_one_per_step_with_ranks_metrics_and_sources():
+    frame = pd.DataFrame({"rank": [0, 1, 0, 1, 0, 1], "step": [1, 1, 2, 2, 3, 3],
+                          "loss": [np.nan, np.nan, 1.0, 1.0, None, 1.0], "grad_norm": [1.0, np.inf, None, 1.0, 1.0, 1.0]})
+    events = measures.nonfinite_events(frame, ["loss", "grad_norm", "absent"], [(2, 1, "nonfinite_grad_norm"), (9, None, "nonfinite_loss")])
+    assert [e.evidence() for e in events] == [
+        {"step(step)": 1, "ranks(rank)": [0, 1], "metrics": ["grad_norm", "loss"], "sources": ["step records"]},
+        {"step(step)": 2, "ranks(rank)": [1], "metrics": ["grad_norm"], "sources": ["loss stabiliser"]},
+        {"step(step)": 3, "ranks(rank)": [0], "metrics": ["loss"], "sources": ["step records"]},
+        {"step(step)": 9, "ranks(rank)": [], "metrics": ["loss"], "sources": ["loss stabiliser"]},
+    ]  # a null grad_norm (DeepSpeed returned none) is no fault; a null loss is
+
+
+RULE_10 = measures.ConvergenceRule(initial_steps=3, final_fraction=0.1, max_rebound=0.25, min_drop_sigmas=3.0)
+
+
+def convergence_of(losses):
+    return measures.loss_convergence(pd.DataFrame({"rank": 0, "step": range(1, len(losses) + 1), "loss": losses}), RULE_10)
+
+
+def test_loss_convergence_figures_by_hand():
+    losses = [5.0, 4.0, 6.0] + [2.0] * 7 + [3.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.5, 0.5]
+    found = convergence_of(losses)  # 20 steps: blocks of 2 from the end
+    assert found.steps == 20 and found.nonfinite_steps == []
+    assert found.initial == 5.0 and found.final == 1.0 and found.lowest_block == 1.0
+    assert found.final_spread == pytest.approx(0.5 * measures.MAD_TO_SIGMA)
+    assert found.ratio == 0.2 and found.rebound == 0.0
+    assert found.drop_sigmas == pytest.approx(4.0 / (0.5 * measures.MAD_TO_SIGMA))
+    assert found.problems(RULE_10) == []
+
+
+def test_loss_convergence_rebound_flat_and_nonfinite():
+    u = convergence_of([3.0] * 3 + [1.0] * 15 + [2.0, 2.0])
+    assert u.lowest_block == 1.0 and u.final == 2.0 and u.rebound == pytest.approx(0.5)
+    assert any("back up 0.5 of the drop" in p for p in u.problems(RULE_10))
+    flat = convergence_of([2.0] * 20)
+    assert flat.rebound == 0.0 and flat.drop_sigmas == 0.0 and flat.ratio == 1.0
+    assert any("not >= 3" in p for p in flat.problems(RULE_10))
+    cliff = convergence_of([3.0] * 10 + [1.0] * 10)  # no spread in the last block, a real drop: infinitely many sigmas
+    assert cliff.drop_sigmas == math.inf and cliff.problems(RULE_10) == []
+    risen = convergence_of([1.0] * 10 + [3.0] * 10)
+    assert risen.rebound == math.inf and risen.drop_sigmas == 0.0
+    broken = convergence_of([3.0] * 5 + [math.inf, math.nan] + [1.0] * 13)
+    assert broken.nonfinite_steps == [6, 7] and math.isnan(broken.ratio)
+    assert broken.problems(RULE_10) == ["non-finite loss at 2 steps (6, 7)"]
+    assert convergence_of([]).steps == 0
+    assert measures.ConvergenceRule.from_gate({"convergence": {"initial_steps": 3, "final_fraction": 0.1,
+                                                               "max_rebound": 0.25, "min_drop_sigmas": 3}}) == RULE_10
+
+
+def test_run_statistics_keys_and_values():
+    frame = pd.DataFrame({"rank": [0, 1] * 4, "step": [1, 1, 2, 2, 3, 3, 4, 4], "loss": [4.0, 4.0, 3.0, 3.0, 2.0, 2.0, 1.0, 1.0],
+                          "step_time(s)": [9.0, 9.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0],
+                          "micro_step_time(s)": [1.0] * 8, "tokens_per_s": [10.0] * 8,
+                          "memory/device_peak(GiB)": [0.5] * 8})
+    stats = measures.run_statistics(frame, 1, RULE)
+    assert stats == {
+        "ranks": 2, "optimizer_steps": 4, "warmup_steps_excluded": 1, "timed_steps": 3,
+        "step_time_median(s)": 2.0, "step_time_p90(s)": 2.0, "slowest_rank": 1, "micro_step_time_median(s)": 1.0,
+        "tokens_per_s": 20.0, "first_loss": 4.0, "final_loss": 1.0, "loss_spikes": 0, "overflow_skipped_steps": None,
+        "peak_memory_per_rank(GiB)": {0: 0.5, 1: 0.5}, "run_complete": None, "failed_ranks": None,
+    }
+    bare = measures.run_statistics(frame.drop(columns=["step_time(s)"]), 1, RULE)
+    assert bare["step_time_median(s)"] is None and bare["step_time_p90(s)"] is None and bare["slowest_rank"] is None

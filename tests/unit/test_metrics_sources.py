@@ -92,7 +92,7 @@ def test_nvml_peak_lands_in_the_step_line(tmp_path):
 
 def test_flops_and_mfu_only_where_the_peak_is_known(tmp_path):
     assert train_flops_per_token(1000, 2, 8, 16) == 6000 + 12 * 2 * 8 * 16
-    assert peak_flops("NVIDIA GeForce RTX 4090", "fp16") == 165.2e12
+    assert peak_flops("NVIDIA GeForce RTX 4090", "fp16") == 330.3e12  # zerogate.hardware's basis (was 165.2: finding 9)
     assert peak_flops(None, "fp32") is None and peak_flops("Some GPU", "fp16") is None
     recorder = StepMetrics(tmp_path / "r.jsonl", 0, torch.device("cpu"), flops_per_token=1e6, peak_flops_per_s=1e9)
     recorder.start_step()

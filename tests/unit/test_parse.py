@@ -118,7 +118,8 @@ def test_training_loop_skip_reasons_become_overflow_flags_only_under_a_loss_scal
     steps["loss_scale"] = None  # fp32: no loss scaler, nothing to count
     assert measures.overflow_skipped(steps) is None
     gate = next(g for g in tiny_profile["gates"] if g["name"] == "overflow_skip_fraction")
-    result = evaluate_gate(gate, steps, parse_launcher_log(""), None, {}, 1, 5, spike_rule(tiny_profile))
+    result = evaluate_gate(gate, steps, parse_launcher_log(""), None, {}, 1, 5, spike_rule(tiny_profile), world_size=1,
+                           ds_config={"fp16": {"enabled": False}})
     assert result["verdict"] == NOT_MEASURED and "no fp16 loss scaler" in result["reason"]
 
 
@@ -130,3 +131,83 @@ def read_back(steps, tmp=None):
         for rank, group in steps.groupby("rank"):
             Path(directory, f"rank{rank}.jsonl").write_text(group.to_json(orient="records", lines=True))
         return read_rank_metrics(directory)
+
+
+def test_stabiliser_events_become_event_rows(tmp_path):
+    from zerogate.analysis.parse import EVENT_COLUMNS, stabiliser_events
+
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"step": 12, "rank": 1, "kind": "nonfinite_loss", "value": "nan", "action": "rollback"}\n\n'
+                    '{"step": 30, "rank": 0, "kind": "loss_spike", "value": 9.5}\n')
+    events = stabiliser_events(path)
+    assert list(events.columns) == EVENT_COLUMNS and len(events) == 2
+    assert events["kind"].tolist() == ["stabiliser", "stabiliser"]
+    assert events["rank"].tolist() == [1, 0] and events["step"].tolist() == [12, 30]
+    assert str(events["rank"].dtype) == str(events["step"].dtype) == str(events["line"].dtype) == "Int64"
+    assert events["line"].isna().all()
+    assert events["message"].tolist() == ["nonfinite_loss = nan: rollback", "loss_spike = 9.5: None"]
+    assert json.loads(events["detail"][0]) == {"kind": "nonfinite_loss", "value": "nan", "action": "rollback"}
+    assert json.loads(events["detail"][1]) == {"kind": "loss_spike", "value": 9.5, "action": None}
+    table = event_table(events, "stabiliser")
+    assert table["kind"].tolist() == ["nonfinite_loss", "loss_spike"] and table["step"].tolist() == [12, 30]
+    empty = tmp_path / "none.jsonl"
+    empty.write_text("")
+    assert list(stabiliser_events(empty).columns) == EVENT_COLUMNS and not len(stabiliser_events(empty))
+
+
+def test_rank_records_are_sorted_by_rank_then_step_and_blank_lines_skipped(tmp_path):
+    (tmp_path / "rank1.jsonl").write_text('{"rank": 1, "step": 2, "x": 1}\n\n{"rank": 1, "step": 1, "x": 2}\n')
+    (tmp_path / "rank0.jsonl").write_text('{"rank": 0, "step": 1, "x": 3}\n')
+    (tmp_path / "other.jsonl").write_text('{"rank": 9, "step": 1}\n')  # not a rank file
+    steps = read_rank_metrics(tmp_path)
+    assert steps[["rank", "step", "x"]].values.tolist() == [[0, 1, 3], [1, 1, 2], [1, 2, 1]]
+    assert list(steps.index) == [0, 1, 2]
+    empty = read_rank_metrics(tmp_path / "nothing-here")
+    assert list(empty.columns) == ["rank", "step"] and not len(empty)
+    (tmp_path / "rank2.jsonl").write_text('{"rank": 2, "step": 1}\n  \n{"rank": 2, oops}\n')
+    with pytest.raises(ValueError, match=r"rank2.jsonl: line 3: not valid JSON \("):
+        read_rank_metrics(tmp_path)
+
+
+def test_last_log_lines_of_a_rank_or_of_the_log():
+    from zerogate.analysis.parse import last_log_lines
+
+    text = "\n".join([f"[rank0]: a{i}" for i in range(15)] + ["[rank1]: b", "plain", "", "last"]) + "\r\n"
+    assert last_log_lines(text, 0) == [f"[rank0]: a{i}" for i in range(3, 15)]
+    assert last_log_lines(text, 0, count=2) == ["[rank0]: a13", "[rank0]: a14"]
+    assert last_log_lines(text, 1) == ["[rank1]: b"]
+    assert last_log_lines(text, 7, count=3) == ["[rank1]: b", "plain", "last"]  # no lines of its own: the log's
+    assert last_log_lines(text, None, count=2) == ["plain", "last"]
+    assert len(last_log_lines(text, None)) == 12
+
+
+def test_parse_run_is_the_parse_logs_rules_work(tmp_path):
+    from zerogate.analysis.parse import parse_run
+
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    for rank in (0, 1):
+        (metrics / f"rank{rank}.jsonl").write_text("".join(json.dumps({"rank": rank, "step": s, "loss": 1.0}) + "\n"
+                                                            for s in (1, 2)))
+    log = tmp_path / "train.log"
+    log.write_text("[Rank 0] step=2, skipped=1, lr=[1e-05]\n[rank1]: Traceback (most recent call last):\n"
+                   "[rank1]:   File \"x.py\", line 1\n[rank1]: RuntimeError: boom\n")
+    events_file = tmp_path / "events.jsonl"
+    events_file.write_text('{"step": 2, "rank": 0, "kind": "loss_spike", "value": 9.0, "action": "skip"}\n')
+    steps, events, meta = parse_run(metrics, log, {"world_size": 2}, events_file, 2)
+    assert len(steps) == 4 and set(events["kind"]) == {"ds_progress", "traceback", "stabiliser"}
+    assert meta["world_size"] == 2 and meta["expected_steps"] == 2 and meta["finished"] is True
+    assert meta["failed_ranks"] == [1] and meta["deepspeed_skipped_steps"] == {"step": 2, "skipped": 1}
+    assert meta["event_counts"] == {"ds_progress": 1, "traceback": 1}
+    events_file.write_text("")
+    _, quiet, unfinished = parse_run(metrics, log, None, events_file, 2)
+    assert "stabiliser" not in set(quiet["kind"]) and unfinished["world_size"] is None and not unfinished["finished"]
+
+
+def test_failed_gates_lists_the_fails_with_their_reasons():
+    from zerogate.analysis.gates import failed_gates
+
+    verdicts = {"gates": [{"name": "a", "verdict": "FAIL", "reason": "too slow"},
+                          {"name": "b", "verdict": "PASS", "reason": ""},
+                          {"name": "c", "verdict": "NOT MEASURED", "reason": "no plan"}]}
+    assert failed_gates(verdicts) == ["a: too slow"]

@@ -29,7 +29,7 @@ DEVIATION = {"path": "fp16.enabled", "claim": True, "rendered": False, "kind": "
 def test_report_opens_with_verdicts_and_names_its_provenance(tmp_path, tiny_profile):
     steps = synthetic_steps(step_time=2.5)
     verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": 200},
-                        {"training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5, spike_rule(tiny_profile))
+                        {"world_size": 2, "training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5, spike_rule(tiny_profile))
     figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png", "memory": tmp_path / "mem.png"}
     loss_figure(steps, no_events(), 5, figures["loss"], spike_rule(tiny_profile))
     step_time_figure(steps, 5, verdicts, figures["step_time"])
@@ -63,7 +63,7 @@ def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None, 
     events = no_events() if events is None else events
     deviations = list(deviations)
     verdicts = evaluate(tiny_profile["gates"], steps, events, {"completed_steps": 200},
-                        {"training": {"optimizer_steps": 200}}, deviations, CPU_FINGERPRINT, 5, spike_rule(tiny_profile),
+                        {"world_size": 2, "training": {"optimizer_steps": 200}}, deviations, CPU_FINGERPRINT, 5, spike_rule(tiny_profile),
                         plan=plan, run_meta=run_meta)
     figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png", "memory": tmp_path / "mem.png"}
     loss_figure(steps, events, 5, figures["loss"], spike_rule(tiny_profile))

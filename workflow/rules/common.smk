@@ -13,6 +13,7 @@ from snakemake.utils import validate
 from zerogate import __version__ as PIPELINE_VERSION
 from zerogate.errors import InputError
 from zerogate.hashing import sha256_json
+from zerogate.config.settings import training_settings
 from zerogate.config.machine_id import machine_id_from_host
 from zerogate.config.profile import check_profile, file_defining, load_profile_chain, resolve_profile
 from zerogate.config.settings import run_training_section, training_settings

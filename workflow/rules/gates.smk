@@ -8,6 +8,7 @@ rule check_gates:
         run_spec=rules.render_deepspeed_config.output.run_spec,
         deviations=rules.render_deepspeed_config.output.deviations,
         fingerprint=rules.probe_hardware.output.fingerprint,
+        ds_config=rules.render_deepspeed_config.output.ds_config,
     output:
         verdicts=result("gates/verdicts.json"),
     params:

@@ -19,6 +19,7 @@ with logging_to(snakemake.log[0]) as log:
         SpikeRule.from_settings(snakemake.params.stabiliser),
         plan=read_json(snakemake.input.plan),
         run_meta=read_json(snakemake.input.run_meta),
+        ds_config=read_json(snakemake.input.ds_config),
     )
     write_json(snakemake.output.verdicts, verdicts)
     for gate in verdicts["gates"]:

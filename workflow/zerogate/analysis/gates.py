@@ -13,16 +13,14 @@ import operator
 import re
 from typing import Any, Callable
 
-import numpy as np
 import pandas as pd
 
 from zerogate.analysis import measures
-from zerogate.analysis.measures import Completion, SpikeRule, smooth
+from zerogate.analysis.measures import Completion, ConvergenceRule, SpikeRule
 from zerogate.analysis.parse import event_table, run_metadata
 from zerogate.units import GB, GIB
 
 PASS, FAIL, NOT_MEASURED = "PASS", "FAIL", "NOT MEASURED"
-TREND_ALPHA = 0.01  # one-sided significance of the downward loss trend
 COMPARE: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, "==": operator.eq, ">=": operator.ge, ">": operator.gt,
 }
@@ -59,7 +57,7 @@ def unit_of(metric: str) -> str:
 def slowest_rank_evidence(pool: pd.DataFrame, metric: str, statistic: str) -> tuple[float, dict[str, Any]]:
     """measures.slowest_rank with its per-rank values as evidence (in the metric's unit)."""
     result = measures.slowest_rank(pool, metric, statistic)
-    return result.value, {f"per_rank{unit_of(metric)}": result.per_rank, "worst_rank": result.rank}
+    return result.value, {f"per_rank{unit_of(metric)}": result.per_rank, "worst_rank(rank)": result.rank}
 
 
 def smallest_device_ranks(steps: pd.DataFrame, fingerprint: dict[str, Any]) -> tuple[list[int], str]:
@@ -75,80 +73,64 @@ def smallest_device_ranks(steps: pd.DataFrame, fingerprint: dict[str, Any]) -> t
     return chosen, f"smallest device: {', '.join(names)} ({smallest / GIB:.2f} GiB)"
 
 
-def spearman_downward(values: np.ndarray) -> tuple[float, float]:
-    """Spearman rho of values against step, and the one-sided p-value of rho < 0 (Fisher z with the
-    Fieller-Hartley-Pearson variance 1.06 / (n - 3); adequate for n >= 10)."""
-    n = len(values)
-    if n < 10:
-        return float("nan"), float("nan")
-    ranks_x = np.arange(n, dtype=float)
-    ranks_y = pd.Series(values).rank().to_numpy()
-    rho = float(np.corrcoef(ranks_x, ranks_y)[0, 1])
-    rho_clipped = min(max(rho, -0.999999), 0.999999)
-    z = math.atanh(rho_clipped) * math.sqrt((n - 3) / 1.06)
-    p_downward = 0.5 * math.erfc(-z / math.sqrt(2))  # P(Z <= z)
-    return rho, p_downward
-
-
-def loss_convergence(steps: pd.DataFrame, gate: dict[str, Any], spike_rule: SpikeRule) -> tuple[float, bool, dict[str, Any]]:
-    """(final/initial ratio of the smoothed loss, whether the trend is significantly downward, evidence)."""
+def loss_convergence(steps: pd.DataFrame, gate: dict[str, Any],
+                     spike_rule: SpikeRule) -> tuple[float | None, list[str], dict[str, Any]]:
+    """(final/initial loss ratio, problems that fail the gate outright, evidence): measures.loss_convergence
+    under the gate's ``convergence`` settings, over every step's loss."""
     _column(steps, "loss")
-    loss = measures.loss_series(steps)
-    finite = loss[np.isfinite(loss)]
-    if len(finite) < 10:
-        raise NotMeasured(f"only {len(finite)} finite loss values (need 10)")
-    smoothed = smooth(finite.reset_index(drop=True))
-    tenth = max(1, len(smoothed) // 10)
-    initial, final = float(smoothed.iloc[:tenth].mean()), float(smoothed.iloc[-tenth:].mean())
-    rho, p = spearman_downward(finite.to_numpy())
+    rule = ConvergenceRule.from_gate(gate)
+    found = measures.loss_convergence(steps, rule)
+    if not found.nonfinite_steps and found.steps < 2 * max(rule.initial_steps, 1):
+        raise NotMeasured(f"only {found.steps} loss values: too few to tell a trend")
     spikes = measures.loss_spikes(steps, spike_rule)
     evidence = {
-        "initial_smoothed_loss": initial,
-        "final_smoothed_loss": final,
-        "spearman_rho": rho,
-        "p_downward": p,
-        "alpha": TREND_ALPHA,
-        "spikes": spikes.count,
-        "spike_steps": spikes.steps,
+        "steps(steps)": found.steps,
+        "nonfinite_loss_steps(step)": found.nonfinite_steps,
+        "initial_loss(nats/token)": _finite_or_none(found.initial),
+        "final_loss(nats/token)": _finite_or_none(found.final),
+        "lowest_block_mean_loss(nats/token)": _finite_or_none(found.lowest_block),
+        "final_block_spread(nats/token)": _finite_or_none(found.final_spread),
+        "rebound(ratio)": _finite_or_none(found.rebound),
+        "drop(final-block sigmas)": _finite_or_none(found.drop_sigmas),
+        "rule": {"initial_steps(steps)": rule.initial_steps, "final_fraction(ratio)": rule.final_fraction,
+                 "max_rebound(ratio)": rule.max_rebound, "min_drop(final-block sigmas)": rule.min_drop_sigmas},
+        "spikes(count)": spikes.count,
+        "spike_steps(step)": spikes.steps,
         "spike_rule": spike_rule.describe(),
-        "steps": int(len(finite)),
     }
-    return final / initial, bool(rho < 0 and p < TREND_ALPHA), evidence
+    return _finite_or_none(found.ratio), found.problems(rule), evidence
+
+
+def _finite_or_none(value: float) -> float | None:
+    """A number for the evidence: None where it is not finite (JSON has no NaN)."""
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
 def nonfinite(steps: pd.DataFrame, events: pd.DataFrame, completion: Completion,
               metrics: list[str]) -> tuple[float, list[str], dict[str, Any]]:
-    """(count of non-finite values and fatal events, problems that fail the gate outright, evidence)."""
+    """(faults: one per optimizer step with a non-finite value, plus one for a fatal loss-scale abort;
+    problems that fail the gate outright; evidence)."""
     present = [m for m in metrics if m in steps.columns]
-    if not present:
+    if not present and completion.complete:
         raise NotMeasured(f"none of {metrics} in the run's step records")
-    counts = {}
-    shown: set[int] = set()  # steps whose records show a non-finite value
-    for metric in present:
-        values = pd.to_numeric(steps[metric], errors="coerce").astype(float)
-        # A null grad_norm means DeepSpeed returned none; a null loss was a non-finite value.
-        bad = ~np.isfinite(values) if metric == "loss" else (values.notna() & ~np.isfinite(values))
-        counts[metric] = int(bad.sum())
-        shown |= {int(step) for step in steps.loc[bad, "step"]}
-    fatal = int((events["kind"] == "fatal_loss_scale").sum()) if len(events) else 0
-    # A non-finite value the loss stabiliser caught counts even where the step records no longer show it:
-    # a rollback restores the metrics of the last good checkpoint, so the bad step's record is gone.
-    caught = stabiliser_nonfinite(events)
-    unseen = sorted({step for step in caught if step not in shown})
-    # The run must also have completed: the one completion definition the ranks_completed gate reads.
-    ranks = sorted(int(r) for r in steps["rank"].unique())
-    evidence = {"per_metric": counts, "fatal_loss_scale_events": fatal, "ranks": ranks,
-                "steps_per_rank": completion.steps_per_rank, "run_complete": completion.complete,
-                "stabiliser_nonfinite_steps": sorted(set(caught)), "stabiliser_only_steps": unseen}
-    return float(sum(counts.values()) + fatal + len(unseen)), list(completion.problems), evidence
+    faults = measures.nonfinite_events(steps, present, stabiliser_nonfinite(events))
+    fatal = events[events["kind"] == "fatal_loss_scale"] if len(events) else events
+    fatal_ranks = sorted({int(r) for r in fatal["rank"].dropna()}) if len(fatal) else []
+    evidence = {"faults(count)": len(faults) + (1 if len(fatal) else 0),
+                "nonfinite_steps(count)": len(faults),
+                "nonfinite_events": [f.evidence() for f in faults],
+                "fatal_loss_scale_abort": bool(len(fatal)), "fatal_loss_scale_ranks(rank)": fatal_ranks,
+                "metrics": present, **completion_evidence(completion)}
+    return float(evidence["faults(count)"]), list(completion.problems), evidence
 
 
-def stabiliser_nonfinite(events: pd.DataFrame) -> list[int]:
-    """Steps at which the loss stabiliser caught a non-finite loss or gradient norm (any rank, any action)."""
+def stabiliser_nonfinite(events: pd.DataFrame) -> list[tuple[int, int | None, str]]:
+    """(step, rank, kind) of each non-finite loss or gradient norm the loss stabiliser caught (any action)."""
     rows = event_table(events, "stabiliser")
     if not len(rows):
         return []
-    return [int(step) for step, kind in zip(rows["step"], rows["kind"]) if str(kind).startswith("nonfinite")]
+    return [(int(step), None if pd.isna(rank) else int(rank), str(kind))
+            for step, rank, kind in zip(rows["step"], rows["rank"], rows["kind"]) if str(kind).startswith("nonfinite")]
 
 
 def _in_unit(value: float, metric: str, unit: str) -> float:
@@ -156,6 +138,14 @@ def _in_unit(value: float, metric: str, unit: str) -> float:
     if "(GiB)" in metric and unit == "GB":
         return value * GIB / GB
     return value
+
+
+def require_values(pool: pd.DataFrame, metric: str) -> None:
+    """NOT MEASURED when ``metric`` is missing or non-finite at any step of ``pool``, naming where."""
+    gaps = measures.missing_values(pool, metric)
+    if gaps:
+        where = "; ".join(f"rank {rank}: {len(listed)} steps ({measures._span(listed)})" for rank, listed in gaps.items())
+        raise NotMeasured(f"'{metric}' missing or non-finite at {where}")
 
 
 def floor_ratio(steps: pd.DataFrame, metric: str, warmup_steps: int,
@@ -167,104 +157,149 @@ def floor_ratio(steps: pd.DataFrame, metric: str, warmup_steps: int,
     if floor <= 0:
         raise NotMeasured(f"the planner's floor is {floor} s, not a positive time")
     _column(steps, metric)
-    median, evidence = slowest_rank_evidence(measures.timed_steps(steps, warmup_steps), metric, "median")
+    pool = measures.timed_steps(steps, warmup_steps)
+    require_values(pool, metric)
+    median, evidence = slowest_rank_evidence(pool, metric, "median")
     evidence.update({f"median_step_time{unit_of(metric)}": median, "floor(s)": floor,
-                     "warmup_steps_excluded": warmup_steps})
+                     "warmup_steps_excluded(steps)": warmup_steps})
     return median / floor, evidence
 
 
-def overflow_skip_fraction(steps: pd.DataFrame, run_meta: dict[str, Any] | None) -> tuple[float, dict[str, Any]]:
-    """Fraction of optimizer steps that fp16 skipped (worst rank), from the step records' skip reasons
-    (measures.overflow_skips). DeepSpeed's own ``skipped=`` count from its last progress line is shown
-    beside it as evidence only: it also counts the updates the loss stabiliser dropped."""
+def overflow_skip_fraction(steps: pd.DataFrame, run_meta: dict[str, Any] | None,
+                           ds_config: dict[str, Any] | None) -> tuple[float, dict[str, Any]]:
+    """Fraction of optimizer steps that fp16 skipped (worst rank). Whether there is a loss scaler at all is
+    the rendered DeepSpeed config's to say, never a log line's; then the count comes from the step records'
+    skip reasons (measures.overflow_skips). DeepSpeed's own ``skipped=`` count from its last progress line
+    is shown beside it as evidence only: it also counts the updates the loss stabiliser dropped."""
+    if ds_config is None:
+        raise NotMeasured("no rendered DeepSpeed config: whether the run had a loss scaler is unknown")
+    if not measures.loss_scaler_configured(ds_config):
+        raise NotMeasured("the rendered DeepSpeed config has no fp16 loss scaler: nothing for it to skip")
     skips = measures.overflow_skips(steps)
     if skips is None:
-        raise NotMeasured("the run had no fp16 loss scaler (loss_scale not recorded): nothing for it to skip")
-    evidence: dict[str, Any] = {"source": "per-step records (skip_reason)", "skip_fraction_per_rank": skips.fraction_per_rank,
-                                "skipped_per_rank": skips.per_rank}
+        raise NotMeasured("fp16 is on but the step records hold no loss scale or skip reason to count from")
+    evidence: dict[str, Any] = {"source": "per-step records (skip_reason)",
+                                "skip_fraction_per_rank(ratio)": skips.fraction_per_rank,
+                                "skipped_per_rank(steps)": skips.per_rank}
     progress = (run_meta or {}).get("deepspeed_skipped_steps")
     if progress:
-        evidence["deepspeed_progress_line"] = {**progress, "note": "DeepSpeed's count also includes the updates "
-                                                                   "the loss stabiliser dropped; not the statistic"}
+        evidence["deepspeed_progress_line"] = {
+            "at_step(step)": progress["step"], "skipped(steps)": progress["skipped"],
+            "note": "DeepSpeed's count also includes the updates the loss stabiliser dropped; not the statistic"}
     return skips.worst_fraction, evidence
 
 
-def failed_ranks(completion: Completion) -> tuple[float, dict[str, Any]]:
-    """Ranks that crashed, exited non-zero or stopped before the last step (measures.run_completion),
-    with their last log lines."""
-    evidence = {"failures": completion.failures, "stopped_early": completion.stopped_early,
-                "finished": completion.finished, "failed_ranks": completion.failed_ranks,
-                "steps_per_rank": completion.steps_per_rank}
-    return float(completion.failed_rank_count), evidence
+def completion_evidence(completion: Completion) -> dict[str, Any]:
+    failures = [{"rank(rank)": f.get("rank"), "kind": f.get("kind"), "message": f.get("message"),
+                 "exit_code(code)": f.get("exit_code"), "last_lines": f.get("last_lines")}
+                for f in completion.failures]
+    return {"finished": completion.finished, "failures": failures,
+            "last_step_per_rank(step)": completion.steps_per_rank,
+            "stopped_early_at(step)": completion.stopped_early, "failed_ranks(rank)": completion.failed_ranks,
+            "run_complete": completion.complete}
+
+
+def failed_ranks(completion: Completion, records: measures.RecordCompleteness) -> tuple[float, dict[str, Any]]:
+    """Ranks that crashed, exited non-zero, stopped before the last step or lack step records
+    (measures.run_completion with the record counts), with their last log lines."""
+    return float(completion.failed_rank_count), {**completion_evidence(completion), "records": records.evidence()}
 
 
 def completion_for(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any] | None, expected_steps: int,
-                   run_meta: dict[str, Any] | None) -> Completion:
+                   run_meta: dict[str, Any] | None, records: measures.RecordCompleteness | None = None) -> Completion:
     """The run's completion from parse_logs' metadata, or, without it, from the same parse over the step
-    records and events (no launcher log text: the failures then lack their last lines)."""
+    records and events (no launcher log text: the failures then lack their last lines); with the record
+    counts of ``records``."""
     if run_meta is None:
         run_meta = run_metadata(steps, events, summary, "", expected_steps)
-    return measures.completion_of(run_meta)
+    completion = measures.completion_of(run_meta)
+    if records is None:
+        return completion
+    return measures.run_completion(completion.steps_per_rank, completion.failures, completion.finished,
+                                   run_meta.get("expected_steps") or expected_steps, records.world_size, records)
+
+
+def world_size_of(summary: dict[str, Any] | None, run_meta: dict[str, Any] | None) -> int | None:
+    """The run's world size where no run spec gives it: the summary's, else parse_logs' (which takes the
+    summary's too); never the number of ranks that happen to have records."""
+    for source in (summary, run_meta):
+        if source and source.get("world_size"):
+            return int(source["world_size"])
+    return None
 
 
 def evaluate_gate(gate: dict[str, Any], steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any] | None,
                   fingerprint: dict[str, Any], warmup_steps: int, expected_steps: int, spike_rule: SpikeRule,
-                  plan: dict[str, Any] | None = None, run_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+                  plan: dict[str, Any] | None = None, run_meta: dict[str, Any] | None = None, *,
+                  world_size: int | None = None, ds_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One gate's verdict. The records' completeness is established first, from counts: a statistic over
+    an incomplete run is NOT MEASURED (the completion and non-finite gates, whose claims are about
+    completeness, FAIL), and a metric missing or non-finite at any step it must have is NOT MEASURED."""
     result = {key: gate[key] for key in ("name", "claim", "definition", "metric", "statistic", "comparison",
                                          "threshold", "unit")}
+    records = measures.record_completeness(steps, world_size or world_size_of(summary, run_meta), expected_steps)
     extra_failures: list[str] = []
+    measured: float | None
     try:
         statistic = gate["statistic"]
+        if statistic not in ("failed_ranks", "nonfinite_count") and not records.complete:
+            raise NotMeasured("the run's step records are incomplete: " + "; ".join(records.problems))
         if statistic in ("median", "p90", "max"):
             metric = gate["metric"]
             _column(steps, metric)
             pool = measures.timed_steps(steps, warmup_steps) if statistic != "max" else steps
-            evidence: dict[str, Any] = {"warmup_steps_excluded": warmup_steps if statistic != "max" else 0}
+            evidence: dict[str, Any] = {"warmup_steps_excluded(steps)": warmup_steps if statistic != "max" else 0}
             if statistic != "max":
                 skipped = measures.overflow_skipped_count(steps, warmup_steps)
-                evidence["overflow_skipped_steps_excluded"] = "not recorded" if skipped is None else skipped
+                evidence["overflow_skipped_steps_excluded(steps)"] = "not recorded" if skipped is None else skipped
             if metric.startswith("memory/") and gate.get("ranks", "smallest_device") == "smallest_device":
                 ranks, why = smallest_device_ranks(steps, fingerprint)
                 pool = pool[pool["rank"].isin(ranks)]
                 evidence["device_selection"] = why
                 if "memory/device_peak_source" in steps.columns:
                     evidence["memory_source"] = sorted(steps["memory/device_peak_source"].dropna().unique().tolist())
-            if pool[metric].isna().all():
+            if not len(pool):
                 raise NotMeasured(f"no '{metric}' values after warm-up")
+            require_values(pool, metric)
             value, more = slowest_rank_evidence(pool, metric, statistic)
             evidence.update(more)
+            if unit_of(metric) != f"({gate['unit']})":  # the per-rank values in the gate's unit too
+                evidence[f"per_rank({gate['unit']})"] = {rank: _in_unit(v, metric, gate["unit"])
+                                                         for rank, v in more[f"per_rank{unit_of(metric)}"].items()}
             if statistic == "median" and "step_time" in metric:
                 evidence[f"p90{unit_of(metric)}"] = measures.slowest_rank(pool, metric, "p90").value
             measured = _in_unit(value, metric, gate["unit"])
-        elif statistic == "smoothed_final_over_initial":
-            measured, downward, evidence = loss_convergence(steps, gate, spike_rule)
-            if not downward:
-                extra_failures.append(
-                    f"no significant downward trend (rho {evidence['spearman_rho']:.3f}, p {evidence['p_downward']:.3g})"
-                )
+        elif statistic == "loss_convergence":
+            measured, problems, evidence = loss_convergence(steps, gate, spike_rule)
+            extra_failures.extend(problems)
         elif statistic == "floor_ratio":
             measured, evidence = floor_ratio(steps, gate["metric"], warmup_steps, plan)
         elif statistic == "overflow_skip_fraction":
-            measured, evidence = overflow_skip_fraction(steps, run_meta)
+            measured, evidence = overflow_skip_fraction(steps, run_meta, ds_config)
         elif statistic == "failed_ranks":
-            if run_meta is None:
+            if run_meta is None and records.complete:
                 raise NotMeasured("no run metadata (parse_logs output) to read rank failures from")
-            completion = completion_for(steps, events, summary, expected_steps, run_meta)
-            measured, evidence = failed_ranks(completion)
+            completion = completion_for(steps, events, summary, expected_steps, run_meta, records)
+            measured, evidence = failed_ranks(completion, records)
             extra_failures.extend(completion.problems)
         elif statistic == "nonfinite_count":
-            completion = completion_for(steps, events, summary, expected_steps, run_meta)
+            completion = completion_for(steps, events, summary, expected_steps, run_meta, records)
             measured, problems, evidence = nonfinite(steps, events, completion, gate["metric"].split(","))
+            evidence["records"] = records.evidence()
             extra_failures.extend(problems)
         else:  # the schema admits no other statistic
             raise ValueError(f"unknown statistic {statistic}")
     except NotMeasured as reason:
         result.update(measured=None, verdict=NOT_MEASURED, reason=str(reason), evidence={})
         return result
-    passed = math.isfinite(measured) and COMPARE[gate["comparison"]](measured, gate["threshold"])
-    reasons = [] if passed else [f"measured {measured:.4g} {gate['unit']} is not {gate['comparison']} {gate['threshold']:g}"]
+    finite = measured is not None and math.isfinite(measured)
+    passed = finite and COMPARE[gate["comparison"]](measured, gate["threshold"])
+    reasons = [] if passed or not finite else [
+        f"measured {measured:.4g} {gate['unit']} is not {gate['comparison']} {gate['threshold']:g}"]
+    if not finite and not extra_failures:
+        reasons.append("the measured value is not a finite number")
     reasons += extra_failures
-    result.update(measured=measured, verdict=PASS if passed and not extra_failures else FAIL,
+    result.update(measured=measured if finite else None, verdict=PASS if passed and not extra_failures else FAIL,
                   reason="; ".join(reasons), evidence=evidence)
     return result
 
@@ -287,13 +322,16 @@ def faithfulness(deviations: list[dict[str, Any]], fingerprint: dict[str, Any]) 
 def evaluate(gates: list[dict[str, Any]], steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any] | None,
              run_spec: dict[str, Any], deviations: list[dict[str, Any]], fingerprint: dict[str, Any],
              warmup_steps: int, spike_rule: SpikeRule, plan: dict[str, Any] | None = None,
-             run_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+             run_meta: dict[str, Any] | None = None, ds_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """All gates of the profile. ``warmup_steps`` is the profile's ``training.warmup_steps_excluded`` and
-    ``spike_rule`` its ``stabiliser`` settings (both analysis inputs: changing them re-judges). ``plan``
-    (the planner's plan.json) and ``run_meta`` (parse_logs' run.json) are optional: the gates that need
-    them are NOT MEASURED without them."""
+    ``spike_rule`` its ``stabiliser`` settings (both analysis inputs: changing them re-judges). The world
+    size is the run spec's (``world_size``). ``plan`` (the planner's plan.json), ``run_meta`` (parse_logs'
+    run.json) and ``ds_config`` (the rendered DeepSpeed config) are optional: the gates that need them
+    are NOT MEASURED without them."""
     expected = run_spec["training"]["optimizer_steps"]
-    results = [evaluate_gate(g, steps, events, summary, fingerprint, warmup_steps, expected, spike_rule, plan, run_meta)
+    world_size = run_spec.get("world_size") or world_size_of(summary, run_meta)
+    results = [evaluate_gate(g, steps, events, summary, fingerprint, warmup_steps, expected, spike_rule, plan, run_meta,
+                             world_size=world_size, ds_config=ds_config)
                for g in gates]
     counts = {v: sum(r["verdict"] == v for r in results) for v in (PASS, FAIL, NOT_MEASURED)}
     return {"gates": results, "counts": counts, "reproduction": faithfulness(deviations, fingerprint)}

@@ -28,9 +28,20 @@ Definitions
 - Loss spike: the loss stabiliser's rule (zerogate.train.stabiliser), replayed on the recorded series
   with the profile's ``stabiliser`` settings (``spike_window``, ``spike_threshold``,
   ``spike_min_history``): a finite loss whose robust z-score (zerogate.robust.robust_z: median and
-  MAD x 1.4826 of the history) exceeds the threshold, once the history holds ``spike_min_history``
+  MAD x 1.4826 of the history) exceeds the threshold -- upward only, z > threshold, as the stabiliser
+  judges at training time (a sudden drop is not a spike), once the history holds ``spike_min_history``
   losses. The history is the last ``spike_window`` losses of steps whose update was applied
   (``update_applied`` where recorded) and that were not spikes themselves.
+- Record completeness (counts, never the highest step): every rank of the world size (the run spec's)
+  has records, each optimizer step 1..expected exactly once per rank (a resumed or rolled-back run's
+  files hold every step once: zerogate.train.checkpoint), and no records of other ranks or steps.
+  A statistic over a metric that is missing or non-finite at some step is NaN, never the statistic of
+  the values that remain (``missing_values`` names the gaps).
+- Fault (non-finite event): one per optimizer step at which any rank's records hold a non-finite loss
+  or gradient norm, or the loss stabiliser caught one, whatever the policy and however many ranks saw
+  it; the ranks are listed.
+- Loss convergence: ``loss_convergence`` below, over every step's loss, settings from the gate's
+  ``convergence`` block in the profile.
 - Run completion: the run finished (it wrote its summary), and every rank recorded every optimizer
   step and neither raised, exited non-zero nor hit a fatal loss-scale error. The failed ranks are the
   ranks that did one of those; a run that stopped without saying which rank counts one unknown rank.
@@ -45,7 +56,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from zerogate.robust import robust_z
+from zerogate.robust import MAD_TO_SIGMA, robust_z
 
 STEP_TIME = "step_time(s)"
 MICRO_STEP_TIME = "micro_step_time(s)"
@@ -56,11 +67,30 @@ OVERFLOW_REASON = "fp16_overflow"
 # Where the training loop records whether a step's update was applied (absent in older records).
 UPDATE_APPLIED = "update_applied"
 
-STATISTICS: dict[str, Callable[[pd.Series], float]] = {
-    "median": lambda series: float(series.median()),
-    "p90": lambda series: float(series.quantile(0.9)),
-    "max": lambda series: float(series.max()),
-}
+def _complete(series: pd.Series) -> np.ndarray | None:
+    """The series as floats, or None when any value is missing or non-finite (or there is none): a
+    statistic over a series with a gap is NaN, never the statistic of the values that remain."""
+    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=float)
+    return values if len(values) and np.isfinite(values).all() else None
+
+
+def median_of(series: pd.Series) -> float:
+    values = _complete(series)
+    return float("nan") if values is None else float(np.median(values))
+
+
+def p90_of(series: pd.Series) -> float:
+    """The 90th percentile, linear interpolation between order statistics (numpy's and pandas' default)."""
+    values = _complete(series)
+    return float("nan") if values is None else float(np.quantile(values, 0.9))
+
+
+def max_of(series: pd.Series) -> float:
+    values = _complete(series)
+    return float("nan") if values is None else float(values.max())
+
+
+STATISTICS: dict[str, Callable[[pd.Series], float]] = {"median": median_of, "p90": p90_of, "max": max_of}
 
 
 def loss_scaler_present(steps: pd.DataFrame) -> bool:
@@ -114,8 +144,11 @@ class SlowestRank:
 def slowest_rank(steps: pd.DataFrame, metric: str, statistic: str) -> SlowestRank:
     """The statistic per rank, then the largest over ranks (see the module's definitions)."""
     values = per_rank(steps, metric, statistic)
-    return SlowestRank(float(values.max()), int(values.idxmax()),
-                       {int(rank): float(value) for rank, value in values.items()})
+    shown = {int(rank): float(value) for rank, value in values.items()}
+    gaps = [rank for rank, value in shown.items() if not np.isfinite(value)]
+    if gaps or not shown:  # a rank with a gap has no statistic, so neither has the run
+        return SlowestRank(float("nan"), gaps[0] if gaps else -1, shown)
+    return SlowestRank(float(values.max()), int(values.idxmax()), shown)
 
 
 def step_time(steps: pd.DataFrame, warmup_steps: int, statistic: str = "median") -> SlowestRank:
@@ -130,15 +163,17 @@ def micro_step_time(steps: pd.DataFrame, warmup_steps: int, statistic: str = "me
 
 def tokens_per_second(steps: pd.DataFrame, warmup_steps: int) -> float:
     """Tokens per second summed over ranks at each timed step, median over steps."""
-    return float(timed_steps(steps, warmup_steps).groupby("step")[TOKENS_PER_S].sum().median())
+    per_step = timed_steps(steps, warmup_steps).groupby("step")[TOKENS_PER_S].agg(lambda s: s.sum(skipna=False))
+    return STATISTICS["median"](per_step)
 
 
 def peak_memory_per_rank(steps: pd.DataFrame, metric: str = DEVICE_PEAK) -> dict[int, float]:
     """Each rank's largest per-step peak of ``metric`` over the whole run (warm-up included: memory
-    peaks early, and the claim is about the peak). Ranks that never recorded ``metric`` are left out."""
+    peaks early, and the claim is about the peak). A rank with a missing or non-finite value at any step
+    has no peak (NaN): the largest of the values it has could be below the one it lost."""
     if metric not in steps.columns:
         return {}
-    peaks = pd.to_numeric(steps[metric], errors="coerce").groupby(steps["rank"]).max().dropna()
+    peaks = steps.groupby("rank")[metric].agg(STATISTICS["max"])
     return {int(rank): float(value) for rank, value in peaks.items()}
 
 
@@ -199,8 +234,8 @@ class SpikeRule:
                    int(stabiliser["spike_min_history"]))
 
     def describe(self) -> str:
-        return (f"robust z > {self.threshold:g} against the last {self.window} applied, non-spike losses "
-                f"(judged from {self.min_history} of them on)")
+        return (f"upward only: robust z > {self.threshold:g} against the last {self.window} applied, non-spike "
+                f"losses (judged from {self.min_history} of them on); a sudden drop is not a spike")
 
 
 @dataclass(frozen=True)
@@ -235,6 +270,217 @@ def loss_spikes(steps: pd.DataFrame, rule: SpikeRule) -> Spikes:
 
 
 @dataclass(frozen=True)
+class RecordCompleteness:
+    """Whether the step records hold the whole run, from counts (never from the highest step): every rank
+    of the world size present, and each expected optimizer step exactly once per rank."""
+
+    world_size: int | None
+    expected_steps: int | None
+    ranks_present: list[int]
+    missing_ranks: list[int]
+    missing_steps: dict[int, list[int]]
+    repeated_steps: dict[int, list[int]]
+    unexpected_steps: dict[int, list[int]]
+    extra_ranks: list[int]
+
+    @property
+    def incomplete_ranks(self) -> list[int]:
+        return sorted(set(self.missing_ranks) | set(self.missing_steps) | set(self.repeated_steps)
+                      | set(self.unexpected_steps) | set(self.extra_ranks))
+
+    @property
+    def problems(self) -> list[str]:
+        found = []
+        if self.world_size is None:
+            found.append("world size unknown (no run spec or summary gives it): the ranks cannot be counted")
+        if self.expected_steps is None:
+            found.append("expected optimizer steps unknown: the steps cannot be counted")
+        if self.missing_ranks:
+            found.append(f"ranks with no step records: {self.missing_ranks} of world size {self.world_size}")
+        if self.extra_ranks:
+            found.append(f"records of ranks outside the world size {self.world_size}: {self.extra_ranks}")
+        for label, table in (("missing", self.missing_steps), ("recorded more than once", self.repeated_steps),
+                             ("outside 1..expected", self.unexpected_steps)):
+            for rank, listed in table.items():
+                found.append(f"rank {rank}: {len(listed)} steps {label} ({_span(listed)})")
+        return found
+
+    @property
+    def complete(self) -> bool:
+        return not self.problems
+
+    def evidence(self) -> dict[str, Any]:
+        return {"world_size(ranks)": self.world_size, "expected_steps(steps)": self.expected_steps,
+                "ranks_present(rank)": self.ranks_present, "missing_ranks(rank)": self.missing_ranks,
+                "extra_ranks(rank)": self.extra_ranks,
+                "missing_steps(step)": {r: _span(v) for r, v in self.missing_steps.items()},
+                "repeated_steps(step)": {r: _span(v) for r, v in self.repeated_steps.items()},
+                "unexpected_steps(step)": {r: _span(v) for r, v in self.unexpected_steps.items()}}
+
+
+def _span(numbers: list[int], shown: int = 8) -> str:
+    """Step numbers for a message: the first few, then how many more."""
+    head = ", ".join(str(n) for n in numbers[:shown])
+    return head + (f" and {len(numbers) - shown} more" if len(numbers) > shown else "")
+
+
+def record_completeness(steps: pd.DataFrame, world_size: int | None, expected_steps: int | None) -> RecordCompleteness:
+    """Count the step records: which ranks of ``range(world_size)`` are present, and per rank which of the
+    optimizer steps ``1..expected_steps`` are missing, recorded more than once, or not expected at all."""
+    present = sorted(int(r) for r in steps["rank"].dropna().unique()) if len(steps) else []
+    missing_ranks = [r for r in range(int(world_size))] if world_size else []
+    missing_ranks = [r for r in missing_ranks if r not in present]
+    missing: dict[int, list[int]] = {}
+    repeated: dict[int, list[int]] = {}
+    unexpected: dict[int, list[int]] = {}
+    expected = set(range(1, int(expected_steps) + 1)) if expected_steps else None
+    for rank in present:
+        numbers = pd.to_numeric(steps.loc[steps["rank"] == rank, "step"], errors="coerce")
+        counts = numbers.value_counts()
+        seen = {int(n) for n in counts.index}
+        if expected is not None:
+            if expected - seen:
+                missing[rank] = sorted(expected - seen)
+            if seen - expected:
+                unexpected[rank] = sorted(seen - expected)
+        if (counts > 1).any():
+            repeated[rank] = sorted(int(n) for n in counts[counts > 1].index)
+    extra = [r for r in present if world_size and not 0 <= r < int(world_size)]
+    return RecordCompleteness(int(world_size) if world_size else None,
+                              int(expected_steps) if expected_steps else None, present, missing_ranks,
+                              missing, repeated, unexpected, extra)
+
+
+def missing_values(steps: pd.DataFrame, metric: str) -> dict[int, list[int]]:
+    """Per rank, the steps whose ``metric`` is missing (null) or non-finite (index: rank; empty when none)."""
+    values = pd.to_numeric(steps[metric], errors="coerce").astype(float)
+    bad = steps[~np.isfinite(values)]
+    return {int(rank): sorted(int(s) for s in group["step"]) for rank, group in bad.groupby("rank")}
+
+
+def loss_scaler_configured(ds_config: Mapping[str, Any]) -> bool:
+    """Whether the rendered DeepSpeed config runs fp16 with its loss scaler (bf16 and fp32 have none)."""
+    fp16 = ds_config.get("fp16") or {}
+    return fp16.get("enabled") is True
+
+
+@dataclass(frozen=True)
+class NonfiniteEvent:
+    """One optimizer step at which some rank saw a non-finite loss or gradient norm."""
+
+    step: int
+    ranks: list[int]
+    metrics: list[str]
+    sources: list[str]
+
+    def evidence(self) -> dict[str, Any]:
+        return {"step(step)": self.step, "ranks(rank)": self.ranks, "metrics": self.metrics, "sources": self.sources}
+
+
+def nonfinite_events(steps: pd.DataFrame, metrics: list[str],
+                     caught: list[tuple[int, int | None, str]]) -> list[NonfiniteEvent]:
+    """Faults, one per optimizer step however many ranks saw it and whatever the stabiliser's policy:
+    the steps whose records hold a non-finite value of ``metrics`` (a null loss was non-finite; a null
+    gradient norm means DeepSpeed returned none), joined with the steps the loss stabiliser caught
+    (``caught``: step, rank, kind; its rollback removes the bad step's record)."""
+    found: dict[int, dict[str, set]] = {}
+
+    def note(step: int, rank: int | None, metric: str, source: str) -> None:
+        entry = found.setdefault(int(step), {"ranks": set(), "metrics": set(), "sources": set()})
+        if rank is not None:
+            entry["ranks"].add(int(rank))
+        entry["metrics"].add(metric)
+        entry["sources"].add(source)
+
+    for metric in metrics:
+        if metric not in steps.columns:
+            continue
+        values = pd.to_numeric(steps[metric], errors="coerce").astype(float)
+        bad = ~np.isfinite(values) if metric == LOSS else (values.notna() & ~np.isfinite(values))
+        for step, rank in zip(steps.loc[bad, "step"], steps.loc[bad, "rank"]):
+            note(int(step), int(rank), metric, "step records")
+    for step, rank, kind in caught:
+        note(step, rank, kind.removeprefix("nonfinite_"), "loss stabiliser")
+    return [NonfiniteEvent(step, sorted(e["ranks"]), sorted(e["metrics"]), sorted(e["sources"]))
+            for step, e in sorted(found.items())]
+
+
+@dataclass(frozen=True)
+class ConvergenceRule:
+    """The loss-convergence definition's settings, from the gate's ``convergence`` block in the profile."""
+
+    initial_steps: int
+    final_fraction: float
+    max_rebound: float
+    min_drop_sigmas: float
+
+    @classmethod
+    def from_gate(cls, gate: Mapping[str, Any]) -> ConvergenceRule:
+        block = gate["convergence"]
+        return cls(int(block["initial_steps"]), float(block["final_fraction"]), float(block["max_rebound"]),
+                   float(block["min_drop_sigmas"]))
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """The loss-convergence statistic of one run (see the profile's loss_convergence definition)."""
+
+    steps: int
+    nonfinite_steps: list[int]
+    initial: float
+    final: float
+    lowest_block: float
+    final_spread: float
+    ratio: float
+    rebound: float
+    drop_sigmas: float
+
+    def problems(self, rule: ConvergenceRule) -> list[str]:
+        found = []
+        if self.nonfinite_steps:
+            found.append(f"non-finite loss at {len(self.nonfinite_steps)} steps ({_span(self.nonfinite_steps)})")
+            return found
+        if not self.drop_sigmas >= rule.min_drop_sigmas:
+            found.append(f"the drop from the initial to the final loss is {self.drop_sigmas:.3g} final-block "
+                         f"standard deviations, not >= {rule.min_drop_sigmas:g}")
+        if not self.rebound <= rule.max_rebound:
+            found.append(f"the final loss is back up {self.rebound:.3g} of the drop to the lowest block mean "
+                         f"(more than {rule.max_rebound:g})")
+        return found
+
+
+def loss_convergence(steps: pd.DataFrame, rule: ConvergenceRule) -> Convergence:
+    """Every optimizer step's loss (measures.loss_series), none left out:
+    - initial: the median loss of the first ``initial_steps`` steps;
+    - final: the mean loss of the last block, the last ``final_fraction`` of the steps (at least one);
+    - blocks: consecutive blocks of that length from the end backwards; lowest block: the lowest block mean;
+    - ratio = final / initial; rebound = (final - lowest block) / (initial - lowest block), 0 when the final
+      block is the lowest (inf when nothing dropped); drop_sigmas = (initial - final) / the final block's
+      robust standard deviation (1.4826 MAD; inf when that is 0 and the loss dropped).
+    A non-finite loss anywhere makes every figure NaN and is listed."""
+    series = loss_series(steps)
+    values = series.to_numpy(dtype=float)
+    n = len(values)
+    bad = [int(step) for step, value in series.items() if not np.isfinite(value)]
+    nan = float("nan")
+    if bad or n == 0:
+        return Convergence(n, bad, nan, nan, nan, nan, nan, nan, nan)
+    block = max(1, int(round(n * rule.final_fraction)))
+    initial = float(np.median(values[: max(1, rule.initial_steps)]))
+    ends = range(n, 0, -block)
+    means = [float(values[max(0, end - block):end].mean()) for end in ends]
+    final, lowest = means[0], min(means)
+    tail = values[n - block:]
+    spread = float(np.median(np.abs(tail - np.median(tail)))) * MAD_TO_SIGMA
+    drop = initial - final
+    sigmas = drop / spread if spread > 0 else (float("inf") if drop > 0 else 0.0)
+    fallen = initial - lowest
+    rebound = (final - lowest) / fallen if fallen > 0 else (0.0 if final <= lowest else float("inf"))
+    ratio = final / initial if initial > 0 else nan
+    return Convergence(n, [], initial, final, lowest, spread, ratio, rebound, sigmas)
+
+
+@dataclass(frozen=True)
 class Completion:
     """Did the run complete? (see the module's definitions)"""
 
@@ -253,16 +499,21 @@ class Completion:
 
 
 def run_completion(steps_per_rank: Mapping[Any, int], failures: list[dict[str, Any]], finished: bool,
-                   expected_steps: int | None, world_size: int | None = None) -> Completion:
+                   expected_steps: int | None, world_size: int | None = None,
+                   records: RecordCompleteness | None = None) -> Completion:
     """Completion from the run's facts: the last step each rank recorded, the failures read from the
-    launcher log (rank, kind, message), whether the run wrote its summary, and the steps it was to do."""
+    launcher log (rank, kind, message), whether the run wrote its summary, and the steps it was to do.
+    With ``records`` (record_completeness of the step records) the counts decide too: a rank that lacks
+    a step or repeats one has failed, whatever its last step."""
     per_rank = {int(rank): int(step) for rank, step in steps_per_rank.items()}
     if world_size:
         per_rank = {rank: per_rank.get(rank, 0) for rank in range(int(world_size))} | per_rank
     stopped = {rank: step for rank, step in sorted(per_rank.items()) if expected_steps and step < expected_steps}
     crashed = {int(f["rank"]) for f in failures if f.get("rank") is not None}
-    failed = sorted(crashed | set(stopped))
-    count = len(failed) or (0 if finished and not failures else 1)  # stopped without saying which rank: one
+    gaps = set(records.incomplete_ranks) if records is not None else set()
+    failed = sorted(crashed | set(stopped) | gaps)
+    unnamed = not finished or bool(failures) or (records is not None and not records.complete)
+    count = len(failed) or (1 if unnamed else 0)  # stopped without saying which rank: one
     problems = []
     if not finished:
         problems.append("the training run did not finish (no summary)")
@@ -271,6 +522,8 @@ def run_completion(steps_per_rank: Mapping[Any, int], failures: list[dict[str, A
     if failures:
         first = failures[0]
         problems.append(f"rank {first.get('rank')} failed: {first.get('message')}")
+    if records is not None:
+        problems += records.problems
     return Completion(bool(finished), expected_steps, per_rank, stopped, list(failures), failed, count, problems)
 
 

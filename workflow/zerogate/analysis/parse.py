@@ -192,7 +192,8 @@ def run_metadata(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, A
         })
     counts = events["kind"].value_counts().to_dict() if len(events) else {}
     return {
-        "world_size": (summary or {}).get("world_size", len(completed) or None),
+        # The summary's world size, or None: never the count of ranks that happen to have records.
+        "world_size": (summary or {}).get("world_size"),
         "finished": summary is not None,
         "expected_steps": expected_steps,
         "steps_completed_per_rank": completed,
@@ -211,3 +212,22 @@ def _last_skipped(events: pd.DataFrame) -> dict[str, int] | None:
         return None
     last = progress.iloc[-1]
     return {"step": int(last["step"]), "skipped": int(json.loads(last["detail"])["skipped"])}
+
+
+def parse_run(metrics_dir: str | Path, launcher_logs: str | Path | list[str | Path], summary: dict[str, Any] | None,
+              stabiliser_events_path: str | Path,
+              expected_steps: int | None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The parse_logs rule's work: (steps, events, run metadata) from a run's per-rank records, launcher
+    log (one per node on several nodes, node 0's first), summary (None when the run did not finish) and
+    the loss stabiliser's events. Several nodes: each node's fingerprint (``metrics/node<i>.json``,
+    written by its first rank) goes into the metadata's ``nodes``."""
+    steps = read_rank_metrics(metrics_dir)
+    logs = [launcher_logs] if isinstance(launcher_logs, (str, Path)) else launcher_logs
+    log_text = "\n".join(Path(log).read_text(errors="replace") for log in logs)
+    launcher_events = parse_launcher_log(log_text)
+    meta = run_metadata(steps, launcher_events, summary, log_text, expected_steps)
+    meta["nodes"] = [json.loads(path.read_text()) for path in
+                     sorted(Path(metrics_dir).glob("node*.json"), key=lambda p: int(p.stem.removeprefix("node")))]
+    stabiliser = stabiliser_events(stabiliser_events_path)
+    events = pd.concat([launcher_events, stabiliser], ignore_index=True) if len(stabiliser) else launcher_events
+    return steps, events, meta

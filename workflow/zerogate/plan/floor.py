@@ -14,13 +14,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from zerogate import hardware
 from zerogate.plan.ledger import ModelCounts, Setup
 
 # GB/s per lane and direction after line encoding (PCI-SIG: 8b/10b for Gen 1-2, 128b/130b from Gen 3).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-# Host memory bytes moved per parameter by one CPU Adam update (docs/reference.md section 2: ~36 B/param:
-# fp32 param, grad, exp_avg, exp_avg_sq read, three written back, plus the 16-bit copy to the device).
-ADAM_BYTES_PER_PARAM = 36
+# Memory bytes one Adam update must move per parameter, at least (DeepSpeed's CPU Adam, csrc/adam
+# cpu_adam_impl.cpp Step_AVX; the fused device Adam moves the same): it reads the fp32 param, grad
+# (ZeRO keeps the partition's gradients in fp32), exp_avg and exp_avg_sq (4 x 4 = 16 B) and writes back
+# param, exp_avg and exp_avg_sq (3 x 4 = 12 B): 28 B. With 16-bit training it also writes the 16-bit
+# copy of the param (+2 B = 30 B); in fp32 there is none. Anything DeepSpeed adds (a separate copy pass
+# that rereads the fp32 param) is left out, so the floor stays a lower bound. docs/reference.md section 2's
+# ~36 B/param is that looser estimate.
+ADAM_STATE_BYTES_PER_PARAM = 4 * 4 + 3 * 4
+
+
+def adam_bytes_per_param(dtype_bytes: int) -> int:
+    """Bytes one Adam update moves per parameter at least: 28, plus the 16-bit param copy when training in
+    16-bit (``dtype_bytes`` < 4)."""
+    return ADAM_STATE_BYTES_PER_PARAM + (dtype_bytes if dtype_bytes < 4 else 0)
 
 
 def pcie_gbps(pcie: dict[str, Any] | None) -> float | None:
@@ -52,8 +64,9 @@ def link_bytes(counts: ModelCounts, setup: Setup) -> dict[str, float]:
 
 
 def _peak(gpu: dict[str, Any], dtype: str) -> float | None:
-    peaks = gpu.get("peak_tflops") or {}
-    return peaks.get(dtype) or None
+    """The card's peak in TFLOP/s from zerogate.hardware (the table MFU uses too)."""
+    flops = hardware.peak_flops(gpu.get("name"), dtype)
+    return None if flops is None else flops / hardware.TFLOPS
 
 
 def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> dict[str, Any]:
@@ -90,12 +103,12 @@ def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> dict[st
     optimizer_terms: dict[str, float | None] = {}
     if setup.offload_optimizer or not gpus:
         bandwidth = host.get("memory_bandwidth_gbps")
-        optimizer_terms["cpu_adam(s)"] = ADAM_BYTES_PER_PARAM * counts.total / (bandwidth * 1e9) if bandwidth else None
+        optimizer_terms["cpu_adam(s)"] = adam_bytes_per_param(setup.dtype_bytes) * counts.total / (bandwidth * 1e9) if bandwidth else None
     else:
         bandwidths = [g.get("memory_bandwidth_gbps") for g in gpus]
         slowest = min(bandwidths) if all(bandwidths) else None
         share = counts.partition_numel(setup.ranks) if setup.stage >= 1 else counts.total
-        optimizer_terms["device_adam(s)"] = ADAM_BYTES_PER_PARAM * share / (slowest * 1e9) if slowest else None
+        optimizer_terms["device_adam(s)"] = adam_bytes_per_param(setup.dtype_bytes) * share / (slowest * 1e9) if slowest else None
     missing += [f"optimizer: {k}" for k, v in optimizer_terms.items() if v is None]
     known_opt = [v for v in optimizer_terms.values() if v is not None]
     step = None if micro_floor is None else setup.accumulation * micro_floor + sum(known_opt)

@@ -24,28 +24,8 @@ from zerogate.train.nvml_sampler import NvmlSampler
 
 from zerogate.units import GIB  # noqa: E402
 
-# Dense peak FLOP/s per device for the training dtype (vendor data sheets; tensor cores, fp32 accumulate
-# where that differs). Unknown devices (and CPUs) get no MFU rather than a guessed one.
-PEAK_FLOPS: dict[tuple[str, str], float] = {
-    ("RTX 4090", "fp16"): 165.2e12,
-    ("RTX 4090", "bf16"): 165.2e12,
-    ("RTX 5070", "fp16"): 123.5e12,
-    ("A100", "bf16"): 312e12,
-    ("A100", "fp16"): 312e12,
-    ("H100", "bf16"): 989.4e12,
-    ("H100", "fp16"): 989.4e12,
-    ("H200", "bf16"): 989.4e12,
-    ("H200", "fp16"): 989.4e12,
-}
-
-
-def peak_flops(device_name: str | None, dtype: str) -> float | None:
-    if not device_name:
-        return None
-    for (name, kind), flops in PEAK_FLOPS.items():
-        if name in device_name and kind == dtype:
-            return flops
-    return None
+# Peak FLOP/s per card and dtype: zerogate.hardware, the one table MFU and the planner's floor share.
+from zerogate.hardware import peak_flops  # noqa: E402,F401
 
 
 def train_flops_per_token(parameters: int, layers: int, hidden: int, seq_len: int) -> float:
