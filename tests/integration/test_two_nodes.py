@@ -48,6 +48,11 @@ def test_two_launchers_make_one_world_that_trains_as_the_one_node_run(two_node_r
     for rank in (0, 1):  # each rank says where it ran
         records = metrics(results, rank)
         assert {(r["node"], r["local_rank"]) for r in records} == {(rank, 0)}
+    # One fingerprint per node, all in the report.
+    nodes = json.loads((results / "parsed/run.json").read_text())["nodes"]
+    assert [n["node"] for n in nodes] == [0, 1] and all(n["cpu"]["logical_cores"] for n in nodes)
+    report = next((results / "report").glob("zerogate-*.html")).read_text()
+    assert "<table id='nodes'>" in report
     # Same world size, seed and data order as the one-node smoke run: the same training, step for step.
     for rank in (0, 1):
         two, one = metrics(results, rank), metrics(smoke_run.results, rank)

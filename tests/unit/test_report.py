@@ -99,6 +99,18 @@ def test_crashed_rank_shows_in_the_report(tmp_path, tiny_profile):
     assert re.search(r"ranks_completed.*?class='FAIL'", page, re.S)
 
 
+def test_a_multinode_run_lists_each_nodes_fingerprint_and_a_single_node_run_none(tmp_path, tiny_profile):
+    from tests.conftest import CPU_FINGERPRINT
+    steps = synthetic_steps()
+    nodes = [{"node": i, **CPU_FINGERPRINT, "hostname": f"host-{i}"} for i in (0, 1)]
+    from zerogate.analysis.parse import parse_launcher_log, run_metadata
+    meta = run_metadata(steps, parse_launcher_log(""), None, "", 200)
+    page = _page(tmp_path, tiny_profile, steps, run_meta={**meta, "nodes": nodes})
+    table = page[page.index("<table id='nodes'>"):]
+    assert "<h2>Nodes</h2>" in page and "host-0" in table and "host-1" in table and "Test CPU" in table
+    assert "<h2>Nodes</h2>" not in _page(tmp_path, tiny_profile, steps, run_meta={**meta, "nodes": []})
+
+
 def test_loss_scale_series_from_overflow_lines():
     from zerogate.report.figures import loss_scale_series
     from zerogate.analysis.parse import parse_launcher_log

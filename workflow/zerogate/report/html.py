@@ -193,6 +193,7 @@ def render_html(
         verdicts=verdicts,
         reproduction=verdicts["reproduction"],
         failures=(run_meta or {}).get("failures") or [],
+        nodes=(run_meta or {}).get("nodes") or [],
         summary=summary_rows(run_summary(steps, warmup_steps, spike_rule, run_meta)),
         images=[image(path, FIGURE_CAPTIONS[name]) for name, path in figures.items() if path],
         evaluation=evaluation or [],

@@ -45,6 +45,7 @@ from zerogate.train import checkpoint as ckpt
 from zerogate.train import deepspeed_adapter as ds
 from zerogate.train.evaluate import Evaluator
 from zerogate.train.held import held_bytes
+from zerogate.plan.probe import probe
 from zerogate.train.nodes import rank_env_from_slurm
 from zerogate.train.metrics import NoMetrics, StepMetrics, peak_flops, train_flops_per_token
 from zerogate.train.nvml_sampler import NvmlSampler, nvml_query
@@ -119,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     placement = {"node": rank // nodes["ranks_per_node"], "local_rank": int(os.environ.get("LOCAL_RANK", rank)),
                  "host": socket.gethostname()} if nodes else None
+    if placement and placement["local_rank"] == 0:  # one fingerprint per node, beside the ranks' records
+        write_json(Path(args.out_dir) / "metrics" / f"node{placement['node']}.json",
+                   {"node": placement["node"], **probe(measure=False)})
     if world != spec["world_size"]:
         raise SystemExit(f"zerogate: launched {world} ranks but run_spec.json asks for {spec['world_size']}")
     set_seed(training["seed"])  # same seed on every rank: zero.Init must build identical weights
