@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pandas as pd
 import pytest
 
+from zerogate.config.profile import load_profile_chain, resolve_profile
+
 from tests.integration.pipeline import MACHINE, copy_repo, env, refused, snakemake
 from zerogate import __version__
 
@@ -111,9 +113,9 @@ def test_editing_a_gate_threshold_rejudges_without_retraining_and_strict_fails_o
 
 def edit_threshold_with_strict(workdir, results):
     profile = workdir / "config/profiles/smoke.yaml"
-    gates = json.loads((results / "gates/verdicts.json").read_text())["gates"]
-    strict_time = [{k: g[k] for k in ("name", "claim", "metric", "statistic", "comparison", "threshold", "unit", "definition")}
-                   for g in gates]
+    # The profile's own gates (every key, e.g. the convergence gate's settings), the first one made impossible.
+    strict_time = resolve_profile(load_profile_chain(workdir / "config/profiles", "smoke", "config/config.yaml",
+                                                     "profile"))["gates"]
     strict_time[0]["threshold"] = 0.001  # no machine makes an optimizer step in a millisecond
     trained_at = (results / "train/summary.json").stat().st_mtime_ns
     profile.write_text(profile.read_text() + "gates: " + json.dumps(strict_time) + "\n")
