@@ -22,17 +22,17 @@ import time
 from pathlib import Path
 
 from zerogate.errors import InputError
-from zerogate.train.nodes import NodeLayout, launcher_commands, layout, node_log
+from zerogate.train.nodes import LOCAL_MASTER_ADDR, NodeLayout, launcher_commands, layout, node_log
 
 
 def free_port() -> int:
     """A free TCP port for the rendezvous, so runs of several profiles can share a machine."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((LOCAL_MASTER_ADDR, 0))
         return int(sock.getsockname()[1])
 
 
-MASTER_ADDR = "127.0.0.1"  # the launcher's rendezvous address on a single node (its default)
+MASTER_ADDR = LOCAL_MASTER_ADDR  # the rendezvous address on one machine, in DeepSpeed's shm buffer names
 SHM = Path("/dev/shm")
 PROC = Path("/proc")
 

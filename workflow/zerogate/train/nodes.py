@@ -26,7 +26,12 @@ from typing import Mapping
 from zerogate.errors import InputError
 
 MODES = ("no_ssh", "slurm")
-LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
+# The rendezvous address of a one-machine run (DeepSpeed's launcher default; DeepSpeed's CPU shm buffers
+# are named after it), and how long a rank waits in a collective for a dead peer: the defaults the
+# profile schema states for nodes.master_addr and nodes.collective_timeout_s.
+LOCAL_MASTER_ADDR = "127.0.0.1"
+COLLECTIVE_TIMEOUT_S = 300.0
+LOCAL_NAMES = {"localhost", LOCAL_MASTER_ADDR, "::1"}
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ class NodeLayout:
     ranks_per_node: int = 1
     mode: str = "single"  # "single" | "no_ssh" | "slurm"
     hostfile: str | None = None
-    master_addr: str = "127.0.0.1"
+    master_addr: str = LOCAL_MASTER_ADDR
     slots: Mapping[str, int] = field(default_factory=dict)
     collective_timeout_s: float | None = None  # None: torch's default (30 min)
 
@@ -140,8 +145,8 @@ def layout(section: Mapping | None, file: str, repo: Path, devices_per_node: int
             raise InputError(file, "nodes.hostfile", f"the Slurm allocation has {allocated} node(s), "
                                                      f"hostfile {hostfile} lists {len(hosts)}")
     return NodeLayout(hosts=hosts, ranks_per_node=ranks, mode=mode, hostfile=hostfile_path,
-                      master_addr=section.get("master_addr", "127.0.0.1"), slots=slots,
-                      collective_timeout_s=float(section.get("collective_timeout_s", 300)))
+                      master_addr=section.get("master_addr", LOCAL_MASTER_ADDR), slots=slots,
+                      collective_timeout_s=float(section.get("collective_timeout_s", COLLECTIVE_TIMEOUT_S)))
 
 
 def local_nodes(nodes: NodeLayout) -> int:
