@@ -4,6 +4,7 @@
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
+OPS_STAMP := $(VENV)/.ops-built
 # Rules call `python`, `deepspeed` and `snakemake`: take them from the project's environment.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
@@ -16,7 +17,12 @@ $(STAMP): envs/requirements.txt envs/requirements-nodeps.txt envs/constraints.tx
 	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-setup: $(STAMP)
+# DeepSpeed compiles its CPU ops on first use (about 3 minutes here): done once, at set-up, into the venv.
+$(OPS_STAMP): $(STAMP)
+	$(VENV)/bin/python -m zerogate.train.ops
+	touch $(OPS_STAMP)
+
+setup: $(STAMP) $(OPS_STAMP)
 
 run: setup
 	snakemake --cores all

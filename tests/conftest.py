@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from zerogate.config.profile import load_profile_chain, resolve_profile
+from zerogate.train.ops import build_env
+
+# Tests that build a DeepSpeed engine in-process load the ops `make setup` built, as the workflow's jobs do.
+os.environ.update(build_env())
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -2,49 +2,34 @@
 
 .ci/run starts a one-node cluster on localhost (tests/slurm/cluster.sh: munge, slurmctld, slurmd) before
 the suite, stops it after, and sets ZEROGATE_REQUIRE_SLURM=1 so that a cluster that does not answer fails
-the test. Elsewhere it runs when `sinfo` finds an idle node and is skipped otherwise.
+the test. Elsewhere it runs when `sinfo` finds an idle node and is skipped otherwise. The run mostly waits
+for the executor's status checks, so it runs in the background beside the rest of the suite (background.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
-import time
 
 import pytest
 
-from tests.integration.pipeline import copy_workdir, env
+from tests.integration.background import SLURM_MACHINE, slurm_answers, start_slurm_run
 
 pytestmark = pytest.mark.integration
-MACHINE = "slurm-box"
-
-
-def slurm_answers() -> bool:
-    if not shutil.which("sinfo"):
-        return False
-    shown = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30)
-    return shown.returncode == 0 and any(state.startswith(("idle", "mixed")) for state in shown.stdout.split())
 
 
 @pytest.fixture(scope="module")
 def slurm_run(smoke_run, tmp_path_factory):
+    """The smoke profile through the Slurm executor: started in the background when the smoke run was ready
+    (tests/integration/conftest.py), else here."""
     if not slurm_answers():
         if os.environ.get("ZEROGATE_REQUIRE_SLURM"):
             pytest.fail("no Slurm cluster answers (sinfo): .ci/run starts one with tests/slurm/cluster.sh")
         pytest.skip("no Slurm cluster (tests/slurm/cluster.sh start makes a one-node one)")
-    workdir = copy_workdir(smoke_run.workdir, tmp_path_factory.mktemp("zerogate-slurm"))
-    started = time.monotonic()
-    # Successful jobs keep their Slurm logs here: they are the evidence that each rule ran as a Slurm job.
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--workflow-profile", "profiles/slurm",
-                           "--slurm-keep-successful-logs", "--config",
-                           "profile=smoke", f"machine={MACHINE}"], cwd=workdir, env=env(), capture_output=True,
-                          text=True, timeout=1800)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    print(f"smoke pipeline through the Slurm executor: {time.monotonic() - started:.1f} s")
-    return workdir, workdir / "results" / "smoke" / MACHINE
+    run = smoke_run.background.get("slurm") or start_slurm_run(smoke_run.workdir, tmp_path_factory.mktemp("zerogate-slurm"))
+    code, output = run.wait(timeout=1800)
+    assert code == 0, output[-4000:]
+    return run.workdir, run.workdir / "results" / "smoke" / SLURM_MACHINE
 
 
 def test_every_rule_ran_as_a_slurm_job(slurm_run):

@@ -13,11 +13,15 @@ from snakemake.utils import validate
 from zerogate import __version__ as PIPELINE_VERSION
 from zerogate.errors import InputError
 from zerogate.hashing import sha256_json
-from zerogate.config.settings import training_settings
 from zerogate.config.machine_id import machine_id_from_host
 from zerogate.config.profile import check_profile, file_defining, load_profile_chain, resolve_profile
 from zerogate.config.settings import run_training_section, training_settings
 from zerogate.config.validation import key_path, to_input_error
+from zerogate.train.ops import build_env
+
+# DeepSpeed's compiled ops build into, and load from, this environment's own directory with its own ninja
+# (zerogate.train.ops; `make setup` builds them): every job, local or on Slurm, and every rank inherits this.
+os.environ.update(build_env())
 
 REPO = Path(workflow.basedir)
 CONFIG_FILE = "config/config.yaml"

@@ -478,14 +478,24 @@ def measure_runtime_baseline(module: str = "zerogate.train.loop", backend: str =
     import subprocess
 
     args = [json.dumps({"module": module, "backend": backend, "ds_config": ds_config, "split": split})]
+    # The interpreters run side by side: a resident-set peak does not depend on what else runs (unlike a
+    # time), and most of each one's wall time is importing torch and DeepSpeed.
+    processes = [subprocess.Popen([sys.executable, "-c", _BASELINE_SCRIPT, *args], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
+                 for _ in range(repeats)]
     runs = []
-    for _ in range(repeats):
-        done = subprocess.run([sys.executable, "-c", _BASELINE_SCRIPT, *args], capture_output=True,
-                              text=True, env={**os.environ, **(env or {})}, timeout=600)
-        if done.returncode != 0:
-            raise RuntimeError(f"runtime baseline: the measuring process failed ({done.returncode}):\n"
-                               + (done.stdout + done.stderr)[-2000:])
-        runs.append(parse_baseline(done.stdout))
+    try:
+        for process in processes:
+            output, _ = process.communicate(timeout=600)
+            if process.returncode != 0:
+                raise RuntimeError(f"runtime baseline: the measuring process failed ({process.returncode}):\n"
+                                   + output[-2000:])
+            runs.append(parse_baseline(output))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     peaks = [int(r["VmHWM"]) for r in runs]
     return {
         "peak_rss(bytes)": int(statistics.median(peaks)),
@@ -493,7 +503,7 @@ def measure_runtime_baseline(module: str = "zerogate.train.loop", backend: str =
         "runs": runs,
         "module": module,
         "backend": backend,
-        "how": (f"{repeats} fresh interpreters: import {module}, DeepSpeed's accelerator, "
+        "how": (f"{repeats} fresh interpreters side by side: import {module}, DeepSpeed's accelerator, "
                 f"deepspeed.init_distributed({backend!r}) as a one-process world"
                 + (f", {split} read" if split else "")
                 + (", an engine from the run's config on an 8 x 8 linear layer and one optimizer step" if ds_config else "")

@@ -1,0 +1,67 @@
+"""DeepSpeed's compiled CPU ops, built once per virtual environment at set-up, never during a run.
+
+    python -m zerogate.train.ops        # `make setup` runs this: CPU Adam, fused Adam, the shm comm op
+
+DeepSpeed compiles its C++ ops the first time a process loads them (torch.utils.cpp_extension under ninja):
+about 40 s for the shared-memory comm op and 70 s for each Adam on these 2 cores. Two things made runs
+pay that again and again: torch's default build directory (~/.cache/torch_extensions) is shared by every
+checkout and virtual environment, whose include paths differ, so each one's build replaced the other's;
+and the venv's ninja (1.13) and the system's (1.11) hash the build log's commands differently, so a
+process that found the other one first on PATH rebuilt everything. Here the build directory belongs to the
+virtual environment and its own ninja comes first on PATH. The workflow puts :func:`build_env` into its
+environment, which every job (local or Slurm) and every rank inherits.
+
+No torch import at module level: the Snakefile imports this.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Mapping
+
+EXTENSIONS_DIR_VARIABLE = "TORCH_EXTENSIONS_DIR"
+# The ops a run can load on DeepSpeed's CPU accelerator: CPU Adam (optimizer offload), the fused Adam
+# (ZeRO without optimizer offload: the variants and the communication runs) and the comm op that
+# deepspeed.init_distributed loads on the CPU accelerator.
+CPU_OPS = ("ShareMemCommBuilder", "CPUAdamBuilder", "FusedAdamBuilder")
+
+
+def build_env(environ: Mapping[str, str] = os.environ, prefix: str = sys.prefix,
+              executable: str = sys.executable) -> dict[str, str]:
+    """The variables to set so that ops build into, and load from, this environment's own directory
+    (``<prefix>/torch_extensions``, unless the user chose one) with this environment's ninja."""
+    env: dict[str, str] = {}
+    if not environ.get(EXTENSIONS_DIR_VARIABLE):
+        env[EXTENSIONS_DIR_VARIABLE] = str(Path(prefix) / "torch_extensions")
+    bin_dir = str(Path(executable).parent)
+    path = environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != bin_dir:
+        env["PATH"] = os.pathsep.join(p for p in (bin_dir, path) if p)
+    return env
+
+
+def build_cpu_ops(names: tuple[str, ...] = CPU_OPS) -> dict[str, float]:
+    """Load (so build, when not built yet) each op on DeepSpeed's CPU accelerator; seconds per op."""
+    os.environ.update(build_env())
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    from deepspeed.ops.op_builder import cpu as builders
+
+    seconds = {}
+    for name in names:
+        started = time.monotonic()
+        getattr(builders, name)().load(verbose=False)
+        seconds[name] = time.monotonic() - started
+    return seconds
+
+
+def main() -> int:
+    for name, seconds in build_cpu_ops().items():
+        print(f"zerogate: DeepSpeed op {name} ready in {os.environ[EXTENSIONS_DIR_VARIABLE]} ({seconds:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
