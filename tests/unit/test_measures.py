@@ -387,6 +387,12 @@ def test_run_statistics_keys_and_values():
         "step_time_median(s)": 2.0, "step_time_p90(s)": 2.0, "slowest_rank": 1, "micro_step_time_median(s)": 1.0,
         "tokens_per_s": 20.0, "first_loss": 4.0, "final_loss": 1.0, "loss_spikes": 0, "overflow_skipped_steps": None,
         "peak_memory_per_rank(GiB)": {0: 0.5, 1: 0.5}, "run_complete": None, "failed_ranks": None,
+        # no collectives(s) in these records: who waits for whom is not measured
+        "straggler_rank": None, "straggler_compute_excess(s)": None, "wait_for_straggler_median(s)": None,
     }
+    timed = frame.assign(**{"collectives(s)": [5.0, 5.0, 0.9, 0.2, 0.9, 0.2, 0.9, 0.2]})
+    straggling = {k: v for k, v in measures.run_statistics(timed, 1, RULE).items() if "straggler" in k}
+    assert straggling == {"straggler_rank": 1, "straggler_compute_excess(s)": pytest.approx(1.7),
+                          "wait_for_straggler_median(s)": pytest.approx(0.7)}
     bare = measures.run_statistics(frame.drop(columns=["step_time(s)"]), 1, RULE)
     assert bare["step_time_median(s)"] is None and bare["step_time_p90(s)"] is None and bare["slowest_rank"] is None

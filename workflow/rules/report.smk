@@ -3,6 +3,7 @@ rule plot_figures:
         steps=rules.parse_logs.output.steps,
         events=rules.parse_logs.output.events,
         verdicts=rules.check_gates.output.verdicts,
+        run_meta=rules.parse_logs.output.run_meta,
     output:
         loss=report(
             result("report/figures/loss.png"),
@@ -25,6 +26,12 @@ rule plot_figures:
         loss_scale=report(
             result("report/figures/loss_scale.png"),
             caption="../report/loss_scale.rst",
+            category="Training",
+            subcategory=f"{PROFILE_NAME} on {MACHINE}",
+        ),
+        ranks=report(
+            result("report/figures/ranks.png"),
+            caption="../report/ranks.rst",
             category="Training",
             subcategory=f"{PROFILE_NAME} on {MACHINE}",
         ),
@@ -80,6 +87,7 @@ rule write_report:
         step_time=rules.plot_figures.output.step_time,
         memory=rules.plot_figures.output.memory,
         loss_scale=rules.plot_figures.output.loss_scale,
+        ranks=rules.plot_figures.output.ranks,
     output:
         html=report(
             result(f"report/zerogate-{RUN_LABEL}.html"),

@@ -6,7 +6,7 @@ from zerogate.io import read_json
 from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import event_table
 from zerogate.report.figures import (loss_figure, loss_scale_figure, loss_scale_series, memory_figure, no_loss_scale_figure,
-                                     step_time_figure)
+                                     ranks_figure, step_time_figure)
 
 with logging_to(snakemake.log[0]) as log:
     steps = pd.read_parquet(snakemake.input.steps)
@@ -18,6 +18,7 @@ with logging_to(snakemake.log[0]) as log:
                         event_table(events, "stabiliser"))
     shown |= step_time_figure(steps, warmup, verdicts, snakemake.output.step_time)
     shown |= memory_figure(steps, verdicts, snakemake.output.memory)
+    shown |= ranks_figure(steps, warmup, snakemake.output.ranks, read_json(snakemake.input.run_meta).get("world_size"))
     series = loss_scale_series(steps, events)
     if series is None:
         no_loss_scale_figure(snakemake.output.loss_scale)

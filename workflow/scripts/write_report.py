@@ -32,5 +32,6 @@ with logging_to(snakemake.log[0]):
         claims=read_json(snakemake.input.claims),
         plan=read_json(snakemake.input.plan),
         claimed_plan=read_json(snakemake.input.claimed_plan),
+        ranks_figure=snakemake.input.ranks,
     )
     Path(snakemake.output.html).write_text(page)

@@ -95,7 +95,9 @@ class StabiliserSettings:
     spike_min_history: int = doc("steps of history before spikes are judged", 20)
     max_rollbacks: int = doc("rollbacks allowed before the run aborts (a fault that survives them all)", 3)
     inject: dict[str, Any] | None = doc(
-        "fault injection for tests, off when null: {step, kind: nan_loss | loss_spike, rank}", None)
+        "fault injection for tests, off when null: {step, kind: nan_loss | loss_spike, rank} poisons one data "
+        "window's loss; {kind: slow, rank, seconds, step} sleeps `seconds` in every micro-step of `rank` from "
+        "optimizer step `step` (default 1) on, a straggler", None)
 
 
 @dataclass(frozen=True)
@@ -202,8 +204,44 @@ class ProfileSettings:
     evaluation: EvaluationSettings
 
 
+INJECT_KINDS = ("nan_loss", "loss_spike", "slow")
+# The keys each injection kind takes (required, optional).
+INJECT_KEYS = {"nan_loss": ({"kind", "step"}, {"rank"}), "loss_spike": ({"kind", "step"}, {"rank"}),
+               "slow": ({"kind", "seconds"}, {"rank", "step"})}
+
+
+def check_inject(inject: dict[str, Any] | None, where: Where = _anywhere) -> None:
+    """``stabiliser.inject``: one fault, off when null. The schema states the same types; this check also
+    guards train/settings.json, which the loop reads without the schema. A bad value names its key."""
+    if inject is None:
+        return
+
+    def refuse(key: str, problem: str) -> None:
+        dotted = f"stabiliser.inject.{key}" if key else "stabiliser.inject"
+        raise InputError(where(dotted), dotted, problem)
+
+    kind = inject.get("kind")
+    if kind not in INJECT_KINDS:
+        refuse("kind", f"{kind!r} is not one of " + ", ".join(repr(k) for k in INJECT_KINDS))
+    required, optional = INJECT_KEYS[kind]
+    for key in sorted(set(inject) - required - optional):
+        refuse(key, f"unknown key for kind {kind} (takes {', '.join(sorted(required | optional))})")
+    for key in sorted(required - set(inject)):
+        refuse(key, f"required for kind {kind}")
+    for key in ("step", "rank"):
+        value = inject.get(key)
+        if value is not None and (not _type_ok(value, int) or value < (1 if key == "step" else 0)):
+            refuse(key, f"{value!r} is not an integer >= {1 if key == 'step' else 0}")
+    if kind == "slow":
+        seconds = inject["seconds"]
+        if not _type_ok(seconds, float) or not 0 < seconds < float("inf"):
+            refuse("seconds", f"{seconds!r} is not a number of seconds > 0 (the extra time per micro-step)")
+
+
 def stabiliser_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> StabiliserSettings:
-    return _from_section(StabiliserSettings, section, "stabiliser", where)
+    settings = _from_section(StabiliserSettings, section, "stabiliser", where)
+    check_inject(settings.inject, where)
+    return settings
 
 
 def checkpoint_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> CheckpointSettings:

@@ -44,6 +44,7 @@ QUANTITIES: dict[str, str] = {
     "loss_spikes": "loss spikes",
     "overflow_skipped_steps": "fp16-overflow-skipped steps, worst rank",
     "failed_ranks": "failed ranks",
+    "wait_for_straggler_median(s)": "median wait for the straggler per step, longest-waiting rank",
 }
 PEAK_MEMORY = "peak_memory_per_rank(GiB)"
 

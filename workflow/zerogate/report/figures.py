@@ -150,3 +150,41 @@ def no_loss_scale_figure(path: str | Path) -> None:
     ax.text(0.5, 0.5, "No dynamic loss scale: this run had no fp16 loss scaler (fp32 or bf16).", ha="center", va="center")
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def ranks_figure(steps: pd.DataFrame, warmup_steps: int, path: str | Path, world_size: int | None = None) -> dict[str, Any]:
+    """Who waits for whom: each rank's median compute, communication and wait per optimizer step as stacked
+    bars (measures.rank_balance), and each rank's wait per timed step (measures.rank_times). A run whose
+    records cannot say (measures.RankBalance.problems) gets the reasons instead. Returns what it drew."""
+    balance = measures.rank_balance(steps, warmup_steps, world_size)
+    if not balance.measured:
+        fig, ax = plt.subplots(figsize=(9, 1.8))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "Compute and wait per rank not measured:\n" + "\n".join(balance.problems), ha="center",
+                va="center", wrap=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return {"ranks_measured": False, "problems": balance.problems}
+    fig, (ax_bar, ax_wait) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [1, 1.4]})
+    ranks = balance.ranks
+    labels = [f"rank {rank}" + (" (straggler)" if rank == balance.straggler else "") for rank in ranks]
+    bottom = [0.0] * len(ranks)
+    parts = (("compute", balance.compute, "C0"), ("communication", {r: balance.communication for r in ranks}, "C7"),
+             ("wait for the others", balance.wait, "C3"))
+    for name, values, color in parts:
+        heights = [values[rank] for rank in ranks]
+        ax_bar.bar(labels, heights, bottom=bottom, color=color, label=f"{name} (median)")
+        bottom = [a + b for a, b in zip(bottom, heights)]
+    ax_bar.set_ylim(0, 1.45 * max(bottom))  # room for the legend above the bars
+    ax_bar.set(ylabel="s per optimizer step (medians)", title="Compute vs wait per rank")
+    ax_bar.legend(loc="upper center", fontsize="small", ncol=1)
+    times = measures.rank_times(steps, warmup_steps)
+    sns.lineplot(data=times.assign(rank=times["rank"].astype(str)), x="step", y=measures.WAIT, hue="rank", ax=ax_wait,
+                 linewidth=0.9)
+    ax_wait.set(xlabel="optimizer step (timed steps)", ylabel="wait for the other ranks (s)", title="Wait per step")
+    ax_wait.set_ylim(bottom=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return {"ranks_measured": True, "straggler_rank": balance.straggler, "compute_median(s)": balance.compute,
+            "wait_median(s)": balance.wait}

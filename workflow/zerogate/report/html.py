@@ -72,6 +72,9 @@ SUMMARY_LABELS = {
     "peak_memory_per_rank(GiB)": "peak memory per rank",
     "run_complete": "run complete (every rank, every step)",
     "failed_ranks": "failed ranks",
+    "straggler_rank": "straggler (the rank the others wait for; — when none or not measured)",
+    "straggler_compute_excess(s)": "straggler's median compute beyond the next slowest rank's",
+    "wait_for_straggler_median(s)": "median wait for the straggler per step, longest-waiting rank",
 }
 
 
@@ -184,6 +187,7 @@ def render_html(
     claims: dict[str, Any] | None = None,
     plan: dict[str, Any] | None = None,
     claimed_plan: dict[str, Any] | None = None,
+    ranks_figure: str | Path | None = None,
 ) -> str:
     title = f"zerogate report — {provenance['profile']} on {provenance['machine']['hostname']}"
     return environment().get_template("report.html.j2").render(
@@ -204,4 +208,28 @@ def render_html(
         timers=timer_medians(timers),
         deviations=deviations,
         key_facts=key_facts(provenance),
+        ranks=ranks_context(steps, warmup_steps, run_meta, ranks_figure),
     )
+
+
+RANKS_CAPTION = ("Median compute, communication and wait per optimizer step per rank, and each rank's wait per "
+                 "timed step")
+
+
+def ranks_context(steps: pd.DataFrame, warmup_steps: int, run_meta: dict[str, Any] | None,
+                  figure: str | Path | None = None) -> dict[str, Any]:
+    """The "Ranks" section's content: measures.rank_balance over the run's world size (parse_logs' metadata),
+    its per-rank table, and the compute-vs-wait figure when given."""
+    balance = measures.rank_balance(steps, warmup_steps, (run_meta or {}).get("world_size"))
+    rows = [{"rank": rank, "compute(s)": balance.compute[rank], "wait(s)": balance.wait[rank],
+             "communication(s)": balance.communication, "step_time(s)": balance.step_time[rank],
+             "wait_total(s)": balance.wait_total[rank], "wait_share(%)": 100 * balance.wait_share[rank]}
+            for rank in balance.ranks] if balance.measured else []
+    return {"balance": balance, "rows": rows, "margin_percent": 100 * balance.margin,
+            "image": image(figure, RANKS_CAPTION) if figure else None}
+
+
+def ranks_section(steps: pd.DataFrame, warmup_steps: int, run_meta: dict[str, Any] | None = None,
+                  figure: str | Path | None = None) -> str:
+    """The "Ranks" section alone (tests): who waits for whom."""
+    return _section("ranks", ranks_context(steps, warmup_steps, run_meta, figure))

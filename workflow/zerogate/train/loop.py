@@ -47,7 +47,7 @@ from zerogate.train.evaluate import Evaluator
 from zerogate.train.held import held_bytes
 from zerogate.plan.probe import probe
 from zerogate.train.nodes import rank_env_from_slurm
-from zerogate.train.metrics import NoMetrics, StepMetrics, peak_flops, train_flops_per_token
+from zerogate.train.metrics import CollectiveClock, NoMetrics, StepMetrics, peak_flops, train_flops_per_token
 from zerogate.train.nvml_sampler import NvmlSampler, nvml_query
 from zerogate.train.policy import FaultInjector, StepPolicy, skip_reason
 from zerogate.train.stabiliser import EventLog, Stabiliser, data_window
@@ -113,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     # Ranks that DeepSpeed's slurm backend started with srun learn their rank from srun's variables. Over
     # several nodes a bounded collective timeout makes a dead node end the run instead of hanging it.
     os.environ.update(rank_env_from_slurm(os.environ))
+    # Counts each rank's time blocked in collectives (metrics); installed before DeepSpeed keeps references.
+    collectives = None if args.no_metrics else CollectiveClock().install()
     nodes = spec.get("nodes") or {}
     timeout = nodes.get("collective_timeout_s")
     deepspeed.init_distributed(dist_backend=spec["backend"],
@@ -125,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                    {"node": placement["node"], **probe(measure=False)})
     if world != spec["world_size"]:
         raise SystemExit(f"zerogate: launched {world} ranks but run_spec.json asks for {spec['world_size']}")
+    if (stabiliser_cfg.inject or {}).get("rank", 0) >= world:  # an injection no rank would see tests nothing
+        raise SystemExit(f"zerogate: error: {args.settings}: stabiliser.inject.rank: "
+                         f"{stabiliser_cfg.inject['rank']} is not a rank of this run's {world}")
     set_seed(training["seed"])  # same seed on every rank: zero.Init must build identical weights
 
     # Any model source (shape numbers, HF directory, GGUF, hub cache), built or loaded under ZeRO-3's Init.
@@ -189,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics = (NoMetrics if args.no_metrics else StepMetrics)(
         metrics_file, rank, engine.device, append=latest is not None, placement=placement,
         flops_per_token=train_flops_per_token(int(parameters), config.num_hidden_layers, config.hidden_size, manifest["seq_len"]),
-        peak_flops_per_s=peak_flops(device_name, spec["dtype"]), nvml=nvml,
+        peak_flops_per_s=peak_flops(device_name, spec["dtype"]), nvml=nvml, collectives=collectives,
     )
     evaluator = Evaluator(engine, args.dataset_dir, eval_file, manifest, steps, ds_config["zero_optimization"]["stage"] == 3)
     if not latest and stabiliser_cfg.policy == "rollback":
@@ -210,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         loss_sum = torch.zeros((), device=engine.device)
         tokens = processed = 0
         for micro in range(accumulation):
+            faults.slow_down(step)  # the `slow` injection: a straggler rank (tests; off by default)
             host_batch = batches.get(window, micro)
             batch = {k: v.to(engine.device) for k, v in host_batch.items()}
             loss = faults.poison(engine(**batch).loss, window, micro)

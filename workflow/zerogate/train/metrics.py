@@ -5,12 +5,15 @@ an analysis setting (zerogate.analysis.measures, profile key training.warmup_ste
 never retrains. Memory peaks are reset after every window
 (one optimizer step), so each line holds that step's peak, not the run's. The loop calls start_step,
 micro_step_done per micro-step (a clock read, no device sync) and end_step after its one host sync.
-GPU sources (allocator peaks, pinned host memory, NVML) sit behind small probes so the logic is tested
+The time each rank spends blocked in collectives (``collectives(s)``) is counted by CollectiveClock, two
+clock reads per collective and no added synchronisation; compute and wait per rank are derived from it in
+zerogate.analysis.measures. GPU sources (allocator peaks, pinned host memory, NVML) sit behind small probes so the logic is tested
 on a CPU with fakes.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -56,6 +59,95 @@ def _reset_vm_hwm() -> bool:
         return False
 
 
+# torch.distributed calls in which a rank can block on the others: a synchronous call blocks inside it, an
+# asynchronous one (async_op=True, ZeRO-3's prefetched all-gathers) in its handle's wait().
+COLLECTIVES = ("all_reduce", "all_reduce_coalesced", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+               "_all_gather_base", "all_gather_coalesced", "reduce_scatter", "reduce_scatter_tensor",
+               "_reduce_scatter_base", "all_to_all", "all_to_all_single", "gather", "scatter", "barrier",
+               "monitored_barrier", "all_gather_object", "broadcast_object_list", "send", "recv")
+
+
+class CollectiveClock:
+    """Host time this rank spends inside torch.distributed collectives, per optimizer step.
+
+    Every collective DeepSpeed issues (through deepspeed.comm's torch backend) and the loop's own boundary
+    all-reduce end in torch.distributed, so :meth:`install` wraps those functions -- before
+    deepspeed.init_distributed, which keeps references to some of them. Each call costs two clock reads;
+    nothing is synchronised that was not already: an asynchronous call is timed in its handle's wait(),
+    where the rank would block anyway. Nested calls (a collective built from another) count once.
+
+    What this time means is zerogate.analysis.measures' to say (compute, communication and wait per rank):
+    on the CPU accelerator (gloo) a rank blocks in these calls until the transfer is done; on CUDA, NCCL
+    calls return once the work is queued, so there it is the host's time, not the device's.
+    """
+
+    def __init__(self) -> None:
+        self.blocked_s = 0.0
+        self.calls = 0
+        self._depth = 0
+        self._wrappers: dict[int, Any] = {}
+
+    def install(self, modules: tuple[Any, ...] | None = None) -> CollectiveClock:
+        if modules is None:
+            import torch.distributed as dist
+            from torch.distributed import distributed_c10d
+            modules = (dist, distributed_c10d)
+        for module in modules:
+            for name in COLLECTIVES:
+                function = getattr(module, name, None)
+                if function is None or getattr(function, "__zerogate_clock__", None) is self:
+                    continue
+                if id(function) not in self._wrappers:  # one wrapper per function, in every namespace
+                    self._wrappers[id(function)] = self._timed(function)
+                setattr(module, name, self._wrappers[id(function)])
+        return self
+
+    def _timed(self, function: Any) -> Any:
+        clock = self
+
+        @functools.wraps(function)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if clock._depth:
+                return function(*args, **kwargs)
+            clock._depth += 1
+            started = time.perf_counter()
+            try:
+                result = function(*args, **kwargs)
+            finally:
+                clock._depth -= 1
+                clock.blocked_s += time.perf_counter() - started
+                clock.calls += 1
+            return TimedWork(result, clock) if hasattr(result, "wait") else result
+
+        timed.__zerogate_clock__ = clock  # type: ignore[attr-defined]
+        return timed
+
+    def take(self) -> tuple[float, int]:
+        """Seconds blocked and calls since the last take; starts the next count."""
+        taken = (self.blocked_s, self.calls)
+        self.blocked_s, self.calls = 0.0, 0
+        return taken
+
+
+class TimedWork:
+    """An asynchronous collective's handle whose wait() is timed on the clock; everything else passes through."""
+
+    __slots__ = ("_work", "_clock")
+
+    def __init__(self, work: Any, clock: CollectiveClock) -> None:
+        self._work, self._clock = work, clock
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return self._work.wait(*args, **kwargs)
+        finally:
+            self._clock.blocked_s += time.perf_counter() - started
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
 class DeviceProbe(Protocol):
     """What the metrics need from a GPU; CudaProbe is the real one, tests pass a fake."""
 
@@ -84,14 +176,20 @@ class CudaProbe:
         torch.cuda.reset_peak_memory_stats(self.device)
 
 
+# The per-step keys of CollectiveClock's count (zerogate.analysis.measures reads them by these names).
+COLLECTIVES_TIME = "collectives(s)"
+COLLECTIVE_CALLS = "collective_calls"
+
+
 class StepMetrics:
     """Writes one line per optimizer step for one rank."""
 
     def __init__(self, path: str | Path, rank: int, device: torch.device, *,
                  flops_per_token: float | None = None, peak_flops_per_s: float | None = None,
                  probe: DeviceProbe | None = None, nvml: NvmlSampler | None = None, append: bool = False,
-                 placement: dict[str, Any] | None = None) -> None:
+                 placement: dict[str, Any] | None = None, collectives: CollectiveClock | None = None) -> None:
         self.rank = rank
+        self.collectives = collectives  # installed by the loop before DeepSpeed starts; None: not recorded
         self.placement = placement or {}  # where the rank runs: node, local_rank, host (several nodes)
         self.device = device
         self.flops_per_token, self.peak_flops_per_s = flops_per_token, peak_flops_per_s
@@ -109,6 +207,8 @@ class StepMetrics:
             self.probe.reset_peaks()
 
     def start_step(self) -> None:
+        if self.collectives is not None:
+            self.collectives.take()  # evaluation's and checkpoints' collectives are not the step's
         self.step_started = time.perf_counter()
         self.micro_marks = [self.step_started]
 
@@ -155,6 +255,9 @@ class StepMetrics:
         now = time.perf_counter()
         step_time = now - self.step_started
         try:
+            if self.collectives is not None:
+                blocked, calls = self.collectives.take()
+                extra = {**(extra or {}), COLLECTIVES_TIME: blocked, COLLECTIVE_CALLS: calls}
             return self._write(step, loss, grad_norm, lr, tokens, micro_steps, processed_tokens, extra, now, step_time)
         finally:
             self.time_spent_s += time.perf_counter() - now

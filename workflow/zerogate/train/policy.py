@@ -10,6 +10,7 @@ Pure logic apart from the prints: tested without DeepSpeed (tests/unit/test_poli
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -22,10 +23,26 @@ class StabiliserAbort(SystemExit):
 
 @dataclass
 class FaultInjector:
-    """The profile's ``stabiliser.inject``: poisons one data window's loss on one rank (tests only)."""
+    """The profile's ``stabiliser.inject`` (tests only): poisons one data window's loss on one rank
+    (``nan_loss``, ``loss_spike``), or makes one rank a straggler (``slow``)."""
 
     inject: dict[str, Any] | None
     rank: int
+
+    def delay_s(self, step: int) -> float:
+        """Seconds the ``slow`` injection adds to each micro-step of optimizer step ``step`` (0-based) on this
+        rank: ``seconds`` from step ``inject.step`` (1-based, default 1) on, else 0."""
+        inject = self.inject
+        if not inject or inject["kind"] != "slow" or inject.get("rank", 0) != self.rank:
+            return 0.0
+        return float(inject["seconds"]) if step + 1 >= inject.get("step", 1) else 0.0
+
+    def slow_down(self, step: int) -> None:
+        """A slower rank, simulated: the extra time is spent on the host, outside any collective, so the other
+        ranks wait for it at the next one (as they would for a slower card)."""
+        delay = self.delay_s(step)
+        if delay:
+            time.sleep(delay)
 
     def poison(self, loss: Any, window: int, micro: int) -> Any:
         """``loss`` as trained: multiplied by NaN (or 1000) on the first micro-batch of the chosen window."""

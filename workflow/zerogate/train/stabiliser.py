@@ -93,7 +93,9 @@ def injected_loss_factor(inject: dict[str, Any] | None, window: int, rank: int) 
     """The factor that poisons this window's loss on this rank (fault injection), or None.
 
     Keyed on the data window, not the step: a rollback skips the window, so the fault does not recur."""
-    if not inject or inject["step"] - 1 != window or inject.get("rank", 0) != rank:
+    if not inject or inject["kind"] not in ("nan_loss", "loss_spike"):
+        return None
+    if inject["step"] - 1 != window or inject.get("rank", 0) != rank:
         return None
     return float("nan") if inject["kind"] == "nan_loss" else 1000.0
 
