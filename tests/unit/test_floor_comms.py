@@ -236,3 +236,32 @@ def test_floor_gate_shows_the_floor_terms_and_reports_a_floor_above_the_measurem
     judged = evaluate_gate(_floor_gate(tiny_profile), synthetic_steps(step_time=below), *args, plan=plan)
     assert judged["verdict"] == FAIL and judged["measured"] == pytest.approx(0.5, rel=0.05)  # never clipped to 1
     assert "is above the measured step" in judged["reason"] and "bug" in judged["reason"]
+
+
+def test_report_shows_the_floor_terms_beside_the_measured_step_and_each_figures_basis(tiny_profile, claim_box_plan):
+    from tests.conftest import CPU_FINGERPRINT
+    from tests.unit.helpers import no_events, spike_rule, synthetic_steps
+    from zerogate.analysis.gates import evaluate_gate
+    from zerogate.report.html import _section
+
+    steps_floor = floor(tiny_counts(), cpu_setup(), cpu_machine(GLOO))
+    plan = {"machine": "hand", "optimizer_step_floor(s)": steps_floor["optimizer_step_floor(s)"],
+            "micro_step_floor(s)": steps_floor["micro_step_floor(s)"], "floor": steps_floor}
+    gate = evaluate_gate(_floor_gate(tiny_profile), synthetic_steps(step_time=3 * steps_floor["optimizer_step_floor(s)"]),
+                         no_events(), {"completed_steps": 200, "world_size": 2}, CPU_FINGERPRINT, 5, 200,
+                         spike_rule(tiny_profile), plan=plan)
+    gate["statistic"] = "floor_ratio"
+    page = _section("floor_terms", [gate], plan, claim_box_plan)
+    assert "id='floor-terms'" in page and "micro_step collectives x 8(s)" in page
+    assert "measured / floor" in page and f"{gate['measured']:.4g}" in page
+    assert "id='floor-collectives-run'" in page and "(measured: hand-made)" in page
+    claimed = page.split("id='floor-collectives-claimed'")[1]
+    assert "(published: nccl-tests alltoall_perf" in claimed and "(derived: through host memory" in claimed
+    assert _section("floor_terms", [], None, None).strip() == ""  # no plan: no section
+
+
+@pytest.fixture
+def claim_box_plan():
+    from zerogate.plan.planner import plan
+
+    return plan(oracle_counts(), claim_setup(), load_description(CLAIM_BOX))
