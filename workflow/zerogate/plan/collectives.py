@@ -6,12 +6,12 @@ kind the communication theory (zerogate.plan.comms) names, at a small message an
 
 - per size, the best batch's mean time per call, batches of back-to-back calls after a warm-up (the ranks'
   arrival skew is spread over the batch);
-- bandwidth (GB/s = 1e9 bytes/s): per message larger than the fastest call's, the rank's volume of one
-  call (``zerogate.plan.comms.volume_bytes``: the same definition the theory and the measured records
-  use) over its time beyond the fastest call's; the largest over the sizes;
-- latency (s per call): the fastest call (normally the small message) less its own bytes over that
-  bandwidth. So latency + volume / bandwidth is at or below every measured call: the figures can only
-  under-predict a collective, which is what a floor needs (the tests check it).
+- bandwidth (GB/s = 1e9 bytes/s): the rank's volume of one call at the largest message
+  (``zerogate.plan.comms.volume_bytes``: the same definition the theory and the measured records use)
+  over its time beyond the fastest call's (the fastest call's time bounds the latency from above);
+- latency (s per call): the smallest over the sizes of (time per call - volume / bandwidth). So latency +
+  volume / bandwidth is at or below every measured call: the figures can only under-predict a
+  collective, which is what a floor needs (the tests check it).
 
 Every figure is a ``{"value", "basis", "source"}`` record, basis ``measured``, ``published`` or ``derived``
 (a machine description may give published or derived figures for a machine nobody here has); a figure
@@ -137,36 +137,33 @@ def figures(samples: dict[str, list[dict[str, float]]], world: int, source: str)
     """Per kind: latency_s and bandwidth_gbps figures from raw seconds per call (``samples``: kind ->
     [{"elements", "seconds"}], the smallest message first), and the samples themselves in bytes.
 
-    A bandwidth that no message larger than the fastest shows (none took longer: noise) is left out."""
+    Without a largest message slower than the fastest (noise) there is no bandwidth, and the latency is the
+    fastest call."""
     from zerogate.plan.comms import volume_bytes
 
     result: dict[str, dict[str, Any]] = {}
     for kind, rows in samples.items():
         rows = sorted(rows, key=lambda r: r["elements"])
-        # Every call costs at least the latency, so the fastest call of any size bounds it from above; the
-        # smallest message is usually the fastest, but on a busy machine a larger one can be.
-        fastest = min(rows, key=lambda r: r["seconds"])
-        rates = []
-        for row in rows:
-            beyond = row["seconds"] - fastest["seconds"]
-            if row["elements"] > fastest["elements"] and beyond > 0:
-                rates.append(volume_bytes(kind, row["elements"] * ELEMENT_BYTES, world) / beyond)
-        bandwidth = max(rates) if rates else None
-        # The fastest call carried its own few bytes too: taking them off keeps latency + volume / bandwidth
-        # at or below every measured call (for the fastest, equal).
-        latency = fastest["seconds"] - (volume_bytes(kind, fastest["elements"] * ELEMENT_BYTES, world) / bandwidth
-                                        if bandwidth else 0.0)
-        sizes = ", ".join(str(r["elements"] * ELEMENT_BYTES) for r in rows if r["elements"] > fastest["elements"])
+        # Bandwidth from the largest message, whose time is mostly transfer: its volume over its time beyond
+        # the fastest call's (a smaller message's few bytes against timing noise would give any figure).
+        fastest, largest = min(rows, key=lambda r: r["seconds"]), rows[-1]
+        beyond = largest["seconds"] - fastest["seconds"]
+        bandwidth = (volume_bytes(kind, largest["elements"] * ELEMENT_BYTES, world) / beyond
+                     if largest["elements"] > fastest["elements"] and beyond > 0 else None)
+        # Latency: every call costs at least the latency plus its volume over the bandwidth, so the
+        # smallest remainder over the calls keeps latency + volume / bandwidth at or below every measured call.
+        latency = min(r["seconds"] - (volume_bytes(kind, r["elements"] * ELEMENT_BYTES, world) / bandwidth
+                                      if bandwidth else 0.0) for r in rows)
         entry: dict[str, Any] = {
             "latency_s": figure(latency if latency > 0 else None, MEASURED,
-                                f"{source}; the fastest call, at {fastest['elements'] * ELEMENT_BYTES} B full tensor, "
-                                "less its bytes over the bandwidth"),
+                                f"{source}; the smallest of (seconds per call - volume / bandwidth) over "
+                                f"{', '.join(str(r['elements'] * ELEMENT_BYTES) for r in rows)} B"),
             "samples": [{"tensor_bytes": r["elements"] * ELEMENT_BYTES, "seconds": r["seconds"]} for r in rows],
         }
         if bandwidth:
             entry["bandwidth_gbps"] = figure(bandwidth / 1e9, MEASURED,
-                                             f"{source}; volume / (time - the fastest call's time), the largest "
-                                             f"over {sizes} B")
+                                             f"{source}; volume of a {largest['elements'] * ELEMENT_BYTES} B call / "
+                                             "its time beyond the fastest call's")
         result[kind] = {k: v for k, v in entry.items() if v is not None}
     return result
 
