@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from zerogate.plan.comms import (BOUNDARY, MICRO_STEP, SCHEMES, Term, logged_kind, logged_tensor_bytes,
-                                 ring_factor, scheme_setup, step_totals, theory, totals, volume_bytes)
+                                 fetch_units, ring_factor, scheme_setup, step_totals, theory, totals, volume_bytes,
+                                 zero3_gathers)
 from zerogate.plan.ledger import ModelCounts
 from zerogate.plan.variants import VARIANTS
 
@@ -57,6 +58,10 @@ def test_schemes_reuse_the_variants_table():
         theory(MODEL, "zero9", 1, 2, 4, 50)
 
 
+def by_name(terms):
+    return {t.name: t for t in terms}
+
+
 def test_ddp_and_zero0_all_reduce_once_per_optimizer_step():
     for scheme in ("ddp", "zero0"):
         terms = theory(MODEL, scheme, 8, 2, 4, 50)
@@ -64,42 +69,85 @@ def test_ddp_and_zero0_all_reduce_once_per_optimizer_step():
         calls, volume = totals(terms, BOUNDARY, 2)
         assert (calls, volume) == (1, 2 * PHI * 4 * 0.5)
         assert step_totals(terms, 8, 2) == (1, PHI * 4)  # accumulation changes nothing
+    # Departures, each named: DDP's buffer broadcast, the gradient norm's scalar all-reduce.
+    ddp = by_name(theory(MODEL, "ddp", 1, 2, 4, 50, buffer_bytes=32))
+    assert ddp["buffer broadcast"].departure and ddp["buffer broadcast"].volume(2) == 16
+    zero0 = by_name(theory(MODEL, "zero0", 1, 2, 4, 50, gradient_clipping=1.0))
+    assert zero0["gradient-norm all-reduce"].volume(2) == 4
 
 
-def test_zero1_reduces_at_the_boundary_zero2_every_micro_step():
+def test_zero1_all_reduces_at_the_boundary_zero2_every_micro_step():
     zero1 = theory(MODEL, "zero1", 4, 2, 4, 50)
     zero2 = theory(MODEL, "zero2", 4, 2, 4, 50)
     padded = 1116  # 1115 padded to a multiple of 2
+    # DeepSpeed's default multi-rank bucket all-reduce (2 S) replaces the paper's reduce-scatter (S): 3 Phi.
     assert totals(zero1, MICRO_STEP, 2) == (0, 0)
-    assert totals(zero1, BOUNDARY, 2) == (2 + 1, PHI * 4 * 0.5 + padded * 4 * 0.5)
-    assert totals(zero2, MICRO_STEP, 2) == (2, PHI * 4 * 0.5)
-    assert step_totals(zero2, 4, 2) == (4 * 2 + 1, 4 * PHI * 2 + padded * 2)
-    # At accumulation 1 both equal DDP's 2 Phi (up to the padding), as the paper says.
-    ddp_volume = step_totals(theory(MODEL, "ddp", 1, 2, 4, 50), 1, 2)[1]
-    assert step_totals(zero1, 1, 2)[1] == pytest.approx(ddp_volume, rel=1e-3)
+    assert totals(zero1, BOUNDARY, 2) == (1 + 1 + 1, PHI * 4 + padded * 4 * 0.5 + 4)
+    assert totals(zero2, MICRO_STEP, 2) == (1, PHI * 4)
+    assert step_totals(zero2, 4, 2) == (4 + 1 + 1, 4 * PHI * 4 + padded * 2 + 4)
+    paper = [t for t in zero1 if not t.departure]
+    assert sum(t.volume(2) for t in paper) == PHI * 4 * 0.5 * 2  # the paper's 2 Phi
+    # With the all-reduce off, each slice is reduced to its owner: S per rank, as the paper counts.
+    reduce = theory(MODEL, "zero1", 1, 2, 4, 50, multi_rank_bucket_allreduce=False)
+    assert by_name(reduce)["gradient reduced to each owner, not reduce-scattered"].calls == 2
+    assert step_totals(reduce, 1, 2)[1] == PHI * 4 * 0.5 + padded * 4 * 0.5 + 4
 
 
-def test_zero3_gathers_twice_and_reduce_scatters_every_micro_step():
-    terms = theory(MODEL, "zero3", 8, 2, 4, 50)
-    by_name = {t.name: t for t in terms}
-    assert by_name["forward parameter all-gather"].tensor_bytes == (1000 + 100) * 4
-    assert by_name["forward parameter all-gather"].calls == 2
-    assert by_name["backward re-gather"].tensor_bytes == (1000 + 100) * 4
-    assert by_name["gradient reduce-scatter"].tensor_bytes == (1000 + 100 + 10 + 6) * 4  # 5 padded to 6
-    assert by_name["persistent parameters"].per == BOUNDARY
-    assert by_name["persistent parameters"].tensor_bytes == (10 + 6) * 4
-    # 3 Phi per micro-step (paper, 1.5 x DDP) when nothing is persistent:
-    no_persistent = theory(counts(1000, 100), "zero3", 1, 2, 4, 0)
-    ddp = theory(counts(1000, 100), "ddp", 1, 2, 4, 0)
-    assert step_totals(no_persistent, 1, 2)[1] == pytest.approx(1.5 * step_totals(ddp, 1, 2)[1])
-    # ... and 1.5 G x with accumulation G.
-    assert step_totals(no_persistent, 8, 2)[1] == pytest.approx(12 * step_totals(ddp, 8, 2)[1])
+def test_zero3_gathers_twice_and_reduce_scatters_every_micro_step_for_a_model_over_the_reuse_distance():
+    terms = theory(MODEL, "zero3", 8, 2, 4, 50, max_reuse_distance=10)
+    named = by_name(terms)
+    assert named["forward parameter all-gather"].tensor_bytes == PHI * 4  # the paper's terms: Phi each
+    assert named["backward re-gather"].tensor_bytes == PHI * 4
+    assert named["persistent parameters (never released)"].tensor_bytes == -2 * 15 * 4
+    assert named["persistent parameters re-gathered after the step"].per == BOUNDARY
+    assert named["persistent parameters re-gathered after the step"].calls == 2
+    assert named["persistent parameters re-gathered after the step"].tensor_bytes == (10 + 6) * 4
+    assert "parameters kept for reuse (no backward re-gather)" not in named
+    micro_calls, micro_volume = totals(terms, MICRO_STEP, 2)
+    # Sent per micro-step: 1000 + 100 forward and backward, every gradient padded (5 -> 6) reduce-scattered.
+    assert micro_volume == (2 * 1100 + 1116) * 4 * 0.5
+    # The paper's terms are 3 Phi per micro-step: 1.5 x DDP at accumulation 1, 1.5 G x at accumulation G.
+    ddp = step_totals(theory(MODEL, "ddp", 1, 2, 4, 50), 1, 2)[1]
+    paper = [t for t in terms if not t.departure]
+    assert step_totals(paper, 1, 2)[1] == pytest.approx(1.5 * ddp)
+    assert step_totals(paper, 8, 2)[1] == pytest.approx(12 * ddp)
+    # The last unit of the forward is the first of the backward: never released in between, so even a
+    # model far over the reuse distance is not gathered exactly twice.
+    last_kept = by_name(theory(counts(1000, 100), "zero3", 1, 2, 4, 0, max_reuse_distance=10))
+    assert last_kept["parameters kept for reuse (no backward re-gather)"].tensor_bytes == -100 * 4
 
 
-def test_offload_sends_the_same_collectives():
+def test_zero3_keeps_a_model_under_the_reuse_distance_gathered_for_the_backward():
+    kept = by_name(theory(MODEL, "zero3", 1, 2, 4, 50))  # DeepSpeed's default distance, 1e9 elements
+    assert kept["parameters kept for reuse (no backward re-gather)"].tensor_bytes == -1100 * 4
+    assert kept["backward re-gather"].calls == 0
+    # Only the parameters far enough from their reuse are gathered again: with a distance of 150 elements
+    # the 100-element parameter (reused right after the 10 and 5) stays, the 1000-element one does not.
+    gathers = zero3_gathers(MODEL, 2, 50, 150, leaf_blocks=False)
+    assert gathers == {"forward": 1100, "backward": 1000, "tied": 0}
+
+
+def test_a_tied_embedding_is_gathered_again_for_the_lm_head():
+    tied = ModelCounts(total=1000 + 300, largest_layer=1000, numels=(1000, 100, 100, 100), hidden=1, layers=1,
+                       heads=1, vocab=1, tied_embeddings=True)
+    # Units: embedding, one layer (100, 100), final norm (100), and the embedding again as the LM head.
+    assert fetch_units(tied, leaf_blocks=True) == [(0,), (1, 2), (3,), (0,)]
+    gathers = zero3_gathers(tied, 2, 0, 150, leaf_blocks=True)
+    assert gathers["tied"] == 1000  # released after the embedding (more than 150 elements before its reuse)
+    assert by_name(theory(tied, "zero3", 1, 2, 4, 0, max_reuse_distance=150))[
+        "tied embedding gathered again for the LM head"].tensor_bytes == 4000
+
+
+def test_offload_sends_the_same_collectives_but_an_fp32_norm():
+    def without_norm(terms):
+        return [t for t in terms if t.name != "gradient-norm all-reduce"]
+
     base = theory(MODEL, "zero3", 2, 2, 4, 50)
-    assert theory(MODEL, "zero3-offload", 2, 2, 4, 50) == base
-    assert theory(MODEL, "zero3-offload-all", 2, 2, 4, 50) == base
+    for scheme in ("zero3-offload", "zero3-offload-all"):
+        offloaded = theory(MODEL, scheme, 2, 2, 4, 50)
+        assert without_norm(offloaded) == without_norm(base)
+        assert by_name(offloaded)["gradient-norm all-reduce"].tensor_bytes == 4  # fp32 on the host
+    assert by_name(base)["gradient-norm all-reduce"].tensor_bytes == 8  # fp64 (get_norm_dtype)
 
 
 def test_term_volume_uses_the_one_definition():

@@ -32,5 +32,6 @@ with logging_to(snakemake.log[0]):
         claims=read_json(snakemake.input.claims),
         plan=read_json(snakemake.input.plan),
         claimed_plan=read_json(snakemake.input.claimed_plan),
+        communication=read_json(snakemake.input.communication),
     )
     Path(snakemake.output.html).write_text(page)

@@ -38,11 +38,12 @@ Where a measurement departs from these, the departure is a named ``Term`` here, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
 
 from zerogate.plan.ledger import ModelCounts
-from zerogate.plan.variants import VARIANTS
+from zerogate.plan.ds_config import apply_overrides
+from zerogate.plan.variants import VARIANTS, variant_config
 
 # The schemes measured and theorised, in report order. DeepSpeed ones are zerogate.plan.variants names.
 SCHEMES: tuple[str, ...] = ("ddp", "zero0", "zero1", "zero2", "zero3", "zero3-offload", "zero3-offload-all")
@@ -79,6 +80,8 @@ _LOGGED_KINDS: dict[str, tuple[str, bool]] = {
 # default reduce bucket (zero/config.py); torch DDP's bucket caps (bytes).
 ZERO0_BUCKET_ELEMENTS = 500_000_000
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
+DEEPSPEED_PREFETCH_BUCKET_ELEMENTS = 50_000_000  # zero/config.py prefetch_bucket_size
+DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000  # zero/config.py max_reuse_distance
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024
 
@@ -130,6 +133,7 @@ class Term:
     calls: float
     tensor_bytes: float
     why: str = ""
+    departure: bool = False  # not in the ZeRO paper's count: how DeepSpeed departs from it (may be negative)
 
     def volume(self, world: int) -> float:
         return volume_bytes(self.kind, self.tensor_bytes, world)
@@ -175,50 +179,193 @@ def scheme_setup(scheme: str) -> tuple[int | None, bool, bool]:
     return VARIANTS[scheme]
 
 
+def _padded(numel: int, world: int) -> int:
+    return math.ceil(numel / world) * world
+
+
+def fetch_units(counts: ModelCounts, leaf_blocks: bool) -> list[tuple[int, ...]]:
+    """ZeRO-3's fetch units in forward order, as indices into ``counts.numels`` (the model's parameter order:
+    embedding, the decoder layers' parameters, final norm, LM head).
+
+    Each parameter is a unit of its own (a module's weight and bias are two units here: the volume is the
+    same, the calls are counted by the prefetch bucket anyway); with the decoder layer a ZeRO-3 leaf module
+    (zerogate.plan.cpu_tuning) a layer's parameters are one unit. A tied LM head uses the embedding's weight
+    again at the end of the forward (the last unit is the embedding's index).
+    """
+    count = len(counts.numels)
+    head, tail = 1, 1 if counts.tied_embeddings else 2
+    per_layer, rest = divmod(count - head - tail, counts.layers) if counts.layers else (0, 1)
+    if leaf_blocks and per_layer and not rest:
+        layers = [tuple(range(head + i * per_layer, head + (i + 1) * per_layer)) for i in range(counts.layers)]
+        units = [(0,), *layers, *[(i,) for i in range(head + counts.layers * per_layer, count)]]
+    else:
+        units = [(i,) for i in range(count)]
+    return [*units, (0,)] if counts.tied_embeddings else units
+
+
+def zero3_gathers(counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int,
+                  leaf_blocks: bool) -> dict[str, int]:
+    """Elements ZeRO-3 all-gathers in one micro-step's forward and backward, once its trace is complete.
+
+    DeepSpeed 0.19.8 (zero/partitioned_param_coordinator.py, ``__params_to_release``): after a module runs,
+    its non-persistent parameters are released unless one of the next modules in the trace, within
+    ``stage3_max_reuse_distance`` parameters traversed, uses them again. The trace is the forward's units
+    then the backward's (the reverse). A parameter used again soon (the whole model, when it is below the
+    distance) is gathered once per micro-step, not twice. Each gather moves the N-padded parameter.
+    """
+    numels = counts.numels
+    units = fetch_units(counts, leaf_blocks)
+    trace = units + units[::-1]
+    forward_len = len(units)
+    resident: set[int] = set()
+    gathered = {"forward": 0, "backward": 0, "tied": 0}
+    for position, unit in enumerate(trace):
+        phase = "forward" if position < forward_len else "backward"
+        for index in unit:
+            if numels[index] <= persistence_threshold or index in resident:
+                continue
+            resident.add(index)
+            tied_again = phase == "forward" and position == forward_len - 1 and counts.tied_embeddings
+            gathered["tied" if tied_again else phase] += _padded(numels[index], world)
+        release = {i for i in unit if numels[i] > persistence_threshold}
+        traversed = 0
+        for later in trace[position + 1:]:
+            if traversed >= max_reuse_distance or not release:
+                break
+            for index in later:
+                release.discard(index)
+                traversed += numels[index]
+        resident -= release
+    return gathered
+
+
+def _gather_calls(elements: int, prefetch_bucket_elements: int) -> int:
+    """All-gather calls for ``elements`` gathered: the prefetcher coalesces up to a bucket per call
+    (measured: one call per micro-step for a model under the bucket). An estimate, for the latency term."""
+    return math.ceil(elements / prefetch_bucket_elements) if elements else 0
+
+
+def _reduce_terms(counts: ModelCounts, per: str, world: int, b: int, reduce_bucket_elements: int,
+                  multi_rank_bucket_allreduce: bool) -> list[Term]:
+    """ZeRO-1/2's gradient reduction: the paper's reduce-scatter, and what DeepSpeed sends instead."""
+    grads = counts.total * b
+    buckets = _buckets(counts.total, reduce_bucket_elements)
+    base = Term("gradient reduce-scatter", "reduce_scatter", per, buckets, grads,
+                "the paper: each rank receives its partition's reduced gradients")
+    if multi_rank_bucket_allreduce:
+        instead = Term("gradient all-reduced, not reduce-scattered", "all_reduce", per, buckets, grads,
+                       "use_multi_rank_bucket_allreduce (DeepSpeed default): average_tensor all-reduces the bucket",
+                       departure=True)
+    else:
+        instead = Term("gradient reduced to each owner, not reduce-scattered", "reduce", per, world * buckets, grads,
+                       "average_tensor: dist.reduce of each slice to the rank owning it", departure=True)
+    return [base, instead, Term("reduce-scatter not sent", "reduce_scatter", per, -buckets, -grads,
+                                "replaced by the term above", departure=True)]
+
+
 def theory(counts: ModelCounts, scheme: str, accumulation: int, world: int, dtype_bytes: int,
-           persistence_threshold: int, *, reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS) -> list[Term]:
+           persistence_threshold: int, *, reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+           prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
+           max_reuse_distance: int = DEEPSPEED_MAX_REUSE_DISTANCE, leaf_blocks: bool = False,
+           multi_rank_bucket_allreduce: bool = True, gradient_clipping: float = 0.0,
+           buffer_bytes: int = 0) -> list[Term]:
     """The collectives one rank takes part in for ``scheme``, per micro-step and per boundary.
 
-    ``accumulation`` decides nothing per micro-step or boundary (``step_totals`` multiplies); it is taken so
-    that terms which exist only with accumulation can be stated. Calls are DeepSpeed's bucket arithmetic;
-    bytes are exact for the parameter count given.
+    The paper's terms first (``departure`` False: ZeRO paper section 7, accumulation read as DeepSpeed runs
+    it), then each way DeepSpeed 0.19.8 departs from them as a named term of its own (``departure`` True;
+    negative where it sends less), so that paper + departures = what is sent. Bytes are exact for the
+    parameter count; calls are DeepSpeed's bucket arithmetic (the gathers' an estimate, see _gather_calls).
+    ``accumulation`` decides nothing per micro-step or boundary (``step_totals`` multiplies).
     """
     if accumulation < 1:
         raise ValueError(f"accumulation must be >= 1, got {accumulation}")
-    stage, _offload_optimizer, _offload_param = scheme_setup(scheme)
+    stage, offload_optimizer, _offload_param = scheme_setup(scheme)
     b = dtype_bytes
     grads = counts.total * b
     if stage is None:
-        return [Term("gradient all-reduce", "all_reduce", BOUNDARY, _ddp_buckets(grads), grads,
-                     "torch DDP all-reduces every gradient once per optimizer step (no_sync before)")]
+        terms = [Term("gradient all-reduce", "all_reduce", BOUNDARY, _ddp_buckets(grads), grads,
+                      "torch DDP all-reduces every gradient once per optimizer step (no_sync before)")]
+        if buffer_bytes:
+            terms.append(Term("buffer broadcast", "broadcast", BOUNDARY, 1, buffer_bytes,
+                              "DDP broadcasts the module's buffers from rank 0 before the first forward after a "
+                              "synchronised one (broadcast_buffers, its default)", departure=True))
+        return terms
+    norm = []
+    if stage > 0 or gradient_clipping > 0:
+        # Stage 0: runtime/utils.clip_grad_norm_ averages the norm over the data-parallel group (fp32); ZeRO-1/2
+        # and ZeRO-3 with optimizer offload sum it in fp32; ZeRO-3 on the device sums it in fp64 (get_norm_dtype).
+        norm_bytes = 8 if stage == 3 and not offload_optimizer else 4
+        norm = [Term("gradient-norm all-reduce", "all_reduce", BOUNDARY, 1, norm_bytes,
+                     "one scalar per optimizer step", departure=True)]
     if stage == 0:
         return [Term("gradient all-reduce", "all_reduce", BOUNDARY, _buckets(counts.total, ZERO0_BUCKET_ELEMENTS),
-                     grads, "engine.buffered_allreduce_fallback at the boundary")]
-    # Stages 1 and 2 flatten the parameters into one group padded to a multiple of N.
-    flat = math.ceil(counts.total / world) * world
+                     grads, "engine.buffered_allreduce_fallback at the boundary"), *norm]
     if stage in (1, 2):
-        per = MICRO_STEP if stage == 2 else BOUNDARY
-        return [
-            Term("gradient reduce", "reduce", per, world * _buckets(counts.total, reduce_bucket_elements), grads,
-                 "average_tensor: each slice reduced to the rank owning its partition"
-                 + (" in every micro-step" if stage == 2 else " at the boundary")),
-            Term("parameter all-gather", "all_gather", BOUNDARY, 1, flat * b,
-                 "all_gather_dp_groups: the updated partitions after the step"),
-        ]
-    persistent = counts.persistent_numel(persistence_threshold)
-    gathered = sum(math.ceil(n / world) * world for n in counts.numels if n > persistence_threshold)
-    gathered_calls = sum(1 for n in counts.numels if n > persistence_threshold)
+        flat = _padded(counts.total, world)  # one flat group, padded to a multiple of N
+        terms = _reduce_terms(counts, MICRO_STEP if stage == 2 else BOUNDARY, world, b, reduce_bucket_elements,
+                              multi_rank_bucket_allreduce)
+        terms.append(Term("parameter all-gather", "all_gather", BOUNDARY, 1, grads,
+                          "all_gather_dp_groups: the updated partitions after the step"))
+        if flat != counts.total:
+            terms.append(Term("padding to N ranks", "all_gather", BOUNDARY, 0, (flat - counts.total) * b,
+                              "the flat group is padded to a multiple of N", departure=True))
+        return terms + norm
+    persistent = [n for n in counts.numels if n <= persistence_threshold]
+    persistent_numel = sum(persistent)
+    non_persistent = counts.total - persistent_numel
+    padded_np = sum(_padded(n, world) for n in counts.numels if n > persistence_threshold)
     padded_all = counts.partition_numel(world) * world
-    persistent_padded = sum(math.ceil(n / world) * world for n in counts.numels if n <= persistence_threshold)
+    gathers = zero3_gathers(counts, world, persistence_threshold, max_reuse_distance, leaf_blocks)
     terms = [
-        Term("forward parameter all-gather", "all_gather", MICRO_STEP, gathered_calls, gathered * b,
-             "every non-persistent parameter gathered before its module's forward"),
-        Term("backward re-gather", "all_gather", MICRO_STEP, gathered_calls, gathered * b,
-             "released after the forward, gathered again for the backward"),
+        Term("forward parameter all-gather", "all_gather", MICRO_STEP,
+             _gather_calls(gathers["forward"] + gathers["tied"], prefetch_bucket_elements), grads,
+             "every parameter gathered for the forward (the paper)"),
+        Term("backward re-gather", "all_gather", MICRO_STEP, _gather_calls(gathers["backward"], prefetch_bucket_elements),
+             grads, "released after the forward, gathered again for the backward (the paper)"),
         Term("gradient reduce-scatter", "reduce_scatter", MICRO_STEP, _buckets(padded_all, reduce_bucket_elements),
-             padded_all * b, "reduce_scatter_coalesced of every gradient, each padded to a multiple of N"),
+             grads, "reduce_scatter_coalesced of every gradient"),
     ]
-    if persistent:
-        terms.append(Term("persistent parameters", "all_gather", BOUNDARY, 1, persistent_padded * b,
-                          f"parameters of <= {persistence_threshold} elements stay gathered; re-gathered after the step"))
-    return terms
+    departures = [
+        Term("persistent parameters (never released)", "all_gather", MICRO_STEP, 0, -2 * persistent_numel * b,
+             f"{len(persistent)} parameters of <= {persistence_threshold} elements stay gathered: no forward or "
+             "backward gather"),
+        Term("persistent parameters re-gathered after the step", "all_gather", BOUNDARY, len(persistent),
+             sum(_padded(n, world) for n in persistent) * b, "one all-gather per persistent parameter after the update"),
+        Term("parameters kept for reuse (no backward re-gather)", "all_gather", MICRO_STEP, 0,
+             (gathers["backward"] - padded_np) * b,
+             f"used again within stage3_max_reuse_distance ({max_reuse_distance:,} elements) of the trace: not released"),
+        Term("tied embedding gathered again for the LM head", "all_gather", MICRO_STEP, 0, gathers["tied"] * b,
+             "the LM head reuses the embedding's weight at the end of the forward"),
+        Term("padding to N ranks", "all_gather", MICRO_STEP, 0,
+             (gathers["forward"] - padded_np) * b + 2 * (padded_np - non_persistent) * b,
+             "each parameter is padded to a multiple of N before it is gathered"),
+        Term("padding to N ranks (reduce-scatter)", "reduce_scatter", MICRO_STEP, 0, (padded_all - counts.total) * b,
+             "each gradient is padded to a multiple of N before it is reduce-scattered"),
+    ]
+    return terms + [replace(t, departure=True) for t in departures if t.tensor_bytes or t.calls] + norm
+
+
+# The comms logger's config block (deepspeed/comm/config.py): every collective, no per-call printing.
+COMMS_LOGGER = {"enabled": True, "prof_all": True, "verbose": False, "debug": False}
+
+
+def accumulations(ds_config: dict[str, Any]) -> tuple[int, ...]:
+    """The accumulations measured: 1 and the rendered config's (once when that is 1)."""
+    profile = int(ds_config["gradient_accumulation_steps"])
+    return (1,) if profile == 1 else (1, profile)
+
+
+def measurement_config(ds_config: dict[str, Any], scheme: str, accumulation: int, world: int) -> dict[str, Any]:
+    """The rendered config as ``scheme`` runs it at ``accumulation``, with the comms logger on.
+
+    DeepSpeed schemes are zerogate.plan.variants' overrides; torch DDP takes ZeRO-0's (it reads only the
+    batch geometry, the optimizer and the clipping from it). The global batch follows the accumulation.
+    """
+    scheme_setup(scheme)  # an unknown scheme fails here, before any work
+    config, _ = variant_config(ds_config, "zero0" if scheme == DDP else scheme)
+    micro = int(config["train_micro_batch_size_per_gpu"])
+    return apply_overrides(config, [
+        {"path": "gradient_accumulation_steps", "value": accumulation},
+        {"path": "train_batch_size", "value": micro * accumulation * world},
+        {"path": "comms_logger", "value": dict(COMMS_LOGGER)},
+    ])
