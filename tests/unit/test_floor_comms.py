@@ -63,6 +63,21 @@ def test_collective_time_is_calls_times_latency_plus_volume_over_bandwidth():
     assert boundary["seconds"] == pytest.approx(1e-3 + 500 / 2e9) and list(boundary["kinds"]) == ["all_gather"]
 
 
+def test_only_a_single_gather_or_reduction_per_micro_step_is_on_the_dependency_path():
+    machine = cpu_machine({"all_gather": {"latency_s": fig(1e-3), "bandwidth_gbps": fig(1.0)},
+                           "reduce_scatter": {"latency_s": fig(2e-3), "bandwidth_gbps": fig(1.0)},
+                           "broadcast": {"latency_s": fig(3e-3), "bandwidth_gbps": fig(1.0)}})
+    one_each = [Term("gather", "all_gather", MICRO_STEP, 1, 4e6), Term("scatter", "reduce_scatter", MICRO_STEP, 1, 4e6),
+                Term("other", "broadcast", MICRO_STEP, 1, 0.0)]
+    result = collective_time(one_each, MICRO_STEP, 2, machine)
+    assert result["dependent_kinds"] == ["all_gather", "reduce_scatter"]  # a broadcast is neither
+    assert result["dependent(s)"] == pytest.approx(1e-3 + 2e6 / 1e9 + 2e-3 + 2e6 / 1e9)
+    several = [Term("gather", "all_gather", MICRO_STEP, 3, 4e6), Term("scatter", "reduce_scatter", MICRO_STEP, 2, 4e6)]
+    assert collective_time(several, MICRO_STEP, 2, machine)["dependent(s)"] == 0  # prefetched calls may overlap
+    boundary = [Term("gather", "all_gather", BOUNDARY, 1, 4e6)]
+    assert collective_time(boundary, BOUNDARY, 2, machine)["dependent(s)"] == 0  # the boundary adds anyway
+
+
 def test_a_missing_bandwidth_is_marked_missing_and_left_out():
     terms = [Term("gather", "all_gather", MICRO_STEP, 2, 8e6), Term("reduce", "all_reduce", MICRO_STEP, 1, 4e6)]
     machine = cpu_machine({"all_gather": {"latency_s": fig(1e-3)}})  # no bandwidth; no all_reduce at all
@@ -83,7 +98,7 @@ def test_a_collective_without_payload_needs_no_bandwidth():
 
 # --- the floor with its communication terms -----------------------------------------------------------
 
-def test_cpu_floor_takes_the_larger_of_compute_and_collectives_and_adds_the_boundary():
+def test_cpu_floor_takes_the_largest_term_and_adds_the_boundary():
     counts, setup = tiny_counts(), cpu_setup()
     result = floor(counts, setup, cpu_machine(GLOO))
     terms = theory_terms(counts, setup)
@@ -96,11 +111,14 @@ def test_cpu_floor_takes_the_larger_of_compute_and_collectives_and_adds_the_boun
     rank = result["ranks"][0]["terms"]
     assert rank["compute(s)"] == pytest.approx(compute)
     assert rank["collectives(s)"] == pytest.approx(collectives_micro)
-    assert result["micro_step_floor(s)"] == pytest.approx(max(compute, collectives_micro))
+    # The theory gathers every parameter in one call and reduce-scatters every gradient in one per micro-step:
+    # both lie on the dependency path, so they add to the compute.
+    assert micro_calls == 2 and rank["compute + dependent collectives(s)"] == pytest.approx(compute + collectives_micro)
+    micro = max(compute, collectives_micro, compute + collectives_micro)
+    assert result["micro_step_floor(s)"] == pytest.approx(micro)
     adam = 28 * 2010 / 10e9
     assert result["boundary_terms"]["collectives(s)"] == pytest.approx(collectives_boundary)
-    assert result["optimizer_step_floor(s)"] == pytest.approx(8 * max(compute, collectives_micro)
-                                                              + collectives_boundary + adam)
+    assert result["optimizer_step_floor(s)"] == pytest.approx(8 * micro + collectives_boundary + adam)
     assert result["communication"]["scheme"] == "zero3-offload-all" and result["missing"] == []
 
 

@@ -7,8 +7,11 @@ a run lands is the honest way to judge a step-time claim (docs/reference.md sect
 Per micro-step and rank: compute (FLOP / peak), the host<->device PCIe link in each direction (parameter
 streaming with offload, collectives, gradient offload), the collectives between the ranks, and the slowest
 rank decides; these resources can work at once, so the micro-step floor is the largest of them, never
-their sum. Per optimizer step: accumulation x micro-step, plus the boundary's collectives and the optimizer
-update (CPU Adam is bound by host memory traffic), which DeepSpeed runs one after the other after the last
+their sum, except along a dependency: where the theory has one all-gather per micro-step (every parameter
+gathered in one call, ZeRO-3 with a prefetch bucket larger than the model) the forward cannot start before
+it ends, and where it has one gradient reduction per micro-step (one bucket) that cannot start before the
+backward ends, so compute + those calls is a term of its own (``compute + dependent collectives(s)``).
+Per optimizer step: accumulation x micro-step, plus the boundary's collectives and the optimizer update (CPU Adam is bound by host memory traffic), which DeepSpeed runs one after the other after the last
 micro-step (the update needs the reduced gradients; the boundary's gathers need the updated partitions),
 so those add.
 
@@ -129,13 +132,23 @@ def collective_figures(machine: dict[str, Any], kind: str) -> dict[str, dict[str
             "bandwidth_gbps": given.get("bandwidth_gbps") or derived_bandwidth(machine)}
 
 
+# Collectives that sit on a micro-step's dependency path when the theory has one call of them per
+# micro-step: that one call gathers every parameter before the forward's first operation can run, or
+# reduces every gradient after the backward's last one has produced it. Nothing overlaps them.
+BEFORE_COMPUTE = ("all_gather",)
+AFTER_COMPUTE = ("reduce_scatter", "all_reduce", "reduce")
+
+
 def collective_time(terms: list[comms.Term], per: str, world: int, machine: dict[str, Any]) -> dict[str, Any]:
     """Seconds the ``per`` (micro_step | boundary) collectives of ``terms`` take at least on ``machine``:
     per kind comms.totals' calls x latency + volume / bandwidth, each part with its figure; ``missing``
-    lists the parts without a figure (left out of ``seconds``, which is None when nothing is known)."""
+    lists the parts without a figure (left out of ``seconds``, which is None when nothing is known).
+    ``dependent(s)``: the kinds of a single call per micro-step that compute must wait for (BEFORE_COMPUTE)
+    or that wait for compute (AFTER_COMPUTE), their known seconds summed (0 when there are none)."""
     kinds: dict[str, Any] = {}
     missing: list[str] = []
     known: list[float] = []
+    dependent: dict[str, float] = {}
     for kind in dict.fromkeys(t.kind for t in terms if t.per == per):
         calls, volume = comms.totals([t for t in terms if t.kind == kind], per, world)
         if not calls and not volume:
@@ -151,7 +164,10 @@ def collective_time(terms: list[comms.Term], per: str, world: int, machine: dict
             else:
                 known.append(row[part])
         kinds[kind] = row
-    return {"kinds": kinds, "seconds": sum(known) if known or not kinds else None, "missing": missing}
+        if per == comms.MICRO_STEP and calls == 1 and kind in BEFORE_COMPUTE + AFTER_COMPUTE:
+            dependent[kind] = sum(row[p] for p in ("latency_time(s)", "transfer_time(s)") if row[p] is not None)
+    return {"kinds": kinds, "seconds": sum(known) if known or not kinds else None, "missing": missing,
+            "dependent_kinds": list(dependent), "dependent(s)": sum(dependent.values())}
 
 
 def _peak(gpu: dict[str, Any], dtype: str) -> float | None:
@@ -189,6 +205,9 @@ def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> dict[st
             terms["compute(s)"] = flop / (peak * 1e12 / setup.ranks) if peak else None
         # Every rank takes part in every collective, so each waits at least this long for them.
         terms["collectives(s)"] = micro_comms["seconds"]
+        if micro_comms["dependent(s)"] and terms["compute(s)"] is not None:
+            # One gather of every parameter before the compute, one reduction of every gradient after it.
+            terms["compute + dependent collectives(s)"] = terms["compute(s)"] + micro_comms["dependent(s)"]
         missing += [f"rank {rank} ({device}): {k}" for k, v in terms.items() if v is None]
         known = [v for v in terms.values() if v is not None]
         ranks.append({"rank": rank, "device": device, "terms": terms,
