@@ -6,12 +6,12 @@ kind the communication theory (zerogate.plan.comms) names, at a small message an
 
 - per size, the best batch's mean time per call, batches of back-to-back calls after a warm-up (the ranks'
   arrival skew is spread over the batch);
-- bandwidth (GB/s = 1e9 bytes/s): the rank's volume of one call at the largest message
-  (``zerogate.plan.comms.volume_bytes``: the same definition the theory and the measured records use)
-  over its time beyond the fastest call's (the fastest call's time bounds the latency from above);
-- latency (s per call): the smallest over the sizes of (time per call - volume / bandwidth). So latency +
-  volume / bandwidth is at or below every measured call: the figures can only under-predict a
-  collective, which is what a floor needs (the tests check it).
+- latency (s per call) and bandwidth (GB/s = 1e9 bytes/s): the line latency + volume / bandwidth, volume
+  the rank's share of one call (``zerogate.plan.comms.volume_bytes``: the same definition the theory and
+  the measured records use), that lies at or below every measured call and predicts the most at the
+  largest message (``lower_line``). The figures can only under-predict a collective, which is what a floor
+  needs (the tests check it); on a busy machine a larger message sometimes beats a smaller one, and the
+  line then bends to fit it rather than produce a figure some call contradicts.
 
 Every figure is a ``{"value", "basis", "source"}`` record, basis ``measured``, ``published`` or ``derived``
 (a machine description may give published or derived figures for a machine nobody here has); a figure
@@ -133,38 +133,49 @@ def _rank(rank: int, world: int, port: int, backend: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+def lower_line(points: list[tuple[float, float]]) -> tuple[float, float | None]:
+    """(latency, bandwidth) of the line ``seconds = latency + volume / bandwidth`` that lies at or below every
+    (volume, seconds) point, latency >= 0, and predicts the most at the largest volume: the tightest bound
+    for large messages that no measured call contradicts. Its candidates are the lines through two points
+    and through one point with zero latency (the vertices of that linear programme). Bandwidth None: no
+    line with a finite bandwidth fits (every larger message was faster); latency is then the fastest call."""
+    candidates: list[tuple[float, float]] = []
+    for i, (v1, t1) in enumerate(points):
+        if v1 > 0:
+            candidates.append((0.0, v1 / t1))
+        for v2, t2 in points[i + 1:]:
+            if v2 > v1 and t2 > t1:
+                bandwidth = (v2 - v1) / (t2 - t1)
+                candidates.append((t1 - v1 / bandwidth, bandwidth))
+    largest = max(v for v, _ in points)
+    fits = [(latency, bandwidth) for latency, bandwidth in candidates
+            if latency >= 0 and all(latency + v / bandwidth <= t * (1 + 1e-9) for v, t in points)]
+    if not fits:
+        return min(t for _, t in points), None
+    return max(fits, key=lambda c: (c[0] + largest / c[1], c[0]))  # a tie: the larger latency, tighter for small calls
+
+
 def figures(samples: dict[str, list[dict[str, float]]], world: int, source: str) -> dict[str, dict[str, Any]]:
     """Per kind: latency_s and bandwidth_gbps figures from raw seconds per call (``samples``: kind ->
-    [{"elements", "seconds"}], the smallest message first), and the samples themselves in bytes.
-
-    Without a largest message slower than the fastest (noise) there is no bandwidth, and the latency is the
-    fastest call."""
+    [{"elements", "seconds"}]), and the samples themselves in bytes: ``lower_line`` through the (rank's
+    volume, seconds) points, so latency + volume / bandwidth is at or below every measured call. A latency
+    of 0 is a figure (the calls do not show one above 0); a bandwidth no call shows is absent."""
     from zerogate.plan.comms import volume_bytes
 
     result: dict[str, dict[str, Any]] = {}
     for kind, rows in samples.items():
         rows = sorted(rows, key=lambda r: r["elements"])
-        # Bandwidth from the largest message, whose time is mostly transfer: its volume over its time beyond
-        # the fastest call's (a smaller message's few bytes against timing noise would give any figure).
-        fastest, largest = min(rows, key=lambda r: r["seconds"]), rows[-1]
-        beyond = largest["seconds"] - fastest["seconds"]
-        bandwidth = (volume_bytes(kind, largest["elements"] * ELEMENT_BYTES, world) / beyond
-                     if largest["elements"] > fastest["elements"] and beyond > 0 else None)
-        # Latency: every call costs at least the latency plus its volume over the bandwidth, so the
-        # smallest remainder over the calls keeps latency + volume / bandwidth at or below every measured call.
-        latency = min(r["seconds"] - (volume_bytes(kind, r["elements"] * ELEMENT_BYTES, world) / bandwidth
-                                      if bandwidth else 0.0) for r in rows)
+        points = [(volume_bytes(kind, r["elements"] * ELEMENT_BYTES, world), r["seconds"]) for r in rows]
+        latency, bandwidth = lower_line(points)
+        sizes = ", ".join(str(r["elements"] * ELEMENT_BYTES) for r in rows)
+        how = f"{source}; the line latency + volume / bandwidth at or below the calls at {sizes} B, largest at the largest"
         entry: dict[str, Any] = {
-            "latency_s": figure(latency if latency > 0 else None, MEASURED,
-                                f"{source}; the smallest of (seconds per call - volume / bandwidth) over "
-                                f"{', '.join(str(r['elements'] * ELEMENT_BYTES) for r in rows)} B"),
+            "latency_s": figure(latency, MEASURED, how),
             "samples": [{"tensor_bytes": r["elements"] * ELEMENT_BYTES, "seconds": r["seconds"]} for r in rows],
         }
         if bandwidth:
-            entry["bandwidth_gbps"] = figure(bandwidth / 1e9, MEASURED,
-                                             f"{source}; volume of a {largest['elements'] * ELEMENT_BYTES} B call / "
-                                             "its time beyond the fastest call's")
-        result[kind] = {k: v for k, v in entry.items() if v is not None}
+            entry["bandwidth_gbps"] = figure(bandwidth / 1e9, MEASURED, how)
+        result[kind] = entry
     return result
 
 
