@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zerogate.plan.comms import (BOUNDARY, MICRO_STEP, SCHEMES, Term, logged_kind, logged_tensor_bytes,
-                                 fetch_units, ring_factor, scheme_setup, step_totals, theory, totals, volume_bytes,
+                                 fetch_units, ring_factor, scheme_for, scheme_setup, step_totals, theory, totals, volume_bytes,
                                  zero3_gathers)
 from zerogate.plan.ledger import ModelCounts
 from zerogate.plan.variants import VARIANTS
@@ -56,6 +56,12 @@ def test_schemes_reuse_the_variants_table():
     assert scheme_setup("zero3-offload-all") == (3, True, True)
     with pytest.raises(KeyError, match="zero9"):
         theory(MODEL, "zero9", 1, 2, 4, 50)
+    # A setup's stage and offloads name their scheme (the floor's way in); offloaded ZeRO-1/2 have a theory too.
+    assert scheme_for(3, True, True) == "zero3-offload-all" and scheme_for(0, False, False) == "zero0"
+    assert scheme_for(2, True, False) == "zero2-offload"
+    assert theory(MODEL, "zero2-offload", 1, 2, 4, 50) == theory(MODEL, "zero2", 1, 2, 4, 50)
+    with pytest.raises(KeyError, match="stage 0"):
+        scheme_for(0, False, True)
 
 
 def by_name(terms):

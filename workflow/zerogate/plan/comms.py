@@ -176,12 +176,24 @@ def _ddp_buckets(total_bytes: float) -> int:
 
 
 def scheme_setup(scheme: str) -> tuple[int | None, bool, bool]:
-    """(ZeRO stage or None for torch DDP, optimizer offload, parameter offload)."""
+    """(ZeRO stage or None for torch DDP, optimizer offload, parameter offload). Any name of
+    zerogate.plan.variants.VARIANTS has a theory (the measured ones are SCHEMES)."""
     if scheme == DDP:
         return None, False, False
-    if scheme not in SCHEMES:
-        raise KeyError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+    if scheme not in VARIANTS:
+        raise KeyError(f"unknown scheme {scheme!r}; known: {DDP}, {', '.join(VARIANTS)}")
     return VARIANTS[scheme]
+
+
+def scheme_for(stage: int, offload_optimizer: bool, offload_param: bool) -> str:
+    """The DeepSpeed scheme name of a ZeRO stage and its offloads (a zerogate.plan.ledger.Setup's), for
+    ``theory``. Stage 0 is DeepSpeed's ZeRO-0 ("zero0"), not torch DDP."""
+    wanted = (stage, offload_optimizer, offload_param)
+    for name, setup in VARIANTS.items():
+        if setup == wanted:
+            return name
+    raise KeyError(f"no scheme for ZeRO stage {stage} with offload_optimizer={offload_optimizer}, "
+                   f"offload_param={offload_param}")
 
 
 def _padded(numel: int, world: int) -> int:
