@@ -82,6 +82,15 @@ def test_ddp_and_zero0_all_reduce_once_per_optimizer_step():
     assert zero0["gradient-norm all-reduce"].volume(2) == 4
 
 
+def test_ddp_buckets_follow_torchs_assignment():
+    # Reverse parameter order; the first bucket closes at 1 MiB, the next ones at 25 MiB (measured on
+    # SmolLM2-135M: 16 buckets, the first 3.5 MB).
+    mib = 1024 * 1024 // 4  # elements of one MiB in fp32
+    big = counts(30 * mib, 20 * mib, 6 * mib, mib // 2, mib // 2)
+    assert by_name(theory(big, "ddp", 1, 2, 4, 0))["gradient all-reduce"].calls == 3  # [1 MiB], [26 MiB], [30 MiB]
+    assert by_name(theory(MODEL, "ddp", 1, 2, 4, 0))["gradient all-reduce"].calls == 1
+
+
 def test_zero1_all_reduces_at_the_boundary_zero2_every_micro_step():
     zero1 = theory(MODEL, "zero1", 4, 2, 4, 50)
     zero2 = theory(MODEL, "zero2", 4, 2, 4, 50)

@@ -170,9 +170,15 @@ def _buckets(elements: float, bucket_elements: float) -> int:
     return max(1, math.ceil(elements / bucket_elements))
 
 
-def _ddp_buckets(total_bytes: float) -> int:
-    rest = max(0.0, total_bytes - DDP_FIRST_BUCKET_BYTES)
-    return 1 + (math.ceil(rest / DDP_BUCKET_BYTES) if rest > 0 else 0)
+def _ddp_buckets(numels: tuple[int, ...], dtype_bytes: int) -> int:
+    """Torch DDP's gradient buckets (``_compute_bucket_assignment_by_size``): parameters in reverse order fill a
+    bucket until it reaches its limit (the first 1 MiB, then ``bucket_cap_mb``), which closes it."""
+    buckets, size, limit = 0, 0, DDP_FIRST_BUCKET_BYTES
+    for numel in reversed(numels):
+        size += numel * dtype_bytes
+        if size >= limit:
+            buckets, size, limit = buckets + 1, 0, DDP_BUCKET_BYTES
+    return buckets + (1 if size else 0)
 
 
 def scheme_setup(scheme: str) -> tuple[int | None, bool, bool]:
@@ -300,7 +306,7 @@ def theory(counts: ModelCounts, scheme: str, accumulation: int, world: int, dtyp
     b = dtype_bytes
     grads = counts.total * b
     if stage is None:
-        terms = [Term("gradient all-reduce", "all_reduce", BOUNDARY, _ddp_buckets(grads), grads,
+        terms = [Term("gradient all-reduce", "all_reduce", BOUNDARY, _ddp_buckets(counts.numels, b), grads,
                       "torch DDP all-reduces every gradient once per optimizer step (no_sync before)")]
         if buffer_bytes:
             terms.append(Term("buffer broadcast", "broadcast", BOUNDARY, 1, buffer_bytes,
