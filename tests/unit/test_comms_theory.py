@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zerogate.plan.comms import (BOUNDARY, MICRO_STEP, SCHEMES, Term, logged_kind, logged_tensor_bytes,
-                                 fetch_units, ring_factor, scheme_setup, step_totals, theory, totals, volume_bytes,
+                                 fetch_units, ring_factor, scheme_for, scheme_setup, step_totals, theory, totals, volume_bytes,
                                  zero3_gathers)
 from zerogate.plan.ledger import ModelCounts
 from zerogate.plan.variants import VARIANTS
@@ -56,6 +56,12 @@ def test_schemes_reuse_the_variants_table():
     assert scheme_setup("zero3-offload-all") == (3, True, True)
     with pytest.raises(KeyError, match="zero9"):
         theory(MODEL, "zero9", 1, 2, 4, 50)
+    # A setup's stage and offloads name their scheme (the floor's way in); offloaded ZeRO-1/2 have a theory too.
+    assert scheme_for(3, True, True) == "zero3-offload-all" and scheme_for(0, False, False) == "zero0"
+    assert scheme_for(2, True, False) == "zero2-offload"
+    assert theory(MODEL, "zero2-offload", 1, 2, 4, 50) == theory(MODEL, "zero2", 1, 2, 4, 50)
+    with pytest.raises(KeyError, match="stage 0"):
+        scheme_for(0, False, True)
 
 
 def by_name(terms):
@@ -74,6 +80,15 @@ def test_ddp_and_zero0_all_reduce_once_per_optimizer_step():
     assert ddp["buffer broadcast"].departure and ddp["buffer broadcast"].volume(2) == 16
     zero0 = by_name(theory(MODEL, "zero0", 1, 2, 4, 50, gradient_clipping=1.0))
     assert zero0["gradient-norm all-reduce"].volume(2) == 4
+
+
+def test_ddp_buckets_follow_torchs_assignment():
+    # Reverse parameter order; the first bucket closes at 1 MiB, the next ones at 25 MiB (measured on
+    # SmolLM2-135M: 16 buckets, the first 3.5 MB).
+    mib = 1024 * 1024 // 4  # elements of one MiB in fp32
+    big = counts(30 * mib, 20 * mib, 6 * mib, mib // 2, mib // 2)
+    assert by_name(theory(big, "ddp", 1, 2, 4, 0))["gradient all-reduce"].calls == 3  # [1 MiB], [26 MiB], [30 MiB]
+    assert by_name(theory(MODEL, "ddp", 1, 2, 4, 0))["gradient all-reduce"].calls == 1
 
 
 def test_zero1_all_reduces_at_the_boundary_zero2_every_micro_step():

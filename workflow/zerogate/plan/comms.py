@@ -13,24 +13,29 @@ measured records (``logged_tensor_bytes`` turns a comms-logger record into S; ze
 measured S through ``volume_bytes`` too). A kind not in ``VOLUME_FACTOR`` has no volume: ``volume_bytes``
 raises, and callers keep it apart under its own name rather than count it as zero.
 
-The theory (``theory``) is what DeepSpeed 0.19.8 does, read from its sources:
+The theory (``theory``): the ZeRO paper's terms, then each way DeepSpeed 0.19.8 departs from them as a named
+term (read from its sources, confirmed by zerogate.train.comms_volume's measurement):
 
 - ZeRO-0 (``engine.allreduce_gradients``): at the accumulation boundary only, ``buffered_allreduce_fallback``
   all-reduces the flattened gradients in buckets of 5e8 elements (``MEMORY_OPT_ALLREDUCE_SIZE``).
-- ZeRO-1 (``stage_1_and_2``, ``partition_gradients`` False): ``reduce_ready_partitions_and_remove_grads``
-  reduces only at the boundary; ``average_tensor`` sends each gradient slice to the rank owning its partition
-  with ``dist.reduce`` (one call per destination rank and bucket); after the step the updated partitions
-  are all-gathered (``all_gather_dp_groups``: one all-gather of the flat, N-padded group).
-- ZeRO-2: the same, but gradients are reduced in every micro-step (``partition_gradients`` True).
-- ZeRO-3 (``stage3``, ``partition_parameters``): every micro-step gathers each non-persistent parameter
-  for the forward and again for the backward (released in between), and reduce-scatters every gradient
-  (``reduce_scatter_coalesced``, buckets of ``reduce_bucket_size`` elements, each parameter padded to a
-  multiple of N). Parameters at or below ``stage3_param_persistence_threshold`` elements stay gathered
-  (no per-micro-step gather); they are all-gathered again after each optimizer step.
-- Offload (optimizer, parameters) changes where partitions live, not the collectives: the same terms.
-  Host-device copies are not collectives and are not counted here.
+- ZeRO-1/2 (``stage_1_and_2``): the paper counts a reduce-scatter of the gradients and an all-gather of the
+  updated parameters. ``average_tensor`` all-reduces the whole bucket instead (``use_multi_rank_bucket_allreduce``,
+  on by default; off, it ``dist.reduce``s each slice to its owner); ZeRO-1 at the boundary only
+  (``reduce_ready_partitions_and_remove_grads``), ZeRO-2 in every micro-step (``partition_gradients``); after
+  the step ``all_gather_dp_groups`` gathers the flat, N-padded group once.
+- ZeRO-3 (``stage3``, ``partition_parameters``, ``partitioned_param_coordinator``): every micro-step gathers the
+  parameters for the forward and, the paper says, again for the backward, and reduce-scatters every gradient
+  (``reduce_scatter_coalesced``, buckets of ``reduce_bucket_size`` elements, each parameter padded to a multiple
+  of N). A parameter used again within ``stage3_max_reuse_distance`` elements of the fetch trace is not
+  released after the forward (``__params_to_release``), so it is not gathered again (``zero3_gathers`` replays
+  that rule); parameters at or below ``stage3_param_persistence_threshold`` elements are never released and are
+  all-gathered once each after the step; a tied LM head may gather the embedding again.
+- Gradient norm: one scalar all-reduce per step (ZeRO-1..3; ZeRO-0 with gradient clipping).
+- Offload (optimizer, parameters) changes where partitions live, not the collectives. Host-device copies
+  are not collectives and are not counted here.
 - torch DDP with ``no_sync`` during accumulation: one all-reduce of every gradient per optimizer step, in
-  buckets (25 MiB, the first 1 MiB: torch's ``bucket_cap_mb`` and ``_DEFAULT_FIRST_BUCKET_BYTES``).
+  buckets (25 MiB, the first 1 MiB: torch's ``bucket_cap_mb`` and ``_DEFAULT_FIRST_BUCKET_BYTES``), and a
+  broadcast of the module's buffers before the first forward after a synchronised one (``broadcast_buffers``).
 
 Where a measurement departs from these, the departure is a named ``Term`` here, never a tolerance.
 """
@@ -165,18 +170,36 @@ def _buckets(elements: float, bucket_elements: float) -> int:
     return max(1, math.ceil(elements / bucket_elements))
 
 
-def _ddp_buckets(total_bytes: float) -> int:
-    rest = max(0.0, total_bytes - DDP_FIRST_BUCKET_BYTES)
-    return 1 + (math.ceil(rest / DDP_BUCKET_BYTES) if rest > 0 else 0)
+def _ddp_buckets(numels: tuple[int, ...], dtype_bytes: int) -> int:
+    """Torch DDP's gradient buckets (``_compute_bucket_assignment_by_size``): parameters in reverse order fill a
+    bucket until it reaches its limit (the first 1 MiB, then ``bucket_cap_mb``), which closes it."""
+    buckets, size, limit = 0, 0, DDP_FIRST_BUCKET_BYTES
+    for numel in reversed(numels):
+        size += numel * dtype_bytes
+        if size >= limit:
+            buckets, size, limit = buckets + 1, 0, DDP_BUCKET_BYTES
+    return buckets + (1 if size else 0)
 
 
 def scheme_setup(scheme: str) -> tuple[int | None, bool, bool]:
-    """(ZeRO stage or None for torch DDP, optimizer offload, parameter offload)."""
+    """(ZeRO stage or None for torch DDP, optimizer offload, parameter offload). Any name of
+    zerogate.plan.variants.VARIANTS has a theory (the measured ones are SCHEMES)."""
     if scheme == DDP:
         return None, False, False
-    if scheme not in SCHEMES:
-        raise KeyError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+    if scheme not in VARIANTS:
+        raise KeyError(f"unknown scheme {scheme!r}; known: {DDP}, {', '.join(VARIANTS)}")
     return VARIANTS[scheme]
+
+
+def scheme_for(stage: int, offload_optimizer: bool, offload_param: bool) -> str:
+    """The DeepSpeed scheme name of a ZeRO stage and its offloads (a zerogate.plan.ledger.Setup's), for
+    ``theory``. Stage 0 is DeepSpeed's ZeRO-0 ("zero0"), not torch DDP."""
+    wanted = (stage, offload_optimizer, offload_param)
+    for name, setup in VARIANTS.items():
+        if setup == wanted:
+            return name
+    raise KeyError(f"no scheme for ZeRO stage {stage} with offload_optimizer={offload_optimizer}, "
+                   f"offload_param={offload_param}")
 
 
 def _padded(numel: int, world: int) -> int:
@@ -283,7 +306,7 @@ def theory(counts: ModelCounts, scheme: str, accumulation: int, world: int, dtyp
     b = dtype_bytes
     grads = counts.total * b
     if stage is None:
-        terms = [Term("gradient all-reduce", "all_reduce", BOUNDARY, _ddp_buckets(grads), grads,
+        terms = [Term("gradient all-reduce", "all_reduce", BOUNDARY, _ddp_buckets(counts.numels, b), grads,
                       "torch DDP all-reduces every gradient once per optimizer step (no_sync before)")]
         if buffer_bytes:
             terms.append(Term("buffer broadcast", "broadcast", BOUNDARY, 1, buffer_bytes,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import math
 import os
 import sys
 import time
@@ -49,7 +50,11 @@ from zerogate.plan.comms import DDP, SCHEMES, accumulations, measurement_config
 from zerogate.plan.ledger import count_parameters, setup_from_config
 from zerogate.train.loop import RankBatches
 
-WARMUP_STEPS = 1  # ZeRO-3 traces its fetch order in the first step; from the second on every step is alike
+WARMUP_STEPS = 1
+# ZeRO-3 records its fetch trace in the first micro-step and checks it across ranks at the end of the second
+# (partitioned_param_coordinator: assert_ints_same_as_other_ranks, a few small broadcasts); from then on every
+# micro-step is alike. So warm-up covers at least two micro-steps: two optimizer steps at accumulation 1.
+WARMUP_MICRO_STEPS = 2
 MEASURED_STEPS = 1  # the volume is deterministic: one step says it; more only cost time
 
 
@@ -186,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     ds_comm.configure(enabled=True, prof_all=True, verbose=False, debug=False)
     split = load_split(Path(args.dataset_dir) / "train.parquet")
     counts, buffers = model_facts(rendered, spec, manifest, world)
-    steps = (args.warmup_steps, args.measured_steps)
     for scheme in args.schemes:
         for accumulation in accumulations(rendered):
+            steps = (max(args.warmup_steps, math.ceil(WARMUP_MICRO_STEPS / accumulation)), args.measured_steps)
             config = measurement_config(rendered, scheme, accumulation, world)
             batches = RankBatches(split, world, rank, config["train_micro_batch_size_per_gpu"], accumulation,
                                   spec["training"]["seed"])
