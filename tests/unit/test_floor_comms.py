@@ -134,7 +134,7 @@ def test_floor_without_collective_figures_lists_them_missing_and_stays_below():
 def test_scheme_of_the_run_for_the_theory():
     assert theory_scheme(cpu_setup()) == "zero3-offload-all"
     assert theory_scheme(cpu_setup(offload_param=False)) == "zero3-offload"
-    assert theory_scheme(cpu_setup(stage=2, offload_optimizer=True, offload_param=False)) == "zero2"
+    assert theory_scheme(cpu_setup(stage=2, offload_optimizer=True, offload_param=False)) == "zero2-offload"
     assert theory_scheme(cpu_setup(stage=0, offload_optimizer=False, offload_param=False)) == "zero0"
 
 

@@ -37,7 +37,6 @@ from zerogate import hardware
 from zerogate.plan import comms
 from zerogate.plan.collectives import DERIVED, figure
 from zerogate.plan.ledger import ModelCounts, Setup
-from zerogate.plan.variants import VARIANTS
 
 # GB/s per lane and direction after line encoding (PCI-SIG: 8b/10b for Gen 1-2, 128b/130b from Gen 3).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
@@ -86,14 +85,8 @@ def link_bytes(counts: ModelCounts, setup: Setup) -> dict[str, float]:
 
 
 def theory_scheme(setup: Setup) -> str:
-    """The zerogate.plan.comms scheme of a run: its ZeRO stage and offloads (zerogate.plan.variants); a
-    stage-1 or -2 offload, which comms does not list, takes its stage's collectives (comms: offload changes
-    where partitions live, not the collectives)."""
-    key = (setup.stage, setup.offload_optimizer, setup.offload_param)
-    named = [name for name, value in VARIANTS.items() if value == key and name in comms.SCHEMES]
-    if named:
-        return named[0]
-    return next(name for name, value in VARIANTS.items() if value == (setup.stage, False, False))
+    """The zerogate.plan.comms scheme of a run: its ZeRO stage and offloads (comms.scheme_for)."""
+    return comms.scheme_for(setup.stage, setup.offload_optimizer, setup.offload_param)
 
 
 def theory_terms(counts: ModelCounts, setup: Setup) -> list[comms.Term]:
