@@ -43,10 +43,13 @@ rule judge_seed_claims:
         ledger=rules.compare_ledger.output.table,
         gates=rules.check_gates.output.verdicts,
         fingerprint=rules.probe_hardware.output.fingerprint,
+        communication=rules.tabulate_comms_volume.output.table,
     output:
         verdicts=result("claims/verdicts.json"),
     params:
         machine=MACHINE,
+        # The claim's own accumulation, for the measured ZeRO-3 / DDP ratio at it (issue 11).
+        claim_accumulation=CLAIMED_PROFILE["training"]["gradient_accumulation_steps"],
     log:
         result("logs/judge_seed_claims.log"),
     localrule: True

@@ -82,6 +82,7 @@ rule write_report:
         claims=rules.judge_seed_claims.output.verdicts,
         plan=rules.plan_run.output.plan,
         claimed_plan=rules.plan_claimed_box.output.plan,
+        communication=rules.tabulate_comms_volume.output.table,
         evaluation=rules.train.output.evaluation,
         loss=rules.plot_figures.output.loss,
         step_time=rules.plot_figures.output.step_time,

@@ -33,5 +33,6 @@ with logging_to(snakemake.log[0]):
         plan=read_json(snakemake.input.plan),
         claimed_plan=read_json(snakemake.input.claimed_plan),
         ranks_figure=snakemake.input.ranks,
+        communication=read_json(snakemake.input.communication),
     )
     Path(snakemake.output.html).write_text(page)

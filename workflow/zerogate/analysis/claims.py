@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from zerogate.analysis.comms import claim_verdict
 from zerogate.units import GB, GIB
 
 HOLDS = "holds"
@@ -73,6 +74,9 @@ class Evidence:
     claimed_machine: dict[str, Any] = field(default_factory=dict)
     fingerprint: dict[str, Any] | None = None
     machine: str = "this machine"
+    # comms/volume.json (zerogate.analysis.comms) and the claimed profile's gradient accumulation.
+    communication: dict[str, Any] | None = None
+    claim_accumulation: int | None = None
 
     def gate(self, name: str) -> dict[str, Any] | None:
         return next((g for g in (self.gates or {}).get("gates", []) if g["name"] == name), None)
@@ -265,9 +269,29 @@ def judge_communication(claim: dict[str, Any], evidence: Evidence) -> Judged:
             f"ratio {ratio:.2f} (stated {stated})")
     paper = Verdict(HOLDS if math.isclose(ratio, stated) else DOES_NOT_HOLD, text,
                     "the ZeRO paper's volumes (Rajbhandari et al. 2020, section 7)")
-    measured = Verdict(CANNOT_JUDGE, "not measured", "communication tables (issue 11)",
-                       why="not measured: the communication volumes are not recorded yet (issue 11)")
-    return paper, measured
+    return paper, _measured_communication(claim, evidence)
+
+
+def _measured_communication(claim: dict[str, Any], evidence: Evidence) -> Verdict:
+    source = "measured communication volume per scheme (comms/volume.json)"
+    if evidence.communication is None or evidence.claim_accumulation is None:
+        return Verdict(CANNOT_JUDGE, "not measured", source, why="not measured: no communication table for this run")
+    result = claim_verdict(evidence.communication, claim["stated"]["value"], evidence.claim_accumulation)
+    one, at_claim = result["at_accumulation_1"], result["at_claim_accumulation"]
+    if one["measured"] is None:
+        return Verdict(CANNOT_JUDGE, "no measured ratio at accumulation 1", source, why=one["why"] or "not measured")
+    g = result["claim_accumulation"]
+    later = (f"measured {at_claim['measured']:.3f} at the claim's accumulation {g}" if at_claim["measured"] is not None
+             else f"accumulation {g} not measured here ({at_claim['why']})")
+    text = (f"{evidence.machine}, this profile's model ({evidence.communication['parameters']:,} parameters): ZeRO-3 / "
+            f"DDP volume per optimizer step measured {one['measured']:.3f} at accumulation 1 (stated "
+            f"{result['stated']:g}, +-{result['tolerance']:.0%}); {later} (the paper's reading gives "
+            f"{result['stated_at_claim_accumulation']:g})")
+    if result["holds_at_accumulation_1"]:
+        return Verdict(HOLDS_ONLY_WHEN, text, source,
+                       condition=f"the model is this run's ({evidence.communication['parameters']:,} parameters)")
+    named = ", ".join(t["name"] for t in result["departures"][:3])
+    return Verdict(DOES_NOT_HOLD, text + (f"; the difference is DeepSpeed's: {named}" if named else ""), source)
 
 
 def _gate_verdict(gate: dict[str, Any] | None, name: str, evidence: Evidence, unit: str) -> Verdict:

@@ -162,7 +162,32 @@ def floor_ratio(steps: pd.DataFrame, metric: str, warmup_steps: int,
     median, evidence = slowest_rank_evidence(pool, metric, "median")
     evidence.update({f"median_step_time{unit_of(metric)}": median, "floor(s)": floor,
                      "warmup_steps_excluded(steps)": warmup_steps})
+    terms = floor_terms(plan)
+    if terms:
+        evidence["floor_terms(s)"] = terms
     return median / floor, evidence
+
+
+FLOOR_ABOVE_MEASUREMENT = ("the planner's floor ({floor:.4g} s) is above the measured step ({measured:.4g} s): a floor "
+                           "is a lower bound, so this is a bug in the floor's terms or figures (or in the measurement), "
+                           "not a result")
+
+
+def floor_terms(plan: dict[str, Any] | None) -> dict[str, float | None]:
+    """The floor's terms per optimizer step as the plan gives them (zerogate.plan.floor): the deciding
+    rank's micro-step terms times the accumulation, the boundary's collectives and the optimizer update.
+    The micro-step terms overlap (the floor takes the largest), the others add; empty without them."""
+    steps = (plan or {}).get("floor") or {}
+    ranks = [r for r in steps.get("ranks", []) if r.get("micro_step_floor(s)") is not None]
+    if not ranks or "accumulation" not in steps:
+        return {}
+    deciding = max(ranks, key=lambda r: r["micro_step_floor(s)"])
+    g = steps["accumulation"]
+    terms: dict[str, float | None] = {f"micro_step {k.removesuffix('(s)')} x {g}(s)": None if v is None else g * v
+                                      for k, v in deciding["terms"].items()}
+    terms.update({f"boundary {k}": v for k, v in steps.get("boundary_terms", {}).items()})
+    terms.update({f"optimizer {k}": v for k, v in steps.get("optimizer_terms", {}).items()})
+    return terms
 
 
 def overflow_skip_fraction(steps: pd.DataFrame, run_meta: dict[str, Any] | None,
@@ -274,6 +299,9 @@ def evaluate_gate(gate: dict[str, Any], steps: pd.DataFrame, events: pd.DataFram
             extra_failures.extend(problems)
         elif statistic == "floor_ratio":
             measured, evidence = floor_ratio(steps, gate["metric"], warmup_steps, plan)
+            if measured < 1:  # never clipped: a floor above the measurement is reported as the bug it is
+                extra_failures.append(FLOOR_ABOVE_MEASUREMENT.format(floor=evidence["floor(s)"],
+                                                                     measured=measured * evidence["floor(s)"]))
         elif statistic == "overflow_skip_fraction":
             measured, evidence = overflow_skip_fraction(steps, run_meta, ds_config)
         elif statistic == "failed_ranks":

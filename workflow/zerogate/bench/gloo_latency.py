@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 import warnings
 from pathlib import Path
 
@@ -22,29 +21,20 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from zerogate.plan.collectives import time_collective
 from zerogate.train.launch import MASTER_ADDR, free_port
 
 # Elements per rank: a norm weight, one 64 x 64 linear layer, the 0.14 M-parameter default model.
 SIZES = {"norm weight (64)": 64, "linear layer (4096)": 4096, "whole model (139584)": 139_584}
-OPERATIONS = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce")
+# zerogate.plan.collectives kinds, as DeepSpeed calls them: all_gather_into_tensor, reduce_scatter_tensor, all_reduce.
+OPERATIONS = ("all_gather", "reduce_scatter", "all_reduce")
 
 
 def _time(operation: str, elements: int, world: int, iterations: int) -> float:
-    """Mean seconds per call after a warm-up, for ``elements`` per rank."""
-    shard, full = torch.ones(elements), torch.ones(elements * world)
-    calls = {
-        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(full, shard),
-        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(shard, full),
-        "all_reduce": lambda: dist.all_reduce(full),
-    }
-    call = calls[operation]
-    for _ in range(max(iterations // 10, 5)):
-        call()
-    dist.barrier()
-    started = time.perf_counter()
-    for _ in range(iterations):
-        call()
-    return (time.perf_counter() - started) / iterations
+    """Mean seconds per call after a warm-up, for ``elements`` per rank: the probe's timing loop
+    (zerogate.plan.collectives.time_collective) as one batch of ``iterations`` calls."""
+    return time_collective(operation, elements * world, world, calls=iterations, batches=1,
+                           warmup=max(iterations // 10, 5))
 
 
 def _rank(rank: int, world: int, port: int, iterations: int, out: str | None) -> None:

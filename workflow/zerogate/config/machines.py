@@ -59,6 +59,8 @@ def from_fingerprint(fingerprint: dict[str, Any], name: str) -> dict[str, Any]:
         "gpus": gpus,
         "peer_to_peer": links.get("peer_to_peer_all_pairs"),
         "nvlink": links.get("nvlink_any"),
+        # The probe's collective latency and bandwidth (zerogate.plan.collectives), for the floor.
+        **({"collectives": fingerprint["collectives"]} if fingerprint.get("collectives") else {}),
         "host": {
             "cpu_model": cpu.get("model"),
             "physical_cores": cpu.get("physical_cores"),

@@ -5,16 +5,37 @@ at the same time are assumed to overlap perfectly, so measured time / floor >= 1
 a run lands is the honest way to judge a step-time claim (docs/reference.md section 2).
 
 Per micro-step and rank: compute (FLOP / peak), the host<->device PCIe link in each direction (parameter
-streaming with offload, collectives, gradient offload), and the slowest rank decides. Per optimizer step:
-accumulation x micro-step, plus the optimizer update (CPU Adam is bound by host memory traffic), which
-DeepSpeed runs after the last micro-step.
+streaming with offload, collectives, gradient offload), the collectives between the ranks, and the slowest
+rank decides; these resources can work at once, so the micro-step floor is the largest of them, never
+their sum, except along a dependency: where the theory has one all-gather per micro-step (every parameter
+gathered in one call, ZeRO-3 with a prefetch bucket larger than the model) the forward cannot start before
+it ends, and where it has one gradient reduction per micro-step (one bucket) that cannot start before the
+backward ends, so compute + those calls is a term of its own (``compute + dependent collectives(s)``).
+Per optimizer step: accumulation x micro-step, plus the boundary's collectives and the optimizer update (CPU Adam is bound by host memory traffic), which DeepSpeed runs one after the other after the last
+micro-step (the update needs the reduced gradients; the boundary's gathers need the updated partitions),
+so those add.
+
+Collectives (``communication``): the theory's calls and volume per micro-step and per boundary for the
+run's scheme (zerogate.plan.comms.theory and totals, the one definition of volume), per collective kind
+``calls x latency + volume / bandwidth``. The figures are the machine's (zerogate.plan.collectives): on
+the CPU accelerator the probe's gloo measurement between two local ranks; on GPUs a measured NCCL figure
+where the probe or description gives one, a published one from the description, or a bandwidth derived
+from the ranks' PCIe links (through host memory or peer-to-peer: the slowest rank's link per direction);
+each figure carries its basis (measured, published, derived) and source. Latencies are the smallest
+measured (or published) per call and bandwidths peaks, so the term stays a lower bound; the calls of one
+process group are taken one after another. A figure nobody gives is missing: its part is left out and
+listed in ``missing``, never assumed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import inspect
+
 from zerogate import hardware
+from zerogate.plan import comms
+from zerogate.plan.collectives import DERIVED, figure
 from zerogate.plan.ledger import ModelCounts, Setup
 
 # GB/s per lane and direction after line encoding (PCI-SIG: 8b/10b for Gen 1-2, 128b/130b from Gen 3).
@@ -63,6 +84,85 @@ def link_bytes(counts: ModelCounts, setup: Setup) -> dict[str, float]:
     return {"h2d": h2d, "d2h": d2h}
 
 
+def theory_scheme(setup: Setup) -> str:
+    """The zerogate.plan.comms scheme of a run: its ZeRO stage and offloads (comms.scheme_for)."""
+    return comms.scheme_for(setup.stage, setup.offload_optimizer, setup.offload_param)
+
+
+def theory_terms(counts: ModelCounts, setup: Setup) -> list[comms.Term]:
+    """The theory's collectives for the run: comms.theory for its scheme, accumulation, world and dtype,
+    with the rendered config's bucket and leaf settings where comms.theory takes them."""
+    optional = {"reduce_bucket_elements": setup.reduce_bucket, "prefetch_bucket_elements": setup.prefetch_bucket,
+                "leaf_blocks": setup.leaf_blocks}
+    accepted = inspect.signature(comms.theory).parameters
+    return comms.theory(counts, theory_scheme(setup), setup.accumulation, setup.ranks, setup.dtype_bytes,
+                        setup.persistence_threshold, **{k: v for k, v in optional.items() if k in accepted})
+
+
+def derived_bandwidth(machine: dict[str, Any]) -> dict[str, Any] | None:
+    """A collective bandwidth derived from the GPUs' PCIe links when nothing better is given: through host
+    memory (no peer-to-peer) each byte crosses the sender's link to host memory and the receiver's from it,
+    peer-to-peer it crosses both links directly; either way a rank's ring traffic, sent and received at
+    once, is bounded by the slowest link's per-direction bandwidth. None without GPUs, with NVLink (its
+    bandwidth depends on the generation: give it in the description) or without link figures."""
+    gpus = machine.get("gpus") or []
+    if not gpus or machine.get("nvlink"):
+        return None
+    links = [(pcie_gbps(g.get("pcie")), g) for g in gpus]
+    if any(rate is None for rate, _ in links):
+        return None
+    rate, slowest = min(links, key=lambda item: item[0])
+    route = "peer-to-peer over PCIe" if machine.get("peer_to_peer") else "through host memory (no peer-to-peer)"
+    return figure(rate, DERIVED, f"{route}: the slowest rank's link, {slowest['name']} PCIe "
+                                 f"{slowest['pcie']['generation']}.0 x{slowest['pcie']['width']} = {rate:.4g} GB/s "
+                                 "per direction (PCI-SIG lane rate after encoding)")
+
+
+def collective_figures(machine: dict[str, Any], kind: str) -> dict[str, dict[str, Any] | None]:
+    """latency_s and bandwidth_gbps figures of one collective kind on ``machine`` (None where unknown)."""
+    given = ((machine.get("collectives") or {}).get("kinds") or {}).get(kind) or {}
+    return {"latency_s": given.get("latency_s"),
+            "bandwidth_gbps": given.get("bandwidth_gbps") or derived_bandwidth(machine)}
+
+
+# Collectives that sit on a micro-step's dependency path when the theory has one call of them per
+# micro-step: that one call gathers every parameter before the forward's first operation can run, or
+# reduces every gradient after the backward's last one has produced it. Nothing overlaps them.
+BEFORE_COMPUTE = ("all_gather",)
+AFTER_COMPUTE = ("reduce_scatter", "all_reduce", "reduce")
+
+
+def collective_time(terms: list[comms.Term], per: str, world: int, machine: dict[str, Any]) -> dict[str, Any]:
+    """Seconds the ``per`` (micro_step | boundary) collectives of ``terms`` take at least on ``machine``:
+    per kind comms.totals' calls x latency + volume / bandwidth, each part with its figure; ``missing``
+    lists the parts without a figure (left out of ``seconds``, which is None when nothing is known).
+    ``dependent(s)``: the kinds of a single call per micro-step that compute must wait for (BEFORE_COMPUTE)
+    or that wait for compute (AFTER_COMPUTE), their known seconds summed (0 when there are none)."""
+    kinds: dict[str, Any] = {}
+    missing: list[str] = []
+    known: list[float] = []
+    dependent: dict[str, float] = {}
+    for kind in dict.fromkeys(t.kind for t in terms if t.per == per):
+        calls, volume = comms.totals([t for t in terms if t.kind == kind], per, world)
+        if not calls and not volume:
+            continue
+        figures = collective_figures(machine, kind)
+        latency, bandwidth = figures["latency_s"], figures["bandwidth_gbps"]
+        row = {"calls": calls, "volume(bytes)": volume, "latency": latency, "bandwidth": bandwidth,
+               "latency_time(s)": None if latency is None else calls * latency["value"],
+               "transfer_time(s)": 0.0 if not volume else None if bandwidth is None else volume / (bandwidth["value"] * 1e9)}
+        for part, figure_name in (("latency_time(s)", "latency"), ("transfer_time(s)", "bandwidth")):
+            if row[part] is None:
+                missing.append(f"collectives per {per}: {kind} {figure_name} (no figure)")
+            else:
+                known.append(row[part])
+        kinds[kind] = row
+        if per == comms.MICRO_STEP and calls == 1 and kind in BEFORE_COMPUTE + AFTER_COMPUTE:
+            dependent[kind] = sum(row[p] for p in ("latency_time(s)", "transfer_time(s)") if row[p] is not None)
+    return {"kinds": kinds, "seconds": sum(known) if known or not kinds else None, "missing": missing,
+            "dependent_kinds": list(dependent), "dependent(s)": sum(dependent.values())}
+
+
 def _peak(gpu: dict[str, Any], dtype: str) -> float | None:
     """The card's peak in TFLOP/s from zerogate.hardware (the table MFU uses too)."""
     flops = hardware.peak_flops(gpu.get("name"), dtype)
@@ -71,6 +171,9 @@ def _peak(gpu: dict[str, Any], dtype: str) -> float | None:
 
 def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> dict[str, Any]:
     """Micro-step and optimizer-step floors (seconds) for ``setup`` on ``machine``, with every term."""
+    terms_theory = theory_terms(counts, setup)
+    micro_comms = collective_time(terms_theory, comms.MICRO_STEP, setup.ranks, machine)
+    boundary_comms = collective_time(terms_theory, comms.BOUNDARY, setup.ranks, machine)
     tokens = setup.micro_batch * setup.seq_len
     flop = (8 if setup.activation_checkpointing else 6) * counts.total * tokens
     gpus = machine.get("gpus", [])
@@ -93,6 +196,11 @@ def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> dict[st
             peak = host.get("cpu_peak_tflops_fp32")
             # The ranks share the host's cores: each gets its share of the measured peak.
             terms["compute(s)"] = flop / (peak * 1e12 / setup.ranks) if peak else None
+        # Every rank takes part in every collective, so each waits at least this long for them.
+        terms["collectives(s)"] = micro_comms["seconds"]
+        if micro_comms["dependent(s)"] and terms["compute(s)"] is not None:
+            # One gather of every parameter before the compute, one reduction of every gradient after it.
+            terms["compute + dependent collectives(s)"] = terms["compute(s)"] + micro_comms["dependent(s)"]
         missing += [f"rank {rank} ({device}): {k}" for k, v in terms.items() if v is None]
         known = [v for v in terms.values() if v is not None]
         ranks.append({"rank": rank, "device": device, "terms": terms,
@@ -111,13 +219,29 @@ def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> dict[st
         optimizer_terms["device_adam(s)"] = adam_bytes_per_param(setup.dtype_bytes) * share / (slowest * 1e9) if slowest else None
     missing += [f"optimizer: {k}" for k, v in optimizer_terms.items() if v is None]
     known_opt = [v for v in optimizer_terms.values() if v is not None]
-    step = None if micro_floor is None else setup.accumulation * micro_floor + sum(known_opt)
+    boundary_terms = {"collectives(s)": boundary_comms["seconds"]}
+    missing += [f"boundary: {k}" for k, v in boundary_terms.items() if v is None]
+    missing += micro_comms["missing"] + boundary_comms["missing"]
+    known_boundary = [v for v in boundary_terms.values() if v is not None]
+    step = None if micro_floor is None else setup.accumulation * micro_floor + sum(known_boundary) + sum(known_opt)
     return {
         "flop_per_micro_step_per_rank": flop,
         "link_bytes_per_micro_step_per_rank": moved,
         "ranks": ranks,
         "micro_step_floor(s)": micro_floor,
         "optimizer_terms": optimizer_terms,
+        "boundary_terms": boundary_terms,
+        "accumulation": setup.accumulation,
+        "communication": {
+            "scheme": theory_scheme(setup),
+            "world": setup.ranks,
+            "route": (machine.get("collectives") or {}).get("route"),
+            "backend": (machine.get("collectives") or {}).get("backend"),
+            "terms": [{"name": t.name, "kind": t.kind, "per": t.per, "calls": t.calls,
+                       "tensor_bytes": t.tensor_bytes, "volume(bytes)": t.volume(setup.ranks)} for t in terms_theory],
+            "micro_step": micro_comms,
+            "boundary": boundary_comms,
+        },
         "optimizer_step_floor(s)": step,
         "missing": missing,  # terms left out for lack of a figure: the floor is then lower than it could be
     }

@@ -237,10 +237,37 @@ def summary(result: dict[str, Any], claims: list[dict[str, Any]] | None = None) 
         lines.append(f"  rank {rank['rank']} {rank['device']}: {terms}")
     for k, v in result["floor"]["optimizer_terms"].items():
         lines.append(f"  optimizer update: {k} {'n/a' if v is None else f'{v:.3f}'}")
+    lines += collective_lines(result["floor"])
     if claims:
         lines.append("claims:")
         lines += [f"  {c['gate']}: {c['verdict'].upper()}: {c['why']}" for c in claims]
     return "\n".join(lines)
+
+
+def _figure(fig: dict[str, Any] | None, unit: str, scale: float = 1.0) -> str:
+    return "n/a (missing)" if fig is None else f"{fig['value'] * scale:.4g} {unit} ({fig['basis']}: {fig['source']})"
+
+
+def collective_lines(steps: dict[str, Any]) -> list[str]:
+    """The floor's collective terms as the plan prints them: per micro-step and per boundary, each kind's
+    calls x latency + volume / bandwidth, every figure with its basis and source."""
+    communication = steps.get("communication")
+    if not communication:
+        return []
+    lines = [f"  collectives ({communication['scheme']}, {communication['world']} ranks, "
+             f"{communication.get('backend') or 'backend n/a'}, {communication.get('route') or 'route n/a'}):"]
+    for per, label in (("micro_step", "per micro-step"), ("boundary", "per boundary")):
+        part = communication[per]
+        total = "n/a" if part["seconds"] is None else f"{part['seconds']:.4g} s"
+        lines.append(f"    {label}: {total}" + ("" if part["kinds"] else " (no collectives)"))
+        for kind, row in part["kinds"].items():
+            latency = "n/a" if row["latency_time(s)"] is None else f"{row['latency_time(s)']:.4g} s"
+            transfer = "n/a" if row["transfer_time(s)"] is None else f"{row['transfer_time(s)']:.4g} s"
+            lines.append(f"      {kind}: {row['calls']:g} calls x latency = {latency}; {row['volume(bytes)']:.4g} B / "
+                         f"bandwidth = {transfer}")
+            lines.append(f"        latency {_figure(row['latency'], 'ms', 1e3)}")
+            lines.append(f"        bandwidth {_figure(row['bandwidth'], 'GB/s')}")
+    return lines
 
 
 def target_machine(description: str | None, fingerprint: dict[str, Any] | None,

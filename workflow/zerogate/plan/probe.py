@@ -4,7 +4,8 @@ GPUs through NVML (nvidia-ml-py) and torch: name, total and free memory, compute
 PCIe generation and width (current and maximum), peer-to-peer and NVLink between each pair. The host:
 CPU model, cores, NUMA nodes, RAM, /dev/shm, the locked-memory limit (pinned memory), a measured memory
 bandwidth and fp32 matmul peak (the CPU floor's inputs), and versions of CUDA, NCCL, torch, DeepSpeed and
-DeepSpeed's op compatibility report (with the reason of each incompatible op). NVML values are read into plain dicts first and parsed by pure
+DeepSpeed's op compatibility report (with the reason of each incompatible op); collective latency and
+bandwidth between two ranks (zerogate.plan.collectives: the floor's communication terms). NVML values are read into plain dicts first and parsed by pure
 functions, tested on hand-made samples (the GPU path has not yet run on a GPU).
 """
 
@@ -353,11 +354,23 @@ def deepspeed_op_report() -> dict[str, Any] | None:
     return {"compatible": compatible, "incompatible_reasons": reasons}
 
 
+def collective_links(gpu_count: int) -> dict[str, Any]:
+    """Collectives between two ranks as the run places them: gloo between two local processes on the CPU
+    accelerator, NCCL between GPUs 0 and 1 (zerogate.plan.collectives). One GPU has no pair to measure."""
+    from zerogate.plan import collectives
+
+    if gpu_count == 1:
+        return {"backend": "nccl", "world": 1, "kinds": {}, "skipped": "one GPU: no collective between ranks to measure"}
+    return collectives.measure(world=2, backend="nccl" if gpu_count else "gloo")
+
+
 def probe(measure: bool = True) -> dict[str, Any]:
     """The machine fingerprint written by the ``probe_hardware`` rule."""
     memory = psutil.virtual_memory()
     nvml = parse_nvml(raw) if (raw := read_nvml()) else None
     gpus = merge_devices(cuda_devices(), nvml)
+    # First, before measure_host starts torch's thread pool: the gloo ranks are forked from this process.
+    links = collective_links(len(gpus)) if measure else None
     fingerprint: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
@@ -372,6 +385,8 @@ def probe(measure: bool = True) -> dict[str, Any]:
                  **(measure_host() if measure else {})},
         "accelerator": {"kind": "cuda" if gpus else "cpu", "count": len(gpus), "devices": gpus},
         "links": (nvml or {}).get("links", {}),
+        # Latency and bandwidth of each collective kind between two ranks (the floor's communication terms).
+        "collectives": links,
         "driver": None if nvml is None else {"version": nvml["driver_version"], "cuda": nvml["cuda_driver_version"]},
         "versions": {**package_versions(), **runtime_versions()},
     }
@@ -397,8 +412,13 @@ def summary(fingerprint: dict[str, Any]) -> str:
     host = fingerprint.get("host", {})
     measured = (f"; measured copy {host['memory_bandwidth_gbps']} GB/s, fp32 matmul {host['cpu_peak_tflops_fp32']} TFLOPS"
                 if host.get("memory_bandwidth_gbps") else "")
+    kinds = (fingerprint.get("collectives") or {}).get("kinds") or {}
+    latency = [k["latency_s"]["value"] for k in kinds.values() if k.get("latency_s")]
+    bandwidth = [k["bandwidth_gbps"]["value"] for k in kinds.values() if k.get("bandwidth_gbps")]
+    comms = (f"; {fingerprint['collectives']['backend']} collectives between 2 ranks: latency >= {min(latency) * 1e3:.3g} ms"
+             + (f", bandwidth <= {max(bandwidth):.3g} GB/s" if bandwidth else "") if latency else "")
     return (f"{head}; CPU {cpu['model']} ({cpu['logical_cores']} logical cores, {host.get('numa_nodes')} NUMA); "
-            f"RAM {ram:.1f} GiB{measured}")
+            f"RAM {ram:.1f} GiB{measured}{comms}")
 
 
 # --- The runtime's own resident set (the CPU peak prediction's baseline) ------------------------------

@@ -130,6 +130,12 @@ def seed_claims_section(claims: dict[str, Any] | None) -> str:
     return _section("seed_claims", claims or {})
 
 
+def communication_section(table: dict[str, Any] | None, claims: dict[str, Any] | None = None) -> str:
+    """Measured vs theory communication volume per scheme (comms/volume.json, zerogate.analysis.comms) with
+    the seed's 1.5x statement as judged (claims/verdicts.json)."""
+    return _section("communication", table or {}, claims)
+
+
 def evaluation_section(records: list[dict[str, Any]] | None) -> str:
     """Validation loss before, during and after training, and exact match on held-out items before and
     after (train/eval.jsonl, zerogate.train.evaluate); omitted when the run recorded none."""
@@ -188,6 +194,7 @@ def render_html(
     plan: dict[str, Any] | None = None,
     claimed_plan: dict[str, Any] | None = None,
     ranks_figure: str | Path | None = None,
+    communication: dict[str, Any] | None = None,
 ) -> str:
     title = f"zerogate report — {provenance['profile']} on {provenance['machine']['hostname']}"
     return environment().get_template("report.html.j2").render(
@@ -205,6 +212,7 @@ def render_html(
         claims=claims or {},
         plan=plan,
         claimed_plan=claimed_plan,
+        communication=communication or {},
         timers=timer_medians(timers),
         deviations=deviations,
         key_facts=key_facts(provenance),

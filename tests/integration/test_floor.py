@@ -1,0 +1,43 @@
+"""The floor that counts communication, on the shared smoke run (tests/integration/conftest.py): the probe's
+gloo figures reach the plan, the plan's floor has its collective terms, and the measured step is never
+below the floor (issue 11, part 3). Reads the run's outputs; starts no pipeline of its own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zerogate.plan.collectives import KINDS, predicted_seconds
+
+pytestmark = pytest.mark.integration
+
+
+def test_probe_measures_gloo_latency_and_bandwidth_between_two_ranks(smoke_run):
+    fingerprint = json.loads((smoke_run.results / "probe/hardware.json").read_text())
+    measured = fingerprint["collectives"]
+    assert measured["backend"] == "gloo" and measured["world"] == 2 and "error" not in measured, measured.get("error")
+    assert set(measured["kinds"]) == set(KINDS)
+    assert measured["seconds"] < 15  # a few seconds (load on the shared machine aside)
+    for kind, entry in measured["kinds"].items():
+        assert entry["latency_s"]["basis"] == "measured" and entry["bandwidth_gbps"]["basis"] == "measured"
+        for sample in entry["samples"]:  # the figures never predict a call slower than it was measured
+            assert predicted_seconds(entry, kind, sample["tensor_bytes"], 2) <= sample["seconds"] * (1 + 1e-9)
+
+
+def test_measured_step_over_the_floor_with_communication_is_at_least_one(smoke_run):
+    plan = json.loads((smoke_run.results / "plan/plan.json").read_text())
+    communication = plan["floor"]["communication"]
+    assert communication["scheme"] == "zero3-offload-all" and communication["backend"] == "gloo"
+    assert communication["micro_step"]["seconds"] > 0 and plan["floor"]["missing"] == []
+    verdicts = json.loads((smoke_run.results / "gates/verdicts.json").read_text())
+    gate = next(g for g in verdicts["gates"] if g["statistic"] == "floor_ratio")
+    assert gate["evidence"]["floor(s)"] == pytest.approx(plan["optimizer_step_floor(s)"])
+    assert gate["evidence"]["floor_terms(s)"]["micro_step collectives x 8(s)"] > 0
+    # A floor is a lower bound: below 1 the floor (or the measurement) has a bug.
+    assert gate["measured"] >= 1, gate
+    assert gate["verdict"] == "PASS", gate["reason"]
+    text = (smoke_run.results / "plan/plan.txt").read_text()
+    assert "collectives (zero3-offload-all, 2 ranks, gloo" in text and "(measured: probe: gloo" in text
+    report = next((smoke_run.results / "report").glob("*.html")).read_text()
+    assert "id='floor-terms'" in report and "id='floor-collectives-run'" in report

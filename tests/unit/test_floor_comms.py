@@ -1,0 +1,294 @@
+"""The floor's communication terms on hand-made figures, the probe's figures from raw timings, the
+machine descriptions' link facts, and the floor-above-measurement finding (issue 11, part 3)."""
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_ledger import claim_setup, oracle_counts
+from zerogate.config.machines import check, from_fingerprint, load_description
+from zerogate.errors import InputError
+from zerogate.plan import collectives, comms
+from zerogate.plan.comms import BOUNDARY, MICRO_STEP, Term
+from zerogate.plan.floor import collective_time, derived_bandwidth, floor, theory_scheme, theory_terms
+from zerogate.plan.ledger import ModelCounts, Setup
+
+REPO = Path(__file__).resolve().parents[2]
+CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
+
+
+def fig(value, basis="measured"):
+    return {"value": value, "basis": basis, "source": "hand-made"}
+
+
+def cpu_machine(kinds):
+    """A 2-core CPU machine with hand-made collective figures."""
+    return {"name": "hand", "source": "probed", "nodes": 1, "gpus": [],
+            "collectives": {"backend": "gloo", "world": 2, "route": "loopback (one host)", "kinds": kinds},
+            "host": {"ram_total_bytes": 24 * 10**9, "memory_bandwidth_gbps": 10.0, "cpu_peak_tflops_fp32": 0.04}}
+
+
+GLOO = {kind: {"latency_s": fig(1e-3), "bandwidth_gbps": fig(0.5)} for kind in comms.VOLUME_FACTOR if kind != "barrier"}
+
+
+def tiny_counts():
+    # Two 1000-element matrices and one 10-element norm (persistent under a threshold of 640).
+    return ModelCounts(total=2010, largest_layer=1000, numels=(1000, 1000, 10), hidden=10, layers=1, heads=1,
+                       vocab=100, tied_embeddings=False)
+
+
+def cpu_setup(**changes):
+    base = Setup(ranks=2, nodes=1, dtype="fp32", device_kind="cpu", micro_batch=1, seq_len=64, accumulation=8,
+                 stage=3, offload_optimizer=True, offload_param=True, pin_memory=True, reduce_bucket=500_000_000,
+                 prefetch_bucket=50_000_000, persistence_threshold=640)
+    return dataclasses.replace(base, **changes)
+
+
+# --- the collective term: calls x latency + volume / bandwidth, per kind -----------------------------
+
+def test_collective_time_is_calls_times_latency_plus_volume_over_bandwidth():
+    terms = [Term("gather", "all_gather", MICRO_STEP, 3, 8e6), Term("scatter", "reduce_scatter", MICRO_STEP, 1, 4e6),
+             Term("persistent", "all_gather", BOUNDARY, 1, 1e3)]
+    machine = cpu_machine({"all_gather": {"latency_s": fig(1e-3), "bandwidth_gbps": fig(2.0)},
+                           "reduce_scatter": {"latency_s": fig(2e-3), "bandwidth_gbps": fig(1.0)}})
+    micro = collective_time(terms, MICRO_STEP, 2, machine)
+    # all_gather: 3 calls x 1 ms + 8e6 x 1/2 (ring factor) / 2e9; reduce_scatter: 2 ms + 4e6 x 1/2 / 1e9.
+    assert micro["kinds"]["all_gather"]["latency_time(s)"] == pytest.approx(3e-3)
+    assert micro["kinds"]["all_gather"]["transfer_time(s)"] == pytest.approx(4e6 / 2e9)
+    assert micro["seconds"] == pytest.approx(3e-3 + 2e-3 + 4e6 / 2e9 + 2e6 / 1e9)
+    assert micro["missing"] == []
+    boundary = collective_time(terms, BOUNDARY, 2, machine)
+    assert boundary["seconds"] == pytest.approx(1e-3 + 500 / 2e9) and list(boundary["kinds"]) == ["all_gather"]
+
+
+def test_only_a_single_gather_or_reduction_per_micro_step_is_on_the_dependency_path():
+    machine = cpu_machine({"all_gather": {"latency_s": fig(1e-3), "bandwidth_gbps": fig(1.0)},
+                           "reduce_scatter": {"latency_s": fig(2e-3), "bandwidth_gbps": fig(1.0)},
+                           "broadcast": {"latency_s": fig(3e-3), "bandwidth_gbps": fig(1.0)}})
+    one_each = [Term("gather", "all_gather", MICRO_STEP, 1, 4e6), Term("scatter", "reduce_scatter", MICRO_STEP, 1, 4e6),
+                Term("other", "broadcast", MICRO_STEP, 1, 0.0)]
+    result = collective_time(one_each, MICRO_STEP, 2, machine)
+    assert result["dependent_kinds"] == ["all_gather", "reduce_scatter"]  # a broadcast is neither
+    assert result["dependent(s)"] == pytest.approx(1e-3 + 2e6 / 1e9 + 2e-3 + 2e6 / 1e9)
+    several = [Term("gather", "all_gather", MICRO_STEP, 3, 4e6), Term("scatter", "reduce_scatter", MICRO_STEP, 2, 4e6)]
+    assert collective_time(several, MICRO_STEP, 2, machine)["dependent(s)"] == 0  # prefetched calls may overlap
+    boundary = [Term("gather", "all_gather", BOUNDARY, 1, 4e6)]
+    assert collective_time(boundary, BOUNDARY, 2, machine)["dependent(s)"] == 0  # the boundary adds anyway
+
+
+def test_a_missing_bandwidth_is_marked_missing_and_left_out():
+    terms = [Term("gather", "all_gather", MICRO_STEP, 2, 8e6), Term("reduce", "all_reduce", MICRO_STEP, 1, 4e6)]
+    machine = cpu_machine({"all_gather": {"latency_s": fig(1e-3)}})  # no bandwidth; no all_reduce at all
+    result = collective_time(terms, MICRO_STEP, 2, machine)
+    assert result["missing"] == ["collectives per micro_step: all_gather bandwidth (no figure)",
+                                 "collectives per micro_step: all_reduce latency (no figure)",
+                                 "collectives per micro_step: all_reduce bandwidth (no figure)"]
+    assert result["kinds"]["all_gather"]["transfer_time(s)"] is None
+    assert result["seconds"] == pytest.approx(2e-3)  # what is known, a lower bound
+    assert collective_time(terms, MICRO_STEP, 2, cpu_machine({}))["seconds"] is None  # nothing known
+
+
+def test_a_collective_without_payload_needs_no_bandwidth():
+    terms = [Term("sync", "barrier", BOUNDARY, 2, 0.0)]
+    result = collective_time(terms, BOUNDARY, 2, cpu_machine({"barrier": {"latency_s": fig(5e-4)}}))
+    assert result["seconds"] == pytest.approx(1e-3) and result["missing"] == []
+
+
+# --- the floor with its communication terms -----------------------------------------------------------
+
+def test_cpu_floor_takes_the_largest_term_and_adds_the_boundary():
+    counts, setup = tiny_counts(), cpu_setup()
+    result = floor(counts, setup, cpu_machine(GLOO))
+    terms = theory_terms(counts, setup)
+    micro_calls, micro_volume = comms.totals(terms, MICRO_STEP, 2)
+    boundary_calls, boundary_volume = comms.totals(terms, BOUNDARY, 2)
+    # Uniform figures: every kind 1 ms per call and 0.5 GB/s.
+    collectives_micro = micro_calls * 1e-3 + micro_volume / 0.5e9
+    collectives_boundary = boundary_calls * 1e-3 + boundary_volume / 0.5e9
+    compute = 6 * 2010 * 64 / (0.04e12 / 2)
+    rank = result["ranks"][0]["terms"]
+    assert rank["compute(s)"] == pytest.approx(compute)
+    assert rank["collectives(s)"] == pytest.approx(collectives_micro)
+    # The theory gathers every parameter in one call and reduce-scatters every gradient in one per micro-step:
+    # both lie on the dependency path, so they add to the compute.
+    assert micro_calls == 2 and rank["compute + dependent collectives(s)"] == pytest.approx(compute + collectives_micro)
+    micro = max(compute, collectives_micro, compute + collectives_micro)
+    assert result["micro_step_floor(s)"] == pytest.approx(micro)
+    adam = 28 * 2010 / 10e9
+    assert result["boundary_terms"]["collectives(s)"] == pytest.approx(collectives_boundary)
+    assert result["optimizer_step_floor(s)"] == pytest.approx(8 * micro + collectives_boundary + adam)
+    assert result["communication"]["scheme"] == "zero3-offload-all" and result["missing"] == []
+
+
+def test_floor_without_collective_figures_lists_them_missing_and_stays_below():
+    counts, setup = tiny_counts(), cpu_setup()
+    known = floor(counts, setup, cpu_machine(GLOO))
+    unknown = floor(counts, setup, cpu_machine({}))
+    assert "rank 0 (cpu): collectives(s)" in unknown["missing"]
+    assert any("all_gather latency" in m for m in unknown["missing"])
+    assert unknown["optimizer_step_floor(s)"] < known["optimizer_step_floor(s)"]
+
+
+def test_scheme_of_the_run_for_the_theory():
+    assert theory_scheme(cpu_setup()) == "zero3-offload-all"
+    assert theory_scheme(cpu_setup(offload_param=False)) == "zero3-offload"
+    assert theory_scheme(cpu_setup(stage=2, offload_optimizer=True, offload_param=False)) == "zero2-offload"
+    assert theory_scheme(cpu_setup(stage=0, offload_optimizer=False, offload_param=False)) == "zero0"
+
+
+# --- GPU links: described, derived from PCIe, or missing ----------------------------------------------
+
+def test_claimed_box_link_is_derived_from_the_slower_pcie_link_with_a_published_latency():
+    box = load_description(CLAIM_BOX)
+    bandwidth = derived_bandwidth(box)
+    assert bandwidth["basis"] == "derived" and bandwidth["value"] == pytest.approx(1.969 * 8)  # RTX 4090, 4.0 x8
+    assert "through host memory" in bandwidth["source"]
+    result = floor(oracle_counts(), claim_setup(), box)
+    gather = result["communication"]["micro_step"]["kinds"]["all_gather"]
+    assert gather["latency"]["basis"] == "published" and gather["latency"]["value"] == pytest.approx(11.27e-6)
+    # The theory's all-gather volume per micro-step (plan/comms owns it), over the derived bandwidth.
+    terms = theory_terms(oracle_counts(), claim_setup())
+    calls, volume = comms.totals([t for t in terms if t.kind == "all_gather"], MICRO_STEP, 2)
+    assert gather["volume(bytes)"] == volume and gather["calls"] == calls and volume >= 28e9 / 2  # at least one gather
+    assert gather["transfer_time(s)"] == pytest.approx(volume / (1.969e9 * 8))
+    assert result["ranks"][1]["terms"]["collectives(s)"] == pytest.approx(result["communication"]["micro_step"]["seconds"])
+    assert result["missing"] == []
+
+
+def test_nvlink_without_a_figure_is_missing_and_a_described_figure_wins():
+    box = load_description(CLAIM_BOX)
+    box["nvlink"] = True
+    assert derived_bandwidth(box) is None
+    result = floor(oracle_counts(), claim_setup(), box)
+    assert "collectives per micro_step: all_gather bandwidth (no figure)" in result["missing"]
+    box["collectives"]["kinds"]["all_gather"] = {**box["collectives"]["kinds"]["all_gather"],
+                                                 "bandwidth_gbps": fig(50.0, "published")}
+    gather = floor(oracle_counts(), claim_setup(), box)["communication"]["micro_step"]["kinds"]["all_gather"]
+    assert gather["bandwidth"]["value"] == 50.0 and gather["bandwidth"]["basis"] == "published"
+
+
+def test_a_figure_must_say_its_basis(tmp_path):
+    text = CLAIM_BOX.read_text().replace("basis: published", "basis: guessed")
+    (tmp_path / "box.yaml").write_text(text)
+    with pytest.raises(InputError) as error:
+        load_description(tmp_path / "box.yaml")
+    assert "box.yaml" in str(error.value) and "basis" in str(error.value)
+
+
+def test_the_probed_figures_reach_the_machine(cpu_fingerprint):
+    cpu_fingerprint["host"] = {"memory_bandwidth_gbps": 10.0}
+    cpu_fingerprint["collectives"] = {"backend": "gloo", "world": 2, "kinds": {"all_gather": {
+        "latency_s": fig(1e-3), "bandwidth_gbps": fig(0.5), "samples": [{"tensor_bytes": 16, "seconds": 1e-3}]}}}
+    machine = check(from_fingerprint(cpu_fingerprint, "box"), "probe")
+    assert machine["collectives"]["kinds"]["all_gather"]["latency_s"]["value"] == 1e-3
+
+
+# --- the probe's figures from raw timings --------------------------------------------------------------
+
+def test_figures_recover_a_linear_collective_exactly():
+    # 0.5 ms latency and 1 GB/s of a rank's volume (all_gather on 2 ranks: half the full tensor).
+    samples = {"all_gather": [{"elements": e, "seconds": 0.5e-3 + e * 4 / 2 / 1e9} for e in (4, 1 << 16, 1 << 20)]}
+    gather = collectives.figures(samples, 2, "test")["all_gather"]
+    assert gather["latency_s"]["value"] == pytest.approx(0.5e-3) and gather["latency_s"]["basis"] == "measured"
+    assert gather["bandwidth_gbps"]["value"] == pytest.approx(1.0) and gather["bandwidth_gbps"]["basis"] == "measured"
+
+
+def test_figures_from_noisy_timings_never_predict_more_than_a_measured_call():
+    samples = {"all_gather": [{"elements": 4, "seconds": 1.0e-3}, {"elements": 1 << 16, "seconds": 1.5e-3},
+                              {"elements": 1 << 20, "seconds": 9.0e-3}],
+               # A busy machine (the default run's probe): the 256 KiB all-reduce beat the 16 B one, and beat
+               # the rate of the 4 MiB one.
+               "all_reduce": [{"elements": 4, "seconds": 0.99e-3}, {"elements": 1 << 16, "seconds": 0.566e-3},
+                              {"elements": 1 << 20, "seconds": 13.1e-3}]}
+    result = collectives.figures(samples, 2, "test")
+    for kind, rows in samples.items():
+        assert result[kind]["latency_s"]["value"] >= 0 and result[kind]["bandwidth_gbps"]["value"] > 0
+        for row in rows:
+            predicted = collectives.predicted_seconds(result[kind], kind, row["elements"] * 4, 2)
+            assert predicted <= row["seconds"] * (1 + 1e-9)
+    # Of the lines under every call, the one that predicts the most for the largest message (9 ms), and of
+    # those the one with the larger latency: through the smallest and the largest call.
+    volume = {e: comms.volume_bytes("all_gather", e * 4, 2) for e in (4, 1 << 20)}
+    bandwidth = (volume[1 << 20] - volume[4]) / (9.0e-3 - 1.0e-3)
+    assert result["all_gather"]["bandwidth_gbps"]["value"] == pytest.approx(bandwidth / 1e9)
+    assert result["all_gather"]["latency_s"]["value"] == pytest.approx(1.0e-3 - volume[4] / bandwidth)
+    # The all-reduce's 256 KiB call shows no latency above 0 at any bandwidth its 4 MiB call allows.
+    assert result["all_reduce"]["latency_s"]["value"] == 0.0
+
+
+def test_lower_line_without_a_fitting_bandwidth_keeps_the_fastest_call():
+    assert collectives.lower_line([(0.0, 2e-3), (0.0, 1e-3)]) == (1e-3, None)
+
+
+def test_gloo_probe_between_two_local_ranks_measures_every_kind():
+    result = collectives.measure(world=2, backend="gloo")
+    assert "error" not in result, result.get("error")
+    assert set(result["kinds"]) == set(collectives.KINDS)
+    for kind, entry in result["kinds"].items():
+        assert 0 <= entry["latency_s"]["value"] < 1.0 and entry["latency_s"]["basis"] == "measured"
+        for sample in entry["samples"]:
+            predicted = collectives.predicted_seconds(entry, kind, sample["tensor_bytes"], 2)
+            assert predicted is None or predicted <= sample["seconds"] * (1 + 1e-9)
+    assert "gloo" in result["how"] and result["seconds"] < 60
+    machine = copy.deepcopy(cpu_machine(result["kinds"]))
+    assert check(machine, "probe")["collectives"]["kinds"]
+
+
+# --- the gate: measured / floor, with the floor's terms; a floor above the measurement is a bug -------
+
+def _floor_gate(tiny_profile):
+    return next(g for g in tiny_profile["gates"] if g["statistic"] == "floor_ratio")
+
+
+def test_floor_gate_shows_the_floor_terms_and_reports_a_floor_above_the_measurement_as_a_bug(tiny_profile):
+    from tests.conftest import CPU_FINGERPRINT
+    from tests.unit.helpers import no_events, spike_rule, synthetic_steps
+    from zerogate.analysis.gates import FAIL, PASS, evaluate_gate
+
+    counts, setup = tiny_counts(), cpu_setup()
+    steps_floor = floor(counts, setup, cpu_machine(GLOO))
+    plan = {"optimizer_step_floor(s)": steps_floor["optimizer_step_floor(s)"], "floor": steps_floor}
+    summary = {"completed_steps": 200, "world_size": 2}
+    args = (no_events(), summary, CPU_FINGERPRINT, 5, 200, spike_rule(tiny_profile))
+    above = steps_floor["optimizer_step_floor(s)"] * 2
+    judged = evaluate_gate(_floor_gate(tiny_profile), synthetic_steps(step_time=above), *args, plan=plan)
+    assert judged["verdict"] == PASS and judged["measured"] == pytest.approx(2.0, rel=0.05)
+    terms = judged["evidence"]["floor_terms(s)"]
+    assert terms["micro_step collectives x 8(s)"] == pytest.approx(8 * steps_floor["ranks"][0]["terms"]["collectives(s)"])
+    assert terms["boundary collectives(s)"] == steps_floor["boundary_terms"]["collectives(s)"]
+    assert "optimizer cpu_adam(s)" in terms
+    below = steps_floor["optimizer_step_floor(s)"] / 2
+    judged = evaluate_gate(_floor_gate(tiny_profile), synthetic_steps(step_time=below), *args, plan=plan)
+    assert judged["verdict"] == FAIL and judged["measured"] == pytest.approx(0.5, rel=0.05)  # never clipped to 1
+    assert "is above the measured step" in judged["reason"] and "bug" in judged["reason"]
+
+
+def test_report_shows_the_floor_terms_beside_the_measured_step_and_each_figures_basis(tiny_profile, claim_box_plan):
+    from tests.conftest import CPU_FINGERPRINT
+    from tests.unit.helpers import no_events, spike_rule, synthetic_steps
+    from zerogate.analysis.gates import evaluate_gate
+    from zerogate.report.html import _section
+
+    steps_floor = floor(tiny_counts(), cpu_setup(), cpu_machine(GLOO))
+    plan = {"machine": "hand", "optimizer_step_floor(s)": steps_floor["optimizer_step_floor(s)"],
+            "micro_step_floor(s)": steps_floor["micro_step_floor(s)"], "floor": steps_floor}
+    gate = evaluate_gate(_floor_gate(tiny_profile), synthetic_steps(step_time=3 * steps_floor["optimizer_step_floor(s)"]),
+                         no_events(), {"completed_steps": 200, "world_size": 2}, CPU_FINGERPRINT, 5, 200,
+                         spike_rule(tiny_profile), plan=plan)
+    gate["statistic"] = "floor_ratio"
+    page = _section("floor_terms", [gate], plan, claim_box_plan)
+    assert "id='floor-terms'" in page and "micro_step collectives x 8(s)" in page
+    assert "measured / floor" in page and f"{gate['measured']:.4g}" in page
+    assert "id='floor-collectives-run'" in page and "(measured: hand-made)" in page
+    claimed = page.split("id='floor-collectives-claimed'")[1]
+    assert "(published: nccl-tests alltoall_perf" in claimed and "(derived: through host memory" in claimed
+    assert _section("floor_terms", [], None, None).strip() == ""  # no plan: no section
+
+
+@pytest.fixture
+def claim_box_plan():
+    from zerogate.plan.planner import plan
+
+    return plan(oracle_counts(), claim_setup(), load_description(CLAIM_BOX))

@@ -1,0 +1,42 @@
+# Communication volume per scheme (issue 11): torch DDP and DeepSpeed ZeRO-0..3 (with offloads), each at
+# accumulation 1 and at the profile's, in short runs of their own under one launcher start
+# (zerogate.train.comms_volume). DeepSpeed's comms logger synchronises every collective, so these runs are
+# never the timed run; they hold the host like it (threads, host_share). The table sets each scheme's
+# measured volume beside the theory of zerogate.plan.comms (zerogate.analysis.comms).
+rule measure_comms_volume:
+    input:
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+        train=rules.prepare_dataset.output.train,
+        manifest=rules.prepare_dataset.output.manifest,
+        plan=rules.approve_plan.output.approved,
+    output:
+        records=directory(result("comms/records")),
+    params:
+        dataset_dir=subpath(input.manifest, parent=True),
+    log:
+        result("logs/measure_comms_volume.log"),
+    benchmark:
+        result("benchmarks/measure_comms_volume.tsv")
+    threads: host_cores()
+    resources:
+        host_share=HOST_SHARE_POOL,
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "python -m zerogate.train.launch --run-spec {input.run_spec} --log {log} --module zerogate.train.comms_volume --"
+        " --ds-config {input.ds_config} --dataset-dir {params.dataset_dir} --out-dir {output.records}"
+
+
+rule tabulate_comms_volume:
+    input:
+        records=rules.measure_comms_volume.output.records,
+    output:
+        table=result("comms/volume.json"),
+    log:
+        result("logs/tabulate_comms_volume.log"),
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/tabulate_comms_volume.py"
