@@ -40,6 +40,11 @@ def user_rows(count: int) -> list[dict]:
     return rows
 
 
+# The data path through training and evaluation; what comes after (parsing, gates, report) does not depend on
+# where the rows came from and is the shared smoke run's to test.
+TRAINED = tuple(f"results/user-jsonl/{MACHINE}/train/{name}" for name in ("summary.json", "eval.jsonl"))
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, smoke_run):
     workdir = copy_repo(tmp_path_factory.mktemp("zerogate-user"))
@@ -47,7 +52,7 @@ def workdir(tmp_path_factory, smoke_run):
     (workdir / "data").mkdir()
     (workdir / "data/mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in user_rows(1500)))
     (workdir / "config/profiles/user-jsonl.yaml").write_text(PROFILE)
-    done = snakemake(workdir, profile="user-jsonl")
+    done = snakemake(workdir, profile="user-jsonl", targets=TRAINED)
     assert done.returncode == 0, done.stderr[-4000:]
     return workdir
 
@@ -65,14 +70,13 @@ def test_user_jsonl_trains_end_to_end_with_the_mapping(workdir):
     assert [r["step"] for r in records] == [0, 20, 40]
     assert records[-1]["validation/loss"] < records[0]["validation/loss"]
     assert "exact_match/accuracy" not in records[0]  # no reference answers for a user dataset
-    assert list((results / "report").glob("zerogate-v*.html"))
 
 
 def test_malformed_line_is_refused_before_training(workdir):
     lines = (workdir / "data/mine.jsonl").read_text().splitlines()
     lines[6] = lines[6][:-3]
     (workdir / "data/mine.jsonl").write_text("\n".join(lines) + "\n")
-    done = snakemake(workdir, profile="user-jsonl")
+    done = snakemake(workdir, profile="user-jsonl", targets=TRAINED)
     assert done.returncode != 0
     assert f"data/mine.jsonl: line 7: malformed JSON" in done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("zerogate: error:")]
