@@ -28,7 +28,6 @@ import argparse
 import dataclasses
 import gc
 import math
-import os
 import sys
 import time
 import traceback
@@ -48,7 +47,7 @@ from zerogate.io import read_json, write_json
 from zerogate.model.build import load_for_training
 from zerogate.plan.comms import DDP, SCHEMES, accumulations, measurement_config
 from zerogate.plan.ledger import count_parameters, setup_from_config
-from zerogate.train.loop import RankBatches
+from zerogate.train.loop import RankBatches, rank_arguments
 
 WARMUP_STEPS = 1
 # ZeRO-3 records its fetch trace in the first micro-step and checks it across ranks at the end of the second
@@ -59,15 +58,10 @@ MEASURED_STEPS = 1  # the volume is deterministic: one step says it; more only c
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run-spec", required=True, help="run_spec.json from render_deepspeed_config")
-    parser.add_argument("--ds-config", required=True, help="ds_config.json from render_deepspeed_config")
-    parser.add_argument("--dataset-dir", required=True, help="directory written by prepare_dataset")
-    parser.add_argument("--out-dir", required=True, help="where <scheme>/g<accumulation>/rank<r>.json go")
+    parser = rank_arguments(__doc__, "where <scheme>/g<accumulation>/rank<r>.json go")
     parser.add_argument("--warmup-steps", type=int, default=WARMUP_STEPS)
     parser.add_argument("--measured-steps", type=int, default=MEASURED_STEPS)
     parser.add_argument("--schemes", nargs="*", default=list(SCHEMES), choices=SCHEMES)
-    parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
     return parser.parse_args(argv)
 
 

@@ -83,16 +83,22 @@ class RankBatches:
         }
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def rank_arguments(description: str | None, out_dir_help: str) -> argparse.ArgumentParser:
+    """The arguments every module the launcher starts on each rank takes (zerogate.train.launch passes them)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-spec", required=True, help="run_spec.json from render_deepspeed_config")
     parser.add_argument("--ds-config", required=True, help="ds_config.json from render_deepspeed_config")
-    parser.add_argument("--settings", required=True, help="train/settings.json: stabiliser and checkpoint settings")
     parser.add_argument("--dataset-dir", required=True, help="directory written by prepare_dataset")
-    parser.add_argument("--out-dir", required=True, help="where metrics/rank<N>.jsonl, events.jsonl, summary.json go")
+    parser.add_argument("--out-dir", required=True, help=out_dir_help)
+    parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = rank_arguments(__doc__, "where metrics/rank<N>.jsonl, events.jsonl, summary.json go")
+    parser.add_argument("--settings", required=True, help="train/settings.json: stabiliser and checkpoint settings")
     parser.add_argument("--checkpoint-dir", required=True, help="checkpoints; outside the rule's outputs")
     parser.add_argument("--no-metrics", action="store_true", help="metrics layer off (zerogate.bench.metrics_overhead)")
-    parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
     return parser.parse_args(argv)
 
 
