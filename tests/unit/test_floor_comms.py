@@ -12,7 +12,7 @@ from zerogate.config.machines import check, from_fingerprint, load_description
 from zerogate.errors import InputError
 from zerogate.plan import collectives, comms
 from zerogate.plan.comms import BOUNDARY, MICRO_STEP, Term
-from zerogate.plan.floor import collective_time, derived_bandwidth, floor, theory_scheme, theory_terms
+from zerogate.plan.floor import EAGER_PASS, collective_time, derived_bandwidth, floor, theory_scheme, theory_terms
 from zerogate.plan.ledger import ModelCounts, Setup
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,6 +120,30 @@ def test_cpu_floor_takes_the_largest_term_and_adds_the_boundary():
     assert result["boundary_terms"]["collectives(s)"] == pytest.approx(collectives_boundary)
     assert result["optimizer_step_floor(s)"] == pytest.approx(8 * micro + collectives_boundary + adam)
     assert result["communication"]["scheme"] == "zero3-offload-all" and result["missing"] == []
+
+
+def test_a_measured_forward_backward_bounds_the_compute_where_it_exceeds_the_arithmetic():
+    counts, setup = tiny_counts(), cpu_setup()
+    arithmetic = floor(counts, setup, cpu_machine(GLOO))
+    compute = arithmetic["ranks"][0]["terms"]["compute(s)"]
+    dependent = arithmetic["ranks"][0]["terms"]["collectives(s)"]  # both calls of the micro-step are dependent
+    # Operator overheads: the measured pass takes far longer than the arithmetic at peak.
+    slow = floor(counts, setup, cpu_machine(GLOO), {"forward_backward(s)": 0.05})
+    rank = slow["ranks"][0]["terms"]
+    assert rank[EAGER_PASS] == 0.05 and rank["compute(s)"] == pytest.approx(compute)
+    assert rank["compute + dependent collectives(s)"] == pytest.approx(0.05 + dependent)
+    assert slow["micro_step_floor(s)"] == pytest.approx(0.05 + dependent)
+    assert slow["model_compute"] == {"forward_backward(s)": 0.05}
+    # A pass faster than the arithmetic (a big model at peak) changes nothing: the larger one bounds it.
+    fast = floor(counts, setup, cpu_machine(GLOO), {"forward_backward(s)": compute / 10})
+    assert fast["micro_step_floor(s)"] == pytest.approx(arithmetic["micro_step_floor(s)"])
+
+
+def test_gpu_ranks_ignore_a_cpu_measurement():
+    counts, setup = tiny_counts(), cpu_setup(device_kind="cuda")
+    machine = {**cpu_machine(GLOO), "gpus": [{"name": "RTX 4090", "pcie": {"generation": 4, "width": 16}}] * 2}
+    assert floor(counts, setup, machine, {"forward_backward(s)": 5.0}) == {
+        **floor(counts, setup, machine), "model_compute": {"forward_backward(s)": 5.0}}
 
 
 def test_floor_without_collective_figures_lists_them_missing_and_stays_below():

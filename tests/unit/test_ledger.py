@@ -226,6 +226,26 @@ def test_peak_rows_within_tolerance_and_outside_it_name_the_part_that_is_off():
     assert table["peak"]["within_tolerance"] is False and table["peak"]["max_abs_error(%)"] > 15
 
 
+def test_a_persistent_miss_says_how_much_of_it_the_allocator_kept_free():
+    from zerogate.analysis.ledger_check import ALLOCATOR_FREE, peak_rows
+    steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0])
+    steps[ALLOCATOR_FREE] = 0.3  # of the 1.0 GiB held after step 2, 0.3 GiB freed and kept by the allocator
+    low = peak_rows(_prediction(0.6, 0.1), steps)[0]  # persistent 0.4 GiB short
+    assert low["diagnosis"]["parts"]["persistent"]["allocator_free(bytes)"] == int(0.3 * GIB)
+    assert "307.20 MiB (322.12 MB) is freed memory the C allocator kept" in low["off"]
+    assert "leaves the persistent terms 102.40 MiB (107.37 MB) short" in low["off"]
+    # Freed memory that explains the persistent miss leaves the transient part as the one that is off.
+    steps[ALLOCATOR_FREE] = 0.45
+    both = peak_rows(_prediction(0.6, 0.05), steps)[0]  # persistent 0.4 short (freed memory covers it), transient 0.05 short
+    assert both["diagnosis"]["off"] == "transient" and "persistent terms 0 B short" in both["off"], both["off"]
+    # Without the record (older runs, no glibc) the note says nothing of it.
+    steps[ALLOCATOR_FREE] = None
+    assert "allocator" not in peak_rows(_prediction(0.6, 0.1), steps)[0]["off"]
+    # An over-prediction is not explained by freed memory.
+    steps[ALLOCATOR_FREE] = 0.3
+    assert "allocator" not in peak_rows(_prediction(1.5, 0.1), steps)[0]["off"]
+
+
 def test_peak_terms_on_gpus_are_the_device_terms():
     from zerogate.plan.ledger import peak_terms
     counts, setup = oracle_counts(), claim_setup()

@@ -23,9 +23,30 @@ rule check_preflight:
 #
 # The planner reads render_deepspeed_config's rendering (the one training uses). That rule takes the
 # described machine as well as the probed one, so the described case needs no second rendering either.
+# The model's own forward + backward, timed alone on this machine (CPU accelerator; zerogate.plan.compute):
+# the floor's measured compute term. A time, so it holds the whole host share like the probe.
+rule measure_model_compute:
+    input:
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+    output:
+        compute=result("plan/model_compute.json"),
+    params:
+        sections=profile_sections("model", "dataset"),
+    log:
+        result("logs/measure_model_compute.log"),
+    resources:
+        host_share=HOST_SHARE_POOL,
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/measure_model_compute.py"
+
+
 rule plan_run:
     input:
         unpack(machine_input),
+        unpack(measured_compute_input),
         ds_config=rules.render_deepspeed_config.output.ds_config,
         run_spec=rules.render_deepspeed_config.output.run_spec,
     output:

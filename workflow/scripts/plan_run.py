@@ -10,8 +10,9 @@ with logging_to(snakemake.log[0]) as log:
         machine, _ = target_machine(inputs.get("description"),
                                     read_json(inputs.fingerprint) if "fingerprint" in inputs.keys() else None,
                                     snakemake.params.machine)
+        model_compute = read_json(inputs.model_compute)["measurement"] if "model_compute" in inputs.keys() else None
         result = plan_for_profile(snakemake.params.sections, read_json(inputs.ds_config), read_json(inputs.run_spec),
-                                  machine)
+                                  machine, model_compute)
     except InputError as error:
         fail(str(error))
     log.info("\n%s", summary(result))

@@ -4,7 +4,9 @@ Every term uses a published or measured peak (never an achievable fraction), and
 at the same time are assumed to overlap perfectly, so measured time / floor >= 1 always; how far above 1
 a run lands is the honest way to judge a step-time claim (docs/reference.md section 2).
 
-Per micro-step and rank: compute (FLOP / peak), the host<->device PCIe link in each direction (parameter
+Per micro-step and rank: compute (FLOP / peak; on the CPU accelerator also the model's own forward +
+backward timed alone on this machine, zerogate.plan.compute, because there a small model is bound by
+operator overheads rather than arithmetic), the host<->device PCIe link in each direction (parameter
 streaming with offload, collectives, gradient offload), the collectives between the ranks, and the slowest
 rank decides; these resources can work at once, so the micro-step floor is the largest of them, never
 their sum, except along a dependency: where the theory has one all-gather per micro-step (every parameter
@@ -125,6 +127,9 @@ def collective_figures(machine: dict[str, Any], kind: str) -> dict[str, dict[str
             "bandwidth_gbps": given.get("bandwidth_gbps") or derived_bandwidth(machine)}
 
 
+# The measured term of a CPU rank's compute: the model's own forward + backward (zerogate.plan.compute).
+EAGER_PASS = "model forward + backward, measured(s)"
+
 # Collectives that sit on a micro-step's dependency path when the theory has one call of them per
 # micro-step: that one call gathers every parameter before the forward's first operation can run, or
 # reduces every gradient after the backward's last one has produced it. Nothing overlaps them.
@@ -169,8 +174,12 @@ def _peak(gpu: dict[str, Any], dtype: str) -> float | None:
     return None if flops is None else flops / hardware.TFLOPS
 
 
-def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> dict[str, Any]:
-    """Micro-step and optimizer-step floors (seconds) for ``setup`` on ``machine``, with every term."""
+def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
+          model_compute: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Micro-step and optimizer-step floors (seconds) for ``setup`` on ``machine``, with every term.
+    ``model_compute``: the model's own forward + backward timed on this machine (zerogate.plan.compute;
+    CPU accelerator only), which bounds a rank's compute from below where operator overheads, not
+    arithmetic, decide it; None where it was not measured (a described machine, GPUs)."""
     terms_theory = theory_terms(counts, setup)
     micro_comms = collective_time(terms_theory, comms.MICRO_STEP, setup.ranks, machine)
     boundary_comms = collective_time(terms_theory, comms.BOUNDARY, setup.ranks, machine)
@@ -196,11 +205,15 @@ def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> dict[st
             peak = host.get("cpu_peak_tflops_fp32")
             # The ranks share the host's cores: each gets its share of the measured peak.
             terms["compute(s)"] = flop / (peak * 1e12 / setup.ranks) if peak else None
+            if model_compute is not None:
+                # Every micro-step runs the model's forward and backward: at least that pass alone.
+                terms[EAGER_PASS] = model_compute["forward_backward(s)"]
         # Every rank takes part in every collective, so each waits at least this long for them.
         terms["collectives(s)"] = micro_comms["seconds"]
-        if micro_comms["dependent(s)"] and terms["compute(s)"] is not None:
+        computed = [terms[k] for k in ("compute(s)", EAGER_PASS) if terms.get(k) is not None]
+        if micro_comms["dependent(s)"] and computed:
             # One gather of every parameter before the compute, one reduction of every gradient after it.
-            terms["compute + dependent collectives(s)"] = terms["compute(s)"] + micro_comms["dependent(s)"]
+            terms["compute + dependent collectives(s)"] = max(computed) + micro_comms["dependent(s)"]
         missing += [f"rank {rank} ({device}): {k}" for k, v in terms.items() if v is None]
         known = [v for v in terms.values() if v is not None]
         ranks.append({"rank": rank, "device": device, "terms": terms,
@@ -243,5 +256,6 @@ def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> dict[st
             "boundary": boundary_comms,
         },
         "optimizer_step_floor(s)": step,
+        "model_compute": model_compute,
         "missing": missing,  # terms left out for lack of a figure: the floor is then lower than it could be
     }

@@ -24,6 +24,7 @@ from zerogate.units import GB, GIB
 # section 1); the upper end, so that a "fits" verdict is not optimistic.
 CUDA_CONTEXT_BYTES = int(0.6 * GIB)
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # torch.<name> of each
 SCHEMES = ("ddp", "zero1", "zero2", "zero2_offload_optimizer", "zero3", "zero3_offload_optimizer", "zero3_offload_all")
 
 

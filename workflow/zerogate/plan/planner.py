@@ -135,13 +135,13 @@ def claim_verdicts(gates: list[dict[str, Any]], memory: list[dict[str, Any]], st
 
 
 def plan(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
-         override: dict[str, Any] | None = None) -> dict[str, Any]:
+         override: dict[str, Any] | None = None, model_compute: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fit, floor and ledger. ``override`` is the profile's ``plan`` section: ``allow_infeasible`` with a
-    reason. The gates are judged apart (:func:`judge_claims`), so that editing a gate never re-plans, and
-    so never retrains."""
+    reason; ``model_compute`` the model's forward + backward measured here (floor.floor). The gates are
+    judged apart (:func:`judge_claims`), so that editing a gate never re-plans, and so never retrains."""
     memory = checks(counts, setup, machine)
     fits = all(c["fits"] for c in memory)
-    steps = floor(counts, setup, machine)
+    steps = floor(counts, setup, machine, model_compute)
     full = ledger(counts, setup)
     allowed = bool(override and override.get("allow_infeasible"))
     deviations = []
@@ -284,9 +284,10 @@ def target_machine(description: str | None, fingerprint: dict[str, Any] | None,
 
 
 def plan_for_profile(profile: dict[str, Any], ds_config: dict[str, Any], run_spec: dict[str, Any],
-                     machine: dict[str, Any]) -> dict[str, Any]:
+                     machine: dict[str, Any], model_compute: dict[str, Any] | None = None) -> dict[str, Any]:
     """Plan the run of ``profile`` as render_deepspeed_config rendered it for ``machine`` (``ds_config``,
-    ``run_spec``): count the model on the meta device, then fit, floor and ledger."""
+    ``run_spec``): count the model on the meta device, then fit, floor and ledger. ``model_compute``:
+    measure_model_compute's measurement on this machine, if any."""
     from zerogate.plan.ledger import count_parameters, setup_from_config
     from zerogate.model.build import planned_model_config
 
@@ -296,7 +297,7 @@ def plan_for_profile(profile: dict[str, Any], ds_config: dict[str, Any], run_spe
     nodes = len(run_spec["nodes"]["hosts"]) if run_spec.get("nodes") else machine.get("nodes", 1)
     setup = setup_from_config(ds_config, run_spec, seq_len, nodes=nodes,
                               activation_checkpointing=profile["training"].get("activation_checkpointing", False))
-    return plan(counts, setup, machine, profile.get("plan"))
+    return plan(counts, setup, machine, profile.get("plan"), model_compute)
 
 
 def peak_prediction(counts: ModelCounts, setup: Setup, runtime_baseline: dict[str, Any] | None) -> dict[str, Any]:

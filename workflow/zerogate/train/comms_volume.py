@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import math
 import sys
 import time
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import deepspeed
+import psutil
 import torch
 import torch.distributed as dist
 from deepspeed import comm as ds_comm
@@ -44,9 +44,11 @@ from transformers import set_seed
 
 from zerogate.data.dataset import load_split
 from zerogate.io import read_json, write_json
+from zerogate.units import GIB
 from zerogate.model.build import load_for_training
 from zerogate.plan.comms import DDP, SCHEMES, accumulations, measurement_config
 from zerogate.plan.ledger import count_parameters, setup_from_config
+from zerogate.train.heap import release_freed_memory
 from zerogate.train.loop import RankBatches, rank_arguments
 
 WARMUP_STEPS = 1
@@ -204,12 +206,16 @@ def main(argv: list[str] | None = None) -> int:
             dist.all_reduce(failed)
             if failed.item() and error is None:
                 error = "failed on another rank (see its record)"
+            # Each scheme built a whole model and engine: hand their memory back before the next one, or the
+            # schemes' garbage adds up (cpu-smollm2 was killed for memory at its eleventh scheme).
+            release_freed_memory()
             setup = setup_from_config(config, spec, manifest["seq_len"])  # the ledger's reading of the config
             write_json(Path(args.out_dir) / scheme / f"g{accumulation}" / f"rank{rank}.json", {
                 "scheme": scheme, "accumulation": accumulation, "rank": rank, "world_size": world,
                 "status": "not_run" if error else "run", "reason": error,
                 "warmup_steps": steps[0], "measured_steps": steps[1],
                 "seconds": time.perf_counter() - started,
+                "rss_after(GiB)": psutil.Process().memory_info().rss / GIB,  # what the scheme left behind
                 "recorder": "ddp_comm_hook" if scheme == DDP else "deepspeed_comms_logger",
                 "phases": phases,
                 "counts": counts,
@@ -222,7 +228,6 @@ def main(argv: list[str] | None = None) -> int:
                                        else {"counted": False, "reason": "not instrumented on GPUs yet"}),
                 "ds_config": config,
             })
-            gc.collect()
     dist.barrier()
     dist.destroy_process_group()
     return 0

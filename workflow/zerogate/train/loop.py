@@ -40,6 +40,7 @@ from zerogate.data.dataset import EncodedSplit, load_split
 from zerogate.hashing import sha256_json
 from zerogate.io import read_json, write_json
 from zerogate.model.build import load_for_training
+from zerogate.train.heap import release_freed_memory
 from zerogate.provenance import git_state
 from zerogate.train import checkpoint as ckpt
 from zerogate.train import deepspeed_adapter as ds
@@ -143,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     config = model.config
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
     parameters = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+    # Loading built the model whole before DeepSpeed partitioned it; glibc keeps those freed pages resident
+    # unless trimmed, and the measured peak would count garbage (train/heap.py).
+    release_freed_memory()
 
     batches = RankBatches(load_split(Path(args.dataset_dir) / "train.parquet"), world, rank, micro_batch, accumulation, training["seed"])
     out_dir, ckpt_root = Path(args.out_dir), Path(args.checkpoint_dir)

@@ -23,6 +23,7 @@ from typing import IO, Any, Protocol
 import psutil
 import torch
 
+from zerogate.train.heap import allocator_free_bytes
 from zerogate.train.nvml_sampler import NvmlSampler
 
 from zerogate.units import GIB  # noqa: E402
@@ -218,11 +219,15 @@ class StepMetrics:
 
     def memory(self) -> dict[str, Any]:
         rss = self.process.memory_info().rss
+        free = allocator_free_bytes()
         hwm = _read_vm_hwm_bytes()
         fields: dict[str, Any] = {
             "memory/rss(GiB)": rss / GIB,
             # Peak RSS of this window where the kernel lets us reset it, else since process start.
             "memory/peak_rss(GiB)": (hwm if hwm is not None else rss) / GIB,
+            # Freed memory the C allocator keeps at the step's end: resident-set garbage the peak
+            # prediction does not count (issue 12); None without glibc's mallinfo2.
+            "memory/allocator_free(GiB)": None if free is None else free / GIB,
         }
         if self.probe is not None:
             reserved = self.probe.max_reserved()
