@@ -6,7 +6,7 @@ import pytest
 
 from zerogate.plan.comms import (BOUNDARY, MICRO_STEP, SCHEMES, Term, logged_kind, logged_tensor_bytes,
                                  fetch_units, ring_factor, scheme_for, scheme_setup, step_totals, theory, totals, volume_bytes,
-                                 zero3_gathers)
+                                 zero3_gathers, zero3_most_gathered)
 from zerogate.plan.ledger import ModelCounts
 from zerogate.plan.variants import VARIANTS
 
@@ -140,6 +140,15 @@ def test_zero3_keeps_a_model_under_the_reuse_distance_gathered_for_the_backward(
     # the 100-element parameter (reused right after the 10 and 5) stays, the 1000-element one does not.
     gathers = zero3_gathers(MODEL, 2, 50, 150, leaf_blocks=False)
     assert gathers == {"forward": 1100, "backward": 1000, "tied": 0}
+
+
+def test_the_trace_holds_the_parameters_it_keeps_for_reuse_gathered_at_once():
+    # Below the reuse distance both non-persistent parameters (1000, 100) stay gathered from the forward on.
+    assert zero3_most_gathered(MODEL, 2, 50, 1_000_000_000, leaf_blocks=False) == 1100
+    # Each released after use: at most the largest one at a time.
+    assert zero3_most_gathered(MODEL, 2, 50, 10, leaf_blocks=False) == 1000
+    # Held N-padded, like the gathers move them: 1000 -> 1002 and 100 -> 102 among 3 ranks.
+    assert zero3_most_gathered(MODEL, 3, 50, 1_000_000_000, leaf_blocks=False) == 1104
 
 
 def test_a_tied_embedding_is_gathered_again_for_the_lm_head():

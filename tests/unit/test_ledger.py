@@ -234,16 +234,45 @@ def test_a_persistent_miss_says_how_much_of_it_the_allocator_kept_free():
     assert low["diagnosis"]["parts"]["persistent"]["allocator_free(bytes)"] == int(0.3 * GIB)
     assert "307.20 MiB (322.12 MB) is freed memory the C allocator kept" in low["off"]
     assert "leaves the persistent terms 102.40 MiB (107.37 MB) short" in low["off"]
+    # Beside the prediction: the prediction plus the measured freed memory, and its error (1.0 vs 1.1 GiB).
+    assert low["with_allocator_free(bytes)"] == int(0.7 * GIB) + int(0.3 * GIB)
+    assert low["with_allocator_free_error(%)"] == pytest.approx(-100 * 0.1 / 1.1, abs=1e-6)
     # Freed memory that explains the persistent miss leaves the transient part as the one that is off.
     steps[ALLOCATOR_FREE] = 0.45
     both = peak_rows(_prediction(0.6, 0.05), steps)[0]  # persistent 0.4 short (freed memory covers it), transient 0.05 short
     assert both["diagnosis"]["off"] == "transient" and "persistent terms 0 B short" in both["off"], both["off"]
     # Without the record (older runs, no glibc) the note says nothing of it.
     steps[ALLOCATOR_FREE] = None
-    assert "allocator" not in peak_rows(_prediction(0.6, 0.1), steps)[0]["off"]
+    unrecorded = peak_rows(_prediction(0.6, 0.1), steps)[0]
+    assert "allocator" not in unrecorded["off"] and unrecorded["with_allocator_free(bytes)"] is None
     # An over-prediction is not explained by freed memory.
     steps[ALLOCATOR_FREE] = 0.3
     assert "allocator" not in peak_rows(_prediction(1.5, 0.1), steps)[0]["off"]
+
+
+def test_the_cpu_peak_counts_what_zero3_keeps_gathered():
+    import dataclasses
+    from tests.unit.test_floor_comms import cpu_setup
+    from zerogate.plan.ledger import peak_terms
+    model = ModelCounts(total=1115, largest_layer=1000, numels=(1000, 100, 10, 5), hidden=1, layers=1, heads=1,
+                        vocab=1, tied_embeddings=False)
+    setup = cpu_setup(prefetch_bucket=5, persistence_threshold=50)
+    # DeepSpeed's default reuse distance (1e9 elements): both non-persistent parameters stay gathered.
+    assert peak_terms(model, setup, 0)["gathered_parameters"] == 4 * (1100 + 5)
+    # A short distance releases each after use: the largest one plus the prefetch bucket.
+    short = dataclasses.replace(setup, max_reuse_distance=10)
+    assert peak_terms(model, short, 0)["gathered_parameters"] == 4 * (1000 + 5)
+    # Never more than the model.
+    assert peak_terms(model, dataclasses.replace(setup, prefetch_bucket=10**6), 0)["gathered_parameters"] == 4 * 1115
+
+
+def test_a_rendered_reuse_distance_reaches_the_setup():
+    from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE, setup_from_config
+    ds = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 3}}
+    spec = {"world_size": 2, "dtype": "fp32", "accelerator": "cpu"}
+    assert setup_from_config(ds, spec, 8).max_reuse_distance == DEEPSPEED_MAX_REUSE_DISTANCE
+    ds["zero_optimization"]["stage3_max_reuse_distance"] = 1234
+    assert setup_from_config(ds, spec, 8).max_reuse_distance == 1234
 
 
 def test_peak_terms_on_gpus_are_the_device_terms():

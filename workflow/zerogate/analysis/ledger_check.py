@@ -146,6 +146,12 @@ def peak_rows(prediction: dict[str, Any], steps: pd.DataFrame) -> list[dict[str,
         row["within_tolerance"] = row["error(%)"] is not None and abs(row["error(%)"]) <= PEAK_TOLERANCE
         diagnosis = peak_diagnosis(prediction, steps, rank)
         row["diagnosis"] = diagnosis
+        # The prediction plus the one measured term it cannot predict: the allocator's freed memory at the
+        # peak's window (None where not recorded).
+        held_free = diagnosis["parts"]["persistent"]["allocator_free(bytes)"] if diagnosis else None
+        row["with_allocator_free(bytes)"] = None if held_free is None else row["predicted(bytes)"] + held_free
+        row["with_allocator_free_error(%)"] = (None if held_free is None else
+                                               error_percent(row["with_allocator_free(bytes)"], row["measured(bytes)"]))
         row["off"] = None if row["within_tolerance"] or diagnosis is None else diagnosis["note"]
         rows.append(row)
     return rows

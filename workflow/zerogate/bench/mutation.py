@@ -26,11 +26,16 @@ REPO = Path(__file__).resolve().parents[3]
 STAGE = REPO / "build" / "mutation"
 MUTATED = ["src/zerogate/analysis/gates.py", "src/zerogate/analysis/measures.py", "src/zerogate/analysis/parse.py"]
 TESTS = ["tests/unit/test_gates.py", "tests/unit/test_gates_findings.py", "tests/unit/test_gates_properties.py",
-         "tests/unit/test_measures.py", "tests/unit/test_parse.py"]
-# Left out per mutant: the cross-consumer agreement test renders figures and the report (seconds each),
-# and the layering test starts a subprocess; both still run in the unit suite.
+         "tests/unit/test_gates_evidence.py", "tests/unit/test_measures.py", "tests/unit/test_parse.py",
+         "tests/unit/test_ranks.py", "tests/unit/test_floor_comms.py"]
+# Left out per mutant: the cross-consumer agreement test and the figure and report tests render figures and
+# HTML (seconds each), and the layering test and the gloo probe start subprocesses; all still run in the unit
+# suite.
 DESELECTED = ["tests/unit/test_measures.py::test_every_consumer_gives_the_same_number",
-              "tests/unit/test_measures.py::test_analysis_and_report_never_load_torch"]
+              "tests/unit/test_measures.py::test_analysis_and_report_never_load_torch",
+              "tests/unit/test_ranks.py::test_the_ranks_figure_draws_the_measures_numbers",
+              "tests/unit/test_floor_comms.py::test_gloo_probe_between_two_local_ranks_measures_every_kind",
+              "tests/unit/test_floor_comms.py::test_report_shows_the_floor_terms_beside_the_measured_step_and_each_figures_basis"]
 PYPROJECT = """\
 [tool.mutmut]
 source_paths = ["src"]

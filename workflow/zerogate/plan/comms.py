@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-from zerogate.plan.ledger import ModelCounts
+from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE, ModelCounts
 from zerogate.plan.ds_config import apply_overrides
 from zerogate.plan.variants import VARIANTS, variant_config
 
@@ -86,7 +86,6 @@ _LOGGED_KINDS: dict[str, tuple[str, bool]] = {
 ZERO0_BUCKET_ELEMENTS = 500_000_000
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 DEEPSPEED_PREFETCH_BUCKET_ELEMENTS = 50_000_000  # zero/config.py prefetch_bucket_size
-DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000  # zero/config.py max_reuse_distance
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024
 
@@ -226,15 +225,18 @@ def fetch_units(counts: ModelCounts, leaf_blocks: bool) -> list[tuple[int, ...]]
     return [*units, (0,)] if counts.tied_embeddings else units
 
 
-def zero3_gathers(counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int,
-                  leaf_blocks: bool) -> dict[str, int]:
-    """Elements ZeRO-3 all-gathers in one micro-step's forward and backward, once its trace is complete.
+def zero3_trace(counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int,
+                leaf_blocks: bool) -> tuple[dict[str, int], int]:
+    """ZeRO-3's fetch trace of one micro-step, once it is complete: the elements it all-gathers in the
+    forward and the backward, and the most non-persistent elements it holds gathered at once.
 
     DeepSpeed 0.19.8 (zero/partitioned_param_coordinator.py, ``__params_to_release``): after a module runs,
     its non-persistent parameters are released unless one of the next modules in the trace, within
     ``stage3_max_reuse_distance`` parameters traversed, uses them again. The trace is the forward's units
     then the backward's (the reverse). A parameter used again soon (the whole model, when it is below the
-    distance) is gathered once per micro-step, not twice. Each gather moves the N-padded parameter.
+    distance) is gathered once per micro-step, not twice, and stays gathered from its forward to its
+    backward. Each gather moves, and each gathered parameter holds, the N-padded parameter. (The first
+    micro-step records the trace and releases every module after it runs; this is every later one.)
     """
     numels = counts.numels
     units = fetch_units(counts, leaf_blocks)
@@ -242,6 +244,7 @@ def zero3_gathers(counts: ModelCounts, world: int, persistence_threshold: int, m
     forward_len = len(units)
     resident: set[int] = set()
     gathered = {"forward": 0, "backward": 0, "tied": 0}
+    most_resident = 0
     for position, unit in enumerate(trace):
         phase = "forward" if position < forward_len else "backward"
         for index in unit:
@@ -250,6 +253,7 @@ def zero3_gathers(counts: ModelCounts, world: int, persistence_threshold: int, m
             resident.add(index)
             tied_again = phase == "forward" and position == forward_len - 1 and counts.tied_embeddings
             gathered["tied" if tied_again else phase] += _padded(numels[index], world)
+        most_resident = max(most_resident, sum(_padded(numels[i], world) for i in resident))
         release = {i for i in unit if numels[i] > persistence_threshold}
         traversed = 0
         for later in trace[position + 1:]:
@@ -259,7 +263,20 @@ def zero3_gathers(counts: ModelCounts, world: int, persistence_threshold: int, m
                 release.discard(index)
                 traversed += numels[index]
         resident -= release
-    return gathered
+    return gathered, most_resident
+
+
+def zero3_gathers(counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int,
+                  leaf_blocks: bool) -> dict[str, int]:
+    """Elements ZeRO-3 all-gathers in one micro-step's forward and backward (zero3_trace)."""
+    return zero3_trace(counts, world, persistence_threshold, max_reuse_distance, leaf_blocks)[0]
+
+
+def zero3_most_gathered(counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int,
+                        leaf_blocks: bool) -> int:
+    """The most non-persistent elements ZeRO-3 holds gathered at once in a micro-step (zero3_trace), before
+    the prefetcher's bucket: what the peak prediction's gathered-parameter term counts."""
+    return zero3_trace(counts, world, persistence_threshold, max_reuse_distance, leaf_blocks)[1]
 
 
 def _gather_calls(elements: int, prefetch_bucket_elements: int) -> int:

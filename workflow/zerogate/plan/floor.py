@@ -95,7 +95,7 @@ def theory_terms(counts: ModelCounts, setup: Setup) -> list[comms.Term]:
     """The theory's collectives for the run: comms.theory for its scheme, accumulation, world and dtype,
     with the rendered config's bucket and leaf settings where comms.theory takes them."""
     optional = {"reduce_bucket_elements": setup.reduce_bucket, "prefetch_bucket_elements": setup.prefetch_bucket,
-                "leaf_blocks": setup.leaf_blocks}
+                "leaf_blocks": setup.leaf_blocks, "max_reuse_distance": setup.max_reuse_distance}
     accepted = inspect.signature(comms.theory).parameters
     return comms.theory(counts, theory_scheme(setup), setup.accumulation, setup.ranks, setup.dtype_bytes,
                         setup.persistence_threshold, **{k: v for k, v in optional.items() if k in accepted})

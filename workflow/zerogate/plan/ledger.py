@@ -24,6 +24,7 @@ from zerogate.units import GB, GIB
 # section 1); the upper end, so that a "fits" verdict is not optimistic.
 CUDA_CONTEXT_BYTES = int(0.6 * GIB)
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000  # zero/config.py max_reuse_distance (elements)
 TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # torch.<name> of each
 SCHEMES = ("ddp", "zero1", "zero2", "zero2_offload_optimizer", "zero3", "zero3_offload_optimizer", "zero3_offload_all")
 
@@ -156,6 +157,7 @@ class Setup:
     persistence_threshold: int  # elements
     activation_checkpointing: bool = False
     leaf_blocks: bool = False  # a leaf module class beyond DeepSpeed's defaults: whole blocks are gathered
+    max_reuse_distance: int = DEEPSPEED_MAX_REUSE_DISTANCE  # elements: a parameter used again sooner stays gathered
 
     @property
     def dtype_bytes(self) -> int:
@@ -201,6 +203,7 @@ def setup_from_config(ds_config: dict[str, Any], run_spec: dict[str, Any], seq_l
         persistence_threshold=int(zero.get("stage3_param_persistence_threshold", 1e5)),
         activation_checkpointing=activation_checkpointing,
         leaf_blocks=any(c not in DEFAULT_LEAF_MODULE_CLASSES for c in leaf_classes),
+        max_reuse_distance=int(zero.get("stage3_max_reuse_distance", DEEPSPEED_MAX_REUSE_DISTANCE)),
     )
 
 
@@ -363,10 +366,16 @@ def peak_terms(counts: ModelCounts, setup: Setup, runtime_baseline: int | None) 
         peak.update(terms["host"])
     peak.update(terms["device"])
     if setup.device_kind == "cpu":
+        from zerogate.plan.comms import zero3_most_gathered
+
         b = setup.dtype_bytes
-        unit = max(counts.largest_layer, counts.largest_block) if setup.leaf_blocks else counts.largest_layer
         if "gathered_parameters" in peak:
-            peak["gathered_parameters"] = b * min(counts.total, unit + setup.prefetch_bucket)
+            # What ZeRO-3's trace holds gathered at once (parameters used again within the reuse distance stay
+            # gathered: on a model below it, the whole model from its forward to its backward; the same
+            # simulation as the communication theory's), plus the prefetched bucket, at most the model.
+            held = zero3_most_gathered(counts, setup.ranks, setup.persistence_threshold, setup.max_reuse_distance,
+                                       setup.leaf_blocks)
+            peak["gathered_parameters"] = b * min(counts.total, held + setup.prefetch_bucket)
         peak["reduce_bucket"] = b * min(counts.total, setup.reduce_bucket)
         peak["gradient_buckets"] = b * counts.largest_layer if setup.stage >= 2 else 0
     return peak
