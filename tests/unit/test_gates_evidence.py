@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
-from tests.unit.helpers import no_events, synthetic_steps
+from tests.unit.helpers import no_events, spike_rule, synthetic_steps
 from zerogate.analysis import gates, measures
 from zerogate.analysis.measures import COLLECTIVES_TIME, STEP_TIME, Convergence, ConvergenceRule, SpikeRule
-from zerogate.analysis.parse import parse_launcher_log, parse_run, read_rank_metrics, stabiliser_events
+from zerogate.analysis.parse import parse_launcher_log, parse_run, read_rank_metrics, run_metadata, stabiliser_events
 
 RULE = SpikeRule(window=16, threshold=6.0, min_history=5)
 
@@ -420,9 +420,6 @@ def test_faithfulness_reasons_exactly():
 
 
 def test_evaluate_takes_the_world_size_from_the_summary_or_the_run_metadata(tiny_profile):
-    from tests.unit.helpers import spike_rule
-    from zerogate.analysis.parse import run_metadata
-
     spec = {"training": {"optimizer_steps": 200}}
     steps = synthetic_steps()
     step_gate = [g for g in tiny_profile["gates"] if g["name"] in ("optimizer_step_time", "zero_nonfinite")]
