@@ -101,3 +101,32 @@ def test_a_dropped_update_leaves_weights_and_schedule_and_the_next_window_applie
 
 def test_fp32_has_no_loss_scale(engine):
     assert adapter.fp16(engine) is False and adapter.loss_scale(engine) is None
+
+
+def test_a_destroyed_zero3_engine_is_freed_once_deepspeeds_globals_forget_it(engine):
+    import gc
+    import weakref
+
+    import deepspeed
+
+    config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+              "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                    "stage3_param_persistence_threshold": 0},
+              "optimizer": {"type": "AdamW", "params": {"lr": 0.1}}}
+
+    def build_step_destroy():
+        with deepspeed.zero.Init(config_dict_or_path=config):
+            model = Tiny()
+        other, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+        for _ in range(3):  # past the first steps, so the fetch trace is complete and its cache used
+            other.backward(other(torch.randn(4, 8)))
+            other.step()
+        other.destroy()
+        return weakref.ref(model)
+
+    model = build_step_destroy()
+    gc.collect()
+    assert model() is not None, "DeepSpeed no longer keeps destroyed engines: forget_zero3_engines can go"
+    adapter.forget_zero3_engines()
+    gc.collect()
+    assert model() is None, "something else still holds the destroyed engine's model"

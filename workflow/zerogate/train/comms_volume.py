@@ -48,6 +48,7 @@ from zerogate.units import GIB
 from zerogate.model.build import load_for_training
 from zerogate.plan.comms import DDP, SCHEMES, accumulations, measurement_config
 from zerogate.plan.ledger import count_parameters, setup_from_config
+from zerogate.train import deepspeed_adapter as ds
 from zerogate.train.heap import release_freed_memory
 from zerogate.train.loop import RankBatches, rank_arguments
 
@@ -123,6 +124,7 @@ def run_deepspeed(config: dict[str, Any], spec: dict[str, Any], manifest: dict[s
             step += 1
         phases[phase] = logger_records()
     engine.destroy()
+    ds.forget_zero3_engines()  # else DeepSpeed's module-level state keeps this engine alive (and its memory)
     return phases
 
 
