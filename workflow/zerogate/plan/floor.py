@@ -5,8 +5,9 @@ at the same time are assumed to overlap perfectly, so measured time / floor >= 1
 a run lands is the honest way to judge a step-time claim (docs/reference.md section 2).
 
 Per micro-step and rank: compute (FLOP / peak; on the CPU accelerator also the model's own forward +
-backward timed alone on this machine, zerogate.plan.compute, because there a small model is bound by
-operator overheads rather than arithmetic), the host<->device PCIe link in each direction (parameter
+backward through the run's DeepSpeed engine in a one-rank world, timed alone on this machine,
+zerogate.plan.compute, because there a small model is bound by operator and hook overheads rather than
+arithmetic), the host<->device PCIe link in each direction (parameter
 streaming with offload, collectives, gradient offload), the collectives between the ranks, and the slowest
 rank decides; these resources can work at once, so the micro-step floor is the largest of them, never
 their sum, except along a dependency: where the theory has one all-gather per micro-step (every parameter
@@ -127,8 +128,9 @@ def collective_figures(machine: dict[str, Any], kind: str) -> dict[str, dict[str
             "bandwidth_gbps": given.get("bandwidth_gbps") or derived_bandwidth(machine)}
 
 
-# The measured term of a CPU rank's compute: the model's own forward + backward (zerogate.plan.compute).
-EAGER_PASS = "model forward + backward, measured(s)"
+# The measured term of a CPU rank's compute: the model's own forward + backward through the run's DeepSpeed
+# engine on one rank (zerogate.plan.compute).
+EAGER_PASS = "model forward + backward on one rank, measured(s)"
 
 # Collectives that sit on a micro-step's dependency path when the theory has one call of them per
 # micro-step: that one call gathers every parameter before the forward's first operation can run, or
