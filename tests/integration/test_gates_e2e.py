@@ -3,7 +3,7 @@ parse_logs rule's zerogate.analysis.parse.parse_run, then check_gates' zerogate.
 with the same inputs the rules read), never the training.
 
 Reads the session's shared smoke run (``smoke_run``, tests/integration/conftest.py), copying what it doctors: train/metrics/rank*.jsonl, train/summary.json, train/events.jsonl, logs/train.log,
-deepspeed/{run_spec,ds_config,deviations}.json, probe/hardware.json and plan/plan.json.
+deepspeed/{run_spec,ds_config,deviations}.json, probe/hardware.json and plan/plan_measured.json.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def judge(run: Path, metrics_dir: Path, profile: dict) -> dict[str, dict]:
     spec = read_json(run / "deepspeed/run_spec.json")
     steps, events, meta = parse_run(metrics_dir, run / "logs/train.log", summary, run / "train/events.jsonl",
                                     profile["training"]["optimizer_steps"])
-    plan = run / "plan/plan.json"
+    plan = run / "plan/plan_measured.json"  # what check_gates reads: the floor with the measured compute
     verdicts = evaluate(profile["gates"], steps, events, summary, spec, read_json(run / "deepspeed/deviations.json"),
                         read_json(run / "probe/hardware.json"), profile["training"]["warmup_steps_excluded"],
                         SpikeRule.from_settings(training_settings(profile)["stabiliser"]),

@@ -39,7 +39,7 @@ rule judge_seed_claims:
         claims=CLAIMS_FILE,
         claimed_plan=rules.plan_claimed_box.output.plan,
         description=CLAIMED_BOX["machine"],
-        plan=rules.plan_run.output.plan,
+        plan=rules.replan_with_measured_compute.output.plan,
         ledger=rules.compare_ledger.output.table,
         gates=rules.check_gates.output.verdicts,
         fingerprint=rules.probe_hardware.output.fingerprint,

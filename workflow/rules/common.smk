@@ -236,14 +236,6 @@ def machine_input(wildcards):
     return {"fingerprint": rules.probe_hardware.output.fingerprint}
 
 
-def measured_compute_input(wildcards):
-    """The model's forward + backward timed on this machine, for the floor: only where the run is planned
-    for this machine (a described machine is never measured here)."""
-    if MACHINE_DESCRIPTION:
-        return {}
-    return {"model_compute": rules.measure_model_compute.output.compute}
-
-
 def profile_sections(*names):
     """The named sections of the profile (those it has), e.g. for a rule that must not see the gates. The
     training section as the run sees it: analysis-only keys (the warm-up cut) left out, so editing them

@@ -1,6 +1,6 @@
 rule check_gates:
     input:
-        plan=rules.plan_run.output.plan,
+        plan=rules.replan_with_measured_compute.output.plan,
         steps=rules.parse_logs.output.steps,
         events=rules.parse_logs.output.events,
         run_meta=rules.parse_logs.output.run_meta,

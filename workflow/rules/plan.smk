@@ -23,30 +23,9 @@ rule check_preflight:
 #
 # The planner reads render_deepspeed_config's rendering (the one training uses). That rule takes the
 # described machine as well as the probed one, so the described case needs no second rendering either.
-# The model's own forward + backward, timed alone on this machine (CPU accelerator; zerogate.plan.compute):
-# the floor's measured compute term. A time, so it holds the whole host share like the probe.
-rule measure_model_compute:
-    input:
-        ds_config=rules.render_deepspeed_config.output.ds_config,
-        run_spec=rules.render_deepspeed_config.output.run_spec,
-    output:
-        compute=result("plan/model_compute.json"),
-    params:
-        sections=profile_sections("model", "dataset"),
-    log:
-        result("logs/measure_model_compute.log"),
-    resources:
-        host_share=HOST_SHARE_POOL,
-    conda:
-        "../../envs/train.yaml"
-    script:
-        "../scripts/measure_model_compute.py"
-
-
 rule plan_run:
     input:
         unpack(machine_input),
-        unpack(measured_compute_input),
         ds_config=rules.render_deepspeed_config.output.ds_config,
         run_spec=rules.render_deepspeed_config.output.run_spec,
     output:
@@ -79,6 +58,49 @@ rule approve_plan:
         "../../envs/analysis.yaml"
     script:
         "../scripts/approve_plan.py"
+
+
+# The model's own forward + backward through the run's DeepSpeed engine on one rank, timed alone on this
+# machine (CPU accelerator; zerogate.plan.compute): the floor's measured compute term. It builds the model,
+# so only for an approved plan (a refused run builds nothing); a time, so it holds the whole host share.
+rule measure_model_compute:
+    input:
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+        approved=rules.approve_plan.output.approved,
+    output:
+        compute=result("plan/model_compute.json"),
+    params:
+        sections=profile_sections("model", "dataset"),
+    log:
+        result("logs/measure_model_compute.log"),
+    resources:
+        host_share=HOST_SHARE_POOL,
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/measure_model_compute.py"
+
+
+# The run's plan again, its floor with the measured compute term (plan.json, the one approve_plan judged, is
+# the plan on paper). What the judging and the report read: the fit is the same function of the same inputs.
+rule replan_with_measured_compute:
+    input:
+        unpack(machine_input),
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+        model_compute=rules.measure_model_compute.output.compute,
+    output:
+        plan=result("plan/plan_measured.json"),
+    params:
+        sections=profile_sections("model", "dataset", "training", "plan"),
+        machine=MACHINE,
+    log:
+        result("logs/replan_with_measured_compute.log"),
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/plan_run.py"
 
 
 rule judge_plan_claims:

@@ -80,7 +80,7 @@ rule write_report:
         deviations=rules.render_deepspeed_config.output.deviations,
         ledger=rules.compare_ledger.output.table,
         claims=rules.judge_seed_claims.output.verdicts,
-        plan=rules.plan_run.output.plan,
+        plan=rules.replan_with_measured_compute.output.plan,
         claimed_plan=rules.plan_claimed_box.output.plan,
         communication=rules.tabulate_comms_volume.output.table,
         evaluation=rules.train.output.evaluation,

@@ -1,4 +1,5 @@
-"""Entry point of the plan_run rule (logic: zerogate.plan.planner): the plan, whether or not the run fits."""
+"""Entry point of the plan_run and replan_with_measured_compute rules (logic: zerogate.plan.planner): the plan,
+whether or not the run fits; the second with the measured compute term in its floor."""
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
 from zerogate.io import read_json, write_json
