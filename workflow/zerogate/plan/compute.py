@@ -20,8 +20,6 @@ floor's compute is the arithmetic at the card's peak.
 
 from __future__ import annotations
 
-import copy
-import os
 import time
 from typing import Any
 
@@ -35,15 +33,10 @@ def one_rank_engine(model_factory: Any, ds_config: dict[str, Any], backend: str)
     rendezvous port (its shm buffers are named after it)."""
     import deepspeed
 
-    from zerogate.train.launch import free_port
-    from zerogate.train.nodes import LOCAL_MASTER_ADDR
+    from zerogate.train.launch import one_rank_config, start_one_rank_world
 
-    port = free_port()
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_SIZE="1", MASTER_ADDR=LOCAL_MASTER_ADDR,
-                      MASTER_PORT=str(port))
-    deepspeed.init_distributed(dist_backend=backend)
-    config = copy.deepcopy(ds_config)
-    config["train_batch_size"] = config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"]
+    port = start_one_rank_world(backend)
+    config = one_rank_config(ds_config)
     zero3 = config.get("zero_optimization", {}).get("stage") == 3
     with deepspeed.zero.Init(config_dict_or_path=config, enabled=zero3):
         model = model_factory()
@@ -101,10 +94,9 @@ def measure_forward_backward(model_config: Any, micro_batch: int, seq_len: int, 
         if index >= WARMUP_PASSES:
             samples.append(elapsed)
     if port is not None:  # DeepSpeed's shm comm buffers of this one-rank world outlive the process otherwise
-        from zerogate.train.launch import shm_buffers
+        from zerogate.train.launch import remove_own_shm_buffers
 
-        for path in shm_buffers(port):
-            path.unlink(missing_ok=True)
+        remove_own_shm_buffers(port)
     return {
         "forward_backward(s)": min(samples),
         "samples(s)": samples,

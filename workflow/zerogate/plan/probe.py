@@ -432,17 +432,14 @@ def summary(fingerprint: dict[str, Any]) -> str:
 # (zerogate.data.dataset.load_split: pyarrow's libraries and memory pool, 70 MiB here, and the rows). The process's peak resident set (VmHWM) and its parts are printed as JSON. The shm
 # workspace this creates is removed.
 _BASELINE_SCRIPT = r"""
-import glob, importlib, json, os, socket, sys
+import importlib, json, sys
 options = json.loads(sys.argv[1])
 importlib.import_module(options["module"])
 from deepspeed.accelerator import get_accelerator
 import deepspeed
+from zerogate.train.launch import one_rank_config, remove_own_shm_buffers, start_one_rank_world
 accelerator = get_accelerator()
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-deepspeed.init_distributed(dist_backend=options["backend"])
+port = start_one_rank_world(options["backend"])
 def status():
     found = {}
     with open("/proc/self/status") as handle:
@@ -458,8 +455,7 @@ if options.get("split"):
     stages["training_split_read"] = status()
 if options.get("ds_config"):
     import torch
-    config = options["ds_config"]
-    config["train_batch_size"] = config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"]
+    config = one_rank_config(options["ds_config"])
     config.get("zero_optimization", {}).pop("leaf_module", None)
     model = torch.nn.Linear(8, 8)
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
@@ -467,8 +463,7 @@ if options.get("ds_config"):
         engine.backward(engine(torch.ones(1, 8, dtype=next(engine.parameters()).dtype)).sum())
         engine.step()
     stages["engine_and_one_step"] = status()
-for path in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_127.0.0.1_{port}_*"):
-    os.remove(path)
+remove_own_shm_buffers(port)
 print("BASELINE " + json.dumps({"accelerator": accelerator._name, **stages[list(stages)[-1]], "stages": stages}))
 """
 

@@ -16,6 +16,13 @@ import gc
 from functools import lru_cache
 
 
+class _Mallinfo2(ctypes.Structure):
+    # glibc >= 2.33, malloc.h: struct mallinfo2, every field a size_t.
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
 @lru_cache(maxsize=1)
 def _libc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
@@ -23,7 +30,11 @@ def _libc() -> ctypes.CDLL | None:
         libc = ctypes.CDLL(name) if name else None
     except OSError:
         return None
-    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+    if libc is None or not hasattr(libc, "malloc_trim"):
+        return None
+    if hasattr(libc, "mallinfo2"):
+        libc.mallinfo2.restype = _Mallinfo2
+    return libc
 
 
 def release_freed_memory() -> bool:
@@ -37,13 +48,6 @@ def release_freed_memory() -> bool:
     return True
 
 
-class _Mallinfo2(ctypes.Structure):
-    # glibc >= 2.33, malloc.h: struct mallinfo2, every field a size_t.
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
-
-
 def allocator_free_bytes() -> int | None:
     """Bytes glibc's allocator holds free in its arenas (mallinfo2's fordblks, every arena): memory the
     process freed and the allocator kept for reuse. Part of it is resident (pages written before they were
@@ -52,5 +56,4 @@ def allocator_free_bytes() -> int | None:
     libc = _libc()
     if libc is None or not hasattr(libc, "mallinfo2"):
         return None
-    libc.mallinfo2.restype = _Mallinfo2
     return int(libc.mallinfo2().fordblks)

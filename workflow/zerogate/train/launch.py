@@ -47,6 +47,33 @@ def shm_buffers(port: int, shm: Path = SHM) -> list[Path]:
     return sorted(shm.glob(f"deepspeed_allreduce_buffer_*_{MASTER_ADDR}_{port}_*"))
 
 
+def start_one_rank_world(backend: str) -> int:
+    """Make this process a torch.distributed world of one rank (through DeepSpeed, on a free local port),
+    as the planning-stage measurements do; the port, which names the world's shm buffers
+    (remove_own_shm_buffers). DS_ACCELERATOR must already be in the environment."""
+    import deepspeed
+
+    port = free_port()
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_SIZE="1", MASTER_ADDR=LOCAL_MASTER_ADDR,
+                      MASTER_PORT=str(port))
+    deepspeed.init_distributed(dist_backend=backend)
+    return port
+
+
+def one_rank_config(ds_config: dict) -> dict:
+    """A copy of a rendered DeepSpeed config for a world of one rank: its global batch is one rank's."""
+    config = json.loads(json.dumps(ds_config))
+    config["train_batch_size"] = config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"]
+    return config
+
+
+def remove_own_shm_buffers(port: int, shm: Path = SHM) -> None:
+    """Delete the shm buffers of this process's own one-rank world (held by this process, which is about
+    to exit: remove_shm_buffers would keep them)."""
+    for path in shm_buffers(port, shm):
+        path.unlink(missing_ok=True)
+
+
 def remove_shm_buffers(port: int, shm: Path = SHM, proc: Path = PROC) -> list[Path]:
     """Delete the buffers of the run that used ``port``, except any a live process holds (another run
     that reused the port: never delete what a running training uses)."""
