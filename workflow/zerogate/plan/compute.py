@@ -62,9 +62,11 @@ def measure_forward_backward(model_config: Any, micro_batch: int, seq_len: int, 
     tokens = torch.randint(0, model_config.vocab_size, (micro_batch, seq_len))
     port = None
     if ds_config is not None:
+        from zerogate.train.deepspeed_adapter import parameter_count
+
         engine, port = one_rank_engine(lambda: build_model(model_config).to(torch_dtype), ds_config, backend)
         engine.train()
-        parameters = sum(getattr(p, "ds_numel", p.numel()) for p in engine.module.parameters())
+        parameters = parameter_count(engine.module)
 
         def one_pass() -> None:
             engine.backward(engine(input_ids=tokens, labels=tokens).loss)

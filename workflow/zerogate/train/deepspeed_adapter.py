@@ -94,6 +94,12 @@ def fp16(engine: Any) -> bool:
     return bool(engine.fp16_enabled())
 
 
+def parameter_count(module: Any) -> int:
+    """The model's parameters, whole: ZeRO-3 leaves a partitioned parameter empty and keeps its full size
+    in ``ds_numel``."""
+    return int(sum(getattr(p, "ds_numel", p.numel()) for p in module.parameters()))
+
+
 def forget_zero3_engines() -> None:
     """Drop what DeepSpeed 0.19.8 keeps of a destroyed ZeRO-3 engine in module-level state, so that the
     engine, its model and its optimizer can be freed: parameter_offload.FWD_MODULE_STACK keeps the last

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from zerogate.train.deepspeed_adapter import parameter_count
+
 
 def _bytes(tensors: Iterable[Any], seen: set[int]) -> int:
     total = 0
@@ -46,6 +48,6 @@ def held_bytes(engine: Any) -> dict[str, int]:
         "master_parameters(bytes)": master_bytes,
         "gradients(bytes)": gradient_bytes,
         "optimizer_states(bytes)": optimizer_bytes,
-        "parameter_count": int(sum(getattr(p, "ds_numel", p.numel()) for p in module.parameters())),
+        "parameter_count": parameter_count(module),
         "parameter_dtype": str(next(iter(params)).dtype).replace("torch.", "") if params else None,
     }

@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     model = load_for_training(manifest["model"], spec["model"], manifest, ds_config)
     config = model.config
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
-    parameters = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+    parameters = ds.parameter_count(model)
     # Loading built the model whole before DeepSpeed partitioned it; glibc keeps those freed pages resident
     # unless trimmed, and the measured peak would count garbage (train/heap.py).
     release_freed_memory()
