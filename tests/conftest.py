@@ -1,4 +1,5 @@
-"""Shared fixtures: repository paths and a CPU machine fingerprint as the probe writes it."""
+"""Shared fixtures: repository paths, a CPU machine fingerprint as the probe writes it, and the start of the
+shared smoke run (tests/integration/conftest.py)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,17 @@ def tiny_profile() -> dict:
 @pytest.fixture
 def smoke_profile() -> dict:
     return resolve_profile(load_profile_chain(REPO / "config/profiles", "smoke", "config/config.yaml", "profile"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def smoke_run_started(request, tmp_path_factory):
+    """The shared smoke pipeline (tests/integration/conftest.py: smoke_run), started in the background before
+    the first test when any selected test needs it, so the unit tests, ordered first, run while it trains.
+    None when no selected test needs it."""
+    if not any("smoke_run" in item.fixturenames for item in request.session.items):
+        return None
+    from tests.integration.background import start_smoke_run
+
+    run = start_smoke_run(tmp_path_factory.mktemp("zerogate-smoke"))
+    request.addfinalizer(run.stop)
+    return run

@@ -1,5 +1,12 @@
-"""A pipeline run started in the background, for a run that mostly waits (the Slurm executor polls its
-queue every few seconds): the rest of the suite runs meanwhile, and the run's own tests wait for it."""
+"""Pipeline runs started in the background, the rest of the suite running meanwhile; their tests wait for them.
+
+- The shared smoke run starts before the first test (tests/conftest.py) and the unit tests, ordered first,
+  run while it trains: much of a pipeline's time is one process at a time starting up, which leaves a core.
+- The two-node run starts once the smoke run is done, and the tests that read it run last. Where a Slurm
+  cluster answers (CI starts one) it goes through Snakemake's Slurm executor, every rule a Slurm job, and
+  mostly waits: the executor polls its queue every few seconds. One run serves the two-node tests, the
+  straggler test and the Slurm tests.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +19,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.integration.pipeline import copy_workdir, env
+from tests.integration.pipeline import (MACHINE, STRAGGLER_DELAY_S, copy_repo, copy_workdir, env, share_probe,
+                                        snakemake_command)
 
 SLURM_MACHINE = "slurm-box"
-SLURM_TESTS = "test_slurm.py"  # their module; tests/integration/conftest.py runs them last
+TWO_NODE_PROFILE = "cpu-2node"
 
 
 @dataclass
@@ -46,6 +54,19 @@ class BackgroundRun:
             self.process.wait()
 
 
+def start(command: list[str], workdir: Path, output: Path) -> BackgroundRun:
+    with open(output, "w") as out:
+        process = subprocess.Popen(command, cwd=workdir, env=env(), stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    return BackgroundRun(process, workdir, output, time.monotonic())
+
+
+def start_smoke_run(target: Path) -> BackgroundRun:
+    """The smoke profile end to end on machine MACHINE, in a committed copy of the repository at ``target``."""
+    workdir = copy_repo(target)
+    return start(snakemake_command(profile="smoke", machine=MACHINE), workdir, workdir.with_name(workdir.name + ".log"))
+
+
 def slurm_answers() -> bool:
     if not shutil.which("sinfo"):
         return False
@@ -53,15 +74,24 @@ def slurm_answers() -> bool:
     return shown.returncode == 0 and any(state.startswith(("idle", "mixed")) for state in shown.stdout.split())
 
 
-def start_slurm_run(finished_smoke_workdir: Path, target: Path) -> BackgroundRun:
-    """The smoke profile through profiles/slurm (every rule a Slurm job), in a copy of the smoke run's
-    directory under another machine name, so every rule runs again."""
+def start_two_node_run(finished_smoke_workdir: Path, smoke_results: Path, target: Path,
+                       through_slurm: bool) -> BackgroundRun:
+    """Profile cpu-2node (two launchers on one machine, one rank each) end to end, in a copy of the smoke run's
+    directory under another machine name, with rank 1 made a straggler by the `slow` injection. The
+    injection only sleeps, outside every collective: the training stays the one-node smoke run's, step for
+    step. ``through_slurm``: through profiles/slurm, every rule a Slurm job, the probe included (successful
+    jobs keep their Slurm logs, the evidence that each rule ran as one); else locally, the smoke run's
+    probe reused."""
     workdir = copy_workdir(finished_smoke_workdir, target)
-    output = workdir / "slurm-run.log"
-    # Successful jobs keep their Slurm logs: they are the evidence that each rule ran as a Slurm job.
-    command = [sys.executable, "-m", "snakemake", "--workflow-profile", "profiles/slurm",
-               "--slurm-keep-successful-logs", "--config", "profile=smoke", f"machine={SLURM_MACHINE}"]
-    with open(output, "w") as out:
-        process = subprocess.Popen(command, cwd=workdir, env=env(), stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    return BackgroundRun(process, workdir, output, time.monotonic())
+    machine = SLURM_MACHINE if through_slurm else MACHINE
+    if not through_slurm:
+        share_probe(smoke_results, workdir, TWO_NODE_PROFILE, machine)
+    profile = workdir / f"config/profiles/{TWO_NODE_PROFILE}.yaml"
+    profile.write_text(profile.read_text()
+                       + f"stabiliser:\n  inject: {{kind: slow, rank: 1, seconds: {STRAGGLER_DELAY_S}}}\n")
+    if through_slurm:
+        command = [sys.executable, "-m", "snakemake", "--workflow-profile", "profiles/slurm",
+                   "--slurm-keep-successful-logs", "--config", f"profile={TWO_NODE_PROFILE}", f"machine={machine}"]
+    else:
+        command = snakemake_command(profile=TWO_NODE_PROFILE, machine=machine)
+    return start(command, workdir, workdir.with_name(workdir.name + ".log"))

@@ -1,11 +1,14 @@
 """One smoke pipeline per test session: tests read its outputs, or work on a copy of its directory.
 
-Running the DAG end to end (2 CPU ranks over gloo) is the slow part of the suite, so it happens once. A
+Running the DAG end to end (2 CPU ranks over gloo) is the slow part of the suite, so it happens once, in the
+background from the first test on (tests/conftest.py: smoke_run_started), while the unit tests run. A
 test that needs a changed run borrows the finished directory (git, Snakemake's metadata and results; a
 pristine copy is put back afterwards) and lets Snakemake redo only what its change touches.
 
-The Slurm run (tests/integration/test_slurm.py) spends most of its minutes waiting for the executor's
-status checks: it starts in the background as soon as the smoke run is done, and its tests run last.
+One other pipeline trains: the two-node run (profile cpu-2node, background.start_two_node_run), started in
+the background once the smoke run is done, through the Slurm executor where a cluster answers. Its rank 1
+is made a straggler, so it serves tests/integration/test_two_nodes.py, test_ranks.py and test_slurm.py,
+which run last.
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ from typing import Iterator
 
 import pytest
 
-from tests.integration.background import SLURM_TESTS, BackgroundRun, slurm_answers, start_slurm_run
-from tests.integration.pipeline import MACHINE, copy_repo, copy_workdir, snakemake
+from tests.integration.background import (SLURM_MACHINE, TWO_NODE_PROFILE, BackgroundRun, slurm_answers,
+                                          start_two_node_run)
+from tests.integration.pipeline import MACHINE, STRAGGLER_DELAY_S, copy_workdir, share_probe
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The Slurm tests last (stable order otherwise): their run overlaps everything before them."""
-    items.sort(key=lambda item: item.path.name == SLURM_TESTS)
+    """The unit tests first (they run while the smoke run trains in the background), then the integration
+    tests, those of the two-node run last (it overlaps everything before them); stable order otherwise."""
+    items.sort(key=lambda item: ("integration" in item.path.parts, "two_node_run" in item.fixturenames))
 
 
 @dataclass(frozen=True)
@@ -51,19 +56,16 @@ class SmokeRun:
             pristine.rename(self.workdir)
 
     def share_probe(self, workdir: Path, profile: str, machine: str) -> None:
-        """Give another run in ``workdir`` this run's hardware probe (it does not depend on the profile),
-        so Snakemake there skips the probe's seconds of measuring."""
-        shutil.copytree(self.results / "probe", workdir / "results" / profile / machine / "probe")
+        share_probe(self.results, workdir, profile, machine)
 
 
 @pytest.fixture(scope="session")
-def smoke_run(request, tmp_path_factory) -> SmokeRun:
+def smoke_run(request, smoke_run_started: BackgroundRun, tmp_path_factory) -> SmokeRun:
     """The smoke profile end to end on machine ``ci-box``. Tests must not change it: copy it first."""
-    workdir = copy_repo(tmp_path_factory.mktemp("zerogate-smoke"))
-    started = time.monotonic()
-    done = snakemake(workdir)
-    assert done.returncode == 0, done.stderr[-4000:]
-    print(f"smoke pipeline end to end: {time.monotonic() - started:.1f} s")
+    code, output = smoke_run_started.wait(timeout=1500)
+    assert code == 0, output[-4000:]
+    print(f"smoke pipeline end to end: {time.monotonic() - smoke_run_started.started:.1f} s (beside the unit tests)")
+    workdir = smoke_run_started.workdir
     results = workdir / "results" / "smoke" / MACHINE
     # DeepSpeed's CPU comm op leaves its /dev/shm (RAM) buffers behind, named after the rendezvous port;
     # zerogate.train.launch removes them. (Only this run's port: other runs may share the machine.)
@@ -71,7 +73,30 @@ def smoke_run(request, tmp_path_factory) -> SmokeRun:
     assert ports
     assert not [p for port in ports for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*")]
     run = SmokeRun(workdir, results)
-    if any(item.path.name == SLURM_TESTS for item in request.session.items) and slurm_answers():
-        slurm = run.background["slurm"] = start_slurm_run(workdir, tmp_path_factory.mktemp("zerogate-slurm"))
-        request.addfinalizer(slurm.stop)
+    if any("two_node_run" in item.fixturenames for item in request.session.items):
+        two_nodes = run.background["two-node"] = start_two_node_run(
+            workdir, results, tmp_path_factory.mktemp("zerogate-2node"), through_slurm=slurm_answers())
+        request.addfinalizer(two_nodes.stop)
     return run
+
+
+@dataclass(frozen=True)
+class TwoNodeRun:
+    workdir: Path
+    results: Path  # results/cpu-2node/<machine>
+    delay_s: float  # the straggler injection: rank 1 sleeps this long per micro-step
+    through_slurm: bool  # every rule a Slurm job (SLURM_MACHINE), else run locally (MACHINE)
+
+
+@pytest.fixture(scope="session")
+def two_node_run(smoke_run) -> TwoNodeRun:
+    """Profile cpu-2node end to end with rank 1 a straggler (background.start_two_node_run)."""
+    run = smoke_run.background["two-node"]
+    code, output = run.wait(timeout=1800)
+    assert code == 0, output[-4000:]
+    through_slurm = "--workflow-profile" in run.process.args
+    machine = SLURM_MACHINE if through_slurm else MACHINE
+    print(f"two-node pipeline (rank 1 a straggler, {'Slurm' if through_slurm else 'local'}): "
+          f"{time.monotonic() - run.started:.1f} s")
+    return TwoNodeRun(run.workdir, run.workdir / "results" / TWO_NODE_PROFILE / machine, STRAGGLER_DELAY_S,
+                      through_slurm)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -10,6 +11,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 MACHINE = "ci-box"
+# The straggler of the two-node run (conftest.two_node_run): seconds rank 1 sleeps per micro-step. Small, so
+# the run costs little, and far above the unperturbed ranks' imbalance (test_pipeline.py checks that margin).
+STRAGGLER_DELAY_S = 0.05
 
 
 def copy_repo(target: Path) -> Path:
@@ -31,6 +35,12 @@ def copy_workdir(source: Path, target: Path) -> Path:
     """A working directory copied whole: git, Snakemake's metadata, results, file times kept."""
     shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
     return target
+
+
+def share_probe(results: Path, workdir: Path, profile: str, machine: str) -> None:
+    """Give another run in ``workdir`` the hardware probe of the run in ``results`` (a probe does not depend on
+    the profile), so Snakemake there skips the probe's seconds of measuring."""
+    shutil.copytree(results / "probe", workdir / "results" / profile / machine / "probe")
 
 
 def env() -> dict[str, str]:
@@ -58,3 +68,24 @@ def refused(done: subprocess.CompletedProcess) -> str:
     assert len(lines) == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     return lines[0]
+
+
+def shortened_launch(results: Path, out: Path, steps: int, stabiliser: dict | None = None,
+                     checkpoint: dict | None = None) -> list[str]:
+    """The command that runs zerogate.train.launch directly (no Snakemake) on a finished run's rendered
+    files and dataset, shortened to ``steps`` optimizer steps, with ``stabiliser`` and ``checkpoint`` settings
+    changed. The changed files, the log (train.log), the outputs (train/) and checkpoints go under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    spec = json.loads((results / "deepspeed/run_spec.json").read_text())
+    spec["training"]["optimizer_steps"] = steps
+    ds_config = json.loads((results / "deepspeed/ds_config.json").read_text())
+    ds_config["scheduler"]["params"]["total_num_steps"] = steps
+    settings = json.loads((results / "train/settings.json").read_text())
+    settings["stabiliser"].update(stabiliser or {})
+    settings["checkpoint"].update(checkpoint or {})
+    for file, value in (("run_spec.json", spec), ("ds_config.json", ds_config), ("settings.json", settings)):
+        (out / file).write_text(json.dumps(value))
+    return [sys.executable, "-m", "zerogate.train.launch", "--run-spec", str(out / "run_spec.json"), "--log",
+            str(out / "train.log"), "--", "--ds-config", str(out / "ds_config.json"), "--settings",
+            str(out / "settings.json"), "--dataset-dir", str(results / "dataset"), "--out-dir", str(out / "train"),
+            "--checkpoint-dir", str(out / "checkpoints")]

@@ -5,7 +5,6 @@ The compare runs are written from synthetic step records (no training), so this 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 

@@ -1,5 +1,6 @@
 """The plan target for the claimed box, the refusal of an infeasible run, and a misspelt DeepSpeed key,
-each through Snakemake in a copy of the repository (no training; the session's smoke run lends its probe)."""
+each through Snakemake in a copy of the repository (no training; the session's smoke run lends its probe).
+The first two run side by side."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -25,9 +27,41 @@ def workdir(tmp_path_factory):
     return copy_repo(tmp_path_factory.mktemp("zerogate-plan"))
 
 
-def test_plan_for_the_claimed_box_gives_the_on_paper_verdict(workdir):
-    done = snakemake(workdir, "plan", "--config", "profile=claim-14b",
-                     "machine_description=config/machines/claim-rtx5070-rtx4090.yaml")
+CLAIMED = ("machine_description=config/machines/claim-rtx5070-rtx4090.yaml",)
+
+
+def plan_claimed_box(workdir):
+    """The plan target for claim-14b on the described box, then for the multi-node overlay it writes, planned
+    as a profile of its own: (first invocation, second invocation)."""
+    first = snakemake(workdir, "plan", "--config", "profile=claim-14b", *CLAIMED)
+    if first.returncode != 0:
+        return first, None
+    overlay = workdir / "results/claim-14b/claim-rtx5070-rtx4090/plan/multinode-overlay.yaml"
+    (workdir / "config/profiles/claim-14b-2nodes.yaml").write_text(overlay.read_text())
+    return first, snakemake(workdir, "plan", "--config", "profile=claim-14b-2nodes", *CLAIMED)
+
+
+def refuse_infeasible(workdir):
+    """The whole DAG asked for claim-14b on this machine: (invocation, wall seconds)."""
+    started = time.monotonic()
+    done = snakemake(workdir, "--config", "profile=claim-14b", "machine=ci-refuse")
+    return done, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory, smoke_run):
+    """Both planning runs side by side, each in its own copy (each is mostly one process at a time starting
+    up): {"claimed": (workdir, (first, second)), "refused": (workdir, (done, seconds))}."""
+    claimed, refused_ = (copy_repo(tmp_path_factory.mktemp(name)) for name in ("zerogate-claimed", "zerogate-refuse"))
+    smoke_run.share_probe(refused_, "claim-14b", "ci-refuse")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(plan_claimed_box, claimed)
+        second = pool.submit(refuse_infeasible, refused_)
+        return {"claimed": (claimed, first.result()), "refused": (refused_, second.result())}
+
+
+def test_plan_for_the_claimed_box_gives_the_on_paper_verdict(plans):
+    workdir, (done, overlay_done) = plans["claimed"]
     assert done.returncode == 0, done.stderr[-3000:]
     for scheme in ("ddp", "zero1", "zero2", "zero3", "zero3_offload_optimizer", "zero3_offload_all"):
         assert f"  {scheme} " in done.stderr
@@ -40,18 +74,12 @@ def test_plan_for_the_claimed_box_gives_the_on_paper_verdict(workdir):
     # as a profile of its own on the same box, it fits.
     overlay = workdir / "results/claim-14b/claim-rtx5070-rtx4090/plan/multinode-overlay.yaml"
     assert f"{overlay.relative_to(workdir)}:" in done.stderr and "nodes:" in overlay.read_text()
-    (workdir / "config/profiles/claim-14b-2nodes.yaml").write_text(overlay.read_text())
-    done = snakemake(workdir, "plan", "--config", "profile=claim-14b-2nodes",
-                     "machine_description=config/machines/claim-rtx5070-rtx4090.yaml")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "run_fits_machine: POSSIBLE" in done.stderr and "4 ranks" in done.stderr
+    assert overlay_done.returncode == 0, overlay_done.stderr[-3000:]
+    assert "run_fits_machine: POSSIBLE" in overlay_done.stderr and "4 ranks" in overlay_done.stderr
 
 
-def test_infeasible_run_is_refused_before_anything_is_launched(workdir, smoke_run):
-    smoke_run.share_probe(workdir, "claim-14b", "ci-refuse")
-    started = time.monotonic()
-    done = snakemake(workdir, "--config", "profile=claim-14b", "machine=ci-refuse")
-    elapsed = time.monotonic() - started
+def test_infeasible_run_is_refused_before_anything_is_launched(plans):
+    workdir, (done, elapsed) = plans["refused"]
     print(f"infeasible claim-14b refused after {elapsed:.1f} s (wall, snakemake start to exit)")
     assert done.returncode != 0
     output = done.stdout + done.stderr

@@ -1,35 +1,32 @@
-"""The smoke DAG through Snakemake's Slurm executor against a real Slurm cluster (issue 13).
+"""The two-node DAG through Snakemake's Slurm executor against a real Slurm cluster (issue 13).
 
 .ci/run starts a one-node cluster on localhost (tests/slurm/cluster.sh: munge, slurmctld, slurmd) before
 the suite, stops it after, and sets ZEROGATE_REQUIRE_SLURM=1 so that a cluster that does not answer fails
-the test. Elsewhere it runs when `sinfo` finds an idle node and is skipped otherwise. The run mostly waits
-for the executor's status checks, so it runs in the background beside the rest of the suite (background.py).
+the test. Elsewhere it runs when `sinfo` finds an idle node and is skipped otherwise. The run is the
+suite's two-node run (profile cpu-2node, rank 1 a straggler; tests/integration/conftest.py), which goes
+through the Slurm executor whenever a cluster answers: every rule a Slurm job, the train job starting both
+nodes' launchers. It mostly waits for the executor's status checks, so it runs in the background beside the
+rest of the suite (background.py). That it judges as the local one-node run is test_two_nodes.py's test,
+on the same run.
 """
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
-
-from tests.integration.background import SLURM_MACHINE, slurm_answers, start_slurm_run
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def slurm_run(smoke_run, tmp_path_factory):
-    """The smoke profile through the Slurm executor: started in the background when the smoke run was ready
-    (tests/integration/conftest.py), else here."""
-    if not slurm_answers():
+def slurm_run(two_node_run):
+    """(working directory, results directory) of the two-node run, which went through the Slurm executor."""
+    if not two_node_run.through_slurm:
         if os.environ.get("ZEROGATE_REQUIRE_SLURM"):
-            pytest.fail("no Slurm cluster answers (sinfo): .ci/run starts one with tests/slurm/cluster.sh")
+            pytest.fail("no Slurm cluster answered (sinfo): .ci/run starts one with tests/slurm/cluster.sh")
         pytest.skip("no Slurm cluster (tests/slurm/cluster.sh start makes a one-node one)")
-    run = smoke_run.background.get("slurm") or start_slurm_run(smoke_run.workdir, tmp_path_factory.mktemp("zerogate-slurm"))
-    code, output = run.wait(timeout=1800)
-    assert code == 0, output[-4000:]
-    return run.workdir, run.workdir / "results" / "smoke" / SLURM_MACHINE
+    return two_node_run.workdir, two_node_run.results
 
 
 def test_every_rule_ran_as_a_slurm_job(slurm_run):
@@ -42,12 +39,3 @@ def test_every_rule_ran_as_a_slurm_job(slurm_run):
     assert not ran & local
     train_job = next((workdir / ".snakemake/slurm_logs/rule_train").glob("*.log")).read_text()
     assert "Finished jobid" in train_job or "100%" in train_job
-
-
-def test_the_slurm_run_judges_as_the_local_one(slurm_run, smoke_run):
-    _, results = slurm_run
-    there = json.loads((results / "gates/verdicts.json").read_text())["gates"]
-    here = json.loads((smoke_run.results / "gates/verdicts.json").read_text())["gates"]
-    assert [(g["name"], g["verdict"]) for g in there] == [(g["name"], g["verdict"]) for g in here]
-    assert json.loads((results / "train/summary.json").read_text())["completed_steps"] == 40
-    assert len(list((results / "report").glob("zerogate-*.html"))) == 1

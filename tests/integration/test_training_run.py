@@ -16,8 +16,8 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -25,7 +25,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.integration.pipeline import MACHINE, env, snakemake, snakemake_command
+from tests.integration.pipeline import MACHINE, env, shortened_launch, snakemake, snakemake_command
 
 pytestmark = pytest.mark.integration
 STEPS = 40  # the smoke profile's optimizer steps; it checkpoints every 10
@@ -82,7 +82,7 @@ def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, li
 
     # 1. One rank dies after the first checkpoint (step 10): the job fails, Snakemake takes its outputs away
     #    and will train again; the checkpoints and the launcher's copy of the records stay.
-    kill_step = random.Random().randint(11, 29)
+    kill_step = random.Random().randint(11, 19)
     print(f"killing rank 0 after step {kill_step}")
     process = start(workdir)
     try:
@@ -96,13 +96,12 @@ def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, li
     assert list((results / "checkpoints").glob("step*/zerogate.json"))
     kept = [json.loads(line) for line in (results / "logs/train_failed/metrics/rank1.jsonl").read_text().splitlines()]
     assert len(kept) >= kill_step - 1
-    dry = snakemake(workdir, targets=("-n", SUMMARY), timeout=300)
-    assert "train" in dry.stdout  # Snakemake will train again rather than trust a partial run
 
-    # 2. Rerun; once it has resumed and passed the checkpoint at step 30, the whole Snakemake process group
-    #    is killed (kill -9: nothing gets to clean up; the lock and the incomplete outputs stay).
+    # 2. Rerun: Snakemake trains again rather than trust the partial run (wait_for_step fails otherwise), and
+    #    once it has resumed and passed the checkpoint at step 30 the whole Snakemake process group is killed
+    #    (kill -9: nothing gets to clean up; the lock and the incomplete outputs stay).
     first_checkpoint = kill_step // 10 * 10
-    group_kill_step = random.Random().randint(31, STEPS - 3)
+    group_kill_step = random.Random().randint(31, 34)
     print(f"killing the Snakemake process group after step {group_kill_step}")
     process = start(workdir)
     try:
@@ -133,21 +132,9 @@ def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, li
 def run_policy(smoke_run, out: Path, policy: str, inject_step: int, steps: int = 8,
                every: int = 3) -> tuple[subprocess.CompletedProcess, Path]:
     """zerogate.train.loop through the launcher, on the smoke run's data, with a NaN injected on rank 1."""
-    source = smoke_run.results
-    out.mkdir(parents=True, exist_ok=True)
-    spec = json.loads((source / "deepspeed/run_spec.json").read_text())
-    spec["training"]["optimizer_steps"] = steps
-    ds_config = json.loads((source / "deepspeed/ds_config.json").read_text())
-    ds_config["scheduler"]["params"]["total_num_steps"] = steps
-    settings = json.loads((source / "train/settings.json").read_text())
-    settings["stabiliser"].update(policy=policy, inject={"step": inject_step, "rank": 1, "kind": "nan_loss"})
-    settings["checkpoint"].update(every_steps=every, keep=2, export_fp32=True)
-    for file, value in (("run_spec.json", spec), ("ds_config.json", ds_config), ("settings.json", settings)):
-        (out / file).write_text(json.dumps(value))
-    command = [sys.executable, "-m", "zerogate.train.launch", "--run-spec", str(out / "run_spec.json"), "--log",
-               str(out / "train.log"), "--", "--ds-config", str(out / "ds_config.json"), "--settings",
-               str(out / "settings.json"), "--dataset-dir", str(source / "dataset"), "--out-dir", str(out / "train"),
-               "--checkpoint-dir", str(out / "checkpoints")]
+    command = shortened_launch(smoke_run.results, out, steps,
+                               stabiliser={"policy": policy, "inject": {"step": inject_step, "rank": 1, "kind": "nan_loss"}},
+                               checkpoint={"every_steps": every, "keep": 2, "export_fp32": True})
     done = subprocess.run(command, cwd=smoke_run.workdir, env=env(), capture_output=True, text=True, timeout=600)
     return done, out
 
@@ -161,8 +148,22 @@ def final_weights_finite(out: Path) -> bool:
     return bool(weights) and all(torch.isfinite(t).all() for t in weights.values())
 
 
-def test_abort_stops_at_the_step_and_says_so(smoke_run, tmp_path):
-    done, out = run_policy(smoke_run, tmp_path / "abort", "abort", inject_step=3)
+# Each policy's run, with the step of its NaN. The three are independent 8-step launches that spend most of their
+# time starting up (imports, one process at a time in each launcher): they run side by side.
+POLICY_RUNS = {"abort": 3, "skip": 5, "rollback": 5}
+
+
+@pytest.fixture(scope="module")
+def policy_runs(smoke_run, tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
+    root = tmp_path_factory.mktemp("zerogate-policies")
+    with ThreadPoolExecutor(max_workers=len(POLICY_RUNS)) as pool:
+        futures = {policy: pool.submit(run_policy, smoke_run, root / policy, policy, inject_step=step)
+                   for policy, step in POLICY_RUNS.items()}
+        return {policy: future.result() for policy, future in futures.items()}
+
+
+def test_abort_stops_at_the_step_and_says_so(policy_runs):
+    done, out = policy_runs["abort"]
     assert done.returncode != 0
     log = (out / "train.log").read_text()
     assert "stabiliser aborted the run at step 3: nonfinite_loss" in log
@@ -175,8 +176,8 @@ def test_abort_stops_at_the_step_and_says_so(smoke_run, tmp_path):
     assert (kept / "events.jsonl").read_text() == (out / "train/events.jsonl").read_text()
 
 
-def test_skip_drops_the_update_and_the_batch(smoke_run, tmp_path):
-    done, out = run_policy(smoke_run, tmp_path / "skip", "skip", inject_step=5)
+def test_skip_drops_the_update_and_the_batch(policy_runs):
+    done, out = policy_runs["skip"]
     assert done.returncode == 0, done.stderr[-3000:]
     assert [(e["step"], e["rank"], e["action"]) for e in events(out)] == [(5, 1, "skip")]
     for rank in (0, 1):
@@ -190,8 +191,8 @@ def test_skip_drops_the_update_and_the_batch(smoke_run, tmp_path):
     assert final_weights_finite(out)
 
 
-def test_rollback_restores_the_checkpoint_and_skips_the_window(smoke_run, tmp_path):
-    done, out = run_policy(smoke_run, tmp_path / "rollback", "rollback", inject_step=5)
+def test_rollback_restores_the_checkpoint_and_skips_the_window(policy_runs):
+    done, out = policy_runs["rollback"]
     assert done.returncode == 0, done.stderr[-3000:]
     assert [(e["step"], e["rank"], e["action"]) for e in events(out)] == [(5, 1, "rollback")]
     assert "rolled back to step 3; data window 4 skipped" in (out / "train.log").read_text()

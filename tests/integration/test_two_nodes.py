@@ -2,8 +2,9 @@
 
 Profile cpu-2node is the smoke run with a ``nodes`` section: two launchers on this machine
 (``deepspeed --no_ssh --node_rank 0|1``, one CPU rank each, gloo) that meet as one world of two ranks.
-The whole DAG runs on it once (the shared smoke run's probe reused); the kill test then drives the launcher
-on that run's files.
+The whole DAG runs on it once (tests/integration/conftest.py: two_node_run, with rank 1 made a straggler for
+test_ranks.py; the injection only sleeps, so the training is the one-node run's); the kill test then drives
+the launcher on that run's files, without the injection.
 """
 
 from __future__ import annotations
@@ -12,32 +13,19 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.integration.pipeline import MACHINE, copy_workdir, env, snakemake
+from tests.integration.pipeline import env, shortened_launch
 from tests.integration.test_training_run import metrics, wait_for_step
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def two_node_run(smoke_run, tmp_path_factory) -> tuple[Path, Path]:
-    workdir = copy_workdir(smoke_run.workdir, tmp_path_factory.mktemp("zerogate-2node"))
-    smoke_run.share_probe(workdir, "cpu-2node", MACHINE)
-    started = time.monotonic()
-    done = snakemake(workdir, profile="cpu-2node")
-    assert done.returncode == 0, done.stderr[-4000:]
-    print(f"two-node pipeline: {time.monotonic() - started:.1f} s")
-    return workdir, workdir / "results" / "cpu-2node" / MACHINE
-
-
 def test_two_launchers_make_one_world_that_trains_as_the_one_node_run(two_node_run, smoke_run):
-    _, results = two_node_run
+    results = two_node_run.results
     node0, node1 = (results / "logs/train.log").read_text(), (results / "logs/train.node1.log").read_text()
     # One DeepSpeed launcher per node, each with its own log, meeting as one world of two ranks.
     for node, log in ((0, node0), (1, node1)):
@@ -61,7 +49,7 @@ def test_two_launchers_make_one_world_that_trains_as_the_one_node_run(two_node_r
 
 
 def test_gates_and_report_are_those_of_a_one_node_run(two_node_run, smoke_run):
-    _, results = two_node_run
+    results = two_node_run.results
     two = json.loads((results / "gates/verdicts.json").read_text())["gates"]
     one = json.loads((smoke_run.results / "gates/verdicts.json").read_text())["gates"]
     assert [(g["name"], g["verdict"]) for g in two] == [(g["name"], g["verdict"]) for g in one]
@@ -81,13 +69,12 @@ def node_launcher(node: int) -> psutil.Process:
 
 
 def test_a_dead_node_ends_the_run_in_bounded_time_and_the_rerun_resumes(two_node_run, tmp_path):
-    workdir, results = two_node_run
-    out, checkpoints = tmp_path / "train", tmp_path / "checkpoints"
-    command = [sys.executable, "-m", "zerogate.train.launch", "--run-spec", str(results / "deepspeed/run_spec.json"),
-               "--log", str(tmp_path / "logs/train.log"), "--", "--ds-config", str(results / "deepspeed/ds_config.json"),
-               "--settings", str(results / "train/settings.json"), "--dataset-dir", str(results / "dataset"),
-               "--out-dir", str(out), "--checkpoint-dir", str(checkpoints)]
-    process = subprocess.Popen(command, cwd=workdir, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The two-node run's files in 20 steps (a checkpoint every 10), without its straggler (test_ranks.py's).
+    steps = 20
+    command = shortened_launch(two_node_run.results, tmp_path, steps, stabiliser={"inject": None})
+    out = tmp_path / "train"
+    process = subprocess.Popen(command, cwd=two_node_run.workdir, env=env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
     wait_for_step(process, out / "metrics/rank0.jsonl", 13)  # past the checkpoint of step 10
     # Node 1 dies: its launcher and its rank, at once (the launcher leads its own process group).
     os.killpg(os.getpgid(node_launcher(1).pid), signal.SIGKILL)
@@ -97,13 +84,14 @@ def test_a_dead_node_ends_the_run_in_bounded_time_and_the_rerun_resumes(two_node
     assert not (out / "summary.json").exists()
     assert not node_launcher_alive(0)
 
-    resumed = subprocess.run(command, cwd=workdir, env=env(), capture_output=True, text=True, timeout=900)
+    resumed = subprocess.run(command, cwd=two_node_run.workdir, env=env(), capture_output=True, text=True,
+                             timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["resumed_from_step"] in (10, 20, 30)
+    assert summary["world_size"] == 2 and summary["resumed_from_step"] == 10
     for rank in (0, 1):  # every step exactly once per rank after the resume
-        steps = [json.loads(line)["step"] for line in (out / f"metrics/rank{rank}.jsonl").read_text().splitlines()]
-        assert steps == list(range(1, 41))
+        records = [json.loads(line)["step"] for line in (out / f"metrics/rank{rank}.jsonl").read_text().splitlines()]
+        assert records == list(range(1, steps + 1))
 
 
 def node_launcher_alive(node: int) -> bool:

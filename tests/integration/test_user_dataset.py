@@ -78,7 +78,7 @@ def test_malformed_line_is_refused_before_training(workdir):
     (workdir / "data/mine.jsonl").write_text("\n".join(lines) + "\n")
     done = snakemake(workdir, profile="user-jsonl", targets=TRAINED)
     assert done.returncode != 0
-    assert f"data/mine.jsonl: line 7: malformed JSON" in done.stderr
+    assert "data/mine.jsonl: line 7: malformed JSON" in done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("zerogate: error:")]
     assert len(errors) == 1
     assert not (workdir / "results/user-jsonl" / MACHINE / "dataset/manifest.json").exists()

@@ -23,10 +23,15 @@ def test_times_the_run_shaped_model_and_keeps_the_fastest_pass():
 
 
 # Through the run's ZeRO-3 engine in a one-rank world: in a child process (it initialises torch.distributed
-# and DeepSpeed's CPU accelerator, which must not leak into this test session).
+# and DeepSpeed's CPU accelerator, which must not leak into this test session). The child records the world's
+# rendezvous port, which names its shm buffers: other runs on the machine (the suite's smoke run trains
+# beside the unit tests) have buffers of their own.
 CHILD = textwrap.dedent("""
     import json, os, sys
     os.environ["DS_ACCELERATOR"] = "cpu"
+    import zerogate.train.launch as launch
+    ports, start = [], launch.start_one_rank_world
+    launch.start_one_rank_world = lambda *args, **kwargs: ports.append(start(*args, **kwargs)) or ports[-1]
     from zerogate.model.build import model_config
     from zerogate.plan.compute import measure_forward_backward
     config = model_config(json.loads(sys.argv[1]), vocab_size=50, seq_len=8)
@@ -36,13 +41,13 @@ CHILD = textwrap.dedent("""
           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
     measured = measure_forward_backward(config, 2, 8, "fp32", 1, ds_config=ds, timed=3)
     print("RESULT " + json.dumps(measured))
+    print("PORTS " + json.dumps(ports))
 """)
 
 
 def test_through_the_runs_zero3_engine_in_a_one_rank_world_leaving_no_shm_buffers():
-    from zerogate.train.launch import SHM
+    from zerogate.train.launch import shm_buffers
 
-    before = set(SHM.glob("deepspeed_*"))
     done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(SHAPE)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     measured = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
@@ -50,4 +55,5 @@ def test_through_the_runs_zero3_engine_in_a_one_rank_world_leaving_no_shm_buffer
     assert len(measured["samples(s)"]) == 3 and measured["forward_backward(s)"] == min(measured["samples(s)"])
     # ZeRO-3 partitions every parameter: the engine's count is its ds_numel, the whole model on one rank.
     assert measured["parameters"] == count_parameters(model_config(SHAPE, vocab_size=50, seq_len=8)).total
-    assert set(SHM.glob("deepspeed_*")) <= before
+    (ports,) = [json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("PORTS ")]
+    assert len(ports) == 1 and not shm_buffers(ports[0])
