@@ -74,8 +74,20 @@ def slurm_answers() -> bool:
     return shown.returncode == 0 and any(state.startswith(("idle", "mixed")) for state in shown.stdout.split())
 
 
+@dataclass(frozen=True)
+class TwoNodeRun:
+    background: BackgroundRun
+    results: Path  # results/cpu-2node/<machine>
+    through_slurm: bool  # every rule a Slurm job (SLURM_MACHINE), else run locally (MACHINE)
+    delay_s: float = STRAGGLER_DELAY_S  # the straggler injection: rank 1 sleeps this long per micro-step
+
+    @property
+    def workdir(self) -> Path:
+        return self.background.workdir
+
+
 def start_two_node_run(finished_smoke_workdir: Path, smoke_results: Path, target: Path,
-                       through_slurm: bool) -> BackgroundRun:
+                       through_slurm: bool) -> TwoNodeRun:
     """Profile cpu-2node (two launchers on one machine, one rank each) end to end, in a copy of the smoke run's
     directory under another machine name, with rank 1 made a straggler by the `slow` injection. The
     injection only sleeps, outside every collective: the training stays the one-node smoke run's, step for
@@ -94,4 +106,5 @@ def start_two_node_run(finished_smoke_workdir: Path, smoke_results: Path, target
                    "--slurm-keep-successful-logs", "--config", f"profile={TWO_NODE_PROFILE}", f"machine={machine}"]
     else:
         command = snakemake_command(profile=TWO_NODE_PROFILE, machine=machine)
-    return start(command, workdir, workdir.with_name(workdir.name + ".log"))
+    return TwoNodeRun(start(command, workdir, workdir.with_name(workdir.name + ".log")),
+                      workdir / "results" / TWO_NODE_PROFILE / machine, through_slurm)

@@ -17,15 +17,14 @@ import re
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from tests.integration.background import (SLURM_MACHINE, TWO_NODE_PROFILE, BackgroundRun, slurm_answers,
-                                          start_two_node_run)
-from tests.integration.pipeline import MACHINE, STRAGGLER_DELAY_S, copy_workdir, share_probe
+from tests.integration.background import BackgroundRun, TwoNodeRun, slurm_answers, start_two_node_run
+from tests.integration.pipeline import MACHINE, copy_workdir, share_probe
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -38,7 +37,7 @@ def pytest_collection_modifyitems(session, config, items):
 class SmokeRun:
     workdir: Path  # a committed copy of the repository, the pipeline run in it
     results: Path  # results/smoke/<MACHINE>
-    background: dict[str, BackgroundRun] = field(default_factory=dict)  # runs started from this one
+    two_node: TwoNodeRun | None = None  # started from this one once it was done, when a test needs it
 
     @contextmanager
     def borrowed(self) -> Iterator[tuple[Path, Path]]:
@@ -72,31 +71,20 @@ def smoke_run(request, smoke_run_started: BackgroundRun, tmp_path_factory) -> Sm
     ports = set(re.findall(r"master_port=(\d+)", (results / "logs/train.log").read_text()))
     assert ports
     assert not [p for port in ports for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*")]
-    run = SmokeRun(workdir, results)
+    two_node = None
     if any("two_node_run" in item.fixturenames for item in request.session.items):
-        two_nodes = run.background["two-node"] = start_two_node_run(
-            workdir, results, tmp_path_factory.mktemp("zerogate-2node"), through_slurm=slurm_answers())
-        request.addfinalizer(two_nodes.stop)
-    return run
-
-
-@dataclass(frozen=True)
-class TwoNodeRun:
-    workdir: Path
-    results: Path  # results/cpu-2node/<machine>
-    delay_s: float  # the straggler injection: rank 1 sleeps this long per micro-step
-    through_slurm: bool  # every rule a Slurm job (SLURM_MACHINE), else run locally (MACHINE)
+        two_node = start_two_node_run(workdir, results, tmp_path_factory.mktemp("zerogate-2node"),
+                                      through_slurm=slurm_answers())
+        request.addfinalizer(two_node.background.stop)
+    return SmokeRun(workdir, results, two_node)
 
 
 @pytest.fixture(scope="session")
 def two_node_run(smoke_run) -> TwoNodeRun:
     """Profile cpu-2node end to end with rank 1 a straggler (background.start_two_node_run)."""
-    run = smoke_run.background["two-node"]
-    code, output = run.wait(timeout=1800)
+    run = smoke_run.two_node
+    code, output = run.background.wait(timeout=1800)
     assert code == 0, output[-4000:]
-    through_slurm = "--workflow-profile" in run.process.args
-    machine = SLURM_MACHINE if through_slurm else MACHINE
-    print(f"two-node pipeline (rank 1 a straggler, {'Slurm' if through_slurm else 'local'}): "
-          f"{time.monotonic() - run.started:.1f} s")
-    return TwoNodeRun(run.workdir, run.workdir / "results" / TWO_NODE_PROFILE / machine, STRAGGLER_DELAY_S,
-                      through_slurm)
+    print(f"two-node pipeline (rank 1 a straggler, {'Slurm' if run.through_slurm else 'local'}): "
+          f"{time.monotonic() - run.background.started:.1f} s")
+    return run

@@ -54,6 +54,7 @@ def measure_forward_backward(model_config: Any, micro_batch: int, seq_len: int, 
     import torch
 
     from zerogate.model.build import build_model
+    from zerogate.train.deepspeed_adapter import parameter_count
     from zerogate.plan.ledger import TORCH_DTYPES
 
     torch.set_num_threads(threads)
@@ -62,11 +63,9 @@ def measure_forward_backward(model_config: Any, micro_batch: int, seq_len: int, 
     tokens = torch.randint(0, model_config.vocab_size, (micro_batch, seq_len))
     port = None
     if ds_config is not None:
-        from zerogate.train.deepspeed_adapter import parameter_count
-
         engine, port = one_rank_engine(lambda: build_model(model_config).to(torch_dtype), ds_config, backend)
         engine.train()
-        parameters = parameter_count(engine.module)
+        model = engine.module
 
         def one_pass() -> None:
             engine.backward(engine(input_ids=tokens, labels=tokens).loss)
@@ -78,7 +77,6 @@ def measure_forward_backward(model_config: Any, micro_batch: int, seq_len: int, 
     else:
         model = build_model(model_config).to(torch_dtype)
         model.train()
-        parameters = sum(p.numel() for p in model.parameters())
 
         def one_pass() -> None:
             model(input_ids=tokens, labels=tokens).loss.backward()
@@ -106,7 +104,7 @@ def measure_forward_backward(model_config: Any, micro_batch: int, seq_len: int, 
         "micro_batch": micro_batch,
         "seq_len": seq_len,
         "dtype": dtype,
-        "parameters": parameters,
+        "parameters": parameter_count(model),
         "through_deepspeed": ds_config is not None,
         "how": (f"the run's model shape, randomly initialised, {how}: {WARMUP_PASSES} warm-up passes, then the "
                 f"fastest of {timed} forward + backward passes on {micro_batch} x {seq_len} tokens in {dtype} "
