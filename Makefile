@@ -19,7 +19,7 @@ $(STAMP): envs/requirements.txt envs/requirements-nodeps.txt envs/constraints.tx
 
 # DeepSpeed compiles its CPU ops on first use (about 3 minutes here): done once, at set-up, into the venv.
 $(OPS_STAMP): $(STAMP)
-	$(VENV)/bin/python -m zerogate.train.ops
+	$(VENV)/bin/python -m zerogate.runtime.ops
 	touch $(OPS_STAMP)
 
 setup: $(STAMP) $(OPS_STAMP)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from zerogate.config.profile import load_profile_chain, resolve_profile
-from zerogate.train.ops import build_env
+from zerogate.runtime.ops import build_env
 
 # Tests that build a DeepSpeed engine in-process load the ops `make setup` built, as the workflow's jobs do.
 os.environ.update(build_env())

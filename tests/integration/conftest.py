@@ -67,7 +67,7 @@ def smoke_run(request, smoke_run_started: BackgroundRun, tmp_path_factory) -> Sm
     workdir = smoke_run_started.workdir
     results = workdir / "results" / "smoke" / MACHINE
     # DeepSpeed's CPU comm op leaves its /dev/shm (RAM) buffers behind, named after the rendezvous port;
-    # zerogate.train.launch removes them. (Only this run's port: other runs may share the machine.)
+    # zerogate.runtime.launch removes them. (Only this run's port: other runs may share the machine.)
     ports = set(re.findall(r"master_port=(\d+)", (results / "logs/train.log").read_text()))
     assert ports
     assert not [p for port in ports for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*")]

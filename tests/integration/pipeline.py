@@ -72,7 +72,7 @@ def refused(done: subprocess.CompletedProcess) -> str:
 
 def shortened_launch(results: Path, out: Path, steps: int, stabiliser: dict | None = None,
                      checkpoint: dict | None = None) -> list[str]:
-    """The command that runs zerogate.train.launch directly (no Snakemake) on a finished run's rendered
+    """The command that runs zerogate.runtime.launch directly (no Snakemake) on a finished run's rendered
     files and dataset, shortened to ``steps`` optimizer steps, with ``stabiliser`` and ``checkpoint`` settings
     changed. The changed files, the log (train.log), the outputs (train/) and checkpoints go under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -85,7 +85,7 @@ def shortened_launch(results: Path, out: Path, steps: int, stabiliser: dict | No
     settings["checkpoint"].update(checkpoint or {})
     for file, value in (("run_spec.json", spec), ("ds_config.json", ds_config), ("settings.json", settings)):
         (out / file).write_text(json.dumps(value))
-    return [sys.executable, "-m", "zerogate.train.launch", "--run-spec", str(out / "run_spec.json"), "--log",
+    return [sys.executable, "-m", "zerogate.runtime.launch", "--run-spec", str(out / "run_spec.json"), "--log",
             str(out / "train.log"), "--", "--ds-config", str(out / "ds_config.json"), "--settings",
             str(out / "settings.json"), "--dataset-dir", str(results / "dataset"), "--out-dir", str(out / "train"),
             "--checkpoint-dir", str(out / "checkpoints")]

@@ -29,7 +29,7 @@ def test_times_the_run_shaped_model_and_keeps_the_fastest_pass():
 CHILD = textwrap.dedent("""
     import json, os, sys
     os.environ["DS_ACCELERATOR"] = "cpu"
-    import zerogate.train.launch as launch
+    import zerogate.runtime.launch as launch
     ports, start = [], launch.start_one_rank_world
     launch.start_one_rank_world = lambda *args, **kwargs: ports.append(start(*args, **kwargs)) or ports[-1]
     from zerogate.model.build import model_config
@@ -46,7 +46,7 @@ CHILD = textwrap.dedent("""
 
 
 def test_through_the_runs_zero3_engine_in_a_one_rank_world_leaving_no_shm_buffers():
-    from zerogate.train.launch import shm_buffers
+    from zerogate.runtime.launch import shm_buffers
 
     done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(SHAPE)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

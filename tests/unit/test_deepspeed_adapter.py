@@ -1,4 +1,4 @@
-"""zerogate.train.deepspeed_adapter against a REAL DeepSpeed ZeRO-3 engine (one process, gloo, CPU
+"""zerogate.runtime.deepspeed_adapter against a REAL DeepSpeed ZeRO-3 engine (one process, gloo, CPU
 accelerator, optimizer offloaded as in the default profile): the private internals the skip path relies
 on must still exist and still behave. A DeepSpeed upgrade that moves one of them fails here."""
 
@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from zerogate.train import deepspeed_adapter as adapter
-from zerogate.train.launch import free_port, remove_shm_buffers
+from zerogate.runtime import deepspeed_adapter as adapter
+from zerogate.runtime.launch import free_port, remove_shm_buffers
 
 ACCUMULATION = 2
 

@@ -1,4 +1,4 @@
-"""train/heap.py: freed heap goes back to the OS (what the CPU peak prediction relies on, issue 12)."""
+"""runtime/heap.py: freed heap goes back to the OS (what the CPU peak prediction relies on, issue 12)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 # the resident set before and after release_freed_memory.
 CHILD = textwrap.dedent("""
     import gc, psutil
-    from zerogate.train.heap import release_freed_memory
+    from zerogate.runtime.heap import release_freed_memory
     rss = lambda: psutil.Process().memory_info().rss
     start = rss()
     blocks = [bytearray(64 * 1024) for _ in range(4800)]

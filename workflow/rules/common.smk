@@ -7,6 +7,8 @@ import socket
 import sys
 from pathlib import Path
 
+import yaml
+
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -15,12 +17,14 @@ from zerogate.errors import InputError
 from zerogate.hashing import sha256_json
 from zerogate.config.machine_id import machine_id_from_host
 from zerogate.config.profile import check_profile, file_defining, load_profile_chain, resolve_profile
-from zerogate.config.settings import run_training_section, training_settings
 from zerogate.config.validation import key_path, to_input_error
-from zerogate.train.ops import build_env
+from zerogate.contracts.base import plain
+from zerogate.data.sources import check_dataset_source
+from zerogate.model.sources import check_model_source
+from zerogate.runtime.ops import build_env
 
 # DeepSpeed's compiled ops build into, and load from, this environment's own directory with its own ninja
-# (zerogate.train.ops; `make setup` builds them): every job, local or on Slurm, and every rank inherits this.
+# (zerogate.runtime.ops; `make setup` builds them): every job, local or on Slurm, and every rank inherits this.
 os.environ.update(build_env())
 
 REPO = Path(workflow.basedir)
@@ -58,6 +62,8 @@ def validated(data, schema, chain=None):
 
 
 def load_profile(name):
+    """(the resolved profile as written, its typed settings: zerogate.config.settings.ProfileSettings,
+    what every rule's parameters come from), after the schema and the cross-field checks."""
     try:
         chain = load_profile_chain(PROFILES, name, CONFIG_FILE, "profile")
         profile = resolve_profile(chain)
@@ -65,15 +71,15 @@ def load_profile(name):
         fail(error)
     validated(profile, "profile.schema.yaml", chain)
     try:
-        check_profile(profile, chain, REPO)
+        settings = check_profile(profile, chain, REPO)
     except InputError as error:
         fail(error)
-    return profile
+    return profile, settings
 
 
 validated(config, "config.schema.yaml")
 PROFILE_NAME = config["profile"]
-PROFILE = load_profile(PROFILE_NAME)
+PROFILE, SETTINGS = load_profile(PROFILE_NAME)
 # "auto" (the host name) and "today" (the report's date) are resolved once, by the invocation the user
 # started, and reach every job it spawns through the environment: a cluster job re-reads this file on its
 # own node, perhaps after midnight, and must build the same paths (sbatch passes the environment on).
@@ -98,10 +104,20 @@ REPORT_DATE = (
     else config["report_date"]
 )
 STRICT = config["strict"]
-# The stabiliser's settings with their defaults (zerogate.config.settings, the one place they live): the
-# training loop reads them from train/settings.json, the judging rules take the same as a param, so the
-# spike rule the gates count by is the one the run was stabilised by.
-STABILISER_SETTINGS = training_settings(PROFILE)["stabiliser"]
+# Which optimizer steps the timing statistics leave out: an analysis setting, a param of the judging rules
+# only, so editing it re-judges and never retrains.
+WARMUP_STEPS = SETTINGS.training.warmup_steps_excluded
+
+
+# The seed's own statements (config/claims.yaml), judged on paper for the claimed box (plan_claimed_box,
+# judge_plan_claims) and measured on the machine that ran (judge_seed_claims): zerogate.analysis.claims.
+CLAIMS_FILE = "config/claims.yaml"
+CLAIMS = yaml.safe_load((REPO / CLAIMS_FILE).read_text())
+validated(CLAIMS, "claims.schema.yaml")
+CLAIMED_BOX = CLAIMS["claimed_box"]
+if not (REPO / CLAIMED_BOX["machine"]).is_file():
+    fail(InputError(CLAIMS_FILE, "claimed_box.machine", f"no such file: {CLAIMED_BOX['machine']}"))
+CLAIMED_PROFILE, CLAIMED_SETTINGS = load_profile(CLAIMED_BOX["profile"])
 
 
 def profile_file_setting(key):
@@ -110,17 +126,18 @@ def profile_file_setting(key):
     return str(file_defining(chain, key.split("."))).replace(f"{REPO}/", "")
 
 
-def check_model_source():
-    """Issue 6: a model path that does not exist or a GGUF transformers cannot load stops here."""
-    from zerogate.model.sources import check_model_section
-
+def check_inputs():
+    """A model path that does not exist or a GGUF transformers cannot load, and a dataset file that does not
+    parse or lacks a mapped column, stop here: before any job runs."""
     try:
-        check_model_section(PROFILE["model"], profile_file_setting("model.source"), REPO)
+        check_model_source(SETTINGS.model.source, profile_file_setting("model.source"), REPO)
+        dataset = SETTINGS.dataset
+        check_dataset_source(dataset.source, dataset.columns, dataset.format, REPO)
     except InputError as error:
         fail(error)
 
 
-check_model_source()
+check_inputs()
 
 
 def nodes_hostfile():
@@ -130,8 +147,8 @@ def nodes_hostfile():
 
 
 def dataset_files():
-    """Issue 6: a local dataset file is an input of prepare_dataset, so editing it re-runs the stage."""
-    source = PROFILE["dataset"]["source"]
+    """A local dataset file is an input of prepare_dataset, so editing it re-runs the stage."""
+    source = SETTINGS.dataset.source
     return [] if source == "builtin-tasks" or source.startswith("hub:") else [source]
 
 # One profile and one machine per invocation: every path below is concrete (no {profile} or {machine}
@@ -234,14 +251,6 @@ def machine_input(wildcards):
     if MACHINE_DESCRIPTION:
         return {"description": MACHINE_DESCRIPTION}
     return {"fingerprint": rules.probe_hardware.output.fingerprint}
-
-
-def profile_sections(*names):
-    """The named sections of the profile (those it has), e.g. for a rule that must not see the gates. The
-    training section as the run sees it: analysis-only keys (the warm-up cut) left out, so editing them
-    re-judges without re-planning or retraining."""
-    return {name: run_training_section(PROFILE[name]) if name == "training" else PROFILE[name]
-            for name in names if name in PROFILE}
 
 
 def checkpoint_dir(wildcards):

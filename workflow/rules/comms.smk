@@ -1,11 +1,25 @@
-# Communication volume per scheme (issue 11): torch DDP and DeepSpeed ZeRO-0..3 (with offloads), each at
-# accumulation 1 and at the profile's, in short runs of their own under one launcher start
-# (zerogate.train.comms_volume). DeepSpeed's comms logger synchronises every collective, so these runs are
-# never the timed run; they hold the host like it (threads, host_share). The table sets each scheme's
-# measured volume beside the theory of zerogate.plan.comms (zerogate.analysis.comms).
-rule measure_comms_volume:
+# Communication volume per scheme: torch DDP and DeepSpeed ZeRO-0..3 (with offloads), each at accumulation 1
+# and at the profile's, in short runs of their own under one launcher start (zerogate.train.comms_volume).
+# DeepSpeed's comms logger synchronises every collective, so these runs are never the timed run; they hold
+# the host like it (threads, host_share). The table sets each scheme's measured volume beside the theory of
+# zerogate.plan.comms (zerogate.analysis.comms). What to measure is the planning side's to render.
+rule plan_comms_measurements:
     input:
         ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+    output:
+        measurements=result("comms/measurements.json"),
+    log:
+        result("logs/plan_comms_measurements.log"),
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/plan_comms_measurements.py"
+
+
+rule measure_comms_volume:
+    input:
+        measurements=rules.plan_comms_measurements.output.measurements,
         run_spec=rules.render_deepspeed_config.output.run_spec,
         train=rules.prepare_dataset.output.train,
         manifest=rules.prepare_dataset.output.manifest,
@@ -24,8 +38,8 @@ rule measure_comms_volume:
     conda:
         "../../envs/train.yaml"
     shell:
-        "python -m zerogate.train.launch --run-spec {input.run_spec} --log {log} --module zerogate.train.comms_volume --"
-        " --ds-config {input.ds_config} --dataset-dir {params.dataset_dir} --out-dir {output.records}"
+        "python -m zerogate.runtime.launch --run-spec {input.run_spec} --log {log} --module zerogate.train.comms_volume --"
+        " --measurements {input.measurements} --dataset-dir {params.dataset_dir} --out-dir {output.records}"
 
 
 rule tabulate_comms_volume:

@@ -10,8 +10,7 @@ rule prepare_dataset:
         tokenizer=result("dataset/tokenizer.json"),
         manifest=result("dataset/manifest.json"),
     params:
-        settings=PROFILE["dataset"],
-        evaluation=PROFILE.get("evaluation", {}),
+        settings=plain(SETTINGS.dataset),
         # Named in the dataset stage's errors (e.g. a tokenizer larger than dataset.vocab_size).
         profile_file=profile_file_setting("dataset.vocab_size"),
     log:

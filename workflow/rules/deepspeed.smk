@@ -3,19 +3,23 @@
 rule render_deepspeed_config:
     input:
         unpack(machine_input),
-        template=PROFILE["deepspeed"]["template"],
+        template=SETTINGS.deepspeed.template,
         hostfile=nodes_hostfile(),
     output:
         ds_config=result("deepspeed/ds_config.json"),
         deviations=result("deepspeed/deviations.json"),
         run_spec=result("deepspeed/run_spec.json"),
     params:
-        model=PROFILE["model"],
-        training=run_training_section(PROFILE["training"]),
-        deepspeed=PROFILE["deepspeed"],
+        model=plain(SETTINGS.model),
+        # The run's training settings: the analysis-only warm-up cut left out, so editing it never re-renders.
+        training=plain(SETTINGS.training.run),
+        overrides=SETTINGS.deepspeed.overrides,
+        seq_len=SETTINGS.dataset.seq_len,
+        vocab_size=SETTINGS.model.vocab_size or SETTINGS.dataset.vocab_size,
         machine=MACHINE,
         nodes=PROFILE.get("nodes"),
         nodes_file=profile_file_setting("nodes"),
+        profile_file=profile_file_setting("deepspeed.overrides"),
     log:
         result("logs/render_deepspeed_config.log"),
     conda:

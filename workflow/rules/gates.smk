@@ -9,12 +9,12 @@ rule check_gates:
         deviations=rules.render_deepspeed_config.output.deviations,
         fingerprint=rules.probe_hardware.output.fingerprint,
         ds_config=rules.render_deepspeed_config.output.ds_config,
+        settings=rules.write_train_settings.output.settings,
     output:
         verdicts=result("gates/verdicts.json"),
     params:
-        gates=PROFILE["gates"],
-        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
-        stabiliser=STABILISER_SETTINGS,
+        gates=plain(SETTINGS.gates),
+        warmup_steps=WARMUP_STEPS,
     log:
         result("logs/check_gates.log"),
     conda:

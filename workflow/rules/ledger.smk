@@ -3,14 +3,11 @@ rule compare_ledger:
     input:
         metrics=rules.train.output.metrics,
         steps=rules.parse_logs.output.steps,
-        manifest=rules.prepare_dataset.output.manifest,
         ds_config=rules.render_deepspeed_config.output.ds_config,
         run_spec=rules.render_deepspeed_config.output.run_spec,
         peak=rules.predict_peak_memory.output.peak,
     output:
         table=result("ledger/ledger_vs_measured.json"),
-    params:
-        model=PROFILE["model"],
     log:
         result("logs/compare_ledger.log"),
     conda:

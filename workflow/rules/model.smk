@@ -6,7 +6,7 @@ rule prepare_model:
     output:
         model=result("model/model.json"),
     params:
-        model=PROFILE["model"],
+        model=plain(SETTINGS.model),
         profile_file=profile_file_setting("model.source"),
     log:
         result("logs/prepare_model.log"),

@@ -9,7 +9,7 @@ rule parse_logs:
         events=result("parsed/events.parquet"),
         run_meta=result("parsed/run.json"),
     params:
-        expected_steps=PROFILE["training"]["optimizer_steps"],
+        expected_steps=SETTINGS.training.optimizer_steps,
     log:
         result("logs/parse_logs.log"),
     conda:

@@ -31,8 +31,6 @@ rule predict_peak_memory:
         baseline=rules.measure_runtime_baseline.output.baseline,
     output:
         peak=result("plan/peak_memory.json"),
-    params:
-        sections=profile_sections("model", "dataset", "training"),
     log:
         result("logs/predict_peak_memory.log"),
     conda:

@@ -4,6 +4,7 @@ rule plot_figures:
         events=rules.parse_logs.output.events,
         verdicts=rules.check_gates.output.verdicts,
         run_meta=rules.parse_logs.output.run_meta,
+        settings=rules.write_train_settings.output.settings,
     output:
         loss=report(
             result("report/figures/loss.png"),
@@ -36,8 +37,7 @@ rule plot_figures:
             subcategory=f"{PROFILE_NAME} on {MACHINE}",
         ),
     params:
-        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
-        stabiliser=STABILISER_SETTINGS,
+        warmup_steps=WARMUP_STEPS,
     log:
         result("logs/plot_figures.log"),
     conda:
@@ -84,6 +84,7 @@ rule write_report:
         claimed_plan=rules.plan_claimed_box.output.plan,
         communication=rules.tabulate_comms_volume.output.table,
         evaluation=rules.train.output.evaluation,
+        settings=rules.write_train_settings.output.settings,
         loss=rules.plot_figures.output.loss,
         step_time=rules.plot_figures.output.step_time,
         memory=rules.plot_figures.output.memory,
@@ -96,8 +97,7 @@ rule write_report:
             category="Report",
         ),
     params:
-        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
-        stabiliser=STABILISER_SETTINGS,
+        warmup_steps=WARMUP_STEPS,
     log:
         result(f"logs/write_report-{RUN_LABEL}.log"),
     conda:
@@ -115,6 +115,7 @@ rule register_run:
         provenance=rules.record_provenance.output.provenance,
         deviations=rules.render_deepspeed_config.output.deviations,
         report=rules.write_report.output.html,
+        settings=rules.write_train_settings.output.settings,
         loss=rules.plot_figures.output.loss,
         step_time=rules.plot_figures.output.step_time,
         memory=rules.plot_figures.output.memory,
@@ -123,8 +124,7 @@ rule register_run:
         registry=result("registry.json"),
     params:
         machine=MACHINE,
-        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
-        stabiliser=STABILISER_SETTINGS,
+        warmup_steps=WARMUP_STEPS,
     log:
         result("logs/register_run.log"),
     conda:

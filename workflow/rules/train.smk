@@ -6,8 +6,11 @@ rule write_train_settings:
     output:
         settings=result("train/settings.json"),
     params:
-        stabiliser=STABILISER_SETTINGS,
-        checkpoint=PROFILE.get("checkpoint", {}),
+        # What the training loop acts on besides the run spec; the judging rules read the file too, so the
+        # spike rule the gates count by is the one the run was stabilised by.
+        stabiliser=plain(SETTINGS.stabiliser),
+        checkpoint=plain(SETTINGS.checkpoint),
+        evaluation=plain(SETTINGS.evaluation),
     log:
         result("logs/write_train_settings.log"),
     localrule: True
@@ -39,7 +42,6 @@ rule train:
         dataset_dir=subpath(input.manifest, parent=True),
         out_dir=subpath(output.summary, parent=True),
         checkpoint_dir=checkpoint_dir,
-        module="zerogate.train.loop",
         extra="",
     log:
         result("logs/train.log"),
@@ -51,7 +53,7 @@ rule train:
     conda:
         "../../envs/train.yaml"
     shell:
-        "python -m zerogate.train.launch --run-spec {input.run_spec} --log {log} --module {params.module} --"
+        "python -m zerogate.runtime.launch --run-spec {input.run_spec} --log {log} --module zerogate.train.loop --"
         " --ds-config {input.ds_config} --settings {input.settings} --dataset-dir {params.dataset_dir}"
         " --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir} {params.extra}"
 
@@ -97,13 +99,13 @@ rule compare_variants:
     input:
         summaries=variant_summaries,
         metrics=variant_metrics,
+        settings=rules.write_train_settings.output.settings,
     output:
         table=result("variants/comparison.json"),
     params:
         variants=PROFILE.get("variants", []),
-        warmup_steps=PROFILE["training"]["warmup_steps_excluded"],
-        stabiliser=STABILISER_SETTINGS,
-        expected_steps=PROFILE["training"]["optimizer_steps"],
+        warmup_steps=WARMUP_STEPS,
+        expected_steps=SETTINGS.training.optimizer_steps,
     log:
         result("logs/compare_variants.log"),
     conda:

@@ -1,26 +1,32 @@
 """Entry point of the check_gates rule (logic: zerogate.analysis.gates)."""
-import pandas as pd
-
-from zerogate.entry import logging_to
-from zerogate.io import read_json, write_json
 from zerogate.analysis.gates import evaluate
 from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.parse import read_events, read_steps
+from zerogate.config.settings import GateSettings
+from zerogate.contracts.base import typed
+from zerogate.contracts.machine import Fingerprint
+from zerogate.contracts.parsed import RunMeta
+from zerogate.contracts.plan import Plan
+from zerogate.contracts.records import TrainSummary
+from zerogate.contracts.run import Deviations, DsConfig, RunSpec, TrainSettings
+from zerogate.entry import logging_to
 
 with logging_to(snakemake.log[0]) as log:
+    inputs = snakemake.input
     verdicts = evaluate(
-        snakemake.params.gates,
-        pd.read_parquet(snakemake.input.steps),
-        pd.read_parquet(snakemake.input.events),
-        read_json(snakemake.input.summary),
-        read_json(snakemake.input.run_spec),
-        read_json(snakemake.input.deviations),
-        read_json(snakemake.input.fingerprint),
+        typed(tuple[GateSettings, ...], snakemake.params.gates),
+        read_steps(inputs.steps),
+        read_events(inputs.events),
+        TrainSummary.read(inputs.summary),
+        RunSpec.read(inputs.run_spec),
+        Deviations.read(inputs.deviations),
+        Fingerprint.read(inputs.fingerprint),
         snakemake.params.warmup_steps,
-        SpikeRule.from_settings(snakemake.params.stabiliser),
-        plan=read_json(snakemake.input.plan),
-        run_meta=read_json(snakemake.input.run_meta),
-        ds_config=read_json(snakemake.input.ds_config),
+        SpikeRule.from_settings(TrainSettings.read(inputs.settings).stabiliser),
+        plan=Plan.read(inputs.plan),
+        run_meta=RunMeta.read(inputs.run_meta),
+        ds_config=DsConfig.read(inputs.ds_config),
     )
-    write_json(snakemake.output.verdicts, verdicts)
-    for gate in verdicts["gates"]:
-        log.info("%s: %s (measured %s %s)", gate["name"], gate["verdict"], gate["measured"], gate["unit"])
+    verdicts.write(snakemake.output.verdicts)
+    for gate in verdicts.gates:
+        log.info("%s: %s (measured %s %s)", gate.name, gate.verdict, gate.measured, gate.unit)

@@ -1,10 +1,10 @@
 """Entry point of the check_preflight rule (logic: zerogate.plan.preflight): the verdict, ok or not.
 approve_plan refuses the run on it, together with the planner's verdict."""
+from zerogate.contracts.machine import Fingerprint
 from zerogate.entry import logging_to
-from zerogate.io import read_json, write_json
 from zerogate.plan.preflight import verdict
 
 with logging_to(snakemake.log[0]) as log:
-    result = verdict(snakemake.params.needs, read_json(snakemake.input.fingerprint))
+    result = verdict(snakemake.params.needs, Fingerprint.read(snakemake.input.fingerprint))
     log.info("pre-flight: %s", result)
-    write_json(snakemake.output.preflight, result)
+    result.write(snakemake.output.preflight)

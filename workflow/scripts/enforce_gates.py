@@ -1,12 +1,12 @@
 """Entry point of the enforce_gates rule: with `strict: true`, any FAIL fails the invocation."""
 from pathlib import Path
 
-from zerogate.entry import fail, logging_to
-from zerogate.io import read_json
 from zerogate.analysis.gates import failed_gates
+from zerogate.contracts.verdicts import GateVerdicts
+from zerogate.entry import fail, logging_to
 
 with logging_to(snakemake.log[0]) as log:
-    failed = failed_gates(read_json(snakemake.input.verdicts))
+    failed = failed_gates(GateVerdicts.read(snakemake.input.verdicts))
     if failed:
         log.error("strict: %d gate(s) FAIL: %s", len(failed), "; ".join(failed))
         fail(f"strict: {len(failed)} gate(s) FAIL ({', '.join(failed)}); "

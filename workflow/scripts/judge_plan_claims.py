@@ -1,22 +1,35 @@
-"""Entry point of the judge_plan_claims rule: the profile's claims judged on paper, and the plan's text."""
+"""Entry point of the judge_plan_claims rule: the profile's claims and the seed's judged on paper
+(zerogate.analysis.on_paper, zerogate.analysis.claims), and the plan's text."""
 import sys
 from pathlib import Path
 
+import yaml
+
+from zerogate.analysis.claims import judge_on_paper
+from zerogate.analysis.on_paper import plan_claims
+from zerogate.config.settings import GateSettings, RunTraining
+from zerogate.contracts.base import typed
+from zerogate.contracts.plan import Plan
 from zerogate.entry import logging_to
-from zerogate.io import read_json, write_json
 from zerogate.plan.overlay import overlay, overlay_text
-from zerogate.plan.planner import judge_claims, summary
+from zerogate.plan.planner import summary
 
 with logging_to(snakemake.log[0]) as log:
-    plan = read_json(snakemake.input.plan)
-    claims = judge_claims(plan, snakemake.params.gates)
-    text = summary(plan, claims)
+    inputs, params = snakemake.input, snakemake.params
+    plan = Plan.read(inputs.plan)
+    claims = plan_claims(plan, typed(tuple[GateSettings, ...], params.gates))
+    seed = judge_on_paper(yaml.safe_load(Path(inputs.claims).read_text()), Plan.read(inputs.claimed_plan),
+                          yaml.safe_load(Path(inputs.description).read_text()))
+    lines = [(c.gate, c.verdict.text) for c in claims.claims]
+    lines += [(f"seed claim {claim_id} (for the claimed box)", verdict.text) for claim_id, verdict in seed]
+    text = summary(plan, lines)
     log.info("\n%s", text)
-    write_json(snakemake.output.claims, claims)
+    claims.write(snakemake.output.claims)
     Path(snakemake.output.summary).write_text(text + "\n")
     # Does not fit one node: the planner's multi-node answer as a profile overlay one can run.
-    params = snakemake.params
-    extra = overlay_text(overlay(plan, params.profile_name, params.profile, params.machine), params.profile_name, plan)
+    extra = overlay_text(overlay(plan, params.profile_name, typed(RunTraining, params.training), params.overrides,
+                                 params.machine),
+                         params.profile_name, plan)
     Path(snakemake.output.overlay).write_text(extra)
     print(text, file=sys.__stderr__)
     if not extra.startswith("# No multi-node overlay"):

@@ -1,19 +1,29 @@
 """Entry point of the plan_claimed_box rule: the claimed profile rendered and planned for the claimed box
-in-process (zerogate.plan.ds_config.render, zerogate.plan.planner.plan_for_profile)."""
+in-process (zerogate.plan.ds_config.render, zerogate.plan.planner.plan_for_run)."""
+import json
+from pathlib import Path
+
+from zerogate.config.settings import ModelSettings, PlanSettings, RunTraining
+from zerogate.contracts.base import typed
+from zerogate.contracts.run import DsConfig
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
-from zerogate.io import read_json, write_json
 from zerogate.plan.ds_config import render
-from zerogate.plan.planner import plan_for_profile, summary, target_machine
+from zerogate.plan.planner import plan_for_run, summary, target_machine
 
 with logging_to(snakemake.log[0]) as log:
-    profile = snakemake.params.profile
+    params = snakemake.params
     try:
         machine, fingerprint = target_machine(snakemake.input.description, None, "")
-        ds_config, _, run_spec = render(read_json(snakemake.input.template), profile, fingerprint, snakemake.input.template)
-        plan = plan_for_profile(profile, ds_config, run_spec, machine)
+        ds_config, _, run_spec = render(
+            json.loads(Path(snakemake.input.template).read_text()), model=typed(ModelSettings, params.model),
+            training=typed(RunTraining, params.training),
+            overrides=params.overrides, seq_len=params.seq_len, vocab_size=params.vocab_size, fingerprint=fingerprint,
+            template_file=snakemake.input.template)
+        plan = plan_for_run(run_spec, DsConfig.of(ds_config, snakemake.input.template), machine,
+                            typed(PlanSettings, params.plan),
+                            params.profile_name)
     except InputError as error:
         fail(str(error))
-    plan["profile"] = snakemake.params.profile_name
     log.info("\n%s", summary(plan))
-    write_json(snakemake.output.plan, plan)
+    plan.write(snakemake.output.plan)

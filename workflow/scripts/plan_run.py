@@ -1,20 +1,21 @@
 """Entry point of the plan_run and replan_with_measured_compute rules (logic: zerogate.plan.planner): the plan,
 whether or not the run fits; the second with the measured compute term in its floor."""
+from zerogate.config.settings import PlanSettings
+from zerogate.contracts.base import typed
+from zerogate.contracts.plan import ModelCompute
+from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
-from zerogate.io import read_json, write_json
-from zerogate.plan.planner import plan_for_profile, summary, target_machine
+from zerogate.plan.planner import plan_for_run, summary, target_machine
 
 with logging_to(snakemake.log[0]) as log:
-    inputs = snakemake.input
+    inputs, params = snakemake.input, snakemake.params
     try:
-        machine, _ = target_machine(inputs.get("description"),
-                                    read_json(inputs.fingerprint) if "fingerprint" in inputs.keys() else None,
-                                    snakemake.params.machine)
-        model_compute = read_json(inputs.model_compute)["measurement"] if "model_compute" in inputs.keys() else None
-        result = plan_for_profile(snakemake.params.sections, read_json(inputs.ds_config), read_json(inputs.run_spec),
-                                  machine, model_compute)
+        machine, _ = target_machine(inputs.get("description"), inputs.get("fingerprint"), params.machine)
+        model_compute = ModelCompute.read(inputs.model_compute).measurement if "model_compute" in inputs.keys() else None
+        result = plan_for_run(RunSpec.read(inputs.run_spec), DsConfig.read(inputs.ds_config), machine, typed(PlanSettings, params.plan),
+                              params.profile_name, model_compute)
     except InputError as error:
         fail(str(error))
     log.info("\n%s", summary(result))
-    write_json(snakemake.output.plan, result)
+    result.write(snakemake.output.plan)

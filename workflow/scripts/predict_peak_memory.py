@@ -1,13 +1,14 @@
-"""Entry point of the predict_peak_memory rule (logic: zerogate.plan.planner.peak_for_profile)."""
+"""Entry point of the predict_peak_memory rule (logic: zerogate.plan.planner.peak_for_run)."""
+from zerogate.contracts.plan import RuntimeBaseline
+from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import logging_to
-from zerogate.io import read_json, write_json
-from zerogate.plan.ledger import human
-from zerogate.plan.planner import peak_for_profile
+from zerogate.plan.planner import peak_for_run
+from zerogate.units import format_bytes
 
 with logging_to(snakemake.log[0]) as log:
-    prediction = peak_for_profile(snakemake.params.sections, read_json(snakemake.input.ds_config),
-                                  read_json(snakemake.input.run_spec), read_json(snakemake.input.baseline)["baseline"])
-    for term, value in prediction["terms(bytes)"].items():
-        log.info("  %-24s %s", term, human(value))
-    log.info("predicted peak per rank (%s): %s", prediction["what"], human(prediction["total(bytes)"]))
-    write_json(snakemake.output.peak, prediction)
+    prediction = peak_for_run(RunSpec.read(snakemake.input.run_spec), DsConfig.read(snakemake.input.ds_config),
+                              RuntimeBaseline.read(snakemake.input.baseline).baseline)
+    for term, value in prediction.terms_bytes.items():
+        log.info("  %-24s %s", term, format_bytes(value))
+    log.info("predicted peak per rank (%s): %s", prediction.what, format_bytes(prediction.total_bytes))
+    prediction.write(snakemake.output.peak)

@@ -1,6 +1,8 @@
 """Entry point of the prepare_model rule (logic: zerogate.model.build, zerogate.model.sources)."""
 from pathlib import Path
 
+from zerogate.config.settings import ModelSettings
+from zerogate.contracts.base import typed
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
 from zerogate.model.build import materialise
@@ -8,8 +10,8 @@ from zerogate.model.sources import parse_source
 
 try:
     with logging_to(snakemake.log[0]) as log:
-        model = snakemake.params.model
-        source = parse_source(model.get("source"), str(repo_root(snakemake)))
+        model = typed(ModelSettings, snakemake.params.model)
+        source = parse_source(model.source, str(repo_root(snakemake)))
         info = materialise(source, Path(snakemake.output.model).parent, snakemake.params.profile_file, model)
         log.info("model: %s", info)
 except (InputError, FileNotFoundError) as error:

@@ -1,13 +1,15 @@
-"""Entry point of the probe_hardware rule (logic: zerogate.plan.probe)."""
+"""Entry point of the probe_hardware rule (logic: zerogate.runtime.probe; figures: zerogate.plan.collectives)."""
 from pathlib import Path
 
+from zerogate.contracts.machine import Fingerprint
 from zerogate.entry import logging_to
-from zerogate.io import write_json
-from zerogate.plan.probe import probe, summary
+from zerogate.plan.collectives import interpret
+from zerogate.runtime.probe import probe, summary
 
 with logging_to(snakemake.log[0]) as log:
-    fingerprint = probe()
+    found = probe()
+    fingerprint = Fingerprint.of({**found, "collectives": interpret(found["collectives"])}, "the probe")
     text = summary(fingerprint)
     Path(snakemake.output.summary).write_text(text + "\n")
-    write_json(snakemake.output.fingerprint, fingerprint)
+    fingerprint.write(snakemake.output.fingerprint)
     log.info("%s", text)

@@ -1,38 +1,43 @@
 """Entry point of the write_report rule (logic: zerogate.report.html)."""
-import json
 from pathlib import Path
 
-import pandas as pd
-
-from zerogate.entry import logging_to
-from zerogate.io import read_json
 from zerogate.analysis.measures import SpikeRule
-from zerogate.analysis.parse import event_table
+from zerogate.analysis.parse import event_table, read_events, read_steps
+from zerogate.contracts.base import read_lines
+from zerogate.contracts.comms import CommsVolume
+from zerogate.contracts.ledger import LedgerTable
+from zerogate.contracts.parsed import RunMeta
+from zerogate.contracts.plan import Plan
+from zerogate.contracts.records import EvalRecord
+from zerogate.contracts.report import Provenance
+from zerogate.contracts.run import Deviations, TrainSettings
+from zerogate.contracts.verdicts import ClaimVerdicts, GateVerdicts
+from zerogate.entry import logging_to
 from zerogate.report.figures import loss_scale_series
 from zerogate.report.html import render_html
 
 with logging_to(snakemake.log[0]):
-    steps = pd.read_parquet(snakemake.input.steps)
-    events = pd.read_parquet(snakemake.input.events)
-    figures = {k: snakemake.input[k] for k in ("loss", "step_time", "memory")}
+    inputs = snakemake.input
+    steps, events = read_steps(inputs.steps), read_events(inputs.events)
+    figures = {k: inputs[k] for k in ("loss", "step_time", "memory")}
     if loss_scale_series(steps, events) is not None:
-        figures["loss_scale"] = snakemake.input.loss_scale
+        figures["loss_scale"] = inputs.loss_scale
     page = render_html(
-        verdicts=read_json(snakemake.input.verdicts),
+        verdicts=GateVerdicts.read(inputs.verdicts),
         steps=steps,
-        provenance=read_json(snakemake.input.provenance),
-        deviations=read_json(snakemake.input.deviations),
+        provenance=Provenance.read(inputs.provenance),
+        deviations=Deviations.read(inputs.deviations),
         figures=figures,
         warmup_steps=snakemake.params.warmup_steps,  # the profile's training.warmup_steps_excluded
-        spike_rule=SpikeRule.from_settings(snakemake.params.stabiliser),
-        run_meta=read_json(snakemake.input.run_meta),
-        ledger=read_json(snakemake.input.ledger),
-        evaluation=[json.loads(line) for line in Path(snakemake.input.evaluation).read_text().splitlines() if line],
+        spike_rule=SpikeRule.from_settings(TrainSettings.read(inputs.settings).stabiliser),
+        run_meta=RunMeta.read(inputs.run_meta),
+        ledger=LedgerTable.read(inputs.ledger),
+        evaluation=read_lines(EvalRecord, inputs.evaluation),
         timers=event_table(events, "wall_clock"),
-        claims=read_json(snakemake.input.claims),
-        plan=read_json(snakemake.input.plan),
-        claimed_plan=read_json(snakemake.input.claimed_plan),
-        ranks_figure=snakemake.input.ranks,
-        communication=read_json(snakemake.input.communication),
+        claims=ClaimVerdicts.read(inputs.claims),
+        plan=Plan.read(inputs.plan),
+        claimed_plan=Plan.read(inputs.claimed_plan),
+        ranks_figure=inputs.ranks,
+        communication=CommsVolume.read(inputs.communication),
     )
     Path(snakemake.output.html).write_text(page)

@@ -1,9 +1,11 @@
-"""Entry point of the write_train_settings rule (logic: zerogate.config.settings)."""
+"""Entry point of the write_train_settings rule: the profile's stabiliser, checkpoint and evaluation settings,
+every default filled in (zerogate.config.settings), as the training loop and the judging rules read them."""
+from zerogate.contracts.run import TrainSettings
 from zerogate.entry import logging_to
-from zerogate.io import write_json
-from zerogate.config.settings import training_settings
 
 with logging_to(snakemake.log[0]) as log:
-    settings = training_settings({"stabiliser": snakemake.params.stabiliser, "checkpoint": snakemake.params.checkpoint})
-    write_json(snakemake.output.settings, settings)
+    params = snakemake.params
+    settings = TrainSettings.of({"stabiliser": params.stabiliser, "checkpoint": params.checkpoint,
+                                 "evaluation": params.evaluation}, "the profile's settings")
+    settings.write(snakemake.output.settings)
     log.info("training settings: %s", settings)

@@ -68,3 +68,14 @@ def peak_flops(device_name: str | None, dtype: str) -> float | None:
     """Dense peak FLOP/s of the card for ``dtype`` on the table's basis; None when the table lacks it."""
     found = peak(device_name, dtype)
     return None if found is None else found.tflops * TFLOPS
+
+
+def training_flops_per_token(parameters: int, layers: int, hidden: int, seq_len: int, recompute: bool = False) -> float:
+    """FLOPs of one token's forward + backward: the one definition behind MFU (zerogate.train.metrics) and the
+    floor's compute term (zerogate.plan.floor). 6 per parameter (2 forward, 4 backward) plus the attention
+    scores and values the parameter count misses, 12 x layers x hidden x seq_len (Kaplan et al. 2020;
+    PaLM, Chowdhery et al. 2022, appendix B, the MFU accounting). Full activation checkpointing runs the
+    forward again: 8 per parameter and 16 x layers x hidden x seq_len. These are real FLOPs of the step, so a
+    floor built on them stays a lower bound."""
+    per_parameter, attention = (8.0, 16.0) if recompute else (6.0, 12.0)
+    return per_parameter * parameters + attention * layers * hidden * seq_len

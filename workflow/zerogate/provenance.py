@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from zerogate import __version__
+from zerogate.contracts.data import DatasetManifest
+from zerogate.contracts.machine import Fingerprint
+from zerogate.contracts.records import GitState, TrainSummary
+from zerogate.contracts.report import DatasetFacts, GitAtStages, MachineFacts, Provenance
 
 
 def git_state(repo: str | Path) -> dict[str, Any]:
@@ -25,32 +29,21 @@ def git_state(repo: str | Path) -> dict[str, Any]:
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
-def provenance(
-    *,
-    profile_name: str,
-    profile: dict[str, Any],
-    config_hash: str,
-    run_id: str,
-    repo: str | Path,
-    fingerprint: dict[str, Any],
-    manifest: dict[str, Any],
-    ds_config: dict[str, Any],
-    summary: dict[str, Any],
-) -> dict[str, Any]:
-    return {
-        "pipeline_version": __version__,
-        "run_id": run_id,
-        "recorded_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "git": {"at_training": summary.get("git"), "at_report": git_state(repo)},
-        "profile": profile_name,
-        "config_hash": config_hash,
-        "resolved_profile": profile,
-        "ds_config": ds_config,
-        "packages": fingerprint["versions"],
-        "machine": {k: fingerprint[k] for k in ("hostname", "platform", "cpu", "ram", "accelerator")},
-        "dataset": {
-            "source": manifest["source"],
-            "content_sha256": manifest["content_sha256"],
-            "splits": manifest["splits"],
-        },
-    }
+def provenance(*, profile_name: str, profile: dict[str, Any], config_hash: str, run_id: str, repo: str | Path,
+               fingerprint: Fingerprint, manifest: DatasetManifest, ds_config: dict[str, Any],
+               summary: TrainSummary) -> Provenance:
+    machine = fingerprint
+    return Provenance(
+        pipeline_version=__version__,
+        run_id=run_id,
+        recorded_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        git=GitAtStages(at_training=summary.git, at_report=GitState(**git_state(repo))),
+        profile=profile_name,
+        config_hash=config_hash,
+        resolved_profile=profile,
+        ds_config=ds_config,
+        packages=fingerprint.versions,
+        machine=MachineFacts(hostname=machine.hostname, platform=machine.platform, cpu=machine.cpu, ram=machine.ram,
+                             accelerator=machine.accelerator),
+        dataset=DatasetFacts(source=manifest.source, content_sha256=manifest.content_sha256, splits=manifest.splits),
+    )

@@ -12,15 +12,14 @@ without a record is listed as missing.
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any
 
-from zerogate.io import read_json
+from zerogate.contracts.comms import CommsRecord, CommsVolume, CountsRecord, LoggedCalls, VolumeRow
+from zerogate.model.counts import ModelCounts
 from zerogate.plan.comms import (DDP, SCHEMES, VOLUME_FACTOR, logged_kind, logged_tensor_bytes, per_optimizer_step,
                                  ring_factor, theory, volume_bytes)
-from zerogate.plan.ledger import ModelCounts
 
 TOLERANCE = 0.05  # measured within +-5 % of the theory (issue 11); a larger difference is flagged, never absorbed
 CLAIM_SCHEME = "zero3"  # the seed's statement compares ZeRO-3 with plain data parallelism
@@ -34,27 +33,25 @@ DEFINITION = ("Volume: a rank's share of one collective on a full tensor of S by
 _RECORD_FILE = re.compile(r"^(?P<scheme>[^/]+)/g(?P<accumulation>\d+)/rank(?P<rank>\d+)\.json$")
 
 
-def load_records(directory: str | Path) -> list[dict[str, Any]]:
+def load_records(directory: str | Path) -> list[CommsRecord]:
     """Every rank record under ``directory`` (zerogate.train.comms_volume's layout)."""
     directory = Path(directory)
     records = []
     for path in sorted(directory.glob("*/g*/rank*.json")):
         if _RECORD_FILE.match(path.relative_to(directory).as_posix()):
-            records.append(read_json(path))
+            records.append(CommsRecord.read(path))
     return records
 
 
-def counts_of(record: dict[str, Any]) -> ModelCounts:
-    counts = dict(record["counts"])
-    counts["numels"] = tuple(counts["numels"])
-    return ModelCounts(**counts)
+def counts_of(counts: CountsRecord) -> ModelCounts:
+    return ModelCounts(**counts.model_dump())
 
 
-def measured_per_step(phase: list[dict[str, Any]], steps: int, world: int) -> dict[str, Any]:
+def measured_per_step(phase: list[LoggedCalls], steps: int, world: int) -> dict[str, Any]:
     """One rank's measured records of ``steps`` optimizer steps, per step: per kind calls, S and volume."""
     kinds: dict[str, dict[str, Any]] = {}
     for entry in phase:
-        name, calls, msg = entry["name"], entry["calls"], entry["msg_bytes"]
+        name, calls, msg = entry.name, entry.calls, entry.msg_bytes
         kind = logged_kind(name)
         key = kind if kind is not None else name
         row = kinds.setdefault(key, {"calls": 0.0, "tensor_bytes": 0.0, "volume_bytes": 0.0, "known": kind is not None,
@@ -80,12 +77,12 @@ def measured_per_step(phase: list[dict[str, Any]], steps: int, world: int) -> di
     }
 
 
-def theory_per_step(record: dict[str, Any], world: int) -> dict[str, Any]:
+def theory_per_step(record: CommsRecord, world: int) -> dict[str, Any]:
     """The theory's terms for a record's scheme and accumulation, per optimizer step."""
-    accumulation = record["accumulation"]
-    settings = dict(record["theory_settings"])
-    terms = theory(counts_of(record), record["scheme"], accumulation, world, record["dtype_bytes"],
-                   settings.pop("persistence_threshold"), buffer_bytes=record.get("buffer_bytes", 0), **settings)
+    accumulation = record.accumulation
+    settings = record.theory_settings.model_dump()
+    terms = theory(counts_of(record.counts), record.scheme, accumulation, world, record.dtype_bytes,
+                   settings.pop("persistence_threshold"), buffer_bytes=record.buffer_bytes, **settings)
     rows = []
     for term in terms:
         calls, tensor = per_optimizer_step(term, accumulation)
@@ -114,20 +111,20 @@ def _ratio(measured: float | None, expected: float) -> float | None:
     return measured / expected
 
 
-def _row(scheme: str, accumulation: int, records: list[dict[str, Any]], world: int) -> dict[str, Any]:
+def _row(scheme: str, accumulation: int, records: list[CommsRecord], world: int) -> dict[str, Any]:
     row: dict[str, Any] = {"scheme": scheme, "accumulation": accumulation}
     if not records:
         return {**row, "status": "not_run", "reason": "no record of this scheme from any rank", "ranks": {},
                 "missing_ranks": list(range(world))}
-    present = {r["rank"] for r in records}
+    present = {r.rank for r in records}
     row["missing_ranks"] = [r for r in range(world) if r not in present]
-    failed = [r for r in records if r["status"] != "run"]
+    failed = [r for r in records if r.status != "run"]
     if failed:
-        reasons = sorted({f"rank {r['rank']}: {r.get('reason')}" for r in failed})
+        reasons = sorted({f"rank {r.rank}: {r.reason}" for r in failed})
         return {**row, "status": "not_run", "reason": "; ".join(reasons), "ranks": {}}
-    steps = records[0]["measured_steps"]
-    ranks = {str(r["rank"]): measured_per_step(r["phases"]["measured"], r["measured_steps"], world)
-             for r in sorted(records, key=lambda r: r["rank"])}
+    steps = records[0].measured_steps
+    ranks = {r.rank: measured_per_step(r.phases["measured"] or [], r.measured_steps, world)
+             for r in sorted(records, key=lambda r: r.rank)}
     expected = theory_per_step(records[0], world)
     worst = max(ranks.values(), key=lambda m: m["volume_bytes"])
     complete = all(m["complete"] for m in ranks.values())
@@ -139,10 +136,10 @@ def _row(scheme: str, accumulation: int, records: list[dict[str, Any]], world: i
         "status": "run",
         "reason": None,
         "measured_steps": steps,
-        "warmup_steps": records[0]["warmup_steps"],
-        "recorder": records[0].get("recorder"),
-        "host_device_copies": records[0].get("host_device_copies"),
-        "seconds": max(r.get("seconds", 0.0) for r in records),
+        "warmup_steps": records[0].warmup_steps,
+        "recorder": records[0].recorder,
+        "host_device_copies": records[0].host_device_copies,
+        "seconds": max(r.seconds for r in records),
         "ranks": ranks,
         "measured_volume_bytes": worst["volume_bytes"],
         "measured_calls": worst["calls"],
@@ -156,82 +153,69 @@ def _row(scheme: str, accumulation: int, records: list[dict[str, Any]], world: i
     }
 
 
-def tabulate(records: list[dict[str, Any]], schemes: tuple[str, ...] = SCHEMES) -> dict[str, Any]:
+def tabulate(records: list[CommsRecord], schemes: tuple[str, ...] = SCHEMES) -> CommsVolume:
     """The table: one row per scheme and accumulation (every scheme, run or not), in SCHEMES order."""
     if not records:
         raise ValueError("no communication records")
-    world = records[0]["world_size"]
-    accumulations = sorted({r["accumulation"] for r in records})
+    world = records[0].world_size
+    accumulations = sorted({r.accumulation for r in records})
     rows = []
     for scheme in schemes:
         for accumulation in accumulations:
             rows.append(_row(scheme, accumulation, [r for r in records
-                                                    if r["scheme"] == scheme and r["accumulation"] == accumulation], world))
-    unexpected = sorted({r["scheme"] for r in records} - set(schemes))
-    counts = counts_of(records[0])
-    return {
+                                                    if r.scheme == scheme and r.accumulation == accumulation], world))
+    unexpected = sorted({r.scheme for r in records} - set(schemes))
+    counts = counts_of(records[0].counts)
+    return CommsVolume.of({
         "definition": DEFINITION,
         "volume_factors": dict(VOLUME_FACTOR),
         "ring_factor": ring_factor(world),
         "world_size": world,
         "parameters": counts.total,
-        "dtype_bytes": records[0]["dtype_bytes"],
+        "dtype_bytes": records[0].dtype_bytes,
         "accumulations": accumulations,
         "tolerance": TOLERANCE,
         "rows": rows,
         "unexpected_schemes": unexpected,
         "note": ("Short runs apart from the timed run: DeepSpeed's comms logger synchronises every collective, "
                  "so these runs are never timed."),
-    }
+    }, "the communication table")
 
 
-def find_row(table: dict[str, Any], scheme: str, accumulation: int) -> dict[str, Any] | None:
-    return next((r for r in table["rows"] if r["scheme"] == scheme and r["accumulation"] == accumulation), None)
-
-
-def scheme_ratio(table: dict[str, Any], accumulation: int, scheme: str = CLAIM_SCHEME,
+def scheme_ratio(table: CommsVolume, accumulation: int, scheme: str = CLAIM_SCHEME,
                  baseline: str = BASELINE_SCHEME) -> dict[str, Any]:
     """``scheme``'s volume over ``baseline``'s at ``accumulation``: measured where both ran, and in theory."""
-    row, base = find_row(table, scheme, accumulation), find_row(table, baseline, accumulation)
+    row, base = table.row(scheme, accumulation), table.row(baseline, accumulation)
     out: dict[str, Any] = {"accumulation": accumulation, "scheme": scheme, "baseline": baseline,
                            "measured": None, "theory": None, "why": None}
     if row is None or base is None:
         out["why"] = f"accumulation {accumulation} was not measured"
         return out
-    if row["status"] == "run" and base["status"] == "run":
-        out["theory"] = _ratio(row["theory"]["volume_bytes"], base["theory"]["volume_bytes"])
-        if row["complete"] and base["complete"]:
-            out["measured"] = _ratio(row["measured_volume_bytes"], base["measured_volume_bytes"])
+    if row.status == "run" and base.status == "run":
+        out["theory"] = _ratio(row.theory.volume_bytes, base.theory.volume_bytes)
+        if row.complete and base.complete:
+            out["measured"] = _ratio(row.measured_volume_bytes, base.measured_volume_bytes)
         else:
             out["why"] = "a record is incomplete (missing rank or a collective kind without a volume definition)"
     else:
-        out["why"] = "; ".join(f"{r['scheme']} not run: {r['reason']}" for r in (row, base) if r["status"] != "run")
+        out["why"] = "; ".join(f"{r.scheme} not run: {r.reason}" for r in (row, base) if r.status != "run")
     return out
 
 
-def claim_verdict(table: dict[str, Any], stated: float, claim_accumulation: int) -> dict[str, Any]:
+def claim_verdict(table: CommsVolume, stated: float, claim_accumulation: int) -> dict[str, Any]:
     """The seed's statement (ZeRO-3 = ``stated`` x DDP's volume), measured: holds at accumulation 1 when the
     measured ratio is within the tolerance of ``stated``; the ratio at the claim's own accumulation beside it."""
     at_one = scheme_ratio(table, 1)
     at_claim = scheme_ratio(table, claim_accumulation)
     measured = at_one["measured"]
     holds = None if measured is None else abs(measured / stated - 1) <= TOLERANCE
-    row = find_row(table, CLAIM_SCHEME, 1)
+    row = table.row(CLAIM_SCHEME, 1)
     departures = []
-    if row is not None and row["status"] == "run":
+    if row is not None and row.status == "run":
         # The named terms that move ZeRO-3 away from the paper's count, largest first.
-        departures = sorted(({"name": t["name"], "volume_bytes": t["volume_bytes"]} for t in row["theory"]["terms"]
-                             if t["departure"] and t["volume_bytes"]), key=lambda t: -abs(t["volume_bytes"]))
+        departures = sorted(({"name": t.name, "volume_bytes": t.volume_bytes} for t in row.theory.terms
+                             if t.departure and t.volume_bytes), key=lambda t: -abs(t["volume_bytes"]))
     return {"stated": stated, "tolerance": TOLERANCE, "scheme": CLAIM_SCHEME, "baseline": BASELINE_SCHEME,
             "at_accumulation_1": at_one, "holds_at_accumulation_1": holds, "claim_accumulation": claim_accumulation,
             "stated_at_claim_accumulation": stated * claim_accumulation, "at_claim_accumulation": at_claim,
             "departures": departures}
-
-
-def format_bytes(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value:.0f} B"

@@ -12,24 +12,28 @@ which part is off, from the per-window peaks the metrics record (:func:`peak_dia
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from zerogate.analysis import measures
-from zerogate.plan.ledger import TRANSIENT_TERMS, ModelCounts, Setup, human, model_state_bytes, zerogate_terms
-from zerogate.units import GIB
+from zerogate.contracts.ledger import LedgerTable
+from zerogate.contracts.plan import PeakPrediction
+from zerogate.contracts.records import HeldBytes, column
+from zerogate.model.counts import ModelCounts
+from zerogate.plan.ledger import TRANSIENT_TERMS, Setup, model_state_bytes, zerogate_terms
+from zerogate.units import GIB, format_bytes
 
-ALLOCATOR_PEAKS = ("memory/max_allocated(GiB)", "memory/max_reserved(GiB)")
-# The issue's target: a peak prediction within +-15 % of the measured peak.
+ALLOCATOR_PEAKS = (column("max_allocated_gib"), column("max_reserved_gib"))
+# The target: a peak prediction within +-15 % of the measured peak.
 PEAK_TOLERANCE = 15.0
-RSS = "memory/rss(GiB)"
-# Freed memory the C allocator kept at a window's end (train/heap.allocator_free_bytes): resident-set
+RSS = column("rss_gib")
+PEAK_RSS = column("peak_rss_gib")
+# Freed memory the C allocator kept at a window's end (zerogate.runtime.heap.allocator_free_bytes): resident-set
 # garbage no prediction term counts, measured so that a persistent miss can be told apart from it.
-ALLOCATOR_FREE = "memory/allocator_free(GiB)"
-TENSOR_TERMS = ("parameters(bytes)", "master_parameters(bytes)", "gradients(bytes)", "optimizer_states(bytes)")
+ALLOCATOR_FREE = column("allocator_free_gib")
+TENSOR_TERMS = ("parameters", "master_parameters", "gradients", "optimizer_states")
 
 
 def error_percent(predicted: float, measured: float) -> float | None:
@@ -47,8 +51,8 @@ def read_measurements(metrics_dir: str | Path, steps: pd.DataFrame) -> dict[int,
     allocator peaks over all steps in bytes (measures.peak_memory_per_rank of parse_logs' steps table)."""
     ranks: dict[int, dict[str, Any]] = {}
     for path in sorted(Path(metrics_dir).glob("held_bytes_rank*.json")):
-        held = json.loads(path.read_text())
-        ranks[int(held["rank"])] = {"held": held}
+        held = HeldBytes.read(path)
+        ranks[held.rank] = {"held": held}
     for key in ALLOCATOR_PEAKS:
         for rank, peak in measures.peak_memory_per_rank(steps, key).items():
             ranks.setdefault(rank, {}).setdefault("peaks", {})[key] = peak * GIB
@@ -61,12 +65,12 @@ def compare(counts: ModelCounts, setup: Setup, measured: dict[int, dict[str, Any
     device_total = sum(zerogate_terms(counts, setup)["device"].values())
     rows = []
     for rank in sorted(measured):
-        held = measured[rank].get("held")
+        held: HeldBytes | None = measured[rank].get("held")
         if held:
             for term in TENSOR_TERMS:
-                rows.append(_row(rank, term.removesuffix("(bytes)"), predicted_states[term], held[term], "held tensors"))
+                rows.append(_row(rank, term, predicted_states[f"{term}(bytes)"], held.term(term), "held tensors"))
             rows.append(_row(rank, "model_states_total", sum(predicted_states.values()),
-                             sum(held[t] for t in TENSOR_TERMS), "held tensors"))
+                             sum(held.term(t) for t in TENSOR_TERMS), "held tensors"))
         for key, value in measured[rank].get("peaks", {}).items():
             rows.append(_row(rank, f"device_total vs {key}", device_total, value, "torch.cuda allocator"))
     totals = [r["error(%)"] for r in rows if r["term"] == "model_states_total" and r["error(%)"] is not None]
@@ -82,7 +86,7 @@ def compare(counts: ModelCounts, setup: Setup, measured: dict[int, dict[str, Any
     }
 
 
-def peak_diagnosis(prediction: dict[str, Any], steps: pd.DataFrame, rank: int) -> dict[str, Any] | None:
+def peak_diagnosis(prediction: PeakPrediction, steps: pd.DataFrame, rank: int) -> dict[str, Any] | None:
     """Which part of the predicted peak is off, from the per-window record of ``rank``.
 
     Every window (one optimizer step) records its peak (``memory/peak_rss``, VmHWM reset per window) and
@@ -91,19 +95,19 @@ def peak_diagnosis(prediction: dict[str, Any], steps: pd.DataFrame, rank: int) -
     buffer) and the peak above it is what comes and goes inside a step (the transient terms: gathered
     parameters, gradient buckets, activations). Each is compared with its prediction; the larger miss
     names the terms. None where the record lacks the end-of-window resident set (GPUs: the allocator)."""
-    metric = prediction["metric"]
+    metric = prediction.metric
     own = steps[steps["rank"] == rank]
-    if metric != "memory/peak_rss(GiB)" or RSS not in own or own[metric].isna().all():
+    if metric != PEAK_RSS or RSS not in own or own[metric].isna().all():
         return None
     at = own.loc[pd.to_numeric(own[metric], errors="coerce").idxmax()]
     resident = float(at[RSS]) * GIB
     transient = max(0.0, float(at[metric]) * GIB - resident)
     first = own.loc[own["step"].idxmin()]
     parts = {
-        "persistent": {"predicted(bytes)": prediction["persistent(bytes)"], "measured(bytes)": int(resident),
-                       "terms": [k for k in prediction["terms(bytes)"] if k not in TRANSIENT_TERMS]},
-        "transient": {"predicted(bytes)": prediction["transient(bytes)"], "measured(bytes)": int(transient),
-                      "terms": [k for k in prediction["terms(bytes)"] if k in TRANSIENT_TERMS]},
+        "persistent": {"predicted(bytes)": prediction.persistent_bytes, "measured(bytes)": int(resident),
+                       "terms": [k for k in prediction.terms_bytes if k not in TRANSIENT_TERMS]},
+        "transient": {"predicted(bytes)": prediction.transient_bytes, "measured(bytes)": int(transient),
+                      "terms": [k for k in prediction.terms_bytes if k in TRANSIENT_TERMS]},
     }
     for part in parts.values():
         part["miss(bytes)"] = part["predicted(bytes)"] - part["measured(bytes)"]
@@ -116,17 +120,17 @@ def peak_diagnosis(prediction: dict[str, Any], steps: pd.DataFrame, rank: int) -
     if held_free and unexplained["persistent"] < 0:
         unexplained["persistent"] = min(0, unexplained["persistent"] + held_free)
     off = max(parts, key=lambda name: abs(unexplained[name]))
-    terms = {k: prediction["terms(bytes)"][k] for k in parts[off]["terms"]}
+    terms = {k: prediction.terms_bytes[k] for k in parts[off]["terms"]}
     largest = max(terms, key=terms.get) if terms else None
     sign = "over" if parts[off]["miss(bytes)"] > 0 else "under"
     note = (f"the {off} terms ({', '.join(parts[off]['terms'])}) are {sign}-predicted by "
-            f"{human(abs(parts[off]['miss(bytes)']))} at step {int(at['step'])} "
-            f"(predicted {human(parts[off]['predicted(bytes)'])}, measured {human(parts[off]['measured(bytes)'])})"
-            + (f"; its largest predicted term: {largest} {human(terms[largest])}" if largest else ""))
+            f"{format_bytes(abs(parts[off]['miss(bytes)']))} at step {int(at['step'])} "
+            f"(predicted {format_bytes(parts[off]['predicted(bytes)'])}, measured {format_bytes(parts[off]['measured(bytes)'])})"
+            + (f"; its largest predicted term: {largest} {format_bytes(terms[largest])}" if largest else ""))
     if held_free and parts["persistent"]["miss(bytes)"] < 0:
-        note += (f"; of the resident set between steps, {human(held_free)} is freed memory the C allocator kept "
+        note += (f"; of the resident set between steps, {format_bytes(held_free)} is freed memory the C allocator kept "
                  f"({ALLOCATOR_FREE} at the step's end), which leaves the persistent terms "
-                 f"{human(-unexplained['persistent'])} short")
+                 f"{format_bytes(-unexplained['persistent'])} short")
     return {
         "window_step": int(at["step"]),
         "first_window": {"step": int(first["step"]), "peak(bytes)": int(float(first[metric]) * GIB),
@@ -137,12 +141,12 @@ def peak_diagnosis(prediction: dict[str, Any], steps: pd.DataFrame, rank: int) -
     }
 
 
-def peak_rows(prediction: dict[str, Any], steps: pd.DataFrame) -> list[dict[str, Any]]:
+def peak_rows(prediction: PeakPrediction, steps: pd.DataFrame) -> list[dict[str, Any]]:
     """Per rank: the predicted peak against the measured one (measures.peak_memory_per_rank of the
     prediction's metric), with the error and, beyond :data:`PEAK_TOLERANCE`, the part that is off."""
     rows = []
-    for rank, peak in sorted(measures.peak_memory_per_rank(steps, prediction["metric"]).items()):
-        row = _row(rank, "peak", prediction["total(bytes)"], peak * GIB, f"{prediction['metric']}, max over steps")
+    for rank, peak in sorted(measures.peak_memory_per_rank(steps, prediction.metric).items()):
+        row = _row(rank, "peak", prediction.total_bytes, peak * GIB, f"{prediction.metric}, max over steps")
         row["within_tolerance"] = row["error(%)"] is not None and abs(row["error(%)"]) <= PEAK_TOLERANCE
         diagnosis = peak_diagnosis(prediction, steps, rank)
         row["diagnosis"] = diagnosis
@@ -157,10 +161,11 @@ def peak_rows(prediction: dict[str, Any], steps: pd.DataFrame) -> list[dict[str,
     return rows
 
 
-def with_peaks(table: dict[str, Any], prediction: dict[str, Any], steps: pd.DataFrame) -> dict[str, Any]:
+def with_peaks(table: dict[str, Any], prediction: PeakPrediction, steps: pd.DataFrame) -> LedgerTable:
     """The ledger table with the peak rows and the prediction's terms beside the model-state rows."""
     rows = peak_rows(prediction, steps)
     errors = [abs(r["error(%)"]) for r in rows if r["error(%)"] is not None]
-    return {**table, "peak": {"prediction": prediction, "rows": rows, "tolerance(%)": PEAK_TOLERANCE,
-                              "max_abs_error(%)": max(errors, default=None),
-                              "within_tolerance": bool(errors) and max(errors) <= PEAK_TOLERANCE}}
+    return LedgerTable.of({**table, "peak": {"prediction": prediction, "rows": rows, "tolerance(%)": PEAK_TOLERANCE,
+                                             "max_abs_error(%)": max(errors, default=None),
+                                             "within_tolerance": bool(errors) and max(errors) <= PEAK_TOLERANCE}},
+                          "the ledger table")

@@ -75,19 +75,25 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from zerogate.config.settings import GateSettings, StabiliserSettings
+from zerogate.contracts.parsed import Failure, RunMeta
+from zerogate.contracts.records import OVERFLOW_REASON, column
+from zerogate.contracts.report import RunStatistics
+from zerogate.contracts.verdicts import NonfiniteEventEvidence, RecordEvidence
 from zerogate.robust import MAD_TO_SIGMA, robust_z
 
-STEP_TIME = "step_time(s)"
-MICRO_STEP_TIME = "micro_step_time(s)"
-TOKENS_PER_S = "tokens_per_s"
-DEVICE_PEAK = "memory/device_peak(GiB)"
-LOSS = "loss"
-OVERFLOW_REASON = "fp16_overflow"
-# Where the training loop records whether a step's update was applied (absent in older records).
-UPDATE_APPLIED = "update_applied"
-# A rank's host time inside collectives per optimizer step (zerogate.train.metrics.COLLECTIVES_TIME), and
-# what the analysis derives from it (see "Compute, communication and wait per rank").
-COLLECTIVES_TIME = "collectives(s)"
+# The steps table's columns the statistics read: the StepRecord's keys (zerogate.contracts.records).
+STEP_TIME = column("step_time_s")
+MICRO_STEP_TIME = column("micro_step_time_s")
+TOKENS_PER_S = column("tokens_per_s")
+DEVICE_PEAK = column("device_peak_gib")
+LOSS = column("loss")
+LOSS_SCALE = column("loss_scale")
+SKIP_REASON = column("skip_reason")
+UPDATE_APPLIED = column("update_applied")
+# A rank's host time inside collectives per optimizer step, and what the analysis derives from it (see
+# "Compute, communication and wait per rank").
+COLLECTIVES_TIME = column("collectives_s")
 COMPUTE = "compute(s)"
 COMMUNICATION = "communication(s)"
 WAIT = "wait(s)"
@@ -124,14 +130,14 @@ STATISTICS: dict[str, Callable[[pd.Series], float]] = {"median": median_of, "p90
 
 def loss_scaler_present(steps: pd.DataFrame) -> bool:
     """Whether the run had an fp16 dynamic loss scaler (it recorded a loss scale at some step)."""
-    return "loss_scale" in steps.columns and bool(steps["loss_scale"].notna().any())
+    return LOSS_SCALE in steps.columns and bool(steps[LOSS_SCALE].notna().any())
 
 
 def overflow_skipped(steps: pd.DataFrame) -> pd.Series | None:
     """Per row: did fp16's loss scaler skip this optimizer step? None when the run had no loss scaler."""
-    if not loss_scaler_present(steps) or "skip_reason" not in steps.columns:
+    if not loss_scaler_present(steps) or SKIP_REASON not in steps.columns:
         return None
-    return (steps["skip_reason"] == OVERFLOW_REASON).astype(bool)
+    return (steps[SKIP_REASON] == OVERFLOW_REASON).astype(bool)
 
 
 def after_warmup(steps: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
@@ -200,7 +206,7 @@ def peak_memory_per_rank(steps: pd.DataFrame, metric: str = DEVICE_PEAK) -> dict
     """Each rank's largest per-step peak of ``metric`` over the whole run (warm-up included: memory
     peaks early, and the claim is about the peak). A rank with a missing or non-finite value at any step
     has no peak (NaN): the largest of the values it has could be below the one it lost."""
-    if metric not in steps.columns:
+    if metric not in steps.columns or steps[metric].isna().all():  # not measured by this run
         return {}
     peaks = steps.groupby("rank")[metric].agg(STATISTICS["max"])
     return {int(rank): float(value) for rank, value in peaks.items()}
@@ -257,10 +263,9 @@ class SpikeRule:
     min_history: int
 
     @classmethod
-    def from_settings(cls, stabiliser: Mapping[str, Any]) -> SpikeRule:
-        """From resolved ``stabiliser`` settings (``spike_window``, ``spike_threshold``, ``spike_min_history``)."""
-        return cls(int(stabiliser["spike_window"]), float(stabiliser["spike_threshold"]),
-                   int(stabiliser["spike_min_history"]))
+    def from_settings(cls, stabiliser: StabiliserSettings) -> SpikeRule:
+        """From the run's ``stabiliser`` settings (train/settings.json)."""
+        return cls(int(stabiliser.spike_window), float(stabiliser.spike_threshold), int(stabiliser.spike_min_history))
 
     def describe(self) -> str:
         return (f"upward only: robust z > {self.threshold:g} against the last {self.window} applied, non-spike "
@@ -311,6 +316,7 @@ class RecordCompleteness:
     repeated_steps: dict[int, list[int]]
     unexpected_steps: dict[int, list[int]]
     extra_ranks: list[int]
+    steps_per_rank: dict[int, int] = field(default_factory=dict)  # distinct optimizer steps each rank recorded
 
     @property
     def incomplete_ranks(self) -> list[int]:
@@ -338,13 +344,13 @@ class RecordCompleteness:
     def complete(self) -> bool:
         return not self.problems
 
-    def evidence(self) -> dict[str, Any]:
-        return {"world_size(ranks)": self.world_size, "expected_steps(steps)": self.expected_steps,
-                "ranks_present(rank)": self.ranks_present, "missing_ranks(rank)": self.missing_ranks,
-                "extra_ranks(rank)": self.extra_ranks,
-                "missing_steps(step)": {r: _span(v) for r, v in self.missing_steps.items()},
-                "repeated_steps(step)": {r: _span(v) for r, v in self.repeated_steps.items()},
-                "unexpected_steps(step)": {r: _span(v) for r, v in self.unexpected_steps.items()}}
+    def evidence(self) -> RecordEvidence:
+        return RecordEvidence(world_size=self.world_size, expected_steps=self.expected_steps,
+                              ranks_present=self.ranks_present, missing_ranks=self.missing_ranks,
+                              extra_ranks=self.extra_ranks, steps_per_rank=self.steps_per_rank,
+                              missing_steps={r: _span(v) for r, v in self.missing_steps.items()},
+                              repeated_steps={r: _span(v) for r, v in self.repeated_steps.items()},
+                              unexpected_steps={r: _span(v) for r, v in self.unexpected_steps.items()})
 
 
 def _span(numbers: list[int], shown: int = 8) -> str:
@@ -362,11 +368,13 @@ def record_completeness(steps: pd.DataFrame, world_size: int | None, expected_st
     missing: dict[int, list[int]] = {}
     repeated: dict[int, list[int]] = {}
     unexpected: dict[int, list[int]] = {}
+    distinct: dict[int, int] = {}
     expected = set(range(1, int(expected_steps) + 1)) if expected_steps else None
     for rank in present:
         numbers = pd.to_numeric(steps.loc[steps["rank"] == rank, "step"], errors="coerce")
         counts = numbers.value_counts()
         seen = {int(n) for n in counts.index}
+        distinct[rank] = len(seen)
         if expected is not None:
             if expected - seen:
                 missing[rank] = sorted(expected - seen)
@@ -377,7 +385,7 @@ def record_completeness(steps: pd.DataFrame, world_size: int | None, expected_st
     extra = [r for r in present if world_size and not 0 <= r < int(world_size)]
     return RecordCompleteness(int(world_size) if world_size else None,
                               int(expected_steps) if expected_steps else None, present, missing_ranks,
-                              missing, repeated, unexpected, extra)
+                              missing, repeated, unexpected, extra, distinct)
 
 
 def missing_values(steps: pd.DataFrame, metric: str) -> dict[int, list[int]]:
@@ -385,12 +393,6 @@ def missing_values(steps: pd.DataFrame, metric: str) -> dict[int, list[int]]:
     values = pd.to_numeric(steps[metric], errors="coerce").astype(float)
     bad = steps[~np.isfinite(values)]
     return {int(rank): sorted(int(s) for s in group["step"]) for rank, group in bad.groupby("rank")}
-
-
-def loss_scaler_configured(ds_config: Mapping[str, Any]) -> bool:
-    """Whether the rendered DeepSpeed config runs fp16 with its loss scaler (bf16 and fp32 have none)."""
-    fp16 = ds_config.get("fp16") or {}
-    return fp16.get("enabled") is True
 
 
 @dataclass(frozen=True)
@@ -402,8 +404,8 @@ class NonfiniteEvent:
     metrics: list[str]
     sources: list[str]
 
-    def evidence(self) -> dict[str, Any]:
-        return {"step(step)": self.step, "ranks(rank)": self.ranks, "metrics": self.metrics, "sources": self.sources}
+    def evidence(self) -> NonfiniteEventEvidence:
+        return NonfiniteEventEvidence(step=self.step, ranks=self.ranks, metrics=self.metrics, sources=self.sources)
 
 
 def nonfinite_events(steps: pd.DataFrame, metrics: list[str],
@@ -444,10 +446,12 @@ class ConvergenceRule:
     min_drop_sigmas: float
 
     @classmethod
-    def from_gate(cls, gate: Mapping[str, Any]) -> ConvergenceRule:
-        block = gate["convergence"]
-        return cls(int(block["initial_steps"]), float(block["final_fraction"]), float(block["max_rebound"]),
-                   float(block["min_drop_sigmas"]))
+    def from_gate(cls, gate: GateSettings) -> ConvergenceRule:
+        block = gate.convergence
+        if block is None:
+            raise ValueError(f"gate {gate.name}: a loss_convergence gate needs its convergence block")
+        return cls(int(block.initial_steps), float(block.final_fraction), float(block.max_rebound),
+                   float(block.min_drop_sigmas))
 
 
 @dataclass(frozen=True)
@@ -517,7 +521,7 @@ class Completion:
     expected_steps: int | None
     steps_per_rank: dict[int, int]
     stopped_early: dict[int, int]
-    failures: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
     failed_ranks: list[int] = field(default_factory=list)
     failed_rank_count: int = 0
     problems: list[str] = field(default_factory=list)
@@ -527,7 +531,7 @@ class Completion:
         return not self.problems
 
 
-def run_completion(steps_per_rank: Mapping[Any, int], failures: list[dict[str, Any]], finished: bool,
+def run_completion(steps_per_rank: Mapping[Any, int], failures: list[Failure], finished: bool,
                    expected_steps: int | None, world_size: int | None = None,
                    records: RecordCompleteness | None = None) -> Completion:
     """Completion from the run's facts: the last step each rank recorded, the failures read from the
@@ -538,7 +542,7 @@ def run_completion(steps_per_rank: Mapping[Any, int], failures: list[dict[str, A
     if world_size:
         per_rank = {rank: per_rank.get(rank, 0) for rank in range(int(world_size))} | per_rank
     stopped = {rank: step for rank, step in sorted(per_rank.items()) if expected_steps and step < expected_steps}
-    crashed = {int(f["rank"]) for f in failures if f.get("rank") is not None}
+    crashed = {int(f.rank) for f in failures if f.rank is not None}
     gaps = set(records.incomplete_ranks) if records is not None else set()
     failed = sorted(crashed | set(stopped) | gaps)
     unnamed = not finished or bool(failures) or (records is not None and not records.complete)
@@ -550,16 +554,16 @@ def run_completion(steps_per_rank: Mapping[Any, int], failures: list[dict[str, A
         problems.append(f"ranks stopped early: {stopped} of {expected_steps} steps")
     if failures:
         first = failures[0]
-        problems.append(f"rank {first.get('rank')} failed: {first.get('message')}")
+        problems.append(f"rank {first.rank} failed: {first.message}")
     if records is not None:
         problems += records.problems
     return Completion(bool(finished), expected_steps, per_rank, stopped, list(failures), failed, count, problems)
 
 
-def completion_of(run_meta: Mapping[str, Any]) -> Completion:
-    """Completion from parse_logs' run metadata (``parsed/run.json``; its rank keys may be strings)."""
-    return run_completion(run_meta["steps_completed_per_rank"], run_meta.get("failures") or [],
-                          bool(run_meta["finished"]), run_meta.get("expected_steps"), run_meta.get("world_size"))
+def completion_of(run_meta: RunMeta) -> Completion:
+    """Completion from parse_logs' run metadata (``parsed/run.json``)."""
+    return run_completion(run_meta.steps_completed_per_rank, run_meta.failures, run_meta.finished,
+                          run_meta.expected_steps, run_meta.world_size)
 
 
 def rank_times(steps: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
@@ -610,11 +614,11 @@ class RankBalance:
         return {} if self.straggler is None else {r: w for r, w in self.wait.items() if r != self.straggler}
 
     def summary(self) -> dict[str, Any]:
-        """The run statistics' straggler keys (run_statistics)."""
+        """The run statistics' straggler fields (run_statistics, zerogate.contracts.report.RunStatistics)."""
         waits = self.waiting_for_straggler
         return {"straggler_rank": self.straggler,
-                "straggler_compute_excess(s)": self.excess if self.straggler is not None else None,
-                "wait_for_straggler_median(s)": max(waits.values()) if waits else None}
+                "straggler_compute_excess_s": self.excess if self.straggler is not None else None,
+                "wait_for_straggler_median_s": max(waits.values()) if waits else None}
 
     def evidence(self) -> dict[str, Any]:
         return {"ranks(rank)": self.ranks, "timed_steps(steps)": self.timed_steps,
@@ -697,32 +701,40 @@ def _or_none(compute: Callable[[], float], *columns: str, steps: pd.DataFrame) -
 
 
 def run_statistics(steps: pd.DataFrame, warmup_steps: int, spike_rule: SpikeRule,
-                   completion: Completion | None = None) -> dict[str, Any]:
-    """The headline statistics of one run, keys with units: what the report's run summary, the run
-    registry, ``compare`` and the variant table show. Each value is one of the definitions above; None
-    where the records do not hold it (``overflow_skipped_steps`` without a loss scaler, the completion
-    without the run's metadata)."""
+                   completion: Completion | None = None) -> RunStatistics:
+    """The headline statistics of one run: what the report's run summary, the run registry, ``compare`` and
+    the variant table show. Each value is one of the definitions above; None where the records do not hold
+    it (``overflow_skipped_steps`` without a loss scaler, the completion without the run's metadata)."""
     skips = overflow_skips(steps)
     loss = loss_series(steps)
     finite = loss[np.isfinite(loss)]
     timed = timed_steps(steps, warmup_steps)
-    return {
-        "ranks": int(steps["rank"].nunique()),
-        "optimizer_steps": int(steps["step"].max()),
-        "warmup_steps_excluded": int(warmup_steps),
-        "timed_steps": int(timed["step"].nunique()),
-        "step_time_median(s)": _or_none(lambda: step_time(steps, warmup_steps).value, STEP_TIME, steps=timed),
-        "step_time_p90(s)": _or_none(lambda: step_time(steps, warmup_steps, "p90").value, STEP_TIME, steps=timed),
-        "slowest_rank": _or_none(lambda: step_time(steps, warmup_steps).rank, STEP_TIME, steps=timed),
-        "micro_step_time_median(s)": _or_none(lambda: micro_step_time(steps, warmup_steps).value, MICRO_STEP_TIME,
-                                              steps=timed),
-        "tokens_per_s": _or_none(lambda: tokens_per_second(steps, warmup_steps), TOKENS_PER_S, steps=timed),
-        "first_loss": float(finite.iloc[0]) if len(finite) else None,
-        "final_loss": float(finite.iloc[-1]) if len(finite) else None,
-        "loss_spikes": loss_spikes(steps, spike_rule).count,
-        "overflow_skipped_steps": None if skips is None else skips.worst_count,
-        "peak_memory_per_rank(GiB)": peak_memory_per_rank(steps),
-        "run_complete": None if completion is None else completion.complete,
-        "failed_ranks": None if completion is None else completion.failed_rank_count,
+    return RunStatistics(
+        ranks=int(steps["rank"].nunique()),
+        optimizer_steps=int(steps["step"].max()),
+        warmup_steps_excluded=int(warmup_steps),
+        timed_steps=int(timed["step"].nunique()),
+        step_time_median_s=_or_none(lambda: step_time(steps, warmup_steps).value, STEP_TIME, steps=timed),
+        step_time_p90_s=_or_none(lambda: step_time(steps, warmup_steps, "p90").value, STEP_TIME, steps=timed),
+        slowest_rank=_or_none(lambda: step_time(steps, warmup_steps).rank, STEP_TIME, steps=timed),
+        micro_step_time_median_s=_or_none(lambda: micro_step_time(steps, warmup_steps).value, MICRO_STEP_TIME,
+                                          steps=timed),
+        tokens_per_s=_or_none(lambda: tokens_per_second(steps, warmup_steps), TOKENS_PER_S, steps=timed),
+        first_loss=float(finite.iloc[0]) if len(finite) else None,
+        final_loss=float(finite.iloc[-1]) if len(finite) else None,
+        loss_spikes=loss_spikes(steps, spike_rule).count,
+        overflow_skipped_steps=None if skips is None else skips.worst_count,
+        peak_memory_per_rank_gib=peak_memory_per_rank(steps),
+        run_complete=None if completion is None else completion.complete,
+        failed_ranks=None if completion is None else completion.failed_rank_count,
         **rank_balance(steps, warmup_steps).summary(),
-    }
+    )
+
+
+def summarise_run(steps: pd.DataFrame, warmup_steps: int, spike_rule: SpikeRule,
+                  run_meta: RunMeta | None = None) -> RunStatistics | None:
+    """The run's statistics (run_statistics) with its completion from parse_logs' metadata when given: the
+    report's run summary and the registry's ``summary``; None for a run that recorded no step."""
+    if not len(steps):
+        return None
+    return run_statistics(steps, warmup_steps, spike_rule, completion_of(run_meta) if run_meta else None)

@@ -21,6 +21,11 @@ from typing import Any
 
 import pandas as pd
 
+from zerogate.contracts.base import ContractError, read_lines
+from zerogate.contracts.machine import NodeFingerprint
+from zerogate.contracts.parsed import EVENT_COLUMNS, Failure, ProgressSkips, RunMeta, missing_columns
+from zerogate.contracts.records import StabiliserEvent, StepRecord, TrainSummary
+
 _NUMBER = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 _RANK_PREFIX = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -59,26 +64,45 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 ]
 _NOT_NUMBERS = {"rank", "step", "timers", "pid"}
 _TIMER = re.compile(rf"(?P<name>[A-Za-z_]+):\s*(?P<ms>{_NUMBER})")
-EVENT_COLUMNS = ["kind", "rank", "step", "line", "message", "detail"]
 FAILURE_KINDS = ("traceback", "rank_exit_error", "fatal_loss_scale")
 
 
+STEP_COLUMNS = tuple(StepRecord.key(name) for name in StepRecord.model_fields)
+
+
+def steps_table(records: list[StepRecord]) -> pd.DataFrame:
+    """Step records as the ``steps`` table: one row per (rank, step), sorted, one column per StepRecord key
+    (every column present, even with no value at any step)."""
+    rows = [record.as_json() for record in records]
+    frame = pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+    return frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+
+
 def read_rank_metrics(metrics_dir: str | Path) -> pd.DataFrame:
-    """All ranks' step records, one row per (rank, step), sorted: the ``steps`` table every statistic in
-    zerogate.analysis.measures reads (fp16 skips from its ``skip_reason`` column, nothing derived here)."""
-    rows: list[dict[str, Any]] = []
-    for path in sorted(Path(metrics_dir).glob("rank*.jsonl")):
-        with open(path) as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}: line {number}: not valid JSON ({error.msg})") from None
-    if not rows:
-        return pd.DataFrame(columns=["rank", "step"])
-    return pd.DataFrame(rows).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    """All ranks' step records (``rank<N>.jsonl``, zerogate.contracts.records.StepRecord), as the ``steps``
+    table every statistic in zerogate.analysis.measures reads (fp16 skips from its ``skip_reason`` column,
+    nothing derived here)."""
+    return steps_table([record for path in sorted(Path(metrics_dir).glob("rank*.jsonl"))
+                        for record in read_lines(StepRecord, path)])
+
+
+def read_steps(path: str | Path) -> pd.DataFrame:
+    """parse_logs' steps table (``parsed/steps.parquet``), its columns checked against the StepRecord."""
+    frame = pd.read_parquet(path)
+    missing = missing_columns(frame.columns, STEP_COLUMNS)
+    if missing:
+        raise ContractError(str(path), missing[0], "column missing (written by another zerogate version? rerun "
+                                                   "parse_logs)")
+    return frame
+
+
+def read_events(path: str | Path) -> pd.DataFrame:
+    """parse_logs' events table (``parsed/events.parquet``), its columns checked."""
+    frame = pd.read_parquet(path)
+    missing = missing_columns(frame.columns, EVENT_COLUMNS)
+    if missing:
+        raise ContractError(str(path), missing[0], "column missing (rerun parse_logs)")
+    return frame
 
 
 def _number(text: str | None) -> float | None:
@@ -140,23 +164,19 @@ def parse_launcher_log(text: str) -> pd.DataFrame:
     for rank, lines in tracebacks.items():  # a traceback cut off by the end of the log (a killed launcher)
         events.append({"kind": "traceback", "rank": rank, "step": None, "line": None, "message": lines[-1].strip(),
                        "detail": json.dumps({"last_lines": lines[-12:]})})
-    frame = pd.DataFrame(events, columns=EVENT_COLUMNS)
+    frame = pd.DataFrame(events, columns=list(EVENT_COLUMNS))
     return frame.astype({"rank": "Int64", "step": "Int64", "line": "Int64"})
 
 
 def stabiliser_events(path: str | Path) -> pd.DataFrame:
-    """The loss stabiliser's events (``train/events.jsonl``: step, rank, kind, value, action) as event rows
-    of kind ``stabiliser``, their own kind, value and action in ``detail``."""
+    """The loss stabiliser's events (``train/events.jsonl``, zerogate.contracts.records.StabiliserEvent) as
+    event rows of kind ``stabiliser``, their own kind, value and action in ``detail``."""
     rows = []
-    for line in Path(path).read_text().splitlines():
-        if not line.strip():
-            continue
-        event = json.loads(line)
-        detail = {key: event.get(key) for key in ("kind", "value", "action")}
-        rows.append({"kind": "stabiliser", "rank": event["rank"], "step": event["step"], "line": None,
-                     "message": f"{event['kind']} = {event.get('value')}: {event.get('action')}",
-                     "detail": json.dumps(detail)})
-    frame = pd.DataFrame(rows, columns=EVENT_COLUMNS)
+    for event in read_lines(StabiliserEvent, path):
+        detail = {"kind": event.kind, "value": event.value, "action": event.action}
+        rows.append({"kind": "stabiliser", "rank": event.rank, "step": event.step, "line": None,
+                     "message": f"{event.kind} = {event.value}: {event.action}", "detail": json.dumps(detail)})
+    frame = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
     return frame.astype({"rank": "Int64", "step": "Int64", "line": "Int64"})
 
 
@@ -177,46 +197,46 @@ def last_log_lines(text: str, rank: int | None, count: int = 12) -> list[str]:
     return [line for line in lines if line.strip()][-count:]
 
 
-def run_metadata(steps: pd.DataFrame, events: pd.DataFrame, summary: dict[str, Any] | None, log_text: str,
-                 expected_steps: int | None = None) -> dict[str, Any]:
+def run_metadata(steps: pd.DataFrame, events: pd.DataFrame, summary: TrainSummary | None, log_text: str,
+                 expected_steps: int | None = None, nodes: list[NodeFingerprint] | None = None) -> RunMeta:
     """What the run did as a whole: ranks, steps each completed, which ranks failed and how."""
     completed = {int(r): int(g["step"].max()) for r, g in steps.groupby("rank")} if len(steps) else {}
-    failures: list[dict[str, Any]] = []
+    failures: list[Failure] = []
     for _, event in events[events["kind"].isin(FAILURE_KINDS)].iterrows():
         rank = None if pd.isna(event["rank"]) else int(event["rank"])
         detail = json.loads(event["detail"])
-        failures.append({
-            "rank": rank, "kind": event["kind"], "message": event["message"],
-            "exit_code": detail.get("code"),
-            "last_lines": detail.get("last_lines") or last_log_lines(log_text, rank),
-        })
+        code = detail.get("code")
+        failures.append(Failure(rank=rank, kind=event["kind"], message=event["message"],
+                                exit_code=None if code is None else int(code),
+                                last_lines=detail.get("last_lines") or last_log_lines(log_text, rank)))
     counts = events["kind"].value_counts().to_dict() if len(events) else {}
-    return {
+    return RunMeta(
         # The summary's world size, or None: never the count of ranks that happen to have records.
-        "world_size": (summary or {}).get("world_size"),
-        "finished": summary is not None,
-        "expected_steps": expected_steps,
-        "steps_completed_per_rank": completed,
-        "failed_ranks": sorted({f["rank"] for f in failures if f["rank"] is not None}),
-        "failures": failures,
-        "event_counts": {k: int(v) for k, v in counts.items()},
-        "deepspeed_skipped_steps": _last_skipped(events),
-    }
+        world_size=None if summary is None else summary.world_size,
+        finished=summary is not None,
+        expected_steps=expected_steps,
+        steps_completed_per_rank=completed,
+        failed_ranks=sorted({f.rank for f in failures if f.rank is not None}),
+        failures=failures,
+        event_counts={k: int(v) for k, v in counts.items()},
+        deepspeed_skipped_steps=_last_skipped(events),
+        nodes=nodes or [],
+    )
 
 
-def _last_skipped(events: pd.DataFrame) -> dict[str, int] | None:
+def _last_skipped(events: pd.DataFrame) -> ProgressSkips | None:
     """DeepSpeed's own cumulative skip count at its last progress line, with that step: evidence beside the
     overflow gate, never its statistic (it also counts the updates the loss stabiliser dropped)."""
     progress = events[events["kind"] == "ds_progress"]
     if not len(progress):
         return None
     last = progress.iloc[-1]
-    return {"step": int(last["step"]), "skipped": int(json.loads(last["detail"])["skipped"])}
+    return ProgressSkips(step=int(last["step"]), skipped=int(json.loads(last["detail"])["skipped"]))
 
 
-def parse_run(metrics_dir: str | Path, launcher_logs: str | Path | list[str | Path], summary: dict[str, Any] | None,
+def parse_run(metrics_dir: str | Path, launcher_logs: str | Path | list[str | Path], summary: TrainSummary | None,
               stabiliser_events_path: str | Path,
-              expected_steps: int | None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+              expected_steps: int | None) -> tuple[pd.DataFrame, pd.DataFrame, RunMeta]:
     """The parse_logs rule's work: (steps, events, run metadata) from a run's per-rank records, launcher
     log (one per node on several nodes, node 0's first), summary (None when the run did not finish) and
     the loss stabiliser's events. Several nodes: each node's fingerprint (``metrics/node<i>.json``,
@@ -225,9 +245,9 @@ def parse_run(metrics_dir: str | Path, launcher_logs: str | Path | list[str | Pa
     logs = [launcher_logs] if isinstance(launcher_logs, (str, Path)) else launcher_logs
     log_text = "\n".join(Path(log).read_text(errors="replace") for log in logs)
     launcher_events = parse_launcher_log(log_text)
-    meta = run_metadata(steps, launcher_events, summary, log_text, expected_steps)
-    meta["nodes"] = [json.loads(path.read_text()) for path in
-                     sorted(Path(metrics_dir).glob("node*.json"), key=lambda p: int(p.stem.removeprefix("node")))]
+    nodes = [NodeFingerprint.read(path) for path in
+             sorted(Path(metrics_dir).glob("node*.json"), key=lambda p: int(p.stem.removeprefix("node")))]
+    meta = run_metadata(steps, launcher_events, summary, log_text, expected_steps, nodes)
     stabiliser = stabiliser_events(stabiliser_events_path)
     events = pd.concat([launcher_events, stabiliser], ignore_index=True) if len(stabiliser) else launcher_events
     return steps, events, meta

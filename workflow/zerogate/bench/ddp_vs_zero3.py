@@ -1,7 +1,7 @@
 """Step time of zerogate's ZeRO-3 configuration against plain PyTorch DDP, same model and data
 (`make bench`, target bench_ddp_vs_zero3).
 
-Rows: DDP (zerogate.bench.ddp_worker: torch DDP, gloo, no_sync accumulation); ZeRO-3 as rendered (with the
+Rows: DDP (the training loop with the DDP engine: torch DDP, gloo, no_sync accumulation); ZeRO-3 as rendered (with the
 CPU communication tuning of zerogate.plan.cpu_tuning, the pipeline's step time after that tuning); ZeRO-3
 without that tuning (the claim's overlap_comm, the "auto" hidden_size^2 bucket rule, DeepSpeed's default
 leaf modules: the step time before it); and two reference rows that place the gap, the same rendered

@@ -21,8 +21,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from zerogate.plan.collectives import time_collective
-from zerogate.train.launch import MASTER_ADDR, free_port
+from zerogate.runtime.collectives import time_collective
+from zerogate.runtime.launch import free_port
+from zerogate.runtime.nodes import LOCAL_MASTER_ADDR
 
 # Elements per rank: a norm weight, one 64 x 64 linear layer, the 0.14 M-parameter default model.
 SIZES = {"norm weight (64)": 64, "linear layer (4096)": 4096, "whole model (139584)": 139_584}
@@ -32,7 +33,7 @@ OPERATIONS = ("all_gather", "reduce_scatter", "all_reduce")
 
 def _time(operation: str, elements: int, world: int, iterations: int) -> float:
     """Mean seconds per call after a warm-up, for ``elements`` per rank: the probe's timing loop
-    (zerogate.plan.collectives.time_collective) as one batch of ``iterations`` calls."""
+    (zerogate.runtime.collectives.time_collective) as one batch of ``iterations`` calls."""
     return time_collective(operation, elements * world, world, calls=iterations, batches=1,
                            warmup=max(iterations // 10, 5))
 
@@ -41,7 +42,7 @@ def _rank(rank: int, world: int, port: int, iterations: int, out: str | None) ->
     torch.set_num_threads(1)
     # DeepSpeed 0.19.8 calls these collectives by the names torch 2.13 deprecates: time what it calls.
     warnings.filterwarnings("ignore", category=FutureWarning)
-    os.environ.update(MASTER_ADDR=MASTER_ADDR, MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR=LOCAL_MASTER_ADDR, MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     lines = []
     for label, elements in SIZES.items():

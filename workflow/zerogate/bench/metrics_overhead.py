@@ -11,14 +11,16 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from zerogate.contracts.records import TrainSummary
+
 TARGET_PERCENT = 2.0
 
 
-def table(on: list[dict[str, Any]], off: list[dict[str, Any]]) -> dict[str, Any]:
-    """``on``, ``off``: the summary.json of each run with metrics on, off."""
-    on_wall = [s["wall_time(s)"] for s in on]
-    off_wall = [s["wall_time(s)"] for s in off]
-    inside = [s["metrics_time(s)"] / s["wall_time(s)"] for s in on]
+def table(on: list[TrainSummary], off: list[TrainSummary]) -> dict[str, Any]:
+    """``on``, ``off``: the summary of each run with metrics on, off."""
+    on_wall = [s.wall_time_s for s in on]
+    off_wall = [s.wall_time_s for s in off]
+    inside = [s.metrics_time_s / s.wall_time_s for s in on]
     return {
         "inside_metrics_percent": 100 * statistics.median(inside),
         "wall_time_on(s)": statistics.median(on_wall),

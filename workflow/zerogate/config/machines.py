@@ -11,6 +11,7 @@ import yaml
 
 from zerogate.errors import InputError
 from zerogate.config.validation import to_input_error
+from zerogate.contracts.machine import Fingerprint
 
 SCHEMA = Path(__file__).resolve().parents[3] / "config" / "schemas" / "machine.schema.yaml"
 
@@ -37,50 +38,50 @@ def load_description(path: str | Path) -> dict[str, Any]:
     return check(raw, str(path))
 
 
-def from_fingerprint(fingerprint: dict[str, Any], name: str) -> dict[str, Any]:
+def from_fingerprint(fingerprint: Fingerprint, name: str) -> dict[str, Any]:
     """The probed machine in the description schema (figures the probe cannot know stay null)."""
-    accelerator = fingerprint["accelerator"]
-    cpu, ram = fingerprint["cpu"], fingerprint["ram"]
     gpus = []
-    for device in accelerator.get("devices", []):
-        gpu = {k: device[k] for k in ("name", "memory_total_bytes", "compute_capability", "fp16_supported",
-                                      "bf16_supported") if k in device}
-        if device.get("memory_free_bytes") is not None:
-            gpu["memory_free_bytes"] = device["memory_free_bytes"]
-        if device.get("pcie"):
-            gpu["pcie"] = {k: device["pcie"].get(k) for k in ("generation", "width", "max_generation", "max_width")}
+    for device in fingerprint.accelerator.devices:
+        gpu: dict[str, Any] = {"name": device.name, "memory_total_bytes": device.memory_total_bytes,
+                               "fp16_supported": device.fp16_supported, "bf16_supported": device.bf16_supported}
+        if device.compute_capability is not None:
+            gpu["compute_capability"] = device.compute_capability
+        if device.memory_free_bytes is not None:
+            gpu["memory_free_bytes"] = device.memory_free_bytes
+        if device.pcie is not None:
+            gpu["pcie"] = device.pcie.model_dump()
         gpus.append(gpu)
-    links = fingerprint.get("links", {})
-    host = fingerprint.get("host", {})
+    cpu, ram, host = fingerprint.cpu, fingerprint.ram, fingerprint.host
+    collectives = fingerprint.collectives
     return {
         "name": name,
         "source": "probed",
         "nodes": 1,
         "gpus": gpus,
-        "peer_to_peer": links.get("peer_to_peer_all_pairs"),
-        "nvlink": links.get("nvlink_any"),
+        "peer_to_peer": fingerprint.links.peer_to_peer_all_pairs,
+        "nvlink": fingerprint.links.nvlink_any,
         # The probe's collective latency and bandwidth (zerogate.plan.collectives), for the floor.
-        **({"collectives": fingerprint["collectives"]} if fingerprint.get("collectives") else {}),
+        **({"collectives": collectives.as_json()} if collectives is not None else {}),
         "host": {
-            "cpu_model": cpu.get("model"),
-            "physical_cores": cpu.get("physical_cores"),
-            "logical_cores": cpu.get("logical_cores"),
-            "numa_nodes": host.get("numa_nodes"),
-            "ram_total_bytes": ram["total_bytes"],
-            "ram_available_bytes": ram.get("available_bytes"),
-            "shm_bytes": host.get("shm_bytes"),
-            "pinned_memory_limit_bytes": host.get("pinned_memory_limit_bytes"),
-            "memory_bandwidth_gbps": host.get("memory_bandwidth_gbps"),
-            "cpu_peak_tflops_fp32": host.get("cpu_peak_tflops_fp32"),
+            "cpu_model": cpu.model,
+            "physical_cores": cpu.physical_cores,
+            "logical_cores": cpu.logical_cores,
+            "numa_nodes": host.numa_nodes,
+            "ram_total_bytes": ram.total_bytes,
+            "ram_available_bytes": ram.available_bytes,
+            "shm_bytes": host.shm_bytes,
+            "pinned_memory_limit_bytes": host.pinned_memory_limit_bytes,
+            "memory_bandwidth_gbps": host.memory_bandwidth_gbps,
+            "cpu_peak_tflops_fp32": host.cpu_peak_tflops_fp32,
         },
     }
 
 
-def to_fingerprint(machine: dict[str, Any]) -> dict[str, Any]:
+def to_fingerprint(machine: dict[str, Any]) -> Fingerprint:
     """A described machine in the probe's fingerprint shape, so the config renders for it as for a probed one."""
     host = machine["host"]
     gpus = machine.get("gpus", [])
-    return {
+    return Fingerprint.of({
         "hostname": machine["name"],
         "platform": "described",
         "cpu": {"model": host.get("cpu_model"), "logical_cores": host.get("logical_cores"),
@@ -89,8 +90,13 @@ def to_fingerprint(machine: dict[str, Any]) -> dict[str, Any]:
         "accelerator": {
             "kind": "cuda" if gpus else "cpu",
             "count": len(gpus),
-            "devices": [{"index": i, "fp16_supported": True, "bf16_supported": False, **g} for i, g in enumerate(gpus)],
+            "devices": [{"index": i, "fp16_supported": True, "bf16_supported": False,
+                         **{k: v for k, v in g.items() if k in DEVICE_KEYS}} for i, g in enumerate(gpus)],
             **({} if gpus else {"cpu": {"fp16_supported": False}}),
         },
-        "versions": {},
-    }
+    }, machine.get("name", "machine description"))
+
+
+# The keys of a described GPU that the fingerprint's device carries (the rest are the planner's).
+DEVICE_KEYS = ("name", "memory_total_bytes", "memory_free_bytes", "compute_capability", "fp16_supported",
+               "bf16_supported", "pcie", "memory_bandwidth_gbps")

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from zerogate.errors import InputError
+
+if TYPE_CHECKING:
+    from zerogate.config.settings import ProfileSettings
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -85,12 +88,13 @@ def file_defining(chain: list[tuple[Path, dict]], key_path: list[str | int]) -> 
     return chain[-1][0]
 
 
-def check_profile(profile: dict[str, Any], chain: list[tuple[Path, dict]], repo: str | Path) -> None:
-    """Checks the JSON schema cannot express; raise InputError naming the file that sets the key.
+def check_profile(profile: dict[str, Any], chain: list[tuple[Path, dict]], repo: str | Path) -> "ProfileSettings":
+    """The profile's typed settings, after the checks the JSON schema cannot express; InputError naming
+    the file that sets the key.
 
     The cross-field checks and defaults live in zerogate.config.settings (one place); this adds the
     checks that need the repository."""
-    from zerogate.config.settings import settings_of
+    from zerogate.config.settings import profile_settings
 
     def where(key: str) -> str:
         return str(file_defining(chain, key.split(".")))
@@ -98,4 +102,4 @@ def check_profile(profile: dict[str, Any], chain: list[tuple[Path, dict]], repo:
     template = Path(repo) / profile["deepspeed"]["template"]
     if not template.is_file():
         raise InputError(where("deepspeed.template"), "deepspeed.template", f"no such file: {template}")
-    settings_of(profile, where)
+    return profile_settings(profile, where)

@@ -164,17 +164,16 @@ class DatasetSettings:
     def too_long_rows(self) -> str:
         """What happens to a row longer than seq_len (the source's default when not set)."""
         return self.too_long or ("drop" if self.builtin else "error")
-
-
-@dataclass(frozen=True)
-class TrainingSettings:
-    """``training``: the optimisation the run performs."""
+@dataclass(frozen=True, kw_only=True)
+class RunTraining:
+    """The profile's ``training`` section as the run sees it: the optimisation it performs. The
+    analysis-only key (``warmup_steps_excluded``) is not part of it, so editing that re-judges the run and
+    never retrains it or discards its checkpoints."""
 
     optimizer_steps: int = doc("optimizer steps to train")
     micro_batch_per_rank: int = doc("rows per micro-step per rank")
     gradient_accumulation_steps: int = doc("micro-steps per optimizer step")
     cpu_ranks: int = doc("ranks on a machine without GPUs")
-    warmup_steps_excluded: int = doc("analysis only: first steps left out of the timing statistics (never retrains)")
     seed: int = doc("seed of weights and data order")
     optimizer: dict[str, Any] = doc("{type: AdamW | Adam, lr, weight_decay, betas}")
     lr_warmup_steps: int = doc("linear learning-rate warm-up steps of the cosine schedule")
@@ -182,26 +181,102 @@ class TrainingSettings:
     train_batch_size: int | None = doc("optional; must equal micro_batch_per_rank x accumulation x ranks", None)
 
 
-# Keys of ``training`` only the analysis reads (which steps the statistics leave out). Not part of the
-# run: the run spec, the planner's and the renderer's inputs leave them out, so editing them re-judges
-# the run and never retrains it or discards its checkpoints.
-ANALYSIS_ONLY_TRAINING_KEYS = ("warmup_steps_excluded",)
+@dataclass(frozen=True, kw_only=True)
+class TrainingSettings(RunTraining):
+    """``training``: the optimisation the run performs, and which of its steps the timing statistics leave out."""
+
+    warmup_steps_excluded: int = doc("analysis only: first steps left out of the timing statistics (never retrains)")
+
+    @property
+    def run(self) -> RunTraining:
+        """What the run sees (without the analysis-only keys)."""
+        return RunTraining(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RunTraining)})
 
 
-def run_training_section(training: dict[str, Any]) -> dict[str, Any]:
-    """The profile's ``training`` section as the run sees it: without the analysis-only keys."""
-    return {key: value for key, value in training.items() if key not in ANALYSIS_ONLY_TRAINING_KEYS}
+@dataclass(frozen=True, kw_only=True)
+class ModelSettings:
+    """``model``: where the model comes from and, for random initialisation, its shape."""
+
+    source: str = doc('"shape" (random init), a local HF directory or .gguf file, package:MODULE/FILE or '
+                      'hub:ORG/NAME', "shape")
+    architecture: Literal["llama", "qwen2"] | None = doc("transformers family built from the shape", None)
+    hidden_size: int = doc('hidden size: resolves DeepSpeed\'s "auto" buckets; checked against a pretrained model')
+    num_hidden_layers: int | None = doc("decoder layers", None)
+    num_attention_heads: int | None = doc("attention heads", None)
+    num_key_value_heads: int | None = doc("key/value heads (grouped-query attention); default: the attention heads",
+                                          None)
+    intermediate_size: int | None = doc("MLP intermediate size", None)
+    vocab_size: int | None = doc("a fixed vocabulary (a published model's); default: dataset.vocab_size", None)
+    tie_word_embeddings: bool | None = doc("lm_head shares the embedding", None)
+    parameters: float | None = doc("parameter count of a pretrained model, for the record", None)
+
+    @property
+    def shape_only(self) -> bool:
+        """Random initialisation from the shape numbers (no pretrained weights)."""
+        return self.source == "shape"
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """``plan``: train although the planner says the run does not fit, with the reason (a deviation)."""
+
+    allow_infeasible: bool = doc("train anyway when the plan does not fit", False)
+    reason: str = doc("why (recorded as a deviation)", "")
+
+
+@dataclass(frozen=True)
+class ConvergenceRuleSettings:
+    """A loss_convergence gate's ``convergence`` block (zerogate.analysis.measures.loss_convergence)."""
+
+    initial_steps: int = doc("the initial loss is the median of this many first steps")
+    final_fraction: float = doc("the final loss: mean of this last share of the steps (one block)")
+    max_rebound: float = doc("largest (final - lowest block mean) / (initial - lowest block mean)")
+    min_drop_sigmas: float = doc("smallest (initial - final) / robust sd of the last block")
+
+
+GateStatistic = Literal["median", "p90", "max", "loss_convergence", "nonfinite_count", "overflow_skip_fraction",
+                        "floor_ratio", "failed_ranks"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateSettings:
+    """One of the profile's ``gates``: a claim, the metric and statistic that test it, and the threshold."""
+
+    name: str = doc("snake_case name")
+    claim: str = doc("the claim's words")
+    definition: str = doc("what exactly is measured, in words")
+    metric: str = doc("the step-record key (with its unit), or the quantity the statistic reads")
+    statistic: GateStatistic = doc("how the metric becomes one number")
+    comparison: Literal["<", "<=", "==", ">=", ">"] = doc("measured <comparison> threshold passes")
+    threshold: float = doc("the claim's number, in ``unit``")
+    unit: Literal["s", "GB", "GiB", "ratio", "count"] = doc("the threshold's unit (GB = 10^9 bytes, GiB = 2^30)")
+    ranks: Literal["smallest_device", "all"] = doc(
+        "memory gates: the ranks on the device with the least memory, or all", "smallest_device")
+    convergence: ConvergenceRuleSettings | None = doc("loss_convergence only: its rule", None)
+
+
+@dataclass(frozen=True)
+class DeepSpeedSettings:
+    """``deepspeed``: the claim's config and the profile's changes to it."""
+
+    template: str = doc("path of the claim's DeepSpeed config, relative to the repository")
+    overrides: list[dict[str, Any]] = doc("{path, value, reason} each: a change to the claim's config, with why",
+                                          default_factory=list)
 
 
 @dataclass(frozen=True)
 class ProfileSettings:
-    """The sections the training side and the data stage read, typed and cross-checked."""
+    """A whole profile, typed and cross-checked: what every rule's parameters are taken from."""
 
+    model: ModelSettings
+    deepspeed: DeepSpeedSettings
     training: TrainingSettings
     dataset: DatasetSettings
     stabiliser: StabiliserSettings
     checkpoint: CheckpointSettings
     evaluation: EvaluationSettings
+    plan: PlanSettings
+    gates: tuple[GateSettings, ...]
 
 
 INJECT_KINDS = ("nan_loss", "loss_spike", "slow")
@@ -238,6 +313,7 @@ def check_inject(inject: dict[str, Any] | None, where: Where = _anywhere) -> Non
             refuse("seconds", f"{seconds!r} is not a number of seconds > 0 (the extra time per micro-step)")
 
 
+
 def stabiliser_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> StabiliserSettings:
     settings = _from_section(StabiliserSettings, section, "stabiliser", where)
     check_inject(settings.inject, where)
@@ -256,30 +332,54 @@ def dataset_settings(section: dict[str, Any] | None, where: Where = _anywhere) -
     return _from_section(DatasetSettings, section, "dataset", where)
 
 
-def training_section(section: dict[str, Any] | None, where: Where = _anywhere) -> TrainingSettings:
+def training_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> TrainingSettings:
     return _from_section(TrainingSettings, section, "training", where)
 
 
-def settings_of(profile: dict[str, Any], where: Where = _anywhere) -> ProfileSettings:
+def model_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> ModelSettings:
+    return _from_section(ModelSettings, section, "model", where)
+
+
+def plan_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> PlanSettings:
+    return _from_section(PlanSettings, section, "plan", where)
+
+
+def gate_settings(gates: list[dict[str, Any]] | None, where: Where = _anywhere) -> tuple[GateSettings, ...]:
+    typed = []
+    for index, gate in enumerate(gates or []):
+        gate = dict(gate)
+        rule = gate.pop("convergence", None)
+        convergence = None if rule is None else _from_section(ConvergenceRuleSettings, rule,
+                                                              f"gates.{index}.convergence", where)
+        typed.append(dataclasses.replace(_from_section(GateSettings, gate, f"gates.{index}", where),
+                                         convergence=convergence))
+    return tuple(typed)
+
+
+def profile_settings(profile: dict[str, Any], where: Where = _anywhere) -> ProfileSettings:
     """The profile's typed settings, after the cross-field checks below (InputError on the first problem)."""
     settings = ProfileSettings(
-        training=training_section(profile.get("training"), where),
+        model=model_settings(profile.get("model"), where),
+        deepspeed=_from_section(DeepSpeedSettings, profile.get("deepspeed"), "deepspeed", where),
+        training=training_settings(profile.get("training"), where),
         dataset=dataset_settings(profile.get("dataset"), where),
         stabiliser=stabiliser_settings(profile.get("stabiliser"), where),
         checkpoint=checkpoint_settings(profile.get("checkpoint"), where),
         evaluation=evaluation_settings(profile.get("evaluation"), where),
+        plan=plan_settings(profile.get("plan"), where),
+        gates=gate_settings(profile.get("gates"), where),
     )
-    check_cross_fields(settings, profile.get("model", {}), where)
+    check_cross_fields(settings, where)
     return settings
 
 
-def check_cross_fields(settings: ProfileSettings, model: dict[str, Any], where: Where = _anywhere) -> None:
+def check_cross_fields(settings: ProfileSettings, where: Where = _anywhere) -> None:
     """The checks the JSON schema cannot express: each names the key to change."""
 
     def refuse(key: str, problem: str) -> None:
         raise InputError(where(key), key, problem)
 
-    training, checkpoint = settings.training, settings.checkpoint
+    training, model = settings.training, settings.model
     if training.train_batch_size is not None:
         per_rank = training.micro_batch_per_rank * training.gradient_accumulation_steps
         if training.train_batch_size % per_rank:
@@ -289,19 +389,19 @@ def check_cross_fields(settings: ProfileSettings, model: dict[str, Any], where: 
     if training.warmup_steps_excluded >= training.optimizer_steps:
         refuse("training.warmup_steps_excluded",
                f"{training.warmup_steps_excluded} leaves no timed step of {training.optimizer_steps}")
-    if model.get("source", "shape") == "shape":  # a pretrained model brings its own shape
-        heads = model.get("num_attention_heads")
-        if heads and model.get("hidden_size") and model["hidden_size"] % heads:
-            refuse("model.num_attention_heads", f"{heads} does not divide hidden_size {model['hidden_size']}")
-        kv_heads = model.get("num_key_value_heads", heads)
+    if model.shape_only:  # a pretrained model brings its own shape
+        heads = model.num_attention_heads
+        if heads and model.hidden_size % heads:
+            refuse("model.num_attention_heads", f"{heads} does not divide hidden_size {model.hidden_size}")
+        kv_heads = model.num_key_value_heads or heads
         if heads and kv_heads and heads % kv_heads:
             refuse("model.num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}")
-    check_checkpoint_needs(settings.stabiliser, checkpoint, where)
+    check_checkpoint_needs(settings.stabiliser, settings.checkpoint, where)
 
 
 def check_checkpoint_needs(stabiliser: StabiliserSettings, checkpoint: CheckpointSettings,
                            where: Where = _anywhere) -> None:
-    """Settings that need saved checkpoints refuse ``checkpoint.every_steps: 0``. Both used to pass the
+    """Settings that need saved checkpoints refuse ``checkpoint.every_steps: 0``: both would pass the
     schema and then crash after training (export) or silently turn rollback into abort."""
 
     def refuse(key: str, problem: str) -> None:
@@ -313,11 +413,3 @@ def check_checkpoint_needs(stabiliser: StabiliserSettings, checkpoint: Checkpoin
     if stabiliser.policy == "rollback" and not checkpoint.every_steps:
         refuse("stabiliser.policy", "rollback needs checkpoints to roll back to, but checkpoint.every_steps is 0 "
                                     "(never save): set every_steps > 0 or policy: skip or abort")
-
-
-def training_settings(profile: dict[str, Any]) -> dict[str, Any]:
-    """train/settings.json: the stabiliser's and checkpoints' settings, defaults filled in (what the loop reads)."""
-    stabiliser = stabiliser_settings(profile.get("stabiliser"))
-    checkpoint = checkpoint_settings(profile.get("checkpoint"))
-    check_checkpoint_needs(stabiliser, checkpoint)
-    return {"stabiliser": dataclasses.asdict(stabiliser), "checkpoint": dataclasses.asdict(checkpoint)}

@@ -151,3 +151,22 @@ def write_lines(path: str | Path, records: Iterable[Record]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(line_of(r) + "\n" for r in records))
     os.replace(tmp, path)
+
+
+def plain(value: Any) -> Any:
+    """Typed settings (dataclasses, contracts) as plain JSON-ready values: what a rule's ``params`` hold,
+    because Snakemake notices a changed param (and reruns the rule) only for builtin values
+    (snakemake.persistence's param serialisation skips any other object)."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(type(value)).dump_python(value, mode="json", by_alias=True)
+
+
+def typed(cls: Any, value: Any, source: str = "rule params") -> Any:
+    """``value`` (plain, as :func:`plain` made it) as ``cls`` again, validated: how a script reads its params."""
+    from pydantic import TypeAdapter
+
+    try:
+        return TypeAdapter(cls).validate_python(value)
+    except ValidationError as error:
+        raise error_of(source, error) from None

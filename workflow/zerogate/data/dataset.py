@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from zerogate.config.settings import dataset_settings
+from zerogate.config.settings import DatasetSettings
+from zerogate.contracts.data import DatasetManifest, ModelInfo
 from zerogate.data.templates import IGNORE_INDEX, encode_record, formatted_text, prompt_ids
 from zerogate.errors import InputError
 
@@ -224,24 +225,24 @@ def load_tokenizer(model_dir: str | None, texts: list[str], vocab_size: int) -> 
     return pretrained_tokenizer(model_dir) if model_dir else trained_tokenizer(texts, vocab_size)
 
 
-def choose_template(settings: dict[str, Any], tokenizer: Any) -> str:
+def choose_template(settings: DatasetSettings, tokenizer: Any) -> str:
     """The profile's template; ``auto``: the tokenizer's chat template if it has one, else builtin
     (built-in data) or alpaca. ``tokenizer`` None stands for a tokenizer yet to be trained (no chat template)."""
-    template = settings.get("template", "auto")
+    template = settings.template
     if template == "auto":
         if getattr(tokenizer, "chat_template", None):
             return "chat"
-        return "builtin" if settings["source"] == "builtin-tasks" else "alpaca"
+        return "builtin" if settings.builtin else "alpaca"
     if template == "chat" and not getattr(tokenizer, "chat_template", None):
         raise InputError("profile", "dataset.template", "chat, but the model's tokenizer has no chat template")
     return template
 
 
-def tokenizer_and_template(settings: dict[str, Any], model_dir: str | None, train_records: list[dict[str, Any]],
+def tokenizer_and_template(settings: DatasetSettings, model_dir: str | None, train_records: list[dict[str, Any]],
                            vocab_size: int) -> tuple[Any, str]:
     """The tokenizer and the template for the records: a pretrained model's own tokenizer, or a BPE
-    tokenizer trained on the train records exactly as the template formats them (bug 1 of issue 10:
-    trained without the template's words, the Alpaca header split into single characters)."""
+    tokenizer trained on the train records exactly as the template formats them (trained without the
+    template's words, it would split the Alpaca header into single characters)."""
     if model_dir:
         tokenizer = pretrained_tokenizer(model_dir)
         return tokenizer, choose_template(settings, tokenizer)
@@ -266,38 +267,37 @@ def split_records(records: list[Any], fraction: float, seed: int) -> tuple[list[
     return [records[i] for i in order[:count]], [records[i] for i in order[count:]]
 
 
-def prepare(settings: dict[str, Any], out_dir: str | Path, model_info: dict[str, Any] | None = None,
-            repo: str | Path = ".", evaluation: dict[str, Any] | None = None,
-            profile_file: str = "profile") -> dict[str, Any]:
+def prepare(typed: DatasetSettings, out_dir: str | Path, model_info: ModelInfo | None = None,
+            repo: str | Path = ".", profile_file: str = "profile") -> DatasetManifest:
     """Build the profile's dataset into ``out_dir`` and return its manifest (also written there).
 
-    ``settings`` is the profile's ``dataset`` section (defaults: zerogate.config.settings.DatasetSettings);
-    ``profile_file`` the file that sets it, named in errors."""
+    ``typed`` is the profile's ``dataset`` settings; ``model_info`` prepare_model's (None: a shape-only
+    model); ``profile_file`` the file that sets them, named in errors."""
     from zerogate.data.sources import load_table, to_records
 
-    typed = dataset_settings(settings, lambda key: profile_file)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model_dir = (model_info or {}).get("directory")
+    model_info = model_info or ModelInfo(source="shape", kind="shape", directory=None)
+    model_dir = model_info.directory
     seq_len = typed.seq_len
-    manifest: dict[str, Any] = {"source": typed.source, "settings": settings, "splits": {}}
+    manifest: dict[str, Any] = {"source": typed.source, "splits": {}}
     if typed.builtin:
         examples = generate_examples(typed.seed, typed.num_train + typed.num_validation, typed.tasks)
         validation_ex, train_ex = examples[: typed.num_validation], examples[typed.num_validation:]
         if model_dir:
             tokenizer = pretrained_tokenizer(model_dir)
-            template = choose_template(settings, tokenizer)
+            template = choose_template(typed, tokenizer)
         else:
-            template = choose_template(settings, None)
+            template = choose_template(typed, None)
             tokenizer = trained_tokenizer([formatted_text(builtin_record(e, template), template) for e in train_ex],
                                           typed.vocab_size)
         splits = {name: [(builtin_record(e, template), e.__dict__) for e in rows]
                   for name, rows in (("train", train_ex), ("validation", validation_ex))}
         where = "builtin-tasks"
     else:
-        table, facts = load_table(typed.source, repo, settings)
+        table, facts = load_table(typed.source, repo, typed)
         where = str(Path(repo) / typed.source) if "file_sha256" in facts else typed.source
-        records = to_records(table, settings["columns"], where)
+        records = to_records(table, typed.columns or {}, where)
         manifest["file"] = facts
         manifest["rows_read"] = len(records)
         if typed.max_rows:
@@ -305,11 +305,11 @@ def prepare(settings: dict[str, Any], out_dir: str | Path, model_info: dict[str,
         if len(records) < 2:
             raise InputError(where, "", f"{len(records)} row: a training and a validation split need at least 2")
         validation, train = split_records(records, typed.validation_fraction, typed.seed)
-        tokenizer, template = tokenizer_and_template(settings, model_dir, train, typed.vocab_size)
+        tokenizer, template = tokenizer_and_template(typed, model_dir, train, typed.vocab_size)
         splits = {"train": [(r, r) for r in train], "validation": [(r, r) for r in validation]}
     too_long = typed.too_long_rows
     if model_dir is None:  # a shape-only model: its vocabulary is the profile's, not the tokenizer's
-        stated = (model_info or {}).get("vocab_size")
+        stated = model_info.vocab_size
         check_vocabulary(tokenizer, stated or typed.vocab_size, profile_file,
                          "model.vocab_size" if stated else "dataset.vocab_size")
 
@@ -350,16 +350,15 @@ def prepare(settings: dict[str, Any], out_dir: str | Path, model_info: dict[str,
             "tokens": int(encoded.attention_mask.sum()),
             "loss_tokens": int((encoded.labels != IGNORE_INDEX).sum()),
         }
-    manifest["model"] = model_info or {"source": "shape", "kind": "shape", "directory": None}
+    manifest["model"] = model_info
     manifest["template"] = template
-    manifest["model_directory"] = model_dir
     manifest["tokenizer_directory"] = model_dir or str(out / "tokenizer")
     manifest["vocab_size"] = len(tokenizer)
     manifest["pad_token_id"] = tokenizer.pad_token_id
     manifest["eos_token_id"] = tokenizer.eos_token_id
     manifest["seq_len"] = seq_len
-    manifest["evaluation"] = evaluation or {}
     # Content hash over examples, tokenizer, template and token arrays (not file bytes: parquet metadata may vary).
     manifest["content_sha256"] = digest.hexdigest()
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return manifest
+    typed_manifest = DatasetManifest.of(manifest, str(out / "manifest.json"))
+    typed_manifest.write(out / "manifest.json")
+    return typed_manifest

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from zerogate.config.settings import DatasetSettings
 from zerogate.errors import InputError
 from zerogate.hashing import sha256_file
 from zerogate.model.sources import HUB_PREFIX, hub_reachable
@@ -63,7 +64,63 @@ def check_jsonl(path: Path) -> None:
                 raise InputError(str(path), f"line {number}", f"expected a JSON object, got {type(value).__name__}")
 
 
-def load_table(source: str, repo: str | Path, settings: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def file_columns(path: Path, kind: str) -> list[str]:
+    """The columns a local file offers, read cheaply (JSON lines: the keys of every object; parquet: its
+    schema; CSV: its header; plain text: the one column ``text``)."""
+    if kind == "json":
+        keys: dict[str, None] = {}
+        text = path.read_text(encoding="utf-8")
+        if text.lstrip()[:1] == "[":  # one JSON array of objects
+            try:
+                rows = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise InputError(str(path), f"line {error.lineno}", f"malformed JSON ({error.msg} at column {error.colno})") from None
+        else:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        for row in rows if isinstance(rows, list) else []:
+            if isinstance(row, dict):
+                keys.update(dict.fromkeys(row))
+        return list(keys)
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return list(pq.read_schema(path).names)
+        except Exception as error:  # pyarrow's ArrowInvalid and friends: not a parquet file
+            raise InputError(str(path), "", f"cannot read as parquet: {str(error).splitlines()[0]}") from None
+    if kind == "csv":
+        import csv
+
+        with path.open(encoding="utf-8", newline="") as handle:
+            return next(csv.reader(handle), [])
+    return ["text"]
+
+
+def check_dataset_source(source: str, columns: dict[str, str] | None, declared_format: str | None,
+                         repo: str | Path) -> None:
+    """What can be checked of a local dataset file without reading it into a table: it exists, is not
+    empty, its type is known, JSON lines parse (naming the first bad line) and the mapped columns exist.
+    Run when the profile loads, before any job; whether a row fits in ``seq_len`` tokens needs the
+    tokenizer, so prepare_dataset checks that. Built-in tasks and hub datasets have no file to check."""
+    if source == "builtin-tasks" or source.startswith(HUB_PREFIX):
+        return
+    path = Path(repo) / source
+    if not path.is_file():
+        raise InputError(str(path), "", "no such dataset file")
+    if path.stat().st_size == 0:
+        raise InputError(str(path), "", "empty file (no rows)")
+    kind = file_format(path, declared_format)
+    if path.suffix == ".jsonl" or (kind == "json" and path.read_text(encoding="utf-8").lstrip()[:1] == "{"):
+        check_jsonl(path)
+    layout_of(columns or {}, str(path))
+    offered = file_columns(path, kind)
+    missing = [f"'{column}' (dataset.columns.{role})" for role, column in (columns or {}).items() if column not in offered]
+    if missing:
+        raise InputError(str(path), "", f"mapped column {', '.join(missing)} not found; the file has: "
+                                        f"{', '.join(offered) or 'no columns'}")
+
+
+def load_table(source: str, repo: str | Path, settings: DatasetSettings) -> tuple[Any, dict[str, Any]]:
     """The rows of ``source`` as a ``datasets.Dataset``, and facts about the file for the manifest."""
     import datasets
 
@@ -73,7 +130,7 @@ def load_table(source: str, repo: str | Path, settings: dict[str, Any]) -> tuple
         if not hub_reachable():
             raise InputError(name, "dataset.source", "hub dataset requested but the hub cannot be reached "
                                                      "(offline); download it elsewhere and point dataset.source at the file")
-        table = datasets.load_dataset(name, settings.get("subset"), split=settings.get("split", "train"))
+        table = datasets.load_dataset(name, settings.subset, split=settings.split or "train")
         return table, {"source": source, "revision": getattr(table.info, "version", None) and str(table.info.version)}
 
     path = Path(repo) / source
@@ -81,7 +138,7 @@ def load_table(source: str, repo: str | Path, settings: dict[str, Any]) -> tuple
         raise InputError(str(path), "", "no such dataset file")
     if path.stat().st_size == 0:
         raise InputError(str(path), "", "empty file (no rows)")
-    kind = file_format(path, settings.get("format"))
+    kind = file_format(path, settings.format)
     if path.suffix == ".jsonl" or (kind == "json" and path.read_text(encoding="utf-8").lstrip()[:1] == "{"):
         check_jsonl(path)
     # A private cache per call: nothing shared across runs, nothing written outside the results.

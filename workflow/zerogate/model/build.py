@@ -10,51 +10,44 @@ created and load the checkpoint shard by shard into the partitions (tied embeddi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel
 
+from zerogate.config.settings import ModelSettings
+from zerogate.contracts.data import DatasetManifest, ModelInfo
+from zerogate.contracts.run import RunSpec
 from zerogate.model.sources import SHAPE, ModelSource, resolve_hub
 
 # transformers keeps only a weak reference to the HfDeepSpeedConfig: this keeps it alive for the run.
 _HF_DEEPSPEED_CONFIG: Any = None
 
 
-def model_config(shape: dict[str, Any], vocab_size: int, seq_len: int, eos_id: int | None = None) -> Any:
-    """The transformers config of a profile's ``model`` shape: what training builds and what the planner
-    counts. ``llama`` (default) or ``qwen2`` (q/k/v biases, Qwen2.5's shape); ``vocab_size`` unless the
-    shape fixes its own."""
+def planned_model_config(shape: ModelSettings, vocab_size: int, seq_len: int, eos_id: int | None = None) -> Any:
+    """THE model of a profile's ``model`` shape: ``llama`` (default) or ``qwen2`` (q/k/v biases, Qwen2.5's
+    shape), with the vocabulary ``vocab_size`` (the run spec's: model.vocab_size, else dataset.vocab_size)
+    and positions for ``seq_len``. The planner, the ledger check and training all build or count this one
+    (prepare_dataset refuses a tokenizer larger than its vocabulary), so every consumer counts the same
+    parameters."""
     from transformers import Qwen2Config
 
-    family = {"llama": LlamaConfig, "qwen2": Qwen2Config}[shape.get("architecture", "llama")]
+    family = {"llama": LlamaConfig, "qwen2": Qwen2Config}[shape.architecture or "llama"]
     return family(
-        vocab_size=shape.get("vocab_size", vocab_size),
-        hidden_size=shape["hidden_size"],
-        intermediate_size=shape["intermediate_size"],
-        num_hidden_layers=shape["num_hidden_layers"],
-        num_attention_heads=shape["num_attention_heads"],
-        num_key_value_heads=shape.get("num_key_value_heads", shape["num_attention_heads"]),
+        vocab_size=vocab_size,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads or shape.num_attention_heads,
         max_position_embeddings=seq_len,
         # No padding_idx on the embedding: under zero.Init the weight is already partitioned when
         # transformers zeroes the padding row (IndexError). Padding is masked from loss and attention.
         pad_token_id=None,
         eos_token_id=eos_id,
         bos_token_id=None,
-        tie_word_embeddings=shape.get("tie_word_embeddings", False),
+        tie_word_embeddings=bool(shape.tie_word_embeddings),
     )
-
-
-def planned_model_config(model: dict[str, Any], dataset: dict[str, Any], eos_id: int | None = None) -> Any:
-    """THE model of a profile with a shape-only ``model`` section: its shape, with the vocabulary of
-    ``dataset.vocab_size`` (unless the shape fixes its own) and positions for ``dataset.seq_len``. The
-    planner, the ledger check and training all build or count this one (prepare_dataset refuses a
-    tokenizer larger than its vocabulary), so every consumer counts the same parameters."""
-    from zerogate.config.settings import dataset_settings
-
-    dataset_typed = dataset_settings(dataset)
-    return model_config(model, dataset_typed.vocab_size, dataset_typed.seq_len, eos_id)
 
 
 def build_model(config: Any) -> PreTrainedModel:
@@ -69,24 +62,25 @@ CHECKED_SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
                       "intermediate_size", "vocab_size", "tie_word_embeddings")
 
 
-def shape_disagreements(stated: dict[str, Any], config: Any) -> list[str]:
+def shape_disagreements(stated: ModelSettings, config: Any) -> list[str]:
     """``key: stated but the model has actual`` for each stated shape key the model's config contradicts."""
     problems = []
     for key in CHECKED_SHAPE_KEYS:
-        if key in stated and getattr(config, key, stated[key]) != stated[key]:
-            problems.append(f"{key} {stated[key]} but the model has {getattr(config, key)}")
+        value = getattr(stated, key)
+        if value is not None and getattr(config, key, value) != value:
+            problems.append(f"{key} {value} but the model has {getattr(config, key)}")
     return problems
 
 
-def materialise(source: ModelSource, out_dir: str | Path, profile_file: str, stated_shape: dict[str, Any]) -> dict[str, Any]:
+def materialise(source: ModelSource, out_dir: str | Path, profile_file: str, stated_shape: ModelSettings) -> ModelInfo:
     """Make ``source`` loadable offline from ``out_dir``; return (and write) ``model.json``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     info: dict[str, Any] = {"source": source.spec, "kind": source.kind}
     if source.kind == SHAPE:
         info["directory"] = None
-        if "vocab_size" in stated_shape:  # a fixed vocabulary: prepare_dataset checks its tokenizer against it
-            info["vocab_size"] = stated_shape["vocab_size"]
+        if stated_shape.vocab_size is not None:  # a fixed vocabulary: prepare_dataset checks its tokenizer against it
+            info["vocab_size"] = stated_shape.vocab_size
     else:
         from transformers import AutoConfig
 
@@ -110,8 +104,9 @@ def materialise(source: ModelSource, out_dir: str | Path, profile_file: str, sta
             vocab_size=config.vocab_size,
             tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
         )
-    (out / "model.json").write_text(json.dumps(info, indent=2) + "\n")
-    return info
+    model = ModelInfo.of(info, str(out / "model.json"))
+    model.write(out / "model.json")
+    return model
 
 
 def convert_gguf(gguf_file: str | Path, out_dir: Path) -> Path:
@@ -135,15 +130,16 @@ def convert_gguf(gguf_file: str | Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def load_for_training(model_info: dict[str, Any], shape: dict[str, Any], manifest: dict[str, Any],
-                      ds_config: dict[str, Any]) -> PreTrainedModel:
-    """The model on this rank, partitioned by ZeRO-3 when the config asks for stage 3."""
+def load_for_training(spec: RunSpec, manifest: DatasetManifest, ds_config: dict[str, Any]) -> PreTrainedModel:
+    """The model on this rank, partitioned by ZeRO-3 when the config asks for stage 3: the manifest's
+    model (prepare_model's), pretrained or built from the run spec's shape."""
     import deepspeed
 
-    zero3 = ds_config["zero_optimization"]["stage"] == 3
-    if model_info["kind"] == SHAPE:
-        # The profile's model (dataset.vocab_size), not the tokenizer's vocabulary: one model for every count.
-        config = planned_model_config(shape, manifest["settings"], manifest["eos_token_id"])
+    zero3 = ds_config.get("zero_optimization", {}).get("stage") == 3
+    model_info = manifest.model
+    if not model_info.pretrained:
+        # The profile's model (the run spec's vocabulary), not the tokenizer's: one model for every count.
+        config = planned_model_config(spec.model, spec.vocab_size, spec.seq_len, manifest.eos_token_id)
         with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=zero3):
             return build_model(config)
 
@@ -155,4 +151,4 @@ def load_for_training(model_info: dict[str, Any], shape: dict[str, Any], manifes
     if zero3:
         _HF_DEEPSPEED_CONFIG = HfDeepSpeedConfig(ds_config)
     # fp32 master copy on load; DeepSpeed casts to the config's fp16/bf16 itself.
-    return AutoModelForCausalLM.from_pretrained(model_info["directory"], dtype=torch.float32, attn_implementation="eager")
+    return AutoModelForCausalLM.from_pretrained(model_info.directory, dtype=torch.float32, attn_implementation="eager")

@@ -81,10 +81,10 @@ def check_gguf(path: str | Path) -> None:
         )
 
 
-def check_model_section(model: dict[str, Any], profile_file: str, repo: str | Path) -> ModelSource:
-    """The cheap checks of ``model.source``, as one-line InputErrors naming the file and the key."""
+def check_model_source(spec: str, profile_file: str, repo: str | Path) -> ModelSource:
+    """The cheap checks of ``model.source`` (``spec``), as one-line InputErrors naming the file and the key."""
     try:
-        source = parse_source(model.get("source"), repo)
+        source = parse_source(spec, repo)
     except FileNotFoundError as error:
         raise InputError(profile_file, "model.source", str(error)) from None
     if source.kind == "gguf":

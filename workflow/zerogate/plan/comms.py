@@ -46,8 +46,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE, ModelCounts
+from zerogate.contracts.comms import CommsMeasurement, CommsPlan, CountsRecord, TheorySettings
+from zerogate.contracts.run import DsConfig, RunSpec
+from zerogate.model.counts import ModelCounts
 from zerogate.plan.ds_config import apply_overrides
+from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE
 from zerogate.plan.variants import VARIANTS, variant_config
 
 # The schemes measured and theorised, in report order. DeepSpeed ones are zerogate.plan.variants names.
@@ -98,10 +101,6 @@ def ring_factor(world: int) -> float:
     if world < 1:
         raise ValueError(f"world size must be >= 1, got {world}")
     return (world - 1) / world
-
-
-def known_kind(kind: str) -> bool:
-    return kind in VOLUME_FACTOR
 
 
 def volume_bytes(kind: str, tensor_bytes: float, world: int) -> float:
@@ -409,3 +408,39 @@ def measurement_config(ds_config: dict[str, Any], scheme: str, accumulation: int
         {"path": "train_batch_size", "value": micro * accumulation * world},
         {"path": "comms_logger", "value": dict(COMMS_LOGGER)},
     ])
+
+
+def theory_settings(config: dict[str, Any], setup: Any) -> TheorySettings:
+    """The settings zerogate.plan.comms.theory takes, as DeepSpeed resolves them (its own config class)."""
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    zero = DeepSpeedZeroConfig(**config.get("zero_optimization", {}))
+    return TheorySettings(persistence_threshold=setup.persistence_threshold,
+                          reduce_bucket_elements=int(zero.reduce_bucket_size),
+                          prefetch_bucket_elements=int(zero.prefetch_bucket_size),
+                          max_reuse_distance=int(zero.max_reuse_distance), leaf_blocks=setup.leaf_blocks,
+                          multi_rank_bucket_allreduce=bool(zero.use_multi_rank_bucket_allreduce),
+                          gradient_clipping=float(config.get("gradient_clipping", 0.0)))
+
+
+def measurements(ds_config: DsConfig, run_spec: RunSpec) -> CommsPlan:
+    """Every scheme at every measured accumulation, as the measuring worker (zerogate.train.comms_volume) runs
+    it: the DeepSpeed config (measurement_config), the ledger's reading of it and the theory's settings, and
+    the run's model counted as the planner counts it."""
+    from dataclasses import asdict
+
+    from zerogate.model.build import planned_model_config
+    from zerogate.model.counts import count_parameters
+    from zerogate.plan.ledger import setup_from_config
+
+    rendered = ds_config.raw
+    found = []
+    for scheme in SCHEMES:
+        for accumulation in accumulations(rendered):
+            config = measurement_config(rendered, scheme, accumulation, run_spec.world_size)
+            setup = setup_from_config(DsConfig.of(config, "the measurement config"), run_spec)
+            found.append(CommsMeasurement(scheme=scheme, engine="ddp" if scheme == DDP else "deepspeed",
+                                          accumulation=accumulation, ds_config=config, dtype=setup.dtype,
+                                          dtype_bytes=setup.dtype_bytes, theory_settings=theory_settings(config, setup)))
+    counts = count_parameters(planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len))
+    return CommsPlan(measurements=found, counts=CountsRecord(**asdict(counts)))

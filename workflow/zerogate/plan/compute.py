@@ -4,15 +4,16 @@ On the CPU accelerator a small model's micro-step is not bound by arithmetic. Ea
 microseconds on every operator (dispatch, autograd's bookkeeping) whatever its size, and ZeRO-3 adds its
 hooks around every module (fetch, release, gradient hand-off) in Python: on the default run the model's
 arithmetic at the probe's measured peak is about 1 ms of the ~25 ms a rank spends outside collectives in
-a micro-step, the plain eager pass about 5 ms (issue 11). A FLOP term cannot see either.
+a micro-step, the plain eager pass about 5 ms. A FLOP term cannot see either.
 
 So the run's model is built with random weights (the same shapes, so the same operators and arithmetic),
-wrapped in a DeepSpeed engine from the run's rendered config in a world of one rank, and its forward +
-backward (``engine(...)``, ``engine.backward``) timed on the run's micro-batch with a rank's thread count,
-alone on the host: every micro-step of the run executes that work and more (real collectives with the
-other ranks instead of one-rank ones, the other rank on the same cores, waiting for it), so the fastest
-of a few passes is a lower bound measured on the run's own software. The optimizer step
-(``engine.step()``) runs between passes, untimed. Without a config, the plain eager pass is timed.
+wrapped in a DeepSpeed engine from the run's rendered config in a world of one rank, and trained by the
+one loop (zerogate.runtime.loop) on random tokens of the run's micro-batch and sequence length with a
+rank's thread count, alone on the host; each micro-batch's forward + backward is timed. Every micro-step
+of the run executes that work and more (real collectives with the other ranks instead of one-rank ones,
+the other rank on the same cores, waiting for it), so the fastest of a few passes is a lower bound
+measured on the run's own software. The engine's bookkeeping and the optimizer update between passes
+are not timed.
 
 CPU accelerator only: on GPUs the host dispatches asynchronously while the device computes, and the
 floor's compute is the arithmetic at the card's peak.
@@ -23,90 +24,88 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from zerogate.contracts.run import DsConfig, RunSpec
+
 WARMUP_PASSES = 2  # the first passes allocate, pick kernels and (ZeRO-3) record the fetch trace: never counted
 TIMED_PASSES = 5  # the floor takes the fastest: noise only ever adds time
 
 
-def one_rank_engine(model_factory: Any, ds_config: dict[str, Any], backend: str) -> tuple[Any, int]:
-    """A DeepSpeed engine from ``ds_config`` around ``model_factory()`` in a world of one rank (this
-    process), built as training builds it (ZeRO-3's Init when the config asks for stage 3), and the
-    rendezvous port (its shm buffers are named after it)."""
+class _RandomTokens:
+    """Random token rows of the run's shape (the compute measured does not depend on their values)."""
+
+    def __init__(self, rows: int, seq_len: int, vocab: int) -> None:
+        import numpy as np
+
+        ids = np.random.default_rng(0).integers(0, vocab, size=(rows, seq_len), dtype=np.int64)
+        self.input_ids, self.labels, self.attention_mask = ids, ids.copy(), np.ones_like(ids)
+
+
+class _PassTimer:
+    """Loop hooks that time each micro-batch's forward + backward."""
+
+    def __init__(self) -> None:
+        from zerogate.runtime.loop import LoopHooks
+
+        self.defaults = LoopHooks()
+        self.samples: list[float] = []
+        self._started = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.defaults, name)
+
+    def before_micro(self, step: int, micro: int) -> None:
+        self._started = time.perf_counter()
+
+    def after_micro(self, step: int, micro: int) -> None:
+        self.samples.append(time.perf_counter() - self._started)
+
+
+def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int = TIMED_PASSES) -> dict[str, Any]:
+    """Seconds of one forward + backward of the run's model shape, randomly initialised, through a DeepSpeed
+    engine from the rendered config in a one-rank world, on a rank's micro-batch x sequence length with a
+    rank's threads; the fastest of ``timed`` passes after the warm-up passes."""
+    import math
+
     import deepspeed
-
-    from zerogate.train.launch import one_rank_config, start_one_rank_world
-
-    port = start_one_rank_world(backend)
-    config = one_rank_config(ds_config)
-    zero3 = config.get("zero_optimization", {}).get("stage") == 3
-    with deepspeed.zero.Init(config_dict_or_path=config, enabled=zero3):
-        model = model_factory()
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
-    return engine, port
-
-
-def measure_forward_backward(model_config: Any, micro_batch: int, seq_len: int, dtype: str, threads: int,
-                             ds_config: dict[str, Any] | None = None, backend: str = "gloo",
-                             timed: int = TIMED_PASSES) -> dict[str, Any]:
-    """Seconds of one forward + backward of a randomly initialised ``model_config`` on ``micro_batch`` x
-    ``seq_len`` tokens in ``dtype`` (fp32 | fp16 | bf16), with ``threads`` intra-op threads; the fastest of
-    ``timed`` passes after the warm-up. With ``ds_config`` (the run's rendered config) through a DeepSpeed
-    engine in a one-rank world (``backend``); without, plain eager PyTorch."""
     import torch
 
-    from zerogate.model.build import build_model
-    from zerogate.train.deepspeed_adapter import parameter_count
+    from zerogate.model.build import build_model, planned_model_config
     from zerogate.plan.ledger import TORCH_DTYPES
+    from zerogate.runtime import loop
+    from zerogate.runtime.engines import DeepSpeedEngine
+    from zerogate.runtime.launch import one_rank_config, remove_own_shm_buffers, start_one_rank_world
 
+    threads = run_spec.threads_per_rank
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
-    tokens = torch.randint(0, model_config.vocab_size, (micro_batch, seq_len))
-    port = None
-    if ds_config is not None:
-        engine, port = one_rank_engine(lambda: build_model(model_config).to(torch_dtype), ds_config, backend)
-        engine.train()
-        model = engine.module
-
-        def one_pass() -> None:
-            engine.backward(engine(input_ids=tokens, labels=tokens).loss)
-
-        after = engine.step  # DeepSpeed counts micro-steps; a boundary's optimizer update is not timed
-        how = (f"through a DeepSpeed engine from the run's config (ZeRO stage "
-               f"{ds_config.get('zero_optimization', {}).get('stage', 0)}) in a one-rank world, the optimizer's "
-               "steps untimed")
-    else:
-        model = build_model(model_config).to(torch_dtype)
-        model.train()
-
-        def one_pass() -> None:
-            model(input_ids=tokens, labels=tokens).loss.backward()
-
-        def after() -> None:
-            model.zero_grad(set_to_none=True)
-
-        how = "in eager PyTorch without DeepSpeed"
-    samples = []
-    for index in range(WARMUP_PASSES + timed):
-        started = time.perf_counter()
-        one_pass()
-        elapsed = time.perf_counter() - started
-        after()
-        if index >= WARMUP_PASSES:
-            samples.append(elapsed)
-    if port is not None:  # DeepSpeed's shm comm buffers of this one-rank world outlive the process otherwise
-        from zerogate.train.launch import remove_own_shm_buffers
-
-        remove_own_shm_buffers(port)
+    micro_batch, accumulation = ds_config.train_micro_batch_size_per_gpu, ds_config.gradient_accumulation_steps
+    port = start_one_rank_world(run_spec.backend)
+    config = one_rank_config(ds_config.raw)
+    model_config = planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len)
+    with deepspeed.zero.Init(config_dict_or_path=config, enabled=ds_config.stage == 3):
+        model = build_model(model_config).to(getattr(torch, TORCH_DTYPES[run_spec.dtype]))
+    engine = DeepSpeedEngine(model, config)
+    engine.train()
+    timer = _PassTimer()
+    passes = WARMUP_PASSES + timed
+    rows = micro_batch * accumulation * math.ceil(passes / accumulation)
+    batches = loop.RankBatches(_RandomTokens(rows, run_spec.seq_len, model_config.vocab_size), 1, 0, micro_batch,
+                               accumulation, 0)
+    loop.run(engine, batches, accumulation, 0, math.ceil(passes / accumulation), timer)
+    remove_own_shm_buffers(port)  # DeepSpeed's shm comm buffers of this one-rank world outlive the process otherwise
+    samples = timer.samples[WARMUP_PASSES:passes]
     return {
         "forward_backward(s)": min(samples),
         "samples(s)": samples,
         "threads": threads,
         "micro_batch": micro_batch,
-        "seq_len": seq_len,
-        "dtype": dtype,
-        "parameters": parameter_count(model),
-        "through_deepspeed": ds_config is not None,
-        "how": (f"the run's model shape, randomly initialised, {how}: {WARMUP_PASSES} warm-up passes, then the "
-                f"fastest of {timed} forward + backward passes on {micro_batch} x {seq_len} tokens in {dtype} "
-                f"with {threads} thread(s), alone on the host"),
+        "seq_len": run_spec.seq_len,
+        "dtype": run_spec.dtype,
+        "parameters": engine.parameter_count(),
+        "through_deepspeed": True,
+        "how": (f"the run's model shape, randomly initialised, through a DeepSpeed engine from the run's config "
+                f"(ZeRO stage {ds_config.stage}) in a one-rank world, trained by the one loop, the engine's "
+                f"bookkeeping and optimizer steps untimed: {WARMUP_PASSES} warm-up passes, then the fastest of "
+                f"{timed} forward + backward passes on {micro_batch} x {run_spec.seq_len} tokens in "
+                f"{run_spec.dtype} with {threads} thread(s), alone on the host"),
     }

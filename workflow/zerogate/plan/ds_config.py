@@ -7,26 +7,17 @@ report can say whether a run is a faithful reproduction.
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass
 from typing import Any
 
-from zerogate.plan.ds_keys import unknown_keys
-from zerogate.plan.cpu_tuning import cpu_comm_overrides
-from zerogate.config.settings import run_training_section
+from zerogate.config.settings import ModelSettings, RunTraining
+from zerogate.contracts.machine import Fingerprint
+from zerogate.contracts.run import Deviation, Deviations, DsConfig, NodesSpec, RunSpec
 from zerogate.errors import InputError
-from zerogate.train.nodes import NodeLayout, local_nodes
+from zerogate.plan.cpu_tuning import cpu_comm_overrides
+from zerogate.plan.ds_keys import unknown_keys
+from zerogate.runtime.nodes import NodeLayout, local_nodes
 
 _MISSING = object()
-
-
-@dataclass
-class Deviation:
-    path: str  # dotted key in the DeepSpeed config
-    claim: Any  # the claim's value (None when the claim leaves the key out)
-    rendered: Any
-    kind: str  # "changed": differs from the claim | "resolved": an "auto" made concrete | "chosen": left open by the claim
-    reason: str
-    changes_experiment: bool  # False only where the claim's intent is kept (auto resolved, open choice made)
 
 
 def get_path(config: dict[str, Any], dotted: str) -> Any:
@@ -69,22 +60,22 @@ def thread_env(threads_per_rank: int) -> dict[str, str]:
     return {name: str(threads_per_rank) for name in names}
 
 
-def world_size(profile: dict[str, Any], fingerprint: dict[str, Any], nodes: NodeLayout | None = None) -> int:
+def world_size(training: RunTraining, fingerprint: Fingerprint, nodes: NodeLayout | None = None) -> int:
     """Several nodes: nodes x ranks per node. One node: one rank per GPU; without GPUs, the profile's cpu_ranks."""
     if nodes is not None and nodes.multi_node:
         return nodes.world_size
-    accelerator = fingerprint["accelerator"]
-    return accelerator["count"] if accelerator["kind"] == "cuda" else profile["training"]["cpu_ranks"]
+    accelerator = fingerprint.accelerator
+    return accelerator.count if accelerator.kind == "cuda" else training.cpu_ranks
 
 
-def nodes_spec(nodes: NodeLayout, section: dict[str, Any] | None) -> dict[str, Any] | None:
+def nodes_spec(nodes: NodeLayout, section: dict[str, Any] | None, profile_file: str) -> NodesSpec | None:
     """The run spec's ``nodes``: the layout as rendered, and the profile's section, which the launcher
     lays out again inside a Slurm allocation (where the hosts become known)."""
     if not nodes.multi_node:
         return None
-    return {"mode": nodes.mode, "hosts": list(nodes.hosts), "ranks_per_node": nodes.ranks_per_node,
-            "master_addr": nodes.master_addr, "collective_timeout_s": nodes.collective_timeout_s,
-            "section": section}
+    return NodesSpec(mode=nodes.mode, hosts=list(nodes.hosts), ranks_per_node=nodes.ranks_per_node,
+                     master_addr=nodes.master_addr, collective_timeout_s=nodes.collective_timeout_s, section=section,
+                     profile_file=profile_file)
 
 
 class _Renderer:
@@ -99,7 +90,8 @@ class _Renderer:
         if before is not _MISSING and before == value:
             return
         claim_value = None if before is _MISSING else before
-        self.deviations.append(Deviation(path, claim_value, value, kind, reason, changes_experiment))
+        self.deviations.append(Deviation(path=path, claim=claim_value, rendered=value, kind=kind, reason=reason,
+                                         changes_experiment=changes_experiment))
 
 
 def _nested(dotted: str, value: Any) -> dict[str, Any]:
@@ -134,54 +126,46 @@ def validate_with_deepspeed(config: dict[str, Any], file: str) -> None:
         raise InputError(file, "", f"DeepSpeed rejects the rendered config: {first[:300]}") from None
 
 
-def gpu_precision(r: "_Renderer", devices: list[dict[str, Any]]) -> str:
+def gpu_precision(r: "_Renderer", devices: list[Any]) -> None:
     """The claim's precision where every device supports it; else the next one they do, as a deviation."""
     wants_bf16 = get_path(r.config, "bf16.enabled") is True
     wants_fp16 = get_path(r.config, "fp16.enabled") is True
-    all_bf16 = all(d.get("bf16_supported", False) for d in devices)
-    all_fp16 = all(d.get("fp16_supported", True) for d in devices)
-    names = ", ".join(sorted({d["name"] for d in devices}))
+    all_bf16 = all(d.bf16_supported for d in devices)
+    all_fp16 = all(d.fp16_supported for d in devices)
+    names = ", ".join(sorted({d.name for d in devices}))
     if wants_bf16 and not all_bf16:
         r.set("bf16.enabled", False, "changed", f"bf16 requested but not supported by every device ({names})", True)
         if all_fp16:
             r.set("fp16.enabled", True, "changed", "fp16 instead of the unsupported bf16", True)
-            return "fp16"
-        return "fp32"
-    if wants_bf16:
-        return "bf16"
-    if wants_fp16 and not all_fp16:
+    elif wants_fp16 and not all_fp16:
         r.set("fp16.enabled", False, "changed", f"fp16 requested but not supported by every device ({names}); fp32", True)
-        return "fp32"
-    return "fp16" if wants_fp16 else "fp32"
 
 
-def render(
-    claim: dict[str, Any], profile: dict[str, Any], fingerprint: dict[str, Any], template_file: str,
-    nodes: NodeLayout | None = None,
-) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
-    """(ds_config, deviations, run spec) for the claim's config under ``profile`` on this machine
-    (``nodes``: the checked layout of the profile's ``nodes`` section; None or one node: this machine)."""
+def render(claim: dict[str, Any], *, model: ModelSettings, training: RunTraining, overrides: list[dict[str, Any]],
+           seq_len: int, vocab_size: int, fingerprint: Fingerprint, template_file: str, profile_file: str = "profile",
+           nodes: NodeLayout | None = None, nodes_section: dict[str, Any] | None = None,
+           ) -> tuple[dict[str, Any], Deviations, RunSpec]:
+    """(ds_config, deviations, run spec) for the claim's config under the profile's settings on this machine
+    (``nodes``: the checked layout of the profile's ``nodes`` section; None or one node: this machine).
+    ``vocab_size``: a shape-only model's vocabulary (model.vocab_size, else dataset.vocab_size)."""
     nodes = nodes or NodeLayout()
     check_keys(claim, template_file)
     r = _Renderer(claim)
-    training = profile["training"]
-    hidden = profile["model"]["hidden_size"]
-    ranks = world_size(profile, fingerprint, nodes)
-    on_cpu = fingerprint["accelerator"]["kind"] == "cpu"
+    hidden = model.hidden_size
+    ranks = world_size(training, fingerprint, nodes)
+    on_cpu = fingerprint.on_cpu
 
     # Batch geometry: the profile's micro-batch and accumulation; the global batch follows from them.
-    micro, accumulation = training["micro_batch_per_rank"], training["gradient_accumulation_steps"]
+    micro, accumulation = training.micro_batch_per_rank, training.gradient_accumulation_steps
     geometry_reason = f"profile geometry {micro} x {accumulation} x {ranks} ranks"
     r.set("train_micro_batch_size_per_gpu", micro, "changed", geometry_reason, True)
     r.set("gradient_accumulation_steps", accumulation, "changed", geometry_reason, True)
     r.set("train_batch_size", micro * accumulation * ranks, "changed", geometry_reason, True)
-    wanted = training.get("train_batch_size")
+    wanted = training.train_batch_size
     if wanted is not None and wanted != micro * accumulation * ranks:
-        raise InputError(
-            "profile",
-            "training.train_batch_size",
-            f"{wanted} != micro_batch_per_rank {micro} x gradient_accumulation_steps {accumulation} x {ranks} ranks",
-        )
+        raise InputError(profile_file, "training.train_batch_size",
+                         f"{wanted} != micro_batch_per_rank {micro} x gradient_accumulation_steps {accumulation} x "
+                         f"{ranks} ranks")
 
     # "auto" is resolved only by the Hugging Face Trainer; plain DeepSpeed needs numbers. Same rules as
     # transformers.integrations.deepspeed (HfTrainerDeepSpeedConfig.trainer_config_finalize).
@@ -190,11 +174,10 @@ def render(
         "zero_optimization.stage3_prefetch_bucket_size": (int(0.9 * hidden * hidden), "0.9 x hidden_size^2"),
         "zero_optimization.stage3_param_persistence_threshold": (10 * hidden, "10 x hidden_size"),
     }
-    # On DeepSpeed's CPU accelerator the communication settings that profiling found fastest (issue 4,
-    # zerogate.plan.cpu_tuning): they change when and in what pieces gloo moves the same bytes, not the
+    # On DeepSpeed's CPU accelerator the communication settings that profiling found fastest
+    # (zerogate.plan.cpu_tuning): they change when and in what pieces gloo moves the same bytes, not the
     # arithmetic (beyond fp32 summation order).
-    architecture = profile["model"].get("architecture")
-    cpu_tuning = {o["path"]: o for o in cpu_comm_overrides(architecture)} if on_cpu else {}
+    cpu_tuning = {o["path"]: o for o in cpu_comm_overrides(model.architecture)} if on_cpu else {}
     for path, (value, rule) in auto_rules.items():
         if get_path(r.config, path) != "auto":
             continue
@@ -211,9 +194,9 @@ def render(
 
     # Precision: keep the claim's fp16 where the hardware supports it.
     if on_cpu:
-        dtype = "fp32"
         if get_path(r.config, "fp16.enabled") is True:
-            fp16_ok = fingerprint["accelerator"].get("cpu", {}).get("fp16_supported", False)
+            cpu = fingerprint.accelerator.cpu
+            fp16_ok = cpu is not None and cpu.fp16_supported
             reason = (
                 "DeepSpeed's CPU accelerator reports fp16 unsupported on this CPU"
                 if not fp16_ok
@@ -221,10 +204,10 @@ def render(
             )
             r.set("fp16.enabled", False, "changed", reason + "; training in fp32", True)
     else:
-        dtype = gpu_precision(r, fingerprint["accelerator"]["devices"])
+        gpu_precision(r, fingerprint.accelerator.devices)
 
     # What the claim leaves open: chosen by the profile.
-    optimizer = training["optimizer"]
+    optimizer = training.optimizer
     params = {k: v for k, v in optimizer.items() if k != "type"}
     r.set("optimizer", {"type": optimizer["type"], "params": params}, "chosen", "the claim names no optimizer", False)
     r.set(
@@ -232,8 +215,8 @@ def render(
         {
             "type": "WarmupCosineLR",
             "params": {
-                "total_num_steps": training["optimizer_steps"],
-                "warmup_num_steps": training["lr_warmup_steps"],
+                "total_num_steps": training.optimizer_steps,
+                "warmup_num_steps": training.lr_warmup_steps,
                 "warmup_type": "linear",
             },
         },
@@ -241,14 +224,14 @@ def render(
         "the claim names no learning-rate schedule",
         False,
     )
-    r.set("gradient_clipping", training["gradient_clipping"], "chosen", "the claim names no gradient clipping", False)
+    r.set("gradient_clipping", training.gradient_clipping, "chosen", "the claim names no gradient clipping", False)
 
     # The profile's explicit overrides, last, each with the reason the profile gives.
-    for index, override in enumerate(profile["deepspeed"]["overrides"]):
+    for index, override in enumerate(overrides):
         problem = dict(unknown_keys(_nested(override["path"], override["value"])))
         if problem:
             path, why = next(iter(problem.items()))
-            raise InputError("profile", f"deepspeed.overrides.{index}.path", f"{path}: {why}")
+            raise InputError(profile_file, f"deepspeed.overrides.{index}.path", f"{path}: {why}")
         r.set(override["path"], override["value"], "changed", override["reason"], True)
 
     leftover = find_auto(r.config)
@@ -256,21 +239,25 @@ def render(
         raise InputError(template_file, leftover[0], 'still "auto" after rendering: no rule resolves it')
     validate_with_deepspeed(r.config, template_file)
 
-    # Everything zerogate.train.loop needs besides the DeepSpeed config.
-    cores = fingerprint["cpu"].get("affinity_cores") or fingerprint["cpu"]["logical_cores"] or 1
-    run_spec = {
-        "world_size": ranks,
-        "accelerator": "cpu" if on_cpu else "cuda",
-        "backend": "gloo" if on_cpu else "nccl",
-        "dtype": dtype,
+    # Everything the ranks, the planner and the measurements need besides the DeepSpeed config. The
+    # precision is the rendered config's, after every override (DsConfig.dtype), so what is planned,
+    # labelled and trained is what DeepSpeed will run.
+    cores = fingerprint.cores
+    threads = max(1, cores // (nodes.ranks_per_node * local_nodes(nodes) if nodes.multi_node else ranks))
+    run_spec = RunSpec(
+        world_size=ranks,
+        accelerator="cpu" if on_cpu else "cuda",
+        backend="gloo" if on_cpu else "nccl",
+        dtype=DsConfig.of(r.config, template_file).dtype,
         # The ranks that share this machine's cores: all of them on one node; on several, those of the
         # nodes that are this machine (two local nodes in the tests, one on a real cluster).
-        "env": {"DS_ACCELERATOR": "cpu" if on_cpu else "cuda",
-                **thread_env(max(1, cores // (nodes.ranks_per_node * local_nodes(nodes) if nodes.multi_node else ranks)))},
-        "nodes": nodes_spec(nodes, profile.get("nodes")),
-        "model": profile["model"],
-        # Warm-up exclusion is an analysis setting (zerogate.analysis.measures): left out, so editing it
-        # neither changes the checkpoint fingerprint (which hashes this spec) nor retrains.
-        "training": run_training_section(training),
-    }
-    return r.config, [asdict(d) for d in r.deviations], run_spec
+        env={"DS_ACCELERATOR": "cpu" if on_cpu else "cuda", **thread_env(threads)},
+        nodes=nodes_spec(nodes, nodes_section, profile_file),
+        model=model,
+        # Warm-up exclusion is an analysis setting (zerogate.analysis.measures): not part of the run, so
+        # editing it neither changes the checkpoint fingerprint (which hashes this spec) nor retrains.
+        training=training,
+        seq_len=seq_len,
+        vocab_size=vocab_size,
+    )
+    return r.config, Deviations(deviations=r.deviations), run_spec

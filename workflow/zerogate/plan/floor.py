@@ -39,7 +39,9 @@ import inspect
 from zerogate import hardware
 from zerogate.plan import comms
 from zerogate.plan.collectives import DERIVED, figure
-from zerogate.plan.ledger import ModelCounts, Setup
+from zerogate.contracts.plan import ModelComputeMeasurement
+from zerogate.model.counts import ModelCounts
+from zerogate.plan.ledger import Setup
 
 # GB/s per lane and direction after line encoding (PCI-SIG: 8b/10b for Gen 1-2, 128b/130b from Gen 3).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
@@ -177,7 +179,7 @@ def _peak(gpu: dict[str, Any], dtype: str) -> float | None:
 
 
 def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
-          model_compute: dict[str, Any] | None = None) -> dict[str, Any]:
+          model_compute: ModelComputeMeasurement | None = None) -> dict[str, Any]:
     """Micro-step and optimizer-step floors (seconds) for ``setup`` on ``machine``, with every term.
     ``model_compute``: the model's own forward + backward timed on this machine (zerogate.plan.compute;
     CPU accelerator only), which bounds a rank's compute from below where operator overheads, not
@@ -186,7 +188,8 @@ def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
     micro_comms = collective_time(terms_theory, comms.MICRO_STEP, setup.ranks, machine)
     boundary_comms = collective_time(terms_theory, comms.BOUNDARY, setup.ranks, machine)
     tokens = setup.micro_batch * setup.seq_len
-    flop = (8 if setup.activation_checkpointing else 6) * counts.total * tokens
+    flop = hardware.training_flops_per_token(counts.total, counts.layers, counts.hidden, setup.seq_len,
+                                             recompute=setup.activation_checkpointing) * tokens
     gpus = machine.get("gpus", [])
     host = machine.get("host", {})
     ranks: list[dict[str, Any]] = []
@@ -209,7 +212,7 @@ def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
             terms["compute(s)"] = flop / (peak * 1e12 / setup.ranks) if peak else None
             if model_compute is not None:
                 # Every micro-step runs the model's forward and backward: at least that pass alone.
-                terms[EAGER_PASS] = model_compute["forward_backward(s)"]
+                terms[EAGER_PASS] = model_compute.forward_backward_s
         # Every rank takes part in every collective, so each waits at least this long for them.
         terms["collectives(s)"] = micro_comms["seconds"]
         computed = [terms[k] for k in ("compute(s)", EAGER_PASS) if terms.get(k) is not None]

@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from zerogate.contracts.run import DsConfig, RunSpec
+from zerogate.model.counts import ModelCounts
 from zerogate.units import GB, GIB
 # CUDA context + cuBLAS/NCCL workspaces per GPU process: 0.3-0.6 GiB measured by users (docs/reference.md
 # section 1); the upper end, so that a "fits" verdict is not optimistic.
@@ -27,71 +29,6 @@ DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000  # zero/config.py max_reuse_distance (elements)
 TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # torch.<name> of each
 SCHEMES = ("ddp", "zero1", "zero2", "zero2_offload_optimizer", "zero3", "zero3_offload_optimizer", "zero3_offload_all")
-
-
-def human(n: float | None) -> str:
-    """Bytes in binary and decimal units side by side: '12.34 GiB (13.25 GB)', '1.22 MiB (1.28 MB)'."""
-    if n is None:
-        return "n/a"
-    for binary, decimal, b_unit, d_unit in ((GIB, GB, "GiB", "GB"), (1024**2, 10**6, "MiB", "MB"), (1024, 1000, "KiB", "kB")):
-        if abs(n) >= binary:
-            return f"{n / binary:.2f} {b_unit} ({n / decimal:.2f} {d_unit})"
-    return f"{n:.0f} B"
-
-
-@dataclass(frozen=True)
-class ModelCounts:
-    """Parameter counts of a model, with the shape numbers the activation terms need."""
-
-    total: int  # unique parameters (tied weights once)
-    largest_layer: int  # most parameters held directly by one module (DeepSpeed's "largest layer")
-    numels: tuple[int, ...]  # each unique parameter's element count (ZeRO-3 partitions each one)
-    hidden: int
-    layers: int
-    heads: int
-    vocab: int
-    tied_embeddings: bool
-    # Most parameters in one decoder layer (a class in the model's ``_no_split_modules``): what ZeRO-3
-    # gathers at once when that class is a leaf module (zero_optimization.leaf_module, zerogate.plan.cpu_tuning).
-    largest_block: int = 0
-
-    def partition_numel(self, ranks: int) -> int:
-        """Elements of one rank's ZeRO-3 partition: each parameter is padded to a multiple of ``ranks``."""
-        return sum(math.ceil(n / ranks) for n in self.numels)
-
-    def persistent_numel(self, threshold: int) -> int:
-        """Elements ZeRO-3 keeps whole on every rank (parameters at or below the persistence threshold)."""
-        return sum(n for n in self.numels if n <= threshold)
-
-
-def count_parameters(config: Any) -> ModelCounts:
-    """Instantiate ``config``'s causal LM on the meta device and count its parameters.
-
-    DeepSpeed's ``model_to_params`` deduplicates tied weights by ``data_ptr``, which is 0 for every meta
-    tensor; parameters are deduplicated by identity here instead (``Module.parameters`` does that).
-    """
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    numels = tuple(p.numel() for p in model.parameters())
-    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
-    blocks = set(getattr(model, "_no_split_modules", None) or [])
-    largest_block = max((sum(p.numel() for p in m.parameters()) for m in model.modules()
-                         if type(m).__name__ in blocks), default=0)
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return ModelCounts(
-        total=sum(numels),
-        largest_layer=largest,
-        numels=numels,
-        hidden=text.hidden_size,
-        layers=text.num_hidden_layers,
-        heads=text.num_attention_heads,
-        vocab=text.vocab_size,
-        tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
-        largest_block=largest_block,
-    )
 
 
 def paper_ledger(phi: int, ranks: int) -> dict[str, int | None]:
@@ -181,29 +118,27 @@ class Setup:
                                    offload_param=scheme == "zero3_offload_all")
 
 
-def _offload_device(zero: dict[str, Any], key: str) -> bool:
-    return str((zero.get(key) or {}).get("device", "none")) in ("cpu", "nvme")
-
-
-def setup_from_config(ds_config: dict[str, Any], run_spec: dict[str, Any], seq_len: int, nodes: int = 1,
+def setup_from_config(ds_config: DsConfig, run_spec: RunSpec, nodes: int = 1,
                       activation_checkpointing: bool = False) -> Setup:
     """The ledger's view of a rendered config (``ds_config.json``) and its ``run_spec.json``."""
-    zero = ds_config.get("zero_optimization", {})
-    pin = any((zero.get(k) or {}).get("pin_memory", False) for k in ("offload_optimizer", "offload_param"))
     from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
 
-    leaf_classes = (zero.get("leaf_module") or {}).get("classes", [])
+    zero = ds_config.zero_optimization
+    extra = zero.model_extra or {}
+    offloads = [o for o in (zero.offload_optimizer, zero.offload_param) if o is not None]
+    leaf_classes = (extra.get("leaf_module") or {}).get("classes", [])
     return Setup(
-        ranks=run_spec["world_size"], nodes=nodes, dtype=run_spec["dtype"], device_kind=run_spec["accelerator"],
-        micro_batch=ds_config["train_micro_batch_size_per_gpu"], seq_len=seq_len,
-        accumulation=ds_config["gradient_accumulation_steps"], stage=int(zero.get("stage", 0)),
-        offload_optimizer=_offload_device(zero, "offload_optimizer"), offload_param=_offload_device(zero, "offload_param"),
-        pin_memory=bool(pin), reduce_bucket=int(zero.get("reduce_bucket_size", 5e8)),
-        prefetch_bucket=int(zero.get("stage3_prefetch_bucket_size", 5e7)),
-        persistence_threshold=int(zero.get("stage3_param_persistence_threshold", 1e5)),
+        ranks=run_spec.world_size, nodes=nodes, dtype=run_spec.dtype, device_kind=run_spec.accelerator,
+        micro_batch=ds_config.train_micro_batch_size_per_gpu, seq_len=run_spec.seq_len,
+        accumulation=ds_config.gradient_accumulation_steps, stage=int(zero.stage),
+        offload_optimizer=bool(zero.offload_optimizer and zero.offload_optimizer.on),
+        offload_param=bool(zero.offload_param and zero.offload_param.on),
+        pin_memory=any(o.pin_memory for o in offloads), reduce_bucket=int(extra.get("reduce_bucket_size", 5e8)),
+        prefetch_bucket=int(extra.get("stage3_prefetch_bucket_size", 5e7)),
+        persistence_threshold=int(extra.get("stage3_param_persistence_threshold", 1e5)),
         activation_checkpointing=activation_checkpointing,
         leaf_blocks=any(c not in DEFAULT_LEAF_MODULE_CLASSES for c in leaf_classes),
-        max_reuse_distance=int(zero.get("stage3_max_reuse_distance", DEEPSPEED_MAX_REUSE_DISTANCE)),
+        max_reuse_distance=int(extra.get("stage3_max_reuse_distance", DEEPSPEED_MAX_REUSE_DISTANCE)),
     )
 
 
@@ -328,7 +263,7 @@ def ledger(counts: ModelCounts, setup: Setup) -> dict[str, Any]:
 
 # DeepSpeed's shared-memory all-reduce workspace on the CPU accelerator (deepspeed/ops/csrc/cpu/comm/shm.cpp,
 # struct allreduce_workspace: 2 * NAIVE_ALLREDUCE_THRESHOLD + 2 * MAX_BUF_SIZE bytes, 1 MiB and 32 MiB), one
-# /dev/shm file per rank, mapped by every rank (zerogate.train.launch.shm_buffers): 66 MiB (69.2 MB). A page
+# /dev/shm file per rank, mapped by every rank (zerogate.runtime.launch.shm_buffers): 66 MiB (69.2 MB). A page
 # of it is resident only once written, and training's collectives go through gloo, not this op (it serves
 # inference_all_reduce): each rank writes the state words of its own workspace and reads the others'. So
 # the resident share is one page per rank (RssShmem of a cpu-smollm2 rank: 8 kB), the rest is address space.

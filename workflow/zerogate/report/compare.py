@@ -6,13 +6,13 @@ number with its ratio to a reference machine (``compare_reference`` in the confi
 group's first machine in alphabetical order), and their loss and step-time curves are overlaid. A run
 that shares its group with no other run is listed apart with the one reason it is not comparable.
 
-Every number is read from the registries' ``summary`` (zerogate.analysis.measures.run_statistics, the
-same definitions as each run's report); the curves are measures.loss_series and measures.step_time_per_step.
+Every number is read from the registries' ``summary`` (zerogate.contracts.report.RunStatistics, made by
+zerogate.analysis.measures.run_statistics: the same definitions as each run's report); the curves are
+measures.loss_series and measures.step_time_per_step.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,67 +24,88 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from zerogate.analysis import measures  # noqa: E402
+from zerogate.analysis.parse import read_steps as read_steps_table  # noqa: E402
+from zerogate.contracts.base import ContractError  # noqa: E402
+from zerogate.contracts.report import RunRegistry, RunStatistics  # noqa: E402
 from zerogate.errors import InputError  # noqa: E402
 from zerogate.report.html import environment, fmt, image  # noqa: E402
-from zerogate.report.registry import SCHEMA  # noqa: E402
 
-# What two runs must share to have measured the same thing, and where the registry holds it.
-GROUP_BY: dict[str, tuple[str, ...]] = {
-    "profile": ("profile",),
-    "config hash": ("provenance", "config_hash"),
-    "dataset hash": ("provenance", "dataset_sha256"),
+# What two runs must share to have measured the same thing, read from each registry.
+GROUP_BY: dict[str, Any] = {
+    "profile": lambda registry: registry.profile,
+    "config hash": lambda registry: registry.provenance.config_hash,
+    "dataset hash": lambda registry: registry.provenance.dataset_sha256,
 }
-# The registry summary's numbers a group compares (key -> label; the unit is in the key).
+# The run statistics a group compares (RunStatistics field -> label; the unit is in the field's key).
 QUANTITIES: dict[str, str] = {
-    "step_time_median(s)": "median optimizer-step time, slowest rank",
-    "step_time_p90(s)": "p90 optimizer-step time, slowest rank",
-    "micro_step_time_median(s)": "median micro-step time, slowest rank",
+    "step_time_median_s": "median optimizer-step time, slowest rank",
+    "step_time_p90_s": "p90 optimizer-step time, slowest rank",
+    "micro_step_time_median_s": "median micro-step time, slowest rank",
     "tokens_per_s": "tokens/s, all ranks",
     "final_loss": "final loss",
     "loss_spikes": "loss spikes",
     "overflow_skipped_steps": "fp16-overflow-skipped steps, worst rank",
     "failed_ranks": "failed ranks",
-    "wait_for_straggler_median(s)": "median wait for the straggler per step, longest-waiting rank",
+    "wait_for_straggler_median_s": "median wait for the straggler per step, longest-waiting rank",
 }
-PEAK_MEMORY = "peak_memory_per_rank(GiB)"
 
 
-def _get(record: dict[str, Any], path: tuple[str, ...]) -> Any:
-    for key in path:
-        record = record.get(key, {}) if isinstance(record, dict) else {}
-    return record or None
+@dataclass(frozen=True)
+class Run:
+    """One run's registry as found on disk (``registry`` None when it is of another registry version: then
+    ``problem`` says why it cannot be compared), and the machine it is shown under."""
+
+    directory: Path
+    registry: RunRegistry | None
+    machine: str
+    problem: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.registry.run_id if self.registry else self.directory.name
+
+    @property
+    def profile(self) -> str:
+        return self.registry.profile if self.registry else "?"
+
+    @property
+    def provenance(self) -> Any:
+        return self.registry.provenance if self.registry else None
+
+    def statistic(self, name: str) -> Any:
+        summary = self.registry.summary if self.registry else None
+        return None if summary is None else getattr(summary, name)
 
 
-def load_run(run_dir: str | Path) -> dict[str, Any]:
+def load_run(run_dir: str | Path) -> Run:
     """A run's registry, with its paths resolved against the results tree it sits in."""
     run_dir = Path(run_dir)
     path = run_dir if run_dir.suffix == ".json" else run_dir / "registry.json"
+    if not path.is_file():
+        raise InputError(str(path), "", "no run registry (run the pipeline for that profile and machine first)")
     try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(str(path), "", "no run registry (run the pipeline for that profile and machine first)") from None
-    except json.JSONDecodeError as error:
-        raise InputError(str(path), "", f"not valid JSON ({error.msg})") from None
-    for key in ("run_id", "profile", "machine", "gates", "provenance", "files"):
-        if key not in record:
-            raise InputError(str(path), key, "missing (not a zerogate run registry?)")
-    # Files are recorded relative to the repository that made them: results/<profile>/<machine>/...;
-    # read them beside this registry so that copied-in results work.
-    record["_dir"] = str(path.parent)
-    return record
+        registry = RunRegistry.read(path)
+    except ContractError as error:
+        if error.key != "contract":
+            raise
+        # An older pipeline's registry: shown apart with how to rebuild it, never read field by field.
+        return Run(path.parent, None, path.parent.name, f"{error.problem} (rebuild it: snakemake --cores all -R register_run)")
+    return Run(path.parent, registry, registry.machine)
 
 
-def _local(record: dict[str, Any], recorded: str) -> Path:
-    marker = f"{record['profile']}/{record['machine']}/"
-    return Path(record["_dir"]) / recorded.split(marker, 1)[-1] if marker in recorded else Path(recorded)
+def _local(run: Run, recorded: str) -> Path:
+    """A recorded path (relative to the repository that made it: results/<profile>/<machine>/...) read
+    beside this registry, so that copied-in results work."""
+    marker = f"{run.registry.profile}/{run.registry.machine}/"
+    return run.directory / recorded.split(marker, 1)[-1] if marker in recorded else Path(recorded)
 
 
-def read_steps(record: dict[str, Any]) -> pd.DataFrame:
-    return pd.read_parquet(_local(record, record["files"]["steps"]))
+def read_steps(run: Run) -> pd.DataFrame:
+    return read_steps_table(_local(run, run.registry.files.steps))
 
 
-def group_key(run: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(_get(run, path) for path in GROUP_BY.values())
+def group_key(run: Run) -> tuple[Any, ...]:
+    return tuple(value(run.registry) for value in GROUP_BY.values())
 
 
 def _short(value: Any) -> str:
@@ -96,13 +117,13 @@ class Group:
     """Runs that measured the same thing, one column per machine."""
 
     key: tuple[Any, ...]
-    runs: list[dict[str, Any]]  # sorted by machine
+    runs: list[Run]  # sorted by machine
     reference: str  # the machine the ratios divide by
     reference_note: str | None = None  # why it is not the machine the user asked for
 
     @property
     def machines(self) -> list[str]:
-        return [run["machine"] for run in self.runs]
+        return [run.machine for run in self.runs]
 
     @property
     def title(self) -> str:
@@ -114,7 +135,7 @@ class Group:
 class Straggler:
     """A run with no other run to compare it with, and the one reason why."""
 
-    run: dict[str, Any]
+    run: Run
     reason: str
 
 
@@ -124,37 +145,36 @@ class Comparison:
     stragglers: list[Straggler] = field(default_factory=list)
 
 
-def _why_alone(run: dict[str, Any], others: list[dict[str, Any]]) -> str:
+def _why_alone(run: Run, others: list[Run]) -> str:
     """The first of profile, config hash, dataset hash that no other run shares with ``run``."""
-    if run.get("schema") != SCHEMA:
-        return (f"registry schema {run.get('schema')!r}, not {SCHEMA!r}: its summary cannot be read "
-                "(rebuild it: snakemake --cores all -R register_run)")
-    same = [other for other in others if other.get("schema") == SCHEMA]
-    for name, path in GROUP_BY.items():
-        narrower = [other for other in same if _get(other, path) == _get(run, path)]
+    if run.registry is None:
+        return f"registry {run.problem}"
+    same = [other for other in others if other.registry is not None]
+    for name, value in GROUP_BY.items():
+        narrower = [other for other in same if value(other.registry) == value(run.registry)]
         if not narrower:
             if name == "profile":
-                return f"the only run of profile {run['profile']}"
-            theirs = sorted({_short(_get(other, path)) for other in same})
-            return f"{name} {_short(_get(run, path))} differs from the other runs' ({', '.join(theirs)})"
+                return f"the only run of profile {run.profile}"
+            theirs = sorted({_short(value(other.registry)) for other in same})
+            return f"{name} {_short(value(run.registry))} differs from the other runs' ({', '.join(theirs)})"
         same = narrower
     return "no other run measured the same thing"  # unreachable: a run alone in its group differs somewhere
 
 
-def _deduplicated(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _deduplicated(runs: list[Run]) -> list[Run]:
     """The same machine twice in a group (copied results): tell them apart by their directory."""
     seen: dict[str, int] = {}
     for run in runs:
-        seen[run["machine"]] = seen.get(run["machine"], 0) + 1
-    return [{**run, "machine": f"{run['machine']} ({run['_dir']})"} if seen[run["machine"]] > 1 else run
-            for run in runs]
+        seen[run.machine] = seen.get(run.machine, 0) + 1
+    return [Run(run.directory, run.registry, f"{run.machine} ({run.directory})", run.problem) if seen[run.machine] > 1
+            else run for run in runs]
 
 
-def group_runs(runs: list[dict[str, Any]], reference: str | None = None) -> Comparison:
+def group_runs(runs: list[Run], reference: str | None = None) -> Comparison:
     """Groups of comparable runs (two or more) and the runs left alone, each with its reason."""
     by_key: dict[tuple[Any, ...], list[int]] = {}
     for index, run in enumerate(runs):
-        if run.get("schema") == SCHEMA:
+        if run.registry is not None:
             by_key.setdefault(group_key(run), []).append(index)
     comparison = Comparison()
     grouped: set[int] = set()
@@ -162,8 +182,8 @@ def group_runs(runs: list[dict[str, Any]], reference: str | None = None) -> Comp
         if len(indices) < 2:
             continue
         grouped.update(indices)
-        members = sorted(_deduplicated([runs[i] for i in indices]), key=lambda run: run["machine"])
-        machines = [run["machine"] for run in members]
+        members = sorted(_deduplicated([runs[i] for i in indices]), key=lambda run: run.machine)
+        machines = [run.machine for run in members]
         chosen, note = machines[0], None
         if reference in machines:
             chosen = reference
@@ -177,8 +197,8 @@ def group_runs(runs: list[dict[str, Any]], reference: str | None = None) -> Comp
     return comparison
 
 
-def _peaks(run: dict[str, Any]) -> dict[int, float]:
-    return {int(rank): value for rank, value in (run.get("summary", {}).get(PEAK_MEMORY) or {}).items()}
+def _peaks(run: Run) -> dict[int, float]:
+    return dict(run.statistic("peak_memory_per_rank_gib") or {})
 
 
 def _ratio(value: Any, reference: Any) -> float | None:
@@ -199,27 +219,33 @@ def quantity_rows(group: Group) -> list[dict[str, Any]]:
         cells = {}
         for run in group.runs:
             value = value_of(run)
-            cells[run["machine"]] = {"value": value, "ratio": _ratio(value, ref_value)}
+            cells[run.machine] = {"value": value, "ratio": _ratio(value, ref_value)}
         rows.append({"label": label, "unit": unit, "cells": cells})
 
-    for key, label in QUANTITIES.items():
-        add(label, _unit(key), lambda run, key=key: run.get("summary", {}).get(key))
+    for name, label in QUANTITIES.items():
+        add(label, _unit(name), lambda run, name=name: run.statistic(name))
     ranks = sorted({rank for run in group.runs for rank in _peaks(run)})
     for rank in ranks:
         add(f"peak memory, rank {rank}", "GiB", lambda run, rank=rank: _peaks(run).get(rank))
     return rows
 
 
-def _unit(key: str) -> str:
+def _unit(name: str) -> str:
+    """The unit of RunStatistics field ``name``, from its key (``step_time_median(s)``: s)."""
+    key = RunStatistics.key(name)
     return key[key.rindex("(") + 1:-1] if key.endswith(")") else ""
 
 
 def gate_rows(group: Group) -> list[dict[str, Any]]:
     """Gate verdicts of the group: one row per gate, one verdict per machine."""
-    names = list(dict.fromkeys(gate["name"] for run in group.runs for gate in run["gates"]))
-    verdicts = {run["machine"]: {gate["name"]: gate["verdict"] for gate in run["gates"]} for run in group.runs}
+    names = list(dict.fromkeys(gate.name for run in group.runs for gate in run.registry.gates))
+    verdicts = {run.machine: {gate.name: gate.verdict for gate in run.registry.gates} for run in group.runs}
     return [{"gate": name, "verdicts": {machine: verdicts[machine].get(name) for machine in group.machines}}
             for name in names]
+
+
+def _column(name: str, label: str) -> str:
+    return f"{label} ({_unit(name)})" if _unit(name) else label
 
 
 def comparison_table(comparison: Comparison) -> pd.DataFrame:
@@ -232,9 +258,8 @@ def comparison_table(comparison: Comparison) -> pd.DataFrame:
         for run in group.runs:
             row = {"group": number, "comparable": True, "not comparable because": None,
                    "reference machine": group.reference} | _run_columns(run)
-            for key, label in QUANTITIES.items():
-                column = f"{label} ({_unit(key)})" if _unit(key) else label
-                row[f"{column} / reference"] = _ratio(run.get("summary", {}).get(key), reference.get("summary", {}).get(key))
+            for name, label in QUANTITIES.items():
+                row[f"{_column(name, label)} / reference"] = _ratio(run.statistic(name), reference.statistic(name))
             rows.append(row)
     for straggler in comparison.stragglers:
         rows.append({"group": None, "comparable": False, "not comparable because": straggler.reason,
@@ -242,16 +267,17 @@ def comparison_table(comparison: Comparison) -> pd.DataFrame:
     return pd.DataFrame(rows).astype({"group": "Int64"})
 
 
-def _run_columns(run: dict[str, Any]) -> dict[str, Any]:
-    summary = run.get("summary", {})
-    row = {"machine": run["machine"], "run id": run["run_id"], "profile": run["profile"],
-           "config hash": _get(run, GROUP_BY["config hash"]), "dataset hash": _get(run, GROUP_BY["dataset hash"]),
-           "DeepSpeed config hash": _get(run, ("provenance", "ds_config_sha256"))}
-    for key, label in QUANTITIES.items():
-        row[f"{label} ({_unit(key)})" if _unit(key) else label] = summary.get(key)
+def _run_columns(run: Run) -> dict[str, Any]:
+    registry = run.registry
+    row = {"machine": run.machine, "run id": run.run_id, "profile": run.profile,
+           "config hash": registry.provenance.config_hash if registry else None,
+           "dataset hash": registry.provenance.dataset_sha256 if registry else None,
+           "DeepSpeed config hash": registry.provenance.ds_config_sha256 if registry else None}
+    for name, label in QUANTITIES.items():
+        row[_column(name, label)] = run.statistic(name)
     for rank, value in sorted(_peaks(run).items()):
         row[f"peak memory rank {rank} (GiB)"] = value
-    row.update({f"gate {gate['name']}": gate["verdict"] for gate in run["gates"]})
+    row.update({f"gate {gate.name}": gate.verdict for gate in (registry.gates if registry else [])})
     return row
 
 
@@ -267,8 +293,8 @@ def overlay_figure(comparison: Comparison, curve: str, ylabel: str, path: str | 
     for ax, group in zip(axes[:, 0], groups):
         for run in group.runs:
             series = series_of(read_steps(run))
-            style = {"linewidth": 1.8} if run["machine"] == group.reference else {"linewidth": 1.0}
-            label = f"{run['machine']} (reference)" if run["machine"] == group.reference else run["machine"]
+            style = {"linewidth": 1.8} if run.machine == group.reference else {"linewidth": 1.0}
+            label = f"{run.machine} (reference)" if run.machine == group.reference else run.machine
             ax.plot(series.index, series.to_numpy(), label=label, **style)
         ax.set(xlabel="optimizer step", ylabel=ylabel, title=group.title)
         ax.legend(title="machine", fontsize="small")

@@ -20,13 +20,16 @@ import seaborn as sns  # noqa: E402
 
 from zerogate.analysis import measures  # noqa: E402
 from zerogate.analysis.measures import SpikeRule  # noqa: E402
-from zerogate.units import GB, GIB  # noqa: E402
+from zerogate.contracts.records import column  # noqa: E402
+from zerogate.contracts.verdicts import GateVerdict, GateVerdicts  # noqa: E402
+from zerogate.units import UNIT_BYTES, GIB  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook")
 
 
-def _gate(verdicts: dict[str, Any], metric_prefix: str) -> dict[str, Any] | None:
-    return next((g for g in verdicts["gates"] if g["metric"].startswith(metric_prefix)), None)
+def _gate(verdicts: GateVerdicts, metric: str) -> GateVerdict | None:
+    """The first gate on ``metric`` (a steps-table column), or on a memory metric when ``metric`` is "memory/"."""
+    return next((g for g in verdicts.gates if g.metric == metric or (metric == "memory/" and g.metric.startswith(metric))), None)
 
 
 def loss_figure(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int, path: str | Path,
@@ -64,7 +67,7 @@ def loss_figure(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int, pa
     return {"loss_spikes": spikes.count, "spike_steps": spikes.steps}
 
 
-def step_time_figure(steps: pd.DataFrame, warmup_steps: int, verdicts: dict[str, Any], path: str | Path) -> dict[str, Any]:
+def step_time_figure(steps: pd.DataFrame, warmup_steps: int, verdicts: GateVerdicts, path: str | Path) -> dict[str, Any]:
     """Step time per rank over the run, and the distribution over the timed steps (measures.timed_steps)
     with the slowest-rank median (measures.step_time). Returns the median and the timed-step count."""
     fig, (ax_line, ax_hist) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [2, 1]})
@@ -81,10 +84,10 @@ def step_time_figure(steps: pd.DataFrame, warmup_steps: int, verdicts: dict[str,
     if median is not None:
         ax_hist.axvline(median.value, color="k", linestyle=":",
                         label=f"median, slowest rank ({median.rank}): {median.value:.3g} s")
-    gate = _gate(verdicts, "step_time")
+    gate = _gate(verdicts, measures.STEP_TIME)
     if gate is not None:
         for ax, line in ((ax_line, ax_line.axhline), (ax_hist, ax_hist.axvline)):
-            line(gate["threshold"], color="C3", linestyle="--", label=f"claim {gate['threshold']:g} s")
+            line(gate.threshold, color="C3", linestyle="--", label=f"claim {gate.threshold:g} s")
         ax_line.legend(title="rank")
     if ax_hist.get_legend_handles_labels()[0]:
         ax_hist.legend(loc="upper right", fontsize="small")
@@ -96,19 +99,19 @@ def step_time_figure(steps: pd.DataFrame, warmup_steps: int, verdicts: dict[str,
     return {"step_time_median(s)": None if median is None else median.value, "timed_steps": int(timed["step"].nunique())}
 
 
-def memory_figure(steps: pd.DataFrame, verdicts: dict[str, Any], path: str | Path) -> dict[str, Any]:
+def memory_figure(steps: pd.DataFrame, verdicts: GateVerdicts, path: str | Path) -> dict[str, Any]:
     """Peak memory per rank per step, each rank's peak (measures.peak_memory_per_rank) in the legend.
     Returns the peaks it labelled."""
     fig, ax = plt.subplots(figsize=(9, 4.5))
     peaks = measures.peak_memory_per_rank(steps)
     data = steps.assign(rank=[f"{rank} (peak {peaks.get(int(rank), float('nan')):.3g} GiB)" for rank in steps["rank"]])
     sns.lineplot(data=data, x="step", y=measures.DEVICE_PEAK, hue="rank", ax=ax)
-    source = ", ".join(sorted(steps.get("memory/device_peak_source", pd.Series(dtype=str)).dropna().unique()))
+    source = ", ".join(sorted(steps.get(column("device_peak_source"), pd.Series(dtype=str)).dropna().unique()))
     gate = _gate(verdicts, "memory/")
-    if gate is not None:
-        threshold_gib = gate["threshold"] * (GB / GIB if gate["unit"] == "GB" else 1.0)
+    if gate is not None and gate.unit in UNIT_BYTES:
+        threshold_gib = gate.threshold * UNIT_BYTES[gate.unit] / GIB
         ax.axhline(threshold_gib, color="C3", linestyle="--",
-                   label=f"claim {gate['threshold']:g} {gate['unit']} = {threshold_gib:.2f} GiB")
+                   label=f"claim {gate.threshold:g} {gate.unit} = {threshold_gib:.2f} GiB")
         ax.legend(title="rank")
     ax.set(xlabel="optimizer step", ylabel="peak memory per step (GiB)", title=f"Memory per rank ({source})")
     ax.set_ylim(bottom=0)
@@ -124,18 +127,18 @@ def loss_scale_series(steps: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame
     A picture of the scale only: the skipped-step statistics come from measures.overflow_skips."""
     if measures.loss_scaler_present(steps):
         first = steps[steps["rank"] == steps["rank"].min()]
-        return first[["step", "loss_scale"]].dropna()
+        return first[["step", measures.LOSS_SCALE]].dropna()
     if not len(events):
         return None
     changes = events[events["kind"].isin(["overflow", "loss_scale_reduced"])]
-    rows = [{"step": s, "loss_scale": json.loads(d).get("new")} for s, d in zip(changes["step"], changes["detail"])]
-    rows = [r for r in rows if r["loss_scale"] is not None and not pd.isna(r["step"])]
+    rows = [{"step": s, measures.LOSS_SCALE: json.loads(d).get("new")} for s, d in zip(changes["step"], changes["detail"])]
+    rows = [r for r in rows if r[measures.LOSS_SCALE] is not None and not pd.isna(r["step"])]
     return pd.DataFrame(rows) if rows else None
 
 
 def loss_scale_figure(series: pd.DataFrame, path: str | Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    ax.step(series["step"], series["loss_scale"], where="post", color="C2")
+    ax.step(series["step"], series[measures.LOSS_SCALE], where="post", color="C2")
     ax.set_yscale("log", base=2)
     ax.set(xlabel="optimizer step", ylabel="fp16 loss scale (log2 axis)", title="Dynamic loss scale")
     fig.tight_layout()

@@ -20,8 +20,17 @@ import jinja2
 import pandas as pd
 
 from zerogate.analysis import measures
-from zerogate.analysis.claims import both_units
 from zerogate.analysis.measures import SpikeRule
+from zerogate.contracts.base import Record
+from zerogate.contracts.comms import CommsVolume
+from zerogate.contracts.ledger import LedgerTable
+from zerogate.contracts.parsed import RunMeta
+from zerogate.contracts.plan import Plan
+from zerogate.contracts.records import EvalRecord
+from zerogate.contracts.report import Provenance, RunStatistics
+from zerogate.contracts.run import Deviations
+from zerogate.contracts.verdicts import ClaimVerdicts, GateVerdicts
+from zerogate.units import format_bytes
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -42,39 +51,40 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=False, lstrip_blocks=False)
     env.filters["fmt"] = fmt
-    env.filters["both_units"] = lambda n: "—" if n is None else both_units(n)
+    env.filters["bytes"] = format_bytes
+    env.filters["as_json"] = lambda value: value.as_json() if isinstance(value, Record) else value
     env.filters["tojson_plain"] = lambda value: json.dumps(value)
     env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, default=str)
     env.filters["columns"] = lambda rows: list(dict.fromkeys(key for row in rows for key in row))
     return env
 
 
-def _section(name: str, *args: Any) -> str:
-    """One macro of sections.html.j2, rendered (also used on its own by the tests)."""
+def section(name: str, *args: Any) -> str:
+    """One macro of sections.html.j2 (one section of the report), rendered on its own."""
     return str(getattr(environment().get_template("sections.html.j2").module, name)(*args))
 
 
-# The run summary's rows: measures.run_statistics key -> label (the unit comes from the key).
+# The run summary's rows: each RunStatistics field -> its label (the unit comes from the field's key).
 SUMMARY_LABELS = {
     "ranks": "ranks",
     "optimizer_steps": "optimizer steps recorded",
     "warmup_steps_excluded": "warm-up steps excluded from timing",
     "timed_steps": "timed optimizer steps (after warm-up, fp16-skipped excluded)",
-    "step_time_median(s)": "median optimizer-step time, slowest rank",
-    "step_time_p90(s)": "p90 optimizer-step time, slowest rank",
+    "step_time_median_s": "median optimizer-step time, slowest rank",
+    "step_time_p90_s": "p90 optimizer-step time, slowest rank",
     "slowest_rank": "slowest rank (by median step time)",
-    "micro_step_time_median(s)": "median micro-step time, slowest rank",
+    "micro_step_time_median_s": "median micro-step time, slowest rank",
     "tokens_per_s": "tokens/s, all ranks (median step)",
     "first_loss": "first loss",
     "final_loss": "final loss",
     "loss_spikes": "loss spikes (the stabiliser's rule)",
     "overflow_skipped_steps": "fp16-overflow-skipped steps, worst rank (— without a loss scaler)",
-    "peak_memory_per_rank(GiB)": "peak memory per rank",
+    "peak_memory_per_rank_gib": "peak memory per rank",
     "run_complete": "run complete (every rank, every step)",
     "failed_ranks": "failed ranks",
     "straggler_rank": "straggler (the rank the others wait for; — when none or not measured)",
-    "straggler_compute_excess(s)": "straggler's median compute beyond the next slowest rank's",
-    "wait_for_straggler_median(s)": "median wait for the straggler per step, longest-waiting rank",
+    "straggler_compute_excess_s": "straggler's median compute beyond the next slowest rank's",
+    "wait_for_straggler_median_s": "median wait for the straggler per step, longest-waiting rank",
 }
 
 
@@ -84,62 +94,17 @@ def unit_of(key: str) -> str:
     return found.group(1) if found else ""
 
 
-def run_summary(steps: pd.DataFrame, warmup_steps: int, spike_rule: SpikeRule,
-                run_meta: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Headline numbers of the run: measures.run_statistics, with the run's completion when parse_logs'
-    metadata is given. The registry stores this dict as the run's ``summary``."""
-    completion = measures.completion_of(run_meta) if run_meta else None
-    return measures.run_statistics(steps, warmup_steps, spike_rule, completion)
-
-
-def summary_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def summary_rows(summary: RunStatistics | None) -> list[dict[str, Any]]:
     """The summary as labelled rows with units (a per-rank value stays a mapping: a small table)."""
-    return [{"label": SUMMARY_LABELS.get(key, key), "unit": unit_of(key), "value": value}
-            for key, value in summary.items()]
+    if summary is None:
+        return []
+    return [{"label": SUMMARY_LABELS.get(name, name), "unit": unit_of(RunStatistics.key(name)),
+             "value": getattr(summary, name)} for name in RunStatistics.model_fields]
 
 
 def image(path: str | Path, caption: str) -> dict[str, str]:
     """A PNG inlined into the page (the report is one self-contained file)."""
     return {"caption": caption, "data": base64.b64encode(Path(path).read_bytes()).decode()}
-
-
-def verdict_table(verdicts: dict[str, Any]) -> str:
-    return _section("verdicts", verdicts["gates"])
-
-
-def deviations_table(deviations: list[dict[str, Any]]) -> str:
-    return _section("deviations", deviations)
-
-
-def failures_section(run_meta: dict[str, Any] | None) -> str:
-    """Each failed rank with its last log lines; empty when every rank finished."""
-    return _section("failures", (run_meta or {}).get("failures") or [])
-
-
-def ledger_section(ledger: dict[str, Any] | None, plan: dict[str, Any] | None = None,
-                   claimed_plan: dict[str, Any] | None = None, claims: dict[str, Any] | None = None) -> str:
-    """The memory ledger: each rank's predicted vs measured peak (the ``peak`` part of
-    ledger/ledger_vs_measured.json), the plan's per-scheme table for this run's model and for the claimed
-    box with the verdicts on the seed's formulas (claims/verdicts.json), and the model-state terms against
-    what each rank held (``rows`` of rank, term, predicted, measured, error); omitted when all are absent."""
-    return _section("ledger", ledger or {}, plan, claimed_plan, claims)
-
-
-def seed_claims_section(claims: dict[str, Any] | None) -> str:
-    """The seed's statements with their verdicts on paper and measured here (claims/verdicts.json)."""
-    return _section("seed_claims", claims or {})
-
-
-def communication_section(table: dict[str, Any] | None, claims: dict[str, Any] | None = None) -> str:
-    """Measured vs theory communication volume per scheme (comms/volume.json, zerogate.analysis.comms) with
-    the seed's 1.5x statement as judged (claims/verdicts.json)."""
-    return _section("communication", table or {}, claims)
-
-
-def evaluation_section(records: list[dict[str, Any]] | None) -> str:
-    """Validation loss before, during and after training, and exact match on held-out items before and
-    after (train/eval.jsonl, zerogate.train.evaluate); omitted when the run recorded none."""
-    return _section("evaluation", records or [])
 
 
 def timer_medians(timers: pd.DataFrame | None) -> dict[str, float]:
@@ -159,62 +124,62 @@ FIGURE_CAPTIONS = {
 }
 
 
-def key_facts(provenance: dict[str, Any]) -> dict[str, Any]:
-    git = provenance["git"]["at_training"] or {}
-    machine = provenance["machine"]
+def key_facts(provenance: Provenance) -> dict[str, Any]:
+    git = provenance.git.at_training
+    machine = provenance.machine
     return {
-        "pipeline version": provenance["pipeline_version"],
-        "run id": provenance["run_id"],
-        "recorded at": provenance["recorded_at"],
-        "profile": provenance["profile"],
-        "config hash (sha256)": provenance["config_hash"],
-        "git commit at training": f"{git.get('commit')}{' (uncommitted changes)' if git.get('dirty') else ''}",
-        "dataset hash (sha256)": provenance["dataset"]["content_sha256"],
-        "machine": machine["hostname"],
-        "accelerator": f"{machine['accelerator']['kind']} x {machine['accelerator']['count'] or 'CPU'}",
-        "CPU": machine["cpu"]["model"],
-        **{f"package {k}": v for k, v in provenance["packages"].items()},
+        "pipeline version": provenance.pipeline_version,
+        "run id": provenance.run_id,
+        "recorded at": provenance.recorded_at,
+        "profile": provenance.profile,
+        "config hash (sha256)": provenance.config_hash,
+        "git commit at training": f"{git.commit if git else None}{' (uncommitted changes)' if git and git.dirty else ''}",
+        "dataset hash (sha256)": provenance.dataset.content_sha256,
+        "machine": machine.hostname,
+        "accelerator": f"{machine.accelerator.kind} x {machine.accelerator.count or 'CPU'}",
+        "CPU": machine.cpu.model,
+        **{f"package {k}": v for k, v in provenance.packages.items()},
     }
 
 
 def render_html(
     *,
-    verdicts: dict[str, Any],
+    verdicts: GateVerdicts,
     steps: pd.DataFrame,
-    provenance: dict[str, Any],
-    deviations: list[dict[str, Any]],
+    provenance: Provenance,
+    deviations: Deviations,
     figures: dict[str, str | Path],
     warmup_steps: int,
     spike_rule: SpikeRule,
-    run_meta: dict[str, Any] | None = None,
-    ledger: dict[str, Any] | None = None,
-    evaluation: list[dict[str, Any]] | None = None,
+    run_meta: RunMeta | None = None,
+    ledger: LedgerTable | None = None,
+    evaluation: list[EvalRecord] | None = None,
     timers: pd.DataFrame | None = None,
-    claims: dict[str, Any] | None = None,
-    plan: dict[str, Any] | None = None,
-    claimed_plan: dict[str, Any] | None = None,
+    claims: ClaimVerdicts | None = None,
+    plan: Plan | None = None,
+    claimed_plan: Plan | None = None,
     ranks_figure: str | Path | None = None,
-    communication: dict[str, Any] | None = None,
+    communication: CommsVolume | None = None,
 ) -> str:
-    title = f"zerogate report — {provenance['profile']} on {provenance['machine']['hostname']}"
+    title = f"zerogate report — {provenance.profile} on {provenance.machine.hostname}"
     return environment().get_template("report.html.j2").render(
         title=title,
         provenance=provenance,
-        counts=verdicts["counts"],
+        counts=verdicts.counts,
         verdicts=verdicts,
-        reproduction=verdicts["reproduction"],
-        failures=(run_meta or {}).get("failures") or [],
-        nodes=(run_meta or {}).get("nodes") or [],
-        summary=summary_rows(run_summary(steps, warmup_steps, spike_rule, run_meta)),
+        reproduction=verdicts.reproduction,
+        failures=run_meta.failures if run_meta else [],
+        nodes=run_meta.nodes if run_meta else [],
+        summary=summary_rows(measures.summarise_run(steps, warmup_steps, spike_rule, run_meta)),
         images=[image(path, FIGURE_CAPTIONS[name]) for name, path in figures.items() if path],
         evaluation=evaluation or [],
-        ledger=ledger or {},
-        claims=claims or {},
+        ledger=ledger,
+        claims=claims,
         plan=plan,
         claimed_plan=claimed_plan,
-        communication=communication or {},
+        communication=communication,
         timers=timer_medians(timers),
-        deviations=deviations,
+        deviations=deviations.deviations,
         key_facts=key_facts(provenance),
         ranks=ranks_context(steps, warmup_steps, run_meta, ranks_figure),
     )
@@ -224,20 +189,14 @@ RANKS_CAPTION = ("Median compute, communication and wait per optimizer step per 
                  "timed step")
 
 
-def ranks_context(steps: pd.DataFrame, warmup_steps: int, run_meta: dict[str, Any] | None,
+def ranks_context(steps: pd.DataFrame, warmup_steps: int, run_meta: RunMeta | None,
                   figure: str | Path | None = None) -> dict[str, Any]:
     """The "Ranks" section's content: measures.rank_balance over the run's world size (parse_logs' metadata),
     its per-rank table, and the compute-vs-wait figure when given."""
-    balance = measures.rank_balance(steps, warmup_steps, (run_meta or {}).get("world_size"))
+    balance = measures.rank_balance(steps, warmup_steps, run_meta.world_size if run_meta else None)
     rows = [{"rank": rank, "compute(s)": balance.compute[rank], "wait(s)": balance.wait[rank],
              "communication(s)": balance.communication, "step_time(s)": balance.step_time[rank],
              "wait_total(s)": balance.wait_total[rank], "wait_share(%)": 100 * balance.wait_share[rank]}
             for rank in balance.ranks] if balance.measured else []
     return {"balance": balance, "rows": rows, "margin_percent": 100 * balance.margin,
             "image": image(figure, RANKS_CAPTION) if figure else None}
-
-
-def ranks_section(steps: pd.DataFrame, warmup_steps: int, run_meta: dict[str, Any] | None = None,
-                  figure: str | Path | None = None) -> str:
-    """The "Ranks" section alone (tests): who waits for whom."""
-    return _section("ranks", ranks_context(steps, warmup_steps, run_meta, figure))

@@ -28,18 +28,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zerogate.config.settings import evaluation_settings
+from zerogate.config.settings import EvaluationSettings
+from zerogate.contracts.base import line_of
+from zerogate.contracts.data import DatasetManifest
+from zerogate.contracts.records import EvalRecord
 from zerogate.data.dataset import EncodedSplit, load_split
 from zerogate.data.templates import IGNORE_INDEX
 
-def settings_for(manifest: dict[str, Any], steps: int) -> dict[str, Any]:
-    """The profile's evaluation settings (defaults: zerogate.config.settings.EvaluationSettings) resolved for a
-    run of ``steps``: ``every_steps`` 0 becomes four times per run."""
-    typed = evaluation_settings(manifest.get("evaluation"))
-    settings = {**dataclasses.asdict(typed), "every_steps": typed.interval(steps)}
-    if manifest.get("source") != "builtin-tasks":
-        settings["exact_match_items"] = 0  # no reference answers to match for a user dataset
-    return settings
+def settings_for(manifest: DatasetManifest, evaluation: EvaluationSettings, steps: int) -> EvaluationSettings:
+    """The evaluation settings (zerogate.config.settings.EvaluationSettings, from train/settings.json) resolved
+    for a run of ``steps``: ``every_steps`` 0 becomes four times per run; a user dataset has no reference
+    answers, so no exact match."""
+    return dataclasses.replace(evaluation, every_steps=evaluation.interval(steps),
+                               exact_match_items=evaluation.exact_match_items if manifest.builtin else 0)
 
 
 def rank_share(count: int, world: int, rank: int) -> range:
@@ -112,45 +113,47 @@ def _gather_task_names(by_task: dict[str, list[int]]) -> set[str]:
 class Evaluator:
     """Runs the evaluations of one training run and writes eval.jsonl (rank 0)."""
 
-    def __init__(self, engine: Any, dataset_dir: str | Path, path: str | Path, manifest: dict[str, Any],
-                 steps: int, zero3: bool) -> None:
+    def __init__(self, engine: Any, dataset_dir: str | Path, path: str | Path, manifest: DatasetManifest,
+                 evaluation: EvaluationSettings, steps: int) -> None:
         from transformers import AutoTokenizer
 
-        self.engine, self.zero3 = engine, zero3
-        self.settings = settings_for(manifest, steps)
+        # Under ZeRO-3 generation keeps the ranks stepping together (every forward gathers parameters).
+        self.engine, self.zero3 = engine, bool(getattr(engine, "zero3", False))
+        self.settings = settings_for(manifest, evaluation, steps)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.split = load_split(Path(dataset_dir) / "validation.parquet")
         lines = (Path(dataset_dir) / "validation_examples.jsonl").read_text().splitlines()
-        self.items = [json.loads(line) for line in lines[: self.settings["exact_match_items"]]]
-        self.tokenizer = AutoTokenizer.from_pretrained(manifest["tokenizer_directory"]) if self.items else None
+        self.items = [json.loads(line) for line in lines[: self.settings.exact_match_items]]
+        self.tokenizer = AutoTokenizer.from_pretrained(manifest.tokenizer_directory) if self.items else None
         # Appended to, never truncated here: the training loop removes it for a fresh run and restores it
         # with each checkpoint, which holds the evaluations of the steps before it, so after a resume or a
         # rollback every evaluation is recorded exactly once.
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def run(self, step: int, phase: str) -> dict[str, Any]:
+    def run(self, step: int, phase: str) -> EvalRecord:
         started = time.perf_counter()
         was_training = self.engine.module.training
         self.engine.eval()
-        record: dict[str, Any] = {"step": step, "phase": phase}
-        record.update(validation_loss(self.engine, self.split, self.settings["validation_rows"], self.world,
-                                      self.rank, self.engine.device))
+        found: dict[str, Any] = {"step": step, "phase": phase}
+        found.update(validation_loss(self.engine, self.split, self.settings.validation_rows, self.world,
+                                     self.rank, self.engine.device))
         if self.items and phase != "during":  # greedy decoding is slow under ZeRO-3: before/after only
-            record.update(exact_match(self.engine.module, self.tokenizer, self.items, self.world, self.rank,
-                                      self.engine.device, self.settings["max_new_tokens"], self.zero3))
-        record["eval_time(s)"] = time.perf_counter() - started
+            found.update(exact_match(self.engine.module, self.tokenizer, self.items, self.world, self.rank,
+                                     self.engine.device, self.settings.max_new_tokens, self.zero3))
+        found["eval_time(s)"] = time.perf_counter() - started
+        record = EvalRecord.of(found, "the evaluation")
         if was_training:
             self.engine.train()
         if self.rank == 0:
             with self.path.open("a") as handle:
-                handle.write(json.dumps(record) + "\n")
+                handle.write(line_of(record) + "\n")
         return record
 
-    def maybe_run(self, step: int) -> dict[str, Any] | None:
+    def maybe_run(self, step: int) -> EvalRecord | None:
         """Before the first step, and after every ``every_steps`` completed steps (not the last: see end)."""
         if step == 0:
             return self.run(0, "before")
-        if step % self.settings["every_steps"] == 0:
+        if step % self.settings.every_steps == 0:
             return self.run(step, "during")
         return None

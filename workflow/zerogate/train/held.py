@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from zerogate.train.deepspeed_adapter import parameter_count
+from zerogate.runtime.deepspeed_adapter import parameter_count
 
 
 def _bytes(tensors: Iterable[Any], seen: set[int]) -> int:

@@ -14,7 +14,6 @@ on a CPU with fakes.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import time
 from pathlib import Path
@@ -23,19 +22,11 @@ from typing import IO, Any, Protocol
 import psutil
 import torch
 
-from zerogate.train.heap import allocator_free_bytes
+from zerogate.contracts.base import line_of
+from zerogate.contracts.records import StepRecord
+from zerogate.runtime.heap import allocator_free_bytes
 from zerogate.train.nvml_sampler import NvmlSampler
-
-from zerogate.units import GIB  # noqa: E402
-
-# Peak FLOP/s per card and dtype: zerogate.hardware, the one table MFU and the planner's floor share.
-from zerogate.hardware import peak_flops  # noqa: E402,F401
-
-
-def train_flops_per_token(parameters: int, layers: int, hidden: int, seq_len: int) -> float:
-    """Forward + backward FLOPs per token: 6 per parameter plus attention scores and values,
-    12 * layers * hidden * seq_len (Kaplan et al. 2020; PaLM appendix B's MFU accounting)."""
-    return 6.0 * parameters + 12.0 * layers * hidden * seq_len
+from zerogate.units import GIB
 
 
 def _read_vm_hwm_bytes() -> int | None:
@@ -177,11 +168,6 @@ class CudaProbe:
         torch.cuda.reset_peak_memory_stats(self.device)
 
 
-# The per-step keys of CollectiveClock's count (zerogate.analysis.measures reads them by these names).
-COLLECTIVES_TIME = "collectives(s)"
-COLLECTIVE_CALLS = "collective_calls"
-
-
 class StepMetrics:
     """Writes one line per optimizer step for one rank."""
 
@@ -218,31 +204,30 @@ class StepMetrics:
         self.micro_marks.append(time.perf_counter())
 
     def memory(self) -> dict[str, Any]:
+        """This step's memory fields of the StepRecord (field names: zerogate.contracts.records)."""
         rss = self.process.memory_info().rss
         free = allocator_free_bytes()
         hwm = _read_vm_hwm_bytes()
         fields: dict[str, Any] = {
-            "memory/rss(GiB)": rss / GIB,
+            "rss_gib": rss / GIB,
             # Peak RSS of this window where the kernel lets us reset it, else since process start.
-            "memory/peak_rss(GiB)": (hwm if hwm is not None else rss) / GIB,
+            "peak_rss_gib": (hwm if hwm is not None else rss) / GIB,
             # Freed memory the C allocator keeps at the step's end: resident-set garbage the peak
-            # prediction does not count (issue 12); None without glibc's mallinfo2.
-            "memory/allocator_free(GiB)": None if free is None else free / GIB,
+            # prediction does not count; None without glibc's mallinfo2.
+            "allocator_free_gib": None if free is None else free / GIB,
         }
         if self.probe is not None:
             reserved = self.probe.max_reserved()
-            fields["memory/max_allocated(GiB)"] = self.probe.max_allocated() / GIB
-            fields["memory/max_reserved(GiB)"] = reserved / GIB
-            fields["memory/device_peak(GiB)"] = reserved / GIB
-            fields["memory/device_peak_source"] = "torch.cuda.max_memory_reserved"
             pinned = self.probe.pinned_host_bytes()
-            fields["memory/pinned_host(GiB)"] = None if pinned is None else pinned / GIB
+            fields.update(max_allocated_gib=self.probe.max_allocated() / GIB, max_reserved_gib=reserved / GIB,
+                          device_peak_gib=reserved / GIB, device_peak_source="torch.cuda.max_memory_reserved",
+                          pinned_host_gib=None if pinned is None else pinned / GIB)
         else:
-            fields["memory/device_peak(GiB)"] = fields["memory/peak_rss(GiB)"]
-            fields["memory/device_peak_source"] = "VmHWM per step" if self.peak_resettable else "VmHWM since start"
+            fields.update(device_peak_gib=fields["peak_rss_gib"],
+                          device_peak_source="VmHWM per step" if self.peak_resettable else "VmHWM since start")
         if self.nvml is not None:
             peak = self.nvml.take_peak()
-            fields["memory/nvml_process_peak(GiB)"] = None if peak is None else peak / GIB
+            fields["nvml_process_peak_gib"] = None if peak is None else peak / GIB
         return fields
 
     def reset_window(self) -> None:
@@ -252,47 +237,48 @@ class StepMetrics:
             _reset_vm_hwm()
 
     def end_step(self, step: int, loss: float, grad_norm: float | None, lr: float, tokens: int, micro_steps: int,
-                 *, processed_tokens: int | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                 *, processed_tokens: int | None = None, extra: dict[str, Any] | None = None) -> StepRecord:
         """Record a finished optimizer step. The caller has synchronised the device (loss.item()).
 
         ``tokens`` counts the non-padding tokens trained on; ``processed_tokens`` all positions computed
-        (padding included), which is what the FLOP count needs."""
+        (padding included), which is what the FLOP count needs; ``extra``: more StepRecord fields."""
         now = time.perf_counter()
         step_time = now - self.step_started
         try:
             if self.collectives is not None:
                 blocked, calls = self.collectives.take()
-                extra = {**(extra or {}), COLLECTIVES_TIME: blocked, COLLECTIVE_CALLS: calls}
+                extra = {**(extra or {}), "collectives_s": blocked, "collective_calls": calls}
             return self._write(step, loss, grad_norm, lr, tokens, micro_steps, processed_tokens, extra, now, step_time)
         finally:
             self.time_spent_s += time.perf_counter() - now
 
     def _write(self, step: int, loss: float, grad_norm: float | None, lr: float, tokens: int, micro_steps: int,
-               processed_tokens: int | None, extra: dict[str, Any] | None, now: float, step_time: float) -> dict[str, Any]:
+               processed_tokens: int | None, extra: dict[str, Any] | None, now: float, step_time: float) -> StepRecord:
         micro_times = [b - a for a, b in zip(self.micro_marks, self.micro_marks[1:])]
-        record: dict[str, Any] = {
+        fields: dict[str, Any] = {
             "step": step,
             "rank": self.rank,
             "loss": float(loss),
             "loss_finite": math.isfinite(loss),
             "grad_norm": None if grad_norm is None else float(grad_norm),
             "lr": float(lr),
-            "step_time(s)": step_time,
-            "micro_step_time(s)": step_time / micro_steps,
-            "micro_step_time_max(s)": max(micro_times) if micro_times else None,
+            "step_time_s": step_time,
+            "micro_step_time_s": step_time / micro_steps,
+            "micro_step_time_max_s": max(micro_times) if micro_times else None,
             "tokens": int(tokens),
             "tokens_per_s": tokens / step_time if step_time > 0 else None,
-            "elapsed(s)": now - self.started,
+            "elapsed_s": now - self.started,
             "device": str(self.device),
             **self.placement,
         }
         if self.flops_per_token is not None and processed_tokens is not None and step_time > 0:
             flops_per_s = self.flops_per_token * processed_tokens / step_time
-            record["model_flops_per_s(FLOP/s)"] = flops_per_s
-            record["mfu(ratio)"] = flops_per_s / self.peak_flops_per_s if self.peak_flops_per_s else None
-        record.update(extra or {})
-        record.update(self.memory())
-        self.handle.write(json.dumps(record) + "\n")
+            fields["model_flops_per_s"] = flops_per_s
+            fields["mfu"] = flops_per_s / self.peak_flops_per_s if self.peak_flops_per_s else None
+        fields.update(extra or {})
+        fields.update(self.memory())
+        record = StepRecord(**fields)
+        self.handle.write(line_of(record) + "\n")
         self.reset_window()
         return record
 
@@ -324,8 +310,8 @@ class NoMetrics:
     def reset_window(self) -> None:
         pass
 
-    def end_step(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return {}
+    def end_step(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
     def reopen(self) -> None:
         pass

@@ -8,7 +8,6 @@ Policies: ``abort`` (stop with the step), ``skip`` (drop the update and the batc
 
 from __future__ import annotations
 
-import json
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from zerogate.config.settings import StabiliserSettings, stabiliser_settings
+from zerogate.contracts.base import line_of
+from zerogate.contracts.records import StabiliserEvent
 from zerogate.robust import robust_z
 
 
@@ -111,5 +112,5 @@ class EventLog:
         value = verdict.value if verdict.value is None or math.isfinite(verdict.value) else str(verdict.value)
         with open(self.path, "a") as handle:
             for rank in verdict.ranks:
-                handle.write(json.dumps({"step": step, "rank": rank, "kind": verdict.kind, "value": value,
-                                         "action": verdict.action, "detail": ""}) + "\n")
+                event = StabiliserEvent(step=step, rank=rank, kind=verdict.kind, value=value, action=verdict.action)
+                handle.write(line_of(event) + "\n")

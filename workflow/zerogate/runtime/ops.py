@@ -1,6 +1,6 @@
 """DeepSpeed's compiled CPU ops, built once per virtual environment at set-up, never during a run.
 
-    python -m zerogate.train.ops        # `make setup` runs this: CPU Adam, fused Adam, the shm comm op
+    python -m zerogate.runtime.ops        # `make setup` runs this: CPU Adam, fused Adam, the shm comm op
 
 DeepSpeed compiles its C++ ops the first time a process loads them (torch.utils.cpp_extension under ninja):
 about 40 s for the shared-memory comm op and 70 s for each Adam on these 2 cores. Two things made runs

@@ -1,9 +1,9 @@
 """Start the training run under DeepSpeed's launcher with the rank count and environment that
 render_deepspeed_config chose, teeing the launcher's output to the console and the rule's log.
 
-    python -m zerogate.train.launch --run-spec RUN_SPEC --log LOG -- <arguments of zerogate.train.loop>
+    python -m zerogate.runtime.launch --run-spec RUN_SPEC --log LOG -- <arguments of zerogate.train.loop>
 
-Several nodes (run_spec's ``nodes``, zerogate.train.nodes): one DeepSpeed launcher per node of this
+Several nodes (run_spec's ``nodes``, zerogate.runtime.nodes): one DeepSpeed launcher per node of this
 machine (no_ssh), or one whose slurm backend starts every rank with srun; each node's output in its own
 log (node 0: LOG, node i: train.node<i>.log beside it).
 """
@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from zerogate.errors import InputError
-from zerogate.train.nodes import LOCAL_MASTER_ADDR, NodeLayout, launcher_commands, layout, node_log
+from zerogate.contracts.run import RunSpec
+from zerogate.runtime.nodes import LOCAL_MASTER_ADDR, NodeLayout, launcher_commands, layout, node_log
 
 
 def free_port() -> int:
@@ -32,7 +33,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-MASTER_ADDR = LOCAL_MASTER_ADDR  # the rendezvous address on one machine, in DeepSpeed's shm buffer names
 SHM = Path("/dev/shm")
 PROC = Path("/proc")
 
@@ -44,7 +44,7 @@ def shm_buffers(port: int, shm: Path = SHM) -> list[Path]:
     the master address and port, and never removes it (DeepSpeed 0.19.8, on normal exits too). /dev/shm is
     RAM: about a hundred runs leaked 13 GB here and the next training run was killed for memory.
     """
-    return sorted(shm.glob(f"deepspeed_allreduce_buffer_*_{MASTER_ADDR}_{port}_*"))
+    return sorted(shm.glob(f"deepspeed_allreduce_buffer_*_{LOCAL_MASTER_ADDR}_{port}_*"))
 
 
 def start_one_rank_world(backend: str) -> int:
@@ -185,14 +185,14 @@ def deepspeed_executable() -> str:
     return shutil.which("deepspeed") or str(Path(sys.executable).with_name("deepspeed"))
 
 
-def run_layout(spec: dict, log_path: Path) -> NodeLayout:
+def run_layout(spec: RunSpec, log_path: Path) -> NodeLayout:
     """The nodes this run spans (run_spec.json's ``nodes``, laid out again here: inside a Slurm
     allocation the allocation is checked and, without a hostfile, becomes it)."""
-    nodes = spec.get("nodes")
+    nodes = spec.nodes
     if not nodes:
-        return NodeLayout(ranks_per_node=spec["world_size"])
-    env = os.environ if nodes["mode"] == "slurm" else None
-    return layout(nodes["section"], nodes.get("profile_file", "profile"), Path.cwd(), None, env=env,
+        return NodeLayout(ranks_per_node=spec.world_size)
+    env = os.environ if nodes.mode == "slurm" else None
+    return layout(nodes.section, nodes.profile_file, Path.cwd(), None, env=env,
                   hostfile_out=log_path.with_suffix(".hostfile"))
 
 
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master-port", type=int, help="several nodes started by hand: the port all of them use")
     parser.add_argument("train_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
-    spec = json.loads(Path(args.run_spec).read_text())
+    spec = RunSpec.read(args.run_spec)
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     log_path = Path(args.log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -260,12 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     for stale in remove_stale_shm_buffers(log_path.parent, SHM):
         print(f"zerogate: removed {stale}, left by an earlier run that was killed", file=sys.stderr)
     # Several machines started by hand must meet on a port they all know: the profile's, else a free one.
-    port = args.master_port or ((spec.get("nodes") or {}).get("section") or {}).get("master_port") or free_port()
+    port = args.master_port or ((spec.nodes.section if spec.nodes else None) or {}).get("master_port") or free_port()
     state = port_state_file(log_path)
     state.write_text(json.dumps({"port": port, "pid": os.getpid()}) + "\n")  # before any rank can create a buffer
     commands = launcher_commands(nodes, deepspeed_executable(), port, args.module,
                                  ["--run-spec", args.run_spec, *train_args], args.node_rank)
-    env = {**os.environ, **spec["env"], "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
     processes: dict[int, subprocess.Popen] = {}
     copies: list[threading.Thread] = []
     try:

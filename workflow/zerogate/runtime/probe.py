@@ -29,6 +29,8 @@ from typing import Any, Callable, Iterator
 
 import psutil
 
+from zerogate.contracts.machine import Fingerprint
+
 PACKAGES = ("torch", "deepspeed", "transformers", "datasets", "snakemake", "tokenizers", "pandas", "seaborn",
             "nvidia-ml-py")
 from zerogate.units import GIB  # noqa: E402
@@ -355,17 +357,20 @@ def deepspeed_op_report() -> dict[str, Any] | None:
 
 
 def collective_links(gpu_count: int) -> dict[str, Any]:
-    """Collectives between two ranks as the run places them: gloo between two local processes on the CPU
-    accelerator, NCCL between GPUs 0 and 1 (zerogate.plan.collectives). One GPU has no pair to measure."""
-    from zerogate.plan import collectives
+    """Collectives between two ranks as the run places them, timed (zerogate.runtime.collectives.measure):
+    gloo between two local processes on the CPU accelerator, NCCL between GPUs 0 and 1. One GPU has no
+    pair to measure."""
+    from zerogate.runtime import collectives
 
     if gpu_count == 1:
-        return {"backend": "nccl", "world": 1, "kinds": {}, "skipped": "one GPU: no collective between ranks to measure"}
+        return {"backend": "nccl", "world": 1, "samples": {}, "skipped": "one GPU: no collective between ranks to measure"}
     return collectives.measure(world=2, backend="nccl" if gpu_count else "gloo")
 
 
 def probe(measure: bool = True) -> dict[str, Any]:
-    """The machine fingerprint written by the ``probe_hardware`` rule."""
+    """The machine's facts in the fingerprint's shape (zerogate.contracts.machine.Fingerprint), the
+    collectives as raw timings (``samples``: the planner derives their figures, zerogate.plan.collectives);
+    ``measure=False`` leaves out what takes time (host peaks, collectives)."""
     memory = psutil.virtual_memory()
     nvml = parse_nvml(raw) if (raw := read_nvml()) else None
     gpus = merge_devices(cuda_devices(), nvml)
@@ -385,7 +390,7 @@ def probe(measure: bool = True) -> dict[str, Any]:
                  **(measure_host() if measure else {})},
         "accelerator": {"kind": "cuda" if gpus else "cpu", "count": len(gpus), "devices": gpus},
         "links": (nvml or {}).get("links", {}),
-        # Latency and bandwidth of each collective kind between two ranks (the floor's communication terms).
+        # Seconds per call of each collective kind between two ranks (the floor's communication terms).
         "collectives": links,
         "driver": None if nvml is None else {"version": nvml["driver_version"], "cuda": nvml["cuda_driver_version"]},
         "versions": {**package_versions(), **runtime_versions()},
@@ -395,132 +400,25 @@ def probe(measure: bool = True) -> dict[str, Any]:
     return fingerprint
 
 
-def summary(fingerprint: dict[str, Any]) -> str:
+def summary(fingerprint: Fingerprint) -> str:
     """A short human-readable line for logs and the report."""
-    acc = fingerprint["accelerator"]
-    cpu = fingerprint["cpu"]
-    ram = fingerprint["ram"]["total_bytes"] / GIB
-    if acc["kind"] == "cuda":
-        def link(d: dict[str, Any]) -> str:
-            pcie = d.get("pcie") or {}
-            return f", PCIe {pcie.get('generation')} x{pcie.get('width')}" if pcie.get("generation") else ""
-        devices = ", ".join(f"{d['name']} {d['memory_total_bytes'] / GIB:.1f} GiB{link(d)}" for d in acc["devices"])
-        p2p = (fingerprint.get("links") or {}).get("peer_to_peer_all_pairs")
-        head = f"{acc['count']} CUDA device(s): {devices}; peer-to-peer {'yes' if p2p else 'no' if p2p is False else 'n/a'}"
+    acc, cpu, host = fingerprint.accelerator, fingerprint.cpu, fingerprint.host
+    ram = fingerprint.ram.total_bytes / GIB
+    if acc.kind == "cuda":
+        def link(d: Any) -> str:
+            return f", PCIe {d.pcie.generation} x{d.pcie.width}" if d.pcie and d.pcie.generation else ""
+        devices = ", ".join(f"{d.name} {d.memory_total_bytes / GIB:.1f} GiB{link(d)}" for d in acc.devices)
+        p2p = fingerprint.links.peer_to_peer_all_pairs
+        head = f"{acc.count} CUDA device(s): {devices}; peer-to-peer {'yes' if p2p else 'no' if p2p is False else 'n/a'}"
     else:
         head = "no GPU (DeepSpeed CPU accelerator)"
-    host = fingerprint.get("host", {})
-    measured = (f"; measured copy {host['memory_bandwidth_gbps']} GB/s, fp32 matmul {host['cpu_peak_tflops_fp32']} TFLOPS"
-                if host.get("memory_bandwidth_gbps") else "")
-    kinds = (fingerprint.get("collectives") or {}).get("kinds") or {}
-    latency = [k["latency_s"]["value"] for k in kinds.values() if k.get("latency_s")]
-    bandwidth = [k["bandwidth_gbps"]["value"] for k in kinds.values() if k.get("bandwidth_gbps")]
-    comms = (f"; {fingerprint['collectives']['backend']} collectives between 2 ranks: latency >= {min(latency) * 1e3:.3g} ms"
-             + (f", bandwidth <= {max(bandwidth):.3g} GB/s" if bandwidth else "") if latency else "")
-    return (f"{head}; CPU {cpu['model']} ({cpu['logical_cores']} logical cores, {host.get('numa_nodes')} NUMA); "
+    measured = (f"; measured copy {host.memory_bandwidth_gbps} GB/s, fp32 matmul {host.cpu_peak_tflops_fp32} TFLOPS"
+                if host.memory_bandwidth_gbps else "")
+    collectives = fingerprint.collectives
+    kinds = collectives.kinds if collectives else {}
+    latency = [k.latency_s.value for k in kinds.values() if k.latency_s]
+    bandwidth = [k.bandwidth_gbps.value for k in kinds.values() if k.bandwidth_gbps]
+    comms = (f"; {collectives.backend} collectives between 2 ranks: latency >= {min(latency) * 1e3:.3g} ms"
+             + (f", bandwidth <= {max(bandwidth):.3g} GB/s" if bandwidth else "") if collectives and latency else "")
+    return (f"{head}; CPU {cpu.model} ({cpu.logical_cores} logical cores, {host.numa_nodes} NUMA); "
             f"RAM {ram:.1f} GiB{measured}{comms}")
-
-
-# --- The runtime's own resident set (the CPU peak prediction's baseline) ------------------------------
-
-# Run in a throw-away interpreter: the training ranks' module imported (torch, deepspeed, transformers and
-# the rest of what a rank loads), DeepSpeed's accelerator resolved and its distributed backend initialised
-# as a one-process world on a free port (gloo; on the CPU accelerator this loads the shm comm op); then, when
-# a rendered DeepSpeed config is given, an engine built from it around a one-layer model (8 x 8 weights) and
-# one optimizer step taken: the engine, the optimizer's op (CPU Adam) and autograd loaded, nothing that
-# scales with the model; and, when the run's training split is given, the split read as a rank reads it
-# (zerogate.data.dataset.load_split: pyarrow's libraries and memory pool, 70 MiB here, and the rows). The process's peak resident set (VmHWM) and its parts are printed as JSON. The shm
-# workspace this creates is removed.
-_BASELINE_SCRIPT = r"""
-import importlib, json, sys
-options = json.loads(sys.argv[1])
-importlib.import_module(options["module"])
-from deepspeed.accelerator import get_accelerator
-import deepspeed
-from zerogate.train.launch import one_rank_config, remove_own_shm_buffers, start_one_rank_world
-accelerator = get_accelerator()
-port = start_one_rank_world(options["backend"])
-def status():
-    found = {}
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            key, _, value = line.partition(":")
-            if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem"):
-                found[key] = int(value.split()[0]) * 1024
-    return found
-stages = {"imports_and_backend": status()}
-if options.get("split"):
-    from zerogate.data.dataset import load_split
-    split = load_split(options["split"])
-    stages["training_split_read"] = status()
-if options.get("ds_config"):
-    import torch
-    config = one_rank_config(options["ds_config"])
-    config.get("zero_optimization", {}).pop("leaf_module", None)
-    model = torch.nn.Linear(8, 8)
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
-    for _ in range(config["gradient_accumulation_steps"]):
-        engine.backward(engine(torch.ones(1, 8, dtype=next(engine.parameters()).dtype)).sum())
-        engine.step()
-    stages["engine_and_one_step"] = status()
-remove_own_shm_buffers(port)
-print("BASELINE " + json.dumps({"accelerator": accelerator._name, **stages[list(stages)[-1]], "stages": stages}))
-"""
-
-
-def parse_baseline(output: str) -> dict[str, int | str]:
-    """The JSON line the baseline script prints (its other output is the libraries' chatter)."""
-    import json
-
-    for line in reversed(output.splitlines()):
-        if line.startswith("BASELINE "):
-            return json.loads(line.removeprefix("BASELINE "))
-    raise RuntimeError("runtime baseline: the measuring process printed no result:\n" + output[-2000:])
-
-
-def measure_runtime_baseline(module: str = "zerogate.train.loop", backend: str = "gloo",
-                             env: dict[str, str] | None = None, repeats: int = 3,
-                             ds_config: dict[str, Any] | None = None, split: str | None = None) -> dict[str, Any]:
-    """The resident set of a process that has loaded what a training rank loads, and (with the run's
-    rendered ``ds_config``) built a DeepSpeed engine and taken an optimizer step on a model of 72
-    parameters: the runtime's share of a rank's peak, nothing that scales with the model. With ``split``
-    (the run's train.parquet) the process also reads it as a rank does.
-
-    Measured ``repeats`` times in fresh interpreters (``env`` on top of this one's: DS_ACCELERATOR and the
-    thread counts of the run); the median is the baseline, the spread is its noise."""
-    import json
-    import statistics
-    import subprocess
-
-    args = [json.dumps({"module": module, "backend": backend, "ds_config": ds_config, "split": split})]
-    # The interpreters run side by side: a resident-set peak does not depend on what else runs (unlike a
-    # time), and most of each one's wall time is importing torch and DeepSpeed.
-    processes = [subprocess.Popen([sys.executable, "-c", _BASELINE_SCRIPT, *args], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
-                 for _ in range(repeats)]
-    runs = []
-    try:
-        for process in processes:
-            output, _ = process.communicate(timeout=600)
-            if process.returncode != 0:
-                raise RuntimeError(f"runtime baseline: the measuring process failed ({process.returncode}):\n"
-                                   + output[-2000:])
-            runs.append(parse_baseline(output))
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    peaks = [int(r["VmHWM"]) for r in runs]
-    return {
-        "peak_rss(bytes)": int(statistics.median(peaks)),
-        "peak_rss_range(bytes)": [min(peaks), max(peaks)],
-        "runs": runs,
-        "module": module,
-        "backend": backend,
-        "how": (f"{repeats} fresh interpreters side by side: import {module}, DeepSpeed's accelerator, "
-                f"deepspeed.init_distributed({backend!r}) as a one-process world"
-                + (f", {split} read" if split else "")
-                + (", an engine from the run's config on an 8 x 8 linear layer and one optimizer step" if ds_config else "")
-                + "; VmHWM, median"),
-    }

@@ -5,7 +5,7 @@ line, parsed by DeepSpeed's own parser) and how the per-node launchers start:
 
 - ``no_ssh``: ``deepspeed --no_ssh --node_rank <i>`` on each node, all meeting at ``master_addr``. This
   machine starts the launchers of the hostfile's hosts that are this machine (its host name,
-  ``localhost``, a loopback address); any other node runs ``python -m zerogate.train.launch ...
+  ``localhost``, a loopback address); any other node runs ``python -m zerogate.runtime.launch ...
   --node-rank <i>`` itself. Two names of this machine in the hostfile give two nodes on one machine,
   which is how the multi-node path is tested here.
 - ``slurm``: inside a Slurm allocation, one ``deepspeed --launcher slurm`` (DeepSpeed's backend runs

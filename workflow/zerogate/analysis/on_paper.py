@@ -1,0 +1,89 @@
+"""Claims judged on paper: a memory or step-time claim against a plan (zerogate.contracts.plan.Plan), in the
+one claim vocabulary (zerogate.contracts.verdicts). The plan's text (plan/plan.txt), the profile's claims on
+paper (plan/claims.json) and the seed's claims (claims/verdicts.json, the report) all judge with these."""
+
+from __future__ import annotations
+
+from zerogate.config.settings import GateSettings
+from zerogate.contracts.plan import Plan
+from zerogate.contracts.records import column
+from zerogate.contracts.verdicts import (CANNOT_JUDGE, DOES_NOT_HOLD, HOLDS, HOLDS_ONLY_WHEN, ClaimVerdict, PlanClaim,
+                                         PlanClaims)
+from zerogate.units import UNIT_BYTES, format_bytes
+
+
+def plan_source(plan: Plan) -> str:
+    return f"plan of {plan.machine} ({plan.machine_source})"
+
+
+def judge_fit(plan: Plan) -> ClaimVerdict:
+    """The run can be held by the machine: every memory check has headroom."""
+    failing = [c for c in plan.checks if not c.fits]
+    text = "; ".join(f"{c.device} {c.what}: needs {format_bytes(c.need_bytes)}, capacity {format_bytes(c.capacity_bytes)}"
+                     for c in failing) or "every check has headroom"
+    return ClaimVerdict(verdict=DOES_NOT_HOLD if failing else HOLDS, evidence=text, source=plan_source(plan))
+
+
+def judge_memory(plan: Plan, threshold: float, unit: str) -> ClaimVerdict:
+    """A peak-memory claim for the smallest device: zerogate's predicted need against the threshold, read
+    in the claim's unit, else in the other (GB as 10^9 or 2^30 bytes), DeepSpeed's own model-state
+    estimate beside it."""
+    source = plan_source(plan) + ", memory checks"
+    small = plan.smallest_device
+    if small is None:
+        return ClaimVerdict(verdict=CANNOT_JUDGE, evidence="no GPU in the plan", source=source,
+                            why=f"the plan of {plan.machine} has no GPU")
+    limit = threshold * UNIT_BYTES[unit]
+    other_unit = "GiB" if unit == "GB" else "GB"
+    estimate = plan.ledger.own.deepspeed
+    floor = None if estimate is None else estimate.device_per_rank_bytes
+    text = (f"rank {small.rank} ({small.device}): zerogate predicts {format_bytes(small.need_bytes)}"
+            + ("" if floor is None else f", DeepSpeed's model-state estimate {format_bytes(floor)}")
+            + f", against {threshold:g} {unit} = {format_bytes(limit)}")
+    if small.need_bytes < limit:
+        return ClaimVerdict(verdict=HOLDS, evidence=text, source=source)
+    if small.need_bytes < threshold * UNIT_BYTES[other_unit]:
+        return ClaimVerdict(verdict=HOLDS_ONLY_WHEN, evidence=text, source=source,
+                            condition=f"'{unit}' is read as {other_unit}")
+    if floor is not None and floor >= limit:
+        text += "; DeepSpeed's model-state estimate alone is above it"
+    return ClaimVerdict(verdict=DOES_NOT_HOLD, evidence=text, source=source)
+
+
+def judge_step_time(plan: Plan, threshold: float) -> ClaimVerdict:
+    """A step-time claim against the plan's floor: a floor above the claim rules it out; a floor below it
+    cannot confirm it (a floor is a lower bound)."""
+    source = plan_source(plan) + ", throughput floor"
+    step, micro = plan.floor.optimizer_step_floor_s, plan.floor.micro_step_floor_s
+    if step is None or micro is None:
+        return ClaimVerdict(verdict=CANNOT_JUDGE, evidence="no floor", source=source,
+                            why="the floor lacks figures: " + "; ".join(plan.floor.missing))
+    text = f"optimizer-step floor {step:.3g} s, micro-step floor {micro:.3g} s, against {threshold:g} s"
+    if micro > threshold:
+        return ClaimVerdict(verdict=DOES_NOT_HOLD, evidence=text + ": even a micro-step cannot be that fast",
+                            source=source)
+    if step > threshold:
+        return ClaimVerdict(verdict=HOLDS_ONLY_WHEN, evidence=text, source=source,
+                            condition=f"a step means a micro-step: an optimizer step cannot take under {step:.3g} s")
+    return ClaimVerdict(verdict=CANNOT_JUDGE, evidence=text, source=source,
+                        why=f"a floor is a lower bound: {step:.3g} s <= {threshold:g} s does not exclude the claim")
+
+
+def judge_gate(gate: GateSettings, plan: Plan) -> ClaimVerdict | None:
+    """A profile gate's claim on paper, for the gates a plan can speak to (memory and step time)."""
+    if gate.metric.startswith("memory/") and gate.unit in UNIT_BYTES and plan.device_checks:
+        return judge_memory(plan, gate.threshold, gate.unit)
+    if gate.metric == column("step_time_s") and gate.unit == "s" and gate.statistic in ("median", "p90"):
+        return judge_step_time(plan, gate.threshold)
+    return None
+
+
+def plan_claims(plan: Plan, gates: tuple[GateSettings, ...]) -> PlanClaims:
+    """The run's fit, then each of the profile's gates a plan can speak to, judged on paper."""
+    claims = [PlanClaim(gate="run_fits_machine", claim="the profile's run can be held by this machine",
+                        verdict=judge_fit(plan))]
+    for gate in gates:
+        verdict = judge_gate(gate, plan)
+        if verdict is not None:
+            claims.append(PlanClaim(gate=gate.name, claim=gate.claim, verdict=verdict))
+    return PlanClaims(machine=plan.machine, claims=claims)

@@ -1,0 +1,259 @@
+"""The planner's files: the plan (``plan/plan.json``; ``plan/plan_measured.json`` with the measured compute
+term; ``claims/claimed_box_plan.json`` for the claimed box), its approval (``plan/approved.json``), the
+measured compute term (``plan/model_compute.json``), the runtime baseline (``plan/runtime_baseline.json``)
+and the peak prediction (``plan/peak_memory.json``). Every size is in bytes, every time in seconds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from zerogate.contracts.base import Artefact, Record
+from zerogate.contracts.machine import Figure, Preflight
+from zerogate.contracts.run import Deviation, Dtype
+
+
+class MemoryCheck(Record):
+    """One rank's device (GPUs) or the node's host RAM: what the run needs there and what it has."""
+
+    what: str  # "device memory" | "host RAM"
+    rank: int | None  # None: the host check
+    device: str
+    need_bytes: int = Field(alias="need(bytes)")
+    capacity_bytes: int = Field(alias="capacity(bytes)")
+    headroom_bytes: int = Field(alias="headroom(bytes)")
+    fits: bool
+
+
+class SuggestedSettings(Record):
+    """A change the planner found that would fit, as settings (zerogate.plan.overlay writes a profile)."""
+
+    nodes: int
+    ranks: int
+    micro_batch: int
+    accumulation: int
+    offload_optimizer: bool
+    offload_param: bool
+    activation_checkpointing: bool
+
+
+class Suggestion(Record):
+    change: str
+    tightest: str  # the check with the least headroom after the change
+    need_bytes: int = Field(alias="need(bytes)")
+    capacity_bytes: int = Field(alias="capacity(bytes)")
+    settings: SuggestedSettings
+
+
+class FloorRank(Record):
+    """One rank's micro-step floor: its terms (seconds, None where a figure is missing) and the largest."""
+
+    rank: int
+    device: str
+    terms: dict[str, float | None]
+    micro_step_floor_s: float | None = Field(alias="micro_step_floor(s)")
+
+
+class CollectivePart(Record):
+    """One collective kind in a micro-step or at the boundary: calls x latency + volume / bandwidth."""
+
+    calls: float
+    volume_bytes: float = Field(alias="volume(bytes)")
+    latency: Figure | None
+    bandwidth: Figure | None
+    latency_time_s: float | None = Field(alias="latency_time(s)")
+    transfer_time_s: float | None = Field(alias="transfer_time(s)")
+
+
+class CollectiveTime(Record):
+    kinds: dict[str, CollectivePart]
+    seconds: float | None
+    missing: list[str]
+    dependent_kinds: list[str]
+    dependent_s: float = Field(alias="dependent(s)")
+
+
+class TheoryTermRow(Record):
+    name: str
+    kind: str
+    per: str
+    calls: float
+    tensor_bytes: float
+    volume_bytes: float = Field(alias="volume(bytes)")
+
+
+class FloorCommunication(Record):
+    scheme: str
+    world: int
+    route: str | None
+    backend: str | None
+    terms: list[TheoryTermRow]
+    micro_step: CollectiveTime
+    boundary: CollectiveTime
+
+
+class LinkBytes(Record):
+    h2d: float
+    d2h: float
+
+
+class ModelComputeMeasurement(Record):
+    """The model's own forward + backward through the run's DeepSpeed engine on one rank, timed here
+    (zerogate.plan.compute): the floor's measured compute term on the CPU accelerator."""
+
+    forward_backward_s: float = Field(alias="forward_backward(s)")  # the fastest timed pass
+    samples_s: list[float] = Field(alias="samples(s)")
+    threads: int
+    micro_batch: int
+    seq_len: int
+    dtype: Dtype
+    parameters: int
+    through_deepspeed: bool
+    how: str
+
+
+class Floor(Record):
+    """The shortest micro-step and optimizer step the machine could run (zerogate.plan.floor)."""
+
+    flop_per_micro_step_per_rank: float
+    link_bytes_per_micro_step_per_rank: LinkBytes
+    ranks: list[FloorRank]
+    micro_step_floor_s: float | None = Field(alias="micro_step_floor(s)")
+    optimizer_terms: dict[str, float | None]
+    boundary_terms: dict[str, float | None]
+    accumulation: int
+    communication: FloorCommunication
+    optimizer_step_floor_s: float | None = Field(alias="optimizer_step_floor(s)")
+    model_compute: ModelComputeMeasurement | None
+    missing: list[str]  # terms left out for lack of a figure: the floor is then lower than it could be
+
+
+class PaperRow(Record):
+    device_per_rank_bytes: int | None = Field(alias="device_per_rank(bytes)")
+
+
+class EstimatorRow(Record):
+    """DeepSpeed's own estimator (called, never re-typed) for one scheme."""
+
+    device_per_rank_bytes: int = Field(alias="device_per_rank(bytes)")
+    host_per_node_bytes: int = Field(alias="host_per_node(bytes)")
+
+
+class ZerogateRow(Record):
+    device_terms_bytes: dict[str, int] = Field(alias="device_terms(bytes)")
+    host_terms_per_rank_bytes: dict[str, int] = Field(alias="host_terms_per_rank(bytes)")
+    device_per_rank_bytes: int = Field(alias="device_per_rank(bytes)")
+    device_per_rank_other_checkpointing_bytes: int = Field(alias="device_per_rank_other_checkpointing(bytes)")
+    host_per_node_bytes: int = Field(alias="host_per_node(bytes)")
+    pinned_per_node_bytes: int = Field(alias="pinned_per_node(bytes)")
+
+
+class SchemeLedger(Record):
+    paper: PaperRow
+    deepspeed: EstimatorRow | None
+    zerogate: ZerogateRow
+
+
+class Ledger(Record):
+    """Every scheme, three ledgers: the ZeRO paper's, DeepSpeed's estimator, zerogate's terms."""
+
+    parameters: int
+    largest_layer_parameters: int
+    ranks: int
+    nodes: int
+    dtype: Dtype
+    activation_checkpointing: bool
+    scheme: str
+    schemes: dict[str, SchemeLedger]
+
+    @property
+    def own(self) -> SchemeLedger:
+        """The run's own scheme."""
+        return self.schemes[self.scheme]
+
+
+class Plan(Artefact):
+    """Does the run fit this (or the described) machine, per rank and per host, and how fast could it be."""
+
+    CONTRACT = "plan"
+
+    machine: str
+    machine_source: str  # "probed" | "described"
+    profile: str
+    scheme: str
+    ranks: int
+    nodes: int
+    dtype: Dtype
+    fits: bool
+    refused: bool  # does not fit and the profile does not override the planner
+    deciding_check: MemoryCheck
+    checks: list[MemoryCheck]
+    suggestions: list[Suggestion]
+    pinned_memory: str | None
+    floor: Floor
+    ledger: Ledger
+    deviations: list[Deviation]
+
+    @property
+    def device_checks(self) -> list[MemoryCheck]:
+        return [c for c in self.checks if c.rank is not None]
+
+    @property
+    def smallest_device(self) -> MemoryCheck | None:
+        """The check of the rank on the device with the least memory (None without GPUs)."""
+        devices = self.device_checks
+        return min(devices, key=lambda c: c.capacity_bytes) if devices else None
+
+
+class Approval(Artefact):
+    """``plan/approved.json``: the plan fits (or the profile overrides it) and the pre-flight check passed."""
+
+    CONTRACT = "approval"
+
+    fits: bool
+    deviations: list[Deviation]
+    preflight: Preflight
+
+
+class ModelCompute(Artefact):
+    CONTRACT = "model_compute"
+
+    accelerator: str
+    measurement: ModelComputeMeasurement | None  # None on GPUs: the host dispatches while the device computes
+
+
+class BaselineMeasurement(Record):
+    """The resident set of a process with what a training rank loads, no model of the run's
+    (zerogate.runtime.baseline): the CPU peak prediction's runtime term."""
+
+    peak_rss_bytes: int = Field(alias="peak_rss(bytes)")
+    peak_rss_range_bytes: list[int] = Field(alias="peak_rss_range(bytes)")
+    runs: list[dict[str, Any]]  # each interpreter's /proc/self/status figures, per stage
+    module: str
+    backend: str
+    how: str
+
+
+class RuntimeBaseline(Artefact):
+    CONTRACT = "runtime_baseline"
+
+    accelerator: str
+    baseline: BaselineMeasurement | None  # None on GPUs: the CUDA context is a term of its own
+
+
+class PeakPrediction(Artefact):
+    """Each rank's predicted peak memory, term by term (zerogate.plan.ledger.peak_terms)."""
+
+    CONTRACT = "peak_prediction"
+
+    scheme: str
+    ranks: int
+    accelerator: str
+    metric: str  # the step-record key the prediction is compared with
+    what: str
+    terms_bytes: dict[str, int] = Field(alias="terms(bytes)")
+    persistent_bytes: int = Field(alias="persistent(bytes)")
+    transient_bytes: int = Field(alias="transient(bytes)")
+    total_bytes: int = Field(alias="total(bytes)")
+    runtime_baseline: BaselineMeasurement | None

@@ -1,0 +1,232 @@
+"""What trains, behind one interface the one loop (zerogate.runtime.loop) drives: a DeepSpeed engine at
+the rendered config's ZeRO stage, or plain torch DDP (the baseline). Each worker picks its engine; the
+loop, the metrics and the records are the same for all.
+
+A micro-batch is one forward and one backward (``forward_backward``); between two micro-batches of one
+window ``micro_step`` lets the engine do its bookkeeping; at the window's end ``boundary`` applies the
+optimizer update, or drops it (``apply=False``) with every counter advanced, so the next window starts
+clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import torch
+
+from zerogate.runtime import deepspeed_adapter as ds
+
+CHECKPOINT_TAG = "ds"  # DeepSpeed's tag of a checkpoint in its directory
+
+
+class TrainingEngine(Protocol):
+    """What the one loop and the training run need of whatever trains."""
+
+    name: str
+    device: torch.device
+    module: torch.nn.Module  # the model (what evaluation calls)
+
+    def forward_backward(self, batch: dict[str, torch.Tensor], last: bool,
+                         adjust: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor: ...
+    def micro_step(self) -> None: ...
+    def boundary(self, apply: bool) -> None: ...
+    def grad_norm(self) -> float | None: ...
+    def update_applied(self) -> bool: ...
+    def loss_scale(self) -> float | None: ...
+    def skipped_steps(self) -> int | None: ...
+    def lr(self) -> float: ...
+    def fp16(self) -> bool: ...
+    def parameter_count(self) -> int: ...
+    def train(self) -> None: ...
+    def eval(self) -> None: ...
+    def save(self, directory: Path) -> None: ...
+    def load(self, directory: Path) -> None: ...
+
+
+class DeepSpeedEngine:
+    """A DeepSpeed engine (any ZeRO stage, offloads as configured) as the loop sees it."""
+
+    name = "deepspeed"
+
+    def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any]) -> None:
+        import deepspeed
+
+        self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+        self.device = self.engine.device
+        self.module = self.engine.module
+        self.zero3 = (ds_config.get("zero_optimization") or {}).get("stage") == 3
+
+    def __call__(self, **batch: Any) -> Any:
+        """A forward through the engine (evaluation: under ZeRO-3 the engine gathers the parameters)."""
+        return self.engine(**batch)
+
+    def forward_backward(self, batch: dict[str, torch.Tensor], last: bool,
+                         adjust: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss) -> torch.Tensor:
+        loss = adjust(self.engine(**batch).loss)
+        self.engine.backward(loss)  # DeepSpeed scales by 1 / accumulation itself
+        return loss.detach()
+
+    def micro_step(self) -> None:
+        self.engine.step()  # not the boundary: DeepSpeed only counts the micro-step
+
+    def boundary(self, apply: bool) -> None:
+        ds.boundary_step(self.engine, apply)
+
+    def grad_norm(self) -> float | None:
+        return ds.global_grad_norm(self.engine)
+
+    def update_applied(self) -> bool:
+        return ds.update_applied(self.engine)
+
+    def loss_scale(self) -> float | None:
+        return ds.loss_scale(self.engine)
+
+    def skipped_steps(self) -> int | None:
+        return ds.skipped_steps(self.engine)
+
+    def lr(self) -> float:
+        return float(self.engine.get_lr()[0])
+
+    def fp16(self) -> bool:
+        return ds.fp16(self.engine)
+
+    def parameter_count(self) -> int:
+        return ds.parameter_count(self.module)
+
+    def train(self) -> None:
+        self.engine.train()
+
+    def eval(self) -> None:
+        self.engine.eval()
+
+    def save(self, directory: Path) -> None:
+        self.engine.save_checkpoint(str(directory), tag=CHECKPOINT_TAG, save_latest=False)
+
+    def load(self, directory: Path) -> None:
+        self.engine.load_checkpoint(str(directory), tag=CHECKPOINT_TAG)
+
+    def destroy(self) -> None:
+        """Free the engine: DeepSpeed 0.19.8 keeps a destroyed ZeRO-3 engine alive otherwise."""
+        self.engine.destroy()
+        ds.forget_zero3_engines()
+
+
+class DdpEngine:
+    """Plain torch DDP with the rendered config's optimizer, schedule and clipping: the baseline. Gradients
+    are all-reduced once per window (``no_sync`` before the last micro-batch), as DDP users accumulate."""
+
+    name = "ddp"
+
+    def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any], accumulation: int) -> None:
+        from deepspeed.runtime.lr_schedules import WarmupCosineLR
+        from torch.nn.parallel import DistributedDataParallel
+
+        if (ds_config.get("fp16") or {}).get("enabled") is True:
+            raise ValueError("the DDP baseline trains in fp32 or bf16: it has no fp16 loss scaler")
+        self.device = next(model.parameters()).device
+        self.module = model
+        self.ddp = DistributedDataParallel(model)
+        self.accumulation = accumulation
+        optimizer = ds_config["optimizer"]
+        params = optimizer["params"]
+        kind = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[optimizer["type"].lower()]
+        self.optimizer = kind(model.parameters(), lr=params["lr"], betas=tuple(params.get("betas", (0.9, 0.999))),
+                              weight_decay=params.get("weight_decay", 0.0))
+        schedule = (ds_config.get("scheduler") or {}).get("params")
+        self.scheduler = WarmupCosineLR(self.optimizer, **schedule) if schedule else None
+        self.clipping = float(ds_config.get("gradient_clipping", 0.0))
+        self._norm: float | None = None
+        self._applied = False
+        self._skipped = 0
+
+    def __call__(self, **batch: Any) -> Any:
+        return self.module(**batch)
+
+    def forward_backward(self, batch: dict[str, torch.Tensor], last: bool,
+                         adjust: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss) -> torch.Tensor:
+        context = contextlib.nullcontext() if last else self.ddp.no_sync()
+        with context:  # accumulate locally; all-reduce once, in the window's last micro-batch
+            loss = adjust(self.ddp(**batch).loss)
+            (loss / self.accumulation).backward()
+        return loss.detach()
+
+    def micro_step(self) -> None:
+        pass
+
+    def boundary(self, apply: bool) -> None:
+        self._norm, self._applied = None, False
+        if apply:
+            limit = self.clipping if self.clipping > 0 else float("inf")
+            self._norm = float(torch.nn.utils.clip_grad_norm_(self.module.parameters(), limit))
+            # A non-finite norm drops the update, as DeepSpeed's optimizers do.
+            if self._norm == self._norm and self._norm != float("inf"):
+                self.optimizer.step()
+                if self.scheduler is not None:
+                    self.scheduler.step()
+                self._applied = True
+        if not self._applied:
+            self._skipped += 1
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def grad_norm(self) -> float | None:
+        return self._norm
+
+    def update_applied(self) -> bool:
+        return self._applied
+
+    def loss_scale(self) -> float | None:
+        return None
+
+    def skipped_steps(self) -> int | None:
+        return self._skipped
+
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def fp16(self) -> bool:
+        return False
+
+    def parameter_count(self) -> int:
+        return ds.parameter_count(self.module)
+
+    def train(self) -> None:
+        self.module.train()
+
+    def eval(self) -> None:
+        self.module.eval()
+
+    def save(self, directory: Path) -> None:
+        import torch.distributed as dist
+
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {"optimizer": self.optimizer.state_dict(), "skipped": self._skipped,
+                 "scheduler": None if self.scheduler is None else self.scheduler.state_dict()}
+        if dist.get_rank() == 0:  # the replicas are identical
+            state["model"] = self.module.state_dict()
+            torch.save(state, directory / "ddp.pt")
+
+    def load(self, directory: Path) -> None:
+        state = torch.load(directory / "ddp.pt", weights_only=False)
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state["scheduler"] is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self._skipped = state["skipped"]
+
+    def destroy(self) -> None:
+        pass
+
+
+ENGINES = ("deepspeed", "ddp")
+
+
+def build_engine(name: str, model_factory: Callable[[], torch.nn.Module], ds_config: dict[str, Any]) -> Any:
+    """The engine ``name`` around the model ``model_factory`` builds (under ZeRO-3's Init where the engine
+    partitions it: zerogate.model.build.load_for_training does that from the config it is given)."""
+    if name == "deepspeed":
+        return DeepSpeedEngine(model_factory(), ds_config)
+    if name == "ddp":
+        return DdpEngine(model_factory(), ds_config, int(ds_config["gradient_accumulation_steps"]))
+    raise ValueError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
