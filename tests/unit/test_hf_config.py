@@ -1,0 +1,99 @@
+"""Shipped model configs load offline into the right transformers class, with their published shape and
+parameter count; bad config files are refused in one line naming the file and the key."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zerogate.errors import InputError
+from zerogate.model.hf_config import ModelShape, load_config, shape_of
+from zerogate.plan.ledger import count_parameters
+
+MODELS = Path(__file__).resolve().parents[2] / "config" / "models"
+
+# Parameter counts as published in each model's Hugging Face safetensors metadata (the count on the model
+# page): Qwen/Qwen2.5-14B 14,770,033,664; openai-community/gpt2-xl 1,557,611,200;
+# meta-llama/Meta-Llama-3-8B 8,030,261,248; mistralai/Mistral-7B-v0.1 7,241,732,096. The shapes are the
+# published config.json values (config/models/README.md).
+SHIPPED = {
+    "qwen2.5-14b": ("Qwen2Config", 14_770_033_664,
+                    ModelShape("qwen2", 5120, 48, 40, 8, 128, 13824, 152064, False, 131072)),
+    "gpt2-xl": ("GPT2Config", 1_557_611_200,
+                ModelShape("gpt2", 1600, 48, 25, 25, 64, 6400, 50257, True, 1024)),
+    "llama-3-8b": ("LlamaConfig", 8_030_261_248,
+                   ModelShape("llama", 4096, 32, 32, 8, 128, 14336, 128256, False, 8192)),
+    "mistral-7b": ("MistralConfig", 7_241_732_096,
+                   ModelShape("mistral", 4096, 32, 32, 8, 128, 14336, 32000, False, 32768)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_every_shipped_config_loads_with_its_published_shape(name):
+    config_class, _, shape = SHIPPED[name]
+    config = load_config(MODELS / f"{name}.json")
+    assert type(config).__name__ == config_class
+    assert shape_of(config) == shape
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_count_parameters_gives_the_published_total_of_every_shipped_config(name):
+    # count_parameters builds the model on the meta device: GPT-2's Conv1D weights count like Linear ones,
+    # and its tied lm_head/wte weight once.
+    _, published, _ = SHIPPED[name]
+    assert count_parameters(load_config(MODELS / f"{name}.json")).total == published
+
+
+def test_a_directory_holding_config_json_loads_like_the_file(tmp_path):
+    (tmp_path / "config.json").write_text((MODELS / "gpt2-xl.json").read_text())
+    assert load_config(tmp_path).to_dict() == {**load_config(MODELS / "gpt2-xl.json").to_dict(),
+                                               "_name_or_path": str(tmp_path / "config.json")}
+
+
+def test_gpt2_without_n_inner_has_the_4x_mlp_and_with_it_its_own_width():
+    from transformers import GPT2Config
+
+    assert shape_of(GPT2Config(n_embd=64, n_head=4)).intermediate_size == 256
+    assert shape_of(GPT2Config(n_embd=64, n_head=4, n_inner=100)).intermediate_size == 100
+
+
+def test_the_readme_lists_every_shipped_config():
+    readme = (MODELS / "README.md").read_text()
+    for name in SHIPPED:
+        assert f"`{name}.json`" in readme
+
+
+def _write(tmp_path, text: str) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, key, problem", [
+    ('{"hidden_size": 64}', "model_type", "missing"),
+    ('{"model_type": "no-such-architecture"}', "model_type", "not an architecture of transformers"),
+    ('{"model_type": "clip"}', "model_type", "no causal language model"),
+    ('{"model_type": "llama", "hidden_size": "wide"}', "hidden_size", "transformers rejects it"),
+    ('{"model_type": "qwen2", "num_hidden_layers": 2, "layer_types": ["full_attention"]}', "num_hidden_layers",
+     "transformers rejects it"),
+    ('{"model_type": ', "", "not JSON"),
+    ('[1, 2]', "", "not a JSON object"),
+])
+def test_bad_config_files_are_refused_in_one_line_naming_file_and_key(tmp_path, text, key, problem):
+    path = _write(tmp_path, text)
+    with pytest.raises(InputError) as raised:
+        load_config(path)
+    assert raised.value.file == str(path)
+    assert raised.value.key == key
+    assert problem in raised.value.problem
+    assert "\n" not in str(raised.value)
+
+
+def test_a_missing_file_is_refused_naming_it(tmp_path):
+    with pytest.raises(InputError, match="no such file") as raised:
+        load_config(tmp_path / "absent.json")
+    assert raised.value.file == str(tmp_path / "absent.json")
+    with pytest.raises(InputError) as raised:
+        load_config(tmp_path)  # a directory without config.json
+    assert raised.value.file == str(tmp_path / "config.json")
+

@@ -1,0 +1,337 @@
+"""Activations and backward transients of one micro-step, traced from the real architecture, not guessed.
+
+The model of a transformers config is built under ``torch._subclasses.fake_tensor.FakeTensorMode`` on the
+CPU: every tensor has its shape, dtype and storage but no memory, so a 14B model's layers cost nothing.
+Fake CPU tensors, not fake CUDA ones: with the CPU wheel autograd fails in its CUDA device guard
+(docs/reference.md section 1). One forward with loss runs on fake input ids and labels (and a padding mask
+of ones, as the training loop passes one), then a backward.
+
+Two quantities, in bytes:
+
+* saved activations: what autograd keeps for backward, seen by a ``torch.autograd.graph.saved_tensors_hooks``
+  pack hook, each storage once (a view saved by two ops is one tensor), parameters and buffers left out
+  (they are model state, not activations). With non-reentrant activation checkpointing the checkpoint's
+  positional inputs are saved through the same hooks (torch.utils.checkpoint _CheckpointFrame.save_inputs),
+  so the per-layer figure becomes the layer's input; the keyword tensors transformers binds into each
+  checkpointed call (rotary cos/sin, the attention mask, position ids) are kept without the hooks and are
+  counted where the call is made. What this counts equals the bytes alive at the end of the forward.
+* backward transient: the peak of live tensor bytes during backward above the live bytes at the end of
+  the forward (gradients of activations in flight; with checkpointing also the layer being recomputed).
+  Live bytes are counted by a TorchDispatchMode that sees every op's output storage and a finalizer on
+  each storage that sees it die. torch's MemTracker (torch.distributed._tools.mem_tracker) also runs under
+  FakeTensorMode on the CPU, but its peak is the whole step's peak, reached when every parameter gradient
+  exists, and it files fresh weight gradients as temporaries until they are accumulated: weight gradients
+  are the ledger's terms (gradient partitions, reduce bucket, the largest layer's full gradient), so here
+  the backward computes only the gradients towards the input embeddings (``torch.autograd.grad`` prunes the
+  weight-gradient branches) and nothing of them enters this figure.
+
+Dtypes as DeepSpeed's fp16/bf16 modes run them: the weights are 16-bit, and what the modelling code upcasts
+stays fp32 (RMSNorm's hidden.to(float32) and its rsqrt, eager attention's softmax(dtype=float32), the loss's
+logits.float() and log_softmax). In fp32 these casts are no-ops that alias their input, so fp32 is twice
+fp16 only where no op upcasts.
+
+The trace shows what torch's CPU kernels save. Where CUDA's kernels differ, it differs from a GPU run:
+CPU dropout saves a noise tensor in the activation dtype where CUDA's saves a one-byte mask, and CPU SDPA
+runs its math kernel (which saves the s x s probabilities) where CUDA's fused kernels would not, e.g. with
+attention dropout (GPT-2). ``ActivationTrace.how`` says so when it happens.
+
+Few layers, then scale: the same config with k and k+1 decoder layers is traced; per layer = the
+difference, outside the layers (embeddings, rotary tables, final norm, logits, loss) = the rest. That is
+exact only when every decoder layer of the full config is alike, which is checked on the full model built
+on the meta device: the config's ``layer_types`` (if any) are one type, and every decoder layer (the
+classes in ``_no_split_modules``) has the same class, attention type and parameter names and shapes.
+Where they differ (sliding-window/global alternation, dense-then-MoE stacks), the whole model is traced
+instead and the result says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from zerogate.plan.ledger import TORCH_DTYPES
+
+ATTENTIONS = ("sdpa", "eager")
+
+
+@dataclass(frozen=True)
+class ActivationTrace:
+    """What one micro-step keeps for backward and what backward adds on top, bytes per rank."""
+
+    per_layer_bytes: int | None  # saved by one decoder layer; None when the layers differ (whole model traced)
+    outside_layers_bytes: int | None  # embeddings, rotary tables, final norm, logits and loss
+    layers: int
+    total_bytes: int  # per_layer * layers + outside, or the whole model's trace
+    backward_transient_bytes: int  # peak live bytes in backward above the forward's end, weight gradients excluded
+    how: str
+
+
+@dataclass(frozen=True)
+class _Step:
+    saved_bytes: int
+    live_bytes_at_forward_end: int  # every storage created in the forward and still alive, model state excluded
+    transient_bytes: int
+    math_attention: bool  # torch's SDPA math kernel ran (it saves the s x s attention probabilities)
+
+
+def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attention: str = "sdpa",
+                     checkpointing: bool = False, *, padding_mask: bool = True,
+                     traced_layers: int = 1) -> ActivationTrace:
+    """Trace one micro-step of ``config``'s causal LM; see the module docstring for what is counted.
+
+    ``dtype`` is fp32, fp16 or bf16 (weights and activations); ``attention`` the model's attn_implementation;
+    ``checkpointing`` non-reentrant activation checkpointing of every decoder layer. ``padding_mask``: pass an
+    attention mask as the training loop does (transformers then builds a 4-D mask, and SDPA repeats the
+    KV heads instead of using its native grouped-query path); without one SDPA saves the unrepeated keys
+    and values. ``traced_layers``: k, the smaller of the two layer counts traced (the other is k + 1).
+    """
+    from zerogate.model.hf_config import shape_of
+
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"dtype '{dtype}' is not one of {', '.join(TORCH_DTYPES)}")
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention '{attention}' is not one of {', '.join(ATTENTIONS)}")
+    if micro_batch < 1 or seq_len < 1 or traced_layers < 1:
+        raise ValueError("micro_batch, seq_len and traced_layers must be positive")
+    shape = shape_of(config)
+    if seq_len > shape.max_positions:
+        raise ValueError(f"seq_len {seq_len} exceeds the model's {shape.max_positions} positions")
+
+    settings = (f"{dtype}, {attention} attention, {'a' if padding_mask else 'no'} padding mask, "
+                f"{'with' if checkpointing else 'no'} activation checkpointing, micro-batch {micro_batch}, "
+                f"sequence {seq_len}")
+    counting = ("saved tensors counted once per storage, parameters and buffers excluded; backward transient "
+                "= peak live bytes in backward above the forward's end, weight gradients not computed")
+    run = dict(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention,
+               checkpointing=checkpointing, padding_mask=padding_mask)
+    unlike = _why_layers_differ(config, shape.layers)
+    if unlike is not None:
+        whole = _trace_step(config, **run)
+        how = (f"{config.model_type} model: {unlike}, so all {shape.layers} decoder layers were traced "
+               f"(not scaled) under FakeTensorMode on the CPU ({settings}); {counting}")
+        return ActivationTrace(None, None, shape.layers, whole.saved_bytes, whole.transient_bytes,
+                               how + _cpu_kernel_note(whole, attention))
+
+    fewer = _trace_step(_with_layers(config, traced_layers), **run)
+    more = _trace_step(_with_layers(config, traced_layers + 1), **run)
+    per_layer = more.saved_bytes - fewer.saved_bytes
+    outside = fewer.saved_bytes - traced_layers * per_layer
+    how = (f"{config.model_type} model traced with {traced_layers} and {traced_layers + 1} decoder layers under "
+           f"FakeTensorMode on the CPU ({settings}); all {shape.layers} decoder layers of the config are alike "
+           f"(one class, attention type and parameter shapes), so per layer = the difference and outside the "
+           f"layers = the rest; {counting}")
+    return ActivationTrace(per_layer, outside, shape.layers, per_layer * shape.layers + outside,
+                           max(fewer.transient_bytes, more.transient_bytes), how + _cpu_kernel_note(more, attention))
+
+
+def _cpu_kernel_note(step: _Step, attention: str) -> str:
+    if attention == "sdpa" and step.math_attention:
+        return ("; note: torch's CPU SDPA ran its math kernel here (attention dropout, for one), which saves the "
+                "s x s attention probabilities; CUDA's fused kernels would not, so this overstates a GPU run")
+    return ""
+
+
+def _layer_count_key(config: Any) -> str:
+    """The config's own key for the decoder-layer count (GPT-2: n_layer)."""
+    return type(config).attribute_map.get("num_hidden_layers", "num_hidden_layers")
+
+
+def _with_layers(config: Any, layers: int) -> Any:
+    """A copy of ``config`` with ``layers`` decoder layers (alike configs only: one layer type)."""
+    data = config.to_dict()
+    data[_layer_count_key(config)] = layers
+    if isinstance(data.get("layer_types"), list) and data["layer_types"]:
+        # transformers checks len(layer_types) == num_hidden_layers; the types are one type here.
+        data["layer_types"] = [data["layer_types"][0]] * layers
+    return type(config).from_dict(data)
+
+
+def _why_layers_differ(config: Any, layers: int) -> str | None:
+    """None when every decoder layer of ``config`` is alike, else why not (see the module docstring)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types and len(set(layer_types)) > 1:
+        return f"its layer_types mix {', '.join(sorted(set(layer_types)))}"
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    block_classes = set(getattr(model, "_no_split_modules", None) or [])
+    blocks = [module for module in model.modules() if type(module).__name__ in block_classes]
+    if len(blocks) != layers:
+        return f"{len(blocks)} decoder-layer modules ({', '.join(sorted(block_classes))}) for {layers} layers"
+    signatures = {(type(block).__name__, getattr(block, "attention_type", None),
+                   tuple((name, tuple(p.shape)) for name, p in block.named_parameters())) for block in blocks}
+    if len(signatures) > 1:
+        return "its decoder layers differ in class, attention type or parameter shapes"
+    return None
+
+
+def _trace_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attention: str, checkpointing: bool,
+                padding_mask: bool) -> _Step:
+    """One fake forward with loss and one backward towards the input embeddings."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from transformers import AutoModelForCausalLM
+
+    with FakeTensorMode():
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, TORCH_DTYPES[dtype]),
+                                                 attn_implementation=attention)
+        model.train()  # dropout as in training
+        model_state = {StorageWeakRef(t.untyped_storage()) for t in [*model.parameters(), *model.buffers()]}
+        saved = _SavedTensors(model_state)
+        if checkpointing:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            for module in model.modules():
+                if hasattr(module, "_gradient_checkpointing_func"):
+                    checkpoint_function = module._gradient_checkpointing_func
+                    module._gradient_checkpointing_func = _counting_bound_tensors(checkpoint_function, saved)
+        input_ids = torch.zeros(micro_batch, seq_len, dtype=torch.long)
+        inputs = {"input_ids": input_ids, "labels": input_ids}
+        if padding_mask:
+            inputs["attention_mask"] = torch.ones_like(input_ids)
+        embedded: list[Any] = []  # the backward's target: the input embeddings' output
+        hook = model.get_input_embeddings().register_forward_hook(lambda module, args, output: embedded.append(output))
+        live = _live_bytes_class()(model_state)
+        with live:
+            with torch.autograd.graph.saved_tensors_hooks(saved.pack, _unpack):
+                # Only the loss outlives the forward, as in the training loop (engine(**batch).loss).
+                loss = model(**inputs).loss
+            hook.remove()
+            forward_end = live.restart_peak()
+            torch.autograd.grad(loss, embedded[0])
+        return _Step(saved.bytes, forward_end, live.peak - forward_end, live.saw_math_attention)
+
+
+def _unpack(tensor: Any) -> Any:
+    return tensor
+
+
+class _SavedTensors:
+    """A saved_tensors_hooks pack hook that counts each saved storage once, model state excluded."""
+
+    def __init__(self, model_state: set) -> None:
+        self._model_state = model_state
+        self._counted: set = set()
+        self.bytes = 0
+
+    def pack(self, tensor: Any) -> Any:
+        self.count(tensor)
+        return tensor
+
+    def count(self, tensor: Any) -> None:
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        storage = tensor.untyped_storage()
+        ref = StorageWeakRef(storage)
+        if ref not in self._model_state and ref not in self._counted:
+            self._counted.add(ref)
+            self.bytes += storage.nbytes()
+
+
+def _counting_bound_tensors(checkpoint_function: Any, saved: _SavedTensors) -> Any:
+    """``checkpoint_function`` that also counts the tensors bound into the checkpointed function.
+
+    transformers checkpoints ``partial(layer.forward, **kwargs)`` (modeling_layers.GradientCheckpointingLayer):
+    the rotary cos/sin and the attention mask ride in the partial, which the checkpoint keeps for the
+    recomputation without saving them through the saved-tensor hooks (only its positional inputs are).
+    """
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    def checkpoint_counting_bound_tensors(function: Any, *args: Any, **kwargs: Any) -> Any:
+        for leaf in tree_leaves(dict(getattr(function, "keywords", None) or {})):
+            if isinstance(leaf, torch.Tensor):
+                saved.count(leaf)
+        return checkpoint_function(function, *args, **kwargs)
+
+    return checkpoint_counting_bound_tensors
+
+
+@functools.cache
+def _live_bytes_class() -> type:
+    """_LiveBytes, defined on first use so that importing this module does not import torch."""
+    import torch
+    from torch import Tensor
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class _LiveBytes(TorchDispatchMode):
+        """Bytes of the storages alive now (model state excluded) and their peak, op by op."""
+
+        def __init__(self, model_state: set) -> None:
+            super().__init__()
+            self._model_state = model_state
+            self._sizes: dict = {}
+            self.now = 0
+            self.peak = 0
+            self.saw_math_attention = False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            # SDPA's math kernel is the composite that calls _safe_softmax; the fused kernels never do.
+            self.saw_math_attention |= func is torch.ops.aten._safe_softmax.default
+            out = func(*args, **(kwargs or {}))
+            for leaf in tree_leaves(out):
+                if isinstance(leaf, Tensor):
+                    self._track(leaf.untyped_storage())
+            return out
+
+        def _track(self, storage: Any) -> None:
+            ref = StorageWeakRef(storage)
+            if ref in self._model_state or ref in self._sizes:
+                return
+            self._sizes[ref] = storage.nbytes()
+            self.now += self._sizes[ref]
+            self.peak = max(self.peak, self.now)
+            # torch keeps a storage's Python object for the storage's whole life, so this runs when it is freed.
+            weakref.finalize(storage, self._release, ref)
+
+        def _release(self, ref: Any) -> None:
+            self.now -= self._sizes.pop(ref)
+
+        def restart_peak(self) -> int:
+            """Start a new peak from the bytes alive now, and return them."""
+            self.peak = self.now
+            return self.now
+
+    return _LiveBytes
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the trace of a config.json for both attentions, with and without checkpointing, and the wall
+    time of each (a benchmark to read, not a test):
+
+        python -m zerogate.plan.trace config/models/qwen2.5-14b.json --seq-len 512 --micro-batch 1 --dtype fp16
+    """
+    import argparse
+    import time
+
+    from zerogate.model.hf_config import load_config
+
+    parser = argparse.ArgumentParser(prog="python -m zerogate.plan.trace", description=main.__doc__.split("\n\n")[0])
+    parser.add_argument("config", help="a config.json or a directory holding one")
+    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--micro-batch", type=int, default=1)
+    parser.add_argument("--dtype", choices=list(TORCH_DTYPES), default="fp16")
+    args = parser.parse_args(argv)
+    config = load_config(args.config)
+    mib = 2**20
+    for attention in ATTENTIONS:
+        for checkpointing in (False, True):
+            start = time.perf_counter()
+            trace = trace_micro_step(config, args.micro_batch, args.seq_len, args.dtype, attention, checkpointing)
+            seconds = time.perf_counter() - start
+            per_layer = "n/a" if trace.per_layer_bytes is None else f"{trace.per_layer_bytes / mib:.1f}"
+            outside = "n/a" if trace.outside_layers_bytes is None else f"{trace.outside_layers_bytes / mib:.1f}"
+            print(f"{attention:5s} checkpointing={'on ' if checkpointing else 'off'} per layer {per_layer} MiB, "
+                  f"outside {outside} MiB, {trace.layers} layers, total {trace.total_bytes / mib:.1f} MiB, "
+                  f"backward transient {trace.backward_transient_bytes / mib:.1f} MiB  ({seconds:.2f} s)")
+    print(trace.how)
+
+
+if __name__ == "__main__":
+    main()
