@@ -57,7 +57,7 @@ bench-metrics-overhead: setup
 bench-gloo-latency: setup
 	$(BENCH) bench_gloo_latency
 
-# Mutation score of the judging code (issue 14; mutmut, about 45 minutes on 2 cores): not part of `bench` or
+# Mutation score of the judging code (mutmut, about 45 minutes on 2 cores): not part of `bench` or
 # CI; mutmut comes from envs/requirements-bench.txt.
 .PHONY: bench-mutation
 bench-mutation: setup

@@ -3,7 +3,6 @@ shared smoke run (tests/integration/conftest.py)."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from zerogate.config.profile import load_profile_chain, resolve_profile
+from zerogate.contracts.machine import Fingerprint
 from zerogate.runtime.ops import build_env
 
 # Tests that build a DeepSpeed engine in-process load the ops `make setup` built, as the workflow's jobs do.
@@ -18,20 +18,21 @@ os.environ.update(build_env())
 
 REPO = Path(__file__).resolve().parents[1]
 
-CPU_FINGERPRINT = {
+# A machine as the probe describes it (zerogate.contracts.machine.Fingerprint), without its measurements.
+CPU_FINGERPRINT = Fingerprint.of({
     "hostname": "testbox",
     "platform": "Linux",
     "cpu": {"model": "Test CPU", "logical_cores": 2, "physical_cores": 2, "affinity_cores": 2},
     "ram": {"total_bytes": 24 * 1024**3, "available_bytes": 20 * 1024**3},
     "accelerator": {"kind": "cpu", "count": 0, "devices": [], "cpu": {"fp16_supported": False}},
     "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "deepspeed": "0.19.8"},
-}
+}, "the test fingerprint")
 
 
-def gpu_fingerprint(*devices: tuple[str, float]) -> dict:
+def gpu_fingerprint(*devices: tuple[str, float]) -> Fingerprint:
     """A CUDA machine with the given (name, GiB) devices."""
-    fingerprint = copy.deepcopy(CPU_FINGERPRINT)
-    fingerprint["accelerator"] = {
+    data = CPU_FINGERPRINT.model_dump()
+    data["accelerator"] = {
         "kind": "cuda",
         "count": len(devices),
         "devices": [
@@ -40,13 +41,13 @@ def gpu_fingerprint(*devices: tuple[str, float]) -> dict:
             for i, (name, gib) in enumerate(devices)
         ],
     }
-    fingerprint["cpu"]["affinity_cores"] = 16
-    return fingerprint
+    data["cpu"]["affinity_cores"] = 16
+    return Fingerprint.of(data, "the test fingerprint")
 
 
 @pytest.fixture
-def cpu_fingerprint() -> dict:
-    return copy.deepcopy(CPU_FINGERPRINT)
+def cpu_fingerprint() -> Fingerprint:
+    return CPU_FINGERPRINT
 
 
 @pytest.fixture

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from zerogate.contracts.run import DsConfig, RunSpec, TrainSettings
 
 REPO = Path(__file__).resolve().parents[2]
 MACHINE = "ci-box"
@@ -76,15 +79,16 @@ def shortened_launch(results: Path, out: Path, steps: int, stabiliser: dict | No
     files and dataset, shortened to ``steps`` optimizer steps, with ``stabiliser`` and ``checkpoint`` settings
     changed. The changed files, the log (train.log), the outputs (train/) and checkpoints go under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    spec = json.loads((results / "deepspeed/run_spec.json").read_text())
-    spec["training"]["optimizer_steps"] = steps
-    ds_config = json.loads((results / "deepspeed/ds_config.json").read_text())
+    spec = RunSpec.read(results / "deepspeed/run_spec.json")
+    spec.model_copy(update={"training": dataclasses.replace(spec.training, optimizer_steps=steps)}).write(
+        out / "run_spec.json")
+    ds_config = DsConfig.read(results / "deepspeed/ds_config.json").raw
     ds_config["scheduler"]["params"]["total_num_steps"] = steps
-    settings = json.loads((results / "train/settings.json").read_text())
-    settings["stabiliser"].update(stabiliser or {})
-    settings["checkpoint"].update(checkpoint or {})
-    for file, value in (("run_spec.json", spec), ("ds_config.json", ds_config), ("settings.json", settings)):
-        (out / file).write_text(json.dumps(value))
+    (out / "ds_config.json").write_text(json.dumps(ds_config))
+    settings = TrainSettings.read(results / "train/settings.json")
+    settings.model_copy(update={"stabiliser": dataclasses.replace(settings.stabiliser, **(stabiliser or {})),
+                                "checkpoint": dataclasses.replace(settings.checkpoint, **(checkpoint or {}))}).write(
+        out / "settings.json")
     return [sys.executable, "-m", "zerogate.runtime.launch", "--run-spec", str(out / "run_spec.json"), "--log",
             str(out / "train.log"), "--", "--ds-config", str(out / "ds_config.json"), "--settings",
             str(out / "settings.json"), "--dataset-dir", str(results / "dataset"), "--out-dir", str(out / "train"),

@@ -1,52 +1,52 @@
 """The floor that counts communication, on the shared smoke run (tests/integration/conftest.py): the probe's
 gloo figures reach the plan, the plan's floor has its collective terms, and the measured step is never
-below the floor (issue 11, part 3). Reads the run's outputs; starts no pipeline of its own."""
+below the floor. Reads the run's outputs; starts no pipeline of its own."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from zerogate.plan.collectives import KINDS, predicted_seconds
+from zerogate.contracts.machine import Fingerprint
+from zerogate.contracts.plan import Plan
+from zerogate.contracts.verdicts import GateVerdicts
+from zerogate.plan.collectives import predicted_seconds
+from zerogate.plan.floor import EAGER_PASS
+from zerogate.runtime.collectives import KINDS
 
 pytestmark = pytest.mark.integration
 
 
 def test_probe_measures_gloo_latency_and_bandwidth_between_two_ranks(smoke_run):
-    fingerprint = json.loads((smoke_run.results / "probe/hardware.json").read_text())
-    measured = fingerprint["collectives"]
-    assert measured["backend"] == "gloo" and measured["world"] == 2 and "error" not in measured, measured.get("error")
-    assert set(measured["kinds"]) == set(KINDS)
-    print(f"the probe's collective timing took {measured['seconds']:.1f} s")  # a figure, not a timed assertion
-    for kind, entry in measured["kinds"].items():
-        assert entry["latency_s"]["basis"] == "measured" and entry["bandwidth_gbps"]["basis"] == "measured"
-        for sample in entry["samples"]:  # the figures never predict a call slower than it was measured
-            assert predicted_seconds(entry, kind, sample["tensor_bytes"], 2) <= sample["seconds"] * (1 + 1e-9)
+    measured = Fingerprint.read(smoke_run.results / "probe/hardware.json").collectives
+    assert measured.backend == "gloo" and measured.world == 2 and measured.error is None, measured.error
+    assert set(measured.kinds) == set(KINDS)
+    print(f"the probe's collective timing took {measured.seconds:.1f} s")  # a figure, not a timed assertion
+    for kind, entry in measured.kinds.items():
+        assert entry.latency_s.basis == "measured" and entry.bandwidth_gbps.basis == "measured"
+        for sample in entry.samples:  # the figures never predict a call slower than it was measured
+            assert predicted_seconds(entry.as_json(), kind, sample.tensor_bytes, 2) <= sample.seconds * (1 + 1e-9)
 
 
 def test_measured_step_over_the_floor_with_communication_is_at_least_one(smoke_run):
     # The judging reads the plan whose floor has the measured compute term; the approved plan is on paper.
-    plan = json.loads((smoke_run.results / "plan/plan_measured.json").read_text())
-    on_paper = json.loads((smoke_run.results / "plan/plan.json").read_text())
-    assert on_paper["floor"]["model_compute"] is None
-    measured_pass = plan["floor"]["model_compute"]
-    assert measured_pass["through_deepspeed"] and measured_pass["forward_backward(s)"] > 0
-    assert plan["floor"]["ranks"][0]["terms"]["model forward + backward on one rank, measured(s)"] == \
-        measured_pass["forward_backward(s)"]
-    assert plan["optimizer_step_floor(s)"] >= on_paper["optimizer_step_floor(s)"]
-    assert {k: v for k, v in plan.items() if k != "floor" and "floor" not in k} == \
-        {k: v for k, v in on_paper.items() if k != "floor" and "floor" not in k}  # the same fit
-    communication = plan["floor"]["communication"]
-    assert communication["scheme"] == "zero3-offload-all" and communication["backend"] == "gloo"
-    assert communication["micro_step"]["seconds"] > 0 and plan["floor"]["missing"] == []
-    verdicts = json.loads((smoke_run.results / "gates/verdicts.json").read_text())
-    gate = next(g for g in verdicts["gates"] if g["statistic"] == "floor_ratio")
-    assert gate["evidence"]["floor(s)"] == pytest.approx(plan["optimizer_step_floor(s)"])
-    assert gate["evidence"]["floor_terms(s)"]["micro_step collectives x 8(s)"] > 0
+    plan = Plan.read(smoke_run.results / "plan/plan_measured.json")
+    on_paper = Plan.read(smoke_run.results / "plan/plan.json")
+    assert on_paper.floor.model_compute is None
+    measured_pass = plan.floor.model_compute
+    assert measured_pass.through_deepspeed and measured_pass.forward_backward_s > 0
+    assert plan.floor.ranks[0].terms[EAGER_PASS] == measured_pass.forward_backward_s
+    assert plan.floor.optimizer_step_floor_s >= on_paper.floor.optimizer_step_floor_s
+    assert plan.model_dump(exclude={"floor"}) == on_paper.model_dump(exclude={"floor"})  # the same fit
+    communication = plan.floor.communication
+    assert communication.scheme == "zero3-offload-all" and communication.backend == "gloo"
+    assert communication.micro_step.seconds > 0 and plan.floor.missing == []
+    gate = next(g for g in GateVerdicts.read(smoke_run.results / "gates/verdicts.json").gates
+                if g.statistic == "floor_ratio")
+    assert gate.evidence.floor == pytest.approx(plan.floor.optimizer_step_floor_s)
+    assert gate.evidence.floor_terms["micro_step collectives x 8(s)"] > 0
     # A floor is a lower bound: below 1 the floor (or the measurement) has a bug.
-    assert gate["measured"] >= 1, gate
-    assert gate["verdict"] == "PASS", gate["reason"]
+    assert gate.measured >= 1, gate
+    assert gate.verdict == "PASS", gate.reason
     text = (smoke_run.results / "plan/plan.txt").read_text()
     assert "collectives (zero3-offload-all, 2 ranks, gloo" in text and "(measured: probe: gloo" in text
     report = next((smoke_run.results / "report").glob("*.html")).read_text()

@@ -11,49 +11,54 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pandas as pd
 import pytest
 
 from zerogate.config.profile import load_profile_chain, resolve_profile
 
 from tests.integration.pipeline import MACHINE, STRAGGLER_DELAY_S, copy_repo, env, refused, snakemake
+from tests.unit.helpers import settings
 from zerogate import __version__
 from zerogate.analysis import measures
+from zerogate.analysis.parse import read_steps
+from zerogate.contracts.data import DatasetManifest
+from zerogate.contracts.ledger import LedgerTable
+from zerogate.contracts.plan import Plan
+from zerogate.contracts.report import Provenance, RunRegistry
+from zerogate.contracts.run import Deviations
+from zerogate.contracts.verdicts import GATE_OUTCOMES, ClaimVerdicts, GateVerdicts
 
 pytestmark = pytest.mark.integration
 
 def test_every_gate_has_definition_value_threshold_and_verdict(smoke_run, smoke_profile):
     results = smoke_run.results
-    verdicts = json.loads((results / "gates/verdicts.json").read_text())
-    assert [g["name"] for g in verdicts["gates"]] == [g["name"] for g in smoke_profile["gates"]]
+    verdicts = GateVerdicts.read(results / "gates/verdicts.json")
+    assert [g.name for g in verdicts.gates] == [g.name for g in settings(smoke_profile).gates]
     # Not measurable on the CPU default: fp32 has no loss scaler to skip steps.
     unmeasurable = {"overflow_skip_fraction"}
-    for gate in verdicts["gates"]:
-        assert gate["definition"] and gate["threshold"] is not None
-        assert gate["verdict"] in ("PASS", "FAIL", "NOT MEASURED")
-        if gate["name"] in unmeasurable:
-            assert gate["verdict"] == "NOT MEASURED" and gate["reason"], gate
+    for gate in verdicts.gates:
+        assert gate.definition and gate.threshold is not None
+        assert gate.verdict in GATE_OUTCOMES
+        if gate.name in unmeasurable:
+            assert gate.verdict == "NOT MEASURED" and gate.reason, gate
         else:
-            assert gate["measured"] is not None, gate
-    by_name = {g["name"]: g for g in verdicts["gates"]}
-    assert by_name["zero_nonfinite"]["verdict"] == "PASS"
-    assert by_name["loss_convergence"]["verdict"] == "PASS"
+            assert gate.measured is not None, gate
+    assert verdicts.gate("zero_nonfinite").verdict == "PASS"
+    assert verdicts.gate("loss_convergence").verdict == "PASS"
     # The planner's floor for this machine is known, so time / floor is measured (>= 0, a ratio).
-    assert by_name["step_time_over_physical_floor"]["measured"] > 0
-    reproduction = verdicts["reproduction"]
-    assert reproduction["faithful"] is False
-    assert any("fp16.enabled" in r for r in reproduction["reasons"])
+    assert verdicts.gate("step_time_over_physical_floor").measured > 0
+    assert verdicts.reproduction.faithful is False
+    assert any("fp16.enabled" in r for r in verdicts.reproduction.reasons)
 
 
 def test_both_ranks_trained_every_step_and_loss_fell(smoke_run):
     results = smoke_run.results
-    steps = pd.read_parquet(results / "parsed/steps.parquet")
+    steps = read_steps(results / "parsed/steps.parquet")
     assert sorted(steps["rank"].unique()) == [0, 1]
     assert (steps.groupby("rank")["step"].apply(sorted).apply(list) == [list(range(1, 41))] * 2).all()
-    loss = steps[steps["rank"] == 0].sort_values("step")["loss"]
+    loss = steps[steps["rank"] == 0].sort_values("step")[measures.LOSS]
     assert loss.notna().all() and (loss < float("inf")).all()
     assert loss.tail(5).mean() < loss.head(5).mean()
-    assert (steps["step_time(s)"] > 0).all() and (steps["memory/device_peak(GiB)"] > 0).all()
+    assert (steps[measures.STEP_TIME] > 0).all() and (steps[measures.DEVICE_PEAK] > 0).all()
 
 
 def test_every_step_records_its_collective_time_and_the_report_says_who_waits(smoke_run, smoke_profile):
@@ -61,35 +66,36 @@ def test_every_step_records_its_collective_time_and_the_report_says_who_waits(sm
     micro-step, so many calls), the parts add up, and the Ranks section shows both ranks without a straggler
     as slow as the one injected in the two-node run (tests/integration/test_ranks.py)."""
     results = smoke_run.results
-    steps = pd.read_parquet(results / "parsed/steps.parquet")
-    accumulation = smoke_profile["training"]["gradient_accumulation_steps"]
-    assert (steps["collectives(s)"] > 0).all() and (steps["collectives(s)"] < steps["step_time(s)"]).all()
+    steps = read_steps(results / "parsed/steps.parquet")
+    training = settings(smoke_profile).training
+    accumulation = training.gradient_accumulation_steps
+    assert (steps[measures.COLLECTIVES_TIME] > 0).all()
+    assert (steps[measures.COLLECTIVES_TIME] < steps[measures.STEP_TIME]).all()
     assert (steps["collective_calls"] > accumulation).all()  # more than the boundary: inside the micro-steps too
-    balance = measures.rank_balance(steps, smoke_profile["training"]["warmup_steps_excluded"], world_size=2)
+    balance = measures.rank_balance(steps, training.warmup_steps_excluded, world_size=2)
     assert balance.measured and balance.ranks == [0, 1], balance.problems
     assert all(wait >= 0 for wait in balance.wait.values())
     assert balance.excess < STRAGGLER_DELAY_S * accumulation / 2, balance.evidence()  # half the straggler's
     (page,) = [p.read_text() for p in (results / "report").glob("zerogate-v*.html")]
     assert "<h2 id='ranks'>Ranks</h2>" in page and "id='ranks-table'" in page
     assert page.index("<h2 id='ranks'>") < page.index("<h2>Figures</h2>")
-    summary = json.loads((results / "registry.json").read_text())["summary"]
-    assert summary["straggler_rank"] == balance.straggler
+    assert RunRegistry.read(results / "registry.json").summary.straggler_rank == balance.straggler
 
 
 def test_ledger_matches_what_each_rank_held_within_5_percent(smoke_run):
     results = smoke_run.results
-    table = json.loads((results / "ledger/ledger_vs_measured.json").read_text())
-    assert {r["rank"] for r in table["rows"]} == {0, 1}
-    assert table["within_5_percent"] is True, table["rows"]
-    assert json.loads((results / "plan/plan.json").read_text())["fits"] is True
+    table = LedgerTable.read(results / "ledger/ledger_vs_measured.json")
+    assert {r.rank for r in table.rows} == {0, 1}
+    assert table.within_5_percent is True, table.rows
+    assert Plan.read(results / "plan/plan.json").fits is True
 
 
 def test_render_records_deviations_and_no_auto(smoke_run):
     results = smoke_run.results
     ds_config = (results / "deepspeed/ds_config.json").read_text()
     assert '"auto"' not in ds_config
-    deviations = json.loads((results / "deepspeed/deviations.json").read_text())
-    assert {"fp16.enabled", "zero_optimization.reduce_bucket_size"} <= {d["path"] for d in deviations}
+    deviations = Deviations.read(results / "deepspeed/deviations.json").deviations
+    assert {"fp16.enabled", "zero_optimization.reduce_bucket_size"} <= {d.path for d in deviations}
 
 
 def test_report_is_versioned_and_names_its_provenance(smoke_run):
@@ -99,10 +105,10 @@ def test_report_is_versioned_and_names_its_provenance(smoke_run):
     assert reports[0].name.startswith(f"zerogate-v{__version__}-smoke-{MACHINE}-")
     page = reports[0].read_text()
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=workdir, capture_output=True, text=True).stdout.strip()
-    provenance = json.loads((results / "provenance.json").read_text())
-    dataset_hash = json.loads((results / "dataset/manifest.json").read_text())["content_sha256"]
-    assert provenance["git"]["at_training"]["commit"] == commit
-    for fact in (commit, provenance["config_hash"], dataset_hash, "deepspeed", "0.19.8"):
+    provenance = Provenance.read(results / "provenance.json")
+    dataset_hash = DatasetManifest.read(results / "dataset/manifest.json").content_sha256
+    assert provenance.git.at_training.commit == commit
+    for fact in (commit, provenance.config_hash, dataset_hash, "deepspeed", "0.19.8"):
         assert fact in page
     assert page.index("id='verdicts'") < page.index("<h2>Figures</h2>")
 
@@ -143,10 +149,10 @@ def edit_threshold_with_strict(workdir, results):
 
     done = snakemake(workdir, "strict=True")  # one more --config entry
     assert done.returncode != 0
-    verdicts = json.loads((results / "gates/verdicts.json").read_text())["gates"]
-    failed = [g["name"] for g in verdicts if g["verdict"] == "FAIL"]
+    verdicts = GateVerdicts.read(results / "gates/verdicts.json").gates
+    failed = [g.name for g in verdicts if g.verdict == "FAIL"]
     assert f"strict: {len(failed)} gate(s) FAIL ({failed[0]}: " in done.stderr  # each FAIL with its reason
-    assert verdicts[0]["threshold"] == 0.001 and verdicts[0]["verdict"] == "FAIL"  # kept for the user to read
+    assert verdicts[0].threshold == 0.001 and verdicts[0].verdict == "FAIL"  # kept for the user to read
     assert not list((results / "gates").glob("strict-*.passed"))
     assert (results / "train/summary.json").stat().st_mtime_ns == trained_at
     assert len(list((results / "report").glob("zerogate-v*.html"))) == 2  # the earlier report is kept
@@ -168,11 +174,11 @@ def test_default_report_opens_in_headless_chromium(smoke_run, tmp_path):
 
 def test_run_registry_lists_gates_figures_and_provenance(smoke_run):
     results = smoke_run.results
-    registry = json.loads((results / "registry.json").read_text())
-    verdicts = json.loads((results / "gates/verdicts.json").read_text())
-    assert [g["verdict"] for g in registry["gates"]] == [g["verdict"] for g in verdicts["gates"]]
-    assert registry["provenance"]["dataset_sha256"] == json.loads((results / "dataset/manifest.json").read_text())["content_sha256"]
-    for figure in registry["files"]["figures"].values():
+    registry = RunRegistry.read(results / "registry.json")
+    verdicts = GateVerdicts.read(results / "gates/verdicts.json")
+    assert [g.verdict for g in registry.gates] == [g.verdict for g in verdicts.gates]
+    assert registry.provenance.dataset_sha256 == DatasetManifest.read(results / "dataset/manifest.json").content_sha256
+    for figure in registry.files.figures.values():
         assert (smoke_run.workdir / figure).exists()
 
 
@@ -246,3 +252,18 @@ def test_workflow_passes_snakemake_lint(checks):
     done = checks[2]["lint"]
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Congratulations" in done.stdout + done.stderr
+
+
+def test_plan_txt_and_the_report_judge_every_seed_claim_on_paper_in_the_same_words(smoke_run):
+    import html
+    import re
+
+    results = smoke_run.results
+    plan_txt = (results / "plan/plan.txt").read_text()
+    in_plan = dict(re.findall(r"^  seed claim (\S+) \(for the claimed box\): (.*)$", plan_txt, flags=re.MULTILINE))
+    (page,) = [html.unescape(p.read_text()) for p in (results / "report").glob("zerogate-v*.html")]
+    in_report = dict(re.findall(r"<tr id='claim-([^']+)'><td>.*?</td><td class='claim-[^']*'><b>(.*?)</b>", page, re.S))
+    judged = ClaimVerdicts.read(results / "claims/verdicts.json")
+    assert set(in_plan) == set(in_report) == {c.id for c in judged.claims}
+    assert in_plan == in_report
+    assert in_plan == {c.id: c.on_paper.text for c in judged.claims}

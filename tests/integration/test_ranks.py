@@ -4,13 +4,15 @@ waits for it. (The unperturbed smoke run, with no straggler, is tests/integratio
 
 from __future__ import annotations
 
-import json
 import re
 
-import pandas as pd
 import pytest
 
+from tests.unit.helpers import settings
 from zerogate.analysis import measures
+from zerogate.analysis.parse import read_steps
+from zerogate.contracts.report import RunRegistry
+from zerogate.contracts.run import TrainSettings
 
 pytestmark = pytest.mark.integration
 
@@ -23,13 +25,13 @@ def verdict_line(results) -> str:
 
 def test_a_slow_rank_is_named_the_straggler_and_the_other_waits_for_it(two_node_run, smoke_profile):
     results = two_node_run.results
-    accumulation = smoke_profile["training"]["gradient_accumulation_steps"]
-    warmup = smoke_profile["training"]["warmup_steps_excluded"]
+    training = settings(smoke_profile).training
+    accumulation, warmup = training.gradient_accumulation_steps, training.warmup_steps_excluded
     injected = two_node_run.delay_s * accumulation  # extra seconds per optimizer step on rank 1
-    settings = json.loads((results / "train/settings.json").read_text())
-    assert settings["stabiliser"]["inject"] == {"kind": "slow", "rank": 1, "seconds": two_node_run.delay_s}
+    inject = TrainSettings.read(results / "train/settings.json").stabiliser.inject
+    assert inject == {"kind": "slow", "rank": 1, "seconds": two_node_run.delay_s}
 
-    steps = pd.read_parquet(results / "parsed/steps.parquet")
+    steps = read_steps(results / "parsed/steps.parquet")
     balance = measures.rank_balance(steps, warmup, world_size=2)
     assert balance.measured, balance.problems
     assert balance.straggler == 1 and balance.next_slowest == 0
@@ -41,6 +43,6 @@ def test_a_slow_rank_is_named_the_straggler_and_the_other_waits_for_it(two_node_
     line = verdict_line(results)
     assert line.startswith("The slowest rank is <b>rank 1</b>"), line
     assert "The others wait for it: rank 0 waits" in line and "rank 1 waits" not in line, line
-    summary = json.loads((results / "registry.json").read_text())["summary"]
-    assert summary["straggler_rank"] == 1
-    assert summary["wait_for_straggler_median(s)"] == pytest.approx(balance.waiting_for_straggler[0])
+    summary = RunRegistry.read(results / "registry.json").summary
+    assert summary.straggler_rank == 1
+    assert summary.wait_for_straggler_median_s == pytest.approx(balance.waiting_for_straggler[0])

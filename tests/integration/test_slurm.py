@@ -1,4 +1,4 @@
-"""The two-node DAG through Snakemake's Slurm executor against a real Slurm cluster (issue 13).
+"""The two-node DAG through Snakemake's Slurm executor against a real Slurm cluster.
 
 .ci/run starts a one-node cluster on localhost (tests/slurm/cluster.sh: munge, slurmctld, slurmd) before
 the suite, stops it after, and sets ZEROGATE_REQUIRE_SLURM=1 so that a cluster that does not answer fails

@@ -9,7 +9,6 @@ smoke run's files directly.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -26,14 +25,16 @@ import torch
 from safetensors.torch import load_file
 
 from tests.integration.pipeline import MACHINE, env, shortened_launch, snakemake, snakemake_command
+from zerogate.contracts.base import read_lines
+from zerogate.contracts.records import StabiliserEvent, StepRecord, TrainSummary
 
 pytestmark = pytest.mark.integration
 STEPS = 40  # the smoke profile's optimizer steps; it checkpoints every 10
 SUMMARY = f"results/smoke/{MACHINE}/train/summary.json"
 
 
-def metrics(results: Path, rank: int) -> list[dict]:
-    return [json.loads(line) for line in (results / f"train/metrics/rank{rank}.jsonl").read_text().splitlines()]
+def metrics(results: Path, rank: int) -> list[StepRecord]:
+    return read_lines(StepRecord, results / f"train/metrics/rank{rank}.jsonl")
 
 
 def wait_for_step(process: subprocess.Popen, metrics_file: Path, step: int, timeout: float = 600) -> None:
@@ -77,7 +78,7 @@ def test_interrupted_training_resumes_and_matches_an_uninterrupted_one(smoke_run
         interrupt_twice_and_resume(workdir, results, whole)
 
 
-def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, list[dict]]) -> None:
+def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, list[StepRecord]]) -> None:
     rank0 = results / "train/metrics/rank0.jsonl"
 
     # 1. One rank dies after the first checkpoint (step 10): the job fails, Snakemake takes its outputs away
@@ -94,7 +95,7 @@ def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, li
             os.killpg(process.pid, signal.SIGKILL)
     assert not (results / "train/summary.json").exists()
     assert list((results / "checkpoints").glob("step*/zerogate.json"))
-    kept = [json.loads(line) for line in (results / "logs/train_failed/metrics/rank1.jsonl").read_text().splitlines()]
+    kept = read_lines(StepRecord, results / "logs/train_failed/metrics/rank1.jsonl")
     assert len(kept) >= kill_step - 1
 
     # 2. Rerun: Snakemake trains again rather than trust the partial run (wait_for_step fails otherwise), and
@@ -112,21 +113,20 @@ def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, li
     assert f"at step {first_checkpoint}" in (results / "logs/train.log").read_text()  # it had resumed
 
     # 3. After a kill -9 the lock needs `snakemake --unlock` (the README says so); then the usual command
-    #    resumes. Issue 10 bug 2: the workflow profile (profiles/default) sets rerun-incomplete, so no flag.
+    #    resumes: the workflow profile (profiles/default) sets rerun-incomplete, so no flag is needed.
     assert snakemake(workdir, targets=("--unlock",), timeout=300).returncode == 0
     done = snakemake(workdir, targets=(SUMMARY,))
     assert done.returncode == 0, done.stderr[-4000:]
-    summary = json.loads((results / "train/summary.json").read_text())
-    assert summary["resumed_from_step"] == 30
+    assert TrainSummary.read(results / "train/summary.json").resumed_from_step == 30
     assert "resumed from" in (results / "logs/train.log").read_text()
     for rank in (0, 1):
         resumed = metrics(results, rank)
-        assert [r["step"] for r in resumed] == list(range(1, STEPS + 1))  # every step exactly once
+        assert [r.step for r in resumed] == list(range(1, STEPS + 1))  # every step exactly once
         # Same seed, same data order, restored optimizer/LR/RNG state: the same curve. On the CPU the
         # resumed curve is expected to be bit-identical; the tolerance is 1e-6 relative.
         for a, b in zip(resumed, whole[rank], strict=True):
-            assert a["loss"] == pytest.approx(b["loss"], rel=1e-6), a["step"]
-            assert a["lr"] == pytest.approx(b["lr"], rel=1e-9)
+            assert a.loss == pytest.approx(b.loss, rel=1e-6), a.step
+            assert a.lr == pytest.approx(b.lr, rel=1e-9)
 
 
 def run_policy(smoke_run, out: Path, policy: str, inject_step: int, steps: int = 8,
@@ -139,8 +139,8 @@ def run_policy(smoke_run, out: Path, policy: str, inject_step: int, steps: int =
     return done, out
 
 
-def events(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "train/events.jsonl").read_text().splitlines()]
+def events(out: Path) -> list[StabiliserEvent]:
+    return read_lines(StabiliserEvent, out / "train/events.jsonl")
 
 
 def final_weights_finite(out: Path) -> bool:
@@ -167,8 +167,8 @@ def test_abort_stops_at_the_step_and_says_so(policy_runs):
     assert done.returncode != 0
     log = (out / "train.log").read_text()
     assert "stabiliser aborted the run at step 3: nonfinite_loss" in log
-    assert [(e["step"], e["rank"], e["kind"], e["action"]) for e in events(out)] == [(3, 1, "nonfinite_loss", "abort")]
-    assert [r["step"] for r in metrics(out, 0)] == [1, 2]  # the poisoned step was never applied
+    assert [(e.step, e.rank, e.kind, e.action) for e in events(out)] == [(3, 1, "nonfinite_loss", "abort")]
+    assert [r.step for r in metrics(out, 0)] == [1, 2]  # the poisoned step was never applied
     assert not (out / "train/summary.json").exists()
     # The launcher keeps a copy beside the log, which Snakemake does not delete with a failed job's outputs.
     kept = out / "train_failed"
@@ -179,28 +179,60 @@ def test_abort_stops_at_the_step_and_says_so(policy_runs):
 def test_skip_drops_the_update_and_the_batch(policy_runs):
     done, out = policy_runs["skip"]
     assert done.returncode == 0, done.stderr[-3000:]
-    assert [(e["step"], e["rank"], e["action"]) for e in events(out)] == [(5, 1, "skip")]
+    assert [(e.step, e.rank, e.action) for e in events(out)] == [(5, 1, "skip")]
     for rank in (0, 1):
         rows = metrics(out, rank)
-        assert [r["step"] for r in rows] == list(range(1, 9))
-        assert [r["update_applied"] for r in rows].count(False) == 1 and rows[4]["update_applied"] is False
-        assert math.isnan(rows[4]["loss"]) and rows[4]["skip_reason"] == "nonfinite_loss"
-        assert all(math.isfinite(r["loss"]) for i, r in enumerate(rows) if i != 4)
-        assert rows[5]["data_window"] == 5  # the batch is dropped, the next step takes the next window
-    assert json.loads((out / "train/summary.json").read_text())["stabiliser"]["skipped_steps"] == 1
+        assert [r.step for r in rows] == list(range(1, 9))
+        assert [r.update_applied for r in rows].count(False) == 1 and rows[4].update_applied is False
+        assert math.isnan(rows[4].loss) and rows[4].skip_reason == "nonfinite_loss"
+        assert all(math.isfinite(r.loss) for i, r in enumerate(rows) if i != 4)
+        assert rows[5].data_window == 5  # the batch is dropped, the next step takes the next window
+    assert TrainSummary.read(out / "train/summary.json").stabiliser.skipped_steps == 1
     assert final_weights_finite(out)
 
 
 def test_rollback_restores_the_checkpoint_and_skips_the_window(policy_runs):
     done, out = policy_runs["rollback"]
     assert done.returncode == 0, done.stderr[-3000:]
-    assert [(e["step"], e["rank"], e["action"]) for e in events(out)] == [(5, 1, "rollback")]
+    assert [(e.step, e.rank, e.action) for e in events(out)] == [(5, 1, "rollback")]
     assert "rolled back to step 3; data window 4 skipped" in (out / "train.log").read_text()
-    summary = json.loads((out / "train/summary.json").read_text())["stabiliser"]
-    assert summary["rollbacks"] == 1 and summary["skipped_windows"] == [4]
+    summary = TrainSummary.read(out / "train/summary.json").stabiliser
+    assert summary.rollbacks == 1 and summary.skipped_windows == [4]
     for rank in (0, 1):
         rows = metrics(out, rank)
-        assert [r["step"] for r in rows] == list(range(1, 9))  # every step once, the replayed ones rewritten
-        assert all(math.isfinite(r["loss"]) and r["update_applied"] for r in rows)
-        assert [r["data_window"] for r in rows][2:6] == [2, 3, 5, 6]
+        assert [r.step for r in rows] == list(range(1, 9))  # every step once, the replayed ones rewritten
+        assert all(math.isfinite(r.loss) and r.update_applied for r in rows)
+        assert [r.data_window for r in rows][2:6] == [2, 3, 5, 6]
     assert final_weights_finite(out)
+
+
+def test_the_ddp_baseline_trains_the_profiles_pretrained_model(smoke_run, tmp_path):
+    """The DDP engine runs the training run's own loop on the model the manifest names: a pretrained model
+    is loaded, not a random one built from the profile's shape."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from zerogate.contracts.data import DatasetManifest, ModelInfo
+
+    pretrained = tmp_path / "pretrained"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                                         pad_token_id=None, bos_token_id=None, eos_token_id=None))
+    model.save_pretrained(pretrained)
+    parameters = sum(p.numel() for p in model.parameters())
+    dataset = tmp_path / "dataset"
+    shutil.copytree(smoke_run.results / "dataset", dataset)
+    manifest = DatasetManifest.read(dataset / "manifest.json")
+    model_info = ModelInfo(source=str(pretrained), kind="hf_dir", directory=str(pretrained))
+    manifest.model_copy(update={"model": model_info}).write(dataset / "manifest.json")
+    out = tmp_path / "ddp"
+    command = shortened_launch(smoke_run.results, out, steps=2, checkpoint={"every_steps": 0})
+    command[command.index("--dataset-dir") + 1] = str(dataset)
+    done = subprocess.run([*command, "--engine", "ddp"], cwd=smoke_run.workdir, env=env(), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = TrainSummary.read(out / "train/summary.json")
+    assert summary.engine == "ddp" and summary.parameters == parameters != 139_584  # not the profile's shape
+    for rank in (0, 1):
+        rows = metrics(out, rank)
+        assert [r.step for r in rows] == [1, 2] and all(math.isfinite(r.loss) and r.update_applied for r in rows)

@@ -1,4 +1,4 @@
-"""Several nodes through DeepSpeed's multi-node launcher, tested on one machine (issue 13).
+"""Several nodes through DeepSpeed's multi-node launcher, tested on one machine.
 
 Profile cpu-2node is the smoke run with a ``nodes`` section: two launchers on this machine
 (``deepspeed --no_ssh --node_rank 0|1``, one CPU rank each, gloo) that meet as one world of two ranks.
@@ -9,7 +9,6 @@ the launcher on that run's files, without the injection.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,6 +19,10 @@ import pytest
 
 from tests.integration.pipeline import env, shortened_launch
 from tests.integration.test_training_run import metrics, wait_for_step
+from zerogate.contracts.parsed import RunMeta
+from zerogate.contracts.records import TrainSummary
+from zerogate.contracts.report import RunRegistry
+from zerogate.contracts.verdicts import GateVerdicts
 
 pytestmark = pytest.mark.integration
 
@@ -32,30 +35,30 @@ def test_two_launchers_make_one_world_that_trains_as_the_one_node_run(two_node_r
         command = log.splitlines()[0].split()
         assert command[command.index("--node_rank") + 1] == str(node) and "--no_ssh" in command
         assert "dist_world_size=2" in log
-    assert json.loads((results / "parsed/run.json").read_text())["world_size"] == 2
+    run_meta = RunMeta.read(results / "parsed/run.json")
+    assert run_meta.world_size == 2
     for rank in (0, 1):  # each rank says where it ran
         records = metrics(results, rank)
-        assert {(r["node"], r["local_rank"]) for r in records} == {(rank, 0)}
+        assert {(r.node, r.local_rank) for r in records} == {(rank, 0)}
     # One fingerprint per node, all in the report.
-    nodes = json.loads((results / "parsed/run.json").read_text())["nodes"]
-    assert [n["node"] for n in nodes] == [0, 1] and all(n["cpu"]["logical_cores"] for n in nodes)
+    assert [n.node for n in run_meta.nodes] == [0, 1] and all(n.machine.cpu.logical_cores for n in run_meta.nodes)
     report = next((results / "report").glob("zerogate-*.html")).read_text()
     assert "<table id='nodes'>" in report
     # Same world size, seed and data order as the one-node smoke run: the same training, step for step.
     for rank in (0, 1):
         two, one = metrics(results, rank), metrics(smoke_run.results, rank)
-        assert [r["step"] for r in two] == [r["step"] for r in one] == list(range(1, 41))
-        assert max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(two, one)) < 1e-5
+        assert [r.step for r in two] == [r.step for r in one] == list(range(1, 41))
+        assert max(abs(a.loss - b.loss) / abs(b.loss) for a, b in zip(two, one)) < 1e-5
 
 
 def test_gates_and_report_are_those_of_a_one_node_run(two_node_run, smoke_run):
     results = two_node_run.results
-    two = json.loads((results / "gates/verdicts.json").read_text())["gates"]
-    one = json.loads((smoke_run.results / "gates/verdicts.json").read_text())["gates"]
-    assert [(g["name"], g["verdict"]) for g in two] == [(g["name"], g["verdict"]) for g in one]
-    assert {g["name"]: g["verdict"] for g in two}["ranks_completed"] == "PASS"
+    two = GateVerdicts.read(results / "gates/verdicts.json")
+    one = GateVerdicts.read(smoke_run.results / "gates/verdicts.json")
+    assert [(g.name, g.verdict) for g in two.gates] == [(g.name, g.verdict) for g in one.gates]
+    assert two.gate("ranks_completed").verdict == "PASS"
     assert len(list((results / "report").glob("zerogate-*.html"))) == 1
-    assert json.loads((results / "registry.json").read_text())["run"]["world_size"] == 2
+    assert RunRegistry.read(results / "registry.json").run.world_size == 2
 
 
 def node_launcher(node: int) -> psutil.Process:
@@ -87,11 +90,10 @@ def test_a_dead_node_ends_the_run_in_bounded_time_and_the_rerun_resumes(two_node
     resumed = subprocess.run(command, cwd=two_node_run.workdir, env=env(), capture_output=True, text=True,
                              timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["resumed_from_step"] == 10
+    summary = TrainSummary.read(out / "summary.json")
+    assert summary.world_size == 2 and summary.resumed_from_step == 10
     for rank in (0, 1):  # every step exactly once per rank after the resume
-        records = [json.loads(line)["step"] for line in (out / f"metrics/rank{rank}.jsonl").read_text().splitlines()]
-        assert records == list(range(1, steps + 1))
+        assert [r.step for r in metrics(tmp_path, rank)] == list(range(1, steps + 1))
 
 
 def node_launcher_alive(node: int) -> bool:

@@ -10,6 +10,9 @@ import random
 import pytest
 
 from tests.integration.pipeline import MACHINE, copy_repo, snakemake
+from zerogate.contracts.base import read_lines
+from zerogate.contracts.data import DatasetManifest
+from zerogate.contracts.records import EvalRecord, TrainSummary
 
 pytestmark = pytest.mark.integration
 
@@ -59,17 +62,16 @@ def workdir(tmp_path_factory, smoke_run):
 
 def test_user_jsonl_trains_end_to_end_with_the_mapping(workdir):
     results = workdir / "results/user-jsonl" / MACHINE
-    manifest = json.loads((results / "dataset/manifest.json").read_text())
-    assert manifest["rows_read"] == 1500 and manifest["file"]["source"] == "data/mine.jsonl"
-    assert len(manifest["file"]["file_sha256"]) == 64
-    assert manifest["splits"]["validation"]["rows"] == 75
-    summary = json.loads((results / "train/summary.json").read_text())
-    assert summary["completed_steps"] == 40
-    records = [json.loads(line) for line in (results / "train/eval.jsonl").read_text().splitlines()]
-    assert [r["phase"] for r in records] == ["before", "during", "after"]
-    assert [r["step"] for r in records] == [0, 20, 40]
-    assert records[-1]["validation/loss"] < records[0]["validation/loss"]
-    assert "exact_match/accuracy" not in records[0]  # no reference answers for a user dataset
+    manifest = DatasetManifest.read(results / "dataset/manifest.json")
+    assert manifest.rows_read == 1500 and manifest.file["source"] == "data/mine.jsonl"
+    assert len(manifest.file["file_sha256"]) == 64
+    assert manifest.splits["validation"].rows == 75
+    assert TrainSummary.read(results / "train/summary.json").completed_steps == 40
+    records = read_lines(EvalRecord, results / "train/eval.jsonl")
+    assert [r.phase for r in records] == ["before", "during", "after"]
+    assert [r.step for r in records] == [0, 20, 40]
+    assert records[-1].validation_loss < records[0].validation_loss
+    assert records[0].exact_match_accuracy is None  # no reference answers for a user dataset
 
 
 def test_malformed_line_is_refused_before_training(workdir):
@@ -82,3 +84,27 @@ def test_malformed_line_is_refused_before_training(workdir):
     errors = [line for line in done.stderr.splitlines() if line.startswith("zerogate: error:")]
     assert len(errors) == 1
     assert not (workdir / "results/user-jsonl" / MACHINE / "dataset/manifest.json").exists()
+
+
+@pytest.mark.parametrize("damage", ["malformed line", "missing column"])
+def test_bad_dataset_file_is_refused_before_the_probe_runs(tmp_path, damage):
+    """The file is checked when the profile loads, with the profile itself: no job starts, not even the probe."""
+    workdir = copy_repo(tmp_path)
+    rows = user_rows(20)
+    if damage == "missing column":
+        rows = [{k: v for k, v in row.items() if k != "reply"} for row in rows]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    if damage == "malformed line":
+        lines = text.splitlines()
+        lines[6] = lines[6][:-3]
+        text = "\n".join(lines) + "\n"
+    (workdir / "data").mkdir()
+    (workdir / "data/mine.jsonl").write_text(text)
+    (workdir / "config/profiles/user-jsonl.yaml").write_text(PROFILE)
+    done = snakemake(workdir, profile="user-jsonl", targets=TRAINED)
+    errors = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("zerogate: error:")]
+    assert done.returncode != 0 and len(errors) == 1, done.stderr[-3000:]
+    expected = ("data/mine.jsonl: line 7: malformed JSON" if damage == "malformed line"
+                else "data/mine.jsonl: mapped column 'reply' (dataset.columns.response) not found")
+    assert expected in errors[0]
+    assert not (workdir / "results").exists()  # nothing ran: no probe, no plan

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A single-node Slurm cluster on localhost for the Slurm executor test (issue 13): munge, slurmctld and
+# A single-node Slurm cluster on localhost for the Slurm executor test: munge, slurmctld and
 # slurmd in the background, no systemd, state under a temporary directory.
 #
 #   tests/slurm/cluster.sh start   # install Debian's packages if missing, write /etc/slurm/slurm.conf, start

@@ -1,37 +1,117 @@
-"""Synthetic runs for the gate, figure and report tests."""
+"""Synthetic runs for the gate, figure and report tests, built from the producers' own types: every step is a
+zerogate.contracts.records.StepRecord and the table is parse.steps_table's, so a test sees the columns the
+pipeline writes and nothing else."""
 
 from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from zerogate.analysis.parse import parse_launcher_log
+from zerogate.analysis.parse import parse_launcher_log, steps_table
+from zerogate.config.profile import load_profile_chain, resolve_profile
+from zerogate.config.settings import ProfileSettings, profile_settings
+from zerogate.contracts.machine import Fingerprint
+from zerogate.contracts.records import GitState, StabiliserSummary, StepRecord, TrainSummary
+from zerogate.contracts.run import Deviations, DsConfig, RunSpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def step_record(**fields: Any) -> StepRecord:
+    """One rank's record of one optimizer step, the CPU accelerator's fields by default."""
+    step_time = fields.pop("step_time_s", 0.5)
+    defaults: dict[str, Any] = {
+        "step": 1, "rank": 0, "loss": 3.0, "loss_finite": True, "grad_norm": 1.0, "lr": 1e-3,
+        "step_time_s": step_time, "micro_step_time_s": step_time / 8, "tokens": 200,
+        "tokens_per_s": 200 / step_time if step_time > 0 else None,
+        "elapsed_s": 1.0, "device": "cpu", "update_applied": True, "rss_gib": 0.6, "peak_rss_gib": 0.6,
+        "device_peak_gib": 0.6, "device_peak_source": "VmHWM per step",
+    }
+    defaults.update(fields)
+    if "loss" in fields and "loss_finite" not in fields:
+        defaults["loss_finite"] = bool(np.isfinite(fields["loss"]))
+    return StepRecord(**defaults)
+
+
+def table_of(records: list[StepRecord]) -> pd.DataFrame:
+    """The steps table parse_logs writes for these records."""
+    return steps_table(records)
 
 
 def synthetic_steps(steps: int = 200, ranks: int = 2, step_time: float = 0.5, loss_start: float = 5.0,
                     loss_end: float = 1.0, memory_gib: float = 0.6, noise: float = 0.05, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     loss = np.linspace(loss_start, loss_end, steps) + rng.normal(0, noise, steps)
-    rows = []
+    records = []
     for rank in range(ranks):
         for i in range(steps):
             t = step_time * (1 + 0.02 * rng.standard_normal())
-            rows.append({
-                "step": i + 1, "rank": rank, "loss": float(loss[i]), "loss_finite": True,
-                "grad_norm": 1.0, "lr": 1e-3, "step_time(s)": t, "micro_step_time(s)": t / 8, "tokens": 200,
-                "tokens_per_s": 200 / t, "memory/device_peak(GiB)": memory_gib + 0.01 * rank,
-                "memory/device_peak_source": "VmHWM per step",
-            })
-    return pd.DataFrame(rows)
+            memory = memory_gib + 0.01 * rank
+            records.append(step_record(step=i + 1, rank=rank, loss=float(loss[i]), step_time_s=t, elapsed_s=t * (i + 1),
+                                       rss_gib=memory, peak_rss_gib=memory, device_peak_gib=memory))
+    return table_of(records)
 
 
 def no_events() -> pd.DataFrame:
     return parse_launcher_log("")
 
 
-def spike_rule(profile: dict) -> "SpikeRule":
-    """The profile's loss-spike rule, its stabiliser settings resolved the way the rules resolve them."""
-    from zerogate.analysis.measures import SpikeRule
-    from zerogate.config.settings import training_settings
+def settings(profile: str | dict) -> ProfileSettings:
+    """A real profile's typed settings (by name), or a resolved profile's."""
+    if isinstance(profile, str):
+        profile = resolve_profile(load_profile_chain(REPO / "config/profiles", profile, "config/config.yaml", "profile"))
+    return profile_settings(profile)
 
-    return SpikeRule.from_settings(training_settings(profile)["stabiliser"])
+
+def spike_rule(profile: str | dict) -> "SpikeRule":
+    """The profile's loss-spike rule, from its stabiliser settings as train/settings.json carries them."""
+    from zerogate.analysis.measures import SpikeRule
+
+    return SpikeRule.from_settings(settings(profile).stabiliser)
+
+
+class Rendered(NamedTuple):
+    """render_deepspeed_config's three outputs: the config as written to ds_config.json, the deviations from
+    the claim's config, the run spec."""
+
+    config: dict[str, Any]
+    deviations: Deviations
+    run_spec: RunSpec
+
+    @property
+    def ds_config(self) -> DsConfig:
+        return DsConfig.of(self.config, "deepspeed/ds_config.json")
+
+
+def render_profile(profile: str | dict | ProfileSettings, fingerprint: Fingerprint, *, claim: dict | None = None,
+                   overrides: tuple | list = (), steps: int | None = None,
+                   template_file: str | None = None) -> Rendered:
+    """A profile (its name, a resolved profile or its settings) rendered for ``fingerprint`` from the settings
+    render_deepspeed_config's rule passes: the profile's claim config unless ``claim`` is given, the
+    profile's overrides then ``overrides`` ({path, value, reason}), ``steps`` optimizer steps if given."""
+    from zerogate.plan.ds_config import render
+
+    typed = profile if isinstance(profile, ProfileSettings) else settings(profile)
+    template = template_file or typed.deepspeed.template
+    if claim is None:
+        claim = json.loads((REPO / typed.deepspeed.template).read_text())
+    training = typed.training.run if steps is None else dataclasses.replace(typed.training.run, optimizer_steps=steps)
+    return Rendered(*render(claim, model=typed.model, training=training,
+                            overrides=[*typed.deepspeed.overrides, *overrides], seq_len=typed.dataset.seq_len,
+                            vocab_size=typed.vocab_size, fingerprint=fingerprint, template_file=template))
+
+
+def train_summary(completed_steps: int = 200, world_size: int = 2, **changes: Any) -> TrainSummary:
+    """Rank 0's train/summary.json of a finished fp32 run on the CPU, with ``changes`` to its fields."""
+    fields: dict[str, Any] = {
+        "completed_steps": completed_steps, "resumed_from_step": None, "world_size": world_size,
+        "stabiliser": StabiliserSummary(policy="skip", skipped_steps=0, rollbacks=0, skipped_windows=[]),
+        "parameters": 139584, "wall_time_s": 120.0, "metrics_time_s": 0.5, "dtype": "fp32", "accelerator": "cpu",
+        "git": GitState(commit="abc123", dirty=False),
+    }
+    return TrainSummary(**{**fields, **changes})

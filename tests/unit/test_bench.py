@@ -1,22 +1,31 @@
 """The benchmarks' tables: each run's step time is the pipeline's (analysis.measures.step_time on the
 run's per-rank metrics), never a statistic of their own."""
 
-import json
-
 import pytest
 
+from tests.unit.helpers import step_record
 from zerogate.analysis.measures import step_time
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.bench import ddp_vs_zero3, metrics_overhead
+from zerogate.contracts.base import write_lines
+from zerogate.contracts.records import GitState, StabiliserSummary, TrainSummary
 
 
 def write_run(directory, per_rank_times):
+    """A run's metrics directory as the training loop writes it: one StepRecord line per rank and step."""
     directory.mkdir(parents=True)
     for rank, times in enumerate(per_rank_times):
-        lines = [json.dumps({"rank": rank, "step": step, "step_time(s)": t, "loss": 1.0})
-                 for step, t in enumerate(times, start=1)]
-        (directory / f"rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
+        write_lines(directory / f"rank{rank}.jsonl",
+                    [step_record(rank=rank, step=step, step_time_s=t, loss=1.0) for step, t in enumerate(times, start=1)])
     return str(directory)
+
+
+def summary(wall_time_s, metrics_time_s=0.0):
+    """A finished run's train/summary.json (rank 0's TrainSummary), metrics on or off."""
+    return TrainSummary(completed_steps=60, resumed_from_step=None,
+                        stabiliser=StabiliserSummary(policy="skip", skipped_steps=0, rollbacks=0, skipped_windows=[]),
+                        world_size=2, parameters=139584, wall_time_s=wall_time_s, metrics_time_s=metrics_time_s,
+                        dtype="fp32", accelerator="cpu", git=GitState(commit="abc123", dirty=False))
 
 
 def test_ddp_vs_zero3_rows_use_the_pipelines_step_time(tmp_path):
@@ -39,8 +48,8 @@ def test_ddp_vs_zero3_rows_use_the_pipelines_step_time(tmp_path):
 
 
 def test_metrics_overhead_from_the_runs_summaries():
-    on = [{"wall_time(s)": 10.2, "metrics_time(s)": 0.1}, {"wall_time(s)": 10.4, "metrics_time(s)": 0.1}]
-    off = [{"wall_time(s)": 10.0}, {"wall_time(s)": 10.0}]
+    on = [summary(10.2, 0.1), summary(10.4, 0.1)]
+    off = [summary(10.0), summary(10.0)]
     result = metrics_overhead.table(on, off)
     assert result["overhead_percent"] == pytest.approx(3.0)
     assert result["inside_metrics_percent"] == pytest.approx(100 * 0.1 / 10.3, rel=0.01)

@@ -1,12 +1,17 @@
 """Checkpoint bookkeeping without DeepSpeed: completeness, fingerprints, pruning, rank files, export."""
 
-import json
 import random
 
 import numpy as np
 import torch
 
+from tests.unit.helpers import step_record
+from zerogate.contracts.base import line_of, read_lines
+from zerogate.contracts.records import EvalRecord, StepRecord
 from zerogate.train import checkpoint as ckpt
+
+BEFORE = EvalRecord(step=0, phase="before", validation_loss=5.5, validation_tokens=320, validation_rows=10,
+                    eval_time_s=0.1)  # the evaluation before training
 
 
 def fake_save(root, step, rank_count=2, metrics_lines=3):
@@ -16,11 +21,11 @@ def fake_save(root, step, rank_count=2, metrics_lines=3):
     (staging / ckpt.TAG / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"x")
     for rank in range(rank_count):
         metrics = root.parent / f"rank{rank}.jsonl"
-        metrics.write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, metrics_lines + 1)))
+        metrics.write_text("".join(line_of(step_record(step=s, rank=rank)) + "\n" for s in range(1, metrics_lines + 1)))
         logs = []
         if rank == 0:  # rank 0 carries the run-level logs
             logs = [root.parent / "eval.jsonl"]
-            logs[0].write_text(json.dumps({"step": 0, "phase": "before"}) + "\n")
+            logs[0].write_text(line_of(BEFORE) + "\n")
         ckpt.write_rank_files(staging, rank, {"skipped_windows": [step], "stabiliser": {}}, metrics, logs)
     return staging
 
@@ -57,7 +62,7 @@ def test_restore_puts_back_metrics_and_rng(tmp_path):
     metrics.write_text("garbage from steps after the checkpoint\n")
     loop = ckpt.restore_rank_files(ckpt.step_dir(root, 10), 1, metrics, [])
     assert loop["skipped_windows"] == [10]
-    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == list(range(1, 11))
+    assert [record.step for record in read_lines(StepRecord, metrics)] == list(range(1, 11))
     assert torch.equal(torch.rand(3), expected[0]) and np.random.rand() == expected[1] and random.random() == expected[2]
 
 
@@ -76,5 +81,5 @@ def test_run_logs_travel_with_the_checkpoint(tmp_path):
     eval_log.write_text("a record written after the checkpoint\n")
     events_log.write_text("an event the checkpoint never saw\n")
     ckpt.restore_rank_files(ckpt.step_dir(root, 10), 0, tmp_path / "out" / "rank0.jsonl", [eval_log, events_log])
-    assert json.loads(eval_log.read_text()) == {"step": 0, "phase": "before"}  # as at the checkpoint
+    assert read_lines(EvalRecord, eval_log) == [BEFORE]  # as at the checkpoint
     assert not events_log.exists()  # the checkpoint held none: the later one is dropped

@@ -1,65 +1,150 @@
-"""The seed's claims: each kind's verdict logic on hand-made numbers that flip it both ways."""
+"""The seed's claims: each kind's verdict logic on numbers that flip it both ways.
+
+The claims are config/claims.yaml's entries (varied where a test flips one); the claimed box's plan is the
+one plan_claimed_box makes (the claimed profile rendered for the described box, then planned), with the
+figure a test turns pinned by hand; the ledger table is compare_ledger's (zerogate.analysis.ledger_check)
+over held bytes chosen by each test; the gates' verdicts are gates.evaluate's on synthetic runs."""
 
 import copy
+import dataclasses
+import functools
+import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
+from tests.unit.helpers import no_events, settings, synthetic_steps, render_profile, train_summary
 from zerogate.analysis import claims as c
-from zerogate.analysis.claims import (CANNOT_JUDGE, DOES_NOT_HOLD, HOLDS, HOLDS_ONLY_WHEN, Evidence, Verdict, judge,
-                                      rounding_tolerance, stated_figure_holds)
+from zerogate.analysis import gates as g
+from zerogate.analysis.claims import Evidence, judge, rounding_tolerance, stated_figure_holds
+from zerogate.analysis.ledger_check import compare, with_peaks
+from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.parse import run_metadata
+from zerogate.config.machines import from_fingerprint
+from zerogate.contracts.ledger import LedgerTable
+from zerogate.contracts.plan import Plan
+from zerogate.contracts.records import HeldBytes
+from zerogate.contracts.run import Deviations, DsConfig, RunSpec
+from zerogate.contracts.verdicts import (CANNOT_JUDGE, CLAIM_VERDICTS, DOES_NOT_HOLD, HOLDS, HOLDS_ONLY_WHEN,
+                                         ClaimVerdict, GateVerdicts)
+from zerogate.plan.planner import peak_for_run, plan_for_run, run_setup, target_machine
 from zerogate.units import GB, GIB
 
 REPO = Path(__file__).resolve().parents[2]
-PHI, N = 1000, 2
+CLAIMS = yaml.safe_load((REPO / "config" / "claims.yaml").read_text())
+CLAIM = {claim["id"]: claim for claim in CLAIMS["claims"]}
+CLAIMED_MACHINE = yaml.safe_load((REPO / CLAIMS["claimed_box"]["machine"]).read_text())
+PROFILE = settings("cpu-tiny")  # the run measured here
+RULE = SpikeRule.from_settings(PROFILE.stabiliser)
+CLAIM_BOX = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
 
 
-def scheme(device: dict, host: dict | None = None, deepspeed: int | None = None) -> dict:
-    return {"paper": {"device_per_rank(bytes)": 0},
-            "deepspeed": None if deepspeed is None else {"device_per_rank(bytes)": deepspeed, "host_per_node(bytes)": 0},
-            "zerogate": {"device_terms(bytes)": device, "host_terms_per_rank(bytes)": host or {}}}
+# ---- the claimed box's plan, as plan_claimed_box makes it ------------------------------------------------
+
+def _render(profile, fingerprint):
+    rendered = render_profile(profile, fingerprint)
+    return rendered.ds_config, rendered.deviations, rendered.run_spec
 
 
-def claimed_plan(**changes) -> dict:
-    share = PHI // N
-    plan = {
-        "machine": "box", "dtype": "fp16", "scheme": "zero3_offload_all", "ranks": N,
-        "ledger": {"parameters": PHI, "ranks": N, "schemes": {
-            "ddp": scheme({"parameters": 2 * PHI, "gradients": 2 * PHI, "master_parameters": 4 * PHI,
-                           "optimizer_states": 8 * PHI}),
-            "zero3": scheme({"parameters": 2 * share, "gradients": 2 * share, "master_parameters": 4 * share,
-                             "optimizer_states": 8 * share}, deepspeed=18 * share),
-            "zero3_offload_optimizer": scheme({"parameters": 2 * share}, {"optimizer_states": 8 * share}, 2 * share + 40),
-            "zero3_offload_all": scheme({"persistent_parameters": 10, "gathered_parameters": 40},
-                                        {"parameters": 2 * share}, 40),
-        }},
-        "checks": [{"rank": 0, "device": "small card", "need(bytes)": int(7.0 * GB), "capacity(bytes)": 8 * GIB},
-                   {"rank": 1, "device": "big card", "need(bytes)": int(7.0 * GB), "capacity(bytes)": 24 * GIB},
-                   {"rank": None, "device": "host", "need(bytes)": 1, "capacity(bytes)": 2}],
-        "optimizer_step_floor(s)": 1.0, "micro_step_floor(s)": 0.1, "floor": {"missing": []},
-    }
-    plan.update(changes)
-    return plan
+@functools.cache
+def claimed_plan() -> Plan:
+    """The claimed profile (claim-14b) rendered for the described claimed box and planned there."""
+    profile = settings(CLAIMS["claimed_box"]["profile"])
+    machine, fingerprint = target_machine(str(REPO / CLAIMS["claimed_box"]["machine"]), None, "")
+    ds_config, _, spec = _render(profile, fingerprint)
+    return plan_for_run(spec, ds_config, machine, profile.plan, CLAIMS["claimed_box"]["profile"])
 
 
-def ledger_table(held_per_rank: int, dtype: str = "fp32", scheme_name: str = "zero3_offload_all") -> dict:
-    return {"scheme": scheme_name, "parameters": PHI, "ranks": N, "dtype": dtype,
-            "rows": [{"rank": r, "term": "model_states_total", "measured(bytes)": held_per_rank} for r in range(N)]}
+def with_device_terms(plan: Plan, scheme: str, **terms: int) -> Plan:
+    """``plan`` with zerogate's device terms of ``scheme`` changed to ``terms`` (bytes)."""
+    row = plan.ledger.schemes[scheme]
+    zerogate = row.zerogate.model_copy(update={"device_terms_bytes": {**row.zerogate.device_terms_bytes, **terms}})
+    schemes = {**plan.ledger.schemes, scheme: row.model_copy(update={"zerogate": zerogate})}
+    return plan.model_copy(update={"ledger": plan.ledger.model_copy(update={"schemes": schemes})})
 
 
-def gates(faithful: bool = True, **verdicts) -> dict:
-    return {"reproduction": {"faithful": faithful, "reasons": [] if faithful else ["no GPU"]}, "gates": [{"name": name, "verdict": v, "measured": 1.0, "unit": "s", "comparison": "<=", "threshold": 1.82,
-                       "evidence": {"steps_per_rank": {"0": 40, "1": 40}}} for name, v in verdicts.items()]}
+def with_dtype(plan: Plan, dtype: str) -> Plan:
+    return plan.model_copy(update={"dtype": dtype, "ledger": plan.ledger.model_copy(update={"dtype": dtype})})
 
+
+def with_small_card_need(plan: Plan, need_bytes: int) -> Plan:
+    """``plan`` with the need on its smallest device set to ``need_bytes``."""
+    small = plan.smallest_device
+    pinned = small.model_copy(update={"need_bytes": need_bytes, "headroom_bytes": small.capacity_bytes - need_bytes,
+                                      "fits": need_bytes <= small.capacity_bytes})
+    return plan.model_copy(update={"checks": [pinned if check is small else check for check in plan.checks]})
+
+
+def with_floor(plan: Plan, optimizer_step_s: float, micro_step_s: float) -> Plan:
+    return plan.model_copy(update={"floor": plan.floor.model_copy(update={
+        "optimizer_step_floor_s": optimizer_step_s, "micro_step_floor_s": micro_step_s, "missing": []})})
+
+
+# ---- the run measured here: cpu-tiny, rendered for this CPU machine or for the claimed box -------------------
+
+@functools.cache
+def _run(on: str) -> tuple[DsConfig, Deviations, RunSpec]:
+    return _render(PROFILE, CPU_FINGERPRINT if on == "cpu" else CLAIM_BOX)
+
+
+@functools.cache
+def _counts_and_setup(on: str):
+    ds_config, _, spec = _run(on)
+    return run_setup(spec, ds_config, {"nodes": 1})
+
+
+def ledger_table(held_bytes_per_parameter_share: float, on: str = "cpu") -> LedgerTable:
+    """compare_ledger's table of the run measured here (``on``: trained fp32 on this CPU, or fp16 on the claimed
+    box) when every rank held ``held_bytes_per_parameter_share`` bytes per parameter of its share Phi / N:
+    parameters and gradients in the run's precision, Adam's two fp32 moments (8), the fp32 master copy the rest."""
+    counts, setup = _counts_and_setup(on)
+    share = counts.total // setup.ranks
+    b = setup.dtype_bytes
+    held_bytes = {
+        rank: {"held": HeldBytes(rank=rank, world_size=setup.ranks, parameters_bytes=b * share, gradients_bytes=b * share,
+                                 optimizer_states_bytes=8 * share,
+                                 master_parameters_bytes=int((held_bytes_per_parameter_share - 2 * b - 8) * share),
+                                 parameter_count=share, parameter_dtype={"fp32": "float32", "fp16": "float16"}[setup.dtype])}
+        for rank in range(setup.ranks)}
+    ds_config, _, spec = _run(on)
+    table = with_peaks(compare(counts, setup, held_bytes), peak_for_run(spec, ds_config, None), synthetic_steps())
+    assert table.held_totals() == {rank: int(held_bytes_per_parameter_share * share) for rank in range(setup.ranks)}
+    return table
+
+
+# ---- the gates' verdicts of the run measured here --------------------------------------------------------
+
+def _run_spec(steps: int) -> RunSpec:
+    spec = _run("cpu")[2]
+    return spec.model_copy(update={"training": dataclasses.replace(spec.training, optimizer_steps=steps)})
+
+
+def verdicts(steps=None, faithful: bool = True, run_steps: int = 200, finished: bool = True,
+             step_time: float = 0.5) -> GateVerdicts:
+    """check_gates' verdicts on a synthetic run of ``run_steps`` optimizer steps (``steps``: its records,
+    by default a complete, converging run), as the claimed box (``faithful``: the claim's hardware and
+    config) or this CPU machine ran it."""
+    steps = synthetic_steps(steps=run_steps, step_time=step_time) if steps is None else steps
+    summary = train_summary(run_steps) if finished else None
+    meta = run_metadata(steps, no_events(), summary, "", run_steps)
+    on, fingerprint = ("claim box", CLAIM_BOX) if faithful else ("cpu", CPU_FINGERPRINT)
+    ds_config, deviations, spec = _run(on)
+    plan = plan_for_run(spec, ds_config, from_fingerprint(fingerprint, "here"), PROFILE.plan, "cpu-tiny")
+    return g.evaluate(PROFILE.gates, steps, no_events(), summary, _run_spec(run_steps), deviations, fingerprint, 5,
+                      RULE, plan=plan, run_meta=meta, ds_config=ds_config)
+
+
+# ---- the judges --------------------------------------------------------------------------------------
 
 def test_vocabulary_is_fixed_and_conditions_are_required():
-    assert Verdict(HOLDS_ONLY_WHEN, "e", "s", condition="x").text == "holds only when x"
-    assert Verdict(CANNOT_JUDGE, "e", "s", why="y").text == "cannot be judged here (y)"
+    assert ClaimVerdict(verdict=HOLDS_ONLY_WHEN, evidence="e", source="s", condition="x").text == "holds only when x"
+    assert ClaimVerdict(verdict=CANNOT_JUDGE, evidence="e", source="s", why="y").text == "cannot be judged here (y)"
     for bad in (dict(verdict="maybe"), dict(verdict=HOLDS_ONLY_WHEN), dict(verdict=CANNOT_JUDGE)):
         with pytest.raises(ValueError):
-            Verdict(evidence="e", source="s", **bad)
+            ClaimVerdict(evidence="e", source="s", **bad)
 
 
 def test_stated_figures_round_at_the_written_precision():
@@ -70,113 +155,156 @@ def test_stated_figures_round_at_the_written_precision():
 
 
 def test_arithmetic_holds_and_flips_on_a_wrong_term():
-    claim = {"phi": 14e9, "unit": "GB", "terms": {"w": 2, "adam": 12}, "stated": {"w": 28, "adam": 168, "total": 196}}
+    claim = CLAIM["ddp_static_memory"]  # 2 + 2 + 12 bytes x 14e9: 28 + 28 + 168 = 224 GB
     assert c.judge_arithmetic(claim, Evidence(claimed_plan()))[0].verdict == HOLDS
-    claim["stated"]["adam"] = 160
-    paper = c.judge_arithmetic(claim, Evidence(claimed_plan()))[0]
-    assert paper.verdict == DOES_NOT_HOLD and "adam" in paper.evidence
+    wrong = {**claim, "stated": {**claim["stated"], "fp32 AdamW state": 160}}
+    paper = c.judge_arithmetic(wrong, Evidence(claimed_plan()))[0]
+    assert paper.verdict == DOES_NOT_HOLD and "fp32 AdamW state" in paper.evidence.split("wrong: ")[1]
 
 
 def test_ledger_formula_on_paper_holds_flips_on_a_wrong_figure_and_on_another_accounting():
-    claim = {"scheme": "zero3", "replicated": 0, "sharded": 16, "stated": {"value": 104.3, "unit": "GiB", "phi": 14e9, "ranks": 2}}
-    assert c.judge_ledger_formula(claim, Evidence(claimed_plan()))[0].verdict == HOLDS
+    claim = CLAIM["zero3_ledger"]  # 16 Phi / N, 104.3 GiB at Phi = 14e9, N = 2
+    plan = claimed_plan()
+    assert c.judge_ledger_formula(claim, Evidence(plan))[0].verdict == HOLDS
     wrong = {**claim, "stated": {**claim["stated"], "value": 112.0}}  # 112 is the GB figure, not GiB
-    assert c.judge_ledger_formula(wrong, Evidence(claimed_plan()))[0].verdict == DOES_NOT_HOLD
-    fp32 = claimed_plan(dtype="fp32")
-    fp32["ledger"]["schemes"]["zero3"]["zerogate"]["device_terms(bytes)"]["parameters"] *= 2
+    assert c.judge_ledger_formula(wrong, Evidence(plan))[0].verdict == DOES_NOT_HOLD
+    # An accounting with fp32 parameters (twice the 16-bit bytes): the formula holds only for 16-bit ones.
+    parameters = plan.ledger.schemes["zero3"].zerogate.device_terms_bytes["parameters"]
+    fp32 = with_device_terms(with_dtype(plan, "fp32"), "zero3", parameters=2 * parameters)
     paper = c.judge_ledger_formula(claim, Evidence(fp32))[0]
-    assert paper.verdict == HOLDS_ONLY_WHEN and "16-bit" in paper.condition
+    assert paper.verdict == HOLDS_ONLY_WHEN and "16-bit" in paper.condition and "fp32 accounting" in paper.condition
 
 
 def test_ledger_formula_measured_against_the_held_bytes():
-    claim = {"scheme": "zero3", "replicated": 0, "sharded": 16}
+    claim = CLAIM["zero3_ledger"]
     plan = claimed_plan()
-    assert c.judge_ledger_formula(claim, Evidence(plan, ledger=ledger_table(16 * PHI // N, "fp16")))[1].verdict == HOLDS
-    fp32 = c.judge_ledger_formula(claim, Evidence(plan, ledger=ledger_table(20 * PHI // N)))[1]
+    assert ledger_table(16, "claim box").dtype == "fp16" and ledger_table(20).dtype == "fp32"
+    assert c.judge_ledger_formula(claim, Evidence(plan, ledger=ledger_table(16, "claim box")))[1].verdict == HOLDS
+    fp32 = c.judge_ledger_formula(claim, Evidence(plan, ledger=ledger_table(20)))[1]
     assert fp32.verdict == HOLDS_ONLY_WHEN and "20.0 bytes" in fp32.condition
-    assert c.judge_ledger_formula(claim, Evidence(plan, ledger=ledger_table(30 * PHI // N, "fp16")))[1].verdict == DOES_NOT_HOLD
-    other = c.judge_ledger_formula({**claim, "scheme": "ddp", "replicated": 16, "sharded": 0},
-                                   Evidence(plan, ledger=ledger_table(1)))[1]
-    assert other.verdict == CANNOT_JUDGE and "ZeRO-3" in other.why
+    assert c.judge_ledger_formula(claim, Evidence(plan, ledger=ledger_table(30, "claim box")))[1].verdict == DOES_NOT_HOLD
+    other = c.judge_ledger_formula(CLAIM["ddp_ledger"], Evidence(plan, ledger=ledger_table(16)))[1]
+    assert other.verdict == CANNOT_JUDGE and "ZeRO-3" in other.why and "DDP" in other.why
+    assert c.judge_ledger_formula(claim, Evidence(plan))[1].verdict == CANNOT_JUDGE  # no ledger table
 
 
 def test_offload_formula_holds_only_for_optimizer_offload_and_flips_on_arithmetic():
-    claim = {"sharded": 2, "stated": {"value": 14, "unit": "GB", "phi": 14e9, "ranks": 2}}
+    claim = CLAIM["zero3_offload"]  # 2 Phi / N = 14 GB at Phi = 14e9, N = 2
     paper, here = c.judge_offload_formula(claim, Evidence(claimed_plan()))
     assert paper.verdict == HOLDS_ONLY_WHEN and "offload_param" in paper.condition
     assert here.verdict == CANNOT_JUDGE
     assert c.judge_offload_formula({**claim, "stated": {**claim["stated"], "unit": "GiB"}},
                                    Evidence(claimed_plan()))[0].verdict == DOES_NOT_HOLD
     plan = claimed_plan()
-    plan["ledger"]["schemes"]["zero3_offload_optimizer"]["zerogate"]["device_terms(bytes)"]["parameters"] = 4 * PHI // N
-    assert c.judge_offload_formula(claim, Evidence(plan))[0].verdict == DOES_NOT_HOLD
+    parameters = plan.ledger.schemes["zero3_offload_optimizer"].zerogate.device_terms_bytes["parameters"]
+    doubled = with_device_terms(plan, "zero3_offload_optimizer", parameters=2 * parameters)
+    assert c.judge_offload_formula(claim, Evidence(doubled))[0].verdict == DOES_NOT_HOLD
 
 
 def test_communication_ratio_on_paper_and_not_measured():
-    claim = {"ddp_volume": 2, "zero3_volume": 3, "stated": {"value": 1.5}}
+    claim = CLAIM["zero3_communication"]  # 3 Phi / 2 Phi, stated 1.5
     paper, here = c.judge_communication(claim, Evidence(claimed_plan()))
     assert paper.verdict == HOLDS and here.verdict == CANNOT_JUDGE and "not measured" in here.text
-    assert c.judge_communication({**claim, "stated": {"value": 1.2}}, Evidence(claimed_plan()))[0].verdict == DOES_NOT_HOLD
+    assert c.judge_communication({**claim, "stated": {**claim["stated"], "value": 1.2}},
+                                 Evidence(claimed_plan()))[0].verdict == DOES_NOT_HOLD
 
 
 def test_step_time_on_the_floor_and_from_the_gate():
-    claim = {"stated": {"value": 1.82}, "gate": "optimizer_step_time"}
-    below = c.judge_step_time(claim, Evidence(claimed_plan(), gates=gates(optimizer_step_time="PASS")))
+    claim = CLAIM["step_time"]  # 1.82 s, gate optimizer_step_time
+    assert claim["stated"]["value"] == 1.82 and claim["gate"] == "optimizer_step_time"
+    below_floor = with_floor(claimed_plan(), 1.0, 0.1)
+    passed = verdicts(step_time=0.5)
+    assert passed.gate("optimizer_step_time").verdict == g.PASS and passed.reproduction.faithful
+    below = c.judge_step_time(claim, Evidence(below_floor, gates=passed))
     assert below[0].verdict == CANNOT_JUDGE and below[1].verdict == HOLDS
-    elsewhere = c.judge_step_time(claim, Evidence(claimed_plan(), gates=gates(False, optimizer_step_time="PASS")))[1]
+    elsewhere = c.judge_step_time(claim, Evidence(below_floor, gates=verdicts(faithful=False)))[1]
     assert elsewhere.verdict == HOLDS_ONLY_WHEN and "not the claim's 14B model" in elsewhere.condition
-    micro = c.judge_step_time(claim, Evidence(claimed_plan(**{"optimizer_step_floor(s)": 5.0}),
-                                              gates=gates(optimizer_step_time="FAIL")))
+    failed = verdicts(step_time=2.5)
+    assert failed.gate("optimizer_step_time").verdict == g.FAIL
+    micro = c.judge_step_time(claim, Evidence(with_floor(claimed_plan(), 5.0, 0.1), gates=failed))
     assert micro[0].verdict == HOLDS_ONLY_WHEN and "micro-step" in micro[0].condition
     assert micro[1].verdict == DOES_NOT_HOLD
-    never = c.judge_step_time(claim, Evidence(claimed_plan(**{"optimizer_step_floor(s)": 5.0, "micro_step_floor(s)": 2.0})))
+    never = c.judge_step_time(claim, Evidence(with_floor(claimed_plan(), 5.0, 2.0)))
     assert never[0].verdict == DOES_NOT_HOLD and never[1].verdict == CANNOT_JUDGE  # no gates given
 
 
 def test_peak_memory_flips_with_the_prediction_and_the_unit():
-    claim = {"stated": {"value": 7.42, "unit": "GB"}, "gate": "peak_memory_smallest_device"}
-    assert c.judge_peak_memory(claim, Evidence(claimed_plan()))[0].verdict == HOLDS  # 7.0 GB < 7.42 GB
-    plan = claimed_plan()
-    plan["checks"][0]["need(bytes)"] = int(7.6 * GB)  # over 7.42 GB, under 7.42 GiB (7.97 GB)
-    paper = c.judge_peak_memory(claim, Evidence(plan))[0]
+    claim = CLAIM["small_card_peak"]  # below 7.42 GB, on the smallest card
+    assert claimed_plan().smallest_device.device == "NVIDIA GeForce RTX 5070"
+    assert c.judge_peak_memory(claim, Evidence(with_small_card_need(claimed_plan(), int(7.0 * GB))))[0].verdict == HOLDS
+    # Over 7.42 GB, under 7.42 GiB (7.97 GB).
+    paper = c.judge_peak_memory(claim, Evidence(with_small_card_need(claimed_plan(), int(7.6 * GB))))[0]
     assert paper.verdict == HOLDS_ONLY_WHEN and "GiB" in paper.condition
-    plan["checks"][0]["need(bytes)"] = int(8.0 * GB)
-    assert c.judge_peak_memory(claim, Evidence(plan))[0].verdict == DOES_NOT_HOLD
+    over = with_small_card_need(claimed_plan(), int(8.0 * GB))
+    assert c.judge_peak_memory(claim, Evidence(over))[0].verdict == DOES_NOT_HOLD
 
 
 def test_convergence_from_the_gates_and_the_run_length():
-    claim = {"steps": 40, "gates": ["loss_convergence", "zero_nonfinite"]}
-    ok = Evidence(claimed_plan(), gates=gates(loss_convergence="PASS", zero_nonfinite="PASS"))
-    assert c.judge_convergence(claim, ok)[1].verdict == HOLDS
-    assert c.judge_convergence({**claim, "steps": 1000}, ok)[1].verdict == HOLDS_ONLY_WHEN
-    bad = Evidence(claimed_plan(), gates=gates(loss_convergence="PASS", zero_nonfinite="FAIL"))
-    assert c.judge_convergence(claim, bad)[1].verdict == DOES_NOT_HOLD
+    claim = CLAIM["convergence"]  # 1000 steps, gates loss_convergence and zero_nonfinite
+    ok = Evidence(claimed_plan(), gates=verdicts(run_steps=40))
+    assert c.judge_convergence({**claim, "steps": 40}, ok)[1].verdict == HOLDS
+    assert c.judge_convergence(claim, ok)[1].verdict == HOLDS_ONLY_WHEN
+    steps = synthetic_steps(steps=40)
+    steps.loc[steps["step"] == 30, "loss"] = float("nan")
+    bad = verdicts(steps, run_steps=40)
+    assert bad.gate("zero_nonfinite").verdict == g.FAIL
+    assert c.judge_convergence({**claim, "steps": 40}, Evidence(claimed_plan(), gates=bad))[1].verdict == DOES_NOT_HOLD
+
+
+def test_the_convergence_claim_counts_the_steps_each_rank_recorded():
+    """A complete run of the claimed 1000 steps holds the convergence claim; a truncated one does not, and its
+    evidence says how many optimizer steps each rank recorded (counted, never read off the highest step)."""
+    claim = CLAIM["convergence"]
+    assert claim["steps"] == 1000
+    complete = verdicts(run_steps=1000)
+    assert complete.records.steps_per_rank == {0: 1000, 1: 1000}
+    here = c.judge_convergence(claim, Evidence(claimed_plan(), gates=complete))[1]
+    assert here.verdict == HOLDS and "1000 optimizer steps per rank (claimed 1000)" in here.evidence
+    assert "loss_convergence: PASS" in here.evidence and "zero_nonfinite: PASS" in here.evidence
+    # Rank 1 stopped after 600 steps and the run wrote no summary.
+    steps = synthetic_steps(steps=1000)
+    truncated = verdicts(steps[~((steps["rank"] == 1) & (steps["step"] > 600))], run_steps=1000, finished=False)
+    assert truncated.records.steps_per_rank == {0: 1000, 1: 600}
+    here = c.judge_convergence(claim, Evidence(claimed_plan(), gates=truncated))[1]
+    assert here.verdict == DOES_NOT_HOLD and "600 optimizer steps per rank (claimed 1000)" in here.evidence
+    assert "zero_nonfinite: FAIL" in here.evidence
+    # Rank 1 recorded steps 1-10 and the last one: 11 steps, whatever its highest step says.
+    gapped = verdicts(steps[(steps["rank"] == 0) | (steps["step"] <= 10) | (steps["step"] == 1000)], run_steps=1000)
+    here = c.judge_convergence(claim, Evidence(claimed_plan(), gates=gapped))[1]
+    assert here.verdict == DOES_NOT_HOLD and "11 optimizer steps per rank (claimed 1000)" in here.evidence
+    # A complete run shorter than claimed holds only for its own length.
+    short = c.judge_convergence(claim, Evidence(claimed_plan(), gates=verdicts(run_steps=200)))[1]
+    assert short.verdict == HOLDS_ONLY_WHEN
+    assert short.condition == "the run is 200 steps long: 1000 were claimed, not run here"
+    assert "200 optimizer steps per rank (claimed 1000)" in short.evidence
 
 
 def test_hardware_fact_flips_with_the_described_memory():
-    claim = {"gpus": [{"name": "RTX 5070", "memory": 8, "unit": "GB"}]}
-    twelve = {"name": "box", "gpus": [{"name": "NVIDIA GeForce RTX 5070", "memory_total_bytes": 12 * GIB}]}
-    eight = {"name": "box", "gpus": [{"name": "NVIDIA GeForce RTX 5070", "memory_total_bytes": 8 * GIB}]}
-    assert c.judge_hardware(claim, Evidence(claimed_plan(), claimed_machine=twelve))[0].verdict == DOES_NOT_HOLD
+    claim = CLAIM["hardware"]  # an RTX 5070 8 GB and an RTX 4090 24 GB
+    twelve = CLAIMED_MACHINE  # the desktop RTX 5070 has 12 GB
+    eight = copy.deepcopy(CLAIMED_MACHINE)
+    next(gpu for gpu in eight["gpus"] if "RTX 5070" in gpu["name"])["memory_total_bytes"] = 8 * GIB
+    paper = c.judge_hardware(claim, Evidence(claimed_plan(), claimed_machine=twelve))[0]
+    assert paper.verdict == DOES_NOT_HOLD and "stated 8 GB" in paper.evidence
     assert c.judge_hardware(claim, Evidence(claimed_plan(), claimed_machine=eight))[0].verdict == HOLDS
 
 
 def test_every_claim_of_the_real_file_is_judged_with_a_known_kind():
-    claims = yaml.safe_load((REPO / "config" / "claims.yaml").read_text())
+    claims = copy.deepcopy(CLAIMS)
     from snakemake.utils import validate
     validate(copy.deepcopy(claims), str(REPO / "config" / "schemas" / "claims.schema.yaml"))
-    machine = yaml.safe_load((REPO / claims["claimed_box"]["machine"]).read_text())
-    plan = claimed_plan()
-    plan["ledger"]["schemes"].update({s: plan["ledger"]["schemes"]["zero3"] for s in ("zero1", "zero2")})
-    verdicts = judge(claims, Evidence(plan, ledger=ledger_table(20 * PHI // N), claimed_machine=machine,
-                                      gates=gates(optimizer_step_time="PASS", peak_memory_smallest_device="PASS",
-                                                  loss_convergence="PASS", zero_nonfinite="PASS")))
-    assert [v["id"] for v in verdicts["claims"]] == [claim["id"] for claim in claims["claims"]]
-    by_id = {v["id"]: v for v in verdicts["claims"]}
-    assert by_id["hardware"]["on_paper"]["verdict"] == DOES_NOT_HOLD  # the RTX 5070 is a 12 GB card
-    assert by_id["zero3_communication"]["measured_here"]["text"].startswith("cannot be judged here (not measured")
-    for v in verdicts["claims"]:
-        assert v["on_paper"]["verdict"] in c.VERDICTS and v["measured_here"]["verdict"] in c.VERDICTS
+    judged = judge(claims, Evidence(claimed_plan(), ledger=ledger_table(20), claimed_machine=CLAIMED_MACHINE,
+                                    gates=verdicts(run_steps=1000)))
+    assert [v.id for v in judged.claims] == [claim["id"] for claim in claims["claims"]]
+    by_id = {v.id: v for v in judged.claims}
+    assert by_id["hardware"].on_paper.verdict == DOES_NOT_HOLD  # the RTX 5070 is a 12 GB card
+    assert by_id["zero3_communication"].measured_here.text.startswith("cannot be judged here (not measured")
+    assert by_id["convergence"].measured_here.verdict == HOLDS
+    for v in judged.claims:
+        assert v.on_paper.verdict in CLAIM_VERDICTS and v.measured_here.verdict in CLAIM_VERDICTS
+    # As claims/verdicts.json holds them, read back.
+    from zerogate.contracts.verdicts import ClaimVerdicts
+    assert ClaimVerdicts.parse(json.loads(json.dumps(judged.as_json())), "claims/verdicts.json") == judged
 
 
 def test_analysis_claims_never_imports_torch():
@@ -186,17 +314,28 @@ def test_analysis_claims_never_imports_torch():
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
-def test_claims_file_is_an_input_of_the_judge_only():
-    """Editing a claim re-judges (judge_seed_claims, then the report), never re-plans or retrains: no other rule
-    reads config/claims.yaml, and the judge needs no training rule's output it would re-make."""
+def test_claims_file_is_an_input_of_the_judges_only():
+    """Editing a claim re-judges (judge_plan_claims on paper into plan.txt, judge_seed_claims measured, then the
+    report), never re-plans or retrains: only the two judges read config/claims.yaml, and nothing that plans,
+    measures or trains depends on it, however indirectly."""
     from tests.unit.test_workflow import planned_jobs, snakemake
 
     done = snakemake("-n", "--config", "profile=smoke", "machine=dry-run")
     assert planned_jobs(done)["judge_seed_claims"] == 1 and planned_jobs(done)["plan_claimed_box"] == 1
-    readers, rule = [], None
+    jobs, job = [], None
     for line in done.stdout.splitlines():
         if found := re.match(r"^(?:local)?rule (\w+):", line):
-            rule = found[1]
-        elif line.strip().startswith("input:") and "config/claims.yaml" in line:
-            readers.append(rule)
-    assert readers == ["judge_seed_claims"], readers
+            job = {"rule": found[1], "input": set(), "output": set()}
+            jobs.append(job)
+        elif job and (found := re.match(r"^\s+(input|output): (.*)$", line)):
+            job[found[1]] = {path.strip() for path in found[2].split(",")}
+    readers = sorted(j["rule"] for j in jobs if "config/claims.yaml" in j["input"])
+    assert readers == ["judge_plan_claims", "judge_seed_claims"], readers
+    made, downstream = {"config/claims.yaml"}, set()
+    while grown := [j for j in jobs if j["rule"] not in downstream and j["input"] & made]:
+        for j in grown:
+            downstream.add(j["rule"])
+            made |= j["output"]
+    assert downstream <= {"judge_plan_claims", "judge_seed_claims", "write_report", "register_run", "all"}, downstream
+    assert downstream.isdisjoint({"render_deepspeed_config", "plan_run", "replan_with_measured_compute",
+                                  "plan_claimed_box", "approve_plan", "train", "parse_logs", "check_gates"})

@@ -1,41 +1,57 @@
 """compare: runs grouped by what they measured, machines side by side with ratios to a reference, and the
-runs that are not comparable listed apart with their one reason (bug 6)."""
+runs that are not comparable listed apart with their one reason."""
 
 import json
 import re
 
 import pytest
 
-from tests.conftest import CPU_FINGERPRINT
-from tests.unit.helpers import no_events, spike_rule, synthetic_steps
-from tests.unit.test_report import DEVIATION, PROVENANCE
+from tests.unit.helpers import no_events, settings, spike_rule, synthetic_steps, train_summary
+from tests.unit.test_report import DEVIATION, provenance, verdicts_of
 from zerogate.analysis import measures
-from zerogate.analysis.gates import evaluate
-from zerogate.analysis.parse import run_metadata
+from zerogate.analysis.parse import read_steps, run_metadata
+from zerogate.contracts.report import RunRegistry
+from zerogate.contracts.run import Deviations
 from zerogate.errors import InputError
 from zerogate.report.compare import (comparison_table, gate_rows, group_runs, load_run, overlay_figure,
                                      quantity_rows, render_comparison)
-from zerogate.report.registry import SCHEMA, registry_record
+from zerogate.report.registry import registry_record
 
 
-def write_run(root, tiny_profile, machine, dataset_hash="d" * 64, step_time=0.5, profile="smoke",
-              config_hash="f" * 64, memory_gib=0.6):
-    """A run directory as the pipeline leaves it: registry.json plus parsed/steps.parquet."""
-    run_dir = root / "results" / profile / machine
-    (run_dir / "parsed").mkdir(parents=True)
+def registry_of(tiny_profile, machine, dataset_hash="d" * 64, step_time=0.5, profile="smoke", config_hash="f" * 64,
+                memory_gib=0.6):
+    """(registry.json's record, the steps table) of a synthetic run, as register_run makes it."""
     steps = synthetic_steps(step_time=step_time, memory_gib=memory_gib)
-    steps.to_parquet(run_dir / "parsed/steps.parquet")
-    verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": 200},
-                        {"world_size": 2, "training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5, spike_rule(tiny_profile))
-    provenance = {**PROVENANCE, "profile": profile, "run_id": f"{profile}-{machine}-{config_hash[:8]}",
-                  "config_hash": config_hash, "dataset": {**PROVENANCE["dataset"], "content_sha256": dataset_hash}}
+    verdicts = verdicts_of(tiny_profile, steps)
     base = f"results/{profile}/{machine}"
-    record = registry_record(machine=machine, verdicts=verdicts, steps=steps,
-                             run_meta=run_metadata(steps, no_events(), {}, "", 200), provenance=provenance,
-                             deviations=[DEVIATION], warmup_steps=5, spike_rule=spike_rule(tiny_profile),
-                             files={"steps": f"{base}/parsed/steps.parquet", "report": f"{base}/report/x.html"})
-    (run_dir / "registry.json").write_text(json.dumps(record, default=str))
+    record = registry_record(
+        machine=machine, verdicts=verdicts, steps=steps,
+        run_meta=run_metadata(steps, no_events(), train_summary(), "", 200),
+        provenance=provenance(profile=profile, run_id=f"{profile}-{machine}-{config_hash[:8]}", config_hash=config_hash,
+                              dataset_hash=dataset_hash),
+        deviations=Deviations(deviations=[DEVIATION]), warmup_steps=5, spike_rule=spike_rule(tiny_profile),
+        files={"report": f"{base}/report/x.html", "verdicts": f"{base}/gates/verdicts.json",
+               "steps": f"{base}/parsed/steps.parquet", "events": f"{base}/parsed/events.parquet",
+               "provenance": f"{base}/provenance.json",
+               "figures": {name: f"{base}/figures/{name}.png" for name in ("loss", "step_time", "memory", "loss_scale")}})
+    return record, steps
+
+
+def write_run(root, tiny_profile, machine, registry=RunRegistry, **run):
+    """A run directory as the pipeline leaves it: registry.json (written as ``registry``, the contract of
+    this or an older version) plus parsed/steps.parquet."""
+    record, steps = registry_of(tiny_profile, machine, **run)
+    run_dir = root / "results" / record.profile / machine
+    (run_dir / "parsed").mkdir(parents=True)
+    steps.to_parquet(run_dir / "parsed/steps.parquet")
+    registry.model_validate(record.model_dump()).write(run_dir / "registry.json")
     return run_dir
+
+
+class OlderRegistry(RunRegistry):
+    """A registry an older pipeline wrote: the same fields, an older contract version."""
+
+    VERSION = RunRegistry.VERSION - 1
 
 
 @pytest.fixture
@@ -54,11 +70,14 @@ def seven(tmp_path, tiny_profile):
 
 
 def test_registry_holds_gates_summary_and_provenance(tmp_path, tiny_profile):
-    record = load_run(write_run(tmp_path, tiny_profile, "lab-a"))
-    assert record["schema"] == SCHEMA and record["machine"] == "lab-a"
-    assert [g["name"] for g in record["gates"]] == [g["name"] for g in tiny_profile["gates"]]
-    assert record["provenance"]["dataset_sha256"] == "d" * 64 and len(record["provenance"]["ds_config_sha256"]) == 64
-    assert record["summary"]["ranks"] == 2 and record["summary"]["run_complete"] is True
+    run_dir = write_run(tmp_path, tiny_profile, "lab-a")
+    assert json.loads((run_dir / "registry.json").read_text())["contract"] == RunRegistry.stamp()
+    run = load_run(run_dir)
+    record = run.registry
+    assert run.problem is None and record.machine == "lab-a" and run.machine == "lab-a"
+    assert [g.name for g in record.gates] == [g.name for g in settings(tiny_profile).gates]
+    assert record.provenance.dataset_sha256 == "d" * 64 and len(record.provenance.ds_config_sha256) == 64
+    assert record.summary.ranks == 2 and record.summary.run_complete is True
 
 
 def test_runs_are_grouped_by_profile_config_and_dataset(seven):
@@ -66,7 +85,7 @@ def test_runs_are_grouped_by_profile_config_and_dataset(seven):
     assert [(g.key[0], g.machines) for g in comparison.groups] == [("smoke", ["lab-a", "lab-b"]),
                                                                    ("cpu-tiny", ["box-1", "box-2"])]
     assert [g.reference for g in comparison.groups] == ["lab-a", "box-1"]  # first alphabetically
-    reasons = {s.run["run_id"]: s.reason for s in comparison.stragglers}
+    reasons = {s.run.run_id: s.reason for s in comparison.stragglers}
     assert len(reasons) == 3
     assert reasons["smoke-lab-x-ffffffff"].startswith("dataset hash eeeeeeeeeeee differs")
     assert reasons["cpu-tiny-box-3-99999999"].startswith("config hash 999999999999 differs")
@@ -81,7 +100,7 @@ def test_the_user_chooses_the_reference_machine(seven):
     assert tiny.reference == "box-1" and "lab-b" in tiny.reference_note
     step = next(row for row in quantity_rows(smoke) if row["label"].startswith("median optimizer-step"))
     assert step["cells"]["lab-b"]["ratio"] == 1.0
-    lab_a, lab_b = (seven[1]["summary"]["step_time_median(s)"], seven[0]["summary"]["step_time_median(s)"])
+    lab_a, lab_b = seven[1].statistic("step_time_median_s"), seven[0].statistic("step_time_median_s")
     assert step["cells"]["lab-a"]["ratio"] == pytest.approx(lab_a / lab_b) and 0.15 < lab_a / lab_b < 0.25
 
 
@@ -135,16 +154,19 @@ def test_overlay_curves_are_the_measures_series(seven, tmp_path, monkeypatch):
     comparison = group_runs(seven)
     overlay_figure(comparison, "step_time", "s", tmp_path / "step.png")
     assert [label for label, _, _ in drawn] == ["lab-a (reference)", "lab-b", "box-1 (reference)", "box-2"]
-    lab_b = measures.step_time_per_step(__import__("pandas").read_parquet(seven[0]["_dir"] + "/parsed/steps.parquet"))
+    lab_b = measures.step_time_per_step(read_steps(seven[0].directory / "parsed/steps.parquet"))
     assert drawn[1][2] == lab_b.tolist()
 
 
 def test_an_older_registry_is_not_comparable_and_says_why(tmp_path, tiny_profile):
-    runs = [load_run(write_run(tmp_path, tiny_profile, m)) for m in ("lab-a", "lab-b", "lab-c")]
-    runs[2]["schema"] = "zerogate-run-registry/1"
+    runs = [load_run(write_run(tmp_path, tiny_profile, m)) for m in ("lab-a", "lab-b")]
+    runs.append(load_run(write_run(tmp_path, tiny_profile, "lab-c", registry=OlderRegistry)))
+    assert runs[2].registry is None
     comparison = group_runs(runs)
     assert comparison.groups[0].machines == ["lab-a", "lab-b"]
-    assert "registry schema 'zerogate-run-registry/1'" in comparison.stragglers[0].reason
+    reason = comparison.stragglers[0].reason
+    assert f"registry contract version {OlderRegistry.VERSION}, this zerogate reads {RunRegistry.VERSION}" in reason
+    assert "register_run" in reason  # how to rebuild it
 
 
 def test_missing_registry_is_one_line_naming_the_file(tmp_path):

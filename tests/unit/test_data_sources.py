@@ -6,17 +6,21 @@ import json
 import pandas as pd
 import pytest
 
+from zerogate.config.settings import dataset_settings
+from zerogate.contracts.data import DatasetManifest
 from zerogate.data.dataset import load_split, prepare
-from zerogate.errors import InputError
+from zerogate.data.sources import check_dataset_source
 from zerogate.data.templates import IGNORE_INDEX
+from zerogate.errors import InputError
 
 ROWS = [{"question": f"reverse {w}", "answer": w[::-1], "extra": i} for i, w in
         enumerate(["abc", "defg", "hij", "klmno", "pqr", "stuv", "wxy", "zab", "cde", "fgh"])]
 
 
 def settings(source, **extra):
-    return {"source": source, "columns": {"prompt": "question", "response": "answer"}, "seq_len": 32,
-            "validation_fraction": 0.2, "seed": 1, "vocab_size": 128, "template": "plain", **extra}
+    """A profile's ``dataset`` section for ``source``, typed as the profile loads it."""
+    return dataset_settings({"source": source, "columns": {"prompt": "question", "response": "answer"}, "seq_len": 32,
+                             "validation_fraction": 0.2, "seed": 1, "vocab_size": 128, "template": "plain", **extra})
 
 
 def write_jsonl(path, rows):
@@ -35,9 +39,10 @@ def refused(tmp_path, source, **extra) -> str:
 def test_local_jsonl_with_column_mapping_builds_masked_splits(tmp_path):
     write_jsonl(tmp_path / "mine.jsonl", ROWS)
     manifest = prepare(settings("mine.jsonl"), tmp_path / "out", repo=tmp_path)
-    assert manifest["rows_read"] == 10
-    assert manifest["splits"]["train"]["rows"] == 8 and manifest["splits"]["validation"]["rows"] == 2
-    assert len(manifest["file"]["file_sha256"]) == 64 and manifest["template"] == "plain"
+    assert DatasetManifest.read(tmp_path / "out/manifest.json") == manifest
+    assert manifest.rows_read == 10
+    assert manifest.splits["train"].rows == 8 and manifest.splits["validation"].rows == 2
+    assert len(manifest.file["file_sha256"]) == 64 and manifest.template == "plain"
     split = load_split(tmp_path / "out/train.parquet")
     assert ((split.labels != IGNORE_INDEX).sum(axis=1) > 0).all()  # every row learns its answer
     assert ((split.labels == IGNORE_INDEX) | (split.labels == split.input_ids)).all()
@@ -51,7 +56,7 @@ def test_content_hash_follows_the_file(tmp_path):
     first = prepare(settings("a.jsonl"), tmp_path / "a", repo=tmp_path)
     again = prepare(settings("a.jsonl"), tmp_path / "a2", repo=tmp_path)
     other = prepare(settings("b.jsonl"), tmp_path / "b", repo=tmp_path)
-    assert first["content_sha256"] == again["content_sha256"] != other["content_sha256"]
+    assert first.content_sha256 == again.content_sha256 != other.content_sha256
 
 
 @pytest.mark.parametrize("kind", ["csv", "parquet", "json"])
@@ -60,7 +65,7 @@ def test_csv_parquet_and_json_array_read_the_same_rows(tmp_path, kind):
     path = tmp_path / f"mine.{kind}"
     {"csv": lambda: frame.to_csv(path, index=False), "parquet": lambda: frame.to_parquet(path),
      "json": lambda: path.write_text(json.dumps(ROWS))}[kind]()
-    assert prepare(settings(path.name), tmp_path / "out", repo=tmp_path)["rows_read"] == 10
+    assert prepare(settings(path.name), tmp_path / "out", repo=tmp_path).rows_read == 10
 
 
 def test_plain_text_for_continued_pretraining(tmp_path):
@@ -68,14 +73,14 @@ def test_plain_text_for_continued_pretraining(tmp_path):
     manifest = prepare(settings("book.txt", columns={"text": "text"}), tmp_path / "out", repo=tmp_path)
     split = load_split(tmp_path / "out/train.parquet")
     learned = split.labels != IGNORE_INDEX
-    assert manifest["rows_read"] == 20 and (learned == (split.attention_mask == 1)).all()
+    assert manifest.rows_read == 20 and (learned == (split.attention_mask == 1)).all()
 
 
 def test_instruction_input_output_layout(tmp_path):
     write_jsonl(tmp_path / "alpaca.jsonl", [{"instruction": "Reverse.", "input": r["question"], "output": r["answer"]} for r in ROWS])
     columns = {"instruction": "instruction", "input": "input", "output": "output"}
     manifest = prepare(settings("alpaca.jsonl", columns=columns, template="alpaca", seq_len=256), tmp_path / "a", repo=tmp_path)
-    assert manifest["rows_read"] == 10 and manifest["splits"]["train"]["loss_tokens"] > 0
+    assert manifest.rows_read == 10 and manifest.splits["train"].loss_tokens > 0
 
 
 def test_missing_mapped_column(tmp_path):
@@ -114,9 +119,9 @@ def test_too_long_rows_dropped_or_truncated_are_counted(tmp_path, policy):
     long = {"question": "reverse a b", "answer": "a b c d e " * 20}  # the prompt fits, the answer does not
     write_jsonl(tmp_path / "long.jsonl", [*ROWS, *[long] * 10])
     manifest = prepare(settings("long.jsonl", too_long=policy, validation_fraction=0.5), tmp_path / "out", repo=tmp_path)
-    counted = sum(s["dropped_too_long" if policy == "drop" else "truncated"] for s in manifest["splits"].values())
+    counted = sum(getattr(s, "dropped_too_long" if policy == "drop" else "truncated") for s in manifest.splits.values())
     assert counted == 10
-    assert sum(s["rows"] for s in manifest["splits"].values()) == (10 if policy == "drop" else 20)
+    assert sum(s.rows for s in manifest.splits.values()) == (10 if policy == "drop" else 20)
 
 
 def test_missing_file_and_unknown_type(tmp_path):
@@ -131,13 +136,13 @@ def test_a_single_row_cannot_be_split(tmp_path):
 
 
 def test_a_user_file_with_the_default_template_fits_on_a_random_init_model(tmp_path):
-    """Bug 1: the BPE tokenizer was trained on the rows' text without the template's own text, so the
-    Alpaca header tokenised character by character and no row fitted in seq_len."""
+    """The BPE tokenizer is trained on the rows' text with the template's own text: without it the Alpaca
+    header would tokenise character by character and no row would fit in seq_len."""
     write_jsonl(tmp_path / "mine.jsonl", ROWS * 3)
     manifest = prepare(settings("mine.jsonl", template="auto", seq_len=64, vocab_size=256), tmp_path / "out",
                        repo=tmp_path)
-    assert manifest["template"] == "alpaca"
-    assert manifest["splits"]["train"]["rows"] == 24 and manifest["splits"]["train"]["dropped_too_long"] == 0
+    assert manifest.template == "alpaca"
+    assert manifest.splits["train"].rows == 24 and manifest.splits["train"].dropped_too_long == 0
 
 
 def test_a_tokenizer_larger_than_the_profiles_vocabulary_is_refused(tmp_path):
@@ -148,3 +153,22 @@ def test_a_tokenizer_larger_than_the_profiles_vocabulary_is_refused(tmp_path):
     write_jsonl(tmp_path / "wide.jsonl", rows)
     message = refused(tmp_path, "wide.jsonl", vocab_size=64)
     assert ": dataset.vocab_size: " in message and "64" in message
+
+
+def test_the_early_check_refuses_the_same_files_when_the_profile_loads(tmp_path):
+    """check_dataset_source (run when the profile loads, before any job) refuses what prepare_dataset would,
+    with the same message; a good file passes it."""
+    write_jsonl(tmp_path / "mine.jsonl", ROWS)
+    (tmp_path / "empty.jsonl").write_text("")
+    lines = [json.dumps(r) for r in ROWS[:3]] + ['{"question": "x", "answer": '] + [json.dumps(r) for r in ROWS[3:]]
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
+    cases = [("nope.jsonl", {}), ("empty.jsonl", {}), ("bad.jsonl", {}),
+             ("mine.jsonl", {"columns": {"prompt": "question", "response": "reply"}})]
+    for source, extra in cases:
+        typed = settings(source, **extra)
+        with pytest.raises(InputError) as early:
+            check_dataset_source(typed.source, typed.columns, typed.format, tmp_path)
+        assert str(early.value) == refused(tmp_path, source, **extra), source
+    good = settings("mine.jsonl")
+    assert check_dataset_source(good.source, good.columns, good.format, tmp_path) is None
+    assert check_dataset_source("builtin-tasks", None, None, tmp_path) is None  # nothing to check

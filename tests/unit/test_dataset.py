@@ -1,26 +1,33 @@
+"""The built-in dataset: deterministic from its seed, correct answers, prompts masked, splits disjoint."""
+
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
+from zerogate.config.settings import dataset_settings
+from zerogate.contracts.data import DatasetManifest
 from zerogate.data.dataset import IGNORE_INDEX, TASKS, encode, generate_examples, load_split, prepare, train_tokenizer
 
 
 @pytest.fixture(scope="module")
 def settings():
-    return {"source": "builtin-tasks", "tasks": list(TASKS), "seed": 7, "num_train": 300, "num_validation": 40,
-            "seq_len": 64, "vocab_size": 256}
+    """A profile's ``dataset`` section for the built-in tasks, typed as the profile loads it."""
+    return dataset_settings({"source": "builtin-tasks", "tasks": list(TASKS), "seed": 7, "num_train": 300,
+                             "num_validation": 40, "seq_len": 64, "vocab_size": 256})
 
 
 def test_same_settings_give_identical_dataset(tmp_path, settings):
     first = prepare(settings, tmp_path / "a")
     second = prepare(settings, tmp_path / "b")
-    assert first["content_sha256"] == second["content_sha256"]
+    assert first.content_sha256 == second.content_sha256
     assert (tmp_path / "a/tokenizer.json").read_bytes() == (tmp_path / "b/tokenizer.json").read_bytes()
 
 
 def test_another_seed_gives_another_hash(tmp_path, settings):
-    assert prepare(settings, tmp_path / "a")["content_sha256"] != prepare({**settings, "seed": 8}, tmp_path / "b")["content_sha256"]
+    other = dataclasses.replace(settings, seed=8)
+    assert prepare(settings, tmp_path / "a").content_sha256 != prepare(other, tmp_path / "b").content_sha256
 
 
 def test_examples_are_correct_answers():
@@ -73,8 +80,10 @@ def test_too_long_examples_are_dropped_and_counted():
 
 def test_written_split_reads_back(tmp_path, settings):
     manifest = prepare(settings, tmp_path)
+    assert DatasetManifest.read(tmp_path / "manifest.json") == manifest
+    assert manifest.seq_len == settings.seq_len and manifest.builtin and not manifest.model.pretrained
     split = load_split(tmp_path / "train.parquet")
-    assert split.input_ids.shape == (manifest["splits"]["train"]["rows"], settings["seq_len"])
-    assert int((split.labels != IGNORE_INDEX).sum()) == manifest["splits"]["train"]["loss_tokens"]
-    assert split.input_ids.max() < manifest["vocab_size"]
+    assert split.input_ids.shape == (manifest.splits["train"].rows, settings.seq_len)
+    assert int((split.labels != IGNORE_INDEX).sum()) == manifest.splits["train"].loss_tokens
+    assert split.input_ids.max() < manifest.vocab_size
     assert np.issubdtype(split.input_ids.dtype, np.integer)

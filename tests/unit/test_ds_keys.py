@@ -5,13 +5,19 @@ import copy
 import pytest
 
 from tests.conftest import gpu_fingerprint
-from zerogate.plan.ds_config import render, validate_with_deepspeed
-from zerogate.plan.ds_keys import model_keys, unknown_keys
+from tests.unit.test_ds_config import by_path, render_profile, with_sections
+from zerogate.contracts.machine import Fingerprint
 from zerogate.errors import InputError
+from zerogate.plan.ds_config import validate_with_deepspeed
+from zerogate.plan.ds_keys import model_keys, unknown_keys
 
 
-def by_path(deviations):
-    return {d["path"]: d for d in deviations}
+def _without_bf16(fingerprint: Fingerprint) -> Fingerprint:
+    """The machine with devices that do not support bf16."""
+    data = fingerprint.model_dump()
+    for device in data["accelerator"]["devices"]:
+        device["bf16_supported"] = False
+    return Fingerprint.of(data, "the test fingerprint")
 
 
 def test_the_claims_config_has_no_unknown_key(claim_config):
@@ -21,7 +27,7 @@ def test_the_claims_config_has_no_unknown_key(claim_config):
 def test_misspelt_zero_key_is_refused_with_its_path(claim_config, tiny_profile, cpu_fingerprint):
     claim_config["zero_optimization"]["stage3_prefetch_bucket_sise"] = "auto"
     with pytest.raises(InputError) as error:
-        render(claim_config, tiny_profile, cpu_fingerprint, "claim.json")
+        render_profile(claim_config, tiny_profile, cpu_fingerprint, "claim.json")
     assert str(error.value).startswith("claim.json: zero_optimization.stage3_prefetch_bucket_sise: unknown key")
     assert "did you mean 'stage3_prefetch_bucket_size'" in str(error.value)
 
@@ -50,10 +56,10 @@ def test_deepspeed_aliases_and_top_level_keys_are_known(claim_config):
 
 
 def test_misspelt_override_is_refused_naming_the_profile_key(claim_config, tiny_profile, cpu_fingerprint):
-    profile = copy.deepcopy(tiny_profile)
-    profile["deepspeed"]["overrides"] = [{"path": "zero_optimization.overlap_com", "value": False, "reason": "x"}]
+    profile = with_sections(tiny_profile, deepspeed={
+        "overrides": [{"path": "zero_optimization.overlap_com", "value": False, "reason": "x"}]})
     with pytest.raises(InputError, match=r"^profile: deepspeed.overrides.0.path: zero_optimization.overlap_com"):
-        render(claim_config, profile, cpu_fingerprint, "claim.json")
+        render_profile(claim_config, profile, cpu_fingerprint, "claim.json")
 
 
 def test_deepspeed_rejects_an_ill_typed_value():
@@ -63,21 +69,19 @@ def test_deepspeed_rejects_an_ill_typed_value():
 
 
 def test_bf16_request_on_a_card_without_bf16_becomes_fp16_deviation(claim_config, tiny_profile):
-    fingerprint = gpu_fingerprint(("Tesla V100", 16), ("Tesla V100", 16))
-    for device in fingerprint["accelerator"]["devices"]:
-        device["bf16_supported"] = False
+    fingerprint = _without_bf16(gpu_fingerprint(("Tesla V100", 16), ("Tesla V100", 16)))
     config = copy.deepcopy(claim_config)
     config["fp16"]["enabled"] = False
     config["bf16"] = {"enabled": True}
-    ds, deviations, spec = render(config, tiny_profile, fingerprint, "claim.json")
-    assert spec["dtype"] == "fp16" and ds["bf16"]["enabled"] is False and ds["fp16"]["enabled"] is True
+    ds, deviations, spec = render_profile(config, tiny_profile, fingerprint, "claim.json")
+    assert spec.dtype == "fp16" and ds["bf16"]["enabled"] is False and ds["fp16"]["enabled"] is True
     d = by_path(deviations)
-    assert d["bf16.enabled"]["changes_experiment"] and "Tesla V100" in d["bf16.enabled"]["reason"]
+    assert d["bf16.enabled"].changes_experiment and "Tesla V100" in d["bf16.enabled"].reason
 
 
 def test_bf16_kept_where_every_device_supports_it(claim_config, tiny_profile):
     config = copy.deepcopy(claim_config)
     config["fp16"]["enabled"] = False
     config["bf16"] = {"enabled": True}
-    _, deviations, spec = render(config, tiny_profile, gpu_fingerprint(("RTX 4090", 24)), "claim.json")
-    assert spec["dtype"] == "bf16" and "bf16.enabled" not in by_path(deviations)
+    _, deviations, spec = render_profile(config, tiny_profile, gpu_fingerprint(("RTX 4090", 24)), "claim.json")
+    assert spec.dtype == "bf16" and "bf16.enabled" not in by_path(deviations)

@@ -5,9 +5,19 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from zerogate.config.settings import EvaluationSettings
+from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.data.dataset import fit_rows
-from zerogate.train.evaluate import Evaluator, exact_match, rank_share, settings_for, validation_loss
 from zerogate.data.templates import IGNORE_INDEX
+from zerogate.train.evaluate import Evaluator, exact_match, rank_share, settings_for, validation_loss
+
+
+def manifest(source: str) -> DatasetManifest:
+    """prepare_dataset's manifest of a dataset from ``source`` (built-in tasks or a user file)."""
+    split = SplitStats(rows=10, dropped_too_long=0, truncated=0, tokens=640, loss_tokens=320)
+    return DatasetManifest(source=source, content_sha256="0" * 64, seq_len=64, splits={"train": split, "validation": split},
+                           template="builtin", tokenizer_directory="tokenizer", vocab_size=167, pad_token_id=0,
+                           eos_token_id=2, model=ModelInfo(source="shape", kind="shape", directory=None))
 
 
 def test_every_rank_gets_the_same_number_of_rows():
@@ -16,8 +26,10 @@ def test_every_rank_gets_the_same_number_of_rows():
 
 
 def test_settings_default_to_four_evaluations_and_no_exact_match_for_user_data():
-    assert settings_for({"source": "builtin-tasks"}, 100)["every_steps"] == 25
-    assert settings_for({"source": "mine.jsonl", "evaluation": {"exact_match_items": 5}}, 8)["exact_match_items"] == 0
+    assert settings_for(manifest("builtin-tasks"), EvaluationSettings(), 100).every_steps == 25
+    assert settings_for(manifest("builtin-tasks"), EvaluationSettings(every_steps=7), 100).every_steps == 7
+    assert settings_for(manifest("builtin-tasks"), EvaluationSettings(exact_match_items=5), 8).exact_match_items == 5
+    assert settings_for(manifest("mine.jsonl"), EvaluationSettings(exact_match_items=5), 8).exact_match_items == 0
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +82,7 @@ def test_exact_match_counts_correct_greedy_answers_per_task():
 
 def test_evaluator_schedule():
     evaluator = Evaluator.__new__(Evaluator)
-    evaluator.settings = {"every_steps": 10}
+    evaluator.settings = EvaluationSettings(every_steps=10)
     evaluator.run = lambda step, phase: (step, phase)
     assert evaluator.maybe_run(0) == (0, "before")
     assert evaluator.maybe_run(10) == (10, "during") and evaluator.maybe_run(7) is None

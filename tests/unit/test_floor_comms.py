@@ -1,7 +1,6 @@
 """The floor's communication terms on hand-made figures, the probe's figures from raw timings, the
-machine descriptions' link facts, and the floor-above-measurement finding (issue 11, part 3)."""
+machine descriptions' link facts, and the floor-above-measurement check of the floor_ratio gate."""
 
-import copy
 import dataclasses
 from pathlib import Path
 
@@ -9,11 +8,14 @@ import pytest
 
 from tests.unit.test_ledger import claim_setup, oracle_counts
 from zerogate.config.machines import check, from_fingerprint, load_description
+from zerogate.contracts.machine import Collectives, CollectiveKindFigures, CollectiveSample, Figure, Host
+from zerogate.contracts.plan import CollectiveTime, Floor, ModelComputeMeasurement
 from zerogate.errors import InputError
+from zerogate.model.counts import ModelCounts
 from zerogate.plan import collectives, comms
 from zerogate.plan.comms import BOUNDARY, MICRO_STEP, Term
 from zerogate.plan.floor import EAGER_PASS, collective_time, derived_bandwidth, floor, theory_scheme, theory_terms
-from zerogate.plan.ledger import ModelCounts, Setup
+from zerogate.plan.ledger import Setup
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
@@ -24,10 +26,11 @@ def fig(value, basis="measured"):
 
 
 def cpu_machine(kinds):
-    """A 2-core CPU machine with hand-made collective figures."""
-    return {"name": "hand", "source": "probed", "nodes": 1, "gpus": [],
-            "collectives": {"backend": "gloo", "world": 2, "route": "loopback (one host)", "kinds": kinds},
-            "host": {"ram_total_bytes": 24 * 10**9, "memory_bandwidth_gbps": 10.0, "cpu_peak_tflops_fp32": 0.04}}
+    """A 2-core CPU machine description with hand-made collective figures, checked against the schema."""
+    return check({"name": "hand", "source": "probed", "nodes": 1, "gpus": [],
+                  "collectives": {"backend": "gloo", "world": 2, "route": "loopback (one host)", "kinds": kinds},
+                  "host": {"ram_total_bytes": 24 * 10**9, "memory_bandwidth_gbps": 10.0, "cpu_peak_tflops_fp32": 0.04}},
+                 "the test's machine")
 
 
 GLOO = {kind: {"latency_s": fig(1e-3), "bandwidth_gbps": fig(0.5)} for kind in comms.VOLUME_FACTOR if kind != "barrier"}
@@ -46,6 +49,22 @@ def cpu_setup(**changes):
     return dataclasses.replace(base, **changes)
 
 
+def floor_of(*args) -> Floor:
+    """floor.floor's result as the plan carries it."""
+    return Floor.of(floor(*args), "the floor")
+
+
+def time_of(*args) -> CollectiveTime:
+    """floor.collective_time's result as the plan carries it."""
+    return CollectiveTime.of(collective_time(*args), "the collective time")
+
+
+def measured_pass(seconds: float) -> ModelComputeMeasurement:
+    """measure_model_compute's measurement: the model's forward + backward on one rank took ``seconds``."""
+    return ModelComputeMeasurement(forward_backward_s=seconds, samples_s=[seconds], threads=1, micro_batch=1, seq_len=64,
+                                   dtype="fp32", parameters=2010, through_deepspeed=True, how="the test's")
+
+
 # --- the collective term: calls x latency + volume / bandwidth, per kind -----------------------------
 
 def test_collective_time_is_calls_times_latency_plus_volume_over_bandwidth():
@@ -53,14 +72,14 @@ def test_collective_time_is_calls_times_latency_plus_volume_over_bandwidth():
              Term("persistent", "all_gather", BOUNDARY, 1, 1e3)]
     machine = cpu_machine({"all_gather": {"latency_s": fig(1e-3), "bandwidth_gbps": fig(2.0)},
                            "reduce_scatter": {"latency_s": fig(2e-3), "bandwidth_gbps": fig(1.0)}})
-    micro = collective_time(terms, MICRO_STEP, 2, machine)
+    micro = time_of(terms, MICRO_STEP, 2, machine)
     # all_gather: 3 calls x 1 ms + 8e6 x 1/2 (ring factor) / 2e9; reduce_scatter: 2 ms + 4e6 x 1/2 / 1e9.
-    assert micro["kinds"]["all_gather"]["latency_time(s)"] == pytest.approx(3e-3)
-    assert micro["kinds"]["all_gather"]["transfer_time(s)"] == pytest.approx(4e6 / 2e9)
-    assert micro["seconds"] == pytest.approx(3e-3 + 2e-3 + 4e6 / 2e9 + 2e6 / 1e9)
-    assert micro["missing"] == []
-    boundary = collective_time(terms, BOUNDARY, 2, machine)
-    assert boundary["seconds"] == pytest.approx(1e-3 + 500 / 2e9) and list(boundary["kinds"]) == ["all_gather"]
+    assert micro.kinds["all_gather"].latency_time_s == pytest.approx(3e-3)
+    assert micro.kinds["all_gather"].transfer_time_s == pytest.approx(4e6 / 2e9)
+    assert micro.seconds == pytest.approx(3e-3 + 2e-3 + 4e6 / 2e9 + 2e6 / 1e9)
+    assert micro.missing == []
+    boundary = time_of(terms, BOUNDARY, 2, machine)
+    assert boundary.seconds == pytest.approx(1e-3 + 500 / 2e9) and list(boundary.kinds) == ["all_gather"]
 
 
 def test_only_a_single_gather_or_reduction_per_micro_step_is_on_the_dependency_path():
@@ -69,90 +88,94 @@ def test_only_a_single_gather_or_reduction_per_micro_step_is_on_the_dependency_p
                            "broadcast": {"latency_s": fig(3e-3), "bandwidth_gbps": fig(1.0)}})
     one_each = [Term("gather", "all_gather", MICRO_STEP, 1, 4e6), Term("scatter", "reduce_scatter", MICRO_STEP, 1, 4e6),
                 Term("other", "broadcast", MICRO_STEP, 1, 0.0)]
-    result = collective_time(one_each, MICRO_STEP, 2, machine)
-    assert result["dependent_kinds"] == ["all_gather", "reduce_scatter"]  # a broadcast is neither
-    assert result["dependent(s)"] == pytest.approx(1e-3 + 2e6 / 1e9 + 2e-3 + 2e6 / 1e9)
+    result = time_of(one_each, MICRO_STEP, 2, machine)
+    assert result.dependent_kinds == ["all_gather", "reduce_scatter"]  # a broadcast is neither
+    assert result.dependent_s == pytest.approx(1e-3 + 2e6 / 1e9 + 2e-3 + 2e6 / 1e9)
     several = [Term("gather", "all_gather", MICRO_STEP, 3, 4e6), Term("scatter", "reduce_scatter", MICRO_STEP, 2, 4e6)]
-    assert collective_time(several, MICRO_STEP, 2, machine)["dependent(s)"] == 0  # prefetched calls may overlap
+    assert time_of(several, MICRO_STEP, 2, machine).dependent_s == 0  # prefetched calls may overlap
     boundary = [Term("gather", "all_gather", BOUNDARY, 1, 4e6)]
-    assert collective_time(boundary, BOUNDARY, 2, machine)["dependent(s)"] == 0  # the boundary adds anyway
+    assert time_of(boundary, BOUNDARY, 2, machine).dependent_s == 0  # the boundary adds anyway
 
 
 def test_a_missing_bandwidth_is_marked_missing_and_left_out():
     terms = [Term("gather", "all_gather", MICRO_STEP, 2, 8e6), Term("reduce", "all_reduce", MICRO_STEP, 1, 4e6)]
     machine = cpu_machine({"all_gather": {"latency_s": fig(1e-3)}})  # no bandwidth; no all_reduce at all
-    result = collective_time(terms, MICRO_STEP, 2, machine)
-    assert result["missing"] == ["collectives per micro_step: all_gather bandwidth (no figure)",
-                                 "collectives per micro_step: all_reduce latency (no figure)",
-                                 "collectives per micro_step: all_reduce bandwidth (no figure)"]
-    assert result["kinds"]["all_gather"]["transfer_time(s)"] is None
-    assert result["seconds"] == pytest.approx(2e-3)  # what is known, a lower bound
-    assert collective_time(terms, MICRO_STEP, 2, cpu_machine({}))["seconds"] is None  # nothing known
+    result = time_of(terms, MICRO_STEP, 2, machine)
+    assert result.missing == ["collectives per micro_step: all_gather bandwidth (no figure)",
+                              "collectives per micro_step: all_reduce latency (no figure)",
+                              "collectives per micro_step: all_reduce bandwidth (no figure)"]
+    assert result.kinds["all_gather"].transfer_time_s is None
+    assert result.seconds == pytest.approx(2e-3)  # what is known, a lower bound
+    assert time_of(terms, MICRO_STEP, 2, cpu_machine({})).seconds is None  # nothing known
 
 
 def test_a_collective_without_payload_needs_no_bandwidth():
     terms = [Term("sync", "barrier", BOUNDARY, 2, 0.0)]
-    result = collective_time(terms, BOUNDARY, 2, cpu_machine({"barrier": {"latency_s": fig(5e-4)}}))
-    assert result["seconds"] == pytest.approx(1e-3) and result["missing"] == []
+    result = time_of(terms, BOUNDARY, 2, cpu_machine({"barrier": {"latency_s": fig(5e-4)}}))
+    assert result.seconds == pytest.approx(1e-3) and result.missing == []
 
 
 # --- the floor with its communication terms -----------------------------------------------------------
 
 def test_cpu_floor_takes_the_largest_term_and_adds_the_boundary():
     counts, setup = tiny_counts(), cpu_setup()
-    result = floor(counts, setup, cpu_machine(GLOO))
+    result = floor_of(counts, setup, cpu_machine(GLOO))
     terms = theory_terms(counts, setup)
     micro_calls, micro_volume = comms.totals(terms, MICRO_STEP, 2)
     boundary_calls, boundary_volume = comms.totals(terms, BOUNDARY, 2)
     # Uniform figures: every kind 1 ms per call and 0.5 GB/s.
     collectives_micro = micro_calls * 1e-3 + micro_volume / 0.5e9
     collectives_boundary = boundary_calls * 1e-3 + boundary_volume / 0.5e9
-    compute = 6 * 2010 * 64 / (0.04e12 / 2)
-    rank = result["ranks"][0]["terms"]
+    # 6 FLOPs per parameter and token plus the attention's 12 x layers x hidden x seq_len, on a rank's share
+    # of the host's peak.
+    compute = (6 * 2010 + 12 * 1 * 10 * 64) * 64 / (0.04e12 / 2)
+    rank = result.ranks[0].terms
     assert rank["compute(s)"] == pytest.approx(compute)
     assert rank["collectives(s)"] == pytest.approx(collectives_micro)
     # The theory gathers every parameter in one call and reduce-scatters every gradient in one per micro-step:
     # both lie on the dependency path, so they add to the compute.
     assert micro_calls == 2 and rank["compute + dependent collectives(s)"] == pytest.approx(compute + collectives_micro)
     micro = max(compute, collectives_micro, compute + collectives_micro)
-    assert result["micro_step_floor(s)"] == pytest.approx(micro)
+    assert result.micro_step_floor_s == pytest.approx(micro)
     adam = 28 * 2010 / 10e9
-    assert result["boundary_terms"]["collectives(s)"] == pytest.approx(collectives_boundary)
-    assert result["optimizer_step_floor(s)"] == pytest.approx(8 * micro + collectives_boundary + adam)
-    assert result["communication"]["scheme"] == "zero3-offload-all" and result["missing"] == []
+    assert result.boundary_terms["collectives(s)"] == pytest.approx(collectives_boundary)
+    assert result.optimizer_step_floor_s == pytest.approx(8 * micro + collectives_boundary + adam)
+    assert result.communication.scheme == "zero3-offload-all" and result.missing == []
 
 
 def test_a_measured_forward_backward_bounds_the_compute_where_it_exceeds_the_arithmetic():
     counts, setup = tiny_counts(), cpu_setup()
-    arithmetic = floor(counts, setup, cpu_machine(GLOO))
-    compute = arithmetic["ranks"][0]["terms"]["compute(s)"]
-    dependent = arithmetic["ranks"][0]["terms"]["collectives(s)"]  # both calls of the micro-step are dependent
+    arithmetic = floor_of(counts, setup, cpu_machine(GLOO))
+    compute = arithmetic.ranks[0].terms["compute(s)"]
+    dependent = arithmetic.ranks[0].terms["collectives(s)"]  # both calls of the micro-step are dependent
     # Operator overheads: the measured pass takes far longer than the arithmetic at peak.
-    slow = floor(counts, setup, cpu_machine(GLOO), {"forward_backward(s)": 0.05})
-    rank = slow["ranks"][0]["terms"]
+    slow = floor_of(counts, setup, cpu_machine(GLOO), measured_pass(0.05))
+    rank = slow.ranks[0].terms
     assert rank[EAGER_PASS] == 0.05 and rank["compute(s)"] == pytest.approx(compute)
     assert rank["compute + dependent collectives(s)"] == pytest.approx(0.05 + dependent)
-    assert slow["micro_step_floor(s)"] == pytest.approx(0.05 + dependent)
-    assert slow["model_compute"] == {"forward_backward(s)": 0.05}
+    assert slow.micro_step_floor_s == pytest.approx(0.05 + dependent)
+    assert slow.model_compute == measured_pass(0.05)
     # A pass faster than the arithmetic (a big model at peak) changes nothing: the larger one bounds it.
-    fast = floor(counts, setup, cpu_machine(GLOO), {"forward_backward(s)": compute / 10})
-    assert fast["micro_step_floor(s)"] == pytest.approx(arithmetic["micro_step_floor(s)"])
+    fast = floor_of(counts, setup, cpu_machine(GLOO), measured_pass(compute / 10))
+    assert fast.micro_step_floor_s == pytest.approx(arithmetic.micro_step_floor_s)
 
 
 def test_gpu_ranks_ignore_a_cpu_measurement():
     counts, setup = tiny_counts(), cpu_setup(device_kind="cuda")
-    machine = {**cpu_machine(GLOO), "gpus": [{"name": "RTX 4090", "pcie": {"generation": 4, "width": 16}}] * 2}
-    assert floor(counts, setup, machine, {"forward_backward(s)": 5.0}) == {
-        **floor(counts, setup, machine), "model_compute": {"forward_backward(s)": 5.0}}
+    gpus = [{"name": "RTX 4090", "memory_total_bytes": 24 * 10**9, "pcie": {"generation": 4, "width": 16}}] * 2
+    machine = check({**cpu_machine(GLOO), "gpus": gpus}, "the test's machine")
+    measured = floor_of(counts, setup, machine, measured_pass(5.0))
+    assert measured == floor_of(counts, setup, machine).model_copy(update={"model_compute": measured_pass(5.0)})
+    assert EAGER_PASS not in measured.ranks[0].terms
 
 
 def test_floor_without_collective_figures_lists_them_missing_and_stays_below():
     counts, setup = tiny_counts(), cpu_setup()
-    known = floor(counts, setup, cpu_machine(GLOO))
-    unknown = floor(counts, setup, cpu_machine({}))
-    assert "rank 0 (cpu): collectives(s)" in unknown["missing"]
-    assert any("all_gather latency" in m for m in unknown["missing"])
-    assert unknown["optimizer_step_floor(s)"] < known["optimizer_step_floor(s)"]
+    known = floor_of(counts, setup, cpu_machine(GLOO))
+    unknown = floor_of(counts, setup, cpu_machine({}))
+    assert "rank 0 (cpu): collectives(s)" in unknown.missing
+    assert any("all_gather latency" in m for m in unknown.missing)
+    assert unknown.optimizer_step_floor_s < known.optimizer_step_floor_s
 
 
 def test_scheme_of_the_run_for_the_theory():
@@ -166,31 +189,31 @@ def test_scheme_of_the_run_for_the_theory():
 
 def test_claimed_box_link_is_derived_from_the_slower_pcie_link_with_a_published_latency():
     box = load_description(CLAIM_BOX)
-    bandwidth = derived_bandwidth(box)
-    assert bandwidth["basis"] == "derived" and bandwidth["value"] == pytest.approx(1.969 * 8)  # RTX 4090, 4.0 x8
-    assert "through host memory" in bandwidth["source"]
-    result = floor(oracle_counts(), claim_setup(), box)
-    gather = result["communication"]["micro_step"]["kinds"]["all_gather"]
-    assert gather["latency"]["basis"] == "published" and gather["latency"]["value"] == pytest.approx(11.27e-6)
+    bandwidth = Figure.of(derived_bandwidth(box), "the derived bandwidth")
+    assert bandwidth.basis == "derived" and bandwidth.value == pytest.approx(1.969 * 8)  # RTX 4090, 4.0 x8
+    assert "through host memory" in bandwidth.source
+    result = floor_of(oracle_counts(), claim_setup(), box)
+    gather = result.communication.micro_step.kinds["all_gather"]
+    assert gather.latency.basis == "published" and gather.latency.value == pytest.approx(11.27e-6)
     # The theory's all-gather volume per micro-step (plan/comms owns it), over the derived bandwidth.
     terms = theory_terms(oracle_counts(), claim_setup())
     calls, volume = comms.totals([t for t in terms if t.kind == "all_gather"], MICRO_STEP, 2)
-    assert gather["volume(bytes)"] == volume and gather["calls"] == calls and volume >= 28e9 / 2  # at least one gather
-    assert gather["transfer_time(s)"] == pytest.approx(volume / (1.969e9 * 8))
-    assert result["ranks"][1]["terms"]["collectives(s)"] == pytest.approx(result["communication"]["micro_step"]["seconds"])
-    assert result["missing"] == []
+    assert gather.volume_bytes == volume and gather.calls == calls and volume >= 28e9 / 2  # at least one gather
+    assert gather.transfer_time_s == pytest.approx(volume / (1.969e9 * 8))
+    assert result.ranks[1].terms["collectives(s)"] == pytest.approx(result.communication.micro_step.seconds)
+    assert result.missing == []
 
 
 def test_nvlink_without_a_figure_is_missing_and_a_described_figure_wins():
-    box = load_description(CLAIM_BOX)
-    box["nvlink"] = True
+    box = {**load_description(CLAIM_BOX), "nvlink": True}
     assert derived_bandwidth(box) is None
-    result = floor(oracle_counts(), claim_setup(), box)
-    assert "collectives per micro_step: all_gather bandwidth (no figure)" in result["missing"]
-    box["collectives"]["kinds"]["all_gather"] = {**box["collectives"]["kinds"]["all_gather"],
-                                                 "bandwidth_gbps": fig(50.0, "published")}
-    gather = floor(oracle_counts(), claim_setup(), box)["communication"]["micro_step"]["kinds"]["all_gather"]
-    assert gather["bandwidth"]["value"] == 50.0 and gather["bandwidth"]["basis"] == "published"
+    result = floor_of(oracle_counts(), claim_setup(), box)
+    assert "collectives per micro_step: all_gather bandwidth (no figure)" in result.missing
+    kinds = box["collectives"]["kinds"]
+    box = check({**box, "collectives": {**box["collectives"], "kinds": {
+        **kinds, "all_gather": {**kinds["all_gather"], "bandwidth_gbps": fig(50.0, "published")}}}}, "the test's box")
+    gather = floor_of(oracle_counts(), claim_setup(), box).communication.micro_step.kinds["all_gather"]
+    assert gather.bandwidth.value == 50.0 and gather.bandwidth.basis == "published"
 
 
 def test_a_figure_must_say_its_basis(tmp_path):
@@ -202,11 +225,14 @@ def test_a_figure_must_say_its_basis(tmp_path):
 
 
 def test_the_probed_figures_reach_the_machine(cpu_fingerprint):
-    cpu_fingerprint["host"] = {"memory_bandwidth_gbps": 10.0}
-    cpu_fingerprint["collectives"] = {"backend": "gloo", "world": 2, "kinds": {"all_gather": {
-        "latency_s": fig(1e-3), "bandwidth_gbps": fig(0.5), "samples": [{"tensor_bytes": 16, "seconds": 1e-3}]}}}
-    machine = check(from_fingerprint(cpu_fingerprint, "box"), "probe")
+    measured = cpu_fingerprint.model_copy(update={
+        "host": Host(memory_bandwidth_gbps=10.0),
+        "collectives": Collectives(backend="gloo", world=2, kinds={"all_gather": CollectiveKindFigures(
+            latency_s=Figure(**fig(1e-3)), bandwidth_gbps=Figure(**fig(0.5)),
+            samples=[CollectiveSample(tensor_bytes=16, seconds=1e-3)])})})
+    machine = check(from_fingerprint(measured, "box"), "probe")
     assert machine["collectives"]["kinds"]["all_gather"]["latency_s"]["value"] == 1e-3
+    assert machine["host"]["memory_bandwidth_gbps"] == 10.0
 
 
 # --- the probe's figures from raw timings --------------------------------------------------------------
@@ -214,9 +240,9 @@ def test_the_probed_figures_reach_the_machine(cpu_fingerprint):
 def test_figures_recover_a_linear_collective_exactly():
     # 0.5 ms latency and 1 GB/s of a rank's volume (all_gather on 2 ranks: half the full tensor).
     samples = {"all_gather": [{"elements": e, "seconds": 0.5e-3 + e * 4 / 2 / 1e9} for e in (4, 1 << 16, 1 << 20)]}
-    gather = collectives.figures(samples, 2, "test")["all_gather"]
-    assert gather["latency_s"]["value"] == pytest.approx(0.5e-3) and gather["latency_s"]["basis"] == "measured"
-    assert gather["bandwidth_gbps"]["value"] == pytest.approx(1.0) and gather["bandwidth_gbps"]["basis"] == "measured"
+    gather = CollectiveKindFigures.of(collectives.figures(samples, 2, "test")["all_gather"], "the figures")
+    assert gather.latency_s.value == pytest.approx(0.5e-3) and gather.latency_s.basis == "measured"
+    assert gather.bandwidth_gbps.value == pytest.approx(1.0) and gather.bandwidth_gbps.basis == "measured"
 
 
 def test_figures_from_noisy_timings_never_predict_more_than_a_measured_call():
@@ -247,68 +273,100 @@ def test_lower_line_without_a_fitting_bandwidth_keeps_the_fastest_call():
 
 
 def test_gloo_probe_between_two_local_ranks_measures_every_kind():
-    result = collectives.measure(world=2, backend="gloo")
-    assert "error" not in result, result.get("error")
-    assert set(result["kinds"]) == set(collectives.KINDS)
-    for kind, entry in result["kinds"].items():
-        assert 0 <= entry["latency_s"]["value"] < 1.0 and entry["latency_s"]["basis"] == "measured"
-        for sample in entry["samples"]:
-            predicted = collectives.predicted_seconds(entry, kind, sample["tensor_bytes"], 2)
-            assert predicted is None or predicted <= sample["seconds"] * (1 + 1e-9)
-    assert "gloo" in result["how"] and result["seconds"] < 60
-    machine = copy.deepcopy(cpu_machine(result["kinds"]))
-    assert check(machine, "probe")["collectives"]["kinds"]
+    from zerogate.runtime.collectives import KINDS, measure
+
+    raw = measure(world=2, backend="gloo")
+    assert "error" not in raw, raw.get("error")
+    assert set(raw["samples"]) == set(KINDS)  # the raw seconds per call; the figures are the planner's
+    result = Collectives.of(collectives.interpret(raw), "the probe's collectives")
+    assert set(result.kinds) == set(KINDS)
+    for kind, entry in result.kinds.items():
+        assert 0 <= entry.latency_s.value < 1.0 and entry.latency_s.basis == "measured"
+        for sample in entry.samples:
+            predicted = collectives.predicted_seconds(entry.model_dump(), kind, sample.tensor_bytes, 2)
+            assert predicted is None or predicted <= sample.seconds * (1 + 1e-9)
+    assert "gloo" in result.how and result.seconds < 60
+    machine = cpu_machine(result.as_json()["kinds"])
+    assert machine["collectives"]["kinds"]
+
+
+def test_a_failed_collective_measurement_reaches_the_machine_as_missing_figures(cpu_fingerprint):
+    """The probe records a failed measurement with its reason, never raises: the fingerprint keeps the
+    reason and the floor lists the communication terms as missing."""
+    raw = {"backend": "gloo", "world": 2, "how": "two local ranks", "route": "loopback (one host)",
+           "error": "TimeoutError: no result within 60 s", "samples": {}, "seconds": 60.0}
+    failed = cpu_fingerprint.model_copy(update={"collectives": Collectives.of(collectives.interpret(raw), "the probe")})
+    assert failed.collectives.error == "TimeoutError: no result within 60 s" and failed.collectives.kinds == {}
+    machine = check(from_fingerprint(failed, "box"), "probe")
+    assert "rank 0 (cpu): collectives(s)" in floor_of(tiny_counts(), cpu_setup(), machine).missing
 
 
 # --- the gate: measured / floor, with the floor's terms; a floor above the measurement is a bug -------
 
 def _floor_gate(tiny_profile):
-    return next(g for g in tiny_profile["gates"] if g["statistic"] == "floor_ratio")
+    from tests.unit.helpers import settings
+
+    return next(g for g in settings(tiny_profile).gates if g.statistic == "floor_ratio")
 
 
-def test_floor_gate_shows_the_floor_terms_and_reports_a_floor_above_the_measurement_as_a_bug(tiny_profile):
-    from tests.conftest import CPU_FINGERPRINT
-    from tests.unit.helpers import no_events, spike_rule, synthetic_steps
-    from zerogate.analysis.gates import FAIL, PASS, evaluate_gate
+def _finished(steps: int = 200, world_size: int = 2):
+    """Rank 0's summary of a finished run of ``steps`` optimizer steps."""
+    from zerogate.contracts.records import GitState, StabiliserSummary, TrainSummary
 
-    counts, setup = tiny_counts(), cpu_setup()
-    steps_floor = floor(counts, setup, cpu_machine(GLOO))
-    plan = {"optimizer_step_floor(s)": steps_floor["optimizer_step_floor(s)"], "floor": steps_floor}
-    summary = {"completed_steps": 200, "world_size": 2}
-    args = (no_events(), summary, CPU_FINGERPRINT, 5, 200, spike_rule(tiny_profile))
-    above = steps_floor["optimizer_step_floor(s)"] * 2
-    judged = evaluate_gate(_floor_gate(tiny_profile), synthetic_steps(step_time=above), *args, plan=plan)
-    assert judged["verdict"] == PASS and judged["measured"] == pytest.approx(2.0, rel=0.05)
-    terms = judged["evidence"]["floor_terms(s)"]
-    assert terms["micro_step collectives x 8(s)"] == pytest.approx(8 * steps_floor["ranks"][0]["terms"]["collectives(s)"])
-    assert terms["boundary collectives(s)"] == steps_floor["boundary_terms"]["collectives(s)"]
-    assert "optimizer cpu_adam(s)" in terms
-    below = steps_floor["optimizer_step_floor(s)"] / 2
-    judged = evaluate_gate(_floor_gate(tiny_profile), synthetic_steps(step_time=below), *args, plan=plan)
-    assert judged["verdict"] == FAIL and judged["measured"] == pytest.approx(0.5, rel=0.05)  # never clipped to 1
-    assert "is above the measured step" in judged["reason"] and "bug" in judged["reason"]
+    return TrainSummary(completed_steps=steps, resumed_from_step=None, world_size=world_size, parameters=2010,
+                        stabiliser=StabiliserSummary(policy="skip", skipped_steps=0, rollbacks=0, skipped_windows=[]),
+                        wall_time_s=100.0, metrics_time_s=0.1, dtype="fp32", accelerator="cpu",
+                        git=GitState(commit=None, dirty=None))
 
 
-def test_report_shows_the_floor_terms_beside_the_measured_step_and_each_figures_basis(tiny_profile, claim_box_plan):
+def _hand_plan():
+    """The planner's plan of the hand-made counts on the hand-made CPU machine (its floor is floor.floor's)."""
+    from zerogate.plan.planner import plan
+
+    return plan(tiny_counts(), cpu_setup(), cpu_machine(GLOO), profile="cpu-tiny")
+
+
+def _judge_floor(tiny_profile, step_time, plan):
     from tests.conftest import CPU_FINGERPRINT
     from tests.unit.helpers import no_events, spike_rule, synthetic_steps
     from zerogate.analysis.gates import evaluate_gate
-    from zerogate.report.html import _section
 
-    steps_floor = floor(tiny_counts(), cpu_setup(), cpu_machine(GLOO))
-    plan = {"machine": "hand", "optimizer_step_floor(s)": steps_floor["optimizer_step_floor(s)"],
-            "micro_step_floor(s)": steps_floor["micro_step_floor(s)"], "floor": steps_floor}
-    gate = evaluate_gate(_floor_gate(tiny_profile), synthetic_steps(step_time=3 * steps_floor["optimizer_step_floor(s)"]),
-                         no_events(), {"completed_steps": 200, "world_size": 2}, CPU_FINGERPRINT, 5, 200,
-                         spike_rule(tiny_profile), plan=plan)
-    gate["statistic"] = "floor_ratio"
-    page = _section("floor_terms", [gate], plan, claim_box_plan)
+    return evaluate_gate(_floor_gate(tiny_profile), synthetic_steps(step_time=step_time), no_events(), _finished(),
+                         CPU_FINGERPRINT, 5, 200, spike_rule(tiny_profile), plan=plan, world_size=2)
+
+
+def test_floor_gate_shows_the_floor_terms_and_reports_a_floor_above_the_measurement_as_a_bug(tiny_profile):
+    from zerogate.contracts.verdicts import FAIL, PASS
+
+    plan = _hand_plan()
+    steps_floor = floor_of(tiny_counts(), cpu_setup(), cpu_machine(GLOO))
+    assert plan.floor == steps_floor
+    above = steps_floor.optimizer_step_floor_s * 2
+    judged = _judge_floor(tiny_profile, above, plan)
+    assert judged.verdict == PASS and judged.measured == pytest.approx(2.0, rel=0.05)
+    terms = judged.evidence.floor_terms
+    assert terms["micro_step collectives x 8(s)"] == pytest.approx(8 * steps_floor.ranks[0].terms["collectives(s)"])
+    assert terms["boundary collectives(s)"] == steps_floor.boundary_terms["collectives(s)"]
+    assert "optimizer cpu_adam(s)" in terms
+    below = steps_floor.optimizer_step_floor_s / 2
+    judged = _judge_floor(tiny_profile, below, plan)
+    assert judged.verdict == FAIL and judged.measured == pytest.approx(0.5, rel=0.05)  # never clipped to 1
+    assert "is above the measured step" in judged.reason and "bug" in judged.reason
+
+
+def test_report_shows_the_floor_terms_beside_the_measured_step_and_each_figures_basis(tiny_profile, claim_box_plan):
+    from zerogate.report.html import section
+
+    plan = _hand_plan()
+    gate = _judge_floor(tiny_profile, 3 * plan.floor.optimizer_step_floor_s, plan)
+    assert gate.statistic == "floor_ratio"
+    page = section("floor_terms", [gate], plan, claim_box_plan)
     assert "id='floor-terms'" in page and "micro_step collectives x 8(s)" in page
-    assert "measured / floor" in page and f"{gate['measured']:.4g}" in page
+    assert "measured / floor" in page and f"{gate.measured:.4g}" in page
     assert "id='floor-collectives-run'" in page and "(measured: hand-made)" in page
     claimed = page.split("id='floor-collectives-claimed'")[1]
     assert "(published: nccl-tests alltoall_perf" in claimed and "(derived: through host memory" in claimed
-    assert _section("floor_terms", [], None, None).strip() == ""  # no plan: no section
+    assert section("floor_terms", [], None, None).strip() == ""  # no plan: no section
 
 
 @pytest.fixture

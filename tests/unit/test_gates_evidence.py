@@ -1,9 +1,12 @@
-"""The judging code's evidence and messages, exactly, on small hand-made runs whose right answers are worked
-out by hand in each test (issue 14: the mutation score of zerogate.analysis.{gates,measures,parse}).
+"""The judging code's evidence and messages, exactly, on small runs whose right answers are worked out by
+hand in each test (written to kill the mutants of zerogate.analysis.{gates,measures,parse}).
 
-Evidence keys carry units and are the product's user-visible contract, so the whole evidence dicts are
-asserted; the boundary cases sit exactly at the thresholds the definitions name."""
+Evidence keys carry units and are the product's user-visible contract (zerogate.contracts.verdicts), so the
+whole evidence is asserted in the form gates/verdicts.json holds it; the boundary cases sit exactly at the
+thresholds the definitions name. Every run is built from StepRecords (tests.unit.helpers)."""
 
+import dataclasses
+import functools
 import json
 import math
 
@@ -12,18 +15,61 @@ import pandas as pd
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
-from tests.unit.helpers import no_events, spike_rule, synthetic_steps
+from tests.unit.helpers import no_events, settings, step_record, synthetic_steps, table_of, render_profile, train_summary
 from zerogate.analysis import gates, measures
-from zerogate.analysis.measures import COLLECTIVES_TIME, STEP_TIME, Convergence, ConvergenceRule, SpikeRule
-from zerogate.analysis.parse import parse_launcher_log, parse_run, read_rank_metrics, run_metadata, stabiliser_events
+from zerogate.analysis.measures import COLLECTIVES_TIME, MICRO_STEP_TIME, STEP_TIME, Convergence, ConvergenceRule, SpikeRule
+from zerogate.analysis.parse import (STEP_COLUMNS, parse_launcher_log, parse_run, read_rank_metrics, run_metadata,
+                                     stabiliser_events)
+from zerogate.config.machines import from_fingerprint
+from zerogate.config.settings import ConvergenceRuleSettings
+from zerogate.contracts.base import ContractError, write_lines
+from zerogate.contracts.machine import NodeFingerprint
+from zerogate.contracts.parsed import Failure, RunMeta
+from zerogate.contracts.plan import FloorRank, Plan
+from zerogate.contracts.records import StabiliserEvent
+from zerogate.contracts.run import Deviation, Deviations, DsConfig, RunSpec
+from zerogate.contracts.verdicts import NonfiniteEventEvidence, Reproduction
+from zerogate.plan.planner import plan_for_run
 
 RULE = SpikeRule(window=16, threshold=6.0, min_history=5)
+PROFILE = settings("cpu-tiny")
 
 
-def timed_run(rows: dict[int, list[tuple[float, float]]], device: str = "cpu") -> pd.DataFrame:
+# ---- the run's real inputs, built by their producers ----------------------------------------------------
+
+@functools.cache
+def _rendered() -> tuple[DsConfig, Deviations, RunSpec]:
+    """cpu-tiny as render_deepspeed_config renders it on this CPU machine."""
+    rendered = render_profile(PROFILE, CPU_FINGERPRINT)
+    return rendered.ds_config, rendered.deviations, rendered.run_spec
+
+
+def _run_spec(steps: int, world_size: int = 2) -> RunSpec:
+    spec = _rendered()[2]
+    return spec.model_copy(update={"world_size": world_size,
+                                   "training": dataclasses.replace(spec.training, optimizer_steps=steps)})
+
+
+@functools.cache
+def _planned() -> Plan:
+    """The planner's plan of the run on this CPU machine (probed without measurements: no floor figures)."""
+    ds_config, _, spec = _rendered()
+    return plan_for_run(spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), PROFILE.plan, "cpu-tiny")
+
+
+def file_form(record):
+    """A contract object as its file holds it (keys with units), per-rank keys kept as ranks."""
+    return record.model_dump(by_alias=True)
+
+
+def timed_record(rank: int, step: int, t: float, c: float | None, device: str):
+    return step_record(rank=rank, step=step, step_time_s=t, collectives_s=c, device=device)
+
+
+def timed_run(rows: dict[int, list[tuple[float, float | None]]], device: str = "cpu") -> pd.DataFrame:
     """Records from {rank: [(step_time(s), collectives(s)) per step 1, 2, ...]}."""
-    return pd.DataFrame([{"rank": rank, "step": step, STEP_TIME: t, COLLECTIVES_TIME: c, "device": device}
-                         for rank, series in rows.items() for step, (t, c) in enumerate(series, start=1)])
+    return table_of([timed_record(rank, step, t, c, device)
+                     for rank, series in rows.items() for step, (t, c) in enumerate(series, start=1)])
 
 
 # ---- who waits for whom: measures.rank_balance, its evidence and its problems ------------------------
@@ -63,9 +109,9 @@ def test_a_difference_of_exactly_the_margin_names_no_straggler():
     exact = measures.rank_balance(timed_run({0: [(10.0, 8.0)] * 3, 1: [(10.0, 7.0)] * 3}), 1, world_size=2)
     assert exact.excess == 1.0 and exact.pace == 10.0 and 0.10 * 10.0 == 1.0
     assert exact.slowest == 1 and exact.straggler is None and exact.waiting_for_straggler == {}
-    # Noise, not a straggler: the summary reports no excess either.
-    assert exact.summary() == {"straggler_rank": None, "straggler_compute_excess(s)": None,
-                               "wait_for_straggler_median(s)": None}
+    # Noise, not a straggler: the run statistics' straggler fields report no excess either.
+    assert exact.summary() == {"straggler_rank": None, "straggler_compute_excess_s": None,
+                               "wait_for_straggler_median_s": None}
     beyond = measures.rank_balance(timed_run({0: [(10.0, 7.75)] * 3, 1: [(10.0, 6.5)] * 3}), 1, world_size=2)
     assert beyond.excess == 3.5 - 2.25 and beyond.straggler == 1
 
@@ -108,7 +154,9 @@ def test_a_run_within_its_warmup_has_no_timed_step_to_balance():
 
 def test_rank_time_problems_exactly():
     run = timed_run(STRAGGLING)
-    old = measures.rank_balance(run.drop(columns=[COLLECTIVES_TIME]), 1, 2)
+    # The records of a run with the metrics layer's collective clock off: collectives(s) null at every step.
+    unclocked = timed_run({rank: [(t, None) for t, _ in series] for rank, series in STRAGGLING.items()})
+    old = measures.rank_balance(unclocked, 1, 2)
     assert old.problems == ["the step records hold no collectives(s) (zerogate.train.metrics records it; a run with "
                             "the metrics layer off, or from before it, has none)"]
     empty = measures.rank_balance(run.assign(**{COLLECTIVES_TIME: None}), 1, 2)
@@ -117,8 +165,8 @@ def test_rank_time_problems_exactly():
     assert measures.rank_balance(mixed, 1, 2).problems == [
         "collectives(s) is host time, and on cuda:0 NCCL returns once a collective is queued: "
         "the device's wait is not measured"]
-    # Without a device column the host time is taken as CPU time.
-    assert measures.rank_balance(run.drop(columns=["device"]), 1, 2).problems == []
+    # Every record on the CPU accelerator: the host time is the wait.
+    assert set(run["device"]) == {"cpu"} and measures.rank_balance(run, 1, 2).problems == []
 
 
 def test_rank_time_problems_name_each_ranks_missing_steps_and_gaps():
@@ -144,7 +192,7 @@ def test_rank_times_table_columns_and_types():
     assert frame[measures.WAIT].tolist() == [0.25, 0.75, 0.0, 0.0]
     assert frame[measures.COMPUTE].tolist() == [0.5, 0.5, 0.75, 1.25]
     # Records without collective times: every derived column is NaN, the step time is kept.
-    bare = measures.rank_times(timed_run(STRAGGLING).drop(columns=[COLLECTIVES_TIME]), 1)
+    bare = measures.rank_times(timed_run(STRAGGLING).assign(**{COLLECTIVES_TIME: None}), 1)
     assert bare[STEP_TIME].tolist() == [1.0, 2.0, 1.0, 2.0]
     assert bare[[COLLECTIVES_TIME, measures.COMMUNICATION, measures.WAIT, measures.COMPUTE]].isna().all().all()
 
@@ -155,7 +203,8 @@ def test_a_value_that_is_no_number_counts_as_missing():
     frame = measures.rank_times(run, 1)
     assert frame[STEP_TIME].isna().sum() == 1 and frame[COLLECTIVES_TIME].isna().sum() == 1
     assert measures.missing_values(run, STEP_TIME) == {1: [3]}
-    lossy = pd.DataFrame({"rank": [0, 0], "step": [1, 2], "loss": [1.0, "n/a"]})
+    lossy = table_of([step_record(step=1, loss=1.0), step_record(step=2, loss=1.0)]).astype({"loss": object})
+    lossy.loc[lossy["step"] == 2, "loss"] = "n/a"
     assert [e.step for e in measures.nonfinite_events(lossy, ["loss"], [])] == [2]
 
 
@@ -167,8 +216,8 @@ def test_span_shows_eight_numbers_then_how_many_more():
 
 
 def test_overflow_skipped_count_at_the_warmup_boundary():
-    run = pd.DataFrame({"rank": [0, 0, 0], "step": [1, 2, 3], "loss_scale": [1.0] * 3,
-                        "skip_reason": [None, "fp16_overflow", None]})
+    run = table_of([step_record(step=step, loss_scale=1.0, skip_reason=reason)
+                    for step, reason in ((1, None), (2, "fp16_overflow"), (3, None))])
     assert measures.overflow_skipped_count(run, 2) == 0  # the skip at step 2 is inside a 2-step warm-up
     assert measures.overflow_skipped_count(run, 1) == 1
     assert measures.after_warmup(run, 2)["step"].tolist() == [3]
@@ -179,34 +228,40 @@ def test_smooth_keeps_a_single_value():
 
 
 def test_nonfinite_events_read_every_listed_metric_present():
-    steps = pd.DataFrame({"rank": [0, 0], "step": [1, 2], "loss": [1.0, float("nan")]})
-    found = measures.nonfinite_events(steps, ["grad_norm", "loss"], [])  # grad_norm not recorded
-    assert [e.evidence() for e in found] == [{"step(step)": 2, "ranks(rank)": [0], "metrics": ["loss"],
-                                              "sources": ["step records"]}]
+    # No gradient norm recorded (DeepSpeed returned none): only the loss can be a fault.
+    steps = table_of([step_record(step=1, loss=1.0, grad_norm=None), step_record(step=2, loss=float("nan"), grad_norm=None)])
+    found = measures.nonfinite_events(steps, ["grad_norm", "loss"], [])
+    assert [e.evidence() for e in found] == [NonfiniteEventEvidence(step=2, ranks=[0], metrics=["loss"],
+                                                                    sources=["step records"])]
+    assert file_form(found[0].evidence()) == {"step(step)": 2, "ranks(rank)": [0], "metrics": ["loss"],
+                                              "sources": ["step records"]}
 
 
 def test_completion_of_counts_the_ranks_of_the_world_size():
-    meta = {"steps_completed_per_rank": {"0": 10}, "finished": True, "expected_steps": 10, "world_size": 2}
+    only_rank0 = table_of([step_record(step=step) for step in range(1, 11)])
+    meta = run_metadata(only_rank0, no_events(), train_summary(10, world_size=2), "", 10)
+    meta = RunMeta.parse(json.loads(json.dumps(meta.as_json())), "parsed/run.json")  # as run.json holds it
+    assert meta.steps_completed_per_rank == {0: 10} and meta.world_size == 2
     completion = measures.completion_of(meta)
     assert completion.steps_per_rank == {0: 10, 1: 0} and completion.stopped_early == {1: 0}
     assert completion.failed_ranks == [1] and not completion.complete
 
 
 def test_run_statistics_under_fp16_and_without_micro_steps_or_losses():
-    frame = pd.DataFrame({"rank": [0] * 11, "step": list(range(1, 12)), "loss": [float("nan")] * 11,
-                          "step_time(s)": [1.0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], "loss_scale": [1.0] * 11,
-                          "skip_reason": [None] * 10 + ["fp16_overflow"]})
+    frame = table_of([step_record(step=step, loss=float("nan"), step_time_s=float(step), loss_scale=1.0,
+                                  skip_reason="fp16_overflow" if step == 11 else None) for step in range(1, 12)])
+    frame[MICRO_STEP_TIME] = None  # a table whose micro-step column holds no value
     stats = measures.run_statistics(frame, 0, RULE)
     # Timed steps 1..10 (step 11 skipped): median 5.5; p90 = 9 + 0.1 x (10 - 9) by linear interpolation.
-    assert stats["step_time_median(s)"] == 5.5 and stats["step_time_p90(s)"] == pytest.approx(9.1)
-    assert stats["overflow_skipped_steps"] == 1 and stats["micro_step_time_median(s)"] is None
-    assert stats["first_loss"] is None and stats["final_loss"] is None
+    assert stats.step_time_median_s == 5.5 and stats.step_time_p90_s == pytest.approx(9.1)
+    assert stats.overflow_skipped_steps == 1 and stats.micro_step_time_median_s is None
+    assert stats.first_loss is None and stats.final_loss is None
 
 
 # ---- loss convergence: the figures by hand, and the rule's boundaries --------------------------------
 
 def loss_run(values):
-    return pd.DataFrame({"rank": 0, "step": range(1, len(values) + 1), "loss": values})
+    return table_of([step_record(step=step, loss=value) for step, value in enumerate(values, start=1)])
 
 
 def figures(found: Convergence):
@@ -267,15 +322,18 @@ def test_convergence_problems_at_the_rules_thresholds():
 
 
 def convergence_gate(initial_steps=2, final_fraction=0.25):
-    return {"convergence": {"initial_steps": initial_steps, "final_fraction": final_fraction, "max_rebound": 0.5,
-                            "min_drop_sigmas": 3.0}}
+    """The profile's loss_convergence gate with its convergence block changed."""
+    profile_gate = next(g for g in PROFILE.gates if g.statistic == "loss_convergence")
+    return dataclasses.replace(profile_gate, convergence=ConvergenceRuleSettings(
+        initial_steps=initial_steps, final_fraction=final_fraction, max_rebound=0.5, min_drop_sigmas=3.0))
 
 
 def test_loss_convergence_gate_evidence_by_hand():
     values = [4.0, 6.0, 1.0, 1.0, 2.0, 2.5, 1.5, 2.5]  # the figures of the two-step-block test above
     ratio, problems, evidence = gates.loss_convergence(loss_run(values), convergence_gate(), RULE)
     assert ratio == 2.0 / 5.0 and problems == []
-    assert evidence == {
+    assert file_form(evidence) == {
+        "kind": "loss_convergence",
         "steps(steps)": 8, "nonfinite_loss_steps(step)": [], "initial_loss(nats/token)": 5.0,
         "final_loss(nats/token)": 2.0, "lowest_block_mean_loss(nats/token)": 1.0,
         "final_block_spread(nats/token)": 0.5 * 1.4826, "rebound(ratio)": 0.25,
@@ -288,10 +346,10 @@ def test_loss_convergence_gate_evidence_by_hand():
 def test_loss_convergence_gate_evidence_of_a_non_finite_loss_is_none_not_nan():
     _, problems, evidence = gates.loss_convergence(loss_run([3.0, float("nan"), 2.0, 1.0]), convergence_gate(), RULE)
     assert problems == ["non-finite loss at 1 steps (2)"]
-    assert evidence["nonfinite_loss_steps(step)"] == [2]
-    assert [evidence[k] for k in ("initial_loss(nats/token)", "final_loss(nats/token)",
-                                  "lowest_block_mean_loss(nats/token)", "final_block_spread(nats/token)",
-                                  "rebound(ratio)", "drop(final-block sigmas)")] == [None] * 6
+    assert evidence.nonfinite_loss_steps == [2]
+    assert [evidence.initial_loss, evidence.final_loss, evidence.lowest_block_mean_loss, evidence.final_block_spread,
+            evidence.rebound, evidence.drop_sigmas] == [None] * 6
+    assert json.loads(json.dumps(evidence.as_json()))["initial_loss(nats/token)"] is None  # valid JSON, no NaN
     assert gates._finite_or_none(None) is None and gates._finite_or_none(math.inf) is None
     assert gates._finite_or_none(np.float64(2.5)) == 2.5
 
@@ -299,13 +357,13 @@ def test_loss_convergence_gate_evidence_of_a_non_finite_loss_is_none_not_nan():
 def test_loss_convergence_gate_spike_steps():
     values = [3.0, 3.01, 2.99, 3.0, 3.02, 2.98, 3.0, 9.0, 3.0, 2.99, 3.01, 3.0]
     _, _, evidence = gates.loss_convergence(loss_run(values), convergence_gate(), RULE)
-    assert evidence["spikes(count)"] == 1 and evidence["spike_steps(step)"] == [8]
+    assert evidence.spikes == 1 and evidence.spike_steps == [8]
 
 
 def test_loss_convergence_needs_twice_the_initial_steps_and_at_least_two():
     ratio, _, evidence = gates.loss_convergence(loss_run([2.0, 1.0]), convergence_gate(initial_steps=1,
                                                                                        final_fraction=0.5), RULE)
-    assert evidence["steps(steps)"] == 2 and ratio == 0.5
+    assert evidence.steps == 2 and ratio == 0.5
     with pytest.raises(gates.NotMeasured, match="only 1 loss values: too few to tell a trend"):
         gates.loss_convergence(loss_run([2.0]), convergence_gate(initial_steps=1), RULE)
 
@@ -317,12 +375,14 @@ def test_nonfinite_gate_evidence_with_a_fatal_loss_scale_abort():
     steps.loc[(steps["step"] == 3) & (steps["rank"] == 0), "loss"] = float("nan")
     text = "[rank1]: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.\n"
     events = parse_launcher_log(text)
-    completion = measures.run_completion({0: 4, 1: 4}, [{"rank": 1, "kind": "fatal_loss_scale", "message": "m",
-                                                         "exit_code": None, "last_lines": ["l"]}], True, 4, 2)
-    measured, problems, evidence = gates.nonfinite(steps, events, completion, ["loss", "grad_norm", "absent"])
+    records = measures.record_completeness(steps, 2, 4)
+    completion = measures.run_completion({0: 4, 1: 4}, [Failure(rank=1, kind="fatal_loss_scale", message="m",
+                                                                exit_code=None, last_lines=["l"])], True, 4, 2)
+    measured, problems, evidence = gates.nonfinite(steps, events, completion, ["loss", "grad_norm", "absent"], records)
     assert measured == 2.0  # one non-finite step + the abort
     assert problems == ["rank 1 failed: m"]
-    assert evidence == {
+    assert file_form(evidence) == {
+        "kind": "nonfinite_count",
         "faults(count)": 2, "nonfinite_steps(count)": 1,
         "nonfinite_events": [{"step(step)": 3, "ranks(rank)": [0], "metrics": ["loss"], "sources": ["step records"]}],
         "fatal_loss_scale_abort": True, "fatal_loss_scale_ranks(rank)": [1], "metrics": ["loss", "grad_norm"],
@@ -330,33 +390,39 @@ def test_nonfinite_gate_evidence_with_a_fatal_loss_scale_abort():
         "failures": [{"rank(rank)": 1, "kind": "fatal_loss_scale", "message": "m", "exit_code(code)": None,
                       "last_lines": ["l"]}],
         "last_step_per_rank(step)": {0: 4, 1: 4}, "stopped_early_at(step)": {}, "failed_ranks(rank)": [1],
-        "run_complete": False}
+        "run_complete": False, "records": file_form(records.evidence())}
+    assert file_form(records.evidence())["steps_per_rank(steps)"] == {0: 4, 1: 4}
 
 
 def test_nonfinite_gate_without_its_metrics_is_not_measured():
-    completion = measures.run_completion({0: 4}, [], True, 4, 1)
+    # A gate naming metrics the step records do not hold (the table holds every StepRecord key, not these).
+    steps = table_of([step_record()])
+    completion = measures.run_completion({0: 1}, [], True, 1, 1)
     with pytest.raises(gates.NotMeasured) as reason:
-        gates.nonfinite(pd.DataFrame({"rank": [0], "step": [1]}), no_events(), completion, ["loss", "grad_norm"])
-    assert str(reason.value) == "none of ['loss', 'grad_norm'] in the run's step records"
+        gates.nonfinite(steps, no_events(), completion, ["loss_sum", "grad_norm_sum"],
+                        measures.record_completeness(steps, 1, 1))
+    assert str(reason.value) == "none of ['loss_sum', 'grad_norm_sum'] in the run's step records"
 
 
 def test_failed_ranks_evidence_holds_the_record_counts():
     records = measures.record_completeness(synthetic_steps(steps=3), 2, 3)
     completion = measures.run_completion({0: 3, 1: 3}, [], True, 3, 2, records)
     measured, evidence = gates.failed_ranks(completion, records)
-    assert measured == 0.0 and evidence["records"] == records.evidence()
-    assert set(evidence) == {"finished", "failures", "last_step_per_rank(step)", "stopped_early_at(step)",
-                             "failed_ranks(rank)", "run_complete", "records"}
+    assert measured == 0.0 and evidence.records == records.evidence()
+    assert set(file_form(evidence)) == {"kind", "finished", "failures", "last_step_per_rank(step)",
+                                        "stopped_early_at(step)", "failed_ranks(rank)", "run_complete", "records"}
 
 
 def test_stabiliser_nonfinite_keeps_the_rank_or_none(tmp_path):
     path = tmp_path / "events.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in [
-        {"step": 12, "rank": 1, "kind": "nonfinite_loss", "value": "nan", "action": "skip"},
-        {"step": 13, "rank": None, "kind": "nonfinite_grad_norm", "value": "inf", "action": "rollback"},
-        {"step": 14, "rank": 0, "kind": "loss_spike", "value": 9.0, "action": "skip"}]))
-    assert gates.stabiliser_nonfinite(stabiliser_events(path)) == [(12, 1, "nonfinite_loss"),
-                                                                   (13, None, "nonfinite_grad_norm")]
+    write_lines(path, [StabiliserEvent(step=12, rank=1, kind="nonfinite_loss", value="nan", action="skip"),
+                       StabiliserEvent(step=13, rank=0, kind="nonfinite_grad_norm", value="inf", action="rollback"),
+                       StabiliserEvent(step=14, rank=0, kind="loss_spike", value=9.0, action="skip")])
+    events = stabiliser_events(path)
+    assert gates.stabiliser_nonfinite(events) == [(12, 1, "nonfinite_loss"), (13, 0, "nonfinite_grad_norm")]
+    # The events table's rank is nullable (a launcher line may name no rank): a row without one keeps None.
+    events.loc[events["step"] == 13, "rank"] = pd.NA
+    assert gates.stabiliser_nonfinite(events) == [(12, 1, "nonfinite_loss"), (13, None, "nonfinite_grad_norm")]
 
 
 def test_require_values_names_every_rank_with_a_gap():
@@ -370,15 +436,18 @@ def test_require_values_names_every_rank_with_a_gap():
 
 # ---- the floor's terms -----------------------------------------------------------------------------
 
-def floor_plan(**changes):
-    floor = {"accumulation": 4,
-             "ranks": [{"micro_step_floor(s)": 0.5, "terms": {"compute(s)": 0.5, "collectives(s)": 0.25}},
-                       {"micro_step_floor(s)": 0.75, "terms": {"compute(s)": 0.75, "collectives(s)": 0.125,
-                                                               "memory(s)": None}},
-                       {"micro_step_floor(s)": None, "terms": {"compute(s)": 9.0}}],
-             "boundary_terms": {"collectives(s)": 0.5}, "optimizer_terms": {"cpu_adam(s)": 1.0}}
-    floor.update(changes)
-    return {"floor": {k: v for k, v in floor.items() if v is not None}}
+FLOOR_RANKS = [FloorRank(rank=0, device="cpu", terms={"compute(s)": 0.5, "collectives(s)": 0.25}, micro_step_floor_s=0.5),
+               FloorRank(rank=1, device="cpu", terms={"compute(s)": 0.75, "collectives(s)": 0.125, "memory(s)": None},
+                         micro_step_floor_s=0.75),
+               FloorRank(rank=2, device="cpu", terms={"compute(s)": 9.0}, micro_step_floor_s=None)]
+
+
+def floor_plan(**changes) -> Plan:
+    """The planner's plan of the run with its floor's terms set by hand (this machine gives it no figures)."""
+    floor = {"accumulation": 4, "ranks": FLOOR_RANKS, "boundary_terms": {"collectives(s)": 0.5},
+             "optimizer_terms": {"cpu_adam(s)": 1.0}} | changes
+    planned = _planned()
+    return planned.model_copy(update={"floor": planned.floor.model_copy(update=floor)})
 
 
 def test_floor_terms_of_the_deciding_rank_times_the_accumulation():
@@ -386,52 +455,73 @@ def test_floor_terms_of_the_deciding_rank_times_the_accumulation():
     assert gates.floor_terms(floor_plan()) == {
         "micro_step compute x 4(s)": 4 * 0.75, "micro_step collectives x 4(s)": 4 * 0.125,
         "micro_step memory x 4(s)": None, "boundary collectives(s)": 0.5, "optimizer cpu_adam(s)": 1.0}
-    assert gates.floor_terms(floor_plan(boundary_terms=None, optimizer_terms=None)) == {
+    assert gates.floor_terms(floor_plan(boundary_terms={}, optimizer_terms={})) == {
         "micro_step compute x 4(s)": 3.0, "micro_step collectives x 4(s)": 0.5, "micro_step memory x 4(s)": None}
 
 
-def test_floor_terms_are_empty_without_ranks_or_accumulation():
-    assert gates.floor_terms(None) == {} and gates.floor_terms({}) == {}
-    assert gates.floor_terms(floor_plan(accumulation=None)) == {}
-    assert gates.floor_terms(floor_plan(ranks=None)) == {}
-    assert gates.floor_terms(floor_plan(ranks=[{"micro_step_floor(s)": None, "terms": {"compute(s)": 1.0}}])) == {}
+def test_floor_terms_are_empty_without_a_ranks_floor_and_need_a_plan():
+    # The plan of this machine, probed without measurements: no rank has a micro-step floor.
+    planned = _planned()
+    assert planned.floor.ranks and all(r.micro_step_floor_s is None for r in planned.floor.ranks)
+    assert gates.floor_terms(planned) == {}
+    assert gates.floor_terms(floor_plan(ranks=[])) == {}
+    assert gates.floor_terms(floor_plan(ranks=[FloorRank(rank=0, device="cpu", terms={"compute(s)": 1.0},
+                                                         micro_step_floor_s=None)])) == {}
+    # No plan, no floor and no terms: the gate is not measured.
+    with pytest.raises(gates.NotMeasured, match="no physical floor"):
+        gates.floor_ratio(synthetic_steps(steps=20), STEP_TIME, 5, None)
+    # A plan whose floor lacks its accumulation is refused when it is read, naming the field.
+    data = json.loads(json.dumps(floor_plan().as_json()))
+    del data["floor"]["accumulation"]
+    with pytest.raises(ContractError) as refused:
+        Plan.parse(data, "plan/plan_measured.json")
+    assert refused.value.key == "floor.accumulation"
 
 
 def test_floor_ratio_evidence_carries_the_floor_terms():
-    plan = floor_plan(**{"optimizer_step(s)": 0.25})
+    plan = floor_plan(optimizer_step_floor_s=0.25)
     ratio, evidence = gates.floor_ratio(synthetic_steps(steps=20, step_time=0.5, noise=0.0), STEP_TIME, 5, plan)
-    assert evidence["floor(s)"] == 0.25 and evidence["floor_terms(s)"] == gates.floor_terms(plan)
-    assert ratio == evidence["median_step_time(s)"] / 0.25
+    assert evidence.floor == 0.25 and evidence.floor_terms == gates.floor_terms(plan) != {}
+    assert ratio == evidence.median_step_time / 0.25
 
 
 # ---- reproduction and the whole evaluation ---------------------------------------------------------
 
 def test_faithfulness_reasons_exactly():
-    deviation = {"path": "fp16.enabled", "claim": True, "rendered": False, "reason": "no fp16", "changes_experiment": True}
-    harmless = {**deviation, "path": "steps_per_print", "changes_experiment": False}
-    assert gates.faithfulness([deviation, harmless], CPU_FINGERPRINT) == {"faithful": False, "reasons": [
-        "fp16.enabled: True -> False (no fp16)",
-        "hardware differs from the claim's RTX 5070 + RTX 4090: no GPU (CPU accelerator)"]}
+    deviation = Deviation(path="fp16.enabled", claim=True, rendered=False, kind="changed", reason="no fp16",
+                          changes_experiment=True)
+    harmless = deviation.model_copy(update={"path": "steps_per_print", "changes_experiment": False})
+    assert gates.faithfulness(Deviations(deviations=[deviation, harmless]), CPU_FINGERPRINT) == Reproduction(
+        faithful=False, reasons=["fp16.enabled: True -> False (no fp16)",
+                                 "hardware differs from the claim's RTX 5070 + RTX 4090: no GPU (CPU accelerator)"])
+    none = Deviations(deviations=[])
     twins = gpu_fingerprint(("NVIDIA A100", 40), ("NVIDIA A100", 40))
-    assert gates.faithfulness([], twins) == {"faithful": False, "reasons": [
-        "hardware differs from the claim's RTX 5070 + RTX 4090: NVIDIA A100, NVIDIA A100"]}
+    assert gates.faithfulness(none, twins) == Reproduction(faithful=False, reasons=[
+        "hardware differs from the claim's RTX 5070 + RTX 4090: NVIDIA A100, NVIDIA A100"])
     three = gpu_fingerprint(("RTX 5070", 12), ("RTX 4090", 24), ("RTX 4090", 24))
-    assert not gates.faithfulness([], three)["faithful"]
+    assert not gates.faithfulness(none, three).faithful
 
 
-def test_evaluate_takes_the_world_size_from_the_summary_or_the_run_metadata(tiny_profile):
-    spec = {"training": {"optimizer_steps": 200}}
+def test_evaluate_counts_the_ranks_of_the_run_specs_world_size():
     steps = synthetic_steps()
-    step_gate = [g for g in tiny_profile["gates"] if g["name"] in ("optimizer_step_time", "zero_nonfinite")]
-    rule = spike_rule(tiny_profile)
-    summary = {"completed_steps": 200, "world_size": 2}
-    judged = gates.evaluate(step_gate, steps, no_events(), summary, spec, [], CPU_FINGERPRINT, 5, rule)
-    assert [g["verdict"] for g in judged["gates"]] == [gates.PASS, gates.PASS]
-    assert judged["reproduction"] == gates.faithfulness([], CPU_FINGERPRINT)
+    step_gates = tuple(g for g in PROFILE.gates if g.name in ("optimizer_step_time", "zero_nonfinite"))
+    none = Deviations(deviations=[])
+    summary = train_summary(200)
+    judged = gates.evaluate(step_gates, steps, no_events(), summary, _run_spec(200), none, CPU_FINGERPRINT, 5, RULE)
+    assert [g.verdict for g in judged.gates] == [gates.PASS, gates.PASS]
+    assert judged.reproduction == gates.faithfulness(none, CPU_FINGERPRINT)
+    assert (judged.records.world_size, judged.records.expected_steps) == (2, 200)
+    assert judged.records.steps_per_rank == {0: 200, 1: 200}
+    # Without a summary (the run did not say how many ranks it had) the run spec still does.
     meta = run_metadata(steps, no_events(), summary, "", 200)
-    from_meta = gates.evaluate(step_gate[:1], steps, no_events(), None, spec, [], CPU_FINGERPRINT, 5, rule,
-                               run_meta=meta)
-    assert from_meta["gates"][0]["verdict"] == gates.PASS
+    from_meta = gates.evaluate(step_gates[:1], steps, no_events(), None, _run_spec(200), none, CPU_FINGERPRINT, 5,
+                               RULE, run_meta=meta)
+    assert from_meta.gates[0].verdict == gates.PASS
+    # A run spec of three ranks: rank 2 left no records, whatever the summary says.
+    three = gates.evaluate(step_gates, steps, no_events(), summary, _run_spec(200, world_size=3), none,
+                           CPU_FINGERPRINT, 5, RULE, run_meta=meta)
+    assert [g.verdict for g in three.gates] == [gates.NOT_MEASURED, gates.FAIL]
+    assert "ranks with no step records: [2] of world size 3" in three.gates[1].reason
 
 
 # ---- parse_run: several logs, node fingerprints, an undecodable byte ---------------------------------
@@ -440,10 +530,9 @@ def test_parse_run_over_two_node_logs_and_node_fingerprints(tmp_path):
     metrics = tmp_path / "metrics"
     metrics.mkdir()
     for rank in (0, 1):
-        (metrics / f"rank{rank}.jsonl").write_text(
-            "".join(json.dumps({"rank": rank, "step": s, "loss": 1.0}) + "\n" for s in (1, 2)))
+        write_lines(metrics / f"rank{rank}.jsonl", [step_record(rank=rank, step=s, loss=1.0) for s in (1, 2)])
     for node in (10, 2, 0, 1):
-        (metrics / f"node{node}.json").write_text(json.dumps({"node": node}))
+        NodeFingerprint(node=node, machine=CPU_FINGERPRINT).write(metrics / f"node{node}.json")
     first, second = tmp_path / "node0.log", tmp_path / "node1.log"
     first.write_bytes(b"[Rank 0] step=2, skipped=0, lr=[1e-05]\nhalf a character: \xe2\x82")
     second.write_text("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"x.py\", line 1\n"
@@ -451,27 +540,27 @@ def test_parse_run_over_two_node_logs_and_node_fingerprints(tmp_path):
                       "[launch.py] --local_rank=3' exits with return code = 1\n")
     events_file = tmp_path / "events.jsonl"
     events_file.write_text("")
-    steps, events, meta = parse_run(metrics, [first, second], {"world_size": 2}, events_file, 2)
-    assert [n["node"] for n in meta["nodes"]] == [0, 1, 2, 10]
-    assert meta["failed_ranks"] == [1, 3]
-    exit_failure = next(f for f in meta["failures"] if f["kind"] == "rank_exit_error")
-    assert exit_failure["exit_code"] == 1.0
-    assert exit_failure["last_lines"] == [
+    steps, events, meta = parse_run(metrics, [first, second], train_summary(2), events_file, 2)
+    assert [n.node for n in meta.nodes] == [0, 1, 2, 10]
+    assert meta.failed_ranks == [1, 3]
+    exit_failure = next(f for f in meta.failures if f.kind == "rank_exit_error")
+    assert exit_failure.exit_code == 1
+    assert exit_failure.last_lines == [
         "[Rank 0] step=2, skipped=0, lr=[1e-05]", "half a character: \ufffd",
         "[rank1]: Traceback (most recent call last):", "[rank1]:   File \"x.py\", line 1",
         "[rank1]: RuntimeError: boom",
         "[launch.py] --local_rank=3' exits with return code = 1"]
     assert list(events.index) == list(range(len(events)))
-    events_file.write_text('{"step": 2, "rank": 0, "kind": "loss_spike", "value": 9.0, "action": "skip"}\n')
-    _, with_stabiliser, _ = parse_run(metrics, first, {"world_size": 2}, events_file, 2)
+    write_lines(events_file, [StabiliserEvent(step=2, rank=0, kind="loss_spike", value=9.0, action="skip")])
+    _, with_stabiliser, _ = parse_run(metrics, first, train_summary(2), events_file, 2)
     assert list(with_stabiliser.index) == list(range(len(with_stabiliser)))
     assert with_stabiliser["kind"].tolist() == ["ds_progress", "stabiliser"]
 
 
 def test_rank_metrics_table_has_no_index_column(tmp_path):
-    (tmp_path / "rank1.jsonl").write_text(json.dumps({"rank": 1, "step": 1, "loss": 2.0}) + "\n")
-    (tmp_path / "rank0.jsonl").write_text(json.dumps({"rank": 0, "step": 2, "loss": 1.0}) + "\n"
-                                          + json.dumps({"rank": 0, "step": 1, "loss": 1.5}) + "\n")
+    write_lines(tmp_path / "rank1.jsonl", [step_record(rank=1, step=1, loss=2.0)])
+    write_lines(tmp_path / "rank0.jsonl", [step_record(rank=0, step=2, loss=1.0), step_record(rank=0, step=1, loss=1.5)])
     steps = read_rank_metrics(tmp_path)
-    assert list(steps.columns) == ["rank", "step", "loss"] and list(steps.index) == [0, 1, 2]
+    assert list(steps.columns) == list(STEP_COLUMNS) and list(steps.index) == [0, 1, 2]  # the records' keys only
     assert steps[["rank", "step"]].values.tolist() == [[0, 1], [0, 2], [1, 1]]
+    assert steps["loss"].tolist() == [1.5, 1.0, 2.0]

@@ -12,8 +12,11 @@ test.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import os
+import typing
 
 import numpy as np
 import pandas as pd
@@ -21,15 +24,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import CPU_FINGERPRINT, REPO
-from tests.unit.helpers import no_events, spike_rule
+from tests.conftest import CPU_FINGERPRINT, REPO, gpu_fingerprint
+from tests.unit.helpers import no_events, step_record, table_of, render_profile, train_summary
+from tests.unit.helpers import settings as profile_settings
 from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate
+from zerogate.analysis.measures import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME, SpikeRule
 from zerogate.analysis.parse import run_metadata
-from zerogate.config.profile import load_profile_chain, resolve_profile
+from zerogate.config.machines import from_fingerprint
+from zerogate.config.settings import GateStatistic
+from zerogate.contracts.plan import Plan
+from zerogate.contracts.run import Deviations, DsConfig, RunSpec
+from zerogate.contracts.verdicts import GateVerdict
+from zerogate.plan.planner import plan_for_run
 
 # The profile is read once: hypothesis runs many examples per test, and the gates are data, never mutated.
-PROFILE = resolve_profile(load_profile_chain(REPO / "config/profiles", "cpu-tiny", "config/config.yaml", "profile"))
+PROFILE = profile_settings("cpu-tiny")
+RULE = SpikeRule.from_settings(PROFILE.stabiliser)
+CLAIM_BOX = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
 
 WARMUP = 5
 FLOOR = 1.0  # s: fast steps (0.5 s) are "faster than physics" (FAIL), slow ones (2.5 s) are not
@@ -91,25 +103,23 @@ def build(run: dict) -> pd.DataFrame:
     time = 2.5 if run["slow"] else 0.5
     memory = 30.0 if run["huge_memory"] else 0.5
     skipped = set(range(10, 10 + math.ceil(0.2 * n))) if run["fp16"] and run["overflow_skips"] else set()
-    rows = []
+    records = []
     for rank in range(ranks):
         for i in range(n):
             step = i + 1
             t = time * (1 + 0.01 * rng.standard_normal())
             fault = step in run["fault_steps"] and rank < run["fault_ranks"]
-            row = {"step": step, "rank": rank, "loss": float(loss[i]), "grad_norm": math.inf if fault else 1.0,
-                   "step_time(s)": t, "micro_step_time(s)": t / 8, "tokens": 200, "tokens_per_s": 200 / t,
-                   "memory/device_peak(GiB)": memory + 0.01 * rank}
-            if run["fp16"]:
-                row.update(loss_scale=65536.0, skip_reason="fp16_overflow" if step in skipped else None,
-                           update_applied=step not in skipped)
-            rows.append(row)
-    steps = pd.DataFrame(rows)
+            fp16 = {"loss_scale": 65536.0, "skip_reason": "fp16_overflow" if step in skipped else None,
+                    "update_applied": step not in skipped} if run["fp16"] else {}
+            records.append(step_record(step=step, rank=rank, loss=float(loss[i]), grad_norm=math.inf if fault else 1.0,
+                                       step_time_s=t, micro_step_time_s=t / 8, tokens=200, tokens_per_s=200 / t,
+                                       device_peak_gib=memory + 0.01 * rank, **fp16))
+    steps = table_of(records)
     last = ranks - 1
     if run["gap"] == "timing":
-        steps.loc[(steps["rank"] == last) & (steps["step"] > n // 2), ["step_time(s)", "micro_step_time(s)"]] = np.nan
+        steps.loc[(steps["rank"] == last) & (steps["step"] > n // 2), [STEP_TIME, MICRO_STEP_TIME]] = np.nan
     elif run["gap"] == "memory":
-        steps.loc[(steps["rank"] == last) & (steps["step"] > n // 2), "memory/device_peak(GiB)"] = np.nan
+        steps.loc[(steps["rank"] == last) & (steps["step"] > n // 2), DEVICE_PEAK] = np.nan
     if run["damage"] == "drop_rank":
         steps = steps[steps["rank"] != last]
     elif run["damage"] == "truncate_rank":
@@ -118,8 +128,6 @@ def build(run: dict) -> pd.DataFrame:
         steps = steps[(steps["rank"] != last) | (steps["step"] != n // 2)]
     elif run["damage"] == "repeated_step":
         steps = pd.concat([steps, steps[(steps["rank"] == last) & (steps["step"] == n // 2)]])
-    if not len(steps):
-        steps = pd.DataFrame(columns=["rank", "step"])
     return steps.reset_index(drop=True)
 
 
@@ -146,16 +154,37 @@ def expected_verdicts(run: dict) -> dict[str, str]:
     }
 
 
-def judge(profile: dict, run: dict) -> dict[str, dict]:
+@functools.cache
+def _rendered(on: str) -> tuple[DsConfig, Deviations, RunSpec]:
+    """cpu-tiny as render_deepspeed_config renders it on this CPU machine (fp32) or the claimed box (fp16)."""
+    fingerprint = CPU_FINGERPRINT if on == "cpu" else CLAIM_BOX
+    rendered = render_profile(PROFILE, fingerprint)
+    return rendered.ds_config, rendered.deviations, rendered.run_spec
+
+
+def _run_spec(steps: int, world_size: int) -> RunSpec:
+    spec = _rendered("cpu")[2]
+    return spec.model_copy(update={"world_size": world_size,
+                                   "training": dataclasses.replace(spec.training, optimizer_steps=steps)})
+
+
+@functools.cache
+def _plan() -> Plan:
+    """The planner's plan of the run, its optimizer-step floor at FLOOR (this CPU machine, probed without
+    measurements, gives the planner no figure of its own)."""
+    ds_config, _, spec = _rendered("cpu")
+    planned = plan_for_run(spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), PROFILE.plan, "cpu-tiny")
+    return planned.model_copy(update={"floor": planned.floor.model_copy(update={"optimizer_step_floor_s": FLOOR})})
+
+
+def judge(run: dict) -> dict[str, GateVerdict]:
     steps = build(run)
-    summary = {"completed_steps": run["steps"], "world_size": run["ranks"]}
-    spec = {"world_size": run["ranks"], "training": {"optimizer_steps": run["steps"]}}
+    summary = train_summary(run["steps"], run["ranks"])
     meta = run_metadata(steps, no_events(), summary, "", run["steps"])
-    ds_config = {"fp16": {"enabled": run["fp16"], "loss_scale": 0}}
-    result = evaluate(profile["gates"], steps, no_events(), summary, spec, [], CPU_FINGERPRINT, WARMUP,
-                      spike_rule(profile), plan={"floor": {"optimizer_step(s)": FLOOR}}, run_meta=meta,
-                      ds_config=ds_config)
-    return {g["name"]: g for g in result["gates"]}
+    ds_config, deviations, _ = _rendered("claim box" if run["fp16"] else "cpu")
+    result = evaluate(PROFILE.gates, steps, no_events(), summary, _run_spec(run["steps"], run["ranks"]), deviations,
+                      CPU_FINGERPRINT, WARMUP, RULE, plan=_plan(), run_meta=meta, ds_config=ds_config)
+    return {g.name: g for g in result.gates}
 
 
 # ZEROGATE_PROPERTY_EXAMPLES: fewer examples where the suite runs once per mutant (zerogate.bench.mutation).
@@ -166,21 +195,21 @@ PROPERTY = settings(max_examples=int(os.environ.get("ZEROGATE_PROPERTY_EXAMPLES"
 @PROPERTY
 @given(run=runs)
 def test_every_gate_gives_the_verdict_the_run_was_built_to_get(run):
-    judged = judge(PROFILE, run)
+    judged = judge(run)
     expected = expected_verdicts(run)
-    assert {name: g["verdict"] for name, g in judged.items()} == expected
-    assert set(judged) == {g["name"] for g in PROFILE["gates"]}
+    assert {name: g.verdict for name, g in judged.items()} == expected
+    assert set(judged) == {g.name for g in PROFILE.gates}
 
 
 @PROPERTY
 @given(run=complete_runs)
 def test_faults_count_once_per_step_whatever_the_ranks(run):
-    judged = judge(PROFILE, run)["zero_nonfinite"]
+    judged = judge(run)["zero_nonfinite"]
     n = run["steps"]
     diverged = set(range(2 * n // 3 + 1, n + 1)) if run["shape"] == "diverge" else set()
     faults = {s for s in run["fault_steps"] if s <= n} | diverged
-    assert judged["measured"] == len(faults)
-    ranks = {e["step(step)"]: e["ranks(rank)"] for e in judged["evidence"]["nonfinite_events"]}
+    assert judged.measured == len(faults)
+    ranks = {e.step: e.ranks for e in judged.evidence.nonfinite_events}
     for step in run["fault_steps"]:
         if step <= n and step not in diverged:
             assert ranks[step] == list(range(min(run["fault_ranks"], run["ranks"])))
@@ -191,27 +220,27 @@ def test_faults_count_once_per_step_whatever_the_ranks(run):
 def test_gate_numbers_are_the_measures_statistics(run):
     """Complete, gap-free runs: each gate's number is the measures definition, in the gate's unit."""
     steps = build(run)
-    judged = judge(PROFILE, run)
+    judged = judge(run)
     median = measures.step_time(steps, WARMUP).value
-    assert judged["optimizer_step_time"]["measured"] == median
-    assert judged["optimizer_step_time_p90"]["measured"] == measures.step_time(steps, WARMUP, "p90").value
-    assert judged["micro_step_time"]["measured"] == measures.micro_step_time(steps, WARMUP).value
-    assert judged["step_time_over_physical_floor"]["measured"] == pytest.approx(median / FLOOR)
+    assert judged["optimizer_step_time"].measured == median
+    assert judged["optimizer_step_time_p90"].measured == measures.step_time(steps, WARMUP, "p90").value
+    assert judged["micro_step_time"].measured == measures.micro_step_time(steps, WARMUP).value
+    assert judged["step_time_over_physical_floor"].measured == pytest.approx(median / FLOOR)
     peak = max(measures.peak_memory_per_rank(steps).values())
-    assert judged["peak_memory_per_rank"]["measured"] == pytest.approx(peak * 1024**3 / 1e9)
+    assert judged["peak_memory_per_rank"].measured == pytest.approx(peak * 1024**3 / 1e9)
     if run["fp16"]:
-        assert judged["overflow_skip_fraction"]["measured"] == measures.overflow_skips(steps).worst_fraction
+        assert judged["overflow_skip_fraction"].measured == measures.overflow_skips(steps).worst_fraction
 
 
 @PROPERTY
 @given(values=st.lists(st.floats(0.01, 100.0), min_size=2, max_size=40), ranks=st.integers(1, 3),
        gap=st.booleans(), statistic=st.sampled_from(["median", "p90", "max"]))
 def test_a_slowest_rank_statistic_never_skips_a_gap(values, ranks, gap, statistic):
-    frame = pd.DataFrame([{"rank": r, "step": i + 1, "x(s)": v * (1 + r)} for r in range(ranks)
-                          for i, v in enumerate(values)])
+    frame = table_of([step_record(rank=r, step=i + 1, step_time_s=v * (1 + r)) for r in range(ranks)
+                      for i, v in enumerate(values)])
     if gap:
-        frame.loc[len(frame) - 1, "x(s)"] = np.nan
-    result = measures.slowest_rank(frame, "x(s)", statistic)
+        frame.loc[len(frame) - 1, STEP_TIME] = np.nan
+    result = measures.slowest_rank(frame, STEP_TIME, statistic)
     if gap:
         assert math.isnan(result.value)
     else:
@@ -223,7 +252,7 @@ def test_a_slowest_rank_statistic_never_skips_a_gap(values, ranks, gap, statisti
 @PROPERTY
 @given(ranks=st.integers(1, 4), steps=st.integers(1, 40), cut=st.integers(0, 3), data=st.data())
 def test_completeness_counts_every_rank_and_step(ranks, steps, cut, data):
-    frame = pd.DataFrame([{"rank": r, "step": s} for r in range(ranks) for s in range(1, steps + 1)])
+    frame = table_of([step_record(rank=r, step=s) for r in range(ranks) for s in range(1, steps + 1)])
     removed = data.draw(st.lists(st.tuples(st.integers(0, ranks - 1), st.integers(1, steps)), max_size=cut, unique=True))
     for rank, step in removed:
         frame = frame[~((frame["rank"] == rank) & (frame["step"] == step))]
@@ -242,5 +271,6 @@ def test_the_suite_covers_every_statistic_the_schema_admits():
 
     schema = yaml.safe_load((REPO / "config/schemas/profile.schema.yaml").read_text())
     admitted = set(schema["properties"]["gates"]["items"]["properties"]["statistic"]["enum"])
-    assert {g["statistic"] for g in PROFILE["gates"]} == admitted
-    assert {g["name"] for g in PROFILE["gates"]} == set(STATISTIC_GATES) | {"ranks_completed", "zero_nonfinite"}
+    assert admitted == set(typing.get_args(GateStatistic))  # the settings admit what the schema does
+    assert {g.statistic for g in PROFILE.gates} == admitted
+    assert {g.name for g in PROFILE.gates} == set(STATISTIC_GATES) | {"ranks_completed", "zero_nonfinite"}

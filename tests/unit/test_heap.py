@@ -1,4 +1,4 @@
-"""runtime/heap.py: freed heap goes back to the OS (what the CPU peak prediction relies on, issue 12)."""
+"""runtime/heap.py: freed heap goes back to the OS (what the CPU peak prediction relies on)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,13 @@ from types import SimpleNamespace
 
 import torch
 
+from zerogate.contracts.records import HeldBytes
 from zerogate.train.held import held_bytes
+
+
+def held(engine) -> HeldBytes:
+    """held_bytes as the training loop writes it for rank 0 of 2 (metrics/held_bytes_rank0.json)."""
+    return HeldBytes.of({"rank": 0, "world_size": 2, **held_bytes(engine)}, "the held bytes")
 
 
 def fake_engine(master_shares_storage: bool):
@@ -21,12 +27,12 @@ def fake_engine(master_shares_storage: bool):
 
 
 def test_separate_master_copy_is_counted():
-    held = held_bytes(fake_engine(master_shares_storage=False))
-    assert held["parameters(bytes)"] == 16 and held["master_parameters(bytes)"] == 16
-    assert held["gradients(bytes)"] == 16 and held["optimizer_states(bytes)"] == 32  # scalar step left out
-    assert held["parameter_count"] == 8 and held["parameter_dtype"] == "float32"
+    record = held(fake_engine(master_shares_storage=False))
+    assert record.parameters_bytes == 16 and record.master_parameters_bytes == 16
+    assert record.gradients_bytes == 16 and record.optimizer_states_bytes == 32  # scalar step left out
+    assert record.parameter_count == 8 and record.parameter_dtype == "float32"
 
 
 def test_master_sharing_the_parameter_storage_is_not_counted_twice():
-    held = held_bytes(fake_engine(master_shares_storage=True))
-    assert held["parameters(bytes)"] == 16 and held["master_parameters(bytes)"] == 0
+    record = held(fake_engine(master_shares_storage=True))
+    assert record.parameters_bytes == 16 and record.master_parameters_bytes == 0

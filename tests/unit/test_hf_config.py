@@ -1,14 +1,13 @@
 """Shipped model configs load offline into the right transformers class, with their published shape and
 parameter count; bad config files are refused in one line naming the file and the key."""
 
-import json
 from pathlib import Path
 
 import pytest
 
 from zerogate.errors import InputError
 from zerogate.model.hf_config import ModelShape, load_config, shape_of
-from zerogate.plan.ledger import count_parameters
+from zerogate.model.counts import count_parameters
 
 MODELS = Path(__file__).resolve().parents[2] / "config" / "models"
 

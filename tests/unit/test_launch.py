@@ -3,12 +3,17 @@
 import json
 import sys
 
-from zerogate.runtime.launch import MASTER_ADDR, keep_failed_records, out_dir_of, run_layout, wait_all, remove_shm_buffers
+from tests.unit.helpers import step_record
+from tests.unit.test_ledger import rendered
+from zerogate.contracts.base import line_of
+from zerogate.contracts.records import StabiliserEvent
+from zerogate.runtime.launch import keep_failed_records, out_dir_of, remove_shm_buffers, run_layout, wait_all
+from zerogate.runtime.nodes import LOCAL_MASTER_ADDR
 
 
 def test_only_this_runs_shm_buffers_are_removed(tmp_path):
-    ours = [tmp_path / f"deepspeed_allreduce_buffer_0_{MASTER_ADDR}_41234_{rank}" for rank in (0, 1)]
-    other_run = tmp_path / f"deepspeed_allreduce_buffer_0_{MASTER_ADDR}_41235_0"
+    ours = [tmp_path / f"deepspeed_allreduce_buffer_0_{LOCAL_MASTER_ADDR}_41234_{rank}" for rank in (0, 1)]
+    other_run = tmp_path / f"deepspeed_allreduce_buffer_0_{LOCAL_MASTER_ADDR}_41235_0"
     unrelated = tmp_path / "some_other_program_41234"
     for path in (*ours, other_run, unrelated):
         path.write_bytes(b"x")
@@ -18,7 +23,9 @@ def test_only_this_runs_shm_buffers_are_removed(tmp_path):
 
 
 def test_a_one_node_spec_is_one_launcher_of_world_size_ranks(tmp_path):
-    nodes = run_layout({"world_size": 2, "nodes": None}, tmp_path / "train.log")
+    _, spec = rendered()  # cpu-tiny on the test machine: 2 ranks, one node
+    assert spec.world_size == 2 and spec.nodes is None
+    nodes = run_layout(spec, tmp_path / "train.log")
     assert (nodes.multi_node, nodes.ranks_per_node, nodes.world_size) == (False, 2, 2)
 
 
@@ -37,13 +44,15 @@ def test_a_failed_runs_records_are_kept_beside_its_log(tmp_path):
     out, logs = tmp_path / "train", tmp_path / "logs"
     (out / "metrics").mkdir(parents=True)
     logs.mkdir()
-    (out / "metrics" / "rank0.jsonl").write_text('{"step": 1}\n')
-    (out / "events.jsonl").write_text('{"step": 12, "action": "abort"}\n')
+    step = line_of(step_record(step=1)) + "\n"
+    event = line_of(StabiliserEvent(step=12, rank=0, kind="nonfinite_loss", value="nan", action="abort")) + "\n"
+    (out / "metrics" / "rank0.jsonl").write_text(step)
+    (out / "events.jsonl").write_text(event)
     log = logs / "train.log"
     kept = keep_failed_records(out, log)
     assert kept == logs / "train_failed"
-    assert (kept / "events.jsonl").read_text() == '{"step": 12, "action": "abort"}\n'
-    assert (kept / "metrics" / "rank0.jsonl").read_text() == '{"step": 1}\n'
+    assert (kept / "events.jsonl").read_text() == event
+    assert (kept / "metrics" / "rank0.jsonl").read_text() == step
     assert not (kept / "eval.jsonl").exists()
     # A later failure replaces the copy rather than mixing two runs.
     (out / "events.jsonl").unlink()
@@ -62,7 +71,7 @@ def test_out_dir_is_read_from_the_training_arguments():
 
 
 def buffers(shm, port, ranks=(0, 1)):
-    paths = [shm / f"deepspeed_allreduce_buffer_0_{MASTER_ADDR}_{port}_{rank}" for rank in ranks]
+    paths = [shm / f"deepspeed_allreduce_buffer_0_{LOCAL_MASTER_ADDR}_{port}_{rank}" for rank in ranks]
     for path in paths:
         path.write_bytes(b"x")
     return paths
@@ -76,7 +85,8 @@ def fake_process(proc, pid, mapped=()):
 
 
 def test_a_killed_runs_buffers_are_removed_by_the_next_launch(tmp_path):
-    """Bug 2 (issue 10): after SIGKILL of the Snakemake process group the launcher's finally never ran."""
+    """After a SIGKILL of the Snakemake process group the launcher's finally never ran: the next launch
+    removes what the killed run left."""
     from zerogate.runtime.launch import port_state_file, remove_stale_shm_buffers
 
     shm, proc, logs = tmp_path / "shm", tmp_path / "proc", tmp_path / "logs"
@@ -125,8 +135,7 @@ def test_the_launcher_records_its_port_and_cleans_up_after_a_normal_exit(tmp_pat
     logs.mkdir()
     earlier = buffers(shm, 44000)
     launch.port_state_file(logs / "train.log").write_text(json.dumps({"port": 44000, "pid": 999999}))
-    spec = tmp_path / "run_spec.json"
-    spec.write_text(json.dumps({"world_size": 1, "env": {}}))
+    spec = rendered()[1].write(tmp_path / "run_spec.json")
     seen = {}
 
     def fake_commands(nodes, deepspeed, port, module, train_args, node_ranks):

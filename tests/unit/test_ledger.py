@@ -4,22 +4,66 @@ import dataclasses
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from transformers import GPT2Config
 
-from zerogate.model.build import model_config
-from zerogate.plan.ledger import (GB, GIB, ModelCounts, Setup, activation_bytes, count_parameters,
-                             deepspeed_estimates, ledger, model_state_bytes, paper_ledger, setup_from_config,
-                             zerogate_terms)
+from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
+from tests.unit.helpers import settings, step_record, table_of, render_profile
 from zerogate.analysis.ledger_check import compare, read_measurements
+from zerogate.config.settings import ModelSettings, ProfileSettings
+from zerogate.contracts.machine import Fingerprint
+from zerogate.contracts.plan import Ledger, PeakPrediction
+from zerogate.contracts.records import HeldBytes, column
+from zerogate.contracts.run import DsConfig, RunSpec
+from zerogate.model.build import planned_model_config
+from zerogate.model.counts import ModelCounts, count_parameters
+from zerogate.plan.ledger import (Setup, activation_bytes, deepspeed_estimates, ledger, model_state_bytes,
+                                  paper_ledger, setup_from_config, zerogate_terms)
+from zerogate.units import GB, GIB, format_bytes
 
+REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parents[1] / "data" / "held_bytes"
-NO_STEPS = pd.DataFrame(columns=["rank", "step"])  # a CPU run's steps table holds no allocator peaks
-TINY = {"architecture": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 4, "intermediate_size": 192}
-QWEN14B = {"architecture": "qwen2", "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40,
-           "num_key_value_heads": 8, "intermediate_size": 13824, "vocab_size": 152064, "tie_word_embeddings": False}
+NO_STEPS = table_of([])  # a CPU run's steps table holds no allocator peaks
+# The cpu-tiny profile's model (Llama, hidden 64 x 2 layers).
+TINY = settings("cpu-tiny").model
+QWEN14B = ModelSettings(architecture="qwen2", hidden_size=5120, num_hidden_layers=48, num_attention_heads=40,
+                        num_key_value_heads=8, intermediate_size=13824, vocab_size=152064, tie_word_embeddings=False)
+
+
+def rendered(profile: str | dict | ProfileSettings = "cpu-tiny", fingerprint: Fingerprint = CPU_FINGERPRINT,
+             overrides=()) -> tuple[DsConfig, RunSpec]:
+    """The profile's claim config (a profile's name, a resolved profile or its settings) as
+    render_deepspeed_config renders it for ``fingerprint``, with extra ``overrides`` ({path, value,
+    reason}) after the profile's own."""
+    rendered = render_profile(profile, fingerprint, overrides=overrides)
+    return rendered.ds_config, rendered.run_spec
+
+
+def recorded_ds_config() -> DsConfig:
+    """The DeepSpeed config of the recorded 2-rank run (tests/data/held_bytes/README)."""
+    return DsConfig.read(DATA / "ds_config.json")
+
+
+def recorded_run_spec() -> RunSpec:
+    """The recorded run's run spec, in today's contract: recorded before the spec carried its row length
+    (the smoke geometry's 64 tokens) and its vocabulary (167, the README's), and while it still held the
+    analysis-only warm-up cut."""
+    old = json.loads((DATA / "run_spec.json").read_text())
+    training = {k: v for k, v in old["training"].items() if k != "warmup_steps_excluded"}
+    return RunSpec.of({**old, "training": training, "seq_len": 64, "vocab_size": 167}, str(DATA / "run_spec.json"))
+
+
+def recorded_held_bytes(tmp_path: Path) -> Path:
+    """The ranks' recorded held bytes as HeldBytes files (recorded before the files carried their contract
+    stamp): the directory read_measurements reads."""
+    for path in sorted(DATA.glob("held_bytes_rank*.json")):
+        HeldBytes.of(json.loads(path.read_text()), str(path)).write(tmp_path / path.name)
+    return tmp_path
+
+
+def recorded_counts() -> ModelCounts:
+    spec = recorded_run_spec()
+    return count_parameters(planned_model_config(spec.model, spec.vocab_size, spec.seq_len))
 
 
 def claim_setup(**changes) -> Setup:
@@ -30,7 +74,7 @@ def claim_setup(**changes) -> Setup:
 
 
 def test_tiny_llama_count_by_hand():
-    counts = count_parameters(model_config(TINY, 256, 64))
+    counts = count_parameters(planned_model_config(TINY, 256, 64))
     embed = 256 * 64  # embed_tokens; lm_head the same, untied
     layer = 4 * 64 * 64 + 3 * 64 * 192 + 2 * 64  # q k v o, gate up down, two RMSNorms
     assert counts.total == 2 * embed + 2 * layer + 64
@@ -47,7 +91,7 @@ def test_gpt2_tied_embeddings_counted_once_by_hand():
 
 
 def test_qwen25_14b_shape_by_hand():
-    counts = count_parameters(model_config(QWEN14B, 0, 512))
+    counts = count_parameters(planned_model_config(QWEN14B, QWEN14B.vocab_size, 512))
     embed = 152064 * 5120
     layer = (5120 * 5120 + 5120) + 2 * (5120 * 1024 + 1024) + 5120 * 5120 + 3 * 5120 * 13824 + 2 * 5120
     assert counts.total == 2 * embed + 48 * layer + 5120 == 14_770_033_664
@@ -114,15 +158,19 @@ def test_no_separate_master_copy_for_fp32_without_optimizer_offload():
 
 
 def test_leaf_decoder_layers_are_gathered_whole():
-    counts = count_parameters(model_config(TINY, 256, 64))
+    counts = count_parameters(planned_model_config(TINY, 256, 64))
     h, i = 64, 192
     assert counts.largest_block == 4 * h * h + 3 * h * i + 2 * h  # attention, MLP, two norms
     setup = claim_setup()
-    spec = {"world_size": 2, "dtype": "fp32", "accelerator": "cpu"}
-    ds = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "zero_optimization": {"stage": 3}}
-    assert not setup_from_config(ds, spec, 64).leaf_blocks
-    ds["zero_optimization"]["leaf_module"] = {"classes": ["LlamaDecoderLayer"]}
-    assert setup_from_config(ds, spec, 64).leaf_blocks
+    # The claim's config on GPUs (no CPU tuning) declares no leaf module beyond DeepSpeed's defaults...
+    gpus = gpu_fingerprint(("NVIDIA GeForce RTX 4090", 24), ("NVIDIA GeForce RTX 4090", 24))
+    ds, spec = rendered(fingerprint=gpus)
+    assert not setup_from_config(ds, spec).leaf_blocks
+    # ...a profile override declaring the decoder layer one does.
+    leaf_override = {"path": "zero_optimization.leaf_module", "value": {"classes": ["LlamaDecoderLayer"]},
+                     "reason": "gather a decoder layer whole"}
+    ds, spec = rendered(fingerprint=gpus, overrides=[leaf_override])
+    assert setup_from_config(ds, spec).leaf_blocks
     leaf = dataclasses.replace(setup, leaf_blocks=True)
     gathered = zerogate_terms(counts, leaf)["device"]["gathered_parameters"]
     assert gathered == 2 * (counts.largest_block + setup.prefetch_bucket)
@@ -136,60 +184,78 @@ def test_zero3_pads_each_parameter_to_the_ranks():
 
 
 def test_every_scheme_has_all_three_ledgers():
-    full = ledger(oracle_counts(), claim_setup())
-    assert full["scheme"] == "zero3_offload_all"
-    assert list(full["schemes"]) == ["ddp", "zero1", "zero2", "zero2_offload_optimizer", "zero3",
-                                     "zero3_offload_optimizer", "zero3_offload_all"]
-    zero3 = full["schemes"]["zero3"]
-    assert zero3["paper"]["device_per_rank(bytes)"] == 16 * 7 * 10**9
-    assert zero3["deepspeed"]["device_per_rank(bytes)"] == 4 * 778_567_680 + 9 * 14 * 10**9
-    assert zero3["zerogate"]["device_per_rank(bytes)"] > zero3["paper"]["device_per_rank(bytes)"]
-    ddp = full["schemes"]["ddp"]["zerogate"]["device_terms(bytes)"]
+    full = Ledger.of(ledger(oracle_counts(), claim_setup()), "the ledger")
+    assert full.scheme == "zero3_offload_all"
+    assert list(full.schemes) == ["ddp", "zero1", "zero2", "zero2_offload_optimizer", "zero3",
+                                  "zero3_offload_optimizer", "zero3_offload_all"]
+    zero3 = full.schemes["zero3"]
+    assert zero3.paper.device_per_rank_bytes == 16 * 7 * 10**9
+    assert zero3.deepspeed.device_per_rank_bytes == 4 * 778_567_680 + 9 * 14 * 10**9
+    assert zero3.zerogate.device_per_rank_bytes > zero3.paper.device_per_rank_bytes
+    ddp = full.schemes["ddp"].zerogate.device_terms_bytes
     assert ddp["parameters"] == 2 * 14 * 10**9 and ddp["optimizer_states"] == 8 * 14 * 10**9
 
 
 def test_setup_reads_the_rendered_config():
-    setup = setup_from_config(json.loads((DATA / "ds_config.json").read_text()),
-                              json.loads((DATA / "run_spec.json").read_text()), 64)
+    setup = setup_from_config(recorded_ds_config(), recorded_run_spec())
     assert setup.scheme == "zero3_offload_all" and setup.dtype == "fp32" and setup.ranks == 2
     assert setup.reduce_bucket == 64**2 and setup.accumulation == 8 and setup.device_kind == "cpu"
+    assert setup.seq_len == 64  # the run spec's row length
 
 
-def test_prediction_matches_what_the_ranks_held_on_the_cpu_default():
+def test_setup_takes_the_precision_of_the_rendered_config():
+    """The precision the ledger sizes is the rendered config's after the profile's overrides: fp16 turned
+    off (fp32) or bf16 turned on changes the run spec's dtype, and with it every dtype-dependent term."""
+    gpus = gpu_fingerprint(("NVIDIA GeForce RTX 4090", 24), ("NVIDIA GeForce RTX 4090", 24))
+    ds, spec = rendered(fingerprint=gpus)
+    assert ds.dtype == spec.dtype == setup_from_config(ds, spec).dtype == "fp16"  # the claim's fp16
+    fp32 = {"path": "fp16.enabled", "value": False, "reason": "train in fp32"}
+    ds32, spec32 = rendered(fingerprint=gpus, overrides=[fp32])
+    assert ds32.dtype == spec32.dtype == setup_from_config(ds32, spec32).dtype == "fp32"
+    bf16 = [fp32, {"path": "bf16.enabled", "value": True, "reason": "train in bf16"}]
+    ds16, spec16 = rendered(fingerprint=gpus, overrides=bf16)
+    assert ds16.dtype == spec16.dtype == setup_from_config(ds16, spec16).dtype == "bf16"
+    counts = count_parameters(planned_model_config(spec.model, spec.vocab_size, spec.seq_len))
+    half = zerogate_terms(counts, setup_from_config(ds, spec))
+    full = zerogate_terms(counts, setup_from_config(ds32, spec32))
+    assert full["host"]["parameters"] == 2 * half["host"]["parameters"]  # 4 bytes per parameter, not 2
+    assert full["device"]["gathered_parameters"] == 2 * half["device"]["gathered_parameters"]
+    assert zerogate_terms(counts, setup_from_config(ds16, spec16)) == half  # bf16 and fp16: both 2 bytes
+
+
+def test_prediction_matches_what_the_ranks_held_on_the_cpu_default(tmp_path):
     """Recorded from a real 2-rank run (tests/data/held_bytes/README): within 5 %, per term and rank."""
-    counts = count_parameters(model_config(TINY, 167, 64))
-    setup = setup_from_config(json.loads((DATA / "ds_config.json").read_text()),
-                              json.loads((DATA / "run_spec.json").read_text()), 64)
-    table = compare(counts, setup, read_measurements(DATA, NO_STEPS))
+    counts = recorded_counts()
+    setup = setup_from_config(recorded_ds_config(), recorded_run_spec())
+    measured = read_measurements(recorded_held_bytes(tmp_path), NO_STEPS)
+    table = compare(counts, setup, measured)
     assert {r["rank"] for r in table["rows"]} == {0, 1}
     assert table["within_5_percent"] is True
     assert all(abs(r["error(%)"]) <= 5 for r in table["rows"])
     # A wrong prediction is caught: fp16 parameters would be half the bytes the ranks hold.
-    wrong = compare(counts, dataclasses.replace(setup, dtype="fp16"), read_measurements(DATA, NO_STEPS))
+    wrong = compare(counts, dataclasses.replace(setup, dtype="fp16"), measured)
     assert wrong["within_5_percent"] is False
 
 
 def test_model_state_bytes_of_the_tiny_default():
-    counts = count_parameters(model_config(TINY, 167, 64))
-    setup = setup_from_config(json.loads((DATA / "ds_config.json").read_text()),
-                              json.loads((DATA / "run_spec.json").read_text()), 64)
+    counts = recorded_counts()
+    assert counts.total == 128192  # the README's count (vocabulary 167)
+    setup = setup_from_config(recorded_ds_config(), recorded_run_spec())
     share = 128192 // 2
     assert model_state_bytes(counts, setup) == {"parameters(bytes)": 4 * share, "master_parameters(bytes)": 4 * share,
                                                 "gradients(bytes)": 4 * share, "optimizer_states(bytes)": 8 * share}
 
 
 def test_figures_show_binary_and_decimal_units():
-    from zerogate.plan.ledger import human
-
-    assert human(112 * 10**9) == "104.31 GiB (112.00 GB)"
-    assert human(1_281_920) == "1.22 MiB (1.28 MB)"
-    assert human(None) == "n/a"
+    assert format_bytes(112 * 10**9) == "104.31 GiB (112.00 GB)"
+    assert format_bytes(1_281_920) == "1.22 MiB (1.28 MB)"
+    assert format_bytes(None) == "—"
 
 
 def test_gpu_allocator_peaks_are_compared_with_the_device_total(tmp_path):
-    """GPU-shaped metrics (hand-made: no GPU here): the max over steps of each peak, per rank."""
-    steps = pd.DataFrame([{"rank": 0, "step": 1, "memory/max_allocated(GiB)": 9.0, "memory/max_reserved(GiB)": 10.0},
-                          {"rank": 0, "step": 2, "memory/max_allocated(GiB)": 10.5, "memory/max_reserved(GiB)": 11.0}])
+    """GPU-shaped step records (no GPU here): the max over steps of each peak, per rank."""
+    steps = table_of([step_record(step=1, rank=0, max_allocated_gib=9.0, max_reserved_gib=10.0),
+                      step_record(step=2, rank=0, max_allocated_gib=10.5, max_reserved_gib=11.0)])
     measured = read_measurements(tmp_path, steps)  # parse_logs' steps table: the peaks come from measures
     assert measured[0]["peaks"] == {"memory/max_allocated(GiB)": 10.5 * GIB, "memory/max_reserved(GiB)": 11.0 * GIB}
     table = compare(oracle_counts(), claim_setup(), measured)
@@ -200,15 +266,20 @@ def test_gpu_allocator_peaks_are_compared_with_the_device_total(tmp_path):
     assert table["within_5_percent"] is None  # no held tensors: nothing to judge the model states by
 
 
-def _peak_steps(peaks: list[float], ends: list[float]) -> pd.DataFrame:
-    return pd.DataFrame([{"rank": r, "step": s + 1, "memory/peak_rss(GiB)": p, "memory/rss(GiB)": e}
-                         for r in (0, 1) for s, (p, e) in enumerate(zip(peaks, ends))])
+def _peak_steps(peaks: list[float], ends: list[float], allocator_free: float | None = None):
+    """Two ranks' step records with these per-window peaks and end-of-window resident sets (GiB)."""
+    return table_of([step_record(step=s + 1, rank=r, peak_rss_gib=p, rss_gib=e, allocator_free_gib=allocator_free)
+                     for r in (0, 1) for s, (p, e) in enumerate(zip(peaks, ends))])
 
 
-def _prediction(persistent: float, transient: float) -> dict:
+def _prediction(persistent: float, transient: float) -> PeakPrediction:
     from zerogate.plan.ledger import peak_split
     terms = {"runtime_baseline": int(persistent * GIB), "activations": int(transient * GIB)}
-    return {"metric": "memory/peak_rss(GiB)", "terms(bytes)": terms, **peak_split(terms)}
+    split = peak_split(terms)
+    return PeakPrediction(scheme="zero3_offload_all", ranks=2, accelerator="cpu", metric=column("peak_rss_gib"),
+                          what="resident-set peak of the rank's process (VmHWM)", terms_bytes=terms,
+                          persistent_bytes=split["persistent(bytes)"], transient_bytes=split["transient(bytes)"],
+                          total_bytes=split["total(bytes)"], runtime_baseline=None)
 
 
 def test_peak_rows_within_tolerance_and_outside_it_name_the_part_that_is_off():
@@ -222,14 +293,15 @@ def test_peak_rows_within_tolerance_and_outside_it_name_the_part_that_is_off():
     assert low[0]["diagnosis"]["off"] == "persistent" and "under-predicted" in low[0]["off"] and "step 2" in low[0]["off"]
     high = peak_rows(_prediction(1.0, 0.6), steps)  # transient 0.5 GiB over
     assert high[0]["diagnosis"]["off"] == "transient" and "over-predicted" in high[0]["off"]
-    table = with_peaks({"rows": []}, _prediction(0.6, 0.1), steps)
-    assert table["peak"]["within_tolerance"] is False and table["peak"]["max_abs_error(%)"] > 15
+    model_states = compare(recorded_counts(), setup_from_config(recorded_ds_config(), recorded_run_spec()), {})
+    table = with_peaks(model_states, _prediction(0.6, 0.1), steps)
+    assert table.peak.within_tolerance is False and table.peak.max_abs_error_percent > 15
 
 
 def test_a_persistent_miss_says_how_much_of_it_the_allocator_kept_free():
-    from zerogate.analysis.ledger_check import ALLOCATOR_FREE, peak_rows
-    steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0])
-    steps[ALLOCATOR_FREE] = 0.3  # of the 1.0 GiB held after step 2, 0.3 GiB freed and kept by the allocator
+    from zerogate.analysis.ledger_check import peak_rows
+    # Of the 1.0 GiB held after step 2, 0.3 GiB freed and kept by the allocator.
+    steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0], allocator_free=0.3)
     low = peak_rows(_prediction(0.6, 0.1), steps)[0]  # persistent 0.4 GiB short
     assert low["diagnosis"]["parts"]["persistent"]["allocator_free(bytes)"] == int(0.3 * GIB)
     assert "307.20 MiB (322.12 MB) is freed memory the C allocator kept" in low["off"]
@@ -238,20 +310,19 @@ def test_a_persistent_miss_says_how_much_of_it_the_allocator_kept_free():
     assert low["with_allocator_free(bytes)"] == int(0.7 * GIB) + int(0.3 * GIB)
     assert low["with_allocator_free_error(%)"] == pytest.approx(-100 * 0.1 / 1.1, abs=1e-6)
     # Freed memory that explains the persistent miss leaves the transient part as the one that is off.
-    steps[ALLOCATOR_FREE] = 0.45
+    steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0], allocator_free=0.45)
     both = peak_rows(_prediction(0.6, 0.05), steps)[0]  # persistent 0.4 short (freed memory covers it), transient 0.05 short
     assert both["diagnosis"]["off"] == "transient" and "persistent terms 0 B short" in both["off"], both["off"]
     # Without the record (older runs, no glibc) the note says nothing of it.
-    steps[ALLOCATOR_FREE] = None
+    steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0], allocator_free=None)
     unrecorded = peak_rows(_prediction(0.6, 0.1), steps)[0]
     assert "allocator" not in unrecorded["off"] and unrecorded["with_allocator_free(bytes)"] is None
     # An over-prediction is not explained by freed memory.
-    steps[ALLOCATOR_FREE] = 0.3
+    steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0], allocator_free=0.3)
     assert "allocator" not in peak_rows(_prediction(1.5, 0.1), steps)[0]["off"]
 
 
 def test_the_cpu_peak_counts_what_zero3_keeps_gathered():
-    import dataclasses
     from tests.unit.test_floor_comms import cpu_setup
     from zerogate.plan.ledger import peak_terms
     model = ModelCounts(total=1115, largest_layer=1000, numels=(1000, 100, 10, 5), hidden=1, layers=1, heads=1,
@@ -267,12 +338,13 @@ def test_the_cpu_peak_counts_what_zero3_keeps_gathered():
 
 
 def test_a_rendered_reuse_distance_reaches_the_setup():
-    from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE, setup_from_config
-    ds = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 3}}
-    spec = {"world_size": 2, "dtype": "fp32", "accelerator": "cpu"}
-    assert setup_from_config(ds, spec, 8).max_reuse_distance == DEEPSPEED_MAX_REUSE_DISTANCE
-    ds["zero_optimization"]["stage3_max_reuse_distance"] = 1234
-    assert setup_from_config(ds, spec, 8).max_reuse_distance == 1234
+    from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE
+    ds, spec = rendered()
+    assert "stage3_max_reuse_distance" not in ds.raw["zero_optimization"]
+    assert setup_from_config(ds, spec).max_reuse_distance == DEEPSPEED_MAX_REUSE_DISTANCE
+    distance = {"path": "zero_optimization.stage3_max_reuse_distance", "value": 1234, "reason": "release early"}
+    ds, spec = rendered(overrides=[distance])
+    assert setup_from_config(ds, spec).max_reuse_distance == 1234
 
 
 def test_peak_terms_on_gpus_are_the_device_terms():

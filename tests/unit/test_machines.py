@@ -33,7 +33,7 @@ def test_misspelt_key_in_a_description_names_file_and_key(tmp_path):
 def test_probed_fingerprint_becomes_a_valid_description(cpu_fingerprint):
     machine = check(from_fingerprint(cpu_fingerprint, "testbox"), "probe")
     assert machine["gpus"] == [] and machine["host"]["ram_total_bytes"] == 24 * 1024**3
-    assert to_fingerprint(machine)["accelerator"]["kind"] == "cpu"
+    assert to_fingerprint(machine).accelerator.kind == "cpu"
 
 
 def test_every_shipped_description_follows_the_schema():

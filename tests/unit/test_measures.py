@@ -3,9 +3,12 @@
 The agreement test builds one run whose records make the old definitions disagree (uneven ranks, so the
 max per step then the median is not the median per rank then the max; a warm-up; an fp16-skipped step; a
 loss spike) and reads each shared quantity through the gates' evidence, the report's run summary, the
-registry, compare, the variant table and the figures.
+registry, compare, the variant table and the figures. Every run is built from StepRecords
+(tests.unit.helpers), every file the consumers read by its producer.
 """
 
+import dataclasses
+import functools
 import json
 import math
 import subprocess
@@ -16,169 +19,213 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import CPU_FINGERPRINT
-from tests.unit.helpers import no_events
+from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
+from tests.unit.helpers import no_events, settings, step_record, table_of, render_profile, train_summary
 from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, PASS, evaluate
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.measures import STEP_TIME, TOKENS_PER_S, SpikeRule, summarise_run
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
 from zerogate.analysis.variants import compare as variant_table
-from zerogate.config.settings import training_settings
+from zerogate.config.machines import from_fingerprint
+from zerogate.config.settings import ConvergenceRuleSettings, stabiliser_settings
+from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
+from zerogate.contracts.parsed import RunMeta
+from zerogate.contracts.plan import Plan
+from zerogate.contracts.run import Deviations, DsConfig, RunSpec
+from zerogate.errors import InputError
+from zerogate.plan.planner import plan_for_run
+from zerogate.provenance import provenance
 from zerogate.report.compare import comparison_table, group_runs, load_run, quantity_rows
 from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
-from zerogate.report.html import run_summary
 from zerogate.report.registry import registry_record
 
 STEPS, WARMUP, SKIPPED, SPIKE = 30, 3, 8, 20
-# The spike rule as the rules pass it: the profile's stabiliser section with its defaults filled in.
-STABILISER = training_settings({"stabiliser": {"spike_window": 16, "spike_min_history": 5}})["stabiliser"]
+# The spike rule as the rules pass it: the stabiliser section with its defaults filled in (train/settings.json).
+STABILISER = stabiliser_settings({"spike_window": 16, "spike_min_history": 5})
 RULE = SpikeRule.from_settings(STABILISER)
+PROFILE = settings("cpu-tiny")
+CLAIM_BOX = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
+
+
+# ---- the run's real inputs, built by their producers ----------------------------------------------------
+
+@functools.cache
+def _rendered(on: str, overrides: tuple = ()) -> tuple[DsConfig, Deviations, RunSpec]:
+    """cpu-tiny as render_deepspeed_config renders it on this CPU machine (fp32) or the claimed box (the
+    claim's fp16), with the profile's ``overrides`` (each a (path, value) pair) added."""
+    fingerprint = CPU_FINGERPRINT if on == "cpu" else CLAIM_BOX
+    added = [{"path": path, "value": value, "reason": "the test's"} for path, value in overrides]
+    rendered = render_profile(PROFILE, fingerprint, overrides=added)
+    return rendered.ds_config, rendered.deviations, rendered.run_spec
+
+
+def _run_spec(steps: int = STEPS, world_size: int = 2) -> RunSpec:
+    spec = _rendered("cpu")[2]
+    return spec.model_copy(update={"world_size": world_size,
+                                   "training": dataclasses.replace(spec.training, optimizer_steps=steps)})
+
+
+@functools.cache
+def _plan() -> Plan:
+    """The planner's plan of the run with its optimizer-step floor at 0.1 s (this CPU machine, probed
+    without measurements, gives the planner no figure of its own)."""
+    ds_config, _, spec = _rendered("cpu")
+    planned = plan_for_run(spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), PROFILE.plan, "cpu-tiny")
+    return planned.model_copy(update={"floor": planned.floor.model_copy(update={"optimizer_step_floor_s": 0.1})})
 
 
 def uneven_run() -> pd.DataFrame:
     """2 ranks, fp16: rank 0 is slow on every third step, rank 1 on the step after, so each rank's median
     is fast (1.0 s, 1.1 s) while two steps in three have a slow rank (max per step, median: ~3 s)."""
-    rows = []
+    records = []
     for rank in (0, 1):
         for step in range(1, STEPS + 1):
             slow = step % 3 == rank
             time = (3.0 if slow else 1.0) + 0.1 * rank + 0.001 * step
             skipped = step == SKIPPED
-            rows.append({
-                "step": step, "rank": rank, "loss": 5.0 - 0.05 * step + (4.0 if step == SPIKE else 0.0)
-                + 0.01 * math.sin(step), "grad_norm": None if skipped else 1.0,
-                "step_time(s)": 0.05 if skipped else time, "micro_step_time(s)": (0.05 if skipped else time) / 4,
-                "tokens": 256, "tokens_per_s": 256 / (0.05 if skipped else time),
-                "memory/device_peak(GiB)": (0.5 if step == 2 else 0.4) if rank == 0 else 0.7,
-                "update_applied": not skipped and step != SPIKE,
-                "skip_reason": "fp16_overflow" if skipped else ("loss_spike" if step == SPIKE else None),
-                "loss_scale": 32768.0 if step >= SKIPPED else 65536.0,
-            })
-    return pd.DataFrame(rows)
+            t = 0.05 if skipped else time
+            records.append(step_record(
+                step=step, rank=rank, loss=5.0 - 0.05 * step + (4.0 if step == SPIKE else 0.0) + 0.01 * math.sin(step),
+                grad_norm=None if skipped else 1.0, step_time_s=t, micro_step_time_s=t / 4, tokens=256,
+                tokens_per_s=256 / t, device_peak_gib=(0.5 if step == 2 else 0.4) if rank == 0 else 0.7,
+                update_applied=not skipped and step != SPIKE,
+                skip_reason="fp16_overflow" if skipped else ("loss_spike" if step == SPIKE else None),
+                loss_scale=32768.0 if step >= SKIPPED else 65536.0))
+    return table_of(records)
 
 
-def gates_profile(tiny_profile):
-    return {g["name"]: g for g in tiny_profile["gates"]}
-
-
-def judged(tiny_profile, steps, events=None, summary=None, log=""):
+def judged(steps, events=None, summary=None, log=""):
     events = no_events() if events is None else events
-    summary = {"completed_steps": STEPS, "world_size": 2} if summary is None else summary
-    meta = json.loads(json.dumps(run_metadata(steps, events, summary, log, STEPS)))  # as run.json holds it
-    verdicts = evaluate(tiny_profile["gates"], steps, events, summary, {"world_size": 2, "training": {"optimizer_steps": STEPS}}, [],
-                        CPU_FINGERPRINT, WARMUP, RULE, plan={"floor": {"optimizer_step(s)": 0.1}}, run_meta=meta,
-                        ds_config={"fp16": {"enabled": True, "loss_scale": 0}})
-    return {g["name"]: g for g in verdicts["gates"]}, verdicts, meta
+    summary = train_summary(STEPS, dtype="fp16") if summary is None else summary
+    meta = run_metadata(steps, events, summary, log, STEPS)
+    meta = RunMeta.parse(json.loads(json.dumps(meta.as_json())), "parsed/run.json")  # as run.json holds it
+    ds_config, deviations, _ = _rendered("claim box")
+    verdicts = evaluate(PROFILE.gates, steps, events, summary, _run_spec(), deviations, CPU_FINGERPRINT, WARMUP, RULE,
+                        plan=_plan(), run_meta=meta, ds_config=ds_config)
+    return {g.name: g for g in verdicts.gates}, verdicts, meta
 
 
 def registry(tmp_path, machine, steps, verdicts, meta):
+    """The run's registry as register_run writes it (its provenance as record_provenance writes it), read
+    back as compare reads it."""
     run_dir = tmp_path / "results" / "smoke" / machine
     (run_dir / "parsed").mkdir(parents=True)
     steps.to_parquet(run_dir / "parsed/steps.parquet")
-    provenance = {"pipeline_version": "0.1.0", "run_id": f"smoke-{machine}-ffffffff", "profile": "smoke",
-                  "config_hash": "f" * 64, "dataset": {"content_sha256": "d" * 64}, "ds_config": {}, "git": {},
-                  "packages": {}, "machine": {}, "recorded_at": "2026-11-30T00:00:00+00:00"}
-    record = registry_record(machine=machine, verdicts=verdicts, steps=steps, run_meta=meta, provenance=provenance,
-                             deviations=[], warmup_steps=WARMUP, spike_rule=RULE,
-                             files={"steps": f"results/smoke/{machine}/parsed/steps.parquet"})
-    (run_dir / "registry.json").write_text(json.dumps(record, default=str))
+    ds_config, deviations, spec = _rendered("claim box")
+    manifest = DatasetManifest(
+        source="builtin-tasks", content_sha256="d" * 64, seq_len=spec.seq_len,
+        splits={"train": SplitStats(rows=100, dropped_too_long=0, truncated=0, tokens=6400, loss_tokens=3200)},
+        template="builtin", tokenizer_directory="dataset/tokenizer", vocab_size=256, pad_token_id=0, eos_token_id=1,
+        model=ModelInfo(source="shape", kind="shape", directory=None))
+    recorded = provenance(profile_name="smoke", profile={"training": {"optimizer_steps": STEPS}}, config_hash="f" * 64,
+                          run_id=f"smoke-{machine}-ffffffff", repo=tmp_path, fingerprint=CPU_FINGERPRINT,
+                          manifest=manifest, ds_config=ds_config.raw, summary=train_summary(STEPS, dtype="fp16"))
+    within = f"results/smoke/{machine}"
+    record = registry_record(machine=machine, verdicts=verdicts, steps=steps, run_meta=meta, provenance=recorded,
+                             deviations=deviations, warmup_steps=WARMUP, spike_rule=RULE,
+                             files={"steps": f"{within}/parsed/steps.parquet", "report": f"{within}/report.html",
+                                    "verdicts": f"{within}/gates/verdicts.json",
+                                    "events": f"{within}/parsed/events.parquet",
+                                    "provenance": f"{within}/provenance.json", "figures": {}})
+    record.write(run_dir / "registry.json")
     return load_run(run_dir)
 
 
 def test_the_synthetic_run_separates_the_old_definitions():
     steps = uneven_run()
     timed = steps[(steps["step"] > WARMUP) & (steps["step"] != SKIPPED)]
-    max_then_median = timed.groupby("step")["step_time(s)"].max().median()
-    median_then_max = timed.groupby("rank")["step_time(s)"].median().max()
+    max_then_median = timed.groupby("step")[STEP_TIME].max().median()
+    median_then_max = timed.groupby("rank")[STEP_TIME].median().max()
     assert max_then_median > 2.5 and median_then_max < 1.2
     assert measures.step_time(steps, WARMUP).value == pytest.approx(median_then_max)
     assert measures.overflow_skips(steps).worst_count == 1
     assert measures.loss_spikes(steps, RULE).steps == [SPIKE]
 
 
-def test_every_consumer_gives_the_same_number(tmp_path, tiny_profile):
+def test_every_consumer_gives_the_same_number(tmp_path):
     steps = uneven_run()
-    gates, verdicts, meta = judged(tiny_profile, steps)
-    summary = run_summary(steps, WARMUP, RULE, meta)
+    gates, verdicts, meta = judged(steps)
+    summary = summarise_run(steps, WARMUP, RULE, meta)  # the report's run summary
     runs = [registry(tmp_path, machine, steps, verdicts, meta) for machine in ("lab-a", "lab-b")]
-    stored = runs[0]["summary"]  # after the JSON round trip
+    stored = runs[0].registry.summary  # after the JSON round trip
     comparison = group_runs(runs)
+    assert len(comparison.groups) == 1 and not comparison.stragglers
     rows = {row["label"]: row["cells"]["lab-b"]["value"] for row in quantity_rows(comparison.groups[0])}
     csv = comparison_table(comparison).iloc[1]
-    (variant,) = variant_table({"zero3": {"world_size": 2}}, {"zero3": steps}, warmup_steps=WARMUP, spike_rule=RULE,
-                               expected_steps=STEPS)
+    (variant,) = variant_table({"zero3": train_summary(STEPS, dtype="fp16")}, {"zero3": steps}, warmup_steps=WARMUP, spike_rule=RULE,
+                               expected_steps=STEPS).rows
+    statistics = variant.statistics
     drawn = loss_figure(steps, no_events(), WARMUP, tmp_path / "loss.png", RULE)
     drawn |= step_time_figure(steps, WARMUP, verdicts, tmp_path / "step.png")
     drawn |= memory_figure(steps, verdicts, tmp_path / "memory.png")
 
     median = measures.step_time(steps, WARMUP).value
-    for value in (gates["optimizer_step_time"]["measured"], max(gates["optimizer_step_time"]["evidence"]["per_rank(s)"].values()),
-                  gates["step_time_over_physical_floor"]["evidence"]["median_step_time(s)"], summary["step_time_median(s)"],
-                  stored["step_time_median(s)"], rows["median optimizer-step time, slowest rank"],
-                  csv["median optimizer-step time, slowest rank (s)"], variant["median_step_time(s)"],
+    for value in (gates["optimizer_step_time"].measured, max(gates["optimizer_step_time"].evidence.per_rank.values()),
+                  gates["step_time_over_physical_floor"].evidence.median_step_time, summary.step_time_median_s,
+                  stored.step_time_median_s, rows["median optimizer-step time, slowest rank"],
+                  csv["median optimizer-step time, slowest rank (s)"], statistics.step_time_median_s,
                   drawn["step_time_median(s)"]):
         assert value == median
     p90 = measures.step_time(steps, WARMUP, "p90").value
-    for value in (gates["optimizer_step_time_p90"]["measured"], gates["optimizer_step_time"]["evidence"]["p90(s)"],
-                  summary["step_time_p90(s)"], stored["step_time_p90(s)"], rows["p90 optimizer-step time, slowest rank"],
-                  variant["step_time_p90(s)"]):
+    for value in (gates["optimizer_step_time_p90"].measured, gates["optimizer_step_time"].evidence.p90,
+                  summary.step_time_p90_s, stored.step_time_p90_s, rows["p90 optimizer-step time, slowest rank"],
+                  statistics.step_time_p90_s):
         assert value == p90
     micro = measures.micro_step_time(steps, WARMUP).value
-    for value in (gates["micro_step_time"]["measured"], summary["micro_step_time_median(s)"],
-                  stored["micro_step_time_median(s)"], rows["median micro-step time, slowest rank"],
-                  variant["micro_step_time_median(s)"]):
+    for value in (gates["micro_step_time"].measured, summary.micro_step_time_median_s,
+                  stored.micro_step_time_median_s, rows["median micro-step time, slowest rank"],
+                  statistics.micro_step_time_median_s):
         assert value == micro
     tokens = measures.tokens_per_second(steps, WARMUP)
-    for value in (summary["tokens_per_s"], stored["tokens_per_s"], rows["tokens/s, all ranks"], csv["tokens/s, all ranks"],
-                  variant["tokens_per_s"]):
+    for value in (summary.tokens_per_s, stored.tokens_per_s, rows["tokens/s, all ranks"], csv["tokens/s, all ranks"],
+                  statistics.tokens_per_s):
         assert value == tokens
     peaks = measures.peak_memory_per_rank(steps)
     assert peaks == {0: 0.5, 1: 0.7}  # rank 0's peak is in the warm-up: memory counts every step
-    for value in (gates["peak_memory_per_rank"]["evidence"]["per_rank(GiB)"], summary["peak_memory_per_rank(GiB)"],
-                  {int(r): v for r, v in stored["peak_memory_per_rank(GiB)"].items()},
+    for value in (gates["peak_memory_per_rank"].evidence.per_rank, summary.peak_memory_per_rank_gib,
+                  stored.peak_memory_per_rank_gib,
                   {0: rows["peak memory, rank 0"], 1: rows["peak memory, rank 1"]},
                   {0: csv["peak memory rank 0 (GiB)"], 1: csv["peak memory rank 1 (GiB)"]},
-                  dict(enumerate(variant["peak_memory_per_rank(GiB)"])), drawn["peak_memory_per_rank(GiB)"]):
+                  statistics.peak_memory_per_rank_gib, drawn["peak_memory_per_rank(GiB)"]):
         assert value == peaks
     skipped = measures.overflow_skips(steps).worst_count
     assert skipped == 1
-    for value in (max(gates["overflow_skip_fraction"]["evidence"]["skipped_per_rank(steps)"].values()),
-                  summary["overflow_skipped_steps"], stored["overflow_skipped_steps"],
-                  rows["fp16-overflow-skipped steps, worst rank"], variant["overflow_skipped_steps"]):
+    for value in (max(gates["overflow_skip_fraction"].evidence.skipped_per_rank.values()),
+                  summary.overflow_skipped_steps, stored.overflow_skipped_steps,
+                  rows["fp16-overflow-skipped steps, worst rank"], statistics.overflow_skipped_steps):
         assert value == skipped
-    assert gates["optimizer_step_time"]["evidence"]["overflow_skipped_steps_excluded(steps)"] == 1  # after the warm-up
+    assert gates["optimizer_step_time"].evidence.overflow_skipped_steps_excluded == 1  # after the warm-up
     spikes = measures.loss_spikes(steps, RULE)
-    for value in (gates["loss_convergence"]["evidence"]["spikes(count)"], summary["loss_spikes"], stored["loss_spikes"],
-                  rows["loss spikes"], variant["loss_spikes"], drawn["loss_spikes"]):
+    for value in (gates["loss_convergence"].evidence.spikes, summary.loss_spikes, stored.loss_spikes,
+                  rows["loss spikes"], statistics.loss_spikes, drawn["loss_spikes"]):
         assert value == spikes.count == 1
-    assert gates["loss_convergence"]["evidence"]["spike_steps(step)"] == drawn["spike_steps"] == spikes.steps
+    assert gates["loss_convergence"].evidence.spike_steps == drawn["spike_steps"] == spikes.steps
     # Completion: one definition behind both gates, the summary, the registry and the variant table.
-    assert gates["ranks_completed"]["verdict"] == PASS and gates["ranks_completed"]["measured"] == 0
-    assert gates["zero_nonfinite"]["evidence"]["run_complete"] is True
-    for value in (summary["run_complete"], stored["run_complete"], variant["run_complete"]):
+    assert gates["ranks_completed"].verdict == PASS and gates["ranks_completed"].measured == 0
+    assert gates["zero_nonfinite"].evidence.run_complete is True
+    for value in (summary.run_complete, stored.run_complete, statistics.run_complete):
         assert value is True
-    for value in (summary["failed_ranks"], stored["failed_ranks"], rows["failed ranks"], variant["failed_ranks"]):
+    for value in (summary.failed_ranks, stored.failed_ranks, rows["failed ranks"], statistics.failed_ranks):
         assert value == 0
 
 
-def test_a_crashed_rank_fails_both_gates_through_the_one_completion(tiny_profile):
+def test_a_crashed_rank_fails_both_gates_through_the_one_completion():
     log = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"loop.py\", line 9, in step\n"
            "[rank1]: RuntimeError: boom\n")
     steps = uneven_run()
     steps = steps[~((steps["rank"] == 1) & (steps["step"] > 20))]
-    gates, _, meta = judged(tiny_profile, steps, parse_launcher_log(log), summary={"completed_steps": 20, "world_size": 2},
-                            log=log)
+    gates, _, meta = judged(steps, parse_launcher_log(log), summary=train_summary(20, dtype="fp16"), log=log)
     completion = measures.completion_of(meta)
     assert completion.failed_ranks == [1] and completion.stopped_early == {1: 20} and not completion.complete
     for name in ("ranks_completed", "zero_nonfinite"):
-        assert gates[name]["verdict"] == FAIL
-        assert all(problem in gates[name]["reason"] for problem in completion.problems), name
-    assert gates["ranks_completed"]["measured"] == 1 and gates["zero_nonfinite"]["measured"] == 0
-    assert summary_of(steps, meta)["failed_ranks"] == 1 and summary_of(steps, meta)["run_complete"] is False
+        assert gates[name].verdict == FAIL
+        assert all(problem in gates[name].reason for problem in completion.problems), name
+    assert gates["ranks_completed"].measured == 1 and gates["zero_nonfinite"].measured == 0
+    assert summary_of(steps, meta).failed_ranks == 1 and summary_of(steps, meta).run_complete is False
 
 
 def summary_of(steps, meta):
-    return run_summary(steps, WARMUP, RULE, meta)
+    return summarise_run(steps, WARMUP, RULE, meta)
 
 
 def test_a_run_that_stopped_without_a_word_counts_one_unknown_rank():
@@ -188,7 +235,7 @@ def test_a_run_that_stopped_without_a_word_counts_one_unknown_rank():
     assert missing.stopped_early == {1: 0} and missing.failed_ranks == [1]
 
 
-def test_the_spike_rule_is_the_stabilisers(tiny_profile):
+def test_the_spike_rule_is_the_stabilisers():
     """measures.loss_spikes replays zerogate.train.stabiliser on the recorded series: same steps flagged."""
     from zerogate.train.stabiliser import Stabiliser
 
@@ -196,7 +243,7 @@ def test_the_spike_rule_is_the_stabilisers(tiny_profile):
     loss = 4.0 - np.linspace(0, 1, 300) + rng.normal(0, 0.02, 300)
     loss[[60, 61, 150, 280]] += [1.0, 3.0, 0.5, 2.0]
     loss[100] = np.nan
-    section = {"spike_window": 64, "spike_threshold": 6.0, "spike_min_history": 20}
+    section = stabiliser_settings({"spike_window": 64, "spike_threshold": 6.0, "spike_min_history": 20})
     stabiliser, flagged, applied = Stabiliser(section), [], []
     for step, value in enumerate(loss, start=1):
         verdict = stabiliser.judge_loss([float(value)])
@@ -205,27 +252,30 @@ def test_the_spike_rule_is_the_stabilisers(tiny_profile):
         elif verdict.kind == "loss_spike":
             flagged.append(step)
         applied.append(verdict.ok)
-    steps = pd.DataFrame({"step": range(1, 301), "rank": 0, "loss": loss, "update_applied": applied})
-    rule = SpikeRule.from_settings(training_settings({"stabiliser": section})["stabiliser"])
+    steps = table_of([step_record(step=step, loss=float(value), update_applied=ok)
+                      for step, (value, ok) in enumerate(zip(loss, applied), start=1)])
+    rule = SpikeRule.from_settings(section)
     assert flagged and measures.loss_spikes(steps, rule).steps == flagged
     # The profile's threshold is the gates' threshold: a higher one counts fewer spikes.
-    strict = SpikeRule.from_settings({**training_settings({"stabiliser": section})["stabiliser"], "spike_threshold": 40.0})
+    strict = SpikeRule.from_settings(dataclasses.replace(section, spike_threshold=40.0))
     assert measures.loss_spikes(steps, strict).count < len(flagged)
 
 
-def test_the_gates_read_the_profiles_spike_settings(tiny_profile):
+def test_the_gates_read_the_profiles_spike_settings():
     steps = uneven_run()
-    loose = SpikeRule.from_settings({**STABILISER, "spike_threshold": 1000.0})
-    verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": STEPS},
-                        {"world_size": 2, "training": {"optimizer_steps": STEPS}}, [], CPU_FINGERPRINT, WARMUP, loose)
-    convergence = next(g for g in verdicts["gates"] if g["name"] == "loss_convergence")
-    assert convergence["evidence"]["spikes(count)"] == 0 and "1000" in convergence["evidence"]["spike_rule"]
+    loose = SpikeRule.from_settings(dataclasses.replace(STABILISER, spike_threshold=1000.0))
+    verdicts = evaluate(PROFILE.gates, steps, no_events(), train_summary(STEPS, dtype="fp16"), _run_spec(), _rendered("claim box")[1],
+                        CPU_FINGERPRINT, WARMUP, loose)
+    convergence = verdicts.gate("loss_convergence")
+    assert convergence.evidence.spikes == 0 and "1000" in convergence.evidence.spike_rule
+    assert evaluate(PROFILE.gates, steps, no_events(), train_summary(STEPS, dtype="fp16"), _run_spec(), _rendered("claim box")[1],
+                    CPU_FINGERPRINT, WARMUP, RULE).gate("loss_convergence").evidence.spikes == 1
 
 
 def test_without_a_loss_scaler_skips_are_not_measured_never_zero():
     steps = uneven_run().assign(loss_scale=None)
     assert measures.overflow_skipped(steps) is None and measures.overflow_skips(steps) is None
-    assert measures.run_statistics(steps, WARMUP, RULE)["overflow_skipped_steps"] is None
+    assert measures.run_statistics(steps, WARMUP, RULE).overflow_skipped_steps is None
     # Without a loss scaler nothing was skipped by fp16: the timed steps keep the (fast) step 8.
     assert SKIPPED in set(measures.timed_steps(steps, WARMUP)["step"])
 
@@ -244,8 +294,8 @@ def test_analysis_and_report_never_load_torch():
 
 def test_a_run_no_longer_than_its_warmup_has_no_timing_statistics():
     statistics = measures.run_statistics(uneven_run(), STEPS, RULE)
-    assert statistics["timed_steps"] == 0 and statistics["step_time_median(s)"] is None
-    assert statistics["tokens_per_s"] is None and statistics["peak_memory_per_rank(GiB)"] == {0: 0.5, 1: 0.7}
+    assert statistics.timed_steps == 0 and statistics.step_time_median_s is None
+    assert statistics.tokens_per_s is None and statistics.peak_memory_per_rank_gib == {0: 0.5, 1: 0.7}
 
 
 def test_statistics_are_nan_over_any_gap_and_exact_otherwise():
@@ -261,10 +311,12 @@ def test_statistics_are_nan_over_any_gap_and_exact_otherwise():
 
 
 def test_slowest_rank_names_the_rank_with_a_gap():
-    frame = pd.DataFrame({"rank": [0, 0, 1, 1, 2, 2], "step": [1, 2] * 3, "t(s)": [1.0, 2.0, np.nan, 1.0, 5.0, 6.0]})
-    result = measures.slowest_rank(frame, "t(s)", "max")
+    frame = table_of([step_record(rank=rank, step=step, step_time_s=t) for rank, step, t in
+                      [(0, 1, 1.0), (0, 2, 2.0), (1, 1, 9.0), (1, 2, 1.0), (2, 1, 5.0), (2, 2, 6.0)]])
+    frame.loc[(frame["rank"] == 1) & (frame["step"] == 1), STEP_TIME] = np.nan
+    result = measures.slowest_rank(frame, STEP_TIME, "max")
     assert math.isnan(result.value) and result.rank == 1
-    clean = measures.slowest_rank(frame[frame["rank"] != 1], "t(s)", "median")
+    clean = measures.slowest_rank(frame[frame["rank"] != 1], STEP_TIME, "median")
     assert clean.value == 5.5 and clean.rank == 2 and clean.per_rank == {0: 1.5, 2: 5.5}
 
 
@@ -278,20 +330,22 @@ def test_smooth_is_a_centred_rolling_median_of_about_5_percent():
 
 
 def test_step_time_per_step_is_the_slowest_rank_at_each_step():
-    frame = pd.DataFrame({"rank": [0, 1, 0, 1], "step": [1, 1, 2, 2], "step_time(s)": [1.0, 3.0, 4.0, 2.0]})
+    frame = table_of([step_record(rank=rank, step=step, step_time_s=t)
+                      for rank, step, t in [(0, 1, 1.0), (1, 1, 3.0), (0, 2, 4.0), (1, 2, 2.0)]])
     assert measures.step_time_per_step(frame).to_dict() == {1: 3.0, 2: 4.0}
 
 
 def test_tokens_per_second_sums_ranks_then_takes_the_median_and_never_skips_a_gap():
-    frame = pd.DataFrame({"rank": [0, 1] * 3, "step": [1, 1, 2, 2, 3, 3], "tokens_per_s": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]})
+    frame = table_of([step_record(rank=rank, step=step, tokens_per_s=v) for rank, step, v in
+                      [(0, 1, 1.0), (1, 1, 2.0), (0, 2, 3.0), (1, 2, 4.0), (0, 3, 5.0), (1, 3, 6.0)]])
     assert measures.tokens_per_second(frame, 0) == 7.0
     assert measures.tokens_per_second(frame, 1) == 9.0  # the warm-up step is left out
-    frame.loc[5, "tokens_per_s"] = np.nan
+    frame.loc[(frame["rank"] == 1) & (frame["step"] == 3), TOKENS_PER_S] = np.nan
     assert math.isnan(measures.tokens_per_second(frame, 0))
 
 
 def test_record_completeness_names_missing_repeated_unexpected_and_extra():
-    frame = pd.DataFrame({"rank": [0, 0, 0, 0, 2, 5], "step": [1, 2, 2, 4, 1, 1]})
+    frame = table_of([step_record(rank=rank, step=step) for rank, step in [(0, 1), (0, 2), (0, 2), (0, 4), (2, 1), (5, 1)]])
     found = measures.record_completeness(frame, 3, 3)
     assert found.missing_ranks == [1] and found.extra_ranks == [5] and found.ranks_present == [0, 2, 5]
     assert found.missing_steps == {0: [3], 2: [2, 3], 5: [2, 3]}
@@ -303,47 +357,62 @@ def test_record_completeness_names_missing_repeated_unexpected_and_extra():
                  "rank 0: 1 steps outside 1..expected (4)"):
         assert part in text
     evidence = found.evidence()
-    assert evidence["world_size(ranks)"] == 3 and evidence["expected_steps(steps)"] == 3
-    assert evidence["missing_steps(step)"] == {0: "3", 2: "2, 3", 5: "2, 3"}
+    assert evidence.world_size == 3 and evidence.expected_steps == 3
+    assert evidence.missing_steps == {0: "3", 2: "2, 3", 5: "2, 3"}
+    assert evidence.steps_per_rank == {0: 3, 2: 1, 5: 1}  # distinct steps recorded
+    file_form = evidence.model_dump(by_alias=True)
+    assert file_form["world_size(ranks)"] == 3 and file_form["expected_steps(steps)"] == 3
+    assert file_form["missing_steps(step)"] == {0: "3", 2: "2, 3", 5: "2, 3"}
     unknown = measures.record_completeness(frame, None, None)
     assert unknown.problems == ["world size unknown (no run spec or summary gives it): the ranks cannot be counted",
                                 "expected optimizer steps unknown: the steps cannot be counted",
                                 "rank 0: 1 steps recorded more than once (2)"]
-    complete = measures.record_completeness(pd.DataFrame({"rank": [0, 0, 1, 1], "step": [1, 2, 1, 2]}), 2, 2)
+    complete = measures.record_completeness(table_of([step_record(rank=r, step=s) for r in (0, 1) for s in (1, 2)]), 2, 2)
     assert complete.complete and complete.problems == [] and complete.incomplete_ranks == []
     assert measures._span(list(range(1, 12))) == "1, 2, 3, 4, 5, 6, 7, 8 and 3 more"
 
 
 def test_missing_values_per_rank():
-    frame = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [1, 2, 1, 2], "m": [1.0, None, np.inf, 2.0]})
-    assert measures.missing_values(frame, "m") == {0: [2], 1: [1]}
-    assert measures.missing_values(frame.assign(m=1.0), "m") == {}
+    frame = table_of([step_record(rank=rank, step=step, tokens_per_s=v)
+                      for rank, step, v in [(0, 1, 1.0), (0, 2, None), (1, 1, np.inf), (1, 2, 2.0)]])
+    assert measures.missing_values(frame, TOKENS_PER_S) == {0: [2], 1: [1]}
+    assert measures.missing_values(frame.assign(**{TOKENS_PER_S: 1.0}), TOKENS_PER_S) == {}
 
 
 def test_loss_scaler_comes_from_the_rendered_config():
-    assert measures.loss_scaler_configured({"fp16": {"enabled": True, "loss_scale": 0}})
-    assert not measures.loss_scaler_configured({"fp16": {"enabled": False}})
-    assert not measures.loss_scaler_configured({"bf16": {"enabled": True}})
-    assert not measures.loss_scaler_configured({"fp16": {"enabled": "auto"}})  # rendered configs are concrete
+    # The rendered DeepSpeed config says whether fp16's dynamic loss scaler runs (DsConfig.loss_scaler).
+    assert _rendered("claim box")[0].loss_scaler and _rendered("claim box")[0].dtype == "fp16"
+    assert not _rendered("cpu")[0].loss_scaler  # the CPU trains in fp32
+    bf16 = _rendered("claim box", (("fp16.enabled", False), ("bf16.enabled", True)))[0]
+    assert bf16.dtype == "bf16" and not bf16.loss_scaler
+    # Rendered configs are concrete: an "auto" precision is refused when rendering, and is no loss scaler.
+    with pytest.raises(InputError, match='still "auto"'):
+        _rendered("claim box", (("fp16.enabled", "auto"),))
+    auto = DsConfig.of({**_rendered("claim box")[0].raw, "fp16": {"enabled": "auto"}}, "an unrendered config")
+    assert not auto.loss_scaler
 
 
 def test_nonfinite_events_one_per_step_with_ranks_metrics_and_sources():
-    frame = pd.DataFrame({"rank": [0, 1, 0, 1, 0, 1], "step": [1, 1, 2, 2, 3, 3],
-                          "loss": [np.nan, np.nan, 1.0, 1.0, None, 1.0], "grad_norm": [1.0, np.inf, None, 1.0, 1.0, 1.0]})
-    events = measures.nonfinite_events(frame, ["loss", "grad_norm", "absent"], [(2, 1, "nonfinite_grad_norm"), (9, None, "nonfinite_loss")])
-    assert [e.evidence() for e in events] == [
+    nan, inf = float("nan"), float("inf")
+    frame = table_of([step_record(rank=rank, step=step, loss=loss, grad_norm=grad_norm)
+                      for rank, step, loss, grad_norm in [(0, 1, nan, 1.0), (1, 1, nan, inf), (0, 2, 1.0, None),
+                                                          (1, 2, 1.0, 1.0), (0, 3, nan, 1.0), (1, 3, 1.0, 1.0)]])
+    events = measures.nonfinite_events(frame, ["loss", "grad_norm", "absent"],
+                                       [(2, 1, "nonfinite_grad_norm"), (9, None, "nonfinite_loss")])
+    assert [e.evidence().model_dump(by_alias=True) for e in events] == [
         {"step(step)": 1, "ranks(rank)": [0, 1], "metrics": ["grad_norm", "loss"], "sources": ["step records"]},
         {"step(step)": 2, "ranks(rank)": [1], "metrics": ["grad_norm"], "sources": ["loss stabiliser"]},
         {"step(step)": 3, "ranks(rank)": [0], "metrics": ["loss"], "sources": ["step records"]},
         {"step(step)": 9, "ranks(rank)": [], "metrics": ["loss"], "sources": ["loss stabiliser"]},
-    ]  # a null grad_norm (DeepSpeed returned none) is no fault; a null loss is
+    ]  # a null grad_norm (DeepSpeed returned none) is no fault; a non-finite loss is
 
 
 RULE_10 = measures.ConvergenceRule(initial_steps=3, final_fraction=0.1, max_rebound=0.25, min_drop_sigmas=3.0)
 
 
 def convergence_of(losses):
-    return measures.loss_convergence(pd.DataFrame({"rank": 0, "step": range(1, len(losses) + 1), "loss": losses}), RULE_10)
+    return measures.loss_convergence(table_of([step_record(step=step, loss=loss)
+                                               for step, loss in enumerate(losses, start=1)]), RULE_10)
 
 
 def test_loss_convergence_figures_by_hand():
@@ -371,18 +440,29 @@ def test_loss_convergence_rebound_flat_and_nonfinite():
     broken = convergence_of([3.0] * 5 + [math.inf, math.nan] + [1.0] * 13)
     assert broken.nonfinite_steps == [6, 7] and math.isnan(broken.ratio)
     assert broken.problems(RULE_10) == ["non-finite loss at 2 steps (6, 7)"]
-    assert convergence_of([]).steps == 0
-    assert measures.ConvergenceRule.from_gate({"convergence": {"initial_steps": 3, "final_fraction": 0.1,
-                                                               "max_rebound": 0.25, "min_drop_sigmas": 3}}) == RULE_10
+    assert measures.loss_convergence(table_of([]), RULE_10).steps == 0
+    # The rule is the gate's convergence block: cpu-tiny's loss_convergence gate states exactly RULE_10.
+    gate = next(g for g in PROFILE.gates if g.statistic == "loss_convergence")
+    assert measures.ConvergenceRule.from_gate(gate) == RULE_10
+    other = dataclasses.replace(gate, convergence=ConvergenceRuleSettings(initial_steps=5, final_fraction=0.2,
+                                                                          max_rebound=0.1, min_drop_sigmas=2))
+    assert measures.ConvergenceRule.from_gate(other) == measures.ConvergenceRule(5, 0.2, 0.1, 2.0)
+    with pytest.raises(ValueError, match="needs its convergence block"):
+        measures.ConvergenceRule.from_gate(dataclasses.replace(gate, convergence=None))
 
 
 def test_run_statistics_keys_and_values():
-    frame = pd.DataFrame({"rank": [0, 1] * 4, "step": [1, 1, 2, 2, 3, 3, 4, 4], "loss": [4.0, 4.0, 3.0, 3.0, 2.0, 2.0, 1.0, 1.0],
-                          "step_time(s)": [9.0, 9.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0],
-                          "micro_step_time(s)": [1.0] * 8, "tokens_per_s": [10.0] * 8,
-                          "memory/device_peak(GiB)": [0.5] * 8})
-    stats = measures.run_statistics(frame, 1, RULE)
-    assert stats == {
+    def frame(collectives=None):
+        """2 ranks, 4 steps; rank 0 takes 1 s a step after the warm-up, rank 1 2 s; ``collectives``: per rank,
+        the seconds in collectives at each step (None: the clock was off)."""
+        return table_of([step_record(rank=rank, step=step, loss=5.0 - step, step_time_s=time, micro_step_time_s=1.0,
+                                     tokens_per_s=10.0, device_peak_gib=0.5,
+                                     collectives_s=None if collectives is None else collectives[rank][step - 1])
+                         for rank, times in ((0, [9.0, 1.0, 1.0, 1.0]), (1, [9.0, 2.0, 2.0, 2.0]))
+                         for step, time in enumerate(times, start=1)])
+
+    stats = measures.run_statistics(frame(), 1, RULE)
+    assert stats.model_dump(by_alias=True) == {
         "ranks": 2, "optimizer_steps": 4, "warmup_steps_excluded": 1, "timed_steps": 3,
         "step_time_median(s)": 2.0, "step_time_p90(s)": 2.0, "slowest_rank": 1, "micro_step_time_median(s)": 1.0,
         "tokens_per_s": 20.0, "first_loss": 4.0, "final_loss": 1.0, "loss_spikes": 0, "overflow_skipped_steps": None,
@@ -390,9 +470,10 @@ def test_run_statistics_keys_and_values():
         # no collectives(s) in these records: who waits for whom is not measured
         "straggler_rank": None, "straggler_compute_excess(s)": None, "wait_for_straggler_median(s)": None,
     }
-    timed = frame.assign(**{"collectives(s)": [5.0, 5.0, 0.9, 0.2, 0.9, 0.2, 0.9, 0.2]})
-    straggling = {k: v for k, v in measures.run_statistics(timed, 1, RULE).items() if "straggler" in k}
+    timed = frame(collectives={0: [5.0, 0.9, 0.9, 0.9], 1: [5.0, 0.2, 0.2, 0.2]})
+    straggling = {k: v for k, v in measures.run_statistics(timed, 1, RULE).model_dump(by_alias=True).items()
+                  if "straggler" in k}
     assert straggling == {"straggler_rank": 1, "straggler_compute_excess(s)": pytest.approx(1.7),
                           "wait_for_straggler_median(s)": pytest.approx(0.7)}
-    bare = measures.run_statistics(frame.drop(columns=["step_time(s)"]), 1, RULE)
-    assert bare["step_time_median(s)"] is None and bare["step_time_p90(s)"] is None and bare["slowest_rank"] is None
+    bare = measures.run_statistics(frame().assign(**{STEP_TIME: np.nan}), 1, RULE)  # no step time recorded
+    assert bare.step_time_median_s is None and bare.step_time_p90_s is None and bare.slowest_rank is None

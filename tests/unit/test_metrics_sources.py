@@ -1,14 +1,18 @@
 """The GPU-side metric sources with fakes: allocator peaks reset per window, NVML sampled in the
 background, pinned host memory, FLOP/s and MFU; and resuming appends to the checkpoint's lines."""
 
-import json
 import threading
 
 import pytest
 import torch
 
-from zerogate.train.metrics import GIB, StepMetrics, peak_flops, train_flops_per_token
+from tests.unit.helpers import step_record
+from zerogate.contracts.base import line_of, read_lines
+from zerogate.contracts.records import StepRecord
+from zerogate.hardware import peak_flops, training_flops_per_token
+from zerogate.train.metrics import StepMetrics
 from zerogate.train.nvml_sampler import NvmlSampler
+from zerogate.units import GIB
 
 
 class FakeProbe:
@@ -41,7 +45,8 @@ class Readings:
 
 
 def lines(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The rank's metrics file, every line a StepRecord."""
+    return read_lines(StepRecord, path)
 
 
 def test_gpu_peaks_are_per_window_and_pinned_memory_is_recorded(tmp_path):
@@ -54,10 +59,10 @@ def test_gpu_peaks_are_per_window_and_pinned_memory_is_recorded(tmp_path):
     recorder.close()
     first, second = lines(tmp_path / "rank1.jsonl")
     assert probe.resets == 3  # reset after every window
-    assert (first["memory/max_allocated(GiB)"], first["memory/max_reserved(GiB)"]) == (2, 4)
-    assert (second["memory/max_allocated(GiB)"], second["memory/device_peak(GiB)"]) == (3, 5)
-    assert first["memory/device_peak_source"] == "torch.cuda.max_memory_reserved"
-    assert first["memory/pinned_host(GiB)"] == 0.5
+    assert (first.max_allocated_gib, first.max_reserved_gib) == (2, 4)
+    assert (second.max_allocated_gib, second.device_peak_gib) == (3, 5)
+    assert first.device_peak_source == "torch.cuda.max_memory_reserved"
+    assert first.pinned_host_gib == 0.5
 
 
 def test_nvml_sampler_keeps_the_window_peak_and_starts_afresh():
@@ -87,30 +92,33 @@ def test_nvml_peak_lands_in_the_step_line(tmp_path):
     recorder.start_step()
     recorder.end_step(1, 2.0, 1.0, 1e-3, 10, 1)
     recorder.close()
-    assert lines(tmp_path / "r.jsonl")[0]["memory/nvml_process_peak(GiB)"] == 3
+    assert lines(tmp_path / "r.jsonl")[0].nvml_process_peak_gib == 3
 
 
 def test_flops_and_mfu_only_where_the_peak_is_known(tmp_path):
-    assert train_flops_per_token(1000, 2, 8, 16) == 6000 + 12 * 2 * 8 * 16
-    assert peak_flops("NVIDIA GeForce RTX 4090", "fp16") == 330.3e12  # zerogate.hardware's basis (was 165.2: finding 9)
+    assert training_flops_per_token(1000, 2, 8, 16) == 6000 + 12 * 2 * 8 * 16
+    assert training_flops_per_token(1000, 2, 8, 16, recompute=True) == 8000 + 16 * 2 * 8 * 16
+    # zerogate.hardware's basis: fp16 inputs with fp16 accumulate on the 4090 (not the 165.2 of fp32 accumulate).
+    assert peak_flops("NVIDIA GeForce RTX 4090", "fp16") == 330.3e12
     assert peak_flops(None, "fp32") is None and peak_flops("Some GPU", "fp16") is None
     recorder = StepMetrics(tmp_path / "r.jsonl", 0, torch.device("cpu"), flops_per_token=1e6, peak_flops_per_s=1e9)
     recorder.start_step()
     record = recorder.end_step(1, 2.0, 1.0, 1e-3, 50, 2, processed_tokens=64)
     recorder.close()
-    assert record["model_flops_per_s(FLOP/s)"] == pytest.approx(64e6 / record["step_time(s)"])
-    assert record["mfu(ratio)"] == pytest.approx(record["model_flops_per_s(FLOP/s)"] / 1e9)
+    assert record.model_flops_per_s == pytest.approx(64e6 / record.step_time_s)
+    assert record.mfu == pytest.approx(record.model_flops_per_s / 1e9)
+    assert lines(tmp_path / "r.jsonl") == [record]  # what end_step returns is the line it wrote
 
 
 def test_micro_step_times_and_resume_appends(tmp_path):
     path = tmp_path / "rank0.jsonl"
-    path.write_text(json.dumps({"step": 1}) + "\n")  # the checkpoint's copy of the lines so far
+    path.write_text(line_of(step_record(step=1)) + "\n")  # the checkpoint's copy of the lines so far
     recorder = StepMetrics(path, 0, torch.device("cpu"), append=True)
     recorder.start_step()
     for _ in range(3):
         recorder.micro_step_done()
     record = recorder.end_step(2, 2.0, 1.0, 1e-3, 10, 3, extra={"update_applied": True})
     recorder.close()
-    assert [line["step"] for line in lines(path)] == [1, 2]
-    assert 0 <= record["micro_step_time_max(s)"] <= record["step_time(s)"]
-    assert record["update_applied"] is True
+    assert [line.step for line in lines(path)] == [1, 2]
+    assert 0 <= record.micro_step_time_max_s <= record.step_time_s
+    assert record.update_applied is True

@@ -3,10 +3,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.helpers import spike_rule, synthetic_steps
+from tests.conftest import CPU_FINGERPRINT
+from tests.unit.helpers import settings, spike_rule, step_record, synthetic_steps, table_of, train_summary
 from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, evaluate_gate
-from zerogate.analysis.parse import event_table, parse_launcher_log, read_rank_metrics, run_metadata
+from zerogate.analysis.parse import STEP_COLUMNS, event_table, parse_launcher_log, read_rank_metrics, run_metadata
+from zerogate.contracts.base import ContractError, write_lines
+from zerogate.contracts.parsed import ProgressSkips
+from zerogate.contracts.records import StabiliserEvent
+from zerogate.contracts.run import DsConfig
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -43,16 +48,27 @@ def test_crashed_rank_is_reported_with_its_traceback():
 
 
 def test_rank_metrics_are_read_sorted_with_nan_kept(tmp_path):
-    (tmp_path / "rank1.jsonl").write_text('{"step": 1, "rank": 1, "loss": NaN}\n')
-    (tmp_path / "rank0.jsonl").write_text('{"step": 2, "rank": 0, "loss": 1.5}\n{"step": 1, "rank": 0, "loss": 2.0}\n')
+    write_lines(tmp_path / "rank1.jsonl", [step_record(step=1, rank=1, loss=float("nan"))])
+    write_lines(tmp_path / "rank0.jsonl", [step_record(step=2, rank=0, loss=1.5), step_record(step=1, rank=0, loss=2.0)])
     frame = read_rank_metrics(tmp_path)
     assert list(zip(frame["rank"], frame["step"])) == [(0, 1), (0, 2), (1, 1)]
-    assert frame["loss"].isna().iloc[2]
+    assert frame["loss"].isna().iloc[2] and not frame["loss_finite"].iloc[2]
+    assert list(frame.columns) == list(STEP_COLUMNS)
 
 
 def test_malformed_metrics_line_names_file_and_line(tmp_path):
-    (tmp_path / "rank0.jsonl").write_text('{"step": 1}\n{"step": \n')
-    with pytest.raises(ValueError, match=r"rank0.jsonl: line 2"):
+    write_lines(tmp_path / "rank0.jsonl", [step_record(step=1)])
+    with (tmp_path / "rank0.jsonl").open("a") as file:
+        file.write('{"step": \n')
+    with pytest.raises(ContractError, match=r"rank0.jsonl: line 2: not valid JSON"):
+        read_rank_metrics(tmp_path)
+
+
+def test_a_record_without_a_contract_field_names_file_line_and_field(tmp_path):
+    line = step_record(step=1).as_json()
+    del line["step_time(s)"]
+    (tmp_path / "rank0.jsonl").write_text(json.dumps(line) + "\n")
+    with pytest.raises(ContractError, match=r"rank0.jsonl: line 1: step_time\(s\): Field required"):
         read_rank_metrics(tmp_path)
 
 
@@ -96,40 +112,45 @@ def test_real_killed_rank_log_is_a_failure_with_its_last_lines(tiny_profile):
     assert exit_error["rank"] == 1 and json.loads(exit_error["detail"]) == {"code": -9.0}
     steps = synthetic_steps(steps=3)
     meta = run_metadata(steps, events, None, text, expected_steps=12)
-    assert meta["failed_ranks"] == [0, 1] and not meta["finished"]
-    traceback = next(f for f in meta["failures"] if f["kind"] == "traceback")
-    assert "Connection reset by peer" in traceback["message"] and len(traceback["last_lines"]) > 3
-    gate = next(g for g in tiny_profile["gates"] if g["name"] == "ranks_completed")
-    result = evaluate_gate(gate, steps, events, None, {}, 1, 12, spike_rule(tiny_profile), run_meta=meta)
-    assert result["verdict"] == FAIL and result["measured"] == 2
-    assert "rank 0 failed: RuntimeError" in result["reason"]
-    assert result["evidence"]["failures"][0]["last_lines"]
+    assert meta.failed_ranks == [0, 1] and not meta.finished
+    traceback = next(f for f in meta.failures if f.kind == "traceback")
+    assert "Connection reset by peer" in traceback.message and len(traceback.last_lines) > 3
+    gate = next(g for g in settings(tiny_profile).gates if g.name == "ranks_completed")
+    result = evaluate_gate(gate, steps, events, None, CPU_FINGERPRINT, 1, 12, spike_rule(tiny_profile), run_meta=meta,
+                           world_size=2)
+    assert result.verdict == FAIL and result.measured == 2
+    assert "rank 0 failed: RuntimeError" in result.reason
+    assert result.evidence.failures[0].last_lines
 
 
 def test_training_loop_skip_reasons_become_overflow_flags_only_under_a_loss_scaler(tiny_profile):
     # What zerogate.train.loop writes: skip_reason per step, DeepSpeed's cumulative counter (which also counts
     # the stabiliser's dropped updates) and the loss scale, null without fp16. Only skip_reason counts.
-    steps = synthetic_steps(steps=5, ranks=1)
-    steps["skip_reason"] = [None, "fp16_overflow", None, "nonfinite_loss", None]
-    steps["skipped_steps_deepspeed"] = [0, 1, 1, 2, 2]
-    steps["loss_scale"] = [65536.0, 32768.0, 32768.0, 32768.0, 32768.0]
+    reasons = [None, "fp16_overflow", None, "nonfinite_loss", None]
+    scales = [65536.0, 32768.0, 32768.0, 32768.0, 32768.0]
+    records = [step_record(step=i + 1, skip_reason=reason, update_applied=reason is None, loss_scale=scale,
+                           skipped_steps_deepspeed=skipped)
+               for i, (reason, scale, skipped) in enumerate(zip(reasons, scales, [0, 1, 1, 2, 2]))]
+    steps = table_of(records)
     assert measures.overflow_skipped(steps).tolist() == [False, True, False, False, False]
-    assert "overflow_skipped" not in read_back(steps).columns  # parsing derives nothing: one source
-    steps["loss_scale"] = None  # fp32: no loss scaler, nothing to count
-    assert measures.overflow_skipped(steps) is None
-    gate = next(g for g in tiny_profile["gates"] if g["name"] == "overflow_skip_fraction")
-    result = evaluate_gate(gate, steps, parse_launcher_log(""), None, {}, 1, 5, spike_rule(tiny_profile), world_size=1,
-                           ds_config={"fp16": {"enabled": False}})
-    assert result["verdict"] == NOT_MEASURED and "no fp16 loss scaler" in result["reason"]
+    assert list(read_back(records).columns) == list(STEP_COLUMNS)  # parsing derives nothing: one source
+    fp32 = table_of([record.model_copy(update={"loss_scale": None}) for record in records])
+    assert measures.overflow_skipped(fp32) is None  # fp32: no loss scaler, nothing to count
+    gate = next(g for g in settings(tiny_profile).gates if g.name == "overflow_skip_fraction")
+    fp32_config = DsConfig.of({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8,
+                               "fp16": {"enabled": False}}, "ds_config.json")
+    result = evaluate_gate(gate, fp32, parse_launcher_log(""), None, CPU_FINGERPRINT, 1, 5, spike_rule(tiny_profile),
+                           world_size=1, ds_config=fp32_config)
+    assert result.verdict == NOT_MEASURED and "no fp16 loss scaler" in result.reason
 
 
-def read_back(steps, tmp=None):
-    """The steps as parse_logs reads them from the ranks' JSON lines."""
+def read_back(records):
+    """The records as parse_logs reads them back from the ranks' JSON lines."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as directory:
-        for rank, group in steps.groupby("rank"):
-            Path(directory, f"rank{rank}.jsonl").write_text(group.to_json(orient="records", lines=True))
+        for rank in {record.rank for record in records}:
+            write_lines(Path(directory, f"rank{rank}.jsonl"), [r for r in records if r.rank == rank])
         return read_rank_metrics(directory)
 
 
@@ -137,35 +158,39 @@ def test_stabiliser_events_become_event_rows(tmp_path):
     from zerogate.analysis.parse import EVENT_COLUMNS, stabiliser_events
 
     path = tmp_path / "events.jsonl"
-    path.write_text('{"step": 12, "rank": 1, "kind": "nonfinite_loss", "value": "nan", "action": "rollback"}\n\n'
-                    '{"step": 30, "rank": 0, "kind": "loss_spike", "value": 9.5}\n')
+    write_lines(path, [StabiliserEvent(step=12, rank=1, kind="nonfinite_loss", value="nan", action="rollback"),
+                       StabiliserEvent(step=30, rank=0, kind="loss_spike", value=9.5, action="skip")])
+    path.write_text(path.read_text().replace("\n", "\n\n", 1))  # a blank line is skipped
     events = stabiliser_events(path)
-    assert list(events.columns) == EVENT_COLUMNS and len(events) == 2
+    assert list(events.columns) == list(EVENT_COLUMNS) and len(events) == 2
     assert events["kind"].tolist() == ["stabiliser", "stabiliser"]
     assert events["rank"].tolist() == [1, 0] and events["step"].tolist() == [12, 30]
     assert str(events["rank"].dtype) == str(events["step"].dtype) == str(events["line"].dtype) == "Int64"
     assert events["line"].isna().all()
-    assert events["message"].tolist() == ["nonfinite_loss = nan: rollback", "loss_spike = 9.5: None"]
+    assert events["message"].tolist() == ["nonfinite_loss = nan: rollback", "loss_spike = 9.5: skip"]
     assert json.loads(events["detail"][0]) == {"kind": "nonfinite_loss", "value": "nan", "action": "rollback"}
-    assert json.loads(events["detail"][1]) == {"kind": "loss_spike", "value": 9.5, "action": None}
+    assert json.loads(events["detail"][1]) == {"kind": "loss_spike", "value": 9.5, "action": "skip"}
     table = event_table(events, "stabiliser")
     assert table["kind"].tolist() == ["nonfinite_loss", "loss_spike"] and table["step"].tolist() == [12, 30]
     empty = tmp_path / "none.jsonl"
     empty.write_text("")
-    assert list(stabiliser_events(empty).columns) == EVENT_COLUMNS and not len(stabiliser_events(empty))
+    assert list(stabiliser_events(empty).columns) == list(EVENT_COLUMNS) and not len(stabiliser_events(empty))
 
 
 def test_rank_records_are_sorted_by_rank_then_step_and_blank_lines_skipped(tmp_path):
-    (tmp_path / "rank1.jsonl").write_text('{"rank": 1, "step": 2, "x": 1}\n\n{"rank": 1, "step": 1, "x": 2}\n')
-    (tmp_path / "rank0.jsonl").write_text('{"rank": 0, "step": 1, "x": 3}\n')
+    write_lines(tmp_path / "rank1.jsonl", [step_record(rank=1, step=2, loss=1.0), step_record(rank=1, step=1, loss=2.0)])
+    (tmp_path / "rank1.jsonl").write_text((tmp_path / "rank1.jsonl").read_text().replace("\n", "\n\n", 1))
+    write_lines(tmp_path / "rank0.jsonl", [step_record(rank=0, step=1, loss=3.0)])
     (tmp_path / "other.jsonl").write_text('{"rank": 9, "step": 1}\n')  # not a rank file
     steps = read_rank_metrics(tmp_path)
-    assert steps[["rank", "step", "x"]].values.tolist() == [[0, 1, 3], [1, 1, 2], [1, 2, 1]]
+    assert steps[["rank", "step", "loss"]].values.tolist() == [[0, 1, 3.0], [1, 1, 2.0], [1, 2, 1.0]]
     assert list(steps.index) == [0, 1, 2]
     empty = read_rank_metrics(tmp_path / "nothing-here")
-    assert list(empty.columns) == ["rank", "step"] and not len(empty)
-    (tmp_path / "rank2.jsonl").write_text('{"rank": 2, "step": 1}\n  \n{"rank": 2, oops}\n')
-    with pytest.raises(ValueError, match=r"rank2.jsonl: line 3: not valid JSON \("):
+    assert list(empty.columns) == list(STEP_COLUMNS) and not len(empty)
+    write_lines(tmp_path / "rank2.jsonl", [step_record(rank=2, step=1)])
+    with (tmp_path / "rank2.jsonl").open("a") as file:
+        file.write('  \n{"rank": 2, oops}\n')
+    with pytest.raises(ContractError, match=r"rank2.jsonl: line 3: not valid JSON \("):
         read_rank_metrics(tmp_path)
 
 
@@ -187,27 +212,34 @@ def test_parse_run_is_the_parse_logs_rules_work(tmp_path):
     metrics = tmp_path / "metrics"
     metrics.mkdir()
     for rank in (0, 1):
-        (metrics / f"rank{rank}.jsonl").write_text("".join(json.dumps({"rank": rank, "step": s, "loss": 1.0}) + "\n"
-                                                            for s in (1, 2)))
+        write_lines(metrics / f"rank{rank}.jsonl", [step_record(rank=rank, step=s, loss=1.0) for s in (1, 2)])
     log = tmp_path / "train.log"
     log.write_text("[Rank 0] step=2, skipped=1, lr=[1e-05]\n[rank1]: Traceback (most recent call last):\n"
                    "[rank1]:   File \"x.py\", line 1\n[rank1]: RuntimeError: boom\n")
     events_file = tmp_path / "events.jsonl"
-    events_file.write_text('{"step": 2, "rank": 0, "kind": "loss_spike", "value": 9.0, "action": "skip"}\n')
-    steps, events, meta = parse_run(metrics, log, {"world_size": 2}, events_file, 2)
+    write_lines(events_file, [StabiliserEvent(step=2, rank=0, kind="loss_spike", value=9.0, action="skip")])
+    steps, events, meta = parse_run(metrics, log, train_summary(world_size=2), events_file, 2)
     assert len(steps) == 4 and set(events["kind"]) == {"ds_progress", "traceback", "stabiliser"}
-    assert meta["world_size"] == 2 and meta["expected_steps"] == 2 and meta["finished"] is True
-    assert meta["failed_ranks"] == [1] and meta["deepspeed_skipped_steps"] == {"step": 2, "skipped": 1}
-    assert meta["event_counts"] == {"ds_progress": 1, "traceback": 1}
+    assert meta.world_size == 2 and meta.expected_steps == 2 and meta.finished is True
+    assert meta.failed_ranks == [1] and meta.deepspeed_skipped_steps == ProgressSkips(step=2, skipped=1)
+    assert meta.event_counts == {"ds_progress": 1, "traceback": 1}
+    assert meta.steps_completed_per_rank == {0: 2, 1: 2}
     events_file.write_text("")
     _, quiet, unfinished = parse_run(metrics, log, None, events_file, 2)
-    assert "stabiliser" not in set(quiet["kind"]) and unfinished["world_size"] is None and not unfinished["finished"]
+    assert "stabiliser" not in set(quiet["kind"]) and unfinished.world_size is None and not unfinished.finished
 
 
 def test_failed_gates_lists_the_fails_with_their_reasons():
+    from tests.unit.helpers import settings, synthetic_steps
+    from zerogate.analysis import measures
     from zerogate.analysis.gates import failed_gates
+    from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS, GateVerdict, GateVerdicts, Reproduction
 
-    verdicts = {"gates": [{"name": "a", "verdict": "FAIL", "reason": "too slow"},
-                          {"name": "b", "verdict": "PASS", "reason": ""},
-                          {"name": "c", "verdict": "NOT MEASURED", "reason": "no plan"}]}
-    assert failed_gates(verdicts) == ["a: too slow"]
+    step, micro, floor = (next(g for g in settings("cpu-tiny").gates if g.name == name)
+                          for name in ("optimizer_step_time", "micro_step_time", "step_time_over_physical_floor"))
+    verdicts = GateVerdicts(
+        gates=[GateVerdict.judged(step, 2.5, FAIL, "too slow"), GateVerdict.judged(micro, 0.3, PASS, ""),
+               GateVerdict.judged(floor, None, NOT_MEASURED, "no plan")],
+        counts={PASS: 1, FAIL: 1, NOT_MEASURED: 1}, reproduction=Reproduction(faithful=False, reasons=["no GPU"]),
+        records=measures.record_completeness(synthetic_steps(), 2, 200).evidence())
+    assert failed_gates(verdicts) == ["optimizer_step_time: too slow"]

@@ -1,16 +1,18 @@
 """The per-step policy the loop asks: apply, skip, roll back or abort; and the fault injector."""
 
-import json
 import math
 
 import pytest
 
+from zerogate.config.settings import StabiliserSettings
+from zerogate.contracts.base import read_lines
+from zerogate.contracts.records import OVERFLOW_REASON, StabiliserEvent
 from zerogate.train.policy import FaultInjector, StabiliserAbort, StepPolicy, skip_reason
 from zerogate.train.stabiliser import EventLog, Stabiliser, Verdict
 
 
 def policy_for(tmp_path, policy, fp16=False, **extra):
-    stabiliser = Stabiliser({"policy": policy, **extra})
+    stabiliser = Stabiliser(StabiliserSettings(policy=policy, **extra))
     return StepPolicy(stabiliser, EventLog(tmp_path / "events.jsonl"), rank=0, fp16=fp16), stabiliser
 
 
@@ -26,8 +28,8 @@ def test_skip_counts_and_logs_then_continues(tmp_path):
     verdict = policy.before_update([1.0, float("nan")])
     assert not verdict.ok and policy.settle(7, verdict) == policy.CONTINUE
     assert stabiliser.skipped_steps == 1
-    event = json.loads((tmp_path / "events.jsonl").read_text())
-    assert event["step"] == 7 and event["rank"] == 1 and event["action"] == "skip"
+    (event,) = read_lines(StabiliserEvent, tmp_path / "events.jsonl")
+    assert event.step == 7 and event.rank == 1 and event.action == "skip"
     assert skip_reason(verdict, applied=False) == "nonfinite_loss"
 
 
@@ -46,7 +48,7 @@ def test_a_nonfinite_grad_norm_is_a_fault_in_fp32_but_an_overflow_in_fp16(tmp_pa
     assert fp32.after_update(Verdict(True, value=1.0), math.inf, 2).kind == "nonfinite_grad_norm"
     fp16, _ = policy_for(tmp_path, "skip", fp16=True)
     verdict = fp16.after_update(Verdict(True, value=1.0), math.inf, 2)
-    assert verdict.ok and skip_reason(verdict, applied=False) == "fp16_overflow"
+    assert verdict.ok and skip_reason(verdict, applied=False) == OVERFLOW_REASON == "fp16_overflow"
     assert skip_reason(verdict, applied=True) is None
 
 

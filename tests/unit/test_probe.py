@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from zerogate.config.machines import check, from_fingerprint
+from zerogate.contracts.machine import Fingerprint
 from zerogate.runtime.probe import merge_devices, numa_nodes, parse_nvidia_smi_xml, parse_nvml, pinned_memory_limit, summary
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "probe"
@@ -50,8 +51,8 @@ def test_torch_view_completed_by_nvml_becomes_a_valid_machine(cpu_fingerprint):
     parsed = parse_nvml(nvml_sample())
     merged = merge_devices(torch_devices, parsed)
     assert merged[0]["pcie"]["width"] == 8 and merged[0]["memory_free_bytes"] == 12451840000
-    fingerprint = dict(cpu_fingerprint, accelerator={"kind": "cuda", "count": 1, "devices": merged},
-                       links=parsed["links"])
+    fingerprint = Fingerprint.of({**cpu_fingerprint.model_dump(), "accelerator": {"kind": "cuda", "count": 1, "devices": merged},
+                                  "links": parsed["links"]}, "the probe")
     machine = check(from_fingerprint(fingerprint, "gpu-box"), "probe")
     assert machine["gpus"][0]["pcie"]["generation"] == 5 and machine["peer_to_peer"] is False
     assert "PCIe 5 x8" in summary(fingerprint) and "peer-to-peer no" in summary(fingerprint)
@@ -68,8 +69,8 @@ def test_host_facts(tmp_path):
 
 
 def test_deepspeed_op_checks_keep_the_fact_and_leave_the_console_alone(capfd, tmp_path):
-    """Issue 10 bug 3: the async_io check's linker error (`ld: cannot find -laio`) reached the console
-    although the probe's rule sends its output to a log. It must land in the log; the JSON keeps the fact."""
+    """The async_io check's linker error (`ld: cannot find -laio`) must not reach the console, since the
+    probe's rule sends its output to a log: it lands in the log, and the JSON keeps the fact."""
     import logging
 
     from zerogate.entry import logging_to
@@ -91,3 +92,19 @@ def test_deepspeed_op_checks_keep_the_fact_and_leave_the_console_alone(capfd, tm
     else:  # this machine has no libaio: the reason is DeepSpeed's, and the linker's complaint is in the log
         assert "libaio" in report["incompatible_reasons"]["async_io"]
         assert "-laio" in log.read_text()
+
+
+def test_this_machines_probe_becomes_a_fingerprint_and_a_valid_machine(tmp_path):
+    """The probe_hardware rule's path without the timed parts: probe() gives the raw facts, the
+    collectives' figures are the planner's, and the Fingerprint reads back from its file."""
+    from zerogate.plan.collectives import interpret
+    from zerogate.runtime.probe import probe
+
+    found = probe(measure=False)
+    fingerprint = Fingerprint.of({**found, "collectives": interpret(found["collectives"])}, "the probe")
+    assert Fingerprint.read(fingerprint.write(tmp_path / "hardware.json")) == fingerprint
+    assert fingerprint.cores >= 1 and fingerprint.ram.total_bytes > 0
+    machine = check(from_fingerprint(fingerprint, "this-box"), "probe")
+    assert machine["host"]["ram_total_bytes"] == fingerprint.ram.total_bytes
+    assert len(machine["gpus"]) == fingerprint.accelerator.count
+    assert summary(fingerprint)

@@ -1,6 +1,7 @@
 """Who waits for whom: compute, communication and wait per rank (zerogate.analysis.measures.rank_balance),
 the collective clock that records the time each rank spends in collectives, and the `slow` injection."""
 
+import json
 import math
 import re
 import time
@@ -9,10 +10,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.unit.helpers import no_events, step_record, table_of
 from zerogate.analysis import measures
+from zerogate.analysis.measures import COLLECTIVES_TIME
+from zerogate.analysis.parse import run_metadata
 from zerogate.config.settings import check_inject, stabiliser_settings
+from zerogate.contracts.records import GitState, StabiliserSummary, TrainSummary
 from zerogate.errors import InputError
-from zerogate.train.metrics import COLLECTIVES_TIME, CollectiveClock, StepMetrics
+from zerogate.train.metrics import CollectiveClock, StepMetrics
 from zerogate.train.policy import FaultInjector
 from zerogate.train.stabiliser import injected_loss_factor
 
@@ -20,19 +25,29 @@ WARMUP, STEPS = 2, 12
 COMPUTE, TRANSFER, DELAY = 0.30, 0.05, 0.20
 
 
-def ranks_run(straggler: int | None, world: int = 2, steps: int = STEPS, delay: float = DELAY) -> pd.DataFrame:
+def ranks_run(straggler: int | None, world: int = 2, steps: int = STEPS, delay: float = DELAY,
+              device: str = "cpu") -> pd.DataFrame:
     """Per-rank records of a synchronous run: every rank computes COMPUTE s (the straggler DELAY s more), then
     meets the others in collectives that take TRANSFER s once the last rank has arrived. So the step takes
     the same time on every rank, and the fast ranks sit in the collectives for the straggler's extra time."""
-    rows = []
+    records = []
     for step in range(1, steps + 1):
         jitter = 0.001 * (step % 3)  # each step a little different, the same on every rank
         slowest = COMPUTE + jitter + (delay if straggler is not None else 0.0)
         for rank in range(world):
             compute = COMPUTE + jitter + (delay if rank == straggler else 0.0)
-            rows.append({"rank": rank, "step": step, "step_time(s)": slowest + TRANSFER,
-                         COLLECTIVES_TIME: slowest - compute + TRANSFER, "device": "cpu"})
-    return pd.DataFrame(rows)
+            records.append(step_record(rank=rank, step=step, step_time_s=slowest + TRANSFER,
+                                       collectives_s=slowest - compute + TRANSFER, device=device))
+    return table_of(records)
+
+
+def run_meta(steps: pd.DataFrame, world_size: int = 2):
+    """parse_logs' run metadata of a finished run of ``world_size`` ranks (its summary gives the world size)."""
+    summary = TrainSummary(completed_steps=STEPS, resumed_from_step=None, world_size=world_size, parameters=140_000,
+                           stabiliser=StabiliserSummary(policy="skip", skipped_steps=0, rollbacks=0, skipped_windows=[]),
+                           wall_time_s=10.0, metrics_time_s=0.1, dtype="fp32", accelerator="cpu",
+                           git=GitState(commit=None, dirty=None))
+    return run_metadata(steps, no_events(), summary, "", STEPS)
 
 
 @pytest.mark.parametrize("straggler", [0, 1])
@@ -49,8 +64,8 @@ def test_the_straggler_is_named_and_the_other_rank_waits_for_it(straggler):
     assert balance.wait_total[other] == pytest.approx(DELAY * (STEPS - WARMUP))
     assert balance.compute[straggler] == pytest.approx(COMPUTE + 0.001 + DELAY)
     assert balance.timed_steps == STEPS - WARMUP
-    assert balance.summary() == {"straggler_rank": straggler, "straggler_compute_excess(s)": pytest.approx(DELAY),
-                                 "wait_for_straggler_median(s)": pytest.approx(DELAY)}
+    assert balance.summary() == {"straggler_rank": straggler, "straggler_compute_excess_s": pytest.approx(DELAY),
+                                 "wait_for_straggler_median_s": pytest.approx(DELAY)}
 
 
 def test_per_step_parts_add_up_to_the_step_time():
@@ -87,8 +102,8 @@ def test_a_missing_rank_measures_nothing_and_says_which():
     balance = measures.rank_balance(run[run["rank"] == 0], WARMUP, world_size=2)
     assert not balance.measured and balance.straggler is None and balance.compute == {}
     assert "ranks with no timed step records: [1] of world size 2" in balance.problems
-    assert balance.summary() == {"straggler_rank": None, "straggler_compute_excess(s)": None,
-                                 "wait_for_straggler_median(s)": None}
+    assert balance.summary() == {"straggler_rank": None, "straggler_compute_excess_s": None,
+                                 "wait_for_straggler_median_s": None}
 
 
 def test_a_truncated_rank_measures_nothing_and_names_its_missing_steps():
@@ -108,9 +123,10 @@ def test_a_gap_in_the_collective_time_measures_nothing():
 
 
 def test_records_without_collective_times_or_on_cuda_are_not_measured():
-    old = measures.rank_balance(ranks_run(1).drop(columns=[COLLECTIVES_TIME]), WARMUP, 2)
+    # The metrics layer's collective clock off: collectives(s) null in every record.
+    old = measures.rank_balance(ranks_run(1).assign(**{COLLECTIVES_TIME: None}), WARMUP, 2)
     assert not old.measured and COLLECTIVES_TIME in old.problems[0]
-    cuda = measures.rank_balance(ranks_run(1).assign(device="cuda:0"), WARMUP, 2)
+    cuda = measures.rank_balance(ranks_run(1, device="cuda:0"), WARMUP, 2)
     assert not cuda.measured and "NCCL" in cuda.problems[0]
     single = measures.rank_balance(ranks_run(None, world=1), WARMUP, 1)
     assert single.problems == ["a single rank waits for no other"]
@@ -171,8 +187,10 @@ def test_step_records_carry_the_steps_collective_time(tmp_path):
     metrics.start_step()
     clock.blocked_s, clock.calls = 0.25, 4
     record = metrics.end_step(1, 1.0, 0.5, 1e-3, 10, 2)
-    assert record[COLLECTIVES_TIME] == 0.25 and record["collective_calls"] == 4
+    assert record.collectives_s == 0.25 and record.collective_calls == 4
     metrics.close()
+    line = json.loads((tmp_path / "rank0.jsonl").read_text().splitlines()[-1])  # as the rank's file holds it
+    assert line[COLLECTIVES_TIME] == 0.25 and line["collective_calls"] == 4
 
 
 # ---- the `slow` injection -------------------------------------------------------------------------
@@ -220,14 +238,21 @@ def test_good_injections_pass():
 
 # ---- the report's "Ranks" section and figure ------------------------------------------------------
 
+def ranks_section(steps: pd.DataFrame, meta) -> str:
+    """The report's "Ranks" section as render_html renders it."""
+    from zerogate.report.html import ranks_context, section
+
+    return section("ranks", ranks_context(steps, WARMUP, meta))
+
+
 def verdict_line(page: str) -> str:
     return re.sub(r"\s+", " ", re.search(r"<p id='ranks-verdict'>(.*?)</p>", page, re.S).group(1))
 
 
 @pytest.mark.parametrize("straggler", [0, 1])
 def test_the_ranks_section_names_the_straggler_and_who_waits(tmp_path, straggler):
-    from zerogate.report.html import ranks_section
-    page = ranks_section(ranks_run(straggler), WARMUP, {"world_size": 2})
+    steps = ranks_run(straggler)
+    page = ranks_section(steps, run_meta(steps))
     line = verdict_line(page)
     other = 1 - straggler
     assert f"The slowest rank is <b>rank {straggler}</b>" in line
@@ -237,10 +262,11 @@ def test_the_ranks_section_names_the_straggler_and_who_waits(tmp_path, straggler
 
 
 def test_the_ranks_section_without_a_straggler_or_without_records(tmp_path):
-    from zerogate.report.html import ranks_section
-    assert verdict_line(ranks_section(ranks_run(None), WARMUP, {"world_size": 2})).startswith("No straggler")
+    equal = ranks_run(None)
+    assert verdict_line(ranks_section(equal, run_meta(equal))).startswith("No straggler")
     run = ranks_run(1)
-    missing = verdict_line(ranks_section(run[run["rank"] == 1], WARMUP, {"world_size": 2}))
+    only_rank1 = run[run["rank"] == 1]
+    missing = verdict_line(ranks_section(only_rank1, run_meta(only_rank1)))
     assert missing == "Not measured: ranks with no timed step records: [0] of world size 2."
 
 

@@ -1,43 +1,108 @@
+"""The run's report: the verdicts first, then the summary, figures, evaluation, ledger, deviations and
+provenance, rendered from the contracts the pipeline's rules write (a synthetic run of the tiny profile,
+rendered and judged by the producers themselves)."""
+
+import dataclasses
 import re
+from functools import lru_cache
 from pathlib import Path
 
-import pandas as pd
+import pytest
 
 from tests.conftest import CPU_FINGERPRINT
-from tests.unit.helpers import no_events, spike_rule, synthetic_steps
-from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
+from tests.unit.helpers import no_events, settings, spike_rule, synthetic_steps, render_profile, train_summary
+from zerogate.analysis import measures
 from zerogate.analysis.gates import evaluate
-from zerogate.report.html import render_html, run_summary
+from zerogate.analysis.ledger_check import compare as ledger_compare
+from zerogate.analysis.ledger_check import read_measurements, with_peaks
+from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.parse import event_table, parse_launcher_log, run_metadata, stabiliser_events
+from zerogate.config.machines import from_fingerprint
+from zerogate.config.settings import StabiliserSettings
+from zerogate.contracts.base import write_lines
+from zerogate.contracts.machine import NodeFingerprint
+from zerogate.contracts.plan import ModelComputeMeasurement, PeakPrediction
+from zerogate.contracts.records import EvalRecord, GitState, HeldBytes, StabiliserEvent, column
+from zerogate.contracts.report import DatasetFacts, GitAtStages, MachineFacts, Provenance
+from zerogate.contracts.run import Deviation, Deviations, DsConfig, RunSpec
+from zerogate.contracts.verdicts import (CANNOT_JUDGE, DOES_NOT_HOLD, ClaimedBox, ClaimVerdict, ClaimVerdicts,
+                                         JudgedClaim)
+from zerogate.plan.ledger import model_state_bytes
+from zerogate.plan.planner import peak_for_run, plan_for_run, run_setup
+from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
+from zerogate.report.html import render_html, section
 
-PROVENANCE = {
-    "pipeline_version": "0.1.0",
-    "run_id": "smoke-box-12345678",
-    "recorded_at": "2026-11-29T00:00:00+00:00",
-    "git": {"at_training": {"commit": "abc123", "dirty": False}, "at_report": {"commit": "abc123", "dirty": False}},
-    "profile": "smoke",
-    "config_hash": "f" * 64,
-    "resolved_profile": {},
-    "ds_config": {},
-    "packages": {"torch": "2.13.0", "deepspeed": "0.19.8"},
-    "machine": {k: CPU_FINGERPRINT[k] for k in ("hostname", "platform", "cpu", "ram", "accelerator")},
-    "dataset": {"source": "builtin-tasks", "content_sha256": "d" * 64, "splits": {}},
-}
-DEVIATION = {"path": "fp16.enabled", "claim": True, "rendered": False, "kind": "changed", "reason": "no fp16 on CPU",
-             "changes_experiment": True}
+PROFILE = "cpu-tiny"  # the tiny_profile fixture's profile
+STEPS = 200  # synthetic_steps' optimizer steps
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendered:
+    """The tiny profile rendered for the test machine as render_deepspeed_config renders it, for a run of
+    STEPS optimizer steps (the synthetic runs' length)."""
+
+    ds_config: DsConfig
+    deviations: Deviations
+    run_spec: RunSpec
+
+
+@lru_cache(maxsize=1)
+def rendered() -> Rendered:
+    rendered = render_profile(PROFILE, CPU_FINGERPRINT, steps=STEPS)
+    return Rendered(rendered.ds_config, rendered.deviations, rendered.run_spec)
+
+
+def provenance(profile: str = "smoke", run_id: str = "smoke-box-12345678", config_hash: str = "f" * 64,
+               dataset_hash: str = "d" * 64) -> Provenance:
+    """provenance.json of a run on the test machine."""
+    machine = CPU_FINGERPRINT
+    git = GitState(commit="abc123", dirty=False)
+    return Provenance(
+        pipeline_version="0.1.0", run_id=run_id, recorded_at="2026-11-29T00:00:00+00:00",
+        git=GitAtStages(at_training=git, at_report=git), profile=profile, config_hash=config_hash,
+        resolved_profile={}, ds_config=rendered().ds_config.raw, packages={"torch": "2.13.0", "deepspeed": "0.19.8"},
+        machine=MachineFacts(hostname=machine.hostname, platform=machine.platform, cpu=machine.cpu, ram=machine.ram,
+                             accelerator=machine.accelerator),
+        dataset=DatasetFacts(source="builtin-tasks", content_sha256=dataset_hash, splits={}))
+
+
+DEVIATION = Deviation(path="fp16.enabled", claim=True, rendered=False, kind="changed", reason="no fp16 on CPU",
+                      changes_experiment=True)
+
+
+def verdicts_of(profile: dict, steps, events=None, deviations=(DEVIATION,), plan=None, run_meta=None,
+                finished: bool = True):
+    """gates.evaluate on a synthetic run of the rendered tiny profile, as check_gates judges it (a run that
+    did not finish wrote no summary)."""
+    return evaluate(settings(profile).gates, steps, no_events() if events is None else events,
+                    train_summary() if finished else None, rendered().run_spec,
+                    Deviations(deviations=list(deviations)), CPU_FINGERPRINT, 5, spike_rule(profile), plan=plan,
+                    run_meta=run_meta)
+
+
+def measured_plan():
+    """plan/plan_measured.json of the rendered tiny profile on the test machine, with a measured forward +
+    backward of 12.5 ms: on a machine with no other figure the optimizer-step floor is 8 x 12.5 ms = 0.1 s."""
+    compute = ModelComputeMeasurement(forward_backward_s=0.0125, samples_s=[0.0125, 0.013], threads=1, micro_batch=1,
+                                      seq_len=64, dtype="fp32", parameters=139584, through_deepspeed=True,
+                                      how="the test's measurement")
+    run = rendered()
+    return plan_for_run(run.run_spec, run.ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"),
+                        settings(PROFILE).plan, PROFILE, model_compute=compute)
 
 
 def test_report_opens_with_verdicts_and_names_its_provenance(tmp_path, tiny_profile):
     steps = synthetic_steps(step_time=2.5)
-    verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": 200},
-                        {"world_size": 2, "training": {"optimizer_steps": 200}}, [DEVIATION], CPU_FINGERPRINT, 5, spike_rule(tiny_profile))
+    verdicts = verdicts_of(tiny_profile, steps)
     figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png", "memory": tmp_path / "mem.png"}
     loss_figure(steps, no_events(), 5, figures["loss"], spike_rule(tiny_profile))
     step_time_figure(steps, 5, verdicts, figures["step_time"])
     memory_figure(steps, verdicts, figures["memory"])
     for path in figures.values():
         assert path.read_bytes()[:4] == b"\x89PNG"
-    page = render_html(verdicts=verdicts, steps=steps, provenance=PROVENANCE, deviations=[DEVIATION],
-                       figures=figures, warmup_steps=5, spike_rule=spike_rule(tiny_profile))
+    page = render_html(verdicts=verdicts, steps=steps, provenance=provenance(),
+                       deviations=Deviations(deviations=[DEVIATION]), figures=figures, warmup_steps=5,
+                       spike_rule=spike_rule(tiny_profile))
     headings = re.findall(r"<h2>(.*?)</h2>", page)
     assert headings[0] == "Verdicts"
     table = page[page.index("<table id='verdicts'>"):page.index("</table>")]
@@ -52,68 +117,92 @@ def test_report_opens_with_verdicts_and_names_its_provenance(tmp_path, tiny_prof
 
 def test_run_summary_reports_slowest_rank_median(tmp_path, tiny_profile):
     steps = synthetic_steps(step_time=1.0)
-    steps.loc[steps["rank"] == 1, "step_time(s)"] *= 2
-    summary = run_summary(steps, 5, spike_rule(tiny_profile))
-    assert 1.9 < summary["step_time_median(s)"] < 2.1
-    assert summary["ranks"] == 2 and summary["optimizer_steps"] == 200
-    assert set(summary["peak_memory_per_rank(GiB)"]) == {0, 1}
+    steps.loc[steps["rank"] == 1, measures.STEP_TIME] *= 2
+    summary = measures.summarise_run(steps, 5, spike_rule(tiny_profile))
+    assert 1.9 < summary.step_time_median_s < 2.1
+    assert summary.ranks == 2 and summary.optimizer_steps == 200
+    assert set(summary.peak_memory_per_rank_gib) == {0, 1}
 
 
-def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None, ledger=None, deviations=(DEVIATION,)):
+def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None, ledger=None, deviations=(DEVIATION,),
+          evaluation=None, finished=True):
     events = no_events() if events is None else events
-    deviations = list(deviations)
-    verdicts = evaluate(tiny_profile["gates"], steps, events, {"completed_steps": 200},
-                        {"world_size": 2, "training": {"optimizer_steps": 200}}, deviations, CPU_FINGERPRINT, 5, spike_rule(tiny_profile),
-                        plan=plan, run_meta=run_meta)
+    verdicts = verdicts_of(tiny_profile, steps, events, deviations, plan=plan, run_meta=run_meta, finished=finished)
     figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png", "memory": tmp_path / "mem.png"}
     loss_figure(steps, events, 5, figures["loss"], spike_rule(tiny_profile))
     step_time_figure(steps, 5, verdicts, figures["step_time"])
     memory_figure(steps, verdicts, figures["memory"])
-    return render_html(verdicts=verdicts, steps=steps, provenance=PROVENANCE, deviations=deviations,
-                       figures=figures, warmup_steps=5, spike_rule=spike_rule(tiny_profile), run_meta=run_meta,
-                       ledger=ledger)
+    return render_html(verdicts=verdicts, steps=steps, provenance=provenance(),
+                       deviations=Deviations(deviations=list(deviations)), figures=figures, warmup_steps=5,
+                       spike_rule=spike_rule(tiny_profile), run_meta=run_meta, ledger=ledger, plan=plan,
+                       evaluation=evaluation)
+
+
+def _held_as_planned(metrics_dir: Path) -> Path:
+    """held_bytes_rank<N>.json of both ranks, each tensor holding exactly what the ledger predicts."""
+    run = rendered()
+    counts, setup = run_setup(run.run_spec, run.ds_config, {"nodes": 1})
+    predicted = model_state_bytes(counts, setup)
+    for rank in range(setup.ranks):
+        HeldBytes(rank=rank, world_size=setup.ranks, parameter_count=counts.total, parameter_dtype="float32",
+                  **predicted).write(metrics_dir / f"held_bytes_rank{rank}.json")
+    return metrics_dir
+
+
+def _ledger_table(steps, metrics_dir: Path | None = None, prediction: PeakPrediction | None = None):
+    """ledger/ledger_vs_measured.json as compare_ledger makes it: the held tensors of ``metrics_dir``
+    against the ledger, and ``prediction`` (the planner's peak for the run by default) against the steps."""
+    run = rendered()
+    counts, setup = run_setup(run.run_spec, run.ds_config, {"nodes": 1})
+    measured = read_measurements(metrics_dir, steps) if metrics_dir is not None else {}
+    table = ledger_compare(counts, setup, measured)
+    return with_peaks(table, prediction or peak_for_run(run.run_spec, run.ds_config, None), steps)
 
 
 def test_ledger_section_only_with_a_ledger(tmp_path, tiny_profile):
     steps = synthetic_steps()
-    assert "Ledger vs measured" not in _page(tmp_path, tiny_profile, steps)
-    plan = {"floor": {"optimizer_step(s)": 0.1}}
-    ledger = {"scheme": "zero3_offload_optimizer_params", "ranks": 2, "parameters": 128192,
-              "max_abs_model_state_error(%)": 0.0, "within_5_percent": True,
-              "rows": [{"rank": 0, "term": "gradients", "predicted(bytes)": 256384, "measured(bytes)": 256384,
-                        "error(%)": 0.0, "measured_by": "held tensors"}]}
+    page = _page(tmp_path, tiny_profile, steps)
+    assert "Memory ledger: predicted vs measured" not in page and "<table id='ledger'>" not in page
+    metrics = _held_as_planned(tmp_path / "metrics")
+    ledger = _ledger_table(steps, metrics)
+    assert ledger.within_5_percent  # held as planned
+    plan = measured_plan()
+    assert plan.floor.optimizer_step_floor_s == pytest.approx(0.1)
     page = _page(tmp_path, tiny_profile, steps, plan=plan, ledger=ledger)
-    assert "<table id='ledger'>" in page and "256384" in page and "within 5 %" in page
+    assert "Memory ledger: predicted vs measured" in page
+    # ZeRO-3 with both offloads, fp32, 2 ranks: each rank holds 4 B x Phi / 2 of gradients, predicted and held.
+    gradients = 4 * ledger.parameters // 2
+    assert "<table id='ledger'>" in page and "within 5 %" in page
+    assert f"<tr><td>0</td><td>gradients</td><td>{gradients}</td><td>{gradients}</td>" in page
     floor = re.search(r"step_time_over_physical_floor.*?class='(\w+)'", page, re.S)
     assert floor.group(1) == "PASS"  # 0.5 s measured over a 0.1 s floor
 
 
 def test_crashed_rank_shows_in_the_report(tmp_path, tiny_profile):
-    from zerogate.analysis.parse import parse_launcher_log, run_metadata
     log = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"train.py\", line 9, in step\n"
            "[rank1]: RuntimeError: CUDA out of memory\n")
     steps = synthetic_steps()
     meta = run_metadata(steps, parse_launcher_log(log), None, log, 200)
-    page = _page(tmp_path, tiny_profile, steps, run_meta=meta, events=parse_launcher_log(log))
+    page = _page(tmp_path, tiny_profile, steps, run_meta=meta, events=parse_launcher_log(log), finished=False)
     assert "<h2>Failures</h2>" in page and "CUDA out of memory" in page and "train.py" in page
     assert re.search(r"ranks_completed.*?class='FAIL'", page, re.S)
 
 
 def test_a_multinode_run_lists_each_nodes_fingerprint_and_a_single_node_run_none(tmp_path, tiny_profile):
-    from tests.conftest import CPU_FINGERPRINT
     steps = synthetic_steps()
-    nodes = [{"node": i, **CPU_FINGERPRINT, "hostname": f"host-{i}"} for i in (0, 1)]
-    from zerogate.analysis.parse import parse_launcher_log, run_metadata
-    meta = run_metadata(steps, parse_launcher_log(""), None, "", 200)
-    page = _page(tmp_path, tiny_profile, steps, run_meta={**meta, "nodes": nodes})
+    nodes = [NodeFingerprint(node=i, machine=CPU_FINGERPRINT.model_copy(update={"hostname": f"host-{i}"}))
+             for i in (0, 1)]
+    meta = run_metadata(steps, parse_launcher_log(""), train_summary(), "", 200, nodes)
+    page = _page(tmp_path, tiny_profile, steps, run_meta=meta)
     table = page[page.index("<table id='nodes'>"):]
     assert "<h2>Nodes</h2>" in page and "host-0" in table and "host-1" in table and "Test CPU" in table
-    assert "<h2>Nodes</h2>" not in _page(tmp_path, tiny_profile, steps, run_meta={**meta, "nodes": []})
+    single = run_metadata(steps, parse_launcher_log(""), train_summary(), "", 200, [])
+    assert "<h2>Nodes</h2>" not in _page(tmp_path, tiny_profile, steps, run_meta=single)
 
 
 def test_loss_scale_series_from_overflow_lines():
     from zerogate.report.figures import loss_scale_series
-    from zerogate.analysis.parse import parse_launcher_log
+
     events = parse_launcher_log("[Rank 0] step=10, skipped=0, lr=[1], mom=[1]\n"
                                 "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768\n")
     series = loss_scale_series(synthetic_steps(), events)
@@ -122,12 +211,14 @@ def test_loss_scale_series_from_overflow_lines():
 
 
 def spike_rule_of_defaults():
-    return spike_rule({})
+    return SpikeRule.from_settings(StabiliserSettings())
 
 
 def test_stabiliser_events_are_marked_on_the_loss_figure(tmp_path):
     steps = synthetic_steps()
-    stabiliser = pd.DataFrame([{"step": 50, "rank": 0, "kind": "grad_spike", "value": 9.0, "action": "skip"}])
+    events_file = tmp_path / "events.jsonl"
+    write_lines(events_file, [StabiliserEvent(step=50, rank=0, kind="loss_spike", value=9.0, action="skip")])
+    stabiliser = event_table(stabiliser_events(events_file), "stabiliser")  # what plot_figures passes
     plain, marked = tmp_path / "plain.png", tmp_path / "marked.png"
     loss_figure(steps, no_events(), 5, plain, spike_rule_of_defaults())
     loss_figure(steps, no_events(), 5, marked, spike_rule_of_defaults(), stabiliser)
@@ -138,31 +229,31 @@ def test_evaluation_before_and_after_is_shown(tmp_path, tiny_profile):
     steps = synthetic_steps()
     assert "id='evaluation'" not in _page(tmp_path, tiny_profile, steps)
     records = [
-        {"step": 0, "phase": "before", "validation/loss": 5.25, "validation/rows": 64,
-         "exact_match/accuracy": 0.0, "exact_match/correct": 0, "exact_match/items": 20},
-        {"step": 250, "phase": "during", "validation/loss": 2.17, "validation/rows": 64},
-        {"step": 1000, "phase": "after", "validation/loss": 1.04, "validation/rows": 64,
-         "exact_match/accuracy": 0.4, "exact_match/correct": 8, "exact_match/items": 20},
+        EvalRecord(step=0, phase="before", validation_loss=5.25, validation_tokens=1200, validation_rows=64,
+                   exact_match_accuracy=0.0, exact_match_correct=0, exact_match_items=20, eval_time_s=1.0),
+        EvalRecord(step=250, phase="during", validation_loss=2.17, validation_tokens=1200, validation_rows=64,
+                   eval_time_s=0.5),
+        EvalRecord(step=1000, phase="after", validation_loss=1.04, validation_tokens=1200, validation_rows=64,
+                   exact_match_accuracy=0.4, exact_match_correct=8, exact_match_items=20, eval_time_s=1.0),
     ]
-    from zerogate.report.html import evaluation_section
+    assert "id='evaluation'" in _page(tmp_path, tiny_profile, steps, evaluation=records)
+    shown = section("evaluation", records)
+    assert shown.count("<tr>") == 4
+    assert "0/20 (0%)" in shown and "8/20 (40%)" in shown and "5.25" in shown and "1.04" in shown
 
-    section = evaluation_section(records)
-    assert section.count("<tr>") == 4
-    assert "0/20 (0%)" in section and "8/20 (40%)" in section and "5.25" in section and "1.04" in section
 
-
-# Bug 5: a deviation whose values are long JSON (a list of module classes, a nested object) made the
-# table wider than the page, and the run summary printed per-rank memory as a Python dict.
-LONG_DEVIATION = {
-    "path": "zero_optimization.leaf_module.classes_and_a_rather_long_key_name_without_spaces",
-    "claim": None,
-    "rendered": ["LlamaDecoderLayer", "Qwen2DecoderLayer", "MistralDecoderLayer", "GPTNeoXLayer",
-                 "SomeVeryLongModuleNameWithoutAnyBreakOpportunityWhatsoeverInsideIt" * 2],
-    "kind": "added",
-    "reason": "ZeRO-3 leaf modules on the CPU accelerator keep whole decoder layers gathered, which avoids "
-              "per-parameter all-gathers of the tiny default model " * 2,
-    "changes_experiment": False,
-}
+# A deviation whose values are long JSON (a list of module classes, a nested object) must not make the
+# table wider than the page, and the run summary must not print per-rank memory as a Python dict.
+LONG_DEVIATION = Deviation(
+    path="zero_optimization.leaf_module.classes_and_a_rather_long_key_name_without_spaces",
+    claim=None,
+    rendered=["LlamaDecoderLayer", "Qwen2DecoderLayer", "MistralDecoderLayer", "GPTNeoXLayer",
+              "SomeVeryLongModuleNameWithoutAnyBreakOpportunityWhatsoeverInsideIt" * 2],
+    kind="chosen",
+    reason="ZeRO-3 leaf modules on the CPU accelerator keep whole decoder layers gathered, which avoids "
+           "per-parameter all-gathers of the tiny default model " * 2,
+    changes_experiment=False,
+)
 
 
 def test_deviations_table_wraps_long_values_in_fixed_columns(tmp_path, tiny_profile):
@@ -176,7 +267,7 @@ def test_deviations_table_wraps_long_values_in_fixed_columns(tmp_path, tiny_prof
     style = page[page.index("<style>"):page.index("</style>")]
     assert re.search(r"table\.fixed\{table-layout:fixed\}", style)
     assert re.search(r"table\.fixed code\{[^}]*overflow-wrap:anywhere", style)
-    assert "SomeVeryLongModuleName" in table and LONG_DEVIATION["reason"].strip()[:40] in table  # shown, not cut
+    assert "SomeVeryLongModuleName" in table and LONG_DEVIATION.reason.strip()[:40] in table  # shown, not cut
 
 
 def test_run_summary_shows_per_rank_memory_as_a_table_with_units(tmp_path, tiny_profile):
@@ -207,33 +298,30 @@ def test_templates_ship_with_the_package():
 def test_a_run_that_stopped_in_its_warmup_still_gets_its_figures_and_summary(tmp_path, tiny_profile):
     # A crash before the first timed step: no step-time statistics, but the report must still be written.
     steps = synthetic_steps(steps=4)
-    drawn = step_time_figure(steps, 5, {"gates": []}, tmp_path / "step.png")
+    stopped = run_metadata(steps, no_events(), None, "", STEPS)  # no summary: the run did not finish
+    verdicts = verdicts_of(tiny_profile, steps, finished=False, run_meta=stopped)
+    drawn = step_time_figure(steps, 5, verdicts, tmp_path / "step.png")
     assert drawn == {"step_time_median(s)": None, "timed_steps": 0}
-    summary = run_summary(steps, 5, spike_rule(tiny_profile))
-    assert summary["step_time_median(s)"] is None and summary["timed_steps"] == 0
+    summary = measures.summarise_run(steps, 5, spike_rule(tiny_profile))
+    assert summary.step_time_median_s is None and summary.timed_steps == 0
 
 
 def test_report_opens_with_the_seeds_claims_and_shows_the_peak_table(tmp_path, tiny_profile):
-    claims = {"claimed_box": {"profile": "claim-14b", "machine": "m.yaml", "machine_name": "box"}, "machine": "here",
-              "vocabulary": ["holds", "holds only when", "does not hold", "cannot be judged here"],
-              "claims": [{"id": "hardware", "statement": "RTX 5070 8 GB", "kind": "hardware",
-                          "on_paper": {"verdict": "does not hold", "text": "does not hold", "evidence": "12.00 GiB",
-                                       "source": "description"},
-                          "measured_here": {"verdict": "cannot be judged here", "text": "cannot be judged here (no GPU)",
-                                            "evidence": "—", "source": "probe"}}]}
-    ledger = {"scheme": "zero3_offload_all", "ranks": 2, "parameters": 10, "rows": [],
-              "max_abs_model_state_error(%)": None,
-              "peak": {"prediction": {"what": "resident-set peak", "metric": "memory/peak_rss(GiB)",
-                                      "terms(bytes)": {"runtime_baseline": 2**30}, "persistent(bytes)": 2**30,
-                                      "transient(bytes)": 0, "total(bytes)": 2**30},
-                       "rows": [{"rank": 0, "predicted(bytes)": 2**30, "measured(bytes)": 2 * 2**30, "error(%)": -50.0,
-                                 "off": "the persistent terms (runtime_baseline) are under-predicted"}],
-                       "tolerance(%)": 15.0, "max_abs_error(%)": 50.0, "within_tolerance": False}}
-    steps = synthetic_steps()
-    verdicts = evaluate(tiny_profile["gates"], steps, no_events(), {"completed_steps": 200},
-                        {"training": {"optimizer_steps": 200}}, [], CPU_FINGERPRINT, 5, spike_rule(tiny_profile))
-    page = render_html(verdicts=verdicts, steps=steps, provenance=PROVENANCE, deviations=[], figures={},
-                       warmup_steps=5, spike_rule=spike_rule(tiny_profile), ledger=ledger, claims=claims)
+    claims = ClaimVerdicts(
+        claimed_box=ClaimedBox(profile="claim-14b", machine="m.yaml", machine_name="box"), machine="here",
+        claims=[JudgedClaim(id="hardware", statement="RTX 5070 8 GB", kind="hardware",
+                            on_paper=ClaimVerdict(verdict=DOES_NOT_HOLD, evidence="12.00 GiB", source="description"),
+                            measured_here=ClaimVerdict(verdict=CANNOT_JUDGE, evidence="—", source="probe",
+                                                       why="no GPU"))])
+    # A resident-set peak predicted at 1 GiB, all of it the runtime baseline; rank 0 measures 2 GiB.
+    prediction = PeakPrediction(scheme="zero3_offload_all", ranks=2, accelerator="cpu", metric=column("peak_rss_gib"),
+                                what="resident-set peak", terms_bytes={"runtime_baseline": 2**30},
+                                persistent_bytes=2**30, transient_bytes=0, total_bytes=2**30, runtime_baseline=None)
+    steps = synthetic_steps(memory_gib=2.0)
+    ledger = _ledger_table(steps, prediction=prediction)
+    verdicts = verdicts_of(tiny_profile, steps, deviations=())
+    page = render_html(verdicts=verdicts, steps=steps, provenance=provenance(), deviations=Deviations(deviations=[]),
+                       figures={}, warmup_steps=5, spike_rule=spike_rule(tiny_profile), ledger=ledger, claims=claims)
     headings = re.findall(r"<h2>(.*?)</h2>", page)
     assert headings[0] == "The seed's claims" and headings[1] == "Verdicts"
     assert "claim-does-not-hold" in page and "cannot be judged here (no GPU)" in page

@@ -1,6 +1,6 @@
 """The report as a reader's browser shows it: headless Chromium loads the page, the verdict table is there,
-and no table is wider than a 1400-px window (bug 5: the deviations table pushed its reason column off the
-right edge)."""
+and no table is wider than a 1400-px window (a deviations table with long values must not push its reason
+column off the right edge)."""
 
 import json
 import re

@@ -7,8 +7,10 @@ import yaml
 
 from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
 from zerogate.config.settings import (CheckpointSettings, DatasetSettings, EvaluationSettings, ProfileSettings,
-                                      StabiliserSettings, TrainingSettings, checkpoint_settings, settings_of,
-                                      stabiliser_settings, training_settings)
+                                      StabiliserSettings, TrainingSettings, checkpoint_settings, profile_settings,
+                                      stabiliser_settings)
+from zerogate.contracts.base import ContractError, plain
+from zerogate.contracts.run import TrainSettings
 from zerogate.errors import InputError
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
@@ -24,7 +26,7 @@ def child_of_smoke(tmp_path, override):
 
 
 def test_export_without_checkpoints_is_refused_when_the_profile_loads(tmp_path):
-    """Bug 4: passed the schema, trained every step, then crashed exporting a checkpoint never saved."""
+    """It would pass the schema, train every step, then crash exporting a checkpoint never saved."""
     profile, chain = child_of_smoke(tmp_path, {"checkpoint": {"every_steps": 0, "export_fp32": True}})
     with pytest.raises(InputError) as error:
         check_profile(profile, chain, REPO)
@@ -34,7 +36,7 @@ def test_export_without_checkpoints_is_refused_when_the_profile_loads(tmp_path):
 
 
 def test_rollback_without_checkpoints_is_refused_not_turned_into_abort(tmp_path):
-    """Bug 4: policy rollback with every_steps 0 silently became abort."""
+    """Policy rollback with every_steps 0 would silently become abort."""
     profile, chain = child_of_smoke(tmp_path, {"stabiliser": {"policy": "rollback"}, "checkpoint": {"every_steps": 0}})
     with pytest.raises(InputError) as error:
         check_profile(profile, chain, REPO)
@@ -59,15 +61,34 @@ def test_rollback_and_export_with_checkpoints_are_accepted(tmp_path):
     check_profile(profile, chain, REPO)
 
 
+def _train_settings(stabiliser=StabiliserSettings(), checkpoint=CheckpointSettings()):
+    """train/settings.json as write_train_settings builds it from its rule's params (plain settings)."""
+    return TrainSettings.of({"stabiliser": plain(stabiliser), "checkpoint": plain(checkpoint),
+                             "evaluation": plain(EvaluationSettings())}, "rule params")
+
+
 def test_write_train_settings_refuses_the_same_combinations():
+    with pytest.raises(ContractError, match="checkpoint.export_fp32: true needs a saved checkpoint"):
+        _train_settings(checkpoint=CheckpointSettings(every_steps=0, export_fp32=True))
+    with pytest.raises(ContractError, match="stabiliser.policy: rollback needs checkpoints"):
+        _train_settings(StabiliserSettings(policy="rollback"), CheckpointSettings(every_steps=0))
+    with pytest.raises(ContractError, match="stabiliser.inject.seconds: required for kind slow"):
+        _train_settings(StabiliserSettings(inject={"kind": "slow", "rank": 1}))
+    # From a profile's settings that skipped the profile's checks, too.
+    smoke = profile_settings(resolve_profile(load_profile_chain(REPO / "config/profiles", "smoke", "config/config.yaml",
+                                                                "profile")))
     with pytest.raises(InputError, match="checkpoint.export_fp32"):
-        training_settings({"checkpoint": {"every_steps": 0, "export_fp32": True}})
+        TrainSettings.from_profile(dataclasses.replace(smoke, checkpoint=CheckpointSettings(every_steps=0,
+                                                                                            export_fp32=True)))
+    # What the profile allows is written and read back unchanged.
+    fine = _train_settings(StabiliserSettings(policy="rollback"), CheckpointSettings(every_steps=5, export_fp32=True))
+    assert TrainSettings.parse(fine.as_json(), "train/settings.json") == fine
 
 
 def test_every_real_profile_gives_typed_settings():
     for path in sorted((REPO / "config/profiles").glob("*.yaml")):
         chain = load_profile_chain(REPO / "config/profiles", path.stem, "config/config.yaml", "profile")
-        settings = settings_of(resolve_profile(chain))
+        settings = profile_settings(resolve_profile(chain))
         assert isinstance(settings, ProfileSettings) and settings.training.optimizer_steps >= 1
 
 

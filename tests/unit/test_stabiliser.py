@@ -6,12 +6,16 @@ import math
 import numpy as np
 import pytest
 
+from zerogate.config.settings import StabiliserSettings
+from zerogate.contracts.base import read_lines
+from zerogate.contracts.records import StabiliserEvent
 from zerogate.robust import robust_z
 from zerogate.train.stabiliser import EventLog, Stabiliser, data_window, injected_loss_factor
 
 
 def warmed(policy="skip", history=30, **extra):
-    stabiliser = Stabiliser({"policy": policy, "spike_window": 64, "spike_threshold": 6.0, "spike_min_history": 20, **extra})
+    stabiliser = Stabiliser(StabiliserSettings(policy=policy, spike_window=64, spike_threshold=6.0, spike_min_history=20,
+                                               **extra))
     rng = np.random.default_rng(0)
     for loss in 3.0 + 0.05 * rng.standard_normal(history):
         stabiliser.accept(float(loss))
@@ -37,6 +41,11 @@ def test_spike_is_flagged_only_after_enough_history_and_only_upwards():
     assert warmed(history=10).judge_loss([30.0, 30.0]).ok  # too little history to judge
     assert warmed(history=30).judge_loss([0.5, 0.5]).ok  # a sudden drop is not a spike
     assert warmed(history=30).judge_loss([3.02, 2.98]).ok
+
+
+def test_a_profile_section_is_typed_with_its_defaults():
+    assert Stabiliser({"policy": "abort"}).settings == StabiliserSettings(policy="abort")
+    assert Stabiliser(None).settings == StabiliserSettings()
 
 
 def test_rollbacks_turn_into_abort_after_the_limit():
@@ -72,7 +81,7 @@ def test_injection_fires_on_its_window_and_rank_only():
 def test_events_file_has_step_rank_kind_value_action(tmp_path):
     log = EventLog(tmp_path / "train/events.jsonl")
     log.write(7, warmed("skip").judge_loss([float("nan"), float("nan")]))
-    lines = [json.loads(line) for line in log.path.read_text().splitlines()]
-    assert [(e["step"], e["rank"], e["kind"], e["action"]) for e in lines] == [(7, 0, "nonfinite_loss", "skip"),
-                                                                               (7, 1, "nonfinite_loss", "skip")]
-    assert lines[0]["value"] == "nan"
+    lines = read_lines(StabiliserEvent, log.path)  # every line a StabiliserEvent
+    assert [(e.step, e.rank, e.kind, e.action) for e in lines] == [(7, 0, "nonfinite_loss", "skip"),
+                                                                   (7, 1, "nonfinite_loss", "skip")]
+    assert lines[0].value == "nan"  # JSON has no NaN: the value is written as a string

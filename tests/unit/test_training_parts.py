@@ -1,13 +1,13 @@
 """The parts of the training entry point that run without DeepSpeed: data order and metrics."""
 
-import json
-
 import numpy as np
 import torch
 
+from zerogate.contracts.base import read_lines
+from zerogate.contracts.records import StepRecord
 from zerogate.data.dataset import EncodedSplit
+from zerogate.runtime.loop import RankBatches
 from zerogate.train.metrics import StepMetrics
-from zerogate.train.loop import RankBatches
 
 
 def split(rows=50, seq=8):
@@ -44,14 +44,18 @@ def test_step_metrics_lines_carry_units_and_peaks(tmp_path):
         recorder.end_step(step, loss=2.5, grad_norm=0.7, lr=1e-3, tokens=100, micro_steps=8)
     recorder.end_step(3, loss=float("nan"), grad_norm=None, lr=1e-3, tokens=100, micro_steps=8)
     recorder.close()
-    lines = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
-    assert not any("warmup" in line for line in lines)  # warm-up is an analysis setting, never recorded
+    text = (tmp_path / "rank0.jsonl").read_text()
+    assert "warmup" not in text  # warm-up is an analysis setting, never recorded
+    lines = read_lines(StepRecord, tmp_path / "rank0.jsonl")  # every line a StepRecord
     first = lines[0]
-    for key in ("step_time(s)", "micro_step_time(s)", "memory/device_peak(GiB)", "memory/rss(GiB)", "tokens_per_s"):
-        assert key in first
-    assert first["micro_step_time(s)"] == first["step_time(s)"] / 8
-    assert 0 < first["memory/device_peak(GiB)"] < 64
-    assert lines[2]["loss_finite"] is False and lines[2]["grad_norm"] is None
+    # The keys carry their units: the StepRecord's aliases.
+    for name, key in (("step_time_s", "step_time(s)"), ("micro_step_time_s", "micro_step_time(s)"),
+                      ("device_peak_gib", "memory/device_peak(GiB)"), ("rss_gib", "memory/rss(GiB)"),
+                      ("tokens_per_s", "tokens_per_s")):
+        assert StepRecord.key(name) == key and key in first.as_json() and f'"{key}"' in text.splitlines()[0]
+    assert first.micro_step_time_s == first.step_time_s / 8
+    assert 0 < first.device_peak_gib < 64
+    assert lines[2].loss_finite is False and lines[2].grad_norm is None
 
 
 def test_metrics_off_answers_every_call_the_loop_makes():

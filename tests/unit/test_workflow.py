@@ -64,8 +64,10 @@ def test_described_machine_is_planned_never_probed_or_trained():
     done = snakemake("-n", "--cores", "1", "plan", "--config", "profile=claim-14b",
                      "machine_description=config/machines/claim-rtx5070-rtx4090.yaml")
     jobs = planned_jobs(done)
-    assert set(jobs) == {"render_deepspeed_config", "plan_run", "judge_plan_claims", "plan"}, jobs
+    # plan.txt judges the seed's claims on paper for the claimed box too: its plan is planned in-process.
+    assert set(jobs) == {"render_deepspeed_config", "plan_run", "plan_claimed_box", "judge_plan_claims", "plan"}, jobs
     assert "results/claim-14b/claim-rtx5070-rtx4090/plan/plan.txt" in done.stdout
+    assert "results/claim-14b/claim-rtx5070-rtx4090/claims/claimed_box_plan.json" in done.stdout
     assert "plan/ds_config.json" not in done.stdout  # the planner reads render_deepspeed_config's rendering
 
 

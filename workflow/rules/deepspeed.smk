@@ -15,7 +15,7 @@ rule render_deepspeed_config:
         training=plain(SETTINGS.training.run),
         overrides=SETTINGS.deepspeed.overrides,
         seq_len=SETTINGS.dataset.seq_len,
-        vocab_size=SETTINGS.model.vocab_size or SETTINGS.dataset.vocab_size,
+        vocab_size=SETTINGS.vocab_size,
         machine=MACHINE,
         nodes=PROFILE.get("nodes"),
         nodes_file=profile_file_setting("nodes"),

@@ -118,7 +118,7 @@ rule plan_claimed_box:
         training=plain(CLAIMED_SETTINGS.training.run),
         overrides=CLAIMED_SETTINGS.deepspeed.overrides,
         seq_len=CLAIMED_SETTINGS.dataset.seq_len,
-        vocab_size=CLAIMED_SETTINGS.model.vocab_size or CLAIMED_SETTINGS.dataset.vocab_size,
+        vocab_size=CLAIMED_SETTINGS.vocab_size,
         plan=plain(CLAIMED_SETTINGS.plan),
         profile_name=CLAIMED_BOX["profile"],
     log:

@@ -12,8 +12,15 @@ with logging_to(snakemake.log[0]) as log:
         # A rank's environment (DS_ACCELERATOR, thread counts) before torch and DeepSpeed are imported.
         os.environ.update(run_spec.env)
         from zerogate.plan.compute import measure_forward_backward
+        from zerogate.runtime.probe import captured_output
 
-        measurement = ModelComputeMeasurement.of(measure_forward_backward(run_spec, ds_config), "the compute measurement")
+        # DeepSpeed checks its ops by compiling and linking test programs (async_io's `cannot find -laio`):
+        # their output goes to this rule's log, never the console.
+        with captured_output() as output:
+            measured = measure_forward_backward(run_spec, ds_config)
+            chatter = output()
+        log.info("output of the measurement (DeepSpeed, compilers):\n%s", chatter)
+        measurement = ModelComputeMeasurement.of(measured, "the compute measurement")
         log.info("model forward + backward: %.4f s (fastest; all %s): %s", measurement.forward_backward_s,
                  [round(s, 4) for s in measurement.samples_s], measurement.how)
     else:  # on GPUs the host dispatches while the device computes: the arithmetic term is the floor's compute

@@ -23,11 +23,3 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def sha256_files(paths: list[str | Path]) -> str:
-    """One hash over several files, order-sensitive, names excluded (content only)."""
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(sha256_file(path).encode())
-    return digest.hexdigest()

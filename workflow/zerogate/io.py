@@ -19,8 +19,3 @@ def write_json(path: str | Path, value: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")
     os.replace(tmp, path)
-
-
-def read_json_lines(path: str | Path) -> list[dict[str, Any]]:
-    """Every non-empty line of a JSON-lines file, parsed."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

@@ -165,7 +165,7 @@ def judge_ledger_formula(claim: dict[str, Any], evidence: Evidence) -> Judged:
     return paper, _measured_model_states(claim, evidence, a, k)
 
 
-def _measured_model_states(claim: dict[str, Any], evidence: Evidence, a: float, k: float) -> Verdict:
+def _measured_model_states(claim: dict[str, Any], evidence: Evidence, a: float, k: float) -> ClaimVerdict:
     """The formula against the model-state bytes each rank of this run held (the ledger table)."""
     source = "ledger table (ledger/ledger_vs_measured.json, held tensors)"
     if evidence.ledger is None:
@@ -237,7 +237,7 @@ def judge_communication(claim: dict[str, Any], evidence: Evidence) -> Judged:
     return paper, _measured_communication(claim, evidence)
 
 
-def _measured_communication(claim: dict[str, Any], evidence: Evidence) -> Verdict:
+def _measured_communication(claim: dict[str, Any], evidence: Evidence) -> ClaimVerdict:
     source = "measured communication volume per scheme (comms/volume.json)"
     if evidence.communication is None or evidence.claim_accumulation is None:
         return verdict(CANNOT_JUDGE, "not measured", source, why="not measured: no communication table for this run")

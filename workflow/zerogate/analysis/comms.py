@@ -16,12 +16,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from zerogate.contracts.comms import CommsRecord, CommsVolume, CountsRecord, LoggedCalls, VolumeRow
+from zerogate.contracts.comms import CommsRecord, CommsVolume, CountsRecord, LoggedCalls
 from zerogate.model.counts import ModelCounts
 from zerogate.plan.comms import (DDP, SCHEMES, VOLUME_FACTOR, logged_kind, logged_tensor_bytes, per_optimizer_step,
                                  ring_factor, theory, volume_bytes)
 
-TOLERANCE = 0.05  # measured within +-5 % of the theory (issue 11); a larger difference is flagged, never absorbed
+TOLERANCE = 0.05  # measured within +-5 % of the theory; a larger difference is flagged, never absorbed
 CLAIM_SCHEME = "zero3"  # the seed's statement compares ZeRO-3 with plain data parallelism
 BASELINE_SCHEME = DDP
 

@@ -3,7 +3,9 @@ value, the threshold and a verdict. A metric that was not measured is NOT MEASUR
 
 Every measured quantity comes from zerogate.analysis.measures (the one definition the report, figures,
 compare and the variant table share); this module only picks the quantity a gate names, converts it to
-the gate's unit and compares. Evidence keys carry their units, e.g. ``per_rank(s)``, ``floor(s)``.
+the gate's unit and compares. The evidence is typed per statistic (zerogate.contracts.verdicts): its keys
+carry their units, e.g. ``floor(s)``, ``skipped_per_rank(steps)``; a slowest-rank evidence states the unit
+of its per-rank values in ``metric_unit`` (and gives them in the gate's unit beside, where that differs).
 """
 
 from __future__ import annotations

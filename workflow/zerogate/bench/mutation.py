@@ -1,4 +1,4 @@
-"""Mutation score of the judging code (issue 14): mutmut over zerogate.analysis.{gates,measures,parse},
+"""Mutation score of the judging code: mutmut over zerogate.analysis.{gates,measures,parse},
 killed by the gate, measures and parse unit tests (property-based ones included). A benchmark, not a
 test: minutes to tens of minutes, printed as figures; not on CI's default path.
 

@@ -60,8 +60,10 @@ def from_fingerprint(fingerprint: Fingerprint, name: str) -> dict[str, Any]:
         "gpus": gpus,
         "peer_to_peer": fingerprint.links.peer_to_peer_all_pairs,
         "nvlink": fingerprint.links.nvlink_any,
-        # The probe's collective latency and bandwidth (zerogate.plan.collectives), for the floor.
-        **({"collectives": collectives.as_json()} if collectives is not None else {}),
+        # The probe's collective latency and bandwidth (zerogate.plan.collectives), for the floor; what the
+        # probe does not know is left out (the schema has no nulls there).
+        **({"collectives": collectives.model_dump(mode="json", by_alias=True, exclude_none=True)}
+           if collectives is not None else {}),
         "host": {
             "cpu_model": cpu.model,
             "physical_cores": cpu.physical_cores,

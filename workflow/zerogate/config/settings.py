@@ -278,6 +278,12 @@ class ProfileSettings:
     plan: PlanSettings
     gates: tuple[GateSettings, ...]
 
+    @property
+    def vocab_size(self) -> int:
+        """The run's vocabulary: the model's fixed one (a published model's), else the dataset's (a shape-only
+        model's, whose tokenizer is trained to that size)."""
+        return self.model.vocab_size or self.dataset.vocab_size
+
 
 INJECT_KINDS = ("nan_loss", "loss_spike", "slow")
 # The keys each injection kind takes (required, optional).

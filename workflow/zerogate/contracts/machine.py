@@ -43,7 +43,8 @@ class Collectives(Record):
     route: str | None = None
     kinds: dict[str, CollectiveKindFigures] = {}
     seconds: float | None = None
-    skipped: str | None = None
+    skipped: str | None = None  # why nothing was measured (one GPU: no pair)
+    error: str | None = None  # why the measurement failed (the floor then lists the terms as missing)
 
 
 class Pcie(Record):

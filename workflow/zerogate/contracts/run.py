@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, model_validator
 
 from zerogate.config.settings import (CheckpointSettings, EvaluationSettings, ModelSettings, ProfileSettings,
-                                      RunTraining, StabiliserSettings, check_checkpoint_needs)
+                                      RunTraining, StabiliserSettings, check_checkpoint_needs, check_inject)
 from zerogate.contracts.base import Artefact, Record
+from zerogate.errors import InputError
 
 Dtype = Literal["fp32", "fp16", "bf16"]
 
@@ -66,6 +67,18 @@ class TrainSettings(Artefact):
     stabiliser: StabiliserSettings
     checkpoint: CheckpointSettings
     evaluation: EvaluationSettings
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainSettings:
+        """The cross-field checks of zerogate.config.settings hold for the file too, however it is made
+        (write_train_settings builds it from the rule's params; the training loop reads it without the
+        profile's schema): an export or a rollback needs saved checkpoints, an injection its keys."""
+        try:
+            check_inject(self.stabiliser.inject)
+            check_checkpoint_needs(self.stabiliser, self.checkpoint)
+        except InputError as error:
+            raise ValueError(f"{error.key}: {error.problem}") from None
+        return self
 
     @classmethod
     def from_profile(cls, settings: ProfileSettings) -> TrainSettings:

@@ -18,7 +18,6 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from zerogate.errors import InputError
 

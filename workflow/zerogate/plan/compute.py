@@ -40,26 +40,6 @@ class _RandomTokens:
         self.input_ids, self.labels, self.attention_mask = ids, ids.copy(), np.ones_like(ids)
 
 
-class _PassTimer:
-    """Loop hooks that time each micro-batch's forward + backward."""
-
-    def __init__(self) -> None:
-        from zerogate.runtime.loop import LoopHooks
-
-        self.defaults = LoopHooks()
-        self.samples: list[float] = []
-        self._started = 0.0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.defaults, name)
-
-    def before_micro(self, step: int, micro: int) -> None:
-        self._started = time.perf_counter()
-
-    def after_micro(self, step: int, micro: int) -> None:
-        self.samples.append(time.perf_counter() - self._started)
-
-
 def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int = TIMED_PASSES) -> dict[str, Any]:
     """Seconds of one forward + backward of the run's model shape, randomly initialised, through a DeepSpeed
     engine from the rendered config in a one-rank world, on a rank's micro-batch x sequence length with a
@@ -86,7 +66,20 @@ def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int 
         model = build_model(model_config).to(getattr(torch, TORCH_DTYPES[run_spec.dtype]))
     engine = DeepSpeedEngine(model, config)
     engine.train()
-    timer = _PassTimer()
+    class PassTimer(loop.LoopHooks):
+        """The loop's plain training, each micro-batch's forward + backward timed."""
+
+        def __init__(self) -> None:
+            self.samples: list[float] = []
+            self._started = 0.0
+
+        def before_micro(self, step: int, micro: int) -> None:
+            self._started = time.perf_counter()
+
+        def after_micro(self, step: int, micro: int) -> None:
+            self.samples.append(time.perf_counter() - self._started)
+
+    timer = PassTimer()
     passes = WARMUP_PASSES + timed
     rows = micro_batch * accumulation * math.ceil(passes / accumulation)
     batches = loop.RankBatches(_RandomTokens(rows, run_spec.seq_len, model_config.vocab_size), 1, 0, micro_batch,

@@ -1,6 +1,6 @@
 """Communication settings that make ZeRO-3 fast on DeepSpeed's CPU accelerator, as overrides with reasons.
 
-Found by profiling the default run with py-spy and by counting its collectives (issue 4):
+Found by profiling the default run with py-spy and by counting its collectives:
 - the "auto" rule hidden_size^2 gives the 0.13 M-parameter default model 4096-element buckets, so every
   micro-step's backward ran about 30 gloo reduce-scatters; DeepSpeed's default buckets make it one;
 - overlap_comm has no streams to overlap on with the CPU accelerator (measured slower with it on);

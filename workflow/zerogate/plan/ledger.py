@@ -9,7 +9,7 @@
     gradient accumulation, the CUDA context and pinned host memory.
 
 Parameter counts come from the model's config instantiated on the meta device: no weights, so a 14B model
-is counted in seconds. Every figure is in bytes; :func:`human` shows GiB and GB side by side.
+is counted in seconds. Every figure is in bytes (printed by zerogate.units.format_bytes, GiB and GB side by side).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.counts import ModelCounts
-from zerogate.units import GB, GIB
+from zerogate.units import GIB
 # CUDA context + cuBLAS/NCCL workspaces per GPU process: 0.3-0.6 GiB measured by users (docs/reference.md
 # section 1); the upper end, so that a "fits" verdict is not optimistic.
 CUDA_CONTEXT_BYTES = int(0.6 * GIB)

@@ -4,7 +4,7 @@ Loading a model builds it whole on every rank (a GGUF is dequantised, a checkpoi
 tensors) before DeepSpeed partitions it; the full tensors are then freed, but glibc keeps freed heap
 pages mapped and resident for reuse. On the CPU accelerator that garbage counts in the rank's resident
 set, and so in its measured peak, although nothing holds it: measured on cpu-smollm2, about 1.1 GiB per
-rank (issue 12). Trimming once after the engine is built, and between the communication worker's
+rank. Trimming once after the engine is built, and between the communication worker's
 schemes, makes the resident set what the rank holds, which is what the peak prediction counts.
 """
 
