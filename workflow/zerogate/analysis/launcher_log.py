@@ -398,6 +398,9 @@ FORMATS: tuple[Format, ...] = (
         r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]\s*Watchdog caught collective operation timeout"
         rf"(?:: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:[^)]*?Timeout\(ms\)=(?P<timeout>\d+))?"
         rf"[^)]*\)(?:\s*ran for (?P<ran_for>\d+) milliseconds)?)?"), _watchdog),
+    Format("nccl_timeout", re.compile(
+        r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]\s*Exception \(either an error or timeout\) detected by watchdog "
+        r"at work: (?P<seq>\d+)"), lambda m: (_rank(m), None, {"seq": float(m["seq"])})),
     Format("process_abort", re.compile(r"terminate called after throwing an instance of"), _nothing),
     Format("rank_exit_ok", re.compile(r"Process (?P<pid>\d+) exits successfully"), lambda m: (None, None, {})),
     Format("rank_exit_error", re.compile(
@@ -419,6 +422,8 @@ _EXIT_WITHOUT_RANK = re.compile(r"\] exits with return code = (?P<code>-?\d+)")
 _CALLED_PROCESS = re.compile(r"CalledProcessError: Command '(?P<command>.*)' returned non-zero exit status "
                              r"(?P<code>-?\d+)")
 _LOCAL_RANK_ARG = re.compile(r"--local_rank[= ](?P<rank>\d+)")
+# A command list that runs Python: a training process the launcher started (not ninja, not hostname -I).
+_PYTHON_COMMAND = re.compile(r"\[\s*'[^']*python[\d.]*(?:\.exe)?'")
 _SLURM_EXIT = re.compile(r"srun: error: (?P<node>[\w.-]+): task (?P<task>\d+): Exited with exit code (?P<code>-?\d+)")
 # torch elastic's ChildFailedError summary: "rank : 1 (local_rank: 1)" then "exitcode : -9 (pid: 14750)".
 _SUMMARY_HOST = re.compile(r"^\s*host\s*:\s*(?P<host>\S+)\s*$")
@@ -462,7 +467,8 @@ class _Traceback:
     box_closed: bool = False  # a rich traceback's box ended: the next line is the exception
 
     def frame(self, text: str, index: int) -> None:
-        self.lines.append(text)
+        if text.strip():  # a blank line belongs to the traceback but says nothing
+            self.lines.append(text)
         self.last_seen = index
         if text.startswith("╰"):
             self.box_closed = True
@@ -470,7 +476,7 @@ class _Traceback:
 
 def _is_frame(text: str) -> bool:
     """A traceback's own line: an indented frame or source line, a caret line, a rich box's border."""
-    return not text.strip() or text[0].isspace() or text[0] in "│╭╰"
+    return not text.strip() or text[0].isspace() or text[0] in "│╭╰" or text.startswith('File "')
 
 
 @dataclass
@@ -605,7 +611,8 @@ class _Reader:
                        "task": int(slurm["task"])})
             return True
         called = _CALLED_PROCESS.search(text)
-        if called and (_LOCAL_RANK_ARG.search(called["command"]) or self._raised_by_launcher(message)):
+        if called and (_LOCAL_RANK_ARG.search(called["command"]) or _PYTHON_COMMAND.match(called["command"])
+                       or self._raised_by_launcher(message)):
             local = _LOCAL_RANK_ARG.search(called["command"])
             detail = {"code": float(called["code"]), "source": "CalledProcessError"}
             if local is None:
@@ -625,18 +632,16 @@ class _Reader:
         return bool(finished) and finished[1]["line"] == message.line and finished[1]["launcher"]
 
     def match(self, message: Message) -> None:
+        """The first format the message matches; every occurrence of it is an event (two ranks' messages
+        written into one line without a break are two)."""
         for fmt in FORMATS:
-            found = fmt.pattern.search(message.text)
-            if not found:
-                continue
-            built = fmt.build(found)
-            if built is None:
-                continue
-            rank, step, detail = built
-            if fmt.kind == "rank_exit_error" and self.multi_node:  # both line formats print a local rank
-                detail = {**detail, "ambiguous": LOCAL_RANK_ON_SEVERAL_NODES}
-            self.emit(fmt.kind, message, rank, step, detail)
-            return
+            built = [b for b in map(fmt.build, fmt.pattern.finditer(message.text)) if b is not None]
+            for rank, step, detail in built:
+                if fmt.kind == "rank_exit_error" and self.multi_node:  # both line formats print a local rank
+                    detail = {**detail, "ambiguous": LOCAL_RANK_ON_SEVERAL_NODES}
+                self.emit(fmt.kind, message, rank, step, detail)
+            if built:
+                return
 
 
 # ---- pass 3: de-duplication ---------------------------------------------------------------------------
