@@ -211,3 +211,26 @@ def test_failed_gates_lists_the_fails_with_their_reasons():
                           {"name": "b", "verdict": "PASS", "reason": ""},
                           {"name": "c", "verdict": "NOT MEASURED", "reason": "no plan"}]}
     assert failed_gates(verdicts) == ["a: too slow"]
+
+
+GATE_KINDS = ["overflow", "fatal_loss_scale", "ds_progress", "wall_clock", "throughput", "memory", "traceback",
+              "rank_exit_error", "rank_exit_ok", "loss_scale_reduced"]
+
+
+@pytest.mark.parametrize("log, counts", [
+    ("deepspeed_0.19.8_cpu_fp32_rank1_killed.log", {"wall_clock": 36, "traceback": 1, "rank_exit_error": 1}),
+    ("deepspeed_0.19.8_cpu_fp32_wall_clock.log", {"wall_clock": 121, "rank_exit_ok": 2}),
+    ("deepspeed_0.19.8_cpu_fp32_zero3.log", {"rank_exit_ok": 2}),
+    ("deepspeed_fp16_overflow.log", {"overflow": 3, "ds_progress": 2, "loss_scale_reduced": 1, "traceback": 1,
+                                     "fatal_loss_scale": 1, "rank_exit_error": 1}),
+])
+def test_captured_logs_give_the_events_the_gates_read(log, counts):
+    # The counts the parser gave these logs before it knew other formats: unchanged (launcher_log's kinds added
+    # beside them: world_info, overflow_skip).
+    events = parse_launcher_log((DATA / log).read_text())
+    assert {kind: int((events["kind"] == kind).sum()) for kind in GATE_KINDS if (events["kind"] == kind).any()} == counts
+
+
+def test_a_glued_progress_bar_is_no_longer_part_of_the_wall_clock_message():
+    events = parse_launcher_log((DATA / "deepspeed_0.19.8_cpu_fp32_wall_clock.log").read_text())
+    assert events[events["kind"] == "wall_clock"]["message"].str.startswith("[Rank 0] time (ms) |").all()

@@ -463,14 +463,16 @@ class _Traceback:
     writer: tuple[str | None, int | None, int | None]
     lines: list[str]
     last_seen: int  # message index of its last line
+    last_line: int  # the log line of its last line
     interleaved: bool = False
     box_closed: bool = False  # a rich traceback's box ended: the next line is the exception
 
-    def frame(self, text: str, index: int) -> None:
-        if text.strip():  # a blank line belongs to the traceback but says nothing
-            self.lines.append(text)
+    def frame(self, message: Message, index: int) -> None:
+        if message.text.strip():  # a blank line belongs to the traceback but says nothing
+            self.lines.append(message.text)
+            self.last_line = message.line
         self.last_seen = index
-        if text.startswith("╰"):
+        if message.text.startswith("╰"):
             self.box_closed = True
 
 
@@ -517,7 +519,7 @@ class _Reader:
             return False
         latest = opened[-1]
         if _is_frame(text) and not latest.box_closed:
-            latest.frame(text, self.index)
+            latest.frame(message, self.index)
             return True
         if is_exception_line(text):
             self._close(key, message)
@@ -528,15 +530,14 @@ class _Reader:
         if previous and _CHAIN.match(previous[0].lines[-1]):  # a chained exception: one traceback goes on
             chained, event = previous
             self.events.remove(event)
-            chained.lines.append(message.text)
-            chained.last_seen = self.index
+            chained.frame(message, self.index)
             self.open_tracebacks.setdefault(key, []).append(chained)
             return
         opened = self.open_tracebacks.setdefault(key, [])
         for stale in [t for t in opened if self.index - t.last_seen > _STALE_AFTER]:
             opened.remove(stale)
-            self._emit_traceback(stale, message, None, cut_off=True)
-        new = _Traceback(key, [message.text], self.index)
+            self._emit_traceback(stale, message, stale.last_line, cut_off=True)
+        new = _Traceback(key, [message.text], self.index, message.line)
         if opened:  # another one of this writer is still receiving frames: two processes interleave
             new.interleaved = True
             for other in opened:
@@ -552,8 +553,9 @@ class _Reader:
         event = self._emit_traceback(traceback, message, message.line)
         self.finished[key] = (traceback, event)
 
-    def _emit_traceback(self, traceback: _Traceback, message: Message, line: int | None,
+    def _emit_traceback(self, traceback: _Traceback, message: Message, line: int,
                         cut_off: bool = False) -> dict[str, Any]:
+        """The traceback's event at ``line`` (its exception line; its last line when it was cut off)."""
         host, rank, local_rank = traceback.writer
         detail: dict[str, Any] = {"last_lines": traceback.lines[-_TRACEBACK_LINES_KEPT:]}
         if host is not None:
@@ -566,8 +568,6 @@ class _Reader:
             detail["ambiguous"] = INTERLEAVED
         writer = Message(line=message.line, text=traceback.lines[-1], host=host, rank=rank, local_rank=local_rank)
         event = self.emit("traceback", writer, rank, None, detail, line=line)
-        if line is None:
-            event["line"] = None
         event["launcher"] = any(_LAUNCHER_FRAMES.search(frame) for frame in traceback.lines)
         return event
 
@@ -580,7 +580,8 @@ class _Reader:
     def finish(self) -> None:
         for opened in self.open_tracebacks.values():
             for traceback in opened:
-                self._emit_traceback(traceback, Message(line=0, text=traceback.lines[-1]), None, cut_off=True)
+                self._emit_traceback(traceback, Message(line=0, text=traceback.lines[-1]), traceback.last_line,
+                                     cut_off=True)
         self.open_tracebacks.clear()
 
     # -- launcher reports spread over several formats --
