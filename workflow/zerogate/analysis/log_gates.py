@@ -80,11 +80,8 @@ def overflow_fraction(counts: dict[str, Any], events: pd.DataFrame) -> tuple[flo
     evidence: dict[str, Any] = {"skipped_steps(steps)": counts["skipped_steps"],
                                 "hysteresis_skips(steps)": counts["hysteresis_skips"],
                                 "optimizer_steps(steps)": counts["optimizer_steps"]}
-    progress = events[events["kind"] == "ds_progress"]
-    if len(progress):
-        last = progress.iloc[-1]
-        evidence["deepspeed_progress_line"] = {"at_step(step)": int(last["step"]),
-                                               "skipped(steps)": int(json.loads(last["detail"])["skipped"])}
+    if counts["progress_skipped"] is not None:
+        evidence["deepspeed_progress_skipped(steps)"] = counts["progress_skipped"]
     return counts["skipped_steps"] / counts["optimizer_steps"], evidence
 
 

@@ -9,7 +9,9 @@ judge_log rule's summary (zerogate.contracts.log_summary.LogSummary). Each count
 - ``tracebacks``, ``fatal_loss_scale``, ``nccl_timeouts``: one per event of the kind;
 - ``failed_ranks``: every rank a failure event names (zerogate.analysis.launcher_log.FAILURE_KINDS);
 - ``exit_errors``: the exits the launchers and schedulers report, one per process;
-- ``world_size``: the largest the launcher (``dist_world_size``, ``WORLD INFO DICT``) or NCCL states.
+- ``world_size``: the largest the launcher (``dist_world_size``, ``WORLD INFO DICT``) or NCCL states;
+- ``optimizer_steps``: the highest step a progress or throughput line names; ``progress_skipped``: DeepSpeed's
+  own ``skipped=`` at its last progress line.
 """
 
 from __future__ import annotations
@@ -73,6 +75,12 @@ def optimizer_steps(events: pd.DataFrame) -> int | None:
     return int(named.max()) if len(named) else None
 
 
+def progress_skipped(events: pd.DataFrame) -> int | None:
+    """DeepSpeed's cumulative skipped= at its last progress line (None without one)."""
+    progress = details(events, "ds_progress")
+    return int(progress[-1]["skipped"]) if progress else None
+
+
 def failed_ranks(events: pd.DataFrame) -> list[int]:
     ranks = events.loc[events["kind"].isin(FAILURE_KINDS), "rank"].dropna()
     return sorted({int(r) for r in ranks if r >= 0})
@@ -102,6 +110,7 @@ def log_counts(events: pd.DataFrame) -> dict[str, Any]:
         "hysteresis_skips": sum(1 for d in skips if d["hysteresis"]),
         "last_loss_scale": last_loss_scale(events),
         "optimizer_steps": optimizer_steps(events),
+        "progress_skipped": progress_skipped(events),
         "progress_lines": count(events, "ds_progress"),
         "wall_clock_lines": count(events, "wall_clock"),
         "throughput_lines": count(events, "throughput"),

@@ -55,6 +55,9 @@ class LogSummary(Artefact):
     hysteresis_skips: int  # of those, the skips that kept the scale and used up hysteresis
     last_loss_scale: float | None  # the scale the last scale line leaves
     optimizer_steps: int | None  # the highest optimizer step a progress or throughput line names
+    # DeepSpeed's own cumulative skipped= at its last progress line, beside (never instead of) skipped_steps: it
+    # counts skips before the excerpt starts, and any update a training loop told DeepSpeed to skip.
+    progress_skipped: int | None
     progress_lines: int  # DeepSpeed's "[Rank N] step=S, skipped=K"
     wall_clock_lines: int  # DeepSpeed's "[Rank N] time (ms) | ..." (not Megatron's or GPT-NeoX's timers)
     throughput_lines: int  # DeepSpeed's throughput timer, all releases, and the pipeline engine's line

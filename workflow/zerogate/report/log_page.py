@@ -16,6 +16,7 @@ COUNT_LABELS = {
     "optimizer_steps": "highest optimizer step a line names",
     "skipped_steps": "optimizer steps fp16 skipped (once per step, not per rank or line)",
     "hysteresis_skips": "of those, hysteresis skips (scale kept)",
+    "progress_skipped": "DeepSpeed's own skipped= at its last progress line",
     "last_loss_scale": "last loss scale",
     "progress_lines": "DeepSpeed progress lines",
     "throughput_lines": "throughput lines (timer and pipeline engine)",
