@@ -105,6 +105,14 @@ def test_a_terminal_wrapped_line_is_joined_unless_the_next_starts_a_message():
     assert timeout["detail"]["ran_for_ms"] == 600022.0 and timeout["detail"]["timeout_ms"] == 600000.0
 
 
+def test_a_word_a_terminal_split_with_padding_is_joined():
+    line = "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scal" + " " * 33 + "e: 8192, reducing to 4096"
+    assert one("overflow", line)["detail"] == {"attempted": 8192.0, "new": 4096.0}
+    memory = "MA 4.96 GB" + " " * 30 + "Max_MA 5.09 GB   CA 6.39 GB   Max_CA 6 GB"  # before an upper-case word: kept
+    assert one("memory", memory)["detail"]["max_ma_GiB"] == 5.09
+    assert list(messages("a" + " " * 19 + "b"))[0].text == "a" + " " * 19 + "b"
+
+
 def test_a_launcher_line_broken_by_a_paste_is_joined_until_its_end():
     text = ("[ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=7', '--save_total_limi\n"
             "t', '1'] exits with return code = -9\nnext")

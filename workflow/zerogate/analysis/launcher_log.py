@@ -8,9 +8,9 @@ The text is read in three passes:
 1. **Messages.** Physical lines lose their prefixes (a pdsh host ``10.141.250.231: ``, torch's
    ``[rank6]:``, torchrun's ``[default0]:``, OpenMPI's ``[1,3]<stdout>:``, Slurm's ``12: `` task
    label, a captured ``stderr: ``), keeping the host and rank they name. A line a terminal wrapped at
-   its width is joined again, and so is a launcher line a paste broke before its end; a line that holds
-   several messages (a progress bar with the next log line glued to it, two ranks' lines written into
-   one) is split where each message starts.
+   its width is joined again (and a word it split with padding), and so is a launcher line a paste broke
+   before its end; a line that holds several messages (a progress bar with the next log line glued to
+   it, two ranks' lines written into one) is split where each message starts.
 2. **Events.** Each message is matched against the formats below (first match wins). Python tracebacks
    are assembled per (host, rank); unprefixed tracebacks that interleave stay apart and say so.
 3. **De-duplication.** Every rank of an fp16 run without ZeRO prints its own ``Grad overflow`` and
@@ -154,6 +154,9 @@ _LINE_START = re.compile(
     r"Increasing |Current loss scale|Overflow detected|terminate called|what\(\)|NCCL|Killing|Process \d"
 )
 _WRAP_MIN_WIDTH = 100
+# A word a terminal pane wrapped and padded to its width, copied back as one line: "Attempted loss scal" +
+# padding + "e: 8192". No format zerogate reads puts 20 spaces between two letters.
+_PADDED_WORD = re.compile(r"(?<=[A-Za-z]) {20,}(?=[a-z])")
 # Launcher lines a paste often breaks before their end (the command list is long): (where such a line
 # starts, what its end holds), joined with the following lines until the end is found.
 _OPEN_UNTIL = (
@@ -187,7 +190,7 @@ def messages(text: str) -> Iterator[Message]:
                 and not _LINE_START.match(lines[index + 1]):
             index += 1
             raw += lines[index]
-        body, writer = style.strip(raw)
+        body, writer = style.strip(_PADDED_WORD.sub("", raw))
         body, index = _join_open_line(body, lines, index)
         index += 1
         for piece in split_glued(body):
