@@ -127,7 +127,8 @@ def step_times(events: pd.DataFrame, warmup_steps: int) -> tuple[list[float], st
         raise NotMeasured("the throughput lines give samples/s, and the log does not state train_batch_size "
                           "(DeepSpeed's config print) to turn them into a step time")
     raise NotMeasured(f"no throughput line after the {warmup_steps} warm-up steps gives one step's time (DeepSpeed "
-                      "before 0.8 prints only a running average)")
+                      "before 0.8 prints a running average, or a current rate over a timer count that may be "
+                      "micro-steps)")
 
 
 def step_time_statistic(gate: dict[str, Any], events: pd.DataFrame, warmup_steps: int) -> tuple[float, dict[str, Any]]:
