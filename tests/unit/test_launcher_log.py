@@ -462,3 +462,128 @@ def test_events_are_in_line_order_with_tracebacks_first_on_their_line():
            "at minimum - cannot decrease scale anymore"
     assert [(e["kind"], e["line"]) for e in read_events(text)] == [("traceback", 3), ("fatal_loss_scale", 3)]
     assert read_events("") == [] and read_events("\n\n") == []
+
+
+# ---- the edges of each rule -----------------------------------------------------------------------------
+
+def test_hyphen_or_space_alone_marks_framework_timers():
+    assert "ambiguous" not in one("framework_timers", "time (ms) | forward-compute: 1.0 | optimizer: 2.0")["detail"]
+    assert "ambiguous" not in one("framework_timers", "time (ms) | batch generator: 1.0 | optimizer: 2.0")["detail"]
+
+
+def test_a_hyphenated_name_without_digits_is_a_host():
+    assert PrefixStyle.of(["gpu-node: a", "gpu-node: b"]).hosts == frozenset({"gpu-node"})
+
+
+def test_frames_indented_by_one_space_and_rich_box_lines_are_kept():
+    plain = one("traceback", "Traceback (most recent call last):\n File \"a.py\", line 1\n x = 1\nValueError: v")
+    assert plain["detail"]["last_lines"] == ["Traceback (most recent call last):", " File \"a.py\", line 1", " x = 1",
+                                             "ValueError: v"]
+    rich = one("traceback", "╭─ Traceback (most recent call last) ─╮\n│ a.py:1 in main │\n╰──────────╯\nKeyError: k")
+    assert rich["detail"]["last_lines"] == ["╭─ Traceback (most recent call last) ─╮", "│ a.py:1 in main │",
+                                            "╰──────────╯", "KeyError: k"]
+
+
+def test_a_broken_launcher_line_is_joined_over_six_lines_at_most():
+    start = "x sigkill_handler] ['python', '--local_rank=1', "
+    six = start + "\n" + "'a',\n" * 5 + "'b'] exits with return code = 2"
+    assert one("rank_exit_error", six)["line"] == 1 and [m.line for m in messages(six)] == [1]
+    seven = start + "\n" + "'a',\n" * 6 + "'b'] exits with return code = 2"
+    assert of("rank_exit_error", seven) == [] and len(list(messages(seven))) == 8
+
+
+def test_a_terminal_wrap_of_a_line_no_launcher_format_opens():
+    width = 100
+    progress = "[2023-07-25 21:03:21,037] [INFO] [logging.py:96:log_dist] [Rank 0] step=35, skipped=0, lr=[2.1731931451279077e-06]"
+    assert progress[width:] == "451279077e-06]"  # the wrap cuts a number
+    text = "\n".join([progress[:width], progress[width:], "x" * width, "[Rank 0] step=36, skipped=1", "y" * 50,
+                      "tail", "w" * width])
+    found = list(messages(text))
+    assert [m.line for m in found] == [1, 3, 4, 5, 6, 7]  # a shorter line ("y"s) is never continued
+    assert found[0].text == progress and of("ds_progress", text)[0]["detail"] == {"skipped": 0.0}
+    assert [(m.line, m.text) for m in messages("a" * width + "\n" + "b" * width + "\nbcd")] == \
+        [(1, "a" * width + "b" * width + "bcd")]
+
+
+def test_one_host_is_not_several_nodes():
+    text = "node-1: x\nnode-1: ['python', '--local_rank=0'] exits with return code = 1"
+    assert one("rank_exit_error", text)["detail"] == {"code": 1.0}
+
+
+def test_an_exit_reported_three_times_is_one_with_every_other_line():
+    text = "\n".join(["failed (exitcode: -9) local_rank: 0 (pid: 7) of binary: python",
+                      "failed (exitcode: -9) local_rank: 0 (pid: 7) of binary: python",
+                      "  rank      : 4 (local_rank: 0)", "  exitcode  : -9 (pid: 7)"])
+    event = one("rank_exit_error", text)
+    assert event["rank"] == 4 and event["detail"]["also_reported_at_lines"] == [2, 4]
+    several = "a-1: x\na-1: failed (exitcode: -9) local_rank: 0 (pid: 7) of binary: python\na-1:   rank      : 4 " \
+              "(local_rank: 0)\na-1:   exitcode  : -9 (pid: 7)\nb-2: y\nb-2: z"
+    merged = one("rank_exit_error", several)
+    assert merged["rank"] == 4 and "ambiguous" not in merged["detail"]  # the summary's rank is global
+    slurm = "srun: error: n1: task 0: Exited with exit code 1"
+    assert one("launcher_exit_error", f"{slurm}\n{slurm}")["detail"]["also_reported_at_lines"] == [2]
+
+
+def test_a_summary_exit_needs_its_own_rank_line():
+    text = "  rank      : 3 (local_rank: 3)\n  exitcode  : 1 (pid: 10)\n  exitcode  : 1 (pid: 11)"
+    assert [(e["rank"], e["detail"]["pid"]) for e in of("rank_exit_error", text)] == [(3, 10)]
+
+
+def test_a_launcher_traceback_makes_any_commands_exit_a_launcher_exit():
+    raised = "\n".join(["Traceback (most recent call last):",
+                        "  File \"/x/deepspeed/launcher/launch.py\", line 137, in sigkill_handler",
+                        "subprocess.CalledProcessError: Command '['/bin/bash', 'train.sh']' returned non-zero exit status 2."])
+    assert one("launcher_exit_error", raised)["detail"]["code"] == 2.0
+    elsewhere = raised.replace("deepspeed/launcher/launch.py", "torch/utils/cpp_extension.py")
+    assert of("launcher_exit_error", elsewhere) == []
+    later = raised + "\nsubprocess.CalledProcessError: Command '['/bin/bash', 'b.sh']' returned non-zero exit status 3."
+    assert [e["detail"]["code"] for e in of("launcher_exit_error", later)] == [2.0]  # the second raised by nothing
+
+
+def test_a_skips_step_is_the_iteration_a_later_line_names():
+    text = "[Rank 0] step=10, skipped=0\nReducing dynamic loss scale from 8 to 4\nGrad overflow on iteration 12"
+    assert one("overflow_skip", text)["step"] == 12
+
+
+def test_a_skip_event_follows_its_first_line_even_on_a_glued_line():
+    glued = "Grad overflow on iteration 9[2022-07-05 16:30:10,796] [INFO] x] Reducing dynamic loss scale from 8 to 4"
+    assert [e["kind"] for e in read_events(glued)] == ["overflow", "overflow_skip", "loss_scale_reduced"]
+
+
+def test_each_step_boundary_counts_and_other_events_do_not_end_the_reading():
+    line, boundary = "Reducing dynamic loss scale from 1 to 1", "[Rank 0] step=1, skipped=0"
+    assert len(skips(f"{line}\n{boundary}\n{line}\n{boundary}\n{line}")) == 3
+    memory = "MA 1 GB Max_MA 1 GB CA 1 GB Max_CA 1 GB"
+    assert len(skips(f"Reducing dynamic loss scale from 8 to 4\n{memory}\nReducing dynamic loss scale from 4 to 2")) == 2
+
+
+def test_a_late_line_joins_the_skip_of_its_iteration():
+    text = "\n".join(["Grad overflow on iteration 9", "Reducing dynamic loss scale from 8 to 4",
+                      "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4, reducing to 2",
+                      "Grad overflow on iteration 9"])
+    assert [s["lines"] for s in skips(text)] == [[1, 2, 4], [3]]
+
+
+def test_exception_lines_with_trailing_space():
+    assert is_exception_line("KeyboardInterrupt   ") and is_exception_line("OSError: x  ")
+
+
+def test_a_traceback_that_is_only_its_header():
+    assert one("traceback", "x\nTraceback (most recent call last):")["line"] == 2
+
+
+def test_an_open_traceback_goes_stale_after_eight_messages_without_a_frame():
+    def run(noise):
+        return [e["detail"].get("cut_off", False) for e in of("traceback", "Traceback (most recent call last):\n"
+                "  f\n" + "noise\n" * noise + "Traceback (most recent call last):\nOSError: b\nKeyError: a\n")]
+    assert run(7) == [False, False]  # still live: the two interleave
+    assert run(8) == [True, False]
+
+
+def test_a_chained_traceback_can_interleave_with_another():
+    text = "\n".join(["Traceback (most recent call last):", "  f", "OSError: a",
+                      "During handling of the above exception, another exception occurred:",
+                      "Traceback (most recent call last):", "  g", "Traceback (most recent call last):", "  h",
+                      "KeyError: b", "ValueError: c"])
+    found = of("traceback", text)
+    assert [e["message"] for e in found] == ["KeyError: b", "ValueError: c"] and "OSError: a" in found[0]["detail"]["last_lines"]

@@ -26,6 +26,7 @@ def test_fp16_overflow_lines_in_both_wordings():
     overflow = events[events["kind"] == "overflow"]
     assert len(overflow) == 3  # the hysteresis variant skips a step too, keeping the scale
     assert json.loads(overflow.iloc[0]["detail"]) == {"attempted": 65536.0, "new": None}
+    assert str(events["line"].dtype) == str(events["rank"].dtype) == "Int64"
     assert json.loads(overflow.iloc[1]["detail"]) == {"attempted": 65536.0, "new": 32768.0}
     assert overflow.iloc[2]["step"] == 12
     reduced = events[events["kind"] == "loss_scale_reduced"]

@@ -78,7 +78,7 @@ def _looks_like_host(token: str) -> bool:
     name with a digit or a hyphen (worker-5, gpu1504, ip-10-0-0-1), or localhost."""
     if token.isdigit() or _EXCEPTION_NAME.search(token):
         return False
-    return bool(_IPV4.fullmatch(token)) or token == "localhost" or any(c.isdigit() or c == "-" for c in token)
+    return token == "localhost" or any(c.isdigit() or c == "-" for c in token)
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class PrefixStyle:
     def strip(self, line: str) -> tuple[str, dict[str, Any]]:
         """The line without its prefixes, and the writer they name (host, rank, local_rank)."""
         writer: dict[str, Any] = {}
-        for _ in range(6):  # prefixes nest: "worker-5: [rank22]: ..."
+        while True:  # prefixes nest: "worker-5: [rank22]: ..."; each one removed is at least ": " long
             host = _HOST_PREFIX.match(line)
             if host and host.group(1) in self.hosts:
                 writer["host"], line = host.group(1), line[host.end():]
@@ -120,7 +120,6 @@ class PrefixStyle:
                     break
             else:
                 return line, writer
-        return line, writer
 
 
 # Where a new message starts inside a line: a logger header, a traceback, DeepSpeed's [Rank N] glued to
@@ -140,8 +139,7 @@ _TQDM_END = re.compile(r"\[[\d:?]+<[\d:?]*(?:,[^\[\]]*)?\](?=\S)")
 
 def split_glued(text: str) -> list[str]:
     """A line cut where each of the messages glued into it starts (never at its first character)."""
-    cuts = {m.start() for m in _GLUE.finditer(text)} | {m.end() for m in _TQDM_END.finditer(text)}
-    cuts = sorted(c for c in cuts if 0 < c < len(text))
+    cuts = sorted({m.start() for m in _GLUE.finditer(text)} | {m.end() for m in _TQDM_END.finditer(text)})
     pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
     return [p for p in pieces if p.strip()] or [text]
 
@@ -201,15 +199,14 @@ def messages(text: str) -> Iterator[Message]:
 def _join_open_line(body: str, lines: list[str], index: int) -> tuple[str, int]:
     """A launcher line a paste broke before its end, joined with the lines that end it (or left alone)."""
     for opens, closes in _OPEN_UNTIL:
-        found = opens.search(body)
-        if not found or closes.search(body, found.end()):
+        if not opens.search(body) or closes.search(body):
             continue
         joined = body
         for ahead in range(index + 1, min(index + 1 + _OPEN_UNTIL_LINES, len(lines))):
             if not lines[ahead].strip() or lines[ahead].startswith("["):
                 break
             joined += lines[ahead]
-            if closes.search(joined, found.end()):
+            if closes.search(joined):
                 return joined, ahead
         break
     return body, index
@@ -279,7 +276,7 @@ def timers(text: str) -> dict[str, float]:
 
 
 def _wall_clock(m: re.Match[str]) -> Built:
-    return _rank(m) if m["rank"] is not None else _rank(m, "rank_field"), None, timers(m["timers"])
+    return _rank(m), None, timers(m["timers"])
 
 
 FRAMEWORK_TIMERS_UNMARKED = ("no [Rank N] marker and no hyphenated name: a framework's timers, or DeepSpeed's "
@@ -374,7 +371,7 @@ FORMATS: tuple[Format, ...] = (
         rf"MA (?P<ma>{NUMBER}) GB\s+Max_MA (?P<max_ma>{NUMBER}) GB\s+CA (?P<ca>{NUMBER}) GB\s+"
         rf"Max_CA (?P<max_ca>{NUMBER}) GB"), _memory),
     Format("wall_clock", re.compile(
-        r"\[Rank (?P<rank>\d+)\] (?:rank=(?P<rank_field>\d+) )?time \(ms\) \|(?P<timers>.*)$"), _wall_clock),
+        r"\[Rank (?P<rank>\d+)\] (?:rank=\d+ )?time \(ms\) \|(?P<timers>.*)$"), _wall_clock),
     Format("framework_timers", re.compile(r"(?<!\S)time \(ms\) \|(?P<timers>.*)$"), _framework_timers),
     # The loss scaler of ZeRO and of DeepSpeed 0.8+: rank 0 only; without "Attempted" under bf16. The
     # hysteresis variant skips the step and keeps the scale.
@@ -468,20 +465,18 @@ class _Traceback:
     last_seen: int  # message index of its last line
     last_line: int  # the log line of its last line
     interleaved: bool = False
-    box_closed: bool = False  # a rich traceback's box ended: the next line is the exception
 
     def frame(self, message: Message, index: int) -> None:
         if message.text.strip():  # a blank line belongs to the traceback but says nothing
             self.lines.append(message.text)
             self.last_line = message.line
         self.last_seen = index
-        if message.text.startswith("╰"):
-            self.box_closed = True
 
 
 def _is_frame(text: str) -> bool:
-    """A traceback's own line: an indented frame or source line, a caret line, a rich box's border."""
-    return not text.strip() or text[0].isspace() or text[0] in "│╭╰" or text.startswith('File "')
+    """A traceback's own line: an indented frame or source line, a caret line, a rich box's border, a
+    frame whose indentation a paste lost."""
+    return not text.strip() or text[:1].isspace() or text.startswith(("│", "╭", "╰", 'File "'))
 
 
 @dataclass
@@ -497,36 +492,34 @@ class _Reader:
     summary_rank: tuple[int, int] | None = None
     index: int = 0
 
-    def emit(self, kind: str, message: Message, rank: int | None, step: int | None, detail: dict[str, Any],
-             line: int | None = None) -> dict[str, Any]:
+    def emit(self, kind: str, message: Message, rank: int | None, step: int | None,
+             detail: dict[str, Any]) -> dict[str, Any]:
+        """One event at the message's line; a line without a step of its own takes the last step announced
+        (an attribution, not a measurement), a failure none."""
         if step is not None and kind not in FAILURE_KINDS:
             self.last_step = step
         event = {"kind": kind, "rank": rank if rank is not None else message.rank,
-                 "step": step if step is not None else (self.last_step if kind not in FAILURE_KINDS else None),
-                 "line": message.line if line is None else line, "message": message.text.strip(),
-                 "detail": detail, "host": message.host, "order": len(self.events)}
+                 "step": None if kind in FAILURE_KINDS else self.last_step, "line": message.line,
+                 "message": message.text.strip(), "detail": detail, "host": message.host, "order": len(self.events)}
         self.events.append(event)
         return event
 
     # -- tracebacks --
     def traceback_line(self, message: Message) -> bool:
-        """Feed a message to the tracebacks of its writer; True when it was a traceback's own line."""
-        key = message.writer
-        text = message.text
+        """Feed a message to the tracebacks of its writer; True when it was a traceback's header or frame
+        (never an event of its own; the exception line that ends one may be)."""
+        key, text = message.writer, message.text
         header = _TRACEBACK_HEADER.search(text)
         if header and (header.start() == 0 or text.startswith("╭")):
             self._open(key, message)
             return True
         opened = self.open_tracebacks.get(key)
-        if not opened:
-            return False
-        latest = opened[-1]
-        if _is_frame(text) and not latest.box_closed:
-            latest.frame(message, self.index)
-            return True
-        if is_exception_line(text):
+        frame = bool(opened) and _is_frame(text)
+        if frame:
+            opened[-1].frame(message, self.index)
+        elif opened and is_exception_line(text):
             self._close(key, message)
-        return False  # the exception line may itself be an event (the fatal loss-scale exception)
+        return frame
 
     def _open(self, key: tuple, message: Message) -> None:
         previous = self.finished.pop(key, None)
@@ -539,7 +532,7 @@ class _Reader:
         opened = self.open_tracebacks.setdefault(key, [])
         for stale in [t for t in opened if self.index - t.last_seen > _STALE_AFTER]:
             opened.remove(stale)
-            self._emit_traceback(stale, message, stale.last_line, cut_off=True)
+            self._emit_traceback(stale, stale.last_line, cut_off=True)
         new = _Traceback(key, [message.text], self.index, message.line)
         if opened:  # another one of this writer is still receiving frames: two processes interleave
             new.interleaved = True
@@ -553,11 +546,9 @@ class _Reader:
         if not opened:
             del self.open_tracebacks[key]
         traceback.lines.append(message.text)
-        event = self._emit_traceback(traceback, message, message.line)
-        self.finished[key] = (traceback, event)
+        self.finished[key] = (traceback, self._emit_traceback(traceback, message.line))
 
-    def _emit_traceback(self, traceback: _Traceback, message: Message, line: int,
-                        cut_off: bool = False) -> dict[str, Any]:
+    def _emit_traceback(self, traceback: _Traceback, line: int, cut_off: bool = False) -> dict[str, Any]:
         """The traceback's event at ``line`` (its exception line; its last line when it was cut off)."""
         host, rank, local_rank = traceback.writer
         detail: dict[str, Any] = {"last_lines": traceback.lines[-_TRACEBACK_LINES_KEPT:]}
@@ -569,8 +560,7 @@ class _Reader:
             detail["cut_off"] = True
         if traceback.interleaved:
             detail["ambiguous"] = INTERLEAVED
-        writer = Message(line=message.line, text=traceback.lines[-1], host=host, rank=rank, local_rank=local_rank)
-        event = self.emit("traceback", writer, rank, None, detail, line=line)
+        event = self.emit("traceback", Message(line=line, text=traceback.lines[-1], host=host), rank, None, detail)
         event["launcher"] = any(_LAUNCHER_FRAMES.search(frame) for frame in traceback.lines)
         return event
 
@@ -583,37 +573,31 @@ class _Reader:
     def finish(self) -> None:
         for opened in self.open_tracebacks.values():
             for traceback in opened:
-                self._emit_traceback(traceback, Message(line=0, text=traceback.lines[-1]), traceback.last_line,
-                                     cut_off=True)
+                self._emit_traceback(traceback, traceback.last_line, cut_off=True)
         self.open_tracebacks.clear()
 
-    # -- launcher reports spread over several formats --
-    def launcher_report(self, message: Message) -> bool:
+    # -- launcher reports spread over several formats, or naming no rank --
+    def launcher_report(self, message: Message) -> None:
         text = message.text
         host = _SUMMARY_HOST.match(text)
         if host:
             self.summary_host = host["host"]
-            return True
         rank = _SUMMARY_RANK.match(text)
         if rank:
             self.summary_rank = (int(rank["rank"]), int(rank["local_rank"]))
-            return True
         code = _SUMMARY_EXIT.match(text)
-        if code and self.summary_rank is not None:
-            global_rank, local_rank = self.summary_rank
-            self.summary_rank = None
+        if code and self.summary_rank:
+            (global_rank, local_rank), self.summary_rank = self.summary_rank, None
             detail = {"code": float(code["code"]), "pid": int(code["pid"]), "local_rank": local_rank,
                       "source": SUMMARY_SOURCE}
             if self.summary_host:
                 detail["node"] = self.summary_host
             self.emit("rank_exit_error", message, global_rank, None, detail)
-            return True
         slurm = _SLURM_EXIT.search(text)
         if slurm:
             self.emit("launcher_exit_error", message, None, None,
                       {"code": float(slurm["code"]), "source": "slurm", "node": slurm["node"],
                        "task": int(slurm["task"])})
-            return True
         called = _CALLED_PROCESS.search(text)
         if called and (_LOCAL_RANK_ARG.search(called["command"]) or _PYTHON_COMMAND.match(called["command"])
                        or self._raised_by_launcher(message)):
@@ -623,15 +607,13 @@ class _Reader:
                 detail["ambiguous"] = NO_LOCAL_RANK
             self.emit("rank_exit_error" if local else "launcher_exit_error", message,
                       int(local["rank"]) if local else None, None, detail)
-            return True
         bare = _EXIT_WITHOUT_RANK.search(text)
         if bare and not _LOCAL_RANK_ARG.search(text):
             self.emit("launcher_exit_error", message, None, None,
                       {"code": float(bare["code"]), "source": "deepspeed launcher", "ambiguous": NO_LOCAL_RANK})
-            return True
-        return False
 
     def _raised_by_launcher(self, message: Message) -> bool:
+        """Whether the traceback this exception line just ended went through a launcher's frames."""
         finished = self.finished.get(message.writer)
         return bool(finished) and finished[1]["line"] == message.line and finished[1]["launcher"]
 
@@ -690,8 +672,7 @@ def _merge_timeouts(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept
 
 
-Signature = tuple[float, float, int | None]  # (attempted scale, scale after the skip, hysteresis left)
-_HYSTERESIS = re.compile(r"but hysteresis is (?P<left>\d+)")
+Signature = tuple[float, float, bool]  # (attempted scale, scale after the skip, whether hysteresis kept it)
 
 
 @dataclass
@@ -705,42 +686,39 @@ class _Skip:
     iteration: int | None = None
     signature: Signature | None = None
     boundary: int = 0  # step boundaries seen before its last line
-    reported: Counter = field(default_factory=Counter)  # (format, rank) -> lines
+    reported: set[tuple] = field(default_factory=set)  # (kind, names an iteration, rank) of its lines
     repeated: bool = False
 
     def signature_repeats(self) -> bool:
         """Whether two successive skips could print the same lines: no step named, and no falling scale."""
         return self.iteration is None and (self.signature is None or
-                                           (self.signature[0] == self.signature[1] and self.signature[2] is None))
+                                           (self.signature[0] == self.signature[1] and not self.signature[2]))
 
 
 REPEATED_SKIP = ("identical overflow lines without a rank or a step, at a scale that does not fall: the ranks' "
                  "lines of one skip or successive skips at the minimum scale; counted as one")
 
 
-def _evidence(event: dict[str, Any]) -> tuple[str, int | None, Signature | None]:
-    """(which format reported the skip, the iteration it names, its scale signature) of one overflow line."""
+def _evidence(event: dict[str, Any]) -> tuple[int | None, Signature | None]:
+    """(the iteration an overflow line names, its scale signature): ``Grad overflow on iteration N`` names
+    the one, the lines with scales the other; a bf16 skip names neither."""
     detail = event["detail"]
-    if event["kind"] == "loss_scale_reduced":
-        return "reduced", None, (detail["attempted"], detail["new"], None)
     if "Grad overflow" in event["message"]:
-        return "grad_overflow", event["step"], None
-    if detail.get("attempted") is None:  # bf16: a skip without a scale
-        return "overflow", None, None
-    if detail.get("new") is None:  # the hysteresis variant: the scale stays
-        left = _HYSTERESIS.search(event["message"])
-        return "overflow", None, (detail["attempted"], detail["attempted"], int(left["left"]) if left else -1)
-    return "overflow", None, (detail["attempted"], detail["new"], None)
+        return event["step"], None
+    if detail.get("attempted") is None:
+        return None, None
+    hysteresis = detail["new"] is None  # the hysteresis variant: the scale stays
+    return None, (detail["attempted"], detail["attempted"] if hysteresis else detail["new"], hysteresis)
 
 
-def _fits(skip: _Skip, reported_by: tuple[str, int | None], iteration: int | None, signature: Signature | None,
+def _fits(skip: _Skip, reported_by: tuple, iteration: int | None, signature: Signature | None,
           boundaries: int) -> bool:
     """Whether an overflow line can be one more report of ``skip``."""
     if iteration is not None and skip.iteration is not None and iteration != skip.iteration:
         return False
     if signature is not None and skip.signature is not None and signature != skip.signature:
         return False
-    if reported_by[1] is not None and skip.reported[reported_by]:
+    if reported_by[-1] is not None and reported_by in skip.reported:
         return False  # a rank reports a skip once in each format
     if boundaries > skip.boundary:  # a step went by: only a line naming this very skip belongs to it
         same_step = iteration is not None and iteration == skip.iteration
@@ -754,14 +732,12 @@ def skip_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     scale-reduction lines of every rank (see the module docstring)."""
     skips: list[_Skip] = []
     boundaries = 0
-    for event in sorted(events, key=lambda e: (e["line"] is None, e["line"] or 0, e["order"])):
-        if event["kind"] in STEP_BOUNDARY_KINDS:
-            boundaries += 1
-            continue
+    for event in sorted(events, key=lambda e: (e["line"], e["order"])):
+        boundaries += event["kind"] in STEP_BOUNDARY_KINDS
         if event["kind"] not in ("overflow", "loss_scale_reduced"):
             continue
-        source, iteration, signature = _evidence(event)
-        reported_by = (source, event["rank"])
+        iteration, signature = _evidence(event)
+        reported_by = (event["kind"], iteration is not None, event["rank"])
         fitting = [s for s in skips if _fits(s, reported_by, iteration, signature, boundaries)]
         exact = [s for s in fitting if (signature is not None and s.signature == signature)
                  or (iteration is not None and s.iteration == iteration)]
@@ -770,11 +746,11 @@ def skip_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             chosen = _Skip(len(skips) + 1, event)
             skips.append(chosen)
         elif event["rank"] is None and iteration is None and chosen.signature_repeats() \
-                and (signature is None or signature == chosen.signature):
+                and signature == chosen.signature:
             chosen.repeated = True
         chosen.lines.append(event["line"])
         chosen.boundary = boundaries
-        chosen.reported[reported_by] += 1
+        chosen.reported.add(reported_by)
         if event["rank"] is not None:
             chosen.ranks.add(event["rank"])
         if iteration is not None:
@@ -785,16 +761,15 @@ def skip_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _skip_event(skip: _Skip) -> dict[str, Any]:
-    attempted, after, left = skip.signature if skip.signature else (None, None, None)
+    attempted, after, hysteresis = skip.signature if skip.signature else (None, None, False)
     detail: dict[str, Any] = {"skip": skip.number, "lines": skip.lines, "ranks": sorted(skip.ranks),
                               "iteration": skip.iteration, "attempted": attempted, "scale_after": after,
-                              "hysteresis": left is not None}
+                              "hysteresis": hysteresis}
     if skip.repeated:
         detail["ambiguous"] = REPEATED_SKIP
     first = skip.first
     return {"kind": "overflow_skip", "rank": None, "step": skip.iteration if skip.iteration is not None else first["step"],
-            "line": first["line"], "message": first["message"], "detail": detail, "host": first["host"],
-            "order": first["order"] + 0.5}
+            "line": first["line"], "message": first["message"], "detail": detail, "order": first["order"] + 0.5}
 
 
 # ---- the whole reading ----------------------------------------------------------------------------------
@@ -809,11 +784,10 @@ def read_events(text: str) -> list[dict[str, Any]]:
         if reader.traceback_line(message):
             continue
         reader.chain_marker(message)
-        if reader.launcher_report(message):
-            continue
+        reader.launcher_report(message)
         reader.match(message)
     reader.finish()
     events = _merge_timeouts(_merge_exits(reader.events))
     events += skip_events(events)
-    events.sort(key=lambda e: (e["line"] is None, e["line"] or 0, e["kind"] != "traceback", e["order"]))
+    events.sort(key=lambda e: (e["line"], e["order"]))
     return [{key: event[key] for key in ("kind", "rank", "step", "line", "message", "detail")} for event in events]
