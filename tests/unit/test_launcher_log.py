@@ -587,3 +587,15 @@ def test_a_chained_traceback_can_interleave_with_another():
                       "KeyError: b", "ValueError: c"])
     found = of("traceback", text)
     assert [e["message"] for e in found] == ["KeyError: b", "ValueError: c"] and "OSError: a" in found[0]["detail"]["last_lines"]
+
+
+def test_a_skip_without_an_iteration_takes_the_last_step_and_a_bf16_skip_keeps_no_scale():
+    text = "[Rank 0] step=10, skipped=0\nReducing dynamic loss scale from 8 to 4\n[deepspeed] OVERFLOW! Rank 0 Skipping step."
+    found = of("overflow_skip", text)
+    assert [e["step"] for e in found] == [10, 10]
+    assert (found[1]["detail"]["hysteresis"], found[1]["detail"]["scale_after"]) == (False, None)
+
+
+def test_two_headers_in_a_row_are_two_tracebacks():
+    text = "Traceback (most recent call last):\nTraceback (most recent call last):\nOSError: a\nKeyError: b"
+    assert [e["message"] for e in of("traceback", text)] == ["OSError: a", "KeyError: b"]

@@ -476,7 +476,7 @@ class _Traceback:
 def _is_frame(text: str) -> bool:
     """A traceback's own line: an indented frame or source line, a caret line, a rich box's border, a
     frame whose indentation a paste lost."""
-    return not text.strip() or text[:1].isspace() or text.startswith(("│", "╭", "╰", 'File "'))
+    return not text.strip() or text[:1].isspace() or text.startswith(("│", "╰", 'File "'))
 
 
 @dataclass
@@ -560,7 +560,7 @@ class _Reader:
             detail["cut_off"] = True
         if traceback.interleaved:
             detail["ambiguous"] = INTERLEAVED
-        event = self.emit("traceback", Message(line=line, text=traceback.lines[-1], host=host), rank, None, detail)
+        event = self.emit("traceback", Message(line=line, text=traceback.lines[-1]), rank, None, detail)
         event["launcher"] = any(_LAUNCHER_FRAMES.search(frame) for frame in traceback.lines)
         return event
 
