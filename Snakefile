@@ -33,6 +33,7 @@ include: "workflow/rules/claims.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/compare.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/judge_log.smk"
 
 
 rule all:

@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from tests.conftest import gpu_fingerprint
-from tests.unit.test_ds_config import by_path, render_profile, with_sections
+from tests.unit.test_ds_config import by_path, render_claim, with_sections
 from zerogate.contracts.machine import Fingerprint
 from zerogate.errors import InputError
 from zerogate.plan.ds_config import validate_with_deepspeed
@@ -27,7 +27,7 @@ def test_the_claims_config_has_no_unknown_key(claim_config):
 def test_misspelt_zero_key_is_refused_with_its_path(claim_config, tiny_profile, cpu_fingerprint):
     claim_config["zero_optimization"]["stage3_prefetch_bucket_sise"] = "auto"
     with pytest.raises(InputError) as error:
-        render_profile(claim_config, tiny_profile, cpu_fingerprint, "claim.json")
+        render_claim(claim_config, tiny_profile, cpu_fingerprint, "claim.json")
     assert str(error.value).startswith("claim.json: zero_optimization.stage3_prefetch_bucket_sise: unknown key")
     assert "did you mean 'stage3_prefetch_bucket_size'" in str(error.value)
 
@@ -59,7 +59,7 @@ def test_misspelt_override_is_refused_naming_the_profile_key(claim_config, tiny_
     profile = with_sections(tiny_profile, deepspeed={
         "overrides": [{"path": "zero_optimization.overlap_com", "value": False, "reason": "x"}]})
     with pytest.raises(InputError, match=r"^profile: deepspeed.overrides.0.path: zero_optimization.overlap_com"):
-        render_profile(claim_config, profile, cpu_fingerprint, "claim.json")
+        render_claim(claim_config, profile, cpu_fingerprint, "claim.json")
 
 
 def test_deepspeed_rejects_an_ill_typed_value():
@@ -73,7 +73,7 @@ def test_bf16_request_on_a_card_without_bf16_becomes_fp16_deviation(claim_config
     config = copy.deepcopy(claim_config)
     config["fp16"]["enabled"] = False
     config["bf16"] = {"enabled": True}
-    ds, deviations, spec = render_profile(config, tiny_profile, fingerprint, "claim.json")
+    ds, deviations, spec = render_claim(config, tiny_profile, fingerprint, "claim.json")
     assert spec.dtype == "fp16" and ds["bf16"]["enabled"] is False and ds["fp16"]["enabled"] is True
     d = by_path(deviations)
     assert d["bf16.enabled"].changes_experiment and "Tesla V100" in d["bf16.enabled"].reason
@@ -83,5 +83,5 @@ def test_bf16_kept_where_every_device_supports_it(claim_config, tiny_profile):
     config = copy.deepcopy(claim_config)
     config["fp16"]["enabled"] = False
     config["bf16"] = {"enabled": True}
-    _, deviations, spec = render_profile(config, tiny_profile, gpu_fingerprint(("RTX 4090", 24)), "claim.json")
+    _, deviations, spec = render_claim(config, tiny_profile, gpu_fingerprint(("RTX 4090", 24)), "claim.json")
     assert spec.dtype == "bf16" and "bf16.enabled" not in by_path(deviations)

@@ -31,6 +31,7 @@ def test_fp16_overflow_lines_in_both_wordings():
     overflow = events[events["kind"] == "overflow"]
     assert len(overflow) == 3  # the hysteresis variant skips a step too, keeping the scale
     assert json.loads(overflow.iloc[0]["detail"]) == {"attempted": 65536.0, "new": None}
+    assert str(events["line"].dtype) == str(events["rank"].dtype) == "Int64"
     assert json.loads(overflow.iloc[1]["detail"]) == {"attempted": 65536.0, "new": 32768.0}
     assert overflow.iloc[2]["step"] == 12
     reduced = events[events["kind"] == "loss_scale_reduced"]
@@ -243,3 +244,26 @@ def test_failed_gates_lists_the_fails_with_their_reasons():
         counts={PASS: 1, FAIL: 1, NOT_MEASURED: 1}, reproduction=Reproduction(faithful=False, reasons=["no GPU"]),
         records=measures.record_completeness(synthetic_steps(), 2, 200).evidence())
     assert failed_gates(verdicts) == ["optimizer_step_time: too slow"]
+
+
+GATE_KINDS = ["overflow", "fatal_loss_scale", "ds_progress", "wall_clock", "throughput", "memory", "traceback",
+              "rank_exit_error", "rank_exit_ok", "loss_scale_reduced"]
+
+
+@pytest.mark.parametrize("log, counts", [
+    ("deepspeed_0.19.8_cpu_fp32_rank1_killed.log", {"wall_clock": 36, "traceback": 1, "rank_exit_error": 1}),
+    ("deepspeed_0.19.8_cpu_fp32_wall_clock.log", {"wall_clock": 121, "rank_exit_ok": 2}),
+    ("deepspeed_0.19.8_cpu_fp32_zero3.log", {"rank_exit_ok": 2}),
+    ("deepspeed_fp16_overflow.log", {"overflow": 3, "ds_progress": 2, "loss_scale_reduced": 1, "traceback": 1,
+                                     "fatal_loss_scale": 1, "rank_exit_error": 1}),
+])
+def test_captured_logs_give_the_events_the_gates_read(log, counts):
+    # The counts the parser gave these logs before it knew other formats: unchanged (launcher_log's kinds added
+    # beside them: world_info, overflow_skip).
+    events = parse_launcher_log((DATA / log).read_text())
+    assert {kind: int((events["kind"] == kind).sum()) for kind in GATE_KINDS if (events["kind"] == kind).any()} == counts
+
+
+def test_a_glued_progress_bar_is_no_longer_part_of_the_wall_clock_message():
+    events = parse_launcher_log((DATA / "deepspeed_0.19.8_cpu_fp32_wall_clock.log").read_text())
+    assert events[events["kind"] == "wall_clock"]["message"].str.startswith("[Rank 0] time (ms) |").all()

@@ -9,63 +9,23 @@ Three tables come out of a run:
   ``stabiliser``; :func:`stabiliser_events`);
 - run metadata (:func:`run_metadata`): world size, per-rank completion and failures with their last lines.
 
-DeepSpeed's log formats vary between releases (docs/reference.md section 3), so the patterns match loosely.
+DeepSpeed's log formats vary between releases (docs/reference.md section 3): the launcher log's formats
+live in zerogate.analysis.launcher_log, this module builds the tables.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
+from zerogate.analysis import launcher_log
+from zerogate.analysis.launcher_log import FAILURE_KINDS
 from zerogate.contracts.base import ContractError, read_lines
 from zerogate.contracts.machine import NodeFingerprint
 from zerogate.contracts.parsed import EVENT_COLUMNS, Failure, ProgressSkips, RunMeta, missing_columns
 from zerogate.contracts.records import StabiliserEvent, StepRecord, TrainSummary
-
-_NUMBER = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
-_RANK_PREFIX = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("ds_progress", re.compile(rf"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+)")),
-    (
-        "throughput",
-        re.compile(
-            rf"epoch=(?P<epoch>\d+)/micro_step=(?P<micro_step>\d+)/global_step=(?P<step>\d+), "
-            rf"RunningAvgSamplesPerSec=(?P<running_avg_samples_per_s>{_NUMBER}), "
-            rf"CurrSamplesPerSec=(?P<samples_per_s>{_NUMBER})"
-            rf"(?:, MemAllocated=(?P<mem_allocated_GiB>{_NUMBER})GB, MaxMemAllocated=(?P<max_mem_allocated_GiB>{_NUMBER})GB)?"
-        ),
-    ),
-    # DeepSpeed's "GB" here is 1024**3 bytes (see_memory_usage divides by 1024**3).
-    (
-        "memory",
-        re.compile(
-            rf"MA (?P<ma_GiB>{_NUMBER}) GB\s+Max_MA (?P<max_ma_GiB>{_NUMBER}) GB\s+"
-            rf"CA (?P<ca_GiB>{_NUMBER}) GB\s+Max_CA (?P<max_ca_GiB>{_NUMBER}) GB"
-        ),
-    ),
-    ("wall_clock", re.compile(r"(?:\[Rank (?P<rank>\d+)\] )?time \(ms\) \|(?P<timers>.*)$")),
-    (
-        "overflow",
-        re.compile(
-            # Without "reducing to": the hysteresis variant, a skipped step that keeps the scale.
-            rf"OVERFLOW! Rank (?P<rank>\d+) Skipping step\. Attempted loss scale: (?P<attempted>{_NUMBER})"
-            rf"(?:, reducing to (?P<new>{_NUMBER}))?"
-        ),
-    ),
-    ("overflow", re.compile(r"Grad overflow on iteration:?\s*(?P<step>\d+)")),
-    ("loss_scale_reduced", re.compile(rf"Reducing dynamic loss scale from (?P<attempted>{_NUMBER}) to (?P<new>{_NUMBER})")),
-    ("fatal_loss_scale", re.compile(r"Current loss scale already at minimum - cannot decrease scale anymore")),
-    ("rank_exit_ok", re.compile(r"Process (?P<pid>\d+) exits successfully")),
-    ("rank_exit_error", re.compile(r"--local_rank=(?P<rank>\d+)'.*exits with return code = (?P<code>-?\d+)")),
-]
-_NOT_NUMBERS = {"rank", "step", "timers", "pid"}
-_TIMER = re.compile(rf"(?P<name>[A-Za-z_]+):\s*(?P<ms>{_NUMBER})")
-FAILURE_KINDS = ("traceback", "rank_exit_error", "fatal_loss_scale")
-
 
 STEP_COLUMNS = tuple(StepRecord.key(name) for name in StepRecord.model_fields)
 
@@ -105,65 +65,16 @@ def read_events(path: str | Path) -> pd.DataFrame:
     return frame
 
 
-def _number(text: str | None) -> float | None:
-    return None if text is None else float(text)
-
-
-def _detail(kind: str, fields: dict[str, str | None]) -> dict[str, Any]:
-    if kind == "wall_clock":
-        return {m.group("name"): float(m.group("ms")) for m in _TIMER.finditer(fields["timers"] or "")}
-    return {k: _number(v) for k, v in fields.items() if k not in _NOT_NUMBERS}
-
-
 def parse_launcher_log(text: str) -> pd.DataFrame:
-    """Events from the launcher's combined output: DeepSpeed progress, throughput and wall-clock lines,
-    memory lines, fp16 overflows, fatal errors, per-rank tracebacks (with their last lines) and exits.
+    """Events from the launcher's combined output (zerogate.analysis.launcher_log knows the formats):
+    DeepSpeed progress, throughput and wall-clock lines, memory lines, fp16 overflows and loss-scale
+    changes (one ``overflow_skip`` per skipped optimizer step besides the per-line events), fatal errors,
+    per-rank tracebacks (with their last lines), NCCL timeouts, and the exits the launchers report.
 
     Lines without a step number (wall clock, memory, overflow in the current wording) take the last
     step DeepSpeed announced before them, if any: an attribution, not a measurement.
     """
-    events: list[dict[str, Any]] = []
-    tracebacks: dict[int | None, list[str]] = {}
-    last_step: int | None = None
-    for number, raw in enumerate(text.replace("\r", "\n").splitlines(), start=1):
-        prefix = _RANK_PREFIX.match(raw)
-        prefix_rank = int(prefix.group("rank")) if prefix else None
-        line = raw[prefix.end() :] if prefix else raw
-        if line.startswith("Traceback (most recent call last)"):
-            tracebacks[prefix_rank] = [line]
-            continue
-        if prefix_rank in tracebacks and (line.startswith(" ") or not line.strip()):
-            tracebacks[prefix_rank].append(line)
-            continue
-        if prefix_rank in tracebacks:  # the exception line closes the traceback
-            lines = tracebacks.pop(prefix_rank) + [line]
-            events.append(
-                {"kind": "traceback", "rank": prefix_rank, "step": None, "line": number, "message": line.strip(),
-                 "detail": json.dumps({"last_lines": lines[-12:]})}
-            )
-            # The exception line itself may be a known event (the fatal loss-scale exception): fall through.
-        for kind, pattern in _PATTERNS:
-            match = pattern.search(line)
-            if not match:
-                continue
-            fields = match.groupdict()
-            rank, step = fields.get("rank"), fields.get("step")
-            if step is not None:
-                last_step = int(step)
-            events.append(
-                {
-                    "kind": kind,
-                    "rank": int(rank) if rank is not None else prefix_rank,
-                    "step": int(step) if step is not None else last_step if kind not in FAILURE_KINDS else None,
-                    "line": number,
-                    "message": line.strip(),
-                    "detail": json.dumps(_detail(kind, fields)),
-                }
-            )
-            break
-    for rank, lines in tracebacks.items():  # a traceback cut off by the end of the log (a killed launcher)
-        events.append({"kind": "traceback", "rank": rank, "step": None, "line": None, "message": lines[-1].strip(),
-                       "detail": json.dumps({"last_lines": lines[-12:]})})
+    events = [{**event, "detail": json.dumps(event["detail"])} for event in launcher_log.read_events(text)]
     frame = pd.DataFrame(events, columns=list(EVENT_COLUMNS))
     return frame.astype({"rank": "Int64", "step": "Int64", "line": "Int64"})
 

@@ -1,6 +1,7 @@
-"""Mutation score of the judging code: mutmut over zerogate.analysis.{gates,measures,parse},
-killed by the gate, measures and parse unit tests (property-based ones included). A benchmark, not a
-test: minutes to tens of minutes, printed as figures; not on CI's default path.
+"""Mutation score of the judging code: mutmut over zerogate.analysis.{gates,measures,parse,
+launcher_log}, killed by the gate, measures, parse and launcher-log unit tests (property-based ones and the
+real-log corpus included). A benchmark, not a test: minutes to tens of minutes, printed as figures; not on
+CI's default path.
 
     make bench-mutation            # or: PYTHONPATH=workflow python -m zerogate.bench.mutation [--max-children N]
 
@@ -24,10 +25,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 STAGE = REPO / "build" / "mutation"
-MUTATED = ["src/zerogate/analysis/gates.py", "src/zerogate/analysis/measures.py", "src/zerogate/analysis/parse.py"]
+MUTATED = ["src/zerogate/analysis/gates.py", "src/zerogate/analysis/measures.py", "src/zerogate/analysis/parse.py",
+           "src/zerogate/analysis/launcher_log.py"]
 TESTS = ["tests/unit/test_gates.py", "tests/unit/test_gates_findings.py", "tests/unit/test_gates_properties.py",
          "tests/unit/test_gates_evidence.py", "tests/unit/test_measures.py", "tests/unit/test_parse.py",
-         "tests/unit/test_ranks.py", "tests/unit/test_floor_comms.py"]
+         "tests/unit/test_ranks.py", "tests/unit/test_floor_comms.py", "tests/unit/test_launcher_log.py",
+         "tests/unit/test_log_corpus.py", "tests/unit/test_judge_log.py"]
 # Left out per mutant: the cross-consumer agreement test and the figure and report tests render figures and
 # HTML (seconds each), and the layering test and the gloo probe start subprocesses; all still run in the unit
 # suite.
@@ -35,7 +38,11 @@ DESELECTED = ["tests/unit/test_measures.py::test_every_consumer_gives_the_same_n
               "tests/unit/test_measures.py::test_analysis_and_report_never_load_torch",
               "tests/unit/test_ranks.py::test_the_ranks_figure_draws_the_measures_numbers",
               "tests/unit/test_floor_comms.py::test_gloo_probe_between_two_local_ranks_measures_every_kind",
-              "tests/unit/test_floor_comms.py::test_report_shows_the_floor_terms_beside_the_measured_step_and_each_figures_basis"]
+              "tests/unit/test_floor_comms.py::test_report_shows_the_floor_terms_beside_the_measured_step_and_each_figures_basis",
+              # judge_log's rule runs Snakemake (seconds each); its functions are tested without it.
+              "tests/unit/test_judge_log.py::test_judge_log_writes_a_summary_and_page_per_log_from_a_clean_checkout",
+              "tests/unit/test_judge_log.py::test_judge_log_refuses_a_binary_log_with_one_line_before_writing",
+              "tests/unit/test_judge_log.py::test_judge_log_needs_nothing_but_the_log_and_stays_out_of_the_default_dag"]
 PYPROJECT = """\
 [tool.mutmut]
 source_paths = ["src"]

@@ -1,0 +1,38 @@
+"""The judge_log rule's page: one launcher log's gates and counts (a LogSummary), self-contained HTML in the
+main report's style (templates/log_summary.html.j2 extends its base template and style sheet)."""
+
+from __future__ import annotations
+
+from zerogate import __version__
+from zerogate.contracts.log_summary import LogSummary
+from zerogate.contracts.verdicts import GATE_OUTCOMES
+from zerogate.report.html import environment
+
+# LogSummary field -> the label the page gives it.
+COUNT_LABELS = {
+    "deepspeed_version": "DeepSpeed version (its 'DeepSpeed info' line)",
+    "precision": "precision (DeepSpeed's config print or overflow lines)",
+    "world_size": "world size (launcher or NCCL)",
+    "optimizer_steps": "highest optimizer step a line names",
+    "skipped_steps": "optimizer steps fp16 skipped (once per step, not per rank or line)",
+    "hysteresis_skips": "of those, hysteresis skips (scale kept)",
+    "progress_skipped": "DeepSpeed's own skipped= at its last progress line",
+    "last_loss_scale": "last loss scale",
+    "progress_lines": "DeepSpeed progress lines",
+    "throughput_lines": "throughput lines (timer and pipeline engine)",
+    "wall_clock_lines": "DeepSpeed wall-clock breakdown lines",
+    "memory_lines": "DeepSpeed memory lines",
+    "tracebacks": "Python tracebacks",
+    "fatal_loss_scale": "fatal loss-scale aborts",
+    "nccl_timeouts": "NCCL watchdog timeouts",
+    "failed_ranks": "ranks a failure line names",
+}
+
+
+def render_log_page(summary: LogSummary, profile: str) -> str:
+    """The page of one judged log; ``profile`` names the profile whose gates it was judged against."""
+    counts = {verdict: sum(g.verdict == verdict for g in summary.gates) for verdict in GATE_OUTCOMES}
+    rows = {label: getattr(summary, field) for field, label in COUNT_LABELS.items()}
+    return environment().get_template("log_summary.html.j2").render(
+        title=f"zerogate log judgement — {summary.name}", summary=summary, counts=counts, rows=rows,
+        profile=profile, version=__version__)
