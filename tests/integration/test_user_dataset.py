@@ -75,6 +75,8 @@ def test_user_jsonl_trains_end_to_end_with_the_mapping(workdir):
 
 
 def test_malformed_line_is_refused_before_training(workdir):
+    results = workdir / "results/user-jsonl" / MACHINE
+    before = {path: path.stat().st_mtime_ns for path in results.rglob("*") if path.is_file()}
     lines = (workdir / "data/mine.jsonl").read_text().splitlines()
     lines[6] = lines[6][:-3]
     (workdir / "data/mine.jsonl").write_text("\n".join(lines) + "\n")
@@ -83,7 +85,8 @@ def test_malformed_line_is_refused_before_training(workdir):
     assert "data/mine.jsonl: line 7: malformed JSON" in done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("zerogate: error:")]
     assert len(errors) == 1
-    assert not (workdir / "results/user-jsonl" / MACHINE / "dataset/manifest.json").exists()
+    # Refused when the workflow loads: no job ran, and nothing of the earlier run was written or removed.
+    assert {path: path.stat().st_mtime_ns for path in results.rglob("*") if path.is_file()} == before
 
 
 @pytest.mark.parametrize("damage", ["malformed line", "missing column"])

@@ -85,3 +85,18 @@ def test_bf16_kept_where_every_device_supports_it(claim_config, tiny_profile):
     config["bf16"] = {"enabled": True}
     _, deviations, spec = render_claim(config, tiny_profile, gpu_fingerprint(("RTX 4090", 24)), "claim.json")
     assert spec.dtype == "bf16" and "bf16.enabled" not in by_path(deviations)
+
+
+def test_a_claim_config_that_is_not_json_or_not_an_object_is_refused_naming_the_file(tmp_path):
+    from zerogate.plan.ds_config import read_claim
+
+    broken = tmp_path / "claim.json"
+    broken.write_text('{\n  "train_micro_batch_size_per_gpu": 1,,\n}\n')
+    with pytest.raises(InputError, match=r"^config/claim.json: line 2: not valid JSON"):
+        read_claim(broken, "config/claim.json")
+    broken.write_text("[1, 2]\n")
+    with pytest.raises(InputError, match=r"^config/claim.json: \(top level\): a DeepSpeed config is a JSON object"):
+        read_claim(broken, "config/claim.json")
+    broken.write_text('{"zero_optimization": {"stage": 3, "overlap_com": true}}\n')
+    with pytest.raises(InputError, match=r"^config/claim.json: zero_optimization.overlap_com: unknown key"):
+        read_claim(broken, "config/claim.json")

@@ -21,6 +21,7 @@ from zerogate.config.validation import key_path, to_input_error
 from zerogate.contracts.base import plain
 from zerogate.data.sources import check_dataset_source
 from zerogate.model.sources import check_model_source
+from zerogate.plan.ds_config import read_claim
 from zerogate.runtime.ops import build_env
 
 # DeepSpeed's compiled ops build into, and load from, this environment's own directory with its own ninja
@@ -127,12 +128,15 @@ def profile_file_setting(key):
 
 
 def check_inputs():
-    """A model path that does not exist or a GGUF transformers cannot load, and a dataset file that does not
-    parse or lacks a mapped column, stop here: before any job runs."""
+    """A model path that does not exist or a GGUF transformers cannot load, a dataset file that does not
+    parse or lacks a mapped column, and a claim's DeepSpeed config that does not parse or has a key DeepSpeed
+    would ignore (the run's and the claimed box's, which several rules read) stop here: before any job runs."""
     try:
         check_model_source(SETTINGS.model.source, profile_file_setting("model.source"), REPO)
         dataset = SETTINGS.dataset
         check_dataset_source(dataset.source, dataset.columns, dataset.format, REPO)
+        for template in dict.fromkeys([SETTINGS.deepspeed.template, CLAIMED_SETTINGS.deepspeed.template]):
+            read_claim(REPO / template, template)
     except InputError as error:
         fail(error)
 

@@ -15,4 +15,4 @@ with logging_to(snakemake.log[0]) as log:
     for number, group in enumerate(comparison.groups, start=1):
         log.info("group %d (%s): %s, reference %s", number, group.title, ", ".join(group.machines), group.reference)
     for straggler in comparison.stragglers:
-        log.info("%s: not comparable: %s", straggler.run["run_id"], straggler.reason)
+        log.info("%s: not comparable: %s", straggler.run.run_id, straggler.reason)

@@ -1,14 +1,12 @@
 """Entry point of the plan_claimed_box rule: the claimed profile rendered and planned for the claimed box
 in-process (zerogate.plan.ds_config.render, zerogate.plan.planner.plan_for_run)."""
-import json
-from pathlib import Path
 
 from zerogate.config.settings import ModelSettings, PlanSettings, RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.run import DsConfig
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
-from zerogate.plan.ds_config import render
+from zerogate.plan.ds_config import read_claim, render
 from zerogate.plan.planner import plan_for_run, summary, target_machine
 
 with logging_to(snakemake.log[0]) as log:
@@ -16,7 +14,7 @@ with logging_to(snakemake.log[0]) as log:
     try:
         machine, fingerprint = target_machine(snakemake.input.description, None, "")
         ds_config, _, run_spec = render(
-            json.loads(Path(snakemake.input.template).read_text()), model=typed(ModelSettings, params.model),
+            read_claim(snakemake.input.template), model=typed(ModelSettings, params.model),
             training=typed(RunTraining, params.training),
             overrides=params.overrides, seq_len=params.seq_len, vocab_size=params.vocab_size, fingerprint=fingerprint,
             template_file=snakemake.input.template)

@@ -6,7 +6,7 @@ from zerogate.config.settings import ModelSettings, RunTraining
 from zerogate.contracts.base import typed
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
-from zerogate.plan.ds_config import render
+from zerogate.plan.ds_config import read_claim, render
 from zerogate.plan.planner import target_machine
 from zerogate.runtime.nodes import layout
 
@@ -20,7 +20,7 @@ with logging_to(snakemake.log[0]) as log:
         nodes = layout(params.nodes, params.nodes_file, repo_root(snakemake),
                        accelerator.count if accelerator.kind == "cuda" else None)
         ds_config, deviations, run_spec = render(
-            json.loads(Path(inputs.template).read_text()), model=typed(ModelSettings, params.model),
+            read_claim(inputs.template), model=typed(ModelSettings, params.model),
             training=typed(RunTraining, params.training),
             overrides=params.overrides, seq_len=params.seq_len, vocab_size=params.vocab_size,
             fingerprint=fingerprint, template_file=inputs.template, profile_file=params.profile_file, nodes=nodes,

@@ -7,6 +7,8 @@ report can say whether a run is a faithful reproduction.
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 from zerogate.config.settings import ModelSettings, RunTraining
@@ -107,6 +109,22 @@ def check_keys(config: dict[str, Any], file: str) -> None:
     if problems:
         path, why = problems[0]
         raise InputError(file, path, why)
+
+
+def read_claim(path: str | Path, file: str | None = None) -> dict[str, Any]:
+    """The claim's DeepSpeed config file, parsed and its keys checked (:func:`check_keys`); ``file`` is the
+    name the error gives (the path as the profile states it)."""
+    shown = file or str(path)
+    try:
+        claim = json.loads(Path(path).read_text())
+    except OSError as error:
+        raise InputError(shown, "", f"cannot be read ({error.strerror})") from None
+    except json.JSONDecodeError as error:
+        raise InputError(shown, f"line {error.lineno}", f"not valid JSON ({error.msg})") from None
+    if not isinstance(claim, dict):
+        raise InputError(shown, "(top level)", "a DeepSpeed config is a JSON object")
+    check_keys(claim, shown)
+    return claim
 
 
 def validate_with_deepspeed(config: dict[str, Any], file: str) -> None:
