@@ -5,6 +5,7 @@ pipeline writes and nothing else."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -16,6 +17,7 @@ from zerogate.analysis.parse import parse_launcher_log, steps_table
 from zerogate.config.profile import load_profile_chain, resolve_profile
 from zerogate.config.settings import ProfileSettings, profile_settings
 from zerogate.contracts.machine import Fingerprint
+from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import GitState, StabiliserSummary, StepRecord, TrainSummary
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec
 
@@ -115,3 +117,47 @@ def train_summary(completed_steps: int = 200, world_size: int = 2, **changes: An
         "git": GitState(commit="abc123", dirty=False),
     }
     return TrainSummary(**{**fields, **changes})
+
+
+# The claimed box as the tests describe it (the claim's two cards; config/machines has the full description).
+def claim_box() -> Fingerprint:
+    from tests.conftest import gpu_fingerprint
+
+    return gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
+
+
+@functools.cache
+def rendered_run(on: str = "cpu", profile: str = "cpu-tiny",
+                 overrides: tuple = ()) -> tuple[DsConfig, Deviations, RunSpec]:
+    """A profile as render_deepspeed_config renders it on this CPU machine (``"cpu"``: fp32, the CPU trains
+    without fp16) or on the claimed box (``"claim box"``: the claim's fp16 with its dynamic loss scaler),
+    with ``overrides`` ((path, value) pairs) after the profile's own."""
+    from tests.conftest import CPU_FINGERPRINT
+
+    added = [{"path": path, "value": value, "reason": "the test's"} for path, value in overrides]
+    rendered = render_profile(profile, CPU_FINGERPRINT if on == "cpu" else claim_box(), overrides=added)
+    return rendered.ds_config, rendered.deviations, rendered.run_spec
+
+
+def run_spec_for(steps: int = 200, world_size: int = 2, on: str = "cpu") -> RunSpec:
+    """cpu-tiny's rendered run spec, for a run of ``steps`` optimizer steps on ``world_size`` ranks."""
+    spec = rendered_run(on)[2]
+    return spec.model_copy(update={"world_size": world_size,
+                                   "training": dataclasses.replace(spec.training, optimizer_steps=steps)})
+
+
+@functools.cache
+def planned_run() -> Plan:
+    """The planner's plan of cpu-tiny on this CPU machine (probed without measurements: no floor figures)."""
+    from tests.conftest import CPU_FINGERPRINT
+    from zerogate.config.machines import from_fingerprint
+    from zerogate.plan.planner import plan_for_run
+
+    ds_config, _, spec = rendered_run("cpu")
+    return plan_for_run(spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), settings("cpu-tiny").plan,
+                        "cpu-tiny")
+
+
+def with_optimizer_step_floor(plan: Plan, seconds: float | None) -> Plan:
+    """``plan`` with its optimizer-step floor set to ``seconds`` (what a measured compute term would give)."""
+    return plan.model_copy(update={"floor": plan.floor.model_copy(update={"optimizer_step_floor_s": seconds})})

@@ -14,7 +14,7 @@ from zerogate.contracts.machine import Accelerator, Cpu, Ram
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.records import GitState
 from zerogate.contracts.run import Deviation
-from zerogate.contracts.verdicts import GateOutcome, Reproduction
+from zerogate.contracts.verdicts import GateOutcome, JudgedGate, Reproduction
 
 
 class RunStatistics(Record):
@@ -80,22 +80,6 @@ class Provenance(Artefact):
     dataset: DatasetFacts
 
 
-class RegistryGate(Record):
-    """A gate's verdict without its evidence (that stays in gates/verdicts.json)."""
-
-    name: str
-    claim: str
-    definition: str
-    metric: str
-    statistic: str
-    comparison: str
-    threshold: float
-    unit: str
-    measured: float | None
-    verdict: GateOutcome
-    reason: str
-
-
 class RegistryProvenance(Record):
     config_hash: str
     dataset_sha256: str
@@ -129,7 +113,7 @@ class RunRegistry(Artefact):
     registered_at: str
     verdict_counts: dict[GateOutcome, int]
     reproduction: Reproduction
-    gates: list[RegistryGate]
+    gates: list[JudgedGate]
     summary: RunStatistics | None  # None when the run recorded no step
     run: RunMeta
     provenance: RegistryProvenance

@@ -204,9 +204,9 @@ GateEvidence = Annotated[Union[SlowestRankEvidence, ConvergenceEvidence, FloorRa
                                FailedRanksEvidence, NonfiniteEvidence], Field(discriminator="kind")]
 
 
-class GateVerdict(Record):
-    """One gate: its settings as the profile states them, the measured value and the outcome, with why
-    and the evidence (None when NOT MEASURED)."""
+class JudgedGate(Record):
+    """One gate judged, without its evidence: its settings as the profile states them, the measured value
+    (in ``unit``) and the outcome, with why. What the run registry keeps of each gate."""
 
     name: str
     claim: str
@@ -219,6 +219,11 @@ class GateVerdict(Record):
     measured: float | None
     verdict: GateOutcome
     reason: str
+
+
+class GateVerdict(JudgedGate):
+    """One gate judged, with the evidence behind the measured value (None when NOT MEASURED)."""
+
     evidence: GateEvidence | None = None
 
     @classmethod
