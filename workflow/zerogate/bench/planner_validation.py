@@ -245,10 +245,10 @@ def training_section(row: MeasuredRow, micro_batch: int) -> tuple[dict[str, Any]
     """The run's ``training`` settings: its geometry, its optimizer and, where the settings take it, activation
     checkpointing; one optimizer step (the plan does not depend on the count)."""
     setup, notes = row.setup, []
-    optimizer = OPTIMIZERS.get((setup.optimizer or "adamw").lower())
+    optimizer = OPTIMIZERS.get((setup.optimizer or "").lower())
     if optimizer is None:
-        notes.append(f"optimizer {setup.optimizer} (the planner's settings take {', '.join(OPTIMIZERS.values())}: "
-                     "AdamW is planned)")
+        stated = f"optimizer {setup.optimizer}" if setup.optimizer else "optimizer not stated"
+        notes.append(f"{stated} (the planner's settings take {', '.join(OPTIMIZERS.values())}: AdamW is planned)")
         optimizer = "AdamW"
     section: dict[str, Any] = {
         "optimizer_steps": 1, "micro_batch_per_rank": micro_batch,
