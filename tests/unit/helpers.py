@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -115,3 +119,20 @@ def train_summary(completed_steps: int = 200, world_size: int = 2, **changes: An
         "git": GitState(commit="abc123", dirty=False),
     }
     return TrainSummary(**{**fields, **changes})
+
+
+def clean_checkout(copy: Path) -> Path:
+    """The workflow alone under ``copy`` (no results, no .snakemake), as a clean checkout has it."""
+    for name in ("Snakefile", "workflow", "config", "profiles", "envs"):
+        source = REPO / name
+        (shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+         if source.is_dir() else shutil.copy(source, copy / name))
+    return copy
+
+
+def run_snakemake(checkout: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``snakemake --cores 1 ARGS`` in ``checkout``, with its own package first on the path."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(checkout / "workflow")}
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=checkout, env=env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.unit.helpers import clean_checkout, run_snakemake
 from zerogate.analysis.planner_validation import (ESTIMATOR_ROUNDING, LARGEST_WITHIN, VERDICT_AGREES, Spread,
                                                   judge_largest_micro_batch, judge_outcome, judge_printed,
                                                   printed_interval, summarise)
@@ -227,21 +227,11 @@ def test_the_summary_counts_each_target_once_per_figure(table):
 
 @pytest.fixture(scope="module")
 def workflow_copy(tmp_path_factory) -> Path:
-    copy = tmp_path_factory.mktemp("checkout")
-    for name in ("Snakefile", "workflow", "config", "profiles", "envs"):
-        source = REPO / name
-        (shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
-         if source.is_dir() else shutil.copy(source, copy / name))
-    return copy
+    return clean_checkout(tmp_path_factory.mktemp("checkout"))
 
 
 def snakemake(checkout: Path, *args: str) -> subprocess.CompletedProcess:
-    import os
-
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(checkout / "workflow")}
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=checkout, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return run_snakemake(checkout, *args, timeout=600)
 
 
 def test_validate_planner_writes_and_prints_the_table_from_a_clean_checkout(workflow_copy):

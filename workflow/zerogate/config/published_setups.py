@@ -41,6 +41,14 @@ class Source(Record):
     quote: str
 
 
+class PublishedRow(Record):
+    """What every row has: its id, its source, and what was inferred (``notes``)."""
+
+    id: str
+    source: Source
+    notes: str = ""
+
+
 class EstimatedModel(Record):
     """The parameter counts a printed estimate was computed from, and how precisely they were printed:
     ``count_resolution`` (parameters per printed unit, e.g. 1e6 for '2851M') with ``count_rounding``;
@@ -92,14 +100,11 @@ class EstimatorSetup(Record):
         return self
 
 
-class EstimatorRow(Record):
-    id: str
+class EstimatorRow(PublishedRow):
     kind: Literal["estimator_table"]
-    source: Source
     model: EstimatedModel
     setup: EstimatorSetup
     published: PrintedFigures
-    notes: str = ""
 
     @model_validator(mode="after")
     def _what_the_figures_need(self) -> EstimatorRow:
@@ -133,14 +138,11 @@ class PaperModel(Record):
     parameters: Annotated[float, Field(gt=0)]
 
 
-class PaperRow(Record):
-    id: str
+class PaperRow(PublishedRow):
     kind: Literal["paper_figure"]
-    source: Source
     model: PaperModel
     setup: PaperSetup
     published: PaperFigure
-    notes: str = ""
 
 
 class MeasuredModel(Record):
@@ -205,15 +207,12 @@ class Outcome(Record):
         return self
 
 
-class MeasuredRow(Record):
-    id: str
+class MeasuredRow(PublishedRow):
     kind: Literal["measured"]
-    source: Source
     model: MeasuredModel
     setup: MeasuredSetup
     hardware: Hardware
     published: Outcome
-    notes: str = ""
 
     @model_validator(mode="after")
     def _batch_the_maximum_is_of(self) -> MeasuredRow:
