@@ -7,6 +7,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -161,3 +165,20 @@ def planned_run() -> Plan:
 def with_optimizer_step_floor(plan: Plan, seconds: float | None) -> Plan:
     """``plan`` with its optimizer-step floor set to ``seconds`` (what a measured compute term would give)."""
     return plan.model_copy(update={"floor": plan.floor.model_copy(update={"optimizer_step_floor_s": seconds})})
+
+
+def clean_checkout(copy: Path) -> Path:
+    """The workflow alone under ``copy`` (no results, no .snakemake), as a clean checkout has it."""
+    for name in ("Snakefile", "workflow", "config", "profiles", "envs"):
+        source = REPO / name
+        (shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+         if source.is_dir() else shutil.copy(source, copy / name))
+    return copy
+
+
+def run_snakemake(checkout: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``snakemake --cores 1 ARGS`` in ``checkout``, with its own package first on the path."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(checkout / "workflow")}
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=checkout, env=env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -289,3 +289,23 @@ def bench_ds_config(wildcards):
 def bench_extra(wildcards):
     """Extra arguments of a benchmark row's training loop: the metrics layer off for zero3-no-metrics."""
     return "--no-metrics" if wildcards.bench_row == "zero3-no-metrics" else ""
+
+
+# The validate_planner target (workflow/rules/validate_planner.smk): the table of published setups it
+# judges the planner against, where its results go, and what computes the figures.
+PUBLISHED_SETUPS = config["published_setups"]
+PLANNER_VALIDATION = f"results/planner_validation/{Path(PUBLISHED_SETUPS).stem}"
+# What the figures are computed by: a change to any of these is a new planner to judge.
+PLANNER_SOURCES = sorted(
+    str(path.relative_to(REPO))
+    for folder in ("plan", "model", "config", "contracts")
+    for path in (REPO / "workflow" / "zerogate" / folder).glob("*.py")
+) + ["workflow/zerogate/bench/planner_validation.py", "workflow/zerogate/analysis/planner_validation.py",
+     "workflow/zerogate/runtime/nodes.py", "workflow/zerogate/units.py"]
+
+
+def published_setups_table(wildcards):
+    """The table to judge; one line before any job when it is not there."""
+    if not (REPO / PUBLISHED_SETUPS).is_file():
+        fail(InputError(config_source(["published_setups"]), "published_setups", f"no such file: {PUBLISHED_SETUPS}"))
+    return PUBLISHED_SETUPS
