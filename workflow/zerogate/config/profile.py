@@ -26,7 +26,17 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
 
 
 def profile_path(profiles_dir: str | Path, name: str) -> Path:
+    """A profile's file: ``config/profiles/<name>.yaml``, or ``name`` itself when it is a ``.yaml`` path (a
+    profile the planner wrote, say), relative to the repository (the folder above ``config/``)."""
+    if name.endswith(".yaml"):
+        path = Path(name)
+        return path if path.is_absolute() else Path(profiles_dir).resolve().parents[1] / path
     return Path(profiles_dir) / f"{name}.yaml"
+
+
+def profile_name(name: str) -> str:
+    """The name a profile's results are filed under (results/<name>/...): a path's file name without .yaml."""
+    return Path(name).stem if name.endswith(".yaml") else name
 
 
 def available_profiles(profiles_dir: str | Path) -> list[str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import warnings
 import weakref
 from typing import Any
 
@@ -37,9 +38,13 @@ def live_storages(device_type: str = "cpu") -> list[Any]:
     import torch
 
     found: dict[Any, Any] = {}
-    for obj in gc.get_objects():
+    with warnings.catch_warnings():  # isinstance on deprecated module attributes warns (torch.distributed.reduce_op)
+        warnings.simplefilter("ignore")
+        objects = gc.get_objects()
+        tensors = [obj for obj in objects if isinstance(obj, torch.Tensor)]
+    for obj in tensors:
         try:
-            if not isinstance(obj, torch.Tensor) or obj.device.type != device_type or obj.is_meta:
+            if obj.device.type != device_type or obj.is_meta:
                 continue
             storage = obj.untyped_storage()
         except (RuntimeError, NotImplementedError, ReferenceError):  # wrapper subclasses, freed weak proxies
@@ -52,6 +57,7 @@ def live_storages(device_type: str = "cpu") -> list[Any]:
 def live_bytes_class() -> type:
     """LiveBytes, defined on first use so that importing this module does not import torch."""
     from torch import Tensor
+    from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
@@ -83,7 +89,7 @@ def live_bytes_class() -> type:
             return out
 
         def track(self, storage: Any) -> None:
-            ref = storage_key(storage)
+            ref = StorageWeakRef(storage)
             if ref in self._excluded or ref in self._sizes:
                 return
             self._sizes[ref] = storage.nbytes()
