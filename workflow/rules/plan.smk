@@ -39,7 +39,6 @@ rule plan_run:
         profile=PROFILE_ARG,
         training=plain(SETTINGS.training.run),
         overrides=SETTINGS.deepspeed.overrides,
-        machine_description=MACHINE_DESCRIPTION or "",
         machine=MACHINE,
     log:
         result("logs/plan_run.log"),
@@ -129,7 +128,6 @@ rule plan_claimed_box:
         vocab_size=CLAIMED_SETTINGS.vocab_size,
         plan=plain(CLAIMED_SETTINGS.plan),
         profile_name=CLAIMED_BOX["profile"],
-        machine_description=CLAIMED_BOX["machine"],
     log:
         result("logs/plan_claimed_box.log"),
     conda:

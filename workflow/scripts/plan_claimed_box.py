@@ -25,6 +25,6 @@ with logging_to(snakemake.log[0]) as log:
     except InputError as error:
         fail(str(error))
     plan = with_suggestion_profiles(plan, snakemake.output.suggestions, params.profile_name,
-                                    typed(RunTraining, params.training), params.overrides, params.machine_description)
+                                    typed(RunTraining, params.training), params.overrides, snakemake.input.description)
     log.info("\n%s", summary(plan))
     plan.write(snakemake.output.plan)

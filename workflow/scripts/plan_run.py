@@ -21,6 +21,6 @@ with logging_to(snakemake.log[0]) as log:
     if "suggestions" in snakemake.output.keys():  # plan_run (replan_with_measured_compute has the same ones)
         result = with_suggestion_profiles(result, snakemake.output.suggestions, params.profile,
                                           typed(RunTraining, params.training), params.overrides,
-                                          params.machine_description or None, stem=params.profile_name)
+                                          inputs.get("description"), stem=params.profile_name)
     log.info("\n%s", summary(result))
     result.write(snakemake.output.plan)
