@@ -87,10 +87,10 @@ def test_claim_on_the_claimed_box_is_refused_with_rank_device_need_and_capacity(
     result = plan(claim_counts(), claim_setup(), claim_box)
     assert result.refused and not result.fits
     host = [c for c in result.checks if c.what == "host RAM"][0]
-    # Two ranks, each its runtime (2 GiB) and the 20 bytes per parameter of its share offloaded (140 GB).
-    assert host.need_bytes == 2 * (2 * 2**30 + 140 * 10**9) and host.capacity_bytes == 192 * 10**9
+    # Two ranks, each its runtime (2 GiB) and the 24 bytes per parameter of its share offloaded (168 GB).
+    assert host.need_bytes == 2 * (2 * 2**30 + 168 * 10**9) and host.capacity_bytes == 192 * 10**9
     message = refusal(result)
-    assert "host RAM needs 264.77 GiB (284.29 GB), capacity 178.81 GiB (192.00 GB)" in message
+    assert "host RAM needs 316.92 GiB (340.29 GB), capacity 178.81 GiB (192.00 GB)" in message
     assert result.largest_micro_batch_per_rank == 0  # the host does not fit at any micro-batch
     verdicts = {c.gate: c.verdict for c in plan_claims(result, _gates(*GATES)).claims}
     assert verdicts["run_fits_machine"].verdict == DOES_NOT_HOLD

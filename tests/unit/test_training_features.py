@@ -3,7 +3,10 @@ attention implementation, activation checkpointing under ZeRO-3, and the sampled
 Against REAL DeepSpeed ZeRO-3 engines in a one-rank world (gloo, CPU accelerator)."""
 
 import dataclasses
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,35 +21,20 @@ from zerogate.contracts.data import ModelInfo
 from zerogate.model.build import load_for_training
 from zerogate.runtime import loop
 from zerogate.runtime.engines import DeepSpeedEngine
-from zerogate.runtime.launch import free_port, one_rank_config, remove_shm_buffers
+from zerogate.runtime.launch import one_rank_config, remove_shm_buffers
 
-TINY_GPT2 = Path(__file__).resolve().parents[1] / "data" / "models" / "tiny-gpt2.json"
+REPO = Path(__file__).resolve().parents[2]
+TINY_GPT2 = REPO / "tests" / "data" / "models" / "tiny-gpt2.json"
 SEQ = 16
 
 
-@pytest.fixture(scope="module")
-def world():
-    saved = {k: os.environ.get(k) for k in ("DS_ACCELERATOR", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
-                                             "LOCAL_RANK", "LOCAL_SIZE")}
-    port = free_port()
-    os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
-                      WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_SIZE="1")
-    import deepspeed
-    import torch.distributed as dist
-    from deepspeed.accelerator import get_accelerator
+def one_rank_world() -> int:
+    """This process as a one-rank world on the CPU accelerator (the worker below runs in a fresh interpreter:
+    DeepSpeed keeps its process groups in module globals, which another test's destroyed world would leave stale)."""
+    from zerogate.runtime.launch import start_one_rank_world
 
-    if get_accelerator().device_name() != "cpu":
-        pytest.skip("DeepSpeed's accelerator was already chosen as non-CPU in this session")
-    if not dist.is_initialized():
-        deepspeed.init_distributed(dist_backend="gloo")
-    yield
-    dist.destroy_process_group()
-    remove_shm_buffers(port)
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    return start_one_rank_world("gloo")
 
 
 class Rows:
@@ -92,42 +80,60 @@ def train_one_step(checkpointing: bool, attention: str = "sdpa") -> tuple[DeepSp
     return engine, losses[0]
 
 
-def test_a_config_defined_shape_only_model_trains_under_zero3_with_its_attention(world):
-    engine, loss = train_one_step(checkpointing=False)
-    module = engine.module
-    assert type(module).__name__ == "GPT2LMHeadModel" and module.config._attn_implementation == "sdpa"
-    assert module.config.n_embd == 32 and module.config.eos_token_id == 2  # the manifest's end of sequence
-    assert np.isfinite(loss) and not module.is_gradient_checkpointing
-    assert engine.parameter_count() == 32 * 300 + 64 * 32 + 2 * (12 * 32 * 32 + 13 * 32) + 2 * 32
-    engine.destroy()
-    eager, eager_loss = train_one_step(checkpointing=False, attention="eager")
-    assert eager.module.config._attn_implementation == "eager"
-    assert eager_loss == pytest.approx(loss, rel=1e-4)  # the same arithmetic, another kernel
-    eager.destroy()
-
-
-def test_activation_checkpointing_trains_under_zero3_and_recomputes_the_same_loss(world):
-    plain, plain_loss = train_one_step(checkpointing=False)
-    plain.destroy()
-    checkpointed, loss = train_one_step(checkpointing=True)
-    assert checkpointed.module.is_gradient_checkpointing and checkpointed.module.config.use_cache is False
-    assert loss == pytest.approx(plain_loss, rel=1e-6)
-    assert checkpointed.grad_norm() is not None and np.isfinite(checkpointed.grad_norm())
-    checkpointed.destroy()
-
-
-def test_the_sampled_step_counts_every_live_tensor_and_names_the_buckets(world):
+def worker() -> None:
+    """Train the tiny GPT-2 one step each way and sample one step's live tensors; print what the tests check."""
     from zerogate.contracts.records import LiveTensorPeak
     from zerogate.train.live_peak import sample_step
 
-    engine, _ = train_one_step(checkpointing=False)
-    reduce_bucket = engine.engine.optimizer.reduce_bucket_size
-    sampled = LiveTensorPeak.of(sample_step(engine, loop.RankBatches(Rows(), 1, 0, 2, 2, 0), 2, 1, 0), "test")
-    assert sampled.step == 2 and sampled.rank == 0
+    port = one_rank_world()
+    found: dict = {}
+    for name, checkpointing, attention in (("sdpa", False, "sdpa"), ("eager", False, "eager"),
+                                           ("checkpointed", True, "sdpa")):
+        engine, loss = train_one_step(checkpointing, attention)
+        module = engine.module
+        found[name] = {"class": type(module).__name__, "attention": module.config._attn_implementation,
+                       "n_embd": module.config.n_embd, "eos": module.config.eos_token_id, "loss": loss,
+                       "checkpointing": module.is_gradient_checkpointing, "use_cache": module.config.use_cache,
+                       "grad_norm": engine.grad_norm(), "parameters": engine.parameter_count()}
+        if name == "sdpa":
+            sampled = LiveTensorPeak.of(sample_step(engine, loop.RankBatches(Rows(), 1, 0, 2, 2, 0), 2, 1, 0), "test")
+            found["sampled"] = {**sampled.as_json(), "reduce_bucket": engine.engine.optimizer.reduce_bucket_size}
+        engine.destroy()
+    remove_shm_buffers(port)
+    print("RESULT " + json.dumps(found))
+
+
+@pytest.fixture(scope="module")
+def trained():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "workflow")])}
+    done = subprocess.run([sys.executable, "-c", "from tests.unit.test_training_features import worker; worker()"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
+
+
+def test_a_config_defined_shape_only_model_trains_under_zero3_with_its_attention(trained):
+    sdpa, eager = trained["sdpa"], trained["eager"]
+    assert sdpa["class"] == "GPT2LMHeadModel" and sdpa["attention"] == "sdpa" and eager["attention"] == "eager"
+    assert sdpa["n_embd"] == 32 and sdpa["eos"] == 2  # the config's shape, the manifest's end of sequence
+    assert np.isfinite(sdpa["loss"]) and not sdpa["checkpointing"]
+    # wte, wpe, two blocks (ln_1, c_attn, c_proj, ln_2, c_fc, mlp c_proj: 12 h^2 + 13 h), ln_f; lm_head tied.
+    assert sdpa["parameters"] == 32 * 300 + 64 * 32 + 2 * (12 * 32 * 32 + 13 * 32) + 2 * 32
+    assert eager["loss"] == pytest.approx(sdpa["loss"], rel=1e-4)  # the same arithmetic, another kernel
+
+
+def test_activation_checkpointing_trains_under_zero3_and_recomputes_the_same_loss(trained):
+    checkpointed, plain = trained["checkpointed"], trained["sdpa"]
+    assert checkpointed["checkpointing"] and checkpointed["use_cache"] is False
+    assert checkpointed["loss"] == pytest.approx(plain["loss"], rel=1e-6)
+    assert checkpointed["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-5)
+
+
+def test_the_sampled_step_counts_every_live_tensor_and_names_the_buckets(trained):
+    sampled, parameters = trained["sampled"], trained["sdpa"]["parameters"]
+    assert sampled["step"] == 2 and sampled["rank"] == 0
     # The contiguous gradient bucket, fp32 on the CPU, allocated at full size: the buckets' measured bytes.
-    assert sampled.buffers_bytes == {"reduce_bucket": 4 * reduce_bucket}
-    # Alive at the start: at least the bucket and the model states; the step adds its activations on top.
-    parameters = engine.parameter_count()
-    assert sampled.at_start_bytes >= 4 * reduce_bucket + 4 * 4 * parameters
-    assert sampled.peak_bytes > sampled.at_start_bytes
-    engine.destroy()
+    assert sampled["buffers(bytes)"] == {"reduce_bucket": 4 * sampled["reduce_bucket"]}
+    # Alive at the start: at least the bucket and four fp32 model-state copies; the step adds activations on top.
+    assert sampled["at_start(bytes)"] >= 4 * sampled["reduce_bucket"] + 4 * 4 * parameters
+    assert sampled["peak(bytes)"] > sampled["at_start(bytes)"]

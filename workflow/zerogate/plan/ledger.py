@@ -70,6 +70,11 @@ TERM_SOURCES = {
     "gradient_accumulation": "16-bit gradient accumulation partition on the host with optimizer offload and "
                              "accumulation > 1 (docs/reference.md section 1: +2 Phi when G > 1)",
     "optimizer_states": "Adam's two fp32 moments of the rank's partition (8 bytes per element)",
+    "optimizer_gradients": "ZeRO-3 with optimizer offload: the fp32 gradient the optimizer steps on, one pinned "
+                           "host buffer per sub-group held for the run beside the accumulation buffer (stage3.py "
+                           "initialize_optimizer_states, subgroup_gradient_buffer as fp32_partitioned_groups_flat"
+                           "[i].grad); measured: the smoke run's ranks hold exactly one such partition-sized fp32 "
+                           "tensor more than the other terms (docs/measurements.md)",
     "persistent_parameters": "parameters at or below stage3_param_persistence_threshold, kept whole on every rank "
                              "(partition_parameters.py ds_persist)",
     "reduce_bucket": "ZeRO-3's contiguous gradient bucket, torch.empty(reduce_bucket_size) per parameter dtype at "
@@ -91,7 +96,7 @@ TERM_SOURCES = {
                           "live, runtime/fp16/fused_optimizer.py step); ZeRO-1/2 flatten the partition and convert "
                           "it (b + 4 bytes per element of Phi/N, stage_1_and_2.py step); ZeRO-3 the same per "
                           "sub-group of sub_group_size elements (stage3.py _prepare_fp32_grad_for_sub_group); "
-                          "none with optimizer offload (the host buffer is the copy)",
+                          "none on the device with optimizer offload (optimizer_gradients, on the host, is the copy)",
     "allocator_margin": f"the CUDA caching allocator's reserve above the tensor peak, {100 * ALLOCATOR_MARGIN:.1f} % "
                         "(assumed from one published DeepSpeed memory line, docs/reference.md section 3)",
     "cuda_context": "CUDA context and cuBLAS workspaces, 0.6 GiB (the upper end of users' 0.3-0.6 GiB, "
@@ -113,7 +118,7 @@ TERM_SOURCES = {
 
 # The phases of a device's terms (see the module docstring); OVERHEAD is what is not a tensor.
 PERSISTENT = ("parameters", "master_parameters", "gradients", "gradient_accumulation", "optimizer_states",
-              "persistent_parameters", "reduce_bucket")
+              "optimizer_gradients", "persistent_parameters", "reduce_bucket")
 MICRO_STEP = ("gathered_parameters", "largest_layer_gradient", "gradient_reduction_buckets", "activations",
               "backward_transient")
 OPTIMIZER_STEP = ("fp32_gradient_copy",)
@@ -369,6 +374,8 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
         # Gradient partitions go to a flat fp32 host buffer (stage3 grad_partitions_flat_buffer).
         host["gradients"] = 4 * share
         (nvme if setup.nvme_optimizer else host).update(optimizer_state)
+        if setup.stage == 3 and not setup.nvme_optimizer:
+            host["optimizer_gradients"] = 4 * share
         if setup.accumulation > 1 and b < 4:
             host["gradient_accumulation"] = b * share
     else:
@@ -396,7 +403,8 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
 
     pinned = {}
     if setup.pin_memory:
-        pinned = {k: v for k, v in host.items() if k in ("parameters", "gradients", "gradient_accumulation")}
+        pinned = {k: v for k, v in host.items()
+                  if k in ("parameters", "gradients", "gradient_accumulation", "optimizer_gradients")}
     swap = 0
     if setup.nvme_param:
         swap += setup.param_swap_buffer_count * setup.param_swap_buffer_size * b
