@@ -266,3 +266,20 @@ def test_the_small_card_claim_shows_the_traced_terms_and_each_change_under_it_pl
     replanned = plan_for_run(run_spec, ds, machine, suggested.plan, "claim-14b-checkpointing")
     assert replanned.smallest_device.need_bytes == checkpointing.smallest_device_need_bytes < 7.42e9
     assert replanned.ledger.activations.saved_bytes < acts.saved_bytes / 5  # checkpointing keeps layer inputs only
+
+
+def test_nvme_offload_is_checked_against_the_stated_capacity_or_noted(claim_box, tmp_path):
+    from zerogate.config.machines import check
+
+    setup = claim_setup(nvme_optimizer=True, nvme_param=True)
+    described = {**claim_box, "host": {**claim_box["host"], "nvme_bytes": 2 * 10**12}}
+    check(described, "box.yaml")  # the schema takes the capacity
+    result = plan(claim_counts(), setup, described)
+    nvme = [c for c in result.checks if c.what == "NVMe"]
+    # Per node: two ranks x (2 + 4 + 8 bytes) x Phi / 2 of parameters, master weights and Adam's moments.
+    assert len(nvme) == 1 and nvme[0].need_bytes == 14 * 14 * 10**9 and nvme[0].fits and result.notes == []
+    small = {**claim_box, "host": {**claim_box["host"], "nvme_bytes": 10**11}}
+    assert not [c for c in plan(claim_counts(), setup, small).checks if c.what == "NVMe"][0].fits
+    unknown = plan(claim_counts(), setup, claim_box)
+    assert [c.what for c in unknown.checks if c.rank is None] == ["host RAM"]
+    assert unknown.notes and "states no NVMe capacity (host.nvme_bytes)" in unknown.notes[0]
