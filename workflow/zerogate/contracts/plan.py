@@ -48,7 +48,7 @@ class Suggestion(Record):
     fits: bool = True  # every check fits after the change (Plan.device_changes lists some that do not)
     smallest_device_need_bytes: int | None = Field(None, alias="smallest_device_need(bytes)")  # None without GPUs
     # The change as a profile that extends the planned one (zerogate.plan.overlay.suggestion_profile), where
-    # the plan rule wrote it, and the one command that plans it; None where a profile cannot express it.
+    # the plan rule wrote it, and the one command that plans it; None until a plan rule writes it.
     profile_file: str | None = None
     command: str | None = None
 

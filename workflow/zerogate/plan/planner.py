@@ -19,17 +19,6 @@ from zerogate.plan.ledger import Activations, Setup, device_levels, host_need_pe
 from zerogate.units import format_bytes
 
 
-def _device_need(counts: ModelCounts, setup: Setup, activations: Activations | None = None) -> int:
-    """What must fit one rank's device: its device level (tensors, allocator margin, context, communicator)."""
-    return device_levels(zerogate_terms(counts, setup, activations)["device"])["device"]
-
-
-def _host_need(counts: ModelCounts, setup: Setup, on_cpu: bool, activations: Activations | None = None) -> int:
-    """Host RAM the node needs: each of its ranks' runtime, model build or offloaded state and buffers, and on
-    the CPU accelerator every tensor (zerogate.plan.ledger.host_need_per_rank)."""
-    return host_need_per_rank(zerogate_terms(counts, setup, activations), on_cpu) * setup.ranks_per_node
-
-
 def _check(what: str, rank: int | None, device: str, need: int, capacity: int) -> MemoryCheck:
     return MemoryCheck(what=what, rank=rank, device=device, need_bytes=need, capacity_bytes=capacity,
                        headroom_bytes=capacity - need, fits=capacity - need >= 0)
