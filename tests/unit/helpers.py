@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from zerogate.analysis.parse import parse_launcher_log, steps_table
-from zerogate.config.profile import load_profile_chain, resolve_profile
+from zerogate.config.profile import load_profile_chain, resolve_profile, with_model_config
 from zerogate.config.settings import ProfileSettings, profile_settings
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Plan
@@ -71,7 +71,7 @@ def settings(profile: str | dict) -> ProfileSettings:
     """A real profile's typed settings (by name), or a resolved profile's."""
     if isinstance(profile, str):
         profile = resolve_profile(load_profile_chain(REPO / "config/profiles", profile, "config/config.yaml", "profile"))
-    return profile_settings(profile)
+    return with_model_config(profile_settings(profile))
 
 
 def spike_rule(profile: str | dict) -> "SpikeRule":

@@ -16,7 +16,7 @@ from zerogate import __version__ as PIPELINE_VERSION
 from zerogate.errors import InputError
 from zerogate.hashing import sha256_json
 from zerogate.config.machine_id import machine_id_from_host
-from zerogate.config.profile import check_profile, file_defining, load_profile_chain, resolve_profile
+from zerogate.config.profile import check_profile, file_defining, load_profile_chain, profile_name, resolve_profile
 from zerogate.config.validation import key_path, to_input_error
 from zerogate.contracts.base import plain
 from zerogate.data.sources import check_dataset_source
@@ -79,8 +79,10 @@ def load_profile(name):
 
 
 validated(config, "config.schema.yaml")
-PROFILE_NAME = config["profile"]
-PROFILE, SETTINGS = load_profile(PROFILE_NAME)
+# The profile as given (a name in config/profiles/, or a .yaml path) and the name its results are filed under.
+PROFILE_ARG = config["profile"]
+PROFILE_NAME = profile_name(PROFILE_ARG)
+PROFILE, SETTINGS = load_profile(PROFILE_ARG)
 # "auto" (the host name) and "today" (the report's date) are resolved once, by the invocation the user
 # started, and reach every job it spawns through the environment: a cluster job re-reads this file on its
 # own node, perhaps after midnight, and must build the same paths (sbatch passes the environment on).
@@ -123,7 +125,7 @@ CLAIMED_PROFILE, CLAIMED_SETTINGS = load_profile(CLAIMED_BOX["profile"])
 
 def profile_file_setting(key):
     """The profile file that sets ``key`` (dotted), for error messages of rules that check it later."""
-    chain = load_profile_chain(PROFILES, PROFILE_NAME, CONFIG_FILE, "profile")
+    chain = load_profile_chain(PROFILES, PROFILE_ARG, CONFIG_FILE, "profile")
     return str(file_defining(chain, key.split("."))).replace(f"{REPO}/", "")
 
 
