@@ -309,6 +309,7 @@ class PlannedRun:
 def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | None = None) -> PlannedRun:
     """The row's run rendered and planned for its hardware, at ``micro_batch`` (default: the row's)."""
     from zerogate.config.machines import to_fingerprint
+    from zerogate.config.profile import model_with_config
     from zerogate.contracts.run import DsConfig
     from zerogate.model.hf_config import shape_of
     from zerogate.plan.ds_config import render
@@ -320,8 +321,9 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     model, model_notes = model_section(row, config, repo)
     training, training_notes = training_section(row, micro_batch)
     machine = described_machine(row)
+    settings, _ = model_with_config(model_settings(model, lambda key: where), lambda key: where)
     ds_config, _, run_spec = render(
-        claim_config(row), model=model_settings(model, lambda key: where), training=typed(RunTraining, training, where),
+        claim_config(row), model=settings, training=typed(RunTraining, training, where),
         overrides=[], seq_len=row.setup.seq_len, vocab_size=shape_of(config).vocab_size,
         fingerprint=to_fingerprint(machine), template_file=where, profile_file=where, nodes=node_layout(row))
     typed_config = DsConfig.of(ds_config, where)

@@ -130,9 +130,23 @@ def with_model_config(settings: "ProfileSettings", where: Any = None) -> "Profil
     its key for a bad one, ``dataset.seq_len`` when the model has fewer positions."""
     import dataclasses
 
-    model = settings.model
-    if model.config is None:
+    if settings.model.config is None:
         return settings
+    where = where or (lambda key: "profile")
+    model, max_positions = model_with_config(settings.model, where)
+    if settings.dataset.seq_len > max_positions:
+        raise InputError(where("dataset.seq_len"), "dataset.seq_len",
+                         f"{settings.dataset.seq_len} exceeds the {max_positions} positions of {model.config}")
+    return dataclasses.replace(settings, model=model)
+
+
+def model_with_config(model: "ModelSettings", where: Any = None) -> "tuple[ModelSettings, int]":
+    """(``model`` with its shape keys filled in from ``model.config``, the model's positions); ``model``
+    unchanged without a config. InputError naming ``model.config`` for a missing file."""
+    import dataclasses
+
+    if model.config is None:
+        return model, 2**63
     from zerogate.model.hf_config import config_file, load_config, shape_of
 
     where = where or (lambda key: "profile")
@@ -140,12 +154,9 @@ def with_model_config(settings: "ProfileSettings", where: Any = None) -> "Profil
     if not (file.is_file() or (file / "config.json").is_file()):
         raise InputError(where("model.config"), "model.config", f"no such config.json: {file}")
     shape = shape_of(load_config(file))
-    if settings.dataset.seq_len > shape.max_positions:
-        raise InputError(where("dataset.seq_len"), "dataset.seq_len",
-                         f"{settings.dataset.seq_len} exceeds the {shape.max_positions} positions of {model.config}")
     filled = dataclasses.replace(
         model, architecture=shape.model_type, hidden_size=shape.hidden_size, num_hidden_layers=shape.layers,
         num_attention_heads=shape.attention_heads, num_key_value_heads=shape.kv_heads,
         intermediate_size=shape.intermediate_size, vocab_size=shape.vocab_size,
         tie_word_embeddings=shape.tied_embeddings)
-    return dataclasses.replace(settings, model=filled)
+    return filled, shape.max_positions
