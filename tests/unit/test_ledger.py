@@ -219,6 +219,29 @@ def test_fp32_gradient_copies_by_stage_and_precision():
     assert copy(stage=3, offload_optimizer=True) == 0
 
 
+def test_zero12_optimizer_offload_passes_gradients_through_buffers_of_the_largest_parameter():
+    """stage_1_and_2.py with cpu offload, counted by hand on a 4-parameter model over 2 ranks: a device and a
+    host buffer of the largest parameter held for the run, and each gradient slice converted to fp32 on the
+    device (at most the largest parameter, at most the rank's partition) before its copy to the host."""
+    counts = ModelCounts(total=1000, largest_layer=600, numels=(600, 300, 60, 40), hidden=1, layers=1, heads=1,
+                         vocab=1, tied_embeddings=False)
+
+    def terms(**changes):
+        return zerogate_terms(counts, claim_setup(**{"offload_param": False, "ranks": 2, **changes}))
+
+    for stage in (1, 2):
+        offloaded = terms(stage=stage, offload_optimizer=True, dtype="fp16")
+        assert offloaded["device"]["offload_gradient_buffer"] == 2 * 600
+        assert offloaded["device"]["offload_gradient_conversion"] == 4 * 500  # the partition is 500 elements
+        assert offloaded["host"]["offload_gradient_staging"] == 2 * 600
+        assert "offload_gradient_staging" in offloaded["pinned"]
+        assert "offload_gradient_conversion" not in terms(stage=stage, offload_optimizer=True, dtype="fp32")["device"]
+        assert "offload_gradient_buffer" not in terms(stage=stage, offload_optimizer=False)["device"]
+    zero3 = terms(stage=3, offload_optimizer=True)
+    assert not {"offload_gradient_buffer", "offload_gradient_conversion"} & set(zero3["device"])
+    assert "offload_gradient_staging" not in zero3["host"]
+
+
 def test_gathered_parameters_within_the_reuse_distance_and_the_live_limit():
     counts = ModelCounts(total=1115, largest_layer=1000, numels=(1000, 100, 10, 5), hidden=1, layers=1, heads=1,
                          vocab=1, tied_embeddings=False)

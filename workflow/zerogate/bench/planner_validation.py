@@ -265,9 +265,10 @@ def training_section(row: MeasuredRow, micro_batch: int) -> tuple[dict[str, Any]
 
 def claim_config(row: MeasuredRow) -> dict[str, Any]:
     """The row's DeepSpeed config as a claim template: stage, offloads and precision as stated, everything
-    else DeepSpeed's defaults (the rows record no bucket sizes); render() sets the geometry."""
+    the other zero_optimization keys the row states, everything else DeepSpeed's defaults; render() sets the
+    geometry."""
     setup = row.setup
-    zero: dict[str, Any] = {"stage": setup.zero_stage}
+    zero: dict[str, Any] = {"stage": setup.zero_stage, **setup.zero_optimization}
     for key, device in (("offload_optimizer", setup.offload_optimizer), ("offload_param", setup.offload_param)):
         if device != "none":
             zero[key] = {"device": device, **({"nvme_path": "/local_nvme"} if device == "nvme" else {})}

@@ -11,7 +11,7 @@ import yaml
 from zerogate.errors import InputError
 
 if TYPE_CHECKING:
-    from zerogate.config.settings import ProfileSettings
+    from zerogate.config.settings import ModelSettings, ProfileSettings
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

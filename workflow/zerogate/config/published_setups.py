@@ -167,9 +167,16 @@ class MeasuredSetup(Record):
     activation_checkpointing: bool | None = None
     attention: Attention | None = None
     optimizer: str | None = None
+    # Other keys of the run's ``zero_optimization`` section as its published config states them (bucket
+    # sizes, overlap_comm...): rendered into the plan's DeepSpeed config; DeepSpeed's defaults otherwise.
+    zero_optimization: dict[str, bool | int | float] = {}
 
     @model_validator(mode="after")
     def _offloads_deepspeed_has(self) -> MeasuredSetup:
+        stated = {"stage", "offload_optimizer", "offload_param"} & set(self.zero_optimization)
+        if stated:
+            raise ValueError(f"zero_optimization: {', '.join(sorted(stated))} is stated by zero_stage / "
+                             "offload_optimizer / offload_param")
         if self.offload_param != "none" and self.zero_stage != 3:
             raise ValueError("offload_param: parameter offload needs zero_stage 3")
         if self.offload_optimizer != "none" and self.zero_stage == 0:

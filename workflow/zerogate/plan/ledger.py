@@ -87,6 +87,16 @@ TERM_SOURCES = {
                            "partitioned_param_coordinator.py __params_to_release; zerogate.plan.comms.zero3_trace) "
                            "plus the prefetch bucket, which stage3_max_live_parameters caps "
                            "(partitioned_param_coordinator.py fetch_sub_module), at most the model",
+    "offload_gradient_buffer": "ZeRO-1/2 with optimizer offload: the device buffer of the largest parameter's size "
+                               "gradients pass through on their way to the host, held for the run (stage_1_and_2.py "
+                               "temp_grad_buffer_for_gpu_offload)",
+    "offload_gradient_conversion": "ZeRO-1/2 with optimizer offload and 16-bit training: each gradient's slice in the "
+                                   "rank's partition converted to fp32 on the device before its copy to the host, at "
+                                   "most the largest parameter (stage_1_and_2.py "
+                                   "async_inplace_copy_grad_to_fp32_buffer_from_gpu)",
+    "offload_gradient_staging": "ZeRO-1/2 with optimizer offload: the host buffer of the largest parameter's size "
+                                "(pinned with pin_memory), held for the run (stage_1_and_2.py "
+                                "temp_grad_buffer_for_cpu_offload)",
     "largest_layer_gradient": "the largest layer's full gradient before it is reduced into the partitions (ZeRO-2/3)",
     "activations": "what one micro-step's forward keeps for the backward (zerogate.plan.activations)",
     "backward_transient": "what the backward holds on top of the kept activations at its peak, weight gradients "
@@ -118,9 +128,10 @@ TERM_SOURCES = {
 
 # The phases of a device's terms (see the module docstring); OVERHEAD is what is not a tensor.
 PERSISTENT = ("parameters", "master_parameters", "gradients", "gradient_accumulation", "optimizer_states",
-              "optimizer_gradients", "persistent_parameters", "reduce_bucket")
-MICRO_STEP = ("gathered_parameters", "largest_layer_gradient", "gradient_reduction_buckets", "activations",
-              "backward_transient")
+              "optimizer_gradients", "persistent_parameters", "reduce_bucket", "offload_gradient_buffer",
+              "offload_gradient_staging")
+MICRO_STEP = ("gathered_parameters", "largest_layer_gradient", "gradient_reduction_buckets",
+              "offload_gradient_conversion", "activations", "backward_transient")
 OPTIMIZER_STEP = ("fp32_gradient_copy",)
 OVERHEAD = ("allocator_margin", "cuda_context", "communicator")
 # Host RAM terms that are not offloaded model state.
@@ -378,6 +389,11 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
             host["optimizer_gradients"] = 4 * share
         if setup.accumulation > 1 and b < 4:
             host["gradient_accumulation"] = b * share
+        if setup.stage in (1, 2):
+            device["offload_gradient_buffer"] = b * counts.largest_layer
+            host["offload_gradient_staging"] = b * counts.largest_layer
+            if b < 4:  # the conversion is a no-op when the gradients are already fp32
+                device["offload_gradient_conversion"] = 4 * min(counts.largest_layer, share)
     else:
         device["gradients"] = b * grads_share
         device.update(optimizer_state)
@@ -404,7 +420,8 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
     pinned = {}
     if setup.pin_memory:
         pinned = {k: v for k, v in host.items()
-                  if k in ("parameters", "gradients", "gradient_accumulation", "optimizer_gradients")}
+                  if k in ("parameters", "gradients", "gradient_accumulation", "optimizer_gradients",
+                           "offload_gradient_staging")}
     swap = 0
     if setup.nvme_param:
         swap += setup.param_swap_buffer_count * setup.param_swap_buffer_size * b
