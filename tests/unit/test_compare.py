@@ -111,11 +111,17 @@ def test_per_rank_memory_is_one_row_per_rank_with_units(seven):
     assert rows["peak memory, rank 1"]["cells"]["lab-b"]["value"] == pytest.approx(1.21)
     assert rows["peak memory, rank 1"]["cells"]["lab-b"]["ratio"] == pytest.approx(1.21 / 0.61)
     table = comparison_table(group_runs(seven))
-    assert {"peak memory rank 0 (GiB)", "peak memory rank 1 (GiB)"} <= set(table.columns)
+    memory = table[table["statistic"] == "peak memory, rank 1"]
+    assert set(memory["unit"]) == {"GiB"} and len(memory) == 4  # one row per grouped run
+    assert memory.loc[memory["machine"] == "lab-b", "value"].item() == pytest.approx(1.21)
+    assert memory.loc[memory["machine"] == "lab-b", "ratio"].item() == pytest.approx(1.21 / 0.61)
+    assert memory["beyond_noise"].isna().all()  # memory has no interval: nothing said about noise
+    assert "peak memory, rank 0" in set(table["statistic"])
     cells = [str(v) for v in table.to_numpy().ravel()]
     assert not any(c.startswith("{") or c.startswith("[") for c in cells)  # no JSON in a cell
-    assert table["comparable"].tolist() == [True] * 4 + [False] * 3
-    assert table["not comparable because"].notna().sum() == 3
+    per_run = table.groupby("run id", sort=False)["comparable"].first()
+    assert per_run.tolist() == [True] * 4 + [False] * 3
+    assert table.drop_duplicates("run id")["not comparable because"].notna().sum() == 3
 
 
 def test_gate_verdicts_side_by_side(seven):

@@ -469,6 +469,7 @@ def test_run_statistics_keys_and_values():
         "peak_memory_per_rank(GiB)": {0: 0.5, 1: 0.5}, "run_complete": None, "failed_ranks": None,
         # no collectives(s) in these records: who waits for whom is not measured
         "straggler_rank": None, "straggler_compute_excess(s)": None, "wait_for_straggler_median(s)": None,
+        "intervals": None, "repeats(runs)": 1,  # no interval asked for (and 3 timed steps are too few for one)
     }
     timed = frame(collectives={0: [5.0, 0.9, 0.9, 0.9], 1: [5.0, 0.2, 0.2, 0.2]})
     straggling = {k: v for k, v in measures.run_statistics(timed, 1, RULE).model_dump(by_alias=True).items()

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from zerogate.contracts.base import Artefact, Record
 from zerogate.contracts.data import SplitStats
+from zerogate.contracts.intervals import GateInterval, Interval, TimingIntervals
 from zerogate.contracts.machine import Accelerator, Cpu, Ram
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.records import GitState
@@ -40,6 +41,14 @@ class RunStatistics(Record):
     straggler_rank: int | None
     straggler_compute_excess_s: float | None = Field(alias="straggler_compute_excess(s)")
     wait_for_straggler_median_s: float | None = Field(alias="wait_for_straggler_median(s)")
+    # The timing statistics' intervals (zerogate.analysis.measures, "Intervals"); None when not asked for or
+    # the run has too few timed steps. With repeats, the timing values above are the repeats' pooled ones.
+    intervals: TimingIntervals | None = None
+    repeats: int = Field(1, alias="repeats(runs)")
+
+    def interval_of(self, name: str) -> Interval | None:
+        """The interval of timing statistic ``name`` (a field of this class), None for others."""
+        return None if self.intervals is None else self.intervals.of(name)
 
 
 class MachineFacts(Record):
@@ -81,7 +90,7 @@ class Provenance(Artefact):
 
 
 class RegistryGate(Record):
-    """A gate's verdict without its evidence (that stays in gates/verdicts.json)."""
+    """A gate's verdict without its evidence (that stays in gates/verdicts.json), with its interval."""
 
     name: str
     claim: str
@@ -92,6 +101,7 @@ class RegistryGate(Record):
     threshold: float
     unit: str
     measured: float | None
+    interval: GateInterval | None = None
     verdict: GateOutcome
     reason: str
 
@@ -113,6 +123,7 @@ class RegistryFiles(Record):
     events: str
     provenance: str
     figures: dict[str, str]
+    repeat_steps: list[str] = []  # the other repeats' steps tables, repeat 1 first
 
 
 class RunRegistry(Artefact):
@@ -120,7 +131,7 @@ class RunRegistry(Artefact):
     to the repository that made it."""
 
     CONTRACT = "run_registry"
-    VERSION = 3
+    VERSION = 4
 
     pipeline_version: str
     run_id: str
@@ -130,7 +141,8 @@ class RunRegistry(Artefact):
     verdict_counts: dict[GateOutcome, int]
     reproduction: Reproduction
     gates: list[RegistryGate]
-    summary: RunStatistics | None  # None when the run recorded no step
+    summary: RunStatistics | None  # None when the run recorded no step; the repeats pooled
+    repeats: list[RunStatistics] = []  # each repeat's own statistics (profile key repeats; empty for one run)
     run: RunMeta
     provenance: RegistryProvenance
     deviations: list[Deviation]
