@@ -240,12 +240,13 @@ def timed_statistic(gate: GateSettings) -> str | None:
 
 def interval_outcome(comparison: str, threshold: float, interval: Interval) -> str:
     """PASS when every value of the interval meets the threshold, FAIL when none does, INCONCLUSIVE when
-    it straddles the threshold."""
+    it straddles the threshold. For <, <=, >=, > the values that pass form a half-line, so the ends decide;
+    for == only the threshold itself passes, so an interval around it is INCONCLUSIVE."""
     meets = COMPARE[comparison]
     low, high = meets(interval.low, threshold), meets(interval.high, threshold)
     if low and high:
         return PASS
-    if not low and not high and not interval.contains(threshold):
+    if not low and not high and not (comparison == "==" and interval.contains(threshold)):
         return FAIL
     return INCONCLUSIVE
 
