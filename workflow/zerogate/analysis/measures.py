@@ -769,7 +769,8 @@ def summarise_repeats(tables: list[pd.DataFrame], warmup_steps: int, spike_rule:
     pooling: each timing statistic pooled by ``pooling_rule`` with the interval over all repeats; the peak
     memory per rank the largest over the repeats (a peak); complete only when every repeat is; failed ranks
     the most of any repeat; every other field is the first repeat's. One table: that run's statistics."""
-    each = [summarise_run(table, warmup_steps, spike_rule, meta, interval_rule) for table, meta in zip(tables, run_metas)]
+    metas = [*run_metas, *[None] * (len(tables) - len(run_metas))]  # a repeat without metadata: no completion
+    each = [summarise_run(table, warmup_steps, spike_rule, meta, interval_rule) for table, meta in zip(tables, metas)]
     first = each[0]
     if len(tables) == 1 or first is None or any(stats is None for stats in each):
         return RepeatedRun(first, each)
