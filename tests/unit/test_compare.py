@@ -14,6 +14,7 @@ from zerogate.contracts.records import GitState
 from zerogate.contracts.report import GitAtStages, RunRegistry
 from zerogate.contracts.run import Deviations
 from zerogate.errors import InputError
+from zerogate.provenance import measurement_hash
 from zerogate.report.compare import (comparison_table, gate_rows, group_runs, histories, history_figure,
                                      history_rows, load_run, noise_summary, overlay_figure, quantity_rows,
                                      render_comparison)
@@ -21,13 +22,14 @@ from zerogate.report.registry import registry_record
 
 
 def registry_of(tiny_profile, machine, dataset_hash="d" * 64, step_time=0.5, profile="smoke", config_hash="f" * 64,
-                memory_gib=0.6, steps=None, interval_rule=None, commit="abc123", recorded_at=None):
+                memory_gib=0.6, steps=None, interval_rule=None, commit="abc123", recorded_at=None, resolved=None):
     """(registry.json's record, the steps table) of a synthetic run (or of ``steps``), as register_run makes it."""
     steps = synthetic_steps(step_time=step_time, memory_gib=memory_gib) if steps is None else steps
     verdicts = verdicts_of(tiny_profile, steps)
     base = f"results/{profile}/{machine}"
     made = provenance(profile=profile, run_id=f"{profile}-{machine}-{config_hash[:8]}", config_hash=config_hash,
-                      dataset_hash=dataset_hash)
+                      dataset_hash=dataset_hash, resolved_profile=resolved,
+                      measurement_hash=None if resolved is None else measurement_hash(resolved))
     git = GitState(commit=commit, dirty=False)
     made = made.model_copy(update={"git": GitAtStages(at_training=git, at_report=git),
                                    "recorded_at": recorded_at or made.recorded_at})
@@ -94,7 +96,7 @@ def test_runs_are_grouped_by_profile_config_and_dataset(seven):
     reasons = {s.run.run_id: s.reason for s in comparison.stragglers}
     assert len(reasons) == 3
     assert reasons["smoke-lab-x-ffffffff"].startswith("dataset hash eeeeeeeeeeee differs")
-    assert reasons["cpu-tiny-box-3-99999999"].startswith("config hash 999999999999 differs")
+    assert reasons["cpu-tiny-box-3-99999999"].startswith("measurement hash 999999999999 differs")
     assert reasons["gpu-1x-lab-a-aaaaaaaa"] == "the only run of profile gpu-1x"
     assert all(";" not in reason for reason in reasons.values())  # one reason each
 
@@ -193,10 +195,15 @@ NOISY = dict(step_time=0.5, time_noise=0.1, time_correlation=0.5)
 
 @pytest.fixture
 def same_and_slowed(tmp_path, tiny_profile):
+    """Two runs of the tiny profile and a third with its straggler injection: a profile of its own (another
+    config hash), the same measurement."""
     rule = measures.IntervalRule()
-    runs = [write_run(tmp_path, tiny_profile, machine, steps=synthetic_steps(**NOISY, seed=seed), interval_rule=rule)
+    runs = [write_run(tmp_path, tiny_profile, machine, steps=synthetic_steps(**NOISY, seed=seed), interval_rule=rule,
+                      resolved=tiny_profile)
             for machine, seed in (("box-a", 1), ("box-b", 2))]
-    runs.append(write_run(tmp_path, tiny_profile, "box-slow", interval_rule=rule,
+    slowed = {**tiny_profile, "stabiliser": {**tiny_profile.get("stabiliser", {}),
+                                             "inject": {"kind": "slow", "rank": 1, "seconds": 0.02}}}
+    runs.append(write_run(tmp_path, tiny_profile, "box-slow", interval_rule=rule, config_hash="5" * 64, resolved=slowed,
                           steps=synthetic_steps(**NOISY, seed=3, slow_rank=1, slow_factor=1.3)))
     return [load_run(d) for d in runs]
 
@@ -217,6 +224,7 @@ def test_two_runs_of_one_setting_differ_by_no_more_than_noise(same_and_slowed):
 
 def test_a_rank_slowed_by_30_percent_is_beyond_noise_in_the_csv_and_the_page(tmp_path, same_and_slowed):
     comparison = group_runs([same_and_slowed[0], same_and_slowed[2]], reference="box-a")
+    assert len(comparison.groups) == 1 and not comparison.stragglers  # the injection alone: the same measurement
     table = comparison_table(comparison)
     slowed = table[(table["machine"] == "box-slow") & (table["statistic"] == "median optimizer-step time, slowest rank")]
     assert slowed["beyond_noise"].tolist() == [True]
@@ -228,6 +236,8 @@ def test_a_rank_slowed_by_30_percent_is_beyond_noise_in_the_csv_and_the_page(tmp
     page = render_comparison(comparison, figures, "box-a")
     assert "Beyond noise: <b>box-slow</b> (median optimizer-step time, slowest rank" in page
     assert "beyond noise</small>" in page and "class='number beyond-noise'" in page
+    assert "kind slow, rank 1, seconds 0.02" in page
+    assert set(table.loc[table["machine"] == "box-slow", "fault injection"]) == {"kind slow, rank 1, seconds 0.02"}
 
 
 def test_the_history_orders_one_machines_runs_by_training_and_flags_a_regression(tmp_path, tiny_profile):

@@ -53,14 +53,15 @@ def rendered() -> Rendered:
 
 
 def provenance(profile: str = "smoke", run_id: str = "smoke-box-12345678", config_hash: str = "f" * 64,
-               dataset_hash: str = "d" * 64) -> Provenance:
-    """provenance.json of a run on the test machine."""
+               dataset_hash: str = "d" * 64, resolved_profile: dict | None = None,
+               measurement_hash: str | None = None) -> Provenance:
+    """provenance.json of a run on the test machine (what it measured: its config hash unless told)."""
     machine = CPU_FINGERPRINT
     git = GitState(commit="abc123", dirty=False)
     return Provenance(
         pipeline_version="0.1.0", run_id=run_id, recorded_at="2026-11-29T00:00:00+00:00",
         git=GitAtStages(at_training=git, at_report=git), profile=profile, config_hash=config_hash,
-        resolved_profile={}, ds_config=rendered().ds_config.raw, packages={"torch": "2.13.0", "deepspeed": "0.19.8"},
+        measurement_hash=measurement_hash or config_hash, resolved_profile=resolved_profile or {}, ds_config=rendered().ds_config.raw, packages={"torch": "2.13.0", "deepspeed": "0.19.8"},
         machine=MachineFacts(hostname=machine.hostname, platform=machine.platform, cpu=machine.cpu, ram=machine.ram,
                              accelerator=machine.accelerator),
         dataset=DatasetFacts(source="builtin-tasks", content_sha256=dataset_hash, splits={}))

@@ -75,6 +75,7 @@ class Provenance(Artefact):
     the DeepSpeed config, packages, machine and dataset."""
 
     CONTRACT = "provenance"
+    VERSION = 2
 
     pipeline_version: str
     run_id: str
@@ -82,6 +83,7 @@ class Provenance(Artefact):
     git: GitAtStages
     profile: str
     config_hash: str
+    measurement_hash: str  # the profile without repeats, interval settings and fault injection (compare's key)
     resolved_profile: dict[str, Any]
     ds_config: dict[str, Any]
     packages: dict[str, Any]
@@ -108,6 +110,8 @@ class RegistryGate(Record):
 
 class RegistryProvenance(Record):
     config_hash: str
+    measurement_hash: str
+    fault_injection: dict[str, Any] | None = None  # the profile's stabiliser.inject, when the run had one
     dataset_sha256: str
     ds_config_sha256: str
     git: GitAtStages

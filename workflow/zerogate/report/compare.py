@@ -1,7 +1,9 @@
 """Several runs side by side, from their run registries: machines compared on the same measurement.
 
-Runs are grouped by what they measured: the same profile, the same config hash (the resolved profile and
-the pipeline version) and the same dataset hash. Within a group the machines stand side by side, each
+Runs are grouped by what they measured: the same profile, the same measurement hash (the resolved profile
+and the pipeline version, without the keys that only set how many runs are made and how their uncertainty
+is estimated, or that inject a fault on purpose: zerogate.config.profile.measured_profile) and the same
+dataset hash. A run with a fault injection is grouped with the runs it disturbs and marked so. Within a group the machines stand side by side, each
 number with its ratio to a reference machine (``compare_reference`` in the config; by default the
 group's first machine in alphabetical order), and their loss and step-time curves are overlaid. A run
 that shares its group with no other run is listed apart with the one reason it is not comparable.
@@ -43,7 +45,7 @@ from zerogate.report.html import environment, fmt, image  # noqa: E402
 # What two runs must share to have measured the same thing, read from each registry.
 GROUP_BY: dict[str, Any] = {
     "profile": lambda registry: registry.profile,
-    "config hash": lambda registry: registry.provenance.config_hash,
+    "measurement hash": lambda registry: registry.provenance.measurement_hash,
     "dataset hash": lambda registry: registry.provenance.dataset_sha256,
 }
 # The run statistics a group compares (RunStatistics field -> label; the unit is in the field's key).
@@ -182,8 +184,8 @@ class Group:
 
     @property
     def title(self) -> str:
-        profile, config_hash, dataset_hash = self.key
-        return f"profile {profile} · config {_short(config_hash)} · dataset {_short(dataset_hash)}"
+        profile, measurement_hash, dataset_hash = self.key
+        return f"profile {profile} · measurement {_short(measurement_hash)} · dataset {_short(dataset_hash)}"
 
 
 @dataclass
@@ -309,7 +311,7 @@ def _column(name: str, label: str) -> str:
 
 # The CSV's columns: one row per (run, statistic) in a group, one per gate verdict, one per run not comparable.
 TABLE_COLUMNS = ["group", "comparable", "not comparable because", "machine", "run id", "profile", "config hash",
-                 "dataset hash", "DeepSpeed config hash", "reference machine", "statistic", "unit", "value", "low",
+                 "fault injection", "dataset hash", "DeepSpeed config hash", "reference machine", "statistic", "unit", "value", "low",
                  "high", "reference value", "ratio", "ratio low", "ratio high", "beyond_noise", "noise basis",
                  "gate", "verdict"]
 NOISE_BASIS = {True: "interval of the ratio (both runs bootstrapped)", False: "no interval for this quantity"}
@@ -350,8 +352,15 @@ def _run_columns(run: Run) -> dict[str, Any]:
     registry = run.registry
     return {"machine": run.machine, "run id": run.run_id, "profile": run.profile,
             "config hash": registry.provenance.config_hash if registry else None,
+            "fault injection": _injection(run),
             "dataset hash": registry.provenance.dataset_sha256 if registry else None,
             "DeepSpeed config hash": registry.provenance.ds_config_sha256 if registry else None}
+
+
+def _injection(run: Run) -> str | None:
+    """The run's fault injection in words (stabiliser.inject), None without one."""
+    inject = run.registry.provenance.fault_injection if run.registry else None
+    return None if not inject else ", ".join(f"{key} {value}" for key, value in inject.items())
 
 
 def noise_summary(group: Group) -> dict[str, Any]:
@@ -473,6 +482,7 @@ def render_comparison(comparison: Comparison, figures: dict[str, str | Path], re
                 for number, group in enumerate(comparison.groups, start=1)],
         histories=[{"history": h, "rows": history_rows(h)} for h in (history or [])],
         history_images=images,
+        injection=_injection,
         requested_reference=requested_reference,
         group_by=list(GROUP_BY),
         images=[image(figures["loss"], "Training loss per optimizer step, one panel per group, one curve per machine"),

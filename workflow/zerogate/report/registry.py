@@ -38,7 +38,9 @@ def registry_record(*, machine: str, verdicts: GateVerdicts, steps: pd.DataFrame
         repeats=[stats for stats in repeated.each if stats is not None] if repeated and len(repeated.each) > 1 else [],
         run=run_meta,
         provenance=RegistryProvenance(
-            config_hash=provenance.config_hash, dataset_sha256=provenance.dataset.content_sha256,
+            config_hash=provenance.config_hash, measurement_hash=provenance.measurement_hash,
+            fault_injection=(provenance.resolved_profile.get("stabiliser") or {}).get("inject"),
+            dataset_sha256=provenance.dataset.content_sha256,
             ds_config_sha256=sha256_json(provenance.ds_config), git=provenance.git, packages=provenance.packages,
             machine=provenance.machine, recorded_at=provenance.recorded_at),
         deviations=deviations.deviations,
