@@ -956,9 +956,11 @@ def timing_replicates(tables: list[pd.DataFrame], warmup_steps: int, rule: Inter
     inner = np.stack([_replicates(sample, rule, r) for r, sample in enumerate(samples)], axis=1)  # B x N x k
     if len(samples) == 1:
         replicates = inner[:, 0, :]
-    else:  # the repeats are independent runs: drawn with replacement, each with one of its own replicates
-        drawn = np.random.default_rng([rule.seed, len(samples)]).integers(0, len(samples), (rule.resamples, len(samples)))
-        replicates = pool(np.moveaxis(inner[np.arange(rule.resamples)[:, None], drawn, :], 1, 2))
+    else:  # the repeats are independent runs: drawn with replacement, each draw with a replicate of its own
+        rng = np.random.default_rng([rule.seed, len(samples)])
+        drawn = rng.integers(0, len(samples), (rule.resamples, len(samples)))
+        which = rng.integers(0, rule.resamples, (rule.resamples, len(samples)))
+        replicates = pool(np.moveaxis(inner[which, drawn, :], 1, 2))
     return TimingReplicates(pool(per_repeat.T), replicates, per_repeat, [s.block_length for s in samples], rule)
 
 

@@ -74,7 +74,7 @@ def train_once(tree: Path, log: Path) -> float:
 
 def read_records(directory: Path) -> pd.DataFrame:
     """The timing columns of a run's per-rank step records (rank<N>.jsonl), as a steps table."""
-    frames = [pd.read_json(path, lines=True) for path in sorted(directory.glob("rank*.jsonl"))]
+    frames = [pd.read_json(path, lines=True, precise_float=True) for path in sorted(directory.glob("rank*.jsonl"))]
     table = pd.concat(frames, ignore_index=True)
     return table[[c for c in COLUMNS if c in table.columns]].sort_values(["rank", "step"]).reset_index(drop=True)
 

@@ -129,7 +129,7 @@ def read_steps(run: Run) -> pd.DataFrame:
     return read_steps_table(_local(run, run.registry.files.steps))
 
 
-_TIMINGS: dict[Path, Any] = {}
+_TIMINGS: dict[tuple[Path, str], Any] = {}
 
 
 def timings(run: Run) -> measures.TimingReplicates | None:
@@ -138,12 +138,13 @@ def timings(run: Run) -> measures.TimingReplicates | None:
     summary = run.registry.summary if run.registry else None
     if summary is None or summary.intervals is None:
         return None
-    if run.directory not in _TIMINGS:
+    key = (run.directory, run.registry.registered_at)
+    if key not in _TIMINGS:
         basis = summary.intervals
         rule = measures.IntervalRule(basis.confidence, basis.resamples, basis.seed)
         tables = [read_steps(run)] + [read_steps_table(_local(run, path)) for path in run.registry.files.repeat_steps]
-        _TIMINGS[run.directory] = measures.timing_replicates(tables, summary.warmup_steps_excluded, rule)
-    return _TIMINGS[run.directory]
+        _TIMINGS[key] = measures.timing_replicates(tables, summary.warmup_steps_excluded, rule)
+    return _TIMINGS[key]
 
 
 def ratio_with_noise(run: Run, reference: Run, name: str) -> dict[str, Any]:
@@ -394,10 +395,11 @@ HISTORY_STATISTIC = "step_time_median_s"
 
 
 def histories(runs: list[Run]) -> list[History]:
-    """Per (profile, host name): the runs of two or more git commits, oldest training first."""
+    """Per (profile, host name): the runs of two or more git commits, oldest training first; a run with a
+    fault injection is no point of a history (it measures the fault, not the version)."""
     by_key: dict[tuple[str, str], list[Run]] = {}
     for run in runs:
-        if run.registry is not None and run.host:
+        if run.registry is not None and run.host and not run.registry.provenance.fault_injection:
             by_key.setdefault((run.profile, run.host), []).append(run)
     found = []
     for (profile, host), members in by_key.items():
