@@ -58,18 +58,22 @@ def environment(tree: Path) -> dict[str, str]:
             "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))}
 
 
-def train_once(tree: Path, log: Path) -> float:
-    """Train the run once more in ``tree`` (everything before training only the first time); wall seconds."""
+def train_once(tree: Path, log: Path, attempts: int = 2) -> tuple[float, int]:
+    """Train the run once more in ``tree`` (everything before training only the first time): (wall seconds
+    of the last attempt, attempts made). A failed attempt (a rank that aborts at exit after its last step
+    happens here now and then) is retried once; its log is kept beside."""
     target = str(RESULTS / "train/summary.json")
-    again = ["--forcerun", "train"] if (tree / target).exists() else []
-    command = [sys.executable, "-m", "snakemake", "--cores", "2", "--config", "profile=bisect", f"machine={MACHINE}",
-               *again, "--", target]
-    started = time.monotonic()
-    with log.open("w") as out:
-        done = subprocess.run(command, cwd=tree, env=environment(tree), stdout=out, stderr=subprocess.STDOUT)
-    if done.returncode:
-        raise SystemExit(f"zerogate: error: {tree}: training failed, see {log}")
-    return time.monotonic() - started
+    for attempt in range(1, attempts + 1):
+        again = ["--forcerun", "train"] if (tree / target).exists() else []
+        command = [sys.executable, "-m", "snakemake", "--cores", "2", "--config", "profile=bisect",
+                   f"machine={MACHINE}", *again, "--", target]
+        started = time.monotonic()
+        with log.open("w") as out:
+            done = subprocess.run(command, cwd=tree, env=environment(tree), stdout=out, stderr=subprocess.STDOUT)
+        if not done.returncode:
+            return time.monotonic() - started, attempt
+        shutil.copy(log, log.with_suffix(f".failed{attempt}.log"))
+    raise SystemExit(f"zerogate: error: {tree}: training failed {attempts} times, see {log}")
 
 
 def read_records(directory: Path) -> pd.DataFrame:
@@ -86,13 +90,13 @@ def measure(repo: Path, commits: list[str], runs: int, out: Path) -> list[dict]:
         for sha in commits:
             tree = trees[sha]
             load_before = os.getloadavg()[0]
-            wall = train_once(tree, out / f"{sha}-run{run}.log")
+            wall, attempts = train_once(tree, out / f"{sha}-run{run}.log")
             kept = out / sha / f"run{run}"
             shutil.rmtree(kept, ignore_errors=True)
             shutil.copytree(tree / RESULTS / "train/metrics", kept)
             benchmark = tree / RESULTS / "benchmarks/train.tsv"
             train_s = float(pd.read_csv(benchmark, sep="\t")["s"].iloc[0]) if benchmark.exists() else None
-            log.append({"commit": sha, "run": run, "wall_s": wall, "train_rule_s": train_s,
+            log.append({"commit": sha, "run": run, "wall_s": wall, "train_rule_s": train_s, "attempts": attempts,
                         "load_before": load_before, "load_after": os.getloadavg()[0]})
             print(f"{sha} run {run}: {wall:.0f} s (train rule {train_s} s), load {load_before:.1f} -> "
                   f"{log[-1]['load_after']:.1f}", flush=True)
