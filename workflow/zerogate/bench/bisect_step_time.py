@@ -5,8 +5,8 @@
 Each commit is checked out in its own worktree (``/tmp/bisect-<sha>``, made with ``git worktree add`` when
 absent) and trains the ``bench`` profile's run (the default profile in 60 optimizer steps, no checkpoints;
 written into the worktree as ``config/profiles/bisect.yaml``, since older commits lack ``bench``) through
-its own Snakefile, up to ``train/summary.json``. The commits take turns (A B A B ...), so a change in the
-machine's load falls on all of them alike. What is held constant: this interpreter's environment (its
+its own Snakefile, up to ``train/summary.json``. The commits take turns (A B C, then C B A, ...), so a
+change in the machine's load falls on all of them alike; another invocation adds runs to those kept. What is held constant: this interpreter's environment (its
 packages, and DeepSpeed's CPU ops prebuilt in its ``torch_extensions``), so only zerogate's code differs.
 
 Each run's step records are copied to ``<out>/<sha>/run<k>/`` and read back as a steps table (the timing
@@ -84,11 +84,15 @@ def read_records(directory: Path) -> pd.DataFrame:
 
 
 def measure(repo: Path, commits: list[str], runs: int, out: Path) -> list[dict]:
+    """``runs`` more runs of each commit, in rounds: the commits in the order given, then the reverse, so a
+    load that drifts within a round falls on the first and the last commits alike. A commit's runs are
+    numbered on from those already kept under ``out``."""
     trees = {sha: worktree(repo, sha) for sha in commits}
     log = []
-    for run in range(runs):
-        for sha in commits:
+    for round_ in range(runs):
+        for sha in commits if round_ % 2 == 0 else commits[::-1]:
             tree = trees[sha]
+            run = len(list((out / sha).glob("run*")))
             load_before = os.getloadavg()[0]
             wall, attempts = train_once(tree, out / f"{sha}-run{run}.log")
             kept = out / sha / f"run{run}"
@@ -132,7 +136,7 @@ def analyse(commits: list[str], out: Path, rule: measures.IntervalRule) -> list[
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("commits", nargs="+", help="commits to measure; ratios are to the first")
-    parser.add_argument("--runs", type=int, default=2, help="training runs per commit, interleaved")
+    parser.add_argument("--runs", type=int, default=2, help="more training runs per commit, interleaved")
     parser.add_argument("--out", default="results/bisect", help="where the records and bisect.json go")
     parser.add_argument("--repo", default=".", help="the repository the worktrees come from")
     parser.add_argument("--analyse-only", action="store_true", help="read the records already under --out")
