@@ -34,6 +34,7 @@ include: "workflow/rules/report.smk"
 include: "workflow/rules/compare.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/judge_log.smk"
+include: "workflow/rules/validate_planner.smk"
 
 
 rule all:

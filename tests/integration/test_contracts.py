@@ -17,7 +17,7 @@ from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.machine import Fingerprint, Preflight
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.plan import Approval, ModelCompute, PeakPrediction, Plan, RuntimeBaseline
-from zerogate.contracts.records import EvalRecord, HeldBytes, StabiliserEvent, StepRecord, TrainSummary
+from zerogate.contracts.records import EvalRecord, HeldBytes, LiveTensorPeak, StabiliserEvent, StepRecord, TrainSummary
 from zerogate.contracts.report import Provenance, RunRegistry
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec, TrainSettings
 from zerogate.contracts.verdicts import ClaimVerdicts, GateVerdicts, PlanClaims
@@ -43,6 +43,7 @@ ARTEFACTS: dict[str, type[Artefact]] = {
     "train/settings.json": TrainSettings,
     "train/summary.json": TrainSummary,
     "train/metrics/held_bytes_rank*.json": HeldBytes,
+    "train/metrics/live_tensors_rank*.json": LiveTensorPeak,
     "comms/measurements.json": CommsPlan,
     "comms/records/*/g*/rank*.json": CommsRecord,
     "comms/volume.json": CommsVolume,

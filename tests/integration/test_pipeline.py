@@ -90,6 +90,19 @@ def test_ledger_matches_what_each_rank_held_within_5_percent(smoke_run):
     assert Plan.read(results / "plan/plan.json").fits is True
 
 
+def test_each_predicted_peak_level_is_set_against_its_measurement(smoke_run):
+    """The CPU run's tensor peak against the live tensors of the step sampled after training (with and
+    without the config-sized gradient buckets) and its resident set against VmHWM, per rank, with errors."""
+    table = LedgerTable.read(smoke_run.results / "ledger/ledger_vs_measured.json")
+    levels = {(r.rank, r.level): r for r in table.levels}
+    assert {level for _, level in levels} == {"tensor", "tensor without the gradient buckets", "resident_set"}
+    for rank in (0, 1):
+        for level in ("tensor", "tensor without the gradient buckets"):
+            assert abs(levels[rank, level].error_percent) <= 10, levels[rank, level]
+        assert abs(levels[rank, "resident_set"].error_percent) <= 15, levels[rank, "resident_set"]
+    assert set(table.level_max_abs_error_percent) == {"tensor", "tensor without the gradient buckets", "resident_set"}
+
+
 def test_render_records_deviations_and_no_auto(smoke_run):
     results = smoke_run.results
     ds_config = (results / "deepspeed/ds_config.json").read_text()

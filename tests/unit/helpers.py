@@ -5,7 +5,12 @@ pipeline writes and nothing else."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -13,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from zerogate.analysis.parse import parse_launcher_log, steps_table
-from zerogate.config.profile import load_profile_chain, resolve_profile
+from zerogate.config.profile import load_profile_chain, resolve_profile, with_model_config
 from zerogate.config.settings import ProfileSettings, profile_settings
 from zerogate.contracts.machine import Fingerprint
+from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import GitState, StabiliserSummary, StepRecord, TrainSummary
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec
 
@@ -74,7 +80,7 @@ def settings(profile: str | dict) -> ProfileSettings:
     """A real profile's typed settings (by name), or a resolved profile's."""
     if isinstance(profile, str):
         profile = resolve_profile(load_profile_chain(REPO / "config/profiles", profile, "config/config.yaml", "profile"))
-    return profile_settings(profile)
+    return with_model_config(profile_settings(profile))
 
 
 def spike_rule(profile: str | dict) -> "SpikeRule":
@@ -124,3 +130,64 @@ def train_summary(completed_steps: int = 200, world_size: int = 2, **changes: An
         "git": GitState(commit="abc123", dirty=False),
     }
     return TrainSummary(**{**fields, **changes})
+
+
+# The claimed box as the tests describe it (the claim's two cards; config/machines has the full description).
+def claim_box() -> Fingerprint:
+    from tests.conftest import gpu_fingerprint
+
+    return gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
+
+
+@functools.cache
+def rendered_run(on: str = "cpu", profile: str = "cpu-tiny",
+                 overrides: tuple = ()) -> tuple[DsConfig, Deviations, RunSpec]:
+    """A profile as render_deepspeed_config renders it on this CPU machine (``"cpu"``: fp32, the CPU trains
+    without fp16) or on the claimed box (``"claim box"``: the claim's fp16 with its dynamic loss scaler),
+    with ``overrides`` ((path, value) pairs) after the profile's own."""
+    from tests.conftest import CPU_FINGERPRINT
+
+    added = [{"path": path, "value": value, "reason": "the test's"} for path, value in overrides]
+    rendered = render_profile(profile, CPU_FINGERPRINT if on == "cpu" else claim_box(), overrides=added)
+    return rendered.ds_config, rendered.deviations, rendered.run_spec
+
+
+def run_spec_for(steps: int = 200, world_size: int = 2, on: str = "cpu") -> RunSpec:
+    """cpu-tiny's rendered run spec, for a run of ``steps`` optimizer steps on ``world_size`` ranks."""
+    spec = rendered_run(on)[2]
+    return spec.model_copy(update={"world_size": world_size,
+                                   "training": dataclasses.replace(spec.training, optimizer_steps=steps)})
+
+
+@functools.cache
+def planned_run() -> Plan:
+    """The planner's plan of cpu-tiny on this CPU machine (probed without measurements: no floor figures)."""
+    from tests.conftest import CPU_FINGERPRINT
+    from zerogate.config.machines import from_fingerprint
+    from zerogate.plan.planner import plan_for_run
+
+    ds_config, _, spec = rendered_run("cpu")
+    return plan_for_run(spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), settings("cpu-tiny").plan,
+                        "cpu-tiny")
+
+
+def with_optimizer_step_floor(plan: Plan, seconds: float | None) -> Plan:
+    """``plan`` with its optimizer-step floor set to ``seconds`` (what a measured compute term would give)."""
+    return plan.model_copy(update={"floor": plan.floor.model_copy(update={"optimizer_step_floor_s": seconds})})
+
+
+def clean_checkout(copy: Path) -> Path:
+    """The workflow alone under ``copy`` (no results, no .snakemake), as a clean checkout has it."""
+    for name in ("Snakefile", "workflow", "config", "profiles", "envs"):
+        source = REPO / name
+        (shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+         if source.is_dir() else shutil.copy(source, copy / name))
+    return copy
+
+
+def run_snakemake(checkout: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``snakemake --cores 1 ARGS`` in ``checkout``, with its own package first on the path."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(checkout / "workflow")}
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=checkout, env=env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -93,7 +93,8 @@ def _run(on: str) -> tuple[DsConfig, Deviations, RunSpec]:
 @functools.cache
 def _counts_and_setup(on: str):
     ds_config, _, spec = _run(on)
-    return run_setup(spec, ds_config, {"nodes": 1})
+    counts, setup, _ = run_setup(spec, ds_config, {"nodes": 1})
+    return counts, setup
 
 
 def ledger_table(held_bytes_per_parameter_share: float, on: str = "cpu") -> LedgerTable:

@@ -3,7 +3,6 @@ them, and the rows that must never vanish (a scheme not run, a rank missing, a c
 
 from __future__ import annotations
 
-from dataclasses import asdict
 
 import pytest
 
@@ -11,7 +10,7 @@ from tests.conftest import CPU_FINGERPRINT
 from zerogate.analysis import claims as c
 from zerogate.analysis.comms import claim_verdict, load_records, measured_per_step, scheme_ratio, tabulate
 from zerogate.config.machines import from_fingerprint
-from zerogate.contracts.comms import (CommsRecord, CountsRecord, HostDeviceCopies, KindVolume, LoggedCalls,
+from zerogate.contracts.comms import (CommsRecord, HostDeviceCopies, KindVolume, LoggedCalls,
                                       TheorySettings)
 from zerogate.contracts.run import DsConfig, ZeroView
 from zerogate.contracts.verdicts import (DOES_NOT_HOLD, HOLDS, ClaimedBox, ClaimVerdict, ClaimVerdicts,
@@ -66,7 +65,7 @@ def record(scheme: str, accumulation: int, rank: int, phase: list[LoggedCalls] |
         warmup_steps=1, measured_steps=steps, seconds=1.0, rss_after_gib=0.5, recorder="test",
         phases={"init": [], "warmup": [],
                 "measured": [calls(e.name, e.msg_bytes, e.calls * steps) for e in entries]},
-        counts=CountsRecord(**asdict(COUNTS)), buffer_bytes=32, dtype="fp32", dtype_bytes=4, theory_settings=SETTINGS,
+        counts=COUNTS, buffer_bytes=32, dtype="fp32", dtype_bytes=4, theory_settings=SETTINGS,
         accelerator="cpu", host_device_copies=HostDeviceCopies(counted=False, reason="CPU accelerator"),
         ds_config=DsConfig(train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=accumulation,
                            zero_optimization=ZeroView(stage=stage)).raw)

@@ -1,71 +1,38 @@
 """The gates on synthetic runs (tests.unit.helpers.synthetic_steps: 2 ranks, 200 steps unless said), judged
 with the cpu-tiny profile's gates, its run spec, rendered DeepSpeed config and plan, as check_gates judges."""
 
-import dataclasses
-import functools
 import json
 
 import numpy as np
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
-from tests.unit.helpers import no_events, settings, step_record, synthetic_steps, table_of, render_profile, train_summary
+from tests.unit.helpers import no_events, settings, step_record, synthetic_steps, table_of, train_summary, claim_box, rendered_run, run_spec_for, planned_run, with_optimizer_step_floor
 from zerogate.analysis import measures
 from zerogate.analysis.gates import (FAIL, INCONCLUSIVE, NOT_MEASURED, PASS, evaluate, evaluate_gate, faithfulness,
                                      smallest_device_ranks, unit_of)
 from zerogate.analysis.measures import DEVICE_PEAK, STEP_TIME, SpikeRule
 from zerogate.analysis.parse import parse_launcher_log, run_metadata, stabiliser_events
-from zerogate.config.machines import from_fingerprint
 from zerogate.contracts.base import write_lines
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import StabiliserEvent
-from zerogate.contracts.run import Deviations, DsConfig, RunSpec
+from zerogate.contracts.run import Deviations, DsConfig
 from zerogate.contracts.verdicts import NonfiniteEventEvidence, OverflowEvidence, ProgressLineEvidence
-from zerogate.plan.planner import plan_for_run
 
 PROFILE = settings("cpu-tiny")
 RULE = SpikeRule.from_settings(PROFILE.stabiliser)  # the spike rule as train/settings.json carries it
-CLAIM_BOX = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
+CLAIM_BOX = claim_box()
 
 
 # ---- the run's real inputs, built by their producers ----------------------------------------------------
 
-@functools.cache
-def _rendered(on: str) -> tuple[DsConfig, Deviations, RunSpec]:
-    """cpu-tiny as render_deepspeed_config renders it on this CPU machine (fp32: the CPU trains without fp16)
-    or on the claimed box (fp16 with its dynamic loss scaler, as the claim's config has it)."""
-    fingerprint = CPU_FINGERPRINT if on == "cpu" else CLAIM_BOX
-    rendered = render_profile(PROFILE, fingerprint)
-    return rendered.ds_config, rendered.deviations, rendered.run_spec
-
-
 def _fp16() -> DsConfig:
-    return _rendered("claim box")[0]
+    return rendered_run("claim box")[0]
 
 
 def _fp32() -> DsConfig:
-    return _rendered("cpu")[0]
-
-
-def _run_spec(steps: int = 200, world_size: int = 2) -> RunSpec:
-    """The rendered run spec, for a run of ``steps`` optimizer steps on ``world_size`` ranks."""
-    spec = _rendered("cpu")[2]
-    return spec.model_copy(update={"world_size": world_size,
-                                   "training": dataclasses.replace(spec.training, optimizer_steps=steps)})
-
-
-@functools.cache
-def _planned() -> Plan:
-    ds_config, _, spec = _rendered("cpu")
-    return plan_for_run(spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), PROFILE.plan, "cpu-tiny")
-
-
-def _plan(floor_s: float | None) -> Plan:
-    """The planner's plan of the run with its optimizer-step floor set to ``floor_s`` (this CPU machine,
-    probed without measurements, gives the planner no figure for one: None)."""
-    planned = _planned()
-    return planned.model_copy(update={"floor": planned.floor.model_copy(update={"optimizer_step_floor_s": floor_s})})
+    return rendered_run("cpu")[0]
 
 
 SUMMARY = train_summary()
@@ -213,22 +180,22 @@ def test_incomplete_run_fails_the_nonfinite_gate():
 def test_cpu_run_is_not_a_faithful_reproduction():
     # On the CPU the rendered config turns the claim's fp16 off (a deviation that changes the experiment),
     # and the hardware is not the claim's: two reasons.
-    _, cpu_deviations, _ = _rendered("cpu")
+    _, cpu_deviations, _ = rendered_run("cpu")
     assert [d.path for d in cpu_deviations.changing_the_experiment] == ["fp16.enabled"]
     verdict = faithfulness(cpu_deviations, CPU_FINGERPRINT)
     assert not verdict.faithful and len(verdict.reasons) == 2
     claim_box = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
     assert faithfulness(Deviations(deviations=[]), claim_box).faithful
-    assert faithfulness(_rendered("claim box")[1], claim_box).faithful  # the claim's config, unchanged there
+    assert faithfulness(rendered_run("claim box")[1], claim_box).faithful  # the claim's config, unchanged there
 
 
 def test_evaluate_counts_verdicts():
-    spec = _run_spec(200)
-    _, deviations, _ = _rendered("cpu")
+    spec = run_spec_for(200)
+    _, deviations, _ = rendered_run("cpu")
     steps = fp16(synthetic_steps())
     meta = run_metadata(steps, no_events(), SUMMARY, "", 200)
     result = evaluate(PROFILE.gates, steps, no_events(), SUMMARY, spec, deviations, CPU_FINGERPRINT, 5, RULE,
-                      plan=_plan(0.25), run_meta=meta, ds_config=_fp16())
+                      plan=with_optimizer_step_floor(planned_run(), 0.25), run_meta=meta, ds_config=_fp16())
     assert result.counts == {PASS: len(PROFILE.gates), FAIL: 0, INCONCLUSIVE: 0, NOT_MEASURED: 0}
     # Without the planner's floor, fp16 skip records and run metadata, those gates are not measured.
     bare = evaluate(PROFILE.gates, synthetic_steps(), no_events(), SUMMARY, spec, deviations, CPU_FINGERPRINT, 5,
@@ -271,10 +238,10 @@ def test_floor_ratio_needs_the_planners_floor():
     steps = synthetic_steps(step_time=0.5)
     absent = judge("step_time_over_physical_floor", steps, plan=None)
     assert absent.verdict == NOT_MEASURED and "plan" in absent.reason
-    honest = judge("step_time_over_physical_floor", steps, plan=_plan(0.2))
+    honest = judge("step_time_over_physical_floor", steps, plan=with_optimizer_step_floor(planned_run(), 0.2))
     assert honest.verdict == PASS and honest.measured == pytest.approx(2.5, rel=0.05)
     # Faster than physics: the measurement (or the floor) is wrong.
-    impossible = judge("step_time_over_physical_floor", steps, plan=_plan(1.0))
+    impossible = judge("step_time_over_physical_floor", steps, plan=with_optimizer_step_floor(planned_run(), 1.0))
     assert impossible.verdict == FAIL and "is above the measured step" in impossible.reason
 
 
@@ -341,9 +308,9 @@ def test_floor_gate_reasons_and_evidence_exactly():
         return judge("step_time_over_physical_floor", steps, plan=plan)
 
     assert judged(None).reason == "no physical floor: the planner's plan.json is absent or gives none"
-    assert judged(_plan(0.0)).reason == "the planner's floor is 0.0 s, not a positive time"
-    assert judged(_plan(-1.0)).verdict == NOT_MEASURED
-    result = judged(_plan(0.25))
+    assert judged(with_optimizer_step_floor(planned_run(), 0.0)).reason == "the planner's floor is 0.0 s, not a positive time"
+    assert judged(with_optimizer_step_floor(planned_run(), -1.0)).verdict == NOT_MEASURED
+    result = judged(with_optimizer_step_floor(planned_run(), 0.25))
     assert set(result.evidence.model_dump(by_alias=True)) == {
         "kind", "per_rank(s)", "worst_rank(rank)", "median_step_time(s)", "floor(s)", "warmup_steps_excluded(steps)",
         "floor_terms(s)", "median_step_time_per_repeat(s)"}
@@ -356,20 +323,20 @@ def test_floor_gate_reasons_and_evidence_exactly():
 def test_the_floor_gate_reads_the_plans_optimizer_step_floor():
     """The floor is the plan's ``floor.optimizer_step_floor(s)`` and nothing else: a plan whose floor gives no
     optimizer-step figure (this CPU machine, probed without measurements) is no floor, whatever else it holds."""
-    planned = _planned()
+    planned = planned_run()
     assert planned.floor.optimizer_step_floor_s is None and planned.floor.missing  # the planner says what it lacks
     steps = synthetic_steps(step_time=0.5)
     assert judge("step_time_over_physical_floor", steps, plan=planned).reason == \
         "no physical floor: the planner's plan.json is absent or gives none"
     micro_only = planned.model_copy(update={"floor": planned.floor.model_copy(update={"micro_step_floor_s": 0.1})})
     assert judge("step_time_over_physical_floor", steps, plan=micro_only).verdict == NOT_MEASURED
-    two = judge("step_time_over_physical_floor", steps, plan=_plan(2))
+    two = judge("step_time_over_physical_floor", steps, plan=with_optimizer_step_floor(planned_run(), 2))
     assert two.evidence.floor == 2.0 and two.measured == pytest.approx(two.evidence.median_step_time / 2.0)
     # As plan.json holds it: the figure sits under the floor, and the plan read back gives the same verdict.
-    assert _plan(2).as_json()["floor"]["optimizer_step_floor(s)"] == 2
-    read_back = Plan.parse(json.loads(json.dumps(_plan(0.25).as_json())), "plan/plan_measured.json")
+    assert with_optimizer_step_floor(planned_run(), 2).as_json()["floor"]["optimizer_step_floor(s)"] == 2
+    read_back = Plan.parse(json.loads(json.dumps(with_optimizer_step_floor(planned_run(), 0.25).as_json())), "plan/plan_measured.json")
     assert judge("step_time_over_physical_floor", steps, plan=read_back) == judge(
-        "step_time_over_physical_floor", steps, plan=_plan(0.25))
+        "step_time_over_physical_floor", steps, plan=with_optimizer_step_floor(planned_run(), 0.25))
 
 
 def test_smallest_device_selection_exactly():

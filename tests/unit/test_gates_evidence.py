@@ -6,7 +6,6 @@ whole evidence is asserted in the form gates/verdicts.json holds it; the boundar
 thresholds the definitions name. Every run is built from StepRecords (tests.unit.helpers)."""
 
 import dataclasses
-import functools
 import json
 import math
 
@@ -15,47 +14,25 @@ import pandas as pd
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
-from tests.unit.helpers import no_events, settings, step_record, synthetic_steps, table_of, render_profile, train_summary
+from tests.unit.helpers import no_events, settings, step_record, synthetic_steps, table_of, train_summary, run_spec_for, planned_run
 from zerogate.analysis import gates, measures
 from zerogate.analysis.measures import COLLECTIVES_TIME, MICRO_STEP_TIME, STEP_TIME, Convergence, ConvergenceRule, SpikeRule
 from zerogate.analysis.parse import (STEP_COLUMNS, parse_launcher_log, parse_run, read_rank_metrics, run_metadata,
                                      stabiliser_events)
-from zerogate.config.machines import from_fingerprint
 from zerogate.config.settings import ConvergenceRuleSettings
 from zerogate.contracts.base import ContractError, write_lines
 from zerogate.contracts.machine import NodeFingerprint
 from zerogate.contracts.parsed import Failure, RunMeta
 from zerogate.contracts.plan import FloorRank, Plan
 from zerogate.contracts.records import StabiliserEvent
-from zerogate.contracts.run import Deviation, Deviations, DsConfig, RunSpec
+from zerogate.contracts.run import Deviation, Deviations
 from zerogate.contracts.verdicts import NonfiniteEventEvidence, Reproduction
-from zerogate.plan.planner import plan_for_run
 
 RULE = SpikeRule(window=16, threshold=6.0, min_history=5)
 PROFILE = settings("cpu-tiny")
 
 
 # ---- the run's real inputs, built by their producers ----------------------------------------------------
-
-@functools.cache
-def _rendered() -> tuple[DsConfig, Deviations, RunSpec]:
-    """cpu-tiny as render_deepspeed_config renders it on this CPU machine."""
-    rendered = render_profile(PROFILE, CPU_FINGERPRINT)
-    return rendered.ds_config, rendered.deviations, rendered.run_spec
-
-
-def _run_spec(steps: int, world_size: int = 2) -> RunSpec:
-    spec = _rendered()[2]
-    return spec.model_copy(update={"world_size": world_size,
-                                   "training": dataclasses.replace(spec.training, optimizer_steps=steps)})
-
-
-@functools.cache
-def _planned() -> Plan:
-    """The planner's plan of the run on this CPU machine (probed without measurements: no floor figures)."""
-    ds_config, _, spec = _rendered()
-    return plan_for_run(spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), PROFILE.plan, "cpu-tiny")
-
 
 def file_form(record):
     """A contract object as its file holds it (keys with units), per-rank keys kept as ranks."""
@@ -446,7 +423,7 @@ def floor_plan(**changes) -> Plan:
     """The planner's plan of the run with its floor's terms set by hand (this machine gives it no figures)."""
     floor = {"accumulation": 4, "ranks": FLOOR_RANKS, "boundary_terms": {"collectives(s)": 0.5},
              "optimizer_terms": {"cpu_adam(s)": 1.0}} | changes
-    planned = _planned()
+    planned = planned_run()
     return planned.model_copy(update={"floor": planned.floor.model_copy(update=floor)})
 
 
@@ -461,7 +438,7 @@ def test_floor_terms_of_the_deciding_rank_times_the_accumulation():
 
 def test_floor_terms_are_empty_without_a_ranks_floor_and_need_a_plan():
     # The plan of this machine, probed without measurements: no rank has a micro-step floor.
-    planned = _planned()
+    planned = planned_run()
     assert planned.floor.ranks and all(r.micro_step_floor_s is None for r in planned.floor.ranks)
     assert gates.floor_terms(planned) == {}
     assert gates.floor_terms(floor_plan(ranks=[])) == {}
@@ -507,18 +484,18 @@ def test_evaluate_counts_the_ranks_of_the_run_specs_world_size():
     step_gates = tuple(g for g in PROFILE.gates if g.name in ("optimizer_step_time", "zero_nonfinite"))
     none = Deviations(deviations=[])
     summary = train_summary(200)
-    judged = gates.evaluate(step_gates, steps, no_events(), summary, _run_spec(200), none, CPU_FINGERPRINT, 5, RULE)
+    judged = gates.evaluate(step_gates, steps, no_events(), summary, run_spec_for(200), none, CPU_FINGERPRINT, 5, RULE)
     assert [g.verdict for g in judged.gates] == [gates.PASS, gates.PASS]
     assert judged.reproduction == gates.faithfulness(none, CPU_FINGERPRINT)
     assert (judged.records.world_size, judged.records.expected_steps) == (2, 200)
     assert judged.records.steps_per_rank == {0: 200, 1: 200}
     # Without a summary (the run did not say how many ranks it had) the run spec still does.
     meta = run_metadata(steps, no_events(), summary, "", 200)
-    from_meta = gates.evaluate(step_gates[:1], steps, no_events(), None, _run_spec(200), none, CPU_FINGERPRINT, 5,
+    from_meta = gates.evaluate(step_gates[:1], steps, no_events(), None, run_spec_for(200), none, CPU_FINGERPRINT, 5,
                                RULE, run_meta=meta)
     assert from_meta.gates[0].verdict == gates.PASS
     # A run spec of three ranks: rank 2 left no records, whatever the summary says.
-    three = gates.evaluate(step_gates, steps, no_events(), summary, _run_spec(200, world_size=3), none,
+    three = gates.evaluate(step_gates, steps, no_events(), summary, run_spec_for(200, world_size=3), none,
                            CPU_FINGERPRINT, 5, RULE, run_meta=meta)
     assert [g.verdict for g in three.gates] == [gates.NOT_MEASURED, gates.FAIL]
     assert "ranks with no step records: [2] of world size 3" in three.gates[1].reason

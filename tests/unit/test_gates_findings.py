@@ -6,66 +6,37 @@ cpu-tiny profile's, judged as check_gates judges them: with the rendered run spe
 deviations and the planner's plan.
 """
 
-import dataclasses
-import functools
 
 import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import CPU_FINGERPRINT, REPO, gpu_fingerprint
-from tests.unit.helpers import no_events, settings, step_record, synthetic_steps, table_of, render_profile, train_summary
+from tests.conftest import CPU_FINGERPRINT, REPO
+from tests.unit.helpers import no_events, settings, step_record, synthetic_steps, table_of, train_summary, claim_box, rendered_run, run_spec_for, planned_run, with_optimizer_step_floor
 from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate, unit_of
 from zerogate.analysis.measures import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME, SpikeRule
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
-from zerogate.config.machines import from_fingerprint
 from zerogate.contracts.base import write_lines
-from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import StabiliserEvent
-from zerogate.contracts.run import Deviations, DsConfig, RunSpec
 from zerogate.contracts.verdicts import GateVerdict, SlowestRankEvidence
-from zerogate.plan.planner import plan_for_run
 from zerogate.robust import robust_z
 
 PROFILE = settings("cpu-tiny")
 RULE = SpikeRule.from_settings(PROFILE.stabiliser)
 STEPS = 200
-CLAIM_BOX = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
+CLAIM_BOX = claim_box()
 
 
 # ---- the run's real inputs, built by their producers ----------------------------------------------------
-
-@functools.cache
-def _rendered(on: str) -> tuple[DsConfig, Deviations, RunSpec]:
-    """cpu-tiny as render_deepspeed_config renders it on this CPU machine (fp32) or the claimed box (fp16)."""
-    fingerprint = CPU_FINGERPRINT if on == "cpu" else CLAIM_BOX
-    rendered = render_profile(PROFILE, fingerprint)
-    return rendered.ds_config, rendered.deviations, rendered.run_spec
-
-
-def _run_spec(steps: int = STEPS, world_size: int = 2) -> RunSpec:
-    spec = _rendered("cpu")[2]
-    return spec.model_copy(update={"world_size": world_size,
-                                   "training": dataclasses.replace(spec.training, optimizer_steps=steps)})
-
-
-@functools.cache
-def _plan() -> Plan:
-    """The planner's plan of the run, its optimizer-step floor at 0.1 s (this CPU machine, probed without
-    measurements, gives the planner no figure of its own)."""
-    ds_config, _, spec = _rendered("cpu")
-    planned = plan_for_run(spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), PROFILE.plan, "cpu-tiny")
-    return planned.model_copy(update={"floor": planned.floor.model_copy(update={"optimizer_step_floor_s": 0.1})})
-
 
 def verdicts(steps, steps_run=STEPS, summary="finished", events=None, ds_config="fp32", log="") -> dict[str, GateVerdict]:
     events = no_events() if events is None else events
     summary = train_summary(steps_run) if summary == "finished" else summary
     meta = run_metadata(steps, events, summary, log, steps_run)
-    config = _rendered("cpu" if ds_config == "fp32" else "claim box")[0]
-    result = evaluate(PROFILE.gates, steps, events, summary, _run_spec(steps_run), _rendered("cpu")[1],
-                      CPU_FINGERPRINT, 5, RULE, plan=_plan(), run_meta=meta, ds_config=config)
+    config = rendered_run("cpu" if ds_config == "fp32" else "claim box")[0]
+    result = evaluate(PROFILE.gates, steps, events, summary, run_spec_for(steps_run), rendered_run("cpu")[1],
+                      CPU_FINGERPRINT, 5, RULE, plan=with_optimizer_step_floor(planned_run(), 0.1), run_meta=meta, ds_config=config)
     return {g.name: g for g in result.gates}
 
 

@@ -12,8 +12,6 @@ test.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
 import os
 import typing
@@ -24,24 +22,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import CPU_FINGERPRINT, REPO, gpu_fingerprint
-from tests.unit.helpers import no_events, step_record, table_of, render_profile, train_summary
+from tests.conftest import CPU_FINGERPRINT, REPO
+from tests.unit.helpers import no_events, step_record, table_of, train_summary, claim_box, rendered_run, run_spec_for, planned_run, with_optimizer_step_floor
 from tests.unit.helpers import settings as profile_settings
 from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate
 from zerogate.analysis.measures import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME, SpikeRule
 from zerogate.analysis.parse import run_metadata
-from zerogate.config.machines import from_fingerprint
 from zerogate.config.settings import GateStatistic
-from zerogate.contracts.plan import Plan
-from zerogate.contracts.run import Deviations, DsConfig, RunSpec
 from zerogate.contracts.verdicts import GateVerdict
-from zerogate.plan.planner import plan_for_run
 
 # The profile is read once: hypothesis runs many examples per test, and the gates are data, never mutated.
 PROFILE = profile_settings("cpu-tiny")
 RULE = SpikeRule.from_settings(PROFILE.stabiliser)
-CLAIM_BOX = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
+CLAIM_BOX = claim_box()
 
 WARMUP = 5
 FLOOR = 1.0  # s: fast steps (0.5 s) are "faster than physics" (FAIL), slow ones (2.5 s) are not
@@ -154,36 +148,13 @@ def expected_verdicts(run: dict) -> dict[str, str]:
     }
 
 
-@functools.cache
-def _rendered(on: str) -> tuple[DsConfig, Deviations, RunSpec]:
-    """cpu-tiny as render_deepspeed_config renders it on this CPU machine (fp32) or the claimed box (fp16)."""
-    fingerprint = CPU_FINGERPRINT if on == "cpu" else CLAIM_BOX
-    rendered = render_profile(PROFILE, fingerprint)
-    return rendered.ds_config, rendered.deviations, rendered.run_spec
-
-
-def _run_spec(steps: int, world_size: int) -> RunSpec:
-    spec = _rendered("cpu")[2]
-    return spec.model_copy(update={"world_size": world_size,
-                                   "training": dataclasses.replace(spec.training, optimizer_steps=steps)})
-
-
-@functools.cache
-def _plan() -> Plan:
-    """The planner's plan of the run, its optimizer-step floor at FLOOR (this CPU machine, probed without
-    measurements, gives the planner no figure of its own)."""
-    ds_config, _, spec = _rendered("cpu")
-    planned = plan_for_run(spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), PROFILE.plan, "cpu-tiny")
-    return planned.model_copy(update={"floor": planned.floor.model_copy(update={"optimizer_step_floor_s": FLOOR})})
-
-
 def judge(run: dict) -> dict[str, GateVerdict]:
     steps = build(run)
     summary = train_summary(run["steps"], run["ranks"])
     meta = run_metadata(steps, no_events(), summary, "", run["steps"])
-    ds_config, deviations, _ = _rendered("claim box" if run["fp16"] else "cpu")
-    result = evaluate(PROFILE.gates, steps, no_events(), summary, _run_spec(run["steps"], run["ranks"]), deviations,
-                      CPU_FINGERPRINT, WARMUP, RULE, plan=_plan(), run_meta=meta, ds_config=ds_config)
+    ds_config, deviations, _ = rendered_run("claim box" if run["fp16"] else "cpu")
+    result = evaluate(PROFILE.gates, steps, no_events(), summary, run_spec_for(run["steps"], run["ranks"]), deviations,
+                      CPU_FINGERPRINT, WARMUP, RULE, plan=with_optimizer_step_floor(planned_run(), FLOOR), run_meta=meta, ds_config=ds_config)
     return {g.name: g for g in result.gates}
 
 

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.unit.helpers import settings
+from tests.unit.helpers import clean_checkout, run_snakemake, settings
 from zerogate.analysis.log_gates import judge_log_file, judge_log_gates, step_times
 from zerogate.analysis.log_input import check_log_file, given_logs, read_log_text, result_names, rule_inputs
 from zerogate.analysis.log_summary import last_loss_scale, log_counts, precision
@@ -267,19 +264,11 @@ def test_judge_log_refuses_a_non_log_naming_it(tmp_path):
 @pytest.fixture(scope="module")
 def workflow_copy(tmp_path_factory) -> Path:
     """The workflow alone (no results, no .snakemake), as a clean checkout has it."""
-    copy = tmp_path_factory.mktemp("checkout")
-    for name in ("Snakefile", "workflow", "config", "profiles", "envs"):
-        source = REPO / name
-        (shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
-         if source.is_dir() else shutil.copy(source, copy / name))
-    return copy
+    return clean_checkout(tmp_path_factory.mktemp("checkout"))
 
 
 def snakemake(checkout: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(checkout / "workflow")}
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=checkout, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return run_snakemake(checkout, *args)
 
 
 def test_judge_log_writes_a_summary_and_page_per_log_from_a_clean_checkout(workflow_copy, tmp_path):

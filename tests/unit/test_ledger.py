@@ -12,13 +12,14 @@ from tests.unit.helpers import settings, step_record, table_of, render_profile
 from zerogate.analysis.ledger_check import compare, read_measurements
 from zerogate.config.settings import ModelSettings, ProfileSettings
 from zerogate.contracts.machine import Fingerprint
-from zerogate.contracts.plan import Ledger, PeakPrediction
-from zerogate.contracts.records import HeldBytes, column
+from zerogate.contracts.plan import Ledger, PeakPrediction, PredictedPeak
+from zerogate.contracts.records import HeldBytes, LiveTensorPeak, column
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import ModelCounts, count_parameters
-from zerogate.plan.ledger import (Setup, activation_bytes, deepspeed_estimates, ledger, model_state_bytes,
-                                  paper_ledger, setup_from_config, zerogate_terms)
+from zerogate.plan.ledger import (HOST_SETUP, Setup, activation_bytes, deepspeed_estimates, device_levels,
+                                  gathered_elements, host_need_per_rank, ledger, model_state_bytes, paper_ledger,
+                                  setup_from_config, zerogate_terms)
 from zerogate.units import GB, GIB, format_bytes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,6 +111,15 @@ def oracle_counts() -> ModelCounts:
                        layers=48, heads=40, vocab=152064, tied_embeddings=False)
 
 
+def claim_counts() -> ModelCounts:
+    """docs/reference.md's oracle (14e9 parameters, largest layer 778,567,680) as parameters of the claim's
+    shape: an embedding and an LM head of the largest layer's size, 80 equal parameters between them."""
+    largest = 778_567_680
+    middle = (14 * 10**9 - 2 * largest) // 80
+    return ModelCounts(total=14 * 10**9, largest_layer=largest, numels=(largest, *(middle,) * 80, largest), hidden=5120,
+                       layers=48, heads=40, vocab=152064, tied_embeddings=False)
+
+
 def test_deepspeed_estimator_matches_reference_oracles():
     estimates = deepspeed_estimates(oracle_counts(), gpus_per_node=2)
     full = estimates["zero3_offload_all"]
@@ -122,27 +132,121 @@ def test_deepspeed_estimator_matches_reference_oracles():
     assert estimates["ddp"] is None and estimates["zero1"] is None
 
 
-def test_zerogate_host_is_20_bytes_per_parameter_with_accumulation():
-    terms = zerogate_terms(oracle_counts(), claim_setup())
-    host_per_node = sum(terms["host"].values()) * 2
-    assert host_per_node == 280 * 10**9  # docs/reference.md section 1: ~20 B/param = 280 GB
+def test_zerogate_host_is_24_bytes_per_parameter_with_accumulation():
+    """docs/reference.md section 1's ~20 B/param (280 GB for 14e9) with accumulation, plus the fp32 gradient
+    the ZeRO-3 optimizer steps on (4 B/param), which the smoke run's ranks were measured to hold."""
+    terms = zerogate_terms(claim_counts(), claim_setup())
+    offloaded = {k: v for k, v in terms["host"].items() if k not in HOST_SETUP}
+    assert offloaded == {"parameters": 14 * 10**9, "gradients": 28 * 10**9, "master_parameters": 28 * 10**9,
+                         "optimizer_states": 56 * 10**9, "optimizer_gradients": 28 * 10**9,
+                         "gradient_accumulation": 14 * 10**9}  # 2 + 4 + 4 + 8 + 4 + 2 bytes x Phi / 2
+    assert sum(offloaded.values()) * 2 == 336 * 10**9
     assert "parameters" not in terms["device"]  # offloaded
-    single_step = zerogate_terms(oracle_counts(), claim_setup(accumulation=1))
-    assert sum(single_step["host"].values()) * 2 == 18 * 14 * 10**9
+    single_step = zerogate_terms(claim_counts(), claim_setup(accumulation=1))
+    assert sum(v for k, v in single_step["host"].items() if k not in HOST_SETUP) * 2 == 22 * 14 * 10**9
+    # Each rank's runtime (2 GiB with the CUDA libraries) beside the larger of its model build (4 x the
+    # largest layer under zero.Init) and what it holds offloaded (168 GB).
+    assert terms["host"]["host_runtime"] == 2 * GIB and terms["host"]["model_build"] == 4 * 778_567_680
+    assert host_need_per_rank(terms, on_cpu=False) == 2 * GIB + 168 * 10**9
+
+
+def test_host_ram_without_offload_is_the_runtime_and_the_model_as_built():
+    """ZeRO-0/1/2 without offload keep nothing on the host in training, but each rank builds the whole model
+    in fp32 there first (DeepSpeed's estimator: 4 Phi per GPU); under zero.Init only the largest layer."""
+    counts = claim_counts()
+    for stage in (0, 1, 2):
+        terms = zerogate_terms(counts, claim_setup(stage=stage, offload_optimizer=False, offload_param=False))
+        assert terms["host"] == {"host_runtime": 2 * GIB, "model_build": 4 * 14 * 10**9}
+        assert host_need_per_rank(terms, on_cpu=False) == 2 * GIB + 56 * 10**9
+    zero3 = zerogate_terms(counts, claim_setup(offload_optimizer=False, offload_param=False))
+    assert host_need_per_rank(zero3, on_cpu=False) == 2 * GIB + 4 * 778_567_680
+    full = Ledger.of(ledger(counts, claim_setup()), "the ledger")
+    assert full.schemes["zero2"].zerogate.host_per_node_bytes == 2 * (2 * GIB + 56 * 10**9)
 
 
 def test_zerogate_adds_what_the_estimator_leaves_out():
-    counts, setup = oracle_counts(), claim_setup()
+    counts, setup = claim_counts(), claim_setup()
     device = zerogate_terms(counts, setup)["device"]
-    assert {"activations", "gathered_parameters", "gradient_buckets", "cuda_context"} <= set(device)
-    # Korthikanti: s b h (34 + 5 a s / h) per layer in 16-bit, plus logits s b V (2 + 4 + 4).
+    assert set(device) == {"persistent_parameters", "gathered_parameters", "reduce_bucket", "largest_layer_gradient",
+                           "fp32_gradient_copy", "activations", "backward_transient", "allocator_margin",
+                           "cuda_context", "communicator"}
+    # Korthikanti (the default source of hand-made counts): s b h (34 + 5 a s / h) per layer in 16-bit,
+    # plus logits s b V (2 + 4 + 4).
     per_layer = 512 * 5120 * (34 + 5 * 40 * 512 / 5120)
     assert device["activations"] == int(48 * per_layer + 512 * 152064 * 10)
     checkpointed = activation_bytes(counts, setup, checkpointing=True)
     assert checkpointed == int(2 * 512 * 5120 * 48 + per_layer + 512 * 152064 * 10)
-    assert device["gathered_parameters"] == 2 * (778_567_680 + int(0.9 * 5120**2))
-    total = sum(device.values())
-    assert total > deepspeed_estimates(counts, 2)["zero3_offload_all"]["device"]
+    assert device["reduce_bucket"] == 2 * 5120**2  # the contiguous bucket, full size, 16-bit
+    assert device["largest_layer_gradient"] == 2 * 778_567_680
+    assert device["fp32_gradient_copy"] == 0  # optimizer offload: the host buffer is the copy
+    assert device["cuda_context"] == int(0.6 * GIB) and device["communicator"] == int(1.6e9) - int(0.6 * GIB)
+    levels = device_levels(device)
+    micro = sum(device[k] for k in ("gathered_parameters", "largest_layer_gradient", "activations", "backward_transient"))
+    assert levels["tensor"] == device["persistent_parameters"] + device["reduce_bucket"] + micro
+    assert device["allocator_margin"] == int((21.0 / 19.52 - 1) * levels["tensor"])  # 7.6 %
+    assert levels["device"] == levels["allocator"] + int(0.6 * GIB) + device["communicator"]
+    assert levels["device"] > deepspeed_estimates(counts, 2)["zero3_offload_all"]["device"]
+    # One rank has no communicator.
+    assert "communicator" not in zerogate_terms(counts, claim_setup(ranks=1))["device"]
+
+
+def test_the_tensor_peak_is_the_persistent_terms_and_the_larger_phase():
+    device = {"parameters": 100, "optimizer_states": 200, "activations": 50, "gathered_parameters": 30,
+              "fp32_gradient_copy": 70, "allocator_margin": 9, "cuda_context": 1000, "communicator": 10}
+    assert device_levels(device) == {"tensor": 380, "allocator": 389, "device": 1399}  # 300 + max(80, 70)
+    device["fp32_gradient_copy"] = 90
+    assert device_levels(device)["tensor"] == 390  # the optimizer step's copy outgrows the micro-step's terms
+
+
+def test_fp32_gradient_copies_by_stage_and_precision():
+    """fused_optimizer.py (ZeRO-0), stage_1_and_2.py, stage3.py: counted by hand on a 4-parameter model."""
+    counts = ModelCounts(total=1000, largest_layer=600, numels=(600, 300, 60, 40), hidden=1, layers=1, heads=1,
+                         vocab=1, tied_embeddings=False)
+
+    def copy(**changes):
+        setup = claim_setup(**{"offload_optimizer": False, "offload_param": False, **changes})
+        return zerogate_terms(counts, setup)["device"]["fp32_gradient_copy"]
+
+    # ZeRO-0 in fp16: every gradient's fp32 copy (4 Phi) and their flat concatenation (4 Phi) at once.
+    assert copy(stage=0) == 8 * 1000
+    assert copy(stage=0, dtype="fp32") == 0  # a plain fp32 optimizer copies nothing
+    # ZeRO-1/2: the flat partition (2 B per element of Phi/N = 500) and its fp32 conversion (4 B).
+    assert copy(stage=1) == copy(stage=2) == (2 + 4) * 500
+    assert copy(stage=2, dtype="fp32") == 4 * 500  # .to(fp32) of an fp32 tensor is the flattened one
+    # ZeRO-3: the same per sub-group; the partition pads each parameter to the ranks (300 + 150 + 30 + 20).
+    assert copy(stage=3) == (2 + 4) * 500
+    assert copy(stage=3, sub_group_size=200) == (2 + 4) * 200
+    assert copy(stage=3, offload_optimizer=True) == 0
+
+
+def test_gathered_parameters_within_the_reuse_distance_and_the_live_limit():
+    counts = ModelCounts(total=1115, largest_layer=1000, numels=(1000, 100, 10, 5), hidden=1, layers=1, heads=1,
+                         vocab=1, tied_embeddings=False)
+    setup = claim_setup(prefetch_bucket=5, persistence_threshold=50, ranks=2)
+    # DeepSpeed's default reuse distance (1e9 elements): both non-persistent parameters stay gathered, plus the
+    # prefetch bucket.
+    assert gathered_elements(counts, setup) == 1100 + 5
+    assert zerogate_terms(counts, setup)["device"]["gathered_parameters"] == 2 * (1100 + 5)
+    # A short distance releases each after use: the largest one plus the prefetch bucket.
+    assert gathered_elements(counts, dataclasses.replace(setup, max_reuse_distance=10)) == 1000 + 5
+    # stage3_max_live_parameters caps what is prefetched beyond what is held.
+    assert gathered_elements(counts, dataclasses.replace(setup, max_live_parameters=1102)) == 1100 + 2
+    assert gathered_elements(counts, dataclasses.replace(setup, max_live_parameters=10)) == 1100
+    # Never more than the model.
+    assert gathered_elements(counts, dataclasses.replace(setup, prefetch_bucket=10**6)) == 1115
+
+
+def test_nvme_offload_is_a_tier_of_its_own_with_pinned_swap_buffers():
+    counts, setup = claim_counts(), claim_setup(nvme_optimizer=True, nvme_param=True)
+    terms = zerogate_terms(counts, setup)
+    share = 7 * 10**9
+    assert terms["nvme"] == {"parameters": 2 * share, "master_parameters": 4 * share, "optimizer_states": 8 * share}
+    assert "optimizer_states" not in terms["host"] and "parameters" not in terms["host"]
+    assert terms["host"]["gradients"] == 4 * share  # the flat fp32 gradient buffer stays in host RAM
+    # offload_param: 5 buffers x 1e8 elements x 2 B; offload_optimizer: 4 buffers x a sub-group (1e9) x 4 B.
+    swap = 5 * 10**8 * 2 + 4 * 10**9 * 4
+    assert terms["host"]["nvme_swap_buffers"] == swap and terms["pinned"]["nvme_swap_buffers"] == swap
+    assert ledger(counts, setup)["schemes"]["zero3_offload_all"]["zerogate"]["nvme_per_node(bytes)"] == 2 * 14 * share
 
 
 def test_no_separate_master_copy_for_fp32_without_optimizer_offload():
@@ -161,7 +265,6 @@ def test_leaf_decoder_layers_are_gathered_whole():
     counts = count_parameters(planned_model_config(TINY, 256, 64))
     h, i = 64, 192
     assert counts.largest_block == 4 * h * h + 3 * h * i + 2 * h  # attention, MLP, two norms
-    setup = claim_setup()
     # The claim's config on GPUs (no CPU tuning) declares no leaf module beyond DeepSpeed's defaults...
     gpus = gpu_fingerprint(("NVIDIA GeForce RTX 4090", 24), ("NVIDIA GeForce RTX 4090", 24))
     ds, spec = rendered(fingerprint=gpus)
@@ -171,10 +274,12 @@ def test_leaf_decoder_layers_are_gathered_whole():
                      "reason": "gather a decoder layer whole"}
     ds, spec = rendered(fingerprint=gpus, overrides=[leaf_override])
     assert setup_from_config(ds, spec).leaf_blocks
+    # Released after each use (a reuse distance of 1 element) and nothing prefetched: a whole layer at once
+    # with leaf layers, the largest single parameter (the embedding) without.
+    setup = claim_setup(max_reuse_distance=1, prefetch_bucket=0, persistence_threshold=0)
     leaf = dataclasses.replace(setup, leaf_blocks=True)
-    gathered = zerogate_terms(counts, leaf)["device"]["gathered_parameters"]
-    assert gathered == 2 * (counts.largest_block + setup.prefetch_bucket)
-    assert zerogate_terms(counts, setup)["device"]["gathered_parameters"] == 2 * (counts.largest_layer + setup.prefetch_bucket)
+    assert zerogate_terms(counts, leaf)["device"]["gathered_parameters"] == 2 * counts.largest_block
+    assert zerogate_terms(counts, setup)["device"]["gathered_parameters"] == 2 * counts.largest_layer
 
 
 def test_zero3_pads_each_parameter_to_the_ranks():
@@ -252,18 +357,50 @@ def test_figures_show_binary_and_decimal_units():
     assert format_bytes(None) == "—"
 
 
-def test_gpu_allocator_peaks_are_compared_with_the_device_total(tmp_path):
-    """GPU-shaped step records (no GPU here): the max over steps of each peak, per rank."""
-    steps = table_of([step_record(step=1, rank=0, max_allocated_gib=9.0, max_reserved_gib=10.0),
-                      step_record(step=2, rank=0, max_allocated_gib=10.5, max_reserved_gib=11.0)])
-    measured = read_measurements(tmp_path, steps)  # parse_logs' steps table: the peaks come from measures
-    assert measured[0]["peaks"] == {"memory/max_allocated(GiB)": 10.5 * GIB, "memory/max_reserved(GiB)": 11.0 * GIB}
-    table = compare(oracle_counts(), claim_setup(), measured)
-    allocated = [r for r in table["rows"] if r["term"] == "device_total vs memory/max_allocated(GiB)"][0]
-    predicted = sum(zerogate_terms(oracle_counts(), claim_setup())["device"].values())
-    assert allocated["predicted(bytes)"] == predicted
-    assert allocated["error(%)"] == pytest.approx(100 * (predicted - 10.5 * GIB) / (10.5 * GIB))
-    assert table["within_5_percent"] is None  # no held tensors: nothing to judge the model states by
+def test_gpu_peaks_are_compared_level_by_level():
+    """GPU-shaped step records (no GPU here): each level's prediction against the max over steps of the
+    column with its definition: max_allocated (tensors), max_reserved (allocator), NVML (device)."""
+    from zerogate.analysis.ledger_check import level_rows, with_peaks
+    from zerogate.plan.planner import peak_prediction
+
+    steps = table_of([step_record(step=1, rank=0, max_allocated_gib=9.0, max_reserved_gib=10.0, nvml_process_peak_gib=11.0),
+                      step_record(step=2, rank=0, max_allocated_gib=10.5, max_reserved_gib=11.0,
+                                  nvml_process_peak_gib=12.5)])
+    measured = read_measurements(Path("/nonexistent"), steps)  # parse_logs' steps table: the peaks come from measures
+    assert measured[0]["peaks"] == {"tensor": 10.5 * GIB, "allocator": 11.0 * GIB, "device": 12.5 * GIB}
+    prediction = peak_prediction(claim_counts(), claim_setup(), None)
+    levels = device_levels(zerogate_terms(claim_counts(), claim_setup())["device"])
+    rows = level_rows(prediction, measured, steps)
+    assert [r["level"] for r in rows] == ["tensor", "allocator", "device"]
+    for row, level, measured_gib in zip(rows, ("tensor", "allocator", "device"), (10.5, 11.0, 12.5)):
+        assert row["predicted(bytes)"] == levels[level] == prediction.levels[level].predicted_bytes
+        assert row["error(%)"] == pytest.approx(100 * (levels[level] - measured_gib * GIB) / (measured_gib * GIB))
+    table = with_peaks(compare(claim_counts(), claim_setup(), measured), prediction, steps, measured)
+    assert table.within_5_percent is None  # no held tensors: nothing to judge the model states by
+    assert set(table.level_max_abs_error_percent) == {"tensor", "allocator", "device"}
+
+
+def test_the_cpu_tensor_peak_is_compared_with_the_sampled_step_and_without_the_buckets(tmp_path):
+    from zerogate.analysis.ledger_check import BUCKETS_EXCLUDED, level_rows
+    from zerogate.plan.planner import peak_prediction
+
+    counts = recorded_counts()
+    setup = setup_from_config(recorded_ds_config(), recorded_run_spec())
+    prediction = peak_prediction(counts, setup, None)
+    tensor = prediction.levels["tensor"]
+    bucket = tensor.terms_bytes["reduce_bucket"]
+    assert bucket == 4 * setup.reduce_bucket  # the live-tensor count sees the whole torch.empty
+    assert prediction.terms_bytes["reduce_bucket"] == 4 * min(counts.total, setup.reduce_bucket)  # the resident set
+    LiveTensorPeak(rank=0, step=41, peak_bytes=tensor.predicted_bytes + 1000, at_start_bytes=0,
+                   buffers_bytes={"reduce_bucket": bucket}, seconds=1.0, how="a test's").write(
+        tmp_path / "live_tensors_rank0.json")
+    steps = _peak_steps([1.0], [0.9])
+    rows = level_rows(prediction, read_measurements(tmp_path, steps), steps)
+    by_level = {(r["rank"], r["level"]): r for r in rows}
+    assert by_level[0, "tensor"]["measured(bytes)"] == tensor.predicted_bytes + 1000
+    less = by_level[0, BUCKETS_EXCLUDED]
+    assert less["predicted(bytes)"] == tensor.predicted_bytes - bucket and less["measured(bytes)"] == less["predicted(bytes)"] + 1000
+    assert by_level[1, "resident_set"]["measured(bytes)"] == int(1.0 * GIB)  # every rank's VmHWM, live tensors or not
 
 
 def _peak_steps(peaks: list[float], ends: list[float], allocator_free: float | None = None):
@@ -279,7 +416,9 @@ def _prediction(persistent: float, transient: float) -> PeakPrediction:
     return PeakPrediction(scheme="zero3_offload_all", ranks=2, accelerator="cpu", metric=column("peak_rss_gib"),
                           what="resident-set peak of the rank's process (VmHWM)", terms_bytes=terms,
                           persistent_bytes=split["persistent(bytes)"], transient_bytes=split["transient(bytes)"],
-                          total_bytes=split["total(bytes)"], runtime_baseline=None)
+                          total_bytes=split["total(bytes)"], runtime_baseline=None,
+                          levels={"resident_set": PredictedPeak(predicted_bytes=split["total(bytes)"], terms_bytes=terms,
+                                                                what="resident-set peak")})
 
 
 def test_peak_rows_within_tolerance_and_outside_it_name_the_part_that_is_off():
@@ -349,6 +488,6 @@ def test_a_rendered_reuse_distance_reaches_the_setup():
 
 def test_peak_terms_on_gpus_are_the_device_terms():
     from zerogate.plan.ledger import peak_terms
-    counts, setup = oracle_counts(), claim_setup()
+    counts, setup = claim_counts(), claim_setup()
     terms = peak_terms(counts, setup, None)
     assert terms == zerogate_terms(counts, setup)["device"] and "runtime_baseline" not in terms

@@ -8,7 +8,6 @@ registry, compare, the variant table and the figures. Every run is built from St
 """
 
 import dataclasses
-import functools
 import json
 import math
 import subprocess
@@ -19,21 +18,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
-from tests.unit.helpers import no_events, settings, step_record, table_of, render_profile, train_summary
+from tests.conftest import CPU_FINGERPRINT
+from tests.unit.helpers import no_events, settings, step_record, table_of, train_summary, claim_box, rendered_run, run_spec_for, planned_run, with_optimizer_step_floor
 from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, PASS, evaluate
 from zerogate.analysis.measures import STEP_TIME, TOKENS_PER_S, SpikeRule, summarise_run
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
 from zerogate.analysis.variants import compare as variant_table
-from zerogate.config.machines import from_fingerprint
 from zerogate.config.settings import ConvergenceRuleSettings, stabiliser_settings
 from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.contracts.parsed import RunMeta
-from zerogate.contracts.plan import Plan
-from zerogate.contracts.run import Deviations, DsConfig, RunSpec
+from zerogate.contracts.run import DsConfig
 from zerogate.errors import InputError
-from zerogate.plan.planner import plan_for_run
 from zerogate.provenance import provenance
 from zerogate.report.compare import comparison_table, group_runs, load_run, quantity_rows
 from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
@@ -44,35 +40,10 @@ STEPS, WARMUP, SKIPPED, SPIKE = 30, 3, 8, 20
 STABILISER = stabiliser_settings({"spike_window": 16, "spike_min_history": 5})
 RULE = SpikeRule.from_settings(STABILISER)
 PROFILE = settings("cpu-tiny")
-CLAIM_BOX = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
+CLAIM_BOX = claim_box()
 
 
 # ---- the run's real inputs, built by their producers ----------------------------------------------------
-
-@functools.cache
-def _rendered(on: str, overrides: tuple = ()) -> tuple[DsConfig, Deviations, RunSpec]:
-    """cpu-tiny as render_deepspeed_config renders it on this CPU machine (fp32) or the claimed box (the
-    claim's fp16), with the profile's ``overrides`` (each a (path, value) pair) added."""
-    fingerprint = CPU_FINGERPRINT if on == "cpu" else CLAIM_BOX
-    added = [{"path": path, "value": value, "reason": "the test's"} for path, value in overrides]
-    rendered = render_profile(PROFILE, fingerprint, overrides=added)
-    return rendered.ds_config, rendered.deviations, rendered.run_spec
-
-
-def _run_spec(steps: int = STEPS, world_size: int = 2) -> RunSpec:
-    spec = _rendered("cpu")[2]
-    return spec.model_copy(update={"world_size": world_size,
-                                   "training": dataclasses.replace(spec.training, optimizer_steps=steps)})
-
-
-@functools.cache
-def _plan() -> Plan:
-    """The planner's plan of the run with its optimizer-step floor at 0.1 s (this CPU machine, probed
-    without measurements, gives the planner no figure of its own)."""
-    ds_config, _, spec = _rendered("cpu")
-    planned = plan_for_run(spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), PROFILE.plan, "cpu-tiny")
-    return planned.model_copy(update={"floor": planned.floor.model_copy(update={"optimizer_step_floor_s": 0.1})})
-
 
 def uneven_run() -> pd.DataFrame:
     """2 ranks, fp16: rank 0 is slow on every third step, rank 1 on the step after, so each rank's median
@@ -99,9 +70,9 @@ def judged(steps, events=None, summary=None, log=""):
     summary = train_summary(STEPS, dtype="fp16") if summary is None else summary
     meta = run_metadata(steps, events, summary, log, STEPS)
     meta = RunMeta.parse(json.loads(json.dumps(meta.as_json())), "parsed/run.json")  # as run.json holds it
-    ds_config, deviations, _ = _rendered("claim box")
-    verdicts = evaluate(PROFILE.gates, steps, events, summary, _run_spec(), deviations, CPU_FINGERPRINT, WARMUP, RULE,
-                        plan=_plan(), run_meta=meta, ds_config=ds_config)
+    ds_config, deviations, _ = rendered_run("claim box")
+    verdicts = evaluate(PROFILE.gates, steps, events, summary, run_spec_for(STEPS), deviations, CPU_FINGERPRINT, WARMUP, RULE,
+                        plan=with_optimizer_step_floor(planned_run(), 0.1), run_meta=meta, ds_config=ds_config)
     return {g.name: g for g in verdicts.gates}, verdicts, meta
 
 
@@ -111,7 +82,7 @@ def registry(tmp_path, machine, steps, verdicts, meta):
     run_dir = tmp_path / "results" / "smoke" / machine
     (run_dir / "parsed").mkdir(parents=True)
     steps.to_parquet(run_dir / "parsed/steps.parquet")
-    ds_config, deviations, spec = _rendered("claim box")
+    ds_config, deviations, spec = rendered_run("claim box")
     manifest = DatasetManifest(
         source="builtin-tasks", content_sha256="d" * 64, seq_len=spec.seq_len,
         splits={"train": SplitStats(rows=100, dropped_too_long=0, truncated=0, tokens=6400, loss_tokens=3200)},
@@ -265,11 +236,11 @@ def test_the_spike_rule_is_the_stabilisers():
 def test_the_gates_read_the_profiles_spike_settings():
     steps = uneven_run()
     loose = SpikeRule.from_settings(dataclasses.replace(STABILISER, spike_threshold=1000.0))
-    verdicts = evaluate(PROFILE.gates, steps, no_events(), train_summary(STEPS, dtype="fp16"), _run_spec(), _rendered("claim box")[1],
+    verdicts = evaluate(PROFILE.gates, steps, no_events(), train_summary(STEPS, dtype="fp16"), run_spec_for(STEPS), rendered_run("claim box")[1],
                         CPU_FINGERPRINT, WARMUP, loose)
     convergence = verdicts.gate("loss_convergence")
     assert convergence.evidence.spikes == 0 and "1000" in convergence.evidence.spike_rule
-    assert evaluate(PROFILE.gates, steps, no_events(), train_summary(STEPS, dtype="fp16"), _run_spec(), _rendered("claim box")[1],
+    assert evaluate(PROFILE.gates, steps, no_events(), train_summary(STEPS, dtype="fp16"), run_spec_for(STEPS), rendered_run("claim box")[1],
                     CPU_FINGERPRINT, WARMUP, RULE).gate("loss_convergence").evidence.spikes == 1
 
 
@@ -382,14 +353,14 @@ def test_missing_values_per_rank():
 
 def test_loss_scaler_comes_from_the_rendered_config():
     # The rendered DeepSpeed config says whether fp16's dynamic loss scaler runs (DsConfig.loss_scaler).
-    assert _rendered("claim box")[0].loss_scaler and _rendered("claim box")[0].dtype == "fp16"
-    assert not _rendered("cpu")[0].loss_scaler  # the CPU trains in fp32
-    bf16 = _rendered("claim box", (("fp16.enabled", False), ("bf16.enabled", True)))[0]
+    assert rendered_run("claim box")[0].loss_scaler and rendered_run("claim box")[0].dtype == "fp16"
+    assert not rendered_run("cpu")[0].loss_scaler  # the CPU trains in fp32
+    bf16 = rendered_run("claim box", overrides=(("fp16.enabled", False), ("bf16.enabled", True)))[0]
     assert bf16.dtype == "bf16" and not bf16.loss_scaler
     # Rendered configs are concrete: an "auto" precision is refused when rendering, and is no loss scaler.
     with pytest.raises(InputError, match='still "auto"'):
-        _rendered("claim box", (("fp16.enabled", "auto"),))
-    auto = DsConfig.of({**_rendered("claim box")[0].raw, "fp16": {"enabled": "auto"}}, "an unrendered config")
+        rendered_run("claim box", overrides=(("fp16.enabled", "auto"),))
+    auto = DsConfig.of({**rendered_run("claim box")[0].raw, "fp16": {"enabled": "auto"}}, "an unrendered config")
     assert not auto.loss_scaler
 
 

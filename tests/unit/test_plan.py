@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.helpers import settings
-from tests.unit.test_ledger import QWEN14B, claim_setup, oracle_counts, rendered
+from tests.unit.test_ledger import QWEN14B, claim_counts, claim_setup, oracle_counts, rendered
 from zerogate.analysis.on_paper import plan_claims
 from zerogate.config.machines import from_fingerprint, load_description, to_fingerprint
 from zerogate.config.settings import PlanSettings
@@ -15,7 +15,10 @@ from zerogate.contracts.plan import BaselineMeasurement, Floor, Plan
 from zerogate.contracts.records import column
 from zerogate.contracts.verdicts import DOES_NOT_HOLD
 from zerogate.plan.floor import floor, link_bytes, pcie_gbps
+from zerogate.model.build import planned_model_config
 from zerogate.plan.planner import peak_for_run, plan, plan_for_run, refusal, summary, target_machine
+from zerogate.plan.trace import trace_micro_step
+from zerogate.units import format_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
@@ -81,12 +84,14 @@ GATES = ("optimizer_step_time", "peak_memory_smallest_device")
 
 
 def test_claim_on_the_claimed_box_is_refused_with_rank_device_need_and_capacity(claim_box):
-    result = plan(oracle_counts(), claim_setup(), claim_box)
+    result = plan(claim_counts(), claim_setup(), claim_box)
     assert result.refused and not result.fits
     host = [c for c in result.checks if c.what == "host RAM"][0]
-    assert host.need_bytes == 280 * 10**9 and host.capacity_bytes == 192 * 10**9
+    # Two ranks, each its runtime (2 GiB) and the 24 bytes per parameter of its share offloaded (168 GB).
+    assert host.need_bytes == 2 * (2 * 2**30 + 168 * 10**9) and host.capacity_bytes == 192 * 10**9
     message = refusal(result)
-    assert "host RAM needs 260.77 GiB (280.00 GB), capacity 178.81 GiB (192.00 GB)" in message
+    assert "host RAM needs 316.92 GiB (340.29 GB), capacity 178.81 GiB (192.00 GB)" in message
+    assert result.largest_micro_batch_per_rank == 0  # the host does not fit at any micro-batch
     verdicts = {c.gate: c.verdict for c in plan_claims(result, _gates(*GATES)).claims}
     assert verdicts["run_fits_machine"].verdict == DOES_NOT_HOLD
     # Not even as a micro-step (x8 lanes: 4.4 s per micro-step).
@@ -104,15 +109,18 @@ def test_claim_on_the_claimed_box_is_refused_with_rank_device_need_and_capacity(
 
 def test_device_refusal_names_the_rank_and_lists_changes_that_fit(claim_box):
     box = {**claim_box, "host": {**claim_box["host"], "ram_total_bytes": 10**12}}  # plenty: only the devices can fail
-    result = plan(oracle_counts(), claim_setup(offload_optimizer=False, offload_param=False), box)
+    result = plan(claim_counts(), claim_setup(offload_optimizer=False, offload_param=False), box)
     assert result.refused
     failing = [c for c in result.checks if not c.fits]
     assert failing[0].rank == 0 and failing[0].device == "NVIDIA GeForce RTX 5070"
     message = refusal(result)
     assert "rank 0 NVIDIA GeForce RTX 5070: device memory needs" in message
     changes = [s.change for s in result.suggestions]
-    assert "ZeRO-3 with optimizer and parameter offload to CPU" in changes
-    assert "ZeRO-3 with optimizer offload to CPU" not in changes  # 24 GiB on the 12 GB card does not fit
+    # Full offload alone leaves 12.3 GiB on the 12 GB card (the formula's 7 GiB of activations among it);
+    # with activation checkpointing and micro-batch 1 it fits.
+    assert "all of: full offload, micro-batch 1, activation checkpointing" in changes
+    assert "ZeRO-3 with optimizer and parameter offload to CPU" not in changes
+    assert "ZeRO-3 with optimizer offload to CPU" not in changes  # 26 GiB on the 12 GB card does not fit
 
 
 def test_override_lets_an_infeasible_run_through_as_a_deviation(claim_box):
@@ -124,7 +132,7 @@ def test_override_lets_an_infeasible_run_through_as_a_deviation(claim_box):
 
 def test_a_fitting_run_is_not_refused(claim_box):
     box = {**claim_box, "host": {**claim_box["host"], "ram_total_bytes": 512 * 10**9}}
-    result = plan(oracle_counts(), claim_setup(activation_checkpointing=True), box)
+    result = plan(claim_counts(), claim_setup(activation_checkpointing=True), box)
     assert result.fits and not result.refused and result.suggestions == []
     assert result.deciding_check.device == "NVIDIA GeForce RTX 5070"  # the smallest device decides
 
@@ -169,8 +177,27 @@ def test_a_profile_override_of_the_precision_is_what_the_plan_sizes(claim_box, t
     half, full = plans["claim"].ledger.own.zerogate, plans["fp32"].ledger.own.zerogate
     assert full.host_terms_per_rank_bytes["parameters"] == 2 * half.host_terms_per_rank_bytes["parameters"]
     assert full.device_terms_bytes["gathered_parameters"] == 2 * half.device_terms_bytes["gathered_parameters"]
-    # The layers' activations double; the logits' fp32 upcast and its gradient (8 B per logit) do not.
-    assert full.device_terms_bytes["activations"] == 2 * half.device_terms_bytes["activations"] - 8 * 512 * 152064
+    # The formula's layers double; the logits' fp32 upcast and its gradient (8 B per logit) do not.
+    assert full.activations_formula_bytes == 2 * half.activations_formula_bytes - 8 * 512 * 152064
+    # The traced activations are the trace's at each precision: more in fp32, less than twice (the ops that
+    # upcast to fp32 in fp16 alias their input in fp32).
+    assert half.device_terms_bytes["activations"] < full.device_terms_bytes["activations"] \
+        < 2 * half.device_terms_bytes["activations"]
+    for name in ("claim", "fp32"):
+        traced = trace_micro_step(planned_model_config(QWEN14B, 152064, 512), 1, 512, plans[name].dtype, "sdpa")
+        assert plans[name].ledger.own.zerogate.device_terms_bytes["activations"] == traced.total_bytes
+    # Mixed precision keeps a 16-bit copy of the parameters beside the fp32 master; pure fp32 has one copy
+    # (on the device without offload: no master copy at all).
+    no_offload = [{"path": "zero_optimization.offload_optimizer.device", "value": "none", "reason": "on the device"},
+                  {"path": "zero_optimization.offload_param.device", "value": "none", "reason": "on the device"}]
+    ds, run_spec = rendered(profile, fingerprint, no_offload)
+    mixed = plan_for_run(run_spec, ds, machine, profile.plan, "claim")
+    ds, run_spec = rendered(profile, fingerprint, [fp16_off, *no_offload])
+    pure = plan_for_run(run_spec, ds, machine, profile.plan, "claim")
+    share = mixed.ledger.own.zerogate.device_terms_bytes["parameters"] // 2
+    assert mixed.ledger.own.zerogate.device_terms_bytes["master_parameters"] == 4 * share
+    assert pure.ledger.own.zerogate.device_terms_bytes["master_parameters"] == 0
+    assert pure.ledger.own.zerogate.device_terms_bytes["parameters"] == 4 * share
     assert plans["bf16"].ledger.own.zerogate == half  # bf16 and fp16 both take 2 bytes
 
 
@@ -205,3 +232,54 @@ def test_peak_prediction_on_the_cpu_accelerator_adds_the_measured_baseline(tiny_
     assert terms["reduce_bucket"] == 4 * phi and ds.raw["zero_optimization"]["reduce_bucket_size"] > phi
     assert with_base.transient_bytes == sum(v for k, v in terms.items() if k in TRANSIENT_TERMS)
     assert with_base.persistent_bytes + with_base.transient_bytes == with_base.total_bytes
+
+
+def test_the_small_card_claim_shows_the_traced_terms_and_each_change_under_it_plans_with_one_command(claim_box, tmp_path):
+    """The claim re-planned for the claimed box: the small-card verdict names the traced activation terms,
+    and every change that brings the small card under 7.42 GB is a written profile whose one command plans
+    it (here: the profile loaded as that command loads it, planned, and under the threshold)."""
+    from zerogate.analysis.on_paper import judge_memory
+    from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
+    from zerogate.plan.overlay import with_suggestion_profiles
+
+    claim = settings("claim-14b")
+    machine, fingerprint = target_machine(str(CLAIM_BOX), None, "ignored")
+    ds, run_spec = rendered(claim, fingerprint)
+    result = with_suggestion_profiles(plan_for_run(run_spec, ds, machine, claim.plan, "claim-14b"), tmp_path,
+                                      "claim-14b", claim.training.run, claim.deepspeed.overrides, str(CLAIM_BOX))
+    verdict = judge_memory(result, 7.42, "GB")
+    assert verdict.verdict == DOES_NOT_HOLD
+    acts = result.ledger.activations
+    assert acts.basis == "traced" and acts.layers == 48
+    assert f"activations traced {format_bytes(acts.saved_bytes)} ({format_bytes(acts.per_layer_bytes)} per layer x 48 " \
+           f"layers + {format_bytes(acts.outside_layers_bytes)} outside the layers)" in verdict.evidence
+    assert "the Korthikanti formula" in verdict.evidence and "backward transient" in verdict.evidence
+    under = [c for c in result.device_changes if c.smallest_device_need_bytes < 7.42e9]
+    assert "activation checkpointing" in [c.change for c in under]
+    for change in under:
+        assert f"{change.change} (needs {format_bytes(change.smallest_device_need_bytes)}" in verdict.evidence
+        assert f"plan it: {change.command}" in verdict.evidence
+    checkpointing = next(c for c in under if c.change == "activation checkpointing")
+    chain = load_profile_chain(REPO / "config/profiles", checkpointing.profile_file, "test", "profile")
+    suggested = check_profile(resolve_profile(chain), chain, REPO)
+    ds, run_spec = rendered(suggested, fingerprint)
+    replanned = plan_for_run(run_spec, ds, machine, suggested.plan, "claim-14b-checkpointing")
+    assert replanned.smallest_device.need_bytes == checkpointing.smallest_device_need_bytes < 7.42e9
+    assert replanned.ledger.activations.saved_bytes < acts.saved_bytes / 5  # checkpointing keeps layer inputs only
+
+
+def test_nvme_offload_is_checked_against_the_stated_capacity_or_noted(claim_box, tmp_path):
+    from zerogate.config.machines import check
+
+    setup = claim_setup(nvme_optimizer=True, nvme_param=True)
+    described = {**claim_box, "host": {**claim_box["host"], "nvme_bytes": 2 * 10**12}}
+    check(described, "box.yaml")  # the schema takes the capacity
+    result = plan(claim_counts(), setup, described)
+    nvme = [c for c in result.checks if c.what == "NVMe"]
+    # Per node: two ranks x (2 + 4 + 8 bytes) x Phi / 2 of parameters, master weights and Adam's moments.
+    assert len(nvme) == 1 and nvme[0].need_bytes == 14 * 14 * 10**9 and nvme[0].fits and result.notes == []
+    small = {**claim_box, "host": {**claim_box["host"], "nvme_bytes": 10**11}}
+    assert not [c for c in plan(claim_counts(), setup, small).checks if c.what == "NVMe"][0].fits
+    unknown = plan(claim_counts(), setup, claim_box)
+    assert [c.what for c in unknown.checks if c.rank is None] == ["host RAM"]
+    assert unknown.notes and "states no NVMe capacity (host.nvme_bytes)" in unknown.notes[0]

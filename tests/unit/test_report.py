@@ -21,8 +21,8 @@ from zerogate.config.machines import from_fingerprint
 from zerogate.config.settings import StabiliserSettings
 from zerogate.contracts.base import write_lines
 from zerogate.contracts.machine import NodeFingerprint
-from zerogate.contracts.plan import ModelComputeMeasurement, PeakPrediction
-from zerogate.contracts.records import EvalRecord, GitState, HeldBytes, StabiliserEvent, column
+from zerogate.contracts.plan import ModelComputeMeasurement, PeakPrediction, PredictedPeak
+from zerogate.contracts.records import EvalRecord, GitState, HeldBytes, LiveTensorPeak, StabiliserEvent, column
 from zerogate.contracts.report import DatasetFacts, GitAtStages, MachineFacts, Provenance
 from zerogate.contracts.run import Deviation, Deviations, DsConfig, RunSpec
 from zerogate.contracts.verdicts import (CANNOT_JUDGE, DOES_NOT_HOLD, ClaimedBox, ClaimVerdict, ClaimVerdicts,
@@ -142,11 +142,16 @@ def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None, 
 def _held_as_planned(metrics_dir: Path) -> Path:
     """held_bytes_rank<N>.json of both ranks, each tensor holding exactly what the ledger predicts."""
     run = rendered()
-    counts, setup = run_setup(run.run_spec, run.ds_config, {"nodes": 1})
+    counts, setup, activations = run_setup(run.run_spec, run.ds_config, {"nodes": 1})
     predicted = model_state_bytes(counts, setup)
+    tensor_peak = peak_for_run(run.run_spec, run.ds_config, None).levels["tensor"].predicted_bytes
     for rank in range(setup.ranks):
         HeldBytes(rank=rank, world_size=setup.ranks, parameter_count=counts.total, parameter_dtype="float32",
                   **predicted).write(metrics_dir / f"held_bytes_rank{rank}.json")
+        # The sampled step's live-tensor peak 10 % above the predicted tensor peak, its buckets at the config's size.
+        LiveTensorPeak(rank=rank, step=201, peak_bytes=int(1.1 * tensor_peak), at_start_bytes=0,
+                       buffers_bytes={"reduce_bucket": 4 * setup.reduce_bucket}, seconds=1.0,
+                       how="a test's").write(metrics_dir / f"live_tensors_rank{rank}.json")
     return metrics_dir
 
 
@@ -154,10 +159,10 @@ def _ledger_table(steps, metrics_dir: Path | None = None, prediction: PeakPredic
     """ledger/ledger_vs_measured.json as compare_ledger makes it: the held tensors of ``metrics_dir``
     against the ledger, and ``prediction`` (the planner's peak for the run by default) against the steps."""
     run = rendered()
-    counts, setup = run_setup(run.run_spec, run.ds_config, {"nodes": 1})
+    counts, setup, _ = run_setup(run.run_spec, run.ds_config, {"nodes": 1})
     measured = read_measurements(metrics_dir, steps) if metrics_dir is not None else {}
     table = ledger_compare(counts, setup, measured)
-    return with_peaks(table, prediction or peak_for_run(run.run_spec, run.ds_config, None), steps)
+    return with_peaks(table, prediction or peak_for_run(run.run_spec, run.ds_config, None), steps, measured)
 
 
 def test_ledger_section_only_with_a_ledger(tmp_path, tiny_profile):
@@ -175,6 +180,14 @@ def test_ledger_section_only_with_a_ledger(tmp_path, tiny_profile):
     gradients = 4 * ledger.parameters // 2
     assert "<table id='ledger'>" in page and "within 5 %" in page
     assert f"<tr><td>0</td><td>gradients</td><td>{gradients}</td><td>{gradients}</td>" in page
+    # Every level of the predicted peak against its measurement, with the error: the live tensors 10 % above
+    # the predicted tensor peak (-9.091 %), the resident set against the steps' VmHWM.
+    levels = page[page.index("<table id='peak-levels'>"):]
+    levels = levels[:levels.index("</table>")]
+    assert "<td>0</td><td>tensor</td>" in levels and "<td>-9.091</td>" in levels
+    assert "<td>1</td><td>resident_set</td>" in levels and "<td>tensor without the gradient buckets</td>" in levels
+    assert [r.level for r in ledger.levels if r.rank == 0] == ["tensor", "tensor without the gradient buckets",
+                                                                "resident_set"]
     floor = re.search(r"step_time_over_physical_floor.*?class='(\w+)'", page, re.S)
     assert floor.group(1) == "PASS"  # 0.5 s measured over a 0.1 s floor
 
@@ -317,7 +330,10 @@ def test_report_opens_with_the_seeds_claims_and_shows_the_peak_table(tmp_path, t
     # A resident-set peak predicted at 1 GiB, all of it the runtime baseline; rank 0 measures 2 GiB.
     prediction = PeakPrediction(scheme="zero3_offload_all", ranks=2, accelerator="cpu", metric=column("peak_rss_gib"),
                                 what="resident-set peak", terms_bytes={"runtime_baseline": 2**30},
-                                persistent_bytes=2**30, transient_bytes=0, total_bytes=2**30, runtime_baseline=None)
+                                persistent_bytes=2**30, transient_bytes=0, total_bytes=2**30, runtime_baseline=None,
+                                levels={"resident_set": PredictedPeak(predicted_bytes=2**30,
+                                                                      terms_bytes={"runtime_baseline": 2**30},
+                                                                      what="resident-set peak")})
     steps = synthetic_steps(memory_gib=2.0)
     ledger = _ledger_table(steps, prediction=prediction)
     verdicts = verdicts_of(tiny_profile, steps, deviations=())

@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
-from zerogate.config.settings import (CheckpointSettings, DatasetSettings, EvaluationSettings, ProfileSettings,
-                                      StabiliserSettings, TrainingSettings, checkpoint_settings, profile_settings,
-                                      stabiliser_settings)
+from zerogate.config.settings import (CheckpointSettings, DatasetSettings, EvaluationSettings, ModelSettings,
+                                      ProfileSettings, StabiliserSettings, TrainingSettings, checkpoint_settings,
+                                      model_settings, profile_settings, stabiliser_settings, training_settings)
 from zerogate.contracts.base import ContractError, plain
 from zerogate.contracts.run import TrainSettings
 from zerogate.errors import InputError
@@ -101,7 +101,8 @@ def test_defaults_are_filled_and_profile_values_win():
 
 
 def test_every_field_documents_itself():
-    for cls in (TrainingSettings, DatasetSettings, StabiliserSettings, CheckpointSettings, EvaluationSettings):
+    for cls in (TrainingSettings, DatasetSettings, StabiliserSettings, CheckpointSettings, EvaluationSettings,
+                ModelSettings):
         for f in dataclasses.fields(cls):
             assert f.metadata.get("doc"), f"{cls.__name__}.{f.name} has no doc"
 
@@ -121,3 +122,21 @@ def test_checkpoint_cadence_and_evaluation_interval():
     assert [s for s in range(1, 26) if every_ten.due(s, 25)] == [10, 20, 25]
     assert not CheckpointSettings(every_steps=0).due(10, 10)
     assert EvaluationSettings().interval(40) == 10 and EvaluationSettings(every_steps=3).interval(40) == 3
+
+
+def test_attention_checkpointing_and_the_shape_are_checked_naming_the_key(tmp_path):
+    where = lambda key: "config/profiles/x.yaml"  # noqa: E731
+    with pytest.raises(InputError) as error:
+        model_settings({"hidden_size": 8, "attention": "flash"}, where)
+    assert str(error.value) == "config/profiles/x.yaml: model.attention: 'flash' is not one of 'sdpa', 'eager'"
+    assert model_settings({"hidden_size": 8}).attention == "sdpa"  # transformers' default
+    training = dict(yaml.safe_load((REPO / "config/profiles/cpu-tiny.yaml").read_text())["training"])
+    assert training_settings(training).activation_checkpointing is False
+    with pytest.raises(InputError, match="training.activation_checkpointing: 'yes' is not bool"):
+        training_settings({**training, "activation_checkpointing": "yes"})
+    # Without a config: hidden_size, and for a shape-only model its family among the two built from keys.
+    profile, chain = child_of_smoke(tmp_path, {"model": {"architecture": "gpt2"}})
+    with pytest.raises(InputError) as error:
+        check_profile(profile, chain, REPO)
+    assert str(error.value).startswith(f"{tmp_path / 'mine.yaml'}: model.architecture: 'gpt2' is not one of llama, qwen2")
+    assert "model.config" in str(error.value)

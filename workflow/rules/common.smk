@@ -16,7 +16,7 @@ from zerogate import __version__ as PIPELINE_VERSION
 from zerogate.errors import InputError
 from zerogate.hashing import sha256_json
 from zerogate.config.machine_id import machine_id_from_host
-from zerogate.config.profile import check_profile, file_defining, load_profile_chain, resolve_profile
+from zerogate.config.profile import check_profile, file_defining, load_profile_chain, profile_name, resolve_profile
 from zerogate.config.validation import key_path, to_input_error
 from zerogate.contracts.base import plain
 from zerogate.data.sources import check_dataset_source
@@ -79,8 +79,10 @@ def load_profile(name):
 
 
 validated(config, "config.schema.yaml")
-PROFILE_NAME = config["profile"]
-PROFILE, SETTINGS = load_profile(PROFILE_NAME)
+# The profile as given (a name in config/profiles/, or a .yaml path) and the name its results are filed under.
+PROFILE_ARG = config["profile"]
+PROFILE_NAME = profile_name(PROFILE_ARG)
+PROFILE, SETTINGS = load_profile(PROFILE_ARG)
 # "auto" (the host name) and "today" (the report's date) are resolved once, by the invocation the user
 # started, and reach every job it spawns through the environment: a cluster job re-reads this file on its
 # own node, perhaps after midnight, and must build the same paths (sbatch passes the environment on).
@@ -128,7 +130,7 @@ CLAIMED_PROFILE, CLAIMED_SETTINGS = load_profile(CLAIMED_BOX["profile"])
 
 def profile_file_setting(key):
     """The profile file that sets ``key`` (dotted), for error messages of rules that check it later."""
-    chain = load_profile_chain(PROFILES, PROFILE_NAME, CONFIG_FILE, "profile")
+    chain = load_profile_chain(PROFILES, PROFILE_ARG, CONFIG_FILE, "profile")
     return str(file_defining(chain, key.split("."))).replace(f"{REPO}/", "")
 
 
@@ -305,3 +307,23 @@ def bench_ds_config(wildcards):
 def bench_extra(wildcards):
     """Extra arguments of a benchmark row's training loop: the metrics layer off for zero3-no-metrics."""
     return "--no-metrics" if wildcards.bench_row == "zero3-no-metrics" else ""
+
+
+# The validate_planner target (workflow/rules/validate_planner.smk): the table of published setups it
+# judges the planner against, where its results go, and what computes the figures.
+PUBLISHED_SETUPS = config["published_setups"]
+PLANNER_VALIDATION = f"results/planner_validation/{Path(PUBLISHED_SETUPS).stem}"
+# What the figures are computed by: a change to any of these is a new planner to judge.
+PLANNER_SOURCES = sorted(
+    str(path.relative_to(REPO))
+    for folder in ("plan", "model", "config", "contracts")
+    for path in (REPO / "workflow" / "zerogate" / folder).glob("*.py")
+) + ["workflow/zerogate/bench/planner_validation.py", "workflow/zerogate/analysis/planner_validation.py",
+     "workflow/zerogate/runtime/nodes.py", "workflow/zerogate/units.py"]
+
+
+def published_setups_table(wildcards):
+    """The table to judge; one line before any job when it is not there."""
+    if not (REPO / PUBLISHED_SETUPS).is_file():
+        fail(InputError(config_source(["published_setups"]), "published_setups", f"no such file: {PUBLISHED_SETUPS}"))
+    return PUBLISHED_SETUPS

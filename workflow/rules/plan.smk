@@ -30,10 +30,15 @@ rule plan_run:
         run_spec=rules.render_deepspeed_config.output.run_spec,
     output:
         plan=result("plan/plan.json"),
+        # Each change the planner suggests, as a profile extending this one (its one plan command in plan.json).
+        suggestions=directory(result("plan/suggestions")),
     params:
         # Not the gates: editing a gate must not re-plan, because training depends on the plan.
         plan=plain(SETTINGS.plan),
         profile_name=PROFILE_NAME,
+        profile=PROFILE_ARG,
+        training=plain(SETTINGS.training.run),
+        overrides=SETTINGS.deepspeed.overrides,
         machine=MACHINE,
     log:
         result("logs/plan_run.log"),
@@ -113,6 +118,8 @@ rule plan_claimed_box:
         template=CLAIMED_SETTINGS.deepspeed.template,
     output:
         plan=result("claims/claimed_box_plan.json"),
+        # Each change the planner finds for the claimed box, as a profile extending the claimed one.
+        suggestions=directory(result("claims/claimed_box_suggestions")),
     params:
         model=plain(CLAIMED_SETTINGS.model),
         training=plain(CLAIMED_SETTINGS.training.run),

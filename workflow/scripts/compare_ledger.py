@@ -16,9 +16,14 @@ with logging_to(snakemake.log[0]) as log:
     setup = setup_from_config(DsConfig.read(snakemake.input.ds_config), run_spec)
     # Held tensor bytes from the metrics directory; the allocator peaks from parse_logs' steps table.
     steps = read_steps(snakemake.input.steps)
-    table = compare(counts, setup, read_measurements(snakemake.input.metrics, steps))
-    # Each rank's predicted peak (predict_peak_memory) against its measured peak.
-    table = with_peaks(table, PeakPrediction.read(snakemake.input.peak), steps)
+    measured = read_measurements(snakemake.input.metrics, steps)
+    table = compare(counts, setup, measured)
+    # Each rank's predicted peak (predict_peak_memory) against its measured peak, level by level.
+    table = with_peaks(table, PeakPrediction.read(snakemake.input.peak), steps, measured)
+    for row in table.levels:
+        error = "n/a" if row.error_percent is None else f"{row.error_percent:+.2f} %"
+        log.info("rank %s %-36s predicted %s measured %s error %s", row.rank, row.level,
+                 format_bytes(row.predicted_bytes), format_bytes(row.measured_bytes), error)
     for row in table.rows + table.peak.rows:
         error = "n/a" if row.error_percent is None else f"{row.error_percent:+.2f} %"
         log.info("rank %s %-28s predicted %s measured %s error %s%s", row.rank, row.term,

@@ -7,6 +7,7 @@ from zerogate.contracts.run import DsConfig
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
 from zerogate.plan.ds_config import read_claim, render
+from zerogate.plan.overlay import with_suggestion_profiles
 from zerogate.plan.planner import plan_for_run, summary, target_machine
 
 with logging_to(snakemake.log[0]) as log:
@@ -23,5 +24,7 @@ with logging_to(snakemake.log[0]) as log:
                             params.profile_name)
     except InputError as error:
         fail(str(error))
+    plan = with_suggestion_profiles(plan, snakemake.output.suggestions, params.profile_name,
+                                    typed(RunTraining, params.training), params.overrides, snakemake.input.description)
     log.info("\n%s", summary(plan))
     plan.write(snakemake.output.plan)

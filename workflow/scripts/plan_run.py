@@ -1,11 +1,12 @@
 """Entry point of the plan_run and replan_with_measured_compute rules (logic: zerogate.plan.planner): the plan,
 whether or not the run fits; the second with the measured compute term in its floor."""
-from zerogate.config.settings import PlanSettings
+from zerogate.config.settings import PlanSettings, RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.plan import ModelCompute
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
+from zerogate.plan.overlay import with_suggestion_profiles
 from zerogate.plan.planner import plan_for_run, summary, target_machine
 
 with logging_to(snakemake.log[0]) as log:
@@ -17,5 +18,9 @@ with logging_to(snakemake.log[0]) as log:
                               params.profile_name, model_compute)
     except InputError as error:
         fail(str(error))
+    if "suggestions" in snakemake.output.keys():  # plan_run (replan_with_measured_compute has the same ones)
+        result = with_suggestion_profiles(result, snakemake.output.suggestions, params.profile,
+                                          typed(RunTraining, params.training), params.overrides,
+                                          inputs.get("description"), stem=params.profile_name)
     log.info("\n%s", summary(result))
     result.write(snakemake.output.plan)

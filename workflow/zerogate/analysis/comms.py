@@ -16,8 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from zerogate.contracts.comms import CommsRecord, CommsVolume, CountsRecord, LoggedCalls
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.comms import CommsRecord, CommsVolume, LoggedCalls
 from zerogate.plan.comms import (DDP, SCHEMES, VOLUME_FACTOR, logged_kind, logged_tensor_bytes, per_optimizer_step,
                                  ring_factor, theory, volume_bytes)
 
@@ -41,10 +40,6 @@ def load_records(directory: str | Path) -> list[CommsRecord]:
         if _RECORD_FILE.match(path.relative_to(directory).as_posix()):
             records.append(CommsRecord.read(path))
     return records
-
-
-def counts_of(counts: CountsRecord) -> ModelCounts:
-    return ModelCounts(**counts.model_dump())
 
 
 def measured_per_step(phase: list[LoggedCalls], steps: int, world: int) -> dict[str, Any]:
@@ -81,7 +76,7 @@ def theory_per_step(record: CommsRecord, world: int) -> dict[str, Any]:
     """The theory's terms for a record's scheme and accumulation, per optimizer step."""
     accumulation = record.accumulation
     settings = record.theory_settings.model_dump()
-    terms = theory(counts_of(record.counts), record.scheme, accumulation, world, record.dtype_bytes,
+    terms = theory(record.counts, record.scheme, accumulation, world, record.dtype_bytes,
                    settings.pop("persistence_threshold"), buffer_bytes=record.buffer_bytes, **settings)
     rows = []
     for term in terms:
@@ -165,7 +160,7 @@ def tabulate(records: list[CommsRecord], schemes: tuple[str, ...] = SCHEMES) -> 
             rows.append(_row(scheme, accumulation, [r for r in records
                                                     if r.scheme == scheme and r.accumulation == accumulation], world))
     unexpected = sorted({r.scheme for r in records} - set(schemes))
-    counts = counts_of(records[0].counts)
+    counts = records[0].counts
     return CommsVolume.of({
         "definition": DEFINITION,
         "volume_factors": dict(VOLUME_FACTOR),

@@ -2,11 +2,14 @@
 
 Measured on every accelerator: the bytes of the partitioned parameter, master-weight, gradient and
 optimizer tensors each rank holds at the end of training (``held_bytes_rank<N>.json`` from
-zerogate.train.held). On GPUs also the allocator peak and reserved peak (measures.peak_memory_per_rank of
-``memory/max_allocated(GiB)`` and ``memory/max_reserved(GiB)`` in parse_logs' steps table) against the
-predicted device total. And each rank's peak (the planner's peak prediction, plan/peak_memory.json) against
-the measured one: on the CPU accelerator the resident-set peak (max over steps of ``memory/peak_rss(GiB)``),
-on GPUs the allocator's reserved peak; where it misses by more than :data:`PEAK_TOLERANCE` the row says
+zerogate.train.held). Each level of the predicted peak (plan/peak_memory.json, its ``levels``) against the
+measurement with the same definition (:func:`level_rows`): on GPUs the tensor peak against
+``memory/max_allocated(GiB)``, the allocator's against ``memory/max_reserved(GiB)`` and the device's against
+``memory/nvml_process_peak(GiB)`` (max over steps, measures.peak_memory_per_rank); on the CPU accelerator the
+tensor peak against the live-tensor peak of one sampled step (``live_tensors_rank<N>.json``, zerogate.train.
+live_peak), also without the gradient buckets (sized by the config, not the model) on both sides, and the
+resident set against ``memory/peak_rss(GiB)``. The run's own peak metric (the resident set on the CPU, the
+reserved peak on GPUs) keeps its diagnosis: where it misses by more than :data:`PEAK_TOLERANCE` the row says
 which part is off, from the per-window peaks the metrics record (:func:`peak_diagnosis`).
 """
 
@@ -20,12 +23,15 @@ import pandas as pd
 from zerogate.analysis import measures
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.plan import PeakPrediction
-from zerogate.contracts.records import HeldBytes, column
+from zerogate.contracts.records import HeldBytes, LiveTensorPeak, column
 from zerogate.model.counts import ModelCounts
-from zerogate.plan.ledger import TRANSIENT_TERMS, Setup, model_state_bytes, zerogate_terms
+from zerogate.plan.ledger import TRANSIENT_TERMS, Setup, model_state_bytes
 from zerogate.units import GIB, format_bytes
 
-ALLOCATOR_PEAKS = (column("max_allocated_gib"), column("max_reserved_gib"))
+# The GPU peak levels and the step-record column that measures each (max over steps).
+GPU_LEVEL_COLUMNS = {"tensor": column("max_allocated_gib"), "allocator": column("max_reserved_gib"),
+                     "device": column("nvml_process_peak_gib")}
+BUCKETS_EXCLUDED = "tensor without the gradient buckets"
 # The target: a peak prediction within +-15 % of the measured peak.
 PEAK_TOLERANCE = 15.0
 RSS = column("rss_gib")
@@ -47,22 +53,25 @@ def _row(rank: int, term: str, predicted: float, measured: float, source: str) -
 
 
 def read_measurements(metrics_dir: str | Path, steps: pd.DataFrame) -> dict[int, dict[str, Any]]:
-    """Per rank: the held tensor bytes (``held_bytes_rank<N>.json`` in ``metrics_dir``), and on GPUs the
-    allocator peaks over all steps in bytes (measures.peak_memory_per_rank of parse_logs' steps table)."""
+    """Per rank: the held tensor bytes (``held_bytes_rank<N>.json`` in ``metrics_dir``), the sampled step's
+    live-tensor peak (``live_tensors_rank<N>.json``, CPU accelerator), and on GPUs each level's peak over all
+    steps in bytes (measures.peak_memory_per_rank of parse_logs' steps table)."""
     ranks: dict[int, dict[str, Any]] = {}
     for path in sorted(Path(metrics_dir).glob("held_bytes_rank*.json")):
         held = HeldBytes.read(path)
-        ranks[held.rank] = {"held": held}
-    for key in ALLOCATOR_PEAKS:
+        ranks.setdefault(held.rank, {})["held"] = held
+    for path in sorted(Path(metrics_dir).glob("live_tensors_rank*.json")):
+        live = LiveTensorPeak.read(path)
+        ranks.setdefault(live.rank, {})["live"] = live
+    for level, key in GPU_LEVEL_COLUMNS.items():
         for rank, peak in measures.peak_memory_per_rank(steps, key).items():
-            ranks.setdefault(rank, {}).setdefault("peaks", {})[key] = peak * GIB
+            ranks.setdefault(rank, {}).setdefault("peaks", {})[level] = peak * GIB
     return ranks
 
 
 def compare(counts: ModelCounts, setup: Setup, measured: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The table (one row per rank and term) and the worst error on the model-state total."""
+    """The model-state table (one row per rank and term) and the worst error on the model-state total."""
     predicted_states = model_state_bytes(counts, setup)
-    device_total = sum(zerogate_terms(counts, setup)["device"].values())
     rows = []
     for rank in sorted(measured):
         held: HeldBytes | None = measured[rank].get("held")
@@ -71,8 +80,6 @@ def compare(counts: ModelCounts, setup: Setup, measured: dict[int, dict[str, Any
                 rows.append(_row(rank, term, predicted_states[f"{term}(bytes)"], held.term(term), "held tensors"))
             rows.append(_row(rank, "model_states_total", sum(predicted_states.values()),
                              sum(held.term(t) for t in TENSOR_TERMS), "held tensors"))
-        for key, value in measured[rank].get("peaks", {}).items():
-            rows.append(_row(rank, f"device_total vs {key}", device_total, value, "torch.cuda allocator"))
     totals = [r["error(%)"] for r in rows if r["term"] == "model_states_total" and r["error(%)"] is not None]
     worst = max((abs(e) for e in totals), default=None)
     return {
@@ -84,6 +91,47 @@ def compare(counts: ModelCounts, setup: Setup, measured: dict[int, dict[str, Any
         "max_abs_model_state_error(%)": worst,
         "within_5_percent": None if worst is None else worst <= 5.0,
     }
+
+
+def _level_row(rank: int, level: str, what: str, predicted: float, measured: float, source: str) -> dict[str, Any]:
+    return {**_row(rank, "peak", predicted, measured, source), "level": level, "what": what}
+
+
+def level_rows(prediction: PeakPrediction, measured: dict[int, dict[str, Any]],
+               steps: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per rank and level of the prediction, predicted against measured with the same definition (the
+    module docstring); a level nothing measured has no row."""
+    rows = []
+    levels = prediction.levels
+    for rank in sorted(measured):
+        if prediction.accelerator == "cpu":
+            live: LiveTensorPeak | None = measured[rank].get("live")
+            if live is not None and "tensor" in levels:
+                tensor = levels["tensor"]
+                source = f"live tensors of sampled step {live.step}"
+                rows.append(_level_row(rank, "tensor", tensor.what, tensor.predicted_bytes, live.peak_bytes, source))
+                predicted_buckets = tensor.terms_bytes.get("reduce_bucket", 0)
+                if live.buffers_bytes and predicted_buckets:
+                    # Both sides without the buckets: the predicted bucket at full size, the measured storages.
+                    rows.append(_level_row(rank, BUCKETS_EXCLUDED, "the live-tensor peak less the gradient buckets "
+                                           "(sized by reduce_bucket_size, not by the model)",
+                                           tensor.predicted_bytes - predicted_buckets,
+                                           live.peak_bytes - sum(live.buffers_bytes.values()),
+                                           source + " less the buckets' storages"))
+        else:
+            for level, key in GPU_LEVEL_COLUMNS.items():
+                value = measured[rank].get("peaks", {}).get(level)
+                if value is not None and level in levels:
+                    rows.append(_level_row(rank, level, levels[level].what, levels[level].predicted_bytes, value,
+                                           f"{key}, max over steps"))
+    if prediction.accelerator == "cpu" and "resident_set" in levels:
+        for rank, peak in sorted(measures.peak_memory_per_rank(steps, PEAK_RSS).items()):
+            rows.append(_level_row(rank, "resident_set", levels["resident_set"].what,
+                                   levels["resident_set"].predicted_bytes, peak * GIB, f"{PEAK_RSS}, max over steps"))
+    return sorted(rows, key=lambda r: (r["rank"], list(LEVEL_ORDER).index(r["level"])))
+
+
+LEVEL_ORDER = ("tensor", BUCKETS_EXCLUDED, "allocator", "device", "resident_set")
 
 
 def peak_diagnosis(prediction: PeakPrediction, steps: pd.DataFrame, rank: int) -> dict[str, Any] | None:
@@ -161,11 +209,19 @@ def peak_rows(prediction: PeakPrediction, steps: pd.DataFrame) -> list[dict[str,
     return rows
 
 
-def with_peaks(table: dict[str, Any], prediction: PeakPrediction, steps: pd.DataFrame) -> LedgerTable:
-    """The ledger table with the peak rows and the prediction's terms beside the model-state rows."""
+def with_peaks(table: dict[str, Any], prediction: PeakPrediction, steps: pd.DataFrame,
+               measured: dict[int, dict[str, Any]] | None = None) -> LedgerTable:
+    """The ledger table with the peak rows of the run's peak metric, every level's rows (``measured``:
+    read_measurements' figures) and the prediction's terms beside the model-state rows."""
     rows = peak_rows(prediction, steps)
     errors = [abs(r["error(%)"]) for r in rows if r["error(%)"] is not None]
+    levels = level_rows(prediction, measured or {}, steps)
+    worst: dict[str, float | None] = {}
+    for row in levels:
+        if row["error(%)"] is not None:
+            worst[row["level"]] = max(worst.get(row["level"]) or 0.0, abs(row["error(%)"]))
     return LedgerTable.of({**table, "peak": {"prediction": prediction, "rows": rows, "tolerance(%)": PEAK_TOLERANCE,
                                              "max_abs_error(%)": max(errors, default=None),
-                                             "within_tolerance": bool(errors) and max(errors) <= PEAK_TOLERANCE}},
+                                             "within_tolerance": bool(errors) and max(errors) <= PEAK_TOLERANCE},
+                           "levels": levels, "level_max_abs_error(%)": worst},
                           "the ledger table")

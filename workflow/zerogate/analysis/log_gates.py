@@ -59,7 +59,7 @@ NOT_IN_A_LOG = {
 def _record(gate: GateSettings, definition: str, measured: float | None, reason: str = "",
             evidence: dict[str, Any] | None = None, *, name: str | None = None) -> LogGate:
     """A judged gate: NOT MEASURED without a value, else the profile gate's comparison on ``measured``."""
-    fields = {k: getattr(gate, k) for k in ("claim", "statistic", "comparison", "threshold", "unit")}
+    fields = {k: getattr(gate, k) for k in ("claim", "metric", "statistic", "comparison", "threshold", "unit")}
     if measured is None:
         return LogGate(name=name or gate.name, definition=definition, measured=None, verdict=NOT_MEASURED,
                        reason=reason, evidence=evidence or {}, **fields)

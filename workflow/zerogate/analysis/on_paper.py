@@ -24,10 +24,43 @@ def judge_fit(plan: Plan) -> ClaimVerdict:
     return ClaimVerdict(verdict=DOES_NOT_HOLD if failing else HOLDS, evidence=text, source=plan_source(plan))
 
 
+def device_terms_text(plan: Plan) -> str:
+    """The run's device terms as the plan holds them: the activations as traced (per layer x layers + outside
+    the layers, and the backward's transient), the formula's figure beside them, the largest other terms and
+    the levels (tensor, allocator, device)."""
+    own, activations = plan.ledger.own.zerogate, plan.ledger.activations
+    if activations.per_layer_bytes is not None and activations.outside_layers_bytes is not None:
+        shape = (f"{format_bytes(activations.per_layer_bytes)} per layer x {activations.layers} layers + "
+                 f"{format_bytes(activations.outside_layers_bytes)} outside the layers")
+    else:
+        shape = f"all {activations.layers} layers {activations.basis}"
+    text = (f"activations {activations.basis} {format_bytes(activations.saved_bytes)} ({shape}), backward transient "
+            f"{format_bytes(activations.backward_transient_bytes)} (the Korthikanti formula: "
+            f"{format_bytes(activations.formula_bytes)})")
+    skip = {"activations", "backward_transient"}
+    others = sorted(((k, v) for k, v in own.device_terms_bytes.items() if k not in skip and v), key=lambda kv: -kv[1])
+    text += "; " + ", ".join(f"{k} {format_bytes(v)}" for k, v in others[:6])
+    return (text + f"; tensor peak {format_bytes(own.device_tensor_peak_per_rank_bytes)}, allocator "
+            f"{format_bytes(own.device_allocator_peak_per_rank_bytes)}, device {format_bytes(own.device_per_rank_bytes)}")
+
+
+def changes_under(plan: Plan, limit: float) -> list[str]:
+    """Each of the plan's device changes that brings the smallest device under ``limit`` bytes, with the
+    one command that plans it."""
+    found = []
+    for change in plan.device_changes:
+        need = change.smallest_device_need_bytes
+        if need is not None and need < limit:
+            how = f"; plan it: {change.command}" if change.command else ""
+            found.append(f"{change.change} (needs {format_bytes(need)}"
+                         + ("" if change.fits else ", but the run still does not fit the machine") + how + ")")
+    return found
+
+
 def judge_memory(plan: Plan, threshold: float, unit: str) -> ClaimVerdict:
     """A peak-memory claim for the smallest device: zerogate's predicted need against the threshold, read
     in the claim's unit, else in the other (GB as 10^9 or 2^30 bytes), DeepSpeed's own model-state
-    estimate beside it."""
+    estimate beside it, the traced terms it is made of, and the changes that would bring it under."""
     source = plan_source(plan) + ", memory checks"
     small = plan.smallest_device
     if small is None:
@@ -39,9 +72,12 @@ def judge_memory(plan: Plan, threshold: float, unit: str) -> ClaimVerdict:
     floor = None if estimate is None else estimate.device_per_rank_bytes
     text = (f"rank {small.rank} ({small.device}): zerogate predicts {format_bytes(small.need_bytes)}"
             + ("" if floor is None else f", DeepSpeed's model-state estimate {format_bytes(floor)}")
-            + f", against {threshold:g} {unit} = {format_bytes(limit)}")
+            + f", against {threshold:g} {unit} = {format_bytes(limit)}; {device_terms_text(plan)}")
     if small.need_bytes < limit:
         return ClaimVerdict(verdict=HOLDS, evidence=text, source=source)
+    under = changes_under(plan, limit)
+    if under:
+        text += "; under it with: " + "; ".join(under)
     if small.need_bytes < threshold * UNIT_BYTES[other_unit]:
         return ClaimVerdict(verdict=HOLDS_ONLY_WHEN, evidence=text, source=source,
                             condition=f"'{unit}' is read as {other_unit}")

@@ -11,7 +11,7 @@ import yaml
 from zerogate.errors import InputError
 
 if TYPE_CHECKING:
-    from zerogate.config.settings import ProfileSettings
+    from zerogate.config.settings import ModelSettings, ProfileSettings
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -26,7 +26,17 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
 
 
 def profile_path(profiles_dir: str | Path, name: str) -> Path:
+    """A profile's file: ``config/profiles/<name>.yaml``, or ``name`` itself when it is a ``.yaml`` path (a
+    profile the planner wrote, say), relative to the repository (the folder above ``config/``)."""
+    if name.endswith(".yaml"):
+        path = Path(name)
+        return path if path.is_absolute() else Path(profiles_dir).resolve().parents[1] / path
     return Path(profiles_dir) / f"{name}.yaml"
+
+
+def profile_name(name: str) -> str:
+    """The name a profile's results are filed under (results/<name>/...): a path's file name without .yaml."""
+    return Path(name).stem if name.endswith(".yaml") else name
 
 
 def available_profiles(profiles_dir: str | Path) -> list[str]:
@@ -62,9 +72,17 @@ def load_profile_chain(profiles_dir: str | Path, name: str, asked_by: str, key: 
 
 
 def resolve_profile(chain: list[tuple[Path, dict]]) -> dict[str, Any]:
-    """Merge a chain from :func:`load_profile_chain`; ``extends`` is dropped from the result."""
+    """Merge a chain from :func:`load_profile_chain`; ``extends`` is dropped from the result.
+
+    A profile that names a ``model.config`` replaces the shape its ancestors state: their shape keys
+    (zerogate.config.settings.SHAPE_KEYS) are dropped before it is merged, so none leaks in beside the config."""
+    from zerogate.config.settings import SHAPE_KEYS
+
     merged: dict[str, Any] = {}
     for _, raw in chain:
+        model = raw.get("model")
+        if isinstance(model, dict) and model.get("config") is not None and isinstance(merged.get("model"), dict):
+            merged["model"] = {k: v for k, v in merged["model"].items() if k not in SHAPE_KEYS}
         merged = deep_merge(merged, raw)
     merged.pop("extends", None)
     return merged
@@ -102,7 +120,47 @@ def check_profile(profile: dict[str, Any], chain: list[tuple[Path, dict]], repo:
     template = Path(repo) / profile["deepspeed"]["template"]
     if not template.is_file():
         raise InputError(where("deepspeed.template"), "deepspeed.template", f"no such file: {template}")
-    return profile_settings(profile, where)
+    return with_model_config(profile_settings(profile, where), where)
+
+
+def with_model_config(settings: "ProfileSettings", where: Any = None) -> "ProfileSettings":
+    """``settings`` with the shape keys of ``model.config`` filled in from the config file (read offline by
+    zerogate.model.hf_config: any architecture transformers builds), so that every consumer reads one shape;
+    unchanged without a config. InputError naming the profile key for a missing file, the config file and
+    its key for a bad one, ``dataset.seq_len`` when the model has fewer positions."""
+    import dataclasses
+
+    if settings.model.config is None:
+        return settings
+    where = where or (lambda key: "profile")
+    model, max_positions = model_with_config(settings.model, where)
+    if settings.dataset.seq_len > max_positions:
+        raise InputError(where("dataset.seq_len"), "dataset.seq_len",
+                         f"{settings.dataset.seq_len} exceeds the {max_positions} positions of {model.config}")
+    return dataclasses.replace(settings, model=model)
+
+
+def model_with_config(model: "ModelSettings", where: Any = None) -> "tuple[ModelSettings, int]":
+    """(``model`` with its shape keys filled in from ``model.config``, the model's positions); ``model``
+    unchanged without a config. InputError naming ``model.config`` for a missing file."""
+    import dataclasses
+
+    if model.config is None:
+        return model, 2**63
+    from zerogate.model.hf_config import config_file, load_config, shape_of
+
+    where = where or (lambda key: "profile")
+    file = config_file(model.config)
+    if not (file.is_file() or (file / "config.json").is_file()):
+        raise InputError(where("model.config"), "model.config", f"no such config.json: {file}")
+    shape = shape_of(load_config(file))
+    filled = dataclasses.replace(
+        model, architecture=shape.model_type, hidden_size=shape.hidden_size, num_hidden_layers=shape.layers,
+        num_attention_heads=shape.attention_heads, num_key_value_heads=shape.kv_heads,
+        intermediate_size=shape.intermediate_size, vocab_size=shape.vocab_size,
+        tie_word_embeddings=shape.tied_embeddings)
+    return filled, shape.max_positions
+
 
 
 # Keys that change how many runs are made, how their uncertainty is estimated, or that disturb a run on

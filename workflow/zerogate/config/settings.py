@@ -179,6 +179,9 @@ class RunTraining:
     lr_warmup_steps: int = doc("linear learning-rate warm-up steps of the cosine schedule")
     gradient_clipping: float = doc("global gradient-norm clip (0 = off)")
     train_batch_size: int | None = doc("optional; must equal micro_batch_per_rank x accumulation x ranks", None)
+    activation_checkpointing: bool = doc(
+        "recompute each decoder layer's activations in the backward (transformers' gradient checkpointing, "
+        "non-reentrant) instead of keeping them: less activation memory, one more forward per micro-step", False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,14 +196,30 @@ class TrainingSettings(RunTraining):
         return RunTraining(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RunTraining)})
 
 
+# The keys that state a model's shape. A ``model.config`` (a Hugging Face config.json) states the whole shape
+# instead: they are then filled from it (zerogate.config.profile.with_model_config), never stated beside it.
+SHAPE_KEYS = ("architecture", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+              "intermediate_size", "vocab_size", "tie_word_embeddings", "parameters")
+SHAPE_ARCHITECTURES = ("llama", "qwen2")
+ATTENTIONS = ("sdpa", "eager")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelSettings:
-    """``model``: where the model comes from and, for random initialisation, its shape."""
+    """``model``: where the model comes from and its shape: shape numbers, or a Hugging Face ``config.json``."""
 
     source: str = doc('"shape" (random init), a local HF directory or .gguf file, package:MODULE/FILE or '
                       'hub:ORG/NAME', "shape")
-    architecture: Literal["llama", "qwen2"] | None = doc("transformers family built from the shape", None)
-    hidden_size: int = doc('hidden size: resolves DeepSpeed\'s "auto" buckets; checked against a pretrained model')
+    config: str | None = doc("a Hugging Face config.json (or a directory holding one), relative to the repository: "
+                             "the model's whole shape, any architecture transformers builds with "
+                             "AutoModelForCausalLM; replaces the shape keys (filled from it, never stated beside it)",
+                             None)
+    attention: Literal["sdpa", "eager"] = doc(
+        "attention implementation the model trains and is planned with (transformers' attn_implementation)", "sdpa")
+    architecture: str | None = doc("transformers family built from the shape keys (llama, qwen2); with a config, "
+                                   "its model_type", None)
+    hidden_size: int | None = doc('hidden size: resolves DeepSpeed\'s "auto" buckets; checked against a pretrained '
+                                  'model (required without a config)', None)
     num_hidden_layers: int | None = doc("decoder layers", None)
     num_attention_heads: int | None = doc("attention heads", None)
     num_key_value_heads: int | None = doc("key/value heads (grouped-query attention); default: the attention heads",
@@ -212,7 +231,7 @@ class ModelSettings:
 
     @property
     def shape_only(self) -> bool:
-        """Random initialisation from the shape numbers (no pretrained weights)."""
+        """Random initialisation from the shape (no pretrained weights)."""
         return self.source == "shape"
 
 
@@ -429,7 +448,8 @@ def check_cross_fields(settings: ProfileSettings, where: Where = _anywhere) -> N
     if training.warmup_steps_excluded >= training.optimizer_steps:
         refuse("training.warmup_steps_excluded",
                f"{training.warmup_steps_excluded} leaves no timed step of {training.optimizer_steps}")
-    if model.shape_only:  # a pretrained model brings its own shape
+    check_model_shape(model, where)
+    if model.shape_only and model.config is None:  # a pretrained model or a config brings its own shape
         heads = model.num_attention_heads
         if heads and model.hidden_size % heads:
             refuse("model.num_attention_heads", f"{heads} does not divide hidden_size {model.hidden_size}")
@@ -437,6 +457,30 @@ def check_cross_fields(settings: ProfileSettings, where: Where = _anywhere) -> N
         if heads and kv_heads and heads % kv_heads:
             refuse("model.num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}")
     check_checkpoint_needs(settings.stabiliser, settings.checkpoint, where)
+
+
+def check_model_shape(model: ModelSettings, where: Where = _anywhere) -> None:
+    """A shape is stated one way: a ``config`` or the shape keys, never both; without a config the keys a
+    shape-only model is built from, and ``hidden_size`` always (it resolves DeepSpeed's "auto" buckets)."""
+
+    def refuse(key: str, problem: str) -> None:
+        raise InputError(where(key), key, problem)
+
+    if model.config is not None:
+        for key in SHAPE_KEYS:
+            if getattr(model, key) is not None:
+                refuse(f"model.{key}", f"stated beside model.config ({model.config} states the whole shape): remove "
+                                       f"it, or remove model.config to state the shape in keys")
+        return
+    if model.hidden_size is None:
+        refuse("model.hidden_size", "required (or a model.config stating the whole shape)")
+    if model.shape_only:
+        if model.architecture not in SHAPE_ARCHITECTURES:
+            refuse("model.architecture", f"{model.architecture!r} is not one of "
+                                         f"{', '.join(SHAPE_ARCHITECTURES)} (other architectures: model.config)")
+        for key in ("num_hidden_layers", "num_attention_heads", "intermediate_size"):
+            if getattr(model, key) is None:
+                refuse(f"model.{key}", "required to build a shape-only model (or a model.config)")
 
 
 def check_checkpoint_needs(stabiliser: StabiliserSettings, checkpoint: CheckpointSettings,

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from zerogate.contracts.base import Artefact, Record
+from zerogate.contracts.model import ModelCounts
 
 
 class LoggedCalls(Record):
@@ -17,20 +18,6 @@ class LoggedCalls(Record):
     name: str
     msg_bytes: int
     calls: int
-
-
-class CountsRecord(Record):
-    """The model's parameter counts as the planner counts them (zerogate.model.counts.ModelCounts)."""
-
-    total: int
-    largest_layer: int
-    numels: tuple[int, ...]
-    hidden: int
-    layers: int
-    heads: int
-    vocab: int
-    tied_embeddings: bool
-    largest_block: int = 0
 
 
 class TheorySettings(Record):
@@ -70,7 +57,7 @@ class CommsPlan(Artefact):
     CONTRACT = "comms_plan"
 
     measurements: list[CommsMeasurement]
-    counts: CountsRecord
+    counts: ModelCounts
 
 
 class CommsRecord(Artefact):
@@ -90,7 +77,7 @@ class CommsRecord(Artefact):
     rss_after_gib: float = Field(alias="rss_after(GiB)")  # what the scheme left behind
     recorder: str
     phases: dict[str, list[LoggedCalls] | None]  # init, warmup, measured
-    counts: CountsRecord
+    counts: ModelCounts
     buffer_bytes: int  # the model's buffers (what DDP broadcasts before a synchronised forward)
     dtype: str
     dtype_bytes: int

@@ -1,5 +1,7 @@
 """Ledger against measurement (``ledger/ledger_vs_measured.json``, zerogate.analysis.ledger_check): each
-rank's predicted bytes per term against what it held, and its predicted peak against the measured one."""
+rank's predicted bytes per term against what it held, and each level of its predicted peak against the
+measured one (``levels``: the tensor peak and the resident set on the CPU accelerator; the tensor, allocator
+and device peaks on GPUs)."""
 
 from __future__ import annotations
 
@@ -50,6 +52,13 @@ class PeakRow(LedgerRow):
     off: str | None
 
 
+class LevelRow(LedgerRow):
+    """One rank's predicted peak at one level (zerogate.plan.ledger.peak_levels) against its measurement."""
+
+    level: str  # tensor | allocator | device | resident_set, or "tensor without the gradient buckets"
+    what: str
+
+
 class PeakTable(Record):
     prediction: PeakPrediction
     rows: list[PeakRow]
@@ -69,6 +78,9 @@ class LedgerTable(Artefact):
     max_abs_model_state_error_percent: float | None = Field(alias="max_abs_model_state_error(%)")
     within_5_percent: bool | None
     peak: PeakTable
+    levels: list[LevelRow]
+    # Per level, the largest |error| over the ranks (None where nothing was measured).
+    level_max_abs_error_percent: dict[str, float | None] = Field(alias="level_max_abs_error(%)")
 
     def held_totals(self) -> dict[int, int]:
         """Each rank's held model-state bytes (the ``model_states_total`` rows)."""

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from zerogate.contracts.base import Artefact, Record
-from zerogate.contracts.verdicts import GateOutcome
+from zerogate.contracts.verdicts import JudgedGate
 
 
 class ExitError(Record):
@@ -24,20 +24,11 @@ class ExitError(Record):
     code: int
 
 
-class LogGate(Record):
-    """One gate of the profile as the log can judge it: the same name, claim, comparison and threshold,
-    the definition of what the log's lines give, and NOT MEASURED with its reason where they give nothing."""
+class LogGate(JudgedGate):
+    """One gate of the profile as the log can judge it: the same name, claim, metric, comparison and threshold,
+    the definition of what the log's lines give (not the profile's, which reads zerogate's per-step records),
+    and NOT MEASURED with its reason where they give nothing."""
 
-    name: str
-    claim: str
-    definition: str
-    statistic: str
-    comparison: str
-    threshold: float
-    unit: str
-    measured: float | None
-    verdict: GateOutcome
-    reason: str
     evidence: dict[str, Any] = Field(default_factory=dict)
 
 

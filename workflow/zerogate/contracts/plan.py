@@ -36,6 +36,7 @@ class SuggestedSettings(Record):
     offload_optimizer: bool
     offload_param: bool
     activation_checkpointing: bool
+    seq_len: int | None = None  # None: the planned run's
 
 
 class Suggestion(Record):
@@ -44,6 +45,12 @@ class Suggestion(Record):
     need_bytes: int = Field(alias="need(bytes)")
     capacity_bytes: int = Field(alias="capacity(bytes)")
     settings: SuggestedSettings
+    fits: bool = True  # every check fits after the change (Plan.device_changes lists some that do not)
+    smallest_device_need_bytes: int | None = Field(None, alias="smallest_device_need(bytes)")  # None without GPUs
+    # The change as a profile that extends the planned one (zerogate.plan.overlay.suggestion_profile), where
+    # the plan rule wrote it, and the one command that plans it; None until a plan rule writes it.
+    profile_file: str | None = None
+    command: str | None = None
 
 
 class FloorRank(Record):
@@ -141,12 +148,34 @@ class EstimatorRow(Record):
 
 
 class ZerogateRow(Record):
+    """zerogate's terms for one scheme (zerogate.plan.ledger.zerogate_terms; each term's source in
+    Ledger.term_sources). ``device_per_rank`` is the device level (what must fit the device's memory), the
+    tensor and allocator peaks are the levels below it (zerogate.plan.ledger.device_levels)."""
+
     device_terms_bytes: dict[str, int] = Field(alias="device_terms(bytes)")
     host_terms_per_rank_bytes: dict[str, int] = Field(alias="host_terms_per_rank(bytes)")
+    nvme_terms_per_rank_bytes: dict[str, int] = Field(alias="nvme_terms_per_rank(bytes)")
+    device_tensor_peak_per_rank_bytes: int = Field(alias="device_tensor_peak_per_rank(bytes)")
+    device_allocator_peak_per_rank_bytes: int = Field(alias="device_allocator_peak_per_rank(bytes)")
     device_per_rank_bytes: int = Field(alias="device_per_rank(bytes)")
     device_per_rank_other_checkpointing_bytes: int = Field(alias="device_per_rank_other_checkpointing(bytes)")
+    activations_formula_bytes: int = Field(alias="activations_formula(bytes)")  # the Korthikanti cross-check
     host_per_node_bytes: int = Field(alias="host_per_node(bytes)")
+    nvme_per_node_bytes: int = Field(alias="nvme_per_node(bytes)")
     pinned_per_node_bytes: int = Field(alias="pinned_per_node(bytes)")
+
+
+class ActivationTerms(Record):
+    """The run's activation terms and how they were found (traced, or the formula for hand-made counts)."""
+
+    basis: str  # "traced" | "formula"
+    how: str
+    per_layer_bytes: int | None = Field(alias="per_layer(bytes)")
+    outside_layers_bytes: int | None = Field(alias="outside_layers(bytes)")
+    layers: int
+    saved_bytes: int = Field(alias="saved(bytes)")
+    backward_transient_bytes: int = Field(alias="backward_transient(bytes)")
+    formula_bytes: int = Field(alias="formula(bytes)")  # Korthikanti et al. 2022, the cross-check
 
 
 class SchemeLedger(Record):
@@ -164,7 +193,12 @@ class Ledger(Record):
     nodes: int
     dtype: Dtype
     activation_checkpointing: bool
+    attention: str
+    micro_batch: int
+    seq_len: int
     scheme: str
+    activations: ActivationTerms
+    term_sources: dict[str, str]  # where each term comes from: a DeepSpeed source file, a measurement, an assumption
     schemes: dict[str, SchemeLedger]
 
     @property
@@ -189,7 +223,14 @@ class Plan(Artefact):
     refused: bool  # does not fit and the profile does not override the planner
     deciding_check: MemoryCheck
     checks: list[MemoryCheck]
-    suggestions: list[Suggestion]
+    # The largest micro-batch per rank with which every check fits, the rest of the run unchanged (0: none).
+    largest_micro_batch_per_rank: int
+    notes: list[str] = []  # what the checks could not judge (an NVMe capacity nobody states, say)
+    suggestions: list[Suggestion]  # changes that would make the run fit (none when it fits)
+    # Changes a profile expresses that lower the device need (checkpointing, shorter sequences, a smaller
+    # micro-batch), each with the smallest device's need after it, fitting or not: what a claim on the small
+    # card's memory is judged against (zerogate.analysis.on_paper.judge_memory). Empty without GPUs.
+    device_changes: list[Suggestion] = []
     pinned_memory: str | None
     floor: Floor
     ledger: Ledger
@@ -242,8 +283,18 @@ class RuntimeBaseline(Artefact):
     baseline: BaselineMeasurement | None  # None on GPUs: the CUDA context is a term of its own
 
 
+class PredictedPeak(Record):
+    """One level of a rank's predicted peak (zerogate.plan.ledger.peak_levels) and what measures it."""
+
+    predicted_bytes: int = Field(alias="predicted(bytes)")
+    terms_bytes: dict[str, int] = Field(alias="terms(bytes)")  # the terms it sums (by phase: peak_split)
+    what: str
+
+
 class PeakPrediction(Artefact):
-    """Each rank's predicted peak memory, term by term (zerogate.plan.ledger.peak_terms)."""
+    """Each rank's predicted peak memory, term by term (zerogate.plan.ledger.peak_terms), and every level
+    the accelerator measures (``levels``: tensor, allocator and device on GPUs; tensor and resident set on
+    the CPU accelerator)."""
 
     CONTRACT = "peak_prediction"
 
@@ -257,3 +308,4 @@ class PeakPrediction(Artefact):
     transient_bytes: int = Field(alias="transient(bytes)")
     total_bytes: int = Field(alias="total(bytes)")
     runtime_baseline: BaselineMeasurement | None
+    levels: dict[str, PredictedPeak]

@@ -86,6 +86,22 @@ class HeldBytes(Artefact):
         return getattr(self, f"{name}_bytes")
 
 
+class LiveTensorPeak(Artefact):
+    """One rank's live-tensor peak over one optimizer step sampled after training, outside the timed steps
+    (zerogate.train.live_peak): the CPU accelerator's counterpart of torch.cuda.max_memory_allocated."""
+
+    CONTRACT = "live_tensor_peak"
+
+    rank: int
+    step: int  # the data window the sampled step trained on
+    peak_bytes: int = Field(alias="peak(bytes)")
+    at_start_bytes: int = Field(alias="at_start(bytes)")  # alive when the step began (model states, buffers)
+    # Buffers sized by the config, not the model (the gradient buckets), measured: their storages' bytes.
+    buffers_bytes: dict[str, int] = Field(alias="buffers(bytes)")
+    seconds: float
+    how: str
+
+
 class StabiliserEvent(Record):
     """One loss-stabiliser event on one rank: a non-finite loss or gradient norm, or a spike, and what the
     policy did."""

@@ -10,12 +10,12 @@ from pydantic import Field
 
 from zerogate.contracts.base import Artefact, Record
 from zerogate.contracts.data import SplitStats
-from zerogate.contracts.intervals import GateInterval, Interval, TimingIntervals
+from zerogate.contracts.intervals import Interval, TimingIntervals
 from zerogate.contracts.machine import Accelerator, Cpu, Ram
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.records import GitState
 from zerogate.contracts.run import Deviation
-from zerogate.contracts.verdicts import GateOutcome, Reproduction
+from zerogate.contracts.verdicts import GateOutcome, JudgedGate, Reproduction
 
 
 class RunStatistics(Record):
@@ -91,23 +91,6 @@ class Provenance(Artefact):
     dataset: DatasetFacts
 
 
-class RegistryGate(Record):
-    """A gate's verdict without its evidence (that stays in gates/verdicts.json), with its interval."""
-
-    name: str
-    claim: str
-    definition: str
-    metric: str
-    statistic: str
-    comparison: str
-    threshold: float
-    unit: str
-    measured: float | None
-    interval: GateInterval | None = None
-    verdict: GateOutcome
-    reason: str
-
-
 class RegistryProvenance(Record):
     config_hash: str
     measurement_hash: str
@@ -144,7 +127,7 @@ class RunRegistry(Artefact):
     registered_at: str
     verdict_counts: dict[GateOutcome, int]
     reproduction: Reproduction
-    gates: list[RegistryGate]
+    gates: list[JudgedGate]
     summary: RunStatistics | None  # None when the run recorded no step; the repeats pooled
     repeats: list[RunStatistics] = []  # each repeat's own statistics (profile key repeats; empty for one run)
     run: RunMeta

@@ -217,9 +217,9 @@ GateEvidence = Annotated[Union[SlowestRankEvidence, ConvergenceEvidence, FloorRa
                                FailedRanksEvidence, NonfiniteEvidence], Field(discriminator="kind")]
 
 
-class GateVerdict(Record):
-    """One gate: its settings as the profile states them, the measured value and the outcome, with why
-    and the evidence (None when NOT MEASURED)."""
+class JudgedGate(Record):
+    """One gate judged, without its evidence: its settings as the profile states them, the measured value
+    (in ``unit``) and the outcome, with why. What the run registry keeps of each gate."""
 
     name: str
     claim: str
@@ -233,6 +233,11 @@ class GateVerdict(Record):
     interval: GateInterval | None = None  # a time gate's interval on ``measured``, in ``unit``
     verdict: GateOutcome
     reason: str
+
+
+class GateVerdict(JudgedGate):
+    """One gate judged, with the evidence behind the measured value (None when NOT MEASURED)."""
+
     evidence: GateEvidence | None = None
 
     @classmethod

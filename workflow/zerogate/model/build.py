@@ -25,35 +25,55 @@ _HF_DEEPSPEED_CONFIG: Any = None
 
 
 def planned_model_config(shape: ModelSettings, vocab_size: int, seq_len: int, eos_id: int | None = None) -> Any:
-    """THE model of a profile's ``model`` shape: ``llama`` (default) or ``qwen2`` (q/k/v biases, Qwen2.5's
-    shape), with the vocabulary ``vocab_size`` (the run spec's: model.vocab_size, else dataset.vocab_size)
-    and positions for ``seq_len``. The planner, the ledger check and training all build or count this one
-    (prepare_dataset refuses a tokenizer larger than its vocabulary), so every consumer counts the same
-    parameters."""
-    from transformers import Qwen2Config
+    """THE model of a profile's ``model``: its ``config`` (a Hugging Face config.json, any architecture, its
+    own vocabulary and positions), else its shape keys: ``llama`` (default) or ``qwen2`` (q/k/v biases,
+    Qwen2.5's shape), with the vocabulary ``vocab_size`` (the run spec's: model.vocab_size, else
+    dataset.vocab_size) and positions for ``seq_len``. The planner, the ledger check and training all build
+    or count this one (prepare_dataset refuses a tokenizer larger than its vocabulary), so every consumer
+    counts the same parameters. The attention implementation is ``shape.attention`` (transformers'
+    ``attn_implementation``: sdpa unless the profile says eager)."""
+    if shape.config is not None:
+        from zerogate.model.hf_config import config_file, load_config
 
-    family = {"llama": LlamaConfig, "qwen2": Qwen2Config}[shape.architecture or "llama"]
-    return family(
-        vocab_size=vocab_size,
-        hidden_size=shape.hidden_size,
-        intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_hidden_layers,
-        num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads or shape.num_attention_heads,
-        max_position_embeddings=seq_len,
-        # No padding_idx on the embedding: under zero.Init the weight is already partitioned when
-        # transformers zeroes the padding row (IndexError). Padding is masked from loss and attention.
-        pad_token_id=None,
-        eos_token_id=eos_id,
-        bos_token_id=None,
-        tie_word_embeddings=bool(shape.tie_word_embeddings),
-    )
+        config = load_config(config_file(shape.config))
+        if eos_id is not None:  # the run's tokenizer's end of sequence (generation stops there)
+            config.eos_token_id = eos_id
+    else:
+        from transformers import Qwen2Config
+
+        family = {"llama": LlamaConfig, "qwen2": Qwen2Config}[shape.architecture or "llama"]
+        config = family(
+            vocab_size=vocab_size,
+            hidden_size=shape.hidden_size,
+            intermediate_size=shape.intermediate_size,
+            num_hidden_layers=shape.num_hidden_layers,
+            num_attention_heads=shape.num_attention_heads,
+            num_key_value_heads=shape.num_key_value_heads or shape.num_attention_heads,
+            max_position_embeddings=seq_len,
+            # No padding_idx on the embedding: under zero.Init the weight is already partitioned when
+            # transformers zeroes the padding row (IndexError). Padding is masked from loss and attention.
+            pad_token_id=None,
+            eos_token_id=eos_id,
+            bos_token_id=None,
+            tie_word_embeddings=bool(shape.tie_word_embeddings),
+        )
+    config._attn_implementation = shape.attention
+    return config
 
 
 def build_model(config: Any) -> PreTrainedModel:
-    # Eager attention: identical results on every backend, and the tiny default gains nothing from SDPA.
-    config._attn_implementation = "eager"
-    return AutoModelForCausalLM.from_config(config)
+    """The causal LM of ``config``, randomly initialised, with the config's attention implementation
+    (planned_model_config sets the profile's)."""
+    return AutoModelForCausalLM.from_config(config, attn_implementation=config._attn_implementation or "sdpa")
+
+
+def enable_activation_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute every decoder layer in the backward: transformers' gradient checkpointing with torch's
+    non-reentrant checkpoint, which works under ZeRO-3 (its recomputation runs the layer's module hooks
+    again, so DeepSpeed gathers the layer's parameters for it; the reentrant one would need the inputs to
+    require gradients)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
 
 
 # Shape keys a profile may state for a pretrained model (the planner counts parameters from them without
@@ -141,14 +161,17 @@ def load_for_training(spec: RunSpec, manifest: DatasetManifest, ds_config: dict[
         # The profile's model (the run spec's vocabulary), not the tokenizer's: one model for every count.
         config = planned_model_config(spec.model, spec.vocab_size, spec.seq_len, manifest.eos_token_id)
         with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=zero3):
-            return build_model(config)
+            model = build_model(config)
+    else:
+        import torch
+        from transformers.integrations import HfDeepSpeedConfig
 
-    import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.integrations import HfDeepSpeedConfig
-
-    global _HF_DEEPSPEED_CONFIG
-    if zero3:
-        _HF_DEEPSPEED_CONFIG = HfDeepSpeedConfig(ds_config)
-    # fp32 master copy on load; DeepSpeed casts to the config's fp16/bf16 itself.
-    return AutoModelForCausalLM.from_pretrained(model_info.directory, dtype=torch.float32, attn_implementation="eager")
+        global _HF_DEEPSPEED_CONFIG
+        if zero3:
+            _HF_DEEPSPEED_CONFIG = HfDeepSpeedConfig(ds_config)
+        # fp32 master copy on load; DeepSpeed casts to the config's fp16/bf16 itself.
+        model = AutoModelForCausalLM.from_pretrained(model_info.directory, dtype=torch.float32,
+                                                     attn_implementation=spec.model.attention)
+    if spec.training.activation_checkpointing:
+        enable_activation_checkpointing(model)
+    return model

@@ -18,6 +18,14 @@ from typing import Any
 from zerogate.errors import InputError
 
 CONFIG_FILE = "config.json"
+# Relative config paths are relative to the repository (as every path a profile states), whatever the cwd.
+REPOSITORY = Path(__file__).resolve().parents[3]
+
+
+def config_file(stated: str | Path) -> Path:
+    """A profile's ``model.config`` as a path: absolute as given, else under the repository."""
+    path = Path(stated)
+    return path if path.is_absolute() else REPOSITORY / path
 
 
 def load_config(path: str | Path) -> Any:

@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-from zerogate.contracts.comms import CommsMeasurement, CommsPlan, CountsRecord, TheorySettings
+from zerogate.contracts.comms import CommsMeasurement, CommsPlan, TheorySettings
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.counts import ModelCounts
 from zerogate.plan.ds_config import apply_overrides
@@ -427,8 +427,6 @@ def measurements(ds_config: DsConfig, run_spec: RunSpec) -> CommsPlan:
     """Every scheme at every measured accumulation, as the measuring worker (zerogate.train.comms_volume) runs
     it: the DeepSpeed config (measurement_config), the ledger's reading of it and the theory's settings, and
     the run's model counted as the planner counts it."""
-    from dataclasses import asdict
-
     from zerogate.model.build import planned_model_config
     from zerogate.model.counts import count_parameters
     from zerogate.plan.ledger import setup_from_config
@@ -443,4 +441,4 @@ def measurements(ds_config: DsConfig, run_spec: RunSpec) -> CommsPlan:
                                           accumulation=accumulation, ds_config=config, dtype=setup.dtype,
                                           dtype_bytes=setup.dtype_bytes, theory_settings=theory_settings(config, setup)))
     counts = count_parameters(planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len))
-    return CommsPlan(measurements=found, counts=CountsRecord(**asdict(counts)))
+    return CommsPlan(measurements=found, counts=counts)

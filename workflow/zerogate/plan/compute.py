@@ -49,7 +49,7 @@ def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int 
     import deepspeed
     import torch
 
-    from zerogate.model.build import build_model, planned_model_config
+    from zerogate.model.build import build_model, enable_activation_checkpointing, planned_model_config
     from zerogate.plan.ledger import TORCH_DTYPES
     from zerogate.runtime import loop
     from zerogate.runtime.engines import DeepSpeedEngine
@@ -64,6 +64,8 @@ def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int 
     model_config = planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len)
     with deepspeed.zero.Init(config_dict_or_path=config, enabled=ds_config.stage == 3):
         model = build_model(model_config).to(getattr(torch, TORCH_DTYPES[run_spec.dtype]))
+    if run_spec.training.activation_checkpointing:  # the recomputation is part of every micro-step's work
+        enable_activation_checkpointing(model)
     engine = DeepSpeedEngine(model, config)
     engine.train()
     class PassTimer(loop.LoopHooks):

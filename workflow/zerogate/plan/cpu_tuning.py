@@ -28,12 +28,12 @@ PREFETCH_BUCKET_ELEMENTS = 50_000_000
 
 
 def decoder_layer_classes(architecture: str) -> list[str]:
-    """The transformers classes of a model family's decoder layer (its ``_no_split_modules``: the blocks
-    Accelerate and FSDP also treat as units)."""
+    """The transformers classes of a model type's decoder layer (its causal LM's ``_no_split_modules``: the
+    blocks Accelerate and FSDP also treat as units), for any architecture AutoModelForCausalLM builds."""
     import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    family = {"llama": transformers.LlamaPreTrainedModel, "qwen2": transformers.Qwen2PreTrainedModel}[architecture]
-    return list(family._no_split_modules)
+    return list(getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[architecture])._no_split_modules or [])
 
 
 def leaf_module_classes(architecture: str) -> list[str]:
@@ -44,8 +44,9 @@ def leaf_module_classes(architecture: str) -> list[str]:
 
 
 def cpu_comm_overrides(architecture: str | None) -> list[dict[str, Any]]:
-    """The CPU tuning for a model of ``architecture`` (llama | qwen2); None (a model whose family the
-    profile does not state) leaves out the leaf-module setting, which names the family's layer class."""
+    """The CPU tuning for a model of ``architecture`` (a transformers model type: llama, qwen2, gpt2...); None
+    (a model whose family the profile does not state) leaves out the leaf-module setting, which names the
+    family's layer class."""
     overrides = [
         {"path": "zero_optimization.reduce_bucket_size", "value": REDUCE_BUCKET_ELEMENTS,
          "reason": "DeepSpeed's default 5e8 elements: one gloo reduce-scatter per micro-step instead of one per "

@@ -3,10 +3,19 @@
 (a) ``paper``: the ZeRO paper's model-state formulas (Rajbhandari et al. 2020, K = 12 bytes/param of fp32
     Adam state; docs/reference.md section 1), as the claim quotes them.
 (b) ``deepspeed``: DeepSpeed's own estimators, called (never re-typed) on the same counts.
-(c) ``zerogate``: model states as DeepSpeed 0.19 actually allocates them (per-parameter partition
-    padding included), plus what (a) and (b) leave out: activations at the profile's sequence length and
-    micro-batch, gathered-parameter, prefetch and gradient-bucket buffers from the rendered config,
-    gradient accumulation, the CUDA context and pinned host memory.
+(c) ``zerogate``: every tensor DeepSpeed 0.19 allocates for the run, each term named with where it comes
+    from (:data:`TERM_SOURCES`: a DeepSpeed source file, a measurement, or a stated assumption): model
+    states (per-parameter partition padding included), the fp32 gradient copies of the optimizer step,
+    gathered parameters (reuse distance, live-parameter limit, prefetch bucket), the gradient buckets, the
+    activations and backward transients of one micro-step (traced from the architecture,
+    zerogate.plan.activations; the Korthikanti formula is kept beside it as a cross-check), then what is
+    not a tensor: the CUDA caching allocator's margin, the CUDA context and the communicator's buffers.
+    Host RAM per node (the runtime, the model as built at initialisation, offloaded state, pinned buffers)
+    and NVMe (offload device nvme) are tiers of their own.
+
+A device's terms fall into phases that do not coexist: what is held for the whole run (``PERSISTENT``),
+what one micro-step's forward and backward add (``MICRO_STEP``) and what the optimizer step adds
+(``OPTIMIZER_STEP``); the tensor peak is the persistent terms plus the larger phase (:func:`device_levels`).
 
 Parameter counts come from the model's config instantiated on the meta device: no weights, so a 14B model
 is counted in seconds. Every figure is in bytes (printed by zerogate.units.format_bytes, GiB and GB side by side).
@@ -15,20 +24,107 @@ is counted in seconds. Every figure is in bytes (printed by zerogate.units.forma
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.counts import ModelCounts
 from zerogate.units import GIB
-# CUDA context + cuBLAS/NCCL workspaces per GPU process: 0.3-0.6 GiB measured by users (docs/reference.md
-# section 1); the upper end, so that a "fits" verdict is not optimistic.
-CUDA_CONTEXT_BYTES = int(0.6 * GIB)
+
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000  # zero/config.py max_reuse_distance (elements)
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000  # zero/config.py max_live_parameters (elements)
+DEEPSPEED_SUB_GROUP_SIZE = 1_000_000_000  # zero/config.py sub_group_size (elements)
 TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # torch.<name> of each
 SCHEMES = ("ddp", "zero1", "zero2", "zero2_offload_optimizer", "zero3", "zero3_offload_optimizer", "zero3_offload_all")
+
+# --- The terms that are not a model's tensors, each a measurement or a stated assumption ----------------------
+# CUDA context + cuBLAS workspaces per GPU process: 0.3-0.6 GiB measured by users (docs/reference.md section 1);
+# the upper end, so that a "fits" verdict is not optimistic.
+CUDA_CONTEXT_BYTES = int(0.6 * GIB)
+# NCCL's communicator buffers on the device: 1.6 GB per GPU was published for one communicator after an
+# all-reduce, CUDA context included (NVIDIA/nccl issue 864); the buffers are that less the context term.
+# NCCL's memory grows with its channels (issue 986: linear in the channels), so a PCIe box likely needs less.
+NCCL_PUBLISHED_DEVICE_BYTES = int(1.6e9)
+COMMUNICATOR_BYTES = NCCL_PUBLISHED_DEVICE_BYTES - CUDA_CONTEXT_BYTES
+# The CUDA caching allocator reserves more than the tensors it holds (block rounding, fragmentation): a
+# DeepSpeed memory line of a real run reads Max_MA 19.52 GB, Max_CA 21 GB (docs/reference.md section 3),
+# 7.6 % above the tensor peak. A stated assumption from one published line, to be checked on a GPU run.
+ALLOCATOR_MARGIN = 21.0 / 19.52 - 1.0
+# Host RAM of one rank's runtime (interpreter, torch, DeepSpeed, transformers, the comm backend) before any
+# model: on the CPU accelerator measured here by zerogate.runtime.baseline (0.55 GB on the smoke profile,
+# 2026-12-01; the CPU peak prediction measures it for each run); on GPUs the CUDA libraries' host memory comes
+# on top, assumed 2 GiB per rank in all (not measured: no GPU here).
+HOST_RUNTIME_BYTES = {"cpu": int(0.6 * GIB), "cuda": 2 * GIB}
+
+TERM_SOURCES = {
+    "parameters": "the 16-bit (fp32 on the CPU) parameters, a rank's share at stage 3, whole below it; ZeRO-3 pads "
+                  "each parameter to a multiple of the ranks (deepspeed/runtime/zero/partition_parameters.py)",
+    "master_parameters": "fp32 master copy of the rank's partition, none when the parameters are fp32 and Adam runs "
+                         "on the device (deepspeed/runtime/zero/stage3.py _create_fp32_partitions, "
+                         "stage_1_and_2.py single_partition_of_fp32_groups)",
+    "gradients": "the gradient partition (ZeRO-2/3) or every gradient (ZeRO-0/1); with optimizer offload a flat fp32 "
+                 "host buffer (stage3.py grad_partitions_flat_buffer, stage_1_and_2.py pinned fp32 grad)",
+    "gradient_accumulation": "16-bit gradient accumulation partition on the host with optimizer offload and "
+                             "accumulation > 1 (docs/reference.md section 1: +2 Phi when G > 1)",
+    "optimizer_states": "Adam's two fp32 moments of the rank's partition (8 bytes per element)",
+    "optimizer_gradients": "ZeRO-3 with optimizer offload: the fp32 gradient the optimizer steps on, one pinned "
+                           "host buffer per sub-group held for the run beside the accumulation buffer (stage3.py "
+                           "initialize_optimizer_states, subgroup_gradient_buffer as fp32_partitioned_groups_flat"
+                           "[i].grad); measured: the smoke run's ranks hold exactly one such partition-sized fp32 "
+                           "tensor more than the other terms (docs/measurements.md)",
+    "persistent_parameters": "parameters at or below stage3_param_persistence_threshold, kept whole on every rank "
+                             "(partition_parameters.py ds_persist)",
+    "reduce_bucket": "ZeRO-3's contiguous gradient bucket, torch.empty(reduce_bucket_size) per parameter dtype at "
+                     "optimizer init, held for the run (stage3.py ipg_buckets buffer)",
+    "gradient_reduction_buckets": "ZeRO-1/2's gradient reduction buckets, torch.empty(reduce_bucket_size) each "
+                                  "micro-step, two with overlap_comm (stage_1_and_2.py setup_buckets); ZeRO-0's "
+                                  "flattened all-reduce bucket (engine.py allreduce_gradients, 5e8 elements at most)",
+    "gathered_parameters": "ZeRO-3's gathered working set: what its fetch trace keeps gathered at once (parameters "
+                           "used again within stage3_max_reuse_distance stay gathered, "
+                           "partitioned_param_coordinator.py __params_to_release; zerogate.plan.comms.zero3_trace) "
+                           "plus the prefetch bucket, which stage3_max_live_parameters caps "
+                           "(partitioned_param_coordinator.py fetch_sub_module), at most the model",
+    "largest_layer_gradient": "the largest layer's full gradient before it is reduced into the partitions (ZeRO-2/3)",
+    "activations": "what one micro-step's forward keeps for the backward (zerogate.plan.activations)",
+    "backward_transient": "what the backward holds on top of the kept activations at its peak, weight gradients "
+                          "excluded (zerogate.plan.activations)",
+    "fp32_gradient_copy": "the optimizer step's fp32 copy of the gradients: ZeRO-0 with 16-bit training flattens "
+                          "a per-parameter fp32 copy of every gradient into one more (4 Phi + 4 Phi while both "
+                          "live, runtime/fp16/fused_optimizer.py step); ZeRO-1/2 flatten the partition and convert "
+                          "it (b + 4 bytes per element of Phi/N, stage_1_and_2.py step); ZeRO-3 the same per "
+                          "sub-group of sub_group_size elements (stage3.py _prepare_fp32_grad_for_sub_group); "
+                          "none on the device with optimizer offload (optimizer_gradients, on the host, is the copy)",
+    "allocator_margin": f"the CUDA caching allocator's reserve above the tensor peak, {100 * ALLOCATOR_MARGIN:.1f} % "
+                        "(assumed from one published DeepSpeed memory line, docs/reference.md section 3)",
+    "cuda_context": "CUDA context and cuBLAS workspaces, 0.6 GiB (the upper end of users' 0.3-0.6 GiB, "
+                    "docs/reference.md section 1)",
+    "communicator": "NCCL's device buffers: 1.6 GB published per GPU for one communicator (NVIDIA/nccl issue 864) "
+                    "less the CUDA context term",
+    "host_runtime": "a rank's process before any model: measured on the CPU accelerator "
+                    "(zerogate.runtime.baseline, 0.55 GB here), assumed 2 GiB with the CUDA libraries",
+    "model_build": "the model as each rank builds it on the host before DeepSpeed moves it: whole in fp32 at "
+                   "ZeRO-0/1/2 (zerogate.model.build loads fp32; DeepSpeed's estimator: 4 Phi per GPU), the "
+                   "largest layer in fp32 under zero.Init at ZeRO-3 (the estimator's zero_init figure, 4 L)",
+    "nvme_swap_buffers": "pinned host buffers of NVMe offload: buffer_count x buffer_size parameter elements "
+                         "(swap_tensor/partitioned_param_swapper.py) and buffer_count x the largest sub-group of "
+                         "fp32 optimizer elements (swap_tensor/optimizer_utils.py SwapBufferManager)",
+    "runtime_baseline": "the runtime's resident set measured in a process without the run's model "
+                        "(zerogate.runtime.baseline)",
+    "shm_comm_buffer": "the resident page of each other rank's shm comm workspace (deepspeed/ops/csrc/cpu/comm/shm.cpp)",
+}
+
+# The phases of a device's terms (see the module docstring); OVERHEAD is what is not a tensor.
+PERSISTENT = ("parameters", "master_parameters", "gradients", "gradient_accumulation", "optimizer_states",
+              "optimizer_gradients", "persistent_parameters", "reduce_bucket")
+MICRO_STEP = ("gathered_parameters", "largest_layer_gradient", "gradient_reduction_buckets", "activations",
+              "backward_transient")
+OPTIMIZER_STEP = ("fp32_gradient_copy",)
+OVERHEAD = ("allocator_margin", "cuda_context", "communicator")
+# Host RAM terms that are not offloaded model state.
+HOST_SETUP = ("host_runtime", "model_build", "nvme_swap_buffers")
 
 
 def paper_ledger(phi: int, ranks: int) -> dict[str, int | None]:
@@ -86,7 +182,7 @@ class Setup:
     seq_len: int
     accumulation: int
     stage: int
-    offload_optimizer: bool
+    offload_optimizer: bool  # to the host or NVMe
     offload_param: bool
     pin_memory: bool
     reduce_bucket: int  # elements
@@ -95,10 +191,23 @@ class Setup:
     activation_checkpointing: bool = False
     leaf_blocks: bool = False  # a leaf module class beyond DeepSpeed's defaults: whole blocks are gathered
     max_reuse_distance: int = DEEPSPEED_MAX_REUSE_DISTANCE  # elements: a parameter used again sooner stays gathered
+    max_live_parameters: int = DEEPSPEED_MAX_LIVE_PARAMETERS  # elements gathered at most, prefetch included
+    sub_group_size: int = DEEPSPEED_SUB_GROUP_SIZE  # elements the ZeRO-3 optimizer steps at once
+    overlap_comm: bool = False
+    attention: str = "sdpa"  # the model's attn_implementation
+    nvme_optimizer: bool = False  # the optimizer offload goes to NVMe, not host RAM
+    nvme_param: bool = False
+    param_swap_buffer_count: int = 5  # offload_param.buffer_count (zero/offload_config.py default)
+    param_swap_buffer_size: int = 100_000_000  # offload_param.buffer_size, elements
+    optimizer_swap_buffer_count: int = 4  # offload_optimizer.buffer_count
 
     @property
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def ranks_per_node(self) -> int:
+        return max(1, self.ranks // self.nodes)
 
     @property
     def scheme(self) -> str:
@@ -114,41 +223,77 @@ class Setup:
 
     def with_scheme(self, scheme: str) -> "Setup":
         stage = {"ddp": 0, "zero1": 1, "zero2": 2, "zero2_offload_optimizer": 2}.get(scheme, 3)
-        return dataclasses.replace(self, stage=stage, offload_optimizer="offload" in scheme,
-                                   offload_param=scheme == "zero3_offload_all")
+        offload_optimizer, offload_param = "offload" in scheme, scheme == "zero3_offload_all"
+        return dataclasses.replace(self, stage=stage, offload_optimizer=offload_optimizer, offload_param=offload_param,
+                                   nvme_optimizer=self.nvme_optimizer and offload_optimizer,
+                                   nvme_param=self.nvme_param and offload_param)
 
 
 def setup_from_config(ds_config: DsConfig, run_spec: RunSpec, nodes: int = 1,
-                      activation_checkpointing: bool = False) -> Setup:
-    """The ledger's view of a rendered config (``ds_config.json``) and its ``run_spec.json``."""
+                      activation_checkpointing: bool | None = None) -> Setup:
+    """The ledger's view of a rendered config (``ds_config.json``) and its ``run_spec.json``: seq_len,
+    attention and activation checkpointing are the run spec's (``activation_checkpointing`` overrides it)."""
     from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
 
     zero = ds_config.zero_optimization
     extra = zero.model_extra or {}
     offloads = [o for o in (zero.offload_optimizer, zero.offload_param) if o is not None]
     leaf_classes = (extra.get("leaf_module") or {}).get("classes", [])
+    optimizer_offload = (zero.offload_optimizer.model_extra or {}) if zero.offload_optimizer else {}
+    param_offload = (zero.offload_param.model_extra or {}) if zero.offload_param else {}
+    checkpointing = run_spec.training.activation_checkpointing if activation_checkpointing is None \
+        else activation_checkpointing
     return Setup(
         ranks=run_spec.world_size, nodes=nodes, dtype=run_spec.dtype, device_kind=run_spec.accelerator,
         micro_batch=ds_config.train_micro_batch_size_per_gpu, seq_len=run_spec.seq_len,
         accumulation=ds_config.gradient_accumulation_steps, stage=int(zero.stage),
         offload_optimizer=bool(zero.offload_optimizer and zero.offload_optimizer.on),
         offload_param=bool(zero.offload_param and zero.offload_param.on),
-        pin_memory=any(o.pin_memory for o in offloads), reduce_bucket=int(extra.get("reduce_bucket_size", 5e8)),
+        pin_memory=any(o.pin_memory for o in offloads if o.on), reduce_bucket=int(extra.get("reduce_bucket_size", 5e8)),
         prefetch_bucket=int(extra.get("stage3_prefetch_bucket_size", 5e7)),
         persistence_threshold=int(extra.get("stage3_param_persistence_threshold", 1e5)),
-        activation_checkpointing=activation_checkpointing,
+        activation_checkpointing=checkpointing,
         leaf_blocks=any(c not in DEFAULT_LEAF_MODULE_CLASSES for c in leaf_classes),
         max_reuse_distance=int(extra.get("stage3_max_reuse_distance", DEEPSPEED_MAX_REUSE_DISTANCE)),
+        max_live_parameters=int(extra.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_PARAMETERS)),
+        sub_group_size=int(extra.get("sub_group_size", DEEPSPEED_SUB_GROUP_SIZE)),
+        overlap_comm=bool(extra.get("overlap_comm", False)),
+        attention=run_spec.model.attention,
+        nvme_optimizer=bool(zero.offload_optimizer and zero.offload_optimizer.device == "nvme"),
+        nvme_param=bool(zero.offload_param and zero.offload_param.device == "nvme"),
+        param_swap_buffer_count=int(param_offload.get("buffer_count", 5)),
+        param_swap_buffer_size=int(param_offload.get("buffer_size", 1e8)),
+        optimizer_swap_buffer_count=int(optimizer_offload.get("buffer_count", 4)),
     )
 
 
+# --- Activations ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ActivationFigures:
+    """One micro-step's activation terms for a setup, and where they come from."""
+
+    saved_bytes: int  # kept by the forward for the backward
+    backward_transient_bytes: int  # held by the backward on top of them at its peak
+    basis: str  # "traced" | "formula"
+    how: str
+    per_layer_bytes: int | None = None
+    outside_layers_bytes: int | None = None
+    layers: int = 0
+
+
+# What the ledger asks for a setup's activations (zerogate.plan.activations.TracedActivations traces them).
+Activations = Callable[[Setup], ActivationFigures]
+
+
 def activation_bytes(counts: ModelCounts, setup: Setup, checkpointing: bool) -> int:
-    """Activations kept for the backward pass of one micro-batch, logits included.
+    """The Korthikanti formula's activations of one micro-batch, logits included: the cross-check column.
 
     Per decoder layer s*b*h*(34 + 5*a*s/h) bytes in 16-bit (Korthikanti et al. 2022, "Reducing Activation
     Recomputation in Large Transformer Models", eq. 1), scaled by dtype bytes / 2; with full activation
     checkpointing 2*s*b*h per layer (the layer inputs) plus one layer recomputed in full. Logits: s*b*V in
-    the training dtype plus the fp32 upcast and its gradient that the loss computes.
+    the training dtype plus the fp32 upcast and its gradient that the loss computes. Derived for GPT-3-style
+    layers: it knows nothing of gated MLPs, another intermediate size, norm upcasts or fused attention.
     """
     s, b, h, a = setup.seq_len, setup.micro_batch, counts.hidden, counts.heads
     scale = setup.dtype_bytes / 2
@@ -158,10 +303,56 @@ def activation_bytes(counts: ModelCounts, setup: Setup, checkpointing: bool) -> 
     return int(layers + logits)
 
 
-def zerogate_terms(counts: ModelCounts, setup: Setup) -> dict[str, dict[str, int]]:
-    """zerogate's prediction for ``setup``: per-rank ``device`` terms, per-rank ``host`` terms (offloaded
-    state, which lives in the host's RAM), and the ``pinned`` share of the host terms; bytes."""
+def formula_activations(counts: ModelCounts) -> Activations:
+    """The Korthikanti formula as the activation source (hand-made counts have no architecture to trace)."""
+
+    def figures(setup: Setup) -> ActivationFigures:
+        return ActivationFigures(activation_bytes(counts, setup, setup.activation_checkpointing), 0, "formula",
+                                 "Korthikanti et al. 2022 eq. 1 (GPT-3-style layers), logits in the dtype and fp32; "
+                                 "no backward transient", layers=counts.layers)
+
+    return figures
+
+
+# --- zerogate's terms -------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=256)
+def _most_gathered(counts: ModelCounts, ranks: int, persistence_threshold: int, max_reuse_distance: int,
+                   leaf_blocks: bool) -> int:
+    from zerogate.plan.comms import zero3_most_gathered
+
+    return zero3_most_gathered(counts, ranks, persistence_threshold, max_reuse_distance, leaf_blocks)
+
+
+def gathered_elements(counts: ModelCounts, setup: Setup) -> int:
+    """Elements ZeRO-3 holds gathered at once: its fetch trace's most (reuse distance), plus the prefetch
+    bucket as far as stage3_max_live_parameters lets it prefetch, at most the model."""
+    held = _most_gathered(counts, setup.ranks, setup.persistence_threshold, setup.max_reuse_distance,
+                          setup.leaf_blocks)
+    prefetch = min(setup.prefetch_bucket, max(0, setup.max_live_parameters - held))
+    return min(counts.total, held + prefetch)
+
+
+def fp32_gradient_copy_bytes(counts: ModelCounts, setup: Setup, share: int) -> int:
+    """The optimizer step's fp32 gradient copy on the device (TERM_SOURCES['fp32_gradient_copy'])."""
+    b = setup.dtype_bytes
+    if setup.offload_optimizer:
+        return 0
+    if setup.stage == 0:
+        # fused_optimizer.py: _flatten_dense_tensors([p.grad.to(fp32) ...]); a plain fp32 optimizer copies nothing.
+        return 8 * counts.total if b < 4 else 0
+    # flatten(partition) then .to(fp32): both alive while converting; in fp32 .to is the flattened tensor itself.
+    per_element = 4 + b if b < 4 else 4
+    elements = min(share, setup.sub_group_size) if setup.stage == 3 else share
+    return per_element * elements
+
+
+def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations | None = None) -> dict[str, Any]:
+    """zerogate's prediction for ``setup``, bytes: per-rank ``device`` terms (tensors and OVERHEAD),
+    per-rank ``host`` terms (offloaded state, HOST_SETUP), per-rank ``nvme`` terms, and the ``pinned`` share
+    of the host terms. ``activations``: the activation source (default: the Korthikanti formula)."""
     n, b, phi = setup.ranks, setup.dtype_bytes, counts.total
+    figures = (activations or formula_activations(counts))(setup)
     # One rank's share. ZeRO-3 pads every parameter to a multiple of the ranks; ZeRO-1/2 pad the flat group.
     share = counts.partition_numel(n) if setup.stage == 3 else math.ceil(phi / n)
     # A separate fp32 master copy exists unless parameters are fp32 on the device that runs Adam
@@ -169,11 +360,11 @@ def zerogate_terms(counts: ModelCounts, setup: Setup) -> dict[str, dict[str, int
     master = 0 if (b == 4 and not setup.offload_optimizer) else 4
     device: dict[str, int] = {}
     host: dict[str, int] = {}
-    pinned: dict[str, int] = {}
+    nvme: dict[str, int] = {}
 
     params_full = phi if setup.stage < 3 else share
     if setup.offload_param:
-        host["parameters"] = b * share
+        (nvme if setup.nvme_param else host)["parameters"] = b * share
     else:
         device["parameters"] = b * params_full
     grads_share = phi if setup.stage < 2 else share
@@ -182,37 +373,79 @@ def zerogate_terms(counts: ModelCounts, setup: Setup) -> dict[str, dict[str, int
     if setup.offload_optimizer:
         # Gradient partitions go to a flat fp32 host buffer (stage3 grad_partitions_flat_buffer).
         host["gradients"] = 4 * share
-        host.update(optimizer_state)
+        (nvme if setup.nvme_optimizer else host).update(optimizer_state)
+        if setup.stage == 3 and not setup.nvme_optimizer:
+            host["optimizer_gradients"] = 4 * share
         if setup.accumulation > 1 and b < 4:
-            # 16-bit gradient accumulation partition on the host (docs/reference.md section 1: +2 Phi when G > 1).
             host["gradient_accumulation"] = b * share
     else:
         device["gradients"] = b * grads_share
         device.update(optimizer_state)
-    if setup.pin_memory:
-        pinned = {k: v for k, v in host.items() if k in ("parameters", "gradients", "gradient_accumulation")}
 
     if setup.stage == 3:
         device["persistent_parameters"] = b * counts.persistent_numel(setup.persistence_threshold)
-        # The module being computed, gathered in full (a whole decoder layer when it is a leaf module),
-        # plus the prefetched next ones.
-        unit = max(counts.largest_layer, counts.largest_block) if setup.leaf_blocks else counts.largest_layer
-        device["gathered_parameters"] = b * (unit + setup.prefetch_bucket)
-    if setup.stage >= 2:
-        # The largest layer's full gradient before it is reduce-scattered, and the contiguous gradient bucket.
-        device["gradient_buckets"] = b * (counts.largest_layer + setup.reduce_bucket)
+        device["gathered_parameters"] = b * gathered_elements(counts, setup)
+        device["reduce_bucket"] = b * setup.reduce_bucket
+    elif setup.stage >= 1:
+        device["gradient_reduction_buckets"] = (2 if setup.overlap_comm else 1) * b * setup.reduce_bucket
     else:
-        device["gradient_buckets"] = b * setup.reduce_bucket
-    device["activations"] = activation_bytes(counts, setup, setup.activation_checkpointing)
+        device["gradient_reduction_buckets"] = b * min(phi, setup.reduce_bucket)
+    if setup.stage >= 2:
+        device["largest_layer_gradient"] = b * counts.largest_layer
+    device["fp32_gradient_copy"] = fp32_gradient_copy_bytes(counts, setup, share)
+    device["activations"] = figures.saved_bytes
+    device["backward_transient"] = figures.backward_transient_bytes
     if setup.device_kind == "cuda":
+        device["allocator_margin"] = int(ALLOCATOR_MARGIN * device_levels(device)["tensor"])
         device["cuda_context"] = CUDA_CONTEXT_BYTES
-    return {"device": device, "host": host, "pinned": pinned}
+        if setup.ranks > 1:
+            device["communicator"] = COMMUNICATOR_BYTES
+
+    pinned = {}
+    if setup.pin_memory:
+        pinned = {k: v for k, v in host.items()
+                  if k in ("parameters", "gradients", "gradient_accumulation", "optimizer_gradients")}
+    swap = 0
+    if setup.nvme_param:
+        swap += setup.param_swap_buffer_count * setup.param_swap_buffer_size * b
+    if setup.nvme_optimizer:
+        swap += setup.optimizer_swap_buffer_count * min(share, setup.sub_group_size) * 4
+    if swap:
+        host["nvme_swap_buffers"] = swap
+        pinned["nvme_swap_buffers"] = swap
+    host["host_runtime"] = HOST_RUNTIME_BYTES["cpu" if setup.device_kind == "cpu" else "cuda"]
+    host["model_build"] = 4 * (counts.largest_layer if setup.stage == 3 else phi)
+    return {"device": device, "host": host, "nvme": nvme, "pinned": pinned, "activations": figures}
+
+
+def device_levels(device: dict[str, int]) -> dict[str, int]:
+    """A device's peak at three levels, bytes: ``tensor`` (what torch.cuda.max_memory_allocated counts: the
+    persistent terms plus the larger of the micro-step's and the optimizer step's), ``allocator`` (plus the
+    caching allocator's margin: max_memory_reserved) and ``device`` (plus the CUDA context and the
+    communicator: what NVML sees, and what must fit the device)."""
+    persistent = sum(v for k, v in device.items() if k in PERSISTENT)
+    micro = sum(v for k, v in device.items() if k in MICRO_STEP)
+    step = sum(v for k, v in device.items() if k in OPTIMIZER_STEP)
+    tensor = persistent + max(micro, step)
+    allocator = tensor + device.get("allocator_margin", 0)
+    return {"tensor": tensor, "allocator": allocator,
+            "device": allocator + device.get("cuda_context", 0) + device.get("communicator", 0)}
+
+
+def host_need_per_rank(terms: dict[str, Any], on_cpu: bool) -> int:
+    """Host RAM one rank needs: its runtime, plus the larger of the model as built at initialisation and
+    what it holds in training (offloaded state and swap buffers; on the CPU accelerator every tensor)."""
+    host = terms["host"]
+    held = sum(v for k, v in host.items() if k not in ("host_runtime", "model_build"))
+    if on_cpu:
+        held += device_levels(terms["device"])["tensor"]
+    return host["host_runtime"] + max(host["model_build"], held)
 
 
 def model_state_bytes(counts: ModelCounts, setup: Setup) -> dict[str, int]:
     """The four tensors each rank holds for the whole run, as zerogate.train.held.held_bytes measures them."""
-    terms = zerogate_terms(counts, setup)
-    merged = {**terms["device"], **terms["host"]}
+    terms = zerogate_terms(counts, setup, lambda s: ActivationFigures(0, 0, "none", "not needed"))
+    merged = {**terms["device"], **terms["host"], **terms["nvme"]}
     return {
         "parameters(bytes)": merged.get("parameters", 0),
         "master_parameters(bytes)": merged.get("master_parameters", 0),
@@ -221,18 +454,20 @@ def model_state_bytes(counts: ModelCounts, setup: Setup) -> dict[str, int]:
     }
 
 
-def ledger(counts: ModelCounts, setup: Setup) -> dict[str, Any]:
+def ledger(counts: ModelCounts, setup: Setup, activations: Activations | None = None) -> dict[str, Any]:
     """Every scheme, three ledgers, per rank and per host. ``setup.scheme`` is the run's own scheme."""
-    ranks_per_node = max(1, setup.ranks // setup.nodes)
+    activations = activations or formula_activations(counts)
+    ranks_per_node = setup.ranks_per_node
     paper = paper_ledger(counts.total, setup.ranks)
     estimates = deepspeed_estimates(counts, ranks_per_node, setup.nodes)
     schemes: dict[str, Any] = {}
     for scheme in SCHEMES:
         variant = setup.with_scheme(scheme)
-        terms = zerogate_terms(counts, variant)
-        checkpointed = dataclasses.replace(variant, activation_checkpointing=not variant.activation_checkpointing)
-        other_activations = activation_bytes(counts, checkpointed, checkpointed.activation_checkpointing)
-        device_total = sum(terms["device"].values())
+        terms = zerogate_terms(counts, variant, activations)
+        other = dataclasses.replace(variant, activation_checkpointing=not variant.activation_checkpointing)
+        levels = device_levels(terms["device"])
+        other_levels = device_levels(zerogate_terms(counts, other, activations)["device"])
+        on_cpu = setup.device_kind == "cpu"
         schemes[scheme] = {
             "paper": {"device_per_rank(bytes)": paper[scheme]},
             "deepspeed": None if estimates[scheme] is None else {
@@ -240,13 +475,18 @@ def ledger(counts: ModelCounts, setup: Setup) -> dict[str, Any]:
             "zerogate": {
                 "device_terms(bytes)": terms["device"],
                 "host_terms_per_rank(bytes)": terms["host"],
-                "device_per_rank(bytes)": device_total,
-                "device_per_rank_other_checkpointing(bytes)":
-                    device_total - terms["device"]["activations"] + other_activations,
-                "host_per_node(bytes)": sum(terms["host"].values()) * ranks_per_node,
+                "nvme_terms_per_rank(bytes)": terms["nvme"],
+                "device_tensor_peak_per_rank(bytes)": levels["tensor"],
+                "device_allocator_peak_per_rank(bytes)": levels["allocator"],
+                "device_per_rank(bytes)": levels["device"],
+                "device_per_rank_other_checkpointing(bytes)": other_levels["device"],
+                "activations_formula(bytes)": activation_bytes(counts, variant, variant.activation_checkpointing),
+                "host_per_node(bytes)": host_need_per_rank(terms, on_cpu) * ranks_per_node,
+                "nvme_per_node(bytes)": sum(terms["nvme"].values()) * ranks_per_node,
                 "pinned_per_node(bytes)": sum(terms["pinned"].values()) * ranks_per_node,
             },
         }
+    own = activations(setup)
     return {
         "parameters": counts.total,
         "largest_layer_parameters": counts.largest_layer,
@@ -254,12 +494,20 @@ def ledger(counts: ModelCounts, setup: Setup) -> dict[str, Any]:
         "nodes": setup.nodes,
         "dtype": setup.dtype,
         "activation_checkpointing": setup.activation_checkpointing,
+        "attention": setup.attention,
+        "micro_batch": setup.micro_batch,
+        "seq_len": setup.seq_len,
         "scheme": setup.scheme,
+        "activations": {"basis": own.basis, "how": own.how, "per_layer(bytes)": own.per_layer_bytes,
+                        "outside_layers(bytes)": own.outside_layers_bytes, "layers": own.layers,
+                        "saved(bytes)": own.saved_bytes, "backward_transient(bytes)": own.backward_transient_bytes,
+                        "formula(bytes)": activation_bytes(counts, setup, setup.activation_checkpointing)},
+        "term_sources": TERM_SOURCES,
         "schemes": schemes,
     }
 
 
-# --- The rank's peak, not only its model states ------------------------------------------------------
+# --- The rank's peak, level by level --------------------------------------------------------------------------
 
 # DeepSpeed's shared-memory all-reduce workspace on the CPU accelerator (deepspeed/ops/csrc/cpu/comm/shm.cpp,
 # struct allreduce_workspace: 2 * NAIVE_ALLREDUCE_THRESHOLD + 2 * MAX_BUF_SIZE bytes, 1 MiB and 32 MiB), one
@@ -269,55 +517,82 @@ def ledger(counts: ModelCounts, setup: Setup) -> dict[str, Any]:
 # the resident share is one page per rank (RssShmem of a cpu-smollm2 rank: 8 kB), the rest is address space.
 SHM_WORKSPACE_BYTES = 2 * 1048576 + 2 * 1048576 * 32
 PAGE_BYTES = 4096
-# Which terms stay resident for the whole run (what the rank holds between steps) and which come and go
+# Which resident-set terms stay for the whole run (what the rank holds between steps) and which come and go
 # inside a step (the per-window peak above the window's end): the split the measured per-window peaks
 # (memory/peak_rss and memory/rss at the end of each step) can check term by term.
-PERSISTENT_TERMS = ("runtime_baseline", "cuda_context", "shm_comm_buffer", "parameters", "master_parameters",
-                    "gradients", "gradient_accumulation", "optimizer_states", "persistent_parameters", "reduce_bucket")
-TRANSIENT_TERMS = ("gathered_parameters", "gradient_buckets", "activations")
+PERSISTENT_TERMS = ("runtime_baseline", "shm_comm_buffer", *PERSISTENT)
+TRANSIENT_TERMS = (*MICRO_STEP, *OPTIMIZER_STEP)
+# The peaks each accelerator measures, what predicts each and the step-record column (or file) it is set against.
+PEAK_LEVELS = {
+    "cuda": (("tensor", "torch.cuda.max_memory_allocated: the tensors' peak"),
+             ("allocator", "torch.cuda.max_memory_reserved: the caching allocator's peak"),
+             ("device", "NVML's process memory: the device's peak (allocator, CUDA context, communicator)")),
+    "cpu": (("tensor", "live tensor bytes of one sampled optimizer step outside the timed ones"),
+            ("resident_set", "resident-set peak of the rank's process (VmHWM)")),
+}
 
 
-def peak_terms(counts: ModelCounts, setup: Setup, runtime_baseline: int | None) -> dict[str, int]:
-    """Each rank's predicted peak, term by term, in bytes.
+def cpu_tensor_terms(counts: ModelCounts, setup: Setup, activations: Activations | None = None) -> dict[str, int]:
+    """On the CPU accelerator every tensor term is host memory: the device and host tensor terms of
+    :func:`zerogate_terms` in one mapping (what the live-tensor count sees), without HOST_SETUP."""
+    terms = zerogate_terms(counts, setup, activations)
+    merged = {k: v for k, v in {**terms["host"], **terms["device"]}.items() if k not in HOST_SETUP}
+    return {k: v for k, v in merged.items() if k not in OVERHEAD}
 
-    On GPUs the allocator's reserved peak: the device terms of :func:`zerogate_terms` (the CUDA context
-    among them). On the CPU accelerator the rank's resident-set peak: everything is host RAM, so the
-    runtime's own baseline (the probe's measurement of a process with the training ranks' imports, engine
-    and data reader, ``runtime_baseline``) plus the device and host terms, plus the resident share of the
-    shm comm workspace. Buffers allocated
-    at full size but written only in part count as resident only for what is written (an untouched page
-    of a CPU tensor is not resident): the reduce bucket and the gathered-parameter window hold at most
-    the model's parameters. The reduce bucket (ZeRO-3's contiguous IPG buffer, torch.empty of
-    reduce_bucket_size elements at engine init) is kept for the whole run, so once written it stays
-    resident: a persistent term (``reduce_bucket``); the largest layer's full gradient before it is copied
-    in stays transient (``gradient_buckets``).
-    """
-    terms = zerogate_terms(counts, setup)
-    peak: dict[str, int] = {}
-    if setup.device_kind == "cpu":
-        peak["runtime_baseline"] = int(runtime_baseline or 0)
-        # The baseline process (a one-rank world) already holds its own workspace's state page.
-        peak["shm_comm_buffer"] = min(SHM_WORKSPACE_BYTES, PAGE_BYTES * (setup.ranks - 1))
-        peak.update(terms["host"])
-    peak.update(terms["device"])
-    if setup.device_kind == "cpu":
-        from zerogate.plan.comms import zero3_most_gathered
 
-        b = setup.dtype_bytes
-        if "gathered_parameters" in peak:
-            # What ZeRO-3's trace holds gathered at once (parameters used again within the reuse distance stay
-            # gathered: on a model below it, the whole model from its forward to its backward; the same
-            # simulation as the communication theory's), plus the prefetched bucket, at most the model.
-            held = zero3_most_gathered(counts, setup.ranks, setup.persistence_threshold, setup.max_reuse_distance,
-                                       setup.leaf_blocks)
-            peak["gathered_parameters"] = b * min(counts.total, held + setup.prefetch_bucket)
-        peak["reduce_bucket"] = b * min(counts.total, setup.reduce_bucket)
-        peak["gradient_buckets"] = b * counts.largest_layer if setup.stage >= 2 else 0
+def peak_terms(counts: ModelCounts, setup: Setup, runtime_baseline: int | None,
+               activations: Activations | None = None) -> dict[str, int]:
+    """Each rank's resident-set (CPU) or device (GPU) terms of its predicted peak, bytes.
+
+    On GPUs the device terms of :func:`zerogate_terms`. On the CPU accelerator the rank's resident-set
+    peak: the runtime's own baseline (``runtime_baseline``: a process with the training ranks' imports and
+    comm backend and no model of the run's, zerogate.runtime.baseline), every tensor term, and the resident
+    share of the shm comm workspace. Buffers allocated at full size but written only in part count as
+    resident only for what is written (an untouched page of a CPU tensor is not resident): the reduce
+    bucket holds at most the model's gradients, so it counts at most the model (the live-tensor peak,
+    :func:`peak_levels`, counts all of it)."""
+    if setup.device_kind != "cpu":
+        return dict(zerogate_terms(counts, setup, activations)["device"])
+    peak = {"runtime_baseline": int(runtime_baseline or 0),
+            # The baseline process (a one-rank world) already holds its own workspace's state page.
+            "shm_comm_buffer": min(SHM_WORKSPACE_BYTES, PAGE_BYTES * (setup.ranks - 1))}
+    peak.update(cpu_tensor_terms(counts, setup, activations))
+    if "reduce_bucket" in peak:
+        peak["reduce_bucket"] = setup.dtype_bytes * min(counts.total, setup.reduce_bucket)
+    if "gradient_reduction_buckets" in peak:
+        peak["gradient_reduction_buckets"] = min(peak["gradient_reduction_buckets"],
+                                                 setup.dtype_bytes * counts.total)
     return peak
 
 
 def peak_split(terms: dict[str, int]) -> dict[str, int]:
-    """The predicted peak as persistent (held between steps) + transient (inside a step), bytes."""
-    persistent = sum(v for k, v in terms.items() if k not in TRANSIENT_TERMS)
-    transient = sum(v for k, v in terms.items() if k in TRANSIENT_TERMS)
-    return {"persistent(bytes)": persistent, "transient(bytes)": transient, "total(bytes)": persistent + transient}
+    """The predicted peak as persistent (held between steps) + transient (inside a step), bytes: the
+    transient part is the larger of the micro-step's terms and the optimizer step's."""
+    persistent = sum(v for k, v in terms.items() if k not in TRANSIENT_TERMS and k not in OVERHEAD)
+    micro = sum(v for k, v in terms.items() if k in MICRO_STEP)
+    step = sum(v for k, v in terms.items() if k in OPTIMIZER_STEP)
+    overhead = sum(v for k, v in terms.items() if k in OVERHEAD)
+    transient = max(micro, step)
+    return {"persistent(bytes)": persistent + overhead, "transient(bytes)": transient,
+            "total(bytes)": persistent + overhead + transient}
+
+
+def peak_levels(counts: ModelCounts, setup: Setup, runtime_baseline: int | None,
+                activations: Activations | None = None) -> dict[str, dict[str, Any]]:
+    """Each peak the accelerator measures (PEAK_LEVELS), predicted: bytes and the terms it sums."""
+    if setup.device_kind != "cpu":
+        device = zerogate_terms(counts, setup, activations)["device"]
+        levels = device_levels(device)
+        tensors = {k: v for k, v in device.items() if k not in OVERHEAD}
+        named = {"tensor": tensors, "allocator": {**tensors, "allocator_margin": device.get("allocator_margin", 0)},
+                 "device": device}
+        return {level: {"predicted(bytes)": levels[level], "terms(bytes)": named[level], "what": what}
+                for level, what in PEAK_LEVELS["cuda"]}
+    tensors = cpu_tensor_terms(counts, setup, activations)
+    resident = peak_terms(counts, setup, runtime_baseline, activations)
+    return {
+        "tensor": {"predicted(bytes)": peak_split(tensors)["total(bytes)"], "terms(bytes)": tensors,
+                   "what": PEAK_LEVELS["cpu"][0][1]},
+        "resident_set": {"predicted(bytes)": peak_split(resident)["total(bytes)"], "terms(bytes)": resident,
+                         "what": PEAK_LEVELS["cpu"][1][1]},
+    }

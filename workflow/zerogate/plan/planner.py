@@ -15,19 +15,8 @@ from zerogate.contracts.records import column
 from zerogate.contracts.run import Deviation, DsConfig, RunSpec
 from zerogate.model.counts import ModelCounts
 from zerogate.plan.floor import floor
-from zerogate.plan.ledger import Setup, ledger, zerogate_terms
+from zerogate.plan.ledger import Activations, Setup, device_levels, host_need_per_rank, ledger, zerogate_terms
 from zerogate.units import format_bytes
-
-
-def _device_need(counts: ModelCounts, setup: Setup) -> int:
-    return sum(zerogate_terms(counts, setup)["device"].values())
-
-
-def _host_need(counts: ModelCounts, setup: Setup, on_cpu: bool) -> int:
-    """Host RAM the node needs: offloaded state of its ranks, and on the CPU accelerator everything."""
-    terms = zerogate_terms(counts, setup)
-    per_rank = sum(terms["host"].values()) + (sum(terms["device"].values()) if on_cpu else 0)
-    return per_rank * max(1, setup.ranks // setup.nodes)
 
 
 def _check(what: str, rank: int | None, device: str, need: int, capacity: int) -> MemoryCheck:
@@ -35,18 +24,57 @@ def _check(what: str, rank: int | None, device: str, need: int, capacity: int) -
                        headroom_bytes=capacity - need, fits=capacity - need >= 0)
 
 
-def checks(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> list[MemoryCheck]:
-    """One check per rank's device (GPUs) and one for host RAM, each with headroom."""
+def checks(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
+           activations: Activations | None = None) -> list[MemoryCheck]:
+    """One check per rank's device (GPUs), one for host RAM, and one for NVMe where the run swaps to NVMe
+    and the machine states its capacity, each with headroom."""
     gpus = machine.get("gpus", [])
+    terms = zerogate_terms(counts, setup, activations)
     result = []
     if gpus:
-        need = _device_need(counts, setup)
+        need = device_levels(terms["device"])["device"]
         for rank in range(setup.ranks):
             gpu = gpus[rank % len(gpus)]
             result.append(_check("device memory", rank, gpu["name"], need, gpu["memory_total_bytes"]))
-    result.append(_check("host RAM", None, "host (all ranks of the node)", _host_need(counts, setup, on_cpu=not gpus),
-                         machine["host"]["ram_total_bytes"]))
+    result.append(_check("host RAM", None, "host (all ranks of the node)",
+                         host_need_per_rank(terms, not gpus) * setup.ranks_per_node, machine["host"]["ram_total_bytes"]))
+    nvme = sum(terms["nvme"].values()) * setup.ranks_per_node
+    capacity = machine["host"].get("nvme_bytes")
+    if nvme and capacity is not None:
+        result.append(_check("NVMe", None, "NVMe swap space of the node", nvme, capacity))
     return result
+
+
+def notes(counts: ModelCounts, setup: Setup, machine: dict[str, Any], activations: Activations | None = None) -> list[str]:
+    """What the checks could not judge."""
+    nvme = sum(zerogate_terms(counts, setup, activations)["nvme"].values()) * setup.ranks_per_node
+    if nvme and machine["host"].get("nvme_bytes") is None:
+        return [f"the run swaps {format_bytes(nvme)} per node to NVMe; the machine states no NVMe capacity "
+                f"(host.nvme_bytes), so that is not checked"]
+    return []
+
+
+def largest_micro_batch(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
+                        activations: Activations | None = None, limit: int = 4096) -> int:
+    """The largest micro-batch per rank with which every check fits, the rest of ``setup`` unchanged; 0 when
+    not even one does. Doubling, then bisection: each candidate's activations are traced (or the formula's),
+    and a larger micro-batch never needs less memory."""
+
+    def fits(micro_batch: int) -> bool:
+        return all(c.fits for c in checks(counts, dataclasses.replace(setup, micro_batch=micro_batch), machine,
+                                          activations))
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high <= limit and fits(high):
+        low, high = high, high * 2
+    if high > limit:
+        return low
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
 
 
 def pinned_note(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> str | None:
@@ -75,6 +103,11 @@ def _variants(setup: Setup) -> list[tuple[str, Setup]]:
     if not setup.activation_checkpointing:
         options.append(("activation checkpointing", dataclasses.replace(setup, activation_checkpointing=True)))
     for factor in (2, 4, 8):
+        if setup.seq_len // factor >= 64:
+            shorter = setup.seq_len // factor
+            options.append((f"sequence length {shorter} instead of {setup.seq_len}",
+                            dataclasses.replace(setup, seq_len=shorter)))
+    for factor in (2, 4, 8):
         options.append((f"{setup.ranks * factor} ranks ({setup.nodes * factor} nodes like this one)",
                         dataclasses.replace(setup, ranks=setup.ranks * factor, nodes=setup.nodes * factor)))
     strongest = dataclasses.replace(setup.with_scheme("zero3_offload_all"), micro_batch=1, activation_checkpointing=True)
@@ -86,31 +119,71 @@ def _variants(setup: Setup) -> list[tuple[str, Setup]]:
     return options
 
 
-def suggestions(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> list[Suggestion]:
-    """The changes that would make the run fit, with the need they leave on the tightest check."""
+def suggestions(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
+                activations: Activations | None = None) -> list[Suggestion]:
+    """The changes that would make the run fit, with the need they leave on the tightest check. Of the
+    shorter sequence lengths only the longest that fits is offered."""
     found = []
+    shorter_found = False
     for change, variant in _variants(setup):
-        result = checks(counts, variant, machine)
+        if variant.seq_len != setup.seq_len and shorter_found:
+            continue
+        result = checks(counts, variant, machine, activations)
         if all(c.fits for c in result):
-            tightest = min(result, key=lambda c: c.headroom_bytes)
-            found.append(Suggestion(
-                change=change, tightest=tightest.what, need_bytes=tightest.need_bytes,
-                capacity_bytes=tightest.capacity_bytes,
-                # The same change as settings (plan.overlay writes a runnable profile from them).
-                settings=SuggestedSettings(nodes=variant.nodes, ranks=variant.ranks, micro_batch=variant.micro_batch,
-                                           accumulation=variant.accumulation,
-                                           offload_optimizer=variant.offload_optimizer,
-                                           offload_param=variant.offload_param,
-                                           activation_checkpointing=variant.activation_checkpointing)))
+            shorter_found |= variant.seq_len != setup.seq_len
+            found.append(_suggestion(change, setup, variant, result))
     return found
 
 
+def _suggestion(change: str, setup: Setup, variant: Setup, result: list[MemoryCheck]) -> Suggestion:
+    tightest = min(result, key=lambda c: c.headroom_bytes)
+    devices = [c for c in result if c.rank is not None]
+    smallest = min(devices, key=lambda c: c.capacity_bytes) if devices else None
+    return Suggestion(
+        change=change, tightest=tightest.what, need_bytes=tightest.need_bytes, capacity_bytes=tightest.capacity_bytes,
+        # The same change as settings (plan.overlay writes a runnable profile from them).
+        settings=SuggestedSettings(nodes=variant.nodes, ranks=variant.ranks, micro_batch=variant.micro_batch,
+                                   accumulation=variant.accumulation, offload_optimizer=variant.offload_optimizer,
+                                   offload_param=variant.offload_param,
+                                   activation_checkpointing=variant.activation_checkpointing,
+                                   seq_len=variant.seq_len if variant.seq_len != setup.seq_len else None),
+        fits=all(c.fits for c in result), smallest_device_need_bytes=None if smallest is None else smallest.need_bytes)
+
+
+def device_changes(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
+                   activations: Activations | None = None) -> list[Suggestion]:
+    """The changes a profile expresses that lower a device's need, each with the smallest device's need after
+    it, whether or not the run then fits: activation checkpointing, a sequence of 1/2, 1/4, 1/8 the length
+    (at least 64), micro-batch 1 with the accumulation keeping the batch, and checkpointing with each shorter
+    sequence. Empty without GPUs."""
+    if not machine.get("gpus"):
+        return []
+    options: list[tuple[str, Setup]] = []
+    checkpointed = setup if setup.activation_checkpointing else dataclasses.replace(setup, activation_checkpointing=True)
+    if not setup.activation_checkpointing:
+        options.append(("activation checkpointing", checkpointed))
+    if setup.micro_batch > 1:
+        options.append((f"micro-batch 1 instead of {setup.micro_batch} (accumulation x{setup.micro_batch} keeps the batch)",
+                        dataclasses.replace(setup, micro_batch=1, accumulation=setup.accumulation * setup.micro_batch)))
+    for factor in (2, 4, 8):
+        shorter = setup.seq_len // factor
+        if shorter >= 64:
+            options.append((f"sequence length {shorter} instead of {setup.seq_len}", dataclasses.replace(setup, seq_len=shorter)))
+            if not setup.activation_checkpointing:
+                options.append((f"activation checkpointing and sequence length {shorter} instead of {setup.seq_len}",
+                                dataclasses.replace(checkpointed, seq_len=shorter)))
+    return [_suggestion(change, setup, variant, checks(counts, variant, machine, activations)) for change, variant in options]
+
+
 def plan(counts: ModelCounts, setup: Setup, machine: dict[str, Any], override: PlanSettings | None = None,
-         model_compute: ModelComputeMeasurement | None = None, profile: str = "") -> Plan:
+         model_compute: ModelComputeMeasurement | None = None, profile: str = "",
+         activations: Activations | None = None) -> Plan:
     """Fit, floor and ledger. ``override`` is the profile's ``plan`` section: ``allow_infeasible`` with a
-    reason; ``model_compute`` the model's forward + backward measured here (floor.floor). The gates are
-    judged apart (zerogate.analysis.on_paper), so that editing a gate never re-plans, and so never retrains."""
-    memory = checks(counts, setup, machine)
+    reason; ``model_compute`` the model's forward + backward measured here (floor.floor); ``activations`` the
+    activation source (zerogate.plan.activations.TracedActivations of the run's model; default the formula).
+    The gates are judged apart (zerogate.analysis.on_paper), so that editing a gate never re-plans, and so
+    never retrains."""
+    memory = checks(counts, setup, machine, activations)
     fits = all(c.fits for c in memory)
     allowed = bool(override and override.allow_infeasible)
     deviations = []
@@ -130,10 +203,13 @@ def plan(counts: ModelCounts, setup: Setup, machine: dict[str, Any], override: P
         refused=not fits and not allowed,
         deciding_check=min(memory, key=lambda c: c.headroom_bytes),
         checks=memory,
-        suggestions=[] if fits else suggestions(counts, setup, machine),
+        largest_micro_batch_per_rank=largest_micro_batch(counts, setup, machine, activations),
+        notes=notes(counts, setup, machine, activations),
+        suggestions=[] if fits else suggestions(counts, setup, machine, activations),
+        device_changes=device_changes(counts, setup, machine, activations),
         pinned_memory=pinned_note(counts, setup, machine),
         floor=Floor.of(floor(counts, setup, machine, model_compute), "the floor"),
-        ledger=Ledger.of(ledger(counts, setup), "the ledger"),
+        ledger=Ledger.of(ledger(counts, setup, activations), "the ledger"),
         deviations=deviations,
     )
 
@@ -149,7 +225,7 @@ def refusal(result: Plan) -> str:
     if result.suggestions:
         lines.append("changes that would fit:")
         lines += [f"  - {s.change} ({s.tightest}: {format_bytes(s.need_bytes)} of {format_bytes(s.capacity_bytes)})"
-                  for s in result.suggestions]
+                  + (f"; plan it: {s.command}" if s.command else "") for s in result.suggestions]
     else:
         lines.append("no single change considered (offload, micro-batch 1, activation checkpointing, 2-8x ranks) fits")
     lines.append("to train anyway, set `plan: {allow_infeasible: true, reason: ...}` in the profile (recorded as a deviation)")
@@ -172,6 +248,20 @@ def summary(result: Plan, claims: list[tuple[str, str]] | None = None) -> str:
             f"zerogate {format_bytes(zg.device_per_rank_bytes)} ({'with' if not led.activation_checkpointing else 'without'} "
             f"checkpointing {format_bytes(zg.device_per_rank_other_checkpointing_bytes)}), host "
             f"{format_bytes(zg.host_per_node_bytes)}")
+    acts = led.activations
+    shape = (f"{format_bytes(acts.per_layer_bytes)} per layer x {acts.layers} layers + "
+             f"{format_bytes(acts.outside_layers_bytes)} outside" if acts.per_layer_bytes is not None
+             and acts.outside_layers_bytes is not None else f"{acts.layers} layers")
+    lines.append(f"activations ({acts.basis}; micro-batch {led.micro_batch}, sequence {led.seq_len}, "
+                 f"{led.attention} attention, checkpointing {'on' if led.activation_checkpointing else 'off'}): "
+                 f"{format_bytes(acts.saved_bytes)} ({shape}), backward transient "
+                 f"{format_bytes(acts.backward_transient_bytes)}; the Korthikanti formula "
+                 f"{format_bytes(acts.formula_bytes)}")
+    own = led.own.zerogate
+    lines.append("this run's device terms per rank: " + ", ".join(
+        f"{k} {format_bytes(v)}" for k, v in own.device_terms_bytes.items())
+        + f"; tensor peak {format_bytes(own.device_tensor_peak_per_rank_bytes)}, allocator "
+          f"{format_bytes(own.device_allocator_peak_per_rank_bytes)}, device {format_bytes(own.device_per_rank_bytes)}")
     lines.append("fit of this run:")
     for check in result.checks:
         rank = f"rank {check.rank} " if check.rank is not None else ""
@@ -180,8 +270,15 @@ def summary(result: Plan, claims: list[tuple[str, str]] | None = None) -> str:
                      f"{format_bytes(check.headroom_bytes)}")
     if result.pinned_memory:
         lines.append(f"  note: {result.pinned_memory}")
+    lines += [f"  note: {note}" for note in result.notes]
+    lines.append(f"largest micro-batch per rank that fits: {result.largest_micro_batch_per_rank or 'none'}")
     if not result.fits:
-        lines.append("changes that would fit: " + ("; ".join(s.change for s in result.suggestions) or "none of those considered"))
+        lines.append("changes that would fit:" + ("" if result.suggestions else " none of those considered"))
+        lines += [f"  - {s.change}" + (f": {s.command}" if s.command else "") for s in result.suggestions]
+    if result.device_changes:
+        lines.append("changes that lower the device need (smallest device after each):")
+        lines += [f"  - {s.change}: {format_bytes(s.smallest_device_need_bytes)}" + ("" if s.fits else " (the run still does not fit)")
+                  + (f": {s.command}" if s.command else "") for s in result.device_changes]
     steps = result.floor
     micro, step = steps.micro_step_floor_s, steps.optimizer_step_floor_s
     lines.append(f"throughput floor: micro-step {'n/a' if micro is None else f'{micro:.3f} s'}, optimizer step "
@@ -235,36 +332,41 @@ def target_machine(description: str | None, fingerprint: str | None, name: str) 
     return from_fingerprint(probed, name), probed
 
 
-def run_setup(run_spec: RunSpec, ds_config: DsConfig, machine: dict[str, Any]) -> tuple[ModelCounts, Setup]:
-    """The run's model counted on the meta device and the ledger's view of its rendered config."""
+def run_setup(run_spec: RunSpec, ds_config: DsConfig, machine: dict[str, Any]) -> tuple[ModelCounts, Setup, Any]:
+    """The run's model counted on the meta device, the ledger's view of its rendered config, and the
+    activation source traced from the model (zerogate.plan.activations.TracedActivations)."""
     from zerogate.model.build import planned_model_config
     from zerogate.model.counts import count_parameters
+    from zerogate.plan.activations import TracedActivations
     from zerogate.plan.ledger import setup_from_config
 
-    counts = count_parameters(planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len))
+    config = planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len)
+    counts = count_parameters(config)
     # Several nodes (the profile's nodes section, as rendered): each node holds its share of the ranks.
     nodes = len(run_spec.nodes.hosts) if run_spec.nodes else machine.get("nodes", 1)
-    return counts, setup_from_config(ds_config, run_spec, nodes=nodes)
+    return counts, setup_from_config(ds_config, run_spec, nodes=nodes), TracedActivations(config)
 
 
 def plan_for_run(run_spec: RunSpec, ds_config: DsConfig, machine: dict[str, Any], override: PlanSettings,
                  profile: str, model_compute: ModelComputeMeasurement | None = None) -> Plan:
     """Plan the run as render_deepspeed_config rendered it for ``machine`` (``ds_config``, ``run_spec``):
-    count the model on the meta device, then fit, floor and ledger. ``model_compute``:
-    measure_model_compute's measurement on this machine, if any."""
-    counts, setup = run_setup(run_spec, ds_config, machine)
-    return plan(counts, setup, machine, override, model_compute, profile)
+    count the model on the meta device, trace its activations under fake tensors, then fit, floor and
+    ledger. ``model_compute``: measure_model_compute's measurement on this machine, if any."""
+    counts, setup, activations = run_setup(run_spec, ds_config, machine)
+    return plan(counts, setup, machine, override, model_compute, profile, activations)
 
 
-def peak_prediction(counts: ModelCounts, setup: Setup, runtime_baseline: Any) -> PeakPrediction:
-    """Each rank's predicted peak (ledger.peak_terms): on GPUs the allocator's reserved peak, on the CPU
-    accelerator the resident-set peak on top of the runtime baseline measured here (``runtime_baseline``:
-    measure_runtime_baseline's measurement, None on GPUs). Every rank of a scheme holds the same terms (ZeRO
-    pads each partition to the same size), so one prediction serves each rank."""
-    from zerogate.plan.ledger import peak_split, peak_terms
+def peak_prediction(counts: ModelCounts, setup: Setup, runtime_baseline: Any,
+                    activations: Activations | None = None) -> PeakPrediction:
+    """Each rank's predicted peak (ledger.peak_terms) and every level the accelerator measures
+    (ledger.peak_levels): on GPUs the tensor, allocator and device peaks, on the CPU accelerator the
+    live-tensor peak and the resident-set peak on top of the runtime baseline measured here
+    (``runtime_baseline``: measure_runtime_baseline's measurement, None on GPUs). Every rank of a scheme holds
+    the same terms (ZeRO pads each partition to the same size), so one prediction serves each rank."""
+    from zerogate.plan.ledger import peak_levels, peak_split, peak_terms
 
     baseline = None if runtime_baseline is None else runtime_baseline.peak_rss_bytes
-    terms = peak_terms(counts, setup, baseline)
+    terms = peak_terms(counts, setup, baseline, activations)
     split = peak_split(terms)
     return PeakPrediction(
         scheme=setup.scheme, ranks=setup.ranks, accelerator=setup.device_kind,
@@ -272,10 +374,11 @@ def peak_prediction(counts: ModelCounts, setup: Setup, runtime_baseline: Any) ->
         what=("resident-set peak of the rank's process (VmHWM)" if setup.device_kind == "cpu"
               else "the CUDA caching allocator's reserved peak"),
         terms_bytes=terms, persistent_bytes=split["persistent(bytes)"], transient_bytes=split["transient(bytes)"],
-        total_bytes=split["total(bytes)"], runtime_baseline=runtime_baseline)
+        total_bytes=split["total(bytes)"], runtime_baseline=runtime_baseline,
+        levels=peak_levels(counts, setup, baseline, activations))
 
 
 def peak_for_run(run_spec: RunSpec, ds_config: DsConfig, runtime_baseline: Any) -> PeakPrediction:
-    """The peak prediction of the run as rendered (``ds_config``, ``run_spec``)."""
-    counts, setup = run_setup(run_spec, ds_config, {"nodes": 1})
-    return peak_prediction(counts, setup, runtime_baseline)
+    """The peak prediction of the run as rendered (``ds_config``, ``run_spec``), its activations traced."""
+    counts, setup, activations = run_setup(run_spec, ds_config, {"nodes": 1})
+    return peak_prediction(counts, setup, runtime_baseline, activations)

@@ -47,7 +47,6 @@ instead and the result says so.
 from __future__ import annotations
 
 import functools
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,7 +105,7 @@ def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, at
                 "= peak live bytes in backward above the forward's end, weight gradients not computed")
     run = dict(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention,
                checkpointing=checkpointing, padding_mask=padding_mask)
-    unlike = _why_layers_differ(config, shape.layers)
+    unlike = _layers_differ(config, shape.layers)
     if unlike is not None:
         whole = _trace_step(config, **run)
         how = (f"{config.model_type} model: {unlike}, so all {shape.layers} decoder layers were traced "
@@ -146,6 +145,17 @@ def _with_layers(config: Any, layers: int) -> Any:
         # transformers checks len(layer_types) == num_hidden_layers; the types are one type here.
         data["layer_types"] = [data["layer_types"][0]] * layers
     return type(config).from_dict(data)
+
+
+_LAYERS_DIFFER: dict[tuple[str, str], str | None] = {}
+
+
+def _layers_differ(config: Any, layers: int) -> str | None:
+    """:func:`_why_layers_differ`, once per config (it builds the whole model on the meta device)."""
+    key = (type(config).__name__, config.to_json_string(use_diff=False))
+    if key not in _LAYERS_DIFFER:
+        _LAYERS_DIFFER[key] = _why_layers_differ(config, layers)
+    return _LAYERS_DIFFER[key]
 
 
 def _why_layers_differ(config: Any, layers: int) -> str | None:
@@ -253,50 +263,23 @@ def _counting_bound_tensors(checkpoint_function: Any, saved: _SavedTensors) -> A
 
 @functools.cache
 def _live_bytes_class() -> type:
-    """_LiveBytes, defined on first use so that importing this module does not import torch."""
+    """_LiveBytes, defined on first use so that importing this module does not import torch: the runtime's
+    live-tensor count (zerogate.runtime.live_tensors, also what the training ranks measure), which also
+    notes whether SDPA's math kernel ran."""
     import torch
-    from torch import Tensor
-    from torch.multiprocessing.reductions import StorageWeakRef
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
 
-    class _LiveBytes(TorchDispatchMode):
+    from zerogate.runtime.live_tensors import live_bytes_class
+
+    class _LiveBytes(live_bytes_class()):
         """Bytes of the storages alive now (model state excluded) and their peak, op by op."""
 
         def __init__(self, model_state: set) -> None:
-            super().__init__()
-            self._model_state = model_state
-            self._sizes: dict = {}
-            self.now = 0
-            self.peak = 0
+            super().__init__(excluded=model_state)
             self.saw_math_attention = False
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def saw(self, func: Any) -> None:
             # SDPA's math kernel is the composite that calls _safe_softmax; the fused kernels never do.
             self.saw_math_attention |= func is torch.ops.aten._safe_softmax.default
-            out = func(*args, **(kwargs or {}))
-            for leaf in tree_leaves(out):
-                if isinstance(leaf, Tensor):
-                    self._track(leaf.untyped_storage())
-            return out
-
-        def _track(self, storage: Any) -> None:
-            ref = StorageWeakRef(storage)
-            if ref in self._model_state or ref in self._sizes:
-                return
-            self._sizes[ref] = storage.nbytes()
-            self.now += self._sizes[ref]
-            self.peak = max(self.peak, self.now)
-            # torch keeps a storage's Python object for the storage's whole life, so this runs when it is freed.
-            weakref.finalize(storage, self._release, ref)
-
-        def _release(self, ref: Any) -> None:
-            self.now -= self._sizes.pop(ref)
-
-        def restart_peak(self) -> int:
-            """Start a new peak from the bytes alive now, and return them."""
-            self.peak = self.now
-            return self.now
 
     return _LiveBytes
 

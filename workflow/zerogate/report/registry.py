@@ -11,9 +11,9 @@ import pandas as pd
 
 from zerogate.analysis.measures import IntervalRule, SpikeRule, summarise_repeats, summarise_run
 from zerogate.contracts.parsed import RunMeta
-from zerogate.contracts.report import Provenance, RegistryFiles, RegistryGate, RegistryProvenance, RunRegistry
+from zerogate.contracts.report import Provenance, RegistryFiles, RegistryProvenance, RunRegistry
+from zerogate.contracts.verdicts import GateVerdicts, JudgedGate
 from zerogate.contracts.run import Deviations
-from zerogate.contracts.verdicts import GateVerdicts
 from zerogate.hashing import sha256_json
 
 
@@ -33,7 +33,7 @@ def registry_record(*, machine: str, verdicts: GateVerdicts, steps: pd.DataFrame
         registered_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         verdict_counts=verdicts.counts,
         reproduction=verdicts.reproduction,
-        gates=[RegistryGate(**gate.model_dump(exclude={"evidence"})) for gate in verdicts.gates],
+        gates=[JudgedGate(**gate.model_dump(exclude={"evidence"})) for gate in verdicts.gates],
         summary=repeated.pooled if repeated else summarise_run(steps, warmup_steps, spike_rule, run_meta),
         repeats=[stats for stats in repeated.each if stats is not None] if repeated and len(repeated.each) > 1 else [],
         run=run_meta,

@@ -39,7 +39,7 @@ from transformers import set_seed
 
 from zerogate.contracts.data import DatasetManifest
 from zerogate.contracts.machine import Fingerprint, NodeFingerprint
-from zerogate.contracts.records import GitState, HeldBytes, StabiliserSummary, TrainSummary
+from zerogate.contracts.records import GitState, HeldBytes, LiveTensorPeak, StabiliserSummary, TrainSummary
 from zerogate.contracts.run import DsConfig, RunSpec, TrainSettings
 from zerogate.data.dataset import load_split
 from zerogate.hardware import peak_flops, training_flops_per_token
@@ -54,6 +54,7 @@ from zerogate.runtime.probe import probe
 from zerogate.train import checkpoint as ckpt
 from zerogate.train.evaluate import Evaluator
 from zerogate.train.held import held_bytes
+from zerogate.train.live_peak import sample_step
 from zerogate.train.metrics import CollectiveClock, NoMetrics, StepMetrics
 from zerogate.train.nvml_sampler import NvmlSampler, nvml_query
 from zerogate.train.policy import FaultInjector, StepPolicy, skip_reason
@@ -214,6 +215,11 @@ class Run:
         # What this rank holds, for the ledger-vs-measured check (zerogate.train.held.held_bytes).
         HeldBytes.of({"rank": self.rank, "world_size": self.world, **held_bytes(getattr(self.engine, "engine", self.engine))},
                      "the held bytes").write(self.out_dir / "metrics" / f"held_bytes_rank{self.rank}.json")
+        if self.spec.accelerator == "cpu":
+            # The live-tensor peak of one more optimizer step, outside the timed ones (on GPUs the allocator's
+            # peak, recorded every step, is the tensor peak): the ledger's tensor peak, measured.
+            LiveTensorPeak.of(sample_step(self.engine, self.batches, self.accumulation, self.steps, self.rank),
+                              "the live-tensor peak").write(self.out_dir / "metrics" / f"live_tensors_rank{self.rank}.json")
         dist.barrier()  # every rank's metrics file is complete before the summary says so
         if self.rank == 0:
             if self.settings.checkpoint.export_fp32:

@@ -1,0 +1,259 @@
+"""The planner judged against published setups: the table's checks (zerogate.config.published_setups), a
+row turned into a run and planned (zerogate.bench.planner_validation), the judging
+(zerogate.analysis.planner_validation), and the validate_planner rule from a clean copy of the workflow.
+Rows are the shipped table's; plans are the planner's own."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.unit.helpers import clean_checkout, run_snakemake
+from zerogate.analysis.planner_validation import (ESTIMATOR_ROUNDING, LARGEST_WITHIN, VERDICT_AGREES, Spread,
+                                                  judge_largest_micro_batch, judge_outcome, judge_printed,
+                                                  printed_interval, summarise)
+from zerogate.bench import planner_validation as validation
+from zerogate.config.published_setups import read_setups
+from zerogate.config.settings import ModelSettings, RunTraining
+from zerogate.contracts.planner_validation import PlannerValidation
+from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS
+from zerogate.errors import InputError
+from zerogate.model.hf_config import load_config
+
+REPO = Path(__file__).resolve().parents[2]
+SETUPS = REPO / validation.SETUPS_FILE
+GIB, MIB = 2**30, 2**20
+
+
+@pytest.fixture(scope="module")
+def table():
+    return read_setups(SETUPS, validation.SETUPS_FILE)
+
+
+def row(table, row_id):
+    return next(r for r in table.setups if r.id == row_id)
+
+
+def planned(table, row_id, micro_batch=None):
+    found = row(table, row_id)
+    return validation.plan_measured(found, load_config(REPO / found.model.config), REPO, micro_batch)
+
+
+# ---- the table ---------------------------------------------------------------------------------------------
+
+def test_the_shipped_table_reads_with_every_kind_and_at_least_six_measured_results(table):
+    kinds = [r.kind for r in table.setups]
+    assert {k: kinds.count(k) for k in set(kinds)} == {"estimator_table": 41, "paper_figure": 22, "measured": 23}
+    assert sum(1 for r in table.setups if r.kind == "measured" and r.published.largest_micro_batch) == 2
+    assert sum(1 for r in table.setups if r.kind == "measured" and r.published.outcome == "out_of_memory") >= 6
+
+
+def broken_copy(tmp_path: Path, index: int, change) -> Path:
+    raw = yaml.safe_load(SETUPS.read_text())
+    change(raw["setups"][index])
+    path = tmp_path / "setups.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("index, change, where, problem", [
+    (5, lambda r: r["setup"].update(zero_stage=5), "setup.zero_stage", "Input should be 2 or 3"),
+    (45, lambda r: r["published"].pop("printed_resolution"), "published.printed_resolution", "Field required"),
+    (70, lambda r: r["published"].pop("oom_memory"), "published.oom_memory", "required for an out_of_memory outcome"),
+    (70, lambda r: r["setup"].update(seq_len="long"), "setup.seq_len", "Input should be a valid integer"),
+    (70, lambda r: r["setup"].update(attention="flash"), "setup.attention", "Input should be 'sdpa'"),
+    (4, lambda r: r["setup"].pop("zero_init"), "setup.zero_init", "required for a ZeRO-3 per-CPU figure"),
+    (3, lambda r: r.update(kind="guess"), "kind", "Input tag 'guess' found using 'kind' does not match"),
+])
+def test_a_malformed_row_is_refused_with_one_line_naming_the_file_row_and_key(tmp_path, index, change, where, problem):
+    path = broken_copy(tmp_path, index, change)
+    with pytest.raises(InputError) as error:
+        read_setups(path, "mine.yaml")
+    raw_id = yaml.safe_load(SETUPS.read_text())["setups"][index]["id"]
+    message = str(error.value)
+    assert message.startswith(f"mine.yaml: setups[{index}] ({raw_id}): {where}: {problem}"), message
+    assert "\n" not in message
+
+
+def test_a_duplicate_id_and_a_model_config_that_does_not_load_are_refused_before_any_planning(tmp_path, monkeypatch):
+    path = broken_copy(tmp_path, 1, lambda r: r.update(id="ds-memory-t5-3b-z2-live-1x8-offopt-cpu"))
+    with pytest.raises(InputError, match=r"setups\[1\] \(ds-memory-t5-3b-z2-live-1x8-offopt-cpu\): id: also the id "
+                                         r"of setups\[0\]"):
+        read_setups(path)
+    # A row naming a config that is not there: refused naming the row's key, and nothing is planned first.
+    copy = tmp_path / "repo"
+    (copy / "config" / "published_setups").mkdir(parents=True)
+    shutil.copytree(REPO / "config" / "models", copy / "config" / "models")
+    broken_copy(copy / "config" / "published_setups", 70, lambda r: r["model"].update(config="config/models/none.json"))
+    planned_rows = []
+    monkeypatch.setattr(validation, "check_measured_row", lambda *a: planned_rows.append(a))
+    monkeypatch.setattr(validation, "check_estimator_row", lambda *a: planned_rows.append(a))
+    with pytest.raises(InputError) as error:
+        validation.validate(copy)
+    measured_id = yaml.safe_load(SETUPS.read_text())["setups"][70]["id"]
+    assert str(error.value).startswith(f"{validation.SETUPS_FILE}: setups[70] ({measured_id}): model.config: ")
+    assert "none.json: no such file" in str(error.value) and planned_rows == []
+
+
+# ---- a measured row as a run ---------------------------------------------------------------------------
+
+def test_a_measured_row_is_rendered_and_planned_with_its_stage_offloads_precision_geometry_and_gpus(table):
+    run = planned(table, "llamafactory-5977-llama3-8b-8x3090-z3-offload-fits-13g")
+    zero = run.ds_config.zero_optimization
+    assert (zero.stage, zero.offload_optimizer.device, zero.offload_param.device) == (3, "cpu", "cpu")
+    assert (run.ds_config.train_micro_batch_size_per_gpu, run.ds_config.gradient_accumulation_steps) == (1, 2)
+    assert (run.run_spec.dtype, run.run_spec.world_size, run.run_spec.seq_len) == ("fp16", 8, 1024)
+    assert (run.plan.scheme, run.plan.ranks, run.plan.dtype) == ("zero3_offload_all", 8, "fp16")
+    assert [c.capacity_bytes for c in run.plan.device_checks] == [24 * GIB] * 8
+    assert run.plan.ledger.parameters == 8_030_261_248  # Llama-3-8B counted on the meta device
+    bf16 = planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-oom")
+    assert (bf16.run_spec.dtype, bf16.plan.scheme, bf16.plan.ranks) == ("bf16", "zero2", 1)
+    assert planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-oom", micro_batch=3).ds_config.train_micro_batch_size_per_gpu == 3
+
+
+def test_what_a_row_states_and_the_planner_settings_cannot_say_is_listed_not_dropped(table):
+    run = planned(table, "deepseek-math-7b-2x4090-case6-z3-offopt-offparam-ckpt-fits")
+    if "activation_checkpointing" in {f.name for f in dataclasses.fields(RunTraining)}:
+        assert run.run_spec.training.activation_checkpointing is True
+    else:
+        assert any(note.startswith("activation checkpointing on") for note in run.not_expressed)
+
+
+def test_a_model_the_planner_settings_cannot_name_is_a_miss_and_an_unstated_fact_is_not_judged(table):
+    gpt2 = row(table, "xirider-gpt2-xl-1xv100-16g-z2-offopt-largest-mb12")
+    checked = validation.check_measured_row(gpt2, load_config(REPO / gpt2.model.config), REPO)
+    if "config" in {f.name for f in dataclasses.fields(ModelSettings)}:  # a planner that reads config.json
+        assert checked.checks[0].predicted != "no prediction"
+    else:
+        assert [(c.target, c.verdict) for c in checked.checks] == [(VERDICT_AGREES, FAIL), (LARGEST_WITHIN, FAIL)]
+        assert "no 'gpt2' architecture" in checked.checks[0].basis
+    ddp = row(table, "hf-blog-accelerate-ds-gpt2-xl-ddp-oom-titanrtx")  # the blog does not say its precision
+    checked = validation.check_measured_row(ddp, load_config(REPO / ddp.model.config), REPO)
+    assert [(c.verdict, c.basis) for c in checked.checks] == [
+        (NOT_MEASURED, "the source does not state setup.dtype, which the plan needs")]
+
+
+# ---- judging ------------------------------------------------------------------------------------------------
+
+def test_printed_figures_stand_for_the_interval_their_rounding_leaves():
+    assert printed_interval(100 * GIB, GIB, 0.01, "nearest") == (100 * GIB - 0.005 * GIB - 1, 100 * GIB + 0.005 * GIB + 1)
+    assert printed_interval(3291 * MIB, MIB, 1, "floor") == (3291 * MIB - 1, 3292 * MIB - 1)
+
+
+def test_an_estimator_row_passes_within_its_rounding_and_fails_outside_it(table):
+    hand = row(table, "ds-memory-t5-large-z3-case1-4gpus")  # memory.rst prints case1 >> 20: 3291 MB
+    checked = validation.check_estimator_row(hand)
+    assert [(c.quantity, c.verdict) for c in checked.checks] == [("per-GPU memory", PASS)]
+    published = hand.published
+
+    def judged(predicted_bytes):
+        return judge_printed("per-GPU memory", ESTIMATOR_ROUNDING, published.per_gpu_bytes, "MB", MIB, 1, "floor",
+                             Spread.exact(predicted_bytes), "test").verdict
+
+    assert (judged(3291 * MIB + MIB - 1), judged(3292 * MIB), judged(3291 * MIB - 2)) == (PASS, FAIL, FAIL)
+
+
+def test_a_live_table_is_judged_over_the_truncated_counts_it_was_printed_from(table):
+    # DeepSpeed prints int(params / 1e6) M: T0_3B's "2783M" is 2783-2784 M, and its 70.00 GB per CPU is reached
+    # only within that interval (the stated count gives 69.98 GB).
+    live = row(table, "hf-docs-t0-3b-z3-live-1x2-par-cpu-opt-cpu-zi0")
+    assert [c.verdict for c in validation.check_estimator_row(live).checks] == [PASS, PASS]
+    exact = live.model_copy(update={"model": live.model.model_copy(update={"count_resolution": None, "count_rounding": None})})
+    per_cpu = validation.check_estimator_row(exact).checks[1]
+    assert (per_cpu.quantity, per_cpu.verdict, round(per_cpu.predicted_value / GIB, 2)) == ("per-CPU memory", FAIL, 69.98)
+
+
+def test_the_planner_column_is_used_where_it_takes_the_rows_options_and_deepspeed_where_it_does_not(table):
+    with_init = validation.check_estimator_row(row(table, "ds-memory-t5-3b-z3-cold-1x8-par-cpu-opt-cpu-zi1"))
+    without = validation.check_estimator_row(row(table, "ds-memory-t5-3b-z3-cold-1x8-par-cpu-opt-cpu-zi0"))
+    assert all("the planner's DeepSpeed column" in c.predicted for c in with_init.checks)
+    assert all("zero_init=0" in c.predicted for c in without.checks)
+    assert [c.verdict for c in with_init.checks + without.checks] == [PASS] * 4
+    # The per-GPU figure does not depend on zero_init: both ways give the same bytes.
+    assert with_init.checks[0].predicted_value == without.checks[0].predicted_value
+
+
+def test_the_paper_rows_meet_their_rounding_through_the_planners_paper_column(table):
+    checked = [validation.check_paper_row(r) for r in table.setups if r.kind == "paper_figure"]
+    assert len(checked) == 22 and {c.checks[0].verdict for c in checked} == {PASS}
+    fig1 = validation.check_paper_row(row(table, "zero-paper-fig1-7.5b-nd64-pos-g-p"))  # 16 x 7.5e9 / 64 = 1.875
+    assert fig1.checks[0].predicted_value == 1_875_000_000 and fig1.checks[0].published_value == 1_900_000_000
+
+
+def test_a_verdict_agrees_only_when_the_plan_says_what_was_published(table):
+    oom = planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-oom").plan
+    fits = planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-adam-offload-fits").plan
+    assert not oom.device_checks[0].fits and fits.device_checks[0].fits
+    for plan, published, verdict in ((oom, "out_of_memory", PASS), (oom, "fits", FAIL), (fits, "fits", PASS),
+                                     (fits, "out_of_memory", FAIL)):
+        plan_fits = all(c.fits for c in plan.device_checks)
+        memory = None if published == "fits" else "device"
+        assert judge_outcome(published, memory, plan_fits, "", "").verdict == verdict
+
+
+def test_a_largest_micro_batch_is_within_a_factor_1_25_or_not():
+    verdicts = {predicted: judge_largest_micro_batch(16, predicted, "").verdict for predicted in (0, 12, 13, 16, 20, 21)}
+    assert verdicts == {0: FAIL, 12: FAIL, 13: PASS, 16: PASS, 20: PASS, 21: FAIL}
+
+
+def test_the_largest_micro_batch_search_finds_the_last_one_that_plans_to_fit(table):
+    assert [validation.largest_micro_batch(lambda m, t=t: m <= t) for t in (0, 1, 5, 64, 100)] == [0, 1, 5, 64, 100]
+    assert validation.largest_micro_batch(lambda m: True, limit=16) == 16
+    # On the planner: the row's run at the found micro-batch fits every GPU, one more does not.
+    found = validation.largest_micro_batch(
+        lambda m: all(c.fits for c in planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-adam-offload-fits", m).plan.device_checks))
+    assert found >= 1
+    at = planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-adam-offload-fits", found).plan
+    above = planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-adam-offload-fits", found + 1).plan
+    assert all(c.fits for c in at.device_checks) and not all(c.fits for c in above.device_checks)
+
+
+def test_the_summary_counts_each_target_once_per_figure(table):
+    rows = [validation.check_estimator_row(row(table, "ds-memory-t5-3b-z2-cold-1x8-offopt-none")),
+            validation.check_paper_row(row(table, "zero-paper-fig1-7.5b-nd64-pos"))]
+    counts = {s.target: (s.passed, s.failed, s.not_measured) for s in summarise(rows)}
+    # ZeRO-2 without offload: DeepSpeed's estimator gives 2 + 18/N bytes per parameter on the GPU since its
+    # formula changed (PR #5099); memory.rst's table was printed with 4 + 16/N.
+    assert counts[ESTIMATOR_ROUNDING] == (1, 1, 0) and counts["paper figure to its rounding"] == (1, 0, 0)
+    assert counts[VERDICT_AGREES] == (0, 0, 0) and counts[LARGEST_WITHIN] == (0, 0, 0)
+
+
+# ---- the rule ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def workflow_copy(tmp_path_factory) -> Path:
+    return clean_checkout(tmp_path_factory.mktemp("checkout"))
+
+
+def snakemake(checkout: Path, *args: str) -> subprocess.CompletedProcess:
+    return run_snakemake(checkout, *args, timeout=600)
+
+
+def test_validate_planner_writes_and_prints_the_table_from_a_clean_checkout(workflow_copy):
+    done = snakemake(workflow_copy, "validate_planner", "--config", "machine=test")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = workflow_copy / "results" / "planner_validation" / "setups"
+    written = PlannerValidation.read(results / "planner_validation.json")
+    assert [r.id for r in written.rows] == [r.id for r in read_setups(SETUPS).setups]
+    assert {s.target for s in written.summary} >= {ESTIMATOR_ROUNDING, VERDICT_AGREES, LARGEST_WITHIN}
+    text = (results / "planner_validation.txt").read_text()
+    summary = text.strip().splitlines()[-1]
+    assert summary.startswith("summary: estimator figure to its rounding: ") and summary in done.stdout
+    assert "ds-memory-t5-3b-z2-live-1x8-offopt-cpu [estimator_table] https://deepspeed.readthedocs.io" in text
+    assert written.packages["deepspeed"] and written.table_sha256
+
+
+def test_validate_planner_refuses_a_malformed_table_with_one_line_and_writes_nothing(workflow_copy, tmp_path):
+    bad = broken_copy(tmp_path, 70, lambda r: r["setup"].update(zero_stage=4))
+    done = snakemake(workflow_copy, "validate_planner", "--config", "machine=test", f"published_setups={bad}")
+    assert done.returncode != 0
+    row_id = yaml.safe_load(SETUPS.read_text())["setups"][70]["id"]
+    assert f"zerogate: error: {bad}: setups[70] ({row_id}): setup.zero_stage: Input should be 0, 1, 2 or 3" in done.stderr
+    assert not (workflow_copy / "results" / "planner_validation" / bad.stem / "planner_validation.json").exists()
+    missing = snakemake(workflow_copy, "validate_planner", "--config", "machine=test", "published_setups=none.yaml")
+    assert missing.returncode != 0 and "zerogate: error: --config: published_setups: no such file: none.yaml" in missing.stderr

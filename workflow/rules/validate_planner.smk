@@ -1,0 +1,24 @@
+# The planner against setups other people published (zerogate.bench.planner_validation):
+#   snakemake --cores 1 validate_planner                                   (config/published_setups/setups.yaml)
+#   snakemake --cores 1 validate_planner --config published_setups=PATH    (a table of your own, same schema)
+# Nothing is trained, probed or downloaded: each measured row's run is rendered and planned in-process for
+# the hardware the row states, as plan_claimed_box plans the claimed box; estimator and paper rows go to
+# the planner's DeepSpeed and paper columns. The table is checked whole (one line naming the file, the row
+# and the key) before any row is planned. The planner's own modules are inputs, so a changed planner
+# re-judges the table. Results in results/planner_validation/<table's file stem>/; the table is also
+# printed. Its helpers (the table, the planner's sources) are in common.smk.
+rule validate_planner:
+    input:
+        setups=published_setups_table,
+        models=sorted(str(path.relative_to(REPO)) for path in (REPO / "config" / "models").glob("*.json")),
+        planner=PLANNER_SOURCES,
+    output:
+        validation=f"{PLANNER_VALIDATION}/planner_validation.json",
+        table=f"{PLANNER_VALIDATION}/planner_validation.txt",
+    log:
+        f"{PLANNER_VALIDATION}/validate_planner.log",
+    localrule: True
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/validate_planner.py"

@@ -1,0 +1,113 @@
+"""Live tensor bytes of this process and their peak, op by op: the CPU counterpart of
+``torch.cuda.max_memory_allocated``.
+
+A ``TorchDispatchMode`` sees the output of every op run under it; each output storage it has not seen is
+added to the live bytes, and a ``weakref.finalize`` on the storage takes it off when it is freed (torch keeps
+one Python object per storage for the storage's whole life, so the finalizer runs when the memory goes).
+Storages that already exist when the count starts (the model's partitions, the optimizer's state, DeepSpeed's
+flat buffers) are found among the tensors the garbage collector tracks and counted the same way, so the figure
+is every tensor byte alive, not only what the counted region allocates.
+
+torch's own ``torch.distributed._tools.mem_tracker.MemTracker`` counts the same way, but refuses a module
+called twice inside one tracked region ("does not support memory tracking for multiple iterative calls"):
+an optimizer step with gradient accumulation runs every module once per micro-batch, so it cannot count one.
+
+Not counted: memory that never becomes a tensor storage (the C allocator's own, a C++ extension's buffers, the
+shm comm workspace) and tensors held only inside C++ when the count starts (none between two optimizer
+steps: autograd's saved tensors are gone by then). Each storage counts its ``nbytes()`` whether or not its
+pages were written, as the CUDA allocator counts a ``torch.empty``.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import warnings
+import weakref
+from typing import Any
+
+
+def storage_key(storage: Any) -> Any:
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    return StorageWeakRef(storage)
+
+
+def live_storages(device_type: str = "cpu") -> list[Any]:
+    """The storages of every tensor the garbage collector tracks now, on ``device_type``, each once."""
+    import torch
+
+    found: dict[Any, Any] = {}
+    with warnings.catch_warnings():  # isinstance on deprecated module attributes warns (torch.distributed.reduce_op)
+        warnings.simplefilter("ignore")
+        objects = gc.get_objects()
+        tensors = [obj for obj in objects if isinstance(obj, torch.Tensor)]
+    for obj in tensors:
+        try:
+            if obj.device.type != device_type or obj.is_meta:
+                continue
+            storage = obj.untyped_storage()
+        except (RuntimeError, NotImplementedError, ReferenceError):  # wrapper subclasses, freed weak proxies
+            continue
+        found.setdefault(storage_key(storage), storage)
+    return list(found.values())
+
+
+@functools.cache
+def live_bytes_class() -> type:
+    """LiveBytes, defined on first use so that importing this module does not import torch."""
+    from torch import Tensor
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class LiveBytes(TorchDispatchMode):
+        """Bytes of the storages alive now (``excluded`` left out) and their peak, op by op.
+
+        ``seed``: storages alive before the mode starts, counted from the start (live_storages()).
+        Subclasses may look at each op in :meth:`saw`."""
+
+        def __init__(self, excluded: set | None = None, seed: list | None = None) -> None:
+            super().__init__()
+            self._excluded = excluded or set()
+            self._sizes: dict = {}
+            self.now = 0
+            self.peak = 0
+            for storage in seed or []:
+                self.track(storage)
+            self.start = self.now
+
+        def saw(self, func: Any) -> None:
+            """Called with every op before it runs."""
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.saw(func)
+            out = func(*args, **(kwargs or {}))
+            for leaf in tree_leaves(out):
+                if isinstance(leaf, Tensor):
+                    self.track(leaf.untyped_storage())
+            return out
+
+        def track(self, storage: Any) -> None:
+            ref = StorageWeakRef(storage)
+            if ref in self._excluded or ref in self._sizes:
+                return
+            self._sizes[ref] = storage.nbytes()
+            self.now += self._sizes[ref]
+            self.peak = max(self.peak, self.now)
+            weakref.finalize(storage, self._release, ref)
+
+        def _release(self, ref: Any) -> None:
+            self.now -= self._sizes.pop(ref, 0)
+
+        def restart_peak(self) -> int:
+            """Start a new peak from the bytes alive now, and return them."""
+            self.peak = self.now
+            return self.now
+
+    return LiveBytes
+
+
+def counting_live_bytes(excluded: set | None = None, seed: list | None = None) -> Any:
+    """A LiveBytes mode (``with counting_live_bytes(seed=live_storages()) as live: ...``; ``live.peak``)."""
+    return live_bytes_class()(excluded, seed)
