@@ -50,13 +50,22 @@ def table_of(records: list[StepRecord]) -> pd.DataFrame:
 
 
 def synthetic_steps(steps: int = 200, ranks: int = 2, step_time: float = 0.5, loss_start: float = 5.0,
-                    loss_end: float = 1.0, memory_gib: float = 0.6, noise: float = 0.05, seed: int = 0) -> pd.DataFrame:
+                    loss_end: float = 1.0, memory_gib: float = 0.6, noise: float = 0.05, seed: int = 0,
+                    time_noise: float = 0.02, time_correlation: float = 0.0,
+                    slow_rank: int | None = None, slow_factor: float = 1.0) -> pd.DataFrame:
+    """A run whose truth is known: each rank's step time is ``step_time`` times (1 + ``time_noise`` x an
+    AR(1) series with lag-one correlation ``time_correlation``: consecutive steps alike, as on a loaded
+    machine); ``slow_rank`` takes ``slow_factor`` times as long."""
     rng = np.random.default_rng(seed)
     loss = np.linspace(loss_start, loss_end, steps) + rng.normal(0, noise, steps)
     records = []
+    innovation = np.sqrt(1 - time_correlation ** 2)
     for rank in range(ranks):
+        level = 0.0
+        factor = slow_factor if rank == slow_rank else 1.0
         for i in range(steps):
-            t = step_time * (1 + 0.02 * rng.standard_normal())
+            level = time_correlation * level + innovation * rng.standard_normal()
+            t = step_time * factor * (1 + time_noise * level)
             memory = memory_gib + 0.01 * rank
             records.append(step_record(step=i + 1, rank=rank, loss=float(loss[i]), step_time_s=t, elapsed_s=t * (i + 1),
                                        rss_gib=memory, peak_rss_gib=memory, device_peak_gib=memory))

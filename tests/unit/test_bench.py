@@ -54,3 +54,23 @@ def test_metrics_overhead_from_the_runs_summaries():
     assert result["overhead_percent"] == pytest.approx(3.0)
     assert result["inside_metrics_percent"] == pytest.approx(100 * 0.1 / 10.3, rel=0.01)
     assert "overhead +3.0 %" in metrics_overhead.text(result, "bench", 60)
+
+
+def test_the_bisects_figures_are_the_pipelines_statistics_with_their_intervals(tmp_path, capsys):
+    """bisect_step_time reads each commit's kept step records and reports today's slowest-rank median with
+    its interval per run, the runs pooled, and each commit's ratio to the first, beyond noise or not."""
+    import numpy as np
+
+    from zerogate.analysis import measures
+    from zerogate.bench import bisect_step_time
+
+    rng = np.random.default_rng(0)
+    for sha, level in (("aaa", 0.20), ("bbb", 0.30)):
+        for run in range(2):
+            write_run(tmp_path / sha / f"run{run}", [list(level * (1 + 0.02 * rng.standard_normal(60))) for _ in range(2)])
+    rows = bisect_step_time.analyse(["aaa", "bbb"], tmp_path, measures.IntervalRule())
+    first = read_rank_metrics(tmp_path / "aaa/run0")
+    assert rows[0]["runs"][0]["median(s)"] == step_time(first, bisect_step_time.WARMUP_STEPS).value
+    assert rows[0]["beyond_noise"] is None and rows[1]["beyond_noise"] is True
+    assert 1.4 < rows[1]["ratio_interval"]["low"] < rows[1]["ratio_to_first"] < rows[1]["ratio_interval"]["high"] < 1.6
+    assert "bbb: runs" in capsys.readouterr().out

@@ -10,25 +10,33 @@ from tests.unit.helpers import no_events, settings, spike_rule, synthetic_steps,
 from tests.unit.test_report import DEVIATION, provenance, verdicts_of
 from zerogate.analysis import measures
 from zerogate.analysis.parse import read_steps, run_metadata
-from zerogate.contracts.report import RunRegistry
+from zerogate.contracts.records import GitState
+from zerogate.contracts.report import GitAtStages, RunRegistry
 from zerogate.contracts.run import Deviations
 from zerogate.errors import InputError
-from zerogate.report.compare import (comparison_table, gate_rows, group_runs, load_run, overlay_figure,
-                                     quantity_rows, render_comparison)
+from zerogate.provenance import measurement_hash
+from zerogate.report.compare import (comparison_table, gate_rows, group_runs, histories, history_figure,
+                                     history_rows, load_run, noise_summary, overlay_figure, quantity_rows,
+                                     render_comparison)
 from zerogate.report.registry import registry_record
 
 
 def registry_of(tiny_profile, machine, dataset_hash="d" * 64, step_time=0.5, profile="smoke", config_hash="f" * 64,
-                memory_gib=0.6):
-    """(registry.json's record, the steps table) of a synthetic run, as register_run makes it."""
-    steps = synthetic_steps(step_time=step_time, memory_gib=memory_gib)
+                memory_gib=0.6, steps=None, interval_rule=None, commit="abc123", recorded_at=None, resolved=None):
+    """(registry.json's record, the steps table) of a synthetic run (or of ``steps``), as register_run makes it."""
+    steps = synthetic_steps(step_time=step_time, memory_gib=memory_gib) if steps is None else steps
     verdicts = verdicts_of(tiny_profile, steps)
     base = f"results/{profile}/{machine}"
+    made = provenance(profile=profile, run_id=f"{profile}-{machine}-{config_hash[:8]}", config_hash=config_hash,
+                      dataset_hash=dataset_hash, resolved_profile=resolved,
+                      measurement_hash=None if resolved is None else measurement_hash(resolved))
+    git = GitState(commit=commit, dirty=False)
+    made = made.model_copy(update={"git": GitAtStages(at_training=git, at_report=git),
+                                   "recorded_at": recorded_at or made.recorded_at})
     record = registry_record(
         machine=machine, verdicts=verdicts, steps=steps,
         run_meta=run_metadata(steps, no_events(), train_summary(), "", 200),
-        provenance=provenance(profile=profile, run_id=f"{profile}-{machine}-{config_hash[:8]}", config_hash=config_hash,
-                              dataset_hash=dataset_hash),
+        provenance=made, interval_rule=interval_rule,
         deviations=Deviations(deviations=[DEVIATION]), warmup_steps=5, spike_rule=spike_rule(tiny_profile),
         files={"report": f"{base}/report/x.html", "verdicts": f"{base}/gates/verdicts.json",
                "steps": f"{base}/parsed/steps.parquet", "events": f"{base}/parsed/events.parquet",
@@ -88,7 +96,7 @@ def test_runs_are_grouped_by_profile_config_and_dataset(seven):
     reasons = {s.run.run_id: s.reason for s in comparison.stragglers}
     assert len(reasons) == 3
     assert reasons["smoke-lab-x-ffffffff"].startswith("dataset hash eeeeeeeeeeee differs")
-    assert reasons["cpu-tiny-box-3-99999999"].startswith("config hash 999999999999 differs")
+    assert reasons["cpu-tiny-box-3-99999999"].startswith("measurement hash 999999999999 differs")
     assert reasons["gpu-1x-lab-a-aaaaaaaa"] == "the only run of profile gpu-1x"
     assert all(";" not in reason for reason in reasons.values())  # one reason each
 
@@ -111,11 +119,17 @@ def test_per_rank_memory_is_one_row_per_rank_with_units(seven):
     assert rows["peak memory, rank 1"]["cells"]["lab-b"]["value"] == pytest.approx(1.21)
     assert rows["peak memory, rank 1"]["cells"]["lab-b"]["ratio"] == pytest.approx(1.21 / 0.61)
     table = comparison_table(group_runs(seven))
-    assert {"peak memory rank 0 (GiB)", "peak memory rank 1 (GiB)"} <= set(table.columns)
+    memory = table[table["statistic"] == "peak memory, rank 1"]
+    assert set(memory["unit"]) == {"GiB"} and len(memory) == 4  # one row per grouped run
+    assert memory.loc[memory["machine"] == "lab-b", "value"].item() == pytest.approx(1.21)
+    assert memory.loc[memory["machine"] == "lab-b", "ratio"].item() == pytest.approx(1.21 / 0.61)
+    assert memory["beyond_noise"].isna().all()  # memory has no interval: nothing said about noise
+    assert "peak memory, rank 0" in set(table["statistic"])
     cells = [str(v) for v in table.to_numpy().ravel()]
     assert not any(c.startswith("{") or c.startswith("[") for c in cells)  # no JSON in a cell
-    assert table["comparable"].tolist() == [True] * 4 + [False] * 3
-    assert table["not comparable because"].notna().sum() == 3
+    per_run = table.groupby("run id", sort=False)["comparable"].first()
+    assert per_run.tolist() == [True] * 4 + [False] * 3
+    assert table.drop_duplicates("run id")["not comparable because"].notna().sum() == 3
 
 
 def test_gate_verdicts_side_by_side(seven):
@@ -172,3 +186,82 @@ def test_an_older_registry_is_not_comparable_and_says_why(tmp_path, tiny_profile
 def test_missing_registry_is_one_line_naming_the_file(tmp_path):
     with pytest.raises(InputError, match=r"nowhere/registry.json: no run registry"):
         load_run(tmp_path / "nowhere")
+
+
+# Two runs of one setting on one machine (the same 0.5 s step, each its own noise: consecutive steps alike), and
+# the same run with rank 1 slowed by 30 % (the straggler injection's effect on the records).
+NOISY = dict(step_time=0.5, time_noise=0.1, time_correlation=0.5)
+
+
+@pytest.fixture
+def same_and_slowed(tmp_path, tiny_profile):
+    """Two runs of the tiny profile and a third with its straggler injection: a profile of its own (another
+    config hash), the same measurement."""
+    rule = measures.IntervalRule()
+    runs = [write_run(tmp_path, tiny_profile, machine, steps=synthetic_steps(**NOISY, seed=seed), interval_rule=rule,
+                      resolved=tiny_profile)
+            for machine, seed in (("box-a", 1), ("box-b", 2))]
+    slowed = {**tiny_profile, "stabiliser": {**tiny_profile.get("stabiliser", {}),
+                                             "inject": {"kind": "slow", "rank": 1, "seconds": 0.02}}}
+    runs.append(write_run(tmp_path, tiny_profile, "box-slow", interval_rule=rule, config_hash="5" * 64, resolved=slowed,
+                          steps=synthetic_steps(**NOISY, seed=3, slow_rank=1, slow_factor=1.3)))
+    return [load_run(d) for d in runs]
+
+
+def test_two_runs_of_one_setting_differ_by_no_more_than_noise(same_and_slowed):
+    group = group_runs(same_and_slowed[:2], reference="box-a").groups[0]
+    step = next(row for row in quantity_rows(group) if row["statistic"] == "step_time_median_s")
+    cell = step["cells"]["box-b"]
+    assert cell["ratio_interval"].contains(1.0) and cell["beyond_noise"] is False
+    assert cell["interval"] == same_and_slowed[1].registry.summary.intervals.step_time_median_s
+    assert noise_summary(group) == {"beyond": {}, "judged": 4}
+    table = comparison_table(group_runs(same_and_slowed[:2], reference="box-a"))
+    timing = table[table["noise basis"].str.startswith("interval", na=False)]
+    assert len(timing) == 2 * 4 and not timing["beyond_noise"].any()
+    others = table[table["statistic"].notna() & ~table.index.isin(timing.index)]
+    assert others["beyond_noise"].isna().all()
+
+
+def test_a_rank_slowed_by_30_percent_is_beyond_noise_in_the_csv_and_the_page(tmp_path, same_and_slowed):
+    comparison = group_runs([same_and_slowed[0], same_and_slowed[2]], reference="box-a")
+    assert len(comparison.groups) == 1 and not comparison.stragglers  # the injection alone: the same measurement
+    table = comparison_table(comparison)
+    slowed = table[(table["machine"] == "box-slow") & (table["statistic"] == "median optimizer-step time, slowest rank")]
+    assert slowed["beyond_noise"].tolist() == [True]
+    assert 1.2 < slowed["ratio low"].item() <= slowed["ratio"].item() <= slowed["ratio high"].item() < 1.4
+    assert not table.loc[table["machine"] == "box-a", "beyond_noise"].dropna().any()  # the reference itself
+    figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png"}
+    overlay_figure(comparison, "loss", "loss", figures["loss"])
+    overlay_figure(comparison, "step_time", "s", figures["step_time"])
+    page = render_comparison(comparison, figures, "box-a")
+    assert "Beyond noise: <b>box-slow</b> (median optimizer-step time, slowest rank" in page
+    assert "beyond noise</small>" in page and "class='number beyond-noise'" in page
+    assert "kind slow, rank 1, seconds 0.02" in page
+    assert set(table.loc[table["machine"] == "box-slow", "fault injection"]) == {"kind slow, rank 1, seconds 0.02"}
+
+
+def test_the_history_orders_one_machines_runs_by_training_and_flags_a_regression(tmp_path, tiny_profile):
+    rule = measures.IntervalRule()
+    made = [("aaa1111", 0.5, "2026-11-29T10:00:00+00:00"), ("bbb2222", 0.5, "2026-11-30T10:00:00+00:00"),
+            ("ccc3333", 0.65, "2026-12-01T10:00:00+00:00")]
+    runs = [load_run(write_run(tmp_path / commit, tiny_profile, f"box-{commit}", commit=commit, recorded_at=at,
+                               interval_rule=rule, steps=synthetic_steps(**{**NOISY, "step_time": level},
+                                                                         seed=index)))
+            for index, (commit, level, at) in enumerate(reversed(made))]
+    found = histories(runs)
+    assert len(found) == 1 and [r.commit for r in found[0].runs] == ["aaa1111", "bbb2222", "ccc3333"]
+    rows = history_rows(found[0])
+    assert rows[0]["ratio"] is None and rows[1]["beyond_noise"] is False and rows[2]["beyond_noise"] is True
+    assert rows[2]["interval"] == runs[0].registry.summary.intervals.step_time_median_s
+    history_figure(found, tmp_path / "history.png")
+    assert (tmp_path / "history.png").read_bytes()[:4] == b"\x89PNG"
+    comparison = group_runs(runs)
+    figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png", "history": tmp_path / "history.png"}
+    overlay_figure(comparison, "loss", "loss", figures["loss"])
+    overlay_figure(comparison, "step_time", "s", figures["step_time"])
+    page = render_comparison(comparison, figures, None, found)
+    history = page[page.index("<table id='history-1'"):]
+    history = history[:history.index("</table>")]
+    assert history.count("<tr") == 1 + 3 and history.count("class='beyond-noise'") == 1
+    assert history.index("aaa1111") < history.index("bbb2222") < history.index("ccc3333")
+    assert page.count("data:image/png;base64,") == 3

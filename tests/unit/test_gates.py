@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
 from tests.unit.helpers import no_events, settings, step_record, synthetic_steps, table_of, train_summary, claim_box, rendered_run, run_spec_for, planned_run, with_optimizer_step_floor
 from zerogate.analysis import measures
-from zerogate.analysis.gates import (FAIL, NOT_MEASURED, PASS, evaluate, evaluate_gate, faithfulness,
+from zerogate.analysis.gates import (FAIL, INCONCLUSIVE, NOT_MEASURED, PASS, evaluate, evaluate_gate, faithfulness,
                                      smallest_device_ranks, unit_of)
 from zerogate.analysis.measures import DEVICE_PEAK, STEP_TIME, SpikeRule
 from zerogate.analysis.parse import parse_launcher_log, run_metadata, stabiliser_events
@@ -196,7 +196,7 @@ def test_evaluate_counts_verdicts():
     meta = run_metadata(steps, no_events(), SUMMARY, "", 200)
     result = evaluate(PROFILE.gates, steps, no_events(), SUMMARY, spec, deviations, CPU_FINGERPRINT, 5, RULE,
                       plan=with_optimizer_step_floor(planned_run(), 0.25), run_meta=meta, ds_config=_fp16())
-    assert result.counts == {PASS: len(PROFILE.gates), FAIL: 0, NOT_MEASURED: 0}
+    assert result.counts == {PASS: len(PROFILE.gates), FAIL: 0, INCONCLUSIVE: 0, NOT_MEASURED: 0}
     # Without the planner's floor, fp16 skip records and run metadata, those gates are not measured.
     bare = evaluate(PROFILE.gates, synthetic_steps(), no_events(), SUMMARY, spec, deviations, CPU_FINGERPRINT, 5,
                     RULE)
@@ -313,7 +313,8 @@ def test_floor_gate_reasons_and_evidence_exactly():
     result = judged(with_optimizer_step_floor(planned_run(), 0.25))
     assert set(result.evidence.model_dump(by_alias=True)) == {
         "kind", "per_rank(s)", "worst_rank(rank)", "median_step_time(s)", "floor(s)", "warmup_steps_excluded(steps)",
-        "floor_terms(s)"}
+        "floor_terms(s)", "median_step_time_per_repeat(s)"}
+    assert result.evidence.per_repeat is None  # one run: no repeats to list
     assert result.evidence.floor == 0.25 and result.evidence.warmup_steps_excluded == 5
     assert unit_of("step_time(s)") == "(s)" and unit_of("memory/device_peak(GiB)") == "(GiB)" and unit_of("loss") == ""
     assert unit_of("a(b)c") == ""

@@ -53,14 +53,15 @@ def rendered() -> Rendered:
 
 
 def provenance(profile: str = "smoke", run_id: str = "smoke-box-12345678", config_hash: str = "f" * 64,
-               dataset_hash: str = "d" * 64) -> Provenance:
-    """provenance.json of a run on the test machine."""
+               dataset_hash: str = "d" * 64, resolved_profile: dict | None = None,
+               measurement_hash: str | None = None) -> Provenance:
+    """provenance.json of a run on the test machine (what it measured: its config hash unless told)."""
     machine = CPU_FINGERPRINT
     git = GitState(commit="abc123", dirty=False)
     return Provenance(
         pipeline_version="0.1.0", run_id=run_id, recorded_at="2026-11-29T00:00:00+00:00",
         git=GitAtStages(at_training=git, at_report=git), profile=profile, config_hash=config_hash,
-        resolved_profile={}, ds_config=rendered().ds_config.raw, packages={"torch": "2.13.0", "deepspeed": "0.19.8"},
+        measurement_hash=measurement_hash or config_hash, resolved_profile=resolved_profile or {}, ds_config=rendered().ds_config.raw, packages={"torch": "2.13.0", "deepspeed": "0.19.8"},
         machine=MachineFacts(hostname=machine.hostname, platform=machine.platform, cpu=machine.cpu, ram=machine.ram,
                              accelerator=machine.accelerator),
         dataset=DatasetFacts(source="builtin-tasks", content_sha256=dataset_hash, splits={}))
@@ -344,3 +345,59 @@ def test_report_opens_with_the_seeds_claims_and_shows_the_peak_table(tmp_path, t
     peak = page[page.index("<table id='peak'>"):]
     assert "1.00 GiB (1.07 GB)" in peak and "2.00 GiB (2.15 GB)" in peak and "under-predicted" in peak
     assert "outside ±15 %" in page
+
+
+def test_the_report_shows_each_timings_interval_and_an_inconclusive_gate(tmp_path, tiny_profile):
+    """With the profile's interval settings, every timing statistic of the run summary and every time gate's
+    value stand with their interval, what it covers is said once, and an INCONCLUSIVE gate is counted apart."""
+    steps = synthetic_steps(step_time=0.5, time_noise=0.1, time_correlation=0.5)
+    rule = measures.IntervalRule()
+    measured = measures.step_time(steps, 5).value
+    gates = tuple(dataclasses.replace(g, threshold=measured) if g.name == "optimizer_step_time" else g
+                  for g in settings(tiny_profile).gates)
+    verdicts = evaluate(gates, steps, no_events(), train_summary(), rendered().run_spec,
+                        Deviations(deviations=[DEVIATION]), CPU_FINGERPRINT, 5, spike_rule(tiny_profile),
+                        interval_rule=rule)
+    figures = {"loss": tmp_path / "loss.png"}
+    loss_figure(steps, no_events(), 5, figures["loss"], spike_rule(tiny_profile))
+    page = render_html(verdicts=verdicts, steps=steps, provenance=provenance(),
+                       deviations=Deviations(deviations=[DEVIATION]), figures=figures, warmup_steps=5,
+                       spike_rule=spike_rule(tiny_profile), interval_rule=rule)
+    intervals = measures.timing_intervals([steps], 5, rule)
+    summary = page[page.index("<table id='summary'>"):]
+    summary = summary[:summary.index("</table>")]
+    for found in (intervals.step_time_median_s, intervals.step_time_p90_s, intervals.micro_step_time_median_s,
+                  intervals.tokens_per_s):
+        assert f"[{found.low:.4g}, {found.high:.4g}]" in summary
+    assert summary.count("class='interval'") == 4  # the timing statistics, nothing else
+    table = page[page.index("<table id='verdicts'>"):]
+    table = table[:table.index("</table>")]
+    assert "class='INCONCLUSIVE'>INCONCLUSIVE" in table
+    step_gate = verdicts.gate("optimizer_step_time")
+    assert f"[{step_gate.interval.low:.4g}, {step_gate.interval.high:.4g}] s" in table
+    assert "1 INCONCLUSIVE" in page.split("</p>")[0]
+    assert "id='interval-note'" in page and "stationary block bootstrap" in page
+    assert "<table id='repeats'>" not in page  # one run
+
+
+def test_the_report_pools_the_repeats_and_lists_each_with_its_memory(tmp_path, tiny_profile):
+    runs = [synthetic_steps(step_time=level, memory_gib=0.6 + 0.01 * index, seed=index)
+            for index, level in enumerate((0.5, 0.55, 0.6))]
+    rule = measures.IntervalRule()
+    verdicts = evaluate(settings(tiny_profile).gates, runs[0], no_events(), train_summary(), rendered().run_spec,
+                        Deviations(deviations=[DEVIATION]), CPU_FINGERPRINT, 5, spike_rule(tiny_profile),
+                        interval_rule=rule, repeat_steps=runs[1:])
+    figures = {"loss": tmp_path / "loss.png"}
+    loss_figure(runs[0], no_events(), 5, figures["loss"], spike_rule(tiny_profile))
+    page = render_html(verdicts=verdicts, steps=runs[0], provenance=provenance(),
+                       deviations=Deviations(deviations=[DEVIATION]), figures=figures, warmup_steps=5,
+                       spike_rule=spike_rule(tiny_profile), interval_rule=rule, repeat_steps=runs[1:])
+    repeats = page[page.index("<table id='repeats'>"):]
+    repeats = repeats[:repeats.index("</table>")]
+    assert repeats.count("<tr>") == 1 + 3 and "class='pooled'" in repeats
+    pooled = measures.summarise_repeats(runs, 5, spike_rule(tiny_profile), [None] * 3, rule).pooled
+    assert f"<b>{pooled.step_time_median_s:.4g}</b>" in repeats
+    assert "MLPerf" in page and "The run was trained 3 times" in page
+    summary = page[page.index("<table id='summary'>"):]
+    assert f"{pooled.step_time_median_s:.4g} s" in summary[:summary.index("</table>")]
+    assert verdicts.gate("optimizer_step_time").interval.repeats == 3

@@ -110,6 +110,11 @@ STRICT = config["strict"]
 # Which optimizer steps the timing statistics leave out: an analysis setting, a param of the judging rules
 # only, so editing it re-judges and never retrains.
 WARMUP_STEPS = SETTINGS.training.warmup_steps_excluded
+# The timing statistics' intervals (profile key `intervals`): an analysis setting too.
+INTERVALS = plain(SETTINGS.intervals)
+# Profile key `repeats`: the run is trained this many times. Repeat 0 is the run itself (train/, parsed/);
+# repeats 1.. train under repeats/<k>/ with seed training.seed + k.
+REPEATS = SETTINGS.repeats
 
 
 # The seed's own statements (config/claims.yaml), judged on paper for the claimed box (plan_claimed_box,
@@ -266,7 +271,18 @@ def checkpoint_dir(wildcards):
         return result(f"variants/{variant}/checkpoints")
     if hasattr(wildcards, "bench_row"):
         return result(f"bench/runs/{wildcards.bench_row}/{wildcards.repeat}/checkpoints")
+    if hasattr(wildcards, "repeat"):
+        return result(f"repeats/{wildcards.repeat}/checkpoints")
     return result("checkpoints")
+
+
+def repeat_outputs(name):
+    """One output of every other repeat's parse (profile key `repeats`), repeat 1 first; empty for one run."""
+
+    def outputs(wildcards):
+        return expand(getattr(rules.parse_repeat_logs.output, name), repeat=range(1, REPEATS))
+
+    return outputs
 
 
 def variant_summaries(wildcards):

@@ -16,6 +16,11 @@ rule compare_runs:
             caption="../report/compare_step_time.rst",
             category="Comparison",
         ),
+        history=report(
+            f"results/compare/comparison-{COMPARE_ID}-history.png",
+            caption="../report/compare_history.rst",
+            category="Comparison",
+        ),
     params:
         # A machine id: ratios are to that machine's run of each group (empty: the group's first machine).
         reference=config["compare_reference"],

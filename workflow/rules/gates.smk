@@ -10,11 +10,13 @@ rule check_gates:
         fingerprint=rules.probe_hardware.output.fingerprint,
         ds_config=rules.render_deepspeed_config.output.ds_config,
         settings=rules.write_train_settings.output.settings,
+        repeat_steps=repeat_outputs("steps"),
     output:
         verdicts=result("gates/verdicts.json"),
     params:
         gates=plain(SETTINGS.gates),
         warmup_steps=WARMUP_STEPS,
+        intervals=INTERVALS,
     log:
         result("logs/check_gates.log"),
     conda:

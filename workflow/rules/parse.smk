@@ -16,3 +16,17 @@ rule parse_logs:
         "../../envs/analysis.yaml"
     script:
         "../scripts/parse_logs.py"
+
+
+use rule parse_logs as parse_repeat_logs with:
+    input:
+        metrics=rules.train_repeat.output.metrics,
+        summary=rules.train_repeat.output.summary,
+        launcher_log=rules.train_repeat.log[0],
+        stabiliser_events=rules.train_repeat.output.events,
+    output:
+        steps=result("repeats/{repeat}/parsed/steps.parquet"),
+        events=result("repeats/{repeat}/parsed/events.parquet"),
+        run_meta=result("repeats/{repeat}/parsed/run.json"),
+    log:
+        result("logs/parse_repeat_logs/{repeat}.log"),

@@ -90,6 +90,8 @@ rule write_report:
         memory=rules.plot_figures.output.memory,
         loss_scale=rules.plot_figures.output.loss_scale,
         ranks=rules.plot_figures.output.ranks,
+        repeat_steps=repeat_outputs("steps"),
+        repeat_run_meta=repeat_outputs("run_meta"),
     output:
         html=report(
             result(f"report/zerogate-{RUN_LABEL}.html"),
@@ -98,6 +100,7 @@ rule write_report:
         ),
     params:
         warmup_steps=WARMUP_STEPS,
+        intervals=INTERVALS,
     log:
         result(f"logs/write_report-{RUN_LABEL}.log"),
     conda:
@@ -120,11 +123,14 @@ rule register_run:
         step_time=rules.plot_figures.output.step_time,
         memory=rules.plot_figures.output.memory,
         loss_scale=rules.plot_figures.output.loss_scale,
+        repeat_steps=repeat_outputs("steps"),
+        repeat_run_meta=repeat_outputs("run_meta"),
     output:
         registry=result("registry.json"),
     params:
         machine=MACHINE,
         warmup_steps=WARMUP_STEPS,
+        intervals=INTERVALS,
     log:
         result("logs/register_run.log"),
     conda:

@@ -58,6 +58,41 @@ rule train:
         " --out-dir {params.out_dir} --checkpoint-dir {params.checkpoint_dir} {params.extra}"
 
 
+# Repeats (profile key `repeats`): the same run trained again with seed training.seed + k, each a complete
+# run with its own records, checkpoints and log under repeats/<k>/; the timing statistics pool them.
+rule write_repeat_run_spec:
+    input:
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+    output:
+        run_spec=result("repeats/{repeat}/deepspeed/run_spec.json"),
+    log:
+        result("logs/write_repeat_run_spec/{repeat}.log"),
+    localrule: True
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/write_repeat_run_spec.py"
+
+
+use rule train as train_repeat with:
+    input:
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.write_repeat_run_spec.output.run_spec,
+        settings=rules.write_train_settings.output.settings,
+        train=rules.prepare_dataset.output.train,
+        manifest=rules.prepare_dataset.output.manifest,
+        plan=rules.approve_plan.output.approved,
+    output:
+        metrics=directory(result("repeats/{repeat}/train/metrics")),
+        events=result("repeats/{repeat}/train/events.jsonl"),
+        evaluation=result("repeats/{repeat}/train/eval.jsonl"),
+        summary=result("repeats/{repeat}/train/summary.json"),
+    log:
+        result("logs/train_repeat/{repeat}.log"),
+    benchmark:
+        result("benchmarks/train_repeat/{repeat}.tsv")
+
+
 # Comparison runs (profile key `variants`): the same model, data and loop under ZeRO stage 0-3, with and
 # without offload. `snakemake --cores all train_variants` trains every listed variant and tabulates them.
 rule render_variant_config:

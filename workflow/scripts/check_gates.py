@@ -1,8 +1,8 @@
 """Entry point of the check_gates rule (logic: zerogate.analysis.gates)."""
 from zerogate.analysis.gates import evaluate
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.measures import IntervalRule, SpikeRule
 from zerogate.analysis.parse import read_events, read_steps
-from zerogate.config.settings import GateSettings
+from zerogate.config.settings import GateSettings, IntervalSettings
 from zerogate.contracts.base import typed
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.parsed import RunMeta
@@ -26,7 +26,10 @@ with logging_to(snakemake.log[0]) as log:
         plan=Plan.read(inputs.plan),
         run_meta=RunMeta.read(inputs.run_meta),
         ds_config=DsConfig.read(inputs.ds_config),
+        interval_rule=IntervalRule.from_settings(typed(IntervalSettings, snakemake.params.intervals)),
+        repeat_steps=[read_steps(path) for path in inputs.repeat_steps],
     )
     verdicts.write(snakemake.output.verdicts)
     for gate in verdicts.gates:
-        log.info("%s: %s (measured %s %s)", gate.name, gate.verdict, gate.measured, gate.unit)
+        shown = "" if gate.interval is None else f" [{gate.interval.low:.4g}, {gate.interval.high:.4g}]"
+        log.info("%s: %s (measured %s%s %s)", gate.name, gate.verdict, gate.measured, shown, gate.unit)

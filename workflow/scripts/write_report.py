@@ -1,9 +1,10 @@
 """Entry point of the write_report rule (logic: zerogate.report.html)."""
 from pathlib import Path
 
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.measures import IntervalRule, SpikeRule
 from zerogate.analysis.parse import event_table, read_events, read_steps
-from zerogate.contracts.base import read_lines
+from zerogate.config.settings import IntervalSettings
+from zerogate.contracts.base import read_lines, typed
 from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.parsed import RunMeta
@@ -39,5 +40,8 @@ with logging_to(snakemake.log[0]):
         claimed_plan=Plan.read(inputs.claimed_plan),
         ranks_figure=inputs.ranks,
         communication=CommsVolume.read(inputs.communication),
+        interval_rule=IntervalRule.from_settings(typed(IntervalSettings, snakemake.params.intervals)),
+        repeat_steps=[read_steps(path) for path in inputs.repeat_steps],
+        repeat_run_metas=[RunMeta.read(path) for path in inputs.repeat_run_meta],
     )
     Path(snakemake.output.html).write_text(page)

@@ -8,10 +8,19 @@ from pathlib import Path
 from typing import Any
 
 from zerogate import __version__
+from zerogate.config.profile import measured_profile
 from zerogate.contracts.data import DatasetManifest
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.records import GitState, TrainSummary
 from zerogate.contracts.report import DatasetFacts, GitAtStages, MachineFacts, Provenance
+from zerogate.hashing import sha256_json
+
+
+def measurement_hash(profile: dict[str, Any]) -> str:
+    """The hash of what a run measures (config.profile.measured_profile) and the pipeline version, as the
+    config hash is of the whole profile: equal for runs that differ only in repeats, interval settings or a
+    fault injection."""
+    return sha256_json({"profile": measured_profile(profile), "pipeline_version": __version__})
 
 
 def git_state(repo: str | Path) -> dict[str, Any]:
@@ -40,6 +49,7 @@ def provenance(*, profile_name: str, profile: dict[str, Any], config_hash: str, 
         git=GitAtStages(at_training=summary.git, at_report=GitState(**git_state(repo))),
         profile=profile_name,
         config_hash=config_hash,
+        measurement_hash=measurement_hash(profile),
         resolved_profile=profile,
         ds_config=ds_config,
         packages=fingerprint.versions,

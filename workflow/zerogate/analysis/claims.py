@@ -23,8 +23,9 @@ from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Plan, SchemeLedger
-from zerogate.contracts.verdicts import (CANNOT_JUDGE, DOES_NOT_HOLD, HOLDS, HOLDS_ONLY_WHEN, ClaimedBox, ClaimVerdict,
-                                         ClaimVerdicts, GateVerdict, GateVerdicts, JudgedClaim, claim_from_gate)
+from zerogate.contracts.verdicts import (CANNOT_JUDGE, DOES_NOT_HOLD, FAIL, HOLDS, HOLDS_ONLY_WHEN, INCONCLUSIVE, PASS,
+                                         ClaimedBox, ClaimVerdict, ClaimVerdicts, GateVerdict, GateVerdicts,
+                                         JudgedClaim, claim_from_gate)
 from zerogate.units import UNIT_BYTES, format_bytes
 
 # A formula "matches" an accounting of the same tensors when they differ by less than this (partition
@@ -268,7 +269,7 @@ def _gate_verdict(gate: GateVerdict | None, name: str, evidence: Evidence) -> Cl
     text = f"{evidence.machine}, this profile's model: measured {measured} {gate.unit} {gate.comparison} {gate.threshold:g} {gate.unit}: {gate.verdict}"
     reproduction = evidence.gates.reproduction if evidence.gates is not None else None
     faithful = bool(reproduction and reproduction.faithful)
-    if gate.verdict == "PASS" and not faithful:
+    if gate.verdict == PASS and not faithful:
         text += "; not a faithful reproduction: " + "; ".join(reproduction.reasons if reproduction else [])
     parameters = evidence.ledger.parameters if evidence.ledger is not None else None
     condition = (f"the model and machine are this run's ({evidence.machine}"
@@ -300,10 +301,11 @@ def judge_convergence(claim: dict[str, Any], evidence: Evidence) -> Judged:
     text = "; ".join(f"{name}: {gate.verdict} (measured {gate.measured} {gate.unit})" for name, gate in gates)
     text += f"; {ran if ran is not None else 'no'} optimizer steps per rank (claimed {claim['steps']})"
     verdicts = {gate.verdict for _, gate in gates}
-    if "FAIL" in verdicts:
+    if FAIL in verdicts:
         return paper, verdict(DOES_NOT_HOLD, text, source)
-    if verdicts != {"PASS"}:
-        return paper, verdict(CANNOT_JUDGE, text, source, why="a gate was not measured")
+    if verdicts != {PASS}:
+        why = "a gate's interval straddles its threshold" if INCONCLUSIVE in verdicts else "a gate was not measured"
+        return paper, verdict(CANNOT_JUDGE, text, source, why=why)
     if ran is None or ran < claim["steps"]:
         return paper, verdict(HOLDS_ONLY_WHEN, text, source,
                               condition=f"the run is {ran or 0} steps long: {claim['steps']} were claimed, not run here")

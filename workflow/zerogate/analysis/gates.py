@@ -26,7 +26,8 @@ from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import TrainSummary, column
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec
-from zerogate.contracts.verdicts import (FAIL, GATE_OUTCOMES, NOT_MEASURED, PASS, CompletionEvidence,
+from zerogate.contracts.intervals import GateInterval, Interval
+from zerogate.contracts.verdicts import (FAIL, GATE_OUTCOMES, INCONCLUSIVE, NOT_MEASURED, PASS, CompletionEvidence,
                                          ConvergenceEvidence, ConvergenceRuleEvidence, FailedRanksEvidence,
                                          FailureEvidence, FloorRatioEvidence, GateVerdict, GateVerdicts,
                                          NonfiniteEvidence, OverflowEvidence, ProgressLineEvidence, Reproduction,
@@ -228,22 +229,70 @@ def completion_for(steps: pd.DataFrame, events: pd.DataFrame, summary: TrainSumm
                                    run_meta.expected_steps or expected_steps, records.world_size, records)
 
 
+def timed_statistic(gate: GateSettings) -> str | None:
+    """The timing statistic (measures.TIMING_STATISTICS) whose interval a time gate judges: a slowest-rank
+    median or p90 of a timed metric, or the median step time a floor ratio divides; None for other gates."""
+    if gate.statistic == "floor_ratio":
+        return "step_time_median_s"
+    return next((name for name, (metric, statistic, over) in measures.TIMING_STATISTICS.items()
+                 if metric == gate.metric and statistic == gate.statistic and over == "slowest rank"), None)
+
+
+def interval_outcome(comparison: str, threshold: float, interval: Interval) -> str:
+    """PASS when every value of the interval meets the threshold, FAIL when none does, INCONCLUSIVE when
+    it straddles the threshold. For <, <=, >=, > the values that pass form a half-line, so the ends decide;
+    for == only the threshold itself passes, so an interval around it is INCONCLUSIVE."""
+    meets = COMPARE[comparison]
+    low, high = meets(interval.low, threshold), meets(interval.high, threshold)
+    if low and high:
+        return PASS
+    if not low and not high and not (comparison == "==" and interval.contains(threshold)):
+        return FAIL
+    return INCONCLUSIVE
+
+
+class Repeats:
+    """The other repeats of a run (profile key ``repeats``): their steps tables, counted like the first
+    run's, for the time gates that pool them."""
+
+    def __init__(self, tables: list[pd.DataFrame], world_size: int, expected_steps: int):
+        self.tables = list(tables)
+        self.records = [measures.record_completeness(t, world_size, expected_steps) for t in self.tables]
+
+    def problems(self) -> list[str]:
+        return [f"repeat {index}: " + "; ".join(r.problems) for index, r in enumerate(self.records, start=1)
+                if not r.complete]
+
+
 def evaluate_gate(gate: GateSettings, steps: pd.DataFrame, events: pd.DataFrame, summary: TrainSummary | None,
                   fingerprint: Fingerprint, warmup_steps: int, expected_steps: int, spike_rule: SpikeRule,
                   plan: Plan | None = None, run_meta: RunMeta | None = None, *, world_size: int,
                   ds_config: DsConfig | None = None,
-                  records: measures.RecordCompleteness | None = None) -> GateVerdict:
+                  records: measures.RecordCompleteness | None = None,
+                  interval_rule: measures.IntervalRule | None = None, repeats: Repeats | None = None,
+                  timings: measures.TimingReplicates | None = None) -> GateVerdict:
     """One gate's verdict. The records' completeness is established first, from counts: a statistic over
     an incomplete run is NOT MEASURED (the completion and non-finite gates, whose claims are about
-    completeness, FAIL), and a metric missing or non-finite at any step it must have is NOT MEASURED."""
+    completeness, FAIL), and a metric missing or non-finite at any step it must have is NOT MEASURED.
+
+    A time gate (``timed_statistic``) with ``interval_rule`` judges its value's interval
+    (``interval_outcome``); with ``repeats`` its value pools them (measures.pool) and so does the interval.
+    ``timings`` (measures.timing_replicates of all repeats) is computed here when not given. Without
+    ``interval_rule``, or for a run too short for an interval, the value alone is compared."""
     records = records or measures.record_completeness(steps, world_size, expected_steps)
     extra_failures: list[str] = []
     measured: float | None
     evidence: Any
+    timed = timed_statistic(gate) if interval_rule is not None else None
     try:
         statistic = gate.statistic
         if statistic not in ("failed_ranks", "nonfinite_count") and not records.complete:
             raise NotMeasured("the run's step records are incomplete: " + "; ".join(records.problems))
+        if timed and repeats is not None and repeats.problems():
+            raise NotMeasured("a repeat's step records are incomplete: " + "; ".join(repeats.problems()))
+        if timed and timings is None:
+            timings = measures.timing_replicates([steps, *(repeats.tables if repeats else [])], warmup_steps,
+                                                 interval_rule)
         if statistic in ("median", "p90", "max"):
             measured, evidence = slowest_rank_gate(gate, steps, fingerprint, warmup_steps)
         elif statistic == "loss_convergence":
@@ -270,15 +319,53 @@ def evaluate_gate(gate: GateSettings, steps: pd.DataFrame, events: pd.DataFrame,
             raise ValueError(f"unknown statistic {statistic}")
     except NotMeasured as reason:
         return GateVerdict.judged(gate, None, NOT_MEASURED, str(reason))
+    interval = None
+    if timed and timings is not None and measured is not None and math.isfinite(measured):
+        measured, interval, evidence = _pooled(gate, timed, timings, measured, evidence)
     finite = measured is not None and math.isfinite(measured)
     passed = finite and COMPARE[gate.comparison](measured, gate.threshold)
-    reasons = [] if passed or not finite else [
-        f"measured {measured:.4g} {gate.unit} is not {gate.comparison} {gate.threshold:g}"]
+    outcome = PASS if passed else FAIL
+    reasons = []
+    if interval is not None and finite:
+        outcome = interval_outcome(gate.comparison, gate.threshold, interval)
+        span = f"its {interval.confidence:.0%} interval [{interval.low:.4g}, {interval.high:.4g}] {gate.unit}"
+        if outcome == FAIL:
+            reasons.append(f"measured {measured:.4g} {gate.unit} is not {gate.comparison} {gate.threshold:g}: {span} "
+                           "lies wholly outside")
+        elif outcome == INCONCLUSIVE:
+            reasons.append(f"measured {measured:.4g} {gate.unit}, but {span} straddles {gate.comparison} "
+                           f"{gate.threshold:g}: within this run's noise it may pass or fail")
+    elif finite and not passed:
+        reasons.append(f"measured {measured:.4g} {gate.unit} is not {gate.comparison} {gate.threshold:g}")
     if not finite and not extra_failures:
         reasons.append("the measured value is not a finite number")
     reasons += extra_failures
-    return GateVerdict.judged(gate, measured if finite else None, PASS if passed and not extra_failures else FAIL,
-                              "; ".join(reasons), evidence)
+    if extra_failures or not finite:
+        outcome = FAIL
+    return GateVerdict.judged(gate, measured if finite else None, outcome, "; ".join(reasons), evidence, interval)
+
+
+def _pooled(gate: GateSettings, timed: str, timings: measures.TimingReplicates, measured: float,
+            evidence: Any) -> tuple[float, GateInterval | None, Any]:
+    """A time gate's value (pooled over the repeats), its interval in the gate's unit, and its evidence
+    with each repeat's value: the interval is the timing statistic's (measures.timing_replicates), scaled
+    as the value is (to the gate's unit, or over the floor)."""
+    column = list(measures.TIMING_STATISTICS).index(timed)
+    found = timings.interval(timed)
+    scale = 1 / evidence.floor if gate.statistic == "floor_ratio" else _in_unit(1.0, gate.metric, gate.unit)
+    per_repeat = [float(v) for v in timings.per_repeat[:, column]]
+    repeats = len(per_repeat)
+    if repeats > 1:
+        key = "per_repeat"
+        evidence = evidence.model_copy(update={key: per_repeat})
+    value = float(timings.values[column]) * scale
+    if found is None:
+        return value, None, evidence
+    basis = timings.basis()
+    interval = GateInterval(low=found.low * scale, high=found.high * scale, unit=gate.unit,
+                            confidence=basis["confidence"], repeats=repeats,
+                            method=f"{basis['method']}; repeats: {basis['pooling']}; covers {basis['covers']}")
+    return value, interval, evidence
 
 
 def slowest_rank_gate(gate: GateSettings, steps: pd.DataFrame, fingerprint: Fingerprint,
@@ -330,16 +417,24 @@ def faithfulness(deviations: Deviations, fingerprint: Fingerprint) -> Reproducti
 def evaluate(gates: tuple[GateSettings, ...], steps: pd.DataFrame, events: pd.DataFrame, summary: TrainSummary | None,
              run_spec: RunSpec, deviations: Deviations, fingerprint: Fingerprint, warmup_steps: int,
              spike_rule: SpikeRule, plan: Plan | None = None, run_meta: RunMeta | None = None,
-             ds_config: DsConfig | None = None) -> GateVerdicts:
+             ds_config: DsConfig | None = None, interval_rule: measures.IntervalRule | None = None,
+             repeat_steps: list[pd.DataFrame] = ()) -> GateVerdicts:
     """All gates of the profile. ``warmup_steps`` is the profile's ``training.warmup_steps_excluded`` and
     ``spike_rule`` the run's ``stabiliser`` settings (both analysis inputs: changing them re-judges). The
     world size and the optimizer steps are the run spec's. ``plan`` (the planner's plan with the measured
     compute term), ``run_meta`` (parse_logs' run.json) and ``ds_config`` (the rendered DeepSpeed config) are
-    optional: the gates that need them are NOT MEASURED without them."""
+    optional: the gates that need them are NOT MEASURED without them. ``interval_rule`` (the profile's
+    ``intervals``) gives the time gates their intervals; ``repeat_steps`` are the other repeats' steps
+    tables (profile key ``repeats``), which the time gates pool with ``steps``."""
     expected = run_spec.training.optimizer_steps
     records = measures.record_completeness(steps, run_spec.world_size, expected)
+    repeats = Repeats(list(repeat_steps), run_spec.world_size, expected)
+    timings = None
+    if interval_rule is not None and records.complete and not repeats.problems():
+        timings = measures.timing_replicates([steps, *repeats.tables], warmup_steps, interval_rule)
     results = [evaluate_gate(g, steps, events, summary, fingerprint, warmup_steps, expected, spike_rule, plan, run_meta,
-                             world_size=run_spec.world_size, ds_config=ds_config, records=records)
+                             world_size=run_spec.world_size, ds_config=ds_config, records=records,
+                             interval_rule=interval_rule, repeats=repeats, timings=timings)
                for g in gates]
     counts = {v: sum(r.verdict == v for r in results) for v in GATE_OUTCOMES}
     return GateVerdicts(gates=results, counts=counts, reproduction=faithfulness(deviations, fingerprint),
@@ -349,3 +444,9 @@ def evaluate(gates: tuple[GateSettings, ...], steps: pd.DataFrame, events: pd.Da
 def failed_gates(verdicts: GateVerdicts) -> list[str]:
     """The gates that FAIL, each as 'name: reason' (for the strict option)."""
     return [f"{g.name}: {g.reason}" for g in verdicts.failed]
+
+
+def inconclusive_gates(verdicts: GateVerdicts) -> list[str]:
+    """The gates that are INCONCLUSIVE, each as 'name: reason' (the strict option counts them apart from
+    PASS: a claim this run cannot confirm does not pass)."""
+    return [f"{g.name}: {g.reason}" for g in verdicts.inconclusive]

@@ -75,7 +75,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from zerogate.config.settings import GateSettings, StabiliserSettings
+from zerogate.config.settings import GateSettings, IntervalSettings, StabiliserSettings
+from zerogate.contracts.intervals import Interval, TimingIntervals
 from zerogate.contracts.parsed import Failure, RunMeta
 from zerogate.contracts.records import OVERFLOW_REASON, column
 from zerogate.contracts.report import RunStatistics
@@ -109,20 +110,30 @@ def _complete(series: pd.Series) -> np.ndarray | None:
     return values if len(values) and np.isfinite(values).all() else None
 
 
+# Each statistic over the values of a series (axis 0 of an array: one column per series). The p90 is the
+# linear interpolation between order statistics (numpy's and pandas' default). The bootstrap below applies
+# these same functions to its resamples.
+ARRAY_STATISTICS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "median": lambda values: np.median(values, axis=0),
+    "p90": lambda values: np.quantile(values, 0.9, axis=0),
+    "max": lambda values: np.max(values, axis=0),
+}
+
+
 def median_of(series: pd.Series) -> float:
     values = _complete(series)
-    return float("nan") if values is None else float(np.median(values))
+    return float("nan") if values is None else float(ARRAY_STATISTICS["median"](values))
 
 
 def p90_of(series: pd.Series) -> float:
-    """The 90th percentile, linear interpolation between order statistics (numpy's and pandas' default)."""
+    """The 90th percentile (ARRAY_STATISTICS)."""
     values = _complete(series)
-    return float("nan") if values is None else float(np.quantile(values, 0.9))
+    return float("nan") if values is None else float(ARRAY_STATISTICS["p90"](values))
 
 
 def max_of(series: pd.Series) -> float:
     values = _complete(series)
-    return float("nan") if values is None else float(values.max())
+    return float("nan") if values is None else float(ARRAY_STATISTICS["max"](values))
 
 
 STATISTICS: dict[str, Callable[[pd.Series], float]] = {"median": median_of, "p90": p90_of, "max": max_of}
@@ -701,10 +712,11 @@ def _or_none(compute: Callable[[], float], *columns: str, steps: pd.DataFrame) -
 
 
 def run_statistics(steps: pd.DataFrame, warmup_steps: int, spike_rule: SpikeRule,
-                   completion: Completion | None = None) -> RunStatistics:
+                   completion: Completion | None = None, interval_rule: IntervalRule | None = None) -> RunStatistics:
     """The headline statistics of one run: what the report's run summary, the run registry, ``compare`` and
     the variant table show. Each value is one of the definitions above; None where the records do not hold
-    it (``overflow_skipped_steps`` without a loss scaler, the completion without the run's metadata)."""
+    it (``overflow_skipped_steps`` without a loss scaler, the completion without the run's metadata). With
+    ``interval_rule``, the timing statistics' intervals (see "Intervals")."""
     skips = overflow_skips(steps)
     loss = loss_series(steps)
     finite = loss[np.isfinite(loss)]
@@ -728,13 +740,243 @@ def run_statistics(steps: pd.DataFrame, warmup_steps: int, spike_rule: SpikeRule
         run_complete=None if completion is None else completion.complete,
         failed_ranks=None if completion is None else completion.failed_rank_count,
         **rank_balance(steps, warmup_steps).summary(),
+        intervals=None if interval_rule is None else timing_intervals([steps], warmup_steps, interval_rule),
     )
 
 
 def summarise_run(steps: pd.DataFrame, warmup_steps: int, spike_rule: SpikeRule,
-                  run_meta: RunMeta | None = None) -> RunStatistics | None:
+                  run_meta: RunMeta | None = None, interval_rule: IntervalRule | None = None) -> RunStatistics | None:
     """The run's statistics (run_statistics) with its completion from parse_logs' metadata when given: the
     report's run summary and the registry's ``summary``; None for a run that recorded no step."""
     if not len(steps):
         return None
-    return run_statistics(steps, warmup_steps, spike_rule, completion_of(run_meta) if run_meta else None)
+    return run_statistics(steps, warmup_steps, spike_rule, completion_of(run_meta) if run_meta else None,
+                          interval_rule)
+
+
+@dataclass(frozen=True)
+class RepeatedRun:
+    """A run trained ``repeats`` times: the pooled statistics and each repeat's own (the first is the run
+    whose records the figures and the other gates read)."""
+
+    pooled: RunStatistics | None
+    each: list[RunStatistics | None]
+
+
+def summarise_repeats(tables: list[pd.DataFrame], warmup_steps: int, spike_rule: SpikeRule,
+                      run_metas: list[RunMeta | None], interval_rule: IntervalRule) -> RepeatedRun:
+    """The statistics of a run's repeats (``tables``: each repeat's steps, the first run first) and their
+    pooling: each timing statistic pooled by ``pooling_rule`` with the interval over all repeats; the peak
+    memory per rank the largest over the repeats (a peak); complete only when every repeat is; failed ranks
+    the most of any repeat; every other field is the first repeat's. One table: that run's statistics."""
+    metas = [*run_metas, *[None] * (len(tables) - len(run_metas))]  # a repeat without metadata: no completion
+    each = [summarise_run(table, warmup_steps, spike_rule, meta, interval_rule) for table, meta in zip(tables, metas)]
+    first = each[0]
+    if len(tables) == 1 or first is None or any(stats is None for stats in each):
+        return RepeatedRun(first, each)
+    found = timing_replicates(tables, warmup_steps, interval_rule)
+    pooled: dict[str, Any] = {}
+    for position, name in enumerate(TIMING_STATISTICS):
+        values = [getattr(stats, name) for stats in each]
+        pooled[name] = None if any(v is None for v in values) else float(pool(np.array(values, dtype=float)))
+        if found is not None and pooled[name] is not None:
+            pooled[name] = float(found.values[position])
+    peaks: dict[int, float] = {}
+    for stats in each:
+        for rank, value in stats.peak_memory_per_rank_gib.items():
+            peaks[rank] = max(peaks.get(rank, value), value)
+    complete = [stats.run_complete for stats in each]
+    failed = [stats.failed_ranks for stats in each]
+    pooled.update(peak_memory_per_rank_gib=peaks, repeats=len(tables),
+                  run_complete=None if None in complete else all(complete),
+                  failed_ranks=None if None in failed else max(failed),
+                  intervals=None if found is None else found.intervals())
+    return RepeatedRun(RunStatistics.model_validate({**first.model_dump(by_alias=False), **pooled}), each)
+
+
+# --- Intervals ---------------------------------------------------------------------------------------------
+
+# The timing statistics that carry an interval (RunStatistics field -> metric, statistic, how the ranks
+# combine): the slowest rank's statistic of its own series, or the per-step sum over ranks.
+TIMING_STATISTICS: dict[str, tuple[str, str, str]] = {
+    "step_time_median_s": (STEP_TIME, "median", "slowest rank"),
+    "step_time_p90_s": (STEP_TIME, "p90", "slowest rank"),
+    "micro_step_time_median_s": (MICRO_STEP_TIME, "median", "slowest rank"),
+    "tokens_per_s": (TOKENS_PER_S, "median", "sum over ranks"),
+}
+# Fewer timed steps than this give no interval: the block-length estimate and the bootstrap's tails need
+# several blocks' worth of steps.
+MIN_TIMED_STEPS = 20
+BOOTSTRAP_METHOD = ("stationary block bootstrap (Politis & Romano 1994; arch.bootstrap.StationaryBootstrap) over "
+                    "the timed steps, every rank's value of a step kept together, mean block length by Politis & "
+                    "White's estimate (arch.bootstrap.optimal_block_length) on each rank's step-time series, the "
+                    "largest; percentile interval")
+COVERS_ONE_RUN = ("the step-to-step variation within this run (correlated steps included); not what differs from "
+                  "one run to the next (seed, process placement, the machine's load then): repeats cover that")
+COVERS_REPEATS = ("the step-to-step variation within each repeat and the run-to-run variation between the repeats "
+                  "(the repeats resampled as independent runs)")
+
+
+def pooling_rule(repeats: int) -> str:
+    """How the repeats' statistics become one, in words (``pool`` does it)."""
+    if repeats == 1:
+        return "one run: its own statistic"
+    if repeats == 2:
+        return "the mean of the two repeats' statistics (nothing dropped: too few to tell an outlier)"
+    return (f"the mean of the {repeats} repeats' statistics without the lowest and the highest (as MLPerf Training "
+            "drops its fastest and slowest run): one disturbed run (another job starting, a cold cache) moves "
+            "the mean of the rest less")
+
+
+def pool(values: np.ndarray) -> np.ndarray:
+    """The repeats' statistics (last axis: one per repeat) pooled by ``pooling_rule``."""
+    values = np.sort(np.asarray(values, dtype=float), axis=-1)
+    if values.shape[-1] >= 3:
+        values = values[..., 1:-1]
+    return values.mean(axis=-1)
+
+
+@dataclass(frozen=True)
+class IntervalRule:
+    """The intervals' settings (profile key ``intervals``, zerogate.config.settings.IntervalSettings)."""
+
+    confidence: float = 0.95
+    resamples: int = 2000
+    seed: int = 0
+
+    @classmethod
+    def from_settings(cls, settings: IntervalSettings) -> IntervalRule:
+        return cls(float(settings.confidence), int(settings.resamples), int(settings.seed))
+
+
+@dataclass(frozen=True)
+class TimingSample:
+    """One run's timed steps as the bootstrap resamples them: a row per timed step, the columns of every
+    timing statistic side by side (each rank's value for a slowest-rank statistic, the per-step sum for
+    tokens/s), so a resampled step carries all its values together."""
+
+    steps: np.ndarray
+    data: np.ndarray
+    columns: dict[str, slice]
+    block_length: float
+
+    def values(self, data: np.ndarray | None = None) -> np.ndarray:
+        """Each timing statistic (TIMING_STATISTICS' order) of ``data`` (default: the run's own rows)."""
+        data = self.data if data is None else data
+        out = []
+        for name, (_, statistic, _) in TIMING_STATISTICS.items():
+            part = data[:, self.columns[name]]
+            out.append(float(np.max(ARRAY_STATISTICS[statistic](part))))  # one column for a sum over ranks
+        return np.array(out)
+
+
+def timing_sample(steps: pd.DataFrame, warmup_steps: int) -> TimingSample | None:
+    """The run's timed steps for the bootstrap; None with fewer than MIN_TIMED_STEPS of them or without a
+    finite step time. A rank that lacks a step another rank has leaves a gap: the statistics over that
+    column are NaN, so they get no interval (as they get no value, see the definitions)."""
+    timed = timed_steps(steps, warmup_steps).drop_duplicates(["step", "rank"], keep="last")
+    index = np.sort(timed["step"].unique())
+    if len(index) < MIN_TIMED_STEPS or STEP_TIME not in timed.columns:
+        return None
+    blocks, columns, start = [], {}, 0
+    for name, (metric, _, over) in TIMING_STATISTICS.items():
+        if metric not in timed.columns:
+            part = np.full((len(index), 1), np.nan)
+        elif over == "slowest rank":
+            part = (timed.pivot(index="step", columns="rank", values=metric).reindex(index)
+                    .apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float))
+        else:
+            values = pd.to_numeric(timed[metric], errors="coerce")
+            part = values.groupby(timed["step"]).agg(lambda s: s.sum(skipna=False)).reindex(index).to_numpy(dtype=float)
+            part = part.reshape(-1, 1)
+        blocks.append(part)
+        columns[name] = slice(start, start + part.shape[1])
+        start += part.shape[1]
+    data = np.hstack(blocks)
+    times = data[:, columns["step_time_median_s"]]
+    finite = [times[:, j] for j in range(times.shape[1]) if np.isfinite(times[:, j]).all()]
+    if not finite:
+        return None
+    from arch.bootstrap import optimal_block_length
+
+    estimate = optimal_block_length(np.column_stack(finite))["stationary"].max()
+    block = float(min(max(1.0, estimate if np.isfinite(estimate) else 1.0), len(index) / 2))
+    return TimingSample(index, data, columns, block)
+
+
+def _replicates(sample: TimingSample, rule: IntervalRule, repeat: int) -> np.ndarray:
+    """``rule.resamples`` stationary-bootstrap replicates of the sample's timing statistics (resamples x
+    statistics), seeded by the rule's seed and the repeat's number."""
+    from arch.bootstrap import StationaryBootstrap
+
+    bootstrap = StationaryBootstrap(sample.block_length, sample.data,
+                                    seed=np.random.default_rng([rule.seed, repeat]))
+    return np.asarray(bootstrap.apply(sample.values, reps=rule.resamples), dtype=float).reshape(rule.resamples, -1)
+
+
+@dataclass(frozen=True)
+class TimingReplicates:
+    """The pooled timing statistics of one or more repeats and their bootstrap replicates: what the
+    intervals are read from, and what ``compare`` divides to bracket a ratio between two runs."""
+
+    values: np.ndarray  # one per TIMING_STATISTICS entry, pooled over the repeats
+    replicates: np.ndarray  # resamples x statistics
+    per_repeat: np.ndarray  # repeats x statistics, each repeat's own statistic
+    block_lengths: list[float]
+    rule: IntervalRule
+
+    def interval(self, name: str, replicates: np.ndarray | None = None) -> Interval | None:
+        """The percentile interval of statistic ``name`` (or of ``replicates``, one column per statistic)."""
+        column = list(TIMING_STATISTICS).index(name)
+        drawn = (self.replicates if replicates is None else replicates)[:, column]
+        if not np.isfinite(self.values[column]) or not np.isfinite(drawn).all():
+            return None
+        tail = (1 - self.rule.confidence) / 2
+        low, high = np.quantile(drawn, [tail, 1 - tail])
+        return Interval(low=float(low), high=float(high))
+
+    def basis(self) -> dict[str, Any]:
+        repeats = len(self.block_lengths)
+        return {"confidence": self.rule.confidence, "method": BOOTSTRAP_METHOD, "resamples": self.rule.resamples,
+                "seed": self.rule.seed, "repeats": repeats, "block_lengths": self.block_lengths,
+                "pooling": pooling_rule(repeats), "covers": COVERS_ONE_RUN if repeats == 1 else COVERS_REPEATS}
+
+    def intervals(self) -> TimingIntervals:
+        return TimingIntervals(**self.basis(), **{name: self.interval(name) for name in TIMING_STATISTICS})
+
+
+def timing_replicates(tables: list[pd.DataFrame], warmup_steps: int, rule: IntervalRule) -> TimingReplicates | None:
+    """The timing statistics of the repeats ``tables`` (each one repeat's steps table), pooled, with their
+    bootstrap replicates (see "Intervals" in the definitions); None when some repeat has too few timed
+    steps for an interval."""
+    samples = [timing_sample(table, warmup_steps) for table in tables]
+    if not samples or any(sample is None for sample in samples):
+        return None
+    per_repeat = np.stack([sample.values() for sample in samples])  # repeats x statistics
+    inner = np.stack([_replicates(sample, rule, r) for r, sample in enumerate(samples)], axis=1)  # B x N x k
+    if len(samples) == 1:
+        replicates = inner[:, 0, :]
+    else:  # the repeats are independent runs: drawn with replacement, each draw with a replicate of its own
+        rng = np.random.default_rng([rule.seed, len(samples)])
+        drawn = rng.integers(0, len(samples), (rule.resamples, len(samples)))
+        which = rng.integers(0, rule.resamples, (rule.resamples, len(samples)))
+        replicates = pool(np.moveaxis(inner[which, drawn, :], 1, 2))
+    return TimingReplicates(pool(per_repeat.T), replicates, per_repeat, [s.block_length for s in samples], rule)
+
+
+def timing_intervals(tables: list[pd.DataFrame], warmup_steps: int, rule: IntervalRule) -> TimingIntervals | None:
+    """The interval of every timing statistic of the repeats ``tables`` (one table: one run)."""
+    found = timing_replicates(tables, warmup_steps, rule)
+    return None if found is None else found.intervals()
+
+
+def ratio_interval(value: TimingReplicates, reference: TimingReplicates, name: str) -> Interval | None:
+    """The interval of statistic ``name``'s ratio of two independent runs (each resampled on its own, with
+    its own repeats): the percentile interval of the ratio of their replicates."""
+    column = list(TIMING_STATISTICS).index(name)
+    if not np.isfinite(reference.values[column]) or not reference.values[column]:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = value.replicates / reference.replicates
+    return TimingReplicates(value.values / reference.values, ratios, value.per_repeat, value.block_lengths,
+                            value.rule).interval(name)

@@ -160,3 +160,22 @@ def model_with_config(model: "ModelSettings", where: Any = None) -> "tuple[Model
         intermediate_size=shape.intermediate_size, vocab_size=shape.vocab_size,
         tie_word_embeddings=shape.tied_embeddings)
     return filled, shape.max_positions
+
+
+
+# Keys that change how many runs are made, how their uncertainty is estimated, or that disturb a run on
+# purpose (a fault injection): runs that differ only in them measured the same thing, so ``compare`` groups
+# them (and shows the injection beside each run).
+NOT_MEASURED_KEYS = (("repeats",), ("intervals",), ("stabiliser", "inject"))
+
+
+def measured_profile(profile: dict[str, Any]) -> dict[str, Any]:
+    """The resolved profile without NOT_MEASURED_KEYS: what a run measures, for comparing runs."""
+    measured = copy.deepcopy(profile)
+    for path in NOT_MEASURED_KEYS:
+        node = measured
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(path[-1], None)
+    return measured

@@ -275,6 +275,16 @@ class GateSettings:
 
 
 @dataclass(frozen=True)
+class IntervalSettings:
+    """``intervals``: how the timing statistics' uncertainty is estimated (zerogate.analysis.measures,
+    "Intervals"). An analysis setting: editing it re-judges, never retrains."""
+
+    confidence: float = doc("coverage of every timing interval (0.95: a 95 % interval)", 0.95)
+    resamples: int = doc("bootstrap resamples per interval", 2000)
+    seed: int = doc("seed of the bootstrap: the same records and settings give the same intervals", 0)
+
+
+@dataclass(frozen=True)
 class DeepSpeedSettings:
     """``deepspeed``: the claim's config and the profile's changes to it."""
 
@@ -296,6 +306,8 @@ class ProfileSettings:
     evaluation: EvaluationSettings
     plan: PlanSettings
     gates: tuple[GateSettings, ...]
+    intervals: IntervalSettings = IntervalSettings()
+    repeats: int = 1
 
     @property
     def vocab_size(self) -> int:
@@ -369,6 +381,26 @@ def plan_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> P
     return _from_section(PlanSettings, section, "plan", where)
 
 
+def interval_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> IntervalSettings:
+    settings = _from_section(IntervalSettings, section, "intervals", where)
+    if not 0 < settings.confidence < 1:
+        raise InputError(where("intervals.confidence"), "intervals.confidence",
+                         f"{settings.confidence!r} is not a coverage between 0 and 1 (0.95 for a 95 % interval)")
+    if settings.resamples < 100:
+        raise InputError(where("intervals.resamples"), "intervals.resamples",
+                         f"{settings.resamples!r} resamples cannot place a percentile interval's ends (at least 100)")
+    return settings
+
+
+def repeats_setting(value: Any, where: Where = _anywhere) -> int:
+    """``repeats``: how many times the run is trained (seeds training.seed, +1, ...; the same data)."""
+    if value is None:
+        return 1
+    if not _type_ok(value, int) or value < 1:
+        raise InputError(where("repeats"), "repeats", f"{value!r} is not a whole number of runs >= 1")
+    return int(value)
+
+
 def gate_settings(gates: list[dict[str, Any]] | None, where: Where = _anywhere) -> tuple[GateSettings, ...]:
     typed = []
     for index, gate in enumerate(gates or []):
@@ -393,6 +425,8 @@ def profile_settings(profile: dict[str, Any], where: Where = _anywhere) -> Profi
         evaluation=evaluation_settings(profile.get("evaluation"), where),
         plan=plan_settings(profile.get("plan"), where),
         gates=gate_settings(profile.get("gates"), where),
+        intervals=interval_settings(profile.get("intervals"), where),
+        repeats=repeats_setting(profile.get("repeats"), where),
     )
     check_cross_fields(settings, where)
     return settings

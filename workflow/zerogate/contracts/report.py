@@ -10,6 +10,7 @@ from pydantic import Field
 
 from zerogate.contracts.base import Artefact, Record
 from zerogate.contracts.data import SplitStats
+from zerogate.contracts.intervals import Interval, TimingIntervals
 from zerogate.contracts.machine import Accelerator, Cpu, Ram
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.records import GitState
@@ -40,6 +41,14 @@ class RunStatistics(Record):
     straggler_rank: int | None
     straggler_compute_excess_s: float | None = Field(alias="straggler_compute_excess(s)")
     wait_for_straggler_median_s: float | None = Field(alias="wait_for_straggler_median(s)")
+    # The timing statistics' intervals (zerogate.analysis.measures, "Intervals"); None when not asked for or
+    # the run has too few timed steps. With repeats, the timing values above are the repeats' pooled ones.
+    intervals: TimingIntervals | None = None
+    repeats: int = Field(1, alias="repeats(runs)")
+
+    def interval_of(self, name: str) -> Interval | None:
+        """The interval of timing statistic ``name`` (a field of this class), None for others."""
+        return None if self.intervals is None else self.intervals.of(name)
 
 
 class MachineFacts(Record):
@@ -66,6 +75,7 @@ class Provenance(Artefact):
     the DeepSpeed config, packages, machine and dataset."""
 
     CONTRACT = "provenance"
+    VERSION = 2
 
     pipeline_version: str
     run_id: str
@@ -73,6 +83,7 @@ class Provenance(Artefact):
     git: GitAtStages
     profile: str
     config_hash: str
+    measurement_hash: str  # the profile without repeats, interval settings and fault injection (compare's key)
     resolved_profile: dict[str, Any]
     ds_config: dict[str, Any]
     packages: dict[str, Any]
@@ -82,6 +93,8 @@ class Provenance(Artefact):
 
 class RegistryProvenance(Record):
     config_hash: str
+    measurement_hash: str
+    fault_injection: dict[str, Any] | None = None  # the profile's stabiliser.inject, when the run had one
     dataset_sha256: str
     ds_config_sha256: str
     git: GitAtStages
@@ -97,6 +110,7 @@ class RegistryFiles(Record):
     events: str
     provenance: str
     figures: dict[str, str]
+    repeat_steps: list[str] = []  # the other repeats' steps tables, repeat 1 first
 
 
 class RunRegistry(Artefact):
@@ -104,7 +118,7 @@ class RunRegistry(Artefact):
     to the repository that made it."""
 
     CONTRACT = "run_registry"
-    VERSION = 3
+    VERSION = 4
 
     pipeline_version: str
     run_id: str
@@ -114,7 +128,8 @@ class RunRegistry(Artefact):
     verdict_counts: dict[GateOutcome, int]
     reproduction: Reproduction
     gates: list[JudgedGate]
-    summary: RunStatistics | None  # None when the run recorded no step
+    summary: RunStatistics | None  # None when the run recorded no step; the repeats pooled
+    repeats: list[RunStatistics] = []  # each repeat's own statistics (profile key repeats; empty for one run)
     run: RunMeta
     provenance: RegistryProvenance
     deviations: list[Deviation]

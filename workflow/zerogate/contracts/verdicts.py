@@ -3,8 +3,10 @@
 ``plan/claims.json``).
 
 Two kinds of verdict, each from one fixed vocabulary, defined here and nowhere else:
-- a **gate** is a measurement against a threshold: ``PASS``, ``FAIL`` or ``NOT MEASURED`` (never PASS
-  for a metric that was not measured);
+- a **gate** is a measurement against a threshold: ``PASS``, ``FAIL``, ``INCONCLUSIVE`` or ``NOT
+  MEASURED`` (never PASS for a metric that was not measured). A time gate judges its value's interval
+  (zerogate.analysis.measures, "Intervals"): PASS when the whole interval meets the threshold, FAIL when
+  none of it does, INCONCLUSIVE when it straddles the threshold (the run cannot tell which side it is on);
 - a **claim** is a statement judged on the evidence, on paper (a plan) or measured (the gates, the
   tables): ``holds``, ``holds only when <condition>``, ``does not hold`` or ``cannot be judged here
   (<why>)``. The plan's text, the claims register and the report all print a claim's verdict with
@@ -20,12 +22,13 @@ from pydantic import Field, computed_field, model_validator
 
 from zerogate.config.settings import GateSettings
 from zerogate.contracts.base import Artefact, Record
+from zerogate.contracts.intervals import GateInterval
 
 # --- the vocabulary ------------------------------------------------------------------------------------
 
-PASS, FAIL, NOT_MEASURED = "PASS", "FAIL", "NOT MEASURED"
-GATE_OUTCOMES = (PASS, FAIL, NOT_MEASURED)
-GateOutcome = Literal["PASS", "FAIL", "NOT MEASURED"]
+PASS, FAIL, INCONCLUSIVE, NOT_MEASURED = "PASS", "FAIL", "INCONCLUSIVE", "NOT MEASURED"
+GATE_OUTCOMES = (PASS, FAIL, INCONCLUSIVE, NOT_MEASURED)
+GateOutcome = Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT MEASURED"]
 
 HOLDS = "holds"
 HOLDS_ONLY_WHEN = "holds only when"
@@ -73,12 +76,18 @@ class ClaimVerdict(Record):
 def claim_from_gate(outcome: str, text: str, source: str, *, faithful: bool, condition: str | None = None,
                     why: str | None = None) -> ClaimVerdict:
     """A claim's measured verdict from the gate that tests it: PASS holds (only when ``condition``, for a
-    run that is not a faithful reproduction), FAIL does not hold, NOT MEASURED cannot be judged."""
+    run that is not a faithful reproduction), FAIL does not hold, INCONCLUSIVE cannot be judged here (the
+    measurement's interval straddles the claim's number: this run cannot tell whether it holds; more timed
+    steps or repeats narrow it), NOT MEASURED cannot be judged."""
     if outcome == PASS:
         return ClaimVerdict(verdict=HOLDS, evidence=text, source=source) if faithful else ClaimVerdict(
             verdict=HOLDS_ONLY_WHEN, evidence=text, source=source, condition=condition or "this run's setup")
     if outcome == FAIL:
         return ClaimVerdict(verdict=DOES_NOT_HOLD, evidence=text, source=source)
+    if outcome == INCONCLUSIVE:
+        return ClaimVerdict(verdict=CANNOT_JUDGE, evidence=text, source=source,
+                            why="the measured interval straddles the claimed threshold: within this run's noise it "
+                                "may hold or not; more timed steps or repeats narrow the interval")
     return ClaimVerdict(verdict=CANNOT_JUDGE, evidence=text, source=source, why=why or "the gate was not measured")
 
 
@@ -128,6 +137,9 @@ class SlowestRankEvidence(Record):
     worst_rank: int = Field(alias="worst_rank(rank)")
     per_rank_in_gate_unit: dict[int, float] | None = None
     p90: float | None = None  # beside a median step time, in the metric's unit
+    # With repeats: each repeat's slowest-rank statistic (the measured value pools them); per_rank and
+    # worst_rank are the first repeat's.
+    per_repeat: list[float] | None = None
 
 
 class ConvergenceRuleEvidence(Record):
@@ -161,6 +173,7 @@ class FloorRatioEvidence(Record):
     floor: float = Field(alias="floor(s)")
     warmup_steps_excluded: int = Field(alias="warmup_steps_excluded(steps)")
     floor_terms: dict[str, float | None] = Field(default_factory=dict, alias="floor_terms(s)")
+    per_repeat: list[float] | None = Field(None, alias="median_step_time_per_repeat(s)")
 
 
 class ProgressLineEvidence(Record):
@@ -217,6 +230,7 @@ class JudgedGate(Record):
     threshold: float
     unit: str
     measured: float | None
+    interval: GateInterval | None = None  # a time gate's interval on ``measured``, in ``unit``
     verdict: GateOutcome
     reason: str
 
@@ -228,10 +242,10 @@ class GateVerdict(JudgedGate):
 
     @classmethod
     def judged(cls, gate: GateSettings, measured: float | None, verdict: str, reason: str,
-               evidence: Any = None) -> GateVerdict:
+               evidence: Any = None, interval: GateInterval | None = None) -> GateVerdict:
         return cls(name=gate.name, claim=gate.claim, definition=gate.definition, metric=gate.metric,
                    statistic=gate.statistic, comparison=gate.comparison, threshold=gate.threshold, unit=gate.unit,
-                   measured=measured, verdict=verdict, reason=reason, evidence=evidence)
+                   measured=measured, interval=interval, verdict=verdict, reason=reason, evidence=evidence)
 
 
 class Reproduction(Record):
@@ -255,6 +269,10 @@ class GateVerdicts(Artefact):
     @property
     def failed(self) -> list[GateVerdict]:
         return [g for g in self.gates if g.verdict == FAIL]
+
+    @property
+    def inconclusive(self) -> list[GateVerdict]:
+        return [g for g in self.gates if g.verdict == INCONCLUSIVE]
 
 
 # --- claims ---------------------------------------------------------------------------------------------

@@ -94,12 +94,50 @@ def unit_of(key: str) -> str:
     return found.group(1) if found else ""
 
 
+# RunStatistics fields that are not rows of the summary: the intervals stand beside their values, and the
+# repeats have a section of their own.
+NOT_ROWS = ("intervals", "repeats")
+
+
 def summary_rows(summary: RunStatistics | None) -> list[dict[str, Any]]:
-    """The summary as labelled rows with units (a per-rank value stays a mapping: a small table)."""
+    """The summary as labelled rows with units (a per-rank value stays a mapping: a small table), each
+    timing statistic with its interval."""
     if summary is None:
         return []
     return [{"label": SUMMARY_LABELS.get(name, name), "unit": unit_of(RunStatistics.key(name)),
-             "value": getattr(summary, name)} for name in RunStatistics.model_fields]
+             "value": getattr(summary, name), "interval": summary.interval_of(name)}
+            for name in RunStatistics.model_fields if name not in NOT_ROWS]
+
+
+# The repeats table's columns: RunStatistics fields, each repeat's own value (with its own interval).
+REPEAT_COLUMNS = {
+    "step_time_median_s": "median step, slowest rank",
+    "step_time_p90_s": "p90 step, slowest rank",
+    "micro_step_time_median_s": "median micro-step, slowest rank",
+    "tokens_per_s": "tokens/s",
+    "final_loss": "final loss",
+    "run_complete": "complete",
+}
+
+
+def repeats_context(repeated: measures.RepeatedRun, seed: int | None) -> dict[str, Any] | None:
+    """The "Repeats" section: each repeat's statistics and peak memory beside the pooled ones; None for a
+    run trained once."""
+    if len(repeated.each) < 2 or repeated.pooled is None:
+        return None
+    columns = [{"name": name, "label": label, "unit": unit_of(RunStatistics.key(name))}
+               for name, label in REPEAT_COLUMNS.items()]
+    rows = [{"repeat": index, "seed": None if seed is None else seed + index, "statistics": stats}
+            for index, stats in enumerate(repeated.each)]
+    ranks = sorted({rank for stats in repeated.each if stats for rank in stats.peak_memory_per_rank_gib})
+    spread = {}
+    for rank in ranks:
+        values = [stats.peak_memory_per_rank_gib.get(rank) for stats in repeated.each if stats]
+        values = [v for v in values if v is not None]
+        spread[rank] = (max(values) - min(values)) if values else None
+    return {"columns": columns, "rows": rows, "pooled": repeated.pooled, "ranks": ranks, "memory_spread": spread,
+            "pooling": repeated.pooled.intervals.pooling if repeated.pooled.intervals else measures.pooling_rule(
+                len(repeated.each))}
 
 
 def image(path: str | Path, caption: str) -> dict[str, str]:
@@ -160,8 +198,19 @@ def render_html(
     claimed_plan: Plan | None = None,
     ranks_figure: str | Path | None = None,
     communication: CommsVolume | None = None,
+    interval_rule: measures.IntervalRule | None = None,
+    repeat_steps: list[pd.DataFrame] = (),
+    repeat_run_metas: list[RunMeta] = (),
 ) -> str:
+    """The report's page. ``interval_rule`` puts the timing statistics' intervals beside them;
+    ``repeat_steps`` and ``repeat_run_metas`` are the other repeats' (profile key ``repeats``): the run
+    summary then pools them and a Repeats section lists each."""
     title = f"zerogate report — {provenance.profile} on {provenance.machine.hostname}"
+    repeated = measures.summarise_repeats([steps, *repeat_steps], warmup_steps, spike_rule,
+                                          [run_meta, *repeat_run_metas], interval_rule or measures.IntervalRule()) \
+        if interval_rule is not None or repeat_steps else None
+    pooled = repeated.pooled if repeated else measures.summarise_run(steps, warmup_steps, spike_rule, run_meta)
+    seed = provenance.resolved_profile.get("training", {}).get("seed")
     return environment().get_template("report.html.j2").render(
         title=title,
         provenance=provenance,
@@ -170,7 +219,9 @@ def render_html(
         reproduction=verdicts.reproduction,
         failures=run_meta.failures if run_meta else [],
         nodes=run_meta.nodes if run_meta else [],
-        summary=summary_rows(measures.summarise_run(steps, warmup_steps, spike_rule, run_meta)),
+        summary=summary_rows(pooled),
+        intervals=pooled.intervals if pooled else None,
+        repeats=repeats_context(repeated, seed) if repeated else None,
         images=[image(path, FIGURE_CAPTIONS[name]) for name, path in figures.items() if path],
         evaluation=evaluation or [],
         ledger=ledger,
