@@ -1,7 +1,6 @@
 """Throughput floor, fit checks, refusal, and the profile's claims judged on paper against the plan."""
 
 import dataclasses
-import time
 from pathlib import Path
 
 import pytest
@@ -143,14 +142,12 @@ def _claim_profile(tiny_profile):
     return dataclasses.replace(tiny, model=QWEN14B, dataset=dataclasses.replace(tiny.dataset, seq_len=512))
 
 
-def test_claim_profile_planned_for_the_claimed_box_in_seconds(claim_box, tiny_profile):
+def test_claim_profile_planned_for_the_claimed_box(claim_box, tiny_profile):
     profile = _claim_profile(tiny_profile)
-    started = time.monotonic()
     machine, fingerprint = target_machine(str(CLAIM_BOX), None, "ignored")
     assert machine == claim_box and fingerprint == to_fingerprint(claim_box)
     ds, run_spec = rendered(profile, fingerprint)
     result = plan_for_run(run_spec, ds, machine, profile.plan, "claim")
-    assert time.monotonic() - started < 30
     assert ds.raw["fp16"]["enabled"] is True and result.dtype == "fp16" and result.ranks == 2
     assert result.ledger.parameters == 14_770_033_664
     assert result.refused
