@@ -22,7 +22,7 @@ from zerogate.contracts.base import plain
 from zerogate.data.sources import check_dataset_source
 from zerogate.model.sources import check_model_source
 from zerogate.plan.ds_config import read_claim
-from zerogate.plan.variants import engine_of, trained
+from zerogate.plan.variants import PEERS_BENCHMARK, engine_of, trained
 from zerogate.runtime.ops import build_env
 
 # DeepSpeed's compiled ops build into, and load from, this environment's own directory with its own ninja
@@ -181,10 +181,13 @@ BENCH_VARIANTS = ["zero0", "zero2-offload"]
 # without the CPU tuning, the same with the metrics layer off, and the two variants.
 BENCH_ROWS = ["zero3", "zero3-untuned", "zero3-no-metrics", *BENCH_VARIANTS]
 BENCH_REPEATS = list(range(config["bench_repeats"]))
+# The peers' benchmark (bench_peers_vs_zero3) trains these variants whatever the profile lists.
+PEER_BENCH_VARIANTS = list(PEERS_BENCHMARK)
 
 
 wildcard_constraints:
-    variant="|".join(re.escape(v) for v in dict.fromkeys([*PROFILE.get("variants", []), *BENCH_VARIANTS])),
+    variant="|".join(re.escape(v) for v in dict.fromkeys([*PROFILE.get("variants", []), *BENCH_VARIANTS,
+                                                           *PEER_BENCH_VARIANTS])),
     bench_row="|".join(re.escape(r) for r in BENCH_ROWS),
     repeat=r"\d+",
 

@@ -133,3 +133,8 @@ def variant_config(ds_config: dict[str, Any], name: str) -> tuple[dict[str, Any]
         before = get_path(ds_config, override["path"])
         applied.append({**override, "before": None if before is _MISSING else before})
     return apply_overrides(ds_config, overrides), applied
+
+
+# The rows of the peers' benchmark (zerogate.bench.peers_vs_zero3), in order: ZeRO-3 first (every ratio's
+# reference), the peers beside the ZeRO-3 configs they read, and ZeRO-1 and -2 for the loss tolerance.
+PEERS_BENCHMARK = ("zero3", "zero3-offload-all", "fsdp2", "fsdp2-offload", "zero2", "zero1")
