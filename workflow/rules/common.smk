@@ -300,8 +300,8 @@ def variant_metrics(wildcards):
 
 
 def predicted_variants():
-    """The listed variants the planner predicts a peak for: DeepSpeed's (a peer's engine it does not model)."""
-    return [v for v in trained(PROFILE.get("variants", [])) if engine_of(v) == "deepspeed"]
+    """The listed variants the planner predicts a peak for: every trained one (DeepSpeed's and FSDP2's)."""
+    return [v for v in trained(PROFILE.get("variants", [])) if engine_of(v) in ("deepspeed", "fsdp2")]
 
 
 def variant_peaks(wildcards):

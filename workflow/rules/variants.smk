@@ -43,8 +43,8 @@ use rule train as train_variant with:
         result("benchmarks/train_variant/{variant}.tsv")
 
 
-# The planner's peak for a DeepSpeed variant's config (predict_peak_memory on it, the run's runtime baseline):
-# the table's predicted column. A peer has none (zerogate.analysis.variants says so).
+# The planner's peak for a variant's config (predict_peak_memory on it, the run's runtime baseline): the
+# table's predicted column; FSDP2's by its own terms (zerogate.plan.ledger.fsdp2_terms).
 use rule predict_peak_memory as predict_variant_peak_memory with:
     input:
         ds_config=rules.render_variant_config.output.ds_config,
@@ -52,6 +52,8 @@ use rule predict_peak_memory as predict_variant_peak_memory with:
         baseline=rules.measure_runtime_baseline.output.baseline,
     output:
         peak=result("variants/{variant}/plan/peak_memory.json"),
+    params:
+        engine=lambda wildcards: engine_of(wildcards.variant),
     log:
         result("logs/predict_variant_peak_memory/{variant}.log"),
 

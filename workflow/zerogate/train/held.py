@@ -36,6 +36,10 @@ def _bytes(tensors: Iterable[Any], seen: set[int]) -> int:
 def held_bytes(engine: Any) -> dict[str, int]:
     """Bytes of partitioned parameters, master weights, gradients and optimizer state this rank holds."""
     module = engine.module
+    # FSDP2 keeps the root's parameters gathered after a forward (the root does not reshard after forward, and
+    # evaluation ran one last): reshard, so that the rank's own shards are what is counted.
+    if callable(getattr(module, "reshard", None)):
+        module.reshard()
     zero_optimizer = engine.optimizer
     seen: set[int] = set()
     # ZeRO-3 keeps the rank's share of each parameter in ``ds_tensor``; other stages keep full tensors.
