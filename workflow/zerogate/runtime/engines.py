@@ -11,6 +11,7 @@ clean.
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -261,8 +262,12 @@ class Fsdp2Engine(TorchOptimizerEngine):
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
         self.offload = fsdp2_offload(ds_config)
-        self.device = torch.device(get_accelerator().device_name(), get_accelerator().current_device()) \
-            if get_accelerator().device_name() != "cpu" else torch.device("cpu")
+        accelerator = get_accelerator()
+        if accelerator.device_name() == "cpu":
+            self.device = torch.device("cpu")
+        else:  # each rank its own device, as deepspeed.initialize picks it for the DeepSpeed engine
+            accelerator.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+            self.device = torch.device(accelerator.device_name(), accelerator.current_device())
         options: dict[str, Any] = {}
         if (ds_config.get("bf16") or {}).get("enabled") is True:
             options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
