@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from zerogate.analysis.measures import IntervalRule, SpikeRule, step_time, ratio_interval, timing_replicates
+from zerogate.analysis.measures import IntervalRule, ratio_interval, step_time, timing_replicates
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.analysis.variants import VariantRun, loss_agreement
 from zerogate.contracts.records import TrainSummary
