@@ -44,7 +44,7 @@ clean:
 # (workflow/rules/bench.smk) on the pipeline's own rules, profile `bench` (the default in 60 steps).
 # BENCH_CONFIG adds --config entries, e.g. make bench BENCH_CONFIG="bench_repeats=1".
 BENCH := snakemake --cores all --config profile=bench $(BENCH_CONFIG) --
-.PHONY: bench bench-ddp-vs-zero3 bench-metrics-overhead bench-gloo-latency
+.PHONY: bench bench-ddp-vs-zero3 bench-metrics-overhead bench-gloo-latency bench-peers
 bench: setup
 	$(BENCH) bench
 
@@ -56,6 +56,10 @@ bench-metrics-overhead: setup
 
 bench-gloo-latency: setup
 	$(BENCH) bench_gloo_latency
+
+# ZeRO's peers (FSDP2, with and without its offload) against ZeRO-3, six variant runs: not part of `bench`.
+bench-peers: setup
+	$(BENCH) bench_peers_vs_zero3
 
 # Mutation score of the judging code (mutmut, about 45 minutes on 2 cores): not part of `bench` or
 # CI; mutmut comes from envs/requirements-bench.txt.

@@ -74,3 +74,32 @@ def test_the_bisects_figures_are_the_pipelines_statistics_with_their_intervals(t
     assert rows[0]["beyond_noise"] is None and rows[1]["beyond_noise"] is True
     assert 1.4 < rows[1]["ratio_interval"]["low"] < rows[1]["ratio_to_first"] < rows[1]["ratio_interval"]["high"] < 1.6
     assert "bbb: runs" in capsys.readouterr().out
+
+
+def test_peers_vs_zero3_divides_the_pipelines_step_times_and_brackets_each_ratio(tmp_path):
+    import numpy as np
+
+    from zerogate.analysis.measures import IntervalRule
+    from zerogate.bench import peers_vs_zero3
+
+    rng = np.random.default_rng(0)
+    metrics, summaries = {}, {}
+    for index, name in enumerate(peers_vs_zero3.ROWS):
+        scale = 1.0 + 0.25 * index  # zero3 1.0 s, the next row 1.25 s, ...
+        metrics[name] = write_run(tmp_path / name, [list(scale * (1 + 0.01 * rng.standard_normal(30))) for _ in (0, 1)])
+        summaries[name] = tmp_path / f"{name}.json"
+        summary(60.0).write(summaries[name])
+    result = peers_vs_zero3.table(metrics, summaries, warmup_steps=2, rule=IntervalRule(resamples=200))
+    rows = {row["run"]: row for row in result["rows"]}
+    assert rows["zero3"]["ratio_to_zero3"] == 1.0
+    fsdp2 = rows["fsdp2"]
+    assert fsdp2["step_time(s)"] == step_time(read_rank_metrics(metrics["fsdp2"]), 2).value
+    assert fsdp2["ratio_to_zero3"] == pytest.approx(fsdp2["step_time(s)"] / rows["zero3"]["step_time(s)"])
+    low, high = fsdp2["ratio_interval"]
+    assert low < 1.5 < high and high - low < 0.1  # 1.5 x by construction, 1 % noise per step
+    # Identical losses everywhere: every peer agrees with ZeRO-2 within the floor of the tolerance.
+    assert {(a["peer"], a["reference"]) for a in result["loss_agreement"]} >= {("fsdp2", "zero2"), ("fsdp2", "zero3")}
+    assert all(a["within"] for a in result["loss_agreement"])
+    printed = peers_vs_zero3.text(result, "bench", 30)
+    assert f"fsdp2              {fsdp2['step_time(s)']:.4f} s" in printed
+    assert f"ratio to ZeRO-3 {fsdp2['ratio_to_zero3']:.3f} [{low:.3f}, {high:.3f}]" in printed

@@ -126,7 +126,7 @@ def test_run_summary_reports_slowest_rank_median(tmp_path, tiny_profile):
 
 
 def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None, ledger=None, deviations=(DEVIATION,),
-          evaluation=None, finished=True):
+          evaluation=None, finished=True, variants=None, variants_figure=None):
     events = no_events() if events is None else events
     verdicts = verdicts_of(tiny_profile, steps, events, deviations, plan=plan, run_meta=run_meta, finished=finished)
     figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png", "memory": tmp_path / "mem.png"}
@@ -136,7 +136,7 @@ def _page(tmp_path, tiny_profile, steps, run_meta=None, plan=None, events=None, 
     return render_html(verdicts=verdicts, steps=steps, provenance=provenance(),
                        deviations=Deviations(deviations=list(deviations)), figures=figures, warmup_steps=5,
                        spike_rule=spike_rule(tiny_profile), run_meta=run_meta, ledger=ledger, plan=plan,
-                       evaluation=evaluation)
+                       evaluation=evaluation, variants=variants, variants_figure=variants_figure)
 
 
 def _held_as_planned(metrics_dir: Path) -> Path:

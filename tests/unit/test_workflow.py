@@ -78,8 +78,22 @@ def test_benchmarks_are_targets_on_the_pipelines_rules():
     assert {"bench_ddp_vs_zero3", "bench_metrics_overhead", "bench_gloo_latency"} <= set(jobs)
 
 
+def test_the_default_profiles_report_shows_its_variants_and_hf_trainer_is_never_trained():
+    done = snakemake("-n", "--config", "profile=cpu-tiny", "machine=dry-run")
+    jobs = planned_jobs(done)
+    # 11 listed: 10 trained (hf-trainer only stated), each with the planner's prediction (FSDP2's its own).
+    assert jobs["train_variant"] == 10 and jobs["predict_variant_peak_memory"] == 10
+    assert jobs["compare_variants"] == 1 and jobs["plot_variant_losses"] == 1
+    assert "variants/hf-trainer" not in done.stdout
+    report = next(block for block in done.stdout.split("\n\n") if re.search(r"^rule write_report:", block, re.MULTILINE))
+    assert "results/cpu-tiny/dry-run/variants/comparison.json" in report
+    smoke = planned_jobs(snakemake("-n", "--config", "profile=smoke", "machine=dry-run"))
+    assert "train_variant" not in smoke and "compare_variants" not in smoke
+
+
 def test_every_training_rule_needs_the_approved_plan():
-    done = snakemake("-n", "train_variants", "bench", "--config", "profile=smoke", "machine=dry-run", "bench_repeats=1")
+    # cpu-tiny lists the variants (the smoke profile none: its report has no Choices section).
+    done = snakemake("-n", "train_variants", "bench", "--config", "profile=cpu-tiny", "machine=dry-run", "bench_repeats=1")
     jobs = planned_jobs(done)
     assert jobs["train_variant"] >= 1 and jobs["train_bench_run"] >= 1
     blocks = done.stdout.split("\n\n")
@@ -87,4 +101,4 @@ def test_every_training_rule_needs_the_approved_plan():
         if re.search(r"^(local)?rule (train|train_variant|train_bench_run|train_ddp_baseline|prepare_model|"
                      r"write_train_settings):", block,
                      re.MULTILINE):
-            assert "results/smoke/dry-run/plan/approved.json" in block, block
+            assert "results/cpu-tiny/dry-run/plan/approved.json" in block, block

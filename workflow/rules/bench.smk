@@ -133,6 +133,29 @@ rule bench_gloo_latency:
         " && cat {output.table} >&2"
 
 
+# ZeRO's peers against ZeRO-3 (make bench-peers): the variants' own runs (train_variant) of the rows of
+# zerogate.bench.peers_vs_zero3, whatever the profile lists; not part of `bench`.
+rule bench_peers_vs_zero3:
+    input:
+        metrics=expand(rules.train_variant.output.metrics, variant=PEER_BENCH_VARIANTS),
+        summaries=expand(rules.train_variant.output.summary, variant=PEER_BENCH_VARIANTS),
+    output:
+        table=result("bench/peers_vs_zero3.txt"),
+        data=result("bench/peers_vs_zero3.json"),
+    params:
+        warmup_steps=WARMUP_STEPS,
+        steps=SETTINGS.training.optimizer_steps,
+        profile_name=PROFILE_NAME,
+        intervals=INTERVALS,
+    log:
+        result("logs/bench/bench_peers_vs_zero3.log"),
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/bench_peers_vs_zero3.py"
+
+
 rule bench:
     input:
         rules.bench_ddp_vs_zero3.output.table,

@@ -22,6 +22,7 @@ from zerogate.contracts.base import plain
 from zerogate.data.sources import check_dataset_source
 from zerogate.model.sources import check_model_source
 from zerogate.plan.ds_config import read_claim
+from zerogate.plan.variants import PEERS_BENCHMARK, engine_of, trained
 from zerogate.runtime.ops import build_env
 
 # DeepSpeed's compiled ops build into, and load from, this environment's own directory with its own ninja
@@ -180,10 +181,13 @@ BENCH_VARIANTS = ["zero0", "zero2-offload"]
 # without the CPU tuning, the same with the metrics layer off, and the two variants.
 BENCH_ROWS = ["zero3", "zero3-untuned", "zero3-no-metrics", *BENCH_VARIANTS]
 BENCH_REPEATS = list(range(config["bench_repeats"]))
+# The peers' benchmark (bench_peers_vs_zero3) trains these variants whatever the profile lists.
+PEER_BENCH_VARIANTS = list(PEERS_BENCHMARK)
 
 
 wildcard_constraints:
-    variant="|".join(re.escape(v) for v in dict.fromkeys([*PROFILE.get("variants", []), *BENCH_VARIANTS])),
+    variant="|".join(re.escape(v) for v in dict.fromkeys([*PROFILE.get("variants", []), *BENCH_VARIANTS,
+                                                           *PEER_BENCH_VARIANTS])),
     bench_row="|".join(re.escape(r) for r in BENCH_ROWS),
     repeat=r"\d+",
 
@@ -286,13 +290,41 @@ def repeat_outputs(name):
 
 
 def variant_summaries(wildcards):
-    """Every comparison run the profile lists (key `variants`)."""
-    return expand(rules.train_variant.output.summary, variant=PROFILE.get("variants", []))
+    """Every comparison run the profile lists (key `variants`) that this pipeline trains."""
+    return expand(rules.train_variant.output.summary, variant=trained(PROFILE.get("variants", [])))
 
 
 def variant_metrics(wildcards):
     """The per-rank records of every comparison run, in the order of variant_summaries."""
-    return expand(rules.train_variant.output.metrics, variant=PROFILE.get("variants", []))
+    return expand(rules.train_variant.output.metrics, variant=trained(PROFILE.get("variants", [])))
+
+
+def predicted_variants():
+    """The listed variants the planner predicts a peak for: every trained one (DeepSpeed's and FSDP2's)."""
+    return [v for v in trained(PROFILE.get("variants", [])) if engine_of(v) in ("deepspeed", "fsdp2")]
+
+
+def variant_peaks(wildcards):
+    """The predicted peak of every variant of predicted_variants, in its order."""
+    return expand(rules.predict_variant_peak_memory.output.peak, variant=predicted_variants())
+
+
+def variants_inputs(name):
+    """The variants' table or their loss figure, for the report's choices section: only when the profile
+    lists variants (empty otherwise)."""
+
+    def inputs(wildcards):
+        if not PROFILE.get("variants"):
+            return []
+        return [rules.compare_variants.output.table if name == "table" else rules.plot_variant_losses.output.loss]
+
+    return inputs
+
+
+def variant_engine_argument(wildcards):
+    """The training loop's engine for a variant: DeepSpeed's (the default) or a peer's (zerogate.plan.variants)."""
+    engine = engine_of(wildcards.variant)
+    return "" if engine == "deepspeed" else f"--engine {engine}"
 
 
 def bench_ds_config(wildcards):

@@ -31,6 +31,8 @@ rule predict_peak_memory:
         baseline=rules.measure_runtime_baseline.output.baseline,
     output:
         peak=result("plan/peak_memory.json"),
+    params:
+        engine="deepspeed",  # a variant's (variants.smk): its engine's planner (zerogate.plan.planner)
     log:
         result("logs/predict_peak_memory.log"),
     conda:

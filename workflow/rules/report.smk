@@ -92,6 +92,8 @@ rule write_report:
         ranks=rules.plot_figures.output.ranks,
         repeat_steps=repeat_outputs("steps"),
         repeat_run_meta=repeat_outputs("run_meta"),
+        variants=variants_inputs("table"),
+        variants_figure=variants_inputs("figure"),
     output:
         html=report(
             result(f"report/zerogate-{RUN_LABEL}.html"),

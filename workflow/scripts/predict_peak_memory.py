@@ -1,13 +1,15 @@
-"""Entry point of the predict_peak_memory rule (logic: zerogate.plan.planner.peak_for_run)."""
+"""Entry point of the predict_peak_memory rule (logic: zerogate.plan.planner.peak_for_run, or fsdp2_peak_for_run
+for a variant that FSDP2 trains)."""
 from zerogate.contracts.plan import RuntimeBaseline
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import logging_to
-from zerogate.plan.planner import peak_for_run
+from zerogate.plan.planner import fsdp2_peak_for_run, peak_for_run
 from zerogate.units import format_bytes
 
 with logging_to(snakemake.log[0]) as log:
-    prediction = peak_for_run(RunSpec.read(snakemake.input.run_spec), DsConfig.read(snakemake.input.ds_config),
-                              RuntimeBaseline.read(snakemake.input.baseline).baseline)
+    predict = fsdp2_peak_for_run if snakemake.params.engine == "fsdp2" else peak_for_run
+    prediction = predict(RunSpec.read(snakemake.input.run_spec), DsConfig.read(snakemake.input.ds_config),
+                         RuntimeBaseline.read(snakemake.input.baseline).baseline)
     for term, value in prediction.terms_bytes.items():
         log.info("  %-24s %s", term, format_bytes(value))
     log.info("predicted peak per rank (%s): %s", prediction.what, format_bytes(prediction.total_bytes))

@@ -10,7 +10,7 @@ from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import EvalRecord
-from zerogate.contracts.report import Provenance
+from zerogate.contracts.report import Provenance, VariantsTable
 from zerogate.contracts.run import Deviations, TrainSettings
 from zerogate.contracts.verdicts import ClaimVerdicts, GateVerdicts
 from zerogate.entry import logging_to
@@ -43,5 +43,8 @@ with logging_to(snakemake.log[0]):
         interval_rule=IntervalRule.from_settings(typed(IntervalSettings, snakemake.params.intervals)),
         repeat_steps=[read_steps(path) for path in inputs.repeat_steps],
         repeat_run_metas=[RunMeta.read(path) for path in inputs.repeat_run_meta],
+        # The choices section: the profile's variants side by side (only when it lists variants).
+        variants=VariantsTable.read(inputs.variants[0]) if inputs.variants else None,
+        variants_figure=inputs.variants_figure[0] if inputs.variants_figure else None,
     )
     Path(snakemake.output.html).write_text(page)

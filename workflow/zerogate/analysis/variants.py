@@ -1,34 +1,174 @@
-"""The variant comparison table: one row per ZeRO stage / offload variant trained on the same model and
-data (zerogate.plan.variants renders them), each statistic from zerogate.analysis.measures, so the table
-and a run's report mean the same thing by "median step time" (the per-rank median, then the slowest rank).
+"""The variant comparison table: one row per ZeRO stage / offload variant and per peer of ZeRO (FSDP2, with
+and without its offload) trained on the same model and data through the same loop (zerogate.plan.variants
+renders them), each statistic from zerogate.analysis.measures, so the table and a run's report mean the
+same thing by "median step time" (the per-rank median, then the slowest rank). Beside each: the planner's
+predicted peak for its config and the bytes DeepSpeed's comms logger measured for its scheme, where those
+exist; then which variant is fastest and which smallest, and each peer's loss curve against ZeRO-3's.
 """
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
 import pandas as pd
 
 from zerogate.analysis import measures
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.measures import IntervalRule, SpikeRule
+from zerogate.contracts.comms import CommsVolume
+from zerogate.contracts.plan import PeakPrediction
 from zerogate.contracts.records import TrainSummary
-from zerogate.contracts.report import VariantRow, VariantsTable
-from zerogate.plan.variants import VARIANTS
+from zerogate.contracts.report import LossAgreement, RunStatistics, VariantRow, VariantsTable
+from zerogate.plan.variants import NOT_RUNNABLE, PEERS, engine_of, what_of, zero_setup
+from zerogate.units import GIB
+
+# Each peer's loss curve is set against the ZeRO variant whose config it trains from (FSDP2: ZeRO-3) and
+# against the first of these trained: ZeRO stages built whole, as the peers are, so from the same initial
+# weights at the same seed (ZeRO-3 builds its model under deepspeed.zero.Init, whose initialisation draws
+# other weights from the same seed: its curve differs from the first step, before any update).
+SAME_START = ("zero2", "zero1", "zero0")
+# The ZeRO variants whose pairwise loss differences give the tolerance: the same algorithm, optimizer and
+# initial weights (no offload: the offloads step with DeepSpeed's CPU Adam, another implementation; not
+# ZeRO-3: other initial weights), only the reduction order of the float sums differs.
+TOLERANCE_FROM = ("zero0", "zero1", "zero2")
+# Below this the ZeRO stages agree to the last bits: a floor so that a bit-identical pair does not demand
+# bit-identity of another library (float32's epsilon is 1.2e-7).
+TOLERANCE_FLOOR = 1e-6
+TOLERANCE_RULE = ("the largest of the per-step maximum relative loss differences between any two of ZeRO-0, -1 and "
+                  "-2 trained here (the same algorithm, optimizer and initial weights in another float32 reduction "
+                  f"order), at least {TOLERANCE_FLOOR:g}")
 
 
-def variant_row(name: str, steps: pd.DataFrame, summary: TrainSummary, *, warmup_steps: int,
-                spike_rule: SpikeRule, expected_steps: int | None) -> VariantRow:
-    """One variant: its stage and offload, then measures.run_statistics of its step records."""
-    stage, offload_optimizer, offload_param = VARIANTS[name]
+@dataclass(frozen=True)
+class VariantRun:
+    """One trained variant's records (parse.read_rank_metrics) and summary."""
+
+    steps: pd.DataFrame
+    summary: TrainSummary
+
+
+def offload_note(name: str, accelerator: str) -> str | None:
+    """What an offload row measures on the CPU accelerator: the host is the device, so nothing is moved."""
+    _, offload_optimizer, offload_param = zero_setup(name)
+    if accelerator != "cpu" or not (offload_optimizer or offload_param):
+        return None
+    if engine_of(name) == "fsdp2":
+        return ("CPU accelerator: CPUOffloadPolicy moves nothing (parameters, gradients and the optimizer step are on "
+                "the host already; pinned memory is off, it needs an accelerator): this row times FSDP2's offload "
+                "code path, not a transfer")
+    return ("CPU accelerator: the offload target is the device itself, so nothing crosses a bus; DeepSpeed's CPU Adam "
+            "steps the optimizer")
+
+
+def variant_row(name: str, run: VariantRun, *, warmup_steps: int, spike_rule: SpikeRule, expected_steps: int | None,
+                interval_rule: IntervalRule | None = None, prediction: PeakPrediction | None = None,
+                communication: CommsVolume | None = None, accumulation: int | None = None) -> VariantRow:
+    """One trained variant: what trained it, then measures.run_statistics of its step records."""
+    stage, offload_optimizer, offload_param = zero_setup(name)
+    steps = run.steps
     per_rank = {int(rank): int(step) for rank, step in steps.groupby("rank")["step"].max().items()}
     # A variant's summary exists only when its run finished; its launcher log is not parsed, so no failures.
-    completion = measures.run_completion(per_rank, [], True, expected_steps, summary.world_size)
-    return VariantRow(variant=name, stage=stage, offload_optimizer=offload_optimizer, offload_param=offload_param,
-                      statistics=measures.run_statistics(steps, warmup_steps, spike_rule, completion),
-                      wall_time_s=summary.wall_time_s)
+    completion = measures.run_completion(per_rank, [], True, expected_steps, run.summary.world_size)
+    volume = None if communication is None or name in PEERS or accumulation is None else \
+        communication.row(name, accumulation)
+    return VariantRow(
+        variant=name, engine=engine_of(name), what=what_of(name), stage=stage, offload_optimizer=offload_optimizer,
+        offload_param=offload_param,
+        statistics=measures.run_statistics(steps, warmup_steps, spike_rule, completion, interval_rule),
+        wall_time_s=run.summary.wall_time_s,
+        predicted_peak_gib=None if prediction is None else prediction.total_bytes / GIB,
+        predicted_peak_metric=None if prediction is None else prediction.metric,
+        communicated_bytes_per_step=None if volume is None or volume.status != "run" else volume.measured_volume_bytes,
+        note=offload_note(name, run.summary.accelerator))
 
 
-def compare(summaries: dict[str, TrainSummary], steps: dict[str, pd.DataFrame], *, warmup_steps: int,
-            spike_rule: SpikeRule, expected_steps: int | None = None) -> VariantsTable:
-    """One row per variant (``steps``: each variant's step records of every rank, parse.read_rank_metrics)."""
-    return VariantsTable(rows=[variant_row(name, frame, summaries[name], warmup_steps=warmup_steps, spike_rule=spike_rule,
-                                           expected_steps=expected_steps)
-                               for name, frame in steps.items()])
+def not_run_row(name: str, accelerator: str) -> VariantRow:
+    """A variant that cannot train on this machine: its reason, no statistics."""
+    stage, offload_optimizer, offload_param = zero_setup(name)
+    return VariantRow(variant=name, engine=engine_of(name), what=what_of(name), stage=stage,
+                      offload_optimizer=offload_optimizer, offload_param=offload_param, statistics=None,
+                      wall_time_s=None, not_run=NOT_RUNNABLE[name].reason(accelerator))
+
+
+def peak_of_largest_rank(statistics: RunStatistics) -> float | None:
+    """The variant's memory figure: the peak of its rank with the largest peak."""
+    peaks = statistics.peak_memory_per_rank_gib
+    return max(peaks.values()) if peaks else None
+
+
+def best(rows: list[VariantRow], value) -> str | None:
+    """The variant with the lowest ``value`` of its statistics (None for none measured)."""
+    found = [(value(row.statistics), row.variant) for row in rows if row.statistics is not None]
+    found = [(v, name) for v, name in found if v is not None and np.isfinite(v)]
+    return min(found)[1] if found else None
+
+
+def relative_differences(steps: pd.DataFrame, reference: pd.DataFrame) -> pd.Series:
+    """|loss - reference loss| / |reference loss| per optimizer step both recorded (measures.loss_series)."""
+    loss, ref = measures.loss_series(steps), measures.loss_series(reference)
+    common = loss.index.intersection(ref.index)
+    return ((loss[common] - ref[common]).abs() / ref[common].abs()).sort_index()
+
+
+def tolerance(runs: dict[str, VariantRun]) -> tuple[float | None, list[str]]:
+    """(TOLERANCE_RULE's tolerance, the variants it came from); None with fewer than two of TOLERANCE_FROM."""
+    names = [name for name in TOLERANCE_FROM if name in runs]
+    if len(names) < 2:
+        return None, names
+    gaps = [float(relative_differences(runs[a].steps, runs[b].steps).max()) for a, b in itertools.combinations(names, 2)]
+    return max(TOLERANCE_FLOOR, *gaps), names
+
+
+def diagnosis(first: float, worst: float, limit: float | None) -> str:
+    """What the two numbers say, in words (beyond the tolerance: where the curves part)."""
+    if limit is None:
+        return "not judged: fewer than two of ZeRO-0, -1, -2 trained to derive the tolerance from"
+    if worst <= limit:
+        return "agree within the tolerance"
+    if first > limit:
+        return ("differ from the first step, before any update: the initial weights (or the forward) differ, "
+                "not the training")
+    return "start together and part during training: the updates differ"
+
+
+def references_of(peer: str, runs: dict[str, VariantRun]) -> list[str]:
+    """The ZeRO variants a peer's loss is set against: its config's, and the first trained of SAME_START."""
+    found = [PEERS[peer].config_of]
+    found += [name for name in SAME_START if name in runs][:1]
+    return [name for name in dict.fromkeys(found) if name in runs]
+
+
+def loss_agreement(runs: dict[str, VariantRun]) -> list[LossAgreement]:
+    """Each trained peer against its ZeRO variants (references_of), judged on the tolerance."""
+    limit, sources = tolerance(runs)
+    found = []
+    for peer in (name for name in PEERS if name in runs):
+        for reference in references_of(peer, runs):
+            gaps = relative_differences(runs[peer].steps, runs[reference].steps)
+            if not len(gaps):
+                continue
+            worst, first = float(gaps.max()), float(gaps.iloc[0])
+            found.append(LossAgreement(
+                peer=peer, reference=reference, steps=len(gaps), max_relative_difference=worst,
+                first_step_relative_difference=first, tolerance=limit, tolerance_from=sources,
+                tolerance_rule=TOLERANCE_RULE, within=None if limit is None else bool(worst <= limit),
+                diagnosis=diagnosis(first, worst, limit)))
+    return found
+
+
+def compare(runs: dict[str, VariantRun], *, warmup_steps: int, spike_rule: SpikeRule,
+            expected_steps: int | None = None, interval_rule: IntervalRule | None = None,
+            predictions: dict[str, PeakPrediction] | None = None, communication: CommsVolume | None = None,
+            accumulation: int | None = None, not_run: list[str] = (), accelerator: str = "cpu") -> VariantsTable:
+    """One row per variant (``runs``: each trained variant's records of every rank and summary; ``not_run``:
+    listed variants this machine cannot train), the fastest and the smallest, and the peers' agreement."""
+    predictions = predictions or {}
+    rows = [variant_row(name, run, warmup_steps=warmup_steps, spike_rule=spike_rule, expected_steps=expected_steps,
+                        interval_rule=interval_rule, prediction=predictions.get(name), communication=communication,
+                        accumulation=accumulation)
+            for name, run in runs.items()]
+    rows += [not_run_row(name, accelerator) for name in not_run]
+    return VariantsTable(rows=rows, fastest=best(rows, lambda s: s.step_time_median_s),
+                         smallest=best(rows, peak_of_largest_rank), agreement=loss_agreement(runs))
+

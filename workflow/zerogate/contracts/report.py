@@ -137,17 +137,55 @@ class RunRegistry(Artefact):
 
 
 class VariantRow(Record):
+    """One variant of the table: what trained it and its run statistics (measures.run_statistics, with the
+    timing intervals), beside its predicted peak and its measured communication where those exist. A variant
+    that cannot run on this machine has no statistics and says why (``not_run``)."""
+
     variant: str
-    stage: int
+    engine: str  # what trained it: zerogate.runtime.engines' name, or the peer's (zerogate.plan.variants)
+    what: str
+    stage: int  # the ZeRO stage of the config it trained from (a peer: the ZeRO variant it stands beside)
     offload_optimizer: bool
     offload_param: bool
-    statistics: RunStatistics
+    statistics: RunStatistics | None
     wall_time_s: float | None = Field(alias="wall_time(s)")
+    # The planner's peak per rank for the variant's config (every rank the same), of the step-record key
+    # ``predicted_peak_metric`` (the one the measured peak is): None where the planner has no model of it.
+    predicted_peak_gib: float | None = Field(None, alias="predicted_peak(GiB)")
+    predicted_peak_metric: str | None = None
+    # Bytes one rank communicates per optimizer step (worst rank), DeepSpeed's comms logger in
+    # measure_comms_volume's short runs of the same scheme: None where that scheme is not measured.
+    communicated_bytes_per_step: float | None = Field(None, alias="communicated_per_step(bytes)")
+    note: str | None = None  # what the row's figures mean on this machine (e.g. an offload with no transfer)
+    not_run: str | None = None  # why the variant did not train here
+
+
+class LossAgreement(Record):
+    """A peer's loss curve against ZeRO's at the same seed, data and precision: the largest relative
+    difference per optimizer step, against the tolerance the ZeRO stages' own differences set (the same
+    algorithm in another float reduction order), and the first step's (before any update: the initial
+    weights and the forward alone)."""
+
+    peer: str
+    reference: str
+    steps: int
+    max_relative_difference: float
+    first_step_relative_difference: float
+    tolerance: float | None  # None with fewer than two of ZeRO-0, -1, -2 trained to derive it from
+    tolerance_from: list[str]  # the ZeRO variants whose pairwise differences gave the tolerance
+    tolerance_rule: str
+    within: bool | None
+    diagnosis: str  # where the curves part, when they do (zerogate.analysis.variants.diagnosis)
 
 
 class VariantsTable(Artefact):
-    """``variants/comparison.json``: the same model and data under every listed ZeRO stage and offload."""
+    """``variants/comparison.json``: the same model and data under every listed ZeRO stage and offload, and
+    ZeRO's peers; which is fastest and which smallest, and each peer's loss curve against ZeRO-3's."""
 
     CONTRACT = "variants_table"
+    VERSION = 2
 
     rows: list[VariantRow]
+    fastest: str | None = None  # lowest median step time (the slowest rank's)
+    smallest: str | None = None  # lowest peak memory of its largest rank
+    agreement: list[LossAgreement] = []

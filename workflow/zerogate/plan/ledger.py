@@ -613,3 +613,63 @@ def peak_levels(counts: ModelCounts, setup: Setup, runtime_baseline: int | None,
         "resident_set": {"predicted(bytes)": peak_split(resident)["total(bytes)"], "terms(bytes)": resident,
                          "what": PEAK_LEVELS["cpu"][1][1]},
     }
+
+
+# --- FSDP2, ZeRO's peer (zerogate.runtime.engines.Fsdp2Engine) ---------------------------------------------
+
+def fsdp2_terms(counts: ModelCounts, setup: Setup, activations: Activations | None = None) -> dict[str, int]:
+    """Each rank's tensor terms under torch FSDP2 as the Fsdp2Engine wraps the model, bytes: fully_shard on
+    every decoder layer (resharded after its forward and backward) and on the root (the embeddings, the final
+    norm and the head: the root's parameters stay gathered from its forward to the end of its backward).
+
+    Sharded and held for the run: the parameters (fp32: under bf16 compute the sharded fp32 parameters are
+    the master, cast on gathering), the gradients (reduced in fp32 and accumulated sharded) and Adam's two
+    states, one rank's share each (each parameter padded along its first dimension: bounded by ZeRO-3's
+    per-parameter padding, ModelCounts.partition_numel). Inside a micro-step: the root gathered whole plus
+    two decoder layers (the one running and the one prefetched), in the compute dtype; one unit's unsharded
+    gradients before its reduce-scatter (the larger of a layer and the root); the activations and the
+    backward's transient, as for every scheme of the same model. With CPUOffloadPolicy (``offload_param``)
+    the held terms are host memory: on GPUs they leave the device; on the CPU accelerator every term is the
+    host's anyway. No separate master copy, no persistent small parameters and no reduce bucket (FSDP2
+    keeps none of them)."""
+    share = counts.partition_numel(setup.ranks)
+    compute = setup.dtype_bytes
+    root = max(0, counts.total - counts.layers * counts.largest_block)
+    figures = (activations or formula_activations(counts))(setup)
+    held = {"parameters": 4 * share, "gradients": 4 * share, "optimizer_states": 8 * share}
+    terms = {} if setup.offload_param and setup.device_kind != "cpu" else dict(held)
+    terms.update({
+        "gathered_parameters": compute * (root + 2 * counts.largest_block),
+        "largest_layer_gradient": compute * max(root, counts.largest_block),
+        "activations": figures.saved_bytes,
+        "backward_transient": figures.backward_transient_bytes,
+    })
+    if setup.device_kind == "cuda":
+        terms["allocator_margin"] = int(ALLOCATOR_MARGIN * device_levels(terms)["tensor"])
+        terms["cuda_context"] = CUDA_CONTEXT_BYTES
+        if setup.ranks > 1:
+            terms["communicator"] = COMMUNICATOR_BYTES
+    return terms
+
+
+def fsdp2_peak_levels(counts: ModelCounts, setup: Setup, runtime_baseline: int | None,
+                      activations: Activations | None = None) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
+    """(the peak's terms, each level the accelerator measures) under FSDP2, as peak_terms and peak_levels
+    give them for DeepSpeed: on the CPU accelerator the runtime baseline and the shm workspace's resident
+    share on top of the tensor terms (the rank starts DeepSpeed's comm backend like every other)."""
+    tensors = fsdp2_terms(counts, setup, activations)
+    if setup.device_kind != "cpu":
+        levels = device_levels(tensors)
+        plain_tensors = {k: v for k, v in tensors.items() if k not in OVERHEAD}
+        named = {"tensor": plain_tensors, "allocator": {**plain_tensors, "allocator_margin": tensors["allocator_margin"]},
+                 "device": tensors}
+        return tensors, {level: {"predicted(bytes)": levels[level], "terms(bytes)": named[level], "what": what}
+                         for level, what in PEAK_LEVELS["cuda"]}
+    resident = {"runtime_baseline": int(runtime_baseline or 0),
+                "shm_comm_buffer": min(SHM_WORKSPACE_BYTES, PAGE_BYTES * (setup.ranks - 1)), **tensors}
+    return resident, {
+        "tensor": {"predicted(bytes)": peak_split(tensors)["total(bytes)"], "terms(bytes)": tensors,
+                   "what": PEAK_LEVELS["cpu"][0][1]},
+        "resident_set": {"predicted(bytes)": peak_split(resident)["total(bytes)"], "terms(bytes)": resident,
+                         "what": PEAK_LEVELS["cpu"][1][1]},
+    }

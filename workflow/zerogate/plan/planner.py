@@ -378,6 +378,24 @@ def peak_prediction(counts: ModelCounts, setup: Setup, runtime_baseline: Any,
         levels=peak_levels(counts, setup, baseline, activations))
 
 
+def fsdp2_peak_for_run(run_spec: RunSpec, ds_config: DsConfig, runtime_baseline: Any) -> PeakPrediction:
+    """The peak prediction of the run under torch FSDP2 (zerogate.plan.ledger.fsdp2_terms) from the config
+    of the ZeRO variant it stands beside (its precision, ranks and parameter offload: CPUOffloadPolicy)."""
+    from zerogate.plan.ledger import fsdp2_peak_levels, peak_split
+
+    counts, setup, activations = run_setup(run_spec, ds_config, {"nodes": 1})
+    baseline = None if runtime_baseline is None else runtime_baseline.peak_rss_bytes
+    terms, levels = fsdp2_peak_levels(counts, setup, baseline, activations)
+    split = peak_split(terms)
+    return PeakPrediction(
+        scheme="fsdp2_offload" if setup.offload_param else "fsdp2", ranks=setup.ranks, accelerator=setup.device_kind,
+        metric=column("peak_rss_gib") if setup.device_kind == "cpu" else column("max_reserved_gib"),
+        what=("resident-set peak of the rank's process (VmHWM)" if setup.device_kind == "cpu"
+              else "the CUDA caching allocator's reserved peak"),
+        terms_bytes=terms, persistent_bytes=split["persistent(bytes)"], transient_bytes=split["transient(bytes)"],
+        total_bytes=split["total(bytes)"], runtime_baseline=runtime_baseline, levels=levels)
+
+
 def peak_for_run(run_spec: RunSpec, ds_config: DsConfig, runtime_baseline: Any) -> PeakPrediction:
     """The peak prediction of the run as rendered (``ds_config``, ``run_spec``), its activations traced."""
     counts, setup, activations = run_setup(run_spec, ds_config, {"nodes": 1})

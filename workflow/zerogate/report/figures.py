@@ -191,3 +191,26 @@ def ranks_figure(steps: pd.DataFrame, warmup_steps: int, path: str | Path, world
     plt.close(fig)
     return {"ranks_measured": True, "straggler_rank": balance.straggler, "compute_median(s)": balance.compute,
             "wait_median(s)": balance.wait}
+
+
+def variant_loss_figure(curves: dict[str, pd.DataFrame], path: str | Path) -> dict[str, Any]:
+    """Every trained variant's loss curve (measures.loss_series of its records) overlaid, one colour each:
+    ZeRO's stages and their peers on the same model, data and seed. Returns each curve's last loss."""
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    last: dict[str, float] = {}
+    for index, (name, steps) in enumerate(curves.items()):
+        loss = measures.loss_series(steps)
+        peer = not name.startswith("zero")
+        ax.plot(loss.index, loss.to_numpy(), color=f"C{index % 10}", linewidth=1.6 if peer else 1.0,
+                linestyle="--" if peer else "-", label=name)
+        last[name] = float(loss.iloc[-1]) if len(loss) else float("nan")
+    if not curves:
+        ax.text(0.5, 0.5, "no variant trained", ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.legend(loc="upper right", fontsize="small", ncol=2)
+    ax.set(xlabel="optimizer step", ylabel="training loss (nats/token)",
+           title="Loss per variant (same model, data and seed; peers dashed)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return {"final_loss": last}

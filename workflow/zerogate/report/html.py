@@ -27,7 +27,7 @@ from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import EvalRecord
-from zerogate.contracts.report import Provenance, RunStatistics
+from zerogate.contracts.report import Provenance, RunStatistics, VariantsTable
 from zerogate.contracts.run import Deviations
 from zerogate.contracts.verdicts import ClaimVerdicts, GateVerdicts
 from zerogate.units import format_bytes
@@ -201,6 +201,8 @@ def render_html(
     interval_rule: measures.IntervalRule | None = None,
     repeat_steps: list[pd.DataFrame] = (),
     repeat_run_metas: list[RunMeta] = (),
+    variants: VariantsTable | None = None,
+    variants_figure: str | Path | None = None,
 ) -> str:
     """The report's page. ``interval_rule`` puts the timing statistics' intervals beside them;
     ``repeat_steps`` and ``repeat_run_metas`` are the other repeats' (profile key ``repeats``): the run
@@ -233,6 +235,7 @@ def render_html(
         deviations=deviations.deviations,
         key_facts=key_facts(provenance),
         ranks=ranks_context(steps, warmup_steps, run_meta, ranks_figure),
+        choices=choices_context(variants, variants_figure) if variants is not None else None,
     )
 
 
@@ -251,3 +254,26 @@ def ranks_context(steps: pd.DataFrame, warmup_steps: int, run_meta: RunMeta | No
             for rank in balance.ranks] if balance.measured else []
     return {"balance": balance, "rows": rows, "margin_percent": 100 * balance.margin,
             "image": image(figure, RANKS_CAPTION) if figure else None}
+
+
+# The choices table's columns: RunStatistics fields shown per variant (with their intervals where the
+# statistic has one).
+CHOICE_COLUMNS = {
+    "step_time_median_s": "median step, slowest rank",
+    "tokens_per_s": "tokens/s",
+    "final_loss": "final loss",
+}
+VARIANT_LOSS_CAPTION = "Training loss per optimizer step of every trained variant, overlaid (peers dashed)"
+
+
+def choices_context(table: VariantsTable, figure: str | Path | None = None) -> dict[str, Any]:
+    """The "Choices" section: the variants' table (zerogate.analysis.variants) as rows, the ranks whose
+    peaks it lists, the fastest and the smallest, the peers' loss agreement and the overlaid loss figure."""
+    columns = [{"name": name, "label": label, "unit": unit_of(RunStatistics.key(name))}
+               for name, label in CHOICE_COLUMNS.items()]
+    ranks = sorted({rank for row in table.rows if row.statistics for rank in row.statistics.peak_memory_per_rank_gib})
+    return {"columns": columns, "rows": table.rows, "ranks": ranks, "fastest": table.fastest,
+            "smallest": table.smallest, "agreement": table.agreement,
+            "intervals": next((row.statistics.intervals for row in table.rows
+                               if row.statistics is not None and row.statistics.intervals is not None), None),
+            "image": image(figure, VARIANT_LOSS_CAPTION) if figure else None}

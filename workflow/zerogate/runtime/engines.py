@@ -1,5 +1,5 @@
 """What trains, behind one interface the one loop (zerogate.runtime.loop) drives: a DeepSpeed engine at
-the rendered config's ZeRO stage, or plain torch DDP (the baseline). Each worker picks its engine; the
+the rendered config's ZeRO stage, plain torch DDP (the baseline), or torch FSDP2 (a peer of ZeRO-3). Each worker picks its engine; the
 loop, the metrics and the records are the same for all.
 
 A micro-batch is one forward and one backward (``forward_backward``); between two micro-batches of one
@@ -11,6 +11,7 @@ clean.
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -113,21 +114,16 @@ class DeepSpeedEngine:
         ds.forget_zero3_engines()
 
 
-class DdpEngine:
-    """Plain torch DDP with the rendered config's optimizer, schedule and clipping: the baseline. Gradients
-    are all-reduced once per window (``no_sync`` before the last micro-batch), as DDP users accumulate."""
-
-    name = "ddp"
+class TorchOptimizerEngine:
+    """What the torch-native engines share: the rendered config's optimizer, LR schedule and gradient
+    clipping built with torch, the boundary (clip, step, schedule, zero) and the counters DeepSpeed keeps.
+    DeepSpeed's own WarmupCosineLR is the schedule, so the rates match the DeepSpeed runs step for step."""
 
     def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any], accumulation: int) -> None:
         from deepspeed.runtime.lr_schedules import WarmupCosineLR
-        from torch.nn.parallel import DistributedDataParallel
 
         if (ds_config.get("fp16") or {}).get("enabled") is True:
-            raise ValueError("the DDP baseline trains in fp32 or bf16: it has no fp16 loss scaler")
-        self.device = next(model.parameters()).device
-        self.module = model
-        self.ddp = DistributedDataParallel(model)
+            raise ValueError(f"the {self.name} engine trains in fp32 or bf16: it has no fp16 loss scaler")
         self.accumulation = accumulation
         optimizer = ds_config["optimizer"]
         params = optimizer["params"]
@@ -144,14 +140,6 @@ class DdpEngine:
     def __call__(self, **batch: Any) -> Any:
         return self.module(**batch)
 
-    def forward_backward(self, batch: dict[str, torch.Tensor], last: bool,
-                         adjust: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss) -> torch.Tensor:
-        context = contextlib.nullcontext() if last else self.ddp.no_sync()
-        with context:  # accumulate locally; all-reduce once, in the window's last micro-batch
-            loss = adjust(self.ddp(**batch).loss)
-            (loss / self.accumulation).backward()
-        return loss.detach()
-
     def micro_step(self) -> None:
         pass
 
@@ -159,6 +147,7 @@ class DdpEngine:
         self._norm, self._applied = None, False
         if apply:
             limit = self.clipping if self.clipping > 0 else float("inf")
+            # The global norm over every rank's gradients (for sharded gradients torch all-reduces it).
             self._norm = float(torch.nn.utils.clip_grad_norm_(self.module.parameters(), limit))
             # A non-finite norm drops the update, as DeepSpeed's optimizers do.
             if self._norm == self._norm and self._norm != float("inf"):
@@ -189,13 +178,39 @@ class DdpEngine:
         return False
 
     def parameter_count(self) -> int:
-        return ds.parameter_count(self.module)
+        return ds.parameter_count(self.module)  # a DTensor's numel is the whole parameter's
 
     def train(self) -> None:
         self.module.train()
 
     def eval(self) -> None:
         self.module.eval()
+
+    def destroy(self) -> None:
+        pass
+
+
+class DdpEngine(TorchOptimizerEngine):
+    """Plain torch DDP with the rendered config's optimizer, schedule and clipping: the baseline. Gradients
+    are all-reduced once per window (``no_sync`` before the last micro-batch), as DDP users accumulate."""
+
+    name = "ddp"
+
+    def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any], accumulation: int) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.device = next(model.parameters()).device
+        self.module = model
+        self.ddp = DistributedDataParallel(model)
+        super().__init__(model, ds_config, accumulation)
+
+    def forward_backward(self, batch: dict[str, torch.Tensor], last: bool,
+                         adjust: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss) -> torch.Tensor:
+        context = contextlib.nullcontext() if last else self.ddp.no_sync()
+        with context:  # accumulate locally; all-reduce once, in the window's last micro-batch
+            loss = adjust(self.ddp(**batch).loss)
+            (loss / self.accumulation).backward()
+        return loss.detach()
 
     def save(self, directory: Path) -> None:
         import torch.distributed as dist
@@ -215,11 +230,94 @@ class DdpEngine:
             self.scheduler.load_state_dict(state["scheduler"])
         self._skipped = state["skipped"]
 
-    def destroy(self) -> None:
-        pass
+
+def fsdp2_offload(ds_config: dict[str, Any]) -> bool:
+    """Whether the FSDP2 engine offloads (CPUOffloadPolicy): the config's parameter offload device, the
+    ZeRO setting it stands for (CPUOffloadPolicy moves parameters, gradients and the optimizer step to the
+    host together, as ZeRO-3 with both offloads does; zerogate.plan.variants renders fsdp2-offload so)."""
+    return ((ds_config.get("zero_optimization") or {}).get("offload_param") or {}).get("device") == "cpu"
 
 
-ENGINES = ("deepspeed", "ddp")
+def sharded_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated blocks, each its own FSDP2 unit (gathered and freed on its own, as ZeRO-3 gathers
+    per module): the classes transformers lists in ``_no_split_modules`` (the decoder layer)."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    return [module for module in model.modules() if type(module).__name__ in names]
+
+
+class Fsdp2Engine(TorchOptimizerEngine):
+    """torch FSDP2 (``torch.distributed.fsdp.fully_shard``): parameters, gradients and optimizer state
+    sharded over the ranks, as ZeRO-3 shards them; each decoder layer and the root a unit, resharded after
+    its forward. Gradients are reduce-scattered after every micro-batch and accumulate sharded (as ZeRO-3
+    reduces each micro-batch), not held whole until the window's end. The rendered config's optimizer,
+    schedule and clipping; bf16 compute when the config asks for bf16 (fp32 reduction), fp32 otherwise.
+    With the config's parameter offload on ``cpu`` (fsdp2_offload), CPUOffloadPolicy without pinned memory:
+    pinning needs an accelerator, and on the CPU accelerator the parameters' device already is the host."""
+
+    name = "fsdp2"
+    zero3 = True  # every forward gathers parameters: evaluation's generate keeps the ranks in step
+
+    def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any], accumulation: int) -> None:
+        from deepspeed.accelerator import get_accelerator
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+        self.offload = fsdp2_offload(ds_config)
+        accelerator = get_accelerator()
+        if accelerator.device_name() == "cpu":
+            self.device = torch.device("cpu")
+        else:  # each rank its own device, as deepspeed.initialize picks it for the DeepSpeed engine
+            accelerator.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+            self.device = torch.device(accelerator.device_name(), accelerator.current_device())
+        options: dict[str, Any] = {}
+        if (ds_config.get("bf16") or {}).get("enabled") is True:
+            options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if self.offload:
+            options["offload_policy"] = CPUOffloadPolicy(pin_memory=self.device.type != "cpu")
+        else:
+            model = model.to(self.device)
+        for block in sharded_blocks(model):
+            fully_shard(block, **options)
+        self.module = fully_shard(model, **options)
+        super().__init__(self.module, ds_config, accumulation)
+
+    def forward_backward(self, batch: dict[str, torch.Tensor], last: bool,
+                         adjust: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss) -> torch.Tensor:
+        loss = adjust(self.module(**batch).loss)
+        (loss / self.accumulation).backward()  # FSDP2 averages over the ranks in its reduce-scatter
+        return loss.detach()
+
+    def _state(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model, optimizer = get_state_dict(self.module, self.optimizer)
+        return {"model": model, "optimizer": optimizer}
+
+    def save(self, directory: Path) -> None:
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+
+        directory.mkdir(parents=True, exist_ok=True)
+        dcp.save(self._state(), checkpoint_id=str(directory / "fsdp2"))  # every rank writes its shards
+        if dist.get_rank() == 0:
+            torch.save({"skipped": self._skipped,
+                        "scheduler": None if self.scheduler is None else self.scheduler.state_dict()},
+                       directory / "fsdp2_counters.pt")
+
+    def load(self, directory: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        state = self._state()
+        dcp.load(state, checkpoint_id=str(directory / "fsdp2"))
+        set_state_dict(self.module, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
+        counters = torch.load(directory / "fsdp2_counters.pt", weights_only=False)
+        if self.scheduler is not None and counters["scheduler"] is not None:
+            self.scheduler.load_state_dict(counters["scheduler"])
+        self._skipped = counters["skipped"]
+
+
+ENGINES = ("deepspeed", "ddp", "fsdp2")
 
 
 def build_engine(name: str, model_factory: Callable[[], torch.nn.Module], ds_config: dict[str, Any]) -> Any:
@@ -229,4 +327,6 @@ def build_engine(name: str, model_factory: Callable[[], torch.nn.Module], ds_con
         return DeepSpeedEngine(model_factory(), ds_config)
     if name == "ddp":
         return DdpEngine(model_factory(), ds_config, int(ds_config["gradient_accumulation_steps"]))
+    if name == "fsdp2":
+        return Fsdp2Engine(model_factory(), ds_config, int(ds_config["gradient_accumulation_steps"]))
     raise ValueError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")

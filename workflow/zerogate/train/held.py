@@ -1,4 +1,5 @@
-"""What each rank actually holds after training: the partitioned model-state tensors of a DeepSpeed engine.
+"""What each rank actually holds after training: the partitioned model-state tensors of a DeepSpeed engine
+(or of a torch engine: its module and optimizer, FSDP2's shards counted by their local part).
 
 Read by ``zerogate.train.loop`` at the end of the run and compared with the ledger's prediction
 (``zerogate.analysis.ledger_check``). Only tensors DeepSpeed keeps for the whole run are counted: the rank's
@@ -13,9 +14,15 @@ from typing import Any, Iterable
 from zerogate.runtime.deepspeed_adapter import parameter_count
 
 
+def _local(tensor: Any) -> Any:
+    """This rank's part of a tensor: FSDP2 keeps parameters, gradients and optimizer state as DTensors, whose
+    local shard is what the rank holds."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
 def _bytes(tensors: Iterable[Any], seen: set[int]) -> int:
     total = 0
-    for tensor in tensors:
+    for tensor in map(_local, tensors):
         if tensor is None or not hasattr(tensor, "untyped_storage") or tensor.numel() == 0:
             continue
         key = tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
@@ -29,6 +36,10 @@ def _bytes(tensors: Iterable[Any], seen: set[int]) -> int:
 def held_bytes(engine: Any) -> dict[str, int]:
     """Bytes of partitioned parameters, master weights, gradients and optimizer state this rank holds."""
     module = engine.module
+    # FSDP2 keeps the root's parameters gathered after a forward (the root does not reshard after forward, and
+    # evaluation ran one last): reshard, so that the rank's own shards are what is counted.
+    if callable(getattr(module, "reshard", None)):
+        module.reshard()
     zero_optimizer = engine.optimizer
     seen: set[int] = set()
     # ZeRO-3 keeps the rank's share of each parameter in ``ds_tensor``; other stages keep full tensors.

@@ -76,7 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ds-config", required=True, help="ds_config.json from render_deepspeed_config")
     parser.add_argument("--settings", required=True, help="train/settings.json: stabiliser, checkpoints, evaluation")
     parser.add_argument("--checkpoint-dir", required=True, help="checkpoints; outside the rule's outputs")
-    parser.add_argument("--engine", choices=ENGINES, default="deepspeed", help="what trains (ddp: the baseline)")
+    parser.add_argument("--engine", choices=ENGINES, default="deepspeed", help="what trains (ddp: the baseline; fsdp2: torch FSDP2)")
     parser.add_argument("--no-metrics", action="store_true", help="metrics layer off (zerogate.bench.metrics_overhead)")
     return parser.parse_args(argv)
 
@@ -134,7 +134,8 @@ class Run:
         set_seed(self.spec.training.seed)  # same seed on every rank: zero.Init must build identical weights
 
         # Any model source (shape numbers, HF directory, GGUF, hub cache), built or loaded under ZeRO-3's Init
-        # where the engine partitions it; the DDP baseline's model is whole on every rank.
+        # where the engine partitions it; the DDP baseline's and FSDP2's model is built whole on every rank (FSDP2
+        # shards it after).
         built_for = self.ds_config if args.engine == "deepspeed" else {**self.ds_config, "zero_optimization": {"stage": 0}}
         self.engine = build_engine(args.engine, lambda: load_for_training(self.spec, self.manifest, built_for),
                                    self.ds_config)
