@@ -62,6 +62,19 @@ def test_the_default_profile_lists_zeros_peers_and_the_schema_allows_every_varia
     assert schema["properties"]["variants"]["items"]["enum"] == list(ALL_VARIANTS)
 
 
+def test_variants_train_their_own_step_count_at_most_the_runs(tiny_profile):
+    from zerogate.errors import InputError
+
+    assert settings(tiny_profile).variant_steps == 100  # the default profile's variant_optimizer_steps
+    assert settings({**tiny_profile, "variant_optimizer_steps": None}).variant_steps == 1000  # the run's own
+    shorter = {**tiny_profile, "training": {**tiny_profile["training"], "optimizer_steps": 60}}
+    assert settings(shorter).variant_steps == 60  # a shorter run shortens its variants
+    with pytest.raises(InputError, match="variant_optimizer_steps: 0 is not a whole number"):
+        settings({**tiny_profile, "variant_optimizer_steps": 0})
+    with pytest.raises(InputError, match="variant_optimizer_steps: 5 leaves no timed step"):
+        settings({**tiny_profile, "variant_optimizer_steps": 5})  # warmup_steps_excluded is 10
+
+
 @pytest.mark.parametrize("name", sorted(PEERS))
 def test_a_peer_trains_from_its_zero_variants_config_with_its_own_engine(rendered, name):
     assert variant_config(rendered, name) == variant_config(rendered, PEERS[name].config_of)[:1] + (

@@ -144,7 +144,7 @@ rule bench_peers_vs_zero3:
         data=result("bench/peers_vs_zero3.json"),
     params:
         warmup_steps=WARMUP_STEPS,
-        steps=SETTINGS.training.optimizer_steps,
+        steps=VARIANT_STEPS,
         profile_name=PROFILE_NAME,
         intervals=INTERVALS,
     log:

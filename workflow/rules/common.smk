@@ -116,6 +116,8 @@ INTERVALS = plain(SETTINGS.intervals)
 # Profile key `repeats`: the run is trained this many times. Repeat 0 is the run itself (train/, parsed/);
 # repeats 1.. train under repeats/<k>/ with seed training.seed + k.
 REPEATS = SETTINGS.repeats
+# Profile key `variant_optimizer_steps`: what each comparison run trains (at most the run's own steps).
+VARIANT_STEPS = SETTINGS.variant_steps
 
 
 # The seed's own statements (config/claims.yaml), judged on paper for the claimed box (plan_claimed_box,

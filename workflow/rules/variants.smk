@@ -17,12 +17,30 @@ rule render_variant_config:
         "../scripts/render_variant_config.py"
 
 
+# The comparison runs' run spec: the run's own with VARIANT_STEPS optimizer steps (profile key
+# variant_optimizer_steps); the same model, data, seed and geometry.
+rule write_variant_run_spec:
+    input:
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+    output:
+        run_spec=result("variants/deepspeed/run_spec.json"),
+    params:
+        optimizer_steps=VARIANT_STEPS,
+    log:
+        result("logs/write_variant_run_spec.log"),
+    localrule: True
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/write_variant_run_spec.py"
+
+
 # A variant trains only for an approved plan, like the run itself (the planner's refusal holds for all); a
 # peer with its engine (variant_engine_argument).
 use rule train as train_variant with:
     input:
         ds_config=rules.render_variant_config.output.ds_config,
-        run_spec=rules.render_deepspeed_config.output.run_spec,
+        run_spec=rules.write_variant_run_spec.output.run_spec,
         settings=rules.write_train_settings.output.settings,
         train=rules.prepare_dataset.output.train,
         manifest=rules.prepare_dataset.output.manifest,
@@ -48,7 +66,7 @@ use rule train as train_variant with:
 use rule predict_peak_memory as predict_variant_peak_memory with:
     input:
         ds_config=rules.render_variant_config.output.ds_config,
-        run_spec=rules.render_deepspeed_config.output.run_spec,
+        run_spec=rules.write_variant_run_spec.output.run_spec,
         baseline=rules.measure_runtime_baseline.output.baseline,
     output:
         peak=result("variants/{variant}/plan/peak_memory.json"),
@@ -64,7 +82,7 @@ rule compare_variants:
         metrics=variant_metrics,
         peaks=variant_peaks,
         communication=rules.tabulate_comms_volume.output.table,
-        run_spec=rules.render_deepspeed_config.output.run_spec,
+        run_spec=rules.write_variant_run_spec.output.run_spec,
         settings=rules.write_train_settings.output.settings,
     output:
         table=result("variants/comparison.json"),
@@ -73,7 +91,7 @@ rule compare_variants:
         not_run=[v for v in PROFILE.get("variants", []) if v not in trained([v])],
         predicted=predicted_variants(),
         warmup_steps=WARMUP_STEPS,
-        expected_steps=SETTINGS.training.optimizer_steps,
+        expected_steps=VARIANT_STEPS,
         accumulation=SETTINGS.training.gradient_accumulation_steps,
         intervals=INTERVALS,
     log:

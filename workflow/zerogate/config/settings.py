@@ -308,6 +308,14 @@ class ProfileSettings:
     gates: tuple[GateSettings, ...]
     intervals: IntervalSettings = IntervalSettings()
     repeats: int = 1
+    variant_optimizer_steps: int | None = None
+
+    @property
+    def variant_steps(self) -> int:
+        """The optimizer steps each comparison run (profile key ``variants``) trains: ``variant_optimizer_steps``,
+        at most the run's own (a shorter profile, the benchmarks' say, shortens its variants too)."""
+        steps = self.training.optimizer_steps
+        return min(steps, self.variant_optimizer_steps) if self.variant_optimizer_steps else steps
 
     @property
     def vocab_size(self) -> int:
@@ -392,6 +400,16 @@ def interval_settings(section: dict[str, Any] | None, where: Where = _anywhere) 
     return settings
 
 
+def variant_steps_setting(value: Any, where: Where = _anywhere) -> int | None:
+    """``variant_optimizer_steps``: the comparison runs' optimizer steps (None: the run's own)."""
+    if value is None:
+        return None
+    if not _type_ok(value, int) or value < 1:
+        raise InputError(where("variant_optimizer_steps"), "variant_optimizer_steps",
+                         f"{value!r} is not a whole number of optimizer steps >= 1")
+    return int(value)
+
+
 def repeats_setting(value: Any, where: Where = _anywhere) -> int:
     """``repeats``: how many times the run is trained (seeds training.seed, +1, ...; the same data)."""
     if value is None:
@@ -427,6 +445,7 @@ def profile_settings(profile: dict[str, Any], where: Where = _anywhere) -> Profi
         gates=gate_settings(profile.get("gates"), where),
         intervals=interval_settings(profile.get("intervals"), where),
         repeats=repeats_setting(profile.get("repeats"), where),
+        variant_optimizer_steps=variant_steps_setting(profile.get("variant_optimizer_steps"), where),
     )
     check_cross_fields(settings, where)
     return settings
@@ -448,6 +467,10 @@ def check_cross_fields(settings: ProfileSettings, where: Where = _anywhere) -> N
     if training.warmup_steps_excluded >= training.optimizer_steps:
         refuse("training.warmup_steps_excluded",
                f"{training.warmup_steps_excluded} leaves no timed step of {training.optimizer_steps}")
+    if training.warmup_steps_excluded >= settings.variant_steps:
+        refuse("variant_optimizer_steps",
+               f"{settings.variant_steps} leaves no timed step after training.warmup_steps_excluded "
+               f"{training.warmup_steps_excluded}")
     check_model_shape(model, where)
     if model.shape_only and model.config is None:  # a pretrained model or a config brings its own shape
         heads = model.num_attention_heads
