@@ -145,8 +145,6 @@ rule write_grid_profiles:
         grid=planner_grid_file,
     output:
         profiles=expand(f"{PLANNER_GRID_DIR}/profiles/{{name}}", name=[f"{PROFILE_PREFIX}{p}.yaml" for p in GRID_POINTS]),
-    params:
-        out_dir=f"{PLANNER_GRID_DIR}/profiles",
     log:
         result("logs/bench/write_grid_profiles.log"),
     localrule: True

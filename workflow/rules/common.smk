@@ -166,7 +166,7 @@ def dataset_files():
 # One profile and one machine per invocation: every path below is concrete (no {profile} or {machine}
 # wildcards pinned to one value), built from RESULTS. Rules cite each other's outputs as rules.X.output.Y;
 # result() is only for a rule's own outputs and logs. The real wildcards are {variant} and the
-# benchmarks' {bench_row} and {repeat}.
+# benchmarks' {bench_row}, {repeat} and {point} (a point of the planner's validation grid).
 RESULTS = f"results/{PROFILE_NAME}/{MACHINE}"
 
 
