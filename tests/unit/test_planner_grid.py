@@ -153,6 +153,10 @@ def test_the_recorded_points_rows_are_its_ledger_tables_levels_unchanged():
             worst.rank, worst.predicted_bytes, worst.measured_bytes, worst.error_percent)
         assert row.within_target == (abs(row.error_percent) <= planner_grid.TARGETS[row.level])
         assert row.parameters == run.ledger.parameters and row.scheme == run.ledger.scheme
+    resident = next(r for r in rows if r.level == "resident_set")
+    peak_row = next(r for r in run.ledger.peak.rows if r.rank == resident.rank)
+    assert resident.with_allocator_free_error_percent == peak_row.with_allocator_free_error_percent is not None
+    assert all(r.with_allocator_free_error_percent is None for r in rows if r.level != "resident_set")
     assert rows[0].micro_batch == run.run_spec.training.micro_batch_per_rank
     assert rows[0].seq_len == run.run_spec.seq_len and rows[0].stage == run.ds_config.stage
     assert rows[0].train_seconds == pytest.approx(planner_grid.train_seconds(RECORDED / "train.tsv"))

@@ -8,7 +8,9 @@ sampled step, the same without the gradient buckets, the resident set), the rank
 with the ledger table's own error; the point's settings come from its run spec and rendered DeepSpeed
 config. Targets per level: the live-tensor peak within :data:`LIVE_TENSOR_TARGET` percent (with and without
 the buckets), the resident set within the ledger table's peak tolerance
-(zerogate.analysis.ledger_check.PEAK_TOLERANCE).
+(zerogate.analysis.ledger_check.PEAK_TOLERANCE). Beside the resident set, the ledger table's own figure for
+it plus the freed memory the C allocator kept at the peak's step (its peak rows' ``with_allocator_free_error(%)``),
+which no term predicts: a column of evidence, not the judged error.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 from zerogate import __version__
-from zerogate.analysis.ledger_check import BUCKETS_EXCLUDED, PEAK_TOLERANCE
+from zerogate.analysis.ledger_check import BUCKETS_EXCLUDED, PEAK_RSS, PEAK_TOLERANCE
 from zerogate.contracts.ledger import LedgerTable, LevelRow
 from zerogate.contracts.planner_grid import GridLevel, PlannerGridTable
 from zerogate.contracts.records import GitState
@@ -81,6 +83,10 @@ def point_levels(run: PointRun) -> list[GridLevel]:
     for row in table.levels:
         if row.level in TARGETS:
             by_level.setdefault(row.level, []).append(row)
+    # The resident set is the CPU run's own peak metric: its peak rows hold the same figures and, beside them,
+    # the prediction plus the allocator's freed memory.
+    with_free = ({r.rank: r.with_allocator_free_error_percent for r in table.peak.rows}
+                 if table.peak.prediction.metric == PEAK_RSS else {})
     rows = []
     for level, level_rows in by_level.items():
         worst = _worst(level_rows)
@@ -93,6 +99,7 @@ def point_levels(run: PointRun) -> list[GridLevel]:
             "level": level, "rank": worst.rank, "predicted(bytes)": worst.predicted_bytes,
             "measured(bytes)": worst.measured_bytes, "error(%)": worst.error_percent, "target(%)": target,
             "within_target": None if worst.error_percent is None else abs(worst.error_percent) <= target,
+            "with_allocator_free_error(%)": with_free.get(worst.rank) if level == "resident_set" else None,
             "train(s)": run.train_seconds}, f"point {run.point}"))
     return rows
 
@@ -110,7 +117,7 @@ def grid_table(runs: list[PointRun], grid_file: str, grid_bytes: bytes, git: Git
 
 
 COLUMNS = ("point", "arch", "params", "stage", "offload", "micro-batch", "seq", "ckpt", "attention", "level",
-           "predicted", "measured", "error %", "within target", "train (s)")
+           "predicted", "measured", "error %", "within target", "error % with allocator free", "train (s)")
 LEVEL_NAMES = {"tensor": "live tensors", BUCKETS_EXCLUDED: "live tensors less buckets", "resident_set": "resident set"}
 
 
@@ -124,7 +131,9 @@ def cells(row: GridLevel) -> list[str]:
     return [row.point, row.architecture, f"{row.parameters / 1e6:.1f} M", str(row.stage), row.offload,
             str(row.micro_batch), str(row.seq_len), "on" if row.activation_checkpointing else "off", row.attention,
             LEVEL_NAMES.get(row.level, row.level), _mib(row.predicted_bytes), _mib(row.measured_bytes), error,
-            f"{within} (±{row.target_percent:g} %)", "—" if row.train_seconds is None else f"{row.train_seconds:.0f}"]
+            f"{within} (±{row.target_percent:g} %)",
+            "" if row.with_allocator_free_error_percent is None else f"{row.with_allocator_free_error_percent:+.2f}",
+            "—" if row.train_seconds is None else f"{row.train_seconds:.0f}"]
 
 
 def _summary(table: PlannerGridTable) -> str:
