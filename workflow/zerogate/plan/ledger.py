@@ -88,6 +88,12 @@ TERM_SOURCES = {
                            "plus the prefetch bucket, which stage3_max_live_parameters caps "
                            "(partitioned_param_coordinator.py fetch_sub_module), at most the model",
     "largest_layer_gradient": "the largest layer's full gradient before it is reduced into the partitions (ZeRO-2/3)",
+    "tied_weight_gradient": "with tied input and output embeddings, the output embedding's gradient contribution, "
+                            "computed first in the backward and held by autograd until the input embedding's "
+                            "arrives at the backward's end, when the two are summed into the one gradient the "
+                            "other gradient terms count (torch/csrc/autograd/input_buffer.h: the InputBuffer "
+                            "accumulates a gradient used twice; AccumulateGrad, and DeepSpeed's gradient hook on "
+                            "it, runs once on the sum)",
     "activations": "what one micro-step's forward keeps for the backward (zerogate.plan.activations)",
     "backward_transient": "what the backward holds on top of the kept activations at its peak, weight gradients "
                           "excluded (zerogate.plan.activations)",
@@ -119,8 +125,8 @@ TERM_SOURCES = {
 # The phases of a device's terms (see the module docstring); OVERHEAD is what is not a tensor.
 PERSISTENT = ("parameters", "master_parameters", "gradients", "gradient_accumulation", "optimizer_states",
               "optimizer_gradients", "persistent_parameters", "reduce_bucket")
-MICRO_STEP = ("gathered_parameters", "largest_layer_gradient", "gradient_reduction_buckets", "activations",
-              "backward_transient")
+MICRO_STEP = ("gathered_parameters", "largest_layer_gradient", "tied_weight_gradient", "gradient_reduction_buckets",
+              "activations", "backward_transient")
 OPTIMIZER_STEP = ("fp32_gradient_copy",)
 OVERHEAD = ("allocator_margin", "cuda_context", "communicator")
 # Host RAM terms that are not offloaded model state.
@@ -392,6 +398,8 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
         device["gradient_reduction_buckets"] = b * min(phi, setup.reduce_bucket)
     if setup.stage >= 2:
         device["largest_layer_gradient"] = b * counts.largest_layer
+    if counts.tied_embeddings:
+        device["tied_weight_gradient"] = b * counts.vocab * counts.hidden
     device["fp32_gradient_copy"] = fp32_gradient_copy_bytes(counts, setup, share)
     device["activations"] = figures.saved_bytes
     device["backward_transient"] = figures.backward_transient_bytes
