@@ -44,7 +44,7 @@ clean:
 # (workflow/rules/bench.smk) on the pipeline's own rules, profile `bench` (the default in 60 steps).
 # BENCH_CONFIG adds --config entries, e.g. make bench BENCH_CONFIG="bench_repeats=1".
 BENCH := snakemake --cores all --config profile=bench $(BENCH_CONFIG) --
-.PHONY: bench bench-ddp-vs-zero3 bench-metrics-overhead bench-gloo-latency bench-peers
+.PHONY: bench bench-ddp-vs-zero3 bench-metrics-overhead bench-gloo-latency bench-peers bench-planner-grid
 bench: setup
 	$(BENCH) bench
 
@@ -60,6 +60,12 @@ bench-gloo-latency: setup
 # ZeRO's peers (FSDP2, with and without its offload) against ZeRO-3, six variant runs: not part of `bench`.
 bench-peers: setup
 	$(BENCH) bench_peers_vs_zero3
+
+# The planner's memory prediction against short CPU training runs (config/planner_grid.yaml: ZeRO 0-3,
+# offloads, micro-batch, sequence, checkpointing, attention, three architectures), each point's ledger table
+# level by level; about 36 minutes on 2 shared cores (docs/planning.md, "The planner against a grid of runs").
+bench-planner-grid: setup
+	$(BENCH) bench_planner_grid
 
 # Mutation score of the judging code (mutmut, about 45 minutes on 2 cores): not part of `bench` or
 # CI; mutmut comes from envs/requirements-bench.txt.

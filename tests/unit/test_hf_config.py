@@ -20,6 +20,8 @@ SHIPPED = {
                     ModelShape("qwen2", 5120, 48, 40, 8, 128, 13824, 152064, False, 131072)),
     "gpt2-xl": ("GPT2Config", 1_557_611_200,
                 ModelShape("gpt2", 1600, 48, 25, 25, 64, 6400, 50257, True, 1024)),
+    # GPT-2 small's shape (config/models/README.md): 124,439,808, GPT-2 small's 124 M.
+    "gpt2": ("GPT2Config", 124_439_808, ModelShape("gpt2", 768, 12, 12, 12, 64, 3072, 50257, True, 1024)),
     "llama-3-8b": ("LlamaConfig", 8_030_261_248,
                    ModelShape("llama", 4096, 32, 32, 8, 128, 14336, 128256, False, 8192)),
     "mistral-7b": ("MistralConfig", 7_241_732_096,

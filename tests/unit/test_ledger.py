@@ -190,6 +190,19 @@ def test_zerogate_adds_what_the_estimator_leaves_out():
     assert "communicator" not in zerogate_terms(counts, claim_setup(ranks=1))["device"]
 
 
+def test_tied_embeddings_hold_the_output_embeddings_gradient_through_the_backward():
+    """A tied weight's two gradient contributions coexist: the output embedding's, from the backward's start,
+    and the input embedding's at its end (autograd sums them before the one AccumulateGrad)."""
+    untied = zerogate_terms(claim_counts(), claim_setup())["device"]
+    tied_counts = claim_counts().model_copy(update={"tied_embeddings": True})
+    for stage in (0, 1, 2, 3):
+        tied = zerogate_terms(tied_counts, claim_setup(stage=stage, offload_param=stage == 3))["device"]
+        assert tied["tied_weight_gradient"] == 2 * 152064 * 5120  # fp16, the embedding's shape
+    tied = zerogate_terms(tied_counts, claim_setup())["device"]
+    assert "tied_weight_gradient" not in untied
+    assert device_levels(tied)["tensor"] - device_levels(untied)["tensor"] == tied["tied_weight_gradient"]  # micro-step
+
+
 def test_the_tensor_peak_is_the_persistent_terms_and_the_larger_phase():
     device = {"parameters": 100, "optimizer_states": 200, "activations": 50, "gathered_parameters": 30,
               "fp32_gradient_copy": 70, "allocator_margin": 9, "cuda_context": 1000, "communicator": 10}

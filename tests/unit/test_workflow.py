@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted(p.stem for p in (REPO / "config/profiles").glob("*.yaml"))
@@ -75,7 +76,10 @@ def test_benchmarks_are_targets_on_the_pipelines_rules():
     jobs = planned_jobs(snakemake("-n", "bench", "--config", "profile=bench", "machine=dry-run", "bench_repeats=1"))
     assert jobs["train_bench_run"] == 5 and jobs["train_ddp_baseline"] == 1  # zero3 (+untuned, no-metrics), 2 variants
     assert jobs["render_variant_config"] == 2 and jobs["prepare_dataset"] == 1 and jobs["approve_plan"] == 1
-    assert {"bench_ddp_vs_zero3", "bench_metrics_overhead", "bench_gloo_latency"} <= set(jobs)
+    assert {"bench_ddp_vs_zero3", "bench_metrics_overhead", "bench_gloo_latency", "bench_planner_grid"} <= set(jobs)
+    # The planner's grid: one run of the pipeline per point, under the profile write_grid_profiles wrote.
+    points = yaml.safe_load((REPO / "config/planner_grid.yaml").read_text())["points"]
+    assert jobs["write_grid_profiles"] == 1 and jobs["run_grid_point"] == len(points) >= 12
 
 
 def test_the_default_profiles_report_shows_its_variants_and_hf_trainer_is_never_trained():

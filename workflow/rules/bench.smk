@@ -1,5 +1,5 @@
 # The benchmarks (`make bench`: targets bench, bench_ddp_vs_zero3, bench_metrics_overhead,
-# bench_gloo_latency), run on the pipeline's own rules: the profile's dataset, its rendered DeepSpeed config
+# bench_gloo_latency, bench_planner_grid), run on the pipeline's own rules: the profile's dataset, its rendered DeepSpeed config
 # and the variants' (render_variant_config), the approved plan, and the train rule's command. Figures are
 # printed and written to results/<profile>/<machine>/bench/. The profile `bench` (the default profile in 60
 # steps, no checkpoints) is what `make bench` runs; config key bench_repeats sets the runs per row.
@@ -133,6 +133,74 @@ rule bench_gloo_latency:
         " && cat {output.table} >&2"
 
 
+# The planner's validation grid (config/planner_grid.yaml, zerogate.bench.grid_points and .planner_grid):
+# every point a profile extending the grid's base, written by write_grid_profiles after the whole grid is
+# checked; each point runs the pipeline's own rules up to compare_ledger under that profile (one Snakemake
+# invocation per point, since a profile is fixed per invocation), its results under
+# results/planner-grid-<point>/<machine>/. predict_peak_memory is always re-run, so the table judges the
+# planner as it is now (the training is redone only when the point's run changed); the ledger table, run spec,
+# DeepSpeed config and the train rule's benchmark are copied beside the grid's table.
+rule write_grid_profiles:
+    input:
+        grid=planner_grid_file,
+    output:
+        profiles=expand(f"{PLANNER_GRID_DIR}/profiles/{{name}}", name=[f"{PROFILE_PREFIX}{p}.yaml" for p in GRID_POINTS]),
+    log:
+        result("logs/bench/write_grid_profiles.log"),
+    localrule: True
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../scripts/write_grid_profiles.py"
+
+
+rule run_grid_point:
+    input:
+        profile=f"{PLANNER_GRID_DIR}/profiles/{PROFILE_PREFIX}{{point}}.yaml",
+        planner=PLANNER_SOURCES,
+    output:
+        ledger=f"{PLANNER_GRID_DIR}/points/{{point}}/ledger_vs_measured.json",
+        run_spec=f"{PLANNER_GRID_DIR}/points/{{point}}/run_spec.json",
+        ds_config=f"{PLANNER_GRID_DIR}/points/{{point}}/ds_config.json",
+        train_benchmark=f"{PLANNER_GRID_DIR}/points/{{point}}/train.tsv",
+    params:
+        results=lambda wildcards: grid_point_results(wildcards.point),
+    log:
+        result("logs/bench/planner_grid/{point}.log"),
+    benchmark:
+        result("benchmarks/bench/planner_grid/{point}.tsv")
+    threads: host_cores()
+    resources:
+        host_share=HOST_SHARE_POOL,
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "snakemake --cores {threads} --config profile={input.profile} --forcerun predict_peak_memory -- compare_ledger"
+        " > {log} 2>&1"
+        " && cp {params.results}/ledger/ledger_vs_measured.json {output.ledger}"
+        " && cp {params.results}/deepspeed/run_spec.json {output.run_spec}"
+        " && cp {params.results}/deepspeed/ds_config.json {output.ds_config}"
+        " && cp {params.results}/benchmarks/train.tsv {output.train_benchmark}"
+
+
+rule bench_planner_grid:
+    input:
+        unpack(planner_grid_runs),
+    output:
+        table=result("bench/planner_grid.txt"),
+        data=result("bench/planner_grid.json"),
+        markdown=result("bench/planner_grid.md"),
+    params:
+        points=GRID_POINTS,
+    log:
+        result("logs/bench/bench_planner_grid.log"),
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/bench_planner_grid.py"
+
+
 # ZeRO's peers against ZeRO-3 (make bench-peers): the variants' own runs (train_variant) of the rows of
 # zerogate.bench.peers_vs_zero3, whatever the profile lists; not part of `bench`.
 rule bench_peers_vs_zero3:
@@ -161,4 +229,5 @@ rule bench:
         rules.bench_ddp_vs_zero3.output.table,
         rules.bench_metrics_overhead.output.table,
         rules.bench_gloo_latency.output.table,
+        rules.bench_planner_grid.output.table,
     localrule: True

@@ -14,6 +14,7 @@ from snakemake.utils import validate
 
 from zerogate import __version__ as PIPELINE_VERSION
 from zerogate.errors import InputError
+from zerogate.bench.grid_points import PROFILE_PREFIX, point_ids, profile_file_name
 from zerogate.hashing import sha256_json
 from zerogate.config.machine_id import machine_id_from_host
 from zerogate.config.profile import check_profile, file_defining, load_profile_chain, profile_name, resolve_profile
@@ -168,7 +169,7 @@ def dataset_files():
 # One profile and one machine per invocation: every path below is concrete (no {profile} or {machine}
 # wildcards pinned to one value), built from RESULTS. Rules cite each other's outputs as rules.X.output.Y;
 # result() is only for a rule's own outputs and logs. The real wildcards are {variant} and the
-# benchmarks' {bench_row} and {repeat}.
+# benchmarks' {bench_row}, {repeat} and {point} (a point of the planner's validation grid).
 RESULTS = f"results/{PROFILE_NAME}/{MACHINE}"
 
 
@@ -192,6 +193,7 @@ wildcard_constraints:
                                                            *PEER_BENCH_VARIANTS])),
     bench_row="|".join(re.escape(r) for r in BENCH_ROWS),
     repeat=r"\d+",
+    point=r"[a-z0-9][a-z0-9-]*",
 
 
 def host_cores():
@@ -361,3 +363,45 @@ def published_setups_table(wildcards):
     if not (REPO / PUBLISHED_SETUPS).is_file():
         fail(InputError(config_source(["published_setups"]), "published_setups", f"no such file: {PUBLISHED_SETUPS}"))
     return PUBLISHED_SETUPS
+
+
+# The planner's validation grid (bench_planner_grid in bench.smk): short training runs, each a profile that
+# extends the grid's base (zerogate.bench.grid_points). The file's structure is checked when the workflow
+# loads (one line naming the file, the point and the key); each point's whole profile, model config
+# included, by write_grid_profiles, before any point trains.
+PLANNER_GRID = config["planner_grid"]
+PLANNER_GRID_DIR = result("bench/planner_grid")
+
+
+def planner_grid_points():
+    """The grid's point ids, in the file's order; none when the file is not there (the target says so)."""
+    if not (REPO / PLANNER_GRID).is_file():
+        return []
+    try:
+        return point_ids(REPO / PLANNER_GRID, PLANNER_GRID)
+    except InputError as error:
+        fail(error)
+
+
+GRID_POINTS = planner_grid_points()
+
+
+def planner_grid_file(wildcards):
+    """The grid the bench_planner_grid target runs; one line before any job when it is not there."""
+    if not (REPO / PLANNER_GRID).is_file():
+        fail(InputError(config_source(["planner_grid"]), "planner_grid", f"no such file: {PLANNER_GRID}"))
+    return PLANNER_GRID
+
+
+def grid_point_results(point):
+    """Where a grid point's own pipeline run files its results: results/<its profile's name>/<machine>/."""
+    return f"results/{profile_name(profile_file_name(point))}/{MACHINE}"
+
+
+def planner_grid_runs(wildcards):
+    """The bench_planner_grid rule's inputs: the grid file and, per point in the file's order, what its run
+    copied (run_grid_point's outputs)."""
+    files = {"grid": planner_grid_file(wildcards)}
+    for name in ("ledger", "run_spec", "ds_config", "train_benchmark"):
+        files[name] = expand(getattr(rules.run_grid_point.output, name), point=GRID_POINTS)
+    return files

@@ -98,6 +98,12 @@ TERM_SOURCES = {
                                 "(pinned with pin_memory), held for the run (stage_1_and_2.py "
                                 "temp_grad_buffer_for_cpu_offload)",
     "largest_layer_gradient": "the largest layer's full gradient before it is reduced into the partitions (ZeRO-2/3)",
+    "tied_weight_gradient": "with tied input and output embeddings, the output embedding's gradient contribution, "
+                            "computed first in the backward and held by autograd until the input embedding's "
+                            "arrives at the backward's end, when the two are summed into the one gradient the "
+                            "other gradient terms count (torch/csrc/autograd/input_buffer.h: the InputBuffer "
+                            "accumulates a gradient used twice; AccumulateGrad, and DeepSpeed's gradient hook on "
+                            "it, runs once on the sum)",
     "activations": "what one micro-step's forward keeps for the backward (zerogate.plan.activations)",
     "backward_transient": "what the backward holds on top of the kept activations at its peak, weight gradients "
                           "excluded (zerogate.plan.activations)",
@@ -130,7 +136,7 @@ TERM_SOURCES = {
 PERSISTENT = ("parameters", "master_parameters", "gradients", "gradient_accumulation", "optimizer_states",
               "optimizer_gradients", "persistent_parameters", "reduce_bucket", "offload_gradient_buffer",
               "offload_gradient_staging")
-MICRO_STEP = ("gathered_parameters", "largest_layer_gradient", "gradient_reduction_buckets",
+MICRO_STEP = ("gathered_parameters", "largest_layer_gradient", "tied_weight_gradient", "gradient_reduction_buckets",
               "offload_gradient_conversion", "activations", "backward_transient")
 OPTIMIZER_STEP = ("fp32_gradient_copy",)
 OVERHEAD = ("allocator_margin", "cuda_context", "communicator")
@@ -408,6 +414,8 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
         device["gradient_reduction_buckets"] = b * min(phi, setup.reduce_bucket)
     if setup.stage >= 2:
         device["largest_layer_gradient"] = b * counts.largest_layer
+    if counts.tied_embeddings:
+        device["tied_weight_gradient"] = b * counts.vocab * counts.hidden
     device["fp32_gradient_copy"] = fp32_gradient_copy_bytes(counts, setup, share)
     device["activations"] = figures.saved_bytes
     device["backward_transient"] = figures.backward_transient_bytes

@@ -123,4 +123,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from zerogate.runtime.process_exit import exit_without_teardown
+
+    exit_without_teardown(main())

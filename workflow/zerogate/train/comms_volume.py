@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -189,4 +188,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from zerogate.runtime.process_exit import exit_without_teardown
+
+    exit_without_teardown(main())

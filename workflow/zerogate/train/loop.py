@@ -329,17 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def exit_without_teardown(code: int) -> None:
-    """End the rank's process once every output is written and closed, skipping the interpreter's teardown:
-    with the process group already destroyed, a rank still sometimes aborted in C++ static destructors after
-    its last step ("terminate called without an active exception", return code -6), failing a finished run."""
-    import logging
-
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
+    from zerogate.runtime.process_exit import exit_without_teardown
+
     exit_without_teardown(main())
