@@ -24,7 +24,7 @@ from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, PASS, evaluate
 from zerogate.analysis.measures import STEP_TIME, TOKENS_PER_S, SpikeRule, summarise_run
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
-from zerogate.analysis.variants import compare as variant_table
+from zerogate.analysis.variants import VariantRun, compare as variant_table
 from zerogate.config.settings import ConvergenceRuleSettings, stabiliser_settings
 from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.contracts.parsed import RunMeta
@@ -124,8 +124,8 @@ def test_every_consumer_gives_the_same_number(tmp_path):
     rows = {row["label"]: row["cells"]["lab-b"]["value"] for row in quantity_rows(comparison.groups[0])}
     table = comparison_table(comparison)
     csv = table[table["machine"] == "lab-b"].set_index("statistic")["value"]  # the long CSV: one row per statistic
-    (variant,) = variant_table({"zero3": train_summary(STEPS, dtype="fp16")}, {"zero3": steps}, warmup_steps=WARMUP, spike_rule=RULE,
-                               expected_steps=STEPS).rows
+    (variant,) = variant_table({"zero3": VariantRun(steps, train_summary(STEPS, dtype="fp16"))}, warmup_steps=WARMUP,
+                               spike_rule=RULE, expected_steps=STEPS).rows
     statistics = variant.statistics
     drawn = loss_figure(steps, no_events(), WARMUP, tmp_path / "loss.png", RULE)
     drawn |= step_time_figure(steps, WARMUP, verdicts, tmp_path / "step.png")
