@@ -18,6 +18,7 @@ import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
 from zerogate.contracts.base import Record
+from zerogate.config.tables import read_yaml, refuse_duplicate_ids
 from zerogate.errors import InputError
 from zerogate.plan.variants import VARIANTS, variant_overrides
 
@@ -63,11 +64,8 @@ def parse_grid(raw: object, file: str = GRID_FILE) -> PlannerGrid:
         grid = TypeAdapter(PlannerGrid).validate_python(raw)
     except ValidationError as error:
         raise _structure_error(file, raw, error) from None
-    seen: dict[str, int] = {}
+    refuse_duplicate_ids((point.id for point in grid.points), file, "points")
     for index, point in enumerate(grid.points):
-        if point.id in seen:
-            raise InputError(file, f"points[{index}] ({point.id}): id", f"also the id of points[{seen[point.id]}]")
-        seen[point.id] = index
         if "extends" in point.overrides:
             raise InputError(file, f"points[{index}] ({point.id}): overrides.extends",
                              "a point extends the grid's base; set base instead")
@@ -77,13 +75,7 @@ def parse_grid(raw: object, file: str = GRID_FILE) -> PlannerGrid:
 def read_grid(path: str | Path, file: str | None = None) -> PlannerGrid:
     """The grid at ``path``, its structure checked (``file``: the name errors give, as the user wrote it)."""
     shown = file or str(path)
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except OSError as error:
-        raise InputError(shown, "", f"cannot be read ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        raise InputError(shown, "", f"not valid YAML: {str(error).splitlines()[0]}") from None
-    return parse_grid(raw, shown)
+    return parse_grid(read_yaml(path, shown), shown)
 
 
 def point_ids(path: str | Path, file: str | None = None) -> list[str]:

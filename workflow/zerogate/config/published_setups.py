@@ -19,10 +19,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-import yaml
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from zerogate.contracts.base import Record
+from zerogate.config.tables import read_yaml, refuse_duplicate_ids
 from zerogate.errors import InputError
 
 Rounding = Literal["nearest", "truncated", "floor"]
@@ -269,23 +269,14 @@ def parse_setups(raw: object, file: str) -> PublishedSetups:
         table = TypeAdapter(PublishedSetups).validate_python(raw)
     except ValidationError as error:
         raise _row_problem(file, raw if isinstance(raw, dict) else {}, error) from None
-    seen: dict[str, int] = {}
-    for index, row in enumerate(table.setups):
-        if row.id in seen:
-            raise InputError(file, f"setups[{index}] ({row.id}): id", f"also the id of setups[{seen[row.id]}]")
-        seen[row.id] = index
+    refuse_duplicate_ids((row.id for row in table.setups), file, "setups")
     return table
 
 
 def read_setups(path: str | Path, file: str | None = None) -> PublishedSetups:
     """The table at ``path``, checked (``file``: the name errors give, as the user wrote it)."""
     shown = file or str(path)
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except OSError as error:
-        raise InputError(shown, "", f"cannot be read ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        raise InputError(shown, "", f"not valid YAML: {str(error).splitlines()[0]}") from None
+    raw = read_yaml(path, shown)
     if not isinstance(raw, dict):
         raise InputError(shown, "(top level)", "a mapping with one key, setups, was expected")
     return parse_setups(raw, shown)

@@ -1,0 +1,30 @@
+"""Reading a YAML table a user edits (published setups, the planner grid) with one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import yaml
+
+from zerogate.errors import InputError
+
+
+def read_yaml(path: str | Path, shown: str) -> object:
+    """The parsed YAML at ``path``; InputError naming ``shown`` (the file as the user wrote it) when it
+    cannot be read or is not YAML."""
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except OSError as error:
+        raise InputError(shown, "", f"cannot be read ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        raise InputError(shown, "", f"not valid YAML: {str(error).splitlines()[0]}") from None
+
+
+def refuse_duplicate_ids(ids: Iterable[str], file: str, items: str) -> None:
+    """InputError naming ``file`` and the later of two entries of the list ``items`` with one id."""
+    seen: dict[str, int] = {}
+    for index, item_id in enumerate(ids):
+        if item_id in seen:
+            raise InputError(file, f"{items}[{index}] ({item_id}): id", f"also the id of {items}[{seen[item_id]}]")
+        seen[item_id] = index
