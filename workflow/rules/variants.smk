@@ -91,8 +91,6 @@ rule compare_variants:
         not_run=[v for v in PROFILE.get("variants", []) if v not in trained([v])],
         predicted=predicted_variants(),
         warmup_steps=WARMUP_STEPS,
-        expected_steps=VARIANT_STEPS,
-        accumulation=SETTINGS.training.gradient_accumulation_steps,
         intervals=INTERVALS,
     log:
         result("logs/compare_variants.log"),

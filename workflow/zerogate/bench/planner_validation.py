@@ -344,19 +344,11 @@ def _judged_fits(plan: Plan, memory: str, host_stated: bool) -> tuple[bool, str]
 
 
 def largest_micro_batch(fits_at: Callable[[int], bool], limit: int = MICRO_BATCH_LIMIT) -> int:
-    """The largest micro-batch ``fits_at`` accepts (0: not even 1), assuming fit only shrinks as it grows:
-    doubling to the first that does not fit, then bisection."""
-    if not fits_at(1):
-        return 0
-    low, high = 1, 2
-    while high <= limit and fits_at(high):
-        low, high = high, high * 2
-    if high > limit:
-        return low
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if fits_at(middle) else (low, middle)
-    return low
+    """The largest micro-batch ``fits_at`` accepts, searched as the planner searches its own
+    (zerogate.plan.planner.largest_accepted)."""
+    from zerogate.plan.planner import largest_accepted
+
+    return largest_accepted(fits_at, limit)
 
 
 def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:

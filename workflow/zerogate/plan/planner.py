@@ -5,7 +5,7 @@ profile's claims against a plan is zerogate.analysis.on_paper's: the plan holds 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 from zerogate.config.settings import PlanSettings
 from zerogate.contracts.machine import Fingerprint
@@ -64,16 +64,22 @@ def largest_micro_batch(counts: ModelCounts, setup: Setup, machine: dict[str, An
         return all(c.fits for c in checks(counts, dataclasses.replace(setup, micro_batch=micro_batch), machine,
                                           activations))
 
-    if not fits(1):
+    return largest_accepted(fits, limit)
+
+
+def largest_accepted(fits_at: Callable[[int], bool], limit: int) -> int:
+    """The largest micro-batch up to ``limit`` that ``fits_at`` accepts (0: not even 1), assuming fit only
+    shrinks as it grows: doubling to the first that does not fit, then bisection."""
+    if not fits_at(1):
         return 0
     low, high = 1, 2
-    while high <= limit and fits(high):
+    while high <= limit and fits_at(high):
         low, high = high, high * 2
     if high > limit:
         return low
     while high - low > 1:
         middle = (low + high) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle)
+        low, high = (middle, high) if fits_at(middle) else (low, middle)
     return low
 
 
