@@ -45,6 +45,31 @@ def gpu_fingerprint(*devices: tuple[str, float]) -> Fingerprint:
     return Fingerprint.of(data, "the test fingerprint")
 
 
+@pytest.fixture(scope="module")
+def one_rank_world():
+    """This process as a torch.distributed world of one rank (DeepSpeed's CPU accelerator, gloo), for the
+    tests that need DeepSpeed's partitioning in-process; the environment and shm buffers restored after."""
+    saved = {k: os.environ.get(k) for k in ("DS_ACCELERATOR", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+                                             "LOCAL_RANK", "LOCAL_SIZE")}
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    import torch.distributed as dist
+    from deepspeed.accelerator import get_accelerator
+
+    from zerogate.runtime.launch import remove_shm_buffers, start_one_rank_world
+
+    if get_accelerator().device_name() != "cpu":
+        pytest.skip("DeepSpeed's accelerator was already chosen as non-CPU in this session")
+    port = start_one_rank_world("gloo")
+    yield
+    dist.destroy_process_group()
+    remove_shm_buffers(port)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture
 def cpu_fingerprint() -> Fingerprint:
     return CPU_FINGERPRINT

@@ -71,6 +71,8 @@ def test_plan_for_the_claimed_box_gives_the_on_paper_verdict(plans):
     assert "  optimizer_step_time: does not hold" in done.stderr and "  run_fits_machine: does not hold" in done.stderr
     plan = Plan.read(workdir / "results/claim-14b/claim-rtx5070-rtx4090/plan/plan.json")
     assert plan.floor.optimizer_step_floor_s > 20 and plan.machine_source == "described"
+    # What FSDP2, with and without its offload, would need on the same box.
+    assert [p.variant for p in plan.peers] == ["fsdp2", "fsdp2-offload"] and "  fsdp2-offload: " in done.stderr
     assert not (workdir / "results/claim-14b/claim-rtx5070-rtx4090/probe").exists()  # nothing probed
     # The planner's multi-node answer, printed and written as a profile overlay that runs: planned as a
     # profile of its own on the same box, it fits.

@@ -97,8 +97,8 @@ def test_peers_vs_zero3_divides_the_pipelines_step_times_and_brackets_each_ratio
     assert fsdp2["ratio_to_zero3"] == pytest.approx(fsdp2["step_time(s)"] / rows["zero3"]["step_time(s)"])
     low, high = fsdp2["ratio_interval"]
     assert low < 1.5 < high and high - low < 0.1  # 1.5 x by construction, 1 % noise per step
-    # Identical losses everywhere: every peer agrees with ZeRO-2 within the floor of the tolerance.
-    assert {(a["peer"], a["reference"]) for a in result["loss_agreement"]} >= {("fsdp2", "zero2"), ("fsdp2", "zero3")}
+    # Identical losses everywhere: every peer agrees with the ZeRO variant it trains from, within the floor.
+    assert {(a["peer"], a["reference"]) for a in result["loss_agreement"]} >= {("fsdp2", "zero3")}
     assert all(a["within"] for a in result["loss_agreement"])
     printed = peers_vs_zero3.text(result, "bench", 30)
     assert f"fsdp2              {fsdp2['step_time(s)']:.4f} s" in printed

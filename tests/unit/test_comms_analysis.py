@@ -16,17 +16,18 @@ from zerogate.contracts.run import DsConfig, ZeroView
 from zerogate.contracts.verdicts import (DOES_NOT_HOLD, HOLDS, ClaimedBox, ClaimVerdict, ClaimVerdicts,
                                          JudgedClaim)
 from zerogate.model.counts import ModelCounts
-from zerogate.plan.comms import SCHEMES
+from zerogate.plan.comms import SCHEMES, scheme_setup
 from zerogate.plan.ledger import Setup
 from zerogate.plan.planner import plan
-from zerogate.plan.variants import VARIANTS
 from zerogate.report.html import section
 
 # 1000 + 100 elements above the persistence threshold (50), 10 and 6 at or below it; fp32; 2 ranks.
 NUMELS = [1000, 100, 10, 6]
 PHI = sum(NUMELS)
+# As count_parameters records them: 1000 and 6 outside the one decoder layer (FSDP2's root), 100 and 10 in it,
+# each flat (its first dimension its size).
 COUNTS = ModelCounts(total=PHI, largest_layer=1000, numels=tuple(NUMELS), hidden=1, layers=1, heads=1, vocab=1,
-                     tied_embeddings=False, largest_block=0)
+                     tied_embeddings=False, largest_block=110, first_dims=tuple(NUMELS), blocks=(-1, 0, 0, -1))
 SETTINGS = TheorySettings(persistence_threshold=50, reduce_bucket_elements=500_000_000,
                           prefetch_bucket_elements=50_000_000, max_reuse_distance=1_000_000_000, leaf_blocks=False,
                           multi_rank_bucket_allreduce=True, gradient_clipping=1.0)
@@ -47,6 +48,11 @@ def measured(scheme: str, accumulation: int) -> list[LoggedCalls]:
     if scheme in ("zero1", "zero2"):
         return [calls("all_reduce", grads, g if scheme == "zero2" else 1), calls("all_reduce", 4, 1),
                 calls("all_gather_into_tensor", grads // 2, 1)]
+    if scheme == "fsdp2":  # as the dispatch-mode recorder records FSDP2 (gathers log the rank's partition)
+        return [calls("all_gather_into_tensor", 1006 * 4 // 2, g),  # the root, forward only
+                calls("all_gather_into_tensor", 110 * 4 // 2, 2 * g),  # the layer, forward and backward
+                calls("reduce_scatter_tensor", 1006 * 4, g), calls("reduce_scatter_tensor", 110 * 4, g),
+                calls("all_reduce", 4 * 4, 1)]  # one fp32 local norm per parameter
     norm = 8 if scheme == "zero3" else 4
     return [calls("all_gather_into_tensor", 1100 * 4 // 2, g),  # one coalesced gather
             calls("all_gather_into_tensor", 5 * 4, 1),  # persistent 10
@@ -59,7 +65,7 @@ def record(scheme: str, accumulation: int, rank: int, phase: list[LoggedCalls] |
            reason: str | None = None, steps: int = 1) -> CommsRecord:
     """One rank's record of one scheme, as zerogate.train.comms_volume writes it."""
     entries = phase if phase is not None else measured(scheme, accumulation)
-    stage = 0 if scheme == "ddp" else VARIANTS[scheme][0]
+    stage = scheme_setup(scheme)[0] or 0
     return CommsRecord(
         scheme=scheme, accumulation=accumulation, rank=rank, world_size=2, status=status, reason=reason,
         warmup_steps=1, measured_steps=steps, seconds=1.0, rss_after_gib=0.5, recorder="test",

@@ -8,7 +8,7 @@ from zerogate.plan.comms import (BOUNDARY, MICRO_STEP, SCHEMES, Term, logged_kin
                                  fetch_units, ring_factor, scheme_for, scheme_setup, step_totals, theory, totals, volume_bytes,
                                  zero3_gathers, zero3_most_gathered)
 from zerogate.plan.ledger import ModelCounts
-from zerogate.plan.variants import VARIANTS
+from zerogate.plan.variants import PEERS, VARIANTS
 
 
 def counts(*numels: int) -> ModelCounts:
@@ -52,7 +52,8 @@ def test_logged_sizes_become_full_tensors():
 def test_schemes_reuse_the_variants_table():
     assert SCHEMES[0] == "ddp"
     for scheme in SCHEMES[1:]:
-        assert scheme_setup(scheme) == VARIANTS[scheme]
+        assert scheme_setup(scheme) == VARIANTS[PEERS[scheme].config_of if scheme in PEERS else scheme]
+    assert scheme_setup("fsdp2") == VARIANTS["zero3"]  # FSDP2 trains from ZeRO-3's config
     assert scheme_setup("zero3-offload-all") == (3, True, True)
     with pytest.raises(KeyError, match="zero9"):
         theory(MODEL, "zero9", 1, 2, 4, 50)
@@ -179,3 +180,36 @@ def test_term_volume_uses_the_one_definition():
     assert term.volume(4) == volume_bytes("all_gather", 800, 4)
     with pytest.raises(ValueError):
         totals([term], "epoch", 2)
+
+
+def fsdp2_model() -> ModelCounts:
+    """Outside the decoder layers (FSDP2's root): a 5 x 4 embedding and a norm of 4; two layers of a 3 x 4
+    weight and a norm of 4 each."""
+    return ModelCounts(total=56, largest_layer=20, numels=(20, 12, 4, 12, 4, 4), hidden=4, layers=2, heads=1, vocab=5,
+                       tied_embeddings=True, first_dims=(5, 3, 4, 3, 4, 4), blocks=(-1, 0, 0, 1, 1, -1))
+
+
+def test_fsdp2_gathers_each_unit_twice_but_the_root_once_and_reduce_scatters_in_fp32():
+    # Padded along the first dimension to a multiple of 2: the embedding 6 x 4 = 24, a layer's weight
+    # 4 x 4 = 16; all parameters 68 elements, the layers' 40.
+    for dtype_bytes in (4, 2):
+        terms = theory(fsdp2_model(), "fsdp2", 1, 2, dtype_bytes, 0)
+        gathers = totals([t for t in terms if t.kind == "all_gather"], MICRO_STEP, 2)
+        # Forward: 3 units (root, 2 layers), 68 elements; backward: the 2 layers again, 40 (volumes: S (N-1)/N).
+        assert gathers == (5, (68 + 40) * dtype_bytes / 2)
+        # Gradients reduce-scattered per unit in fp32 whatever the compute dtype.
+        assert totals([t for t in terms if t.kind == "reduce_scatter"], MICRO_STEP, 2) == (3, 68 * 4 / 2)
+        # One fp32 local norm per parameter, all-reduced once per optimizer step (2 S (N-1)/N).
+        assert totals([t for t in terms if t.kind == "all_reduce"], BOUNDARY, 2) == (1, 6 * 4)
+    # The paper's terms, then FSDP2's departures; every micro-step repeats (no sync skipped in accumulation).
+    terms = theory(fsdp2_model(), "fsdp2", 4, 2, 4, 0)
+    assert [t.name for t in terms if not t.departure] == ["forward parameter all-gather", "backward re-gather",
+                                                          "gradient reduce-scatter"]
+    calls, volume = step_totals(terms, 4, 2)
+    assert (calls, volume) == (4 * (5 + 3) + 1, 4 * ((68 + 40) * 4 + 68 * 4) / 2 + 6 * 4)
+
+
+def test_fsdp2_needs_to_know_each_parameters_layer():
+    old = fsdp2_model().model_copy(update={"blocks": (), "first_dims": ()})
+    with pytest.raises(ValueError, match="which decoder layer"):
+        theory(old, "fsdp2", 1, 2, 4, 0)

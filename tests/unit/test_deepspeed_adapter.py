@@ -2,13 +2,10 @@
 accelerator, optimizer offloaded as in the default profile): the private internals the skip path relies
 on must still exist and still behave. A DeepSpeed upgrade that moves one of them fails here."""
 
-import os
-
 import pytest
 import torch
 
 from zerogate.runtime import deepspeed_adapter as adapter
-from zerogate.runtime.launch import free_port, remove_shm_buffers
 
 ACCUMULATION = 2
 
@@ -24,19 +21,9 @@ class Tiny(torch.nn.Module):
 
 
 @pytest.fixture(scope="module")
-def engine():
-    saved = {k: os.environ.get(k) for k in ("DS_ACCELERATOR", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
-                                             "LOCAL_RANK", "LOCAL_SIZE")}
-    port = free_port()
-    os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
-                      WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_SIZE="1")
+def engine(one_rank_world):
     import deepspeed
-    import torch.distributed as dist
-    from deepspeed.accelerator import get_accelerator
 
-    if get_accelerator().device_name() != "cpu":
-        pytest.skip("DeepSpeed's accelerator was already chosen as non-CPU in this session")
-    deepspeed.init_distributed(dist_backend="gloo")
     config = {
         "train_micro_batch_size_per_gpu": 4,
         "gradient_accumulation_steps": ACCUMULATION,
@@ -52,13 +39,6 @@ def engine():
         model = Tiny()
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
     yield engine
-    dist.destroy_process_group()
-    remove_shm_buffers(port)
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 def weights(engine):

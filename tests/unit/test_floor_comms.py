@@ -37,9 +37,10 @@ GLOO = {kind: {"latency_s": fig(1e-3), "bandwidth_gbps": fig(0.5)} for kind in c
 
 
 def tiny_counts():
-    # Two 1000-element matrices and one 10-element norm (persistent under a threshold of 640).
+    # Two 100 x 10 matrices of the one decoder layer and one 10-element norm outside it (persistent under a
+    # threshold of 640).
     return ModelCounts(total=2010, largest_layer=1000, numels=(1000, 1000, 10), hidden=10, layers=1, heads=1,
-                       vocab=100, tied_embeddings=False)
+                       vocab=100, tied_embeddings=False, first_dims=(100, 100, 10), blocks=(0, 0, -1))
 
 
 def cpu_setup(**changes):

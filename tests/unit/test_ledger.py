@@ -108,7 +108,8 @@ def test_paper_ledger_matches_the_claims_worked_numbers():
 
 def oracle_counts() -> ModelCounts:
     return ModelCounts(total=14 * 10**9, largest_layer=778_567_680, numels=(7 * 10**9, 7 * 10**9), hidden=5120,
-                       layers=48, heads=40, vocab=152064, tied_embeddings=False)
+                       layers=48, heads=40, vocab=152064, tied_embeddings=False, first_dims=(7 * 10**9, 7 * 10**9),
+                       blocks=(-1, 0))
 
 
 def claim_counts() -> ModelCounts:
@@ -116,8 +117,11 @@ def claim_counts() -> ModelCounts:
     shape: an embedding and an LM head of the largest layer's size, 80 equal parameters between them."""
     largest = 778_567_680
     middle = (14 * 10**9 - 2 * largest) // 80
+    # As count_parameters records them: the embedding and head of 152,064 rows outside the 48 decoder layers,
+    # the 80 others (flat, their first dimension their size) spread over the layers in order.
     return ModelCounts(total=14 * 10**9, largest_layer=largest, numels=(largest, *(middle,) * 80, largest), hidden=5120,
-                       layers=48, heads=40, vocab=152064, tied_embeddings=False)
+                       layers=48, heads=40, vocab=152064, tied_embeddings=False,
+                       first_dims=(152064, *(middle,) * 80, 152064), blocks=(-1, *(i * 48 // 80 for i in range(80)), -1))
 
 
 def test_deepspeed_estimator_matches_reference_oracles():

@@ -46,3 +46,40 @@ def test_excluded_storages_are_never_counted():
         out = weight + 1
         assert live.now == 4000
     assert out.numel() == 1000
+
+
+def test_a_storage_resized_in_place_counts_its_new_size():
+    """FSDP2 frees an unsharded parameter by resizing its storage to 0 and allocates it again the same way."""
+    tensor = torch.zeros(1000)  # 4000 B
+    with counting_live_bytes(seed=[tensor.untyped_storage()]) as live:
+        assert live.now == 4000
+        tensor.untyped_storage().resize_(0)
+        assert live.now == 0
+        tensor.untyped_storage().resize_(8000)
+        assert live.now == 8000 and live.peak == 8000
+        other = torch.zeros(10)
+        other.untyped_storage().resize_(400)  # created in the count, grown in place
+        assert live.now == 8400
+    assert torch.UntypedStorage.resize_ is not None and other.numel() == 10
+    before = live.now
+    tensor.untyped_storage().resize_(0)  # after the count: not seen
+    assert live.now == before
+
+
+def test_a_wrapper_subclass_is_its_inner_tensors_counted_once(one_rank_world):
+    """A DTensor (FSDP2's sharded parameters and their Adam states) holds no memory of its own: its local
+    tensor is counted, once, and its ops are seen as the plain ops they become."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (1,))
+    sharded = distribute_tensor(torch.zeros(256, 4), mesh, [Shard(0)])  # 4096 B of local tensor
+    gc.collect()
+    keys = {StorageWeakRef(s) for s in live_storages()}
+    assert StorageWeakRef(sharded.to_local().untyped_storage()) in keys
+    with counting_live_bytes(excluded=keys - {StorageWeakRef(sharded.to_local().untyped_storage())},
+                             seed=live_storages()) as live:
+        assert live.start == 4096  # the wrapper's own (phantom) storage is not counted beside it
+        doubled = sharded * 2  # a DTensor op: its local result, 4096 B
+        assert live.now == 8192
+    assert doubled.to_local().numel() == 1024

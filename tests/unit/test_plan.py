@@ -280,3 +280,48 @@ def test_nvme_offload_is_checked_against_the_stated_capacity_or_noted(claim_box,
     unknown = plan(claim_counts(), setup, claim_box)
     assert [c.what for c in unknown.checks if c.rank is None] == ["host RAM"]
     assert unknown.notes and "states no NVMe capacity (host.nvme_bytes)" in unknown.notes[0]
+
+
+def test_the_claimed_box_plan_says_what_fsdp2_would_need_there(claim_box):
+    result = plan(claim_counts(), claim_setup(), claim_box)
+    peers = {peer.variant: peer for peer in result.peers}
+    assert list(peers) == ["fsdp2", "fsdp2-offload"]
+    whole, offload = peers["fsdp2"], peers["fsdp2-offload"]
+
+    def device(peer):
+        return [c.need_bytes for c in peer.checks if c.rank is not None]
+
+    def host(peer):
+        return next(c for c in peer.checks if c.rank is None).need_bytes
+
+    # FSDP2 shards evenly: both cards need the same; CPUOffloadPolicy takes the 16 bytes per parameter's share
+    # (fp32 parameters and gradients, Adam's two states) off each device (and its allocator margin with them).
+    share = claim_counts().first_dim_padded_numel(2) // 2
+    assert len(set(device(whole))) == 1 and len(set(device(offload))) == 1
+    assert device(whole)[0] - device(offload)[0] >= 16 * share
+    # The host: each rank's runtime (2 GiB) and the model as the engine builds it, whole in fp32; offloaded,
+    # the larger 16 bytes per parameter's share instead.
+    assert host(whole) == 2 * (2 * 2**30 + 4 * 14 * 10**9)
+    assert host(offload) == 2 * (2 * 2**30 + 16 * share)
+    assert not whole.fits and not offload.fits and host(offload) > 192 * 10**9
+    # The offload changes no collective; every micro-step of the 8 gathers and reduce-scatters again, the
+    # norm's all-reduce (82 fp32 local norms) once per step.
+    assert whole.communicated_per_step_bytes == offload.communicated_per_step_bytes
+    one = plan(claim_counts(), claim_setup(accumulation=1), claim_box).peers[0].communicated_per_step_bytes
+    norm = 82 * 4
+    assert whole.communicated_per_step_bytes - norm == pytest.approx(8 * (one - norm))
+    assert "fp16" in offload.note  # zerogate's engine trains fp32 or bf16: the sizes are the same
+    assert "fsdp2-offload: DOES NOT FIT" in summary(result)
+    assert Plan.parse(result.as_json(), "plan.json") == result
+
+
+def test_the_reports_claimed_box_table_lists_the_peers_with_their_needs(claim_box):
+    from zerogate.report.html import section
+
+    result = plan(claim_counts(), claim_setup(), claim_box)
+    page = section("scheme_table", result, "The plan for the claimed box", "schemes-claimed")
+    peers = page[page.index("id='schemes-claimed-peers'"):]
+    host = next(c for c in result.peers[1].checks if c.rank is None)
+    assert "fsdp2-offload" in peers and format_bytes(host.need_bytes) in peers
+    assert format_bytes(result.peers[1].communicated_per_step_bytes) in peers
+    assert "NVIDIA GeForce RTX 5070" in peers and "<td>no</td>" in peers

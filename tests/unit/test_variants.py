@@ -140,15 +140,17 @@ def test_a_peer_within_the_zero_stages_own_differences_agrees_and_a_larger_gap_i
     base = [5.0, 4.5, 4.0, 3.6, 3.3, 3.1]
     order = [x * (1 + 2e-5 * i) for i, x in enumerate(base)]  # ZeRO-1 vs ZeRO-2: reduction order only
     runs = {"zero1": _run(_curve(order)), "zero2": _run(_curve(base)),
-            "zero3": _run(_curve([x * 1.03 for x in base])),  # other initial weights: apart from step 1
-            "fsdp2": _run(_curve([x * (1 + 1e-5 * i) for i, x in enumerate(base)]))}
+            "zero3": _run(_curve([x * (1 + 1e-5 * i) for i, x in enumerate(base)])),
+            "zero3-offload-all": _run(_curve([x * 1.03 for x in base])),  # apart from step 1
+            "fsdp2": _run(_curve(base)), "fsdp2-offload": _run(_curve(base))}
     table = compare(runs, warmup_steps=0, spike_rule=spike_rule(tiny_profile))
-    by_reference = {a.reference: a for a in table.agreement}
-    assert set(by_reference) == {"zero3", "zero2"}
-    same = by_reference["zero2"]
+    # Each peer against the ZeRO variant whose config it trains from, and only that one.
+    by_peer = {a.peer: a for a in table.agreement}
+    assert [(a.peer, a.reference) for a in table.agreement] == [("fsdp2", "zero3"), ("fsdp2-offload", "zero3-offload-all")]
+    same = by_peer["fsdp2"]
     assert same.tolerance == pytest.approx(2e-5 * 5, rel=1e-6) and same.tolerance_from == ["zero1", "zero2"]
-    assert same.within is True and same.max_relative_difference == pytest.approx(5e-5, rel=1e-3)
-    apart = by_reference["zero3"]
+    assert same.within is True and same.max_relative_difference == pytest.approx(5e-5 / (1 + 5e-5), rel=1e-3)
+    apart = by_peer["fsdp2-offload"]
     assert apart.within is False and apart.first_step_relative_difference == pytest.approx(0.03 / 1.03, rel=1e-6)
     assert "first step" in apart.diagnosis
 
@@ -159,9 +161,12 @@ def test_without_two_zero_stages_of_the_same_start_the_agreement_is_not_judged(t
                     spike_rule=spike_rule(tiny_profile))
     (agreement,) = table.agreement
     assert agreement.tolerance is None and agreement.within is None and agreement.max_relative_difference == 0
-    identical = compare({"zero1": _run(_curve(base)), "zero2": _run(_curve(base)), "fsdp2": _run(_curve(base))},
-                        warmup_steps=0, spike_rule=spike_rule(tiny_profile))
+    identical = compare({"zero1": _run(_curve(base)), "zero2": _run(_curve(base)), "zero3": _run(_curve(base)),
+                         "fsdp2": _run(_curve(base))}, warmup_steps=0, spike_rule=spike_rule(tiny_profile))
     assert identical.agreement[0].tolerance == TOLERANCE_FLOOR  # bit-identical stages: the floor
+    # A peer whose ZeRO variant was not trained has nothing to be set against.
+    assert compare({"zero1": _run(_curve(base)), "fsdp2": _run(_curve(base))}, warmup_steps=0,
+                   spike_rule=spike_rule(tiny_profile)).agreement == []
 
 
 def test_compare_takes_slowest_rank_and_skips_warmup(tiny_profile):

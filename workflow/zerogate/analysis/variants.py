@@ -2,8 +2,8 @@
 and without its offload) trained on the same model and data through the same loop (zerogate.plan.variants
 renders them), each statistic from zerogate.analysis.measures, so the table and a run's report mean the
 same thing by "median step time" (the per-rank median, then the slowest rank). Beside each: the planner's
-predicted peak for its config and the bytes DeepSpeed's comms logger measured for its scheme, where those
-exist; then which variant is fastest and which smallest, and each peer's loss curve against ZeRO-3's.
+predicted peak for its config and the bytes measured for its scheme (zerogate.train.comms_volume: DeepSpeed's
+comms logger, FSDP2's collectives), where those exist; then which variant is fastest and which smallest, and each peer's loss curve against ZeRO-3's.
 """
 
 from __future__ import annotations
@@ -23,14 +23,12 @@ from zerogate.contracts.report import LossAgreement, RunStatistics, VariantRow, 
 from zerogate.plan.variants import NOT_RUNNABLE, PEERS, engine_of, what_of, zero_setup
 from zerogate.units import GIB
 
-# Each peer's loss curve is set against the ZeRO variant whose config it trains from (FSDP2: ZeRO-3) and
-# against the first of these trained: ZeRO stages built whole, as the peers are, so from the same initial
-# weights at the same seed (ZeRO-3 builds its model under deepspeed.zero.Init, whose initialisation draws
-# other weights from the same seed: its curve differs from the first step, before any update).
-SAME_START = ("zero2", "zero1", "zero0")
-# The ZeRO variants whose pairwise loss differences give the tolerance: the same algorithm, optimizer and
-# initial weights (no offload: the offloads step with DeepSpeed's CPU Adam, another implementation; not
-# ZeRO-3: other initial weights), only the reduction order of the float sums differs.
+# Each peer's loss curve is set against the ZeRO variant whose config it trains from (FSDP2: ZeRO-3); every
+# variant starts from the same initial weights at the same seed (zerogate.model.build.build_model), so the
+# curves can agree from the first step. The tolerance comes from these: the same algorithm, optimizer and
+# initial weights, only the reduction order of the float sums differs (no offload: the offloads step with
+# DeepSpeed's CPU Adam, another implementation; not ZeRO-3: the reference a peer is judged against does not
+# set the bar it is judged by).
 TOLERANCE_FROM = ("zero0", "zero1", "zero2")
 # Below this the ZeRO stages agree to the last bits: a floor so that a bit-identical pair does not demand
 # bit-identity of another library (float32's epsilon is 1.2e-7).
@@ -70,8 +68,7 @@ def variant_row(name: str, run: VariantRun, *, warmup_steps: int, spike_rule: Sp
     per_rank = {int(rank): int(step) for rank, step in steps.groupby("rank")["step"].max().items()}
     # A variant's summary exists only when its run finished; its launcher log is not parsed, so no failures.
     completion = measures.run_completion(per_rank, [], True, expected_steps, run.summary.world_size)
-    volume = None if communication is None or name in PEERS or accumulation is None else \
-        communication.row(name, accumulation)
+    volume = None if communication is None or accumulation is None else communication.row(name, accumulation)
     return VariantRow(
         variant=name, engine=engine_of(name), what=what_of(name), stage=stage, offload_optimizer=offload_optimizer,
         offload_param=offload_param,
@@ -132,19 +129,13 @@ def diagnosis(first: float, worst: float, limit: float | None) -> str:
     return "start together and part during training: the updates differ"
 
 
-def references_of(peer: str, runs: dict[str, VariantRun]) -> list[str]:
-    """The ZeRO variants a peer's loss is set against: its config's, and the first trained of SAME_START."""
-    found = [PEERS[peer].config_of]
-    found += [name for name in SAME_START if name in runs][:1]
-    return [name for name in dict.fromkeys(found) if name in runs]
-
-
 def loss_agreement(runs: dict[str, VariantRun]) -> list[LossAgreement]:
-    """Each trained peer against its ZeRO variants (references_of), judged on the tolerance."""
+    """Each trained peer against the ZeRO variant whose config it trains from, where that was trained,
+    judged on the tolerance."""
     limit, sources = tolerance(runs)
     found = []
     for peer in (name for name in PEERS if name in runs):
-        for reference in references_of(peer, runs):
+        for reference in [PEERS[peer].config_of] if PEERS[peer].config_of in runs else []:
             gaps = relative_differences(runs[peer].steps, runs[reference].steps)
             if not len(gaps):
                 continue

@@ -2,7 +2,7 @@
 (`make bench-peers`, target bench_peers_vs_zero3): each row's median step time (the slowest rank's,
 zerogate.analysis.measures.step_time) with its interval, and its ratio to ZeRO-3 with the ratio's interval
 (measures.ratio_interval: each run's stationary-bootstrap replicates divided), then the peers' loss curves
-against ZeRO's (zerogate.analysis.variants.loss_agreement, its tolerance from ZeRO-1 and ZeRO-2).
+against the ZeRO variants they train from (zerogate.analysis.variants.loss_agreement, its tolerance from ZeRO-1 and ZeRO-2).
 
 The runs are the variants' own (rule train_variant on the profile's data): one run per row, so the
 intervals cover the step-to-step variation within each run, not what differs from one run to the next.

@@ -42,7 +42,7 @@ class CommsMeasurement(Record):
     rendered one with the comms logger on and the scheme's stage and offloads) and what the theory needs."""
 
     scheme: str
-    engine: Literal["deepspeed", "ddp"]  # what trains it (zerogate.runtime.engines)
+    engine: Literal["deepspeed", "ddp", "fsdp2"]  # what trains it (zerogate.runtime.engines)
     accumulation: int
     ds_config: dict[str, Any]
     dtype: str

@@ -4,6 +4,7 @@ by the plan's communication measurements and read by the communication analysis.
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 from zerogate.contracts.base import Record
 
@@ -22,10 +23,41 @@ class ModelCounts(Record):
     # Most parameters in one decoder layer (a class in the model's ``_no_split_modules``): what ZeRO-3
     # gathers at once when that class is a leaf module (zero_optimization.leaf_module, zerogate.plan.cpu_tuning).
     largest_block: int = 0
+    # Each unique parameter's size along its first dimension (FSDP2 shards and pads along it), and the
+    # decoder layer it belongs to (its index among the ``_no_split_modules`` blocks, -1 outside them: the
+    # root's), both in ``numels`` order; empty in counts written before they were recorded.
+    first_dims: tuple[int, ...] = ()
+    blocks: tuple[int, ...] = ()
 
     def partition_numel(self, ranks: int) -> int:
         """Elements of one rank's ZeRO-3 partition: each parameter is padded to a multiple of ``ranks``."""
         return sum(math.ceil(n / ranks) for n in self.numels)
+
+    def first_dim_padded_numel(self, ranks: int, indices: Iterable[int] | None = None) -> int:
+        """Elements of these parameters (every one: None) each padded along its first dimension to a multiple
+        of ``ranks``: what torch FSDP2 gathers of them (it shards dim 0); one rank holds 1/ranks of it."""
+        if len(self.first_dims) != len(self.numels):
+            raise ValueError("the model's counts do not record each parameter's first dimension: count them again "
+                             "(zerogate.model.counts.count_parameters)")
+        chosen = range(len(self.numels)) if indices is None else indices
+        return sum(math.ceil(self.first_dims[i] / ranks) * ranks * (self.numels[i] // self.first_dims[i])
+                   for i in chosen)
+
+    def layer_units(self) -> list[list[int]]:
+        """The parameters outside the decoder layers (FSDP2's root, when there are any), then each decoder
+        layer's, as indices into ``numels``: the units torch FSDP2 shards as zerogate's engine wraps it."""
+        if len(self.blocks) != len(self.numels):
+            raise ValueError("the model's counts do not say which decoder layer each parameter is in: count them "
+                             "again (zerogate.model.counts.count_parameters)")
+        units: dict[int, list[int]] = {}
+        for index, block in enumerate(self.blocks):
+            units.setdefault(block, []).append(index)
+        return [units[key] for key in sorted(units)]  # -1, the root, first
+
+    def root_numel(self) -> int:
+        """Elements outside the decoder layers (embeddings, final norm, an untied head)."""
+        units = self.layer_units()
+        return sum(self.numels[i] for i in units[0]) if units and self.blocks[units[0][0]] == -1 else 0
 
     def persistent_numel(self, threshold: int) -> int:
         """Elements ZeRO-3 keeps whole on every rank (parameters at or below the persistence threshold)."""

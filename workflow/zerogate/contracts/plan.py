@@ -207,6 +207,21 @@ class Ledger(Record):
         return self.schemes[self.scheme]
 
 
+class PeerPlan(Record):
+    """A peer of ZeRO-3 planned for the same machine, model, batch and precision (torch FSDP2 as
+    zerogate.runtime.engines.Fsdp2Engine wraps the model, with or without CPUOffloadPolicy): what each rank's
+    device and the host would need (zerogate.plan.ledger.fsdp2_terms, fsdp2_host_need_per_rank) and what one
+    rank would communicate per optimizer step (zerogate.plan.comms.fsdp2_theory)."""
+
+    variant: str  # a zerogate.plan.variants.PEERS name
+    what: str
+    fits: bool
+    checks: list[MemoryCheck]
+    device_terms_bytes: dict[str, int] = Field(alias="device_terms(bytes)")  # one rank's; empty without GPUs
+    communicated_per_step_bytes: float = Field(alias="communicated_per_step(bytes)")  # volume, one rank
+    note: str | None = None
+
+
 class Plan(Artefact):
     """Does the run fit this (or the described) machine, per rank and per host, and how fast could it be."""
 
@@ -235,6 +250,8 @@ class Plan(Artefact):
     floor: Floor
     ledger: Ledger
     deviations: list[Deviation]
+    # ZeRO-3's peers on the same machine (FSDP2 without and with its offload), planned beside the run.
+    peers: list[PeerPlan] = []
 
     @property
     def device_checks(self) -> list[MemoryCheck]:

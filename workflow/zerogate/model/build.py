@@ -3,9 +3,10 @@
 ``prepare_model`` (the rule) turns any source into ``model.json`` plus, for pretrained sources, a local
 Hugging Face directory (a GGUF is dequantised once there, so the training ranks load safetensors
 instead of each dequantising the GGUF). ``load_for_training`` builds the model on every rank under
-ZeRO-3: random init inside ``deepspeed.zero.Init``; pretrained weights through ``from_pretrained``
-with an ``HfDeepSpeedConfig`` alive, which makes transformers partition each parameter as it is
-created and load the checkpoint shard by shard into the partitions (tied embeddings stay tied).
+ZeRO-3 through transformers' own ZeRO-3 path, an ``HfDeepSpeedConfig`` alive: a random model is built
+under ``deepspeed.zero.Init`` and then initialised as the architecture defines it (each module's
+parameters gathered for its ``_init_weights``); pretrained weights are loaded by ``from_pretrained``
+shard by shard into the partitions (tied embeddings stay tied).
 """
 
 from __future__ import annotations
@@ -61,10 +62,42 @@ def planned_model_config(shape: ModelSettings, vocab_size: int, seq_len: int, eo
     return config
 
 
-def build_model(config: Any) -> PreTrainedModel:
-    """The causal LM of ``config``, randomly initialised, with the config's attention implementation
-    (planned_model_config sets the profile's)."""
-    return AutoModelForCausalLM.from_config(config, attn_implementation=config._attn_implementation or "sdpa")
+def zero3_for_transformers(ds_config: dict[str, Any] | None) -> bool:
+    """Whether ``ds_config`` asks for ZeRO-3; tells transformers so (an ``HfDeepSpeedConfig`` kept alive,
+    which its ZeRO-3 code paths look for: building, loading, generating) or that it does not (an earlier
+    build's config in the same process must not partition this one)."""
+    global _HF_DEEPSPEED_CONFIG
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    zero3 = ((ds_config or {}).get("zero_optimization") or {}).get("stage") == 3
+    _HF_DEEPSPEED_CONFIG = HfDeepSpeedConfig(ds_config) if zero3 else None
+    if not zero3:
+        unset_hf_deepspeed_config()
+    return zero3
+
+
+def build_model(config: Any, ds_config: dict[str, Any] | None = None) -> PreTrainedModel:
+    """The causal LM of ``config`` with the config's attention implementation (planned_model_config sets the
+    profile's), randomly initialised as the architecture defines it (its ``_init_weights``: Llama's normal
+    of std ``initializer_range``, say), partitioned at once when ``ds_config`` asks for ZeRO-3.
+
+    One seed draws the same weights either way, so every engine (whole-built DDP, ZeRO-0..2, FSDP2, and
+    ZeRO-3) starts from the same model: under ZeRO-3 transformers skips torch's own initialisers while
+    the modules are built (the parameters are partitioned as each module is made, so an ``_init_weights``
+    after it would fill empty shards and leave torch's default draws, an embedding of std 1) and then
+    initialises each module with its parameters gathered, on rank 0, in the module order of
+    ``initialize_weights``. A whole model is built the same way: torch's initialisers skipped, then
+    ``init_weights``, so no draw is spent on values that are overwritten."""
+    attention = config._attn_implementation or "sdpa"
+    if zero3_for_transformers(ds_config):
+        return AutoModelForCausalLM.from_config(config, attn_implementation=attention)
+    from transformers.initialization import no_init_weights
+
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=attention)
+    model.init_weights()
+    return model
 
 
 def enable_activation_checkpointing(model: PreTrainedModel) -> None:
@@ -153,22 +186,15 @@ def convert_gguf(gguf_file: str | Path, out_dir: Path) -> Path:
 def load_for_training(spec: RunSpec, manifest: DatasetManifest, ds_config: dict[str, Any]) -> PreTrainedModel:
     """The model on this rank, partitioned by ZeRO-3 when the config asks for stage 3: the manifest's
     model (prepare_model's), pretrained or built from the run spec's shape."""
-    import deepspeed
-
-    zero3 = ds_config.get("zero_optimization", {}).get("stage") == 3
     model_info = manifest.model
     if not model_info.pretrained:
         # The profile's model (the run spec's vocabulary), not the tokenizer's: one model for every count.
         config = planned_model_config(spec.model, spec.vocab_size, spec.seq_len, manifest.eos_token_id)
-        with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=zero3):
-            model = build_model(config)
+        model = build_model(config, ds_config)
     else:
         import torch
-        from transformers.integrations import HfDeepSpeedConfig
 
-        global _HF_DEEPSPEED_CONFIG
-        if zero3:
-            _HF_DEEPSPEED_CONFIG = HfDeepSpeedConfig(ds_config)
+        zero3_for_transformers(ds_config)
         # fp32 master copy on load; DeepSpeed casts to the config's fp16/bf16 itself.
         model = AutoModelForCausalLM.from_pretrained(model_info.directory, dtype=torch.float32,
                                                      attn_implementation=spec.model.attention)

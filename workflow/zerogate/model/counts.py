@@ -19,11 +19,13 @@ def count_parameters(config: Any) -> ModelCounts:
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    numels = tuple(p.numel() for p in model.parameters())
+    parameters = list(model.parameters())
+    numels = tuple(p.numel() for p in parameters)
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
-    blocks = set(getattr(model, "_no_split_modules", None) or [])
-    largest_block = max((sum(p.numel() for p in m.parameters()) for m in model.modules()
-                         if type(m).__name__ in blocks), default=0)
+    block_classes = set(getattr(model, "_no_split_modules", None) or [])
+    block_modules = [m for m in model.modules() if type(m).__name__ in block_classes]
+    largest_block = max((sum(p.numel() for p in m.parameters()) for m in block_modules), default=0)
+    block_of = {id(p): index for index, m in enumerate(block_modules) for p in m.parameters()}
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return ModelCounts(
         total=sum(numels),
@@ -35,4 +37,6 @@ def count_parameters(config: Any) -> ModelCounts:
         vocab=text.vocab_size,
         tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
         largest_block=largest_block,
+        first_dims=tuple(p.shape[0] if p.dim() else 1 for p in parameters),
+        blocks=tuple(block_of.get(id(p), -1) for p in parameters),
     )

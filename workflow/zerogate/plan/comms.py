@@ -33,6 +33,13 @@ term (read from its sources, confirmed by zerogate.train.comms_volume's measurem
 - Gradient norm: one scalar all-reduce per step (ZeRO-1..3; ZeRO-0 with gradient clipping).
 - Offload (optimizer, parameters) changes where partitions live, not the collectives. Host-device copies
   are not collectives and are not counted here.
+- torch FSDP2 as zerogate.runtime.engines.Fsdp2Engine wraps the model (``fully_shard`` on each decoder layer,
+  then on the root, which holds the rest: embeddings, final norm, LM head): the paper's ZeRO-3 terms per
+  unit, one call each. Every micro-step all-gathers each unit for its forward, each decoder layer again for
+  its backward (resharded after its forward) but not the root (``reshard_after_forward`` is False at the
+  root), and reduce-scatters each unit's gradients, always in fp32 (the engine's reduce dtype); each
+  parameter is padded along its first dimension to a multiple of N (FSDP2 shards dim 0). At the step,
+  ``clip_grad_norm_`` over the sharded gradients all-reduces one fp32 per parameter (the local norms, stacked).
 - torch DDP with ``no_sync`` during accumulation: one all-reduce of every gradient per optimizer step, in
   buckets (25 MiB, the first 1 MiB: torch's ``bucket_cap_mb`` and ``_DEFAULT_FIRST_BUCKET_BYTES``), and a
   broadcast of the module's buffers before the first forward after a synchronised one (``broadcast_buffers``).
@@ -51,11 +58,15 @@ from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.counts import ModelCounts
 from zerogate.plan.ds_config import apply_overrides
 from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE
-from zerogate.plan.variants import VARIANTS, variant_config
+from zerogate.plan.variants import PEERS, VARIANTS, variant_config
 
-# The schemes measured and theorised, in report order. DeepSpeed ones are zerogate.plan.variants names.
-SCHEMES: tuple[str, ...] = ("ddp", "zero0", "zero1", "zero2", "zero3", "zero3-offload", "zero3-offload-all")
+# The schemes measured and theorised, in report order. DeepSpeed ones and FSDP2 are zerogate.plan.variants names.
+SCHEMES: tuple[str, ...] = ("ddp", "zero0", "zero1", "zero2", "zero3", "zero3-offload", "zero3-offload-all", "fsdp2")
 DDP = "ddp"
+FSDP2 = "fsdp2"
+# FSDP2 reduce-scatters gradients in fp32 whatever the compute dtype (Fsdp2Engine: no policy in fp32,
+# MixedPrecisionPolicy(reduce_dtype=float32) under bf16), and its sharded gradients are fp32.
+FSDP2_REDUCE_BYTES = 4
 
 # A rank's share of one collective on a full tensor of S bytes, in units of S x ring_factor(N).
 VOLUME_FACTOR: dict[str, int] = {
@@ -179,13 +190,20 @@ def _ddp_buckets(numels: tuple[int, ...], dtype_bytes: int) -> int:
     return buckets + (1 if size else 0)
 
 
+def engine_of_scheme(scheme: str) -> str:
+    """What trains ``scheme`` (a zerogate.runtime.engines name)."""
+    return "ddp" if scheme == DDP else PEERS[scheme].engine if scheme in PEERS else "deepspeed"
+
+
 def scheme_setup(scheme: str) -> tuple[int | None, bool, bool]:
     """(ZeRO stage or None for torch DDP, optimizer offload, parameter offload). Any name of
     zerogate.plan.variants.VARIANTS has a theory (the measured ones are SCHEMES)."""
     if scheme == DDP:
         return None, False, False
+    if scheme == FSDP2:
+        return VARIANTS[PEERS[scheme].config_of]
     if scheme not in VARIANTS:
-        raise KeyError(f"unknown scheme {scheme!r}; known: {DDP}, {', '.join(VARIANTS)}")
+        raise KeyError(f"unknown scheme {scheme!r}; known: {DDP}, {', '.join(VARIANTS)}, {FSDP2}")
     return VARIANTS[scheme]
 
 
@@ -302,6 +320,39 @@ def _reduce_terms(counts: ModelCounts, per: str, world: int, b: int, reduce_buck
                                 "replaced by the term above", departure=True)]
 
 
+def fsdp2_theory(counts: ModelCounts, world: int, dtype_bytes: int) -> list[Term]:
+    """The collectives one rank takes part in under torch FSDP2 (the module docstring), per micro-step and
+    per boundary: the paper's ZeRO-3 terms, then FSDP2's departures from them."""
+    units = counts.layer_units()
+    root = list(units[0]) if counts.blocks[units[0][0]] == -1 else []
+    layers = [unit for unit in units if counts.blocks[unit[0]] != -1]
+    b, reduce_b = dtype_bytes, FSDP2_REDUCE_BYTES
+    layer_indices = [i for unit in layers for i in unit]
+    terms = [
+        Term("forward parameter all-gather", "all_gather", MICRO_STEP, len(units), counts.total * b,
+             "each unit (the root, every decoder layer) gathered for its forward (the paper)"),
+        Term("backward re-gather", "all_gather", MICRO_STEP, len(units), counts.total * b,
+             "resharded after the forward, gathered again for the backward (the paper)"),
+        Term("gradient reduce-scatter", "reduce_scatter", MICRO_STEP, len(units), counts.total * reduce_b,
+             "each unit's gradients reduce-scattered in fp32 after its backward, every micro-batch"),
+    ]
+    departures = [
+        Term("root kept gathered for the backward", "all_gather", MICRO_STEP, -1 if root else 0,
+             -counts.root_numel() * b,
+             "reshard_after_forward is False at the root: its parameters stay gathered from forward to backward"),
+        Term("padding to N ranks", "all_gather", MICRO_STEP, 0,
+             (counts.first_dim_padded_numel(world) - counts.total
+              + counts.first_dim_padded_numel(world, layer_indices) - sum(counts.numels[i] for i in layer_indices)) * b,
+             "each parameter is padded along its first dimension to a multiple of N before it is gathered"),
+        Term("padding to N ranks (reduce-scatter)", "reduce_scatter", MICRO_STEP, 0,
+             (counts.first_dim_padded_numel(world) - counts.total) * reduce_b,
+             "each gradient is padded along its first dimension to a multiple of N before it is reduce-scattered"),
+        Term("gradient-norm all-reduce", "all_reduce", BOUNDARY, 1, len(counts.numels) * reduce_b,
+             "clip_grad_norm_ over the sharded gradients: each parameter's local norm, stacked, all-reduced once"),
+    ]
+    return terms + [replace(t, departure=True) for t in departures if t.tensor_bytes or t.calls]
+
+
 def theory(counts: ModelCounts, scheme: str, accumulation: int, world: int, dtype_bytes: int,
            persistence_threshold: int, *, reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
            prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
@@ -318,6 +369,8 @@ def theory(counts: ModelCounts, scheme: str, accumulation: int, world: int, dtyp
     """
     if accumulation < 1:
         raise ValueError(f"accumulation must be >= 1, got {accumulation}")
+    if scheme == FSDP2:
+        return fsdp2_theory(counts, world, dtype_bytes)
     stage, offload_optimizer, _offload_param = scheme_setup(scheme)
     b = dtype_bytes
     grads = counts.total * b
@@ -398,7 +451,7 @@ def measurement_config(ds_config: dict[str, Any], scheme: str, accumulation: int
     """The rendered config as ``scheme`` runs it at ``accumulation``, with the comms logger on.
 
     DeepSpeed schemes are zerogate.plan.variants' overrides; torch DDP takes ZeRO-0's (it reads only the
-    batch geometry, the optimizer and the clipping from it). The global batch follows the accumulation.
+    batch geometry, the optimizer and the clipping from it); FSDP2 the config its variant reads (ZeRO-3's). The global batch follows the accumulation.
     """
     scheme_setup(scheme)  # an unknown scheme fails here, before any work
     config, _ = variant_config(ds_config, "zero0" if scheme == DDP else scheme)
@@ -437,7 +490,7 @@ def measurements(ds_config: DsConfig, run_spec: RunSpec) -> CommsPlan:
         for accumulation in accumulations(rendered):
             config = measurement_config(rendered, scheme, accumulation, run_spec.world_size)
             setup = setup_from_config(DsConfig.of(config, "the measurement config"), run_spec)
-            found.append(CommsMeasurement(scheme=scheme, engine="ddp" if scheme == DDP else "deepspeed",
+            found.append(CommsMeasurement(scheme=scheme, engine=engine_of_scheme(scheme),
                                           accumulation=accumulation, ds_config=config, dtype=setup.dtype,
                                           dtype_bytes=setup.dtype_bytes, theory_settings=theory_settings(config, setup)))
     counts = count_parameters(planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len))

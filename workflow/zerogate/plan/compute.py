@@ -46,7 +46,6 @@ def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int 
     rank's threads; the fastest of ``timed`` passes after the warm-up passes."""
     import math
 
-    import deepspeed
     import torch
 
     from zerogate.model.build import build_model, enable_activation_checkpointing, planned_model_config
@@ -62,8 +61,7 @@ def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int 
     port = start_one_rank_world(run_spec.backend)
     config = one_rank_config(ds_config.raw)
     model_config = planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len)
-    with deepspeed.zero.Init(config_dict_or_path=config, enabled=ds_config.stage == 3):
-        model = build_model(model_config).to(getattr(torch, TORCH_DTYPES[run_spec.dtype]))
+    model = build_model(model_config, config).to(getattr(torch, TORCH_DTYPES[run_spec.dtype]))
     if run_spec.training.activation_checkpointing:  # the recomputation is part of every micro-step's work
         enable_activation_checkpointing(model)
     engine = DeepSpeedEngine(model, config)

@@ -632,23 +632,25 @@ def fsdp2_terms(counts: ModelCounts, setup: Setup, activations: Activations | No
 
     Sharded and held for the run: the parameters (fp32: under bf16 compute the sharded fp32 parameters are
     the master, cast on gathering), the gradients (reduced in fp32 and accumulated sharded) and Adam's two
-    states, one rank's share each (each parameter padded along its first dimension: bounded by ZeRO-3's
-    per-parameter padding, ModelCounts.partition_numel). Inside a micro-step: the root gathered whole plus
+    states, one rank's share each (each parameter padded along its first dimension,
+    ModelCounts.first_dim_padded_numel). Inside a micro-step: the root gathered whole plus
     two decoder layers (the one running and the one prefetched), in the compute dtype; one unit's unsharded
     gradients before its reduce-scatter (the larger of a layer and the root); the activations and the
     backward's transient, as for every scheme of the same model. With CPUOffloadPolicy (``offload_param``)
     the held terms are host memory: on GPUs they leave the device; on the CPU accelerator every term is the
     host's anyway. No separate master copy, no persistent small parameters and no reduce bucket (FSDP2
     keeps none of them)."""
-    share = counts.partition_numel(setup.ranks)
+    share = counts.first_dim_padded_numel(setup.ranks) // setup.ranks
     compute = setup.dtype_bytes
-    root = max(0, counts.total - counts.layers * counts.largest_block)
+    root = counts.root_numel()
+    layer = max((sum(counts.numels[i] for i in unit) for unit in counts.layer_units() if counts.blocks[unit[0]] != -1),
+                default=0)
     figures = (activations or formula_activations(counts))(setup)
     held = {"parameters": 4 * share, "gradients": 4 * share, "optimizer_states": 8 * share}
     terms = {} if setup.offload_param and setup.device_kind != "cpu" else dict(held)
     terms.update({
-        "gathered_parameters": compute * (root + 2 * counts.largest_block),
-        "largest_layer_gradient": compute * max(root, counts.largest_block),
+        "gathered_parameters": compute * (root + 2 * layer),
+        "largest_layer_gradient": compute * max(root, layer),
         "activations": figures.saved_bytes,
         "backward_transient": figures.backward_transient_bytes,
     })
@@ -658,6 +660,19 @@ def fsdp2_terms(counts: ModelCounts, setup: Setup, activations: Activations | No
         if setup.ranks > 1:
             terms["communicator"] = COMMUNICATOR_BYTES
     return terms
+
+
+def fsdp2_host_need_per_rank(counts: ModelCounts, setup: Setup, terms: dict[str, int]) -> int:
+    """Host RAM one FSDP2 rank needs (``terms``: its fsdp2_terms): its runtime, plus the larger of the model
+    as the Fsdp2Engine builds it (whole, in fp32, on every rank, before fully_shard shards it) and what it
+    holds on the host in training (with CPUOffloadPolicy on GPUs the sharded parameters, gradients and Adam's
+    states, 16 bytes per parameter's share; on the CPU accelerator every tensor)."""
+    runtime = HOST_RUNTIME_BYTES["cpu" if setup.device_kind == "cpu" else "cuda"]
+    if setup.device_kind == "cpu":
+        held = device_levels(terms)["tensor"]
+    else:
+        held = 16 * (counts.first_dim_padded_numel(setup.ranks) // setup.ranks) if setup.offload_param else 0
+    return runtime + max(4 * counts.total, held)
 
 
 def fsdp2_peak_levels(counts: ModelCounts, setup: Setup, runtime_baseline: int | None,

@@ -9,8 +9,8 @@ from typing import Any, Callable
 
 from zerogate.config.settings import PlanSettings
 from zerogate.contracts.machine import Fingerprint
-from zerogate.contracts.plan import (Floor, Ledger, MemoryCheck, ModelComputeMeasurement, PeakPrediction, Plan,
-                                     SuggestedSettings, Suggestion)
+from zerogate.contracts.plan import (Floor, Ledger, MemoryCheck, ModelComputeMeasurement, PeakPrediction, PeerPlan,
+                                     Plan, SuggestedSettings, Suggestion)
 from zerogate.contracts.records import column
 from zerogate.contracts.run import Deviation, DsConfig, RunSpec
 from zerogate.model.counts import ModelCounts
@@ -181,6 +181,36 @@ def device_changes(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
     return [_suggestion(change, setup, variant, checks(counts, variant, machine, activations)) for change, variant in options]
 
 
+def peer_plans(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
+               activations: Activations | None = None) -> list[PeerPlan]:
+    """ZeRO-3's peers (FSDP2 without and with CPUOffloadPolicy) on ``machine`` with the run's model, batch,
+    precision and ranks: each rank's device need, the host's, whether both fit, and one rank's communication
+    per optimizer step. The sizes hold for fp16 as for bf16 (two bytes); zerogate's FSDP2 engine trains fp32
+    or bf16 (fp16 needs torch's ShardedGradScaler, which it does not run), which the note says."""
+    from zerogate.plan.comms import fsdp2_theory, step_totals
+    from zerogate.plan.ledger import fsdp2_host_need_per_rank, fsdp2_terms
+    from zerogate.plan.variants import PEERS
+
+    gpus = machine.get("gpus", [])
+    found = []
+    for name in ("fsdp2", "fsdp2-offload"):
+        offload = name == "fsdp2-offload"
+        peer = dataclasses.replace(setup, stage=3, offload_optimizer=offload, offload_param=offload)
+        terms = fsdp2_terms(counts, peer, activations)
+        result = [_check("device memory", rank, gpus[rank % len(gpus)]["name"], device_levels(terms)["device"],
+                         gpus[rank % len(gpus)]["memory_total_bytes"]) for rank in range(peer.ranks)] if gpus else []
+        result.append(_check("host RAM", None, "host (all ranks of the node)",
+                             fsdp2_host_need_per_rank(counts, peer, terms) * peer.ranks_per_node,
+                             machine["host"]["ram_total_bytes"]))
+        _, volume = step_totals(fsdp2_theory(counts, peer.ranks, peer.dtype_bytes), peer.accumulation, peer.ranks)
+        found.append(PeerPlan(
+            variant=name, what=PEERS[name].what, fits=all(c.fits for c in result), checks=result,
+            device_terms_bytes=terms if gpus else {}, communicated_per_step_bytes=volume,
+            note=("sizes at fp16 as at bf16; zerogate's FSDP2 engine trains fp32 or bf16 (fp16 needs torch's "
+                  "ShardedGradScaler)") if setup.dtype == "fp16" else None))
+    return found
+
+
 def plan(counts: ModelCounts, setup: Setup, machine: dict[str, Any], override: PlanSettings | None = None,
          model_compute: ModelComputeMeasurement | None = None, profile: str = "",
          activations: Activations | None = None) -> Plan:
@@ -217,6 +247,7 @@ def plan(counts: ModelCounts, setup: Setup, machine: dict[str, Any], override: P
         floor=Floor.of(floor(counts, setup, machine, model_compute), "the floor"),
         ledger=Ledger.of(ledger(counts, setup, activations), "the ledger"),
         deviations=deviations,
+        peers=peer_plans(counts, setup, machine, activations),
     )
 
 
@@ -296,6 +327,14 @@ def summary(result: Plan, claims: list[tuple[str, str]] | None = None) -> str:
     for k, v in steps.optimizer_terms.items():
         lines.append(f"  optimizer update: {k} {'n/a' if v is None else f'{v:.3f}'}")
     lines += collective_lines(steps)
+    if result.peers:
+        lines.append("ZeRO-3's peers on this machine (the same model, batch, precision and ranks):")
+        for peer in result.peers:
+            needs = "; ".join(f"{'rank ' + str(c.rank) + ' ' if c.rank is not None else ''}{c.device} "
+                              f"{format_bytes(c.need_bytes)} of {format_bytes(c.capacity_bytes)}" for c in peer.checks)
+            lines.append(f"  {peer.variant}: {'fits' if peer.fits else 'DOES NOT FIT'} ({needs}); communicates "
+                         f"{format_bytes(peer.communicated_per_step_bytes)} per rank and optimizer step"
+                         + (f" ({peer.note})" if peer.note else ""))
     if claims:
         lines.append("claims, on paper:")
         lines += [f"  {name}: {text}" for name, text in claims]

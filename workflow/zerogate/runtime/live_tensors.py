@@ -12,6 +12,12 @@ torch's own ``torch.distributed._tools.mem_tracker.MemTracker`` counts the same 
 called twice inside one tracked region ("does not support memory tracking for multiple iterative calls"):
 an optimizer step with gradient accumulation runs every module once per micro-batch, so it cannot count one.
 
+A tensor subclass that wraps others (torch's DTensor, FSDP2's sharded parameters and their optimizer states)
+holds no memory of its own: its inner tensors do. Its ops are handed back to it (``NotImplemented``) so they
+reach the mode as the plain ops on its inner tensors, and the garbage collector's wrappers are skipped, their
+inner tensors being counted on their own. A storage resized in place (``UntypedStorage.resize_``: FSDP2 frees an
+unsharded parameter after use and allocates it again so) counts its new size from then on.
+
 Not counted: memory that never becomes a tensor storage (the C allocator's own, a C++ extension's buffers, the
 shm comm workspace) and tensors held only inside C++ when the count starts (none between two optimizer
 steps: autograd's saved tensors are gone by then). Each storage counts its ``nbytes()`` whether or not its
@@ -36,6 +42,7 @@ def storage_key(storage: Any) -> Any:
 def live_storages(device_type: str = "cpu") -> list[Any]:
     """The storages of every tensor the garbage collector tracks now, on ``device_type``, each once."""
     import torch
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
     found: dict[Any, Any] = {}
     with warnings.catch_warnings():  # isinstance on deprecated module attributes warns (torch.distributed.reduce_op)
@@ -43,6 +50,8 @@ def live_storages(device_type: str = "cpu") -> list[Any]:
         objects = gc.get_objects()
         tensors = [obj for obj in objects if isinstance(obj, torch.Tensor)]
     for obj in tensors:
+        if is_traceable_wrapper_subclass(obj):  # its inner tensors hold its memory and are counted themselves
+            continue
         try:
             if obj.device.type != device_type or obj.is_meta:
                 continue
@@ -56,9 +65,10 @@ def live_storages(device_type: str = "cpu") -> list[Any]:
 @functools.cache
 def live_bytes_class() -> type:
     """LiveBytes, defined on first use so that importing this module does not import torch."""
+    import torch
     from torch import Tensor
     from torch.multiprocessing.reductions import StorageWeakRef
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass_type
     from torch.utils._pytree import tree_leaves
 
     class LiveBytes(TorchDispatchMode):
@@ -80,7 +90,26 @@ def live_bytes_class() -> type:
         def saw(self, func: Any) -> None:
             """Called with every op before it runs."""
 
+        def __enter__(self) -> Any:
+            # Every in-place resize of a storage while counting goes through resized().
+            self._resize = torch.UntypedStorage.resize_
+            mode = self
+
+            def resize(storage: Any, size: int) -> Any:
+                result = mode._resize(storage, size)
+                mode.resized(storage)
+                return result
+
+            torch.UntypedStorage.resize_ = resize
+            return super().__enter__()
+
+        def __exit__(self, *exc: Any) -> Any:
+            torch.UntypedStorage.resize_ = self._resize
+            return super().__exit__(*exc)
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(is_traceable_wrapper_subclass_type(t) for t in types):
+                return NotImplemented  # a wrapper subclass: it runs the op as plain ops on its inner tensors
             self.saw(func)
             out = func(*args, **(kwargs or {}))
             for leaf in tree_leaves(out):
@@ -96,6 +125,18 @@ def live_bytes_class() -> type:
             self.now += self._sizes[ref]
             self.peak = max(self.peak, self.now)
             weakref.finalize(storage, self._release, ref)
+
+        def resized(self, storage: Any) -> None:
+            """A storage resized in place: counted at its new size (tracked from now if it was not)."""
+            ref = StorageWeakRef(storage)
+            if ref in self._excluded:
+                return
+            if ref not in self._sizes:
+                self.track(storage)
+                return
+            self.now += storage.nbytes() - self._sizes[ref]
+            self._sizes[ref] = storage.nbytes()
+            self.peak = max(self.peak, self.now)
 
         def _release(self, ref: Any) -> None:
             self.now -= self._sizes.pop(ref, 0)

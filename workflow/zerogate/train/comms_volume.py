@@ -13,7 +13,9 @@ block): per record name and message size, the number of calls. The logger synchr
 which is why these are short runs of their own, never the timed run. Torch DDP (the DDP engine, no_sync
 during accumulation) is recorded by a DDP communication hook that counts the gradient buckets it
 all-reduces, and by counting DDP's buffer broadcasts before the forward
-(DistributedDataParallel._distributed_broadcast_coalesced, the one call that sends them).
+(DistributedDataParallel._distributed_broadcast_coalesced, the one call that sends them). torch FSDP2 is
+recorded by a torch dispatch mode (Fsdp2Recorder, as torch's CommDebugMode sees collectives) that counts
+every c10d collective FSDP2 issues and the functional all-reduce its sharded gradient norm ends in.
 
 Each rank writes OUT/<scheme>/g<accumulation>/rank<r>.json (zerogate.contracts.comms.CommsRecord): the records
 of initialisation, warm-up and the measured steps separately, the model's counts and the theory's settings
@@ -26,6 +28,7 @@ not counted yet, which the record says.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import time
 import traceback
@@ -38,6 +41,7 @@ import torch
 import torch.distributed as dist
 from deepspeed import comm as ds_comm
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import set_seed
 
 from zerogate.contracts.comms import CommsMeasurement, CommsPlan, CommsRecord, HostDeviceCopies, LoggedCalls
@@ -57,6 +61,7 @@ WARMUP_STEPS = 1
 # micro-step is alike. So warm-up covers at least two micro-steps: two optimizer steps at accumulation 1.
 WARMUP_MICRO_STEPS = 2
 MEASURED_STEPS = 1  # the volume is deterministic: one step says it; more only cost time
+RECORDERS = {"deepspeed": "deepspeed_comms_logger", "ddp": "ddp_comm_hook", "fsdp2": "torch_dispatch_mode"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -105,6 +110,61 @@ class DdpRecorder:
         return taken
 
 
+# The collectives Fsdp2Recorder sees (c10d's in-place ops, as dist.* issues them; the functional ones DTensor
+# issues) -> (the comms logger's record name, which argument's bytes it logs: the convention
+# zerogate.plan.comms.logged_tensor_bytes reads, the rank's partition for the gathers, the full tensor else).
+DISPATCHED_COLLECTIVES: dict[str, tuple[str, int]] = {
+    "c10d._allgather_base_": ("all_gather_into_tensor", 1),  # (output, input)
+    "c10d._reduce_scatter_base_": ("reduce_scatter_tensor", 1),  # (output, input)
+    "c10d.allreduce_": ("all_reduce", 0),  # (tensors, ...)
+    "c10d.broadcast_": ("broadcast", 0),
+    "_c10d_functional.all_reduce": ("all_reduce", 0),
+    "_c10d_functional.all_gather_into_tensor": ("all_gather_into_tensor", 0),
+    "_c10d_functional.reduce_scatter_tensor": ("reduce_scatter_tensor", 0),
+    "_c10d_functional.broadcast": ("broadcast", 0),
+}
+# Namespaces whose ops are collectives: an op there not in DISPATCHED_COLLECTIVES is kept under its own name
+# (the analysis counts it as a kind with no volume definition, never as zero), except their helpers, which
+# send nothing (waiting for a functional collective, wrapping its result for autograd).
+COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
+NOT_COLLECTIVES = ("_c10d_functional.wait_tensor", "_c10d_functional._wrap_tensor_autograd")
+
+
+def tensor_bytes(value: Any) -> int:
+    """Bytes of a tensor, or of a list of tensors (c10d's in-place ops take lists)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    return sum(tensor_bytes(v) for v in value) if isinstance(value, (list, tuple)) else 0
+
+
+class Fsdp2Recorder(TorchDispatchMode):
+    """Counts what torch FSDP2 sends: each collective op dispatched while it is active, by name and bytes.
+    A call on DTensors is handed back (NotImplemented) so DTensor desugars it first and its collectives
+    reach this mode as plain ops, as torch's CommDebugMode does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: dict[tuple[str, int], int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        from torch.distributed.tensor import DTensor
+
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented
+        if getattr(func, "namespace", None) in COLLECTIVE_NAMESPACES:
+            op = f"{func.namespace}.{func._opname}"
+            name, argument = DISPATCHED_COLLECTIVES.get(op, (op, 0))
+            if op not in NOT_COLLECTIVES:
+                key = (name, tensor_bytes(args[argument]) if args else 0)
+                self.records[key] = self.records.get(key, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+    def take(self) -> list[LoggedCalls]:
+        taken = [LoggedCalls(name=name, msg_bytes=size, calls=calls) for (name, size), calls in self.records.items()]
+        self.records = {}
+        return taken
+
+
 def measure(entry: CommsMeasurement, spec: RunSpec, manifest: DatasetManifest, batches: loop.RankBatches,
             steps: tuple[int, int]) -> dict[str, list[LoggedCalls] | None]:
     """One scheme's phases (init, warm-up, measured), trained by the one loop."""
@@ -112,17 +172,21 @@ def measure(entry: CommsMeasurement, spec: RunSpec, manifest: DatasetManifest, b
     engine_name = entry.engine
     built_for = config if engine_name == "deepspeed" else {**config, "zero_optimization": {"stage": 0}}
     ds_comm.comms_logger.reset_data()
-    engine = build_engine(engine_name, lambda: load_for_training(spec, manifest, built_for), config)
-    recorder = DdpRecorder(engine.ddp) if engine_name == "ddp" else None
+    fsdp2 = Fsdp2Recorder() if engine_name == "fsdp2" else None
+    with fsdp2 or contextlib.nullcontext():
+        engine = build_engine(engine_name, lambda: load_for_training(spec, manifest, built_for), config)
+    recorder = DdpRecorder(engine.ddp) if engine_name == "ddp" else fsdp2
     # DDP's constructor broadcasts through torch directly: not counted.
-    phases: dict[str, list[LoggedCalls] | None] = {"init": None if recorder else logger_records()}
+    phases: dict[str, list[LoggedCalls] | None] = {
+        "init": None if engine_name == "ddp" else fsdp2.take() if fsdp2 else logger_records()}
     engine.train()
     step = 0
     for phase, count in zip(("warmup", "measured"), steps):
         if recorder:
             recorder.take()
         ds_comm.comms_logger.reset_data()
-        step = loop.run(engine, batches, accumulation, step, step + count)
+        with fsdp2 or contextlib.nullcontext():
+            step = loop.run(engine, batches, accumulation, step, step + count)
         phases[phase] = recorder.take() if recorder else logger_records()
     engine.destroy()  # else DeepSpeed's module-level state keeps this engine alive (and its memory)
     return phases
@@ -177,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             status="not_run" if error else "run", reason=error, warmup_steps=steps[0], measured_steps=steps[1],
             seconds=time.perf_counter() - started,
             rss_after_gib=psutil.Process().memory_info().rss / GIB,  # what the scheme left behind
-            recorder="ddp_comm_hook" if entry.engine == "ddp" else "deepspeed_comms_logger",
+            recorder=RECORDERS[entry.engine],
             phases=phases, counts=plan.counts, buffer_bytes=buffers, dtype=entry.dtype, dtype_bytes=entry.dtype_bytes,
             theory_settings=entry.theory_settings, accelerator=spec.accelerator, host_device_copies=copies,
             ds_config=entry.ds_config,
