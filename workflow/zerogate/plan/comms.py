@@ -57,7 +57,7 @@ from zerogate.contracts.comms import CommsMeasurement, CommsPlan, TheorySettings
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.counts import ModelCounts
 from zerogate.plan.ds_config import apply_overrides
-from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE
+from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE, ZERO0_ALLREDUCE_ELEMENTS
 from zerogate.plan.variants import PEERS, VARIANTS, variant_config
 
 # The schemes measured and theorised, in report order. DeepSpeed ones and FSDP2 are zerogate.plan.variants names.
@@ -95,9 +95,8 @@ _LOGGED_KINDS: dict[str, tuple[str, bool]] = {
     "barrier": ("barrier", False),
 }
 
-# DeepSpeed's bucket for ZeRO-0's gradient all-reduce (engine.MEMORY_OPT_ALLREDUCE_SIZE, elements) and its
-# default reduce bucket (zero/config.py); torch DDP's bucket caps (bytes).
-ZERO0_BUCKET_ELEMENTS = 500_000_000
+# DeepSpeed's default reduce bucket (zero/config.py; ZeRO-0's all-reduce bucket is the ledger's
+# ZERO0_ALLREDUCE_ELEMENTS); torch DDP's bucket caps (bytes).
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 DEEPSPEED_PREFETCH_BUCKET_ELEMENTS = 50_000_000  # zero/config.py prefetch_bucket_size
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
@@ -390,7 +389,7 @@ def theory(counts: ModelCounts, scheme: str, accumulation: int, world: int, dtyp
         norm = [Term("gradient-norm all-reduce", "all_reduce", BOUNDARY, 1, norm_bytes,
                      "one scalar per optimizer step", departure=True)]
     if stage == 0:
-        return [Term("gradient all-reduce", "all_reduce", BOUNDARY, _buckets(counts.total, ZERO0_BUCKET_ELEMENTS),
+        return [Term("gradient all-reduce", "all_reduce", BOUNDARY, _buckets(counts.total, ZERO0_ALLREDUCE_ELEMENTS),
                      grads, "engine.buffered_allreduce_fallback at the boundary"), *norm]
     if stage in (1, 2):
         flat = _padded(counts.total, world)  # one flat group, padded to a multiple of N

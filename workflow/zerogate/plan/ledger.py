@@ -14,8 +14,11 @@
     and NVMe (offload device nvme) are tiers of their own.
 
 A device's terms fall into phases that do not coexist: what is held for the whole run (``PERSISTENT``),
-what one micro-step's forward and backward add (``MICRO_STEP``) and what the optimizer step adds
-(``OPTIMIZER_STEP``); the tensor peak is the persistent terms plus the larger phase (:func:`device_levels`).
+what one micro-step's forward and backward add (``MICRO_STEP``), what the reduction at the accumulation
+boundary adds after the backward (``BOUNDARY``) and what the optimizer step adds (``OPTIMIZER_STEP``); the
+gradients of a window of one micro-step at ZeRO-0 (``WINDOW``) exist from its backward to the step's end, so
+in the boundary and the optimizer step, not beside the forward's activations. The tensor peak is the
+persistent terms plus the largest phase (:func:`transient_bytes`).
 
 Parameter counts come from the model's config instantiated on the meta device: no weights, so a 14B model
 is counted in seconds. Every figure is in bytes (printed by zerogate.units.format_bytes, GiB and GB side by side).
@@ -37,6 +40,7 @@ DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000  # zero/config.py max_reuse_distance (elements)
 DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000  # zero/config.py max_live_parameters (elements)
 DEEPSPEED_SUB_GROUP_SIZE = 1_000_000_000  # zero/config.py sub_group_size (elements)
+ZERO0_ALLREDUCE_ELEMENTS = 500_000_000  # engine.py MEMORY_OPT_ALLREDUCE_SIZE: ZeRO-0's all-reduce bucket (elements)
 TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # torch.<name> of each
 SCHEMES = ("ddp", "zero1", "zero2", "zero2_offload_optimizer", "zero3", "zero3_offload_optimizer", "zero3_offload_all")
 
@@ -80,8 +84,13 @@ TERM_SOURCES = {
     "reduce_bucket": "ZeRO-3's contiguous gradient bucket, torch.empty(reduce_bucket_size) per parameter dtype at "
                      "optimizer init, held for the run (stage3.py ipg_buckets buffer)",
     "gradient_reduction_buckets": "ZeRO-1/2's gradient reduction buckets, torch.empty(reduce_bucket_size) each "
-                                  "micro-step, two with overlap_comm (stage_1_and_2.py setup_buckets); ZeRO-0's "
-                                  "flattened all-reduce bucket (engine.py allreduce_gradients, 5e8 elements at most)",
+                                  "micro-step, two with overlap_comm (stage_1_and_2.py setup_buckets)",
+    "allreduce_flat_buffer": "ZeRO-0's flattened all-reduce bucket, made at the accumulation boundary after the "
+                             "backward (engine.py allreduce_gradients -> buffered_allreduce_fallback: flatten of at "
+                             "most 5e8 elements, reduced, copied back)",
+    "window_gradients": "ZeRO-0 without accumulation: every gradient, from the micro-step's backward until the "
+                        "optimizer step's zero_grad frees it (engine.py; held between steps only with accumulation "
+                        "> 1, as gradients)",
     "gathered_parameters": "ZeRO-3's gathered working set: what its fetch trace keeps gathered at once (parameters "
                            "used again within stage3_max_reuse_distance stay gathered, "
                            "partitioned_param_coordinator.py __params_to_release; zerogate.plan.comms.zero3_trace) "
@@ -138,7 +147,9 @@ PERSISTENT = ("parameters", "master_parameters", "gradients", "gradient_accumula
               "offload_gradient_staging")
 MICRO_STEP = ("gathered_parameters", "largest_layer_gradient", "tied_weight_gradient", "gradient_reduction_buckets",
               "offload_gradient_conversion", "activations", "backward_transient")
+BOUNDARY = ("allreduce_flat_buffer",)
 OPTIMIZER_STEP = ("fp32_gradient_copy",)
+WINDOW = ("window_gradients",)  # in the boundary and the optimizer step, not in the micro-step
 OVERHEAD = ("allocator_margin", "cuda_context", "communicator")
 # Host RAM terms that are not offloaded model state.
 HOST_SETUP = ("host_runtime", "model_build", "nvme_swap_buffers")
@@ -401,7 +412,8 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
             if b < 4:  # the conversion is a no-op when the gradients are already fp32
                 device["offload_gradient_conversion"] = 4 * min(counts.largest_layer, share)
     else:
-        device["gradients"] = b * grads_share
+        window = setup.stage == 0 and setup.accumulation == 1
+        device["window_gradients" if window else "gradients"] = b * grads_share
         device.update(optimizer_state)
 
     if setup.stage == 3:
@@ -411,7 +423,7 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
     elif setup.stage >= 1:
         device["gradient_reduction_buckets"] = (2 if setup.overlap_comm else 1) * b * setup.reduce_bucket
     else:
-        device["gradient_reduction_buckets"] = b * min(phi, setup.reduce_bucket)
+        device["allreduce_flat_buffer"] = b * min(phi, ZERO0_ALLREDUCE_ELEMENTS)
     if setup.stage >= 2:
         device["largest_layer_gradient"] = b * counts.largest_layer
     if counts.tied_embeddings:
@@ -443,15 +455,24 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
     return {"device": device, "host": host, "nvme": nvme, "pinned": pinned, "activations": figures}
 
 
+def transient_bytes(terms: dict[str, int]) -> int:
+    """What a step adds above the persistent terms at its peak, bytes: the largest of its phases (the
+    micro-step's forward and backward, the boundary's reduction, the optimizer step), a window's gradients
+    (WINDOW) in the last two."""
+    def phase(names: tuple[str, ...]) -> int:
+        return sum(v for k, v in terms.items() if k in names)
+
+    window = phase(WINDOW)
+    return max(phase(MICRO_STEP), window + phase(BOUNDARY), window + phase(OPTIMIZER_STEP))
+
+
 def device_levels(device: dict[str, int]) -> dict[str, int]:
     """A device's peak at three levels, bytes: ``tensor`` (what torch.cuda.max_memory_allocated counts: the
     persistent terms plus the larger of the micro-step's and the optimizer step's), ``allocator`` (plus the
     caching allocator's margin: max_memory_reserved) and ``device`` (plus the CUDA context and the
     communicator: what NVML sees, and what must fit the device)."""
     persistent = sum(v for k, v in device.items() if k in PERSISTENT)
-    micro = sum(v for k, v in device.items() if k in MICRO_STEP)
-    step = sum(v for k, v in device.items() if k in OPTIMIZER_STEP)
-    tensor = persistent + max(micro, step)
+    tensor = persistent + transient_bytes(device)
     allocator = tensor + device.get("allocator_margin", 0)
     return {"tensor": tensor, "allocator": allocator,
             "device": allocator + device.get("cuda_context", 0) + device.get("communicator", 0)}
@@ -546,7 +567,7 @@ PAGE_BYTES = 4096
 # inside a step (the per-window peak above the window's end): the split the measured per-window peaks
 # (memory/peak_rss and memory/rss at the end of each step) can check term by term.
 PERSISTENT_TERMS = ("runtime_baseline", "shm_comm_buffer", *PERSISTENT)
-TRANSIENT_TERMS = (*MICRO_STEP, *OPTIMIZER_STEP)
+TRANSIENT_TERMS = (*MICRO_STEP, *BOUNDARY, *OPTIMIZER_STEP, *WINDOW)
 # The peaks each accelerator measures, what predicts each and the step-record column (or file) it is set against.
 PEAK_LEVELS = {
     "cuda": (("tensor", "torch.cuda.max_memory_allocated: the tensors' peak"),
@@ -594,10 +615,8 @@ def peak_split(terms: dict[str, int]) -> dict[str, int]:
     """The predicted peak as persistent (held between steps) + transient (inside a step), bytes: the
     transient part is the larger of the micro-step's terms and the optimizer step's."""
     persistent = sum(v for k, v in terms.items() if k not in TRANSIENT_TERMS and k not in OVERHEAD)
-    micro = sum(v for k, v in terms.items() if k in MICRO_STEP)
-    step = sum(v for k, v in terms.items() if k in OPTIMIZER_STEP)
     overhead = sum(v for k, v in terms.items() if k in OVERHEAD)
-    transient = max(micro, step)
+    transient = transient_bytes(terms)
     return {"persistent(bytes)": persistent + overhead, "transient(bytes)": transient,
             "total(bytes)": persistent + overhead + transient}
 
