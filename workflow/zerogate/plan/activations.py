@@ -66,3 +66,18 @@ class TracedActivations:
     def traces(self) -> int:
         """Distinct settings traced so far."""
         return len(self._traced)
+
+
+# One TracedActivations per distinct model config in this process (see traced_activations).
+_TRACED: dict[str, TracedActivations] = {}
+
+
+def traced_activations(config: Any) -> TracedActivations:
+    """The TracedActivations of ``config``, shared by every plan of the same model in this process (keyed by
+    the config's JSON and its attention implementation): the planner's micro-batch searches, and the published
+    setups' harness planning one row at many micro-batches, trace each setting once."""
+    key = f"{config.to_json_string()}|{getattr(config, '_attn_implementation', None)}"
+    if key not in _TRACED:
+        _TRACED[key] = TracedActivations(config)
+    return _TRACED[key]
+

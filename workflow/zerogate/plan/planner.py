@@ -379,17 +379,18 @@ def target_machine(description: str | None, fingerprint: str | None, name: str) 
 
 def run_setup(run_spec: RunSpec, ds_config: DsConfig, machine: dict[str, Any]) -> tuple[ModelCounts, Setup, Any]:
     """The run's model counted on the meta device, the ledger's view of its rendered config, and the
-    activation source traced from the model (zerogate.plan.activations.TracedActivations)."""
+    activation source traced from the model (zerogate.plan.activations.traced_activations: shared by every
+    plan of the same model in this process)."""
     from zerogate.model.build import planned_model_config
     from zerogate.model.counts import count_parameters
-    from zerogate.plan.activations import TracedActivations
+    from zerogate.plan.activations import traced_activations
     from zerogate.plan.ledger import setup_from_config
 
     config = planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len)
     counts = count_parameters(config)
     # Several nodes (the profile's nodes section, as rendered): each node holds its share of the ranks.
     nodes = len(run_spec.nodes.hosts) if run_spec.nodes else machine.get("nodes", 1)
-    return counts, setup_from_config(ds_config, run_spec, nodes=nodes), TracedActivations(config)
+    return counts, setup_from_config(ds_config, run_spec, nodes=nodes), traced_activations(config)
 
 
 def plan_for_run(run_spec: RunSpec, ds_config: DsConfig, machine: dict[str, Any], override: PlanSettings,
