@@ -328,7 +328,8 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
         overrides=[], seq_len=row.setup.seq_len, vocab_size=shape_of(config).vocab_size,
         fingerprint=to_fingerprint(machine), template_file=where, profile_file=where, nodes=node_layout(row))
     typed_config = DsConfig.of(ds_config, where)
-    plan = plan_for_run(run_spec, typed_config, machine, PlanSettings(), row.id)
+    # One row is planned at many micro-batches (largest_micro_batch): its plans share their traces.
+    plan = plan_for_run(run_spec, typed_config, machine, PlanSettings(), row.id, share_traces=True)
     return PlannedRun(plan, run_spec, typed_config, tuple(model_notes + training_notes))
 
 

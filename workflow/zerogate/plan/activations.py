@@ -68,14 +68,14 @@ class TracedActivations:
         return len(self._traced)
 
 
-# One TracedActivations per distinct model config in this process (see traced_activations).
+# One TracedActivations per distinct model config in this process, for the plans that share (traced_activations).
 _TRACED: dict[str, TracedActivations] = {}
 
 
 def traced_activations(config: Any) -> TracedActivations:
-    """The TracedActivations of ``config``, shared by every plan of the same model in this process (keyed by
-    the config's JSON and its attention implementation): the planner's micro-batch searches, and the published
-    setups' harness planning one row at many micro-batches, trace each setting once."""
+    """The TracedActivations of ``config`` shared in this process by the plans that ask for it (keyed by the
+    config's JSON and its attention implementation): the published setups' harness plans one row at many
+    micro-batches, each plan searching micro-batches of its own, and traces each setting once."""
     key = f"{config.to_json_string()}|{getattr(config, '_attn_implementation', None)}"
     if key not in _TRACED:
         _TRACED[key] = TracedActivations(config)

@@ -377,28 +377,32 @@ def target_machine(description: str | None, fingerprint: str | None, name: str) 
     return from_fingerprint(probed, name), probed
 
 
-def run_setup(run_spec: RunSpec, ds_config: DsConfig, machine: dict[str, Any]) -> tuple[ModelCounts, Setup, Any]:
+def run_setup(run_spec: RunSpec, ds_config: DsConfig, machine: dict[str, Any],
+              share_traces: bool = False) -> tuple[ModelCounts, Setup, Any]:
     """The run's model counted on the meta device, the ledger's view of its rendered config, and the
-    activation source traced from the model (zerogate.plan.activations.traced_activations: shared by every
-    plan of the same model in this process)."""
+    activation source traced from the model: its own (zerogate.plan.activations.TracedActivations), or with
+    ``share_traces`` the one every such plan of the same model in this process shares (traced_activations)."""
     from zerogate.model.build import planned_model_config
     from zerogate.model.counts import count_parameters
-    from zerogate.plan.activations import traced_activations
+    from zerogate.plan.activations import TracedActivations, traced_activations
     from zerogate.plan.ledger import setup_from_config
 
     config = planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len)
     counts = count_parameters(config)
     # Several nodes (the profile's nodes section, as rendered): each node holds its share of the ranks.
     nodes = len(run_spec.nodes.hosts) if run_spec.nodes else machine.get("nodes", 1)
-    return counts, setup_from_config(ds_config, run_spec, nodes=nodes), traced_activations(config)
+    activations = traced_activations(config) if share_traces else TracedActivations(config)
+    return counts, setup_from_config(ds_config, run_spec, nodes=nodes), activations
 
 
 def plan_for_run(run_spec: RunSpec, ds_config: DsConfig, machine: dict[str, Any], override: PlanSettings,
-                 profile: str, model_compute: ModelComputeMeasurement | None = None) -> Plan:
+                 profile: str, model_compute: ModelComputeMeasurement | None = None,
+                 share_traces: bool = False) -> Plan:
     """Plan the run as render_deepspeed_config rendered it for ``machine`` (``ds_config``, ``run_spec``):
     count the model on the meta device, trace its activations under fake tensors, then fit, floor and
-    ledger. ``model_compute``: measure_model_compute's measurement on this machine, if any."""
-    counts, setup, activations = run_setup(run_spec, ds_config, machine)
+    ledger. ``model_compute``: measure_model_compute's measurement on this machine, if any;
+    ``share_traces``: reuse this process's traces of the same model (run_setup)."""
+    counts, setup, activations = run_setup(run_spec, ds_config, machine, share_traces)
     return plan(counts, setup, machine, override, model_compute, profile, activations)
 
 
