@@ -46,18 +46,34 @@ class ModelCounts(Record):
     def layer_units(self) -> list[list[int]]:
         """The parameters outside the decoder layers (FSDP2's root, when there are any), then each decoder
         layer's, as indices into ``numels``: the units torch FSDP2 shards as zerogate's engine wraps it."""
+        root, layers = self.root_indices(), self.decoder_layers()
+        return ([root] if root else []) + layers
+
+    def root_indices(self) -> list[int]:
+        """The parameters outside the decoder layers (embeddings, final norm, an untied head)."""
+        return [i for i, block in enumerate(self._blocks()) if block == -1]
+
+    def decoder_layers(self) -> list[list[int]]:
+        """Each decoder layer's parameters, in layer order, as indices into ``numels``."""
+        layers: dict[int, list[int]] = {}
+        for index, block in enumerate(self._blocks()):
+            if block != -1:
+                layers.setdefault(block, []).append(index)
+        return [layers[key] for key in sorted(layers)]
+
+    def root_numel(self) -> int:
+        """Elements outside the decoder layers."""
+        return sum(self.numels[i] for i in self.root_indices())
+
+    def first_dim_shard_numel(self, ranks: int) -> int:
+        """Elements of one rank's FSDP2 shard of every parameter (first_dim_padded_numel / ranks)."""
+        return self.first_dim_padded_numel(ranks) // ranks
+
+    def _blocks(self) -> tuple[int, ...]:
         if len(self.blocks) != len(self.numels):
             raise ValueError("the model's counts do not say which decoder layer each parameter is in: count them "
                              "again (zerogate.model.counts.count_parameters)")
-        units: dict[int, list[int]] = {}
-        for index, block in enumerate(self.blocks):
-            units.setdefault(block, []).append(index)
-        return [units[key] for key in sorted(units)]  # -1, the root, first
-
-    def root_numel(self) -> int:
-        """Elements outside the decoder layers (embeddings, final norm, an untied head)."""
-        units = self.layer_units()
-        return sum(self.numels[i] for i in units[0]) if units and self.blocks[units[0][0]] == -1 else 0
+        return self.blocks
 
     def persistent_numel(self, threshold: int) -> int:
         """Elements ZeRO-3 keeps whole on every rank (parameters at or below the persistence threshold)."""

@@ -322,9 +322,7 @@ def _reduce_terms(counts: ModelCounts, per: str, world: int, b: int, reduce_buck
 def fsdp2_theory(counts: ModelCounts, world: int, dtype_bytes: int) -> list[Term]:
     """The collectives one rank takes part in under torch FSDP2 (the module docstring), per micro-step and
     per boundary: the paper's ZeRO-3 terms, then FSDP2's departures from them."""
-    units = counts.layer_units()
-    root = list(units[0]) if counts.blocks[units[0][0]] == -1 else []
-    layers = [unit for unit in units if counts.blocks[unit[0]] != -1]
+    units, root, layers = counts.layer_units(), counts.root_indices(), counts.decoder_layers()
     b, reduce_b = dtype_bytes, FSDP2_REDUCE_BYTES
     layer_indices = [i for unit in layers for i in unit]
     terms = [

@@ -375,6 +375,11 @@ def fp32_gradient_copy_bytes(counts: ModelCounts, setup: Setup, share: int) -> i
     return per_element * elements
 
 
+def host_runtime_bytes(setup: Setup) -> int:
+    """A rank's process before any model (HOST_RUNTIME_BYTES, the ``host_runtime`` term)."""
+    return HOST_RUNTIME_BYTES["cpu" if setup.device_kind == "cpu" else "cuda"]
+
+
 def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations | None = None) -> dict[str, Any]:
     """zerogate's prediction for ``setup``, bytes: per-rank ``device`` terms (tensors and OVERHEAD),
     per-rank ``host`` terms (offloaded state, HOST_SETUP), per-rank ``nvme`` terms, and the ``pinned`` share
@@ -450,7 +455,7 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
     if swap:
         host["nvme_swap_buffers"] = swap
         pinned["nvme_swap_buffers"] = swap
-    host["host_runtime"] = HOST_RUNTIME_BYTES["cpu" if setup.device_kind == "cpu" else "cuda"]
+    host["host_runtime"] = host_runtime_bytes(setup)
     host["model_build"] = 4 * (counts.largest_layer if setup.stage == 3 else phi)
     return {"device": device, "host": host, "nvme": nvme, "pinned": pinned, "activations": figures}
 
@@ -659,11 +664,10 @@ def fsdp2_terms(counts: ModelCounts, setup: Setup, activations: Activations | No
     the held terms are host memory: on GPUs they leave the device; on the CPU accelerator every term is the
     host's anyway. No separate master copy, no persistent small parameters and no reduce bucket (FSDP2
     keeps none of them)."""
-    share = counts.first_dim_padded_numel(setup.ranks) // setup.ranks
+    share = counts.first_dim_shard_numel(setup.ranks)
     compute = setup.dtype_bytes
     root = counts.root_numel()
-    layer = max((sum(counts.numels[i] for i in unit) for unit in counts.layer_units() if counts.blocks[unit[0]] != -1),
-                default=0)
+    layer = max((sum(counts.numels[i] for i in unit) for unit in counts.decoder_layers()), default=0)
     figures = (activations or formula_activations(counts))(setup)
     held = {"parameters": 4 * share, "gradients": 4 * share, "optimizer_states": 8 * share}
     terms = {} if setup.offload_param and setup.device_kind != "cpu" else dict(held)
@@ -686,12 +690,11 @@ def fsdp2_host_need_per_rank(counts: ModelCounts, setup: Setup, terms: dict[str,
     as the Fsdp2Engine builds it (whole, in fp32, on every rank, before fully_shard shards it) and what it
     holds on the host in training (with CPUOffloadPolicy on GPUs the sharded parameters, gradients and Adam's
     states, 16 bytes per parameter's share; on the CPU accelerator every tensor)."""
-    runtime = HOST_RUNTIME_BYTES["cpu" if setup.device_kind == "cpu" else "cuda"]
     if setup.device_kind == "cpu":
         held = device_levels(terms)["tensor"]
     else:
-        held = 16 * (counts.first_dim_padded_numel(setup.ranks) // setup.ranks) if setup.offload_param else 0
-    return runtime + max(4 * counts.total, held)
+        held = 16 * counts.first_dim_shard_numel(setup.ranks) if setup.offload_param else 0
+    return host_runtime_bytes(setup) + max(4 * counts.total, held)
 
 
 def fsdp2_peak_levels(counts: ModelCounts, setup: Setup, runtime_baseline: int | None,

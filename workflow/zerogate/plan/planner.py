@@ -24,20 +24,26 @@ def _check(what: str, rank: int | None, device: str, need: int, capacity: int) -
                        headroom_bytes=capacity - need, fits=capacity - need >= 0)
 
 
+def device_and_host_checks(setup: Setup, machine: dict[str, Any], device_need: int,
+                           host_per_rank: int) -> list[MemoryCheck]:
+    """One check per rank's device (GPUs: every rank needs ``device_need``, its GPU the machine's in rank
+    order) and one for the node's host RAM (``host_per_rank`` x the ranks on a node)."""
+    gpus = machine.get("gpus", [])
+    result = [_check("device memory", rank, gpus[rank % len(gpus)]["name"], device_need,
+                     gpus[rank % len(gpus)]["memory_total_bytes"]) for rank in range(setup.ranks)] if gpus else []
+    result.append(_check("host RAM", None, "host (all ranks of the node)", host_per_rank * setup.ranks_per_node,
+                         machine["host"]["ram_total_bytes"]))
+    return result
+
+
 def checks(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
            activations: Activations | None = None) -> list[MemoryCheck]:
     """One check per rank's device (GPUs), one for host RAM, and one for NVMe where the run swaps to NVMe
     and the machine states its capacity, each with headroom."""
     gpus = machine.get("gpus", [])
     terms = zerogate_terms(counts, setup, activations)
-    result = []
-    if gpus:
-        need = device_levels(terms["device"])["device"]
-        for rank in range(setup.ranks):
-            gpu = gpus[rank % len(gpus)]
-            result.append(_check("device memory", rank, gpu["name"], need, gpu["memory_total_bytes"]))
-    result.append(_check("host RAM", None, "host (all ranks of the node)",
-                         host_need_per_rank(terms, not gpus) * setup.ranks_per_node, machine["host"]["ram_total_bytes"]))
+    result = device_and_host_checks(setup, machine, device_levels(terms["device"])["device"],
+                                    host_need_per_rank(terms, not gpus))
     nvme = sum(terms["nvme"].values()) * setup.ranks_per_node
     capacity = machine["host"].get("nvme_bytes")
     if nvme and capacity is not None:
@@ -197,11 +203,8 @@ def peer_plans(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
         offload = name == "fsdp2-offload"
         peer = dataclasses.replace(setup, stage=3, offload_optimizer=offload, offload_param=offload)
         terms = fsdp2_terms(counts, peer, activations)
-        result = [_check("device memory", rank, gpus[rank % len(gpus)]["name"], device_levels(terms)["device"],
-                         gpus[rank % len(gpus)]["memory_total_bytes"]) for rank in range(peer.ranks)] if gpus else []
-        result.append(_check("host RAM", None, "host (all ranks of the node)",
-                             fsdp2_host_need_per_rank(counts, peer, terms) * peer.ranks_per_node,
-                             machine["host"]["ram_total_bytes"]))
+        result = device_and_host_checks(peer, machine, device_levels(terms)["device"],
+                                        fsdp2_host_need_per_rank(counts, peer, terms))
         _, volume = step_totals(fsdp2_theory(counts, peer.ranks, peer.dtype_bytes), peer.accumulation, peer.ranks)
         found.append(PeerPlan(
             variant=name, what=PEERS[name].what, fits=all(c.fits for c in result), checks=result,
