@@ -3,7 +3,8 @@ and without its offload) trained on the same model and data through the same loo
 renders them), each statistic from zerogate.analysis.measures, so the table and a run's report mean the
 same thing by "median step time" (the per-rank median, then the slowest rank). Beside each: the planner's
 predicted peak for its config and the bytes measured for its scheme (zerogate.train.comms_volume: DeepSpeed's
-comms logger, FSDP2's collectives), where those exist; then which variant is fastest and which smallest, and each peer's loss curve against ZeRO-3's.
+comms logger, FSDP2's collectives), where those exist; then which variant is fastest and which smallest, and
+each peer's loss curve against the ZeRO variant it trains from.
 """
 
 from __future__ import annotations
@@ -135,16 +136,16 @@ def loss_agreement(runs: dict[str, VariantRun]) -> list[LossAgreement]:
     limit, sources = tolerance(runs)
     found = []
     for peer in (name for name in PEERS if name in runs):
-        for reference in [PEERS[peer].config_of] if PEERS[peer].config_of in runs else []:
-            gaps = relative_differences(runs[peer].steps, runs[reference].steps)
-            if not len(gaps):
-                continue
-            worst, first = float(gaps.max()), float(gaps.iloc[0])
-            found.append(LossAgreement(
-                peer=peer, reference=reference, steps=len(gaps), max_relative_difference=worst,
-                first_step_relative_difference=first, tolerance=limit, tolerance_from=sources,
-                tolerance_rule=TOLERANCE_RULE, within=None if limit is None else bool(worst <= limit),
-                diagnosis=diagnosis(first, worst, limit)))
+        reference = PEERS[peer].config_of
+        gaps = relative_differences(runs[peer].steps, runs[reference].steps) if reference in runs else []
+        if not len(gaps):
+            continue
+        worst, first = float(gaps.max()), float(gaps.iloc[0])
+        found.append(LossAgreement(
+            peer=peer, reference=reference, steps=len(gaps), max_relative_difference=worst,
+            first_step_relative_difference=first, tolerance=limit, tolerance_from=sources,
+            tolerance_rule=TOLERANCE_RULE, within=None if limit is None else bool(worst <= limit),
+            diagnosis=diagnosis(first, worst, limit)))
     return found
 
 

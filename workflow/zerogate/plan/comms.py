@@ -58,7 +58,7 @@ from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.counts import ModelCounts
 from zerogate.plan.ds_config import apply_overrides
 from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE, ZERO0_ALLREDUCE_ELEMENTS
-from zerogate.plan.variants import PEERS, VARIANTS, variant_config
+from zerogate.plan.variants import PEERS, VARIANTS, engine_of, variant_config
 
 # The schemes measured and theorised, in report order. DeepSpeed ones and FSDP2 are zerogate.plan.variants names.
 SCHEMES: tuple[str, ...] = ("ddp", "zero0", "zero1", "zero2", "zero3", "zero3-offload", "zero3-offload-all", "fsdp2")
@@ -191,7 +191,7 @@ def _ddp_buckets(numels: tuple[int, ...], dtype_bytes: int) -> int:
 
 def engine_of_scheme(scheme: str) -> str:
     """What trains ``scheme`` (a zerogate.runtime.engines name)."""
-    return "ddp" if scheme == DDP else PEERS[scheme].engine if scheme in PEERS else "deepspeed"
+    return "ddp" if scheme == DDP else engine_of(scheme)
 
 
 def scheme_setup(scheme: str) -> tuple[int | None, bool, bool]:
