@@ -30,7 +30,7 @@ def test_fsdp2_holds_a_shard_of_sixteen_bytes_per_parameter_and_no_zero3_extras(
     assert not {"master_parameters", "persistent_parameters", "reduce_bucket"} & set(terms)
     root = counts.total - counts.layers * counts.largest_block
     assert root > counts.largest_block  # Qwen's embeddings and head outweigh a decoder layer
-    assert terms["gathered_parameters"] == 2 * (root + 2 * counts.largest_block)  # bf16 on gathering
+    assert terms["unsharded_parameters"] == 2 * (root + 2 * counts.largest_block)  # bf16 on gathering
     assert terms["largest_layer_gradient"] == 2 * root
     zero3 = zerogate_terms(counts, setup)["device"]
     assert terms["activations"] == zero3["activations"]  # the same model, the same activations

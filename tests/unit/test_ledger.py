@@ -172,8 +172,9 @@ def test_zerogate_adds_what_the_estimator_leaves_out():
     counts, setup = claim_counts(), claim_setup()
     device = zerogate_terms(counts, setup)["device"]
     assert set(device) == {"persistent_parameters", "gathered_parameters", "reduce_bucket", "largest_layer_gradient",
-                           "fp32_gradient_copy", "activations", "backward_transient", "allocator_margin",
-                           "cuda_context", "communicator"}
+                           "fp32_gradient_copy", "activations", "backward_transient", "activations_at_first_gradient",
+                           "backward_transient_after_first_gradient", "reduce_scatter_buffer", "last_gradient",
+                           "reduce_scatter_in_backward", "allocator_margin", "cuda_context", "communicator"}
     # Korthikanti (the default source of hand-made counts): s b h (34 + 5 a s / h) per layer in 16-bit,
     # plus logits s b V (2 + 4 + 4).
     per_layer = 512 * 5120 * (34 + 5 * 40 * 512 / 5120)
@@ -184,9 +185,15 @@ def test_zerogate_adds_what_the_estimator_leaves_out():
     assert device["largest_layer_gradient"] == 2 * 778_567_680
     assert device["fp32_gradient_copy"] == 0  # optimizer offload: the host buffer is the copy
     assert device["cuda_context"] == int(0.6 * GIB) and device["communicator"] == int(1.6e9) - int(0.6 * GIB)
+    # The model (14e9) is larger than one bucket (5120^2 elements): a bucket is reduced inside the backward, its
+    # flat buffer (16-bit, no CPU copy on GPUs) beside the gathered parameters, the largest layer's gradient and
+    # the activations (untraced: all of them, none released before the first gradient).
+    assert device["reduce_scatter_in_backward"] == device["reduce_scatter_buffer"] == 2 * 5120**2
+    assert device["activations_at_first_gradient"] == device["activations"]
     levels = device_levels(device)
-    micro = sum(device[k] for k in ("gathered_parameters", "largest_layer_gradient", "activations", "backward_transient"))
-    assert levels["tensor"] == device["persistent_parameters"] + device["reduce_bucket"] + micro
+    backward = sum(device[k] for k in ("gathered_parameters", "largest_layer_gradient", "reduce_scatter_in_backward",
+                                       "activations_at_first_gradient", "backward_transient_after_first_gradient"))
+    assert levels["tensor"] == device["persistent_parameters"] + device["reduce_bucket"] + backward
     assert device["allocator_margin"] == int((21.0 / 19.52 - 1) * levels["tensor"])  # 7.6 %
     assert levels["device"] == levels["allocator"] + int(0.6 * GIB) + device["communicator"]
     assert levels["device"] > deepspeed_estimates(counts, 2)["zero3_offload_all"]["device"]
@@ -289,16 +296,22 @@ def test_nvme_offload_is_a_tier_of_its_own_with_pinned_swap_buffers():
     assert ledger(counts, setup)["schemes"]["zero3_offload_all"]["zerogate"]["nvme_per_node(bytes)"] == 2 * 14 * share
 
 
-def test_no_separate_master_copy_for_fp32_without_optimizer_offload():
+def test_zero_keeps_a_separate_fp32_master_even_in_fp32_and_zero0_only_in_16_bit():
+    """stage_1_and_2.py clones the fp32 master partition always; stage3.py reuses the partition only when its
+    torch.device equals a device-name string, which it never does; ZeRO-0's fp32 optimizer steps on the
+    parameters themselves."""
     counts = oracle_counts()
-    fp32 = zerogate_terms(counts, claim_setup(dtype="fp32", offload_optimizer=False, offload_param=False))
-    fp16 = zerogate_terms(counts, claim_setup(offload_optimizer=False, offload_param=False))
-    assert fp32["device"]["master_parameters"] == 0
-    assert fp16["device"]["master_parameters"] == 4 * 7 * 10**9
-    # Both are the paper's 16 Phi / N of model states.
-    for terms, b in ((fp32, 4), (fp16, 2)):
-        states = sum(terms["device"][k] for k in ("parameters", "gradients", "master_parameters", "optimizer_states"))
-        assert states == 16 * 7 * 10**9
+    for stage in (1, 2, 3):
+        fp32 = zerogate_terms(counts, claim_setup(stage=stage, dtype="fp32", offload_optimizer=False,
+                                                  offload_param=False))
+        share = fp32["device"]["optimizer_states"] // 8
+        assert fp32["device"]["master_parameters"] == 4 * share
+    zero0 = claim_setup(stage=0, offload_optimizer=False, offload_param=False)
+    assert zerogate_terms(counts, dataclasses.replace(zero0, dtype="fp32"))["device"]["master_parameters"] == 0
+    assert zerogate_terms(counts, zero0)["device"]["master_parameters"] == 4 * 14 * 10**9
+    import torch
+    from deepspeed.accelerator import get_accelerator
+    assert torch.zeros(1).device != get_accelerator().current_device_name()  # stage3.py's comparison
 
 
 def test_leaf_decoder_layers_are_gathered_whole():

@@ -100,12 +100,35 @@ def test_checkpointing_leaves_each_layer_only_its_input():
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_the_saved_tensors_are_all_the_forward_leaves_alive(checkpointing):
     # Live bytes at the end of the forward, counted op by op, against the saved-tensor count: they differ
-    # only by the input ids (saved, but made before the op counting starts: 8 bs), the loss (alive, fp32
-    # scalar) and, without checkpointing, the embeddings' output, which the trace itself holds as the
-    # backward's target (e bsh; with checkpointing the first layer saves it anyway).
+    # only by the input ids (saved, but made before the op counting starts: 8 bs) and the loss (alive, fp32
+    # scalar).
     step = _trace_step(tiny_llama(), 1, S, "fp16", "sdpa", checkpointing, padding_mask=True)
-    held_by_the_trace = 0 if checkpointing else 2 * S * H
-    assert step.live_bytes_at_forward_end == step.saved_bytes - 8 * S + 4 + held_by_the_trace
+    assert step.live_bytes_at_forward_end == step.saved_bytes - 8 * S + 4
+
+
+def test_the_first_accumulated_gradient_is_the_heads_once_the_logits_gradients_are_gone():
+    # Untied, the head's weight gradient (fp16, e V H) is the first accumulated; by then log_softmax's
+    # output (fp32, 4 s V), nll_loss's target (8 (s + 1)) and both logits' gradients are gone. What ZeRO-1/2
+    # allocate their buckets beside is that, not the forward's end.
+    trace = trace_micro_step(tiny_llama(), 1, S, "fp16", "sdpa")
+    assert trace.at_first_gradient_bytes == trace.total_bytes + 2 * V * H - 4 * S * V - 8 * (S + 1)
+    # From then on the backward releases more than it makes: the head's gradient was the largest in flight.
+    assert trace.after_first_gradient_bytes < 2 * V * H
+
+
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_the_backwards_split_at_the_first_gradient_scales_as_the_whole_model_traces_it(tied, checkpointing):
+    # Tied, the backward's peak after the first gradient falls at its end (the head's and the embedding's
+    # gradients summed once every layer's activations are gone); untied, early: the scaled figures are the
+    # whole model's either way.
+    config = LlamaConfig(**{**tiny_llama(6).to_dict(), "tie_word_embeddings": tied})
+    scaled = trace_micro_step(config, 1, S, "fp16", "sdpa", checkpointing)
+    whole = _trace_step(config, 1, S, "fp16", "sdpa", checkpointing, padding_mask=True)
+    assert scaled.total_bytes == whole.saved_bytes
+    assert scaled.at_first_gradient_bytes == whole.saved_bytes + whole.at_first_gradient_change
+    assert scaled.after_first_gradient_bytes == whole.after_first_gradient_bytes
+    assert scaled.backward_transient_bytes == whole.transient_bytes
 
 
 def test_eager_saves_more_than_sdpa_once_the_sequence_is_long():

@@ -37,7 +37,8 @@ def device_terms_text(plan: Plan) -> str:
     text = (f"activations {activations.basis} {format_bytes(activations.saved_bytes)} ({shape}), backward transient "
             f"{format_bytes(activations.backward_transient_bytes)} (the Korthikanti formula: "
             f"{format_bytes(activations.formula_bytes)})")
-    skip = {"activations", "backward_transient"}
+    skip = {"activations", "backward_transient", "activations_at_first_gradient",
+            "backward_transient_after_first_gradient"}
     others = sorted(((k, v) for k, v in own.device_terms_bytes.items() if k not in skip and v), key=lambda kv: -kv[1])
     text += "; " + ", ".join(f"{k} {format_bytes(v)}" for k, v in others[:6])
     return (text + f"; tensor peak {format_bytes(own.device_tensor_peak_per_rank_bytes)}, allocator "

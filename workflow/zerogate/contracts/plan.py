@@ -174,7 +174,9 @@ class ActivationTerms(Record):
     outside_layers_bytes: int | None = Field(alias="outside_layers(bytes)")
     layers: int
     saved_bytes: int = Field(alias="saved(bytes)")
-    backward_transient_bytes: int = Field(alias="backward_transient(bytes)")
+    backward_transient_bytes: int = Field(alias="backward_transient(bytes)")  # to the first accumulated gradient
+    at_first_gradient_bytes: int | None = Field(alias="at_first_gradient(bytes)")  # traced only
+    after_first_gradient_bytes: int = Field(alias="after_first_gradient(bytes)")
     formula_bytes: int = Field(alias="formula(bytes)")  # Korthikanti et al. 2022, the cross-check
 
 

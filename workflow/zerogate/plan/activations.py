@@ -59,7 +59,9 @@ class TracedActivations:
             self._traced[key] = ActivationFigures(
                 saved_bytes=trace.total_bytes, backward_transient_bytes=trace.backward_transient_bytes,
                 basis="traced", how=trace.how + changed, per_layer_bytes=trace.per_layer_bytes,
-                outside_layers_bytes=trace.outside_layers_bytes, layers=trace.layers)
+                outside_layers_bytes=trace.outside_layers_bytes, layers=trace.layers,
+                at_first_gradient_bytes=trace.at_first_gradient_bytes,
+                after_first_gradient_bytes=trace.after_first_gradient_bytes)
         return self._traced[key]
 
     @property

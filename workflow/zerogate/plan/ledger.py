@@ -13,12 +13,15 @@
     Host RAM per node (the runtime, the model as built at initialisation, offloaded state, pinned buffers)
     and NVMe (offload device nvme) are tiers of their own.
 
-A device's terms fall into phases that do not coexist: what is held for the whole run (``PERSISTENT``),
-what one micro-step's forward and backward add (``MICRO_STEP``), what the reduction at the accumulation
-boundary adds after the backward (``BOUNDARY``) and what the optimizer step adds (``OPTIMIZER_STEP``); the
-gradients of a window of one micro-step at ZeRO-0 (``WINDOW``) exist from its backward to the step's end, so
-in the boundary and the optimizer step, not beside the forward's activations. The tensor peak is the
-persistent terms plus the largest phase (:func:`transient_bytes`).
+A device's terms fall into phases that do not coexist (:data:`PHASES`): what is held for the whole run
+(``PERSISTENT``), then, one after the other, the forward (ZeRO-3's gathered parameters beside the
+activations), the backward up to its first accumulated gradient (the activations and the backward's
+transient), the backward from then on (ZeRO-1/2's reduction buckets, allocated at that first gradient, beside
+what is left of the activations), the reduction at the accumulation boundary after the backward and the
+optimizer step. A term may sit in several phases (the activations in the forward and the backward). The
+gradients of a window of one micro-step (ZeRO-0's, and ZeRO-1/2's reduced partitions) exist only from the
+backward or the boundary to the step's end. The tensor peak is the persistent terms plus the largest phase
+(:func:`transient_bytes`).
 
 Parameter counts come from the model's config instantiated on the meta device: no weights, so a 14B model
 is counted in seconds. Every figure is in bytes (printed by zerogate.units.format_bytes, GiB and GB side by side).
@@ -66,11 +69,17 @@ HOST_RUNTIME_BYTES = {"cpu": int(0.6 * GIB), "cuda": 2 * GIB}
 TERM_SOURCES = {
     "parameters": "the 16-bit (fp32 on the CPU) parameters, a rank's share at stage 3, whole below it; ZeRO-3 pads "
                   "each parameter to a multiple of the ranks (deepspeed/runtime/zero/partition_parameters.py)",
-    "master_parameters": "fp32 master copy of the rank's partition, none when the parameters are fp32 and Adam runs "
-                         "on the device (deepspeed/runtime/zero/stage3.py _create_fp32_partitions, "
-                         "stage_1_and_2.py single_partition_of_fp32_groups)",
-    "gradients": "the gradient partition (ZeRO-2/3) or every gradient (ZeRO-0/1); with optimizer offload a flat fp32 "
-                 "host buffer (stage3.py grad_partitions_flat_buffer, stage_1_and_2.py pinned fp32 grad)",
+    "master_parameters": "fp32 master copy of the rank's partition at ZeRO-1/2/3, in fp32 too: stage_1_and_2.py "
+                         "clones single_partition_of_fp32_groups always, and stage3.py _create_fp32_partitions reuses "
+                         "the partition only when its device equals self.device, a device-name string that a "
+                         "torch.device never equals (torch 2.13); measured on fp32 ZeRO-2 and ZeRO-3 runs (the held "
+                         "tensors); ZeRO-0 keeps one only for 16-bit training (runtime/fp16/fused_optimizer.py)",
+    "gradients": "the gradient partition (ZeRO-2/3) or every gradient (ZeRO-0/1), held for the run at ZeRO-3 and "
+                 "with accumulation (at ZeRO-0/1/2 without it they are window terms); with optimizer offload a "
+                 "flat fp32 host buffer (stage3.py grad_partitions_flat_buffer, stage_1_and_2.py pinned fp32 grad)",
+    "window_gradient_partition": "ZeRO-1/2 without accumulation: the reduced gradient partition (every gradient at "
+                                 "ZeRO-1), made at the boundary and freed by the optimizer step's zero_grad "
+                                 "(stage_1_and_2.py averaged_gradients); measured absent between steps",
     "gradient_accumulation": "16-bit gradient accumulation partition on the host with optimizer offload and "
                              "accumulation > 1 (docs/reference.md section 1: +2 Phi when G > 1)",
     "optimizer_states": "Adam's two fp32 moments of the rank's partition (8 bytes per element)",
@@ -83,15 +92,32 @@ TERM_SOURCES = {
                              "(partition_parameters.py ds_persist)",
     "reduce_bucket": "ZeRO-3's contiguous gradient bucket, torch.empty(reduce_bucket_size) per parameter dtype at "
                      "optimizer init, held for the run (stage3.py ipg_buckets buffer)",
-    "gradient_reduction_buckets": "ZeRO-1/2's gradient reduction buckets, torch.empty(reduce_bucket_size) each "
-                                  "micro-step, two with overlap_comm (stage_1_and_2.py setup_buckets)",
+    "gradient_reduction_buckets": "ZeRO-1/2's gradient reduction buckets, torch.empty(reduce_bucket_size) at the "
+                                  "micro-step's first accumulated gradient, two with overlap_comm "
+                                  "(stage_1_and_2.py process_gradients -> setup_buckets), alive through the "
+                                  "optimizer step (measured)",
+    "reduce_scatter_buffer": "ZeRO-3's reduction of its gradient bucket: the bucket's gradients interleaved into one "
+                             "flat buffer, at most reduce_bucket_size elements (runtime/comm/coalesced_collectives.py "
+                             "reduce_scatter_coalesced, torch.cat); after the backward, or inside it when the model "
+                             "is larger than one bucket",
+    "reduce_scatter_cpu_copy": "on the CPU accelerator a second flat copy while the reduce-scatter runs (measured on "
+                               "gloo: its reduce-scatter splits the buffer into new storage); not assumed on GPUs",
+    "reduce_scatter_in_backward": "ZeRO-3 with a model larger than one bucket: a bucket fills and is reduced inside "
+                                  "the backward, its flat buffer (and on the CPU its copy) beside what is left of "
+                                  "the activations",
+    "last_gradient": "ZeRO-3: the gradient whose hook starts the final bucket reduction, held until it ends (measured: "
+                     "the input embedding's); the largest layer's at most",
     "allreduce_flat_buffer": "ZeRO-0's flattened all-reduce bucket, made at the accumulation boundary after the "
                              "backward (engine.py allreduce_gradients -> buffered_allreduce_fallback: flatten of at "
                              "most 5e8 elements, reduced, copied back)",
     "window_gradients": "ZeRO-0 without accumulation: every gradient, from the micro-step's backward until the "
                         "optimizer step's zero_grad frees it (engine.py; held between steps only with accumulation "
                         "> 1, as gradients)",
-    "gathered_parameters": "ZeRO-3's gathered working set: what its fetch trace keeps gathered at once (parameters "
+    "unsharded_parameters": "FSDP2: the root gathered whole (from its forward to the end of its backward) and two "
+                            "decoder layers (the one running and the one prefetched), in the compute dtype",
+    "gathered_parameters": "ZeRO-3's gathered working set, in the forward and again once the backward has passed "
+                           "its first accumulated gradient (measured: released at the forward's end, not alive at "
+                           "the loss's backward): what its fetch trace keeps gathered at once (parameters "
                            "used again within stage3_max_reuse_distance stay gathered, "
                            "partitioned_param_coordinator.py __params_to_release; zerogate.plan.comms.zero3_trace) "
                            "plus the prefetch bucket, which stage3_max_live_parameters caps "
@@ -106,16 +132,27 @@ TERM_SOURCES = {
     "offload_gradient_staging": "ZeRO-1/2 with optimizer offload: the host buffer of the largest parameter's size "
                                 "(pinned with pin_memory), held for the run (stage_1_and_2.py "
                                 "temp_grad_buffer_for_cpu_offload)",
-    "largest_layer_gradient": "the largest layer's full gradient before it is reduced into the partitions (ZeRO-2/3)",
+    "offload_parameter_buffer": "ZeRO-1/2 with optimizer offload: a host buffer of the rank's partition in the "
+                                "parameters' dtype that the updated master is copied through to the device, held "
+                                "for the run (stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups, "
+                                "pinned with pin_memory)",
+    "largest_layer_gradient": "the largest layer's full gradient before it is reduced into the partitions (ZeRO-2/3, "
+                              "FSDP2's unit) where the backward is not traced with its weight gradients",
     "tied_weight_gradient": "with tied input and output embeddings, the output embedding's gradient contribution, "
                             "computed first in the backward and held by autograd until the input embedding's "
                             "arrives at the backward's end, when the two are summed into the one gradient the "
                             "other gradient terms count (torch/csrc/autograd/input_buffer.h: the InputBuffer "
                             "accumulates a gradient used twice; AccumulateGrad, and DeepSpeed's gradient hook on "
-                            "it, runs once on the sum)",
+                            "it, runs once on the sum); where the backward is traced, the trace holds it",
     "activations": "what one micro-step's forward keeps for the backward (zerogate.plan.activations)",
-    "backward_transient": "what the backward holds on top of the kept activations at its peak, weight gradients "
-                          "excluded (zerogate.plan.activations)",
+    "backward_transient": "what the backward holds on top of the kept activations at its peak up to its first "
+                          "accumulated gradient, weight gradients in flight included (zerogate.plan.trace)",
+    "activations_at_first_gradient": "what is alive when the backward's first weight gradient is accumulated: the "
+                                     "activations not yet released and what the backward holds then "
+                                     "(zerogate.plan.trace); the activations where not traced",
+    "backward_transient_after_first_gradient": "the backward's peak after its first accumulated gradient above "
+                                               "those bytes, each weight gradient dropped once accumulated "
+                                               "(zerogate.plan.trace)",
     "fp32_gradient_copy": "the optimizer step's fp32 copy of the gradients: ZeRO-0 with 16-bit training flattens "
                           "a per-parameter fp32 copy of every gradient into one more (4 Phi + 4 Phi while both "
                           "live, runtime/fp16/fused_optimizer.py step); ZeRO-1/2 flatten the partition and convert "
@@ -144,12 +181,20 @@ TERM_SOURCES = {
 # The phases of a device's terms (see the module docstring); OVERHEAD is what is not a tensor.
 PERSISTENT = ("parameters", "master_parameters", "gradients", "gradient_accumulation", "optimizer_states",
               "optimizer_gradients", "persistent_parameters", "reduce_bucket", "offload_gradient_buffer",
-              "offload_gradient_staging")
-MICRO_STEP = ("gathered_parameters", "largest_layer_gradient", "tied_weight_gradient", "gradient_reduction_buckets",
-              "offload_gradient_conversion", "activations", "backward_transient")
-BOUNDARY = ("allreduce_flat_buffer",)
-OPTIMIZER_STEP = ("fp32_gradient_copy",)
-WINDOW = ("window_gradients",)  # in the boundary and the optimizer step, not in the micro-step
+              "offload_gradient_staging", "offload_parameter_buffer")
+FORWARD = ("gathered_parameters", "unsharded_parameters", "activations")
+BACKWARD = ("unsharded_parameters", "largest_layer_gradient", "tied_weight_gradient", "offload_gradient_conversion",
+            "activations", "backward_transient")
+# ZeRO-0's gradients accumulate in the backward (window_gradients); ZeRO-1/2/3 hand each to their buckets.
+BACKWARD_FROM_FIRST_GRADIENT = ("gathered_parameters", "unsharded_parameters", "largest_layer_gradient",
+                                "tied_weight_gradient", "offload_gradient_conversion", "gradient_reduction_buckets", "window_gradients",
+                                "reduce_scatter_in_backward", "activations_at_first_gradient",
+                                "backward_transient_after_first_gradient")
+BOUNDARY = ("window_gradients", "window_gradient_partition", "allreduce_flat_buffer", "last_gradient",
+            "reduce_scatter_buffer", "reduce_scatter_cpu_copy")
+OPTIMIZER_STEP = ("window_gradients", "window_gradient_partition", "gradient_reduction_buckets", "fp32_gradient_copy")
+PHASES = {"forward": FORWARD, "backward": BACKWARD, "backward_from_first_gradient": BACKWARD_FROM_FIRST_GRADIENT,
+          "boundary": BOUNDARY, "optimizer_step": OPTIMIZER_STEP}
 OVERHEAD = ("allocator_margin", "cuda_context", "communicator")
 # Host RAM terms that are not offloaded model state.
 HOST_SETUP = ("host_runtime", "model_build", "nvme_swap_buffers")
@@ -302,12 +347,20 @@ class ActivationFigures:
     """One micro-step's activation terms for a setup, and where they come from."""
 
     saved_bytes: int  # kept by the forward for the backward
-    backward_transient_bytes: int  # held by the backward on top of them at its peak
+    backward_transient_bytes: int  # held by the backward on top of them at its peak, to its first accumulated gradient
     basis: str  # "traced" | "formula"
     how: str
     per_layer_bytes: int | None = None
     outside_layers_bytes: int | None = None
     layers: int = 0
+    # Traced only: alive at the backward's first accumulated gradient, and its peak after it above that.
+    at_first_gradient_bytes: int | None = None
+    after_first_gradient_bytes: int = 0
+
+    @property
+    def weight_gradients_traced(self) -> bool:
+        """Whether the backward figures hold the weight gradients in flight (and a tied weight's two parts)."""
+        return self.at_first_gradient_bytes is not None
 
 
 # What the ledger asks for a setup's activations (zerogate.plan.activations.TracedActivations traces them).
@@ -375,6 +428,20 @@ def fp32_gradient_copy_bytes(counts: ModelCounts, setup: Setup, share: int) -> i
     return per_element * elements
 
 
+def reduce_scatter_terms(counts: ModelCounts, setup: Setup) -> dict[str, int]:
+    """ZeRO-3's bucket reduction (TERM_SOURCES: reduce_scatter_buffer, reduce_scatter_cpu_copy, last_gradient,
+    reduce_scatter_in_backward), bytes."""
+    b = setup.dtype_bytes
+    flat = b * min(counts.total, setup.reduce_bucket)
+    copies = 2 if setup.device_kind == "cpu" else 1
+    terms = {"reduce_scatter_buffer": flat, "last_gradient": b * counts.largest_layer}
+    if setup.device_kind == "cpu":
+        terms["reduce_scatter_cpu_copy"] = flat
+    if counts.total > setup.reduce_bucket:
+        terms["reduce_scatter_in_backward"] = copies * flat
+    return terms
+
+
 def host_runtime_bytes(setup: Setup) -> int:
     """A rank's process before any model (HOST_RUNTIME_BYTES, the ``host_runtime`` term)."""
     return HOST_RUNTIME_BYTES["cpu" if setup.device_kind == "cpu" else "cuda"]
@@ -388,9 +455,8 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
     figures = (activations or formula_activations(counts))(setup)
     # One rank's share. ZeRO-3 pads every parameter to a multiple of the ranks; ZeRO-1/2 pad the flat group.
     share = counts.partition_numel(n) if setup.stage == 3 else math.ceil(phi / n)
-    # A separate fp32 master copy exists unless parameters are fp32 on the device that runs Adam
-    # (DeepSpeed 0.19 stage3._create_fp32_partitions; with optimizer offload it always clones).
-    master = 0 if (b == 4 and not setup.offload_optimizer) else 4
+    # ZeRO-1/2/3 always keep a separate fp32 master partition (TERM_SOURCES); ZeRO-0 only for 16-bit training.
+    master = 0 if (b == 4 and setup.stage == 0) else 4
     device: dict[str, int] = {}
     host: dict[str, int] = {}
     nvme: dict[str, int] = {}
@@ -414,28 +480,38 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
         if setup.stage in (1, 2):
             device["offload_gradient_buffer"] = b * counts.largest_layer
             host["offload_gradient_staging"] = b * counts.largest_layer
+            host["offload_parameter_buffer"] = b * share
             if b < 4:  # the conversion is a no-op when the gradients are already fp32
                 device["offload_gradient_conversion"] = 4 * min(counts.largest_layer, share)
     else:
-        window = setup.stage == 0 and setup.accumulation == 1
-        device["window_gradients" if window else "gradients"] = b * grads_share
+        # Without accumulation ZeRO-0's gradients live from the backward, ZeRO-1/2's reduced partitions from the
+        # boundary, to the optimizer step's end; ZeRO-3 accumulates into a buffer held for the run.
+        window = {0: "window_gradients", 1: "window_gradient_partition", 2: "window_gradient_partition"}
+        name = window[setup.stage] if setup.accumulation == 1 and setup.stage < 3 else "gradients"
+        device[name] = b * grads_share
         device.update(optimizer_state)
 
     if setup.stage == 3:
         device["persistent_parameters"] = b * counts.persistent_numel(setup.persistence_threshold)
         device["gathered_parameters"] = b * gathered_elements(counts, setup)
         device["reduce_bucket"] = b * setup.reduce_bucket
+        device.update(reduce_scatter_terms(counts, setup))
     elif setup.stage >= 1:
         device["gradient_reduction_buckets"] = (2 if setup.overlap_comm else 1) * b * setup.reduce_bucket
     else:
         device["allreduce_flat_buffer"] = b * min(phi, ZERO0_ALLREDUCE_ELEMENTS)
-    if setup.stage >= 2:
+    # Where the backward is traced with its weight gradients in flight, the trace holds the largest layer's
+    # and a tied weight's parts; otherwise they are terms of their own.
+    if setup.stage >= 2 and not figures.weight_gradients_traced:
         device["largest_layer_gradient"] = b * counts.largest_layer
-    if counts.tied_embeddings:
+    if counts.tied_embeddings and not figures.weight_gradients_traced:
         device["tied_weight_gradient"] = b * counts.vocab * counts.hidden
     device["fp32_gradient_copy"] = fp32_gradient_copy_bytes(counts, setup, share)
     device["activations"] = figures.saved_bytes
     device["backward_transient"] = figures.backward_transient_bytes
+    device["activations_at_first_gradient"] = (figures.saved_bytes if figures.at_first_gradient_bytes is None
+                                               else figures.at_first_gradient_bytes)
+    device["backward_transient_after_first_gradient"] = figures.after_first_gradient_bytes
     if setup.device_kind == "cuda":
         device["allocator_margin"] = int(ALLOCATOR_MARGIN * device_levels(device)["tensor"])
         device["cuda_context"] = CUDA_CONTEXT_BYTES
@@ -446,7 +522,7 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
     if setup.pin_memory:
         pinned = {k: v for k, v in host.items()
                   if k in ("parameters", "gradients", "gradient_accumulation", "optimizer_gradients",
-                           "offload_gradient_staging")}
+                           "offload_gradient_staging", "offload_parameter_buffer")}
     swap = 0
     if setup.nvme_param:
         swap += setup.param_swap_buffer_count * setup.param_swap_buffer_size * b
@@ -461,14 +537,13 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
 
 
 def transient_bytes(terms: dict[str, int]) -> int:
-    """What a step adds above the persistent terms at its peak, bytes: the largest of its phases (the
-    micro-step's forward and backward, the boundary's reduction, the optimizer step), a window's gradients
-    (WINDOW) in the last two."""
-    def phase(names: tuple[str, ...]) -> int:
-        return sum(v for k, v in terms.items() if k in names)
+    """What a step adds above the persistent terms at its peak, bytes: the largest of its phases (PHASES)."""
+    return max(phase_bytes(terms).values())
 
-    window = phase(WINDOW)
-    return max(phase(MICRO_STEP), window + phase(BOUNDARY), window + phase(OPTIMIZER_STEP))
+
+def phase_bytes(terms: dict[str, int]) -> dict[str, int]:
+    """What each phase (PHASES) adds above the persistent terms, bytes."""
+    return {name: sum(v for k, v in terms.items() if k in names) for name, names in PHASES.items()}
 
 
 def device_levels(device: dict[str, int]) -> dict[str, int]:
@@ -552,6 +627,8 @@ def ledger(counts: ModelCounts, setup: Setup, activations: Activations | None = 
         "activations": {"basis": own.basis, "how": own.how, "per_layer(bytes)": own.per_layer_bytes,
                         "outside_layers(bytes)": own.outside_layers_bytes, "layers": own.layers,
                         "saved(bytes)": own.saved_bytes, "backward_transient(bytes)": own.backward_transient_bytes,
+                        "at_first_gradient(bytes)": own.at_first_gradient_bytes,
+                        "after_first_gradient(bytes)": own.after_first_gradient_bytes,
                         "formula(bytes)": activation_bytes(counts, setup, setup.activation_checkpointing)},
         "term_sources": TERM_SOURCES,
         "schemes": schemes,
@@ -572,7 +649,7 @@ PAGE_BYTES = 4096
 # inside a step (the per-window peak above the window's end): the split the measured per-window peaks
 # (memory/peak_rss and memory/rss at the end of each step) can check term by term.
 PERSISTENT_TERMS = ("runtime_baseline", "shm_comm_buffer", *PERSISTENT)
-TRANSIENT_TERMS = (*MICRO_STEP, *BOUNDARY, *OPTIMIZER_STEP, *WINDOW)
+TRANSIENT_TERMS = tuple(dict.fromkeys(name for names in PHASES.values() for name in names))
 # The peaks each accelerator measures, what predicts each and the step-record column (or file) it is set against.
 PEAK_LEVELS = {
     "cuda": (("tensor", "torch.cuda.max_memory_allocated: the tensors' peak"),
@@ -672,7 +749,7 @@ def fsdp2_terms(counts: ModelCounts, setup: Setup, activations: Activations | No
     held = {"parameters": 4 * share, "gradients": 4 * share, "optimizer_states": 8 * share}
     terms = {} if setup.offload_param and setup.device_kind != "cpu" else dict(held)
     terms.update({
-        "gathered_parameters": compute * (root + 2 * layer),
+        "unsharded_parameters": compute * (root + 2 * layer),
         "largest_layer_gradient": compute * max(root, layer),
         "activations": figures.saved_bytes,
         "backward_transient": figures.backward_transient_bytes,

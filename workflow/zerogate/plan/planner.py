@@ -295,7 +295,11 @@ def summary(result: Plan, claims: list[tuple[str, str]] | None = None) -> str:
     lines.append(f"activations ({acts.basis}; micro-batch {led.micro_batch}, sequence {led.seq_len}, "
                  f"{led.attention} attention, checkpointing {'on' if led.activation_checkpointing else 'off'}): "
                  f"{format_bytes(acts.saved_bytes)} ({shape}), backward transient "
-                 f"{format_bytes(acts.backward_transient_bytes)}; the Korthikanti formula "
+                 f"{format_bytes(acts.backward_transient_bytes)}"
+                 + ("" if acts.at_first_gradient_bytes is None else
+                    f", alive at the first accumulated gradient {format_bytes(acts.at_first_gradient_bytes)} and "
+                    f"the backward's peak after it {format_bytes(acts.after_first_gradient_bytes)} more")
+                 + "; the Korthikanti formula "
                  f"{format_bytes(acts.formula_bytes)}")
     own = led.own.zerogate
     lines.append("this run's device terms per rank: " + ", ".join(

@@ -15,15 +15,25 @@ Two quantities, in bytes:
   so the per-layer figure becomes the layer's input; the keyword tensors transformers binds into each
   checkpointed call (rotary cos/sin, the attention mask, position ids) are kept without the hooks and are
   counted where the call is made. What this counts equals the bytes alive at the end of the forward.
-* backward transient: the peak of live tensor bytes during backward above the live bytes at the end of
-  the forward (gradients of activations in flight; with checkpointing also the layer being recomputed).
+* the backward, in two parts split at the moment the first weight gradient is accumulated (its
+  post-accumulate-grad hook runs). Every weight gradient is computed and, once accumulated, dropped by that
+  hook, as DeepSpeed's ZeRO-1/2/3 gradient hooks copy it into the reduction bucket and let it go
+  (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads, stage3.py reduce_ready_partitions_and_
+  remove_grads): so a gradient counts from its computation to its accumulation, a tied weight's two
+  contributions until autograd sums them. The first part matters because ZeRO-1/2 allocate their reduction
+  buckets at that first hook (stage_1_and_2.py process_gradients -> setup_buckets), when much of the
+  forward's activations has gone.
+  - backward transient: the peak of live bytes before the first weight gradient is accumulated, above the
+    live bytes at the end of the forward (the logits' gradients in flight, the first weight gradients;
+    with checkpointing also the layer being recomputed);
+  - at the first gradient: the bytes alive when the first weight gradient is accumulated (the activations
+    not yet released and what the backward holds then);
+  - after the first gradient: the peak from then on above those bytes.
   Live bytes are counted by a TorchDispatchMode that sees every op's output storage and a finalizer on
   each storage that sees it die. torch's MemTracker (torch.distributed._tools.mem_tracker) also runs under
   FakeTensorMode on the CPU, but its peak is the whole step's peak, reached when every parameter gradient
-  exists, and it files fresh weight gradients as temporaries until they are accumulated: weight gradients
-  are the ledger's terms (gradient partitions, reduce bucket, the largest layer's full gradient), so here
-  the backward computes only the gradients towards the input embeddings (``torch.autograd.grad`` prunes the
-  weight-gradient branches) and nothing of them enters this figure.
+  exists: the accumulated gradients are the ledger's terms (gradient partitions, reduce bucket), so here
+  none of them stays.
 
 Dtypes as DeepSpeed's fp16/bf16 modes run them: the weights are 16-bit, and what the modelling code upcasts
 stays fp32 (RMSNorm's hidden.to(float32) and its rsqrt, eager attention's softmax(dtype=float32), the loss's
@@ -63,7 +73,9 @@ class ActivationTrace:
     outside_layers_bytes: int | None  # embeddings, rotary tables, final norm, logits and loss
     layers: int
     total_bytes: int  # per_layer * layers + outside, or the whole model's trace
-    backward_transient_bytes: int  # peak live bytes in backward above the forward's end, weight gradients excluded
+    backward_transient_bytes: int  # peak live bytes in backward above the forward's end, to the first gradient
+    at_first_gradient_bytes: int  # alive when the first weight gradient is accumulated
+    after_first_gradient_bytes: int  # the backward's peak after that, above those bytes
     how: str
 
 
@@ -71,7 +83,9 @@ class ActivationTrace:
 class _Step:
     saved_bytes: int
     live_bytes_at_forward_end: int  # every storage created in the forward and still alive, model state excluded
-    transient_bytes: int
+    transient_bytes: int  # the backward's peak above the forward's end, to the first accumulated gradient
+    at_first_gradient_change: int  # live bytes at the first accumulated gradient less those at the forward's end
+    after_first_gradient_bytes: int  # the backward's peak after the first accumulated gradient, above its bytes
     math_attention: bool  # torch's SDPA math kernel ran (it saves the s x s attention probabilities)
 
 
@@ -102,7 +116,8 @@ def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, at
                 f"{'with' if checkpointing else 'no'} activation checkpointing, micro-batch {micro_batch}, "
                 f"sequence {seq_len}")
     counting = ("saved tensors counted once per storage, parameters and buffers excluded; backward transient "
-                "= peak live bytes in backward above the forward's end, weight gradients not computed")
+                "= peak live bytes in backward above the forward's end until the first weight gradient is "
+                "accumulated, each weight gradient dropped once accumulated")
     run = dict(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention,
                checkpointing=checkpointing, padding_mask=padding_mask)
     unlike = _layers_differ(config, shape.layers)
@@ -111,6 +126,7 @@ def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, at
         how = (f"{config.model_type} model: {unlike}, so all {shape.layers} decoder layers were traced "
                f"(not scaled) under FakeTensorMode on the CPU ({settings}); {counting}")
         return ActivationTrace(None, None, shape.layers, whole.saved_bytes, whole.transient_bytes,
+                               _at_first_gradient(whole.saved_bytes, whole), whole.after_first_gradient_bytes,
                                how + _cpu_kernel_note(whole, attention))
 
     fewer = _trace_step(_with_layers(config, traced_layers), **run)
@@ -121,8 +137,23 @@ def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, at
            f"FakeTensorMode on the CPU ({settings}); all {shape.layers} decoder layers of the config are alike "
            f"(one class, attention type and parameter shapes), so per layer = the difference and outside the "
            f"layers = the rest; {counting}")
-    return ActivationTrace(per_layer, outside, shape.layers, per_layer * shape.layers + outside,
-                           max(fewer.transient_bytes, more.transient_bytes), how + _cpu_kernel_note(more, attention))
+    total = per_layer * shape.layers + outside
+    # What the backward frees before its first accumulated gradient is the top of the model's (the loss, the
+    # head): the same for any layer count. The peak after it, as bytes alive, grows by a layer's activations per
+    # layer while it falls early in the backward and not at all once it falls at the end (a tied weight's
+    # gradients summed after every layer's activations are gone): linear in the layer count either way, so
+    # the two traces extrapolate it.
+    at_first = _at_first_gradient(total, more)
+    peak_after = [step.saved_bytes + step.at_first_gradient_change + step.after_first_gradient_bytes
+                  for step in (fewer, more)]
+    peak_at_all_layers = peak_after[0] + (shape.layers - traced_layers) * (peak_after[1] - peak_after[0])
+    return ActivationTrace(per_layer, outside, shape.layers, total, max(fewer.transient_bytes, more.transient_bytes),
+                           at_first, max(0, peak_at_all_layers - at_first), how + _cpu_kernel_note(more, attention))
+
+
+def _at_first_gradient(saved_bytes: int, step: _Step) -> int:
+    """The bytes alive at the first accumulated gradient for a model saving ``saved_bytes``."""
+    return max(0, saved_bytes + step.at_first_gradient_change)
 
 
 def _cpu_kernel_note(step: _Step, attention: str) -> str:
@@ -181,7 +212,7 @@ def _why_layers_differ(config: Any, layers: int) -> str | None:
 
 def _trace_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attention: str, checkpointing: bool,
                 padding_mask: bool) -> _Step:
-    """One fake forward with loss and one backward towards the input embeddings."""
+    """One fake forward with loss and one backward, each weight gradient dropped once accumulated."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.multiprocessing.reductions import StorageWeakRef
@@ -203,17 +234,30 @@ def _trace_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attenti
         inputs = {"input_ids": input_ids, "labels": input_ids}
         if padding_mask:
             inputs["attention_mask"] = torch.ones_like(input_ids)
-        embedded: list[Any] = []  # the backward's target: the input embeddings' output
-        hook = model.get_input_embeddings().register_forward_hook(lambda module, args, output: embedded.append(output))
         live = _live_bytes_class()(model_state)
+        first: dict[str, int] = {}
+
+        def drop_accumulated_gradient(parameter: Any) -> None:
+            # ZeRO's gradient hooks take each gradient into a bucket once it is accumulated.
+            if not first:
+                first["live"], first["peak"] = live.now, live.peak
+                live.restart_peak()
+            parameter.grad = None
+
+        hooks = [p.register_post_accumulate_grad_hook(drop_accumulated_gradient)
+                 for p in model.parameters() if p.requires_grad]
         with live:
             with torch.autograd.graph.saved_tensors_hooks(saved.pack, _unpack):
                 # Only the loss outlives the forward, as in the training loop (engine(**batch).loss).
                 loss = model(**inputs).loss
-            hook.remove()
             forward_end = live.restart_peak()
-            torch.autograd.grad(loss, embedded[0])
-        return _Step(saved.bytes, forward_end, live.peak - forward_end, live.saw_math_attention)
+            loss.backward()
+        for hook in hooks:
+            hook.remove()
+        if not first:  # no parameter takes a gradient: the whole backward is before the first
+            first["live"], first["peak"] = live.now, live.peak
+        return _Step(saved.bytes, forward_end, first["peak"] - forward_end, first["live"] - forward_end,
+                     live.peak - first["live"], live.saw_math_attention)
 
 
 def _unpack(tensor: Any) -> Any:
@@ -312,7 +356,9 @@ def main(argv: list[str] | None = None) -> None:
             outside = "n/a" if trace.outside_layers_bytes is None else f"{trace.outside_layers_bytes / mib:.1f}"
             print(f"{attention:5s} checkpointing={'on ' if checkpointing else 'off'} per layer {per_layer} MiB, "
                   f"outside {outside} MiB, {trace.layers} layers, total {trace.total_bytes / mib:.1f} MiB, "
-                  f"backward transient {trace.backward_transient_bytes / mib:.1f} MiB  ({seconds:.2f} s)")
+                  f"backward transient {trace.backward_transient_bytes / mib:.1f} MiB, at the first gradient "
+                  f"{trace.at_first_gradient_bytes / mib:.1f} MiB + {trace.after_first_gradient_bytes / mib:.1f} MiB "
+                  f"({seconds:.2f} s)")
     print(trace.how)
 
 
