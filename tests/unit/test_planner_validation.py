@@ -257,3 +257,12 @@ def test_validate_planner_refuses_a_malformed_table_with_one_line_and_writes_not
     assert not (workflow_copy / "results" / "planner_validation" / bad.stem / "planner_validation.json").exists()
     missing = snakemake(workflow_copy, "validate_planner", "--config", "machine=test", "published_setups=none.yaml")
     assert missing.returncode != 0 and "zerogate: error: --config: published_setups: no such file: none.yaml" in missing.stderr
+
+
+def test_a_loss_on_16_bit_logits_is_listed_as_not_told_to_the_planner(table):
+    # ColossalAI's benchmark computes its own cross-entropy on the fp16 logits; the planner traces transformers'
+    # ForCausalLMLoss, which upcasts them, and says so with the row.
+    run = planned(table, "colossalai-lightning-gpt2-xl-4xa100-40g-z3-mb40-peak")
+    assert any(note.startswith("the loss on the 16-bit logits") for note in run.not_expressed)
+    upcast = planned(table, "deepseek-math-7b-2x4090-case6-z3-offopt-offparam-ckpt-fits")
+    assert not any("16-bit logits" in note for note in upcast.not_expressed)

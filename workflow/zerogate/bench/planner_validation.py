@@ -16,7 +16,7 @@ the functions the pipeline itself uses, and judged by zerogate.analysis.planner_
   (zerogate.plan.planner.peak_for_run) beside a published reading.
 
 What a row states that the planner's settings have no key for (activation checkpointing, the attention
-implementation) is listed with the row and not told to the planner; keys the settings gain later are used
+implementation, a loss on 16-bit logits) is listed with the row and not told to the planner; keys the settings gain later are used
 as soon as they exist (``model.config``, ``model.attention``, ``training.activation_checkpointing``), so
 the same table judges the planner after it changes. Nothing here re-computes a planner figure.
 """
@@ -254,6 +254,9 @@ def training_section(row: MeasuredRow, micro_batch: int) -> tuple[dict[str, Any]
         "optimizer_steps": 1, "micro_batch_per_rank": micro_batch,
         "gradient_accumulation_steps": setup.gradient_accumulation_steps, "cpu_ranks": 1, "seed": 0,
         "optimizer": {"type": optimizer, "lr": 1e-5}, "lr_warmup_steps": 0, "gradient_clipping": 1.0}
+    if setup.loss_upcast is False:
+        notes.append("the loss on the 16-bit logits (the run's own cross-entropy, no fp32 upcast; the planner traces "
+                     "transformers' ForCausalLMLoss, which upcasts them: planned with the upcast)")
     if setup.activation_checkpointing is not None:
         if "activation_checkpointing" in _fields(RunTraining):
             section["activation_checkpointing"] = setup.activation_checkpointing
