@@ -174,7 +174,12 @@ def test_zerogate_adds_what_the_estimator_leaves_out():
     assert set(device) == {"persistent_parameters", "gathered_parameters", "reduce_bucket", "largest_layer_gradient",
                            "fp32_gradient_copy", "activations", "backward_transient", "activations_at_first_gradient",
                            "backward_transient_after_first_gradient", "reduce_scatter_buffer", "last_gradient",
-                           "reduce_scatter_in_backward", "allocator_margin", "cuda_context", "communicator"}
+                           "reduce_scatter_in_backward", "gathered_parameter_copies", "gathered_copy_in_use",
+                           "allocator_margin", "cuda_context", "communicator"}
+    # The forward's fetch: its flat buffer and, at the forward's start, every parameter's copy out of it; at its
+    # end the running module's copy (the largest layer at most).
+    assert device["gathered_parameter_copies"] == device["gathered_parameters"]
+    assert device["gathered_copy_in_use"] == 2 * 778_567_680
     # Korthikanti (the default source of hand-made counts): s b h (34 + 5 a s / h) per layer in 16-bit,
     # plus logits s b V (2 + 4 + 4).
     per_layer = 512 * 5120 * (34 + 5 * 40 * 512 / 5120)

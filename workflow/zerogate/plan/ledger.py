@@ -115,6 +115,13 @@ TERM_SOURCES = {
                         "> 1, as gradients)",
     "unsharded_parameters": "FSDP2: the root gathered whole (from its forward to the end of its backward) and two "
                             "decoder layers (the one running and the one prefetched), in the compute dtype",
+    "gathered_parameter_copies": "ZeRO-3: each gathered parameter's own copy out of the coalesced fetch's flat buffer "
+                                 "(partition_parameters.py: param.data = torch.cat(partitions)), made for every "
+                                 "parameter of the fetch at once when its first is waited, beside the buffer "
+                                 "(measured: 2 x the fetch at the forward's start, 455.1 MB on a 227.6 MB model)",
+    "gathered_copy_in_use": "ZeRO-3 at the forward's end: the copy of the module running (the head), at most the "
+                            "largest layer's, beside the fetch's buffer, which lives until the fetch's last parameter "
+                            "is used (measured: freed at the head's matmul)",
     "gathered_parameters": "ZeRO-3's gathered working set, in the forward and again once the backward has passed "
                            "its first accumulated gradient (measured: released at the forward's end, not alive at "
                            "the loss's backward): what its fetch trace keeps gathered at once (parameters "
@@ -182,7 +189,10 @@ TERM_SOURCES = {
 PERSISTENT = ("parameters", "master_parameters", "gradients", "gradient_accumulation", "optimizer_states",
               "optimizer_gradients", "persistent_parameters", "reduce_bucket", "offload_gradient_buffer",
               "offload_gradient_staging", "offload_parameter_buffer")
-FORWARD = ("gathered_parameters", "unsharded_parameters", "activations")
+# ZeRO-3's forward starts with its coalesced fetch split into every parameter's copy, and ends with the fetch's
+# buffer, the running module's copy and the activations.
+FORWARD_START = ("gathered_parameters", "gathered_parameter_copies")
+FORWARD = ("gathered_parameters", "gathered_copy_in_use", "unsharded_parameters", "activations")
 BACKWARD = ("unsharded_parameters", "largest_layer_gradient", "tied_weight_gradient", "offload_gradient_conversion",
             "activations", "backward_transient")
 # ZeRO-0's gradients accumulate in the backward (window_gradients); ZeRO-1/2/3 hand each to their buckets.
@@ -193,7 +203,7 @@ BACKWARD_FROM_FIRST_GRADIENT = ("gathered_parameters", "unsharded_parameters", "
 BOUNDARY = ("window_gradients", "window_gradient_partition", "allreduce_flat_buffer", "last_gradient",
             "reduce_scatter_buffer", "reduce_scatter_cpu_copy")
 OPTIMIZER_STEP = ("window_gradients", "window_gradient_partition", "gradient_reduction_buckets", "fp32_gradient_copy")
-PHASES = {"forward": FORWARD, "backward": BACKWARD, "backward_from_first_gradient": BACKWARD_FROM_FIRST_GRADIENT,
+PHASES = {"forward_start": FORWARD_START, "forward": FORWARD, "backward": BACKWARD, "backward_from_first_gradient": BACKWARD_FROM_FIRST_GRADIENT,
           "boundary": BOUNDARY, "optimizer_step": OPTIMIZER_STEP}
 OVERHEAD = ("allocator_margin", "cuda_context", "communicator")
 # Host RAM terms that are not offloaded model state.
@@ -494,6 +504,8 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
     if setup.stage == 3:
         device["persistent_parameters"] = b * counts.persistent_numel(setup.persistence_threshold)
         device["gathered_parameters"] = b * gathered_elements(counts, setup)
+        device["gathered_parameter_copies"] = device["gathered_parameters"]
+        device["gathered_copy_in_use"] = b * counts.largest_layer
         device["reduce_bucket"] = b * setup.reduce_bucket
         device.update(reduce_scatter_terms(counts, setup))
     elif setup.stage >= 1:
