@@ -9,6 +9,7 @@ from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import column
 from zerogate.contracts.verdicts import (CANNOT_JUDGE, DOES_NOT_HOLD, HOLDS, HOLDS_ONLY_WHEN, ClaimVerdict, PlanClaim,
                                          PlanClaims)
+from zerogate.plan.ledger import ACTIVATION_TERMS
 from zerogate.units import UNIT_BYTES, format_bytes
 
 
@@ -37,9 +38,8 @@ def device_terms_text(plan: Plan) -> str:
     text = (f"activations {activations.basis} {format_bytes(activations.saved_bytes)} ({shape}), backward transient "
             f"{format_bytes(activations.backward_transient_bytes)} (the Korthikanti formula: "
             f"{format_bytes(activations.formula_bytes)})")
-    skip = {"activations", "backward_transient", "activations_at_first_gradient",
-            "backward_transient_after_first_gradient"}
-    others = sorted(((k, v) for k, v in own.device_terms_bytes.items() if k not in skip and v), key=lambda kv: -kv[1])
+    others = sorted(((k, v) for k, v in own.device_terms_bytes.items() if k not in ACTIVATION_TERMS and v),
+                    key=lambda kv: -kv[1])
     text += "; " + ", ".join(f"{k} {format_bytes(v)}" for k, v in others[:6])
     return (text + f"; tensor peak {format_bytes(own.device_tensor_peak_per_rank_bytes)}, allocator "
             f"{format_bytes(own.device_allocator_peak_per_rank_bytes)}, device {format_bytes(own.device_per_rank_bytes)}")

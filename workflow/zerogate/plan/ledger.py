@@ -14,8 +14,9 @@
     and NVMe (offload device nvme) are tiers of their own.
 
 A device's terms fall into phases that do not coexist (:data:`PHASES`): what is held for the whole run
-(``PERSISTENT``), then, one after the other, the forward (ZeRO-3's gathered parameters beside the
-activations), the backward up to its first accumulated gradient (the activations and the backward's
+(``PERSISTENT``), then, one after the other, the forward's start (ZeRO-3's coalesced fetch and every
+parameter's copy out of it), the forward's end (the fetch, the running module's copy and the activations),
+the backward up to its first accumulated gradient (the activations and the backward's
 transient), the backward from then on (ZeRO-1/2's reduction buckets, allocated at that first gradient, beside
 what is left of the activations), the reduction at the accumulation boundary after the backward and the
 optimizer step. A term may sit in several phases (the activations in the forward and the backward). The
@@ -197,14 +198,18 @@ BACKWARD = ("unsharded_parameters", "largest_layer_gradient", "tied_weight_gradi
             "activations", "backward_transient")
 # ZeRO-0's gradients accumulate in the backward (window_gradients); ZeRO-1/2/3 hand each to their buckets.
 BACKWARD_FROM_FIRST_GRADIENT = ("gathered_parameters", "unsharded_parameters", "largest_layer_gradient",
-                                "tied_weight_gradient", "offload_gradient_conversion", "gradient_reduction_buckets", "window_gradients",
-                                "reduce_scatter_in_backward", "activations_at_first_gradient",
+                                "tied_weight_gradient", "offload_gradient_conversion", "gradient_reduction_buckets",
+                                "window_gradients", "reduce_scatter_in_backward", "activations_at_first_gradient",
                                 "backward_transient_after_first_gradient")
 BOUNDARY = ("window_gradients", "window_gradient_partition", "allreduce_flat_buffer", "last_gradient",
             "reduce_scatter_buffer", "reduce_scatter_cpu_copy")
 OPTIMIZER_STEP = ("window_gradients", "window_gradient_partition", "gradient_reduction_buckets", "fp32_gradient_copy")
-PHASES = {"forward_start": FORWARD_START, "forward": FORWARD, "backward": BACKWARD, "backward_from_first_gradient": BACKWARD_FROM_FIRST_GRADIENT,
-          "boundary": BOUNDARY, "optimizer_step": OPTIMIZER_STEP}
+PHASES = {"forward_start": FORWARD_START, "forward": FORWARD, "backward": BACKWARD,
+          "backward_from_first_gradient": BACKWARD_FROM_FIRST_GRADIENT, "boundary": BOUNDARY,
+          "optimizer_step": OPTIMIZER_STEP}
+# The terms an activation source (traced or the formula) gives: what one micro-step keeps and what its backward adds.
+ACTIVATION_TERMS = ("activations", "backward_transient", "activations_at_first_gradient",
+                    "backward_transient_after_first_gradient")
 OVERHEAD = ("allocator_margin", "cuda_context", "communicator")
 # Host RAM terms that are not offloaded model state.
 HOST_SETUP = ("host_runtime", "model_build", "nvme_swap_buffers")
@@ -443,12 +448,11 @@ def reduce_scatter_terms(counts: ModelCounts, setup: Setup) -> dict[str, int]:
     reduce_scatter_in_backward), bytes."""
     b = setup.dtype_bytes
     flat = b * min(counts.total, setup.reduce_bucket)
-    copies = 2 if setup.device_kind == "cpu" else 1
     terms = {"reduce_scatter_buffer": flat, "last_gradient": b * counts.largest_layer}
     if setup.device_kind == "cpu":
         terms["reduce_scatter_cpu_copy"] = flat
     if counts.total > setup.reduce_bucket:
-        terms["reduce_scatter_in_backward"] = copies * flat
+        terms["reduce_scatter_in_backward"] = flat + terms.get("reduce_scatter_cpu_copy", 0)
     return terms
 
 
