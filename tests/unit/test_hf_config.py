@@ -58,10 +58,26 @@ def test_gpt2_without_n_inner_has_the_4x_mlp_and_with_it_its_own_width():
     assert shape_of(GPT2Config(n_embd=64, n_head=4, n_inner=100)).intermediate_size == 100
 
 
-def test_the_readme_lists_every_shipped_config():
+def test_the_readme_lists_every_config_in_the_directory_with_a_source():
     readme = (MODELS / "README.md").read_text()
-    for name in SHIPPED:
-        assert f"`{name}.json`" in readme
+    rows = {line.split("|")[1].strip(): line for line in readme.splitlines() if line.startswith("| `")}
+    shipped = sorted(f"`{path.name}`" for path in MODELS.glob("*.json"))
+    assert set(SHIPPED) <= {name.strip("`").removesuffix(".json") for name in shipped}
+    for name in shipped:
+        assert name in rows and "https://" in rows[name], name
+
+
+# The counts config/models/README.md states for the configs the published setups use (no published total
+# is checked for them: the README states the meta-device count).
+PUBLISHED_SETUP_COUNTS = {"deepseek-math-7b": 6_910_365_696, "qwen2.5-32b": 32_763_876_352,
+                          "deepseek-r1-distill-llama-70b": 70_553_706_496}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_SETUP_COUNTS))
+def test_the_published_setup_configs_count_what_the_readme_states(name):
+    total = PUBLISHED_SETUP_COUNTS[name]
+    assert f"{total:,}" in " ".join((MODELS / "README.md").read_text().split())
+    assert count_parameters(load_config(MODELS / f"{name}.json")).total == total
 
 
 def _write(tmp_path, text: str) -> Path:

@@ -48,3 +48,18 @@ def test_schema_refuses_a_file_dataset_without_columns():
     profile["dataset"]["source"] = "data/mine.jsonl"
     with pytest.raises(jsonschema.ValidationError, match="columns"):
         jsonschema.validate(profile, SCHEMA)
+
+
+def test_schema_refuses_a_learning_rate_warm_up_of_zero_in_one_line_naming_the_key():
+    """DeepSpeed's WarmupCosineLR raises on warmup_num_steps 0 only when the engine is built, after the
+    dataset and the plan: the schema refuses it before any job runs."""
+    from zerogate.config.validation import to_input_error
+
+    profile, _ = resolved("smoke")
+    profile["training"]["lr_warmup_steps"] = 0
+    with pytest.raises(jsonschema.ValidationError) as error:
+        jsonschema.validate(profile, SCHEMA)
+    message = str(to_input_error("config/profiles/mine.yaml", error.value))
+    assert message.startswith("config/profiles/mine.yaml: training.lr_warmup_steps: 0 is less than the minimum of 1")
+    profile["training"]["lr_warmup_steps"] = 1
+    jsonschema.validate(profile, SCHEMA)

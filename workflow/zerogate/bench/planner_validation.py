@@ -253,7 +253,7 @@ def training_section(row: MeasuredRow, micro_batch: int) -> tuple[dict[str, Any]
     section: dict[str, Any] = {
         "optimizer_steps": 1, "micro_batch_per_rank": micro_batch,
         "gradient_accumulation_steps": setup.gradient_accumulation_steps, "cpu_ranks": 1, "seed": 0,
-        "optimizer": {"type": optimizer, "lr": 1e-5}, "lr_warmup_steps": 0, "gradient_clipping": 1.0}
+        "optimizer": {"type": optimizer, "lr": 1e-5}, "lr_warmup_steps": 1, "gradient_clipping": 1.0}
     if setup.loss_upcast is False:
         notes.append("the loss on the 16-bit logits (the run's own cross-entropy, no fp32 upcast; the planner traces "
                      "transformers' ForCausalLMLoss, which upcasts them: planned with the upcast)")

@@ -176,7 +176,8 @@ class RunTraining:
     cpu_ranks: int = doc("ranks on a machine without GPUs")
     seed: int = doc("seed of weights and data order")
     optimizer: dict[str, Any] = doc("{type: AdamW | Adam, lr, weight_decay, betas}")
-    lr_warmup_steps: int = doc("linear learning-rate warm-up steps of the cosine schedule")
+    lr_warmup_steps: int = doc("linear learning-rate warm-up steps of the cosine schedule, at least 1 "
+                                  "(DeepSpeed's WarmupCosineLR refuses 0 and warms up over at least 2)")
     gradient_clipping: float = doc("global gradient-norm clip (0 = off)")
     train_batch_size: int | None = doc("optional; must equal micro_batch_per_rank x accumulation x ranks", None)
     activation_checkpointing: bool = doc(

@@ -114,6 +114,18 @@ class DeepSpeedEngine:
         ds.forget_zero3_engines()
 
 
+def rank_device() -> torch.device:
+    """The device this rank trains on, as deepspeed.initialize picks it for the DeepSpeed engine: the host on
+    DeepSpeed's CPU accelerator, else the accelerator's device of the rank's LOCAL_RANK (made current)."""
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    if accelerator.device_name() == "cpu":
+        return torch.device("cpu")
+    accelerator.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device(accelerator.device_name(), accelerator.current_device())
+
+
 class TorchOptimizerEngine:
     """What the torch-native engines share: the rendered config's optimizer, LR schedule and gradient
     clipping built with torch, the boundary (clip, step, schedule, zero) and the counters DeepSpeed keeps.
@@ -199,9 +211,11 @@ class DdpEngine(TorchOptimizerEngine):
     def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any], accumulation: int) -> None:
         from torch.nn.parallel import DistributedDataParallel
 
-        self.device = next(model.parameters()).device
-        self.module = model
-        self.ddp = DistributedDataParallel(model)
+        self.device = rank_device()
+        self.module = model.to(self.device)
+        # On an accelerator each replica lives on its rank's own device (DDP's single-device form).
+        device_ids = None if self.device.type == "cpu" else [self.device]
+        self.ddp = DistributedDataParallel(self.module, device_ids=device_ids)
         super().__init__(model, ds_config, accumulation)
 
     def forward_backward(self, batch: dict[str, torch.Tensor], last: bool,
@@ -258,16 +272,10 @@ class Fsdp2Engine(TorchOptimizerEngine):
     zero3 = True  # every forward gathers parameters: evaluation's generate keeps the ranks in step
 
     def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any], accumulation: int) -> None:
-        from deepspeed.accelerator import get_accelerator
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
         self.offload = fsdp2_offload(ds_config)
-        accelerator = get_accelerator()
-        if accelerator.device_name() == "cpu":
-            self.device = torch.device("cpu")
-        else:  # each rank its own device, as deepspeed.initialize picks it for the DeepSpeed engine
-            accelerator.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-            self.device = torch.device(accelerator.device_name(), accelerator.current_device())
+        self.device = rank_device()
         options: dict[str, Any] = {}
         if (ds_config.get("bf16") or {}).get("enabled") is True:
             options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
