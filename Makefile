@@ -63,7 +63,7 @@ bench-peers: setup
 
 # The planner's memory prediction against short CPU training runs (config/planner_grid.yaml: ZeRO 0-3,
 # offloads, micro-batch, sequence, checkpointing, attention, three architectures), each point's ledger table
-# level by level; about 36 minutes on 2 shared cores (docs/planning.md, "The planner against a grid of runs").
+# level by level; 22-36 minutes on 2 shared cores (docs/planning.md, "The planner against a grid of runs").
 bench-planner-grid: setup
 	$(BENCH) bench_planner_grid
 

@@ -340,3 +340,27 @@ def test_claims_file_is_an_input_of_the_judges_only():
     assert downstream <= {"judge_plan_claims", "judge_seed_claims", "write_report", "register_run", "all"}, downstream
     assert downstream.isdisjoint({"render_deepspeed_config", "plan_run", "replan_with_measured_compute",
                                   "plan_claimed_box", "approve_plan", "train", "parse_logs", "check_gates"})
+
+
+def test_the_planning_docs_state_the_claimed_boxs_figures_as_the_planner_gives_them():
+    """docs/planning.md's paragraph on the claimed box quotes the small card's need, its tensor peak, the need
+    with activation checkpointing and FSDP2's with its offload: each as format_bytes prints this plan's."""
+    from zerogate.units import format_bytes
+
+    plan = claimed_plan()
+    docs = " ".join((REPO / "docs/planning.md").read_text().split())
+    small = plan.smallest_device
+    zerogate = plan.ledger.schemes[plan.ledger.scheme].zerogate
+    checkpointing = next(change for change in plan.device_changes if change.settings.activation_checkpointing)
+    fsdp2_offload = next(peer for peer in plan.peers if peer.variant == "fsdp2-offload")
+    fsdp2_small = min((check for check in fsdp2_offload.checks if check.rank is not None),
+                      key=lambda check: check.capacity_bytes)
+    stated = {"small card": format_bytes(small.need_bytes),
+              "tensor peak": format_bytes(zerogate.device_tensor_peak_per_rank_bytes),
+              "with checkpointing": format_bytes(checkpointing.smallest_device_need_bytes),
+              "FSDP2 with its offload": format_bytes(fsdp2_small.need_bytes)}
+    # format_bytes gives 'x GiB (y GB)'; the paragraph states the GiB figure (and for two the GB one beside it).
+    stated = {what: figure.split(" (")[0] for what, figure in stated.items()}
+    assert small.fits and not fsdp2_small.fits  # 12 GiB holds ZeRO-3's need, not FSDP2's with its offload
+    for what, figure in stated.items():
+        assert figure in docs, (what, figure)

@@ -66,6 +66,25 @@ def test_a_storage_resized_in_place_counts_its_new_size():
     assert live.now == before
 
 
+def test_each_size_class_keeps_its_own_peak_and_a_resize_moves_a_storage_between_them():
+    """glibc's heap holds a storage of at most 32 MiB, a larger one is mapped (zerogate.runtime.heap): the two
+    peaks are each class's most alive at once, at different moments here, so they sum above the peak."""
+    from zerogate.runtime.heap import GLIBC_MMAP_THRESHOLD_MAX_BYTES as LIMIT
+
+    with counting_live_bytes() as live:
+        small = torch.empty(LIMIT, dtype=torch.uint8)  # at the limit: the heap's
+        assert live.class_now == {"heap": LIMIT, "mapped": 0}
+        del small
+        gc.collect()
+        large = torch.empty(LIMIT + 1, dtype=torch.uint8)
+        assert live.class_now == {"heap": 0, "mapped": LIMIT + 1}
+        assert live.class_peak == {"heap": LIMIT, "mapped": LIMIT + 1} and live.peak == LIMIT + 1
+        large.untyped_storage().resize_(1000)
+        assert live.class_now == {"heap": 1000, "mapped": 0} and live.now == 1000
+        assert live.restart_peak() == 1000 and live.class_peak == {"heap": 1000, "mapped": 0}
+    assert large.untyped_storage().nbytes() == 1000
+
+
 def test_a_wrapper_subclass_is_its_inner_tensors_counted_once(one_rank_world):
     """A DTensor (FSDP2's sharded parameters and their Adam states) holds no memory of its own: its local
     tensor is counted, once, and its ops are seen as the plain ops they become."""

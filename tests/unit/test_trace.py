@@ -129,6 +129,27 @@ def test_the_backwards_split_at_the_first_gradient_scales_as_the_whole_model_tra
     assert scaled.at_first_gradient_bytes == whole.saved_bytes + whole.at_first_gradient_change
     assert scaled.after_first_gradient_bytes == whole.after_first_gradient_bytes
     assert scaled.backward_transient_bytes == whole.transient_bytes
+    assert scaled.size_classes == whole.size_classes
+
+
+def test_the_size_classes_put_storages_above_32_mib_apart_and_peak_at_least_the_total():
+    """With a vocabulary of 40,000 at fp32 and 256 positions the logits (and their fp32 loss copies) are
+    39 MiB each, above glibc's 32 MiB heap limit: the forward's mapped class holds them; a vocabulary of 256
+    maps nothing. Each window's class peaks together reach at least what the ledger counts in that window."""
+    from zerogate.runtime.heap import GLIBC_MMAP_THRESHOLD_MAX_BYTES
+
+    seq, vocab = 256, 40_000
+    assert seq * vocab * 4 > GLIBC_MMAP_THRESHOLD_MAX_BYTES
+    large = trace_micro_step(LlamaConfig(**{**tiny_llama().to_dict(), "vocab_size": vocab}), 1, seq, "fp32", "sdpa")
+    assert large.size_classes["forward"]["mapped"] >= seq * vocab * 4
+    assert sum(large.size_classes["forward"].values()) >= large.total_bytes
+    backward_peak = large.total_bytes + large.backward_transient_bytes
+    assert sum(large.size_classes["backward"].values()) >= backward_peak
+    small = trace_micro_step(tiny_llama(), 1, seq, "fp32", "sdpa")
+    assert {window: peaks["mapped"] for window, peaks in small.size_classes.items()} == \
+        {"forward": 0, "backward": 0, "backward_from_first_gradient": 0}
+    # The forward's peak is inside it (a layer's intermediates beside what it keeps), above what it keeps.
+    assert small.size_classes["forward"]["heap"] >= small.total_bytes
 
 
 def test_eager_saves_more_than_sdpa_once_the_sequence_is_long():

@@ -162,11 +162,12 @@ def peak_diagnosis(prediction: PeakPrediction, steps: pd.DataFrame, rank: int) -
     free = pd.to_numeric(pd.Series([at.get(ALLOCATOR_FREE)]), errors="coerce").iloc[0]
     held_free = None if pd.isna(free) else int(free * GIB)
     parts["persistent"]["allocator_free(bytes)"] = held_free
-    # The part that is off: the larger miss once the allocator's freed memory, which no term predicts, is
-    # taken out of the measured resident set (only an under-prediction can be explained by it).
+    # The part that is off: the larger miss once the allocator's freed memory, measured, stands in for the
+    # retained heap predicted (only an under-prediction can be explained by it).
+    retained = prediction.terms_bytes.get("retained_heap", 0)
     unexplained = {name: part["miss(bytes)"] for name, part in parts.items()}
     if held_free and unexplained["persistent"] < 0:
-        unexplained["persistent"] = min(0, unexplained["persistent"] + held_free)
+        unexplained["persistent"] = min(0, unexplained["persistent"] + max(0, held_free - retained))
     off = max(parts, key=lambda name: abs(unexplained[name]))
     terms = {k: prediction.terms_bytes[k] for k in parts[off]["terms"]}
     largest = max(terms, key=terms.get) if terms else None
@@ -177,8 +178,8 @@ def peak_diagnosis(prediction: PeakPrediction, steps: pd.DataFrame, rank: int) -
             + (f"; its largest predicted term: {largest} {format_bytes(terms[largest])}" if largest else ""))
     if held_free and parts["persistent"]["miss(bytes)"] < 0:
         note += (f"; of the resident set between steps, {format_bytes(held_free)} is freed memory the C allocator kept "
-                 f"({ALLOCATOR_FREE} at the step's end), which leaves the persistent terms "
-                 f"{format_bytes(-unexplained['persistent'])} short")
+                 f"({ALLOCATOR_FREE} at the step's end; predicted as retained_heap: {format_bytes(retained)}), "
+                 f"which leaves the persistent terms {format_bytes(-unexplained['persistent'])} short")
     return {
         "window_step": int(at["step"]),
         "first_window": {"step": int(first["step"]), "peak(bytes)": int(float(first[metric]) * GIB),
@@ -198,10 +199,11 @@ def peak_rows(prediction: PeakPrediction, steps: pd.DataFrame) -> list[dict[str,
         row["within_tolerance"] = row["error(%)"] is not None and abs(row["error(%)"]) <= PEAK_TOLERANCE
         diagnosis = peak_diagnosis(prediction, steps, rank)
         row["diagnosis"] = diagnosis
-        # The prediction plus the one measured term it cannot predict: the allocator's freed memory at the
-        # peak's window (None where not recorded).
+        # The prediction with the allocator's freed memory at the peak's window, measured, in place of the
+        # retained heap it predicts (None where not recorded): evidence for that term, not the judged error.
         held_free = diagnosis["parts"]["persistent"]["allocator_free(bytes)"] if diagnosis else None
-        row["with_allocator_free(bytes)"] = None if held_free is None else row["predicted(bytes)"] + held_free
+        retained = prediction.terms_bytes.get("retained_heap", 0)
+        row["with_allocator_free(bytes)"] = None if held_free is None else row["predicted(bytes)"] - retained + held_free
         row["with_allocator_free_error(%)"] = (None if held_free is None else
                                                error_percent(row["with_allocator_free(bytes)"], row["measured(bytes)"]))
         row["off"] = None if row["within_tolerance"] or diagnosis is None else diagnosis["note"]

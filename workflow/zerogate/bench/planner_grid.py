@@ -9,8 +9,8 @@ with the ledger table's own error; the point's settings come from its run spec a
 config. Targets per level: the live-tensor peak within :data:`LIVE_TENSOR_TARGET` percent (with and without
 the buckets), the resident set within the ledger table's peak tolerance
 (zerogate.analysis.ledger_check.PEAK_TOLERANCE). Beside the resident set, the ledger table's own figure for
-it plus the freed memory the C allocator kept at the peak's step (its peak rows' ``with_allocator_free_error(%)``),
-which no term predicts: a column of evidence, not the judged error.
+it with the freed memory the C allocator kept at the peak's step, measured, in place of the retained heap it
+predicts (its peak rows' ``with_allocator_free_error(%)``): a column of evidence, not the judged error.
 """
 
 from __future__ import annotations

@@ -178,6 +178,9 @@ class ActivationTerms(Record):
     at_first_gradient_bytes: int | None = Field(alias="at_first_gradient(bytes)")  # traced only
     after_first_gradient_bytes: int = Field(alias="after_first_gradient(bytes)")
     formula_bytes: int = Field(alias="formula(bytes)")  # Korthikanti et al. 2022, the cross-check
+    # Traced only: per phase with activations, the peak of live bytes in each of glibc's size classes (heap:
+    # storages of at most 32 MiB, mapped: larger), what the CPU resident set's retained_heap term needs.
+    size_classes_bytes: dict[str, dict[str, int]] | None = Field(None, alias="size_classes(bytes)")
 
 
 class SchemeLedger(Record):

@@ -61,7 +61,7 @@ class TracedActivations:
                 basis="traced", how=trace.how + changed, per_layer_bytes=trace.per_layer_bytes,
                 outside_layers_bytes=trace.outside_layers_bytes, layers=trace.layers,
                 at_first_gradient_bytes=trace.at_first_gradient_bytes,
-                after_first_gradient_bytes=trace.after_first_gradient_bytes)
+                after_first_gradient_bytes=trace.after_first_gradient_bytes, size_classes=trace.size_classes)
         return self._traced[key]
 
     @property

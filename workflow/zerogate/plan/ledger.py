@@ -184,6 +184,14 @@ TERM_SOURCES = {
     "runtime_baseline": "the runtime's resident set measured in a process without the run's model "
                         "(zerogate.runtime.baseline)",
     "shm_comm_buffer": "the resident page of each other rank's shm comm workspace (deepspeed/ops/csrc/cpu/comm/shm.cpp)",
+    "retained_heap": "on the CPU accelerator, freed tensor memory glibc's heap keeps resident: a storage of at most "
+                     "32 MiB comes from the heap, whose freed pages stay for reuse, a larger one is mapped and "
+                     "unmapped when freed (malloc/malloc.c: the dynamic mmap threshold, DEFAULT_MMAP_THRESHOLD_MAX; "
+                     "zerogate.runtime.heap), so from the second step on the resident set holds each size class's "
+                     "own peak over the step's phases, not the peak of their sum: the sum of the two class peaks "
+                     "less the tensor peak's transient (activations' classes traced, DeepSpeed's buffers by their "
+                     "storage sizes; no trimming or fragmentation assumed); where the activations are not traced, "
+                     "not predicted",
 }
 
 # The phases of a device's terms (see the module docstring); OVERHEAD is what is not a tensor.
@@ -371,6 +379,9 @@ class ActivationFigures:
     # Traced only: alive at the backward's first accumulated gradient, and its peak after it above that.
     at_first_gradient_bytes: int | None = None
     after_first_gradient_bytes: int = 0
+    # Traced only: per phase with activations (forward, backward, backward_from_first_gradient), each of the C
+    # allocator's size classes' peak of live bytes (zerogate.plan.trace), {"heap": ..., "mapped": ...}.
+    size_classes: dict[str, dict[str, int]] | None = None
 
     @property
     def weight_gradients_traced(self) -> bool:
@@ -645,6 +656,7 @@ def ledger(counts: ModelCounts, setup: Setup, activations: Activations | None = 
                         "saved(bytes)": own.saved_bytes, "backward_transient(bytes)": own.backward_transient_bytes,
                         "at_first_gradient(bytes)": own.at_first_gradient_bytes,
                         "after_first_gradient(bytes)": own.after_first_gradient_bytes,
+                        "size_classes(bytes)": own.size_classes,
                         "formula(bytes)": activation_bytes(counts, setup, setup.activation_checkpointing)},
         "term_sources": TERM_SOURCES,
         "schemes": schemes,
@@ -664,7 +676,7 @@ PAGE_BYTES = 4096
 # Which resident-set terms stay for the whole run (what the rank holds between steps) and which come and go
 # inside a step (the per-window peak above the window's end): the split the measured per-window peaks
 # (memory/peak_rss and memory/rss at the end of each step) can check term by term.
-PERSISTENT_TERMS = ("runtime_baseline", "shm_comm_buffer", *PERSISTENT)
+PERSISTENT_TERMS = ("runtime_baseline", "shm_comm_buffer", "retained_heap", *PERSISTENT)
 TRANSIENT_TERMS = tuple(dict.fromkeys(name for names in PHASES.values() for name in names))
 # The peaks each accelerator measures, what predicts each and the step-record column (or file) it is set against.
 PEAK_LEVELS = {
@@ -706,7 +718,51 @@ def peak_terms(counts: ModelCounts, setup: Setup, runtime_baseline: int | None,
     if "gradient_reduction_buckets" in peak:
         peak["gradient_reduction_buckets"] = min(peak["gradient_reduction_buckets"],
                                                  setup.dtype_bytes * counts.total)
+    figures = activations(setup) if activations is not None else None
+    retained = retained_heap_bytes(peak, counts, setup, figures.size_classes if figures else None)
+    if retained is not None:
+        peak["retained_heap"] = retained
     return peak
+
+
+# Terms made of one storage per parameter (each parameter's gathered copy, each parameter's gradient): a
+# storage's size class is its parameter's. Every other term is one storage (a flat buffer, one parameter's
+# gradient or copy, a bucket) and has the size class of its bytes.
+PER_PARAMETER_TERMS = ("gathered_parameter_copies", "window_gradients")
+
+
+def heap_bytes_of_term(name: str, nbytes: int, counts: ModelCounts, setup: Setup) -> int:
+    """The bytes of term ``name`` (``nbytes`` in all) in storages of glibc's heap size class (at most
+    GLIBC_MMAP_THRESHOLD_MAX_BYTES, zerogate.runtime.heap); the rest of it is mapped."""
+    from zerogate.runtime.heap import GLIBC_MMAP_THRESHOLD_MAX_BYTES as LIMIT
+
+    if name in PER_PARAMETER_TERMS:
+        small = sum(n for n in counts.numels if n * setup.dtype_bytes <= LIMIT)
+        return nbytes * small // max(1, sum(counts.numels))
+    return nbytes if nbytes <= LIMIT else 0
+
+
+def retained_heap_bytes(terms: dict[str, int], counts: ModelCounts, setup: Setup,
+                        size_classes: dict[str, dict[str, int]] | None) -> int | None:
+    """Freed tensor bytes glibc's heap keeps resident at the step's peak (TERM_SOURCES["retained_heap"]): the
+    heap class's peak over the phases plus the mapped class's, less the tensor peak's transient. The
+    activations' classes per phase are the trace's (``size_classes``); None where they are not traced."""
+    if size_classes is None:
+        return None
+    peaks = {"heap": 0, "mapped": 0}
+    for phase, names in PHASES.items():
+        phase_classes = {"heap": 0, "mapped": 0}
+        for name in names:
+            if name in terms and name not in ACTIVATION_TERMS:
+                heap = heap_bytes_of_term(name, terms[name], counts, setup)
+                phase_classes["heap"] += heap
+                phase_classes["mapped"] += terms[name] - heap
+        if any(name in terms for name in names if name in ACTIVATION_TERMS):
+            for size_class in phase_classes:
+                phase_classes[size_class] += size_classes[phase][size_class]
+        for size_class in peaks:
+            peaks[size_class] = max(peaks[size_class], phase_classes[size_class])
+    return max(0, peaks["heap"] + peaks["mapped"] - transient_bytes(terms))
 
 
 def peak_split(terms: dict[str, int]) -> dict[str, int]:

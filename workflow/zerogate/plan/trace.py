@@ -34,6 +34,10 @@ Two quantities, in bytes:
   FakeTensorMode on the CPU, but its peak is the whole step's peak, reached when every parameter gradient
   exists: the accumulated gradients are the ledger's terms (gradient partitions, reduce bucket), so here
   none of them stays.
+* per window (the forward, the backward to its first accumulated gradient, the backward from it), the peak of
+  live bytes in each of the C allocator's size classes (``heap``: storages of at most 32 MiB, whose pages glibc
+  keeps resident once freed; ``mapped``: larger ones, unmapped when freed; zerogate.runtime.heap): what the
+  CPU resident-set prediction needs (zerogate.plan.ledger.retained_heap_bytes).
 
 Dtypes as DeepSpeed's fp16/bf16 modes run them: the weights are 16-bit, and what the modelling code upcasts
 stays fp32 (RMSNorm's hidden.to(float32) and its rsqrt, eager attention's softmax(dtype=float32), the loss's
@@ -77,6 +81,9 @@ class ActivationTrace:
     at_first_gradient_bytes: int  # alive when the first weight gradient is accumulated
     after_first_gradient_bytes: int  # the backward's peak after that, above those bytes
     how: str
+    # Per window (the ledger's phases: forward, backward to the first gradient, backward from it), the peak of
+    # live bytes in each of the C allocator's size classes (zerogate.runtime.live_tensors: heap, mapped).
+    size_classes: dict[str, dict[str, int]]
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,7 @@ class _Step:
     at_first_gradient_change: int  # live bytes at the first accumulated gradient less those at the forward's end
     after_first_gradient_bytes: int  # the backward's peak after the first accumulated gradient, above its bytes
     math_attention: bool  # torch's SDPA math kernel ran (it saves the s x s attention probabilities)
+    size_classes: dict[str, dict[str, int]]  # per window, each size class's peak of live bytes
 
 
 def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attention: str = "sdpa",
@@ -127,7 +135,7 @@ def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, at
                f"(not scaled) under FakeTensorMode on the CPU ({settings}); {counting}")
         return ActivationTrace(None, None, shape.layers, whole.saved_bytes, whole.transient_bytes,
                                _at_first_gradient(whole.saved_bytes, whole), whole.after_first_gradient_bytes,
-                               how + _cpu_kernel_note(whole, attention))
+                               how + _cpu_kernel_note(whole, attention), whole.size_classes)
 
     fewer = _trace_step(_with_layers(config, traced_layers), **run)
     more = _trace_step(_with_layers(config, traced_layers + 1), **run)
@@ -147,8 +155,14 @@ def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, at
     peak_after = [step.saved_bytes + step.at_first_gradient_change + step.after_first_gradient_bytes
                   for step in (fewer, more)]
     peak_at_all_layers = peak_after[0] + (shape.layers - traced_layers) * (peak_after[1] - peak_after[0])
+    # Each size class's peak in each window, alive bytes, extrapolated the same way (linear in the layer count).
+    size_classes = {window: {size_class: max(0, fewer.size_classes[window][size_class] + (shape.layers - traced_layers)
+                                             * (peak - fewer.size_classes[window][size_class]))
+                             for size_class, peak in peaks.items()}
+                    for window, peaks in more.size_classes.items()}
     return ActivationTrace(per_layer, outside, shape.layers, total, max(fewer.transient_bytes, more.transient_bytes),
-                           at_first, max(0, peak_at_all_layers - at_first), how + _cpu_kernel_note(more, attention))
+                           at_first, max(0, peak_at_all_layers - at_first), how + _cpu_kernel_note(more, attention),
+                           size_classes)
 
 
 def _at_first_gradient(saved_bytes: int, step: _Step) -> int:
@@ -236,11 +250,13 @@ def _trace_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attenti
             inputs["attention_mask"] = torch.ones_like(input_ids)
         live = _live_bytes_class()(model_state)
         first: dict[str, int] = {}
+        size_classes: dict[str, dict[str, int]] = {}
 
         def drop_accumulated_gradient(parameter: Any) -> None:
             # ZeRO's gradient hooks take each gradient into a bucket once it is accumulated.
             if not first:
                 first["live"], first["peak"] = live.now, live.peak
+                size_classes["backward"] = dict(live.class_peak)
                 live.restart_peak()
             parameter.grad = None
 
@@ -250,14 +266,17 @@ def _trace_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attenti
             with torch.autograd.graph.saved_tensors_hooks(saved.pack, _unpack):
                 # Only the loss outlives the forward, as in the training loop (engine(**batch).loss).
                 loss = model(**inputs).loss
+            size_classes["forward"] = dict(live.class_peak)
             forward_end = live.restart_peak()
             loss.backward()
         for hook in hooks:
             hook.remove()
         if not first:  # no parameter takes a gradient: the whole backward is before the first
             first["live"], first["peak"] = live.now, live.peak
+            size_classes["backward"] = dict(live.class_peak)
+        size_classes["backward_from_first_gradient"] = dict(live.class_peak)
         return _Step(saved.bytes, forward_end, first["peak"] - forward_end, first["live"] - forward_end,
-                     live.peak - first["live"], live.saw_math_attention)
+                     live.peak - first["live"], live.saw_math_attention, size_classes)
 
 
 def _unpack(tensor: Any) -> Any:

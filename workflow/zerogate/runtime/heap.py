@@ -16,6 +16,15 @@ import gc
 from functools import lru_cache
 
 
+# glibc's malloc (malloc/malloc.c): a request at or above the mmap threshold is mapped on its own and unmapped
+# when freed; a smaller one comes from the heap, whose freed pages stay resident for reuse (only a free top
+# above the trim threshold goes back). The threshold starts at 128 KiB and, whenever a mapped chunk is freed,
+# rises to that chunk's size, up to DEFAULT_MMAP_THRESHOLD_MAX (4 MiB x sizeof(long): 32 MiB on 64-bit
+# Linux). So once a run has freed its first tensors, a tensor storage of at most this size lives on the heap
+# and one above it is mapped: the size classes zerogate.runtime.live_tensors counts apart.
+GLIBC_MMAP_THRESHOLD_MAX_BYTES = 32 * 1024 * 1024
+
+
 class _Mallinfo2(ctypes.Structure):
     # glibc >= 2.33, malloc.h: struct mallinfo2, every field a size_t.
     _fields_ = [(name, ctypes.c_size_t) for name in

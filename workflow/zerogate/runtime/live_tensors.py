@@ -18,6 +18,10 @@ reach the mode as the plain ops on its inner tensors, and the garbage collector'
 inner tensors being counted on their own. A storage resized in place (``UntypedStorage.resize_``: FSDP2 frees an
 unsharded parameter after use and allocates it again so) counts its new size from then on.
 
+Each storage is also counted in one of two size classes, the C allocator's (zerogate.runtime.heap): ``heap``
+(at most GLIBC_MMAP_THRESHOLD_MAX_BYTES: glibc keeps such a storage's pages resident after it is freed) and
+``mapped`` (above it: unmapped when freed), each with its own peak.
+
 Not counted: memory that never becomes a tensor storage (the C allocator's own, a C++ extension's buffers, the
 shm comm workspace) and tensors held only inside C++ when the count starts (none between two optimizer
 steps: autograd's saved tensors are gone by then). Each storage counts its ``nbytes()`` whether or not its
@@ -31,6 +35,8 @@ import gc
 import warnings
 import weakref
 from typing import Any
+
+from zerogate.runtime.heap import GLIBC_MMAP_THRESHOLD_MAX_BYTES
 
 
 def storage_key(storage: Any) -> Any:
@@ -62,6 +68,11 @@ def live_storages(device_type: str = "cpu") -> list[Any]:
     return list(found.values())
 
 
+def size_class_of(nbytes: int) -> str:
+    """The C allocator's size class of a storage of ``nbytes``: ``heap`` or ``mapped`` (the module docstring)."""
+    return "heap" if nbytes <= GLIBC_MMAP_THRESHOLD_MAX_BYTES else "mapped"
+
+
 @functools.cache
 def live_bytes_class() -> type:
     """LiveBytes, defined on first use so that importing this module does not import torch."""
@@ -83,6 +94,9 @@ def live_bytes_class() -> type:
             self._sizes: dict = {}
             self.now = 0
             self.peak = 0
+            # Bytes alive now and their peak in each of the C allocator's size classes (the module docstring).
+            self.class_now = {"heap": 0, "mapped": 0}
+            self.class_peak = {"heap": 0, "mapped": 0}
             for storage in seed or []:
                 self.track(storage)
             self.start = self.now
@@ -121,10 +135,21 @@ def live_bytes_class() -> type:
             ref = StorageWeakRef(storage)
             if ref in self._excluded or ref in self._sizes:
                 return
-            self._sizes[ref] = storage.nbytes()
-            self.now += self._sizes[ref]
-            self.peak = max(self.peak, self.now)
+            self._count(ref, storage.nbytes())
             weakref.finalize(storage, self._release, ref)
+
+        def _count(self, ref: Any, nbytes: int) -> None:
+            self._sizes[ref] = nbytes
+            self.now += nbytes
+            self.peak = max(self.peak, self.now)
+            size_class = size_class_of(nbytes)
+            self.class_now[size_class] += nbytes
+            self.class_peak[size_class] = max(self.class_peak[size_class], self.class_now[size_class])
+
+        def _uncount(self, ref: Any) -> None:
+            nbytes = self._sizes.pop(ref, 0)
+            self.now -= nbytes
+            self.class_now[size_class_of(nbytes)] -= nbytes
 
         def resized(self, storage: Any) -> None:
             """A storage resized in place: counted at its new size (tracked from now if it was not)."""
@@ -134,16 +159,16 @@ def live_bytes_class() -> type:
             if ref not in self._sizes:
                 self.track(storage)
                 return
-            self.now += storage.nbytes() - self._sizes[ref]
-            self._sizes[ref] = storage.nbytes()
-            self.peak = max(self.peak, self.now)
+            self._uncount(ref)
+            self._count(ref, storage.nbytes())
 
         def _release(self, ref: Any) -> None:
-            self.now -= self._sizes.pop(ref, 0)
+            self._uncount(ref)
 
         def restart_peak(self) -> int:
-            """Start a new peak from the bytes alive now, and return them."""
+            """Start a new peak (and a new peak of each size class) from the bytes alive now, and return them."""
             self.peak = self.now
+            self.class_peak = dict(self.class_now)
             return self.now
 
     return LiveBytes
