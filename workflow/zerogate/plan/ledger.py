@@ -706,7 +706,8 @@ def peak_terms(counts: ModelCounts, setup: Setup, runtime_baseline: int | None,
     share of the shm comm workspace. Buffers allocated at full size but written only in part count as
     resident only for what is written (an untouched page of a CPU tensor is not resident): the reduce
     bucket holds at most the model's gradients, so it counts at most the model (the live-tensor peak,
-    :func:`peak_levels`, counts all of it)."""
+    :func:`peak_levels`, counts all of it). Where the activations are traced, the freed tensor memory glibc's
+    heap keeps resident (``retained_heap``, :func:`retained_heap_bytes`) is a term too."""
     if setup.device_kind != "cpu":
         return dict(zerogate_terms(counts, setup, activations)["device"])
     peak = {"runtime_baseline": int(runtime_baseline or 0),
