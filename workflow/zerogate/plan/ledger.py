@@ -733,14 +733,15 @@ PER_PARAMETER_TERMS = ("gathered_parameter_copies", "window_gradients")
 
 
 def heap_bytes_of_term(name: str, nbytes: int, counts: ModelCounts, setup: Setup) -> int:
-    """The bytes of term ``name`` (``nbytes`` in all) in storages of glibc's heap size class (at most
-    GLIBC_MMAP_THRESHOLD_MAX_BYTES, zerogate.runtime.heap); the rest of it is mapped."""
-    from zerogate.runtime.heap import GLIBC_MMAP_THRESHOLD_MAX_BYTES as LIMIT
+    """The bytes of term ``name`` (``nbytes`` in all) in storages of glibc's heap size class
+    (zerogate.runtime.live_tensors.size_class_of, the class the live-tensor count gives them); the rest of it
+    is mapped."""
+    from zerogate.runtime.live_tensors import size_class_of
 
     if name in PER_PARAMETER_TERMS:
-        small = sum(n for n in counts.numels if n * setup.dtype_bytes <= LIMIT)
+        small = sum(n for n in counts.numels if size_class_of(n * setup.dtype_bytes) == "heap")
         return nbytes * small // max(1, sum(counts.numels))
-    return nbytes if nbytes <= LIMIT else 0
+    return nbytes if size_class_of(nbytes) == "heap" else 0
 
 
 def retained_heap_bytes(terms: dict[str, int], counts: ModelCounts, setup: Setup,
