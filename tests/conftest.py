@@ -93,12 +93,27 @@ def smoke_profile() -> dict:
 @pytest.fixture(scope="session", autouse=True)
 def smoke_run_started(request, tmp_path_factory):
     """The shared smoke pipeline (tests/integration/conftest.py: smoke_run), started in the background before
-    the first test when any selected test needs it, so the unit tests, ordered first, run while it trains.
-    None when no selected test needs it."""
+    the first test when any selected test needs it, so the unit tests, ordered first, run while it trains;
+    the two-node run follows it as soon as it has ended, where a selected test needs that one.
+    None when no selected test needs the smoke run."""
     if not any("smoke_run" in item.fixturenames for item in request.session.items):
         return None
-    from tests.integration.background import start_smoke_run
+    from tests.integration.background import slurm_answers, start_smoke_run, start_two_node_run, then_start
+    from tests.integration.pipeline import MACHINE
 
     run = start_smoke_run(tmp_path_factory.mktemp("zerogate-smoke"))
     request.addfinalizer(run.stop)
+    if any("two_node_run" in item.fixturenames for item in request.session.items):
+        # The two-node run copies the finished smoke run: started by a thread the moment that run has ended well.
+        target = tmp_path_factory.mktemp("zerogate-2node")
+        then_start(run, lambda: start_two_node_run(run.workdir, run.workdir / "results" / "smoke" / MACHINE, target,
+                                                   through_slurm=slurm_answers()))
+
+        def stop_two_node_run() -> None:
+            run.stop()  # so that a follower still waiting on the smoke run gives up
+            two_node = run.follower.result(timeout=120)
+            if two_node is not None:
+                two_node.background.stop()
+
+        request.addfinalizer(stop_two_node_run)
     return run

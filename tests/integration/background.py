@@ -2,7 +2,8 @@
 
 - The shared smoke run starts before the first test (tests/conftest.py) and the unit tests, ordered first,
   run while it trains: much of a pipeline's time is one process at a time starting up, which leaves a core.
-- The two-node run starts once the smoke run is done, and the tests that read it run last. Where a Slurm
+- The two-node run starts the moment the smoke run has ended well (a thread waits for it: then_start), while
+  the unit tests still run, and the tests that read it run last. Where a Slurm
   cluster answers (CI starts one) it goes through Snakemake's Slurm executor, every rule a Slurm job, and
   mostly waits: the executor polls its queue every few seconds. One run serves the two-node tests, the
   straggler test and the Slurm tests.
@@ -16,8 +17,10 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from tests.integration.pipeline import (MACHINE, STRAGGLER_DELAY_S, copy_repo, copy_workdir, env, share_probe,
                                         snakemake_command)
@@ -32,6 +35,7 @@ class BackgroundRun:
     workdir: Path
     output: Path  # its stdout and stderr together
     started: float
+    follower: "Future[Any] | None" = None  # what then_start starts once this run has ended well
 
     def wait(self, timeout: float) -> tuple[int, str]:
         """(exit code, output), once the run has ended (``timeout`` seconds from its start at most)."""
@@ -65,6 +69,17 @@ def start_smoke_run(target: Path) -> BackgroundRun:
     """The smoke profile end to end on machine MACHINE, in a committed copy of the repository at ``target``."""
     workdir = copy_repo(target)
     return start(snakemake_command(profile="smoke", machine=MACHINE), workdir, workdir.with_name(workdir.name + ".log"))
+
+
+def then_start(run: BackgroundRun, follow: Callable[[], Any]) -> None:
+    """Call ``follow()`` in a thread the moment ``run`` has ended with exit code 0 (its result, None when the run
+    failed, is ``run.follower``), so that the next background run starts while the unit tests still run."""
+    def wait_then_follow() -> Any:
+        return follow() if run.process.wait() == 0 else None
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="after-smoke")
+    run.follower = pool.submit(wait_then_follow)
+    pool.shutdown(wait=False)
 
 
 def slurm_answers() -> bool:

@@ -6,7 +6,8 @@ test that needs a changed run borrows the finished directory (git, Snakemake's m
 pristine copy is put back afterwards) and lets Snakemake redo only what its change touches.
 
 One other pipeline trains: the two-node run (profile cpu-2node, background.start_two_node_run), started in
-the background once the smoke run is done, through the Slurm executor where a cluster answers. Its rank 1
+the background the moment the smoke run has ended (tests/conftest.py), through the Slurm executor where a
+cluster answers. Its rank 1
 is made a straggler, so it serves tests/integration/test_two_nodes.py, test_ranks.py and test_slurm.py,
 which run last.
 """
@@ -23,7 +24,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.integration.background import BackgroundRun, TwoNodeRun, slurm_answers, start_two_node_run
+from tests.integration.background import BackgroundRun, TwoNodeRun
 from tests.integration.pipeline import MACHINE, copy_workdir, share_probe
 
 
@@ -59,7 +60,7 @@ class SmokeRun:
 
 
 @pytest.fixture(scope="session")
-def smoke_run(request, smoke_run_started: BackgroundRun, tmp_path_factory) -> SmokeRun:
+def smoke_run(smoke_run_started: BackgroundRun) -> SmokeRun:
     """The smoke profile end to end on machine ``ci-box``. Tests must not change it: copy it first."""
     code, output = smoke_run_started.wait(timeout=1500)
     assert code == 0, output[-4000:]
@@ -71,11 +72,9 @@ def smoke_run(request, smoke_run_started: BackgroundRun, tmp_path_factory) -> Sm
     ports = set(re.findall(r"master_port=(\d+)", (results / "logs/train.log").read_text()))
     assert ports
     assert not [p for port in ports for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*")]
-    two_node = None
-    if any("two_node_run" in item.fixturenames for item in request.session.items):
-        two_node = start_two_node_run(workdir, results, tmp_path_factory.mktemp("zerogate-2node"),
-                                      through_slurm=slurm_answers())
-        request.addfinalizer(two_node.background.stop)
+    # The two-node run started once this run had ended (tests/conftest.py): its copy of this directory is
+    # taken before any test here can borrow the directory.
+    two_node = None if smoke_run_started.follower is None else smoke_run_started.follower.result(timeout=300)
     return SmokeRun(workdir, results, two_node)
 
 

@@ -111,6 +111,9 @@ def test_a_measured_row_is_rendered_and_planned_with_its_stage_offloads_precisio
     assert (run.plan.scheme, run.plan.ranks, run.plan.dtype) == ("zero3_offload_all", 8, "fp16")
     assert [c.capacity_bytes for c in run.plan.device_checks] == [24 * GIB] * 8
     assert run.plan.ledger.parameters == 8_030_261_248  # Llama-3-8B counted on the meta device
+    # The verdicts read the checks alone; the whole plan, built on demand, holds the same ones.
+    assert (run.scheme, run.ranks, run.dtype) == (run.plan.scheme, run.plan.ranks, run.plan.dtype)
+    assert run.checks == run.plan.checks
     bf16 = planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-oom")
     assert (bf16.run_spec.dtype, bf16.plan.scheme, bf16.plan.ranks) == ("bf16", "zero2", 1)
     assert planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-oom", micro_batch=3).ds_config.train_micro_batch_size_per_gpu == 3

@@ -10,10 +10,11 @@ the functions the pipeline itself uses, and judged by zerogate.analysis.planner_
 - ``paper_figure`` rows: the planner's paper column (zerogate.plan.ledger.paper_ledger).
 - ``measured`` rows: the run the row describes (model config, ZeRO stage, offloads, precision, micro-batch,
   sequence length, accumulation, GPUs and their memory, host RAM), rendered and planned exactly as a
-  profile is for a described machine (zerogate.plan.ds_config.render, zerogate.plan.planner.plan_for_run,
-  as plan_claimed_box does): the plan's fit on the memory the source names, the largest micro-batch that
-  plans to fit (the same plan at other micro-batches), and the predicted peak
-  (zerogate.plan.planner.peak_for_run) beside a published reading.
+  profile is for a described machine (zerogate.plan.ds_config.render, then the model, setup and traced
+  activations of zerogate.plan.planner.run_setup and the memory checks of zerogate.plan.planner.checks,
+  which plan_for_run calls for a plan's fit): the fit on the memory the source names, the largest
+  micro-batch that plans to fit (the same checks at other micro-batches), and the predicted peak
+  (zerogate.plan.planner.peak_prediction) beside a published reading.
 
 What a row states that the planner's settings have no key for (activation checkpointing, the attention
 implementation, a loss on 16-bit logits) is listed with the row and not told to the planner; keys the settings gain later are used
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import inspect
 import typing
@@ -304,10 +306,36 @@ def node_layout(row: MeasuredRow) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class PlannedRun:
-    plan: Plan
+    """A row's run as the pipeline plans it: the memory checks its verdict reads, and the whole plan on demand
+    (its largest micro-batch, suggestions and ledger trace the run at many other shapes, which no verdict of
+    the table reads)."""
     run_spec: Any
     ds_config: Any
+    machine: dict[str, Any]
+    checks: list[Any]  # zerogate.plan.planner.checks: one per rank's device, one for the host
     not_expressed: tuple[str, ...]
+    planned: tuple[Any, Any, Any]  # (counts, setup, activations) of zerogate.plan.planner.run_setup
+    profile: str
+
+    @functools.cached_property
+    def plan(self) -> Plan:
+        """The whole plan, as plan_for_run writes it for a profile (the same checks, so the same fit)."""
+        from zerogate.plan.planner import plan
+
+        counts, setup, activations = self.planned
+        return plan(counts, setup, self.machine, PlanSettings(), profile=self.profile, activations=activations)
+
+    @property
+    def scheme(self) -> str:
+        return self.planned[1].scheme
+
+    @property
+    def ranks(self) -> int:
+        return self.planned[1].ranks
+
+    @property
+    def dtype(self) -> str:
+        return self.planned[1].dtype
 
 
 def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | None = None) -> PlannedRun:
@@ -317,7 +345,7 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     from zerogate.contracts.run import DsConfig
     from zerogate.model.hf_config import shape_of
     from zerogate.plan.ds_config import render
-    from zerogate.plan.planner import plan_for_run
+    from zerogate.plan.planner import checks, run_setup
 
     micro_batch = micro_batch or row.setup.micro_batch_per_gpu
     assert micro_batch is not None
@@ -332,14 +360,15 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
         fingerprint=to_fingerprint(machine), template_file=where, profile_file=where, nodes=node_layout(row))
     typed_config = DsConfig.of(ds_config, where)
     # One row is planned at many micro-batches (largest_micro_batch): its plans share their traces.
-    plan = plan_for_run(run_spec, typed_config, machine, PlanSettings(), row.id, share_traces=True)
-    return PlannedRun(plan, run_spec, typed_config, tuple(model_notes + training_notes))
+    counts, setup, activations = run_setup(run_spec, typed_config, machine, share_traces=True)
+    return PlannedRun(run_spec, typed_config, machine, checks(counts, setup, machine, activations),
+                      tuple(model_notes + training_notes), (counts, setup, activations), row.id)
 
 
-def _judged_fits(plan: Plan, memory: str, host_stated: bool) -> tuple[bool, str]:
-    """Whether the plan fits on ``memory`` ("device", "host" or "both": the device and, where the source
-    states it, the host), and the tightest check judged, in words."""
-    device, host = plan.device_checks, [c for c in plan.checks if c.rank is None]
+def _judged_fits(run: PlannedRun, memory: str, host_stated: bool) -> tuple[bool, str]:
+    """Whether the run plans to fit on ``memory`` ("device", "host" or "both": the device and, where the
+    source states it, the host), and the tightest check judged, in words."""
+    device, host = [c for c in run.checks if c.rank is not None], [c for c in run.checks if c.rank is None]
     judged = {"device": device, "host": host, "both": device + (host if host_stated else [])}[memory]
     tightest = min(judged, key=lambda c: c.headroom_bytes)
     rank = f"rank {tightest.rank} {tightest.device}" if tightest.rank is not None else "host"
@@ -356,7 +385,7 @@ def largest_micro_batch(fits_at: Callable[[int], bool], limit: int = MICRO_BATCH
 
 
 def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
-    from zerogate.plan.planner import peak_for_run
+    from zerogate.plan.planner import peak_prediction
 
     published, setup = row.published, row.setup
     memory = published.oom_memory or "both"
@@ -384,19 +413,20 @@ def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
         why = f"the planner cannot plan this run: {error}"
         return row_check([missed(q, p, t, why) for q, p, t in wanted])
 
-    fits, need = _judged_fits(run.plan, memory, host_stated)
+    fits, need = _judged_fits(run, memory, host_stated)
     judged_on = {"device": "every GPU's check", "host": "the host check",
                  "both": "every GPU's check" + (" and the host check" if host_stated else
                                                  " (host RAM not stated: host not judged)")}[memory]
     checks = [judge_outcome(published.outcome, published.oom_memory, fits, need,
-                            f"the plan ({run.plan.scheme}, {run.plan.ranks} ranks, {run.plan.dtype}) on {judged_on}")]
+                            f"the plan ({run.scheme}, {run.ranks} ranks, {run.dtype}) on {judged_on}")]
     if published.largest_micro_batch is not None:
-        predicted = largest_micro_batch(lambda m: _judged_fits(plan_measured(row, config, repo, m).plan, "both",
+        predicted = largest_micro_batch(lambda m: _judged_fits(plan_measured(row, config, repo, m), "both",
                                                                host_stated)[0])
         checks.append(judge_largest_micro_batch(published.largest_micro_batch, predicted,
                                                 "the same plan at each micro-batch, accumulation as published"))
     if published.peak_bytes is not None:
-        peak = peak_for_run(run.run_spec, run.ds_config, None)
+        counts, setup, activations = run.planned
+        peak = peak_prediction(counts, setup, None, activations)
         checks.append(reported_peak(published.peak_bytes, published.peak_metric or "unknown", peak.total_bytes, peak.what))
     return row_check(checks, run.not_expressed)
 
