@@ -50,12 +50,18 @@ def _render(profile, fingerprint):
 
 
 @functools.cache
-def claimed_plan() -> Plan:
-    """The claimed profile (claim-14b) rendered for the described claimed box and planned there."""
+@functools.cache
+def _claimed_plan() -> Plan:
     profile = settings(CLAIMS["claimed_box"]["profile"])
     machine, fingerprint = target_machine(str(REPO / CLAIMS["claimed_box"]["machine"]), None, "")
     ds_config, _, spec = _render(profile, fingerprint)
     return plan_for_run(spec, ds_config, machine, profile.plan, CLAIMS["claimed_box"]["profile"])
+
+
+def claimed_plan() -> Plan:
+    """The claimed profile (claim-14b) rendered for the described claimed box and planned there (planned once
+    per session; each caller gets its own copy)."""
+    return _claimed_plan().model_copy(deep=True)
 
 
 def with_device_terms(plan: Plan, scheme: str, **terms: int) -> Plan:
@@ -123,6 +129,14 @@ def _run_spec(steps: int) -> RunSpec:
     return spec.model_copy(update={"training": dataclasses.replace(spec.training, optimizer_steps=steps)})
 
 
+@functools.cache
+def _tiny_plan(on: str) -> Plan:
+    """cpu-tiny planned on ``on`` (see verdicts), once per session."""
+    fingerprint = CLAIM_BOX if on == "claim box" else CPU_FINGERPRINT
+    ds_config, _, spec = _run(on)
+    return plan_for_run(spec, ds_config, from_fingerprint(fingerprint, "here"), PROFILE.plan, "cpu-tiny")
+
+
 def verdicts(steps=None, faithful: bool = True, run_steps: int = 200, finished: bool = True,
              step_time: float = 0.5) -> GateVerdicts:
     """check_gates' verdicts on a synthetic run of ``run_steps`` optimizer steps (``steps``: its records,
@@ -133,7 +147,7 @@ def verdicts(steps=None, faithful: bool = True, run_steps: int = 200, finished: 
     meta = run_metadata(steps, no_events(), summary, "", run_steps)
     on, fingerprint = ("claim box", CLAIM_BOX) if faithful else ("cpu", CPU_FINGERPRINT)
     ds_config, deviations, spec = _run(on)
-    plan = plan_for_run(spec, ds_config, from_fingerprint(fingerprint, "here"), PROFILE.plan, "cpu-tiny")
+    plan = _tiny_plan(on).model_copy(deep=True)
     return g.evaluate(PROFILE.gates, steps, no_events(), summary, _run_spec(run_steps), deviations, fingerprint, 5,
                       RULE, plan=plan, run_meta=meta, ds_config=ds_config)
 

@@ -10,12 +10,13 @@ from tests.unit.test_ledger import QWEN14B, claim_counts, claim_setup, oracle_co
 from zerogate.analysis.on_paper import plan_claims
 from zerogate.config.machines import from_fingerprint, load_description, to_fingerprint
 from zerogate.config.settings import PlanSettings
-from zerogate.contracts.plan import BaselineMeasurement, Floor, Plan
+from zerogate.contracts.plan import BaselineMeasurement, Floor, ModelComputeMeasurement, Plan
 from zerogate.contracts.records import column
 from zerogate.contracts.verdicts import DOES_NOT_HOLD
 from zerogate.plan.floor import floor, link_bytes, pcie_gbps
 from zerogate.model.build import planned_model_config
-from zerogate.plan.planner import peak_for_run, plan, plan_for_run, refusal, summary, target_machine
+from zerogate.plan.planner import (peak_for_run, plan, plan_for_run, refusal, summary, target_machine,
+                                   with_measured_compute)
 from zerogate.plan.trace import trace_micro_step
 from zerogate.units import format_bytes
 
@@ -207,6 +208,20 @@ def test_tiny_profile_fits_this_kind_of_machine(tiny_profile, cpu_fingerprint, t
     result = plan_for_run(run_spec, ds, machine, settings(tiny_profile).plan, "cpu-tiny")
     assert result.fits and result.scheme == "zero3_offload_all" and result.dtype == "fp32"
     assert [c.what for c in result.checks] == ["host RAM"]
+
+
+def test_the_plan_with_measured_compute_is_the_plan_planned_with_it(tiny_profile, cpu_fingerprint, tmp_path):
+    machine, fingerprint = target_machine(None, _probed(tmp_path, cpu_fingerprint), "testbox")
+    ds, run_spec = rendered(tiny_profile, fingerprint)
+    measured = ModelComputeMeasurement(forward_backward_s=0.5, samples_s=[0.5], threads=1, micro_batch=1, seq_len=64,
+                                       dtype="fp32", parameters=139_584, through_deepspeed=True, how="the test's")
+    on_paper = plan_for_run(run_spec, ds, machine, settings(tiny_profile).plan, "cpu-tiny")
+    replanned = with_measured_compute(on_paper, run_spec, ds, machine, measured)
+    # Only the floor moves: the test machine states no compute peak, so on paper there is no floor, and with the
+    # measured pass there is one of at least 8 micro-steps x 0.5 s. It is the floor a whole plan made with the
+    # measurement has: nothing else a plan holds depends on the measurement.
+    assert on_paper.floor.optimizer_step_floor_s is None and replanned.floor.optimizer_step_floor_s >= 8 * 0.5
+    assert replanned == plan_for_run(run_spec, ds, machine, settings(tiny_profile).plan, "cpu-tiny", measured)
 
 
 def _baseline(peak_rss_bytes: int) -> BaselineMeasurement:

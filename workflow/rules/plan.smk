@@ -86,26 +86,26 @@ rule measure_model_compute:
         "../scripts/measure_model_compute.py"
 
 
-# The run's plan again, its floor with the measured compute term (plan.json, the one approve_plan judged, is
-# the plan on paper). What the judging and the report read: the fit is the same function of the same inputs.
+# plan_run's plan with its floor made again with the measured compute term (plan.json, the one approve_plan
+# judged, is the plan on paper): the floor is the one part of a plan the measurement changes, so nothing is
+# traced again. What the judging and the report read.
 rule replan_with_measured_compute:
     input:
         unpack(machine_input),
+        plan=rules.plan_run.output.plan,
         ds_config=rules.render_deepspeed_config.output.ds_config,
         run_spec=rules.render_deepspeed_config.output.run_spec,
         model_compute=rules.measure_model_compute.output.compute,
     output:
         plan=result("plan/plan_measured.json"),
     params:
-        plan=plain(SETTINGS.plan),
-        profile_name=PROFILE_NAME,
         machine=MACHINE,
     log:
         result("logs/replan_with_measured_compute.log"),
     conda:
         "../../envs/train.yaml"
     script:
-        "../scripts/plan_run.py"
+        "../scripts/replan_with_measured_compute.py"
 
 
 # The claimed box's plan, computed in-process through the planner's functions (render, count on the meta

@@ -413,6 +413,15 @@ def plan_for_run(run_spec: RunSpec, ds_config: DsConfig, machine: dict[str, Any]
     return plan(counts, setup, machine, override, model_compute, profile, activations)
 
 
+def with_measured_compute(first: Plan, run_spec: RunSpec, ds_config: DsConfig, machine: dict[str, Any],
+                          model_compute: ModelComputeMeasurement | None) -> Plan:
+    """``first`` (plan_for_run's plan of the same run, config and machine) with its floor made again with
+    ``model_compute``: the floor is the one part of a plan that depends on it (see plan), so nothing is
+    traced again."""
+    counts, setup, _ = run_setup(run_spec, ds_config, machine)
+    return first.model_copy(update={"floor": Floor.of(floor(counts, setup, machine, model_compute), "the floor")})
+
+
 def peak_prediction(counts: ModelCounts, setup: Setup, runtime_baseline: Any,
                     activations: Activations | None = None) -> PeakPrediction:
     """Each rank's predicted peak (ledger.peak_terms) and every level the accelerator measures
