@@ -100,3 +100,22 @@ def test_a_claim_config_that_is_not_json_or_not_an_object_is_refused_naming_the_
     broken.write_text('{"zero_optimization": {"stage": 3, "overlap_com": true}}\n')
     with pytest.raises(InputError, match=r"^config/claim.json: zero_optimization.overlap_com: unknown key"):
         read_claim(broken, "config/claim.json")
+
+
+def test_the_key_table_is_deepspeeds_and_once_kept_checks_keys_without_importing_deepspeed(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from zerogate.plan.ds_keys import cache_file, key_table, table_from_deepspeed
+
+    assert key_table() == json.loads(json.dumps(table_from_deepspeed()))
+    kept = cache_file(str(tmp_path))
+    assert kept is not None and kept.parent == tmp_path / "zerogate-cache" and kept != cache_file()
+    # A process whose environment holds the table checks a config's keys without loading DeepSpeed (or torch).
+    probe = ("import sys; from zerogate.plan import ds_keys; "
+             "problems = ds_keys.unknown_keys({'zero_optimization': {'stage3_prefetch_bucket_sise': 1}, 'fp16': {}}); "
+             "print(problems); assert 'deepspeed' not in sys.modules and 'torch' not in sys.modules")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "zero_optimization.stage3_prefetch_bucket_sise" in done.stdout and "DeepSpeedZeroConfig" in done.stdout

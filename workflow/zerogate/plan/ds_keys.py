@@ -7,15 +7,27 @@ class for a section, its fields and aliases are the truth (recursively, through 
 ``offload_param``). Top-level names come from the string constants of DeepSpeed's own constants modules.
 Free-form sections (``optimizer.params``, ``scheduler.params``: the optimizer's constructor arguments)
 are not checked below their own level.
+
+What the classes accept is read once per DeepSpeed installation into a key table (:func:`key_table`) and kept
+beside the environment (``<sys.prefix>/zerogate-cache``), named after DeepSpeed's version and its installed
+files' record: every Snakemake invocation checks the claim's keys while it builds the DAG, and importing
+DeepSpeed (and torch) for that took most of a DAG's build. Another installation, or another table layout
+here, is another file; where the directory cannot be written, the table is read from DeepSpeed each time.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
+import json
+import os
+import sys
 import types
 import typing
 from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 # Sections that DeepSpeed parses with a pydantic model: (module, class).
@@ -57,8 +69,12 @@ def _model(section: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-@lru_cache(maxsize=None)
 def top_level_keys() -> frozenset[str]:
+    """Every top-level key DeepSpeed reads (from the key table)."""
+    return frozenset(key_table()["top_level"])
+
+
+def _top_level_from_deepspeed() -> list[str]:
     names: set[str] = set(_SECTIONS) | set(_TYPED_SECTIONS)
     for module_name in _CONSTANT_MODULES:
         try:
@@ -66,7 +82,7 @@ def top_level_keys() -> frozenset[str]:
         except ImportError:
             continue
         names |= {v for k, v in vars(module).items() if k.isupper() and isinstance(v, str) and v.isidentifier()}
-    return frozenset(names)
+    return sorted(names)
 
 
 def _nested_model(annotation: Any) -> Any:
@@ -94,31 +110,87 @@ def model_keys(model: Any) -> dict[str, Any]:
     return keys
 
 
+def table_from_deepspeed() -> dict[str, Any]:
+    """The key table read from DeepSpeed's classes and constants: ``top_level`` (names), ``sections`` (section
+    -> class) and ``classes`` (class, as module.qualname -> {accepted key -> nested class or None})."""
+    classes: dict[str, dict[str, str | None]] = {}
+
+    def add(model: Any) -> str:
+        name = f"{model.__module__}.{model.__qualname__}"
+        if name not in classes:
+            classes[name] = {}  # before its fields: a class nested in itself is added once
+            classes[name] = {key: None if nested is None else add(nested) for key, nested in model_keys(model).items()}
+        return name
+
+    sections = {section: add(_model(section)) for section in _SECTIONS}
+    return {"top_level": _top_level_from_deepspeed(), "sections": sections, "classes": classes}
+
+
+# The table's layout and what it is read from: a change to either names another cache file.
+_TABLE_LAYOUT = repr((1, sorted(_SECTIONS.items()), _CONSTANT_MODULES))
+
+
+def cache_file(prefix: str = sys.prefix) -> Path | None:
+    """Where the key table of the installed DeepSpeed is kept (None when DeepSpeed's files are not recorded)."""
+    try:
+        installed = metadata.distribution("deepspeed")
+    except metadata.PackageNotFoundError:
+        return None
+    record = installed.read_text("RECORD")
+    if record is None:
+        return None
+    stamp = hashlib.sha256((_TABLE_LAYOUT + record).encode()).hexdigest()[:16]
+    return Path(prefix) / "zerogate-cache" / f"deepspeed-{installed.version}-keys-{stamp}.json"
+
+
+@lru_cache(maxsize=None)
+def key_table() -> dict[str, Any]:
+    """The key table (:func:`table_from_deepspeed`), from its cache file when there is one."""
+    cached = cache_file()
+    if cached is not None and cached.exists():
+        try:
+            return json.loads(cached.read_text())
+        except (OSError, ValueError):
+            pass
+    table = table_from_deepspeed()
+    if cached is not None:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            partial = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+            partial.write_text(json.dumps(table, sort_keys=True))
+            partial.replace(cached)  # whole or not at all: another process may be reading it
+        except OSError:
+            pass
+    return table
+
+
 def _suggest(key: str, known: Any) -> str:
     close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _check_model(node: dict[str, Any], model: Any, prefix: str) -> list[tuple[str, str]]:
+def _check_model(node: dict[str, Any], name: str, classes: dict[str, Any], prefix: str) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
-    keys = model_keys(model)
+    keys = classes[name]
     for key, value in node.items():
         path = f"{prefix}.{key}"
         if key not in keys:
-            problems.append((path, f"unknown key (not a field of DeepSpeed's {model.__name__}){_suggest(key, keys)}"))
+            shown = name.rsplit(".", 1)[-1]
+            problems.append((path, f"unknown key (not a field of DeepSpeed's {shown}){_suggest(key, keys)}"))
         elif keys[key] is not None and isinstance(value, dict):
-            problems += _check_model(value, keys[key], path)
+            problems += _check_model(value, keys[key], classes, path)
     return problems
 
 
 def unknown_keys(config: dict[str, Any]) -> list[tuple[str, str]]:
     """(dotted path, problem) for every key DeepSpeed would not read, in config order."""
     problems: list[tuple[str, str]] = []
-    known = top_level_keys()
+    table = key_table()
+    known = frozenset(table["top_level"])
     for key, value in config.items():
         if key in _SECTIONS:
             if isinstance(value, dict):
-                problems += _check_model(value, _model(key), key)
+                problems += _check_model(value, table["sections"][key], table["classes"], key)
         elif key in _TYPED_SECTIONS:
             if isinstance(value, dict):
                 allowed = _TYPED_SECTIONS[key]
