@@ -111,7 +111,7 @@ def test_the_key_table_is_deepspeeds_and_once_kept_checks_keys_without_importing
 
     assert key_table() == json.loads(json.dumps(table_from_deepspeed()))
     kept = cache_file(str(tmp_path))
-    assert kept is not None and kept.parent == tmp_path / "zerogate-cache" and kept != cache_file()
+    assert kept is not None and kept.parent == tmp_path / "zerogate-cache" and kept.name.startswith("deepspeed-")
     # A process whose environment holds the table checks a config's keys without loading DeepSpeed (or torch).
     probe = ("import sys; from zerogate.plan import ds_keys; "
              "problems = ds_keys.unknown_keys({'zero_optimization': {'stage3_prefetch_bucket_sise': 1}, 'fp16': {}}); "

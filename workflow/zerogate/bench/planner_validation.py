@@ -16,8 +16,8 @@ the functions the pipeline itself uses, and judged by zerogate.analysis.planner_
   micro-batch that plans to fit (the same checks at other micro-batches), and the predicted peak
   (zerogate.plan.planner.peak_prediction) beside a published reading.
 
-What a row states that the planner's settings have no key for (activation checkpointing, the attention
-implementation, a loss on 16-bit logits) is listed with the row and not told to the planner; keys the settings gain later are used
+What a row states that the planner's settings have no key for (a loss on 16-bit logits, an attention
+implementation or optimizer the settings do not take) is listed with the row and not told to the planner; keys the settings gain later are used
 as soon as they exist (``model.config``, ``model.attention``, ``training.activation_checkpointing``), so
 the same table judges the planner after it changes. Nothing here re-computes a planner figure.
 """
