@@ -69,11 +69,6 @@ def _model(section: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def top_level_keys() -> frozenset[str]:
-    """Every top-level key DeepSpeed reads (from the key table)."""
-    return frozenset(key_table()["top_level"])
-
-
 def _top_level_from_deepspeed() -> list[str]:
     names: set[str] = set(_SECTIONS) | set(_TYPED_SECTIONS)
     for module_name in _CONSTANT_MODULES:
