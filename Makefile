@@ -10,19 +10,29 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: setup run test lint compare clean
 
-$(STAMP): envs/requirements.txt envs/requirements-nodeps.txt envs/constraints.txt pyproject.toml
+# Set-up in two steps that overlap: what the ops build imports (envs/requirements-ops.txt) first, then the ops
+# build beside the install of everything else (make -j2 below); both pinned as the resolved set.
+PIP_PINNED := $(VENV)/bin/pip install --quiet -c envs/constraints.txt -c envs/requirements.txt
+OPS_DEPS_STAMP := $(VENV)/.ops-deps-installed
+$(OPS_DEPS_STAMP): envs/requirements-ops.txt envs/requirements.txt envs/constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet -c envs/constraints.txt -r envs/requirements.txt
+	$(PIP_PINNED) -r envs/requirements-ops.txt
+	touch $(OPS_DEPS_STAMP)
+
+$(STAMP): $(OPS_DEPS_STAMP) envs/requirements-nodeps.txt pyproject.toml
+	$(PIP_PINNED) -r envs/requirements.txt
 	$(VENV)/bin/pip install --quiet --no-deps -r envs/requirements-nodeps.txt
 	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-# DeepSpeed compiles its CPU ops on first use (about 3 minutes here): done once, at set-up, into the venv.
-$(OPS_STAMP): $(STAMP)
-	$(VENV)/bin/python -m zerogate.runtime.ops
+# DeepSpeed compiles its CPU ops on first use (about 2-3 minutes here): done once, at set-up, into the venv. The
+# package is not installed yet while this runs: it is taken from workflow/.
+$(OPS_STAMP): $(OPS_DEPS_STAMP)
+	PYTHONPATH=workflow $(VENV)/bin/python -m zerogate.runtime.ops
 	touch $(OPS_STAMP)
 
-setup: $(STAMP) $(OPS_STAMP)
+setup:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(OPS_STAMP)
 
 run: setup
 	snakemake --cores all
