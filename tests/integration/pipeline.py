@@ -73,11 +73,17 @@ def refused(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+# What a shortened launch evaluates: before and after training, on a few rows. These launches test training
+# (policies, engines, nodes); the evaluation's own tests read the pipeline runs, which evaluate as configured.
+SHORT_EVALUATION = {"validation_rows": 8, "exact_match_items": 2}
+
+
 def shortened_launch(results: Path, out: Path, steps: int, stabiliser: dict | None = None,
                      checkpoint: dict | None = None) -> list[str]:
     """The command that runs zerogate.runtime.launch directly (no Snakemake) on a finished run's rendered
     files and dataset, shortened to ``steps`` optimizer steps, with ``stabiliser`` and ``checkpoint`` settings
-    changed. The changed files, the log (train.log), the outputs (train/) and checkpoints go under ``out``."""
+    changed and the evaluation made short (SHORT_EVALUATION). The changed files, the log (train.log), the
+    outputs (train/) and checkpoints go under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     spec = RunSpec.read(results / "deepspeed/run_spec.json")
     spec.model_copy(update={"training": dataclasses.replace(spec.training, optimizer_steps=steps)}).write(
@@ -87,7 +93,9 @@ def shortened_launch(results: Path, out: Path, steps: int, stabiliser: dict | No
     (out / "ds_config.json").write_text(json.dumps(ds_config))
     settings = TrainSettings.read(results / "train/settings.json")
     settings.model_copy(update={"stabiliser": dataclasses.replace(settings.stabiliser, **(stabiliser or {})),
-                                "checkpoint": dataclasses.replace(settings.checkpoint, **(checkpoint or {}))}).write(
+                                "checkpoint": dataclasses.replace(settings.checkpoint, **(checkpoint or {})),
+                                "evaluation": dataclasses.replace(settings.evaluation, every_steps=steps,
+                                                                  **SHORT_EVALUATION)}).write(
         out / "settings.json")
     return [sys.executable, "-m", "zerogate.runtime.launch", "--run-spec", str(out / "run_spec.json"), "--log",
             str(out / "train.log"), "--", "--ds-config", str(out / "ds_config.json"), "--settings",

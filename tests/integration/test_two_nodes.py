@@ -22,7 +22,7 @@ from tests.integration.test_training_run import metrics, wait_for_step
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.records import TrainSummary
 from zerogate.contracts.report import RunRegistry
-from zerogate.contracts.verdicts import GateVerdicts
+from zerogate.contracts.verdicts import NOT_MEASURED, GateVerdicts
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,14 @@ def test_gates_and_report_are_those_of_a_one_node_run(two_node_run, smoke_run):
     results = two_node_run.results
     two = GateVerdicts.read(results / "gates/verdicts.json")
     one = GateVerdicts.read(smoke_run.results / "gates/verdicts.json")
-    assert [(g.name, g.verdict) for g in two.gates] == [(g.name, g.verdict) for g in one.gates]
+    assert [g.name for g in two.gates] == [g.name for g in one.gates]
+    # A time gate judges an interval: this run's rank 1 is made slow and it runs beside the rest of the suite,
+    # so its times may straddle a threshold the one-node run's meet. Each is judged on an interval all the same.
+    for a, b in zip(two.gates, one.gates):
+        if b.interval is None:
+            assert a.verdict == b.verdict, a.name
+        else:
+            assert a.interval is not None and a.verdict != NOT_MEASURED, a.name
     assert two.gate("ranks_completed").verdict == "PASS"
     assert len(list((results / "report").glob("zerogate-*.html"))) == 1
     assert RunRegistry.read(results / "registry.json").run.world_size == 2

@@ -21,7 +21,7 @@ def test_the_ops_build_imports_only_what_set_up_installs_before_it():
     """`make setup` builds the ops while it installs everything but envs/requirements-ops.txt and its
     dependencies: the build must import nothing else, or it could read a package half written."""
     import importlib.metadata as metadata
-    import re
+    import json
     import subprocess
     import sys
     from pathlib import Path
@@ -29,6 +29,9 @@ def test_the_ops_build_imports_only_what_set_up_installs_before_it():
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
+    # The environment's own packages (not the copies some of them vendor, which setuptools puts on sys.path).
+    site_packages = Path(metadata.distribution("torch").locate_file("")).resolve()
+    installed = {canonicalize_name(d.metadata["Name"]): d for d in metadata.distributions(path=[str(site_packages)])}
     listed = [line.split("#")[0].strip() for line in
               (Path(__file__).resolve().parents[2] / "envs/requirements-ops.txt").read_text().splitlines()]
     installed_first, todo = set(), [canonicalize_name(name) for name in listed if name]
@@ -37,18 +40,52 @@ def test_the_ops_build_imports_only_what_set_up_installs_before_it():
         if name in installed_first:
             continue
         installed_first.add(name)
-        for text in metadata.requires(name) or []:
+        for text in installed[name].requires or []:
             requirement = Requirement(text)
             if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
                 todo.append(canonicalize_name(requirement.name))
 
     # The ops are built in this environment already (make setup): loading them imports what building does.
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "zerogate.runtime.ops"], capture_output=True,
-                          text=True, timeout=300)
+    # Each top-level module is traced to the installed package whose files hold it (a vendored copy belongs
+    # to the package it ships in).
+    report = ("import json, sys; from zerogate.runtime.ops import main; main(); print(json.dumps("
+              "{n: getattr(m, '__file__', None) for n, m in list(sys.modules.items()) if '.' not in n}))")
+    done = subprocess.run([sys.executable, "-c", report], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    imported = {m.group(1).split(".")[0] for m in re.finditer(r"^import time:.*\|\s*([\w.]+)$", done.stderr, re.M)}
-    providers = metadata.packages_distributions()
-    outside = {module: providers[module] for module in imported if module in providers and module != "zerogate"
-               and not {canonicalize_name(d) for d in providers[module]} & installed_first}
+    module_files = json.loads(done.stdout.splitlines()[-1])
+    owner = {Path(d.locate_file(f)).resolve(): name for name, d in installed.items() for f in d.files or ()}
+    outside = {}
+    for module, file in module_files.items():
+        if file is None or not Path(file).resolve().is_relative_to(site_packages):
+            continue  # the standard library, or this package (workflow/)
+        package = owner.get(Path(file).resolve())
+        if package not in installed_first:
+            outside[module] = package
     assert not outside, f"the ops build imports {outside}: add them to envs/requirements-ops.txt"
     assert {"torch", "deepspeed"} <= installed_first
+
+
+def test_deepspeed_asks_py_cpuinfo_once_per_process_once_its_answer_is_kept(monkeypatch):
+    import cpuinfo
+    import cpuinfo.cpuinfo as implementation
+    from deepspeed.ops.op_builder.cpu import CPUAdamBuilder
+
+    from zerogate.runtime.ops import keep_cpu_info
+
+    asked = []
+    answer = implementation.get_cpu_info_json
+
+    def counted() -> str:
+        asked.append(1)
+        return answer()
+
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", cpuinfo.get_cpu_info)  # put back after the test
+    monkeypatch.setattr(implementation, "get_cpu_info_json", counted)
+    builder = CPUAdamBuilder()
+    builder.cpu_arch(), builder.simd_width()
+    assert len(asked) == 2  # one interpreter started per question
+    keep_cpu_info()
+    keep_cpu_info()  # a second call keeps the same answer
+    flags = builder.cpu_arch(), builder.simd_width(), builder.cpu_arch()
+    assert len(asked) == 3 and flags[0] == flags[2] == "-march=native"
+    assert cpuinfo.get_cpu_info() == cpuinfo.get_cpu_info() and cpuinfo.get_cpu_info() is not cpuinfo.get_cpu_info()

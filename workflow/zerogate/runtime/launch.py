@@ -24,6 +24,7 @@ from pathlib import Path
 from zerogate.errors import InputError
 from zerogate.contracts.run import RunSpec
 from zerogate.runtime.nodes import LOCAL_MASTER_ADDR, NodeLayout, launcher_commands, layout, node_log
+from zerogate.runtime.ops import keep_cpu_info
 
 
 def free_port() -> int:
@@ -56,6 +57,7 @@ def start_one_rank_world(backend: str) -> int:
     port = free_port()
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_SIZE="1", MASTER_ADDR=LOCAL_MASTER_ADDR,
                       MASTER_PORT=str(port))
+    keep_cpu_info()  # DeepSpeed asks py-cpuinfo again at every op it loads
     deepspeed.init_distributed(dist_backend=backend)
     return port
 

@@ -16,6 +16,7 @@ No torch import at module level: the Snakefile imports this.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -43,10 +44,33 @@ def build_env(environ: Mapping[str, str] = os.environ, prefix: str = sys.prefix,
     return env
 
 
+def keep_cpu_info() -> None:
+    """Make py-cpuinfo answer this process once: each ``cpuinfo.get_cpu_info()`` starts a Python interpreter
+    (``cpuinfo.py --json``, which starts one more process for CPUID), about a second each, and DeepSpeed asks
+    twice for every op it loads (``cpu_arch`` and ``simd_width``: the flags it checks the built op against)
+    and once more in DeepSpeedCPUAdam. The CPU does not change within a process, so the first answer is
+    kept; DeepSpeed imports the function at each call, so it finds the kept one. Call it before DeepSpeed
+    loads an op (``deepspeed.init_distributed`` loads the comm op on the CPU accelerator)."""
+    try:
+        import cpuinfo
+    except ImportError:  # DeepSpeed then falls back to lscpu itself
+        return
+    if getattr(cpuinfo.get_cpu_info, "kept_by_zerogate", False):
+        return
+    first_answer = functools.cache(cpuinfo.get_cpu_info)
+
+    def get_cpu_info() -> dict:
+        return dict(first_answer())
+
+    get_cpu_info.kept_by_zerogate = True  # type: ignore[attr-defined]
+    cpuinfo.get_cpu_info = get_cpu_info
+
+
 def build_cpu_ops(names: tuple[str, ...] = CPU_OPS) -> dict[str, float]:
     """Load (so build, when not built yet) each op on DeepSpeed's CPU accelerator; seconds per op."""
     os.environ.update(build_env())
     os.environ["DS_ACCELERATOR"] = "cpu"
+    keep_cpu_info()
     from deepspeed.ops.op_builder import cpu as builders
 
     seconds = {}

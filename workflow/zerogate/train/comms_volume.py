@@ -52,6 +52,7 @@ from zerogate.model.build import load_for_training
 from zerogate.runtime import loop
 from zerogate.runtime.engines import build_engine
 from zerogate.runtime.heap import release_freed_memory
+from zerogate.runtime.ops import keep_cpu_info
 from zerogate.train.loop import rank_arguments
 from zerogate.units import GIB
 
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.read(args.run_spec)
     plan = CommsPlan.read(args.measurements)
     manifest = DatasetManifest.read(Path(args.dataset_dir) / "manifest.json")
+    keep_cpu_info()  # DeepSpeed asks py-cpuinfo again at every op it loads
     deepspeed.init_distributed(dist_backend=spec.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     ds_comm.configure(enabled=True, prof_all=True, verbose=False, debug=False)

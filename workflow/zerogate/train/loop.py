@@ -50,6 +50,7 @@ from zerogate.runtime import loop
 from zerogate.runtime.engines import ENGINES, build_engine
 from zerogate.runtime.heap import release_freed_memory
 from zerogate.runtime.nodes import rank_env_from_slurm
+from zerogate.runtime.ops import keep_cpu_info
 from zerogate.runtime.probe import probe
 from zerogate.train import checkpoint as ckpt
 from zerogate.train.evaluate import Evaluator
@@ -89,6 +90,7 @@ def start_distributed(spec: RunSpec) -> tuple[int, int]:
     # several nodes a bounded collective timeout makes a dead node end the run instead of hanging it.
     os.environ.update(rank_env_from_slurm(os.environ))
     timeout = spec.nodes.collective_timeout_s if spec.nodes else None
+    keep_cpu_info()  # DeepSpeed asks py-cpuinfo again at every op it loads
     deepspeed.init_distributed(dist_backend=spec.backend,
                                **({"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}))
     rank, world = dist.get_rank(), dist.get_world_size()
