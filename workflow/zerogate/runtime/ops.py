@@ -63,6 +63,7 @@ def keep_cpu_info() -> None:
         return dict(first_answer())
 
     get_cpu_info.kept_by_zerogate = True  # type: ignore[attr-defined]
+    get_cpu_info.__wrapped__ = first_answer.__wrapped__  # type: ignore[attr-defined]  # py-cpuinfo's own
     cpuinfo.get_cpu_info = get_cpu_info
 
 
