@@ -11,6 +11,9 @@ process that found the other one first on PATH rebuilt everything. Here the buil
 virtual environment and its own ninja comes first on PATH. The workflow puts :func:`build_env` into its
 environment, which every job (local or Slurm) and every rank inherits.
 
+Loading a built op still asks py-cpuinfo, which starts an interpreter per question: :func:`keep_cpu_info`,
+called before DeepSpeed loads its first op, makes each process ask once.
+
 No torch import at module level: the Snakefile imports this.
 """
 
