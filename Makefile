@@ -81,5 +81,5 @@ bench-planner-grid: setup
 # CI; mutmut comes from envs/requirements-bench.txt.
 .PHONY: bench-mutation
 bench-mutation: setup
-	$(VENV)/bin/pip install --quiet -c envs/constraints.txt -r envs/requirements-bench.txt
+	$(PIP_PINNED) -r envs/requirements-bench.txt
 	PYTHONPATH=workflow python -m zerogate.bench.mutation

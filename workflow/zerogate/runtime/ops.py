@@ -50,8 +50,8 @@ def build_env(environ: Mapping[str, str] = os.environ, prefix: str = sys.prefix,
 def keep_cpu_info() -> None:
     """Make py-cpuinfo answer this process once: each ``cpuinfo.get_cpu_info()`` starts a Python interpreter
     (``cpuinfo.py --json``, which starts one more process for CPUID), about a second each, and DeepSpeed asks
-    twice for every op it loads (``cpu_arch`` and ``simd_width``: the flags it checks the built op against)
-    and once more in DeepSpeedCPUAdam. The CPU does not change within a process, so the first answer is
+    as it loads ops (``cpu_arch`` and ``simd_width``: the flags it checks a built op against; four times for
+    the three CPU ops) and once more in DeepSpeedCPUAdam. The CPU does not change within a process, so the first answer is
     kept; DeepSpeed imports the function at each call, so it finds the kept one. Call it before DeepSpeed
     loads an op (``deepspeed.init_distributed`` loads the comm op on the CPU accelerator)."""
     try:

@@ -35,7 +35,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import deepspeed
 import psutil
 import torch
 import torch.distributed as dist
@@ -52,8 +51,7 @@ from zerogate.model.build import load_for_training
 from zerogate.runtime import loop
 from zerogate.runtime.engines import build_engine
 from zerogate.runtime.heap import release_freed_memory
-from zerogate.runtime.ops import keep_cpu_info
-from zerogate.train.loop import rank_arguments
+from zerogate.train.loop import rank_arguments, start_distributed
 from zerogate.units import GIB
 
 WARMUP_STEPS = 1
@@ -206,9 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.read(args.run_spec)
     plan = CommsPlan.read(args.measurements)
     manifest = DatasetManifest.read(Path(args.dataset_dir) / "manifest.json")
-    keep_cpu_info()  # DeepSpeed asks py-cpuinfo again at every op it loads
-    deepspeed.init_distributed(dist_backend=spec.backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = start_distributed(spec)  # as the training run's ranks start theirs
     ds_comm.configure(enabled=True, prof_all=True, verbose=False, debug=False)
     split = load_split(Path(args.dataset_dir) / "train.parquet")
     buffers = buffer_bytes(spec, manifest, plan.measurements[0].ds_config)
