@@ -18,7 +18,7 @@ from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import ModelCounts, count_parameters
 from zerogate.plan.ledger import (HOST_SETUP, Setup, activation_bytes, deepspeed_estimates, device_levels,
-                                  gathered_elements, host_need_per_rank, ledger, model_state_bytes, paper_ledger,
+                                  gathered_elements, host_need_per_rank, ledger, model_state_bytes, paper_ledger, phase_bytes,
                                   setup_from_config, zerogate_terms)
 from zerogate.units import GB, GIB, format_bytes
 
@@ -186,6 +186,9 @@ def test_zerogate_adds_what_the_estimator_leaves_out():
     assert device["activations"] == int(48 * per_layer + 512 * 152064 * 10)
     checkpointed = activation_bytes(counts, setup, checkpointing=True)
     assert checkpointed == int(2 * 512 * 5120 * 48 + per_layer + 512 * 152064 * 10)
+    # A loss on the 16-bit logits (no upcast): its log_softmax output and gradient in the dtype, s b V (2 + 2 + 2).
+    own_loss = activation_bytes(counts, dataclasses.replace(setup, loss_in_fp32=False), checkpointing=False)
+    assert own_loss == int(48 * per_layer + 512 * 152064 * 6)
     assert device["reduce_bucket"] == 2 * 5120**2  # the contiguous bucket, full size, 16-bit
     assert device["largest_layer_gradient"] == 2 * 778_567_680
     assert device["fp32_gradient_copy"] == 0  # optimizer offload: the host buffer is the copy
@@ -250,8 +253,9 @@ def test_fp32_gradient_copies_by_stage_and_precision():
 
 def test_zero12_optimizer_offload_passes_gradients_through_buffers_of_the_largest_parameter():
     """stage_1_and_2.py with cpu offload, counted by hand on a 4-parameter model over 2 ranks: a device and a
-    host buffer of the largest parameter held for the run, and each gradient slice converted to fp32 on the
-    device (at most the largest parameter, at most the rank's partition) before its copy to the host."""
+    host buffer of the largest parameter held for the run, and each gradient slice copied to fp64 for its
+    norm, then (16-bit) to fp32, on the device (at most the largest parameter, at most the rank's partition)
+    before its copy to the host: the fp64 copy is the larger of the two, which do not coexist."""
     counts = ModelCounts(total=1000, largest_layer=600, numels=(600, 300, 60, 40), hidden=1, layers=1, heads=1,
                          vocab=1, tied_embeddings=False)
 
@@ -261,11 +265,19 @@ def test_zero12_optimizer_offload_passes_gradients_through_buffers_of_the_larges
     for stage in (1, 2):
         offloaded = terms(stage=stage, offload_optimizer=True, dtype="fp16")
         assert offloaded["device"]["offload_gradient_buffer"] == 2 * 600
-        assert offloaded["device"]["offload_gradient_conversion"] == 4 * 500  # the partition is 500 elements
+        assert offloaded["device"]["offload_gradient_conversion"] == 8 * 500  # the partition is 500 elements
         assert offloaded["host"]["offload_gradient_staging"] == 2 * 600
         assert "offload_gradient_staging" in offloaded["pinned"]
-        assert "offload_gradient_conversion" not in terms(stage=stage, offload_optimizer=True, dtype="fp32")["device"]
+        # In fp32 the fp32 conversion is a no-op; the fp64 norm copy is not.
+        assert terms(stage=stage, offload_optimizer=True, dtype="fp32")["device"]["offload_gradient_conversion"] == 8 * 500
         assert "offload_gradient_buffer" not in terms(stage=stage, offload_optimizer=False)["device"]
+        # The copies happen as a bucket is reduced: at the boundary beside the buckets (the last bucket, after the
+        # backward), and inside the backward too only when the model is larger than one bucket.
+        boundary = phase_bytes(offloaded["device"])["boundary"]
+        assert boundary == offloaded["device"]["gradient_reduction_buckets"] + 8 * 500
+        assert "offload_gradient_conversion_in_backward" not in offloaded["device"]  # 1000 elements, a 5120^2 bucket
+        small_bucket = terms(stage=stage, offload_optimizer=True, dtype="fp16", reduce_bucket=400)["device"]
+        assert small_bucket["offload_gradient_conversion_in_backward"] == 8 * 500
     zero3 = terms(stage=3, offload_optimizer=True)
     assert not {"offload_gradient_buffer", "offload_gradient_conversion"} & set(zero3["device"])
     assert "offload_gradient_staging" not in zero3["host"]
@@ -436,6 +448,11 @@ def test_gpu_peaks_are_compared_level_by_level():
     table = with_peaks(compare(claim_counts(), claim_setup(), measured), prediction, steps, measured)
     assert table.within_5_percent is None  # no held tensors: nothing to judge the model states by
     assert set(table.level_max_abs_error_percent) == {"tensor", "allocator", "device"}
+    # The headline figure is the level its metric measures: max_reserved, the allocator's (not the device's,
+    # which adds the CUDA context and the communicator).
+    assert prediction.metric == column("max_reserved_gib")
+    assert prediction.total_bytes == levels["allocator"] < levels["device"]
+    assert prediction.persistent_bytes + prediction.transient_bytes == prediction.total_bytes
 
 
 def test_the_cpu_tensor_peak_is_compared_with_the_sampled_step_and_without_the_buckets(tmp_path):

@@ -262,10 +262,32 @@ def test_validate_planner_refuses_a_malformed_table_with_one_line_and_writes_not
     assert missing.returncode != 0 and "zerogate: error: --config: published_setups: no such file: none.yaml" in missing.stderr
 
 
-def test_a_loss_on_16_bit_logits_is_listed_as_not_told_to_the_planner(table):
-    # ColossalAI's benchmark computes its own cross-entropy on the fp16 logits; the planner traces transformers'
-    # ForCausalLMLoss, which upcasts them, and says so with the row.
+def test_a_loss_on_16_bit_logits_is_planned_with_the_loss_it_states(table):
+    # ColossalAI's benchmark computes its own cross-entropy on the fp16 logits: the row is planned with
+    # training.loss_in_fp32 false, and its activations are traced with that loss.
     run = planned(table, "colossalai-lightning-gpt2-xl-4xa100-40g-z3-mb40-peak")
-    assert any(note.startswith("the loss on the 16-bit logits") for note in run.not_expressed)
-    upcast = planned(table, "deepseek-math-7b-2x4090-case6-z3-offopt-offparam-ckpt-fits")
-    assert not any("16-bit logits" in note for note in upcast.not_expressed)
+    assert run.run_spec.training.loss_in_fp32 is False and run.planned[1].loss_in_fp32 is False
+    assert not any("16-bit logits" in note for note in run.not_expressed)
+    counts, setup, activations = run.planned
+    upcast = dataclasses.replace(setup, loss_in_fp32=True)
+    assert activations(setup).saved_bytes < activations(upcast).saved_bytes
+    stated = planned(table, "deepseek-math-7b-2x4090-case6-z3-offopt-offparam-ckpt-fits")
+    assert stated.run_spec.training.loss_in_fp32 is True  # the row states none: transformers' own loss
+
+
+def test_a_memory_reading_is_set_against_the_level_its_metric_measures(table):
+    from zerogate.plan.planner import peak_prediction
+
+    named = row(table, "colossalai-lightning-gpt2-xl-4xa100-40g-z3-mb40-peak")
+    checked = validation.check_measured_row(named, load_config(REPO / named.model.config), REPO)
+    reading = next(c for c in checked.checks if c.quantity == "peak memory per GPU")
+    counts, setup, activations = planned(table, named.id).planned
+    levels = peak_prediction(counts, setup, None, activations).levels
+    assert reading.predicted_value == levels["tensor"].predicted_bytes < levels["device"].predicted_bytes
+    assert "max_memory_allocated" in reading.predicted and reading.target is None
+    unnamed = row(table, "llamafactory-5977-llama3-8b-8x3090-z3-offload-fits-13g")
+    checked = validation.check_measured_row(unnamed, load_config(REPO / unnamed.model.config), REPO)
+    reading = next(c for c in checked.checks if c.quantity == "peak memory per GPU")
+    counts, setup, activations = planned(table, unnamed.id).planned
+    assert reading.predicted_value == peak_prediction(counts, setup, None, activations).levels["device"].predicted_bytes
+    assert "not named" in reading.basis

@@ -74,6 +74,23 @@ def test_the_backward_transient_is_the_logits_gradients_in_flight():
     assert trace.backward_transient_bytes == 8 * S * V - 8 * (S + 1)
 
 
+@pytest.mark.parametrize("dtype, e", [("fp16", 2), ("bf16", 2), ("fp32", 4)])
+def test_the_loss_in_the_logits_dtype_keeps_its_log_softmax_and_gradients_in_that_dtype(dtype, e):
+    # Without ForCausalLMLoss's upcast, log_softmax saves its output in the logits' dtype (and nll_loss its
+    # total-weight scalar), and the backward's two logits-sized gradients are in it too, so the backward's
+    # peak is no longer theirs alone (the head's weight gradient in flight can top it); in fp32 the upcast
+    # was a no-op, so nothing changes.
+    upcast = trace_micro_step(tiny_llama(), 1, S, dtype, "sdpa")
+    own = trace_micro_step(tiny_llama(), 1, S, dtype, "sdpa", loss_in_fp32=False)
+    assert own.per_layer_bytes == upcast.per_layer_bytes
+    assert own.outside_layers_bytes == llama_outside_bytes(e) - (4 - e) * (S * V + 1)
+    assert own.backward_transient_bytes >= 2 * e * S * V - 8 * (S + 1)
+    if dtype == "fp32":
+        assert (own.total_bytes, own.backward_transient_bytes) == (upcast.total_bytes, upcast.backward_transient_bytes)
+    else:
+        assert own.total_bytes < upcast.total_bytes and own.backward_transient_bytes < upcast.backward_transient_bytes
+
+
 def test_16_bit_tensors_take_twice_their_bytes_in_fp32_where_no_op_upcasts():
     # GPT-2's layers (LayerNorm, eager attention, no dropout) keep nothing in fp32, so fp32 doubles them
     # exactly; Llama's RMSNorm upcasts, so there fp32 is less than twice (the enumeration above says by how much).

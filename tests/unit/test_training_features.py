@@ -45,13 +45,13 @@ class Rows:
         self.input_ids, self.labels, self.attention_mask = ids, ids.copy(), np.ones_like(ids)
 
 
-def gpt2_run(checkpointing: bool = False, attention: str = "sdpa"):
+def gpt2_run(checkpointing: bool = False, attention: str = "sdpa", loss_in_fp32: bool = True):
     """cpu-tiny's run spec with the tiny GPT-2 of tests/data/models as its model (model.config), and the
     rendered config for one rank."""
     model = ModelSettings(config=str(TINY_GPT2), attention=attention)
     tiny = settings("cpu-tiny")
-    profile = dataclasses.replace(tiny, model=model,
-                                  training=dataclasses.replace(tiny.training, activation_checkpointing=checkpointing),
+    training = dataclasses.replace(tiny.training, activation_checkpointing=checkpointing, loss_in_fp32=loss_in_fp32)
+    profile = dataclasses.replace(tiny, model=model, training=training,
                                   dataset=dataclasses.replace(tiny.dataset, seq_len=SEQ))
     from zerogate.config.profile import with_model_config
 
@@ -59,8 +59,9 @@ def gpt2_run(checkpointing: bool = False, attention: str = "sdpa"):
     return ds, spec
 
 
-def train_one_step(checkpointing: bool, attention: str = "sdpa") -> tuple[DeepSpeedEngine, float]:
-    ds, spec = gpt2_run(checkpointing, attention)
+def train_one_step(checkpointing: bool, attention: str = "sdpa",
+                   loss_in_fp32: bool = True) -> tuple[DeepSpeedEngine, float]:
+    ds, spec = gpt2_run(checkpointing, attention, loss_in_fp32)
     config = one_rank_config(ds.raw)
     config["gradient_accumulation_steps"], config["train_micro_batch_size_per_gpu"] = 2, 2
     config["train_batch_size"] = 4
@@ -87,11 +88,13 @@ def worker() -> None:
 
     port = one_rank_world()
     found: dict = {}
-    for name, checkpointing, attention in (("sdpa", False, "sdpa"), ("eager", False, "eager"),
-                                           ("checkpointed", True, "sdpa")):
-        engine, loss = train_one_step(checkpointing, attention)
+    for name, checkpointing, attention, loss_in_fp32 in (
+            ("sdpa", False, "sdpa", True), ("eager", False, "eager", True), ("checkpointed", True, "sdpa", True),
+            ("loss_in_logits_dtype", False, "sdpa", False)):
+        engine, loss = train_one_step(checkpointing, attention, loss_in_fp32)
         module = engine.module
         found[name] = {"class": type(module).__name__, "attention": module.config._attn_implementation,
+                       "loss_function": module.loss_function.__name__,
                        "n_embd": module.config.n_embd, "eos": module.config.eos_token_id, "loss": loss,
                        "checkpointing": module.is_gradient_checkpointing, "use_cache": module.config.use_cache,
                        "grad_norm": engine.grad_norm(), "parameters": engine.parameter_count()}
@@ -137,3 +140,11 @@ def test_the_sampled_step_counts_every_live_tensor_and_names_the_buckets(trained
     # Alive at the start: at least the bucket and four fp32 model-state copies; the step adds activations on top.
     assert sampled["at_start(bytes)"] >= 4 * sampled["reduce_bucket"] + 4 * 4 * parameters
     assert sampled["peak(bytes)"] > sampled["at_start(bytes)"]
+
+
+def test_the_loss_in_the_logits_dtype_trains_and_at_fp32_gives_the_upcast_loss(trained):
+    plain, own = trained["sdpa"], trained["loss_in_logits_dtype"]
+    assert plain["loss_function"] == "ForCausalLMLoss" and own["loss_function"] == "causal_lm_loss_in_logits_dtype"
+    # In fp32 (the CPU profile) the upcast is a no-op: the same loss and gradients, another function.
+    assert own["loss"] == pytest.approx(plain["loss"], rel=1e-6)
+    assert own["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-6)

@@ -11,8 +11,9 @@ Targets (each figure is judged against one, with the gates' vocabulary: PASS, FA
   device's, or the host's) agrees;
 - a published largest micro-batch: zerogate's largest fitting micro-batch within a factor 1.25 of it.
 
-A memory reading (a peak someone measured) is printed with its error and no target: the readings name
-different metrics (the allocator's peak, nvidia-smi) and none is zerogate's predicted quantity exactly.
+A memory reading (a peak someone measured) is printed with its error and no target, against the level the
+planner predicts for the reading's metric (the tensor peak for torch.cuda.max_memory_allocated, the allocator's
+for max_memory_reserved, the device's for nvidia-smi and for a reading whose tool is not named).
 
 Pure Python: the predictions come from zerogate.bench.planner_validation, which calls the planner.
 """
@@ -111,13 +112,18 @@ def judge_largest_micro_batch(published: int, predicted: int, basis: str) -> Fig
         basis=f"ratio {ratio:.2f}, within 1/{LARGEST_FACTOR:g}..{LARGEST_FACTOR:g} needed; {basis}")
 
 
-def reported_peak(published_bytes: float, metric: str, predicted_bytes: float, predicted_what: str) -> FigureCheck:
-    """A published memory reading beside zerogate's predicted peak: the error, no target."""
+def reported_peak(published_bytes: float, metric: str, predicted_bytes: float, predicted_what: str,
+                  same_metric: bool) -> FigureCheck:
+    """A published memory reading beside zerogate's prediction of the level its metric measures
+    (``same_metric``; else of the device's level, what must fit): the error, no target."""
+    basis = ("no target; the predicted level of the reading's own metric" if same_metric else
+             "no target: the reading's tool is not named, set against the device's level (allocator, CUDA "
+             "context, communicator)")
     return FigureCheck(
         quantity="peak memory per GPU", published=f"{format_bytes(published_bytes)} ({metric})",
         predicted=f"{format_bytes(predicted_bytes)} ({predicted_what})", published_value=published_bytes,
         predicted_value=predicted_bytes, error_percent=error_percent(predicted_bytes, published_bytes), target=None,
-        verdict=None, basis="no target: the reading's metric and zerogate's predicted quantity differ, see published")
+        verdict=None, basis=basis)
 
 
 def not_judged(quantity: str, published: str, target: str | None, why: str) -> FigureCheck:

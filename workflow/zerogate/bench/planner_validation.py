@@ -16,9 +16,10 @@ the functions the pipeline itself uses, and judged by zerogate.analysis.planner_
   micro-batch that plans to fit (the same checks at other micro-batches), and the predicted peak
   (zerogate.plan.planner.peak_prediction) beside a published reading.
 
-What a row states that the planner's settings have no key for (a loss on 16-bit logits, an attention
-implementation or optimizer the settings do not take) is listed with the row and not told to the planner; keys the settings gain later are used
-as soon as they exist (``model.config``, ``model.attention``, ``training.activation_checkpointing``), so
+What a row states that the planner's settings have no key for (an attention implementation or optimizer
+the settings do not take) is listed with the row and not told to the planner; keys the settings gain later
+are used as soon as they exist (``model.config``, ``model.attention``, ``training.activation_checkpointing``,
+``training.loss_in_fp32``), so
 the same table judges the planner after it changes. Nothing here re-computes a planner figure.
 """
 
@@ -256,9 +257,12 @@ def training_section(row: MeasuredRow, micro_batch: int) -> tuple[dict[str, Any]
         "optimizer_steps": 1, "micro_batch_per_rank": micro_batch,
         "gradient_accumulation_steps": setup.gradient_accumulation_steps, "cpu_ranks": 1, "seed": 0,
         "optimizer": {"type": optimizer, "lr": 1e-5}, "lr_warmup_steps": 1, "gradient_clipping": 1.0}
-    if setup.loss_upcast is False:
-        notes.append("the loss on the 16-bit logits (the run's own cross-entropy, no fp32 upcast; the planner traces "
-                     "transformers' ForCausalLMLoss, which upcasts them: planned with the upcast)")
+    if setup.loss_upcast is not None:
+        if "loss_in_fp32" in _fields(RunTraining):
+            section["loss_in_fp32"] = setup.loss_upcast
+        elif not setup.loss_upcast:
+            notes.append("the loss on the 16-bit logits (the planner's training settings have no loss_in_fp32: "
+                         "planned with transformers' fp32 upcast)")
     if setup.activation_checkpointing is not None:
         if "activation_checkpointing" in _fields(RunTraining):
             section["activation_checkpointing"] = setup.activation_checkpointing
@@ -385,6 +389,7 @@ def largest_micro_batch(fits_at: Callable[[int], bool], limit: int = MICRO_BATCH
 
 
 def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
+    from zerogate.plan.ledger import CUDA_LEVEL_OF_METRIC
     from zerogate.plan.planner import peak_prediction
 
     published, setup = row.published, row.setup
@@ -426,8 +431,11 @@ def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
                                                 "the same plan at each micro-batch, accumulation as published"))
     if published.peak_bytes is not None:
         counts, setup, activations = run.planned
-        peak = peak_prediction(counts, setup, None, activations)
-        checks.append(reported_peak(published.peak_bytes, published.peak_metric or "unknown", peak.total_bytes, peak.what))
+        metric = published.peak_metric or "unknown"
+        level = CUDA_LEVEL_OF_METRIC.get(metric, "device")
+        predicted = peak_prediction(counts, setup, None, activations).levels[level]
+        checks.append(reported_peak(published.peak_bytes, metric, predicted.predicted_bytes, predicted.what,
+                                    same_metric=metric in CUDA_LEVEL_OF_METRIC))
     return row_check(checks, run.not_expressed)
 
 

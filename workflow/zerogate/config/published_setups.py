@@ -187,6 +187,11 @@ class MeasuredSetup(Record):
         return self
 
 
+# What a published memory reading measured: torch's tensor peak, its caching allocator's peak, the device's
+# memory as nvidia-smi (NVML) shows it, or not said (unknown).
+PeakMetric = Literal["torch.cuda.max_memory_allocated", "torch.cuda.max_memory_reserved", "nvidia-smi", "unknown"]
+
+
 class Hardware(Record):
     gpu: str
     gpu_memory_bytes: Positive  # per GPU, the marketed capacity (README: Units)
@@ -201,7 +206,7 @@ class Outcome(Record):
     oom_memory: Literal["device", "host"] | None = None
     largest_micro_batch: Positive | None = None
     peak_bytes: Positive | None = None
-    peak_metric: str | None = None
+    peak_metric: PeakMetric | None = None
     unit_as_printed: str | None = None
 
     @model_validator(mode="after")

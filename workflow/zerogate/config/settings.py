@@ -183,6 +183,10 @@ class RunTraining:
     activation_checkpointing: bool = doc(
         "recompute each decoder layer's activations in the backward (transformers' gradient checkpointing, "
         "non-reentrant) instead of keeping them: less activation memory, one more forward per micro-step", False)
+    loss_in_fp32: bool = doc(
+        "compute the cross-entropy on the logits upcast to fp32 (transformers' ForCausalLMLoss); false: on the "
+        "logits in the training dtype, as a hand-written nn.CrossEntropyLoss on the model's output does (no "
+        "fp32 copy of the logits: less memory at fp16/bf16, the same at fp32)", True)
 
 
 @dataclass(frozen=True, kw_only=True)

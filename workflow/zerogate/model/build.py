@@ -198,6 +198,15 @@ def load_for_training(spec: RunSpec, manifest: DatasetManifest, ds_config: dict[
         # fp32 master copy on load; DeepSpeed casts to the config's fp16/bf16 itself.
         model = AutoModelForCausalLM.from_pretrained(model_info.directory, dtype=torch.float32,
                                                      attn_implementation=spec.model.attention)
-    if spec.training.activation_checkpointing:
-        enable_activation_checkpointing(model)
+    apply_training_features(model, spec.training)
     return model
+
+
+def apply_training_features(model: PreTrainedModel, training: Any) -> None:
+    """The run's training settings that change the model itself (``training``: its RunTraining): activation
+    checkpointing and the loss's precision (zerogate.model.loss)."""
+    from zerogate.model.loss import set_loss
+
+    if training.activation_checkpointing:
+        enable_activation_checkpointing(model)
+    set_loss(model, training.loss_in_fp32)

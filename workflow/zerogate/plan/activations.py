@@ -2,8 +2,8 @@
 
 The planner asks for the activations of many setups (every scheme, every change it considers, every
 micro-batch of the search for the largest that fits); each distinct (micro-batch, sequence length, dtype,
-attention, checkpointing) is traced once and kept. A trace builds one and two decoder layers under
-FakeTensorMode on the CPU and scales by the layer count where the config's layers are alike (the trace
+attention, checkpointing, the loss's precision) is traced once and kept. A trace builds one and two decoder
+layers under FakeTensorMode on the CPU and scales by the layer count where the config's layers are alike (the trace
 checks that on the full model built on the meta device, and traces every layer where they differ), so one
 costs about 0.2 s after the first (docs/planning.md).
 """
@@ -47,7 +47,7 @@ class TracedActivations:
 
     def __call__(self, setup: Setup) -> ActivationFigures:
         key = (setup.micro_batch, setup.seq_len, setup.dtype, setup.attention, setup.activation_checkpointing,
-               setup.device_kind)
+               setup.loss_in_fp32, setup.device_kind)
         if key not in self._traced:
             from zerogate.plan.trace import trace_micro_step
 
@@ -55,7 +55,7 @@ class TracedActivations:
             if setup.device_kind == "cuda" and setup.attention == "sdpa":
                 config, changed = as_cuda_sdpa_runs(self.config)
             trace = trace_micro_step(config, setup.micro_batch, setup.seq_len, setup.dtype, setup.attention,
-                                     setup.activation_checkpointing)
+                                     setup.activation_checkpointing, loss_in_fp32=setup.loss_in_fp32)
             self._traced[key] = ActivationFigures(
                 saved_bytes=trace.total_bytes, backward_transient_bytes=trace.backward_transient_bytes,
                 basis="traced", how=trace.how + changed, per_layer_bytes=trace.per_layer_bytes,

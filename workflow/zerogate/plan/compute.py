@@ -48,7 +48,7 @@ def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int 
 
     import torch
 
-    from zerogate.model.build import build_model, enable_activation_checkpointing, planned_model_config
+    from zerogate.model.build import apply_training_features, build_model, planned_model_config
     from zerogate.plan.ledger import TORCH_DTYPES
     from zerogate.runtime import loop
     from zerogate.runtime.engines import DeepSpeedEngine
@@ -62,8 +62,8 @@ def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int 
     config = one_rank_config(ds_config.raw)
     model_config = planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len)
     model = build_model(model_config, config).to(getattr(torch, TORCH_DTYPES[run_spec.dtype]))
-    if run_spec.training.activation_checkpointing:  # the recomputation is part of every micro-step's work
-        enable_activation_checkpointing(model)
+    # The recomputation (activation checkpointing) and the loss's precision are part of every micro-step's work.
+    apply_training_features(model, run_spec.training)
     engine = DeepSpeedEngine(model, config)
     engine.train()
     class PassTimer(loop.LoopHooks):

@@ -41,6 +41,7 @@ from zerogate.model.counts import ModelCounts
 from zerogate.units import GIB
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+FP64_BYTES = 8  # DeepSpeed's gradient norms (zero/utils.py get_norm_dtype: fp64 where the accelerator has it)
 DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000  # zero/config.py max_reuse_distance (elements)
 DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000  # zero/config.py max_live_parameters (elements)
 DEEPSPEED_SUB_GROUP_SIZE = 1_000_000_000  # zero/config.py sub_group_size (elements)
@@ -133,10 +134,19 @@ TERM_SOURCES = {
     "offload_gradient_buffer": "ZeRO-1/2 with optimizer offload: the device buffer of the largest parameter's size "
                                "gradients pass through on their way to the host, held for the run (stage_1_and_2.py "
                                "temp_grad_buffer_for_gpu_offload)",
-    "offload_gradient_conversion": "ZeRO-1/2 with optimizer offload and 16-bit training: each gradient's slice in the "
-                                   "rank's partition converted to fp32 on the device before its copy to the host, at "
-                                   "most the largest parameter (stage_1_and_2.py "
-                                   "async_inplace_copy_grad_to_fp32_buffer_from_gpu)",
+    "offload_gradient_conversion": "ZeRO-1/2 with optimizer offload: as a bucket is reduced, each gradient slice in "
+                                   "the rank's partition is copied to fp64 on the device for its norm "
+                                   "(stage_1_and_2.py copy_grads_in_partition -> set_norm_for_param_grad_in_gpu: "
+                                   ".to(get_norm_dtype()), fp64 on every accelerator that has it, CPU and CUDA: "
+                                   "zero/utils.py), then, in 16-bit training, to fp32 before its copy to the host "
+                                   "(async_inplace_copy_grad_to_fp32_buffer_from_gpu); one after the other, each "
+                                   "freed before the next: the fp64 copy, 8 bytes per element of at most the largest "
+                                   "parameter's slice; at the accumulation boundary, where the last bucket is reduced "
+                                   "beside the buckets, after the backward",
+    "offload_gradient_conversion_in_backward": "the same copies inside the backward, beside what is left of the "
+                                               "activations, when the model is larger than one bucket (a bucket "
+                                               "that fills is reduced at once: stage_1_and_2.py "
+                                               "reduce_independent_p_g_buckets_and_remove_grads)",
     "offload_gradient_staging": "ZeRO-1/2 with optimizer offload: the host buffer of the largest parameter's size "
                                 "(pinned with pin_memory), held for the run (stage_1_and_2.py "
                                 "temp_grad_buffer_for_cpu_offload)",
@@ -202,15 +212,17 @@ PERSISTENT = ("parameters", "master_parameters", "gradients", "gradient_accumula
 # buffer, the running module's copy and the activations.
 FORWARD_START = ("gathered_parameters", "gathered_parameter_copies")
 FORWARD = ("gathered_parameters", "gathered_copy_in_use", "unsharded_parameters", "activations")
-BACKWARD = ("unsharded_parameters", "largest_layer_gradient", "tied_weight_gradient", "offload_gradient_conversion",
-            "activations", "backward_transient")
+BACKWARD = ("unsharded_parameters", "largest_layer_gradient", "tied_weight_gradient", "activations",
+            "backward_transient")
 # ZeRO-0's gradients accumulate in the backward (window_gradients); ZeRO-1/2/3 hand each to their buckets.
 BACKWARD_FROM_FIRST_GRADIENT = ("gathered_parameters", "unsharded_parameters", "largest_layer_gradient",
-                                "tied_weight_gradient", "offload_gradient_conversion", "gradient_reduction_buckets",
+                                "tied_weight_gradient", "offload_gradient_conversion_in_backward",
+                                "gradient_reduction_buckets",
                                 "window_gradients", "reduce_scatter_in_backward", "activations_at_first_gradient",
                                 "backward_transient_after_first_gradient")
 BOUNDARY = ("window_gradients", "window_gradient_partition", "allreduce_flat_buffer", "last_gradient",
-            "reduce_scatter_buffer", "reduce_scatter_cpu_copy")
+            "reduce_scatter_buffer", "reduce_scatter_cpu_copy", "gradient_reduction_buckets",
+            "offload_gradient_conversion")
 OPTIMIZER_STEP = ("window_gradients", "window_gradient_partition", "gradient_reduction_buckets", "fp32_gradient_copy")
 PHASES = {"forward_start": FORWARD_START, "forward": FORWARD, "backward": BACKWARD,
           "backward_from_first_gradient": BACKWARD_FROM_FIRST_GRADIENT, "boundary": BOUNDARY,
@@ -285,6 +297,7 @@ class Setup:
     prefetch_bucket: int  # elements
     persistence_threshold: int  # elements
     activation_checkpointing: bool = False
+    loss_in_fp32: bool = True  # the cross-entropy on the logits upcast to fp32 (transformers' ForCausalLMLoss)
     leaf_blocks: bool = False  # a leaf module class beyond DeepSpeed's defaults: whole blocks are gathered
     max_reuse_distance: int = DEEPSPEED_MAX_REUSE_DISTANCE  # elements: a parameter used again sooner stays gathered
     max_live_parameters: int = DEEPSPEED_MAX_LIVE_PARAMETERS  # elements gathered at most, prefetch included
@@ -348,7 +361,7 @@ def setup_from_config(ds_config: DsConfig, run_spec: RunSpec, nodes: int = 1,
         pin_memory=any(o.pin_memory for o in offloads if o.on), reduce_bucket=int(extra.get("reduce_bucket_size", 5e8)),
         prefetch_bucket=int(extra.get("stage3_prefetch_bucket_size", 5e7)),
         persistence_threshold=int(extra.get("stage3_param_persistence_threshold", 1e5)),
-        activation_checkpointing=checkpointing,
+        activation_checkpointing=checkpointing, loss_in_fp32=run_spec.training.loss_in_fp32,
         leaf_blocks=any(c not in DEFAULT_LEAF_MODULE_CLASSES for c in leaf_classes),
         max_reuse_distance=int(extra.get("stage3_max_reuse_distance", DEEPSPEED_MAX_REUSE_DISTANCE)),
         max_live_parameters=int(extra.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_PARAMETERS)),
@@ -399,14 +412,16 @@ def activation_bytes(counts: ModelCounts, setup: Setup, checkpointing: bool) -> 
     Per decoder layer s*b*h*(34 + 5*a*s/h) bytes in 16-bit (Korthikanti et al. 2022, "Reducing Activation
     Recomputation in Large Transformer Models", eq. 1), scaled by dtype bytes / 2; with full activation
     checkpointing 2*s*b*h per layer (the layer inputs) plus one layer recomputed in full. Logits: s*b*V in
-    the training dtype plus the fp32 upcast and its gradient that the loss computes. Derived for GPT-3-style
-    layers: it knows nothing of gated MLPs, another intermediate size, norm upcasts or fused attention.
+    the training dtype plus the fp32 upcast and its gradient that the loss computes (without the upcast,
+    ``setup.loss_in_fp32`` false, the two in the training dtype). Derived for GPT-3-style layers: it knows
+    nothing of gated MLPs, another intermediate size, norm upcasts or fused attention.
     """
     s, b, h, a = setup.seq_len, setup.micro_batch, counts.hidden, counts.heads
     scale = setup.dtype_bytes / 2
     per_layer = s * b * h * (34 + 5 * a * s / h) * scale
     layers = (2 * s * b * h * scale * counts.layers + per_layer) if checkpointing else per_layer * counts.layers
-    logits = s * b * counts.vocab * (setup.dtype_bytes + 4 + 4)
+    loss_bytes = 4 if setup.loss_in_fp32 else setup.dtype_bytes
+    logits = s * b * counts.vocab * (setup.dtype_bytes + 2 * loss_bytes)
     return int(layers + logits)
 
 
@@ -506,8 +521,10 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
             device["offload_gradient_buffer"] = b * counts.largest_layer
             host["offload_gradient_staging"] = b * counts.largest_layer
             host["offload_parameter_buffer"] = b * share
-            if b < 4:  # the conversion is a no-op when the gradients are already fp32
-                device["offload_gradient_conversion"] = 4 * min(counts.largest_layer, share)
+            # The fp64 norm copy and the fp32 conversion come one after the other: the larger, 8 bytes per element.
+            device["offload_gradient_conversion"] = FP64_BYTES * min(counts.largest_layer, share)
+            if phi > setup.reduce_bucket:
+                device["offload_gradient_conversion_in_backward"] = device["offload_gradient_conversion"]
     else:
         # Without accumulation ZeRO-0's gradients live from the backward, ZeRO-1/2's reduced partitions from the
         # boundary, to the optimizer step's end; ZeRO-3 accumulates into a buffer held for the run.
@@ -686,6 +703,10 @@ PEAK_LEVELS = {
     "cpu": (("tensor", "live tensor bytes of one sampled optimizer step outside the timed ones"),
             ("resident_set", "resident-set peak of the rank's process (VmHWM)")),
 }
+# The GPU level each published reading's metric measures (config/published_setups: peak_metric); a reading of
+# an unnamed tool is set against the device's level, what must fit, and said to be of another metric.
+CUDA_LEVEL_OF_METRIC = {"torch.cuda.max_memory_allocated": "tensor", "torch.cuda.max_memory_reserved": "allocator",
+                        "nvidia-smi": "device"}
 
 
 def cpu_tensor_terms(counts: ModelCounts, setup: Setup, activations: Activations | None = None) -> dict[str, int]:

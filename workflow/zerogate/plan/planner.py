@@ -429,37 +429,43 @@ def peak_prediction(counts: ModelCounts, setup: Setup, runtime_baseline: Any,
     live-tensor peak and the resident-set peak on top of the runtime baseline measured here
     (``runtime_baseline``: measure_runtime_baseline's measurement, None on GPUs). Every rank of a scheme holds
     the same terms (ZeRO pads each partition to the same size), so one prediction serves each rank."""
-    from zerogate.plan.ledger import peak_levels, peak_split, peak_terms
+    from zerogate.plan.ledger import peak_levels, peak_terms
 
     baseline = None if runtime_baseline is None else runtime_baseline.peak_rss_bytes
     terms = peak_terms(counts, setup, baseline, activations)
+    return _headline_peak(setup, terms, peak_levels(counts, setup, baseline, activations), runtime_baseline)
+
+
+def _headline_peak(setup: Setup, terms: dict[str, int], levels: dict[str, dict[str, Any]],
+                   runtime_baseline: Any) -> PeakPrediction:
+    """The prediction with its headline figure: the resident-set peak on the CPU accelerator, the caching
+    allocator's reserved peak (its level: the tensor peak plus the allocator's margin) on GPUs, each beside
+    the step-record column that measures it."""
+    from zerogate.plan.ledger import peak_split
+
     split = peak_split(terms)
+    on_cpu = setup.device_kind == "cpu"
+    total = split["total(bytes)"] if on_cpu else levels["allocator"]["predicted(bytes)"]
     return PeakPrediction(
         scheme=setup.scheme, ranks=setup.ranks, accelerator=setup.device_kind,
-        metric=column("peak_rss_gib") if setup.device_kind == "cpu" else column("max_reserved_gib"),
-        what=("resident-set peak of the rank's process (VmHWM)" if setup.device_kind == "cpu"
+        metric=column("peak_rss_gib") if on_cpu else column("max_reserved_gib"),
+        what=("resident-set peak of the rank's process (VmHWM)" if on_cpu
               else "the CUDA caching allocator's reserved peak"),
-        terms_bytes=terms, persistent_bytes=split["persistent(bytes)"], transient_bytes=split["transient(bytes)"],
-        total_bytes=split["total(bytes)"], runtime_baseline=runtime_baseline,
-        levels=peak_levels(counts, setup, baseline, activations))
+        terms_bytes=terms, persistent_bytes=total - split["transient(bytes)"],
+        transient_bytes=split["transient(bytes)"], total_bytes=total, runtime_baseline=runtime_baseline,
+        levels=levels)
 
 
 def fsdp2_peak_for_run(run_spec: RunSpec, ds_config: DsConfig, runtime_baseline: Any) -> PeakPrediction:
     """The peak prediction of the run under torch FSDP2 (zerogate.plan.ledger.fsdp2_terms) from the config
     of the ZeRO variant it stands beside (its precision, ranks and parameter offload: CPUOffloadPolicy)."""
-    from zerogate.plan.ledger import fsdp2_peak_levels, peak_split
+    from zerogate.plan.ledger import fsdp2_peak_levels
 
     counts, setup, activations = run_setup(run_spec, ds_config, {"nodes": 1})
     baseline = None if runtime_baseline is None else runtime_baseline.peak_rss_bytes
     terms, levels = fsdp2_peak_levels(counts, setup, baseline, activations)
-    split = peak_split(terms)
-    return PeakPrediction(
-        scheme="fsdp2_offload" if setup.offload_param else "fsdp2", ranks=setup.ranks, accelerator=setup.device_kind,
-        metric=column("peak_rss_gib") if setup.device_kind == "cpu" else column("max_reserved_gib"),
-        what=("resident-set peak of the rank's process (VmHWM)" if setup.device_kind == "cpu"
-              else "the CUDA caching allocator's reserved peak"),
-        terms_bytes=terms, persistent_bytes=split["persistent(bytes)"], transient_bytes=split["transient(bytes)"],
-        total_bytes=split["total(bytes)"], runtime_baseline=runtime_baseline, levels=levels)
+    prediction = _headline_peak(setup, terms, levels, runtime_baseline)
+    return prediction.model_copy(update={"scheme": "fsdp2_offload" if setup.offload_param else "fsdp2"})
 
 
 def peak_for_run(run_spec: RunSpec, ds_config: DsConfig, runtime_baseline: Any) -> PeakPrediction:

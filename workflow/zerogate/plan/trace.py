@@ -41,8 +41,8 @@ Two quantities, in bytes:
 
 Dtypes as DeepSpeed's fp16/bf16 modes run them: the weights are 16-bit, and what the modelling code upcasts
 stays fp32 (RMSNorm's hidden.to(float32) and its rsqrt, eager attention's softmax(dtype=float32), the loss's
-logits.float() and log_softmax). In fp32 these casts are no-ops that alias their input, so fp32 is twice
-fp16 only where no op upcasts.
+logits.float() and log_softmax, unless the run's loss takes the logits in their dtype: zerogate.model.loss).
+In fp32 these casts are no-ops that alias their input, so fp32 is twice fp16 only where no op upcasts.
 
 The trace shows what torch's CPU kernels save. Where CUDA's kernels differ, it differs from a GPU run:
 CPU dropout saves a noise tensor in the activation dtype where CUDA's saves a one-byte mask, and CPU SDPA
@@ -98,7 +98,7 @@ class _Step:
 
 
 def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attention: str = "sdpa",
-                     checkpointing: bool = False, *, padding_mask: bool = True,
+                     checkpointing: bool = False, *, padding_mask: bool = True, loss_in_fp32: bool = True,
                      traced_layers: int = 1) -> ActivationTrace:
     """Trace one micro-step of ``config``'s causal LM; see the module docstring for what is counted.
 
@@ -106,7 +106,8 @@ def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, at
     ``checkpointing`` non-reentrant activation checkpointing of every decoder layer. ``padding_mask``: pass an
     attention mask as the training loop does (transformers then builds a 4-D mask, and SDPA repeats the
     KV heads instead of using its native grouped-query path); without one SDPA saves the unrepeated keys
-    and values. ``traced_layers``: k, the smaller of the two layer counts traced (the other is k + 1).
+    and values. ``loss_in_fp32``: the loss as the run computes it (zerogate.model.loss: transformers'
+    ForCausalLMLoss upcasts the logits, or the cross-entropy in their dtype). ``traced_layers``: k, the smaller of the two layer counts traced (the other is k + 1).
     """
     from zerogate.model.hf_config import shape_of
 
@@ -121,13 +122,14 @@ def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, at
         raise ValueError(f"seq_len {seq_len} exceeds the model's {shape.max_positions} positions")
 
     settings = (f"{dtype}, {attention} attention, {'a' if padding_mask else 'no'} padding mask, "
-                f"{'with' if checkpointing else 'no'} activation checkpointing, micro-batch {micro_batch}, "
+                f"{'with' if checkpointing else 'no'} activation checkpointing, the loss "
+                f"{'on fp32 logits' if loss_in_fp32 else 'in the logits dtype'}, micro-batch {micro_batch}, "
                 f"sequence {seq_len}")
     counting = ("saved tensors counted once per storage, parameters and buffers excluded; backward transient "
                 "= peak live bytes in backward above the forward's end until the first weight gradient is "
                 "accumulated, each weight gradient dropped once accumulated")
     run = dict(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention,
-               checkpointing=checkpointing, padding_mask=padding_mask)
+               checkpointing=checkpointing, padding_mask=padding_mask, loss_in_fp32=loss_in_fp32)
     unlike = _layers_differ(config, shape.layers)
     if unlike is not None:
         whole = _trace_step(config, **run)
@@ -225,17 +227,20 @@ def _why_layers_differ(config: Any, layers: int) -> str | None:
 
 
 def _trace_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attention: str, checkpointing: bool,
-                padding_mask: bool) -> _Step:
+                padding_mask: bool, loss_in_fp32: bool = True) -> _Step:
     """One fake forward with loss and one backward, each weight gradient dropped once accumulated."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.multiprocessing.reductions import StorageWeakRef
     from transformers import AutoModelForCausalLM
 
+    from zerogate.model.loss import set_loss
+
     with FakeTensorMode():
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, TORCH_DTYPES[dtype]),
                                                  attn_implementation=attention)
         model.train()  # dropout as in training
+        set_loss(model, loss_in_fp32)
         model_state = {StorageWeakRef(t.untyped_storage()) for t in [*model.parameters(), *model.buffers()]}
         saved = _SavedTensors(model_state)
         if checkpointing:
