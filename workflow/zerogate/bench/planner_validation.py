@@ -39,7 +39,8 @@ from zerogate import __version__
 from zerogate.analysis.planner_validation import (ESTIMATOR_ROUNDING, LARGEST_WITHIN, PAPER_ROUNDING, VERDICT_AGREES,
                                                   Spread, judge_largest_micro_batch, judge_outcome, judge_printed,
                                                   missed, not_judged, reported_peak, summarise)
-from zerogate.config.published_setups import (EstimatorRow, MeasuredRow, PaperRow, PublishedSetups, read_setups)
+from zerogate.config.published_setups import (CUDA_LEVEL_OF_METRIC, UNNAMED_METRIC, EstimatorRow, MeasuredRow,
+                                              PaperRow, PublishedSetups, read_setups)
 from zerogate.config.settings import ModelSettings, PlanSettings, RunTraining, model_settings
 from zerogate.contracts.base import typed
 from zerogate.contracts.plan import Plan
@@ -258,11 +259,7 @@ def training_section(row: MeasuredRow, micro_batch: int) -> tuple[dict[str, Any]
         "gradient_accumulation_steps": setup.gradient_accumulation_steps, "cpu_ranks": 1, "seed": 0,
         "optimizer": {"type": optimizer, "lr": 1e-5}, "lr_warmup_steps": 1, "gradient_clipping": 1.0}
     if setup.loss_upcast is not None:
-        if "loss_in_fp32" in _fields(RunTraining):
-            section["loss_in_fp32"] = setup.loss_upcast
-        elif not setup.loss_upcast:
-            notes.append("the loss on the 16-bit logits (the planner's training settings have no loss_in_fp32: "
-                         "planned with transformers' fp32 upcast)")
+        section["loss_in_fp32"] = setup.loss_upcast
     if setup.activation_checkpointing is not None:
         if "activation_checkpointing" in _fields(RunTraining):
             section["activation_checkpointing"] = setup.activation_checkpointing
@@ -389,7 +386,6 @@ def largest_micro_batch(fits_at: Callable[[int], bool], limit: int = MICRO_BATCH
 
 
 def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
-    from zerogate.plan.ledger import CUDA_LEVEL_OF_METRIC
     from zerogate.plan.planner import peak_prediction
 
     published, setup = row.published, row.setup
@@ -431,7 +427,7 @@ def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
                                                 "the same plan at each micro-batch, accumulation as published"))
     if published.peak_bytes is not None:
         counts, setup, activations = run.planned
-        metric = published.peak_metric or "unknown"
+        metric = published.peak_metric or UNNAMED_METRIC
         level = CUDA_LEVEL_OF_METRIC.get(metric, "device")
         predicted = peak_prediction(counts, setup, None, activations).levels[level]
         checks.append(reported_peak(published.peak_bytes, metric, predicted.predicted_bytes, predicted.what,

@@ -187,9 +187,13 @@ class MeasuredSetup(Record):
         return self
 
 
-# What a published memory reading measured: torch's tensor peak, its caching allocator's peak, the device's
-# memory as nvidia-smi (NVML) shows it, or not said (unknown).
-PeakMetric = Literal["torch.cuda.max_memory_allocated", "torch.cuda.max_memory_reserved", "nvidia-smi", "unknown"]
+# What a published memory reading measured, with the planner's peak level (zerogate.plan.ledger.PEAK_LEVELS)
+# that predicts it: torch's tensor peak, its caching allocator's peak, the device's memory as nvidia-smi (NVML)
+# shows it. A reading of a tool not named is ``unknown``: set against the device's level, what must fit.
+CUDA_LEVEL_OF_METRIC = {"torch.cuda.max_memory_allocated": "tensor", "torch.cuda.max_memory_reserved": "allocator",
+                        "nvidia-smi": "device"}
+UNNAMED_METRIC = "unknown"
+PeakMetric = Literal[(*CUDA_LEVEL_OF_METRIC, UNNAMED_METRIC)]
 
 
 class Hardware(Record):

@@ -16,7 +16,7 @@ from typing import Any
 
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel
 
-from zerogate.config.settings import ModelSettings
+from zerogate.config.settings import ModelSettings, RunTraining
 from zerogate.contracts.data import DatasetManifest, ModelInfo
 from zerogate.contracts.run import RunSpec
 from zerogate.model.sources import SHAPE, ModelSource, resolve_hub
@@ -202,8 +202,8 @@ def load_for_training(spec: RunSpec, manifest: DatasetManifest, ds_config: dict[
     return model
 
 
-def apply_training_features(model: PreTrainedModel, training: Any) -> None:
-    """The run's training settings that change the model itself (``training``: its RunTraining): activation
+def apply_training_features(model: PreTrainedModel, training: RunTraining) -> None:
+    """The run's training settings that change the model itself: activation
     checkpointing and the loss's precision (zerogate.model.loss)."""
     from zerogate.model.loss import set_loss
 

@@ -703,10 +703,8 @@ PEAK_LEVELS = {
     "cpu": (("tensor", "live tensor bytes of one sampled optimizer step outside the timed ones"),
             ("resident_set", "resident-set peak of the rank's process (VmHWM)")),
 }
-# The GPU level each published reading's metric measures (config/published_setups: peak_metric); a reading of
-# an unnamed tool is set against the device's level, what must fit, and said to be of another metric.
-CUDA_LEVEL_OF_METRIC = {"torch.cuda.max_memory_allocated": "tensor", "torch.cuda.max_memory_reserved": "allocator",
-                        "nvidia-smi": "device"}
+# The level a peak prediction heads with (PeakPrediction.total_bytes), per accelerator.
+HEADLINE_LEVEL = {"cpu": "resident_set", "cuda": "allocator"}
 
 
 def cpu_tensor_terms(counts: ModelCounts, setup: Setup, activations: Activations | None = None) -> dict[str, int]:

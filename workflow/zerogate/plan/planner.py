@@ -438,22 +438,19 @@ def peak_prediction(counts: ModelCounts, setup: Setup, runtime_baseline: Any,
 
 def _headline_peak(setup: Setup, terms: dict[str, int], levels: dict[str, dict[str, Any]],
                    runtime_baseline: Any) -> PeakPrediction:
-    """The prediction with its headline figure: the resident-set peak on the CPU accelerator, the caching
-    allocator's reserved peak (its level: the tensor peak plus the allocator's margin) on GPUs, each beside
-    the step-record column that measures it."""
-    from zerogate.plan.ledger import peak_split
+    """The prediction with its headline figure, one of ``levels`` (ledger.HEADLINE_LEVEL): the resident set on
+    the CPU accelerator, the caching allocator's level on GPUs, each beside the step-record column that
+    measures it."""
+    from zerogate.plan.ledger import HEADLINE_LEVEL, transient_bytes
 
-    split = peak_split(terms)
     on_cpu = setup.device_kind == "cpu"
-    total = split["total(bytes)"] if on_cpu else levels["allocator"]["predicted(bytes)"]
+    headline = levels[HEADLINE_LEVEL[setup.device_kind]]
+    total, transient = headline["predicted(bytes)"], transient_bytes(terms)
     return PeakPrediction(
         scheme=setup.scheme, ranks=setup.ranks, accelerator=setup.device_kind,
-        metric=column("peak_rss_gib") if on_cpu else column("max_reserved_gib"),
-        what=("resident-set peak of the rank's process (VmHWM)" if on_cpu
-              else "the CUDA caching allocator's reserved peak"),
-        terms_bytes=terms, persistent_bytes=total - split["transient(bytes)"],
-        transient_bytes=split["transient(bytes)"], total_bytes=total, runtime_baseline=runtime_baseline,
-        levels=levels)
+        metric=column("peak_rss_gib") if on_cpu else column("max_reserved_gib"), what=headline["what"],
+        terms_bytes=terms, persistent_bytes=total - transient, transient_bytes=transient, total_bytes=total,
+        runtime_baseline=runtime_baseline, levels=levels)
 
 
 def fsdp2_peak_for_run(run_spec: RunSpec, ds_config: DsConfig, runtime_baseline: Any) -> PeakPrediction:
