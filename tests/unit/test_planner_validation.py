@@ -69,6 +69,11 @@ def broken_copy(tmp_path: Path, index: int, change) -> Path:
     (70, lambda r: r["setup"].update(attention="flash"), "setup.attention", "Input should be 'sdpa'"),
     (4, lambda r: r["setup"].pop("zero_init"), "setup.zero_init", "required for a ZeRO-3 per-CPU figure"),
     (3, lambda r: r.update(kind="guess"), "kind", "Input tag 'guess' found using 'kind' does not match"),
+    (3, lambda r: r["changed_since_printed"][0].update(deepspeed_version="soon"),
+     "changed_since_printed.0.deepspeed_version", "String should match pattern"),
+    (16, lambda r: r.update(changed_since_printed=[{"figure": "per_cpu", "deepspeed_version": "0.14.3", "change": "x",
+                                                    "formulas": "y"}]),
+     "changed_since_printed.0.figure", "the row prints no per-CPU figure"),
 ])
 def test_a_malformed_row_is_refused_with_one_line_naming_the_file_row_and_key(tmp_path, index, change, where, problem):
     path = broken_copy(tmp_path, index, change)
@@ -220,10 +225,30 @@ def test_the_summary_counts_each_target_once_per_figure(table):
     rows = [validation.check_estimator_row(row(table, "ds-memory-t5-3b-z2-cold-1x8-offopt-none")),
             validation.check_paper_row(row(table, "zero-paper-fig1-7.5b-nd64-pos"))]
     counts = {s.target: (s.passed, s.failed, s.not_measured) for s in summarise(rows)}
-    # ZeRO-2 without offload: DeepSpeed's estimator gives 2 + 18/N bytes per parameter on the GPU since its
-    # formula changed (PR #5099); memory.rst's table was printed with 4 + 16/N.
-    assert counts[ESTIMATOR_ROUNDING] == (1, 1, 0) and counts["paper figure to its rounding"] == (1, 0, 0)
+    # The row's per-GPU figure was printed by a formula DeepSpeed has since changed: not judged.
+    assert counts[ESTIMATOR_ROUNDING] == (1, 0, 1) and counts["paper figure to its rounding"] == (1, 0, 0)
     assert counts[VERDICT_AGREES] == (0, 0, 0) and counts[LARGEST_WITHIN] == (0, 0, 0)
+
+
+def test_a_figure_printed_by_a_formula_deepspeed_changed_is_judged_only_by_a_deepspeed_before_the_change(
+        table, monkeypatch):
+    # memory.rst's ZeRO-2 table was printed with 4 + 16/N bytes per parameter on the GPU; DeepSpeed computes
+    # 2 + 18/N since 0.14.3. The installed DeepSpeed cannot reproduce the printed figure.
+    printed = row(table, "ds-memory-t5-3b-z2-cold-1x8-offopt-none")
+    installed = validation.metadata.version("deepspeed")
+    gpu, cpu = validation.check_estimator_row(printed).checks
+    assert (gpu.verdict, cpu.verdict) == (NOT_MEASURED, PASS)
+    assert round(gpu.predicted_value / GIB, 2) == 11.28 and round(gpu.error_percent) == -29
+    assert f"the installed DeepSpeed {installed} computes the new one" in gpu.basis
+    assert "Judged anyway it would be FAIL" in gpu.basis
+    # A change after the installed release leaves the figure judged, and judged as it is.
+    later = printed.model_copy(update={"changed_since_printed": [
+        printed.changed_since_printed[0].model_copy(update={"deepspeed_version": "99.0"})]})
+    assert [c.verdict for c in validation.check_estimator_row(later).checks] == [FAIL, PASS]
+    # At N = 1 both formulas give 20 bytes per parameter: GPT-J's one-GPU row is judged and met.
+    one_gpu = validation.check_estimator_row(row(table, "ds-issue-1883-gpt-j-6b-z2-live-1x1-offopt-none"))
+    assert [c.verdict for c in one_gpu.checks] == [PASS, PASS]
+    assert validation._release("0.19.8+cpu") == (0, 19, 8) and validation._release("0.14.3") < validation._release("0.19.8")
 
 
 # ---- the rule ---------------------------------------------------------------------------------------------

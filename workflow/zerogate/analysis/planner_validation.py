@@ -126,6 +126,18 @@ def reported_peak(published_bytes: float, metric: str, predicted_bytes: float, p
         verdict=None, basis=basis)
 
 
+def printed_by_another_formula(check: FigureCheck, installed: str, change_version: str, change: str,
+                               formulas: str) -> FigureCheck:
+    """``check`` of a figure the installed DeepSpeed computes by another formula than the one that printed it
+    (DeepSpeed changed it in ``change_version``): NOT MEASURED, its prediction and error still shown. The
+    printed figure says nothing about the installed estimator, and the installed one cannot reproduce it."""
+    return check.model_copy(update={
+        "verdict": NOT_MEASURED,
+        "basis": (f"not judged: printed by a DeepSpeed before {change_version}; {change} changed this figure's "
+                  f"formula ({formulas}), and the installed DeepSpeed {installed} computes the new one. "
+                  f"Judged anyway it would be {check.verdict}: {check.basis}")})
+
+
 def not_judged(quantity: str, published: str, target: str | None, why: str) -> FigureCheck:
     """A figure nothing can be judged against (the source leaves out what the prediction needs):
     NOT MEASURED against its target (no verdict for a figure without one)."""

@@ -30,6 +30,7 @@ import datetime as dt
 import functools
 import hashlib
 import inspect
+import re
 import typing
 from importlib import metadata
 from pathlib import Path
@@ -38,7 +39,8 @@ from typing import Any, Callable
 from zerogate import __version__
 from zerogate.analysis.planner_validation import (ESTIMATOR_ROUNDING, LARGEST_WITHIN, PAPER_ROUNDING, VERDICT_AGREES,
                                                   Spread, judge_largest_micro_batch, judge_outcome, judge_printed,
-                                                  missed, not_judged, reported_peak, summarise)
+                                                  missed, not_judged, printed_by_another_formula, reported_peak,
+                                                  summarise)
 from zerogate.config.published_setups import (CUDA_LEVEL_OF_METRIC, UNNAMED_METRIC, EstimatorRow, MeasuredRow,
                                               PaperRow, PublishedSetups, read_setups)
 from zerogate.config.settings import ModelSettings, PlanSettings, RunTraining, model_settings
@@ -147,6 +149,14 @@ def estimator_figures(row: EstimatorRow, total: int, largest: int) -> tuple[dict
     return {"gpu": int(gpu), "cpu": int(cpu)}, f"DeepSpeed's estimator with {options}, options the planner's column does not take"
 
 
+def _release(version: str) -> tuple[int, ...]:
+    """A version's release numbers ("0.19.8+cpu" -> (0, 19, 8)), for ordering DeepSpeed releases."""
+    numbers = re.match(r"\d+(\.\d+)*", version)
+    if numbers is None:
+        raise ValueError(f"not a release version: {version!r}")
+    return tuple(int(part) for part in numbers.group(0).split("."))
+
+
 def check_estimator_row(row: EstimatorRow) -> RowCheck:
     model, published = row.model, row.published
     totals = _count_bounds(model.parameters, model.count_resolution, model.count_rounding)
@@ -154,14 +164,22 @@ def check_estimator_row(row: EstimatorRow) -> RowCheck:
     # DeepSpeed's estimates grow with both counts: the lowest counts give the lowest figures.
     at = [estimator_figures(row, total, largest) for total, largest in zip(totals, largests)]
     predicted_by = at[1][1]
+    installed = metadata.version("deepspeed")
+    changes = {change.figure: change for change in row.changed_since_printed
+               if _release(installed) >= _release(change.deepspeed_version)}
     checks = []
-    for key, quantity, value in (("gpu", "per-GPU memory", published.per_gpu_bytes),
-                                 ("cpu", "per-CPU memory", published.per_cpu_bytes)):
+    for key, figure, quantity, value in (("gpu", "per_gpu", "per-GPU memory", published.per_gpu_bytes),
+                                         ("cpu", "per_cpu", "per-CPU memory", published.per_cpu_bytes)):
         if value is None:
             continue
         spread = Spread(at[0][0][key], at[1][0][key], at[2][0][key])
-        checks.append(judge_printed(quantity, ESTIMATOR_ROUNDING, value, published.unit_as_printed, published.unit_bytes,
-                                    published.printed_resolution, published.printed_rounding, spread, predicted_by))
+        check = judge_printed(quantity, ESTIMATOR_ROUNDING, value, published.unit_as_printed, published.unit_bytes,
+                              published.printed_resolution, published.printed_rounding, spread, predicted_by)
+        if figure in changes:
+            change = changes[figure]
+            check = printed_by_another_formula(check, installed, change.deepspeed_version, change.change,
+                                               change.formulas)
+        checks.append(check)
     return RowCheck(id=row.id, kind=row.kind, source=row.source.url, where=row.source.where, checks=checks, not_expressed=[])
 
 

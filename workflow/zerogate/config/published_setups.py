@@ -100,11 +100,22 @@ class EstimatorSetup(Record):
         return self
 
 
+class EstimatorChange(Record):
+    """A change DeepSpeed made to one of the estimator's figures after the row was printed: a DeepSpeed from
+    ``deepspeed_version`` on computes that figure by another formula, so it cannot reproduce the printed one."""
+
+    figure: Literal["per_gpu", "per_cpu"]
+    deepspeed_version: Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]  # the first release with the change
+    change: str  # where the change is: DeepSpeed's pull request or commit
+    formulas: str  # the figure's formula before and after, as the change's diff shows them
+
+
 class EstimatorRow(PublishedRow):
     kind: Literal["estimator_table"]
     model: EstimatedModel
     setup: EstimatorSetup
     published: PrintedFigures
+    changed_since_printed: list[EstimatorChange] = []
 
     @model_validator(mode="after")
     def _what_the_figures_need(self) -> EstimatorRow:
@@ -112,6 +123,9 @@ class EstimatorRow(PublishedRow):
             raise ValueError("model.largest_layer_parameters: required for a ZeRO-3 estimate")
         if self.setup.zero_stage == 3 and self.published.per_cpu_bytes is not None and self.setup.zero_init is None:
             raise ValueError("setup.zero_init: required for a ZeRO-3 per-CPU figure (it changes only that figure)")
+        for index, change in enumerate(self.changed_since_printed):
+            if change.figure == "per_cpu" and self.published.per_cpu_bytes is None:
+                raise ValueError(f"changed_since_printed.{index}.figure: the row prints no per-CPU figure")
         return self
 
 
@@ -260,7 +274,7 @@ def _row_problem(file: str, raw: dict, error: ValidationError) -> InputError:
     inner = [str(part) for part in location[2:] if part not in _KINDS]
     if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
         inner.append("kind")
-    named = re.match(r"([a-z_][a-z_.]*): (.*)", message, flags=re.DOTALL)
+    named = re.match(r"([a-z_][a-z0-9_.]*): (.*)", message, flags=re.DOTALL)
     if first["type"] == "value_error" and named:
         inner.append(named.group(1))
         message = named.group(2)
