@@ -92,7 +92,7 @@ def main() -> int:
         print("check_gpu_1x: FAIL: the pipeline did not finish", file=sys.stderr)
         return 1
     problems = check_results(REPO / "results/gpu-check" / args.machine, args.steps,
-                             torch.cuda.get_device_properties(0).total_memory)
+                             torch.cuda.mem_get_info(0)[1])
     for problem in problems:
         print(f"check_gpu_1x: FAIL: {problem}")
     print("check_gpu_1x: PASS" if not problems else f"check_gpu_1x: {len(problems)} problem(s)")

@@ -18,7 +18,8 @@ from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import ModelCounts, count_parameters
 from zerogate.plan.ledger import (HOST_SETUP, Setup, activation_bytes, deepspeed_estimates, device_levels,
-                                  gathered_elements, host_need_per_rank, ledger, model_state_bytes, paper_ledger, phase_bytes,
+                                  gathered_elements, host_need_per_rank, installed_deepspeed, ledger, model_state_bytes,
+                                  overflow_check_bytes_per_element, paper_ledger, phase_bytes, release,
                                   setup_from_config, zerogate_terms)
 from zerogate.units import GB, GIB, format_bytes
 
@@ -281,6 +282,36 @@ def test_zero12_optimizer_offload_passes_gradients_through_buffers_of_the_larges
     zero3 = terms(stage=3, offload_optimizer=True)
     assert not {"offload_gradient_buffer", "offload_gradient_conversion"} & set(zero3["device"])
     assert "offload_gradient_staging" not in zero3["host"]
+
+
+def test_an_older_deepspeeds_elementwise_overflow_check_is_planned_for_that_release_only():
+    """stage_1_and_2.py _has_inf_or_nan of one gradient, per element, by release: float(x.float().sum()) before
+    0.13.3 (the fp32 copy of a 16-bit gradient), x.float() + isnan + isinf + logical_or + .float() from 0.13.3
+    (4 + 1 + 1 + 1 + 4 in 16-bit; in fp32 x.float() is x), two scalar reductions from 0.19.6."""
+    assert [overflow_check_bytes_per_element(version, 2) for version in ((0, 3, 13), (0, 13, 2), (0, 13, 3), (0, 19, 5),
+                                                                         (0, 19, 6), (0, 19, 8))] == [4, 4, 11, 11, 0, 0]
+    assert [overflow_check_bytes_per_element(version, 4) for version in ((0, 12, 6), (0, 18, 3), (0, 19, 6))] == [0, 7, 0]
+    assert release("0.19.8+cpu") == (0, 19, 8) and release("0.3.13") < release("0.13.3") < release("0.19.6")
+    # On a 4-parameter model over 2 ranks (largest parameter 600, partition 500): the check of the whole largest
+    # gradient follows its slice's fp64 copy, so the term is what it needs above that copy, where the copy is.
+    counts = ModelCounts(total=1000, largest_layer=600, numels=(600, 300, 60, 40), hidden=1, layers=1, heads=1,
+                         vocab=1, tied_embeddings=False)
+
+    def device(version, **changes):
+        setup = claim_setup(offload_param=False, ranks=2, stage=2, offload_optimizer=True, dtype="bf16",
+                            deepspeed_version=version, **changes)
+        return zerogate_terms(counts, setup)["device"]
+
+    assert device((0, 18, 3))["offload_overflow_check"] == 11 * 600 - 8 * 500
+    assert phase_bytes(device((0, 18, 3)))["boundary"] == phase_bytes(device(None))["boundary"] + 11 * 600 - 8 * 500
+    assert "offload_overflow_check_in_backward" not in device((0, 18, 3))  # the model fits one bucket
+    assert device((0, 18, 3), reduce_bucket=400)["offload_overflow_check_in_backward"] == 11 * 600 - 8 * 500
+    # Before 0.13.3 the fp32 copy (4 x 600) is less than the fp64 copy (8 x 500): nothing above it.
+    assert "offload_overflow_check" not in device((0, 3, 13))
+    # The installed release (0.19.6 or later) and an unnamed one, which is the installed one, hold none.
+    assert installed_deepspeed() >= (0, 19, 6)
+    assert not {"offload_overflow_check", "offload_overflow_check_in_backward"} & set(device(None))
+    assert not {"offload_overflow_check"} & set(zerogate_terms(counts, claim_setup(deepspeed_version=(0, 18, 3)))["device"])
 
 
 def test_gathered_parameters_within_the_reuse_distance_and_the_live_limit():

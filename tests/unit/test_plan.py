@@ -15,8 +15,8 @@ from zerogate.contracts.records import column
 from zerogate.contracts.verdicts import DOES_NOT_HOLD
 from zerogate.plan.floor import floor, link_bytes, pcie_gbps
 from zerogate.model.build import planned_model_config
-from zerogate.plan.planner import (peak_for_run, plan, plan_for_run, refusal, summary, target_machine,
-                                   with_measured_compute)
+from zerogate.plan.planner import (device_capacity, peak_for_run, plan, plan_for_run, refusal, summary,
+                                   target_machine, with_measured_compute)
 from zerogate.plan.trace import trace_micro_step
 from zerogate.units import format_bytes
 
@@ -105,6 +105,23 @@ def test_claim_on_the_claimed_box_is_refused_with_rank_device_need_and_capacity(
     for scheme in ("ddp", "zero1", "zero2", "zero3", "zero3_offload_all"):
         assert scheme in text
     assert "claims, on paper:" in text and "optimizer_step_time: does not hold" in text
+
+
+def test_a_described_card_is_checked_against_the_memory_cuda_gives_it_and_a_probed_one_as_probed(claim_box):
+    # The claimed box states its RTX 4090 as NVML counts it (24564 MiB); CUDA gives a process 23.61-23.68 GiB of
+    # it (published out-of-memory messages), the rest being the driver's. The RTX 5070 is not in the table.
+    four_ninety = next(g for g in claim_box["gpus"] if "4090" in g["name"])
+    assert four_ninety["memory_total_bytes"] == 24564 * 2**20
+    assert device_capacity(four_ninety, claim_box) == round(23.645 * 2**30)
+    five_seventy = next(g for g in claim_box["gpus"] if "5070" in g["name"])
+    assert device_capacity(five_seventy, claim_box) == five_seventy["memory_total_bytes"]
+    # A card stated below the table's figure keeps its own (a laptop RTX 4090 has 16 GB).
+    laptop = {**four_ninety, "name": "NVIDIA GeForce RTX 4090 Laptop GPU", "memory_total_bytes": 16 * 2**30}
+    assert device_capacity(laptop, claim_box) == 16 * 2**30
+    # A probed machine's figure is what CUDA reported there: the table does not apply.
+    assert device_capacity(four_ninety, {**claim_box, "source": "probed"}) == 24564 * 2**20
+    checks = plan(claim_counts(), claim_setup(), claim_box).checks
+    assert {c.capacity_bytes for c in checks if c.device == four_ninety["name"]} == {round(23.645 * 2**30)}
 
 
 def test_device_refusal_names_the_rank_and_lists_changes_that_fit(claim_box):

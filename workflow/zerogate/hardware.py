@@ -1,6 +1,7 @@
 """Peak dense FLOP/s per card and dtype: the one table behind MFU (zerogate.train.metrics), the planner's
 floor (zerogate.plan.floor) and the machine descriptions (config/machines/*.yaml name the card; the
-figure is looked up here, never written there). torch-free.
+figure is looked up here, never written there). Also the memory CUDA gives a process on a card, where a
+described machine states the chips' capacity (CUDA_CAPACITY). torch-free.
 
 Basis, the same for every card: the fastest dense (no 2:4 sparsity) rate the vendor publishes for
 inputs of that dtype, whatever the accumulate precision -- tensor cores for fp16 and bf16, the CUDA
@@ -13,6 +14,8 @@ a lower bound; MFU is the fraction of that same figure, so MFU is comparable bet
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from zerogate.units import GIB
 
 TFLOPS = 1e12
 
@@ -68,6 +71,42 @@ def peak_flops(device_name: str | None, dtype: str) -> float | None:
     """Dense peak FLOP/s of the card for ``dtype`` on the table's basis; None when the table lacks it."""
     found = peak(device_name, dtype)
     return None if found is None else found.tflops * TFLOPS
+
+
+@dataclass(frozen=True)
+class CudaCapacity:
+    """The device memory CUDA gives a process on one card model, with where the figure comes from."""
+
+    bytes: int
+    source: str
+
+
+# Card name fragment -> what CUDA reports as the card's total memory: cudaMemGetInfo's total, which torch's
+# out-of-memory message prints as "total capacity". It is less than the chips' capacity, and than NVML's and
+# cudaGetDeviceProperties' totals, by what the driver reserves for itself, so no allocation can use it. The
+# figures are the median of published out-of-memory messages; they vary a little with the driver (the range
+# is given).
+CUDA_CAPACITY: dict[str, CudaCapacity] = {
+    "RTX 4090": CudaCapacity(
+        round(23.645 * GIB),
+        "torch out-of-memory messages on RTX 4090s: 'total capacity' 23.61-23.68 GiB (TRI-ML/packnet-sfm#250 and "
+        "MotrixLab/AiOS#29 23.65, ali-vilab/VGen#104 and 3DTopia/Phidias-Diffusion#8 23.64, zai-org/CogVideo#36 "
+        "23.68, pinokiofactory/flux-webui#11 23.61), against 24564 MiB (23.99 GiB) in nvidia-smi"),
+    "RTX 3090": CudaCapacity(
+        round(23.69 * GIB),
+        "torch out-of-memory messages on RTX 3090s: 'total capacity' 23.68-23.70 GiB (JiaweiLian/AP-PA#3 23.69, "
+        "LambdaLabsML/examples#48 23.68, GaoLii/DSP#10 23.70), against 24576 MiB in nvidia-smi"),
+}
+
+
+def cuda_capacity(device_name: str | None) -> CudaCapacity | None:
+    """The table's CUDA capacity for the card whose name contains a key (None for cards it lacks)."""
+    if not device_name:
+        return None
+    for fragment, capacity in CUDA_CAPACITY.items():
+        if fragment in device_name:
+            return capacity
+    return None
 
 
 def training_flops_per_token(parameters: int, layers: int, hidden: int, seq_len: int, recompute: bool = False) -> float:

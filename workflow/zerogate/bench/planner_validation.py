@@ -30,7 +30,6 @@ import datetime as dt
 import functools
 import hashlib
 import inspect
-import re
 import typing
 from importlib import metadata
 from pathlib import Path
@@ -149,15 +148,9 @@ def estimator_figures(row: EstimatorRow, total: int, largest: int) -> tuple[dict
     return {"gpu": int(gpu), "cpu": int(cpu)}, f"DeepSpeed's estimator with {options}, options the planner's column does not take"
 
 
-def _release(version: str) -> tuple[int, ...]:
-    """A version's release numbers ("0.19.8+cpu" -> (0, 19, 8)), for ordering DeepSpeed releases."""
-    numbers = re.match(r"\d+(\.\d+)*", version)
-    if numbers is None:
-        raise ValueError(f"not a release version: {version!r}")
-    return tuple(int(part) for part in numbers.group(0).split("."))
-
-
 def check_estimator_row(row: EstimatorRow) -> RowCheck:
+    from zerogate.plan.ledger import release
+
     model, published = row.model, row.published
     totals = _count_bounds(model.parameters, model.count_resolution, model.count_rounding)
     largests = _count_bounds(model.largest_layer_parameters, model.count_resolution, model.count_rounding)
@@ -166,7 +159,7 @@ def check_estimator_row(row: EstimatorRow) -> RowCheck:
     predicted_by = at[1][1]
     installed = metadata.version("deepspeed")
     changes = {change.figure: change for change in row.changed_since_printed
-               if _release(installed) >= _release(change.deepspeed_version)}
+               if release(installed) >= release(change.deepspeed_version)}
     checks = []
     for key, figure, quantity, value in (("gpu", "per_gpu", "per-GPU memory", published.per_gpu_bytes),
                                          ("cpu", "per_cpu", "per-CPU memory", published.per_cpu_bytes)):
@@ -364,6 +357,7 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     from zerogate.contracts.run import DsConfig
     from zerogate.model.hf_config import shape_of
     from zerogate.plan.ds_config import render
+    from zerogate.plan.ledger import release
     from zerogate.plan.planner import checks, run_setup
 
     micro_batch = micro_batch or row.setup.micro_batch_per_gpu
@@ -380,6 +374,8 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     typed_config = DsConfig.of(ds_config, where)
     # One row is planned at many micro-batches (largest_micro_batch): its plans share their traces.
     counts, setup, activations = run_setup(run_spec, typed_config, machine, share_traces=True)
+    if row.setup.deepspeed_version is not None:
+        setup = dataclasses.replace(setup, deepspeed_version=release(row.setup.deepspeed_version))
     return PlannedRun(run_spec, typed_config, machine, checks(counts, setup, machine, activations),
                       tuple(model_notes + training_notes), (counts, setup, activations), row.id)
 

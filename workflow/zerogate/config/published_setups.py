@@ -187,6 +187,10 @@ class MeasuredSetup(Record):
     # Other keys of the run's ``zero_optimization`` section as its published config states them (bucket
     # sizes, overlap_comm...): rendered into the plan's DeepSpeed config; DeepSpeed's defaults otherwise.
     zero_optimization: dict[str, bool | int | float] = {}
+    # The DeepSpeed release the run used, or the latest it can have used (notes say which and why): the plan
+    # is made for that release where the planner knows what changed since (zerogate.plan.ledger); absent,
+    # for the installed one.
+    deepspeed_version: Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")] | None = None
 
     @model_validator(mode="after")
     def _offloads_deepspeed_has(self) -> MeasuredSetup:

@@ -33,7 +33,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any, Callable
 
 from zerogate.contracts.run import DsConfig, RunSpec
@@ -147,6 +149,16 @@ TERM_SOURCES = {
                                                "activations, when the model is larger than one bucket (a bucket "
                                                "that fills is reduced at once: stage_1_and_2.py "
                                                "reduce_independent_p_g_buckets_and_remove_grads)",
+    "offload_overflow_check": "ZeRO-1/2 with optimizer offload, planned for a DeepSpeed before 0.19.6: right after "
+                              "a gradient's fp64 norm copy is freed, its overflow check tests the parameter's whole "
+                              "gradient elementwise (stage_1_and_2.py copy_grads_in_partition -> "
+                              "update_offload_overflow_tracker_for_param_grad -> _has_inf_or_nan; from 0.13.3 an "
+                              "fp32 copy, three boolean masks and a second fp32 tensor at once, 11 bytes per element "
+                              "of the largest parameter in 16-bit, before it the fp32 copy alone: "
+                              "overflow_check_bytes_per_element); the term is what that needs above the fp64 copy, in "
+                              "the phases the copy is in. None from 0.19.6 (PR #8325), whose check reduces to two "
+                              "scalars (runtime/utils.py has_inf_or_nan)",
+    "offload_overflow_check_in_backward": "the same check inside the backward, where the copies are",
     "offload_gradient_staging": "ZeRO-1/2 with optimizer offload: the host buffer of the largest parameter's size "
                                 "(pinned with pin_memory), held for the run (stage_1_and_2.py "
                                 "temp_grad_buffer_for_cpu_offload)",
@@ -217,12 +229,13 @@ BACKWARD = ("unsharded_parameters", "largest_layer_gradient", "tied_weight_gradi
 # ZeRO-0's gradients accumulate in the backward (window_gradients); ZeRO-1/2/3 hand each to their buckets.
 BACKWARD_FROM_FIRST_GRADIENT = ("gathered_parameters", "unsharded_parameters", "largest_layer_gradient",
                                 "tied_weight_gradient", "offload_gradient_conversion_in_backward",
+                                "offload_overflow_check_in_backward",
                                 "gradient_reduction_buckets",
                                 "window_gradients", "reduce_scatter_in_backward", "activations_at_first_gradient",
                                 "backward_transient_after_first_gradient")
 BOUNDARY = ("window_gradients", "window_gradient_partition", "allreduce_flat_buffer", "last_gradient",
             "reduce_scatter_buffer", "reduce_scatter_cpu_copy", "gradient_reduction_buckets",
-            "offload_gradient_conversion")
+            "offload_gradient_conversion", "offload_overflow_check")
 OPTIMIZER_STEP = ("window_gradients", "window_gradient_partition", "gradient_reduction_buckets", "fp32_gradient_copy")
 PHASES = {"forward_start": FORWARD_START, "forward": FORWARD, "backward": BACKWARD,
           "backward_from_first_gradient": BACKWARD_FROM_FIRST_GRADIENT, "boundary": BOUNDARY,
@@ -309,6 +322,9 @@ class Setup:
     param_swap_buffer_count: int = 5  # offload_param.buffer_count (zero/offload_config.py default)
     param_swap_buffer_size: int = 100_000_000  # offload_param.buffer_size, elements
     optimizer_swap_buffer_count: int = 4  # offload_optimizer.buffer_count
+    # The DeepSpeed release whose allocations are planned, as release numbers; None: the installed one. Only
+    # a published run made with an older DeepSpeed is planned with another (zerogate.bench.planner_validation).
+    deepspeed_version: tuple[int, ...] | None = None
 
     @property
     def dtype_bytes(self) -> int:
@@ -487,6 +503,36 @@ def host_runtime_bytes(setup: Setup) -> int:
     return HOST_RUNTIME_BYTES["cpu" if setup.device_kind == "cpu" else "cuda"]
 
 
+def release(version: str) -> tuple[int, ...]:
+    """A version's release numbers ("0.19.8+cpu" -> (0, 19, 8)), for ordering DeepSpeed releases."""
+    numbers = re.match(r"\d+(\.\d+)*", version)
+    if numbers is None:
+        raise ValueError(f"not a release version: {version!r}")
+    return tuple(int(part) for part in numbers.group(0).split("."))
+
+
+@functools.cache
+def installed_deepspeed() -> tuple[int, ...]:
+    return release(metadata.version("deepspeed"))
+
+
+def planned_deepspeed(setup: Setup) -> tuple[int, ...]:
+    """The DeepSpeed release ``setup`` is planned for: its own where it names one, else the installed one."""
+    return setup.deepspeed_version or installed_deepspeed()
+
+
+def overflow_check_bytes_per_element(deepspeed: tuple[int, ...], dtype_bytes: int) -> int:
+    """What ZeRO-1/2's inf/NaN test of one gradient (stage_1_and_2.py _has_inf_or_nan) holds at once, per
+    element, in that DeepSpeed release: before 0.13.3, float(x.float().sum()), the fp32 copy of a 16-bit
+    gradient (an fp32 one is its own); from 0.13.3 (PR #5115), x.float(), isnan, isinf, their logical_or and
+    that as float, alive together (+ 1 + 1 + 1 + 4 bytes); from 0.19.6 (PR #8325), a max and a min reduction
+    to scalars first (runtime/utils.py has_inf_or_nan), nothing per element."""
+    if deepspeed >= (0, 19, 6):
+        return 0
+    upcast = 0 if dtype_bytes == 4 else 4
+    return upcast if deepspeed < (0, 13, 3) else upcast + 3 + 4
+
+
 def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations | None = None) -> dict[str, Any]:
     """zerogate's prediction for ``setup``, bytes: per-rank ``device`` terms (tensors and OVERHEAD),
     per-rank ``host`` terms (offloaded state, HOST_SETUP), per-rank ``nvme`` terms, and the ``pinned`` share
@@ -523,8 +569,15 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
             host["offload_parameter_buffer"] = b * share
             # The fp64 norm copy and the fp32 conversion come one after the other: the larger, 8 bytes per element.
             device["offload_gradient_conversion"] = FP64_BYTES * min(counts.largest_layer, share)
+            # Right after the fp64 copy, the overflow check tests the parameter's whole gradient: what it needs above
+            # that copy (none in the installed release).
+            check = overflow_check_bytes_per_element(planned_deepspeed(setup), b) * counts.largest_layer
+            if check > device["offload_gradient_conversion"]:
+                device["offload_overflow_check"] = check - device["offload_gradient_conversion"]
             if phi > setup.reduce_bucket:
                 device["offload_gradient_conversion_in_backward"] = device["offload_gradient_conversion"]
+                if "offload_overflow_check" in device:
+                    device["offload_overflow_check_in_backward"] = device["offload_overflow_check"]
     else:
         # Without accumulation ZeRO-0's gradients live from the backward, ZeRO-1/2's reduced partitions from the
         # boundary, to the optimizer step's end; ZeRO-3 accumulates into a buffer held for the run.

@@ -13,6 +13,7 @@ from zerogate.contracts.plan import (Floor, Ledger, MemoryCheck, ModelComputeMea
                                      Plan, SuggestedSettings, Suggestion)
 from zerogate.contracts.records import column
 from zerogate.contracts.run import Deviation, DsConfig, RunSpec
+from zerogate.hardware import cuda_capacity
 from zerogate.model.counts import ModelCounts
 from zerogate.plan.floor import floor
 from zerogate.plan.ledger import Activations, Setup, device_levels, host_need_per_rank, ledger, zerogate_terms
@@ -24,13 +25,23 @@ def _check(what: str, rank: int | None, device: str, need: int, capacity: int) -
                        headroom_bytes=capacity - need, fits=capacity - need >= 0)
 
 
+def device_capacity(gpu: dict[str, Any], machine: dict[str, Any]) -> int:
+    """The device memory a rank's allocations can reach on ``gpu``. A probed machine's is what CUDA reported
+    there (zerogate.runtime.probe). A described machine states a card's memory as its maker does, the chips'
+    capacity, of which the driver keeps some: there it is the CUDA capacity published for the card model
+    (zerogate.hardware.CUDA_CAPACITY) where the table has it and it is less."""
+    stated = int(gpu["memory_total_bytes"])
+    known = cuda_capacity(gpu["name"]) if machine.get("source") == "described" else None
+    return stated if known is None else min(stated, known.bytes)
+
+
 def device_and_host_checks(setup: Setup, machine: dict[str, Any], device_need: int,
                            host_per_rank: int) -> list[MemoryCheck]:
-    """One check per rank's device (GPUs: every rank needs ``device_need``, its GPU the machine's in rank
-    order) and one for the node's host RAM (``host_per_rank`` x the ranks on a node)."""
+    """One check per rank's device (GPUs: every rank needs ``device_need`` of its GPU's device_capacity, its
+    GPU the machine's in rank order) and one for the node's host RAM (``host_per_rank`` x the ranks on a node)."""
     gpus = machine.get("gpus", [])
     result = [_check("device memory", rank, gpus[rank % len(gpus)]["name"], device_need,
-                     gpus[rank % len(gpus)]["memory_total_bytes"]) for rank in range(setup.ranks)] if gpus else []
+                     device_capacity(gpus[rank % len(gpus)], machine)) for rank in range(setup.ranks)] if gpus else []
     result.append(_check("host RAM", None, "host (all ranks of the node)", host_per_rank * setup.ranks_per_node,
                          machine["host"]["ram_total_bytes"]))
     return result

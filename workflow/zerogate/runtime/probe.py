@@ -176,7 +176,10 @@ def read_nvml() -> dict[str, Any] | None:
 
 
 def cuda_devices() -> list[dict[str, Any]]:
-    """Each visible CUDA device as torch sees it (empty on a machine without GPUs)."""
+    """Each visible CUDA device as torch sees it (empty on a machine without GPUs). Its memory is what CUDA
+    gives a process there, cudaMemGetInfo's total (torch.cuda.mem_get_info; the "total capacity" of torch's
+    out-of-memory message): the device properties' and NVML's totals also count what the driver reserves,
+    some 350 MiB on an RTX 4090, which no allocation can have."""
     import torch
 
     if not torch.cuda.is_available():
@@ -184,10 +187,11 @@ def cuda_devices() -> list[dict[str, Any]]:
     devices = []
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
+        _, total = torch.cuda.mem_get_info(index)
         devices.append({
             "index": index,
             "name": props.name,
-            "memory_total_bytes": int(props.total_memory),
+            "memory_total_bytes": int(total),
             "compute_capability": f"{props.major}.{props.minor}",
             "bf16_supported": bool(props.major >= 8),
             "fp16_supported": True,
