@@ -319,6 +319,11 @@ def test_a_run_is_planned_for_the_deepspeed_it_states_on_the_memory_cuda_gives_i
     assert all(c.fits for c in today.checks if c.rank is not None)
     overflow_check = 3 * 102400 * 4096  # 11 bytes per element less the fp64 copy's 8
     assert run.checks[0].need_bytes - today.checks[0].need_bytes >= overflow_check
+    # The verdict says which DeepSpeed it was planned for.
+    outcome = validation.check_measured_row(found, load_config(REPO / found.model.config), REPO).checks[0]
+    assert outcome.verdict == PASS and "DeepSpeed 0.18.3 as the row states" in outcome.basis
+    outcome = validation.check_measured_row(installed, load_config(REPO / found.model.config), REPO).checks[0]
+    assert outcome.verdict == FAIL and "the installed DeepSpeed" in outcome.basis
 
 
 def test_a_memory_reading_is_set_against_the_level_its_metric_measures(table):

@@ -432,8 +432,10 @@ def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
     judged_on = {"device": "every GPU's check", "host": "the host check",
                  "both": "every GPU's check" + (" and the host check" if host_stated else
                                                  " (host RAM not stated: host not judged)")}[memory]
+    planned_for = (f", DeepSpeed {setup.deepspeed_version} as the row states" if setup.deepspeed_version
+                   else ", the installed DeepSpeed")
     checks = [judge_outcome(published.outcome, published.oom_memory, fits, need,
-                            f"the plan ({run.scheme}, {run.ranks} ranks, {run.dtype}) on {judged_on}")]
+                            f"the plan ({run.scheme}, {run.ranks} ranks, {run.dtype}{planned_for}) on {judged_on}")]
     if published.largest_micro_batch is not None:
         predicted = largest_micro_batch(lambda m: _judged_fits(plan_measured(row, config, repo, m), "both",
                                                                host_stated)[0])
