@@ -41,7 +41,7 @@ from zerogate.analysis.planner_validation import (ESTIMATOR_ROUNDING, LARGEST_WI
                                                   missed, not_judged, printed_by_another_formula, reported_peak,
                                                   summarise)
 from zerogate.config.published_setups import (CUDA_LEVEL_OF_METRIC, UNNAMED_METRIC, EstimatorRow, MeasuredRow,
-                                              PaperRow, PublishedSetups, read_setups)
+                                              PaperRow, PublishedSetups, level_of_metric, read_setups)
 from zerogate.config.settings import ModelSettings, PlanSettings, RunTraining, model_settings
 from zerogate.contracts.base import typed
 from zerogate.contracts.plan import Plan
@@ -149,7 +149,7 @@ def estimator_figures(row: EstimatorRow, total: int, largest: int) -> tuple[dict
 
 
 def check_estimator_row(row: EstimatorRow) -> RowCheck:
-    from zerogate.plan.ledger import release
+    from zerogate.plan.ledger import installed_deepspeed, release
 
     model, published = row.model, row.published
     totals = _count_bounds(model.parameters, model.count_resolution, model.count_rounding)
@@ -159,7 +159,7 @@ def check_estimator_row(row: EstimatorRow) -> RowCheck:
     predicted_by = at[1][1]
     installed = metadata.version("deepspeed")
     changes = {change.figure: change for change in row.changed_since_printed
-               if release(installed) >= release(change.deepspeed_version)}
+               if installed_deepspeed() >= release(change.deepspeed_version)}
     checks = []
     for key, figure, quantity, value in (("gpu", "per_gpu", "per-GPU memory", published.per_gpu_bytes),
                                          ("cpu", "per_cpu", "per-CPU memory", published.per_cpu_bytes)):
@@ -444,8 +444,7 @@ def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
     if published.peak_bytes is not None:
         counts, setup, activations = run.planned
         metric = published.peak_metric or UNNAMED_METRIC
-        level = CUDA_LEVEL_OF_METRIC.get(metric, "device")
-        predicted = peak_prediction(counts, setup, None, activations).levels[level]
+        predicted = peak_prediction(counts, setup, None, activations).levels[level_of_metric(metric)]
         checks.append(reported_peak(published.peak_bytes, metric, predicted.predicted_bytes, predicted.what,
                                     same_metric=metric in CUDA_LEVEL_OF_METRIC))
     return row_check(checks, run.not_expressed)

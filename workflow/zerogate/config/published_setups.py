@@ -30,6 +30,8 @@ Offload = Literal["none", "cpu", "nvme"]
 Dtype = Literal["fp16", "bf16", "fp32"]
 Attention = Literal["sdpa", "eager", "flash_attention_2", "unknown"]
 Positive = Annotated[int, Field(ge=1)]
+# A DeepSpeed release as its numbers, "0.19.6" (zerogate.plan.ledger.release orders them).
+Release = Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]
 
 
 class Source(Record):
@@ -105,7 +107,7 @@ class EstimatorChange(Record):
     ``deepspeed_version`` on computes that figure by another formula, so it cannot reproduce the printed one."""
 
     figure: Literal["per_gpu", "per_cpu"]
-    deepspeed_version: Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]  # the first release with the change
+    deepspeed_version: Release  # the first release with the change
     change: str  # where the change is: DeepSpeed's pull request or commit
     formulas: str  # the figure's formula before and after, as the change's diff shows them
 
@@ -190,7 +192,7 @@ class MeasuredSetup(Record):
     # The DeepSpeed release the run used, or the latest it can have used (notes say which and why): the plan
     # is made for that release where the planner knows what changed since (zerogate.plan.ledger); absent,
     # for the installed one.
-    deepspeed_version: Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")] | None = None
+    deepspeed_version: Release | None = None
 
     @model_validator(mode="after")
     def _offloads_deepspeed_has(self) -> MeasuredSetup:
@@ -212,6 +214,12 @@ CUDA_LEVEL_OF_METRIC = {"torch.cuda.max_memory_allocated": "tensor", "torch.cuda
                         "nvidia-smi": "device"}
 UNNAMED_METRIC = "unknown"
 PeakMetric = Literal[(*CUDA_LEVEL_OF_METRIC, UNNAMED_METRIC)]
+
+
+def level_of_metric(metric: str) -> str:
+    """The planner's peak level a reading of ``metric`` is set against: its own, or the device's for a tool
+    not named."""
+    return CUDA_LEVEL_OF_METRIC.get(metric, "device")
 
 
 class Hardware(Record):

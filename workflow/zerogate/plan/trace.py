@@ -107,7 +107,8 @@ def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, at
     attention mask as the training loop does (transformers then builds a 4-D mask, and SDPA repeats the
     KV heads instead of using its native grouped-query path); without one SDPA saves the unrepeated keys
     and values. ``loss_in_fp32``: the loss as the run computes it (zerogate.model.loss: transformers'
-    ForCausalLMLoss upcasts the logits, or the cross-entropy in their dtype). ``traced_layers``: k, the smaller of the two layer counts traced (the other is k + 1).
+    ForCausalLMLoss upcasts the logits, or the cross-entropy in their dtype). ``traced_layers``: k, the
+    smaller of the two layer counts traced (the other is k + 1).
     """
     from zerogate.model.hf_config import shape_of
 
