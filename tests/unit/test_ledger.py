@@ -19,8 +19,8 @@ from zerogate.model.build import planned_model_config
 from zerogate.model.counts import ModelCounts, count_parameters
 from zerogate.plan.ledger import (HOST_SETUP, Setup, activation_bytes, deepspeed_estimates, device_levels,
                                   gathered_elements, host_need_per_rank, installed_deepspeed, ledger, model_state_bytes,
-                                  overflow_check_bytes_per_element, paper_ledger, phase_bytes, release,
-                                  setup_from_config, zerogate_terms)
+                                  overflow_check_bytes_per_element, paper_ledger, phase_bytes, reduction_bucket_factor,
+                                  release, setup_from_config, zerogate_terms, PHASES, TERM_SOURCES)
 from zerogate.units import GB, GIB, format_bytes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -312,6 +312,37 @@ def test_an_older_deepspeeds_elementwise_overflow_check_is_planned_for_that_rele
     assert installed_deepspeed() >= (0, 19, 6)
     assert not {"offload_overflow_check", "offload_overflow_check_in_backward"} & set(device(None))
     assert not {"offload_overflow_check"} & set(zerogate_terms(counts, claim_setup(deepspeed_version=(0, 18, 3)))["device"])
+
+
+def test_zero2_buckets_of_deepspeed_0_3_hold_four_and_a_half_buckets_from_the_backwards_start_to_its_end():
+    """stage2.py of 0.3.0-0.3.16 allocates each contiguous-gradient bucket as
+    torch.empty(int(reduce_bucket_size * 4.5)) before the loss's backward and releases it at the backward's
+    epilogue; 0.2.0 and 0.4.0 on allocate reduce_bucket_size elements from the first gradient to the step."""
+    assert [reduction_bucket_factor(v) for v in ((0, 2, 0), (0, 3, 0), (0, 3, 13), (0, 3, 16), (0, 4, 0),
+                                                 (0, 19, 8))] == [1.0, 4.5, 4.5, 4.5, 1.0, 1.0]
+    counts = ModelCounts(total=1000, largest_layer=600, numels=(600, 300, 60, 40), hidden=1, layers=1, heads=1,
+                         vocab=1, tied_embeddings=False)
+
+    def device(version, **changes):
+        setup = claim_setup(**{"offload_param": False, "offload_optimizer": False, "ranks": 1, "stage": 2,
+                               "reduce_bucket": 200, "overlap_comm": True, "deepspeed_version": version, **changes})
+        return zerogate_terms(counts, setup)["device"]
+
+    old, new = device((0, 3, 13)), device(None)
+    assert old["gradient_reduction_buckets_per_backward"] == 2 * 2 * 900 and "gradient_reduction_buckets" not in old
+    assert new["gradient_reduction_buckets"] == 2 * 2 * 200 and "gradient_reduction_buckets_per_backward" not in new
+    old_phases, new_phases = phase_bytes(old), phase_bytes(new)
+    # From the backward's start (before its first gradient) in 0.3.x; only from the first gradient now.
+    assert old_phases["backward"] - new_phases["backward"] == 2 * 2 * 900
+    assert old_phases["backward_from_first_gradient"] - new_phases["backward_from_first_gradient"] == 2 * 2 * 700
+    assert old_phases["boundary"] - new_phases["boundary"] == 2 * 2 * 700
+    # Released at the backward's end in 0.3.x: the optimizer step does not hold them.
+    assert new_phases["optimizer_step"] - old_phases["optimizer_step"] == 2 * 2 * 200
+    assert device((0, 3, 13), overlap_comm=False)["gradient_reduction_buckets_per_backward"] == 2 * 900
+    # ZeRO-1 was zero/stage1.py then, a different optimizer: the factor is stage2.py's only.
+    assert device((0, 3, 13), stage=1)["gradient_reduction_buckets"] == 2 * 2 * 200
+    # Every term a phase names says where it comes from.
+    assert {name for names in PHASES.values() for name in names} <= set(TERM_SOURCES)
 
 
 def test_gathered_parameters_within_the_reuse_distance_and_the_live_limit():

@@ -100,6 +100,12 @@ TERM_SOURCES = {
                                   "micro-step's first accumulated gradient, two with overlap_comm "
                                   "(stage_1_and_2.py process_gradients -> setup_buckets), alive through the "
                                   "optimizer step (measured)",
+    "gradient_reduction_buckets_per_backward": "ZeRO-2's gradient reduction buckets planned for a DeepSpeed from "
+                                               "0.3.0 to 0.3.16, in place of gradient_reduction_buckets: each holds "
+                                               "4.5 x reduce_bucket_size elements (reduction_bucket_factor), "
+                                               "allocated before each loss backward (stage2.py backward) and "
+                                               "released at its end (independent_gradient_partition_epilogue -> "
+                                               "_release_ipg_buffers), so not in the optimizer step",
     "reduce_scatter_buffer": "ZeRO-3's reduction of its gradient bucket: the bucket's gradients interleaved into one "
                              "flat buffer, at most reduce_bucket_size elements (runtime/comm/coalesced_collectives.py "
                              "reduce_scatter_coalesced, torch.cat); after the backward, or inside it when the model "
@@ -225,17 +231,17 @@ PERSISTENT = ("parameters", "master_parameters", "gradients", "gradient_accumula
 FORWARD_START = ("gathered_parameters", "gathered_parameter_copies")
 FORWARD = ("gathered_parameters", "gathered_copy_in_use", "unsharded_parameters", "activations")
 BACKWARD = ("unsharded_parameters", "largest_layer_gradient", "tied_weight_gradient", "activations",
-            "backward_transient")
+            "backward_transient", "gradient_reduction_buckets_per_backward")
 # ZeRO-0's gradients accumulate in the backward (window_gradients); ZeRO-1/2/3 hand each to their buckets.
 BACKWARD_FROM_FIRST_GRADIENT = ("gathered_parameters", "unsharded_parameters", "largest_layer_gradient",
                                 "tied_weight_gradient", "offload_gradient_conversion_in_backward",
                                 "offload_overflow_check_in_backward",
-                                "gradient_reduction_buckets",
+                                "gradient_reduction_buckets", "gradient_reduction_buckets_per_backward",
                                 "window_gradients", "reduce_scatter_in_backward", "activations_at_first_gradient",
                                 "backward_transient_after_first_gradient")
 BOUNDARY = ("window_gradients", "window_gradient_partition", "allreduce_flat_buffer", "last_gradient",
             "reduce_scatter_buffer", "reduce_scatter_cpu_copy", "gradient_reduction_buckets",
-            "offload_gradient_conversion", "offload_overflow_check")
+            "gradient_reduction_buckets_per_backward", "offload_gradient_conversion", "offload_overflow_check")
 OPTIMIZER_STEP = ("window_gradients", "window_gradient_partition", "gradient_reduction_buckets", "fp32_gradient_copy")
 PHASES = {"forward_start": FORWARD_START, "forward": FORWARD, "backward": BACKWARD,
           "backward_from_first_gradient": BACKWARD_FROM_FIRST_GRADIENT, "boundary": BOUNDARY,
@@ -533,6 +539,15 @@ def overflow_check_bytes_per_element(deepspeed: tuple[int, ...], dtype_bytes: in
     return upcast if deepspeed < (0, 13, 3) else upcast + 3 + 4
 
 
+def reduction_bucket_factor(deepspeed: tuple[int, ...]) -> float:
+    """How many times reduce_bucket_size elements each of ZeRO-2's gradient reduction buckets holds in that
+    DeepSpeed release: 4.5 from 0.3.0 (the ZeRO-Offload release, PR #391) to 0.3.16, whose stage2.py backward
+    allocates torch.empty(int(self.reduce_bucket_size * 4.5)) per bucket ("TODO: we need to revist this and
+    remove the magic 4.5x multiplier here"); 1 before (0.2.0's deepspeed_zero_optimizer.py) and from 0.4.0
+    (PR #1042, "ZeRO stage 1 refresh")."""
+    return 4.5 if (0, 3, 0) <= deepspeed < (0, 4, 0) else 1.0
+
+
 def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations | None = None) -> dict[str, Any]:
     """zerogate's prediction for ``setup``, bytes: per-rank ``device`` terms (tensors and OVERHEAD),
     per-rank ``host`` terms (offloaded state, HOST_SETUP), per-rank ``nvme`` terms, and the ``pinned`` share
@@ -594,7 +609,13 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
         device["reduce_bucket"] = b * setup.reduce_bucket
         device.update(reduce_scatter_terms(counts, setup))
     elif setup.stage >= 1:
-        device["gradient_reduction_buckets"] = (2 if setup.overlap_comm else 1) * b * setup.reduce_bucket
+        buckets = 2 if setup.overlap_comm else 1
+        # Before 0.4.0 ZeRO-1 was another optimizer (zero/stage1.py); the factor is stage2.py's.
+        factor = reduction_bucket_factor(planned_deepspeed(setup)) if setup.stage == 2 else 1.0
+        if factor == 1.0:
+            device["gradient_reduction_buckets"] = buckets * b * setup.reduce_bucket
+        else:
+            device["gradient_reduction_buckets_per_backward"] = buckets * b * int(factor * setup.reduce_bucket)
     else:
         device["allreduce_flat_buffer"] = b * min(phi, ZERO0_ALLREDUCE_ELEMENTS)
     # Where the backward is traced with its weight gradients in flight, the trace holds the largest layer's
