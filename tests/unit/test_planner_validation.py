@@ -19,7 +19,6 @@ from zerogate.analysis.planner_validation import (ESTIMATOR_ROUNDING, LARGEST_WI
                                                   printed_interval, summarise)
 from zerogate.bench import planner_validation as validation
 from zerogate.config.published_setups import read_setups
-from zerogate.config.settings import ModelSettings, RunTraining
 from zerogate.contracts.planner_validation import PlannerValidation
 from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS
 from zerogate.errors import InputError
@@ -128,22 +127,18 @@ def test_a_measured_row_is_rendered_and_planned_with_its_stage_offloads_precisio
     assert planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-oom", micro_batch=3).ds_config.train_micro_batch_size_per_gpu == 3
 
 
-def test_what_a_row_states_and_the_planner_settings_cannot_say_is_listed_not_dropped(table):
+def test_what_a_row_states_reaches_the_plan_and_what_the_settings_cannot_say_is_listed_not_dropped(table):
     run = planned(table, "deepseek-math-7b-2x4090-case6-z3-offopt-offparam-ckpt-fits")
-    if "activation_checkpointing" in {f.name for f in dataclasses.fields(RunTraining)}:
-        assert run.run_spec.training.activation_checkpointing is True
-    else:
-        assert any(note.startswith("activation checkpointing on") for note in run.not_expressed)
+    assert run.run_spec.training.activation_checkpointing is True and run.not_expressed == ()
+    zephyr = planned(table, "alignment-handbook-zephyr-7b-sft-full-8xa100-80g-z3-mb32")  # flash_attention_2
+    assert zephyr.run_spec.model.attention == "sdpa"
+    assert [note for note in zephyr.not_expressed if note.startswith("attention flash_attention_2")]
 
 
-def test_a_model_the_planner_settings_cannot_name_is_a_miss_and_an_unstated_fact_is_not_judged(table):
+def test_a_gpt2_row_is_planned_from_its_config_and_an_unstated_fact_is_not_judged(table):
     gpt2 = row(table, "xirider-gpt2-xl-1xv100-16g-z2-offopt-largest-mb12")
     checked = validation.check_measured_row(gpt2, load_config(REPO / gpt2.model.config), REPO)
-    if "config" in {f.name for f in dataclasses.fields(ModelSettings)}:  # a planner that reads config.json
-        assert checked.checks[0].predicted != "no prediction"
-    else:
-        assert [(c.target, c.verdict) for c in checked.checks] == [(VERDICT_AGREES, FAIL), (LARGEST_WITHIN, FAIL)]
-        assert "no 'gpt2' architecture" in checked.checks[0].basis
+    assert checked.checks[0].target == VERDICT_AGREES and checked.checks[0].predicted.startswith("fits: rank 0")
     ddp = row(table, "hf-blog-accelerate-ds-gpt2-xl-ddp-oom-titanrtx")  # the blog does not say its precision
     checked = validation.check_measured_row(ddp, load_config(REPO / ddp.model.config), REPO)
     assert [(c.verdict, c.basis) for c in checked.checks] == [

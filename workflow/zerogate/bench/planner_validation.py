@@ -16,11 +16,9 @@ the functions the pipeline itself uses, and judged by zerogate.analysis.planner_
   micro-batch that plans to fit (the same checks at other micro-batches), and the predicted peak
   (zerogate.plan.planner.peak_prediction) beside a published reading.
 
-What a row states that the planner's settings have no key for (an attention implementation or optimizer
-the settings do not take) is listed with the row and not told to the planner; keys the settings gain later
-are used as soon as they exist (``model.config``, ``model.attention``, ``training.activation_checkpointing``,
-``training.loss_in_fp32``), so
-the same table judges the planner after it changes. Nothing here re-computes a planner figure.
+What a row states that the planner's settings cannot say (an attention implementation or optimizer the
+settings do not take) is listed with the row and not told to the planner. Nothing here re-computes a
+planner figure.
 """
 
 from __future__ import annotations
@@ -195,70 +193,34 @@ def check_paper_row(row: PaperRow) -> RowCheck:
 REQUIRED_FACTS = ("dtype", "micro_batch_per_gpu", "seq_len", "gradient_accumulation_steps")
 
 
-class Unplannable(Exception):
-    """The planner cannot be given this row's run although the row states it: a miss of the planner."""
-
-
-def _literal_values(cls: type, name: str) -> tuple[Any, ...] | None:
-    """The values a settings field accepts when its type is a Literal (optional or not); None when the
-    settings have no such field or it is not a Literal."""
-    hints = typing.get_type_hints(cls)
-    if name not in hints:
-        return None
-
+def _literal_values(cls: type, name: str) -> tuple[Any, ...]:
+    """The values a settings field whose type is a Literal (optional or not) accepts."""
     def literals(kind: Any) -> list[Any]:
         if typing.get_origin(kind) is typing.Literal:
             return list(typing.get_args(kind))
         return [value for part in typing.get_args(kind) for value in literals(part)]
 
-    return tuple(literals(hints[name])) or None
+    return tuple(literals(typing.get_type_hints(cls)[name]))
 
 
-def _fields(cls: type) -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(cls)}
-
-
-def model_section(row: MeasuredRow, config: Any, repo: Path) -> tuple[dict[str, Any], list[str]]:
-    """The profile ``model`` section of the row's model, and what of the row it cannot say. A config
-    file where the settings take one (``model.config``); else the shape keys, where the settings' architectures
-    include the config's model type; else Unplannable."""
-    from zerogate.model.hf_config import shape_of
-
-    fields = _fields(ModelSettings)
-    shape = shape_of(config)
+def model_section(row: MeasuredRow, repo: Path) -> tuple[dict[str, Any], list[str]]:
+    """The profile ``model`` section of the row's model (its config file), and what of the row it cannot say:
+    an attention implementation ``model.attention`` does not take."""
+    section: dict[str, Any] = {"config": str(repo / row.model.config)}
     notes: list[str] = []
-    if "config" in fields:
-        section: dict[str, Any] = {"config": str(repo / row.model.config)}
-        if fields["hidden_size"].default is dataclasses.MISSING:
-            section["hidden_size"] = shape.hidden_size
-    else:
-        architectures = _literal_values(ModelSettings, "architecture") or ()
-        if shape.model_type not in architectures:
-            raise Unplannable(f"the planner's model settings take no config file and no '{shape.model_type}' "
-                              f"architecture (model.architecture is one of {', '.join(map(str, architectures))})")
-        default_head_dim = shape.hidden_size // shape.attention_heads
-        if shape.head_dim != default_head_dim:
-            raise Unplannable(f"head_dim {shape.head_dim} is not hidden/heads: the planner's shape keys have no head_dim")
-        section = {"architecture": shape.model_type, "hidden_size": shape.hidden_size,
-                   "num_hidden_layers": shape.layers, "num_attention_heads": shape.attention_heads,
-                   "num_key_value_heads": shape.kv_heads, "intermediate_size": shape.intermediate_size,
-                   "vocab_size": shape.vocab_size, "tie_word_embeddings": shape.tied_embeddings}
     attention = row.setup.attention
     accepted = _literal_values(ModelSettings, "attention")
-    if attention not in (None, "unknown"):
-        if accepted is None:
-            notes.append(f"attention {attention} (the planner's model settings have no attention key)")
-        elif attention in accepted:
-            section["attention"] = attention
-        else:
-            notes.append(f"attention {attention} (model.attention takes {', '.join(map(str, accepted))}: its default "
-                         "is planned)")
+    if attention in accepted:
+        section["attention"] = attention
+    elif attention not in (None, "unknown"):
+        notes.append(f"attention {attention} (model.attention takes {', '.join(map(str, accepted))}: its default "
+                     "is planned)")
     return section, notes
 
 
 def training_section(row: MeasuredRow, micro_batch: int) -> tuple[dict[str, Any], list[str]]:
-    """The run's ``training`` settings: its geometry, its optimizer and, where the settings take it, activation
-    checkpointing; one optimizer step (the plan does not depend on the count)."""
+    """The run's ``training`` settings: its geometry, its optimizer, its loss's precision and activation
+    checkpointing as the row states them; one optimizer step (the plan does not depend on the count)."""
     setup, notes = row.setup, []
     optimizer = OPTIMIZERS.get((setup.optimizer or "").lower())
     if optimizer is None:
@@ -272,11 +234,7 @@ def training_section(row: MeasuredRow, micro_batch: int) -> tuple[dict[str, Any]
     if setup.loss_upcast is not None:
         section["loss_in_fp32"] = setup.loss_upcast
     if setup.activation_checkpointing is not None:
-        if "activation_checkpointing" in _fields(RunTraining):
-            section["activation_checkpointing"] = setup.activation_checkpointing
-        elif setup.activation_checkpointing:
-            notes.append("activation checkpointing on (the planner's training settings have no activation_checkpointing: "
-                         "planned without)")
+        section["activation_checkpointing"] = setup.activation_checkpointing
     return section, notes
 
 
@@ -363,7 +321,7 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     micro_batch = micro_batch or row.setup.micro_batch_per_gpu
     assert micro_batch is not None
     where = f"{SETUPS_FILE} ({row.id})"
-    model, model_notes = model_section(row, config, repo)
+    model, model_notes = model_section(row, repo)
     training, training_notes = training_section(row, micro_batch)
     machine = described_machine(row)
     settings, _ = model_with_config(model_settings(model, lambda key: where), lambda key: where)
@@ -424,7 +382,7 @@ def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
         return row_check([not_judged(q, p, t, why) for q, p, t in wanted])
     try:
         run = plan_measured(row, config, repo)
-    except (Unplannable, InputError) as error:
+    except InputError as error:
         why = f"the planner cannot plan this run: {error}"
         return row_check([missed(q, p, t, why) for q, p, t in wanted])
 

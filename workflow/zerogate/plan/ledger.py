@@ -105,7 +105,9 @@ TERM_SOURCES = {
                                                "4.5 x reduce_bucket_size elements (reduction_bucket_factor), "
                                                "allocated before each loss backward (stage2.py backward) and "
                                                "released at its end (independent_gradient_partition_epilogue -> "
-                                               "_release_ipg_buffers), so not in the optimizer step",
+                                               "_release_ipg_buffers), so not in the optimizer step. That "
+                                               "release allocates them only with contiguous_gradients, which its "
+                                               "cpu_offload forces; the ledger does not read contiguous_gradients",
     "reduce_scatter_buffer": "ZeRO-3's reduction of its gradient bucket: the bucket's gradients interleaved into one "
                              "flat buffer, at most reduce_bucket_size elements (runtime/comm/coalesced_collectives.py "
                              "reduce_scatter_coalesced, torch.cat); after the backward, or inside it when the model "
