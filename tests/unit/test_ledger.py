@@ -68,6 +68,12 @@ def recorded_counts() -> ModelCounts:
     return count_parameters(planned_model_config(spec.model, spec.vocab_size, spec.seq_len))
 
 
+# Four parameters of 600, 300, 60 and 40 elements (1000 in all), no model shape: the offload and bucket terms'
+# arithmetic by hand.
+FOUR_PARAMETERS = ModelCounts(total=1000, largest_layer=600, numels=(600, 300, 60, 40), hidden=1, layers=1,
+                              heads=1, vocab=1, tied_embeddings=False)
+
+
 def claim_setup(**changes) -> Setup:
     base = Setup(ranks=2, nodes=1, dtype="fp16", device_kind="cuda", micro_batch=1, seq_len=512, accumulation=8,
                  stage=3, offload_optimizer=True, offload_param=True, pin_memory=True, reduce_bucket=5120**2,
@@ -233,8 +239,7 @@ def test_the_tensor_peak_is_the_persistent_terms_and_the_larger_phase():
 
 def test_fp32_gradient_copies_by_stage_and_precision():
     """fused_optimizer.py (ZeRO-0), stage_1_and_2.py, stage3.py: counted by hand on a 4-parameter model."""
-    counts = ModelCounts(total=1000, largest_layer=600, numels=(600, 300, 60, 40), hidden=1, layers=1, heads=1,
-                         vocab=1, tied_embeddings=False)
+    counts = FOUR_PARAMETERS
 
     def copy(**changes):
         setup = claim_setup(**{"offload_optimizer": False, "offload_param": False, **changes})
@@ -257,8 +262,7 @@ def test_zero12_optimizer_offload_passes_gradients_through_buffers_of_the_larges
     host buffer of the largest parameter held for the run, and each gradient slice copied to fp64 for its
     norm, then (16-bit) to fp32, on the device (at most the largest parameter, at most the rank's partition)
     before its copy to the host: the fp64 copy is the larger of the two, which do not coexist."""
-    counts = ModelCounts(total=1000, largest_layer=600, numels=(600, 300, 60, 40), hidden=1, layers=1, heads=1,
-                         vocab=1, tied_embeddings=False)
+    counts = FOUR_PARAMETERS
 
     def terms(**changes):
         return zerogate_terms(counts, claim_setup(**{"offload_param": False, "ranks": 2, **changes}))
@@ -294,8 +298,7 @@ def test_an_older_deepspeeds_elementwise_overflow_check_is_planned_for_that_rele
     assert release("0.19.8+cpu") == (0, 19, 8) and release("0.3.13") < release("0.13.3") < release("0.19.6")
     # On a 4-parameter model over 2 ranks (largest parameter 600, partition 500): the check of the whole largest
     # gradient follows its slice's fp64 copy, so the term is what it needs above that copy, where the copy is.
-    counts = ModelCounts(total=1000, largest_layer=600, numels=(600, 300, 60, 40), hidden=1, layers=1, heads=1,
-                         vocab=1, tied_embeddings=False)
+    counts = FOUR_PARAMETERS
 
     def device(version, **changes):
         setup = claim_setup(offload_param=False, ranks=2, stage=2, offload_optimizer=True, dtype="bf16",
@@ -320,8 +323,7 @@ def test_zero2_buckets_of_deepspeed_0_3_hold_four_and_a_half_buckets_from_the_ba
     epilogue; 0.2.0 and 0.4.0 on allocate reduce_bucket_size elements from the first gradient to the step."""
     assert [reduction_bucket_factor(v) for v in ((0, 2, 0), (0, 3, 0), (0, 3, 13), (0, 3, 16), (0, 4, 0),
                                                  (0, 19, 8))] == [1.0, 4.5, 4.5, 4.5, 1.0, 1.0]
-    counts = ModelCounts(total=1000, largest_layer=600, numels=(600, 300, 60, 40), hidden=1, layers=1, heads=1,
-                         vocab=1, tied_embeddings=False)
+    counts = FOUR_PARAMETERS
 
     def device(version, **changes):
         setup = claim_setup(**{"offload_param": False, "offload_optimizer": False, "ranks": 1, "stage": 2,

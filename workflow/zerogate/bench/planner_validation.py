@@ -28,7 +28,6 @@ import datetime as dt
 import functools
 import hashlib
 import inspect
-import typing
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
@@ -40,7 +39,7 @@ from zerogate.analysis.planner_validation import (ESTIMATOR_ROUNDING, LARGEST_WI
                                                   summarise)
 from zerogate.config.published_setups import (CUDA_LEVEL_OF_METRIC, UNNAMED_METRIC, EstimatorRow, MeasuredRow,
                                               PaperRow, PublishedSetups, level_of_metric, read_setups)
-from zerogate.config.settings import ModelSettings, PlanSettings, RunTraining, model_settings
+from zerogate.config.settings import ATTENTIONS, PlanSettings, RunTraining, model_settings
 from zerogate.contracts.base import typed
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.planner_validation import FigureCheck, PlannerValidation, RowCheck
@@ -193,28 +192,16 @@ def check_paper_row(row: PaperRow) -> RowCheck:
 REQUIRED_FACTS = ("dtype", "micro_batch_per_gpu", "seq_len", "gradient_accumulation_steps")
 
 
-def _literal_values(cls: type, name: str) -> tuple[Any, ...]:
-    """The values a settings field whose type is a Literal (optional or not) accepts."""
-    def literals(kind: Any) -> list[Any]:
-        if typing.get_origin(kind) is typing.Literal:
-            return list(typing.get_args(kind))
-        return [value for part in typing.get_args(kind) for value in literals(part)]
-
-    return tuple(literals(typing.get_type_hints(cls)[name]))
-
-
 def model_section(row: MeasuredRow, repo: Path) -> tuple[dict[str, Any], list[str]]:
     """The profile ``model`` section of the row's model (its config file), and what of the row it cannot say:
     an attention implementation ``model.attention`` does not take."""
     section: dict[str, Any] = {"config": str(repo / row.model.config)}
     notes: list[str] = []
     attention = row.setup.attention
-    accepted = _literal_values(ModelSettings, "attention")
-    if attention in accepted:
+    if attention in ATTENTIONS:
         section["attention"] = attention
     elif attention not in (None, "unknown"):
-        notes.append(f"attention {attention} (model.attention takes {', '.join(map(str, accepted))}: its default "
-                     "is planned)")
+        notes.append(f"attention {attention} (model.attention takes {', '.join(ATTENTIONS)}: its default is planned)")
     return section, notes
 
 

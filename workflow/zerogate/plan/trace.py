@@ -64,9 +64,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from zerogate.config.settings import ATTENTIONS
 from zerogate.plan.ledger import TORCH_DTYPES
-
-ATTENTIONS = ("sdpa", "eager")
 
 
 @dataclass(frozen=True)
