@@ -8,21 +8,35 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium() -> str | None:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None and os.environ.get("ZEROGATE_REQUIRE_CHROMIUM"):
-        raise RuntimeError("ZEROGATE_REQUIRE_CHROMIUM is set but no chromium is on PATH (apt-get install chromium)")
+        raise RuntimeError(
+            "ZEROGATE_REQUIRE_CHROMIUM is set but no chromium is on PATH (apt-get install chromium)"
+        )
     return found
 
 
 def _run(page: Path, *extra: str) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory(prefix="zerogate-chromium-") as profile:
-        return subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}", *extra, page.resolve().as_uri()],
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [chromium(), *FLAGS, f"--user-data-dir={profile}", *extra, page.resolve().as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
 
 def dump_dom(page: Path) -> str:

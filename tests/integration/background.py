@@ -1,4 +1,5 @@
-"""Pipeline runs started in the background, the rest of the suite running meanwhile; their tests wait for them.
+"""Pipeline runs started in the background, the rest of the suite running meanwhile; their tests wait for
+them.
 
 - The shared smoke run starts before the first test (tests/conftest.py) and the unit tests, ordered first,
   run while it trains: much of a pipeline's time is one process at a time starting up, which leaves a core.
@@ -17,13 +18,21 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from tests.integration.pipeline import (MACHINE, STRAGGLER_DELAY_S, copy_repo, copy_workdir, env, share_probe,
-                                        snakemake_command)
+from tests.integration.pipeline import (
+    MACHINE,
+    STRAGGLER_DELAY_S,
+    copy_repo,
+    copy_workdir,
+    env,
+    share_probe,
+    snakemake_command,
+)
 
 SLURM_MACHINE = "slurm-box"
 TWO_NODE_PROFILE = "cpu-2node"
@@ -35,7 +44,7 @@ class BackgroundRun:
     workdir: Path
     output: Path  # its stdout and stderr together
     started: float
-    follower: "Future[Any] | None" = None  # what then_start starts once this run has ended well
+    follower: Future[Any] | None = None  # what then_start starts once this run has ended well
 
     def wait(self, timeout: float) -> tuple[int, str]:
         """(exit code, output), once the run has ended (``timeout`` seconds from its start at most)."""
@@ -47,7 +56,8 @@ class BackgroundRun:
         return code, self.output.read_text()
 
     def stop(self) -> None:
-        """Interrupt the run if it is still going (Snakemake then cancels its Slurm jobs), kill it after a minute."""
+        """Interrupt the run if it is still going (Snakemake then cancels its Slurm jobs), kill it after a
+        minute."""
         if self.process.poll() is not None:
             return
         os.killpg(self.process.pid, signal.SIGINT)
@@ -60,20 +70,26 @@ class BackgroundRun:
 
 def start(command: list[str], workdir: Path, output: Path) -> BackgroundRun:
     with open(output, "w") as out:
-        process = subprocess.Popen(command, cwd=workdir, env=env(), stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, cwd=workdir, env=env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     return BackgroundRun(process, workdir, output, time.monotonic())
 
 
 def start_smoke_run(target: Path) -> BackgroundRun:
-    """The smoke profile end to end on machine MACHINE, in a committed copy of the repository at ``target``."""
+    """The smoke profile end to end on machine MACHINE, in a committed copy of the repository at
+    ``target``."""
     workdir = copy_repo(target)
-    return start(snakemake_command(profile="smoke", machine=MACHINE), workdir, workdir.with_name(workdir.name + ".log"))
+    return start(
+        snakemake_command(profile="smoke", machine=MACHINE), workdir, workdir.with_name(workdir.name + ".log")
+    )
 
 
 def then_start(run: BackgroundRun, follow: Callable[[], Any]) -> None:
-    """Call ``follow()`` in a thread the moment ``run`` has ended with exit code 0 (its result, None when the run
+    """Call ``follow()`` in a thread the moment ``run`` has ended with exit code 0 (its result, None when the
+    run
     failed, is ``run.follower``), so that the next background run starts while the unit tests still run."""
+
     def wait_then_follow() -> Any:
         return follow() if run.process.wait() == 0 else None
 
@@ -86,7 +102,9 @@ def slurm_answers() -> bool:
     if not shutil.which("sinfo"):
         return False
     shown = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30)
-    return shown.returncode == 0 and any(state.startswith(("idle", "mixed")) for state in shown.stdout.split())
+    return shown.returncode == 0 and any(
+        state.startswith(("idle", "mixed")) for state in shown.stdout.split()
+    )
 
 
 @dataclass(frozen=True)
@@ -101,9 +119,11 @@ class TwoNodeRun:
         return self.background.workdir
 
 
-def start_two_node_run(finished_smoke_workdir: Path, smoke_results: Path, target: Path,
-                       through_slurm: bool) -> TwoNodeRun:
-    """Profile cpu-2node (two launchers on one machine, one rank each) end to end, in a copy of the smoke run's
+def start_two_node_run(
+    finished_smoke_workdir: Path, smoke_results: Path, target: Path, through_slurm: bool
+) -> TwoNodeRun:
+    """Profile cpu-2node (two launchers on one machine, one rank each) end to end, in a copy of the smoke
+    run's
     directory under another machine name, with rank 1 made a straggler by the `slow` injection. The
     injection only sleeps, outside every collective: the training stays the one-node smoke run's, step for
     step. ``through_slurm``: through profiles/slurm, every rule a Slurm job, the probe included (successful
@@ -114,12 +134,26 @@ def start_two_node_run(finished_smoke_workdir: Path, smoke_results: Path, target
     if not through_slurm:
         share_probe(smoke_results, workdir, TWO_NODE_PROFILE, machine)
     profile = workdir / f"config/profiles/{TWO_NODE_PROFILE}.yaml"
-    profile.write_text(profile.read_text()
-                       + f"stabiliser:\n  inject: {{kind: slow, rank: 1, seconds: {STRAGGLER_DELAY_S}}}\n")
+    profile.write_text(
+        profile.read_text()
+        + f"stabiliser:\n  inject: {{kind: slow, rank: 1, seconds: {STRAGGLER_DELAY_S}}}\n"
+    )
     if through_slurm:
-        command = [sys.executable, "-m", "snakemake", "--workflow-profile", "profiles/slurm",
-                   "--slurm-keep-successful-logs", "--config", f"profile={TWO_NODE_PROFILE}", f"machine={machine}"]
+        command = [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--workflow-profile",
+            "profiles/slurm",
+            "--slurm-keep-successful-logs",
+            "--config",
+            f"profile={TWO_NODE_PROFILE}",
+            f"machine={machine}",
+        ]
     else:
         command = snakemake_command(profile=TWO_NODE_PROFILE, machine=machine)
-    return TwoNodeRun(start(command, workdir, workdir.with_name(workdir.name + ".log")),
-                      workdir / "results" / TWO_NODE_PROFILE / machine, through_slurm)
+    return TwoNodeRun(
+        start(command, workdir, workdir.with_name(workdir.name + ".log")),
+        workdir / "results" / TWO_NODE_PROFILE / machine,
+        through_slurm,
+    )

@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -64,7 +64,10 @@ def smoke_run(smoke_run_started: BackgroundRun) -> SmokeRun:
     """The smoke profile end to end on machine ``ci-box``. Tests must not change it: copy it first."""
     code, output = smoke_run_started.wait(timeout=1500)
     assert code == 0, output[-4000:]
-    print(f"smoke pipeline end to end: {time.monotonic() - smoke_run_started.started:.1f} s (beside the unit tests)")
+    print(
+        f"smoke pipeline end to end: {time.monotonic() - smoke_run_started.started:.1f} s (beside the unit "
+        "tests)"
+    )
     workdir = smoke_run_started.workdir
     results = workdir / "results" / "smoke" / MACHINE
     # DeepSpeed's CPU comm op leaves its /dev/shm (RAM) buffers behind, named after the rendezvous port;
@@ -84,6 +87,8 @@ def two_node_run(smoke_run) -> TwoNodeRun:
     run = smoke_run.two_node
     code, output = run.background.wait(timeout=1800)
     assert code == 0, output[-4000:]
-    print(f"two-node pipeline (rank 1 a straggler, {'Slurm' if run.through_slurm else 'local'}): "
-          f"{time.monotonic() - run.background.started:.1f} s")
+    print(
+        f"two-node pipeline (rank 1 a straggler, {'Slurm' if run.through_slurm else 'local'}): "
+        f"{time.monotonic() - run.background.started:.1f} s"
+    )
     return run

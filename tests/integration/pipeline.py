@@ -41,7 +41,8 @@ def copy_workdir(source: Path, target: Path) -> Path:
 
 
 def share_probe(results: Path, workdir: Path, profile: str, machine: str) -> None:
-    """Give another run in ``workdir`` the hardware probe of the run in ``results`` (a probe does not depend on
+    """Give another run in ``workdir`` the hardware probe of the run in ``results`` (a probe does not depend
+    on
     the profile), so Snakemake there skips the probe's seconds of measuring."""
     shutil.copytree(results / "probe", workdir / "results" / profile / machine / "probe")
 
@@ -51,17 +52,39 @@ def env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
-def snakemake_command(*args: str, targets: tuple[str, ...] = (), profile: str | None = "smoke",
-                      machine: str | None = MACHINE) -> list[str]:
+def snakemake_command(
+    *args: str, targets: tuple[str, ...] = (), profile: str | None = "smoke", machine: str | None = MACHINE
+) -> list[str]:
     """``args`` follow the --config entries, so a bare "strict=True" is one more of them."""
     config = [f"profile={profile}"] * (profile is not None) + [f"machine={machine}"] * (machine is not None)
-    return [sys.executable, "-m", "snakemake", "--cores", "2", *targets, *(["--config", *config] if config else []), *args]
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--cores",
+        "2",
+        *targets,
+        *(["--config", *config] if config else []),
+        *args,
+    ]
 
 
-def snakemake(workdir: Path, *args: str, targets: tuple[str, ...] = (), profile: str | None = "smoke",
-              machine: str | None = MACHINE, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(snakemake_command(*args, targets=targets, profile=profile, machine=machine), cwd=workdir,
-                          env=env(), capture_output=True, text=True, timeout=timeout)
+def snakemake(
+    workdir: Path,
+    *args: str,
+    targets: tuple[str, ...] = (),
+    profile: str | None = "smoke",
+    machine: str | None = MACHINE,
+    timeout: float = 900,
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        snakemake_command(*args, targets=targets, profile=profile, machine=machine),
+        cwd=workdir,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def refused(done: subprocess.CompletedProcess) -> str:
@@ -78,8 +101,9 @@ def refused(done: subprocess.CompletedProcess) -> str:
 SHORT_EVALUATION = {"validation_rows": 8, "exact_match_items": 2}
 
 
-def shortened_launch(results: Path, out: Path, steps: int, stabiliser: dict | None = None,
-                     checkpoint: dict | None = None) -> list[str]:
+def shortened_launch(
+    results: Path, out: Path, steps: int, stabiliser: dict | None = None, checkpoint: dict | None = None
+) -> list[str]:
     """The command that runs zerogate.runtime.launch directly (no Snakemake) on a finished run's rendered
     files and dataset, shortened to ``steps`` optimizer steps, with ``stabiliser`` and ``checkpoint`` settings
     changed and the evaluation made short (SHORT_EVALUATION). The changed files, the log (train.log), the
@@ -87,17 +111,36 @@ def shortened_launch(results: Path, out: Path, steps: int, stabiliser: dict | No
     out.mkdir(parents=True, exist_ok=True)
     spec = RunSpec.read(results / "deepspeed/run_spec.json")
     spec.model_copy(update={"training": dataclasses.replace(spec.training, optimizer_steps=steps)}).write(
-        out / "run_spec.json")
+        out / "run_spec.json"
+    )
     ds_config = DsConfig.read(results / "deepspeed/ds_config.json").raw
     ds_config["scheduler"]["params"]["total_num_steps"] = steps
     (out / "ds_config.json").write_text(json.dumps(ds_config))
     settings = TrainSettings.read(results / "train/settings.json")
-    settings.model_copy(update={"stabiliser": dataclasses.replace(settings.stabiliser, **(stabiliser or {})),
-                                "checkpoint": dataclasses.replace(settings.checkpoint, **(checkpoint or {})),
-                                "evaluation": dataclasses.replace(settings.evaluation, every_steps=steps,
-                                                                  **SHORT_EVALUATION)}).write(
-        out / "settings.json")
-    return [sys.executable, "-m", "zerogate.runtime.launch", "--run-spec", str(out / "run_spec.json"), "--log",
-            str(out / "train.log"), "--", "--ds-config", str(out / "ds_config.json"), "--settings",
-            str(out / "settings.json"), "--dataset-dir", str(results / "dataset"), "--out-dir", str(out / "train"),
-            "--checkpoint-dir", str(out / "checkpoints")]
+    settings.model_copy(
+        update={
+            "stabiliser": dataclasses.replace(settings.stabiliser, **(stabiliser or {})),
+            "checkpoint": dataclasses.replace(settings.checkpoint, **(checkpoint or {})),
+            "evaluation": dataclasses.replace(settings.evaluation, every_steps=steps, **SHORT_EVALUATION),
+        }
+    ).write(out / "settings.json")
+    return [
+        sys.executable,
+        "-m",
+        "zerogate.runtime.launch",
+        "--run-spec",
+        str(out / "run_spec.json"),
+        "--log",
+        str(out / "train.log"),
+        "--",
+        "--ds-config",
+        str(out / "ds_config.json"),
+        "--settings",
+        str(out / "settings.json"),
+        "--dataset-dir",
+        str(results / "dataset"),
+        "--out-dir",
+        str(out / "train"),
+        "--checkpoint-dir",
+        str(out / "checkpoints"),
+    ]

@@ -21,7 +21,9 @@ def test_every_scheme_measured_at_both_accumulations_and_agrees_with_theory(smok
     table = CommsVolume.read(smoke_run.results / "comms/volume.json")
     accumulation = settings(smoke_profile).training.gradient_accumulation_steps
     assert table.accumulations == [1, accumulation]
-    assert [(r.scheme, r.accumulation) for r in table.rows] == [(s, g) for s in SCHEMES for g in (1, accumulation)]
+    assert [(r.scheme, r.accumulation) for r in table.rows] == [
+        (s, g) for s in SCHEMES for g in (1, accumulation)
+    ]
     for row in table.rows:
         assert row.status == "run", row
         assert row.complete and sorted(row.ranks) == [0, 1], row.scheme
@@ -36,7 +38,9 @@ def test_every_scheme_measured_at_both_accumulations_and_agrees_with_theory(smok
     zero3 = [r for r in table.rows if r.scheme == "zero3"]
     # ZeRO-3 gathers and reduce-scatters in every micro-step: its volume grows with the accumulation.
     assert zero3[1].measured_volume_bytes > (accumulation - 1) * zero3[0].measured_volume_bytes
-    timing = list(csv.DictReader((smoke_run.results / "benchmarks/measure_comms_volume.tsv").open(), delimiter="\t"))
+    timing = list(
+        csv.DictReader((smoke_run.results / "benchmarks/measure_comms_volume.tsv").open(), delimiter="\t")
+    )
     print(f"measure_comms_volume took {float(timing[0]['s']):.1f} s")
 
 

@@ -42,4 +42,7 @@ def test_compare_with_a_missing_run_stops_with_one_line(tmp_path, tiny_profile):
     write_run(workdir, tiny_profile, "lab-a")
     done = snakemake(workdir, "compare", "--config", "compare=[results/smoke/lab-a,results/smoke/nope]")
     assert done.returncode != 0
-    assert "zerogate: error: --config: compare: no run registry at results/smoke/nope/registry.json" in done.stderr
+    assert (
+        "zerogate: error: --config: compare: no run registry at results/smoke/nope/registry.json"
+        in done.stderr
+    )

@@ -17,7 +17,14 @@ from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.machine import Fingerprint, Preflight
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.plan import Approval, ModelCompute, PeakPrediction, Plan, RuntimeBaseline
-from zerogate.contracts.records import EvalRecord, HeldBytes, LiveTensorPeak, StabiliserEvent, StepRecord, TrainSummary
+from zerogate.contracts.records import (
+    EvalRecord,
+    HeldBytes,
+    LiveTensorPeak,
+    StabiliserEvent,
+    StepRecord,
+    TrainSummary,
+)
 from zerogate.contracts.report import Provenance, RunRegistry
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec, TrainSettings
 from zerogate.contracts.verdicts import ClaimVerdicts, GateVerdicts, PlanClaims
@@ -55,7 +62,11 @@ ARTEFACTS: dict[str, type[Artefact]] = {
     "registry.json": RunRegistry,
 }
 # One record per line.
-LINES = {"train/metrics/rank*.jsonl": StepRecord, "train/events.jsonl": StabiliserEvent, "train/eval.jsonl": EvalRecord}
+LINES = {
+    "train/metrics/rank*.jsonl": StepRecord,
+    "train/events.jsonl": StabiliserEvent,
+    "train/eval.jsonl": EvalRecord,
+}
 
 
 def files(results: Path, pattern: str) -> list[Path]:
@@ -81,8 +92,13 @@ def test_no_stamped_file_of_the_run_is_left_without_a_contract_here(smoke_run):
     """A new artefact (any JSON file with a contract stamp) must be listed above, so it is read back too."""
     results = smoke_run.results
     listed = {path for pattern in ARTEFACTS for path in results.glob(pattern)}
-    stamped = {path for path in results.rglob("*.json") if "checkpoints" not in path.parts
-               and isinstance(data := json.loads(path.read_text()), dict) and "contract" in data}
+    stamped = {
+        path
+        for path in results.rglob("*.json")
+        if "checkpoints" not in path.parts
+        and isinstance(data := json.loads(path.read_text()), dict)
+        and "contract" in data
+    }
     assert stamped - listed == set()
 
 
@@ -91,7 +107,9 @@ def renamed(data: dict, key: str) -> dict:
 
 
 @pytest.mark.parametrize("pattern", sorted(ARTEFACTS))
-def test_a_key_renamed_on_the_writers_side_fails_the_reader_naming_file_and_field(smoke_run, tmp_path, pattern):
+def test_a_key_renamed_on_the_writers_side_fails_the_reader_naming_file_and_field(
+    smoke_run, tmp_path, pattern
+):
     source = files(smoke_run.results, pattern)[0]
     data = json.loads(source.read_text())
     key = next(k for k in data if k != "contract")

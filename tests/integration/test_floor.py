@@ -24,7 +24,9 @@ def test_probe_measures_gloo_latency_and_bandwidth_between_two_ranks(smoke_run):
     for kind, entry in measured.kinds.items():
         assert entry.latency_s.basis == "measured" and entry.bandwidth_gbps.basis == "measured"
         for sample in entry.samples:  # the figures never predict a call slower than it was measured
-            assert predicted_seconds(entry.as_json(), kind, sample.tensor_bytes, 2) <= sample.seconds * (1 + 1e-9)
+            assert predicted_seconds(entry.as_json(), kind, sample.tensor_bytes, 2) <= sample.seconds * (
+                1 + 1e-9
+            )
 
 
 def test_measured_step_over_the_floor_with_communication_is_at_least_one(smoke_run):
@@ -40,8 +42,11 @@ def test_measured_step_over_the_floor_with_communication_is_at_least_one(smoke_r
     communication = plan.floor.communication
     assert communication.scheme == "zero3-offload-all" and communication.backend == "gloo"
     assert communication.micro_step.seconds > 0 and plan.floor.missing == []
-    gate = next(g for g in GateVerdicts.read(smoke_run.results / "gates/verdicts.json").gates
-                if g.statistic == "floor_ratio")
+    gate = next(
+        g
+        for g in GateVerdicts.read(smoke_run.results / "gates/verdicts.json").gates
+        if g.statistic == "floor_ratio"
+    )
     assert gate.evidence.floor == pytest.approx(plan.floor.optimizer_step_floor_s)
     assert gate.evidence.floor_terms["micro_step collectives x 8(s)"] > 0
     # A floor is a lower bound: below 1 the floor (or the measurement) has a bug.

@@ -2,7 +2,8 @@
 parse_logs rule's zerogate.analysis.parse.parse_run, then check_gates' zerogate.analysis.gates.evaluate,
 with the same inputs the rules read), never the training.
 
-Reads the session's shared smoke run (``smoke_run``, tests/integration/conftest.py), copying what it doctors: train/metrics/rank*.jsonl, train/summary.json, train/events.jsonl, logs/train.log,
+Reads the session's shared smoke run (``smoke_run``, tests/integration/conftest.py), copying what it doctors:
+train/metrics/rank*.jsonl, train/summary.json, train/events.jsonl, logs/train.log,
 deepspeed/{run_spec,ds_config,deviations}.json, probe/hardware.json and plan/plan_measured.json.
 """
 
@@ -16,7 +17,8 @@ import pytest
 import yaml
 
 from tests.unit.helpers import settings
-from zerogate.analysis.claims import Evidence, judge as judge_claims
+from zerogate.analysis.claims import Evidence
+from zerogate.analysis.claims import judge as judge_claims
 from zerogate.analysis.gates import evaluate
 from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import parse_run
@@ -25,9 +27,22 @@ from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import StepRecord, TrainSummary
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec, TrainSettings
-from zerogate.contracts.verdicts import DOES_NOT_HOLD, FAIL, HOLDS_ONLY_WHEN, NOT_MEASURED, PASS, GateVerdict, GateVerdicts
+from zerogate.contracts.verdicts import (
+    DOES_NOT_HOLD,
+    FAIL,
+    HOLDS_ONLY_WHEN,
+    NOT_MEASURED,
+    PASS,
+    GateVerdict,
+    GateVerdicts,
+)
 
-TIMING_GATES = ("optimizer_step_time", "optimizer_step_time_p90", "micro_step_time", "step_time_over_physical_floor")
+TIMING_GATES = (
+    "optimizer_step_time",
+    "optimizer_step_time_p90",
+    "micro_step_time",
+    "step_time_over_physical_floor",
+)
 MEMORY_GATES = ("peak_memory_smallest_device", "peak_memory_per_rank")
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,18 +57,32 @@ def finished_run(smoke_run) -> Path:
 
 
 def verdicts_of(run: Path, metrics_dir: Path, profile: dict) -> GateVerdicts:
-    """parse_logs then check_gates, as the rules run them, over ``metrics_dir`` in place of the run's records."""
+    """parse_logs then check_gates, as the rules run them, over ``metrics_dir`` in place of the run's
+    records."""
     typed = settings(profile)
     summary = TrainSummary.read(run / "train/summary.json")
-    steps, events, meta = parse_run(metrics_dir, run / "logs/train.log", summary, run / "train/events.jsonl",
-                                    typed.training.optimizer_steps)
-    return evaluate(typed.gates, steps, events, summary, RunSpec.read(run / "deepspeed/run_spec.json"),
-                    Deviations.read(run / "deepspeed/deviations.json"), Fingerprint.read(run / "probe/hardware.json"),
-                    typed.training.warmup_steps_excluded,
-                    SpikeRule.from_settings(TrainSettings.read(run / "train/settings.json").stabiliser),
-                    # what check_gates reads: the floor with the measured compute term
-                    plan=Plan.read(run / "plan/plan_measured.json"), run_meta=meta,
-                    ds_config=DsConfig.read(run / "deepspeed/ds_config.json"))
+    steps, events, meta = parse_run(
+        metrics_dir,
+        run / "logs/train.log",
+        summary,
+        run / "train/events.jsonl",
+        typed.training.optimizer_steps,
+    )
+    return evaluate(
+        typed.gates,
+        steps,
+        events,
+        summary,
+        RunSpec.read(run / "deepspeed/run_spec.json"),
+        Deviations.read(run / "deepspeed/deviations.json"),
+        Fingerprint.read(run / "probe/hardware.json"),
+        typed.training.warmup_steps_excluded,
+        SpikeRule.from_settings(TrainSettings.read(run / "train/settings.json").stabiliser),
+        # what check_gates reads: the floor with the measured compute term
+        plan=Plan.read(run / "plan/plan_measured.json"),
+        run_meta=meta,
+        ds_config=DsConfig.read(run / "deepspeed/ds_config.json"),
+    )
 
 
 def judge(run: Path, metrics_dir: Path, profile: dict) -> dict[str, GateVerdict]:
@@ -84,7 +113,9 @@ def test_a_truncated_rank_fails_completion_and_measures_nothing(finished_run, tm
     metrics = doctored_copy(finished_run, tmp_path)
     victim = last_rank(metrics)
     records = lines(victim)
-    write_lines(victim, records[: len(records) // 2] + records[-1:])  # the first half and the last step: max is complete
+    write_lines(
+        victim, records[: len(records) // 2] + records[-1:]
+    )  # the first half and the last step: max is complete
     judged = judge(finished_run, metrics, smoke_profile)
     rank = records[0].rank
     assert judged["ranks_completed"].verdict == FAIL and f"rank {rank}:" in judged["ranks_completed"].reason
@@ -104,9 +135,13 @@ def seed_convergence_claim(run: Path, verdicts: GateVerdicts):
 def test_the_convergence_claim_counts_the_steps_each_rank_recorded(finished_run, tmp_path, smoke_profile):
     """The untouched 40-step run holds the claim only as far as it ran; the same run with one rank's records
     cut short does not hold it, and says how many steps there were."""
-    untouched = seed_convergence_claim(finished_run, verdicts_of(finished_run, doctored_copy(finished_run, tmp_path),
-                                                                 smoke_profile))
-    assert untouched.verdict == HOLDS_ONLY_WHEN and "the run is 40 steps long: 1000 were claimed" in untouched.text
+    untouched = seed_convergence_claim(
+        finished_run, verdicts_of(finished_run, doctored_copy(finished_run, tmp_path), smoke_profile)
+    )
+    assert (
+        untouched.verdict == HOLDS_ONLY_WHEN
+        and "the run is 40 steps long: 1000 were claimed" in untouched.text
+    )
     metrics = tmp_path / "cut"
     shutil.copytree(finished_run / "train/metrics", metrics)
     victim = last_rank(metrics)

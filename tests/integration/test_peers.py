@@ -43,7 +43,10 @@ def launch(workdir: Path, results: Path, out: Path, name: str) -> subprocess.Com
 def peer_runs(smoke_run, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("zerogate-peers")
     with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:
-        futures = {name: pool.submit(launch, smoke_run.workdir, smoke_run.results, root / name, name) for name in VARIANTS}
+        futures = {
+            name: pool.submit(launch, smoke_run.workdir, smoke_run.results, root / name, name)
+            for name in VARIANTS
+        }
         done = {name: future.result() for name, future in futures.items()}
     for name, result in done.items():
         assert result.returncode == 0, (name, result.stderr[-3000:])
@@ -58,13 +61,17 @@ def test_fsdp2_writes_the_records_deepspeed_writes(peer_runs, smoke_run):
         for rank in (0, 1):
             records = read_lines(StepRecord, peer_runs[name] / f"train/metrics/rank{rank}.jsonl")
             assert [r.step for r in records] == list(range(1, STEPS + 1))
-            assert all(r.update_applied and r.grad_norm is not None and r.collectives_s is not None for r in records)
+            assert all(
+                r.update_applied and r.grad_norm is not None and r.collectives_s is not None for r in records
+            )
             # The same measurements present: every key DeepSpeed's run fills, this one fills.
             filled = {k for k, v in records[0].model_dump(by_alias=True).items() if v is not None}
-            assert filled >= {k for k, v in reference[0].model_dump(by_alias=True).items() if v is not None} - {
-                "loss_scale"}
+            assert filled >= {
+                k for k, v in reference[0].model_dump(by_alias=True).items() if v is not None
+            } - {"loss_scale"}
             held = HeldBytes.read(peer_runs[name] / f"train/metrics/held_bytes_rank{rank}.json")
-            # Its shards, not the whole model: the parameters half of the fp32 whole, Adam's two states twice that.
+            # Its shards, not the whole model: the parameters half of the fp32 whole, Adam's two states twice
+            # that.
             assert held.parameters_bytes * 2 == 4 * held.parameter_count == held.optimizer_states_bytes
 
 
@@ -78,15 +85,23 @@ def test_fsdp2_resumes_from_its_own_checkpoint(peer_runs, smoke_run):
 
 
 def test_the_variants_table_sets_fsdp2_against_zero(peer_runs, smoke_run):
-    runs = {name: VariantRun(read_rank_metrics(path / "train/metrics"), TrainSummary.read(path / "train/summary.json"))
-            for name, path in peer_runs.items()}
+    runs = {
+        name: VariantRun(
+            read_rank_metrics(path / "train/metrics"), TrainSummary.read(path / "train/summary.json")
+        )
+        for name, path in peer_runs.items()
+    }
     settings = TrainSettings.read(smoke_run.results / "train/settings.json")
-    table = compare(runs, warmup_steps=2, spike_rule=SpikeRule.from_settings(settings.stabiliser), expected_steps=STEPS)
+    table = compare(
+        runs, warmup_steps=2, spike_rule=SpikeRule.from_settings(settings.stabiliser), expected_steps=STEPS
+    )
     assert [row.engine for row in table.rows] == ["deepspeed", "fsdp2", "fsdp2"]
     assert all(row.statistics.run_complete for row in table.rows)
     assert "moves nothing" in table.rows[2].note  # CPUOffloadPolicy on the CPU accelerator
     by_pair = {(a.peer, a.reference): a for a in table.agreement}
-    assert set(by_pair) == {("fsdp2", "zero3")}  # fsdp2-offload's ZeRO variant (zero3-offload-all) is not trained here
+    assert set(by_pair) == {
+        ("fsdp2", "zero3")
+    }  # fsdp2-offload's ZeRO variant (zero3-offload-all) is not trained here
     # Every engine starts from the same initial weights at the same seed (zerogate.model.build.build_model):
     # the same first loss, and, two ranks summing in float32 either way, within float32 rounding after it.
     agreement = by_pair[("fsdp2", "zero3")]

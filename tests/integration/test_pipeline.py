@@ -13,13 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from zerogate.config.profile import load_profile_chain, resolve_profile
-
 from tests.integration.pipeline import MACHINE, STRAGGLER_DELAY_S, copy_repo, env, refused, snakemake
 from tests.unit.helpers import settings
 from zerogate import __version__
 from zerogate.analysis import measures
 from zerogate.analysis.parse import read_steps
+from zerogate.config.profile import load_profile_chain, resolve_profile
 from zerogate.contracts.data import DatasetManifest
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.plan import Plan
@@ -28,6 +27,7 @@ from zerogate.contracts.run import Deviations
 from zerogate.contracts.verdicts import GATE_OUTCOMES, ClaimVerdicts, GateVerdicts
 
 pytestmark = pytest.mark.integration
+
 
 def test_every_gate_has_definition_value_threshold_and_verdict(smoke_run, smoke_profile):
     results = smoke_run.results
@@ -71,7 +71,9 @@ def test_every_step_records_its_collective_time_and_the_report_says_who_waits(sm
     accumulation = training.gradient_accumulation_steps
     assert (steps[measures.COLLECTIVES_TIME] > 0).all()
     assert (steps[measures.COLLECTIVES_TIME] < steps[measures.STEP_TIME]).all()
-    assert (steps["collective_calls"] > accumulation).all()  # more than the boundary: inside the micro-steps too
+    assert (
+        steps["collective_calls"] > accumulation
+    ).all()  # more than the boundary: inside the micro-steps too
     balance = measures.rank_balance(steps, training.warmup_steps_excluded, world_size=2)
     assert balance.measured and balance.ranks == [0, 1], balance.problems
     assert all(wait >= 0 for wait in balance.wait.values())
@@ -100,7 +102,11 @@ def test_each_predicted_peak_level_is_set_against_its_measurement(smoke_run):
         for level in ("tensor", "tensor without the gradient buckets"):
             assert abs(levels[rank, level].error_percent) <= 10, levels[rank, level]
         assert abs(levels[rank, "resident_set"].error_percent) <= 15, levels[rank, "resident_set"]
-    assert set(table.level_max_abs_error_percent) == {"tensor", "tensor without the gradient buckets", "resident_set"}
+    assert set(table.level_max_abs_error_percent) == {
+        "tensor",
+        "tensor without the gradient buckets",
+        "resident_set",
+    }
 
 
 def test_render_records_deviations_and_no_auto(smoke_run):
@@ -117,7 +123,9 @@ def test_report_is_versioned_and_names_its_provenance(smoke_run):
     assert len(reports) == 1
     assert reports[0].name.startswith(f"zerogate-v{__version__}-smoke-{MACHINE}-")
     page = reports[0].read_text()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=workdir, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=workdir, capture_output=True, text=True
+    ).stdout.strip()
     provenance = Provenance.read(results / "provenance.json")
     dataset_hash = DatasetManifest.read(results / "dataset/manifest.json").content_sha256
     assert provenance.git.at_training.commit == commit
@@ -153,9 +161,11 @@ def test_editing_a_gate_threshold_rejudges_without_retraining_and_strict_fails_o
 
 def edit_threshold_with_strict(workdir, results):
     profile = workdir / "config/profiles/smoke.yaml"
-    # The profile's own gates (every key, e.g. the convergence gate's settings), the first one made impossible.
-    strict_time = resolve_profile(load_profile_chain(workdir / "config/profiles", "smoke", "config/config.yaml",
-                                                     "profile"))["gates"]
+    # The profile's own gates (every key, e.g. the convergence gate's settings), the first one made
+    # impossible.
+    strict_time = resolve_profile(
+        load_profile_chain(workdir / "config/profiles", "smoke", "config/config.yaml", "profile")
+    )["gates"]
     strict_time[0]["threshold"] = 0.001  # no machine makes an optimizer step in a millisecond
     trained_at = (results / "train/summary.json").stat().st_mtime_ns
     profile.write_text(profile.read_text() + "gates: " + json.dumps(strict_time) + "\n")
@@ -190,17 +200,32 @@ def test_run_registry_lists_gates_figures_and_provenance(smoke_run):
     registry = RunRegistry.read(results / "registry.json")
     verdicts = GateVerdicts.read(results / "gates/verdicts.json")
     assert [g.verdict for g in registry.gates] == [g.verdict for g in verdicts.gates]
-    assert registry.provenance.dataset_sha256 == DatasetManifest.read(results / "dataset/manifest.json").content_sha256
+    assert (
+        registry.provenance.dataset_sha256
+        == DatasetManifest.read(results / "dataset/manifest.json").content_sha256
+    )
     for figure in registry.files.figures.values():
         assert (smoke_run.workdir / figure).exists()
 
 
 BAD_PROFILES = {
-    "negative step count": ("training: {optimizer_steps: -5}", "training.optimizer_steps: -5 is less than the minimum of 1"),
+    "negative step count": (
+        "training: {optimizer_steps: -5}",
+        "training.optimizer_steps: -5 is less than the minimum of 1",
+    ),
     "misspelt key": ("training: {optimizer_stepz: 5}", "training.optimizer_stepz: unknown key"),
-    "wrong type": ("training: {optimizer_steps: many}", "training.optimizer_steps: 'many' is not of type 'integer'"),
-    "geometry that does not multiply out": ("training: {train_batch_size: 20}", "training.train_batch_size: 20 is not"),
-    "missing template": ("deepspeed: {template: config/deepspeed/nope.json}", "deepspeed.template: no such file"),
+    "wrong type": (
+        "training: {optimizer_steps: many}",
+        "training.optimizer_steps: 'many' is not of type 'integer'",
+    ),
+    "geometry that does not multiply out": (
+        "training: {train_batch_size: 20}",
+        "training.train_batch_size: 20 is not",
+    ),
+    "missing template": (
+        "deepspeed: {template: config/deepspeed/nope.json}",
+        "deepspeed.template: no such file",
+    ),
     "nested unknown key": ("model: {hidden_sise: 32}", "model.hidden_sise: unknown key"),
 }
 
@@ -213,8 +238,14 @@ def dry_run(workdir, *args, profile="smoke"):
 
 def bare_snakemake(workdir, *args):
     """Snakemake with no --config at all: config/config.yaml alone."""
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, env=env(), capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=workdir,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def profile_name(case: str) -> str:
@@ -238,7 +269,10 @@ def checks(tmp_path_factory):
         "lint": (bare_snakemake, clean, ("--lint",), {}),
     }
     with ThreadPoolExecutor(max_workers=max(1, min(len(calls), os.cpu_count() or 1))) as pool:
-        futures = {case: pool.submit(call, workdir, *args, **kwargs) for case, (call, workdir, args, kwargs) in calls.items()}
+        futures = {
+            case: pool.submit(call, workdir, *args, **kwargs)
+            for case, (call, workdir, args, kwargs) in calls.items()
+        }
         done = {case: future.result() for case, future in futures.items()}
     return clean, typo, done
 
@@ -273,9 +307,13 @@ def test_plan_txt_and_the_report_judge_every_seed_claim_on_paper_in_the_same_wor
 
     results = smoke_run.results
     plan_txt = (results / "plan/plan.txt").read_text()
-    in_plan = dict(re.findall(r"^  seed claim (\S+) \(for the claimed box\): (.*)$", plan_txt, flags=re.MULTILINE))
+    in_plan = dict(
+        re.findall(r"^  seed claim (\S+) \(for the claimed box\): (.*)$", plan_txt, flags=re.MULTILINE)
+    )
     (page,) = [html.unescape(p.read_text()) for p in (results / "report").glob("zerogate-v*.html")]
-    in_report = dict(re.findall(r"<tr id='claim-([^']+)'><td>.*?</td><td class='claim-[^']*'><b>(.*?)</b>", page, re.S))
+    in_report = dict(
+        re.findall(r"<tr id='claim-([^']+)'><td>.*?</td><td class='claim-[^']*'><b>(.*?)</b>", page, re.S)
+    )
     judged = ClaimVerdicts.read(results / "claims/verdicts.json")
     assert set(in_plan) == set(in_report) == {c.id for c in judged.claims}
     assert in_plan == in_report

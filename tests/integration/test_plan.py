@@ -19,8 +19,14 @@ pytestmark = pytest.mark.integration
 
 
 def snakemake(workdir, *args):
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir, env=env(),
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", *args],
+        cwd=workdir,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +59,9 @@ def refuse_infeasible(workdir):
 def plans(tmp_path_factory, smoke_run):
     """Both planning runs side by side, each in its own copy (each is mostly one process at a time starting
     up): {"claimed": (workdir, (first, second)), "refused": (workdir, (done, seconds))}."""
-    claimed, refused_ = (copy_repo(tmp_path_factory.mktemp(name)) for name in ("zerogate-claimed", "zerogate-refuse"))
+    claimed, refused_ = (
+        copy_repo(tmp_path_factory.mktemp(name)) for name in ("zerogate-claimed", "zerogate-refuse")
+    )
     smoke_run.share_probe(refused_, "claim-14b", "ci-refuse")
     with ThreadPoolExecutor(max_workers=2) as pool:
         first = pool.submit(plan_claimed_box, claimed)
@@ -67,12 +75,19 @@ def test_plan_for_the_claimed_box_gives_the_on_paper_verdict(plans):
     for scheme in ("ddp", "zero1", "zero2", "zero3", "zero3_offload_optimizer", "zero3_offload_all"):
         assert f"  {scheme} " in done.stderr
     assert "throughput floor: micro-step" in done.stderr
-    # The claims on paper, in the one vocabulary (zerogate.contracts.verdicts): the floor rules the step time out.
-    assert "  optimizer_step_time: does not hold" in done.stderr and "  run_fits_machine: does not hold" in done.stderr
+    # The claims on paper, in the one vocabulary (zerogate.contracts.verdicts): the floor rules the step time
+    # out.
+    assert (
+        "  optimizer_step_time: does not hold" in done.stderr
+        and "  run_fits_machine: does not hold" in done.stderr
+    )
     plan = Plan.read(workdir / "results/claim-14b/claim-rtx5070-rtx4090/plan/plan.json")
     assert plan.floor.optimizer_step_floor_s > 20 and plan.machine_source == "described"
     # What FSDP2, with and without its offload, would need on the same box.
-    assert [p.variant for p in plan.peers] == ["fsdp2", "fsdp2-offload"] and "  fsdp2-offload: " in done.stderr
+    assert [p.variant for p in plan.peers] == [
+        "fsdp2",
+        "fsdp2-offload",
+    ] and "  fsdp2-offload: " in done.stderr
     assert not (workdir / "results/claim-14b/claim-rtx5070-rtx4090/probe").exists()  # nothing probed
     # The planner's multi-node answer, printed and written as a profile overlay that runs: planned as a
     # profile of its own on the same box, it fits.
@@ -100,11 +115,16 @@ def test_misspelt_deepspeed_key_is_refused_with_its_path(workdir, smoke_run):
     template = workdir / "config/deepspeed/claim_ds_config.json"
     original = template.read_text()
     config = json.loads(original)
-    config["zero_optimization"]["stage3_prefetch_bucket_sise"] = config["zero_optimization"].pop("stage3_prefetch_bucket_size")
+    config["zero_optimization"]["stage3_prefetch_bucket_sise"] = config["zero_optimization"].pop(
+        "stage3_prefetch_bucket_size"
+    )
     try:
         template.write_text(json.dumps(config))
         line = refused(snakemake(workdir, "plan", "--config", "profile=smoke", "machine=ci-typo"))
     finally:
         template.write_text(original)
-    assert "config/deepspeed/claim_ds_config.json: zero_optimization.stage3_prefetch_bucket_sise: unknown key" in line
+    assert (
+        "config/deepspeed/claim_ds_config.json: zero_optimization.stage3_prefetch_bucket_sise: unknown key"
+        in line
+    )
     assert not (workdir / "results/smoke/ci-typo/plan/plan.json").exists()

@@ -1,4 +1,5 @@
-"""Who waits for whom, on real DeepSpeed ranks: the two-node run (tests/integration/conftest.py) has its rank 1
+"""Who waits for whom, on real DeepSpeed ranks: the two-node run (tests/integration/conftest.py) has its rank
+1
 made slow by the `slow` fault injection; its report must name rank 1 the straggler and rank 0 the rank that
 waits for it. (The unperturbed smoke run, with no straggler, is tests/integration/test_pipeline.py's.)"""
 

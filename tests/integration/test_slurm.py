@@ -31,11 +31,23 @@ def slurm_run(two_node_run):
 
 def test_every_rule_ran_as_a_slurm_job(slurm_run):
     workdir, _ = slurm_run
-    ran = {path.name.removeprefix("rule_") for path in (workdir / ".snakemake/slurm_logs").iterdir()
-           if any(path.glob("*.log"))}
+    ran = {
+        path.name.removeprefix("rule_")
+        for path in (workdir / ".snakemake/slurm_logs").iterdir()
+        if any(path.glob("*.log"))
+    }
     local = {"approve_plan", "judge_plan_claims", "write_train_settings", "all"}  # localrules: no job
-    assert {"probe_hardware", "prepare_dataset", "render_deepspeed_config", "plan_run", "train", "parse_logs",
-            "check_gates", "write_report", "register_run"} <= ran
+    assert {
+        "probe_hardware",
+        "prepare_dataset",
+        "render_deepspeed_config",
+        "plan_run",
+        "train",
+        "parse_logs",
+        "check_gates",
+        "write_report",
+        "register_run",
+    } <= ran
     assert not ran & local
     train_job = next((workdir / ".snakemake/slurm_logs/rule_train").glob("*.log")).read_text()
     assert "Finished jobid" in train_job or "100%" in train_job

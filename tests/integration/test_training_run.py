@@ -58,15 +58,28 @@ def kill_rank0(process: subprocess.Popen) -> None:
 
 
 def start(workdir: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(snakemake_command(*args, targets=(SUMMARY,)), cwd=workdir, env=env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        snakemake_command(*args, targets=(SUMMARY,)),
+        cwd=workdir,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def remove_training(results: Path) -> None:
     """Everything training wrote goes; probe, plan, dataset, DeepSpeed config and train settings stay up to
     date, so Snakemake reruns only the train rule."""
-    for name in ("train/metrics", "train/events.jsonl", "train/eval.jsonl", "train/summary.json", "checkpoints",
-                 "logs/train.log", "logs/train_failed"):
+    for name in (
+        "train/metrics",
+        "train/events.jsonl",
+        "train/eval.jsonl",
+        "train/summary.json",
+        "checkpoints",
+        "logs/train.log",
+        "logs/train_failed",
+    ):
         path = results / name
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
 
@@ -129,13 +142,20 @@ def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, li
             assert a.lr == pytest.approx(b.lr, rel=1e-9)
 
 
-def run_policy(smoke_run, out: Path, policy: str, inject_step: int, steps: int = 8,
-               every: int = 3) -> tuple[subprocess.CompletedProcess, Path]:
+def run_policy(
+    smoke_run, out: Path, policy: str, inject_step: int, steps: int = 8, every: int = 3
+) -> tuple[subprocess.CompletedProcess, Path]:
     """zerogate.train.loop through the launcher, on the smoke run's data, with a NaN injected on rank 1."""
-    command = shortened_launch(smoke_run.results, out, steps,
-                               stabiliser={"policy": policy, "inject": {"step": inject_step, "rank": 1, "kind": "nan_loss"}},
-                               checkpoint={"every_steps": every, "keep": 2, "export_fp32": True})
-    done = subprocess.run(command, cwd=smoke_run.workdir, env=env(), capture_output=True, text=True, timeout=600)
+    command = shortened_launch(
+        smoke_run.results,
+        out,
+        steps,
+        stabiliser={"policy": policy, "inject": {"step": inject_step, "rank": 1, "kind": "nan_loss"}},
+        checkpoint={"every_steps": every, "keep": 2, "export_fp32": True},
+    )
+    done = subprocess.run(
+        command, cwd=smoke_run.workdir, env=env(), capture_output=True, text=True, timeout=600
+    )
     return done, out
 
 
@@ -148,7 +168,8 @@ def final_weights_finite(out: Path) -> bool:
     return bool(weights) and all(torch.isfinite(t).all() for t in weights.values())
 
 
-# Each policy's run, with the step of its NaN. The three are independent 8-step launches that spend most of their
+# Each policy's run, with the step of its NaN. The three are independent 8-step launches that spend most of
+# their
 # time starting up (imports, one process at a time in each launcher): they run side by side.
 POLICY_RUNS = {"abort": 3, "skip": 5, "rollback": 5}
 
@@ -157,8 +178,10 @@ POLICY_RUNS = {"abort": 3, "skip": 5, "rollback": 5}
 def policy_runs(smoke_run, tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
     root = tmp_path_factory.mktemp("zerogate-policies")
     with ThreadPoolExecutor(max_workers=len(POLICY_RUNS)) as pool:
-        futures = {policy: pool.submit(run_policy, smoke_run, root / policy, policy, inject_step=step)
-                   for policy, step in POLICY_RUNS.items()}
+        futures = {
+            policy: pool.submit(run_policy, smoke_run, root / policy, policy, inject_step=step)
+            for policy, step in POLICY_RUNS.items()
+        }
         return {policy: future.result() for policy, future in futures.items()}
 
 
@@ -215,9 +238,20 @@ def test_the_ddp_baseline_trains_the_profiles_pretrained_model(smoke_run, tmp_pa
 
     pretrained = tmp_path / "pretrained"
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                                         pad_token_id=None, bos_token_id=None, eos_token_id=None))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=256,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            pad_token_id=None,
+            bos_token_id=None,
+            eos_token_id=None,
+        )
+    )
     model.save_pretrained(pretrained)
     parameters = sum(p.numel() for p in model.parameters())
     dataset = tmp_path / "dataset"
@@ -228,11 +262,19 @@ def test_the_ddp_baseline_trains_the_profiles_pretrained_model(smoke_run, tmp_pa
     out = tmp_path / "ddp"
     command = shortened_launch(smoke_run.results, out, steps=2, checkpoint={"every_steps": 0})
     command[command.index("--dataset-dir") + 1] = str(dataset)
-    done = subprocess.run([*command, "--engine", "ddp"], cwd=smoke_run.workdir, env=env(), capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [*command, "--engine", "ddp"],
+        cwd=smoke_run.workdir,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = TrainSummary.read(out / "train/summary.json")
     assert summary.engine == "ddp" and summary.parameters == parameters != 139_584  # not the profile's shape
     for rank in (0, 1):
         rows = metrics(out, rank)
-        assert [r.step for r in rows] == [1, 2] and all(math.isfinite(r.loss) and r.update_applied for r in rows)
+        assert [r.step for r in rows] == [1, 2] and all(
+            math.isfinite(r.loss) and r.update_applied for r in rows
+        )

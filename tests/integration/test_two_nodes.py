@@ -41,7 +41,9 @@ def test_two_launchers_make_one_world_that_trains_as_the_one_node_run(two_node_r
         records = metrics(results, rank)
         assert {(r.node, r.local_rank) for r in records} == {(rank, 0)}
     # One fingerprint per node, all in the report.
-    assert [n.node for n in run_meta.nodes] == [0, 1] and all(n.machine.cpu.logical_cores for n in run_meta.nodes)
+    assert [n.node for n in run_meta.nodes] == [0, 1] and all(
+        n.machine.cpu.logical_cores for n in run_meta.nodes
+    )
     report = next((results / "report").glob("zerogate-*.html")).read_text()
     assert "<table id='nodes'>" in report
     # Same world size, seed and data order as the one-node smoke run: the same training, step for step.
@@ -57,7 +59,8 @@ def test_gates_and_report_are_those_of_a_one_node_run(two_node_run, smoke_run):
     one = GateVerdicts.read(smoke_run.results / "gates/verdicts.json")
     assert [g.name for g in two.gates] == [g.name for g in one.gates]
     # A time gate judges an interval: this run's rank 1 is made slow and it runs beside the rest of the suite,
-    # so its times may straddle a threshold the one-node run's meet. Each is judged on an interval all the same.
+    # so its times may straddle a threshold the one-node run's meet. Each is judged on an interval all the
+    # same.
     for a, b in zip(two.gates, one.gates):
         if b.interval is None:
             assert a.verdict == b.verdict, a.name
@@ -72,8 +75,11 @@ def node_launcher(node: int) -> psutil.Process:
     """The DeepSpeed launcher process of node ``node`` (its command line holds --node_rank <node>)."""
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info["cmdline"] or []
-        if "--node_rank" in cmdline and cmdline[cmdline.index("--node_rank") + 1] == str(node) \
-                and "zerogate.train.loop" in cmdline:
+        if (
+            "--node_rank" in cmdline
+            and cmdline[cmdline.index("--node_rank") + 1] == str(node)
+            and "zerogate.train.loop" in cmdline
+        ):
             return process
     raise AssertionError(f"no launcher of node {node} found")
 
@@ -83,8 +89,9 @@ def test_a_dead_node_ends_the_run_in_bounded_time_and_the_rerun_resumes(two_node
     steps = 20
     command = shortened_launch(two_node_run.results, tmp_path, steps, stabiliser={"inject": None})
     out = tmp_path / "train"
-    process = subprocess.Popen(command, cwd=two_node_run.workdir, env=env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command, cwd=two_node_run.workdir, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     wait_for_step(process, out / "metrics/rank0.jsonl", 13)  # past the checkpoint of step 10
     # Node 1 dies: its launcher and its rank, at once (the launcher leads its own process group).
     os.killpg(os.getpgid(node_launcher(1).pid), signal.SIGKILL)
@@ -94,8 +101,9 @@ def test_a_dead_node_ends_the_run_in_bounded_time_and_the_rerun_resumes(two_node
     assert not (out / "summary.json").exists()
     assert not node_launcher_alive(0)
 
-    resumed = subprocess.run(command, cwd=two_node_run.workdir, env=env(), capture_output=True, text=True,
-                             timeout=900)
+    resumed = subprocess.run(
+        command, cwd=two_node_run.workdir, env=env(), capture_output=True, text=True, timeout=900
+    )
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     summary = TrainSummary.read(out / "summary.json")
     assert summary.world_size == 2 and summary.resumed_from_step == 10

@@ -91,7 +91,8 @@ def test_malformed_line_is_refused_before_training(workdir):
 
 @pytest.mark.parametrize("damage", ["malformed line", "missing column"])
 def test_bad_dataset_file_is_refused_before_the_probe_runs(tmp_path, damage):
-    """The file is checked when the profile loads, with the profile itself: no job starts, not even the probe."""
+    """The file is checked when the profile loads, with the profile itself: no job starts, not even the
+    probe."""
     workdir = copy_repo(tmp_path)
     rows = user_rows(20)
     if damage == "missing column":
@@ -105,9 +106,14 @@ def test_bad_dataset_file_is_refused_before_the_probe_runs(tmp_path, damage):
     (workdir / "data/mine.jsonl").write_text(text)
     (workdir / "config/profiles/user-jsonl.yaml").write_text(PROFILE)
     done = snakemake(workdir, profile="user-jsonl", targets=TRAINED)
-    errors = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("zerogate: error:")]
+    errors = [
+        line for line in (done.stdout + done.stderr).splitlines() if line.startswith("zerogate: error:")
+    ]
     assert done.returncode != 0 and len(errors) == 1, done.stderr[-3000:]
-    expected = ("data/mine.jsonl: line 7: malformed JSON" if damage == "malformed line"
-                else "data/mine.jsonl: mapped column 'reply' (dataset.columns.response) not found")
+    expected = (
+        "data/mine.jsonl: line 7: malformed JSON"
+        if damage == "malformed line"
+        else "data/mine.jsonl: mapped column 'reply' (dataset.columns.response) not found"
+    )
     assert expected in errors[0]
     assert not (workdir / "results").exists()  # nothing ran: no probe, no plan

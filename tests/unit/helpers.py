@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import parse_launcher_log, steps_table
 from zerogate.config.profile import load_profile_chain, resolve_profile, with_model_config
 from zerogate.config.settings import ProfileSettings, profile_settings
@@ -32,11 +33,23 @@ def step_record(**fields: Any) -> StepRecord:
     """One rank's record of one optimizer step, the CPU accelerator's fields by default."""
     step_time = fields.pop("step_time_s", 0.5)
     defaults: dict[str, Any] = {
-        "step": 1, "rank": 0, "loss": 3.0, "loss_finite": True, "grad_norm": 1.0, "lr": 1e-3,
-        "step_time_s": step_time, "micro_step_time_s": step_time / 8, "tokens": 200,
+        "step": 1,
+        "rank": 0,
+        "loss": 3.0,
+        "loss_finite": True,
+        "grad_norm": 1.0,
+        "lr": 1e-3,
+        "step_time_s": step_time,
+        "micro_step_time_s": step_time / 8,
+        "tokens": 200,
         "tokens_per_s": 200 / step_time if step_time > 0 else None,
-        "elapsed_s": 1.0, "device": "cpu", "update_applied": True, "rss_gib": 0.6, "peak_rss_gib": 0.6,
-        "device_peak_gib": 0.6, "device_peak_source": "VmHWM per step",
+        "elapsed_s": 1.0,
+        "device": "cpu",
+        "update_applied": True,
+        "rss_gib": 0.6,
+        "peak_rss_gib": 0.6,
+        "device_peak_gib": 0.6,
+        "device_peak_source": "VmHWM per step",
     }
     defaults.update(fields)
     if "loss" in fields and "loss_finite" not in fields:
@@ -49,17 +62,27 @@ def table_of(records: list[StepRecord]) -> pd.DataFrame:
     return steps_table(records)
 
 
-def synthetic_steps(steps: int = 200, ranks: int = 2, step_time: float = 0.5, loss_start: float = 5.0,
-                    loss_end: float = 1.0, memory_gib: float = 0.6, noise: float = 0.05, seed: int = 0,
-                    time_noise: float = 0.02, time_correlation: float = 0.0,
-                    slow_rank: int | None = None, slow_factor: float = 1.0) -> pd.DataFrame:
+def synthetic_steps(
+    steps: int = 200,
+    ranks: int = 2,
+    step_time: float = 0.5,
+    loss_start: float = 5.0,
+    loss_end: float = 1.0,
+    memory_gib: float = 0.6,
+    noise: float = 0.05,
+    seed: int = 0,
+    time_noise: float = 0.02,
+    time_correlation: float = 0.0,
+    slow_rank: int | None = None,
+    slow_factor: float = 1.0,
+) -> pd.DataFrame:
     """A run whose truth is known: each rank's step time is ``step_time`` times (1 + ``time_noise`` x an
     AR(1) series with lag-one correlation ``time_correlation``: consecutive steps alike, as on a loaded
     machine); ``slow_rank`` takes ``slow_factor`` times as long."""
     rng = np.random.default_rng(seed)
     loss = np.linspace(loss_start, loss_end, steps) + rng.normal(0, noise, steps)
     records = []
-    innovation = np.sqrt(1 - time_correlation ** 2)
+    innovation = np.sqrt(1 - time_correlation**2)
     for rank in range(ranks):
         level = 0.0
         factor = slow_factor if rank == slow_rank else 1.0
@@ -67,8 +90,18 @@ def synthetic_steps(steps: int = 200, ranks: int = 2, step_time: float = 0.5, lo
             level = time_correlation * level + innovation * rng.standard_normal()
             t = step_time * factor * (1 + time_noise * level)
             memory = memory_gib + 0.01 * rank
-            records.append(step_record(step=i + 1, rank=rank, loss=float(loss[i]), step_time_s=t, elapsed_s=t * (i + 1),
-                                       rss_gib=memory, peak_rss_gib=memory, device_peak_gib=memory))
+            records.append(
+                step_record(
+                    step=i + 1,
+                    rank=rank,
+                    loss=float(loss[i]),
+                    step_time_s=t,
+                    elapsed_s=t * (i + 1),
+                    rss_gib=memory,
+                    peak_rss_gib=memory,
+                    device_peak_gib=memory,
+                )
+            )
     return table_of(records)
 
 
@@ -79,14 +112,14 @@ def no_events() -> pd.DataFrame:
 def settings(profile: str | dict) -> ProfileSettings:
     """A real profile's typed settings (by name), or a resolved profile's."""
     if isinstance(profile, str):
-        profile = resolve_profile(load_profile_chain(REPO / "config/profiles", profile, "config/config.yaml", "profile"))
+        profile = resolve_profile(
+            load_profile_chain(REPO / "config/profiles", profile, "config/config.yaml", "profile")
+        )
     return with_model_config(profile_settings(profile))
 
 
-def spike_rule(profile: str | dict) -> "SpikeRule":
+def spike_rule(profile: str | dict) -> SpikeRule:
     """The profile's loss-spike rule, from its stabiliser settings as train/settings.json carries them."""
-    from zerogate.analysis.measures import SpikeRule
-
     return SpikeRule.from_settings(settings(profile).stabiliser)
 
 
@@ -103,9 +136,15 @@ class Rendered(NamedTuple):
         return DsConfig.of(self.config, "deepspeed/ds_config.json")
 
 
-def render_profile(profile: str | dict | ProfileSettings, fingerprint: Fingerprint, *, claim: dict | None = None,
-                   overrides: tuple | list = (), steps: int | None = None,
-                   template_file: str | None = None) -> Rendered:
+def render_profile(
+    profile: str | dict | ProfileSettings,
+    fingerprint: Fingerprint,
+    *,
+    claim: dict | None = None,
+    overrides: tuple | list = (),
+    steps: int | None = None,
+    template_file: str | None = None,
+) -> Rendered:
     """A profile (its name, a resolved profile or its settings) rendered for ``fingerprint`` from the settings
     render_deepspeed_config's rule passes: the profile's claim config unless ``claim`` is given, the
     profile's overrides then ``overrides`` ({path, value, reason}), ``steps`` optimizer steps if given."""
@@ -115,18 +154,37 @@ def render_profile(profile: str | dict | ProfileSettings, fingerprint: Fingerpri
     template = template_file or typed.deepspeed.template
     if claim is None:
         claim = json.loads((REPO / typed.deepspeed.template).read_text())
-    training = typed.training.run if steps is None else dataclasses.replace(typed.training.run, optimizer_steps=steps)
-    return Rendered(*render(claim, model=typed.model, training=training,
-                            overrides=[*typed.deepspeed.overrides, *overrides], seq_len=typed.dataset.seq_len,
-                            vocab_size=typed.vocab_size, fingerprint=fingerprint, template_file=template))
+    training = (
+        typed.training.run
+        if steps is None
+        else dataclasses.replace(typed.training.run, optimizer_steps=steps)
+    )
+    return Rendered(
+        *render(
+            claim,
+            model=typed.model,
+            training=training,
+            overrides=[*typed.deepspeed.overrides, *overrides],
+            seq_len=typed.dataset.seq_len,
+            vocab_size=typed.vocab_size,
+            fingerprint=fingerprint,
+            template_file=template,
+        )
+    )
 
 
 def train_summary(completed_steps: int = 200, world_size: int = 2, **changes: Any) -> TrainSummary:
     """Rank 0's train/summary.json of a finished fp32 run on the CPU, with ``changes`` to its fields."""
     fields: dict[str, Any] = {
-        "completed_steps": completed_steps, "resumed_from_step": None, "world_size": world_size,
+        "completed_steps": completed_steps,
+        "resumed_from_step": None,
+        "world_size": world_size,
         "stabiliser": StabiliserSummary(policy="skip", skipped_steps=0, rollbacks=0, skipped_windows=[]),
-        "parameters": 139584, "wall_time_s": 120.0, "metrics_time_s": 0.5, "dtype": "fp32", "accelerator": "cpu",
+        "parameters": 139584,
+        "wall_time_s": 120.0,
+        "metrics_time_s": 0.5,
+        "dtype": "fp32",
+        "accelerator": "cpu",
         "git": GitState(commit="abc123", dirty=False),
     }
     return TrainSummary(**{**fields, **changes})
@@ -140,8 +198,9 @@ def claim_box() -> Fingerprint:
 
 
 @functools.cache
-def rendered_run(on: str = "cpu", profile: str = "cpu-tiny",
-                 overrides: tuple = ()) -> tuple[DsConfig, Deviations, RunSpec]:
+def rendered_run(
+    on: str = "cpu", profile: str = "cpu-tiny", overrides: tuple = ()
+) -> tuple[DsConfig, Deviations, RunSpec]:
     """A profile as render_deepspeed_config renders it on this CPU machine (``"cpu"``: fp32, the CPU trains
     without fp16) or on the claimed box (``"claim box"``: the claim's fp16 with its dynamic loss scaler),
     with ``overrides`` ((path, value) pairs) after the profile's own."""
@@ -155,8 +214,12 @@ def rendered_run(on: str = "cpu", profile: str = "cpu-tiny",
 def run_spec_for(steps: int = 200, world_size: int = 2, on: str = "cpu") -> RunSpec:
     """cpu-tiny's rendered run spec, for a run of ``steps`` optimizer steps on ``world_size`` ranks."""
     spec = rendered_run(on)[2]
-    return spec.model_copy(update={"world_size": world_size,
-                                   "training": dataclasses.replace(spec.training, optimizer_steps=steps)})
+    return spec.model_copy(
+        update={
+            "world_size": world_size,
+            "training": dataclasses.replace(spec.training, optimizer_steps=steps),
+        }
+    )
 
 
 @functools.cache
@@ -167,27 +230,42 @@ def planned_run() -> Plan:
     from zerogate.plan.planner import plan_for_run
 
     ds_config, _, spec = rendered_run("cpu")
-    return plan_for_run(spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), settings("cpu-tiny").plan,
-                        "cpu-tiny")
+    return plan_for_run(
+        spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), settings("cpu-tiny").plan, "cpu-tiny"
+    )
 
 
 def with_optimizer_step_floor(plan: Plan, seconds: float | None) -> Plan:
     """``plan`` with its optimizer-step floor set to ``seconds`` (what a measured compute term would give)."""
-    return plan.model_copy(update={"floor": plan.floor.model_copy(update={"optimizer_step_floor_s": seconds})})
+    return plan.model_copy(
+        update={"floor": plan.floor.model_copy(update={"optimizer_step_floor_s": seconds})}
+    )
 
 
 def clean_checkout(copy: Path) -> Path:
     """The workflow alone under ``copy`` (no results, no .snakemake), as a clean checkout has it."""
     for name in ("Snakefile", "workflow", "config", "profiles", "envs"):
         source = REPO / name
-        (shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
-         if source.is_dir() else shutil.copy(source, copy / name))
+        (
+            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+            if source.is_dir()
+            else shutil.copy(source, copy / name)
+        )
     return copy
 
 
 def run_snakemake(checkout: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """``snakemake --cores 1 ARGS`` in ``checkout``, with its own package first on the path."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(checkout / "workflow")}
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=checkout, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(checkout / "workflow"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", *args],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -19,8 +19,15 @@ CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
 
 
 def small_llama() -> LlamaConfig:
-    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     config._attn_implementation = "sdpa"
     return config
 
@@ -30,19 +37,37 @@ def test_the_ledger_takes_the_trace_of_each_setup_once():
     setup = claim_setup(micro_batch=2, seq_len=32, device_kind="cpu", dtype="fp32")
     figures = activations(setup)
     traced = trace_micro_step(small_llama(), 2, 32, "fp32", "sdpa", False)
-    assert (figures.saved_bytes, figures.backward_transient_bytes) == (traced.total_bytes, traced.backward_transient_bytes)
-    assert figures.per_layer_bytes == traced.per_layer_bytes and figures.layers == 3 and figures.basis == "traced"
+    assert (figures.saved_bytes, figures.backward_transient_bytes) == (
+        traced.total_bytes,
+        traced.backward_transient_bytes,
+    )
+    assert (
+        figures.per_layer_bytes == traced.per_layer_bytes
+        and figures.layers == 3
+        and figures.basis == "traced"
+    )
     activations(dataclasses.replace(setup, ranks=8, stage=1))  # not an activation setting: the same trace
     assert activations.traces == 1
     checkpointed = activations(dataclasses.replace(setup, activation_checkpointing=True))
     assert activations.traces == 2 and checkpointed.saved_bytes < figures.saved_bytes
     device = zerogate_terms(claim_counts(), setup, activations)["device"]
-    assert device["activations"] == traced.total_bytes and device["backward_transient"] == traced.backward_transient_bytes
+    assert (
+        device["activations"] == traced.total_bytes
+        and device["backward_transient"] == traced.backward_transient_bytes
+    )
 
 
 def test_a_cuda_target_traces_sdpa_without_the_attention_dropout_its_fused_kernels_regenerate():
-    config = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=128, attn_pdrop=0.1,
-                        resid_pdrop=0.1, embd_pdrop=0.1)
+    config = GPT2Config(
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        vocab_size=128,
+        attn_pdrop=0.1,
+        resid_pdrop=0.1,
+        embd_pdrop=0.1,
+    )
     config._attn_implementation = "sdpa"
     changed, how = as_cuda_sdpa_runs(config)
     assert changed.attn_pdrop == 0.0 and changed.resid_pdrop == 0.1 and config.attn_pdrop == 0.1
@@ -61,12 +86,13 @@ def test_a_cuda_target_traces_sdpa_without_the_attention_dropout_its_fused_kerne
 def test_checkpointing_drops_the_traced_activations_of_the_default_run():
     for checkpointing in (False, True):
         tiny = settings("cpu-tiny")
-        profile = dataclasses.replace(tiny, training=dataclasses.replace(tiny.training,
-                                                                         activation_checkpointing=checkpointing))
+        profile = dataclasses.replace(
+            tiny, training=dataclasses.replace(tiny.training, activation_checkpointing=checkpointing)
+        )
         ds, spec = rendered(profile)
         assert spec.training.activation_checkpointing is checkpointing
-        from zerogate.config.machines import from_fingerprint
         from tests.conftest import CPU_FINGERPRINT
+        from zerogate.config.machines import from_fingerprint
 
         result = plan_for_run(spec, ds, from_fingerprint(CPU_FINGERPRINT, "here"), profile.plan, "cpu-tiny")
         if not checkpointing:
@@ -74,7 +100,8 @@ def test_checkpointing_drops_the_traced_activations_of_the_default_run():
         else:
             with_ = result.ledger.activations
     assert with_.basis == without.basis == "traced" and with_.saved_bytes < without.saved_bytes
-    # Checkpointing keeps each decoder layer's input only (a micro-batch x 64 tokens x 64 hidden fp32 = 16 KiB).
+    # Checkpointing keeps each decoder layer's input only (a micro-batch x 64 tokens x 64 hidden fp32 = 16
+    # KiB).
     assert with_.per_layer_bytes == 64 * 64 * 4
     assert with_.formula_bytes < without.formula_bytes  # the cross-check column moves the same way
 
@@ -83,7 +110,12 @@ def test_the_largest_micro_batch_is_the_last_that_fits():
     counts, box = claim_counts(), load_description(CLAIM_BOX)
     box = {**box, "host": {**box["host"], "ram_total_bytes": 10**12}}
     setup = claim_setup(activation_checkpointing=True)
-    need = lambda b: device_levels(zerogate_terms(counts, dataclasses.replace(setup, micro_batch=b))["device"])["device"]  # noqa: E731
+
+    def need(b):
+        return device_levels(zerogate_terms(counts, dataclasses.replace(setup, micro_batch=b))["device"])[
+            "device"
+        ]
+
     # The small card exactly as large as micro-batch 5 needs: 5 fits, 6 does not.
     tight = {**box, "gpus": [{**box["gpus"][0], "memory_total_bytes": need(5)}, box["gpus"][1]]}
     assert need(5) < need(6) and largest_micro_batch(counts, setup, tight) == 5
@@ -100,8 +132,12 @@ def test_device_changes_give_the_smallest_cards_need_after_each_change():
     assert list(changes)[:2] == ["activation checkpointing", "sequence length 256 instead of 512"]
     checkpointed = changes["activation checkpointing"]
     assert checkpointed.settings.activation_checkpointing and checkpointed.settings.seq_len is None
-    assert checkpointed.smallest_device_need_bytes == device_levels(
-        zerogate_terms(counts, claim_setup(activation_checkpointing=True))["device"])["device"]
+    assert (
+        checkpointed.smallest_device_need_bytes
+        == device_levels(zerogate_terms(counts, claim_setup(activation_checkpointing=True))["device"])[
+            "device"
+        ]
+    )
     assert not checkpointed.fits  # the claimed box's host RAM is still short
     assert changes["sequence length 128 instead of 512"].settings.seq_len == 128
     assert device_changes(counts, claim_setup(device_kind="cpu"), {"gpus": [], "host": box["host"]}) == []
@@ -122,6 +158,11 @@ def test_gpt2_xl_from_its_config_plans_for_the_claimed_box_with_fit_and_largest_
 
     counts, setup, activations = run_setup(spec, ds, machine)
     largest = result.largest_micro_batch_per_rank
-    assert all(c.fits for c in checks(counts, dataclasses.replace(setup, micro_batch=largest), machine, activations))
-    assert not all(c.fits for c in checks(counts, dataclasses.replace(setup, micro_batch=largest + 1), machine, activations))
+    assert all(
+        c.fits for c in checks(counts, dataclasses.replace(setup, micro_batch=largest), machine, activations)
+    )
+    assert not all(
+        c.fits
+        for c in checks(counts, dataclasses.replace(setup, micro_batch=largest + 1), machine, activations)
+    )
     assert result.ledger.activations.formula_bytes == activation_bytes(counts, setup, False)

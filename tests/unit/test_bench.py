@@ -15,17 +15,30 @@ def write_run(directory, per_rank_times):
     """A run's metrics directory as the training loop writes it: one StepRecord line per rank and step."""
     directory.mkdir(parents=True)
     for rank, times in enumerate(per_rank_times):
-        write_lines(directory / f"rank{rank}.jsonl",
-                    [step_record(rank=rank, step=step, step_time_s=t, loss=1.0) for step, t in enumerate(times, start=1)])
+        write_lines(
+            directory / f"rank{rank}.jsonl",
+            [
+                step_record(rank=rank, step=step, step_time_s=t, loss=1.0)
+                for step, t in enumerate(times, start=1)
+            ],
+        )
     return str(directory)
 
 
 def summary(wall_time_s, metrics_time_s=0.0):
     """A finished run's train/summary.json (rank 0's TrainSummary), metrics on or off."""
-    return TrainSummary(completed_steps=60, resumed_from_step=None,
-                        stabiliser=StabiliserSummary(policy="skip", skipped_steps=0, rollbacks=0, skipped_windows=[]),
-                        world_size=2, parameters=139584, wall_time_s=wall_time_s, metrics_time_s=metrics_time_s,
-                        dtype="fp32", accelerator="cpu", git=GitState(commit="abc123", dirty=False))
+    return TrainSummary(
+        completed_steps=60,
+        resumed_from_step=None,
+        stabiliser=StabiliserSummary(policy="skip", skipped_steps=0, rollbacks=0, skipped_windows=[]),
+        world_size=2,
+        parameters=139584,
+        wall_time_s=wall_time_s,
+        metrics_time_s=metrics_time_s,
+        dtype="fp32",
+        accelerator="cpu",
+        git=GitState(commit="abc123", dirty=False),
+    )
 
 
 def test_ddp_vs_zero3_rows_use_the_pipelines_step_time(tmp_path):
@@ -34,9 +47,16 @@ def test_ddp_vs_zero3_rows_use_the_pipelines_step_time(tmp_path):
     runs = {}
     for index, name in enumerate(ddp_vs_zero3.ROWS):
         scale = index + 1
-        runs[name] = [write_run(tmp_path / name / str(repeat), [
-            [9.0, scale * 1.0, scale * 3.0, scale * 1.0, scale * 3.0],
-            [9.0, scale * 2.9, scale * 1.1, scale * 2.9, scale * 1.1]]) for repeat in range(2)]
+        runs[name] = [
+            write_run(
+                tmp_path / name / str(repeat),
+                [
+                    [9.0, scale * 1.0, scale * 3.0, scale * 1.0, scale * 3.0],
+                    [9.0, scale * 2.9, scale * 1.1, scale * 2.9, scale * 1.1],
+                ],
+            )
+            for repeat in range(2)
+        ]
     result = ddp_vs_zero3.table(runs, warmup_steps=1)
     for row in result["rows"]:
         expected = step_time(read_rank_metrics(runs[row["run"]][0]), 1).value
@@ -67,12 +87,21 @@ def test_the_bisects_figures_are_the_pipelines_statistics_with_their_intervals(t
     rng = np.random.default_rng(0)
     for sha, level in (("aaa", 0.20), ("bbb", 0.30)):
         for run in range(2):
-            write_run(tmp_path / sha / f"run{run}", [list(level * (1 + 0.02 * rng.standard_normal(60))) for _ in range(2)])
+            write_run(
+                tmp_path / sha / f"run{run}",
+                [list(level * (1 + 0.02 * rng.standard_normal(60))) for _ in range(2)],
+            )
     rows = bisect_step_time.analyse(["aaa", "bbb"], tmp_path, measures.IntervalRule())
     first = read_rank_metrics(tmp_path / "aaa/run0")
     assert rows[0]["runs"][0]["median(s)"] == step_time(first, bisect_step_time.WARMUP_STEPS).value
     assert rows[0]["beyond_noise"] is None and rows[1]["beyond_noise"] is True
-    assert 1.4 < rows[1]["ratio_interval"]["low"] < rows[1]["ratio_to_first"] < rows[1]["ratio_interval"]["high"] < 1.6
+    assert (
+        1.4
+        < rows[1]["ratio_interval"]["low"]
+        < rows[1]["ratio_to_first"]
+        < rows[1]["ratio_interval"]["high"]
+        < 1.6
+    )
     assert "bbb: runs" in capsys.readouterr().out
 
 
@@ -86,7 +115,9 @@ def test_peers_vs_zero3_divides_the_pipelines_step_times_and_brackets_each_ratio
     metrics, summaries = {}, {}
     for index, name in enumerate(peers_vs_zero3.ROWS):
         scale = 1.0 + 0.25 * index  # zero3 1.0 s, the next row 1.25 s, ...
-        metrics[name] = write_run(tmp_path / name, [list(scale * (1 + 0.01 * rng.standard_normal(30))) for _ in (0, 1)])
+        metrics[name] = write_run(
+            tmp_path / name, [list(scale * (1 + 0.01 * rng.standard_normal(30))) for _ in (0, 1)]
+        )
         summaries[name] = tmp_path / f"{name}.json"
         summary(60.0).write(summaries[name])
     result = peers_vs_zero3.table(metrics, summaries, warmup_steps=2, rule=IntervalRule(resamples=200))

@@ -10,8 +10,9 @@ from zerogate.contracts.base import line_of, read_lines
 from zerogate.contracts.records import EvalRecord, StepRecord
 from zerogate.train import checkpoint as ckpt
 
-BEFORE = EvalRecord(step=0, phase="before", validation_loss=5.5, validation_tokens=320, validation_rows=10,
-                    eval_time_s=0.1)  # the evaluation before training
+BEFORE = EvalRecord(
+    step=0, phase="before", validation_loss=5.5, validation_tokens=320, validation_rows=10, eval_time_s=0.1
+)  # the evaluation before training
 
 
 def fake_save(root, step, rank_count=2, metrics_lines=3):
@@ -21,7 +22,9 @@ def fake_save(root, step, rank_count=2, metrics_lines=3):
     (staging / ckpt.TAG / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"x")
     for rank in range(rank_count):
         metrics = root.parent / f"rank{rank}.jsonl"
-        metrics.write_text("".join(line_of(step_record(step=s, rank=rank)) + "\n" for s in range(1, metrics_lines + 1)))
+        metrics.write_text(
+            "".join(line_of(step_record(step=s, rank=rank)) + "\n" for s in range(1, metrics_lines + 1))
+        )
         logs = []
         if rank == 0:  # rank 0 carries the run-level logs
             logs = [root.parent / "eval.jsonl"]
@@ -63,13 +66,21 @@ def test_restore_puts_back_metrics_and_rng(tmp_path):
     loop = ckpt.restore_rank_files(ckpt.step_dir(root, 10), 1, metrics, [])
     assert loop["skipped_windows"] == [10]
     assert [record.step for record in read_lines(StepRecord, metrics)] == list(range(1, 11))
-    assert torch.equal(torch.rand(3), expected[0]) and np.random.rand() == expected[1] and random.random() == expected[2]
+    assert (
+        torch.equal(torch.rand(3), expected[0])
+        and np.random.rand() == expected[1]
+        and random.random() == expected[2]
+    )
 
 
 def test_export_calls_deepspeeds_converter_with_our_tag(tmp_path):
     calls = []
-    ckpt.export_fp32(tmp_path / "step0000040", tmp_path / "fp32", convert=lambda *a, **k: calls.append((a, k)))
-    assert calls == [((str(tmp_path / "step0000040"), str(tmp_path / "fp32")), {"tag": "ds", "safe_serialization": True})]
+    ckpt.export_fp32(
+        tmp_path / "step0000040", tmp_path / "fp32", convert=lambda *a, **k: calls.append((a, k))
+    )
+    assert calls == [
+        ((str(tmp_path / "step0000040"), str(tmp_path / "fp32")), {"tag": "ds", "safe_serialization": True})
+    ]
 
 
 def test_run_logs_travel_with_the_checkpoint(tmp_path):
@@ -80,6 +91,8 @@ def test_run_logs_travel_with_the_checkpoint(tmp_path):
     eval_log.parent.mkdir()
     eval_log.write_text("a record written after the checkpoint\n")
     events_log.write_text("an event the checkpoint never saw\n")
-    ckpt.restore_rank_files(ckpt.step_dir(root, 10), 0, tmp_path / "out" / "rank0.jsonl", [eval_log, events_log])
+    ckpt.restore_rank_files(
+        ckpt.step_dir(root, 10), 0, tmp_path / "out" / "rank0.jsonl", [eval_log, events_log]
+    )
     assert read_lines(EvalRecord, eval_log) == [BEFORE]  # as at the checkpoint
     assert not events_log.exists()  # the checkpoint held none: the later one is dropped

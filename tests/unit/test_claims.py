@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
-from tests.unit.helpers import no_events, settings, synthetic_steps, render_profile, train_summary
+from tests.unit.helpers import no_events, render_profile, settings, synthetic_steps, train_summary
 from zerogate.analysis import claims as c
 from zerogate.analysis import gates as g
 from zerogate.analysis.claims import Evidence, judge, rounding_tolerance, stated_figure_holds
@@ -28,8 +28,15 @@ from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import HeldBytes
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec
-from zerogate.contracts.verdicts import (CANNOT_JUDGE, CLAIM_VERDICTS, DOES_NOT_HOLD, HOLDS, HOLDS_ONLY_WHEN,
-                                         ClaimVerdict, GateVerdicts)
+from zerogate.contracts.verdicts import (
+    CANNOT_JUDGE,
+    CLAIM_VERDICTS,
+    DOES_NOT_HOLD,
+    HOLDS,
+    HOLDS_ONLY_WHEN,
+    ClaimVerdict,
+    GateVerdicts,
+)
 from zerogate.plan.planner import peak_for_run, plan_for_run, run_setup, target_machine
 from zerogate.units import GB, GIB
 
@@ -43,6 +50,7 @@ CLAIM_BOX = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RT
 
 
 # ---- the claimed box's plan, as plan_claimed_box makes it ------------------------------------------------
+
 
 def _render(profile, fingerprint):
     rendered = render_profile(profile, fingerprint)
@@ -67,7 +75,9 @@ def claimed_plan() -> Plan:
 def with_device_terms(plan: Plan, scheme: str, **terms: int) -> Plan:
     """``plan`` with zerogate's device terms of ``scheme`` changed to ``terms`` (bytes)."""
     row = plan.ledger.schemes[scheme]
-    zerogate = row.zerogate.model_copy(update={"device_terms_bytes": {**row.zerogate.device_terms_bytes, **terms}})
+    zerogate = row.zerogate.model_copy(
+        update={"device_terms_bytes": {**row.zerogate.device_terms_bytes, **terms}}
+    )
     schemes = {**plan.ledger.schemes, scheme: row.model_copy(update={"zerogate": zerogate})}
     return plan.model_copy(update={"ledger": plan.ledger.model_copy(update={"schemes": schemes})})
 
@@ -79,17 +89,33 @@ def with_dtype(plan: Plan, dtype: str) -> Plan:
 def with_small_card_need(plan: Plan, need_bytes: int) -> Plan:
     """``plan`` with the need on its smallest device set to ``need_bytes``."""
     small = plan.smallest_device
-    pinned = small.model_copy(update={"need_bytes": need_bytes, "headroom_bytes": small.capacity_bytes - need_bytes,
-                                      "fits": need_bytes <= small.capacity_bytes})
+    pinned = small.model_copy(
+        update={
+            "need_bytes": need_bytes,
+            "headroom_bytes": small.capacity_bytes - need_bytes,
+            "fits": need_bytes <= small.capacity_bytes,
+        }
+    )
     return plan.model_copy(update={"checks": [pinned if check is small else check for check in plan.checks]})
 
 
 def with_floor(plan: Plan, optimizer_step_s: float, micro_step_s: float) -> Plan:
-    return plan.model_copy(update={"floor": plan.floor.model_copy(update={
-        "optimizer_step_floor_s": optimizer_step_s, "micro_step_floor_s": micro_step_s, "missing": []})})
+    return plan.model_copy(
+        update={
+            "floor": plan.floor.model_copy(
+                update={
+                    "optimizer_step_floor_s": optimizer_step_s,
+                    "micro_step_floor_s": micro_step_s,
+                    "missing": [],
+                }
+            )
+        }
+    )
 
 
-# ---- the run measured here: cpu-tiny, rendered for this CPU machine or for the claimed box -------------------
+# ---- the run measured here: cpu-tiny, rendered for this CPU machine or for the claimed box
+# -------------------
+
 
 @functools.cache
 def _run(on: str) -> tuple[DsConfig, Deviations, RunSpec]:
@@ -104,25 +130,41 @@ def _counts_and_setup(on: str):
 
 
 def ledger_table(held_bytes_per_parameter_share: float, on: str = "cpu") -> LedgerTable:
-    """compare_ledger's table of the run measured here (``on``: trained fp32 on this CPU, or fp16 on the claimed
+    """compare_ledger's table of the run measured here (``on``: trained fp32 on this CPU, or fp16 on the
+    claimed
     box) when every rank held ``held_bytes_per_parameter_share`` bytes per parameter of its share Phi / N:
-    parameters and gradients in the run's precision, Adam's two fp32 moments (8), the fp32 master copy the rest."""
+    parameters and gradients in the run's precision, Adam's two fp32 moments (8), the fp32 master copy the
+    rest."""
     counts, setup = _counts_and_setup(on)
     share = counts.total // setup.ranks
     b = setup.dtype_bytes
     held_bytes = {
-        rank: {"held": HeldBytes(rank=rank, world_size=setup.ranks, parameters_bytes=b * share, gradients_bytes=b * share,
-                                 optimizer_states_bytes=8 * share,
-                                 master_parameters_bytes=int((held_bytes_per_parameter_share - 2 * b - 8) * share),
-                                 parameter_count=share, parameter_dtype={"fp32": "float32", "fp16": "float16"}[setup.dtype])}
-        for rank in range(setup.ranks)}
+        rank: {
+            "held": HeldBytes(
+                rank=rank,
+                world_size=setup.ranks,
+                parameters_bytes=b * share,
+                gradients_bytes=b * share,
+                optimizer_states_bytes=8 * share,
+                master_parameters_bytes=int((held_bytes_per_parameter_share - 2 * b - 8) * share),
+                parameter_count=share,
+                parameter_dtype={"fp32": "float32", "fp16": "float16"}[setup.dtype],
+            )
+        }
+        for rank in range(setup.ranks)
+    }
     ds_config, _, spec = _run(on)
-    table = with_peaks(compare(counts, setup, held_bytes), peak_for_run(spec, ds_config, None), synthetic_steps())
-    assert table.held_totals() == {rank: int(held_bytes_per_parameter_share * share) for rank in range(setup.ranks)}
+    table = with_peaks(
+        compare(counts, setup, held_bytes), peak_for_run(spec, ds_config, None), synthetic_steps()
+    )
+    assert table.held_totals() == {
+        rank: int(held_bytes_per_parameter_share * share) for rank in range(setup.ranks)
+    }
     return table
 
 
 # ---- the gates' verdicts of the run measured here --------------------------------------------------------
+
 
 def _run_spec(steps: int) -> RunSpec:
     spec = _run("cpu")[2]
@@ -137,8 +179,9 @@ def _tiny_plan(on: str) -> Plan:
     return plan_for_run(spec, ds_config, from_fingerprint(fingerprint, "here"), PROFILE.plan, "cpu-tiny")
 
 
-def verdicts(steps=None, faithful: bool = True, run_steps: int = 200, finished: bool = True,
-             step_time: float = 0.5) -> GateVerdicts:
+def verdicts(
+    steps=None, faithful: bool = True, run_steps: int = 200, finished: bool = True, step_time: float = 0.5
+) -> GateVerdicts:
     """check_gates' verdicts on a synthetic run of ``run_steps`` optimizer steps (``steps``: its records,
     by default a complete, converging run), as the claimed box (``faithful``: the claim's hardware and
     config) or this CPU machine ran it."""
@@ -148,15 +191,34 @@ def verdicts(steps=None, faithful: bool = True, run_steps: int = 200, finished: 
     on, fingerprint = ("claim box", CLAIM_BOX) if faithful else ("cpu", CPU_FINGERPRINT)
     ds_config, deviations, spec = _run(on)
     plan = _tiny_plan(on).model_copy(deep=True)
-    return g.evaluate(PROFILE.gates, steps, no_events(), summary, _run_spec(run_steps), deviations, fingerprint, 5,
-                      RULE, plan=plan, run_meta=meta, ds_config=ds_config)
+    return g.evaluate(
+        PROFILE.gates,
+        steps,
+        no_events(),
+        summary,
+        _run_spec(run_steps),
+        deviations,
+        fingerprint,
+        5,
+        RULE,
+        plan=plan,
+        run_meta=meta,
+        ds_config=ds_config,
+    )
 
 
 # ---- the judges --------------------------------------------------------------------------------------
 
+
 def test_vocabulary_is_fixed_and_conditions_are_required():
-    assert ClaimVerdict(verdict=HOLDS_ONLY_WHEN, evidence="e", source="s", condition="x").text == "holds only when x"
-    assert ClaimVerdict(verdict=CANNOT_JUDGE, evidence="e", source="s", why="y").text == "cannot be judged here (y)"
+    assert (
+        ClaimVerdict(verdict=HOLDS_ONLY_WHEN, evidence="e", source="s", condition="x").text
+        == "holds only when x"
+    )
+    assert (
+        ClaimVerdict(verdict=CANNOT_JUDGE, evidence="e", source="s", why="y").text
+        == "cannot be judged here (y)"
+    )
     for bad in (dict(verdict="maybe"), dict(verdict=HOLDS_ONLY_WHEN), dict(verdict=CANNOT_JUDGE)):
         with pytest.raises(ValueError):
             ClaimVerdict(evidence="e", source="s", **bad)
@@ -187,17 +249,27 @@ def test_ledger_formula_on_paper_holds_flips_on_a_wrong_figure_and_on_another_ac
     parameters = plan.ledger.schemes["zero3"].zerogate.device_terms_bytes["parameters"]
     fp32 = with_device_terms(with_dtype(plan, "fp32"), "zero3", parameters=2 * parameters)
     paper = c.judge_ledger_formula(claim, Evidence(fp32))[0]
-    assert paper.verdict == HOLDS_ONLY_WHEN and "16-bit" in paper.condition and "fp32 accounting" in paper.condition
+    assert (
+        paper.verdict == HOLDS_ONLY_WHEN
+        and "16-bit" in paper.condition
+        and "fp32 accounting" in paper.condition
+    )
 
 
 def test_ledger_formula_measured_against_the_held_bytes():
     claim = CLAIM["zero3_ledger"]
     plan = claimed_plan()
     assert ledger_table(16, "claim box").dtype == "fp16" and ledger_table(20).dtype == "fp32"
-    assert c.judge_ledger_formula(claim, Evidence(plan, ledger=ledger_table(16, "claim box")))[1].verdict == HOLDS
+    assert (
+        c.judge_ledger_formula(claim, Evidence(plan, ledger=ledger_table(16, "claim box")))[1].verdict
+        == HOLDS
+    )
     fp32 = c.judge_ledger_formula(claim, Evidence(plan, ledger=ledger_table(20)))[1]
     assert fp32.verdict == HOLDS_ONLY_WHEN and "20.0 bytes" in fp32.condition
-    assert c.judge_ledger_formula(claim, Evidence(plan, ledger=ledger_table(30, "claim box")))[1].verdict == DOES_NOT_HOLD
+    assert (
+        c.judge_ledger_formula(claim, Evidence(plan, ledger=ledger_table(30, "claim box")))[1].verdict
+        == DOES_NOT_HOLD
+    )
     other = c.judge_ledger_formula(CLAIM["ddp_ledger"], Evidence(plan, ledger=ledger_table(16)))[1]
     assert other.verdict == CANNOT_JUDGE and "ZeRO-3" in other.why and "DDP" in other.why
     assert c.judge_ledger_formula(claim, Evidence(plan))[1].verdict == CANNOT_JUDGE  # no ledger table
@@ -208,8 +280,12 @@ def test_offload_formula_holds_only_for_optimizer_offload_and_flips_on_arithmeti
     paper, here = c.judge_offload_formula(claim, Evidence(claimed_plan()))
     assert paper.verdict == HOLDS_ONLY_WHEN and "offload_param" in paper.condition
     assert here.verdict == CANNOT_JUDGE
-    assert c.judge_offload_formula({**claim, "stated": {**claim["stated"], "unit": "GiB"}},
-                                   Evidence(claimed_plan()))[0].verdict == DOES_NOT_HOLD
+    assert (
+        c.judge_offload_formula(
+            {**claim, "stated": {**claim["stated"], "unit": "GiB"}}, Evidence(claimed_plan())
+        )[0].verdict
+        == DOES_NOT_HOLD
+    )
     plan = claimed_plan()
     parameters = plan.ledger.schemes["zero3_offload_optimizer"].zerogate.device_terms_bytes["parameters"]
     doubled = with_device_terms(plan, "zero3_offload_optimizer", parameters=2 * parameters)
@@ -220,8 +296,12 @@ def test_communication_ratio_on_paper_and_not_measured():
     claim = CLAIM["zero3_communication"]  # 3 Phi / 2 Phi, stated 1.5
     paper, here = c.judge_communication(claim, Evidence(claimed_plan()))
     assert paper.verdict == HOLDS and here.verdict == CANNOT_JUDGE and "not measured" in here.text
-    assert c.judge_communication({**claim, "stated": {**claim["stated"], "value": 1.2}},
-                                 Evidence(claimed_plan()))[0].verdict == DOES_NOT_HOLD
+    assert (
+        c.judge_communication(
+            {**claim, "stated": {**claim["stated"], "value": 1.2}}, Evidence(claimed_plan())
+        )[0].verdict
+        == DOES_NOT_HOLD
+    )
 
 
 def test_step_time_on_the_floor_and_from_the_gate():
@@ -246,7 +326,10 @@ def test_step_time_on_the_floor_and_from_the_gate():
 def test_peak_memory_flips_with_the_prediction_and_the_unit():
     claim = CLAIM["small_card_peak"]  # below 7.42 GB, on the smallest card
     assert claimed_plan().smallest_device.device == "NVIDIA GeForce RTX 5070"
-    assert c.judge_peak_memory(claim, Evidence(with_small_card_need(claimed_plan(), int(7.0 * GB))))[0].verdict == HOLDS
+    assert (
+        c.judge_peak_memory(claim, Evidence(with_small_card_need(claimed_plan(), int(7.0 * GB))))[0].verdict
+        == HOLDS
+    )
     # Over 7.42 GB, under 7.42 GiB (7.97 GB).
     paper = c.judge_peak_memory(claim, Evidence(with_small_card_need(claimed_plan(), int(7.6 * GB))))[0]
     assert paper.verdict == HOLDS_ONLY_WHEN and "GiB" in paper.condition
@@ -263,7 +346,10 @@ def test_convergence_from_the_gates_and_the_run_length():
     steps.loc[steps["step"] == 30, "loss"] = float("nan")
     bad = verdicts(steps, run_steps=40)
     assert bad.gate("zero_nonfinite").verdict == g.FAIL
-    assert c.judge_convergence({**claim, "steps": 40}, Evidence(claimed_plan(), gates=bad))[1].verdict == DOES_NOT_HOLD
+    assert (
+        c.judge_convergence({**claim, "steps": 40}, Evidence(claimed_plan(), gates=bad))[1].verdict
+        == DOES_NOT_HOLD
+    )
 
 
 def test_the_convergence_claim_counts_the_steps_each_rank_recorded():
@@ -278,13 +364,17 @@ def test_the_convergence_claim_counts_the_steps_each_rank_recorded():
     assert "loss_convergence: PASS" in here.evidence and "zero_nonfinite: PASS" in here.evidence
     # Rank 1 stopped after 600 steps and the run wrote no summary.
     steps = synthetic_steps(steps=1000)
-    truncated = verdicts(steps[~((steps["rank"] == 1) & (steps["step"] > 600))], run_steps=1000, finished=False)
+    truncated = verdicts(
+        steps[~((steps["rank"] == 1) & (steps["step"] > 600))], run_steps=1000, finished=False
+    )
     assert truncated.records.steps_per_rank == {0: 1000, 1: 600}
     here = c.judge_convergence(claim, Evidence(claimed_plan(), gates=truncated))[1]
     assert here.verdict == DOES_NOT_HOLD and "600 optimizer steps per rank (claimed 1000)" in here.evidence
     assert "zero_nonfinite: FAIL" in here.evidence
     # Rank 1 recorded steps 1-10 and the last one: 11 steps, whatever its highest step says.
-    gapped = verdicts(steps[(steps["rank"] == 0) | (steps["step"] <= 10) | (steps["step"] == 1000)], run_steps=1000)
+    gapped = verdicts(
+        steps[(steps["rank"] == 0) | (steps["step"] <= 10) | (steps["step"] == 1000)], run_steps=1000
+    )
     here = c.judge_convergence(claim, Evidence(claimed_plan(), gates=gapped))[1]
     assert here.verdict == DOES_NOT_HOLD and "11 optimizer steps per rank (claimed 1000)" in here.evidence
     # A complete run shorter than claimed holds only for its own length.
@@ -307,9 +397,17 @@ def test_hardware_fact_flips_with_the_described_memory():
 def test_every_claim_of_the_real_file_is_judged_with_a_known_kind():
     claims = copy.deepcopy(CLAIMS)
     from snakemake.utils import validate
+
     validate(copy.deepcopy(claims), str(REPO / "config" / "schemas" / "claims.schema.yaml"))
-    judged = judge(claims, Evidence(claimed_plan(), ledger=ledger_table(20), claimed_machine=CLAIMED_MACHINE,
-                                    gates=verdicts(run_steps=1000)))
+    judged = judge(
+        claims,
+        Evidence(
+            claimed_plan(),
+            ledger=ledger_table(20),
+            claimed_machine=CLAIMED_MACHINE,
+            gates=verdicts(run_steps=1000),
+        ),
+    )
     assert [v.id for v in judged.claims] == [claim["id"] for claim in claims["claims"]]
     by_id = {v.id: v for v in judged.claims}
     assert by_id["hardware"].on_paper.verdict == DOES_NOT_HOLD  # the RTX 5070 is a 12 GB card
@@ -319,18 +417,21 @@ def test_every_claim_of_the_real_file_is_judged_with_a_known_kind():
         assert v.on_paper.verdict in CLAIM_VERDICTS and v.measured_here.verdict in CLAIM_VERDICTS
     # As claims/verdicts.json holds them, read back.
     from zerogate.contracts.verdicts import ClaimVerdicts
+
     assert ClaimVerdicts.parse(json.loads(json.dumps(judged.as_json())), "claims/verdicts.json") == judged
 
 
 def test_analysis_claims_never_imports_torch():
     import subprocess
     import sys
+
     code = "import sys, zerogate.analysis.claims; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
 def test_claims_file_is_an_input_of_the_judges_only():
-    """Editing a claim re-judges (judge_plan_claims on paper into plan.txt, judge_seed_claims measured, then the
+    """Editing a claim re-judges (judge_plan_claims on paper into plan.txt, judge_seed_claims measured, then
+    the
     report), never re-plans or retrains: only the two judges read config/claims.yaml, and nothing that plans,
     measures or trains depends on it, however indirectly."""
     from tests.unit.test_workflow import planned_jobs, snakemake
@@ -351,9 +452,21 @@ def test_claims_file_is_an_input_of_the_judges_only():
         for j in grown:
             downstream.add(j["rule"])
             made |= j["output"]
-    assert downstream <= {"judge_plan_claims", "judge_seed_claims", "write_report", "register_run", "all"}, downstream
-    assert downstream.isdisjoint({"render_deepspeed_config", "plan_run", "replan_with_measured_compute",
-                                  "plan_claimed_box", "approve_plan", "train", "parse_logs", "check_gates"})
+    assert downstream <= {"judge_plan_claims", "judge_seed_claims", "write_report", "register_run", "all"}, (
+        downstream
+    )
+    assert downstream.isdisjoint(
+        {
+            "render_deepspeed_config",
+            "plan_run",
+            "replan_with_measured_compute",
+            "plan_claimed_box",
+            "approve_plan",
+            "train",
+            "parse_logs",
+            "check_gates",
+        }
+    )
 
 
 def test_the_planning_docs_state_the_claimed_boxs_figures_as_the_planner_gives_them():
@@ -367,13 +480,18 @@ def test_the_planning_docs_state_the_claimed_boxs_figures_as_the_planner_gives_t
     zerogate = plan.ledger.schemes[plan.ledger.scheme].zerogate
     checkpointing = next(change for change in plan.device_changes if change.settings.activation_checkpointing)
     fsdp2_offload = next(peer for peer in plan.peers if peer.variant == "fsdp2-offload")
-    fsdp2_small = min((check for check in fsdp2_offload.checks if check.rank is not None),
-                      key=lambda check: check.capacity_bytes)
-    stated = {"small card": format_bytes(small.need_bytes),
-              "tensor peak": format_bytes(zerogate.device_tensor_peak_per_rank_bytes),
-              "with checkpointing": format_bytes(checkpointing.smallest_device_need_bytes),
-              "FSDP2 with its offload": format_bytes(fsdp2_small.need_bytes)}
-    # format_bytes gives 'x GiB (y GB)'; the paragraph states the GiB figure (and for two the GB one beside it).
+    fsdp2_small = min(
+        (check for check in fsdp2_offload.checks if check.rank is not None),
+        key=lambda check: check.capacity_bytes,
+    )
+    stated = {
+        "small card": format_bytes(small.need_bytes),
+        "tensor peak": format_bytes(zerogate.device_tensor_peak_per_rank_bytes),
+        "with checkpointing": format_bytes(checkpointing.smallest_device_need_bytes),
+        "FSDP2 with its offload": format_bytes(fsdp2_small.need_bytes),
+    }
+    # format_bytes gives 'x GiB (y GB)'; the paragraph states the GiB figure (and for two the GB one beside
+    # it).
     stated = {what: figure.split(" (")[0] for what, figure in stated.items()}
     assert small.fits and not fsdp2_small.fits  # 12 GiB holds ZeRO-3's need, not FSDP2's with its offload
     for what, figure in stated.items():

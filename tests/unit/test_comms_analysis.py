@@ -3,18 +3,22 @@ them, and the rows that must never vanish (a scheme not run, a rank missing, a c
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT
 from zerogate.analysis import claims as c
 from zerogate.analysis.comms import claim_verdict, load_records, measured_per_step, scheme_ratio, tabulate
 from zerogate.config.machines import from_fingerprint
-from zerogate.contracts.comms import (CommsRecord, HostDeviceCopies, KindVolume, LoggedCalls,
-                                      TheorySettings)
+from zerogate.contracts.comms import CommsRecord, HostDeviceCopies, KindVolume, LoggedCalls, TheorySettings
 from zerogate.contracts.run import DsConfig, ZeroView
-from zerogate.contracts.verdicts import (DOES_NOT_HOLD, HOLDS, ClaimedBox, ClaimVerdict, ClaimVerdicts,
-                                         JudgedClaim)
+from zerogate.contracts.verdicts import (
+    DOES_NOT_HOLD,
+    HOLDS,
+    ClaimedBox,
+    ClaimVerdict,
+    ClaimVerdicts,
+    JudgedClaim,
+)
 from zerogate.model.counts import ModelCounts
 from zerogate.plan.comms import SCHEMES, scheme_setup
 from zerogate.plan.ledger import Setup
@@ -26,11 +30,28 @@ NUMELS = [1000, 100, 10, 6]
 PHI = sum(NUMELS)
 # As count_parameters records them: 1000 and 6 outside the one decoder layer (FSDP2's root), 100 and 10 in it,
 # each flat (its first dimension its size).
-COUNTS = ModelCounts(total=PHI, largest_layer=1000, numels=tuple(NUMELS), hidden=1, layers=1, heads=1, vocab=1,
-                     tied_embeddings=False, largest_block=110, first_dims=tuple(NUMELS), blocks=(-1, 0, 0, -1))
-SETTINGS = TheorySettings(persistence_threshold=50, reduce_bucket_elements=500_000_000,
-                          prefetch_bucket_elements=50_000_000, max_reuse_distance=1_000_000_000, leaf_blocks=False,
-                          multi_rank_bucket_allreduce=True, gradient_clipping=1.0)
+COUNTS = ModelCounts(
+    total=PHI,
+    largest_layer=1000,
+    numels=tuple(NUMELS),
+    hidden=1,
+    layers=1,
+    heads=1,
+    vocab=1,
+    tied_embeddings=False,
+    largest_block=110,
+    first_dims=tuple(NUMELS),
+    blocks=(-1, 0, 0, -1),
+)
+SETTINGS = TheorySettings(
+    persistence_threshold=50,
+    reduce_bucket_elements=500_000_000,
+    prefetch_bucket_elements=50_000_000,
+    max_reuse_distance=1_000_000_000,
+    leaf_blocks=False,
+    multi_rank_bucket_allreduce=True,
+    gradient_clipping=1.0,
+)
 
 
 def calls(name: str, msg_bytes: int, count: int) -> LoggedCalls:
@@ -46,48 +67,102 @@ def measured(scheme: str, accumulation: int) -> list[LoggedCalls]:
     if scheme == "zero0":
         return [calls("all_reduce", grads, 1), calls("all_reduce", 4, 1)]
     if scheme in ("zero1", "zero2"):
-        return [calls("all_reduce", grads, g if scheme == "zero2" else 1), calls("all_reduce", 4, 1),
-                calls("all_gather_into_tensor", grads // 2, 1)]
+        return [
+            calls("all_reduce", grads, g if scheme == "zero2" else 1),
+            calls("all_reduce", 4, 1),
+            calls("all_gather_into_tensor", grads // 2, 1),
+        ]
     if scheme == "fsdp2":  # as the dispatch-mode recorder records FSDP2 (gathers log the rank's partition)
-        return [calls("all_gather_into_tensor", 1006 * 4 // 2, g),  # the root, forward only
-                calls("all_gather_into_tensor", 110 * 4 // 2, 2 * g),  # the layer, forward and backward
-                calls("reduce_scatter_tensor", 1006 * 4, g), calls("reduce_scatter_tensor", 110 * 4, g),
-                calls("all_reduce", 4 * 4, 1)]  # one fp32 local norm per parameter
+        return [
+            calls("all_gather_into_tensor", 1006 * 4 // 2, g),  # the root, forward only
+            calls("all_gather_into_tensor", 110 * 4 // 2, 2 * g),  # the layer, forward and backward
+            calls("reduce_scatter_tensor", 1006 * 4, g),
+            calls("reduce_scatter_tensor", 110 * 4, g),
+            calls("all_reduce", 4 * 4, 1),
+        ]  # one fp32 local norm per parameter
     norm = 8 if scheme == "zero3" else 4
-    return [calls("all_gather_into_tensor", 1100 * 4 // 2, g),  # one coalesced gather
-            calls("all_gather_into_tensor", 5 * 4, 1),  # persistent 10
-            calls("all_gather_into_tensor", 3 * 4, 1),  # persistent 6
-            calls("reduce_scatter_tensor", grads, g),
-            calls("all_reduce", norm, 1)]
+    return [
+        calls("all_gather_into_tensor", 1100 * 4 // 2, g),  # one coalesced gather
+        calls("all_gather_into_tensor", 5 * 4, 1),  # persistent 10
+        calls("all_gather_into_tensor", 3 * 4, 1),  # persistent 6
+        calls("reduce_scatter_tensor", grads, g),
+        calls("all_reduce", norm, 1),
+    ]
 
 
-def record(scheme: str, accumulation: int, rank: int, phase: list[LoggedCalls] | None = None, status: str = "run",
-           reason: str | None = None, steps: int = 1) -> CommsRecord:
+def record(
+    scheme: str,
+    accumulation: int,
+    rank: int,
+    phase: list[LoggedCalls] | None = None,
+    status: str = "run",
+    reason: str | None = None,
+    steps: int = 1,
+) -> CommsRecord:
     """One rank's record of one scheme, as zerogate.train.comms_volume writes it."""
     entries = phase if phase is not None else measured(scheme, accumulation)
     stage = scheme_setup(scheme)[0] or 0
     return CommsRecord(
-        scheme=scheme, accumulation=accumulation, rank=rank, world_size=2, status=status, reason=reason,
-        warmup_steps=1, measured_steps=steps, seconds=1.0, rss_after_gib=0.5, recorder="test",
-        phases={"init": [], "warmup": [],
-                "measured": [calls(e.name, e.msg_bytes, e.calls * steps) for e in entries]},
-        counts=COUNTS, buffer_bytes=32, dtype="fp32", dtype_bytes=4, theory_settings=SETTINGS,
-        accelerator="cpu", host_device_copies=HostDeviceCopies(counted=False, reason="CPU accelerator"),
-        ds_config=DsConfig(train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=accumulation,
-                           zero_optimization=ZeroView(stage=stage)).raw)
+        scheme=scheme,
+        accumulation=accumulation,
+        rank=rank,
+        world_size=2,
+        status=status,
+        reason=reason,
+        warmup_steps=1,
+        measured_steps=steps,
+        seconds=1.0,
+        rss_after_gib=0.5,
+        recorder="test",
+        phases={
+            "init": [],
+            "warmup": [],
+            "measured": [calls(e.name, e.msg_bytes, e.calls * steps) for e in entries],
+        },
+        counts=COUNTS,
+        buffer_bytes=32,
+        dtype="fp32",
+        dtype_bytes=4,
+        theory_settings=SETTINGS,
+        accelerator="cpu",
+        host_device_copies=HostDeviceCopies(counted=False, reason="CPU accelerator"),
+        ds_config=DsConfig(
+            train_micro_batch_size_per_gpu=1,
+            gradient_accumulation_steps=accumulation,
+            zero_optimization=ZeroView(stage=stage),
+        ).raw,
+    )
 
 
 def every_record(changes: dict | None = None) -> list[CommsRecord]:
     changes = changes or {}
-    return [changes.get((s, g, r), record(s, g, r)) for s in SCHEMES for g in (1, 4) for r in (0, 1)
-            if changes.get((s, g, r), True) is not None]
+    return [
+        changes.get((s, g, r), record(s, g, r))
+        for s in SCHEMES
+        for g in (1, 4)
+        for r in (0, 1)
+        if changes.get((s, g, r), True) is not None
+    ]
 
 
 def claimed_plan():
     """The planner's plan of the model above on a CPU box (the claims' evidence always carries one)."""
-    setup = Setup(ranks=2, nodes=1, dtype="fp32", device_kind="cpu", micro_batch=1, seq_len=64, accumulation=4,
-                  stage=3, offload_optimizer=True, offload_param=True, pin_memory=False, reduce_bucket=500_000_000,
-                  prefetch_bucket=50_000_000, persistence_threshold=50)
+    setup = Setup(
+        ranks=2,
+        nodes=1,
+        dtype="fp32",
+        device_kind="cpu",
+        micro_batch=1,
+        seq_len=64,
+        accumulation=4,
+        stage=3,
+        offload_optimizer=True,
+        offload_param=True,
+        pin_memory=False,
+        reduce_bucket=500_000_000,
+        prefetch_bucket=50_000_000,
+        persistence_threshold=50,
+    )
     return plan(COUNTS, setup, from_fingerprint(CPU_FINGERPRINT, "box"), profile="cpu-tiny")
 
 
@@ -120,15 +195,20 @@ def test_an_unknown_collective_kind_is_shown_by_name_and_never_zero():
     table = tabulate(every_record({("zero0", 1, 0): record("zero0", 1, 0, phase=odd)}))
     row = table.row("zero0", 1)
     unknown = row.ranks[0].kinds["all_to_all_single"]
-    assert unknown == KindVolume(calls=2, tensor_bytes=128, volume_bytes=None, known=False,
-                                 record_names=["all_to_all_single"])
+    assert unknown == KindVolume(
+        calls=2, tensor_bytes=128, volume_bytes=None, known=False, record_names=["all_to_all_single"]
+    )
     assert row.ranks[0].unknown_kinds == ["all_to_all_single"]
     assert not row.complete and not row.within_tolerance
 
 
 def test_a_scheme_that_did_not_run_keeps_its_row_with_the_reason():
-    failed = {("zero3-offload-all", 4, r): record("zero3-offload-all", 4, r, phase=[], status="not_run",
-                                                  reason="RuntimeError: out of memory") for r in (0, 1)}
+    failed = {
+        ("zero3-offload-all", 4, r): record(
+            "zero3-offload-all", 4, r, phase=[], status="not_run", reason="RuntimeError: out of memory"
+        )
+        for r in (0, 1)
+    }
     table = tabulate(every_record(failed))
     row = table.row("zero3-offload-all", 4)
     assert row.status == "not_run" and "out of memory" in row.reason
@@ -157,7 +237,8 @@ def test_the_claim_verdict_from_the_measured_ratio(tmp_path):
     assert verdict["holds_at_accumulation_1"] is False  # about 1.0: the model is never gathered twice
     assert verdict["departures"][0]["name"] == "parameters kept for reuse (no backward re-gather)"
     assert verdict["at_claim_accumulation"]["measured"] == pytest.approx(
-        (4 * (1100 * 4 + PHI * 4) * 0.5 + 16 * 4 * 0.5 + 8) / ddp)
+        (4 * (1100 * 4 + PHI * 4) * 0.5 + 16 * 4 * 0.5 + 8) / ddp
+    )
     assert claim_verdict(table, 1.5, 16)["at_claim_accumulation"]["measured"] is None
     claim = {"ddp_volume": 2, "zero3_volume": 3, "stated": {"value": 1.5}}  # config/claims.yaml's entry
     evidence = c.Evidence(claimed_plan(), communication=table, claim_accumulation=4)
@@ -175,17 +256,34 @@ def test_ddp_within_the_paper_needs_no_explanation():
 def test_the_report_section_shows_every_row_the_unknown_kind_and_the_claim():
     odd = measured("zero0", 1) + [calls("all_to_all_single", 64, 2)]
     changes = {("zero0", 1, 0): record("zero0", 1, 0, phase=odd)}
-    changes.update({("zero3-offload-all", 4, r): record("zero3-offload-all", 4, r, phase=[], status="not_run",
-                                                        reason="RuntimeError: out of memory") for r in (0, 1)})
+    changes.update(
+        {
+            ("zero3-offload-all", 4, r): record(
+                "zero3-offload-all", 4, r, phase=[], status="not_run", reason="RuntimeError: out of memory"
+            )
+            for r in (0, 1)
+        }
+    )
     table = tabulate(every_record(changes))
     claims = ClaimVerdicts(
-        claimed_box=ClaimedBox(profile="claim-14b", machine="config/machines/claimed.yaml", machine_name="box"),
+        claimed_box=ClaimedBox(
+            profile="claim-14b", machine="config/machines/claimed.yaml", machine_name="box"
+        ),
         machine="here",
-        claims=[JudgedClaim(id="communication", statement="ZeRO-3 is 1.5 x DDP", kind="communication",
-                            on_paper=ClaimVerdict(verdict=HOLDS, evidence="ratio 1.50 (stated 1.5)",
-                                                  source="the ZeRO paper's volumes"),
-                            measured_here=ClaimVerdict(verdict=DOES_NOT_HOLD, evidence="measured 0.998",
-                                                       source="comms/volume.json"))])
+        claims=[
+            JudgedClaim(
+                id="communication",
+                statement="ZeRO-3 is 1.5 x DDP",
+                kind="communication",
+                on_paper=ClaimVerdict(
+                    verdict=HOLDS, evidence="ratio 1.50 (stated 1.5)", source="the ZeRO paper's volumes"
+                ),
+                measured_here=ClaimVerdict(
+                    verdict=DOES_NOT_HOLD, evidence="measured 0.998", source="comms/volume.json"
+                ),
+            )
+        ],
+    )
     html = section("communication", table, claims)
     assert html.count("<tr><td><b>") == len(SCHEMES) * 2  # every scheme at both accumulations
     assert "not run</b>: rank 0: RuntimeError: out of memory" in html

@@ -4,16 +4,39 @@ from __future__ import annotations
 
 import pytest
 
-from zerogate.plan.comms import (BOUNDARY, MICRO_STEP, SCHEMES, Term, logged_kind, logged_tensor_bytes,
-                                 fetch_units, ring_factor, scheme_for, scheme_setup, step_totals, theory, totals, volume_bytes,
-                                 zero3_gathers, zero3_most_gathered)
+from zerogate.plan.comms import (
+    BOUNDARY,
+    MICRO_STEP,
+    SCHEMES,
+    Term,
+    fetch_units,
+    logged_kind,
+    logged_tensor_bytes,
+    ring_factor,
+    scheme_for,
+    scheme_setup,
+    step_totals,
+    theory,
+    totals,
+    volume_bytes,
+    zero3_gathers,
+    zero3_most_gathered,
+)
 from zerogate.plan.ledger import ModelCounts
 from zerogate.plan.variants import PEERS, VARIANTS
 
 
 def counts(*numels: int) -> ModelCounts:
-    return ModelCounts(total=sum(numels), largest_layer=max(numels), numels=tuple(numels), hidden=1, layers=1,
-                       heads=1, vocab=1, tied_embeddings=False)
+    return ModelCounts(
+        total=sum(numels),
+        largest_layer=max(numels),
+        numels=tuple(numels),
+        hidden=1,
+        layers=1,
+        heads=1,
+        vocab=1,
+        tied_embeddings=False,
+    )
 
 
 # 1000 and 100 elements above a threshold of 50, 10 and 5 at or below it.
@@ -57,7 +80,8 @@ def test_schemes_reuse_the_variants_table():
     assert scheme_setup("zero3-offload-all") == (3, True, True)
     with pytest.raises(KeyError, match="zero9"):
         theory(MODEL, "zero9", 1, 2, 4, 50)
-    # A setup's stage and offloads name their scheme (the floor's way in); offloaded ZeRO-1/2 have a theory too.
+    # A setup's stage and offloads name their scheme (the floor's way in); offloaded ZeRO-1/2 have a theory
+    # too.
     assert scheme_for(3, True, True) == "zero3-offload-all" and scheme_for(0, False, False) == "zero0"
     assert scheme_for(2, True, False) == "zero2-offload"
     assert theory(MODEL, "zero2-offload", 1, 2, 4, 50) == theory(MODEL, "zero2", 1, 2, 4, 50)
@@ -88,7 +112,9 @@ def test_ddp_buckets_follow_torchs_assignment():
     # SmolLM2-135M: 16 buckets, the first 3.5 MB).
     mib = 1024 * 1024 // 4  # elements of one MiB in fp32
     big = counts(30 * mib, 20 * mib, 6 * mib, mib // 2, mib // 2)
-    assert by_name(theory(big, "ddp", 1, 2, 4, 0))["gradient all-reduce"].calls == 3  # [1 MiB], [26 MiB], [30 MiB]
+    assert (
+        by_name(theory(big, "ddp", 1, 2, 4, 0))["gradient all-reduce"].calls == 3
+    )  # [1 MiB], [26 MiB], [30 MiB]
     assert by_name(theory(MODEL, "ddp", 1, 2, 4, 0))["gradient all-reduce"].calls == 1
 
 
@@ -153,14 +179,26 @@ def test_the_trace_holds_the_parameters_it_keeps_for_reuse_gathered_at_once():
 
 
 def test_a_tied_embedding_is_gathered_again_for_the_lm_head():
-    tied = ModelCounts(total=1000 + 300, largest_layer=1000, numels=(1000, 100, 100, 100), hidden=1, layers=1,
-                       heads=1, vocab=1, tied_embeddings=True)
+    tied = ModelCounts(
+        total=1000 + 300,
+        largest_layer=1000,
+        numels=(1000, 100, 100, 100),
+        hidden=1,
+        layers=1,
+        heads=1,
+        vocab=1,
+        tied_embeddings=True,
+    )
     # Units: embedding, one layer (100, 100), final norm (100), and the embedding again as the LM head.
     assert fetch_units(tied, leaf_blocks=True) == [(0,), (1, 2), (3,), (0,)]
     gathers = zero3_gathers(tied, 2, 0, 150, leaf_blocks=True)
     assert gathers["tied"] == 1000  # released after the embedding (more than 150 elements before its reuse)
-    assert by_name(theory(tied, "zero3", 1, 2, 4, 0, max_reuse_distance=150))[
-        "tied embedding gathered again for the LM head"].tensor_bytes == 4000
+    assert (
+        by_name(theory(tied, "zero3", 1, 2, 4, 0, max_reuse_distance=150))[
+            "tied embedding gathered again for the LM head"
+        ].tensor_bytes
+        == 4000
+    )
 
 
 def test_offload_sends_the_same_collectives_but_an_fp32_norm():
@@ -185,8 +223,18 @@ def test_term_volume_uses_the_one_definition():
 def fsdp2_model() -> ModelCounts:
     """Outside the decoder layers (FSDP2's root): a 5 x 4 embedding and a norm of 4; two layers of a 3 x 4
     weight and a norm of 4 each."""
-    return ModelCounts(total=56, largest_layer=20, numels=(20, 12, 4, 12, 4, 4), hidden=4, layers=2, heads=1, vocab=5,
-                       tied_embeddings=True, first_dims=(5, 3, 4, 3, 4, 4), blocks=(-1, 0, 0, 1, 1, -1))
+    return ModelCounts(
+        total=56,
+        largest_layer=20,
+        numels=(20, 12, 4, 12, 4, 4),
+        hidden=4,
+        layers=2,
+        heads=1,
+        vocab=5,
+        tied_embeddings=True,
+        first_dims=(5, 3, 4, 3, 4, 4),
+        blocks=(-1, 0, 0, 1, 1, -1),
+    )
 
 
 def test_fsdp2_gathers_each_unit_twice_but_the_root_once_and_reduce_scatters_in_fp32():
@@ -195,7 +243,8 @@ def test_fsdp2_gathers_each_unit_twice_but_the_root_once_and_reduce_scatters_in_
     for dtype_bytes in (4, 2):
         terms = theory(fsdp2_model(), "fsdp2", 1, 2, dtype_bytes, 0)
         gathers = totals([t for t in terms if t.kind == "all_gather"], MICRO_STEP, 2)
-        # Forward: 3 units (root, 2 layers), 68 elements; backward: the 2 layers again, 40 (volumes: S (N-1)/N).
+        # Forward: 3 units (root, 2 layers), 68 elements; backward: the 2 layers again, 40 (volumes: S
+        # (N-1)/N).
         assert gathers == (5, (68 + 40) * dtype_bytes / 2)
         # Gradients reduce-scattered per unit in fp32 whatever the compute dtype.
         assert totals([t for t in terms if t.kind == "reduce_scatter"], MICRO_STEP, 2) == (3, 68 * 4 / 2)
@@ -203,8 +252,11 @@ def test_fsdp2_gathers_each_unit_twice_but_the_root_once_and_reduce_scatters_in_
         assert totals([t for t in terms if t.kind == "all_reduce"], BOUNDARY, 2) == (1, 6 * 4)
     # The paper's terms, then FSDP2's departures; every micro-step repeats (no sync skipped in accumulation).
     terms = theory(fsdp2_model(), "fsdp2", 4, 2, 4, 0)
-    assert [t.name for t in terms if not t.departure] == ["forward parameter all-gather", "backward re-gather",
-                                                          "gradient reduce-scatter"]
+    assert [t.name for t in terms if not t.departure] == [
+        "forward parameter all-gather",
+        "backward re-gather",
+        "gradient reduce-scatter",
+    ]
     calls, volume = step_totals(terms, 4, 2)
     assert (calls, volume) == (4 * (5 + 3) + 1, 4 * ((68 + 40) * 4 + 68 * 4) / 2 + 6 * 4)
 

@@ -15,33 +15,77 @@ from zerogate.contracts.report import GitAtStages, RunRegistry
 from zerogate.contracts.run import Deviations
 from zerogate.errors import InputError
 from zerogate.provenance import measurement_hash
-from zerogate.report.compare import (comparison_table, gate_rows, group_runs, histories, history_figure,
-                                     history_rows, load_run, noise_summary, overlay_figure, quantity_rows,
-                                     render_comparison)
+from zerogate.report.compare import (
+    comparison_table,
+    gate_rows,
+    group_runs,
+    histories,
+    history_figure,
+    history_rows,
+    load_run,
+    noise_summary,
+    overlay_figure,
+    quantity_rows,
+    render_comparison,
+)
 from zerogate.report.registry import registry_record
 
 
-def registry_of(tiny_profile, machine, dataset_hash="d" * 64, step_time=0.5, profile="smoke", config_hash="f" * 64,
-                memory_gib=0.6, steps=None, interval_rule=None, commit="abc123", recorded_at=None, resolved=None):
-    """(registry.json's record, the steps table) of a synthetic run (or of ``steps``), as register_run makes it."""
+def registry_of(
+    tiny_profile,
+    machine,
+    dataset_hash="d" * 64,
+    step_time=0.5,
+    profile="smoke",
+    config_hash="f" * 64,
+    memory_gib=0.6,
+    steps=None,
+    interval_rule=None,
+    commit="abc123",
+    recorded_at=None,
+    resolved=None,
+):
+    """(registry.json's record, the steps table) of a synthetic run (or of ``steps``), as register_run makes
+    it."""
     steps = synthetic_steps(step_time=step_time, memory_gib=memory_gib) if steps is None else steps
     verdicts = verdicts_of(tiny_profile, steps)
     base = f"results/{profile}/{machine}"
-    made = provenance(profile=profile, run_id=f"{profile}-{machine}-{config_hash[:8]}", config_hash=config_hash,
-                      dataset_hash=dataset_hash, resolved_profile=resolved,
-                      measurement_hash=None if resolved is None else measurement_hash(resolved))
+    made = provenance(
+        profile=profile,
+        run_id=f"{profile}-{machine}-{config_hash[:8]}",
+        config_hash=config_hash,
+        dataset_hash=dataset_hash,
+        resolved_profile=resolved,
+        measurement_hash=None if resolved is None else measurement_hash(resolved),
+    )
     git = GitState(commit=commit, dirty=False)
-    made = made.model_copy(update={"git": GitAtStages(at_training=git, at_report=git),
-                                   "recorded_at": recorded_at or made.recorded_at})
+    made = made.model_copy(
+        update={
+            "git": GitAtStages(at_training=git, at_report=git),
+            "recorded_at": recorded_at or made.recorded_at,
+        }
+    )
     record = registry_record(
-        machine=machine, verdicts=verdicts, steps=steps,
+        machine=machine,
+        verdicts=verdicts,
+        steps=steps,
         run_meta=run_metadata(steps, no_events(), train_summary(), "", 200),
-        provenance=made, interval_rule=interval_rule,
-        deviations=Deviations(deviations=[DEVIATION]), warmup_steps=5, spike_rule=spike_rule(tiny_profile),
-        files={"report": f"{base}/report/x.html", "verdicts": f"{base}/gates/verdicts.json",
-               "steps": f"{base}/parsed/steps.parquet", "events": f"{base}/parsed/events.parquet",
-               "provenance": f"{base}/provenance.json",
-               "figures": {name: f"{base}/figures/{name}.png" for name in ("loss", "step_time", "memory", "loss_scale")}})
+        provenance=made,
+        interval_rule=interval_rule,
+        deviations=Deviations(deviations=[DEVIATION]),
+        warmup_steps=5,
+        spike_rule=spike_rule(tiny_profile),
+        files={
+            "report": f"{base}/report/x.html",
+            "verdicts": f"{base}/gates/verdicts.json",
+            "steps": f"{base}/parsed/steps.parquet",
+            "events": f"{base}/parsed/events.parquet",
+            "provenance": f"{base}/provenance.json",
+            "figures": {
+                name: f"{base}/figures/{name}.png" for name in ("loss", "step_time", "memory", "loss_scale")
+            },
+        },
+    )
     return record, steps
 
 
@@ -71,8 +115,12 @@ def seven(tmp_path, tiny_profile):
         write_run(tmp_path, tiny_profile, "box-2", profile="cpu-tiny", config_hash="c" * 64, step_time=1.0),
         write_run(tmp_path, tiny_profile, "box-1", profile="cpu-tiny", config_hash="c" * 64, step_time=0.8),
         write_run(tmp_path, tiny_profile, "lab-x", dataset_hash="e" * 64),  # smoke, another dataset
-        write_run(tmp_path, tiny_profile, "box-3", profile="cpu-tiny", config_hash="9" * 64),  # edited profile
-        write_run(tmp_path, tiny_profile, "lab-a", profile="gpu-1x", config_hash="a" * 64),  # alone in its profile
+        write_run(
+            tmp_path, tiny_profile, "box-3", profile="cpu-tiny", config_hash="9" * 64
+        ),  # edited profile
+        write_run(
+            tmp_path, tiny_profile, "lab-a", profile="gpu-1x", config_hash="a" * 64
+        ),  # alone in its profile
     ]
     return [load_run(d) for d in dirs]
 
@@ -90,8 +138,10 @@ def test_registry_holds_gates_summary_and_provenance(tmp_path, tiny_profile):
 
 def test_runs_are_grouped_by_profile_config_and_dataset(seven):
     comparison = group_runs(seven)
-    assert [(g.key[0], g.machines) for g in comparison.groups] == [("smoke", ["lab-a", "lab-b"]),
-                                                                   ("cpu-tiny", ["box-1", "box-2"])]
+    assert [(g.key[0], g.machines) for g in comparison.groups] == [
+        ("smoke", ["lab-a", "lab-b"]),
+        ("cpu-tiny", ["box-1", "box-2"]),
+    ]
     assert [g.reference for g in comparison.groups] == ["lab-a", "box-1"]  # first alphabetically
     reasons = {s.run.run_id: s.reason for s in comparison.stragglers}
     assert len(reasons) == 3
@@ -146,8 +196,8 @@ def test_comparison_page_has_one_table_per_group_and_the_stragglers_apart(tmp_pa
     page = render_comparison(comparison, figures, "lab-b")
     assert "<table id='group-1' class='fixed comparison'>" in page and "<table id='group-2'" in page
     assert "<table id='group-3'" not in page
-    apart = page[page.index("<table id='not-comparable'"):]
-    apart = apart[:apart.index("</table>")]
+    apart = page[page.index("<table id='not-comparable'") :]
+    apart = apart[: apart.index("</table>")]
     assert apart.count("<tr>") == 1 + 3 and "the only run of profile gpu-1x" in apart
     assert "compare_reference: lab-b" in page and "lab-b (reference)" in page
     assert not re.search(r"\{'?\d'?:", page)  # no dict printed
@@ -179,7 +229,10 @@ def test_an_older_registry_is_not_comparable_and_says_why(tmp_path, tiny_profile
     comparison = group_runs(runs)
     assert comparison.groups[0].machines == ["lab-a", "lab-b"]
     reason = comparison.stragglers[0].reason
-    assert f"registry contract version {OlderRegistry.VERSION}, this zerogate reads {RunRegistry.VERSION}" in reason
+    assert (
+        f"registry contract version {OlderRegistry.VERSION}, this zerogate reads {RunRegistry.VERSION}"
+        in reason
+    )
     assert "register_run" in reason  # how to rebuild it
 
 
@@ -188,7 +241,8 @@ def test_missing_registry_is_one_line_naming_the_file(tmp_path):
         load_run(tmp_path / "nowhere")
 
 
-# Two runs of one setting on one machine (the same 0.5 s step, each its own noise: consecutive steps alike), and
+# Two runs of one setting on one machine (the same 0.5 s step, each its own noise: consecutive steps alike),
+# and
 # the same run with rank 1 slowed by 30 % (the straggler injection's effect on the records).
 NOISY = dict(step_time=0.5, time_noise=0.1, time_correlation=0.5)
 
@@ -198,13 +252,35 @@ def same_and_slowed(tmp_path, tiny_profile):
     """Two runs of the tiny profile and a third with its straggler injection: a profile of its own (another
     config hash), the same measurement."""
     rule = measures.IntervalRule()
-    runs = [write_run(tmp_path, tiny_profile, machine, steps=synthetic_steps(**NOISY, seed=seed), interval_rule=rule,
-                      resolved=tiny_profile)
-            for machine, seed in (("box-a", 1), ("box-b", 2))]
-    slowed = {**tiny_profile, "stabiliser": {**tiny_profile.get("stabiliser", {}),
-                                             "inject": {"kind": "slow", "rank": 1, "seconds": 0.02}}}
-    runs.append(write_run(tmp_path, tiny_profile, "box-slow", interval_rule=rule, config_hash="5" * 64, resolved=slowed,
-                          steps=synthetic_steps(**NOISY, seed=3, slow_rank=1, slow_factor=1.3)))
+    runs = [
+        write_run(
+            tmp_path,
+            tiny_profile,
+            machine,
+            steps=synthetic_steps(**NOISY, seed=seed),
+            interval_rule=rule,
+            resolved=tiny_profile,
+        )
+        for machine, seed in (("box-a", 1), ("box-b", 2))
+    ]
+    slowed = {
+        **tiny_profile,
+        "stabiliser": {
+            **tiny_profile.get("stabiliser", {}),
+            "inject": {"kind": "slow", "rank": 1, "seconds": 0.02},
+        },
+    }
+    runs.append(
+        write_run(
+            tmp_path,
+            tiny_profile,
+            "box-slow",
+            interval_rule=rule,
+            config_hash="5" * 64,
+            resolved=slowed,
+            steps=synthetic_steps(**NOISY, seed=3, slow_rank=1, slow_factor=1.3),
+        )
+    )
     return [load_run(d) for d in runs]
 
 
@@ -224,9 +300,13 @@ def test_two_runs_of_one_setting_differ_by_no_more_than_noise(same_and_slowed):
 
 def test_a_rank_slowed_by_30_percent_is_beyond_noise_in_the_csv_and_the_page(tmp_path, same_and_slowed):
     comparison = group_runs([same_and_slowed[0], same_and_slowed[2]], reference="box-a")
-    assert len(comparison.groups) == 1 and not comparison.stragglers  # the injection alone: the same measurement
+    assert (
+        len(comparison.groups) == 1 and not comparison.stragglers
+    )  # the injection alone: the same measurement
     table = comparison_table(comparison)
-    slowed = table[(table["machine"] == "box-slow") & (table["statistic"] == "median optimizer-step time, slowest rank")]
+    slowed = table[
+        (table["machine"] == "box-slow") & (table["statistic"] == "median optimizer-step time, slowest rank")
+    ]
     assert slowed["beyond_noise"].tolist() == [True]
     assert 1.2 < slowed["ratio low"].item() <= slowed["ratio"].item() <= slowed["ratio high"].item() < 1.4
     assert not table.loc[table["machine"] == "box-a", "beyond_noise"].dropna().any()  # the reference itself
@@ -237,17 +317,32 @@ def test_a_rank_slowed_by_30_percent_is_beyond_noise_in_the_csv_and_the_page(tmp
     assert "Beyond noise: <b>box-slow</b> (median optimizer-step time, slowest rank" in page
     assert "beyond noise</small>" in page and "class='number beyond-noise'" in page
     assert "kind slow, rank 1, seconds 0.02" in page
-    assert set(table.loc[table["machine"] == "box-slow", "fault injection"]) == {"kind slow, rank 1, seconds 0.02"}
+    assert set(table.loc[table["machine"] == "box-slow", "fault injection"]) == {
+        "kind slow, rank 1, seconds 0.02"
+    }
 
 
 def test_the_history_orders_one_machines_runs_by_training_and_flags_a_regression(tmp_path, tiny_profile):
     rule = measures.IntervalRule()
-    made = [("aaa1111", 0.5, "2026-11-29T10:00:00+00:00"), ("bbb2222", 0.5, "2026-11-30T10:00:00+00:00"),
-            ("ccc3333", 0.65, "2026-12-01T10:00:00+00:00")]
-    runs = [load_run(write_run(tmp_path / commit, tiny_profile, f"box-{commit}", commit=commit, recorded_at=at,
-                               interval_rule=rule, steps=synthetic_steps(**{**NOISY, "step_time": level},
-                                                                         seed=index)))
-            for index, (commit, level, at) in enumerate(reversed(made))]
+    made = [
+        ("aaa1111", 0.5, "2026-11-29T10:00:00+00:00"),
+        ("bbb2222", 0.5, "2026-11-30T10:00:00+00:00"),
+        ("ccc3333", 0.65, "2026-12-01T10:00:00+00:00"),
+    ]
+    runs = [
+        load_run(
+            write_run(
+                tmp_path / commit,
+                tiny_profile,
+                f"box-{commit}",
+                commit=commit,
+                recorded_at=at,
+                interval_rule=rule,
+                steps=synthetic_steps(**{**NOISY, "step_time": level}, seed=index),
+            )
+        )
+        for index, (commit, level, at) in enumerate(reversed(made))
+    ]
     found = histories(runs)
     assert len(found) == 1 and [r.commit for r in found[0].runs] == ["aaa1111", "bbb2222", "ccc3333"]
     rows = history_rows(found[0])
@@ -256,12 +351,16 @@ def test_the_history_orders_one_machines_runs_by_training_and_flags_a_regression
     history_figure(found, tmp_path / "history.png")
     assert (tmp_path / "history.png").read_bytes()[:4] == b"\x89PNG"
     comparison = group_runs(runs)
-    figures = {"loss": tmp_path / "loss.png", "step_time": tmp_path / "step.png", "history": tmp_path / "history.png"}
+    figures = {
+        "loss": tmp_path / "loss.png",
+        "step_time": tmp_path / "step.png",
+        "history": tmp_path / "history.png",
+    }
     overlay_figure(comparison, "loss", "loss", figures["loss"])
     overlay_figure(comparison, "step_time", "s", figures["step_time"])
     page = render_comparison(comparison, figures, None, found)
-    history = page[page.index("<table id='history-1'"):]
-    history = history[:history.index("</table>")]
+    history = page[page.index("<table id='history-1'") :]
+    history = history[: history.index("</table>")]
     assert history.count("<tr") == 1 + 3 and history.count("class='beyond-noise'") == 1
     assert history.index("aaa1111") < history.index("bbb2222") < history.index("ccc3333")
     assert page.count("data:image/png;base64,") == 3

@@ -22,8 +22,12 @@ def _small_run():
     rendered for the test machine (ZeRO-3, both offloads, 2 ranks sharing its 2 cores: one thread each)."""
     tiny = settings("cpu-tiny")
     training = dataclasses.replace(tiny.training, micro_batch_per_rank=2, gradient_accumulation_steps=2)
-    small = dataclasses.replace(tiny, model=SHAPE, training=training,
-                                dataset=dataclasses.replace(tiny.dataset, seq_len=8, vocab_size=50))
+    small = dataclasses.replace(
+        tiny,
+        model=SHAPE,
+        training=training,
+        dataset=dataclasses.replace(tiny.dataset, seq_len=8, vocab_size=50),
+    )
     return rendered(small)
 
 
@@ -54,16 +58,23 @@ def test_times_the_runs_model_through_its_zero3_engine_keeping_the_fastest_pass_
     assert ds.stage == 3 and run_spec.threads_per_rank == 1
     (tmp_path / "ds_config.json").write_text(json.dumps(ds.raw))
     run_spec.write(tmp_path / "run_spec.json")
-    done = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "run_spec.json"), str(tmp_path / "ds_config.json")],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path / "run_spec.json"), str(tmp_path / "ds_config.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     measured = ModelComputeMeasurement.of(
-        json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:]), "the child")
+        json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:]),
+        "the child",
+    )
     assert measured.through_deepspeed is True and "ZeRO stage 3" in measured.how
     assert len(measured.samples_s) == 3 and measured.forward_backward_s == min(measured.samples_s) > 0
     # The run's micro-batch, row length, precision and a rank's thread count.
     assert (measured.micro_batch, measured.seq_len, measured.threads, measured.dtype) == (2, 8, 1, "fp32")
-    # ZeRO-3 partitions every parameter: the engine's count is its ds_numel, the whole model the planner counts.
+    # ZeRO-3 partitions every parameter: the engine's count is its ds_numel, the whole model the planner
+    # counts.
     assert measured.parameters == count_parameters(planned_model_config(SHAPE, 50, 8)).total
     (ports,) = [json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("PORTS ")]
     assert len(ports) == 1 and not shm_buffers(ports[0])

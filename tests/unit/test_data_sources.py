@@ -13,14 +13,26 @@ from zerogate.data.sources import check_dataset_source
 from zerogate.data.templates import IGNORE_INDEX
 from zerogate.errors import InputError
 
-ROWS = [{"question": f"reverse {w}", "answer": w[::-1], "extra": i} for i, w in
-        enumerate(["abc", "defg", "hij", "klmno", "pqr", "stuv", "wxy", "zab", "cde", "fgh"])]
+ROWS = [
+    {"question": f"reverse {w}", "answer": w[::-1], "extra": i}
+    for i, w in enumerate(["abc", "defg", "hij", "klmno", "pqr", "stuv", "wxy", "zab", "cde", "fgh"])
+]
 
 
 def settings(source, **extra):
     """A profile's ``dataset`` section for ``source``, typed as the profile loads it."""
-    return dataset_settings({"source": source, "columns": {"prompt": "question", "response": "answer"}, "seq_len": 32,
-                             "validation_fraction": 0.2, "seed": 1, "vocab_size": 128, "template": "plain", **extra})
+    return dataset_settings(
+        {
+            "source": source,
+            "columns": {"prompt": "question", "response": "answer"},
+            "seq_len": 32,
+            "validation_fraction": 0.2,
+            "seed": 1,
+            "vocab_size": 128,
+            "template": "plain",
+            **extra,
+        }
+    )
 
 
 def write_jsonl(path, rows):
@@ -46,7 +58,9 @@ def test_local_jsonl_with_column_mapping_builds_masked_splits(tmp_path):
     split = load_split(tmp_path / "out/train.parquet")
     assert ((split.labels != IGNORE_INDEX).sum(axis=1) > 0).all()  # every row learns its answer
     assert ((split.labels == IGNORE_INDEX) | (split.labels == split.input_ids)).all()
-    items = [json.loads(line) for line in (tmp_path / "out/validation_examples.jsonl").read_text().splitlines()]
+    items = [
+        json.loads(line) for line in (tmp_path / "out/validation_examples.jsonl").read_text().splitlines()
+    ]
     assert {item["answer"] for item in items} <= {r["answer"] for r in ROWS}
 
 
@@ -63,8 +77,11 @@ def test_content_hash_follows_the_file(tmp_path):
 def test_csv_parquet_and_json_array_read_the_same_rows(tmp_path, kind):
     frame = pd.DataFrame(ROWS)
     path = tmp_path / f"mine.{kind}"
-    {"csv": lambda: frame.to_csv(path, index=False), "parquet": lambda: frame.to_parquet(path),
-     "json": lambda: path.write_text(json.dumps(ROWS))}[kind]()
+    {
+        "csv": lambda: frame.to_csv(path, index=False),
+        "parquet": lambda: frame.to_parquet(path),
+        "json": lambda: path.write_text(json.dumps(ROWS)),
+    }[kind]()
     assert prepare(settings(path.name), tmp_path / "out", repo=tmp_path).rows_read == 10
 
 
@@ -77,16 +94,25 @@ def test_plain_text_for_continued_pretraining(tmp_path):
 
 
 def test_instruction_input_output_layout(tmp_path):
-    write_jsonl(tmp_path / "alpaca.jsonl", [{"instruction": "Reverse.", "input": r["question"], "output": r["answer"]} for r in ROWS])
+    write_jsonl(
+        tmp_path / "alpaca.jsonl",
+        [{"instruction": "Reverse.", "input": r["question"], "output": r["answer"]} for r in ROWS],
+    )
     columns = {"instruction": "instruction", "input": "input", "output": "output"}
-    manifest = prepare(settings("alpaca.jsonl", columns=columns, template="alpaca", seq_len=256), tmp_path / "a", repo=tmp_path)
+    manifest = prepare(
+        settings("alpaca.jsonl", columns=columns, template="alpaca", seq_len=256),
+        tmp_path / "a",
+        repo=tmp_path,
+    )
     assert manifest.rows_read == 10 and manifest.splits["train"].loss_tokens > 0
 
 
 def test_missing_mapped_column(tmp_path):
     write_jsonl(tmp_path / "mine.jsonl", ROWS)
     message = refused(tmp_path, "mine.jsonl", columns={"prompt": "question", "response": "reply"})
-    assert message.startswith(f"{tmp_path}/mine.jsonl: mapped column 'reply' (dataset.columns.response) not found")
+    assert message.startswith(
+        f"{tmp_path}/mine.jsonl: mapped column 'reply' (dataset.columns.response) not found"
+    )
     assert "question, answer, extra" in message
 
 
@@ -101,7 +127,11 @@ def test_file_of_blank_lines_is_empty_too(tmp_path):
 
 
 def test_malformed_jsonl_line_is_numbered(tmp_path):
-    lines = [json.dumps(r) for r in ROWS[:3]] + ['{"question": "x", "answer": '] + [json.dumps(r) for r in ROWS[3:]]
+    lines = (
+        [json.dumps(r) for r in ROWS[:3]]
+        + ['{"question": "x", "answer": ']
+        + [json.dumps(r) for r in ROWS[3:]]
+    )
     (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
     message = refused(tmp_path, "bad.jsonl")
     assert message.startswith(f"{tmp_path}/bad.jsonl: line 4: malformed JSON")
@@ -118,8 +148,12 @@ def test_rows_longer_than_seq_len_are_refused_by_default(tmp_path):
 def test_too_long_rows_dropped_or_truncated_are_counted(tmp_path, policy):
     long = {"question": "reverse a b", "answer": "a b c d e " * 20}  # the prompt fits, the answer does not
     write_jsonl(tmp_path / "long.jsonl", [*ROWS, *[long] * 10])
-    manifest = prepare(settings("long.jsonl", too_long=policy, validation_fraction=0.5), tmp_path / "out", repo=tmp_path)
-    counted = sum(getattr(s, "dropped_too_long" if policy == "drop" else "truncated") for s in manifest.splits.values())
+    manifest = prepare(
+        settings("long.jsonl", too_long=policy, validation_fraction=0.5), tmp_path / "out", repo=tmp_path
+    )
+    counted = sum(
+        getattr(s, "dropped_too_long" if policy == "drop" else "truncated") for s in manifest.splits.values()
+    )
     assert counted == 10
     assert sum(s.rows for s in manifest.splits.values()) == (10 if policy == "drop" else 20)
 
@@ -139,8 +173,9 @@ def test_a_user_file_with_the_default_template_fits_on_a_random_init_model(tmp_p
     """The BPE tokenizer is trained on the rows' text with the template's own text: without it the Alpaca
     header would tokenise character by character and no row would fit in seq_len."""
     write_jsonl(tmp_path / "mine.jsonl", ROWS * 3)
-    manifest = prepare(settings("mine.jsonl", template="auto", seq_len=64, vocab_size=256), tmp_path / "out",
-                       repo=tmp_path)
+    manifest = prepare(
+        settings("mine.jsonl", template="auto", seq_len=64, vocab_size=256), tmp_path / "out", repo=tmp_path
+    )
     assert manifest.template == "alpaca"
     assert manifest.splits["train"].rows == 24 and manifest.splits["train"].dropped_too_long == 0
 
@@ -160,10 +195,18 @@ def test_the_early_check_refuses_the_same_files_when_the_profile_loads(tmp_path)
     with the same message; a good file passes it."""
     write_jsonl(tmp_path / "mine.jsonl", ROWS)
     (tmp_path / "empty.jsonl").write_text("")
-    lines = [json.dumps(r) for r in ROWS[:3]] + ['{"question": "x", "answer": '] + [json.dumps(r) for r in ROWS[3:]]
+    lines = (
+        [json.dumps(r) for r in ROWS[:3]]
+        + ['{"question": "x", "answer": ']
+        + [json.dumps(r) for r in ROWS[3:]]
+    )
     (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
-    cases = [("nope.jsonl", {}), ("empty.jsonl", {}), ("bad.jsonl", {}),
-             ("mine.jsonl", {"columns": {"prompt": "question", "response": "reply"}})]
+    cases = [
+        ("nope.jsonl", {}),
+        ("empty.jsonl", {}),
+        ("bad.jsonl", {}),
+        ("mine.jsonl", {"columns": {"prompt": "question", "response": "reply"}}),
+    ]
     for source, extra in cases:
         typed = settings(source, **extra)
         with pytest.raises(InputError) as early:

@@ -8,14 +8,31 @@ import pytest
 
 from zerogate.config.settings import dataset_settings
 from zerogate.contracts.data import DatasetManifest
-from zerogate.data.dataset import IGNORE_INDEX, TASKS, encode, generate_examples, load_split, prepare, train_tokenizer
+from zerogate.data.dataset import (
+    IGNORE_INDEX,
+    TASKS,
+    encode,
+    generate_examples,
+    load_split,
+    prepare,
+    train_tokenizer,
+)
 
 
 @pytest.fixture(scope="module")
 def settings():
     """A profile's ``dataset`` section for the built-in tasks, typed as the profile loads it."""
-    return dataset_settings({"source": "builtin-tasks", "tasks": list(TASKS), "seed": 7, "num_train": 300,
-                             "num_validation": 40, "seq_len": 64, "vocab_size": 256})
+    return dataset_settings(
+        {
+            "source": "builtin-tasks",
+            "tasks": list(TASKS),
+            "seed": 7,
+            "num_train": 300,
+            "num_validation": 40,
+            "seq_len": 64,
+            "vocab_size": 256,
+        }
+    )
 
 
 def test_same_settings_give_identical_dataset(tmp_path, settings):
@@ -49,7 +66,13 @@ def test_examples_are_correct_answers():
 
 def test_validation_items_never_appear_in_training(tmp_path, settings):
     prepare(settings, tmp_path)
-    read = lambda name: {(r["instruction"], r["input"]) for r in map(json.loads, (tmp_path / name).read_text().splitlines())}
+
+    def read(name):
+        return {
+            (r["instruction"], r["input"])
+            for r in map(json.loads, (tmp_path / name).read_text().splitlines())
+        }
+
     assert read("train_examples.jsonl").isdisjoint(read("validation_examples.jsonl"))
 
 
@@ -65,7 +88,7 @@ def test_prompt_tokens_are_masked_and_response_is_learned():
         assert (labels[n_prompt:n_total] == ids[n_prompt:n_total]).all()
         assert labels[n_total - 1] == eos
         assert (labels[n_total:] == IGNORE_INDEX).all() and (mask[n_total:] == 0).all()
-        assert tokenizer.decode(list(ids[n_prompt:n_total - 1])).strip() == example.output
+        assert tokenizer.decode(list(ids[n_prompt : n_total - 1])).strip() == example.output
 
 
 def test_too_long_examples_are_dropped_and_counted():

@@ -27,12 +27,22 @@ def engine(one_rank_world):
     config = {
         "train_micro_batch_size_per_gpu": 4,
         "gradient_accumulation_steps": ACCUMULATION,
-        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
-                              "stage3_param_persistence_threshold": 0},
+        "zero_optimization": {
+            "stage": 3,
+            "offload_optimizer": {"device": "cpu"},
+            "stage3_param_persistence_threshold": 0,
+        },
         "optimizer": {"type": "AdamW", "params": {"lr": 0.1}},
         # A rising LR that is never 0, so an update changes the weights and a held schedule shows.
-        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.05, "warmup_max_lr": 0.1,
-                                                     "warmup_num_steps": 10, "warmup_type": "linear"}},
+        "scheduler": {
+            "type": "WarmupLR",
+            "params": {
+                "warmup_min_lr": 0.05,
+                "warmup_max_lr": 0.1,
+                "warmup_num_steps": 10,
+                "warmup_type": "linear",
+            },
+        },
     }
     torch.manual_seed(0)
     with deepspeed.zero.Init(config_dict_or_path=config):
@@ -60,11 +70,20 @@ def test_a_dropped_update_leaves_weights_and_schedule_and_the_next_window_applie
     start = weights(engine)
     window(engine, apply=True)  # a first applied window, so the optimizer state exists
     assert adapter.update_applied(engine)
-    assert not all(torch.equal(a, b) for a, b in zip(start, weights(engine))), "an applied update left the weights"
-    before, lr, skipped, global_steps = weights(engine), engine.get_lr()[0], adapter.skipped_steps(engine), engine.global_steps
+    assert not all(torch.equal(a, b) for a, b in zip(start, weights(engine))), (
+        "an applied update left the weights"
+    )
+    before, lr, skipped, global_steps = (
+        weights(engine),
+        engine.get_lr()[0],
+        adapter.skipped_steps(engine),
+        engine.global_steps,
+    )
 
     window(engine, apply=False, poison=float("nan"))  # what the stabiliser does with a NaN window
-    assert all(torch.equal(a, b) for a, b in zip(before, weights(engine))), "a dropped update changed the weights"
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(engine))), (
+        "a dropped update changed the weights"
+    )
     assert not adapter.update_applied(engine)
     assert adapter.skipped_steps(engine) == skipped + 1 and engine.global_steps == global_steps + 1
     assert engine.get_lr()[0] == lr  # the LR schedule holds on a skipped step
@@ -89,10 +108,16 @@ def test_a_destroyed_zero3_engine_is_freed_once_deepspeeds_globals_forget_it(eng
 
     import deepspeed
 
-    config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-              "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
-                                    "stage3_param_persistence_threshold": 0},
-              "optimizer": {"type": "AdamW", "params": {"lr": 0.1}}}
+    config = {
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {
+            "stage": 3,
+            "offload_optimizer": {"device": "cpu"},
+            "stage3_param_persistence_threshold": 0,
+        },
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.1}},
+    }
 
     def build_step_destroy():
         with deepspeed.zero.Init(config_dict_or_path=config):

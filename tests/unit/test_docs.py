@@ -13,8 +13,13 @@ PIPELINE_DOC = REPO / "docs" / "pipeline.md"
 
 
 def workflow_rules() -> set[str]:
-    done = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "--list-rules"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("snakemake")), "--list-rules"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return {line.strip() for line in done.stdout.splitlines() if re.fullmatch(r"[a-z0-9_]+", line.strip())}
 

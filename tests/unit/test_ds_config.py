@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from tests.conftest import gpu_fingerprint
-from tests.unit.helpers import settings, render_profile
+from tests.unit.helpers import render_profile, settings
 from zerogate.contracts.run import DsConfig
 from zerogate.errors import InputError
 from zerogate.plan.ds_config import find_auto
@@ -24,8 +24,9 @@ def render_claim(claim, profile, fingerprint, template_file="claim.json"):
 def with_sections(profile, **sections):
     """The profile's settings with sections changed: ``training={"gradient_accumulation_steps": 4}``."""
     s = settings(profile)
-    return dataclasses.replace(s, **{name: dataclasses.replace(getattr(s, name), **changes)
-                                     for name, changes in sections.items()})
+    return dataclasses.replace(
+        s, **{name: dataclasses.replace(getattr(s, name), **changes) for name, changes in sections.items()}
+    )
 
 
 def test_cpu_render_resolves_every_auto_and_records_why(claim_config, tiny_profile, cpu_fingerprint):
@@ -34,7 +35,8 @@ def test_cpu_render_resolves_every_auto_and_records_why(claim_config, tiny_profi
     assert find_auto(ds) == []
     zero = ds["zero_optimization"]
     hidden = settings(tiny_profile).model.hidden_size
-    # On the CPU accelerator the bucket "auto"s take the tuned values (zerogate.plan.cpu_tuning), one deviation each.
+    # On the CPU accelerator the bucket "auto"s take the tuned values (zerogate.plan.cpu_tuning), one
+    # deviation each.
     assert zero["reduce_bucket_size"] == 500_000_000
     assert zero["stage3_prefetch_bucket_size"] == 50_000_000
     assert zero["overlap_comm"] is False
@@ -58,7 +60,9 @@ def test_cpu_leaf_module_follows_the_architecture_and_needs_one(claim_config, ti
     profile = with_sections(tiny_profile, model={"architecture": "qwen2"})
     ds, _, _ = render_claim(claim_config, profile, cpu_fingerprint, "claim.json")
     assert ds["zero_optimization"]["leaf_module"]["classes"][-1] == "Qwen2DecoderLayer"
-    profile = with_sections(tiny_profile, model={"architecture": None})  # a model whose family is not stated: no class to name
+    profile = with_sections(
+        tiny_profile, model={"architecture": None}
+    )  # a model whose family is not stated: no class to name
     ds, deviations, _ = render_claim(claim_config, profile, cpu_fingerprint, "claim.json")
     assert "leaf_module" not in ds["zero_optimization"]
     assert "zero_optimization.leaf_module.classes" not in by_path(deviations)
@@ -86,7 +90,11 @@ def test_cpu_render_trains_fp32_and_says_so(claim_config, tiny_profile, cpu_fing
 def test_batch_geometry_multiplies_out(claim_config, tiny_profile, cpu_fingerprint):
     ds, _, spec = render_claim(claim_config, tiny_profile, cpu_fingerprint, "claim.json")
     assert spec.world_size == settings(tiny_profile).training.cpu_ranks == 2
-    assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * 2 == 16
+    assert (
+        ds["train_batch_size"]
+        == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * 2
+        == 16
+    )
 
 
 def test_claim_geometry_is_no_deviation_but_another_is(claim_config, tiny_profile, cpu_fingerprint):
@@ -98,7 +106,9 @@ def test_claim_geometry_is_no_deviation_but_another_is(claim_config, tiny_profil
     assert by_path(deviations)["train_batch_size"].claim == 16
 
 
-def test_explicit_batch_size_that_does_not_multiply_out_is_refused(claim_config, tiny_profile, cpu_fingerprint):
+def test_explicit_batch_size_that_does_not_multiply_out_is_refused(
+    claim_config, tiny_profile, cpu_fingerprint
+):
     profile = with_sections(tiny_profile, training={"train_batch_size": 24})
     with pytest.raises(InputError, match="training.train_batch_size"):
         render_claim(claim_config, profile, cpu_fingerprint, "claim.json")
@@ -126,21 +136,45 @@ def test_the_run_specs_precision_is_the_rendered_configs_after_the_overrides(cla
     fp16_off = {"path": "fp16.enabled", "value": False, "reason": "train in fp32"}
     bf16_on = {"path": "bf16.enabled", "value": True, "reason": "train in bf16"}
     for overrides, dtype in (([], "fp16"), ([fp16_off], "fp32"), ([fp16_off, bf16_on], "bf16")):
-        ds, deviations, spec = render_claim(claim_config, with_sections(tiny_profile, deepspeed={"overrides": overrides}),
-                                       fingerprint, "claim.json")
+        ds, deviations, spec = render_claim(
+            claim_config,
+            with_sections(tiny_profile, deepspeed={"overrides": overrides}),
+            fingerprint,
+            "claim.json",
+        )
         assert spec.dtype == DsConfig.of(ds, "ds_config.json").dtype == dtype, overrides
         assert {d.path for d in deviations.changing_the_experiment} == {o["path"] for o in overrides}
     # bf16 on with the claim's fp16 still on is refused at render time, not trained in either.
     with pytest.raises(InputError, match="bfloat16 and fp16"):
-        render_claim(claim_config, with_sections(tiny_profile, deepspeed={"overrides": [bf16_on]}), fingerprint, "claim.json")
+        render_claim(
+            claim_config,
+            with_sections(tiny_profile, deepspeed={"overrides": [bf16_on]}),
+            fingerprint,
+            "claim.json",
+        )
     # The loss scaler runs only where fp16 does.
-    ds, _, _ = render_claim(claim_config, with_sections(tiny_profile, deepspeed={"overrides": [fp16_off]}), fingerprint, "claim.json")
+    ds, _, _ = render_claim(
+        claim_config,
+        with_sections(tiny_profile, deepspeed={"overrides": [fp16_off]}),
+        fingerprint,
+        "claim.json",
+    )
     assert not DsConfig.of(ds, "ds_config.json").loss_scaler
 
 
 def test_profile_override_is_applied_with_its_reason(claim_config, tiny_profile, cpu_fingerprint):
-    profile = with_sections(tiny_profile, deepspeed={"overrides": [
-        {"path": "zero_optimization.offload_param.device", "value": "none", "reason": "compare without offload"}]})
+    profile = with_sections(
+        tiny_profile,
+        deepspeed={
+            "overrides": [
+                {
+                    "path": "zero_optimization.offload_param.device",
+                    "value": "none",
+                    "reason": "compare without offload",
+                }
+            ]
+        },
+    )
     ds, deviations, _ = render_claim(claim_config, profile, cpu_fingerprint, "claim.json")
     assert ds["zero_optimization"]["offload_param"]["device"] == "none"
     assert by_path(deviations)["zero_optimization.offload_param.device"].reason == "compare without offload"

@@ -25,7 +25,9 @@ def test_conda_envs_match_the_pinned_requirements():
         env_pins = pins(pip_section)
         assert env_pins, env_file
         for name, version in env_pins.items():
-            assert required.get(name) == version, f"envs/{env_file}: {name}=={version} vs requirements {required.get(name)}"
+            assert required.get(name) == version, (
+                f"envs/{env_file}: {name}=={version} vs requirements {required.get(name)}"
+            )
 
 
 def test_every_rule_names_a_conda_env_that_exists():

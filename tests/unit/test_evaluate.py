@@ -1,4 +1,5 @@
-"""Evaluation: validation loss over learned tokens only, exact match of greedy answers, equal work per rank."""
+"""Evaluation: validation loss over learned tokens only, exact match of greedy answers, equal work per
+rank."""
 
 import numpy as np
 import pytest
@@ -15,9 +16,18 @@ from zerogate.train.evaluate import Evaluator, exact_match, rank_share, settings
 def manifest(source: str) -> DatasetManifest:
     """prepare_dataset's manifest of a dataset from ``source`` (built-in tasks or a user file)."""
     split = SplitStats(rows=10, dropped_too_long=0, truncated=0, tokens=640, loss_tokens=320)
-    return DatasetManifest(source=source, content_sha256="0" * 64, seq_len=64, splits={"train": split, "validation": split},
-                           template="builtin", tokenizer_directory="tokenizer", vocab_size=167, pad_token_id=0,
-                           eos_token_id=2, model=ModelInfo(source="shape", kind="shape", directory=None))
+    return DatasetManifest(
+        source=source,
+        content_sha256="0" * 64,
+        seq_len=64,
+        splits={"train": split, "validation": split},
+        template="builtin",
+        tokenizer_directory="tokenizer",
+        vocab_size=167,
+        pad_token_id=0,
+        eos_token_id=2,
+        model=ModelInfo(source="shape", kind="shape", directory=None),
+    )
 
 
 def test_every_rank_gets_the_same_number_of_rows():
@@ -28,15 +38,28 @@ def test_every_rank_gets_the_same_number_of_rows():
 def test_settings_default_to_four_evaluations_and_no_exact_match_for_user_data():
     assert settings_for(manifest("builtin-tasks"), EvaluationSettings(), 100).every_steps == 25
     assert settings_for(manifest("builtin-tasks"), EvaluationSettings(every_steps=7), 100).every_steps == 7
-    assert settings_for(manifest("builtin-tasks"), EvaluationSettings(exact_match_items=5), 8).exact_match_items == 5
-    assert settings_for(manifest("mine.jsonl"), EvaluationSettings(exact_match_items=5), 8).exact_match_items == 0
+    assert (
+        settings_for(manifest("builtin-tasks"), EvaluationSettings(exact_match_items=5), 8).exact_match_items
+        == 5
+    )
+    assert (
+        settings_for(manifest("mine.jsonl"), EvaluationSettings(exact_match_items=5), 8).exact_match_items
+        == 0
+    )
 
 
 @pytest.fixture(scope="module")
 def tiny_model():
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16)
+    config = LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -47,8 +70,11 @@ def test_validation_loss_is_the_mean_over_learned_tokens(tiny_model):
     # By hand: token-weighted mean of each row's own loss.
     losses, counts = [], []
     for ids, labels, mask in zip(split.input_ids, split.labels, split.attention_mask):
-        out = tiny_model(input_ids=torch.tensor([ids]).long(), attention_mask=torch.tensor([mask]).long(),
-                         labels=torch.tensor([labels]).long())
+        out = tiny_model(
+            input_ids=torch.tensor([ids]).long(),
+            attention_mask=torch.tensor([mask]).long(),
+            labels=torch.tensor([labels]).long(),
+        )
         n = int((np.asarray(labels[1:]) != IGNORE_INDEX).sum())
         losses.append(float(out.loss) * n)
         counts.append(n)
@@ -71,9 +97,11 @@ class EchoModel:
 
 
 def test_exact_match_counts_correct_greedy_answers_per_task():
-    items = [{"prompt_ids": [5, 6, 7], "answer": "6 7", "task": "repeat"},
-             {"prompt_ids": [5, 6, 8], "answer": "6  8", "task": "repeat"},  # whitespace is normalised
-             {"prompt_ids": [5, 6, 9], "answer": "9 6", "task": "reverse"}]
+    items = [
+        {"prompt_ids": [5, 6, 7], "answer": "6 7", "task": "repeat"},
+        {"prompt_ids": [5, 6, 8], "answer": "6  8", "task": "repeat"},  # whitespace is normalised
+        {"prompt_ids": [5, 6, 9], "answer": "9 6", "task": "reverse"},
+    ]
     result = exact_match(EchoModel(), FakeTokenizer(), items, 1, 0, torch.device("cpu"), 4, False)
     assert result["exact_match/correct"] == 2 and result["exact_match/items"] == 3
     assert result["exact_match/by_task"] == {"repeat": [2, 2], "reverse": [0, 1]}

@@ -8,13 +8,20 @@ import pytest
 
 from tests.unit.test_ledger import claim_setup, oracle_counts
 from zerogate.config.machines import check, from_fingerprint, load_description
-from zerogate.contracts.machine import Collectives, CollectiveKindFigures, CollectiveSample, Figure, Host
+from zerogate.contracts.machine import CollectiveKindFigures, Collectives, CollectiveSample, Figure, Host
 from zerogate.contracts.plan import CollectiveTime, Floor, ModelComputeMeasurement
 from zerogate.errors import InputError
 from zerogate.model.counts import ModelCounts
 from zerogate.plan import collectives, comms
 from zerogate.plan.comms import BOUNDARY, MICRO_STEP, Term
-from zerogate.plan.floor import EAGER_PASS, collective_time, derived_bandwidth, floor, theory_scheme, theory_terms
+from zerogate.plan.floor import (
+    EAGER_PASS,
+    collective_time,
+    derived_bandwidth,
+    floor,
+    theory_scheme,
+    theory_terms,
+)
 from zerogate.plan.ledger import Setup
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,26 +34,64 @@ def fig(value, basis="measured"):
 
 def cpu_machine(kinds):
     """A 2-core CPU machine description with hand-made collective figures, checked against the schema."""
-    return check({"name": "hand", "source": "probed", "nodes": 1, "gpus": [],
-                  "collectives": {"backend": "gloo", "world": 2, "route": "loopback (one host)", "kinds": kinds},
-                  "host": {"ram_total_bytes": 24 * 10**9, "memory_bandwidth_gbps": 10.0, "cpu_peak_tflops_fp32": 0.04}},
-                 "the test's machine")
+    return check(
+        {
+            "name": "hand",
+            "source": "probed",
+            "nodes": 1,
+            "gpus": [],
+            "collectives": {"backend": "gloo", "world": 2, "route": "loopback (one host)", "kinds": kinds},
+            "host": {
+                "ram_total_bytes": 24 * 10**9,
+                "memory_bandwidth_gbps": 10.0,
+                "cpu_peak_tflops_fp32": 0.04,
+            },
+        },
+        "the test's machine",
+    )
 
 
-GLOO = {kind: {"latency_s": fig(1e-3), "bandwidth_gbps": fig(0.5)} for kind in comms.VOLUME_FACTOR if kind != "barrier"}
+GLOO = {
+    kind: {"latency_s": fig(1e-3), "bandwidth_gbps": fig(0.5)}
+    for kind in comms.VOLUME_FACTOR
+    if kind != "barrier"
+}
 
 
 def tiny_counts():
     # Two 100 x 10 matrices of the one decoder layer and one 10-element norm outside it (persistent under a
     # threshold of 640).
-    return ModelCounts(total=2010, largest_layer=1000, numels=(1000, 1000, 10), hidden=10, layers=1, heads=1,
-                       vocab=100, tied_embeddings=False, first_dims=(100, 100, 10), blocks=(0, 0, -1))
+    return ModelCounts(
+        total=2010,
+        largest_layer=1000,
+        numels=(1000, 1000, 10),
+        hidden=10,
+        layers=1,
+        heads=1,
+        vocab=100,
+        tied_embeddings=False,
+        first_dims=(100, 100, 10),
+        blocks=(0, 0, -1),
+    )
 
 
 def cpu_setup(**changes):
-    base = Setup(ranks=2, nodes=1, dtype="fp32", device_kind="cpu", micro_batch=1, seq_len=64, accumulation=8,
-                 stage=3, offload_optimizer=True, offload_param=True, pin_memory=True, reduce_bucket=500_000_000,
-                 prefetch_bucket=50_000_000, persistence_threshold=640)
+    base = Setup(
+        ranks=2,
+        nodes=1,
+        dtype="fp32",
+        device_kind="cpu",
+        micro_batch=1,
+        seq_len=64,
+        accumulation=8,
+        stage=3,
+        offload_optimizer=True,
+        offload_param=True,
+        pin_memory=True,
+        reduce_bucket=500_000_000,
+        prefetch_bucket=50_000_000,
+        persistence_threshold=640,
+    )
     return dataclasses.replace(base, **changes)
 
 
@@ -62,17 +107,34 @@ def time_of(*args) -> CollectiveTime:
 
 def measured_pass(seconds: float) -> ModelComputeMeasurement:
     """measure_model_compute's measurement: the model's forward + backward on one rank took ``seconds``."""
-    return ModelComputeMeasurement(forward_backward_s=seconds, samples_s=[seconds], threads=1, micro_batch=1, seq_len=64,
-                                   dtype="fp32", parameters=2010, through_deepspeed=True, how="the test's")
+    return ModelComputeMeasurement(
+        forward_backward_s=seconds,
+        samples_s=[seconds],
+        threads=1,
+        micro_batch=1,
+        seq_len=64,
+        dtype="fp32",
+        parameters=2010,
+        through_deepspeed=True,
+        how="the test's",
+    )
 
 
 # --- the collective term: calls x latency + volume / bandwidth, per kind -----------------------------
 
+
 def test_collective_time_is_calls_times_latency_plus_volume_over_bandwidth():
-    terms = [Term("gather", "all_gather", MICRO_STEP, 3, 8e6), Term("scatter", "reduce_scatter", MICRO_STEP, 1, 4e6),
-             Term("persistent", "all_gather", BOUNDARY, 1, 1e3)]
-    machine = cpu_machine({"all_gather": {"latency_s": fig(1e-3), "bandwidth_gbps": fig(2.0)},
-                           "reduce_scatter": {"latency_s": fig(2e-3), "bandwidth_gbps": fig(1.0)}})
+    terms = [
+        Term("gather", "all_gather", MICRO_STEP, 3, 8e6),
+        Term("scatter", "reduce_scatter", MICRO_STEP, 1, 4e6),
+        Term("persistent", "all_gather", BOUNDARY, 1, 1e3),
+    ]
+    machine = cpu_machine(
+        {
+            "all_gather": {"latency_s": fig(1e-3), "bandwidth_gbps": fig(2.0)},
+            "reduce_scatter": {"latency_s": fig(2e-3), "bandwidth_gbps": fig(1.0)},
+        }
+    )
     micro = time_of(terms, MICRO_STEP, 2, machine)
     # all_gather: 3 calls x 1 ms + 8e6 x 1/2 (ring factor) / 2e9; reduce_scatter: 2 ms + 4e6 x 1/2 / 1e9.
     assert micro.kinds["all_gather"].latency_time_s == pytest.approx(3e-3)
@@ -84,27 +146,42 @@ def test_collective_time_is_calls_times_latency_plus_volume_over_bandwidth():
 
 
 def test_only_a_single_gather_or_reduction_per_micro_step_is_on_the_dependency_path():
-    machine = cpu_machine({"all_gather": {"latency_s": fig(1e-3), "bandwidth_gbps": fig(1.0)},
-                           "reduce_scatter": {"latency_s": fig(2e-3), "bandwidth_gbps": fig(1.0)},
-                           "broadcast": {"latency_s": fig(3e-3), "bandwidth_gbps": fig(1.0)}})
-    one_each = [Term("gather", "all_gather", MICRO_STEP, 1, 4e6), Term("scatter", "reduce_scatter", MICRO_STEP, 1, 4e6),
-                Term("other", "broadcast", MICRO_STEP, 1, 0.0)]
+    machine = cpu_machine(
+        {
+            "all_gather": {"latency_s": fig(1e-3), "bandwidth_gbps": fig(1.0)},
+            "reduce_scatter": {"latency_s": fig(2e-3), "bandwidth_gbps": fig(1.0)},
+            "broadcast": {"latency_s": fig(3e-3), "bandwidth_gbps": fig(1.0)},
+        }
+    )
+    one_each = [
+        Term("gather", "all_gather", MICRO_STEP, 1, 4e6),
+        Term("scatter", "reduce_scatter", MICRO_STEP, 1, 4e6),
+        Term("other", "broadcast", MICRO_STEP, 1, 0.0),
+    ]
     result = time_of(one_each, MICRO_STEP, 2, machine)
     assert result.dependent_kinds == ["all_gather", "reduce_scatter"]  # a broadcast is neither
     assert result.dependent_s == pytest.approx(1e-3 + 2e6 / 1e9 + 2e-3 + 2e6 / 1e9)
-    several = [Term("gather", "all_gather", MICRO_STEP, 3, 4e6), Term("scatter", "reduce_scatter", MICRO_STEP, 2, 4e6)]
+    several = [
+        Term("gather", "all_gather", MICRO_STEP, 3, 4e6),
+        Term("scatter", "reduce_scatter", MICRO_STEP, 2, 4e6),
+    ]
     assert time_of(several, MICRO_STEP, 2, machine).dependent_s == 0  # prefetched calls may overlap
     boundary = [Term("gather", "all_gather", BOUNDARY, 1, 4e6)]
     assert time_of(boundary, BOUNDARY, 2, machine).dependent_s == 0  # the boundary adds anyway
 
 
 def test_a_missing_bandwidth_is_marked_missing_and_left_out():
-    terms = [Term("gather", "all_gather", MICRO_STEP, 2, 8e6), Term("reduce", "all_reduce", MICRO_STEP, 1, 4e6)]
+    terms = [
+        Term("gather", "all_gather", MICRO_STEP, 2, 8e6),
+        Term("reduce", "all_reduce", MICRO_STEP, 1, 4e6),
+    ]
     machine = cpu_machine({"all_gather": {"latency_s": fig(1e-3)}})  # no bandwidth; no all_reduce at all
     result = time_of(terms, MICRO_STEP, 2, machine)
-    assert result.missing == ["collectives per micro_step: all_gather bandwidth (no figure)",
-                              "collectives per micro_step: all_reduce latency (no figure)",
-                              "collectives per micro_step: all_reduce bandwidth (no figure)"]
+    assert result.missing == [
+        "collectives per micro_step: all_gather bandwidth (no figure)",
+        "collectives per micro_step: all_reduce latency (no figure)",
+        "collectives per micro_step: all_reduce bandwidth (no figure)",
+    ]
     assert result.kinds["all_gather"].transfer_time_s is None
     assert result.seconds == pytest.approx(2e-3)  # what is known, a lower bound
     assert time_of(terms, MICRO_STEP, 2, cpu_machine({})).seconds is None  # nothing known
@@ -117,6 +194,7 @@ def test_a_collective_without_payload_needs_no_bandwidth():
 
 
 # --- the floor with its communication terms -----------------------------------------------------------
+
 
 def test_cpu_floor_takes_the_largest_term_and_adds_the_boundary():
     counts, setup = tiny_counts(), cpu_setup()
@@ -135,7 +213,9 @@ def test_cpu_floor_takes_the_largest_term_and_adds_the_boundary():
     assert rank["collectives(s)"] == pytest.approx(collectives_micro)
     # The theory gathers every parameter in one call and reduce-scatters every gradient in one per micro-step:
     # both lie on the dependency path, so they add to the compute.
-    assert micro_calls == 2 and rank["compute + dependent collectives(s)"] == pytest.approx(compute + collectives_micro)
+    assert micro_calls == 2 and rank["compute + dependent collectives(s)"] == pytest.approx(
+        compute + collectives_micro
+    )
     micro = max(compute, collectives_micro, compute + collectives_micro)
     assert result.micro_step_floor_s == pytest.approx(micro)
     adam = 28 * 2010 / 10e9
@@ -163,10 +243,14 @@ def test_a_measured_forward_backward_bounds_the_compute_where_it_exceeds_the_ari
 
 def test_gpu_ranks_ignore_a_cpu_measurement():
     counts, setup = tiny_counts(), cpu_setup(device_kind="cuda")
-    gpus = [{"name": "RTX 4090", "memory_total_bytes": 24 * 10**9, "pcie": {"generation": 4, "width": 16}}] * 2
+    gpus = [
+        {"name": "RTX 4090", "memory_total_bytes": 24 * 10**9, "pcie": {"generation": 4, "width": 16}}
+    ] * 2
     machine = check({**cpu_machine(GLOO), "gpus": gpus}, "the test's machine")
     measured = floor_of(counts, setup, machine, measured_pass(5.0))
-    assert measured == floor_of(counts, setup, machine).model_copy(update={"model_compute": measured_pass(5.0)})
+    assert measured == floor_of(counts, setup, machine).model_copy(
+        update={"model_compute": measured_pass(5.0)}
+    )
     assert EAGER_PASS not in measured.ranks[0].terms
 
 
@@ -188,6 +272,7 @@ def test_scheme_of_the_run_for_the_theory():
 
 # --- GPU links: described, derived from PCIe, or missing ----------------------------------------------
 
+
 def test_claimed_box_link_is_derived_from_the_slower_pcie_link_with_a_published_latency():
     box = load_description(CLAIM_BOX)
     bandwidth = Figure.of(derived_bandwidth(box), "the derived bandwidth")
@@ -199,7 +284,9 @@ def test_claimed_box_link_is_derived_from_the_slower_pcie_link_with_a_published_
     # The theory's all-gather volume per micro-step (plan/comms owns it), over the derived bandwidth.
     terms = theory_terms(oracle_counts(), claim_setup())
     calls, volume = comms.totals([t for t in terms if t.kind == "all_gather"], MICRO_STEP, 2)
-    assert gather.volume_bytes == volume and gather.calls == calls and volume >= 28e9 / 2  # at least one gather
+    assert (
+        gather.volume_bytes == volume and gather.calls == calls and volume >= 28e9 / 2
+    )  # at least one gather
     assert gather.transfer_time_s == pytest.approx(volume / (1.969e9 * 8))
     assert result.ranks[1].terms["collectives(s)"] == pytest.approx(result.communication.micro_step.seconds)
     assert result.missing == []
@@ -211,8 +298,19 @@ def test_nvlink_without_a_figure_is_missing_and_a_described_figure_wins():
     result = floor_of(oracle_counts(), claim_setup(), box)
     assert "collectives per micro_step: all_gather bandwidth (no figure)" in result.missing
     kinds = box["collectives"]["kinds"]
-    box = check({**box, "collectives": {**box["collectives"], "kinds": {
-        **kinds, "all_gather": {**kinds["all_gather"], "bandwidth_gbps": fig(50.0, "published")}}}}, "the test's box")
+    box = check(
+        {
+            **box,
+            "collectives": {
+                **box["collectives"],
+                "kinds": {
+                    **kinds,
+                    "all_gather": {**kinds["all_gather"], "bandwidth_gbps": fig(50.0, "published")},
+                },
+            },
+        },
+        "the test's box",
+    )
     gather = floor_of(oracle_counts(), claim_setup(), box).communication.micro_step.kinds["all_gather"]
     assert gather.bandwidth.value == 50.0 and gather.bandwidth.basis == "published"
 
@@ -226,11 +324,22 @@ def test_a_figure_must_say_its_basis(tmp_path):
 
 
 def test_the_probed_figures_reach_the_machine(cpu_fingerprint):
-    measured = cpu_fingerprint.model_copy(update={
-        "host": Host(memory_bandwidth_gbps=10.0),
-        "collectives": Collectives(backend="gloo", world=2, kinds={"all_gather": CollectiveKindFigures(
-            latency_s=Figure(**fig(1e-3)), bandwidth_gbps=Figure(**fig(0.5)),
-            samples=[CollectiveSample(tensor_bytes=16, seconds=1e-3)])})})
+    measured = cpu_fingerprint.model_copy(
+        update={
+            "host": Host(memory_bandwidth_gbps=10.0),
+            "collectives": Collectives(
+                backend="gloo",
+                world=2,
+                kinds={
+                    "all_gather": CollectiveKindFigures(
+                        latency_s=Figure(**fig(1e-3)),
+                        bandwidth_gbps=Figure(**fig(0.5)),
+                        samples=[CollectiveSample(tensor_bytes=16, seconds=1e-3)],
+                    )
+                },
+            ),
+        }
+    )
     machine = check(from_fingerprint(measured, "box"), "probe")
     assert machine["collectives"]["kinds"]["all_gather"]["latency_s"]["value"] == 1e-3
     assert machine["host"]["memory_bandwidth_gbps"] == 10.0
@@ -238,21 +347,32 @@ def test_the_probed_figures_reach_the_machine(cpu_fingerprint):
 
 # --- the probe's figures from raw timings --------------------------------------------------------------
 
+
 def test_figures_recover_a_linear_collective_exactly():
     # 0.5 ms latency and 1 GB/s of a rank's volume (all_gather on 2 ranks: half the full tensor).
-    samples = {"all_gather": [{"elements": e, "seconds": 0.5e-3 + e * 4 / 2 / 1e9} for e in (4, 1 << 16, 1 << 20)]}
+    samples = {
+        "all_gather": [{"elements": e, "seconds": 0.5e-3 + e * 4 / 2 / 1e9} for e in (4, 1 << 16, 1 << 20)]
+    }
     gather = CollectiveKindFigures.of(collectives.figures(samples, 2, "test")["all_gather"], "the figures")
     assert gather.latency_s.value == pytest.approx(0.5e-3) and gather.latency_s.basis == "measured"
     assert gather.bandwidth_gbps.value == pytest.approx(1.0) and gather.bandwidth_gbps.basis == "measured"
 
 
 def test_figures_from_noisy_timings_never_predict_more_than_a_measured_call():
-    samples = {"all_gather": [{"elements": 4, "seconds": 1.0e-3}, {"elements": 1 << 16, "seconds": 1.5e-3},
-                              {"elements": 1 << 20, "seconds": 9.0e-3}],
-               # A busy machine (the default run's probe): the 256 KiB all-reduce beat the 16 B one, and beat
-               # the rate of the 4 MiB one.
-               "all_reduce": [{"elements": 4, "seconds": 0.99e-3}, {"elements": 1 << 16, "seconds": 0.566e-3},
-                              {"elements": 1 << 20, "seconds": 13.1e-3}]}
+    samples = {
+        "all_gather": [
+            {"elements": 4, "seconds": 1.0e-3},
+            {"elements": 1 << 16, "seconds": 1.5e-3},
+            {"elements": 1 << 20, "seconds": 9.0e-3},
+        ],
+        # A busy machine (the default run's probe): the 256 KiB all-reduce beat the 16 B one, and beat
+        # the rate of the 4 MiB one.
+        "all_reduce": [
+            {"elements": 4, "seconds": 0.99e-3},
+            {"elements": 1 << 16, "seconds": 0.566e-3},
+            {"elements": 1 << 20, "seconds": 13.1e-3},
+        ],
+    }
     result = collectives.figures(samples, 2, "test")
     for kind, rows in samples.items():
         assert result[kind]["latency_s"]["value"] >= 0 and result[kind]["bandwidth_gbps"]["value"] > 0
@@ -294,15 +414,27 @@ def test_gloo_probe_between_two_local_ranks_measures_every_kind():
 def test_a_failed_collective_measurement_reaches_the_machine_as_missing_figures(cpu_fingerprint):
     """The probe records a failed measurement with its reason, never raises: the fingerprint keeps the
     reason and the floor lists the communication terms as missing."""
-    raw = {"backend": "gloo", "world": 2, "how": "two local ranks", "route": "loopback (one host)",
-           "error": "TimeoutError: no result within 60 s", "samples": {}, "seconds": 60.0}
-    failed = cpu_fingerprint.model_copy(update={"collectives": Collectives.of(collectives.interpret(raw), "the probe")})
-    assert failed.collectives.error == "TimeoutError: no result within 60 s" and failed.collectives.kinds == {}
+    raw = {
+        "backend": "gloo",
+        "world": 2,
+        "how": "two local ranks",
+        "route": "loopback (one host)",
+        "error": "TimeoutError: no result within 60 s",
+        "samples": {},
+        "seconds": 60.0,
+    }
+    failed = cpu_fingerprint.model_copy(
+        update={"collectives": Collectives.of(collectives.interpret(raw), "the probe")}
+    )
+    assert (
+        failed.collectives.error == "TimeoutError: no result within 60 s" and failed.collectives.kinds == {}
+    )
     machine = check(from_fingerprint(failed, "box"), "probe")
     assert "rank 0 (cpu): collectives(s)" in floor_of(tiny_counts(), cpu_setup(), machine).missing
 
 
 # --- the gate: measured / floor, with the floor's terms; a floor above the measurement is a bug -------
+
 
 def _floor_gate(tiny_profile):
     from tests.unit.helpers import settings
@@ -314,14 +446,23 @@ def _finished(steps: int = 200, world_size: int = 2):
     """Rank 0's summary of a finished run of ``steps`` optimizer steps."""
     from zerogate.contracts.records import GitState, StabiliserSummary, TrainSummary
 
-    return TrainSummary(completed_steps=steps, resumed_from_step=None, world_size=world_size, parameters=2010,
-                        stabiliser=StabiliserSummary(policy="skip", skipped_steps=0, rollbacks=0, skipped_windows=[]),
-                        wall_time_s=100.0, metrics_time_s=0.1, dtype="fp32", accelerator="cpu",
-                        git=GitState(commit=None, dirty=None))
+    return TrainSummary(
+        completed_steps=steps,
+        resumed_from_step=None,
+        world_size=world_size,
+        parameters=2010,
+        stabiliser=StabiliserSummary(policy="skip", skipped_steps=0, rollbacks=0, skipped_windows=[]),
+        wall_time_s=100.0,
+        metrics_time_s=0.1,
+        dtype="fp32",
+        accelerator="cpu",
+        git=GitState(commit=None, dirty=None),
+    )
 
 
 def _hand_plan():
-    """The planner's plan of the hand-made counts on the hand-made CPU machine (its floor is floor.floor's)."""
+    """The planner's plan of the hand-made counts on the hand-made CPU machine (its floor is
+    floor.floor's)."""
     from zerogate.plan.planner import plan
 
     return plan(tiny_counts(), cpu_setup(), cpu_machine(GLOO), profile="cpu-tiny")
@@ -332,8 +473,18 @@ def _judge_floor(tiny_profile, step_time, plan):
     from tests.unit.helpers import no_events, spike_rule, synthetic_steps
     from zerogate.analysis.gates import evaluate_gate
 
-    return evaluate_gate(_floor_gate(tiny_profile), synthetic_steps(step_time=step_time), no_events(), _finished(),
-                         CPU_FINGERPRINT, 5, 200, spike_rule(tiny_profile), plan=plan, world_size=2)
+    return evaluate_gate(
+        _floor_gate(tiny_profile),
+        synthetic_steps(step_time=step_time),
+        no_events(),
+        _finished(),
+        CPU_FINGERPRINT,
+        5,
+        200,
+        spike_rule(tiny_profile),
+        plan=plan,
+        world_size=2,
+    )
 
 
 def test_floor_gate_shows_the_floor_terms_and_reports_a_floor_above_the_measurement_as_a_bug(tiny_profile):
@@ -346,7 +497,9 @@ def test_floor_gate_shows_the_floor_terms_and_reports_a_floor_above_the_measurem
     judged = _judge_floor(tiny_profile, above, plan)
     assert judged.verdict == PASS and judged.measured == pytest.approx(2.0, rel=0.05)
     terms = judged.evidence.floor_terms
-    assert terms["micro_step collectives x 8(s)"] == pytest.approx(8 * steps_floor.ranks[0].terms["collectives(s)"])
+    assert terms["micro_step collectives x 8(s)"] == pytest.approx(
+        8 * steps_floor.ranks[0].terms["collectives(s)"]
+    )
     assert terms["boundary collectives(s)"] == steps_floor.boundary_terms["collectives(s)"]
     assert "optimizer cpu_adam(s)" in terms
     below = steps_floor.optimizer_step_floor_s / 2
@@ -355,7 +508,9 @@ def test_floor_gate_shows_the_floor_terms_and_reports_a_floor_above_the_measurem
     assert "is above the measured step" in judged.reason and "bug" in judged.reason
 
 
-def test_report_shows_the_floor_terms_beside_the_measured_step_and_each_figures_basis(tiny_profile, claim_box_plan):
+def test_report_shows_the_floor_terms_beside_the_measured_step_and_each_figures_basis(
+    tiny_profile, claim_box_plan
+):
     from zerogate.report.html import section
 
     plan = _hand_plan()

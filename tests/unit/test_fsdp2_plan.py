@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 
 from tests.unit.test_ledger import QWEN14B, TINY, claim_setup, rendered
+from zerogate.contracts.run import DsConfig
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import count_parameters
 from zerogate.plan.ledger import PERSISTENT, fsdp2_peak_levels, fsdp2_terms, peak_split, zerogate_terms
 from zerogate.plan.planner import fsdp2_peak_for_run
 from zerogate.plan.variants import variant_config
-from zerogate.contracts.run import DsConfig
 from zerogate.units import GIB
 
 
@@ -40,18 +40,24 @@ def test_cpu_offload_policy_takes_the_held_terms_off_a_gpu_and_not_off_the_cpu()
     counts = counts_of(QWEN14B)
     on_gpu = fsdp2_terms(counts, claim_setup(dtype="bf16", offload_param=True))
     assert not {"parameters", "gradients", "optimizer_states"} & set(on_gpu)
-    cpu = dataclasses.replace(claim_setup(dtype="fp32", offload_param=True, offload_optimizer=True), device_kind="cpu")
-    assert fsdp2_terms(counts, cpu) == fsdp2_terms(counts, dataclasses.replace(cpu, offload_param=False,
-                                                                              offload_optimizer=False))
+    cpu = dataclasses.replace(
+        claim_setup(dtype="fp32", offload_param=True, offload_optimizer=True), device_kind="cpu"
+    )
+    assert fsdp2_terms(counts, cpu) == fsdp2_terms(
+        counts, dataclasses.replace(cpu, offload_param=False, offload_optimizer=False)
+    )
 
 
 def test_the_cpu_prediction_is_the_runtime_baseline_plus_the_tensor_terms():
     counts = counts_of(TINY, vocab=256, seq=64)
-    setup = dataclasses.replace(claim_setup(dtype="fp32", offload_param=False, offload_optimizer=False, seq_len=64),
-                                device_kind="cpu")
+    setup = dataclasses.replace(
+        claim_setup(dtype="fp32", offload_param=False, offload_optimizer=False, seq_len=64), device_kind="cpu"
+    )
     resident, levels = fsdp2_peak_levels(counts, setup, runtime_baseline=500_000_000)
     tensors = fsdp2_terms(counts, setup)
-    assert levels["resident_set"]["predicted(bytes)"] == 500_000_000 + 4096 + peak_split(tensors)["total(bytes)"]
+    assert (
+        levels["resident_set"]["predicted(bytes)"] == 500_000_000 + 4096 + peak_split(tensors)["total(bytes)"]
+    )
     assert levels["tensor"]["predicted(bytes)"] == peak_split(tensors)["total(bytes)"]
     assert resident["runtime_baseline"] == 500_000_000
 

@@ -14,11 +14,33 @@ import pandas as pd
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
-from tests.unit.helpers import no_events, settings, step_record, synthetic_steps, table_of, train_summary, run_spec_for, planned_run
+from tests.unit.helpers import (
+    no_events,
+    planned_run,
+    run_spec_for,
+    settings,
+    step_record,
+    synthetic_steps,
+    table_of,
+    train_summary,
+)
 from zerogate.analysis import gates, measures
-from zerogate.analysis.measures import COLLECTIVES_TIME, MICRO_STEP_TIME, STEP_TIME, Convergence, ConvergenceRule, SpikeRule
-from zerogate.analysis.parse import (STEP_COLUMNS, parse_launcher_log, parse_run, read_rank_metrics, run_metadata,
-                                     stabiliser_events)
+from zerogate.analysis.measures import (
+    COLLECTIVES_TIME,
+    MICRO_STEP_TIME,
+    STEP_TIME,
+    Convergence,
+    ConvergenceRule,
+    SpikeRule,
+)
+from zerogate.analysis.parse import (
+    STEP_COLUMNS,
+    parse_launcher_log,
+    parse_run,
+    read_rank_metrics,
+    run_metadata,
+    stabiliser_events,
+)
 from zerogate.config.settings import ConvergenceRuleSettings
 from zerogate.contracts.base import ContractError, write_lines
 from zerogate.contracts.machine import NodeFingerprint
@@ -34,6 +56,7 @@ PROFILE = settings("cpu-tiny")
 
 # ---- the run's real inputs, built by their producers ----------------------------------------------------
 
+
 def file_form(record):
     """A contract object as its file holds it (keys with units), per-rank keys kept as ranks."""
     return record.model_dump(by_alias=True)
@@ -45,8 +68,13 @@ def timed_record(rank: int, step: int, t: float, c: float | None, device: str):
 
 def timed_run(rows: dict[int, list[tuple[float, float | None]]], device: str = "cpu") -> pd.DataFrame:
     """Records from {rank: [(step_time(s), collectives(s)) per step 1, 2, ...]}."""
-    return table_of([timed_record(rank, step, t, c, device)
-                     for rank, series in rows.items() for step, (t, c) in enumerate(series, start=1)])
+    return table_of(
+        [
+            timed_record(rank, step, t, c, device)
+            for rank, series in rows.items()
+            for step, (t, c) in enumerate(series, start=1)
+        ]
+    )
 
 
 # ---- who waits for whom: measures.rank_balance, its evidence and its problems ------------------------
@@ -61,16 +89,22 @@ STRAGGLING = {0: [(9.0, 8.0), (1.0, 0.5), (2.0, 1.5)], 1: [(9.0, 1.0), (1.0, 0.2
 def test_rank_balance_evidence_by_hand():
     balance = measures.rank_balance(timed_run(STRAGGLING), 1, world_size=2)
     assert balance.evidence() == {
-        "ranks(rank)": [0, 1], "timed_steps(steps)": 2,
+        "ranks(rank)": [0, 1],
+        "timed_steps(steps)": 2,
         "compute_median(s)": {0: 0.5, 1: (0.75 + 1.25) / 2},
         "wait_median(s)": {0: (0.25 + 0.75) / 2, 1: 0.0},
         "wait_total(s)": {0: 0.25 + 0.75, 1: 0.0},
         "wait_share(ratio)": {0: (0.25 + 0.75) / (1.0 + 2.0), 1: 0.0},
         "step_time_median(s)": {0: 1.5, 1: 1.5},
         "communication_median(s)": (0.25 + 0.75) / 2,
-        "slowest_rank": 1, "straggler_rank": 1, "next_slowest_rank": 0,
-        "compute_excess(s)": 1.0 - 0.5, "compute_excess(ratio)": (1.0 - 0.5) / 0.5,
-        "straggler_margin(ratio of step time)": 0.10, "problems": []}
+        "slowest_rank": 1,
+        "straggler_rank": 1,
+        "next_slowest_rank": 0,
+        "compute_excess(s)": 1.0 - 0.5,
+        "compute_excess(ratio)": (1.0 - 0.5) / 0.5,
+        "straggler_margin(ratio of step time)": 0.10,
+        "problems": [],
+    }
     assert balance.pace == 1.5  # the slowest rank's median step time: the margin's base (0.15 s < 0.5 s)
 
 
@@ -87,8 +121,11 @@ def test_a_difference_of_exactly_the_margin_names_no_straggler():
     assert exact.excess == 1.0 and exact.pace == 10.0 and 0.10 * 10.0 == 1.0
     assert exact.slowest == 1 and exact.straggler is None and exact.waiting_for_straggler == {}
     # Noise, not a straggler: the run statistics' straggler fields report no excess either.
-    assert exact.summary() == {"straggler_rank": None, "straggler_compute_excess_s": None,
-                               "wait_for_straggler_median_s": None}
+    assert exact.summary() == {
+        "straggler_rank": None,
+        "straggler_compute_excess_s": None,
+        "wait_for_straggler_median_s": None,
+    }
     beyond = measures.rank_balance(timed_run({0: [(10.0, 7.75)] * 3, 1: [(10.0, 6.5)] * 3}), 1, world_size=2)
     assert beyond.excess == 3.5 - 2.25 and beyond.straggler == 1
 
@@ -112,21 +149,37 @@ def test_rank_balance_not_measured_keeps_its_ranks_and_counts_and_says_why():
     run = timed_run(STRAGGLING)
     balance = measures.rank_balance(run[run["rank"] == 0], 1, world_size=2)
     assert balance.evidence() == {
-        "ranks(rank)": [0], "timed_steps(steps)": 2, "compute_median(s)": {}, "wait_median(s)": {},
-        "wait_total(s)": {}, "wait_share(ratio)": {}, "step_time_median(s)": {}, "communication_median(s)": None,
-        "slowest_rank": None, "straggler_rank": None, "next_slowest_rank": None, "compute_excess(s)": None,
-        "compute_excess(ratio)": None, "straggler_margin(ratio of step time)": 0.10,
-        "problems": ["ranks with no timed step records: [1] of world size 2"]}
+        "ranks(rank)": [0],
+        "timed_steps(steps)": 2,
+        "compute_median(s)": {},
+        "wait_median(s)": {},
+        "wait_total(s)": {},
+        "wait_share(ratio)": {},
+        "step_time_median(s)": {},
+        "communication_median(s)": None,
+        "slowest_rank": None,
+        "straggler_rank": None,
+        "next_slowest_rank": None,
+        "compute_excess(s)": None,
+        "compute_excess(ratio)": None,
+        "straggler_margin(ratio of step time)": 0.10,
+        "problems": ["ranks with no timed step records: [1] of world size 2"],
+    }
     assert balance.pace is None and not balance.measured
 
 
 def test_a_run_within_its_warmup_has_no_timed_step_to_balance():
     balance = measures.rank_balance(timed_run(STRAGGLING), 3, world_size=2)
     assert balance.ranks == [] and balance.timed_steps == 0
-    assert balance.problems == ["ranks with no timed step records: [0, 1] of world size 2",
-                                "no timed step (the run stopped within its warm-up)"]
+    assert balance.problems == [
+        "ranks with no timed step records: [0, 1] of world size 2",
+        "no timed step (the run stopped within its warm-up)",
+    ]
     one = measures.rank_balance(timed_run({0: [(1.0, 0.5)] * 2}), 2)
-    assert one.problems == ["a single rank waits for no other", "no timed step (the run stopped within its warm-up)"]
+    assert one.problems == [
+        "a single rank waits for no other",
+        "no timed step (the run stopped within its warm-up)",
+    ]
 
 
 def test_rank_time_problems_exactly():
@@ -134,14 +187,17 @@ def test_rank_time_problems_exactly():
     # The records of a run with the metrics layer's collective clock off: collectives(s) null at every step.
     unclocked = timed_run({rank: [(t, None) for t, _ in series] for rank, series in STRAGGLING.items()})
     old = measures.rank_balance(unclocked, 1, 2)
-    assert old.problems == ["the step records hold no collectives(s) (zerogate.train.metrics records it; a run with "
-                            "the metrics layer off, or from before it, has none)"]
+    assert old.problems == [
+        "the step records hold no collectives(s) (zerogate.train.metrics records it; a run with "
+        "the metrics layer off, or from before it, has none)"
+    ]
     empty = measures.rank_balance(run.assign(**{COLLECTIVES_TIME: None}), 1, 2)
     assert empty.problems == old.problems
     mixed = run.assign(device=["cpu", "cuda:1", "cuda:0", "cpu", None, "cuda:1"])
     assert measures.rank_balance(mixed, 1, 2).problems == [
         "collectives(s) is host time, and on cuda:0 NCCL returns once a collective is queued: "
-        "the device's wait is not measured"]
+        "the device's wait is not measured"
+    ]
     # Every record on the CPU accelerator: the host time is the wait.
     assert set(run["device"]) == {"cpu"} and measures.rank_balance(run, 1, 2).problems == []
 
@@ -155,15 +211,23 @@ def test_rank_time_problems_name_each_ranks_missing_steps_and_gaps():
     assert balance.problems == [
         "rank 2: 2 timed steps missing (3, 4)",
         "rank 1: step_time(s) missing or non-finite at 1 steps (5)",
-        "rank 0: collectives(s) missing or non-finite at 10 steps (3, 4, 5, 6, 7, 8, 9, 10 and 2 more)"]
+        "rank 0: collectives(s) missing or non-finite at 10 steps (3, 4, 5, 6, 7, 8, 9, 10 and 2 more)",
+    ]
     assert balance.ranks == [0, 1, 2] and balance.timed_steps == 12
 
 
 def test_rank_times_table_columns_and_types():
     run = timed_run(STRAGGLING).astype({"rank": float, "step": float})  # as a table with gaps holds them
     frame = measures.rank_times(run, 1)
-    assert list(frame.columns) == ["rank", "step", STEP_TIME, COLLECTIVES_TIME, measures.COMMUNICATION,
-                                   measures.WAIT, measures.COMPUTE]
+    assert list(frame.columns) == [
+        "rank",
+        "step",
+        STEP_TIME,
+        COLLECTIVES_TIME,
+        measures.COMMUNICATION,
+        measures.WAIT,
+        measures.COMPUTE,
+    ]
     assert frame["rank"].dtype.kind == "i" and frame["step"].dtype.kind == "i"
     assert list(frame.index) == [0, 1, 2, 3]
     assert frame[measures.WAIT].tolist() == [0.25, 0.75, 0.0, 0.0]
@@ -171,7 +235,9 @@ def test_rank_times_table_columns_and_types():
     # Records without collective times: every derived column is NaN, the step time is kept.
     bare = measures.rank_times(timed_run(STRAGGLING).assign(**{COLLECTIVES_TIME: None}), 1)
     assert bare[STEP_TIME].tolist() == [1.0, 2.0, 1.0, 2.0]
-    assert bare[[COLLECTIVES_TIME, measures.COMMUNICATION, measures.WAIT, measures.COMPUTE]].isna().all().all()
+    assert (
+        bare[[COLLECTIVES_TIME, measures.COMMUNICATION, measures.WAIT, measures.COMPUTE]].isna().all().all()
+    )
 
 
 def test_a_value_that_is_no_number_counts_as_missing():
@@ -187,14 +253,19 @@ def test_a_value_that_is_no_number_counts_as_missing():
 
 # ---- small definitions at their boundaries -------------------------------------------------------
 
+
 def test_span_shows_eight_numbers_then_how_many_more():
     assert measures._span(list(range(1, 9))) == "1, 2, 3, 4, 5, 6, 7, 8"
     assert measures._span(list(range(1, 10))) == "1, 2, 3, 4, 5, 6, 7, 8 and 1 more"
 
 
 def test_overflow_skipped_count_at_the_warmup_boundary():
-    run = table_of([step_record(step=step, loss_scale=1.0, skip_reason=reason)
-                    for step, reason in ((1, None), (2, "fp16_overflow"), (3, None))])
+    run = table_of(
+        [
+            step_record(step=step, loss_scale=1.0, skip_reason=reason)
+            for step, reason in ((1, None), (2, "fp16_overflow"), (3, None))
+        ]
+    )
     assert measures.overflow_skipped_count(run, 2) == 0  # the skip at step 2 is inside a 2-step warm-up
     assert measures.overflow_skipped_count(run, 1) == 1
     assert measures.after_warmup(run, 2)["step"].tolist() == [3]
@@ -206,12 +277,22 @@ def test_smooth_keeps_a_single_value():
 
 def test_nonfinite_events_read_every_listed_metric_present():
     # No gradient norm recorded (DeepSpeed returned none): only the loss can be a fault.
-    steps = table_of([step_record(step=1, loss=1.0, grad_norm=None), step_record(step=2, loss=float("nan"), grad_norm=None)])
+    steps = table_of(
+        [
+            step_record(step=1, loss=1.0, grad_norm=None),
+            step_record(step=2, loss=float("nan"), grad_norm=None),
+        ]
+    )
     found = measures.nonfinite_events(steps, ["grad_norm", "loss"], [])
-    assert [e.evidence() for e in found] == [NonfiniteEventEvidence(step=2, ranks=[0], metrics=["loss"],
-                                                                    sources=["step records"])]
-    assert file_form(found[0].evidence()) == {"step(step)": 2, "ranks(rank)": [0], "metrics": ["loss"],
-                                              "sources": ["step records"]}
+    assert [e.evidence() for e in found] == [
+        NonfiniteEventEvidence(step=2, ranks=[0], metrics=["loss"], sources=["step records"])
+    ]
+    assert file_form(found[0].evidence()) == {
+        "step(step)": 2,
+        "ranks(rank)": [0],
+        "metrics": ["loss"],
+        "sources": ["step records"],
+    }
 
 
 def test_completion_of_counts_the_ranks_of_the_world_size():
@@ -225,8 +306,18 @@ def test_completion_of_counts_the_ranks_of_the_world_size():
 
 
 def test_run_statistics_under_fp16_and_without_micro_steps_or_losses():
-    frame = table_of([step_record(step=step, loss=float("nan"), step_time_s=float(step), loss_scale=1.0,
-                                  skip_reason="fp16_overflow" if step == 11 else None) for step in range(1, 12)])
+    frame = table_of(
+        [
+            step_record(
+                step=step,
+                loss=float("nan"),
+                step_time_s=float(step),
+                loss_scale=1.0,
+                skip_reason="fp16_overflow" if step == 11 else None,
+            )
+            for step in range(1, 12)
+        ]
+    )
     frame[MICRO_STEP_TIME] = None  # a table whose micro-step column holds no value
     stats = measures.run_statistics(frame, 0, RULE)
     # Timed steps 1..10 (step 11 skipped): median 5.5; p90 = 9 + 0.1 x (10 - 9) by linear interpolation.
@@ -237,25 +328,54 @@ def test_run_statistics_under_fp16_and_without_micro_steps_or_losses():
 
 # ---- loss convergence: the figures by hand, and the rule's boundaries --------------------------------
 
+
 def loss_run(values):
     return table_of([step_record(step=step, loss=value) for step, value in enumerate(values, start=1)])
 
 
 def figures(found: Convergence):
-    return (found.steps, found.nonfinite_steps, found.initial, found.final, found.lowest_block, found.final_spread,
-            found.ratio, found.rebound, found.drop_sigmas)
+    return (
+        found.steps,
+        found.nonfinite_steps,
+        found.initial,
+        found.final,
+        found.lowest_block,
+        found.final_spread,
+        found.ratio,
+        found.rebound,
+        found.drop_sigmas,
+    )
 
 
 def test_convergence_figures_one_step_blocks():
     rule = ConvergenceRule(initial_steps=1, final_fraction=0.25, max_rebound=0.5, min_drop_sigmas=3.0)
-    # Rising: block 1 (4 x 0.25); initial = the first loss 1; blocks (from the end) 4, 3, 2, 1; final 4, lowest 1;
+    # Rising: block 1 (4 x 0.25); initial = the first loss 1; blocks (from the end) 4, 3, 2, 1; final 4,
+    # lowest 1;
     # a one-loss final block has no spread; nothing dropped: drop 0 sigmas, rebound inf; ratio 4 / 1.
     assert figures(measures.loss_convergence(loss_run([1.0, 2.0, 3.0, 4.0]), rule)) == (
-        4, [], 1.0, 4.0, 1.0, 0.0, 4.0, math.inf, 0.0)
+        4,
+        [],
+        1.0,
+        4.0,
+        1.0,
+        0.0,
+        4.0,
+        math.inf,
+        0.0,
+    )
     # Falling by less than 1: initial 1, final 0.75, lowest 0.25; spread 0 and a drop: inf sigmas;
     # rebound (0.75 - 0.25) / (1 - 0.25).
     assert figures(measures.loss_convergence(loss_run([1.0, 0.25, 0.5, 0.75]), rule)) == (
-        4, [], 1.0, 0.75, 0.25, 0.0, 0.75, 0.5 / 0.75, math.inf)
+        4,
+        [],
+        1.0,
+        0.75,
+        0.25,
+        0.0,
+        0.75,
+        0.5 / 0.75,
+        math.inf,
+    )
 
 
 def test_convergence_figures_two_step_blocks_and_a_partial_first_block():
@@ -266,7 +386,8 @@ def test_convergence_figures_two_step_blocks_and_a_partial_first_block():
     assert figures(found)[:6] == (8, [], 5.0, 2.0, 1.0, 0.5 * 1.4826)
     assert (found.ratio, found.rebound) == (2.0 / 5.0, 0.25)
     assert found.drop_sigmas == pytest.approx(3.0 / (0.5 * 1.4826))
-    # n = 5, final_fraction 0.4: block 2; blocks from the end [2, 2] 2, [3, 3] 3, then the first loss alone: 1;
+    # n = 5, final_fraction 0.4: block 2; blocks from the end [2, 2] 2, [3, 3] 3, then the first loss alone:
+    # 1;
     # nothing fell below the initial loss 1, and the final block is above it: rebound inf.
     rule = ConvergenceRule(initial_steps=1, final_fraction=0.4, max_rebound=0.5, min_drop_sigmas=3.0)
     found = measures.loss_convergence(loss_run([1.0, 3.0, 3.0, 2.0, 2.0]), rule)
@@ -295,14 +416,19 @@ def test_convergence_problems_at_the_rules_thresholds():
     assert judged(3.0, 0.25) == []  # exactly at both thresholds: passes (>= 3 sigmas, <= 0.25)
     assert judged(2.99, 0.26) == [
         "the drop from the initial to the final loss is 2.99 final-block standard deviations, not >= 3",
-        "the final loss is back up 0.26 of the drop to the lowest block mean (more than 0.25)"]
+        "the final loss is back up 0.26 of the drop to the lowest block mean (more than 0.25)",
+    ]
 
 
 def convergence_gate(initial_steps=2, final_fraction=0.25):
     """The profile's loss_convergence gate with its convergence block changed."""
     profile_gate = next(g for g in PROFILE.gates if g.statistic == "loss_convergence")
-    return dataclasses.replace(profile_gate, convergence=ConvergenceRuleSettings(
-        initial_steps=initial_steps, final_fraction=final_fraction, max_rebound=0.5, min_drop_sigmas=3.0))
+    return dataclasses.replace(
+        profile_gate,
+        convergence=ConvergenceRuleSettings(
+            initial_steps=initial_steps, final_fraction=final_fraction, max_rebound=0.5, min_drop_sigmas=3.0
+        ),
+    )
 
 
 def test_loss_convergence_gate_evidence_by_hand():
@@ -311,22 +437,43 @@ def test_loss_convergence_gate_evidence_by_hand():
     assert ratio == 2.0 / 5.0 and problems == []
     assert file_form(evidence) == {
         "kind": "loss_convergence",
-        "steps(steps)": 8, "nonfinite_loss_steps(step)": [], "initial_loss(nats/token)": 5.0,
-        "final_loss(nats/token)": 2.0, "lowest_block_mean_loss(nats/token)": 1.0,
-        "final_block_spread(nats/token)": 0.5 * 1.4826, "rebound(ratio)": 0.25,
+        "steps(steps)": 8,
+        "nonfinite_loss_steps(step)": [],
+        "initial_loss(nats/token)": 5.0,
+        "final_loss(nats/token)": 2.0,
+        "lowest_block_mean_loss(nats/token)": 1.0,
+        "final_block_spread(nats/token)": 0.5 * 1.4826,
+        "rebound(ratio)": 0.25,
         "drop(final-block sigmas)": pytest.approx(3.0 / (0.5 * 1.4826)),
-        "rule": {"initial_steps(steps)": 2, "final_fraction(ratio)": 0.25, "max_rebound(ratio)": 0.5,
-                 "min_drop(final-block sigmas)": 3.0},
-        "spikes(count)": 0, "spike_steps(step)": [], "spike_rule": RULE.describe()}
+        "rule": {
+            "initial_steps(steps)": 2,
+            "final_fraction(ratio)": 0.25,
+            "max_rebound(ratio)": 0.5,
+            "min_drop(final-block sigmas)": 3.0,
+        },
+        "spikes(count)": 0,
+        "spike_steps(step)": [],
+        "spike_rule": RULE.describe(),
+    }
 
 
 def test_loss_convergence_gate_evidence_of_a_non_finite_loss_is_none_not_nan():
-    _, problems, evidence = gates.loss_convergence(loss_run([3.0, float("nan"), 2.0, 1.0]), convergence_gate(), RULE)
+    _, problems, evidence = gates.loss_convergence(
+        loss_run([3.0, float("nan"), 2.0, 1.0]), convergence_gate(), RULE
+    )
     assert problems == ["non-finite loss at 1 steps (2)"]
     assert evidence.nonfinite_loss_steps == [2]
-    assert [evidence.initial_loss, evidence.final_loss, evidence.lowest_block_mean_loss, evidence.final_block_spread,
-            evidence.rebound, evidence.drop_sigmas] == [None] * 6
-    assert json.loads(json.dumps(evidence.as_json()))["initial_loss(nats/token)"] is None  # valid JSON, no NaN
+    assert [
+        evidence.initial_loss,
+        evidence.final_loss,
+        evidence.lowest_block_mean_loss,
+        evidence.final_block_spread,
+        evidence.rebound,
+        evidence.drop_sigmas,
+    ] == [None] * 6
+    assert (
+        json.loads(json.dumps(evidence.as_json()))["initial_loss(nats/token)"] is None
+    )  # valid JSON, no NaN
     assert gates._finite_or_none(None) is None and gates._finite_or_none(math.inf) is None
     assert gates._finite_or_none(np.float64(2.5)) == 2.5
 
@@ -338,8 +485,9 @@ def test_loss_convergence_gate_spike_steps():
 
 
 def test_loss_convergence_needs_twice_the_initial_steps_and_at_least_two():
-    ratio, _, evidence = gates.loss_convergence(loss_run([2.0, 1.0]), convergence_gate(initial_steps=1,
-                                                                                       final_fraction=0.5), RULE)
+    ratio, _, evidence = gates.loss_convergence(
+        loss_run([2.0, 1.0]), convergence_gate(initial_steps=1, final_fraction=0.5), RULE
+    )
     assert evidence.steps == 2 and ratio == 0.5
     with pytest.raises(gates.NotMeasured, match="only 1 loss values: too few to tell a trend"):
         gates.loss_convergence(loss_run([2.0]), convergence_gate(initial_steps=1), RULE)
@@ -347,27 +495,51 @@ def test_loss_convergence_needs_twice_the_initial_steps_and_at_least_two():
 
 # ---- the non-finite gate and the completion evidence -----------------------------------------------
 
+
 def test_nonfinite_gate_evidence_with_a_fatal_loss_scale_abort():
     steps = synthetic_steps(steps=4)
     steps.loc[(steps["step"] == 3) & (steps["rank"] == 0), "loss"] = float("nan")
     text = "[rank1]: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.\n"
     events = parse_launcher_log(text)
     records = measures.record_completeness(steps, 2, 4)
-    completion = measures.run_completion({0: 4, 1: 4}, [Failure(rank=1, kind="fatal_loss_scale", message="m",
-                                                                exit_code=None, last_lines=["l"])], True, 4, 2)
-    measured, problems, evidence = gates.nonfinite(steps, events, completion, ["loss", "grad_norm", "absent"], records)
+    completion = measures.run_completion(
+        {0: 4, 1: 4},
+        [Failure(rank=1, kind="fatal_loss_scale", message="m", exit_code=None, last_lines=["l"])],
+        True,
+        4,
+        2,
+    )
+    measured, problems, evidence = gates.nonfinite(
+        steps, events, completion, ["loss", "grad_norm", "absent"], records
+    )
     assert measured == 2.0  # one non-finite step + the abort
     assert problems == ["rank 1 failed: m"]
     assert file_form(evidence) == {
         "kind": "nonfinite_count",
-        "faults(count)": 2, "nonfinite_steps(count)": 1,
-        "nonfinite_events": [{"step(step)": 3, "ranks(rank)": [0], "metrics": ["loss"], "sources": ["step records"]}],
-        "fatal_loss_scale_abort": True, "fatal_loss_scale_ranks(rank)": [1], "metrics": ["loss", "grad_norm"],
+        "faults(count)": 2,
+        "nonfinite_steps(count)": 1,
+        "nonfinite_events": [
+            {"step(step)": 3, "ranks(rank)": [0], "metrics": ["loss"], "sources": ["step records"]}
+        ],
+        "fatal_loss_scale_abort": True,
+        "fatal_loss_scale_ranks(rank)": [1],
+        "metrics": ["loss", "grad_norm"],
         "finished": True,
-        "failures": [{"rank(rank)": 1, "kind": "fatal_loss_scale", "message": "m", "exit_code(code)": None,
-                      "last_lines": ["l"]}],
-        "last_step_per_rank(step)": {0: 4, 1: 4}, "stopped_early_at(step)": {}, "failed_ranks(rank)": [1],
-        "run_complete": False, "records": file_form(records.evidence())}
+        "failures": [
+            {
+                "rank(rank)": 1,
+                "kind": "fatal_loss_scale",
+                "message": "m",
+                "exit_code(code)": None,
+                "last_lines": ["l"],
+            }
+        ],
+        "last_step_per_rank(step)": {0: 4, 1: 4},
+        "stopped_early_at(step)": {},
+        "failed_ranks(rank)": [1],
+        "run_complete": False,
+        "records": file_form(records.evidence()),
+    }
     assert file_form(records.evidence())["steps_per_rank(steps)"] == {0: 4, 1: 4}
 
 
@@ -376,8 +548,13 @@ def test_nonfinite_gate_without_its_metrics_is_not_measured():
     steps = table_of([step_record()])
     completion = measures.run_completion({0: 1}, [], True, 1, 1)
     with pytest.raises(gates.NotMeasured) as reason:
-        gates.nonfinite(steps, no_events(), completion, ["loss_sum", "grad_norm_sum"],
-                        measures.record_completeness(steps, 1, 1))
+        gates.nonfinite(
+            steps,
+            no_events(),
+            completion,
+            ["loss_sum", "grad_norm_sum"],
+            measures.record_completeness(steps, 1, 1),
+        )
     assert str(reason.value) == "none of ['loss_sum', 'grad_norm_sum'] in the run's step records"
 
 
@@ -386,20 +563,36 @@ def test_failed_ranks_evidence_holds_the_record_counts():
     completion = measures.run_completion({0: 3, 1: 3}, [], True, 3, 2, records)
     measured, evidence = gates.failed_ranks(completion, records)
     assert measured == 0.0 and evidence.records == records.evidence()
-    assert set(file_form(evidence)) == {"kind", "finished", "failures", "last_step_per_rank(step)",
-                                        "stopped_early_at(step)", "failed_ranks(rank)", "run_complete", "records"}
+    assert set(file_form(evidence)) == {
+        "kind",
+        "finished",
+        "failures",
+        "last_step_per_rank(step)",
+        "stopped_early_at(step)",
+        "failed_ranks(rank)",
+        "run_complete",
+        "records",
+    }
 
 
 def test_stabiliser_nonfinite_keeps_the_rank_or_none(tmp_path):
     path = tmp_path / "events.jsonl"
-    write_lines(path, [StabiliserEvent(step=12, rank=1, kind="nonfinite_loss", value="nan", action="skip"),
-                       StabiliserEvent(step=13, rank=0, kind="nonfinite_grad_norm", value="inf", action="rollback"),
-                       StabiliserEvent(step=14, rank=0, kind="loss_spike", value=9.0, action="skip")])
+    write_lines(
+        path,
+        [
+            StabiliserEvent(step=12, rank=1, kind="nonfinite_loss", value="nan", action="skip"),
+            StabiliserEvent(step=13, rank=0, kind="nonfinite_grad_norm", value="inf", action="rollback"),
+            StabiliserEvent(step=14, rank=0, kind="loss_spike", value=9.0, action="skip"),
+        ],
+    )
     events = stabiliser_events(path)
     assert gates.stabiliser_nonfinite(events) == [(12, 1, "nonfinite_loss"), (13, 0, "nonfinite_grad_norm")]
     # The events table's rank is nullable (a launcher line may name no rank): a row without one keeps None.
     events.loc[events["step"] == 13, "rank"] = pd.NA
-    assert gates.stabiliser_nonfinite(events) == [(12, 1, "nonfinite_loss"), (13, None, "nonfinite_grad_norm")]
+    assert gates.stabiliser_nonfinite(events) == [
+        (12, 1, "nonfinite_loss"),
+        (13, None, "nonfinite_grad_norm"),
+    ]
 
 
 def test_require_values_names_every_rank_with_a_gap():
@@ -408,21 +601,36 @@ def test_require_values_names_every_rank_with_a_gap():
     steps.loc[(steps["rank"] == 1) & (steps["step"].isin([8, 9])), STEP_TIME] = np.inf
     with pytest.raises(gates.NotMeasured) as reason:
         gates.require_values(steps, STEP_TIME)
-    assert str(reason.value) == "'step_time(s)' missing or non-finite at rank 0: 1 steps (7); rank 1: 2 steps (8, 9)"
+    assert (
+        str(reason.value)
+        == "'step_time(s)' missing or non-finite at rank 0: 1 steps (7); rank 1: 2 steps (8, 9)"
+    )
 
 
 # ---- the floor's terms -----------------------------------------------------------------------------
 
-FLOOR_RANKS = [FloorRank(rank=0, device="cpu", terms={"compute(s)": 0.5, "collectives(s)": 0.25}, micro_step_floor_s=0.5),
-               FloorRank(rank=1, device="cpu", terms={"compute(s)": 0.75, "collectives(s)": 0.125, "memory(s)": None},
-                         micro_step_floor_s=0.75),
-               FloorRank(rank=2, device="cpu", terms={"compute(s)": 9.0}, micro_step_floor_s=None)]
+FLOOR_RANKS = [
+    FloorRank(
+        rank=0, device="cpu", terms={"compute(s)": 0.5, "collectives(s)": 0.25}, micro_step_floor_s=0.5
+    ),
+    FloorRank(
+        rank=1,
+        device="cpu",
+        terms={"compute(s)": 0.75, "collectives(s)": 0.125, "memory(s)": None},
+        micro_step_floor_s=0.75,
+    ),
+    FloorRank(rank=2, device="cpu", terms={"compute(s)": 9.0}, micro_step_floor_s=None),
+]
 
 
 def floor_plan(**changes) -> Plan:
     """The planner's plan of the run with its floor's terms set by hand (this machine gives it no figures)."""
-    floor = {"accumulation": 4, "ranks": FLOOR_RANKS, "boundary_terms": {"collectives(s)": 0.5},
-             "optimizer_terms": {"cpu_adam(s)": 1.0}} | changes
+    floor = {
+        "accumulation": 4,
+        "ranks": FLOOR_RANKS,
+        "boundary_terms": {"collectives(s)": 0.5},
+        "optimizer_terms": {"cpu_adam(s)": 1.0},
+    } | changes
     planned = planned_run()
     return planned.model_copy(update={"floor": planned.floor.model_copy(update=floor)})
 
@@ -430,10 +638,17 @@ def floor_plan(**changes) -> Plan:
 def test_floor_terms_of_the_deciding_rank_times_the_accumulation():
     # The deciding rank: the largest micro-step floor (0.75 s, the second); a rank without one is left out.
     assert gates.floor_terms(floor_plan()) == {
-        "micro_step compute x 4(s)": 4 * 0.75, "micro_step collectives x 4(s)": 4 * 0.125,
-        "micro_step memory x 4(s)": None, "boundary collectives(s)": 0.5, "optimizer cpu_adam(s)": 1.0}
+        "micro_step compute x 4(s)": 4 * 0.75,
+        "micro_step collectives x 4(s)": 4 * 0.125,
+        "micro_step memory x 4(s)": None,
+        "boundary collectives(s)": 0.5,
+        "optimizer cpu_adam(s)": 1.0,
+    }
     assert gates.floor_terms(floor_plan(boundary_terms={}, optimizer_terms={})) == {
-        "micro_step compute x 4(s)": 3.0, "micro_step collectives x 4(s)": 0.5, "micro_step memory x 4(s)": None}
+        "micro_step compute x 4(s)": 3.0,
+        "micro_step collectives x 4(s)": 0.5,
+        "micro_step memory x 4(s)": None,
+    }
 
 
 def test_floor_terms_are_empty_without_a_ranks_floor_and_need_a_plan():
@@ -442,8 +657,14 @@ def test_floor_terms_are_empty_without_a_ranks_floor_and_need_a_plan():
     assert planned.floor.ranks and all(r.micro_step_floor_s is None for r in planned.floor.ranks)
     assert gates.floor_terms(planned) == {}
     assert gates.floor_terms(floor_plan(ranks=[])) == {}
-    assert gates.floor_terms(floor_plan(ranks=[FloorRank(rank=0, device="cpu", terms={"compute(s)": 1.0},
-                                                         micro_step_floor_s=None)])) == {}
+    assert (
+        gates.floor_terms(
+            floor_plan(
+                ranks=[FloorRank(rank=0, device="cpu", terms={"compute(s)": 1.0}, micro_step_floor_s=None)]
+            )
+        )
+        == {}
+    )
     # No plan, no floor and no terms: the gate is not measured.
     with pytest.raises(gates.NotMeasured, match="no physical floor"):
         gates.floor_ratio(synthetic_steps(steps=20), STEP_TIME, 5, None)
@@ -457,24 +678,39 @@ def test_floor_terms_are_empty_without_a_ranks_floor_and_need_a_plan():
 
 def test_floor_ratio_evidence_carries_the_floor_terms():
     plan = floor_plan(optimizer_step_floor_s=0.25)
-    ratio, evidence = gates.floor_ratio(synthetic_steps(steps=20, step_time=0.5, noise=0.0), STEP_TIME, 5, plan)
+    ratio, evidence = gates.floor_ratio(
+        synthetic_steps(steps=20, step_time=0.5, noise=0.0), STEP_TIME, 5, plan
+    )
     assert evidence.floor == 0.25 and evidence.floor_terms == gates.floor_terms(plan) != {}
     assert ratio == evidence.median_step_time / 0.25
 
 
 # ---- reproduction and the whole evaluation ---------------------------------------------------------
 
+
 def test_faithfulness_reasons_exactly():
-    deviation = Deviation(path="fp16.enabled", claim=True, rendered=False, kind="changed", reason="no fp16",
-                          changes_experiment=True)
+    deviation = Deviation(
+        path="fp16.enabled",
+        claim=True,
+        rendered=False,
+        kind="changed",
+        reason="no fp16",
+        changes_experiment=True,
+    )
     harmless = deviation.model_copy(update={"path": "steps_per_print", "changes_experiment": False})
     assert gates.faithfulness(Deviations(deviations=[deviation, harmless]), CPU_FINGERPRINT) == Reproduction(
-        faithful=False, reasons=["fp16.enabled: True -> False (no fp16)",
-                                 "hardware differs from the claim's RTX 5070 + RTX 4090: no GPU (CPU accelerator)"])
+        faithful=False,
+        reasons=[
+            "fp16.enabled: True -> False (no fp16)",
+            "hardware differs from the claim's RTX 5070 + RTX 4090: no GPU (CPU accelerator)",
+        ],
+    )
     none = Deviations(deviations=[])
     twins = gpu_fingerprint(("NVIDIA A100", 40), ("NVIDIA A100", 40))
-    assert gates.faithfulness(none, twins) == Reproduction(faithful=False, reasons=[
-        "hardware differs from the claim's RTX 5070 + RTX 4090: NVIDIA A100, NVIDIA A100"])
+    assert gates.faithfulness(none, twins) == Reproduction(
+        faithful=False,
+        reasons=["hardware differs from the claim's RTX 5070 + RTX 4090: NVIDIA A100, NVIDIA A100"],
+    )
     three = gpu_fingerprint(("RTX 5070", 12), ("RTX 4090", 24), ("RTX 4090", 24))
     assert not gates.faithfulness(none, three).faithful
 
@@ -484,24 +720,47 @@ def test_evaluate_counts_the_ranks_of_the_run_specs_world_size():
     step_gates = tuple(g for g in PROFILE.gates if g.name in ("optimizer_step_time", "zero_nonfinite"))
     none = Deviations(deviations=[])
     summary = train_summary(200)
-    judged = gates.evaluate(step_gates, steps, no_events(), summary, run_spec_for(200), none, CPU_FINGERPRINT, 5, RULE)
+    judged = gates.evaluate(
+        step_gates, steps, no_events(), summary, run_spec_for(200), none, CPU_FINGERPRINT, 5, RULE
+    )
     assert [g.verdict for g in judged.gates] == [gates.PASS, gates.PASS]
     assert judged.reproduction == gates.faithfulness(none, CPU_FINGERPRINT)
     assert (judged.records.world_size, judged.records.expected_steps) == (2, 200)
     assert judged.records.steps_per_rank == {0: 200, 1: 200}
     # Without a summary (the run did not say how many ranks it had) the run spec still does.
     meta = run_metadata(steps, no_events(), summary, "", 200)
-    from_meta = gates.evaluate(step_gates[:1], steps, no_events(), None, run_spec_for(200), none, CPU_FINGERPRINT, 5,
-                               RULE, run_meta=meta)
+    from_meta = gates.evaluate(
+        step_gates[:1],
+        steps,
+        no_events(),
+        None,
+        run_spec_for(200),
+        none,
+        CPU_FINGERPRINT,
+        5,
+        RULE,
+        run_meta=meta,
+    )
     assert from_meta.gates[0].verdict == gates.PASS
     # A run spec of three ranks: rank 2 left no records, whatever the summary says.
-    three = gates.evaluate(step_gates, steps, no_events(), summary, run_spec_for(200, world_size=3), none,
-                           CPU_FINGERPRINT, 5, RULE, run_meta=meta)
+    three = gates.evaluate(
+        step_gates,
+        steps,
+        no_events(),
+        summary,
+        run_spec_for(200, world_size=3),
+        none,
+        CPU_FINGERPRINT,
+        5,
+        RULE,
+        run_meta=meta,
+    )
     assert [g.verdict for g in three.gates] == [gates.NOT_MEASURED, gates.FAIL]
     assert "ranks with no step records: [2] of world size 3" in three.gates[1].reason
 
 
 # ---- parse_run: several logs, node fingerprints, an undecodable byte ---------------------------------
+
 
 def test_parse_run_over_two_node_logs_and_node_fingerprints(tmp_path):
     metrics = tmp_path / "metrics"
@@ -512,9 +771,11 @@ def test_parse_run_over_two_node_logs_and_node_fingerprints(tmp_path):
         NodeFingerprint(node=node, machine=CPU_FINGERPRINT).write(metrics / f"node{node}.json")
     first, second = tmp_path / "node0.log", tmp_path / "node1.log"
     first.write_bytes(b"[Rank 0] step=2, skipped=0, lr=[1e-05]\nhalf a character: \xe2\x82")
-    second.write_text("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"x.py\", line 1\n"
-                      "[rank1]: RuntimeError: boom\n"
-                      "[launch.py] --local_rank=3' exits with return code = 1\n")
+    second.write_text(
+        '[rank1]: Traceback (most recent call last):\n[rank1]:   File "x.py", line 1\n'
+        "[rank1]: RuntimeError: boom\n"
+        "[launch.py] --local_rank=3' exits with return code = 1\n"
+    )
     events_file = tmp_path / "events.jsonl"
     events_file.write_text("")
     steps, events, meta = parse_run(metrics, [first, second], train_summary(2), events_file, 2)
@@ -523,10 +784,13 @@ def test_parse_run_over_two_node_logs_and_node_fingerprints(tmp_path):
     exit_failure = next(f for f in meta.failures if f.kind == "rank_exit_error")
     assert exit_failure.exit_code == 1
     assert exit_failure.last_lines == [
-        "[Rank 0] step=2, skipped=0, lr=[1e-05]", "half a character: \ufffd",
-        "[rank1]: Traceback (most recent call last):", "[rank1]:   File \"x.py\", line 1",
+        "[Rank 0] step=2, skipped=0, lr=[1e-05]",
+        "half a character: \ufffd",
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "x.py", line 1',
         "[rank1]: RuntimeError: boom",
-        "[launch.py] --local_rank=3' exits with return code = 1"]
+        "[launch.py] --local_rank=3' exits with return code = 1",
+    ]
     assert list(events.index) == list(range(len(events)))
     write_lines(events_file, [StabiliserEvent(step=2, rank=0, kind="loss_spike", value=9.0, action="skip")])
     _, with_stabiliser, _ = parse_run(metrics, first, train_summary(2), events_file, 2)
@@ -536,8 +800,15 @@ def test_parse_run_over_two_node_logs_and_node_fingerprints(tmp_path):
 
 def test_rank_metrics_table_has_no_index_column(tmp_path):
     write_lines(tmp_path / "rank1.jsonl", [step_record(rank=1, step=1, loss=2.0)])
-    write_lines(tmp_path / "rank0.jsonl", [step_record(rank=0, step=2, loss=1.0), step_record(rank=0, step=1, loss=1.5)])
+    write_lines(
+        tmp_path / "rank0.jsonl",
+        [step_record(rank=0, step=2, loss=1.0), step_record(rank=0, step=1, loss=1.5)],
+    )
     steps = read_rank_metrics(tmp_path)
-    assert list(steps.columns) == list(STEP_COLUMNS) and list(steps.index) == [0, 1, 2]  # the records' keys only
+    assert list(steps.columns) == list(STEP_COLUMNS) and list(steps.index) == [
+        0,
+        1,
+        2,
+    ]  # the records' keys only
     assert steps[["rank", "step"]].values.tolist() == [[0, 1], [0, 2], [1, 1]]
     assert steps["loss"].tolist() == [1.5, 1.0, 2.0]

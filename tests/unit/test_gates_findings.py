@@ -6,13 +6,24 @@ cpu-tiny profile's, judged as check_gates judges them: with the rendered run spe
 deviations and the planner's plan.
 """
 
-
 import numpy as np
 import pytest
 import yaml
 
 from tests.conftest import CPU_FINGERPRINT, REPO
-from tests.unit.helpers import no_events, settings, step_record, synthetic_steps, table_of, train_summary, claim_box, rendered_run, run_spec_for, planned_run, with_optimizer_step_floor
+from tests.unit.helpers import (
+    claim_box,
+    no_events,
+    planned_run,
+    rendered_run,
+    run_spec_for,
+    settings,
+    step_record,
+    synthetic_steps,
+    table_of,
+    train_summary,
+    with_optimizer_step_floor,
+)
 from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate, unit_of
 from zerogate.analysis.measures import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME, SpikeRule
@@ -30,18 +41,40 @@ CLAIM_BOX = claim_box()
 
 # ---- the run's real inputs, built by their producers ----------------------------------------------------
 
-def verdicts(steps, steps_run=STEPS, summary="finished", events=None, ds_config="fp32", log="") -> dict[str, GateVerdict]:
+
+def verdicts(
+    steps, steps_run=STEPS, summary="finished", events=None, ds_config="fp32", log=""
+) -> dict[str, GateVerdict]:
     events = no_events() if events is None else events
     summary = train_summary(steps_run) if summary == "finished" else summary
     meta = run_metadata(steps, events, summary, log, steps_run)
     config = rendered_run("cpu" if ds_config == "fp32" else "claim box")[0]
-    result = evaluate(PROFILE.gates, steps, events, summary, run_spec_for(steps_run), rendered_run("cpu")[1],
-                      CPU_FINGERPRINT, 5, RULE, plan=with_optimizer_step_floor(planned_run(), 0.1), run_meta=meta, ds_config=config)
+    result = evaluate(
+        PROFILE.gates,
+        steps,
+        events,
+        summary,
+        run_spec_for(steps_run),
+        rendered_run("cpu")[1],
+        CPU_FINGERPRINT,
+        5,
+        RULE,
+        plan=with_optimizer_step_floor(planned_run(), 0.1),
+        run_meta=meta,
+        ds_config=config,
+    )
     return {g.name: g for g in result.gates}
 
 
-STATISTIC_GATES = ("optimizer_step_time", "optimizer_step_time_p90", "micro_step_time", "peak_memory_smallest_device",
-                   "peak_memory_per_rank", "loss_convergence", "step_time_over_physical_floor")
+STATISTIC_GATES = (
+    "optimizer_step_time",
+    "optimizer_step_time_p90",
+    "micro_step_time",
+    "peak_memory_smallest_device",
+    "peak_memory_per_rank",
+    "loss_convergence",
+    "step_time_over_physical_floor",
+)
 
 
 # Missing or short ranks used to pass.
@@ -76,8 +109,14 @@ def test_a_rank_with_nan_timings_and_memory_is_not_skipped():
     steps.loc[steps["rank"] == 0, [STEP_TIME, MICRO_STEP_TIME]] = 0.5
     steps.loc[steps["rank"] == 0, DEVICE_PEAK] = 0.5
     judged = verdicts(steps)
-    for name in ("optimizer_step_time", "optimizer_step_time_p90", "micro_step_time", "peak_memory_per_rank",
-                 "peak_memory_smallest_device", "step_time_over_physical_floor"):
+    for name in (
+        "optimizer_step_time",
+        "optimizer_step_time_p90",
+        "micro_step_time",
+        "peak_memory_per_rank",
+        "peak_memory_smallest_device",
+        "step_time_over_physical_floor",
+    ):
         assert judged[name].verdict == NOT_MEASURED and "rank 1" in judged[name].reason, name
     assert np.isnan(measures.peak_memory_per_rank(steps)[1])
 
@@ -133,7 +172,9 @@ def test_one_nan_is_one_fault_under_skip_and_rollback(tmp_path):
     from zerogate.analysis.parse import stabiliser_events
 
     events_file = tmp_path / "events.jsonl"
-    write_lines(events_file, [StabiliserEvent(step=30, rank=1, kind="nonfinite_loss", value="nan", action="skip")])
+    write_lines(
+        events_file, [StabiliserEvent(step=30, rank=1, kind="nonfinite_loss", value="nan", action="skip")]
+    )
     skip = synthetic_steps()
     skip.loc[skip["step"] == 30, "loss"] = np.nan  # skip keeps the record, on both ranks
     rollback = synthetic_steps()  # rollback restored the records: only the event tells
@@ -185,7 +226,9 @@ def assert_units(gate: GateVerdict, where: str) -> None:
 
 
 def assert_numbers(value, where):
-    assert value is None or isinstance(value, float) or all(isinstance(v, float) for v in value.values()), where
+    assert value is None or isinstance(value, float) or all(isinstance(v, float) for v in value.values()), (
+        where
+    )
 
 
 def assert_keyed_units(value, where, key=None):
@@ -227,14 +270,16 @@ def test_one_peak_flops_basis_for_mfu_and_the_floor():
     from zerogate.plan.floor import _peak
     from zerogate.train import loop
 
-    # The training loop's MFU divides by hardware.peak_flops (StepMetrics' peak_flops_per_s), as the floor does.
+    # The training loop's MFU divides by hardware.peak_flops (StepMetrics' peak_flops_per_s), as the floor
+    # does.
     assert loop.peak_flops is hardware.peak_flops
     for card in ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 5070"):
         for dtype in ("fp16", "bf16", "fp32"):
             assert hardware.peak_flops(card, dtype) is not None
             assert _peak({"name": card}, dtype) * 1e12 == pytest.approx(hardware.peak_flops(card, dtype))
     # Both cards' fp16 figures on the same (fp16-accumulate) basis: 4090 / 5070 = 330.3 / 123.5.
-    assert hardware.peak_flops("NVIDIA GeForce RTX 4090", "fp16") / hardware.peak_flops("NVIDIA GeForce RTX 5070", "fp16") == \
-        pytest.approx(330.3 / 123.5)
+    assert hardware.peak_flops("NVIDIA GeForce RTX 4090", "fp16") / hardware.peak_flops(
+        "NVIDIA GeForce RTX 5070", "fp16"
+    ) == pytest.approx(330.3 / 123.5)
     for path in (REPO / "config/machines").glob("*.yaml"):
         assert "peak_tflops:" not in path.read_text(), path  # the machine descriptions name the card only

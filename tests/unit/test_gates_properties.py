@@ -23,7 +23,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import CPU_FINGERPRINT, REPO
-from tests.unit.helpers import no_events, step_record, table_of, train_summary, claim_box, rendered_run, run_spec_for, planned_run, with_optimizer_step_floor
+from tests.unit.helpers import (
+    claim_box,
+    no_events,
+    planned_run,
+    rendered_run,
+    run_spec_for,
+    step_record,
+    table_of,
+    train_summary,
+    with_optimizer_step_floor,
+)
 from tests.unit.helpers import settings as profile_settings
 from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate
@@ -42,9 +52,16 @@ FLOOR = 1.0  # s: fast steps (0.5 s) are "faster than physics" (FAIL), slow ones
 SHAPES = ("fast_drop", "slow_decline", "flat", "rising", "u_shape", "diverge")
 DAMAGE = ("none", "drop_rank", "truncate_rank", "missing_step", "repeated_step")
 GAPS = ("none", "timing", "memory")
-STATISTIC_GATES = ("optimizer_step_time", "optimizer_step_time_p90", "micro_step_time", "peak_memory_smallest_device",
-                   "peak_memory_per_rank", "loss_convergence", "overflow_skip_fraction",
-                   "step_time_over_physical_floor")
+STATISTIC_GATES = (
+    "optimizer_step_time",
+    "optimizer_step_time_p90",
+    "micro_step_time",
+    "peak_memory_smallest_device",
+    "peak_memory_per_rank",
+    "loss_convergence",
+    "overflow_skip_fraction",
+    "step_time_over_physical_floor",
+)
 
 
 def loss_curve(shape: str, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -64,25 +81,27 @@ def loss_curve(shape: str, n: int, rng: np.random.Generator) -> np.ndarray:
         curve = np.concatenate([np.linspace(3.0, 1.0, half), np.linspace(1.0, 2.5, n - half)])
     else:  # diverge: falls, then infinite from two thirds on
         curve = np.linspace(5.0, 1.0, n)
-        curve[2 * n // 3:] = np.inf
+        curve[2 * n // 3 :] = np.inf
     return curve + noise
 
 
 def run_choices(damage=st.sampled_from(DAMAGE), gap=st.sampled_from(GAPS)) -> st.SearchStrategy[dict]:
-    return st.fixed_dictionaries({
-        "ranks": st.integers(1, 3),
-        "steps": st.integers(30, 90),
-        "slow": st.booleans(),
-        "huge_memory": st.booleans(),
-        "shape": st.sampled_from(SHAPES),
-        "fp16": st.booleans(),
-        "overflow_skips": st.booleans(),
-        "fault_steps": st.lists(st.integers(1, 30), max_size=3, unique=True),
-        "fault_ranks": st.integers(1, 3),
-        "gap": gap,
-        "damage": damage,
-        "seed": st.integers(0, 2**16),
-    })
+    return st.fixed_dictionaries(
+        {
+            "ranks": st.integers(1, 3),
+            "steps": st.integers(30, 90),
+            "slow": st.booleans(),
+            "huge_memory": st.booleans(),
+            "shape": st.sampled_from(SHAPES),
+            "fp16": st.booleans(),
+            "overflow_skips": st.booleans(),
+            "fault_steps": st.lists(st.integers(1, 30), max_size=3, unique=True),
+            "fault_ranks": st.integers(1, 3),
+            "gap": gap,
+            "damage": damage,
+            "seed": st.integers(0, 2**16),
+        }
+    )
 
 
 runs = run_choices()
@@ -103,11 +122,29 @@ def build(run: dict) -> pd.DataFrame:
             step = i + 1
             t = time * (1 + 0.01 * rng.standard_normal())
             fault = step in run["fault_steps"] and rank < run["fault_ranks"]
-            fp16 = {"loss_scale": 65536.0, "skip_reason": "fp16_overflow" if step in skipped else None,
-                    "update_applied": step not in skipped} if run["fp16"] else {}
-            records.append(step_record(step=step, rank=rank, loss=float(loss[i]), grad_norm=math.inf if fault else 1.0,
-                                       step_time_s=t, micro_step_time_s=t / 8, tokens=200, tokens_per_s=200 / t,
-                                       device_peak_gib=memory + 0.01 * rank, **fp16))
+            fp16 = (
+                {
+                    "loss_scale": 65536.0,
+                    "skip_reason": "fp16_overflow" if step in skipped else None,
+                    "update_applied": step not in skipped,
+                }
+                if run["fp16"]
+                else {}
+            )
+            records.append(
+                step_record(
+                    step=step,
+                    rank=rank,
+                    loss=float(loss[i]),
+                    grad_norm=math.inf if fault else 1.0,
+                    step_time_s=t,
+                    micro_step_time_s=t / 8,
+                    tokens=200,
+                    tokens_per_s=200 / t,
+                    device_peak_gib=memory + 0.01 * rank,
+                    **fp16,
+                )
+            )
     steps = table_of(records)
     last = ranks - 1
     if run["gap"] == "timing":
@@ -142,7 +179,9 @@ def expected_verdicts(run: dict) -> dict[str, str]:
         "peak_memory_per_rank": memory_verdict,
         "loss_convergence": PASS if run["shape"] in ("fast_drop", "slow_decline") else FAIL,
         "zero_nonfinite": FAIL if faults else PASS,
-        "overflow_skip_fraction": NOT_MEASURED if not run["fp16"] else (FAIL if run["overflow_skips"] else PASS),
+        "overflow_skip_fraction": NOT_MEASURED
+        if not run["fp16"]
+        else (FAIL if run["overflow_skips"] else PASS),
         "ranks_completed": PASS,
         "step_time_over_physical_floor": NOT_MEASURED if timing_gap else (PASS if run["slow"] else FAIL),
     }
@@ -153,14 +192,29 @@ def judge(run: dict) -> dict[str, GateVerdict]:
     summary = train_summary(run["steps"], run["ranks"])
     meta = run_metadata(steps, no_events(), summary, "", run["steps"])
     ds_config, deviations, _ = rendered_run("claim box" if run["fp16"] else "cpu")
-    result = evaluate(PROFILE.gates, steps, no_events(), summary, run_spec_for(run["steps"], run["ranks"]), deviations,
-                      CPU_FINGERPRINT, WARMUP, RULE, plan=with_optimizer_step_floor(planned_run(), FLOOR), run_meta=meta, ds_config=ds_config)
+    result = evaluate(
+        PROFILE.gates,
+        steps,
+        no_events(),
+        summary,
+        run_spec_for(run["steps"], run["ranks"]),
+        deviations,
+        CPU_FINGERPRINT,
+        WARMUP,
+        RULE,
+        plan=with_optimizer_step_floor(planned_run(), FLOOR),
+        run_meta=meta,
+        ds_config=ds_config,
+    )
     return {g.name: g for g in result.gates}
 
 
 # ZEROGATE_PROPERTY_EXAMPLES: fewer examples where the suite runs once per mutant (zerogate.bench.mutation).
-PROPERTY = settings(max_examples=int(os.environ.get("ZEROGATE_PROPERTY_EXAMPLES", "60")), deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=int(os.environ.get("ZEROGATE_PROPERTY_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @PROPERTY
@@ -204,19 +258,30 @@ def test_gate_numbers_are_the_measures_statistics(run):
 
 
 @PROPERTY
-@given(values=st.lists(st.floats(0.01, 100.0), min_size=2, max_size=40), ranks=st.integers(1, 3),
-       gap=st.booleans(), statistic=st.sampled_from(["median", "p90", "max"]))
+@given(
+    values=st.lists(st.floats(0.01, 100.0), min_size=2, max_size=40),
+    ranks=st.integers(1, 3),
+    gap=st.booleans(),
+    statistic=st.sampled_from(["median", "p90", "max"]),
+)
 def test_a_slowest_rank_statistic_never_skips_a_gap(values, ranks, gap, statistic):
-    frame = table_of([step_record(rank=r, step=i + 1, step_time_s=v * (1 + r)) for r in range(ranks)
-                      for i, v in enumerate(values)])
+    frame = table_of(
+        [
+            step_record(rank=r, step=i + 1, step_time_s=v * (1 + r))
+            for r in range(ranks)
+            for i, v in enumerate(values)
+        ]
+    )
     if gap:
         frame.loc[len(frame) - 1, STEP_TIME] = np.nan
     result = measures.slowest_rank(frame, STEP_TIME, statistic)
     if gap:
         assert math.isnan(result.value)
     else:
-        per_rank = [np.quantile(np.array(values) * (1 + r), {"median": 0.5, "p90": 0.9, "max": 1.0}[statistic])
-                    for r in range(ranks)]
+        per_rank = [
+            np.quantile(np.array(values) * (1 + r), {"median": 0.5, "p90": 0.9, "max": 1.0}[statistic])
+            for r in range(ranks)
+        ]
         assert result.value == pytest.approx(max(per_rank)) and result.rank == ranks - 1
 
 
@@ -224,7 +289,9 @@ def test_a_slowest_rank_statistic_never_skips_a_gap(values, ranks, gap, statisti
 @given(ranks=st.integers(1, 4), steps=st.integers(1, 40), cut=st.integers(0, 3), data=st.data())
 def test_completeness_counts_every_rank_and_step(ranks, steps, cut, data):
     frame = table_of([step_record(rank=r, step=s) for r in range(ranks) for s in range(1, steps + 1)])
-    removed = data.draw(st.lists(st.tuples(st.integers(0, ranks - 1), st.integers(1, steps)), max_size=cut, unique=True))
+    removed = data.draw(
+        st.lists(st.tuples(st.integers(0, ranks - 1), st.integers(1, steps)), max_size=cut, unique=True)
+    )
     for rank, step in removed:
         frame = frame[~((frame["rank"] == rank) & (frame["step"] == step))]
     found = measures.record_completeness(frame, ranks, steps)

@@ -11,14 +11,33 @@ GIB = 1024**3
 def make_results(tmp_path, steps=3, nvml=True, allocated=1.0, reserved=1.5, phases=("before", "after")):
     """A one-GPU run's records as the training loop writes them (StepRecord and EvalRecord lines)."""
     (tmp_path / "report").mkdir()
-    records = [step_record(step=step, device="cuda:0", max_allocated_gib=allocated, max_reserved_gib=reserved,
-                           device_peak_gib=reserved, device_peak_source="torch.cuda.max_memory_reserved",
-                           nvml_process_peak_gib=reserved + 0.4 if nvml else None)
-               for step in range(1, steps + 1)]
+    records = [
+        step_record(
+            step=step,
+            device="cuda:0",
+            max_allocated_gib=allocated,
+            max_reserved_gib=reserved,
+            device_peak_gib=reserved,
+            device_peak_source="torch.cuda.max_memory_reserved",
+            nvml_process_peak_gib=reserved + 0.4 if nvml else None,
+        )
+        for step in range(1, steps + 1)
+    ]
     write_lines(tmp_path / "train/metrics/rank0.jsonl", records)
-    write_lines(tmp_path / "train/eval.jsonl", [
-        EvalRecord(step=0 if p == "before" else steps, phase=p, validation_loss=1.0, validation_tokens=100,
-                   validation_rows=10, eval_time_s=0.1) for p in phases])
+    write_lines(
+        tmp_path / "train/eval.jsonl",
+        [
+            EvalRecord(
+                step=0 if p == "before" else steps,
+                phase=p,
+                validation_loss=1.0,
+                validation_tokens=100,
+                validation_rows=10,
+                eval_time_s=0.1,
+            )
+            for p in phases
+        ],
+    )
     (tmp_path / "report/zerogate-v1-x.html").write_text("<p>1 CUDA device(s): NVIDIA H200</p>")
     return tmp_path
 

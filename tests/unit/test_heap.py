@@ -28,12 +28,15 @@ CHILD = textwrap.dedent("""
 
 
 def test_freed_heap_is_handed_back():
-    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, check=True
+    ).stdout.split()
     start, held, freed, after = (int(v) for v in out[:4])
     if out[4] != "True":
         pytest.skip("this C library has no malloc_trim")
     mib = 1024**2
     assert held - start > 250 * mib  # the blocks were resident
-    assert freed - start > 100 * mib, "glibc already gave the holes back: the test no longer shows the problem"
+    assert freed - start > 100 * mib, (
+        "glibc already gave the holes back: the test no longer shows the problem"
+    )
     assert after - start < 50 * mib, f"still {(after - start) / mib:.0f} MiB resident after the trim"
-

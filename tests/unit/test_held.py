@@ -21,8 +21,9 @@ def fake_engine(master_shares_storage: bool):
     master = flat if master_shares_storage else flat.clone()
     adam = torch.optim.AdamW([master])
     adam.state[master] = {"exp_avg": torch.zeros(4), "exp_avg_sq": torch.zeros(4), "step": torch.tensor(3.0)}
-    optimizer = SimpleNamespace(fp32_partitioned_groups_flat=[master], grad_partitions_flat_buffer=torch.zeros(4),
-                                optimizer=adam)
+    optimizer = SimpleNamespace(
+        fp32_partitioned_groups_flat=[master], grad_partitions_flat_buffer=torch.zeros(4), optimizer=adam
+    )
     return SimpleNamespace(module=module, optimizer=optimizer)
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from zerogate.errors import InputError
-from zerogate.model.hf_config import ModelShape, load_config, shape_of
 from zerogate.model.counts import count_parameters
+from zerogate.model.hf_config import ModelShape, load_config, shape_of
 
 MODELS = Path(__file__).resolve().parents[2] / "config" / "models"
 
@@ -16,16 +16,28 @@ MODELS = Path(__file__).resolve().parents[2] / "config" / "models"
 # meta-llama/Meta-Llama-3-8B 8,030,261,248; mistralai/Mistral-7B-v0.1 7,241,732,096. The shapes are the
 # published config.json values (config/models/README.md).
 SHIPPED = {
-    "qwen2.5-14b": ("Qwen2Config", 14_770_033_664,
-                    ModelShape("qwen2", 5120, 48, 40, 8, 128, 13824, 152064, False, 131072)),
-    "gpt2-xl": ("GPT2Config", 1_557_611_200,
-                ModelShape("gpt2", 1600, 48, 25, 25, 64, 6400, 50257, True, 1024)),
+    "qwen2.5-14b": (
+        "Qwen2Config",
+        14_770_033_664,
+        ModelShape("qwen2", 5120, 48, 40, 8, 128, 13824, 152064, False, 131072),
+    ),
+    "gpt2-xl": (
+        "GPT2Config",
+        1_557_611_200,
+        ModelShape("gpt2", 1600, 48, 25, 25, 64, 6400, 50257, True, 1024),
+    ),
     # GPT-2 small's shape (config/models/README.md): 124,439,808, GPT-2 small's 124 M.
     "gpt2": ("GPT2Config", 124_439_808, ModelShape("gpt2", 768, 12, 12, 12, 64, 3072, 50257, True, 1024)),
-    "llama-3-8b": ("LlamaConfig", 8_030_261_248,
-                   ModelShape("llama", 4096, 32, 32, 8, 128, 14336, 128256, False, 8192)),
-    "mistral-7b": ("MistralConfig", 7_241_732_096,
-                   ModelShape("mistral", 4096, 32, 32, 8, 128, 14336, 32000, False, 32768)),
+    "llama-3-8b": (
+        "LlamaConfig",
+        8_030_261_248,
+        ModelShape("llama", 4096, 32, 32, 8, 128, 14336, 128256, False, 8192),
+    ),
+    "mistral-7b": (
+        "MistralConfig",
+        7_241_732_096,
+        ModelShape("mistral", 4096, 32, 32, 8, 128, 14336, 32000, False, 32768),
+    ),
 }
 
 
@@ -47,8 +59,10 @@ def test_count_parameters_gives_the_published_total_of_every_shipped_config(name
 
 def test_a_directory_holding_config_json_loads_like_the_file(tmp_path):
     (tmp_path / "config.json").write_text((MODELS / "gpt2-xl.json").read_text())
-    assert load_config(tmp_path).to_dict() == {**load_config(MODELS / "gpt2-xl.json").to_dict(),
-                                               "_name_or_path": str(tmp_path / "config.json")}
+    assert load_config(tmp_path).to_dict() == {
+        **load_config(MODELS / "gpt2-xl.json").to_dict(),
+        "_name_or_path": str(tmp_path / "config.json"),
+    }
 
 
 def test_gpt2_without_n_inner_has_the_4x_mlp_and_with_it_its_own_width():
@@ -69,8 +83,11 @@ def test_the_readme_lists_every_config_in_the_directory_with_a_source():
 
 # The counts config/models/README.md states for the configs the published setups use (no published total
 # is checked for them: the README states the meta-device count).
-PUBLISHED_SETUP_COUNTS = {"deepseek-math-7b": 6_910_365_696, "qwen2.5-32b": 32_763_876_352,
-                          "deepseek-r1-distill-llama-70b": 70_553_706_496}
+PUBLISHED_SETUP_COUNTS = {
+    "deepseek-math-7b": 6_910_365_696,
+    "qwen2.5-32b": 32_763_876_352,
+    "deepseek-r1-distill-llama-70b": 70_553_706_496,
+}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_SETUP_COUNTS))
@@ -86,16 +103,22 @@ def _write(tmp_path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("text, key, problem", [
-    ('{"hidden_size": 64}', "model_type", "missing"),
-    ('{"model_type": "no-such-architecture"}', "model_type", "not an architecture of transformers"),
-    ('{"model_type": "clip"}', "model_type", "no causal language model"),
-    ('{"model_type": "llama", "hidden_size": "wide"}', "hidden_size", "transformers rejects it"),
-    ('{"model_type": "qwen2", "num_hidden_layers": 2, "layer_types": ["full_attention"]}', "num_hidden_layers",
-     "transformers rejects it"),
-    ('{"model_type": ', "", "not JSON"),
-    ('[1, 2]', "", "not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "text, key, problem",
+    [
+        ('{"hidden_size": 64}', "model_type", "missing"),
+        ('{"model_type": "no-such-architecture"}', "model_type", "not an architecture of transformers"),
+        ('{"model_type": "clip"}', "model_type", "no causal language model"),
+        ('{"model_type": "llama", "hidden_size": "wide"}', "hidden_size", "transformers rejects it"),
+        (
+            '{"model_type": "qwen2", "num_hidden_layers": 2, "layer_types": ["full_attention"]}',
+            "num_hidden_layers",
+            "transformers rejects it",
+        ),
+        ('{"model_type": ', "", "not JSON"),
+        ("[1, 2]", "", "not a JSON object"),
+    ],
+)
 def test_bad_config_files_are_refused_in_one_line_naming_file_and_key(tmp_path, text, key, problem):
     path = _write(tmp_path, text)
     with pytest.raises(InputError) as raised:
@@ -113,4 +136,3 @@ def test_a_missing_file_is_refused_naming_it(tmp_path):
     with pytest.raises(InputError) as raised:
         load_config(tmp_path)  # a directory without config.json
     assert raised.value.file == str(tmp_path / "config.json")
-

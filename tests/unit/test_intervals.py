@@ -10,8 +10,15 @@ from arch.bootstrap import IIDBootstrap, StationaryBootstrap
 from tests.conftest import CPU_FINGERPRINT
 from tests.unit.helpers import no_events, render_profile, settings, synthetic_steps, train_summary
 from zerogate.analysis import measures
-from zerogate.analysis.gates import (INCONCLUSIVE, Repeats, evaluate, evaluate_gate, inconclusive_gates,
-                                     interval_outcome, timed_statistic)
+from zerogate.analysis.gates import (
+    INCONCLUSIVE,
+    Repeats,
+    evaluate,
+    evaluate_gate,
+    inconclusive_gates,
+    interval_outcome,
+    timed_statistic,
+)
 from zerogate.analysis.measures import IntervalRule, SpikeRule
 from zerogate.analysis.parse import run_metadata
 from zerogate.config.settings import IntervalSettings
@@ -31,8 +38,19 @@ def gate(name, **changes):
 
 
 def judge(the_gate, steps, *repeats, rule=RULE):
-    return evaluate_gate(the_gate, steps, no_events(), train_summary(), CPU_FINGERPRINT, WARMUP, 200, SPIKES,
-                         world_size=2, interval_rule=rule, repeats=Repeats(list(repeats), 2, 200))
+    return evaluate_gate(
+        the_gate,
+        steps,
+        no_events(),
+        train_summary(),
+        CPU_FINGERPRINT,
+        WARMUP,
+        200,
+        SPIKES,
+        world_size=2,
+        interval_rule=rule,
+        repeats=Repeats(list(repeats), 2, 200),
+    )
 
 
 def test_the_bootstraps_values_are_the_run_statistics():
@@ -40,8 +58,12 @@ def test_the_bootstraps_values_are_the_run_statistics():
     steps = synthetic_steps(time_noise=0.1, time_correlation=0.5)
     stats = measures.run_statistics(steps, WARMUP, SPIKES)
     found = measures.timing_replicates([steps], WARMUP, RULE)
-    assert list(found.values) == [stats.step_time_median_s, stats.step_time_p90_s, stats.micro_step_time_median_s,
-                                  stats.tokens_per_s]
+    assert list(found.values) == [
+        stats.step_time_median_s,
+        stats.step_time_p90_s,
+        stats.micro_step_time_median_s,
+        stats.tokens_per_s,
+    ]
 
 
 def test_a_single_runs_interval_is_arch_s_percentile_interval():
@@ -50,8 +72,12 @@ def test_a_single_runs_interval_is_arch_s_percentile_interval():
     steps = synthetic_steps(time_noise=0.1, time_correlation=0.7)
     sample = measures.timing_sample(steps, WARMUP)
     ours = measures.timing_intervals([steps], WARMUP, RULE)
-    bootstrap = StationaryBootstrap(sample.block_length, sample.data, seed=np.random.default_rng([RULE.seed, 0]))
-    low, high = bootstrap.conf_int(sample.values, reps=RULE.resamples, method="percentile", size=RULE.confidence)
+    bootstrap = StationaryBootstrap(
+        sample.block_length, sample.data, seed=np.random.default_rng([RULE.seed, 0])
+    )
+    low, high = bootstrap.conf_int(
+        sample.values, reps=RULE.resamples, method="percentile", size=RULE.confidence
+    )
     assert ours.step_time_median_s == Interval(low=low[0], high=high[0])
     assert ours.tokens_per_s == Interval(low=low[3], high=high[3])
     assert sample.data.shape == (200 - WARMUP, 2 + 2 + 2 + 1)  # step, micro-step per rank; tokens/s summed
@@ -81,7 +107,12 @@ def test_correlated_steps_widen_the_interval_as_an_iid_bootstrap_would_not():
 
 
 def test_too_few_timed_steps_give_no_interval_and_a_gap_gives_none_for_its_statistic():
-    assert measures.timing_intervals([synthetic_steps(steps=measures.MIN_TIMED_STEPS + WARMUP - 1)], WARMUP, RULE) is None
+    assert (
+        measures.timing_intervals(
+            [synthetic_steps(steps=measures.MIN_TIMED_STEPS + WARMUP - 1)], WARMUP, RULE
+        )
+        is None
+    )
     steps = synthetic_steps()
     steps.loc[steps.index[7], measures.MICRO_STEP_TIME] = np.nan
     found = measures.timing_intervals([steps], WARMUP, RULE)
@@ -99,8 +130,10 @@ def test_pooling_drops_the_fastest_and_slowest_from_three_repeats_on():
 def test_repeats_cover_the_run_to_run_variation_one_run_cannot_see():
     """Three runs whose levels differ (0.50, 0.55, 0.60 s) with little noise inside each: one run's interval
     is narrow around its own level and misses the others; the repeats' pooled interval spans the spread."""
-    runs = [synthetic_steps(step_time=level, time_noise=0.01, seed=index)
-            for index, level in enumerate((0.50, 0.55, 0.60))]
+    runs = [
+        synthetic_steps(step_time=level, time_noise=0.01, seed=index)
+        for index, level in enumerate((0.50, 0.55, 0.60))
+    ]
     one = measures.timing_intervals(runs[:1], WARMUP, RULE).step_time_median_s
     assert not one.contains(0.55)
     pooled = measures.summarise_repeats(runs, WARMUP, SPIKES, [None] * 3, RULE)
@@ -109,7 +142,8 @@ def test_repeats_cover_the_run_to_run_variation_one_run_cannot_see():
     interval = pooled.pooled.intervals.step_time_median_s
     assert interval.low < 0.52 and interval.high > 0.58
     assert [stats.step_time_median_s for stats in pooled.each] == [
-        measures.step_time(run, WARMUP).value for run in runs]
+        measures.step_time(run, WARMUP).value for run in runs
+    ]
     assert "run-to-run" in pooled.pooled.intervals.covers
 
 
@@ -120,11 +154,23 @@ def test_memory_per_repeat_is_kept_and_the_pooled_peak_is_the_largest():
     assert pooled.pooled.peak_memory_per_rank_gib[0] == pytest.approx(0.62)
 
 
-@pytest.mark.parametrize("comparison, threshold, expected", [
-    ("<=", 2.0, PASS), ("<=", 1.5, PASS), ("<=", 1.2, INCONCLUSIVE), ("<=", 0.9, FAIL),
-    ("<", 1.5, INCONCLUSIVE), ("<", 1.6, PASS), (">=", 1.0, PASS), (">=", 1.2, INCONCLUSIVE), (">", 1.5, FAIL),
-    (">", 0.99, PASS), ("==", 1.2, INCONCLUSIVE), ("==", 3.0, FAIL),
-])
+@pytest.mark.parametrize(
+    "comparison, threshold, expected",
+    [
+        ("<=", 2.0, PASS),
+        ("<=", 1.5, PASS),
+        ("<=", 1.2, INCONCLUSIVE),
+        ("<=", 0.9, FAIL),
+        ("<", 1.5, INCONCLUSIVE),
+        ("<", 1.6, PASS),
+        (">=", 1.0, PASS),
+        (">=", 1.2, INCONCLUSIVE),
+        (">", 1.5, FAIL),
+        (">", 0.99, PASS),
+        ("==", 1.2, INCONCLUSIVE),
+        ("==", 3.0, FAIL),
+    ],
+)
 def test_the_interval_decides_the_outcome(comparison, threshold, expected):
     assert interval_outcome(comparison, threshold, Interval(low=1.0, high=1.5)) == expected
 
@@ -159,14 +205,19 @@ def test_the_p90_and_micro_step_gates_judge_their_own_intervals():
     micro = judge(gate("micro_step_time"), steps)
     found = measures.timing_intervals([steps], WARMUP, RULE)
     assert (p90.interval.low, p90.interval.high) == (found.step_time_p90_s.low, found.step_time_p90_s.high)
-    assert (micro.interval.low, micro.interval.high) == (found.micro_step_time_median_s.low,
-                                                         found.micro_step_time_median_s.high)
+    assert (micro.interval.low, micro.interval.high) == (
+        found.micro_step_time_median_s.low,
+        found.micro_step_time_median_s.high,
+    )
     assert timed_statistic(gate("peak_memory_smallest_device")) is None
     assert judge(gate("peak_memory_smallest_device"), steps).interval is None  # memory: no interval
 
 
 def test_a_gate_pools_its_repeats():
-    runs = [synthetic_steps(step_time=level, time_noise=0.01, seed=index) for index, level in enumerate((0.5, 0.55, 0.6))]
+    runs = [
+        synthetic_steps(step_time=level, time_noise=0.01, seed=index)
+        for index, level in enumerate((0.5, 0.55, 0.6))
+    ]
     judged = judge(gate("optimizer_step_time", threshold=0.57), *runs)
     assert judged.measured == pytest.approx(0.55, rel=0.01) and judged.interval.repeats == 3
     assert judged.verdict == INCONCLUSIVE  # the third repeat's 0.6 s is within the pooled interval
@@ -187,16 +238,28 @@ def test_evaluate_counts_inconclusive_apart_and_strict_lists_it():
     measured = measures.step_time(steps, WARMUP).value
     rendered = render_profile(PROFILE, CPU_FINGERPRINT, steps=200)
     gates = (gate("optimizer_step_time", threshold=measured), gate("micro_step_time"))
-    result = evaluate(gates, steps, no_events(), train_summary(), rendered.run_spec, rendered.deviations,
-                      CPU_FINGERPRINT, WARMUP, SPIKES, run_meta=run_metadata(steps, no_events(), train_summary(), "", 200),
-                      interval_rule=RULE)
+    result = evaluate(
+        gates,
+        steps,
+        no_events(),
+        train_summary(),
+        rendered.run_spec,
+        rendered.deviations,
+        CPU_FINGERPRINT,
+        WARMUP,
+        SPIKES,
+        run_meta=run_metadata(steps, no_events(), train_summary(), "", 200),
+        interval_rule=RULE,
+    )
     assert result.counts[INCONCLUSIVE] == 1 and result.counts[PASS] == 1 and result.counts[FAIL] == 0
     assert [line.split(":")[0] for line in inconclusive_gates(result)] == ["optimizer_step_time"]
 
 
 def test_an_inconclusive_gate_cannot_judge_its_claim():
     verdict = claim_from_gate(INCONCLUSIVE, "measured 0.5 s", "gate optimizer_step_time", faithful=True)
-    assert verdict.verdict == CANNOT_JUDGE and verdict.text.startswith("cannot be judged here (the measured interval")
+    assert verdict.verdict == CANNOT_JUDGE and verdict.text.startswith(
+        "cannot be judged here (the measured interval"
+    )
 
 
 def test_interval_settings_name_the_bad_key():
@@ -215,4 +278,6 @@ def _profile():
     from tests.unit.helpers import REPO
     from zerogate.config.profile import load_profile_chain, resolve_profile
 
-    return resolve_profile(load_profile_chain(REPO / "config/profiles", "smoke", "config/config.yaml", "profile"))
+    return resolve_profile(
+        load_profile_chain(REPO / "config/profiles", "smoke", "config/config.yaml", "profile")
+    )

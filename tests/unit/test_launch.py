@@ -45,7 +45,9 @@ def test_a_failed_runs_records_are_kept_beside_its_log(tmp_path):
     (out / "metrics").mkdir(parents=True)
     logs.mkdir()
     step = line_of(step_record(step=1)) + "\n"
-    event = line_of(StabiliserEvent(step=12, rank=0, kind="nonfinite_loss", value="nan", action="abort")) + "\n"
+    event = (
+        line_of(StabiliserEvent(step=12, rank=0, kind="nonfinite_loss", value="nan", action="abort")) + "\n"
+    )
     (out / "metrics" / "rank0.jsonl").write_text(step)
     (out / "events.jsonl").write_text(event)
     log = logs / "train.log"
@@ -66,7 +68,10 @@ def test_nothing_is_kept_when_the_run_recorded_nothing(tmp_path):
 
 
 def test_out_dir_is_read_from_the_training_arguments():
-    assert str(out_dir_of(["--ds-config", "c.json", "--out-dir", "results/x/train", "--settings", "s"])) == "results/x/train"
+    assert (
+        str(out_dir_of(["--ds-config", "c.json", "--out-dir", "results/x/train", "--settings", "s"]))
+        == "results/x/train"
+    )
     assert out_dir_of(["--ds-config", "c.json"]) is None
 
 
@@ -122,7 +127,10 @@ def test_a_running_launchs_state_file_is_left_alone(tmp_path):
         d.mkdir()
     fake_process(proc, 777)
     port_state_file(logs / "train_variant.log").write_text(json.dumps({"port": 43000, "pid": 777}))
-    assert remove_stale_shm_buffers(logs, shm, proc) == [] and port_state_file(logs / "train_variant.log").exists()
+    assert (
+        remove_stale_shm_buffers(logs, shm, proc) == []
+        and port_state_file(logs / "train_variant.log").exists()
+    )
 
 
 def test_the_launcher_records_its_port_and_cleans_up_after_a_normal_exit(tmp_path, monkeypatch):

@@ -75,14 +75,25 @@ print(json.dumps({top: culprits.get(top, "?") for top in sorted(forbidden) if to
 
 def modules(subpackage: str) -> list[str]:
     package = WORKFLOW / "zerogate" / subpackage
-    return [f"zerogate.{subpackage}"] + [f"zerogate.{subpackage}.{info.name}" for info in pkgutil.iter_modules([str(package)])]
+    return [f"zerogate.{subpackage}"] + [
+        f"zerogate.{subpackage}.{info.name}" for info in pkgutil.iter_modules([str(package)])
+    ]
 
 
 def loaded(forbidden: tuple[str, ...], names: list[str]) -> dict[str, str]:
-    """The forbidden packages that importing ``names`` (in a fresh interpreter) loaded, each with its importer."""
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(WORKFLOW), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", PROBE, ",".join(forbidden), *names], capture_output=True, text=True,
-                          env=environment, timeout=600)
+    """The forbidden packages that importing ``names`` (in a fresh interpreter) loaded, each with its
+    importer."""
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(WORKFLOW), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, ",".join(forbidden), *names],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -105,7 +116,9 @@ def test_the_probe_sees_what_an_import_loads_and_who_loaded_it():
     # Without this, a probe that always answered {} would pass the cases above (two light imports).
     assert loaded(("pandas", "numpy"), ["zerogate.robust"]) == {"numpy": "zerogate.robust"}
     assert loaded(("pandas",), ["zerogate.report.figures"]) == {"pandas": "zerogate.report.figures"}
-    assert loaded(("zerogate.analysis",), ["zerogate.report.figures"])["zerogate.analysis"].startswith("zerogate.report")
+    assert loaded(("zerogate.analysis",), ["zerogate.report.figures"])["zerogate.analysis"].startswith(
+        "zerogate.report"
+    )
 
 
 def imported_names(path: Path) -> set[str]:
@@ -125,9 +138,12 @@ def imported_names(path: Path) -> set[str]:
 def test_no_import_statement_crosses_a_layer_even_inside_a_function(layer):
     # Deferred imports do not load at import time, so the probe above cannot see them; the statements can.
     forbidden = tuple(f"zerogate.{name}" for name in LAYERS[layer])
-    crossing = {f"{path.relative_to(WORKFLOW)}: {name}"
-                for path in sorted((WORKFLOW / "zerogate" / layer).glob("*.py"))
-                for name in imported_names(path) if name.startswith(forbidden)}
+    crossing = {
+        f"{path.relative_to(WORKFLOW)}: {name}"
+        for path in sorted((WORKFLOW / "zerogate" / layer).glob("*.py"))
+        for name in imported_names(path)
+        if name.startswith(forbidden)
+    }
     assert not crossing
 
 

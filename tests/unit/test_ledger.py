@@ -1,4 +1,5 @@
-"""The ledger against hand-computed counts and bytes, DeepSpeed's estimator and docs/reference.md's oracles."""
+"""The ledger against hand-computed counts and bytes, DeepSpeed's estimator and docs/reference.md's
+oracles."""
 
 import dataclasses
 import json
@@ -8,7 +9,7 @@ import pytest
 from transformers import GPT2Config
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
-from tests.unit.helpers import settings, step_record, table_of, render_profile
+from tests.unit.helpers import render_profile, settings, step_record, table_of
 from zerogate.analysis.ledger_check import compare, read_measurements
 from zerogate.config.settings import ModelSettings, ProfileSettings
 from zerogate.contracts.machine import Fingerprint
@@ -17,10 +18,27 @@ from zerogate.contracts.records import HeldBytes, LiveTensorPeak, column
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import ModelCounts, count_parameters
-from zerogate.plan.ledger import (HOST_SETUP, Setup, activation_bytes, deepspeed_estimates, device_levels,
-                                  gathered_elements, host_need_per_rank, installed_deepspeed, ledger, model_state_bytes,
-                                  overflow_check_bytes_per_element, paper_ledger, phase_bytes, reduction_bucket_factor,
-                                  release, setup_from_config, zerogate_terms, PHASES, TERM_SOURCES)
+from zerogate.plan.ledger import (
+    HOST_SETUP,
+    PHASES,
+    TERM_SOURCES,
+    Setup,
+    activation_bytes,
+    deepspeed_estimates,
+    device_levels,
+    gathered_elements,
+    host_need_per_rank,
+    installed_deepspeed,
+    ledger,
+    model_state_bytes,
+    overflow_check_bytes_per_element,
+    paper_ledger,
+    phase_bytes,
+    reduction_bucket_factor,
+    release,
+    setup_from_config,
+    zerogate_terms,
+)
 from zerogate.units import GB, GIB, format_bytes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,12 +46,23 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "held_bytes"
 NO_STEPS = table_of([])  # a CPU run's steps table holds no allocator peaks
 # The cpu-tiny profile's model (Llama, hidden 64 x 2 layers).
 TINY = settings("cpu-tiny").model
-QWEN14B = ModelSettings(architecture="qwen2", hidden_size=5120, num_hidden_layers=48, num_attention_heads=40,
-                        num_key_value_heads=8, intermediate_size=13824, vocab_size=152064, tie_word_embeddings=False)
+QWEN14B = ModelSettings(
+    architecture="qwen2",
+    hidden_size=5120,
+    num_hidden_layers=48,
+    num_attention_heads=40,
+    num_key_value_heads=8,
+    intermediate_size=13824,
+    vocab_size=152064,
+    tie_word_embeddings=False,
+)
 
 
-def rendered(profile: str | dict | ProfileSettings = "cpu-tiny", fingerprint: Fingerprint = CPU_FINGERPRINT,
-             overrides=()) -> tuple[DsConfig, RunSpec]:
+def rendered(
+    profile: str | dict | ProfileSettings = "cpu-tiny",
+    fingerprint: Fingerprint = CPU_FINGERPRINT,
+    overrides=(),
+) -> tuple[DsConfig, RunSpec]:
     """The profile's claim config (a profile's name, a resolved profile or its settings) as
     render_deepspeed_config renders it for ``fingerprint``, with extra ``overrides`` ({path, value,
     reason}) after the profile's own."""
@@ -52,7 +81,9 @@ def recorded_run_spec() -> RunSpec:
     analysis-only warm-up cut."""
     old = json.loads((DATA / "run_spec.json").read_text())
     training = {k: v for k, v in old["training"].items() if k != "warmup_steps_excluded"}
-    return RunSpec.of({**old, "training": training, "seq_len": 64, "vocab_size": 167}, str(DATA / "run_spec.json"))
+    return RunSpec.of(
+        {**old, "training": training, "seq_len": 64, "vocab_size": 167}, str(DATA / "run_spec.json")
+    )
 
 
 def recorded_held_bytes(tmp_path: Path) -> Path:
@@ -70,14 +101,35 @@ def recorded_counts() -> ModelCounts:
 
 # Four parameters of 600, 300, 60 and 40 elements (1000 in all), no model shape: the offload and bucket terms'
 # arithmetic by hand.
-FOUR_PARAMETERS = ModelCounts(total=1000, largest_layer=600, numels=(600, 300, 60, 40), hidden=1, layers=1,
-                              heads=1, vocab=1, tied_embeddings=False)
+FOUR_PARAMETERS = ModelCounts(
+    total=1000,
+    largest_layer=600,
+    numels=(600, 300, 60, 40),
+    hidden=1,
+    layers=1,
+    heads=1,
+    vocab=1,
+    tied_embeddings=False,
+)
 
 
 def claim_setup(**changes) -> Setup:
-    base = Setup(ranks=2, nodes=1, dtype="fp16", device_kind="cuda", micro_batch=1, seq_len=512, accumulation=8,
-                 stage=3, offload_optimizer=True, offload_param=True, pin_memory=True, reduce_bucket=5120**2,
-                 prefetch_bucket=int(0.9 * 5120**2), persistence_threshold=51200)
+    base = Setup(
+        ranks=2,
+        nodes=1,
+        dtype="fp16",
+        device_kind="cuda",
+        micro_batch=1,
+        seq_len=512,
+        accumulation=8,
+        stage=3,
+        offload_optimizer=True,
+        offload_param=True,
+        pin_memory=True,
+        reduce_bucket=5120**2,
+        prefetch_bucket=int(0.9 * 5120**2),
+        persistence_threshold=51200,
+    )
     return dataclasses.replace(base, **changes)
 
 
@@ -114,9 +166,18 @@ def test_paper_ledger_matches_the_claims_worked_numbers():
 
 
 def oracle_counts() -> ModelCounts:
-    return ModelCounts(total=14 * 10**9, largest_layer=778_567_680, numels=(7 * 10**9, 7 * 10**9), hidden=5120,
-                       layers=48, heads=40, vocab=152064, tied_embeddings=False, first_dims=(7 * 10**9, 7 * 10**9),
-                       blocks=(-1, 0))
+    return ModelCounts(
+        total=14 * 10**9,
+        largest_layer=778_567_680,
+        numels=(7 * 10**9, 7 * 10**9),
+        hidden=5120,
+        layers=48,
+        heads=40,
+        vocab=152064,
+        tied_embeddings=False,
+        first_dims=(7 * 10**9, 7 * 10**9),
+        blocks=(-1, 0),
+    )
 
 
 def claim_counts() -> ModelCounts:
@@ -126,9 +187,18 @@ def claim_counts() -> ModelCounts:
     middle = (14 * 10**9 - 2 * largest) // 80
     # As count_parameters records them: the embedding and head of 152,064 rows outside the 48 decoder layers,
     # the 80 others (flat, their first dimension their size) spread over the layers in order.
-    return ModelCounts(total=14 * 10**9, largest_layer=largest, numels=(largest, *(middle,) * 80, largest), hidden=5120,
-                       layers=48, heads=40, vocab=152064, tied_embeddings=False,
-                       first_dims=(152064, *(middle,) * 80, 152064), blocks=(-1, *(i * 48 // 80 for i in range(80)), -1))
+    return ModelCounts(
+        total=14 * 10**9,
+        largest_layer=largest,
+        numels=(largest, *(middle,) * 80, largest),
+        hidden=5120,
+        layers=48,
+        heads=40,
+        vocab=152064,
+        tied_embeddings=False,
+        first_dims=(152064, *(middle,) * 80, 152064),
+        blocks=(-1, *(i * 48 // 80 for i in range(80)), -1),
+    )
 
 
 def test_deepspeed_estimator_matches_reference_oracles():
@@ -148,9 +218,14 @@ def test_zerogate_host_is_24_bytes_per_parameter_with_accumulation():
     the ZeRO-3 optimizer steps on (4 B/param), which the smoke run's ranks were measured to hold."""
     terms = zerogate_terms(claim_counts(), claim_setup())
     offloaded = {k: v for k, v in terms["host"].items() if k not in HOST_SETUP}
-    assert offloaded == {"parameters": 14 * 10**9, "gradients": 28 * 10**9, "master_parameters": 28 * 10**9,
-                         "optimizer_states": 56 * 10**9, "optimizer_gradients": 28 * 10**9,
-                         "gradient_accumulation": 14 * 10**9}  # 2 + 4 + 4 + 8 + 4 + 2 bytes x Phi / 2
+    assert offloaded == {
+        "parameters": 14 * 10**9,
+        "gradients": 28 * 10**9,
+        "master_parameters": 28 * 10**9,
+        "optimizer_states": 56 * 10**9,
+        "optimizer_gradients": 28 * 10**9,
+        "gradient_accumulation": 14 * 10**9,
+    }  # 2 + 4 + 4 + 8 + 4 + 2 bytes x Phi / 2
     assert sum(offloaded.values()) * 2 == 336 * 10**9
     assert "parameters" not in terms["device"]  # offloaded
     single_step = zerogate_terms(claim_counts(), claim_setup(accumulation=1))
@@ -178,12 +253,27 @@ def test_host_ram_without_offload_is_the_runtime_and_the_model_as_built():
 def test_zerogate_adds_what_the_estimator_leaves_out():
     counts, setup = claim_counts(), claim_setup()
     device = zerogate_terms(counts, setup)["device"]
-    assert set(device) == {"persistent_parameters", "gathered_parameters", "reduce_bucket", "largest_layer_gradient",
-                           "fp32_gradient_copy", "activations", "backward_transient", "activations_at_first_gradient",
-                           "backward_transient_after_first_gradient", "reduce_scatter_buffer", "last_gradient",
-                           "reduce_scatter_in_backward", "gathered_parameter_copies", "gathered_copy_in_use",
-                           "allocator_margin", "cuda_context", "communicator"}
-    # The forward's fetch: its flat buffer and, at the forward's start, every parameter's copy out of it; at its
+    assert set(device) == {
+        "persistent_parameters",
+        "gathered_parameters",
+        "reduce_bucket",
+        "largest_layer_gradient",
+        "fp32_gradient_copy",
+        "activations",
+        "backward_transient",
+        "activations_at_first_gradient",
+        "backward_transient_after_first_gradient",
+        "reduce_scatter_buffer",
+        "last_gradient",
+        "reduce_scatter_in_backward",
+        "gathered_parameter_copies",
+        "gathered_copy_in_use",
+        "allocator_margin",
+        "cuda_context",
+        "communicator",
+    }
+    # The forward's fetch: its flat buffer and, at the forward's start, every parameter's copy out of it; at
+    # its
     # end the running module's copy (the largest layer at most).
     assert device["gathered_parameter_copies"] == device["gathered_parameters"]
     assert device["gathered_copy_in_use"] == 2 * 778_567_680
@@ -193,21 +283,32 @@ def test_zerogate_adds_what_the_estimator_leaves_out():
     assert device["activations"] == int(48 * per_layer + 512 * 152064 * 10)
     checkpointed = activation_bytes(counts, setup, checkpointing=True)
     assert checkpointed == int(2 * 512 * 5120 * 48 + per_layer + 512 * 152064 * 10)
-    # A loss on the 16-bit logits (no upcast): its log_softmax output and gradient in the dtype, s b V (2 + 2 + 2).
+    # A loss on the 16-bit logits (no upcast): its log_softmax output and gradient in the dtype, s b V (2 + 2
+    # + 2).
     own_loss = activation_bytes(counts, dataclasses.replace(setup, loss_in_fp32=False), checkpointing=False)
     assert own_loss == int(48 * per_layer + 512 * 152064 * 6)
     assert device["reduce_bucket"] == 2 * 5120**2  # the contiguous bucket, full size, 16-bit
     assert device["largest_layer_gradient"] == 2 * 778_567_680
     assert device["fp32_gradient_copy"] == 0  # optimizer offload: the host buffer is the copy
     assert device["cuda_context"] == int(0.6 * GIB) and device["communicator"] == int(1.6e9) - int(0.6 * GIB)
-    # The model (14e9) is larger than one bucket (5120^2 elements): a bucket is reduced inside the backward, its
-    # flat buffer (16-bit, no CPU copy on GPUs) beside the gathered parameters, the largest layer's gradient and
+    # The model (14e9) is larger than one bucket (5120^2 elements): a bucket is reduced inside the backward,
+    # its
+    # flat buffer (16-bit, no CPU copy on GPUs) beside the gathered parameters, the largest layer's gradient
+    # and
     # the activations (untraced: all of them, none released before the first gradient).
     assert device["reduce_scatter_in_backward"] == device["reduce_scatter_buffer"] == 2 * 5120**2
     assert device["activations_at_first_gradient"] == device["activations"]
     levels = device_levels(device)
-    backward = sum(device[k] for k in ("gathered_parameters", "largest_layer_gradient", "reduce_scatter_in_backward",
-                                       "activations_at_first_gradient", "backward_transient_after_first_gradient"))
+    backward = sum(
+        device[k]
+        for k in (
+            "gathered_parameters",
+            "largest_layer_gradient",
+            "reduce_scatter_in_backward",
+            "activations_at_first_gradient",
+            "backward_transient_after_first_gradient",
+        )
+    )
     assert levels["tensor"] == device["persistent_parameters"] + device["reduce_bucket"] + backward
     assert device["allocator_margin"] == int((21.0 / 19.52 - 1) * levels["tensor"])  # 7.6 %
     assert levels["device"] == levels["allocator"] + int(0.6 * GIB) + device["communicator"]
@@ -226,12 +327,22 @@ def test_tied_embeddings_hold_the_output_embeddings_gradient_through_the_backwar
         assert tied["tied_weight_gradient"] == 2 * 152064 * 5120  # fp16, the embedding's shape
     tied = zerogate_terms(tied_counts, claim_setup())["device"]
     assert "tied_weight_gradient" not in untied
-    assert device_levels(tied)["tensor"] - device_levels(untied)["tensor"] == tied["tied_weight_gradient"]  # micro-step
+    assert (
+        device_levels(tied)["tensor"] - device_levels(untied)["tensor"] == tied["tied_weight_gradient"]
+    )  # micro-step
 
 
 def test_the_tensor_peak_is_the_persistent_terms_and_the_larger_phase():
-    device = {"parameters": 100, "optimizer_states": 200, "activations": 50, "gathered_parameters": 30,
-              "fp32_gradient_copy": 70, "allocator_margin": 9, "cuda_context": 1000, "communicator": 10}
+    device = {
+        "parameters": 100,
+        "optimizer_states": 200,
+        "activations": 50,
+        "gathered_parameters": 30,
+        "fp32_gradient_copy": 70,
+        "allocator_margin": 9,
+        "cuda_context": 1000,
+        "communicator": 10,
+    }
     assert device_levels(device) == {"tensor": 380, "allocator": 389, "device": 1399}  # 300 + max(80, 70)
     device["fp32_gradient_copy"] = 90
     assert device_levels(device)["tensor"] == 390  # the optimizer step's copy outgrows the micro-step's terms
@@ -274,13 +385,19 @@ def test_zero12_optimizer_offload_passes_gradients_through_buffers_of_the_larges
         assert offloaded["host"]["offload_gradient_staging"] == 2 * 600
         assert "offload_gradient_staging" in offloaded["pinned"]
         # In fp32 the fp32 conversion is a no-op; the fp64 norm copy is not.
-        assert terms(stage=stage, offload_optimizer=True, dtype="fp32")["device"]["offload_gradient_conversion"] == 8 * 500
+        assert (
+            terms(stage=stage, offload_optimizer=True, dtype="fp32")["device"]["offload_gradient_conversion"]
+            == 8 * 500
+        )
         assert "offload_gradient_buffer" not in terms(stage=stage, offload_optimizer=False)["device"]
-        # The copies happen as a bucket is reduced: at the boundary beside the buckets (the last bucket, after the
+        # The copies happen as a bucket is reduced: at the boundary beside the buckets (the last bucket, after
+        # the
         # backward), and inside the backward too only when the model is larger than one bucket.
         boundary = phase_bytes(offloaded["device"])["boundary"]
         assert boundary == offloaded["device"]["gradient_reduction_buckets"] + 8 * 500
-        assert "offload_gradient_conversion_in_backward" not in offloaded["device"]  # 1000 elements, a 5120^2 bucket
+        assert (
+            "offload_gradient_conversion_in_backward" not in offloaded["device"]
+        )  # 1000 elements, a 5120^2 bucket
         small_bucket = terms(stage=stage, offload_optimizer=True, dtype="fp16", reduce_bucket=400)["device"]
         assert small_bucket["offload_gradient_conversion_in_backward"] == 8 * 500
     zero3 = terms(stage=3, offload_optimizer=True)
@@ -289,24 +406,40 @@ def test_zero12_optimizer_offload_passes_gradients_through_buffers_of_the_larges
 
 
 def test_an_older_deepspeeds_elementwise_overflow_check_is_planned_for_that_release_only():
-    """stage_1_and_2.py _has_inf_or_nan of one gradient, per element, by release: float(x.float().sum()) before
+    """stage_1_and_2.py _has_inf_or_nan of one gradient, per element, by release: float(x.float().sum())
+    before
     0.13.3 (the fp32 copy of a 16-bit gradient), x.float() + isnan + isinf + logical_or + .float() from 0.13.3
     (4 + 1 + 1 + 1 + 4 in 16-bit; in fp32 x.float() is x), two scalar reductions from 0.19.6."""
-    assert [overflow_check_bytes_per_element(version, 2) for version in ((0, 3, 13), (0, 13, 2), (0, 13, 3), (0, 19, 5),
-                                                                         (0, 19, 6), (0, 19, 8))] == [4, 4, 11, 11, 0, 0]
-    assert [overflow_check_bytes_per_element(version, 4) for version in ((0, 12, 6), (0, 18, 3), (0, 19, 6))] == [0, 7, 0]
+    assert [
+        overflow_check_bytes_per_element(version, 2)
+        for version in ((0, 3, 13), (0, 13, 2), (0, 13, 3), (0, 19, 5), (0, 19, 6), (0, 19, 8))
+    ] == [4, 4, 11, 11, 0, 0]
+    assert [
+        overflow_check_bytes_per_element(version, 4) for version in ((0, 12, 6), (0, 18, 3), (0, 19, 6))
+    ] == [0, 7, 0]
     assert release("0.19.8+cpu") == (0, 19, 8) and release("0.3.13") < release("0.13.3") < release("0.19.6")
-    # On a 4-parameter model over 2 ranks (largest parameter 600, partition 500): the check of the whole largest
+    # On a 4-parameter model over 2 ranks (largest parameter 600, partition 500): the check of the whole
+    # largest
     # gradient follows its slice's fp64 copy, so the term is what it needs above that copy, where the copy is.
     counts = FOUR_PARAMETERS
 
     def device(version, **changes):
-        setup = claim_setup(offload_param=False, ranks=2, stage=2, offload_optimizer=True, dtype="bf16",
-                            deepspeed_version=version, **changes)
+        setup = claim_setup(
+            offload_param=False,
+            ranks=2,
+            stage=2,
+            offload_optimizer=True,
+            dtype="bf16",
+            deepspeed_version=version,
+            **changes,
+        )
         return zerogate_terms(counts, setup)["device"]
 
     assert device((0, 18, 3))["offload_overflow_check"] == 11 * 600 - 8 * 500
-    assert phase_bytes(device((0, 18, 3)))["boundary"] == phase_bytes(device(None))["boundary"] + 11 * 600 - 8 * 500
+    assert (
+        phase_bytes(device((0, 18, 3)))["boundary"]
+        == phase_bytes(device(None))["boundary"] + 11 * 600 - 8 * 500
+    )
     assert "offload_overflow_check_in_backward" not in device((0, 18, 3))  # the model fits one bucket
     assert device((0, 18, 3), reduce_bucket=400)["offload_overflow_check_in_backward"] == 11 * 600 - 8 * 500
     # Before 0.13.3 the fp32 copy (4 x 600) is less than the fp64 copy (8 x 500): nothing above it.
@@ -314,29 +447,51 @@ def test_an_older_deepspeeds_elementwise_overflow_check_is_planned_for_that_rele
     # The installed release (0.19.6 or later) and an unnamed one, which is the installed one, hold none.
     assert installed_deepspeed() >= (0, 19, 6)
     assert not {"offload_overflow_check", "offload_overflow_check_in_backward"} & set(device(None))
-    assert not {"offload_overflow_check"} & set(zerogate_terms(counts, claim_setup(deepspeed_version=(0, 18, 3)))["device"])
+    assert not {"offload_overflow_check"} & set(
+        zerogate_terms(counts, claim_setup(deepspeed_version=(0, 18, 3)))["device"]
+    )
 
 
 def test_zero2_buckets_of_deepspeed_0_3_hold_four_and_a_half_buckets_from_the_backwards_start_to_its_end():
     """stage2.py of 0.3.0-0.3.16 allocates each contiguous-gradient bucket as
     torch.empty(int(reduce_bucket_size * 4.5)) before the loss's backward and releases it at the backward's
     epilogue; 0.2.0 and 0.4.0 on allocate reduce_bucket_size elements from the first gradient to the step."""
-    assert [reduction_bucket_factor(v) for v in ((0, 2, 0), (0, 3, 0), (0, 3, 13), (0, 3, 16), (0, 4, 0),
-                                                 (0, 19, 8))] == [1.0, 4.5, 4.5, 4.5, 1.0, 1.0]
+    assert [
+        reduction_bucket_factor(v)
+        for v in ((0, 2, 0), (0, 3, 0), (0, 3, 13), (0, 3, 16), (0, 4, 0), (0, 19, 8))
+    ] == [1.0, 4.5, 4.5, 4.5, 1.0, 1.0]
     counts = FOUR_PARAMETERS
 
     def device(version, **changes):
-        setup = claim_setup(**{"offload_param": False, "offload_optimizer": False, "ranks": 1, "stage": 2,
-                               "reduce_bucket": 200, "overlap_comm": True, "deepspeed_version": version, **changes})
+        setup = claim_setup(
+            **{
+                "offload_param": False,
+                "offload_optimizer": False,
+                "ranks": 1,
+                "stage": 2,
+                "reduce_bucket": 200,
+                "overlap_comm": True,
+                "deepspeed_version": version,
+                **changes,
+            }
+        )
         return zerogate_terms(counts, setup)["device"]
 
     old, new = device((0, 3, 13)), device(None)
-    assert old["gradient_reduction_buckets_per_backward"] == 2 * 2 * 900 and "gradient_reduction_buckets" not in old
-    assert new["gradient_reduction_buckets"] == 2 * 2 * 200 and "gradient_reduction_buckets_per_backward" not in new
+    assert (
+        old["gradient_reduction_buckets_per_backward"] == 2 * 2 * 900
+        and "gradient_reduction_buckets" not in old
+    )
+    assert (
+        new["gradient_reduction_buckets"] == 2 * 2 * 200
+        and "gradient_reduction_buckets_per_backward" not in new
+    )
     old_phases, new_phases = phase_bytes(old), phase_bytes(new)
     # From the backward's start (before its first gradient) in 0.3.x; only from the first gradient now.
     assert old_phases["backward"] - new_phases["backward"] == 2 * 2 * 900
-    assert old_phases["backward_from_first_gradient"] - new_phases["backward_from_first_gradient"] == 2 * 2 * 700
+    assert (
+        old_phases["backward_from_first_gradient"] - new_phases["backward_from_first_gradient"] == 2 * 2 * 700
+    )
     assert old_phases["boundary"] - new_phases["boundary"] == 2 * 2 * 700
     # Released at the backward's end in 0.3.x: the optimizer step does not hold them.
     assert new_phases["optimizer_step"] - old_phases["optimizer_step"] == 2 * 2 * 200
@@ -348,10 +503,19 @@ def test_zero2_buckets_of_deepspeed_0_3_hold_four_and_a_half_buckets_from_the_ba
 
 
 def test_gathered_parameters_within_the_reuse_distance_and_the_live_limit():
-    counts = ModelCounts(total=1115, largest_layer=1000, numels=(1000, 100, 10, 5), hidden=1, layers=1, heads=1,
-                         vocab=1, tied_embeddings=False)
+    counts = ModelCounts(
+        total=1115,
+        largest_layer=1000,
+        numels=(1000, 100, 10, 5),
+        hidden=1,
+        layers=1,
+        heads=1,
+        vocab=1,
+        tied_embeddings=False,
+    )
     setup = claim_setup(prefetch_bucket=5, persistence_threshold=50, ranks=2)
-    # DeepSpeed's default reuse distance (1e9 elements): both non-persistent parameters stay gathered, plus the
+    # DeepSpeed's default reuse distance (1e9 elements): both non-persistent parameters stay gathered, plus
+    # the
     # prefetch bucket.
     assert gathered_elements(counts, setup) == 1100 + 5
     assert zerogate_terms(counts, setup)["device"]["gathered_parameters"] == 2 * (1100 + 5)
@@ -368,13 +532,20 @@ def test_nvme_offload_is_a_tier_of_its_own_with_pinned_swap_buffers():
     counts, setup = claim_counts(), claim_setup(nvme_optimizer=True, nvme_param=True)
     terms = zerogate_terms(counts, setup)
     share = 7 * 10**9
-    assert terms["nvme"] == {"parameters": 2 * share, "master_parameters": 4 * share, "optimizer_states": 8 * share}
+    assert terms["nvme"] == {
+        "parameters": 2 * share,
+        "master_parameters": 4 * share,
+        "optimizer_states": 8 * share,
+    }
     assert "optimizer_states" not in terms["host"] and "parameters" not in terms["host"]
     assert terms["host"]["gradients"] == 4 * share  # the flat fp32 gradient buffer stays in host RAM
     # offload_param: 5 buffers x 1e8 elements x 2 B; offload_optimizer: 4 buffers x a sub-group (1e9) x 4 B.
     swap = 5 * 10**8 * 2 + 4 * 10**9 * 4
     assert terms["host"]["nvme_swap_buffers"] == swap and terms["pinned"]["nvme_swap_buffers"] == swap
-    assert ledger(counts, setup)["schemes"]["zero3_offload_all"]["zerogate"]["nvme_per_node(bytes)"] == 2 * 14 * share
+    assert (
+        ledger(counts, setup)["schemes"]["zero3_offload_all"]["zerogate"]["nvme_per_node(bytes)"]
+        == 2 * 14 * share
+    )
 
 
 def test_zero_keeps_a_separate_fp32_master_even_in_fp32_and_zero0_only_in_16_bit():
@@ -383,15 +554,19 @@ def test_zero_keeps_a_separate_fp32_master_even_in_fp32_and_zero0_only_in_16_bit
     parameters themselves."""
     counts = oracle_counts()
     for stage in (1, 2, 3):
-        fp32 = zerogate_terms(counts, claim_setup(stage=stage, dtype="fp32", offload_optimizer=False,
-                                                  offload_param=False))
+        fp32 = zerogate_terms(
+            counts, claim_setup(stage=stage, dtype="fp32", offload_optimizer=False, offload_param=False)
+        )
         share = fp32["device"]["optimizer_states"] // 8
         assert fp32["device"]["master_parameters"] == 4 * share
     zero0 = claim_setup(stage=0, offload_optimizer=False, offload_param=False)
-    assert zerogate_terms(counts, dataclasses.replace(zero0, dtype="fp32"))["device"]["master_parameters"] == 0
+    assert (
+        zerogate_terms(counts, dataclasses.replace(zero0, dtype="fp32"))["device"]["master_parameters"] == 0
+    )
     assert zerogate_terms(counts, zero0)["device"]["master_parameters"] == 4 * 14 * 10**9
     import torch
     from deepspeed.accelerator import get_accelerator
+
     assert torch.zeros(1).device != get_accelerator().current_device_name()  # stage3.py's comparison
 
 
@@ -404,8 +579,11 @@ def test_leaf_decoder_layers_are_gathered_whole():
     ds, spec = rendered(fingerprint=gpus)
     assert not setup_from_config(ds, spec).leaf_blocks
     # ...a profile override declaring the decoder layer one does.
-    leaf_override = {"path": "zero_optimization.leaf_module", "value": {"classes": ["LlamaDecoderLayer"]},
-                     "reason": "gather a decoder layer whole"}
+    leaf_override = {
+        "path": "zero_optimization.leaf_module",
+        "value": {"classes": ["LlamaDecoderLayer"]},
+        "reason": "gather a decoder layer whole",
+    }
     ds, spec = rendered(fingerprint=gpus, overrides=[leaf_override])
     assert setup_from_config(ds, spec).leaf_blocks
     # Released after each use (a reuse distance of 1 element) and nothing prefetched: a whole layer at once
@@ -417,7 +595,9 @@ def test_leaf_decoder_layers_are_gathered_whole():
 
 
 def test_zero3_pads_each_parameter_to_the_ranks():
-    counts = ModelCounts(total=7, largest_layer=5, numels=(5, 2), hidden=1, layers=1, heads=1, vocab=1, tied_embeddings=False)
+    counts = ModelCounts(
+        total=7, largest_layer=5, numels=(5, 2), hidden=1, layers=1, heads=1, vocab=1, tied_embeddings=False
+    )
     assert counts.partition_numel(2) == 3 + 1
     assert counts.partition_numel(4) == 2 + 1
 
@@ -425,8 +605,15 @@ def test_zero3_pads_each_parameter_to_the_ranks():
 def test_every_scheme_has_all_three_ledgers():
     full = Ledger.of(ledger(oracle_counts(), claim_setup()), "the ledger")
     assert full.scheme == "zero3_offload_all"
-    assert list(full.schemes) == ["ddp", "zero1", "zero2", "zero2_offload_optimizer", "zero3",
-                                  "zero3_offload_optimizer", "zero3_offload_all"]
+    assert list(full.schemes) == [
+        "ddp",
+        "zero1",
+        "zero2",
+        "zero2_offload_optimizer",
+        "zero3",
+        "zero3_offload_optimizer",
+        "zero3_offload_all",
+    ]
     zero3 = full.schemes["zero3"]
     assert zero3.paper.device_per_rank_bytes == 16 * 7 * 10**9
     assert zero3.deepspeed.device_per_rank_bytes == 4 * 778_567_680 + 9 * 14 * 10**9
@@ -481,8 +668,12 @@ def test_model_state_bytes_of_the_tiny_default():
     assert counts.total == 128192  # the README's count (vocabulary 167)
     setup = setup_from_config(recorded_ds_config(), recorded_run_spec())
     share = 128192 // 2
-    assert model_state_bytes(counts, setup) == {"parameters(bytes)": 4 * share, "master_parameters(bytes)": 4 * share,
-                                                "gradients(bytes)": 4 * share, "optimizer_states(bytes)": 8 * share}
+    assert model_state_bytes(counts, setup) == {
+        "parameters(bytes)": 4 * share,
+        "master_parameters(bytes)": 4 * share,
+        "gradients(bytes)": 4 * share,
+        "optimizer_states(bytes)": 8 * share,
+    }
 
 
 def test_figures_show_binary_and_decimal_units():
@@ -497,10 +688,19 @@ def test_gpu_peaks_are_compared_level_by_level():
     from zerogate.analysis.ledger_check import level_rows, with_peaks
     from zerogate.plan.planner import peak_prediction
 
-    steps = table_of([step_record(step=1, rank=0, max_allocated_gib=9.0, max_reserved_gib=10.0, nvml_process_peak_gib=11.0),
-                      step_record(step=2, rank=0, max_allocated_gib=10.5, max_reserved_gib=11.0,
-                                  nvml_process_peak_gib=12.5)])
-    measured = read_measurements(Path("/nonexistent"), steps)  # parse_logs' steps table: the peaks come from measures
+    steps = table_of(
+        [
+            step_record(
+                step=1, rank=0, max_allocated_gib=9.0, max_reserved_gib=10.0, nvml_process_peak_gib=11.0
+            ),
+            step_record(
+                step=2, rank=0, max_allocated_gib=10.5, max_reserved_gib=11.0, nvml_process_peak_gib=12.5
+            ),
+        ]
+    )
+    measured = read_measurements(
+        Path("/nonexistent"), steps
+    )  # parse_logs' steps table: the peaks come from measures
     assert measured[0]["peaks"] == {"tensor": 10.5 * GIB, "allocator": 11.0 * GIB, "device": 12.5 * GIB}
     prediction = peak_prediction(claim_counts(), claim_setup(), None)
     levels = device_levels(zerogate_terms(claim_counts(), claim_setup())["device"])
@@ -508,7 +708,9 @@ def test_gpu_peaks_are_compared_level_by_level():
     assert [r["level"] for r in rows] == ["tensor", "allocator", "device"]
     for row, level, measured_gib in zip(rows, ("tensor", "allocator", "device"), (10.5, 11.0, 12.5)):
         assert row["predicted(bytes)"] == levels[level] == prediction.levels[level].predicted_bytes
-        assert row["error(%)"] == pytest.approx(100 * (levels[level] - measured_gib * GIB) / (measured_gib * GIB))
+        assert row["error(%)"] == pytest.approx(
+            100 * (levels[level] - measured_gib * GIB) / (measured_gib * GIB)
+        )
     table = with_peaks(compare(claim_counts(), claim_setup(), measured), prediction, steps, measured)
     assert table.within_5_percent is None  # no held tensors: nothing to judge the model states by
     assert set(table.level_max_abs_error_percent) == {"tensor", "allocator", "device"}
@@ -529,57 +731,99 @@ def test_the_cpu_tensor_peak_is_compared_with_the_sampled_step_and_without_the_b
     tensor = prediction.levels["tensor"]
     bucket = tensor.terms_bytes["reduce_bucket"]
     assert bucket == 4 * setup.reduce_bucket  # the live-tensor count sees the whole torch.empty
-    assert prediction.terms_bytes["reduce_bucket"] == 4 * min(counts.total, setup.reduce_bucket)  # the resident set
-    LiveTensorPeak(rank=0, step=41, peak_bytes=tensor.predicted_bytes + 1000, at_start_bytes=0,
-                   buffers_bytes={"reduce_bucket": bucket}, seconds=1.0, how="a test's").write(
-        tmp_path / "live_tensors_rank0.json")
+    assert prediction.terms_bytes["reduce_bucket"] == 4 * min(
+        counts.total, setup.reduce_bucket
+    )  # the resident set
+    LiveTensorPeak(
+        rank=0,
+        step=41,
+        peak_bytes=tensor.predicted_bytes + 1000,
+        at_start_bytes=0,
+        buffers_bytes={"reduce_bucket": bucket},
+        seconds=1.0,
+        how="a test's",
+    ).write(tmp_path / "live_tensors_rank0.json")
     steps = _peak_steps([1.0], [0.9])
     rows = level_rows(prediction, read_measurements(tmp_path, steps), steps)
     by_level = {(r["rank"], r["level"]): r for r in rows}
     assert by_level[0, "tensor"]["measured(bytes)"] == tensor.predicted_bytes + 1000
     less = by_level[0, BUCKETS_EXCLUDED]
-    assert less["predicted(bytes)"] == tensor.predicted_bytes - bucket and less["measured(bytes)"] == less["predicted(bytes)"] + 1000
-    assert by_level[1, "resident_set"]["measured(bytes)"] == int(1.0 * GIB)  # every rank's VmHWM, live tensors or not
+    assert (
+        less["predicted(bytes)"] == tensor.predicted_bytes - bucket
+        and less["measured(bytes)"] == less["predicted(bytes)"] + 1000
+    )
+    assert by_level[1, "resident_set"]["measured(bytes)"] == int(
+        1.0 * GIB
+    )  # every rank's VmHWM, live tensors or not
 
 
 def _peak_steps(peaks: list[float], ends: list[float], allocator_free: float | None = None):
     """Two ranks' step records with these per-window peaks and end-of-window resident sets (GiB)."""
-    return table_of([step_record(step=s + 1, rank=r, peak_rss_gib=p, rss_gib=e, allocator_free_gib=allocator_free)
-                     for r in (0, 1) for s, (p, e) in enumerate(zip(peaks, ends))])
+    return table_of(
+        [
+            step_record(step=s + 1, rank=r, peak_rss_gib=p, rss_gib=e, allocator_free_gib=allocator_free)
+            for r in (0, 1)
+            for s, (p, e) in enumerate(zip(peaks, ends))
+        ]
+    )
 
 
 def _prediction(persistent: float, transient: float, retained_heap: float = 0.0) -> PeakPrediction:
     from zerogate.plan.ledger import peak_split
+
     terms = {"runtime_baseline": int((persistent - retained_heap) * GIB), "activations": int(transient * GIB)}
     if retained_heap:
         terms["retained_heap"] = int(retained_heap * GIB)
     split = peak_split(terms)
-    return PeakPrediction(scheme="zero3_offload_all", ranks=2, accelerator="cpu", metric=column("peak_rss_gib"),
-                          what="resident-set peak of the rank's process (VmHWM)", terms_bytes=terms,
-                          persistent_bytes=split["persistent(bytes)"], transient_bytes=split["transient(bytes)"],
-                          total_bytes=split["total(bytes)"], runtime_baseline=None,
-                          levels={"resident_set": PredictedPeak(predicted_bytes=split["total(bytes)"], terms_bytes=terms,
-                                                                what="resident-set peak")})
+    return PeakPrediction(
+        scheme="zero3_offload_all",
+        ranks=2,
+        accelerator="cpu",
+        metric=column("peak_rss_gib"),
+        what="resident-set peak of the rank's process (VmHWM)",
+        terms_bytes=terms,
+        persistent_bytes=split["persistent(bytes)"],
+        transient_bytes=split["transient(bytes)"],
+        total_bytes=split["total(bytes)"],
+        runtime_baseline=None,
+        levels={
+            "resident_set": PredictedPeak(
+                predicted_bytes=split["total(bytes)"], terms_bytes=terms, what="resident-set peak"
+            )
+        },
+    )
 
 
 def test_peak_rows_within_tolerance_and_outside_it_name_the_part_that_is_off():
     from zerogate.analysis.ledger_check import peak_rows, with_peaks
+
     steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0])  # run peak 1.1 GiB at step 2, 1.0 held after it
     close = peak_rows(_prediction(1.0, 0.1), steps)
     assert [r["rank"] for r in close] == [0, 1]
-    assert close[0]["error(%)"] == pytest.approx(0.0, abs=1e-6) and close[0]["within_tolerance"] and close[0]["off"] is None
+    assert (
+        close[0]["error(%)"] == pytest.approx(0.0, abs=1e-6)
+        and close[0]["within_tolerance"]
+        and close[0]["off"] is None
+    )
     low = peak_rows(_prediction(0.6, 0.1), steps)  # persistent 0.4 GiB short
     assert not low[0]["within_tolerance"] and low[0]["error(%)"] == pytest.approx(-100 * 0.4 / 1.1)
-    assert low[0]["diagnosis"]["off"] == "persistent" and "under-predicted" in low[0]["off"] and "step 2" in low[0]["off"]
+    assert (
+        low[0]["diagnosis"]["off"] == "persistent"
+        and "under-predicted" in low[0]["off"]
+        and "step 2" in low[0]["off"]
+    )
     high = peak_rows(_prediction(1.0, 0.6), steps)  # transient 0.5 GiB over
     assert high[0]["diagnosis"]["off"] == "transient" and "over-predicted" in high[0]["off"]
-    model_states = compare(recorded_counts(), setup_from_config(recorded_ds_config(), recorded_run_spec()), {})
+    model_states = compare(
+        recorded_counts(), setup_from_config(recorded_ds_config(), recorded_run_spec()), {}
+    )
     table = with_peaks(model_states, _prediction(0.6, 0.1), steps)
     assert table.peak.within_tolerance is False and table.peak.max_abs_error_percent > 15
 
 
 def test_a_persistent_miss_says_how_much_of_it_the_allocator_kept_free():
     from zerogate.analysis.ledger_check import peak_rows
+
     # Of the 1.0 GiB held after step 2, 0.3 GiB freed and kept by the allocator.
     steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0], allocator_free=0.3)
     low = peak_rows(_prediction(0.6, 0.1), steps)[0]  # persistent 0.4 GiB short
@@ -591,8 +835,12 @@ def test_a_persistent_miss_says_how_much_of_it_the_allocator_kept_free():
     assert low["with_allocator_free_error(%)"] == pytest.approx(-100 * 0.1 / 1.1, abs=1e-6)
     # Freed memory that explains the persistent miss leaves the transient part as the one that is off.
     steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0], allocator_free=0.45)
-    both = peak_rows(_prediction(0.6, 0.05), steps)[0]  # persistent 0.4 short (freed memory covers it), transient 0.05 short
-    assert both["diagnosis"]["off"] == "transient" and "persistent terms 0 B short" in both["off"], both["off"]
+    both = peak_rows(_prediction(0.6, 0.05), steps)[
+        0
+    ]  # persistent 0.4 short (freed memory covers it), transient 0.05 short
+    assert both["diagnosis"]["off"] == "transient" and "persistent terms 0 B short" in both["off"], both[
+        "off"
+    ]
     # Without the record (older runs, no glibc) the note says nothing of it.
     steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0], allocator_free=None)
     unrecorded = peak_rows(_prediction(0.6, 0.1), steps)[0]
@@ -612,8 +860,17 @@ def test_a_persistent_miss_says_how_much_of_it_the_allocator_kept_free():
 def test_the_cpu_peak_counts_what_zero3_keeps_gathered():
     from tests.unit.test_floor_comms import cpu_setup
     from zerogate.plan.ledger import peak_terms
-    model = ModelCounts(total=1115, largest_layer=1000, numels=(1000, 100, 10, 5), hidden=1, layers=1, heads=1,
-                        vocab=1, tied_embeddings=False)
+
+    model = ModelCounts(
+        total=1115,
+        largest_layer=1000,
+        numels=(1000, 100, 10, 5),
+        hidden=1,
+        layers=1,
+        heads=1,
+        vocab=1,
+        tied_embeddings=False,
+    )
     setup = cpu_setup(prefetch_bucket=5, persistence_threshold=50)
     # DeepSpeed's default reuse distance (1e9 elements): both non-persistent parameters stay gathered.
     assert peak_terms(model, setup, 0)["gathered_parameters"] == 4 * (1100 + 5)
@@ -621,21 +878,30 @@ def test_the_cpu_peak_counts_what_zero3_keeps_gathered():
     short = dataclasses.replace(setup, max_reuse_distance=10)
     assert peak_terms(model, short, 0)["gathered_parameters"] == 4 * (1000 + 5)
     # Never more than the model.
-    assert peak_terms(model, dataclasses.replace(setup, prefetch_bucket=10**6), 0)["gathered_parameters"] == 4 * 1115
+    assert (
+        peak_terms(model, dataclasses.replace(setup, prefetch_bucket=10**6), 0)["gathered_parameters"]
+        == 4 * 1115
+    )
 
 
 def test_a_rendered_reuse_distance_reaches_the_setup():
     from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE
+
     ds, spec = rendered()
     assert "stage3_max_reuse_distance" not in ds.raw["zero_optimization"]
     assert setup_from_config(ds, spec).max_reuse_distance == DEEPSPEED_MAX_REUSE_DISTANCE
-    distance = {"path": "zero_optimization.stage3_max_reuse_distance", "value": 1234, "reason": "release early"}
+    distance = {
+        "path": "zero_optimization.stage3_max_reuse_distance",
+        "value": 1234,
+        "reason": "release early",
+    }
     ds, spec = rendered(overrides=[distance])
     assert setup_from_config(ds, spec).max_reuse_distance == 1234
 
 
 def test_peak_terms_on_gpus_are_the_device_terms():
     from zerogate.plan.ledger import peak_terms
+
     counts, setup = claim_counts(), claim_setup()
     terms = peak_terms(counts, setup, None)
     assert terms == zerogate_terms(counts, setup)["device"] and "runtime_baseline" not in terms
@@ -650,12 +916,24 @@ def test_the_heap_keeps_the_per_parameter_copies_while_the_optimizers_mapped_cop
 
     mib = 2**20
     # Two parameters in fp32: 8 Mi elements (32 MiB, the heap's largest) and 16 Mi (64 MiB, mapped).
-    model = ModelCounts(total=24 * mib, largest_layer=16 * mib, numels=(8 * mib, 16 * mib), hidden=1, layers=1,
-                        heads=1, vocab=1, tied_embeddings=False)
+    model = ModelCounts(
+        total=24 * mib,
+        largest_layer=16 * mib,
+        numels=(8 * mib, 16 * mib),
+        hidden=1,
+        layers=1,
+        heads=1,
+        vocab=1,
+        tied_embeddings=False,
+    )
     setup = cpu_setup()
-    copies, step_copy = 96 * mib, 100 * mib  # every parameter's gathered copy; the optimizer step's flat fp32 copy
+    copies, step_copy = (
+        96 * mib,
+        100 * mib,
+    )  # every parameter's gathered copy; the optimizer step's flat fp32 copy
     terms = {"parameters": 48 * mib, "gathered_parameter_copies": copies, "fp32_gradient_copy": step_copy}
-    # The heap's peak is the 32 MiB parameter's copy, the mapped class's the step's copy (above the 64 MiB one):
+    # The heap's peak is the 32 MiB parameter's copy, the mapped class's the step's copy (above the 64 MiB
+    # one):
     # 32 + 100 MiB resident, 100 MiB of it the tensor peak's transient.
     assert retained_heap_bytes(terms, model, setup, {}) == 32 * mib
     # A 30 MiB step copy is the heap's too: the heap then peaks at 32 MiB, the mapped class at 64 MiB.
@@ -667,10 +945,20 @@ def test_the_heap_keeps_the_per_parameter_copies_while_the_optimizers_mapped_cop
     # Through peak_terms: traced activations bring their classes, the resident set holds the retained heap
     # and the tensor peak does not.
     tiny = count_parameters(planned_model_config(TINY, 256, 64))
-    classes = {"forward": {"heap": 1000, "mapped": 0}, "backward": {"heap": 1500, "mapped": 0},
-               "backward_from_first_gradient": {"heap": 1200, "mapped": 0}}
-    traced = ActivationFigures(saved_bytes=1000, backward_transient_bytes=500, basis="traced", how="by hand",
-                               at_first_gradient_bytes=900, after_first_gradient_bytes=300, size_classes=classes)
+    classes = {
+        "forward": {"heap": 1000, "mapped": 0},
+        "backward": {"heap": 1500, "mapped": 0},
+        "backward_from_first_gradient": {"heap": 1200, "mapped": 0},
+    }
+    traced = ActivationFigures(
+        saved_bytes=1000,
+        backward_transient_bytes=500,
+        basis="traced",
+        how="by hand",
+        at_first_gradient_bytes=900,
+        after_first_gradient_bytes=300,
+        size_classes=classes,
+    )
     resident = peak_terms(tiny, setup, 0, lambda _: traced)
     levels = peak_levels(tiny, setup, 0, lambda _: traced)
     assert resident["retained_heap"] == retained_heap_bytes(resident, tiny, setup, classes)

@@ -1,4 +1,5 @@
-"""The live-tensor count (zerogate.runtime.live_tensors), by hand: every storage alive, each once, until freed."""
+"""The live-tensor count (zerogate.runtime.live_tensors), by hand: every storage alive, each once, until
+freed."""
 
 import gc
 
@@ -41,7 +42,9 @@ def test_storages_alive_before_the_count_are_counted_from_its_start_and_when_fre
 
 def test_excluded_storages_are_never_counted():
     weight = torch.zeros(1000)
-    with counting_live_bytes(excluded={StorageWeakRef(weight.untyped_storage())}, seed=[weight.untyped_storage()]) as live:
+    with counting_live_bytes(
+        excluded={StorageWeakRef(weight.untyped_storage())}, seed=[weight.untyped_storage()]
+    ) as live:
         assert live.start == 0
         out = weight + 1
         assert live.now == 4000
@@ -96,8 +99,9 @@ def test_a_wrapper_subclass_is_its_inner_tensors_counted_once(one_rank_world):
     gc.collect()
     keys = {StorageWeakRef(s) for s in live_storages()}
     assert StorageWeakRef(sharded.to_local().untyped_storage()) in keys
-    with counting_live_bytes(excluded=keys - {StorageWeakRef(sharded.to_local().untyped_storage())},
-                             seed=live_storages()) as live:
+    with counting_live_bytes(
+        excluded=keys - {StorageWeakRef(sharded.to_local().untyped_storage())}, seed=live_storages()
+    ) as live:
         assert live.start == 4096  # the wrapper's own (phantom) storage is not counted beside it
         doubled = sharded * 2  # a DTensor op: its local result, 4096 B
         assert live.now == 8192

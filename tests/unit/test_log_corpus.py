@@ -12,9 +12,20 @@ from zerogate.analysis.log_gates import judge_log_file
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "logs"
 SIDECARS = sorted(CORPUS.glob("*.truth.json"))
-COUNTS = ("skipped_steps", "hysteresis_skips", "last_loss_scale", "progress_lines", "wall_clock_lines",
-          "throughput_lines", "memory_lines", "tracebacks", "fatal_loss_scale", "failed_ranks", "exit_errors",
-          "world_size")
+COUNTS = (
+    "skipped_steps",
+    "hysteresis_skips",
+    "last_loss_scale",
+    "progress_lines",
+    "wall_clock_lines",
+    "throughput_lines",
+    "memory_lines",
+    "tracebacks",
+    "fatal_loss_scale",
+    "failed_ranks",
+    "exit_errors",
+    "world_size",
+)
 
 
 def slug(sidecar: Path) -> str:

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zerogate.errors import InputError
 from zerogate.config.machines import check, from_fingerprint, load_description, to_fingerprint
+from zerogate.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
 

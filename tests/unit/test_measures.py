@@ -19,12 +19,24 @@ import pandas as pd
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT
-from tests.unit.helpers import no_events, settings, step_record, table_of, train_summary, claim_box, rendered_run, run_spec_for, planned_run, with_optimizer_step_floor
+from tests.unit.helpers import (
+    claim_box,
+    no_events,
+    planned_run,
+    rendered_run,
+    run_spec_for,
+    settings,
+    step_record,
+    table_of,
+    train_summary,
+    with_optimizer_step_floor,
+)
 from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, PASS, evaluate
 from zerogate.analysis.measures import STEP_TIME, TOKENS_PER_S, SpikeRule, summarise_run
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
-from zerogate.analysis.variants import VariantRun, compare as variant_table
+from zerogate.analysis.variants import VariantRun
+from zerogate.analysis.variants import compare as variant_table
 from zerogate.config.settings import ConvergenceRuleSettings, stabiliser_settings
 from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.contracts.parsed import RunMeta
@@ -36,7 +48,8 @@ from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
 from zerogate.report.registry import registry_record
 
 STEPS, WARMUP, SKIPPED, SPIKE = 30, 3, 8, 20
-# The spike rule as the rules pass it: the stabiliser section with its defaults filled in (train/settings.json).
+# The spike rule as the rules pass it: the stabiliser section with its defaults filled in
+# (train/settings.json).
 STABILISER = stabiliser_settings({"spike_window": 16, "spike_min_history": 5})
 RULE = SpikeRule.from_settings(STABILISER)
 PROFILE = settings("cpu-tiny")
@@ -44,6 +57,7 @@ CLAIM_BOX = claim_box()
 
 
 # ---- the run's real inputs, built by their producers ----------------------------------------------------
+
 
 def uneven_run() -> pd.DataFrame:
     """2 ranks, fp16: rank 0 is slow on every third step, rank 1 on the step after, so each rank's median
@@ -55,13 +69,22 @@ def uneven_run() -> pd.DataFrame:
             time = (3.0 if slow else 1.0) + 0.1 * rank + 0.001 * step
             skipped = step == SKIPPED
             t = 0.05 if skipped else time
-            records.append(step_record(
-                step=step, rank=rank, loss=5.0 - 0.05 * step + (4.0 if step == SPIKE else 0.0) + 0.01 * math.sin(step),
-                grad_norm=None if skipped else 1.0, step_time_s=t, micro_step_time_s=t / 4, tokens=256,
-                tokens_per_s=256 / t, device_peak_gib=(0.5 if step == 2 else 0.4) if rank == 0 else 0.7,
-                update_applied=not skipped and step != SPIKE,
-                skip_reason="fp16_overflow" if skipped else ("loss_spike" if step == SPIKE else None),
-                loss_scale=32768.0 if step >= SKIPPED else 65536.0))
+            records.append(
+                step_record(
+                    step=step,
+                    rank=rank,
+                    loss=5.0 - 0.05 * step + (4.0 if step == SPIKE else 0.0) + 0.01 * math.sin(step),
+                    grad_norm=None if skipped else 1.0,
+                    step_time_s=t,
+                    micro_step_time_s=t / 4,
+                    tokens=256,
+                    tokens_per_s=256 / t,
+                    device_peak_gib=(0.5 if step == 2 else 0.4) if rank == 0 else 0.7,
+                    update_applied=not skipped and step != SPIKE,
+                    skip_reason="fp16_overflow" if skipped else ("loss_spike" if step == SPIKE else None),
+                    loss_scale=32768.0 if step >= SKIPPED else 65536.0,
+                )
+            )
     return table_of(records)
 
 
@@ -71,8 +94,20 @@ def judged(steps, events=None, summary=None, log=""):
     meta = run_metadata(steps, events, summary, log, STEPS)
     meta = RunMeta.parse(json.loads(json.dumps(meta.as_json())), "parsed/run.json")  # as run.json holds it
     ds_config, deviations, _ = rendered_run("claim box")
-    verdicts = evaluate(PROFILE.gates, steps, events, summary, run_spec_for(STEPS), deviations, CPU_FINGERPRINT, WARMUP, RULE,
-                        plan=with_optimizer_step_floor(planned_run(), 0.1), run_meta=meta, ds_config=ds_config)
+    verdicts = evaluate(
+        PROFILE.gates,
+        steps,
+        events,
+        summary,
+        run_spec_for(STEPS),
+        deviations,
+        CPU_FINGERPRINT,
+        WARMUP,
+        RULE,
+        plan=with_optimizer_step_floor(planned_run(), 0.1),
+        run_meta=meta,
+        ds_config=ds_config,
+    )
     return {g.name: g for g in verdicts.gates}, verdicts, meta
 
 
@@ -84,20 +119,49 @@ def registry(tmp_path, machine, steps, verdicts, meta):
     steps.to_parquet(run_dir / "parsed/steps.parquet")
     ds_config, deviations, spec = rendered_run("claim box")
     manifest = DatasetManifest(
-        source="builtin-tasks", content_sha256="d" * 64, seq_len=spec.seq_len,
-        splits={"train": SplitStats(rows=100, dropped_too_long=0, truncated=0, tokens=6400, loss_tokens=3200)},
-        template="builtin", tokenizer_directory="dataset/tokenizer", vocab_size=256, pad_token_id=0, eos_token_id=1,
-        model=ModelInfo(source="shape", kind="shape", directory=None))
-    recorded = provenance(profile_name="smoke", profile={"training": {"optimizer_steps": STEPS}}, config_hash="f" * 64,
-                          run_id=f"smoke-{machine}-ffffffff", repo=tmp_path, fingerprint=CPU_FINGERPRINT,
-                          manifest=manifest, ds_config=ds_config.raw, summary=train_summary(STEPS, dtype="fp16"))
+        source="builtin-tasks",
+        content_sha256="d" * 64,
+        seq_len=spec.seq_len,
+        splits={
+            "train": SplitStats(rows=100, dropped_too_long=0, truncated=0, tokens=6400, loss_tokens=3200)
+        },
+        template="builtin",
+        tokenizer_directory="dataset/tokenizer",
+        vocab_size=256,
+        pad_token_id=0,
+        eos_token_id=1,
+        model=ModelInfo(source="shape", kind="shape", directory=None),
+    )
+    recorded = provenance(
+        profile_name="smoke",
+        profile={"training": {"optimizer_steps": STEPS}},
+        config_hash="f" * 64,
+        run_id=f"smoke-{machine}-ffffffff",
+        repo=tmp_path,
+        fingerprint=CPU_FINGERPRINT,
+        manifest=manifest,
+        ds_config=ds_config.raw,
+        summary=train_summary(STEPS, dtype="fp16"),
+    )
     within = f"results/smoke/{machine}"
-    record = registry_record(machine=machine, verdicts=verdicts, steps=steps, run_meta=meta, provenance=recorded,
-                             deviations=deviations, warmup_steps=WARMUP, spike_rule=RULE,
-                             files={"steps": f"{within}/parsed/steps.parquet", "report": f"{within}/report.html",
-                                    "verdicts": f"{within}/gates/verdicts.json",
-                                    "events": f"{within}/parsed/events.parquet",
-                                    "provenance": f"{within}/provenance.json", "figures": {}})
+    record = registry_record(
+        machine=machine,
+        verdicts=verdicts,
+        steps=steps,
+        run_meta=meta,
+        provenance=recorded,
+        deviations=deviations,
+        warmup_steps=WARMUP,
+        spike_rule=RULE,
+        files={
+            "steps": f"{within}/parsed/steps.parquet",
+            "report": f"{within}/report.html",
+            "verdicts": f"{within}/gates/verdicts.json",
+            "events": f"{within}/parsed/events.parquet",
+            "provenance": f"{within}/provenance.json",
+            "figures": {},
+        },
+    )
     record.write(run_dir / "registry.json")
     return load_run(run_dir)
 
@@ -123,53 +187,93 @@ def test_every_consumer_gives_the_same_number(tmp_path):
     assert len(comparison.groups) == 1 and not comparison.stragglers
     rows = {row["label"]: row["cells"]["lab-b"]["value"] for row in quantity_rows(comparison.groups[0])}
     table = comparison_table(comparison)
-    csv = table[table["machine"] == "lab-b"].set_index("statistic")["value"]  # the long CSV: one row per statistic
-    (variant,) = variant_table({"zero3": VariantRun(steps, train_summary(STEPS, dtype="fp16"))}, warmup_steps=WARMUP,
-                               spike_rule=RULE, expected_steps=STEPS).rows
+    csv = table[table["machine"] == "lab-b"].set_index("statistic")[
+        "value"
+    ]  # the long CSV: one row per statistic
+    (variant,) = variant_table(
+        {"zero3": VariantRun(steps, train_summary(STEPS, dtype="fp16"))},
+        warmup_steps=WARMUP,
+        spike_rule=RULE,
+        expected_steps=STEPS,
+    ).rows
     statistics = variant.statistics
     drawn = loss_figure(steps, no_events(), WARMUP, tmp_path / "loss.png", RULE)
     drawn |= step_time_figure(steps, WARMUP, verdicts, tmp_path / "step.png")
     drawn |= memory_figure(steps, verdicts, tmp_path / "memory.png")
 
     median = measures.step_time(steps, WARMUP).value
-    for value in (gates["optimizer_step_time"].measured, max(gates["optimizer_step_time"].evidence.per_rank.values()),
-                  gates["step_time_over_physical_floor"].evidence.median_step_time, summary.step_time_median_s,
-                  stored.step_time_median_s, rows["median optimizer-step time, slowest rank"],
-                  csv["median optimizer-step time, slowest rank"], statistics.step_time_median_s,
-                  drawn["step_time_median(s)"]):
+    for value in (
+        gates["optimizer_step_time"].measured,
+        max(gates["optimizer_step_time"].evidence.per_rank.values()),
+        gates["step_time_over_physical_floor"].evidence.median_step_time,
+        summary.step_time_median_s,
+        stored.step_time_median_s,
+        rows["median optimizer-step time, slowest rank"],
+        csv["median optimizer-step time, slowest rank"],
+        statistics.step_time_median_s,
+        drawn["step_time_median(s)"],
+    ):
         assert value == median
     p90 = measures.step_time(steps, WARMUP, "p90").value
-    for value in (gates["optimizer_step_time_p90"].measured, gates["optimizer_step_time"].evidence.p90,
-                  summary.step_time_p90_s, stored.step_time_p90_s, rows["p90 optimizer-step time, slowest rank"],
-                  statistics.step_time_p90_s):
+    for value in (
+        gates["optimizer_step_time_p90"].measured,
+        gates["optimizer_step_time"].evidence.p90,
+        summary.step_time_p90_s,
+        stored.step_time_p90_s,
+        rows["p90 optimizer-step time, slowest rank"],
+        statistics.step_time_p90_s,
+    ):
         assert value == p90
     micro = measures.micro_step_time(steps, WARMUP).value
-    for value in (gates["micro_step_time"].measured, summary.micro_step_time_median_s,
-                  stored.micro_step_time_median_s, rows["median micro-step time, slowest rank"],
-                  statistics.micro_step_time_median_s):
+    for value in (
+        gates["micro_step_time"].measured,
+        summary.micro_step_time_median_s,
+        stored.micro_step_time_median_s,
+        rows["median micro-step time, slowest rank"],
+        statistics.micro_step_time_median_s,
+    ):
         assert value == micro
     tokens = measures.tokens_per_second(steps, WARMUP)
-    for value in (summary.tokens_per_s, stored.tokens_per_s, rows["tokens/s, all ranks"], csv["tokens/s, all ranks"],
-                  statistics.tokens_per_s):
+    for value in (
+        summary.tokens_per_s,
+        stored.tokens_per_s,
+        rows["tokens/s, all ranks"],
+        csv["tokens/s, all ranks"],
+        statistics.tokens_per_s,
+    ):
         assert value == tokens
     peaks = measures.peak_memory_per_rank(steps)
     assert peaks == {0: 0.5, 1: 0.7}  # rank 0's peak is in the warm-up: memory counts every step
-    for value in (gates["peak_memory_per_rank"].evidence.per_rank, summary.peak_memory_per_rank_gib,
-                  stored.peak_memory_per_rank_gib,
-                  {0: rows["peak memory, rank 0"], 1: rows["peak memory, rank 1"]},
-                  {0: csv["peak memory, rank 0"], 1: csv["peak memory, rank 1"]},
-                  statistics.peak_memory_per_rank_gib, drawn["peak_memory_per_rank(GiB)"]):
+    for value in (
+        gates["peak_memory_per_rank"].evidence.per_rank,
+        summary.peak_memory_per_rank_gib,
+        stored.peak_memory_per_rank_gib,
+        {0: rows["peak memory, rank 0"], 1: rows["peak memory, rank 1"]},
+        {0: csv["peak memory, rank 0"], 1: csv["peak memory, rank 1"]},
+        statistics.peak_memory_per_rank_gib,
+        drawn["peak_memory_per_rank(GiB)"],
+    ):
         assert value == peaks
     skipped = measures.overflow_skips(steps).worst_count
     assert skipped == 1
-    for value in (max(gates["overflow_skip_fraction"].evidence.skipped_per_rank.values()),
-                  summary.overflow_skipped_steps, stored.overflow_skipped_steps,
-                  rows["fp16-overflow-skipped steps, worst rank"], statistics.overflow_skipped_steps):
+    for value in (
+        max(gates["overflow_skip_fraction"].evidence.skipped_per_rank.values()),
+        summary.overflow_skipped_steps,
+        stored.overflow_skipped_steps,
+        rows["fp16-overflow-skipped steps, worst rank"],
+        statistics.overflow_skipped_steps,
+    ):
         assert value == skipped
     assert gates["optimizer_step_time"].evidence.overflow_skipped_steps_excluded == 1  # after the warm-up
     spikes = measures.loss_spikes(steps, RULE)
-    for value in (gates["loss_convergence"].evidence.spikes, summary.loss_spikes, stored.loss_spikes,
-                  rows["loss spikes"], statistics.loss_spikes, drawn["loss_spikes"]):
+    for value in (
+        gates["loss_convergence"].evidence.spikes,
+        summary.loss_spikes,
+        stored.loss_spikes,
+        rows["loss spikes"],
+        statistics.loss_spikes,
+        drawn["loss_spikes"],
+    ):
         assert value == spikes.count == 1
     assert gates["loss_convergence"].evidence.spike_steps == drawn["spike_steps"] == spikes.steps
     # Completion: one definition behind both gates, the summary, the registry and the variant table.
@@ -182,8 +286,10 @@ def test_every_consumer_gives_the_same_number(tmp_path):
 
 
 def test_a_crashed_rank_fails_both_gates_through_the_one_completion():
-    log = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"loop.py\", line 9, in step\n"
-           "[rank1]: RuntimeError: boom\n")
+    log = (
+        '[rank1]: Traceback (most recent call last):\n[rank1]:   File "loop.py", line 9, in step\n'
+        "[rank1]: RuntimeError: boom\n"
+    )
     steps = uneven_run()
     steps = steps[~((steps["rank"] == 1) & (steps["step"] > 20))]
     gates, _, meta = judged(steps, parse_launcher_log(log), summary=train_summary(20, dtype="fp16"), log=log)
@@ -202,7 +308,9 @@ def summary_of(steps, meta):
 
 def test_a_run_that_stopped_without_a_word_counts_one_unknown_rank():
     completion = measures.run_completion({0: 30, 1: 30}, [], False, 30, 2)
-    assert completion.failed_rank_count == 1 and completion.problems == ["the training run did not finish (no summary)"]
+    assert completion.failed_rank_count == 1 and completion.problems == [
+        "the training run did not finish (no summary)"
+    ]
     missing = measures.run_completion({0: 30}, [], True, 30, 2)  # rank 1 wrote no record at all
     assert missing.stopped_early == {1: 0} and missing.failed_ranks == [1]
 
@@ -224,8 +332,12 @@ def test_the_spike_rule_is_the_stabilisers():
         elif verdict.kind == "loss_spike":
             flagged.append(step)
         applied.append(verdict.ok)
-    steps = table_of([step_record(step=step, loss=float(value), update_applied=ok)
-                      for step, (value, ok) in enumerate(zip(loss, applied), start=1)])
+    steps = table_of(
+        [
+            step_record(step=step, loss=float(value), update_applied=ok)
+            for step, (value, ok) in enumerate(zip(loss, applied), start=1)
+        ]
+    )
     rule = SpikeRule.from_settings(section)
     assert flagged and measures.loss_spikes(steps, rule).steps == flagged
     # The profile's threshold is the gates' threshold: a higher one counts fewer spikes.
@@ -236,12 +348,35 @@ def test_the_spike_rule_is_the_stabilisers():
 def test_the_gates_read_the_profiles_spike_settings():
     steps = uneven_run()
     loose = SpikeRule.from_settings(dataclasses.replace(STABILISER, spike_threshold=1000.0))
-    verdicts = evaluate(PROFILE.gates, steps, no_events(), train_summary(STEPS, dtype="fp16"), run_spec_for(STEPS), rendered_run("claim box")[1],
-                        CPU_FINGERPRINT, WARMUP, loose)
+    verdicts = evaluate(
+        PROFILE.gates,
+        steps,
+        no_events(),
+        train_summary(STEPS, dtype="fp16"),
+        run_spec_for(STEPS),
+        rendered_run("claim box")[1],
+        CPU_FINGERPRINT,
+        WARMUP,
+        loose,
+    )
     convergence = verdicts.gate("loss_convergence")
     assert convergence.evidence.spikes == 0 and "1000" in convergence.evidence.spike_rule
-    assert evaluate(PROFILE.gates, steps, no_events(), train_summary(STEPS, dtype="fp16"), run_spec_for(STEPS), rendered_run("claim box")[1],
-                    CPU_FINGERPRINT, WARMUP, RULE).gate("loss_convergence").evidence.spikes == 1
+    assert (
+        evaluate(
+            PROFILE.gates,
+            steps,
+            no_events(),
+            train_summary(STEPS, dtype="fp16"),
+            run_spec_for(STEPS),
+            rendered_run("claim box")[1],
+            CPU_FINGERPRINT,
+            WARMUP,
+            RULE,
+        )
+        .gate("loss_convergence")
+        .evidence.spikes
+        == 1
+    )
 
 
 def test_without_a_loss_scaler_skips_are_not_measured_never_zero():
@@ -253,13 +388,28 @@ def test_without_a_loss_scaler_skips_are_not_measured_never_zero():
 
 
 def test_analysis_and_report_never_load_torch():
-    modules = ["zerogate.analysis.measures", "zerogate.analysis.gates", "zerogate.analysis.variants",
-               "zerogate.analysis.ledger_check", "zerogate.report.html", "zerogate.report.compare",
-               "zerogate.report.figures", "zerogate.report.registry"]
-    probe = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules, 'deepspeed' in sys.modules)"
+    modules = [
+        "zerogate.analysis.measures",
+        "zerogate.analysis.gates",
+        "zerogate.analysis.variants",
+        "zerogate.analysis.ledger_check",
+        "zerogate.report.html",
+        "zerogate.report.compare",
+        "zerogate.report.figures",
+        "zerogate.report.registry",
+    ]
+    probe = (
+        f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules, 'deepspeed' in "
+        "sys.modules)"
+    )
     workflow = str(Path(__file__).resolve().parents[2] / "workflow")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": workflow, "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": workflow, "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False", "False"]
 
@@ -279,12 +429,27 @@ def test_statistics_are_nan_over_any_gap_and_exact_otherwise():
         holed = pd.Series([3.0, 1.0, gap, 10.0], dtype=object)
         assert all(math.isnan(f(holed)) for f in (measures.median_of, measures.p90_of, measures.max_of))
     assert math.isnan(measures.max_of(pd.Series([], dtype=float)))
-    assert measures.STATISTICS == {"median": measures.median_of, "p90": measures.p90_of, "max": measures.max_of}
+    assert measures.STATISTICS == {
+        "median": measures.median_of,
+        "p90": measures.p90_of,
+        "max": measures.max_of,
+    }
 
 
 def test_slowest_rank_names_the_rank_with_a_gap():
-    frame = table_of([step_record(rank=rank, step=step, step_time_s=t) for rank, step, t in
-                      [(0, 1, 1.0), (0, 2, 2.0), (1, 1, 9.0), (1, 2, 1.0), (2, 1, 5.0), (2, 2, 6.0)]])
+    frame = table_of(
+        [
+            step_record(rank=rank, step=step, step_time_s=t)
+            for rank, step, t in [
+                (0, 1, 1.0),
+                (0, 2, 2.0),
+                (1, 1, 9.0),
+                (1, 2, 1.0),
+                (2, 1, 5.0),
+                (2, 2, 6.0),
+            ]
+        ]
+    )
     frame.loc[(frame["rank"] == 1) & (frame["step"] == 1), STEP_TIME] = np.nan
     result = measures.slowest_rank(frame, STEP_TIME, "max")
     assert math.isnan(result.value) and result.rank == 1
@@ -297,19 +462,34 @@ def test_smooth_is_a_centred_rolling_median_of_about_5_percent():
         values = np.r_[np.zeros(n // 2), np.full(n - n // 2, 10.0)] + np.arange(n) * 1e-3
         window = max(5, n // 20) | 1
         half = window // 2
-        expected = [np.median(values[max(0, i - half):i + half + 1]) for i in range(n)]
+        expected = [np.median(values[max(0, i - half) : i + half + 1]) for i in range(n)]
         assert measures.smooth(pd.Series(values)).tolist() == pytest.approx(expected)
 
 
 def test_step_time_per_step_is_the_slowest_rank_at_each_step():
-    frame = table_of([step_record(rank=rank, step=step, step_time_s=t)
-                      for rank, step, t in [(0, 1, 1.0), (1, 1, 3.0), (0, 2, 4.0), (1, 2, 2.0)]])
+    frame = table_of(
+        [
+            step_record(rank=rank, step=step, step_time_s=t)
+            for rank, step, t in [(0, 1, 1.0), (1, 1, 3.0), (0, 2, 4.0), (1, 2, 2.0)]
+        ]
+    )
     assert measures.step_time_per_step(frame).to_dict() == {1: 3.0, 2: 4.0}
 
 
 def test_tokens_per_second_sums_ranks_then_takes_the_median_and_never_skips_a_gap():
-    frame = table_of([step_record(rank=rank, step=step, tokens_per_s=v) for rank, step, v in
-                      [(0, 1, 1.0), (1, 1, 2.0), (0, 2, 3.0), (1, 2, 4.0), (0, 3, 5.0), (1, 3, 6.0)]])
+    frame = table_of(
+        [
+            step_record(rank=rank, step=step, tokens_per_s=v)
+            for rank, step, v in [
+                (0, 1, 1.0),
+                (1, 1, 2.0),
+                (0, 2, 3.0),
+                (1, 2, 4.0),
+                (0, 3, 5.0),
+                (1, 3, 6.0),
+            ]
+        ]
+    )
     assert measures.tokens_per_second(frame, 0) == 7.0
     assert measures.tokens_per_second(frame, 1) == 9.0  # the warm-up step is left out
     frame.loc[(frame["rank"] == 1) & (frame["step"] == 3), TOKENS_PER_S] = np.nan
@@ -317,16 +497,22 @@ def test_tokens_per_second_sums_ranks_then_takes_the_median_and_never_skips_a_ga
 
 
 def test_record_completeness_names_missing_repeated_unexpected_and_extra():
-    frame = table_of([step_record(rank=rank, step=step) for rank, step in [(0, 1), (0, 2), (0, 2), (0, 4), (2, 1), (5, 1)]])
+    frame = table_of(
+        [step_record(rank=rank, step=step) for rank, step in [(0, 1), (0, 2), (0, 2), (0, 4), (2, 1), (5, 1)]]
+    )
     found = measures.record_completeness(frame, 3, 3)
     assert found.missing_ranks == [1] and found.extra_ranks == [5] and found.ranks_present == [0, 2, 5]
     assert found.missing_steps == {0: [3], 2: [2, 3], 5: [2, 3]}
     assert found.repeated_steps == {0: [2]} and found.unexpected_steps == {0: [4]}
     assert found.incomplete_ranks == [0, 1, 2, 5] and not found.complete
     text = "; ".join(found.problems)
-    for part in ("ranks with no step records: [1] of world size 3", "outside the world size 3: [5]",
-                 "rank 0: 1 steps missing (3)", "rank 0: 1 steps recorded more than once (2)",
-                 "rank 0: 1 steps outside 1..expected (4)"):
+    for part in (
+        "ranks with no step records: [1] of world size 3",
+        "outside the world size 3: [5]",
+        "rank 0: 1 steps missing (3)",
+        "rank 0: 1 steps recorded more than once (2)",
+        "rank 0: 1 steps outside 1..expected (4)",
+    ):
         assert part in text
     evidence = found.evidence()
     assert evidence.world_size == 3 and evidence.expected_steps == 3
@@ -336,17 +522,25 @@ def test_record_completeness_names_missing_repeated_unexpected_and_extra():
     assert file_form["world_size(ranks)"] == 3 and file_form["expected_steps(steps)"] == 3
     assert file_form["missing_steps(step)"] == {0: "3", 2: "2, 3", 5: "2, 3"}
     unknown = measures.record_completeness(frame, None, None)
-    assert unknown.problems == ["world size unknown (no run spec or summary gives it): the ranks cannot be counted",
-                                "expected optimizer steps unknown: the steps cannot be counted",
-                                "rank 0: 1 steps recorded more than once (2)"]
-    complete = measures.record_completeness(table_of([step_record(rank=r, step=s) for r in (0, 1) for s in (1, 2)]), 2, 2)
+    assert unknown.problems == [
+        "world size unknown (no run spec or summary gives it): the ranks cannot be counted",
+        "expected optimizer steps unknown: the steps cannot be counted",
+        "rank 0: 1 steps recorded more than once (2)",
+    ]
+    complete = measures.record_completeness(
+        table_of([step_record(rank=r, step=s) for r in (0, 1) for s in (1, 2)]), 2, 2
+    )
     assert complete.complete and complete.problems == [] and complete.incomplete_ranks == []
     assert measures._span(list(range(1, 12))) == "1, 2, 3, 4, 5, 6, 7, 8 and 3 more"
 
 
 def test_missing_values_per_rank():
-    frame = table_of([step_record(rank=rank, step=step, tokens_per_s=v)
-                      for rank, step, v in [(0, 1, 1.0), (0, 2, None), (1, 1, np.inf), (1, 2, 2.0)]])
+    frame = table_of(
+        [
+            step_record(rank=rank, step=step, tokens_per_s=v)
+            for rank, step, v in [(0, 1, 1.0), (0, 2, None), (1, 1, np.inf), (1, 2, 2.0)]
+        ]
+    )
     assert measures.missing_values(frame, TOKENS_PER_S) == {0: [2], 1: [1]}
     assert measures.missing_values(frame.assign(**{TOKENS_PER_S: 1.0}), TOKENS_PER_S) == {}
 
@@ -360,19 +554,37 @@ def test_loss_scaler_comes_from_the_rendered_config():
     # Rendered configs are concrete: an "auto" precision is refused when rendering, and is no loss scaler.
     with pytest.raises(InputError, match='still "auto"'):
         rendered_run("claim box", overrides=(("fp16.enabled", "auto"),))
-    auto = DsConfig.of({**rendered_run("claim box")[0].raw, "fp16": {"enabled": "auto"}}, "an unrendered config")
+    auto = DsConfig.of(
+        {**rendered_run("claim box")[0].raw, "fp16": {"enabled": "auto"}}, "an unrendered config"
+    )
     assert not auto.loss_scaler
 
 
 def test_nonfinite_events_one_per_step_with_ranks_metrics_and_sources():
     nan, inf = float("nan"), float("inf")
-    frame = table_of([step_record(rank=rank, step=step, loss=loss, grad_norm=grad_norm)
-                      for rank, step, loss, grad_norm in [(0, 1, nan, 1.0), (1, 1, nan, inf), (0, 2, 1.0, None),
-                                                          (1, 2, 1.0, 1.0), (0, 3, nan, 1.0), (1, 3, 1.0, 1.0)]])
-    events = measures.nonfinite_events(frame, ["loss", "grad_norm", "absent"],
-                                       [(2, 1, "nonfinite_grad_norm"), (9, None, "nonfinite_loss")])
+    frame = table_of(
+        [
+            step_record(rank=rank, step=step, loss=loss, grad_norm=grad_norm)
+            for rank, step, loss, grad_norm in [
+                (0, 1, nan, 1.0),
+                (1, 1, nan, inf),
+                (0, 2, 1.0, None),
+                (1, 2, 1.0, 1.0),
+                (0, 3, nan, 1.0),
+                (1, 3, 1.0, 1.0),
+            ]
+        ]
+    )
+    events = measures.nonfinite_events(
+        frame, ["loss", "grad_norm", "absent"], [(2, 1, "nonfinite_grad_norm"), (9, None, "nonfinite_loss")]
+    )
     assert [e.evidence().model_dump(by_alias=True) for e in events] == [
-        {"step(step)": 1, "ranks(rank)": [0, 1], "metrics": ["grad_norm", "loss"], "sources": ["step records"]},
+        {
+            "step(step)": 1,
+            "ranks(rank)": [0, 1],
+            "metrics": ["grad_norm", "loss"],
+            "sources": ["step records"],
+        },
         {"step(step)": 2, "ranks(rank)": [1], "metrics": ["grad_norm"], "sources": ["loss stabiliser"]},
         {"step(step)": 3, "ranks(rank)": [0], "metrics": ["loss"], "sources": ["step records"]},
         {"step(step)": 9, "ranks(rank)": [], "metrics": ["loss"], "sources": ["loss stabiliser"]},
@@ -383,8 +595,9 @@ RULE_10 = measures.ConvergenceRule(initial_steps=3, final_fraction=0.1, max_rebo
 
 
 def convergence_of(losses):
-    return measures.loss_convergence(table_of([step_record(step=step, loss=loss)
-                                               for step, loss in enumerate(losses, start=1)]), RULE_10)
+    return measures.loss_convergence(
+        table_of([step_record(step=step, loss=loss) for step, loss in enumerate(losses, start=1)]), RULE_10
+    )
 
 
 def test_loss_convergence_figures_by_hand():
@@ -405,7 +618,9 @@ def test_loss_convergence_rebound_flat_and_nonfinite():
     flat = convergence_of([2.0] * 20)
     assert flat.rebound == 0.0 and flat.drop_sigmas == 0.0 and flat.ratio == 1.0
     assert any("not >= 3" in p for p in flat.problems(RULE_10))
-    cliff = convergence_of([3.0] * 10 + [1.0] * 10)  # no spread in the last block, a real drop: infinitely many sigmas
+    cliff = convergence_of(
+        [3.0] * 10 + [1.0] * 10
+    )  # no spread in the last block, a real drop: infinitely many sigmas
     assert cliff.drop_sigmas == math.inf and cliff.problems(RULE_10) == []
     risen = convergence_of([1.0] * 10 + [3.0] * 10)
     assert risen.rebound == math.inf and risen.drop_sigmas == 0.0
@@ -416,8 +631,12 @@ def test_loss_convergence_rebound_flat_and_nonfinite():
     # The rule is the gate's convergence block: cpu-tiny's loss_convergence gate states exactly RULE_10.
     gate = next(g for g in PROFILE.gates if g.statistic == "loss_convergence")
     assert measures.ConvergenceRule.from_gate(gate) == RULE_10
-    other = dataclasses.replace(gate, convergence=ConvergenceRuleSettings(initial_steps=5, final_fraction=0.2,
-                                                                          max_rebound=0.1, min_drop_sigmas=2))
+    other = dataclasses.replace(
+        gate,
+        convergence=ConvergenceRuleSettings(
+            initial_steps=5, final_fraction=0.2, max_rebound=0.1, min_drop_sigmas=2
+        ),
+    )
     assert measures.ConvergenceRule.from_gate(other) == measures.ConvergenceRule(5, 0.2, 0.1, 2.0)
     with pytest.raises(ValueError, match="needs its convergence block"):
         measures.ConvergenceRule.from_gate(dataclasses.replace(gate, convergence=None))
@@ -427,26 +646,58 @@ def test_run_statistics_keys_and_values():
     def frame(collectives=None):
         """2 ranks, 4 steps; rank 0 takes 1 s a step after the warm-up, rank 1 2 s; ``collectives``: per rank,
         the seconds in collectives at each step (None: the clock was off)."""
-        return table_of([step_record(rank=rank, step=step, loss=5.0 - step, step_time_s=time, micro_step_time_s=1.0,
-                                     tokens_per_s=10.0, device_peak_gib=0.5,
-                                     collectives_s=None if collectives is None else collectives[rank][step - 1])
-                         for rank, times in ((0, [9.0, 1.0, 1.0, 1.0]), (1, [9.0, 2.0, 2.0, 2.0]))
-                         for step, time in enumerate(times, start=1)])
+        return table_of(
+            [
+                step_record(
+                    rank=rank,
+                    step=step,
+                    loss=5.0 - step,
+                    step_time_s=time,
+                    micro_step_time_s=1.0,
+                    tokens_per_s=10.0,
+                    device_peak_gib=0.5,
+                    collectives_s=None if collectives is None else collectives[rank][step - 1],
+                )
+                for rank, times in ((0, [9.0, 1.0, 1.0, 1.0]), (1, [9.0, 2.0, 2.0, 2.0]))
+                for step, time in enumerate(times, start=1)
+            ]
+        )
 
     stats = measures.run_statistics(frame(), 1, RULE)
     assert stats.model_dump(by_alias=True) == {
-        "ranks": 2, "optimizer_steps": 4, "warmup_steps_excluded": 1, "timed_steps": 3,
-        "step_time_median(s)": 2.0, "step_time_p90(s)": 2.0, "slowest_rank": 1, "micro_step_time_median(s)": 1.0,
-        "tokens_per_s": 20.0, "first_loss": 4.0, "final_loss": 1.0, "loss_spikes": 0, "overflow_skipped_steps": None,
-        "peak_memory_per_rank(GiB)": {0: 0.5, 1: 0.5}, "run_complete": None, "failed_ranks": None,
+        "ranks": 2,
+        "optimizer_steps": 4,
+        "warmup_steps_excluded": 1,
+        "timed_steps": 3,
+        "step_time_median(s)": 2.0,
+        "step_time_p90(s)": 2.0,
+        "slowest_rank": 1,
+        "micro_step_time_median(s)": 1.0,
+        "tokens_per_s": 20.0,
+        "first_loss": 4.0,
+        "final_loss": 1.0,
+        "loss_spikes": 0,
+        "overflow_skipped_steps": None,
+        "peak_memory_per_rank(GiB)": {0: 0.5, 1: 0.5},
+        "run_complete": None,
+        "failed_ranks": None,
         # no collectives(s) in these records: who waits for whom is not measured
-        "straggler_rank": None, "straggler_compute_excess(s)": None, "wait_for_straggler_median(s)": None,
-        "intervals": None, "repeats(runs)": 1,  # no interval asked for (and 3 timed steps are too few for one)
+        "straggler_rank": None,
+        "straggler_compute_excess(s)": None,
+        "wait_for_straggler_median(s)": None,
+        "intervals": None,
+        "repeats(runs)": 1,  # no interval asked for (and 3 timed steps are too few for one)
     }
     timed = frame(collectives={0: [5.0, 0.9, 0.9, 0.9], 1: [5.0, 0.2, 0.2, 0.2]})
-    straggling = {k: v for k, v in measures.run_statistics(timed, 1, RULE).model_dump(by_alias=True).items()
-                  if "straggler" in k}
-    assert straggling == {"straggler_rank": 1, "straggler_compute_excess(s)": pytest.approx(1.7),
-                          "wait_for_straggler_median(s)": pytest.approx(0.7)}
+    straggling = {
+        k: v
+        for k, v in measures.run_statistics(timed, 1, RULE).model_dump(by_alias=True).items()
+        if "straggler" in k
+    }
+    assert straggling == {
+        "straggler_rank": 1,
+        "straggler_compute_excess(s)": pytest.approx(1.7),
+        "wait_for_straggler_median(s)": pytest.approx(0.7),
+    }
     bare = measures.run_statistics(frame().assign(**{STEP_TIME: np.nan}), 1, RULE)  # no step time recorded
     assert bare.step_time_median_s is None and bare.step_time_p90_s is None and bare.slowest_rank is None

@@ -87,8 +87,9 @@ def test_nvml_sampler_thread_samples_in_the_background():
 
 
 def test_nvml_peak_lands_in_the_step_line(tmp_path):
-    recorder = StepMetrics(tmp_path / "r.jsonl", 0, torch.device("cpu"),
-                           nvml=NvmlSampler(Readings([3 * GIB]), interval_s=3600))
+    recorder = StepMetrics(
+        tmp_path / "r.jsonl", 0, torch.device("cpu"), nvml=NvmlSampler(Readings([3 * GIB]), interval_s=3600)
+    )
     recorder.start_step()
     recorder.end_step(1, 2.0, 1.0, 1e-3, 10, 1)
     recorder.close()
@@ -98,10 +99,13 @@ def test_nvml_peak_lands_in_the_step_line(tmp_path):
 def test_flops_and_mfu_only_where_the_peak_is_known(tmp_path):
     assert training_flops_per_token(1000, 2, 8, 16) == 6000 + 12 * 2 * 8 * 16
     assert training_flops_per_token(1000, 2, 8, 16, recompute=True) == 8000 + 16 * 2 * 8 * 16
-    # zerogate.hardware's basis: fp16 inputs with fp16 accumulate on the 4090 (not the 165.2 of fp32 accumulate).
+    # zerogate.hardware's basis: fp16 inputs with fp16 accumulate on the 4090 (not the 165.2 of fp32
+    # accumulate).
     assert peak_flops("NVIDIA GeForce RTX 4090", "fp16") == 330.3e12
     assert peak_flops(None, "fp32") is None and peak_flops("Some GPU", "fp16") is None
-    recorder = StepMetrics(tmp_path / "r.jsonl", 0, torch.device("cpu"), flops_per_token=1e6, peak_flops_per_s=1e9)
+    recorder = StepMetrics(
+        tmp_path / "r.jsonl", 0, torch.device("cpu"), flops_per_token=1e6, peak_flops_per_s=1e9
+    )
     recorder.start_step()
     record = recorder.end_step(1, 2.0, 1.0, 1e-3, 50, 2, processed_tokens=64)
     recorder.close()

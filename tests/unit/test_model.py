@@ -20,21 +20,38 @@ def shape(**numbers) -> ModelSettings:
     return ModelSettings(**numbers)
 
 
-def manifest(model: ModelInfo, vocab_size: int = 167, eos_token_id: int | None = 2, seq_len: int = 64) -> DatasetManifest:
+def manifest(
+    model: ModelInfo, vocab_size: int = 167, eos_token_id: int | None = 2, seq_len: int = 64
+) -> DatasetManifest:
     """A prepared dataset's manifest for ``model`` (prepare_dataset's), with its tokenizer's vocabulary."""
     split = SplitStats(rows=10, dropped_too_long=0, truncated=0, tokens=640, loss_tokens=320)
-    return DatasetManifest(source="builtin-tasks", content_sha256="0" * 64, seq_len=seq_len,
-                           splits={"train": split, "validation": split}, template="builtin",
-                           tokenizer_directory="tokenizer", vocab_size=vocab_size, pad_token_id=0,
-                           eos_token_id=eos_token_id, model=model)
+    return DatasetManifest(
+        source="builtin-tasks",
+        content_sha256="0" * 64,
+        seq_len=seq_len,
+        splits={"train": split, "validation": split},
+        template="builtin",
+        tokenizer_directory="tokenizer",
+        vocab_size=vocab_size,
+        pad_token_id=0,
+        eos_token_id=eos_token_id,
+        model=model,
+    )
 
 
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("hf")
     torch.manual_seed(1)
-    config = LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
     LlamaForCausalLM(config).save_pretrained(directory)
     return directory
 
@@ -49,10 +66,18 @@ def test_materialise_records_the_models_own_shape(hf_dir, tmp_path):
 def test_hidden_size_that_disagrees_with_the_model_is_refused(hf_dir, tmp_path):
     with pytest.raises(InputError, match="p.yaml: model.hidden_size: hidden_size 64 but the model has 16"):
         materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", shape(hidden_size=64))
-    with pytest.raises(InputError, match="p.yaml: model.num_hidden_layers: num_hidden_layers 30 but the model has 1"):
-        materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", shape(hidden_size=16, num_hidden_layers=30))
-    assert materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml",
-                       shape(hidden_size=16, num_hidden_layers=1, vocab_size=40, tie_word_embeddings=True))
+    with pytest.raises(
+        InputError, match="p.yaml: model.num_hidden_layers: num_hidden_layers 30 but the model has 1"
+    ):
+        materialise(
+            parse_source(str(hf_dir)), tmp_path, "p.yaml", shape(hidden_size=16, num_hidden_layers=30)
+        )
+    assert materialise(
+        parse_source(str(hf_dir)),
+        tmp_path,
+        "p.yaml",
+        shape(hidden_size=16, num_hidden_layers=1, vocab_size=40, tie_word_embeddings=True),
+    )
 
 
 def test_pretrained_weights_are_loaded_not_reinitialised(hf_dir, tmp_path):
@@ -69,7 +94,8 @@ def test_pretrained_weights_are_loaded_not_reinitialised(hf_dir, tmp_path):
 
 def test_one_model_the_trained_shape_model_is_the_planned_one(tiny_profile, tmp_path):
     """Training builds the shape model with the run spec's vocabulary (dataset.vocab_size, 256), not the
-    tokenizer's (167 for the default): the planner counts the same model, so a report has one parameter count."""
+    tokenizer's (167 for the default): the planner counts the same model, so a report has one parameter
+    count."""
     from zerogate.model.build import planned_model_config
     from zerogate.model.counts import count_parameters
     from zerogate.model.sources import SHAPE

@@ -7,14 +7,25 @@ from transformers import LlamaConfig
 
 from zerogate.model.build import build_model
 
-ZERO3 = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
-         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+ZERO3 = {
+    "train_micro_batch_size_per_gpu": 1,
+    "zero_optimization": {"stage": 3},
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+}
 
 
 def tiny_llama() -> LlamaConfig:
-    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, max_position_embeddings=32, pad_token_id=None, bos_token_id=None,
-                         eos_token_id=None)
+    config = LlamaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=32,
+        pad_token_id=None,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     config._attn_implementation = "sdpa"
     return config
 
@@ -25,7 +36,9 @@ def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
     found = {}
     for name, parameter in model.named_parameters():
-        with deepspeed.zero.GatheredParameters([parameter]):  # a no-op for a parameter that is not partitioned
+        with deepspeed.zero.GatheredParameters(
+            [parameter]
+        ):  # a no-op for a parameter that is not partitioned
             found[name] = parameter.detach().clone()
     return found
 
@@ -55,5 +68,7 @@ def test_the_initialisation_is_the_architectures_not_torchs_defaults(one_rank_wo
         torch.manual_seed(0)
         weights = full_weights(build_model(config, ds_config))
         for name in ("model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight", "lm_head.weight"):
-            assert abs(float(weights[name].std()) - config.initializer_range) < 0.2 * config.initializer_range, name
+            assert (
+                abs(float(weights[name].std()) - config.initializer_range) < 0.2 * config.initializer_range
+            ), name
         assert torch.equal(weights["model.norm.weight"], torch.ones(config.hidden_size))

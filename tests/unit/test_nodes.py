@@ -67,10 +67,19 @@ def test_node_count_must_match_the_hostfile_and_the_slurm_allocation(tmp_path):
 
 
 def test_one_node_is_the_plain_local_launch():
-    (command,) = launcher_commands(NodeLayout(ranks_per_node=2), "deepspeed", 41234, "zerogate.train.loop",
-                                   ["--a"]).values()
-    assert command == ["deepspeed", "--num_gpus", "2", "--master_port", "41234", "--module",
-                       "zerogate.train.loop", "--a"]
+    (command,) = launcher_commands(
+        NodeLayout(ranks_per_node=2), "deepspeed", 41234, "zerogate.train.loop", ["--a"]
+    ).values()
+    assert command == [
+        "deepspeed",
+        "--num_gpus",
+        "2",
+        "--master_port",
+        "41234",
+        "--module",
+        "zerogate.train.loop",
+        "--a",
+    ]
     assert NodeLayout(hosts=("a", "b"), ranks_per_node=2).node_of(3) == (1, 1)
 
 
@@ -91,7 +100,9 @@ def test_without_a_hostfile_slurm_mode_takes_the_allocations_nodes(tmp_path, mon
     # At launch, inside the allocation: its node list (scontrol show hostnames) becomes the hostfile.
     monkeypatch.setattr(nodes_module, "allocation_hosts", lambda env: ["gpu-a", "gpu-b"])
     hostfile = tmp_path / "train.hostfile"
-    launched = layout(section, PROFILE, tmp_path, None, env={"SLURM_JOB_NUM_NODES": "2"}, hostfile_out=hostfile)
+    launched = layout(
+        section, PROFILE, tmp_path, None, env={"SLURM_JOB_NUM_NODES": "2"}, hostfile_out=hostfile
+    )
     assert launched.hosts == ("gpu-a", "gpu-b")
     assert hostfile.read_text() == "gpu-a slots=2\ngpu-b slots=2\n"
     with pytest.raises(InputError, match="nodes.count: 2 nodes, but hostfile"):

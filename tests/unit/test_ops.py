@@ -12,8 +12,11 @@ def test_ops_go_to_the_environments_directory_with_its_ninja_first():
 
 
 def test_a_users_build_directory_and_an_already_first_interpreter_are_left_alone():
-    env = build_env({"PATH": "/repo/.venv/bin:/usr/bin", EXTENSIONS_DIR_VARIABLE: "/scratch/ops"},
-                    prefix="/repo/.venv", executable="/repo/.venv/bin/python")
+    env = build_env(
+        {"PATH": "/repo/.venv/bin:/usr/bin", EXTENSIONS_DIR_VARIABLE: "/scratch/ops"},
+        prefix="/repo/.venv",
+        executable="/repo/.venv/bin/python",
+    )
     assert env == {}
 
 
@@ -31,9 +34,15 @@ def test_the_ops_build_imports_only_what_set_up_installs_before_it():
 
     # The environment's own packages (not the copies some of them vendor, which setuptools puts on sys.path).
     site_packages = Path(metadata.distribution("torch").locate_file("")).resolve()
-    installed = {canonicalize_name(d.metadata["Name"]): d for d in metadata.distributions(path=[str(site_packages)])}
-    listed = [line.split("#")[0].strip() for line in
-              (Path(__file__).resolve().parents[2] / "envs/requirements-ops.txt").read_text().splitlines()]
+    installed = {
+        canonicalize_name(d.metadata["Name"]): d for d in metadata.distributions(path=[str(site_packages)])
+    }
+    listed = [
+        line.split("#")[0].strip()
+        for line in (Path(__file__).resolve().parents[2] / "envs/requirements-ops.txt")
+        .read_text()
+        .splitlines()
+    ]
     installed_first, todo = set(), [canonicalize_name(name) for name in listed if name]
     while todo:  # the listed packages and their dependencies, as installed here
         name = todo.pop()
@@ -48,8 +57,10 @@ def test_the_ops_build_imports_only_what_set_up_installs_before_it():
     # The ops are built in this environment already (make setup): loading them imports what building does.
     # Each top-level module is traced to the installed package whose files hold it (a vendored copy belongs
     # to the package it ships in).
-    report = ("import json, sys; from zerogate.runtime.ops import main; main(); print(json.dumps("
-              "{n: getattr(m, '__file__', None) for n, m in list(sys.modules.items()) if '.' not in n}))")
+    report = (
+        "import json, sys; from zerogate.runtime.ops import main; main(); print(json.dumps("
+        "{n: getattr(m, '__file__', None) for n, m in list(sys.modules.items()) if '.' not in n}))"
+    )
     done = subprocess.run([sys.executable, "-c", report], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     module_files = json.loads(done.stdout.splitlines()[-1])
@@ -80,7 +91,9 @@ def test_deepspeed_asks_py_cpuinfo_once_per_process_once_its_answer_is_kept(monk
         return answer()
 
     # py-cpuinfo's own function, also where an earlier test of this session kept an answer; put back after.
-    monkeypatch.setattr(cpuinfo, "get_cpu_info", getattr(cpuinfo.get_cpu_info, "__wrapped__", cpuinfo.get_cpu_info))
+    monkeypatch.setattr(
+        cpuinfo, "get_cpu_info", getattr(cpuinfo.get_cpu_info, "__wrapped__", cpuinfo.get_cpu_info)
+    )
     monkeypatch.setattr(implementation, "get_cpu_info_json", counted)
     builder = CPUAdamBuilder()
     builder.cpu_arch(), builder.simd_width()
@@ -89,4 +102,7 @@ def test_deepspeed_asks_py_cpuinfo_once_per_process_once_its_answer_is_kept(monk
     keep_cpu_info()  # a second call keeps the same answer
     flags = builder.cpu_arch(), builder.simd_width(), builder.cpu_arch()
     assert len(asked) == 3 and flags[0] == flags[2] == "-march=native"
-    assert cpuinfo.get_cpu_info() == cpuinfo.get_cpu_info() and cpuinfo.get_cpu_info() is not cpuinfo.get_cpu_info()
+    assert (
+        cpuinfo.get_cpu_info() == cpuinfo.get_cpu_info()
+        and cpuinfo.get_cpu_info() is not cpuinfo.get_cpu_info()
+    )

@@ -7,7 +7,13 @@ from tests.conftest import CPU_FINGERPRINT
 from tests.unit.helpers import settings, spike_rule, step_record, synthetic_steps, table_of, train_summary
 from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, evaluate_gate
-from zerogate.analysis.parse import STEP_COLUMNS, event_table, parse_launcher_log, read_rank_metrics, run_metadata
+from zerogate.analysis.parse import (
+    STEP_COLUMNS,
+    event_table,
+    parse_launcher_log,
+    read_rank_metrics,
+    run_metadata,
+)
 from zerogate.contracts.base import ContractError, write_lines
 from zerogate.contracts.parsed import ProgressSkips
 from zerogate.contracts.records import StabiliserEvent
@@ -50,7 +56,10 @@ def test_crashed_rank_is_reported_with_its_traceback():
 
 def test_rank_metrics_are_read_sorted_with_nan_kept(tmp_path):
     write_lines(tmp_path / "rank1.jsonl", [step_record(step=1, rank=1, loss=float("nan"))])
-    write_lines(tmp_path / "rank0.jsonl", [step_record(step=2, rank=0, loss=1.5), step_record(step=1, rank=0, loss=2.0)])
+    write_lines(
+        tmp_path / "rank0.jsonl",
+        [step_record(step=2, rank=0, loss=1.5), step_record(step=1, rank=0, loss=2.0)],
+    )
     frame = read_rank_metrics(tmp_path)
     assert list(zip(frame["rank"], frame["step"])) == [(0, 1), (0, 2), (1, 1)]
     assert frame["loss"].isna().iloc[2] and not frame["loss_finite"].iloc[2]
@@ -99,10 +108,18 @@ def test_throughput_memory_and_named_wall_clock_lines():
     throughput = json.loads(events.iloc[1]["detail"])
     assert throughput["samples_per_s"] == 61.35 and throughput["max_mem_allocated_GiB"] == 19.52
     assert events.iloc[1]["step"] == 10
-    assert json.loads(events.iloc[2]["detail"]) == {"ma_GiB": 6.01, "max_ma_GiB": 19.52, "ca_GiB": 20.1, "max_ca_GiB": 21.0}
+    assert json.loads(events.iloc[2]["detail"]) == {
+        "ma_GiB": 6.01,
+        "max_ma_GiB": 19.52,
+        "ca_GiB": 20.1,
+        "max_ca_GiB": 21.0,
+    }
     assert events.iloc[2]["step"] == 10  # attributed to the last announced step
-    assert json.loads(events.iloc[3]["detail"]) == {"forward_microstep": 412.5, "backward_microstep": 930.1,
-                                                    "step_microstep": 5.2}
+    assert json.loads(events.iloc[3]["detail"]) == {
+        "forward_microstep": 412.5,
+        "backward_microstep": 930.1,
+        "step_microstep": 5.2,
+    }
 
 
 def test_real_killed_rank_log_is_a_failure_with_its_last_lines(tiny_profile):
@@ -117,8 +134,18 @@ def test_real_killed_rank_log_is_a_failure_with_its_last_lines(tiny_profile):
     traceback = next(f for f in meta.failures if f.kind == "traceback")
     assert "Connection reset by peer" in traceback.message and len(traceback.last_lines) > 3
     gate = next(g for g in settings(tiny_profile).gates if g.name == "ranks_completed")
-    result = evaluate_gate(gate, steps, events, None, CPU_FINGERPRINT, 1, 12, spike_rule(tiny_profile), run_meta=meta,
-                           world_size=2)
+    result = evaluate_gate(
+        gate,
+        steps,
+        events,
+        None,
+        CPU_FINGERPRINT,
+        1,
+        12,
+        spike_rule(tiny_profile),
+        run_meta=meta,
+        world_size=2,
+    )
     assert result.verdict == FAIL and result.measured == 2
     assert "rank 0 failed: RuntimeError" in result.reason
     assert result.evidence.failures[0].last_lines
@@ -129,19 +156,38 @@ def test_training_loop_skip_reasons_become_overflow_flags_only_under_a_loss_scal
     # the stabiliser's dropped updates) and the loss scale, null without fp16. Only skip_reason counts.
     reasons = [None, "fp16_overflow", None, "nonfinite_loss", None]
     scales = [65536.0, 32768.0, 32768.0, 32768.0, 32768.0]
-    records = [step_record(step=i + 1, skip_reason=reason, update_applied=reason is None, loss_scale=scale,
-                           skipped_steps_deepspeed=skipped)
-               for i, (reason, scale, skipped) in enumerate(zip(reasons, scales, [0, 1, 1, 2, 2]))]
+    records = [
+        step_record(
+            step=i + 1,
+            skip_reason=reason,
+            update_applied=reason is None,
+            loss_scale=scale,
+            skipped_steps_deepspeed=skipped,
+        )
+        for i, (reason, scale, skipped) in enumerate(zip(reasons, scales, [0, 1, 1, 2, 2]))
+    ]
     steps = table_of(records)
     assert measures.overflow_skipped(steps).tolist() == [False, True, False, False, False]
     assert list(read_back(records).columns) == list(STEP_COLUMNS)  # parsing derives nothing: one source
     fp32 = table_of([record.model_copy(update={"loss_scale": None}) for record in records])
     assert measures.overflow_skipped(fp32) is None  # fp32: no loss scaler, nothing to count
     gate = next(g for g in settings(tiny_profile).gates if g.name == "overflow_skip_fraction")
-    fp32_config = DsConfig.of({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8,
-                               "fp16": {"enabled": False}}, "ds_config.json")
-    result = evaluate_gate(gate, fp32, parse_launcher_log(""), None, CPU_FINGERPRINT, 1, 5, spike_rule(tiny_profile),
-                           world_size=1, ds_config=fp32_config)
+    fp32_config = DsConfig.of(
+        {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "fp16": {"enabled": False}},
+        "ds_config.json",
+    )
+    result = evaluate_gate(
+        gate,
+        fp32,
+        parse_launcher_log(""),
+        None,
+        CPU_FINGERPRINT,
+        1,
+        5,
+        spike_rule(tiny_profile),
+        world_size=1,
+        ds_config=fp32_config,
+    )
     assert result.verdict == NOT_MEASURED and "no fp16 loss scaler" in result.reason
 
 
@@ -159,8 +205,13 @@ def test_stabiliser_events_become_event_rows(tmp_path):
     from zerogate.analysis.parse import EVENT_COLUMNS, stabiliser_events
 
     path = tmp_path / "events.jsonl"
-    write_lines(path, [StabiliserEvent(step=12, rank=1, kind="nonfinite_loss", value="nan", action="rollback"),
-                       StabiliserEvent(step=30, rank=0, kind="loss_spike", value=9.5, action="skip")])
+    write_lines(
+        path,
+        [
+            StabiliserEvent(step=12, rank=1, kind="nonfinite_loss", value="nan", action="rollback"),
+            StabiliserEvent(step=30, rank=0, kind="loss_spike", value=9.5, action="skip"),
+        ],
+    )
     path.write_text(path.read_text().replace("\n", "\n\n", 1))  # a blank line is skipped
     events = stabiliser_events(path)
     assert list(events.columns) == list(EVENT_COLUMNS) and len(events) == 2
@@ -179,7 +230,10 @@ def test_stabiliser_events_become_event_rows(tmp_path):
 
 
 def test_rank_records_are_sorted_by_rank_then_step_and_blank_lines_skipped(tmp_path):
-    write_lines(tmp_path / "rank1.jsonl", [step_record(rank=1, step=2, loss=1.0), step_record(rank=1, step=1, loss=2.0)])
+    write_lines(
+        tmp_path / "rank1.jsonl",
+        [step_record(rank=1, step=2, loss=1.0), step_record(rank=1, step=1, loss=2.0)],
+    )
     (tmp_path / "rank1.jsonl").write_text((tmp_path / "rank1.jsonl").read_text().replace("\n", "\n\n", 1))
     write_lines(tmp_path / "rank0.jsonl", [step_record(rank=0, step=1, loss=3.0)])
     (tmp_path / "other.jsonl").write_text('{"rank": 9, "step": 1}\n')  # not a rank file
@@ -202,7 +256,11 @@ def test_last_log_lines_of_a_rank_or_of_the_log():
     assert last_log_lines(text, 0) == [f"[rank0]: a{i}" for i in range(3, 15)]
     assert last_log_lines(text, 0, count=2) == ["[rank0]: a13", "[rank0]: a14"]
     assert last_log_lines(text, 1) == ["[rank1]: b"]
-    assert last_log_lines(text, 7, count=3) == ["[rank1]: b", "plain", "last"]  # no lines of its own: the log's
+    assert last_log_lines(text, 7, count=3) == [
+        "[rank1]: b",
+        "plain",
+        "last",
+    ]  # no lines of its own: the log's
     assert last_log_lines(text, None, count=2) == ["plain", "last"]
     assert len(last_log_lines(text, None)) == 12
 
@@ -215,8 +273,10 @@ def test_parse_run_is_the_parse_logs_rules_work(tmp_path):
     for rank in (0, 1):
         write_lines(metrics / f"rank{rank}.jsonl", [step_record(rank=rank, step=s, loss=1.0) for s in (1, 2)])
     log = tmp_path / "train.log"
-    log.write_text("[Rank 0] step=2, skipped=1, lr=[1e-05]\n[rank1]: Traceback (most recent call last):\n"
-                   "[rank1]:   File \"x.py\", line 1\n[rank1]: RuntimeError: boom\n")
+    log.write_text(
+        "[Rank 0] step=2, skipped=1, lr=[1e-05]\n[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "x.py", line 1\n[rank1]: RuntimeError: boom\n'
+    )
     events_file = tmp_path / "events.jsonl"
     write_lines(events_file, [StabiliserEvent(step=2, rank=0, kind="loss_spike", value=9.0, action="skip")])
     steps, events, meta = parse_run(metrics, log, train_summary(world_size=2), events_file, 2)
@@ -227,7 +287,9 @@ def test_parse_run_is_the_parse_logs_rules_work(tmp_path):
     assert meta.steps_completed_per_rank == {0: 2, 1: 2}
     events_file.write_text("")
     _, quiet, unfinished = parse_run(metrics, log, None, events_file, 2)
-    assert "stabiliser" not in set(quiet["kind"]) and unfinished.world_size is None and not unfinished.finished
+    assert (
+        "stabiliser" not in set(quiet["kind"]) and unfinished.world_size is None and not unfinished.finished
+    )
 
 
 def test_failed_gates_lists_the_fails_with_their_reasons():
@@ -236,32 +298,67 @@ def test_failed_gates_lists_the_fails_with_their_reasons():
     from zerogate.analysis.gates import failed_gates
     from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS, GateVerdict, GateVerdicts, Reproduction
 
-    step, micro, floor = (next(g for g in settings("cpu-tiny").gates if g.name == name)
-                          for name in ("optimizer_step_time", "micro_step_time", "step_time_over_physical_floor"))
+    step, micro, floor = (
+        next(g for g in settings("cpu-tiny").gates if g.name == name)
+        for name in ("optimizer_step_time", "micro_step_time", "step_time_over_physical_floor")
+    )
     verdicts = GateVerdicts(
-        gates=[GateVerdict.judged(step, 2.5, FAIL, "too slow"), GateVerdict.judged(micro, 0.3, PASS, ""),
-               GateVerdict.judged(floor, None, NOT_MEASURED, "no plan")],
-        counts={PASS: 1, FAIL: 1, NOT_MEASURED: 1}, reproduction=Reproduction(faithful=False, reasons=["no GPU"]),
-        records=measures.record_completeness(synthetic_steps(), 2, 200).evidence())
+        gates=[
+            GateVerdict.judged(step, 2.5, FAIL, "too slow"),
+            GateVerdict.judged(micro, 0.3, PASS, ""),
+            GateVerdict.judged(floor, None, NOT_MEASURED, "no plan"),
+        ],
+        counts={PASS: 1, FAIL: 1, NOT_MEASURED: 1},
+        reproduction=Reproduction(faithful=False, reasons=["no GPU"]),
+        records=measures.record_completeness(synthetic_steps(), 2, 200).evidence(),
+    )
     assert failed_gates(verdicts) == ["optimizer_step_time: too slow"]
 
 
-GATE_KINDS = ["overflow", "fatal_loss_scale", "ds_progress", "wall_clock", "throughput", "memory", "traceback",
-              "rank_exit_error", "rank_exit_ok", "loss_scale_reduced"]
+GATE_KINDS = [
+    "overflow",
+    "fatal_loss_scale",
+    "ds_progress",
+    "wall_clock",
+    "throughput",
+    "memory",
+    "traceback",
+    "rank_exit_error",
+    "rank_exit_ok",
+    "loss_scale_reduced",
+]
 
 
-@pytest.mark.parametrize("log, counts", [
-    ("deepspeed_0.19.8_cpu_fp32_rank1_killed.log", {"wall_clock": 36, "traceback": 1, "rank_exit_error": 1}),
-    ("deepspeed_0.19.8_cpu_fp32_wall_clock.log", {"wall_clock": 121, "rank_exit_ok": 2}),
-    ("deepspeed_0.19.8_cpu_fp32_zero3.log", {"rank_exit_ok": 2}),
-    ("deepspeed_fp16_overflow.log", {"overflow": 3, "ds_progress": 2, "loss_scale_reduced": 1, "traceback": 1,
-                                     "fatal_loss_scale": 1, "rank_exit_error": 1}),
-])
+@pytest.mark.parametrize(
+    "log, counts",
+    [
+        (
+            "deepspeed_0.19.8_cpu_fp32_rank1_killed.log",
+            {"wall_clock": 36, "traceback": 1, "rank_exit_error": 1},
+        ),
+        ("deepspeed_0.19.8_cpu_fp32_wall_clock.log", {"wall_clock": 121, "rank_exit_ok": 2}),
+        ("deepspeed_0.19.8_cpu_fp32_zero3.log", {"rank_exit_ok": 2}),
+        (
+            "deepspeed_fp16_overflow.log",
+            {
+                "overflow": 3,
+                "ds_progress": 2,
+                "loss_scale_reduced": 1,
+                "traceback": 1,
+                "fatal_loss_scale": 1,
+                "rank_exit_error": 1,
+            },
+        ),
+    ],
+)
 def test_captured_logs_give_the_events_the_gates_read(log, counts):
-    # The counts the parser gave these logs before it knew other formats: unchanged (launcher_log's kinds added
+    # The counts the parser gave these logs before it knew other formats: unchanged (launcher_log's kinds
+    # added
     # beside them: world_info, overflow_skip).
     events = parse_launcher_log((DATA / log).read_text())
-    assert {kind: int((events["kind"] == kind).sum()) for kind in GATE_KINDS if (events["kind"] == kind).any()} == counts
+    assert {
+        kind: int((events["kind"] == kind).sum()) for kind in GATE_KINDS if (events["kind"] == kind).any()
+    } == counts
 
 
 def test_a_glued_progress_bar_is_no_longer_part_of_the_wall_clock_message():

@@ -13,10 +13,18 @@ from zerogate.config.settings import PlanSettings
 from zerogate.contracts.plan import BaselineMeasurement, Floor, ModelComputeMeasurement, Plan
 from zerogate.contracts.records import column
 from zerogate.contracts.verdicts import DOES_NOT_HOLD
-from zerogate.plan.floor import floor, link_bytes, pcie_gbps
 from zerogate.model.build import planned_model_config
-from zerogate.plan.planner import (device_capacity, peak_for_run, plan, plan_for_run, refusal, summary,
-                                   target_machine, with_measured_compute)
+from zerogate.plan.floor import floor, link_bytes, pcie_gbps
+from zerogate.plan.planner import (
+    device_capacity,
+    peak_for_run,
+    plan,
+    plan_for_run,
+    refusal,
+    summary,
+    target_machine,
+    with_measured_compute,
+)
 from zerogate.plan.trace import trace_micro_step
 from zerogate.units import format_bytes
 
@@ -40,7 +48,9 @@ def claim_box():
 
 
 def test_pcie_bandwidth_per_generation_and_width():
-    assert pcie_gbps({"generation": 4, "width": 16}) == pytest.approx(31.5, abs=0.1)  # docs/reference.md section 2
+    assert pcie_gbps({"generation": 4, "width": 16}) == pytest.approx(
+        31.5, abs=0.1
+    )  # docs/reference.md section 2
     assert pcie_gbps({"generation": 4, "width": 8}) == pytest.approx(15.75, abs=0.1)
     assert pcie_gbps({"generation": None, "width": 16}) is None
 
@@ -66,9 +76,14 @@ def test_floor_on_the_claimed_box_by_hand(claim_box):
 
 
 def test_floor_says_what_it_could_not_compute(claim_box):
-    box = {**claim_box, "gpus": [{**claim_box["gpus"][0], "name": "Some GPU zerogate.hardware does not list"},
-                                 *claim_box["gpus"][1:]],
-           "host": {**claim_box["host"], "memory_bandwidth_gbps": None}}
+    box = {
+        **claim_box,
+        "gpus": [
+            {**claim_box["gpus"][0], "name": "Some GPU zerogate.hardware does not list"},
+            *claim_box["gpus"][1:],
+        ],
+        "host": {**claim_box["host"], "memory_bandwidth_gbps": None},
+    }
     result = _floor(oracle_counts(), claim_setup(), box)
     assert any("compute" in m for m in result.missing) and any("cpu_adam" in m for m in result.missing)
 
@@ -108,7 +123,8 @@ def test_claim_on_the_claimed_box_is_refused_with_rank_device_need_and_capacity(
 
 
 def test_a_described_card_is_checked_against_the_memory_cuda_gives_it_and_a_probed_one_as_probed(claim_box):
-    # The claimed box states its RTX 4090 as NVML counts it (24564 MiB); CUDA gives a process 23.61-23.68 GiB of
+    # The claimed box states its RTX 4090 as NVML counts it (24564 MiB); CUDA gives a process 23.61-23.68 GiB
+    # of
     # it (published out-of-memory messages), the rest being the driver's. The RTX 5070 is not in the table.
     four_ninety = next(g for g in claim_box["gpus"] if "4090" in g["name"])
     assert four_ninety["memory_total_bytes"] == 24564 * 2**20
@@ -125,7 +141,10 @@ def test_a_described_card_is_checked_against_the_memory_cuda_gives_it_and_a_prob
 
 
 def test_device_refusal_names_the_rank_and_lists_changes_that_fit(claim_box):
-    box = {**claim_box, "host": {**claim_box["host"], "ram_total_bytes": 10**12}}  # plenty: only the devices can fail
+    box = {
+        **claim_box,
+        "host": {**claim_box["host"], "ram_total_bytes": 10**12},
+    }  # plenty: only the devices can fail
     result = plan(claim_counts(), claim_setup(offload_optimizer=False, offload_param=False), box)
     assert result.refused
     failing = [c for c in result.checks if not c.fits]
@@ -141,7 +160,9 @@ def test_device_refusal_names_the_rank_and_lists_changes_that_fit(claim_box):
 
 
 def test_override_lets_an_infeasible_run_through_as_a_deviation(claim_box):
-    result = plan(oracle_counts(), claim_setup(), claim_box, PlanSettings(allow_infeasible=True, reason="measure OOM"))
+    result = plan(
+        oracle_counts(), claim_setup(), claim_box, PlanSettings(allow_infeasible=True, reason="measure OOM")
+    )
     assert not result.fits and not result.refused
     assert result.deviations[0].path == "plan.allow_infeasible"
     assert result.deviations[0].reason == "measure OOM"
@@ -178,12 +199,17 @@ def test_a_profile_override_of_the_precision_is_what_the_plan_sizes(claim_box, t
     profile = _claim_profile(tiny_profile)
     machine, fingerprint = target_machine(str(CLAIM_BOX), None, "ignored")
     # The claimed box's cards as a bf16-capable pair, so that bf16 stays bf16 when asked for.
-    bf16_box = to_fingerprint({**claim_box, "gpus": [{**g, "bf16_supported": True} for g in claim_box["gpus"]]})
+    bf16_box = to_fingerprint(
+        {**claim_box, "gpus": [{**g, "bf16_supported": True} for g in claim_box["gpus"]]}
+    )
     fp16_off = {"path": "fp16.enabled", "value": False, "reason": "train in fp32"}
     bf16_on = {"path": "bf16.enabled", "value": True, "reason": "train in bf16"}
     plans = {}
-    for name, box, overrides in (("claim", fingerprint, []), ("fp32", fingerprint, [fp16_off]),
-                                 ("bf16", bf16_box, [fp16_off, bf16_on])):
+    for name, box, overrides in (
+        ("claim", fingerprint, []),
+        ("fp32", fingerprint, [fp16_off]),
+        ("bf16", bf16_box, [fp16_off, bf16_on]),
+    ):
         ds, run_spec = rendered(profile, box, overrides)
         assert run_spec.dtype == ds.dtype == name.replace("claim", "fp16")
         plans[name] = plan_for_run(run_spec, ds, machine, profile.plan, "claim")
@@ -191,21 +217,30 @@ def test_a_profile_override_of_the_precision_is_what_the_plan_sizes(claim_box, t
     assert [p.ledger.dtype for p in plans.values()] == ["fp16", "fp32", "bf16"]
     half, full = plans["claim"].ledger.own.zerogate, plans["fp32"].ledger.own.zerogate
     assert full.host_terms_per_rank_bytes["parameters"] == 2 * half.host_terms_per_rank_bytes["parameters"]
-    assert full.device_terms_bytes["gathered_parameters"] == 2 * half.device_terms_bytes["gathered_parameters"]
+    assert (
+        full.device_terms_bytes["gathered_parameters"] == 2 * half.device_terms_bytes["gathered_parameters"]
+    )
     # The formula's layers double; the logits' fp32 upcast and its gradient (8 B per logit) do not.
     assert full.activations_formula_bytes == 2 * half.activations_formula_bytes - 8 * 512 * 152064
     # The traced activations are the trace's at each precision: more in fp32, less than twice (the ops that
     # upcast to fp32 in fp16 alias their input in fp32).
-    assert half.device_terms_bytes["activations"] < full.device_terms_bytes["activations"] \
+    assert (
+        half.device_terms_bytes["activations"]
+        < full.device_terms_bytes["activations"]
         < 2 * half.device_terms_bytes["activations"]
+    )
     for name in ("claim", "fp32"):
-        traced = trace_micro_step(planned_model_config(QWEN14B, 152064, 512), 1, 512, plans[name].dtype, "sdpa")
+        traced = trace_micro_step(
+            planned_model_config(QWEN14B, 152064, 512), 1, 512, plans[name].dtype, "sdpa"
+        )
         assert plans[name].ledger.own.zerogate.device_terms_bytes["activations"] == traced.total_bytes
     # Mixed precision keeps a 16-bit copy of the parameters beside the fp32 master; pure fp32 keeps its
     # parameters in fp32, and ZeRO-3 a second fp32 copy as the master all the same (stage3.py compares the
     # partition's torch.device with a device-name string, which never matches, so it always clones).
-    no_offload = [{"path": "zero_optimization.offload_optimizer.device", "value": "none", "reason": "on the device"},
-                  {"path": "zero_optimization.offload_param.device", "value": "none", "reason": "on the device"}]
+    no_offload = [
+        {"path": "zero_optimization.offload_optimizer.device", "value": "none", "reason": "on the device"},
+        {"path": "zero_optimization.offload_param.device", "value": "none", "reason": "on the device"},
+    ]
     ds, run_spec = rendered(profile, fingerprint, no_offload)
     mixed = plan_for_run(run_spec, ds, machine, profile.plan, "claim")
     ds, run_spec = rendered(profile, fingerprint, [fp16_off, *no_offload])
@@ -230,11 +265,21 @@ def test_tiny_profile_fits_this_kind_of_machine(tiny_profile, cpu_fingerprint, t
 def test_the_plan_with_measured_compute_is_the_plan_planned_with_it(tiny_profile, cpu_fingerprint, tmp_path):
     machine, fingerprint = target_machine(None, _probed(tmp_path, cpu_fingerprint), "testbox")
     ds, run_spec = rendered(tiny_profile, fingerprint)
-    measured = ModelComputeMeasurement(forward_backward_s=0.5, samples_s=[0.5], threads=1, micro_batch=1, seq_len=64,
-                                       dtype="fp32", parameters=139_584, through_deepspeed=True, how="the test's")
+    measured = ModelComputeMeasurement(
+        forward_backward_s=0.5,
+        samples_s=[0.5],
+        threads=1,
+        micro_batch=1,
+        seq_len=64,
+        dtype="fp32",
+        parameters=139_584,
+        through_deepspeed=True,
+        how="the test's",
+    )
     on_paper = plan_for_run(run_spec, ds, machine, settings(tiny_profile).plan, "cpu-tiny")
     replanned = with_measured_compute(on_paper, run_spec, ds, machine, measured)
-    # Only the floor moves: the test machine states no compute peak, so on paper there is no floor, and with the
+    # Only the floor moves: the test machine states no compute peak, so on paper there is no floor, and with
+    # the
     # measured pass there is one of at least 8 micro-steps x 0.5 s. It is the floor a whole plan made with the
     # measurement has: nothing else a plan holds depends on the measurement.
     assert on_paper.floor.optimizer_step_floor_s is None and replanned.floor.optimizer_step_floor_s >= 8 * 0.5
@@ -243,11 +288,19 @@ def test_the_plan_with_measured_compute_is_the_plan_planned_with_it(tiny_profile
 
 def _baseline(peak_rss_bytes: int) -> BaselineMeasurement:
     """A runtime-baseline measurement (plan/runtime_baseline.json's) of this peak resident set."""
-    return BaselineMeasurement(peak_rss_bytes=peak_rss_bytes, peak_rss_range_bytes=[peak_rss_bytes, peak_rss_bytes],
-                               runs=[], module="zerogate.runtime.baseline", backend="gloo", how="the test's")
+    return BaselineMeasurement(
+        peak_rss_bytes=peak_rss_bytes,
+        peak_rss_range_bytes=[peak_rss_bytes, peak_rss_bytes],
+        runs=[],
+        module="zerogate.runtime.baseline",
+        backend="gloo",
+        how="the test's",
+    )
 
 
-def test_peak_prediction_on_the_cpu_accelerator_adds_the_measured_baseline(tiny_profile, cpu_fingerprint, tmp_path):
+def test_peak_prediction_on_the_cpu_accelerator_adds_the_measured_baseline(
+    tiny_profile, cpu_fingerprint, tmp_path
+):
     from zerogate.plan.ledger import PAGE_BYTES, PERSISTENT, TRANSIENT_TERMS, phase_bytes
 
     _, fingerprint = target_machine(None, _probed(tmp_path, cpu_fingerprint), "testbox")
@@ -257,7 +310,9 @@ def test_peak_prediction_on_the_cpu_accelerator_adds_the_measured_baseline(tiny_
     assert with_base.total_bytes - without.total_bytes == 500 * 2**20
     assert with_base.metric == column("peak_rss_gib") == "memory/peak_rss(GiB)"
     terms = with_base.terms_bytes
-    assert terms["shm_comm_buffer"] == PAGE_BYTES  # one other rank's state page: training's collectives use gloo
+    assert (
+        terms["shm_comm_buffer"] == PAGE_BYTES
+    )  # one other rank's state page: training's collectives use gloo
     phi = 139_584  # cpu-tiny, counted by hand in test_ledger
     # An untouched page is not resident: the 5e8-element reduce bucket holds at most the model's gradients.
     assert terms["reduce_bucket"] == 4 * phi and ds.raw["zero_optimization"]["reduce_bucket_size"] > phi
@@ -266,13 +321,16 @@ def test_peak_prediction_on_the_cpu_accelerator_adds_the_measured_baseline(tiny_
     assert with_base.transient_bytes in phases.values() and with_base.transient_bytes == max(phases.values())
     # On cpu-tiny's two-layer model the forward's end is that phase: the fetch, the running module's copy and
     # every activation (the default run's measured peak falls in the forward, docs/measurements.md).
-    assert with_base.transient_bytes == sum(terms[k] for k in ("gathered_parameters", "gathered_copy_in_use",
-                                                               "activations"))
+    assert with_base.transient_bytes == sum(
+        terms[k] for k in ("gathered_parameters", "gathered_copy_in_use", "activations")
+    )
     assert set(PERSISTENT) & set(TRANSIENT_TERMS) == set()
     assert with_base.persistent_bytes + with_base.transient_bytes == with_base.total_bytes
 
 
-def test_the_small_card_claim_shows_the_traced_terms_and_each_change_under_it_plans_with_one_command(claim_box, tmp_path):
+def test_the_small_card_claim_shows_the_traced_terms_and_each_change_under_it_plans_with_one_command(
+    claim_box, tmp_path
+):
     """The claim re-planned for the claimed box: the small-card verdict names the traced activation terms,
     and every change that brings the small card under 7.42 GB is a written profile whose one command plans
     it (here: the profile loaded as that command loads it, planned, and under the threshold)."""
@@ -283,14 +341,23 @@ def test_the_small_card_claim_shows_the_traced_terms_and_each_change_under_it_pl
     claim = settings("claim-14b")
     machine, fingerprint = target_machine(str(CLAIM_BOX), None, "ignored")
     ds, run_spec = rendered(claim, fingerprint)
-    result = with_suggestion_profiles(plan_for_run(run_spec, ds, machine, claim.plan, "claim-14b"), tmp_path,
-                                      "claim-14b", claim.training.run, claim.deepspeed.overrides, str(CLAIM_BOX))
+    result = with_suggestion_profiles(
+        plan_for_run(run_spec, ds, machine, claim.plan, "claim-14b"),
+        tmp_path,
+        "claim-14b",
+        claim.training.run,
+        claim.deepspeed.overrides,
+        str(CLAIM_BOX),
+    )
     verdict = judge_memory(result, 7.42, "GB")
     assert verdict.verdict == DOES_NOT_HOLD
     acts = result.ledger.activations
     assert acts.basis == "traced" and acts.layers == 48
-    assert f"activations traced {format_bytes(acts.saved_bytes)} ({format_bytes(acts.per_layer_bytes)} per layer x 48 " \
-           f"layers + {format_bytes(acts.outside_layers_bytes)} outside the layers)" in verdict.evidence
+    assert (
+        f"activations traced {format_bytes(acts.saved_bytes)} ({format_bytes(acts.per_layer_bytes)} per "
+        "layer x 48 "
+        f"layers + {format_bytes(acts.outside_layers_bytes)} outside the layers)" in verdict.evidence
+    )
     assert "the Korthikanti formula" in verdict.evidence and "backward transient" in verdict.evidence
     under = [c for c in result.device_changes if c.smallest_device_need_bytes < 7.42e9]
     assert "activation checkpointing" in [c.change for c in under]
@@ -303,7 +370,9 @@ def test_the_small_card_claim_shows_the_traced_terms_and_each_change_under_it_pl
     ds, run_spec = rendered(suggested, fingerprint)
     replanned = plan_for_run(run_spec, ds, machine, suggested.plan, "claim-14b-checkpointing")
     assert replanned.smallest_device.need_bytes == checkpointing.smallest_device_need_bytes < 7.42e9
-    assert replanned.ledger.activations.saved_bytes < acts.saved_bytes / 5  # checkpointing keeps layer inputs only
+    assert (
+        replanned.ledger.activations.saved_bytes < acts.saved_bytes / 5
+    )  # checkpointing keeps layer inputs only
 
 
 def test_nvme_offload_is_checked_against_the_stated_capacity_or_noted(claim_box, tmp_path):
@@ -361,7 +430,7 @@ def test_the_reports_claimed_box_table_lists_the_peers_with_their_needs(claim_bo
 
     result = plan(claim_counts(), claim_setup(), claim_box)
     page = section("scheme_table", result, "The plan for the claimed box", "schemes-claimed")
-    peers = page[page.index("id='schemes-claimed-peers'"):]
+    peers = page[page.index("id='schemes-claimed-peers'") :]
     host = next(c for c in result.peers[1].checks if c.rank is None)
     assert "fsdp2-offload" in peers and format_bytes(host.need_bytes) in peers
     assert format_bytes(result.peers[1].communicated_per_step_bytes) in peers

@@ -15,8 +15,14 @@ import yaml
 
 from tests.conftest import CPU_FINGERPRINT
 from tests.unit.helpers import render_profile, settings
-from tests.unit.test_ledger import (_peak_steps, recorded_counts, recorded_ds_config, recorded_run_spec)
-from zerogate.analysis.ledger_check import BUCKETS_EXCLUDED, PEAK_TOLERANCE, compare, read_measurements, with_peaks
+from tests.unit.test_ledger import _peak_steps, recorded_counts, recorded_ds_config, recorded_run_spec
+from zerogate.analysis.ledger_check import (
+    BUCKETS_EXCLUDED,
+    PEAK_TOLERANCE,
+    compare,
+    read_measurements,
+    with_peaks,
+)
 from zerogate.bench import grid_points, planner_grid
 from zerogate.config.profile import load_profile_chain, resolve_profile
 from zerogate.contracts.ledger import LedgerTable
@@ -51,15 +57,24 @@ def one_point(**point) -> dict:
 
 # --- the grid file ------------------------------------------------------------------------------------------
 
+
 def test_the_shipped_grid_spans_what_it_is_meant_to():
     grid, profiles = grid_points.check_grid(REPO)
     assert len(grid.points) >= 12
     stages = {VARIANTS[p.zero][0] for p in grid.points}
     assert stages == {0, 1, 2, 3}
     assert any(VARIANTS[p.zero][1] for p in grid.points) and any(VARIANTS[p.zero][2] for p in grid.points)
-    resolved = [settings(resolve_profile([*load_profile_chain(REPO / "config/profiles", grid.base, GRID, "base"),
-                                          (REPO / GRID, {k: v for k, v in profile.items() if k != "extends"})]))
-                for profile in profiles.values()]
+    resolved = [
+        settings(
+            resolve_profile(
+                [
+                    *load_profile_chain(REPO / "config/profiles", grid.base, GRID, "base"),
+                    (REPO / GRID, {k: v for k, v in profile.items() if k != "extends"}),
+                ]
+            )
+        )
+        for profile in profiles.values()
+    ]
     micro = {s.training.run.micro_batch_per_rank for s in resolved}
     seq = {s.dataset.seq_len for s in resolved}
     assert min(micro) == 1 and max(micro) == 8 and min(seq) == 128 and max(seq) == 512
@@ -69,8 +84,9 @@ def test_the_shipped_grid_spans_what_it_is_meant_to():
 
 
 def test_a_point_profile_is_the_base_with_the_points_keys_and_its_variants_stage(tmp_path):
-    raw = one_point(zero="zero2-offload", overrides={"training": {"micro_batch_per_rank": 4},
-                                                      "dataset": {"seq_len": 256}})
+    raw = one_point(
+        zero="zero2-offload", overrides={"training": {"micro_batch_per_rank": 4}, "dataset": {"seq_len": 256}}
+    )
     repo = grid_repo(tmp_path, raw)
     written = grid_points.write_profiles(repo, tmp_path / "out", GRID)
     assert [p.name for p in written] == ["planner-grid-p.yaml"]
@@ -84,16 +100,26 @@ def test_a_point_profile_is_the_base_with_the_points_keys_and_its_variants_stage
     assert (ds_config.stage, planner_grid.offload_of(ds_config)) == (2, "optimizer")
 
 
-@pytest.mark.parametrize("change, expected", [
-    (lambda g: g["points"][0].update(zero="zero4"), "config/planner_grid.yaml: points[0] (p): zero: "),
-    (lambda g: g["points"].append(copy.deepcopy(g["points"][0])),
-     "config/planner_grid.yaml: points[1] (p): id: also the id of points[0]"),
-    (lambda g: g["points"][0].update(id="Has Spaces"), "config/planner_grid.yaml: points[0] (Has Spaces): id: "),
-    (lambda g: g["points"][0].update(overrides={"extends": "cpu-tiny"}),
-     "config/planner_grid.yaml: points[0] (p): overrides.extends: a point extends the grid's base"),
-    (lambda g: g.pop("base"), "config/planner_grid.yaml: base: "),
-    (lambda g: g.update(points=[]), "config/planner_grid.yaml: points: "),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda g: g["points"][0].update(zero="zero4"), "config/planner_grid.yaml: points[0] (p): zero: "),
+        (
+            lambda g: g["points"].append(copy.deepcopy(g["points"][0])),
+            "config/planner_grid.yaml: points[1] (p): id: also the id of points[0]",
+        ),
+        (
+            lambda g: g["points"][0].update(id="Has Spaces"),
+            "config/planner_grid.yaml: points[0] (Has Spaces): id: ",
+        ),
+        (
+            lambda g: g["points"][0].update(overrides={"extends": "cpu-tiny"}),
+            "config/planner_grid.yaml: points[0] (p): overrides.extends: a point extends the grid's base",
+        ),
+        (lambda g: g.pop("base"), "config/planner_grid.yaml: base: "),
+        (lambda g: g.update(points=[]), "config/planner_grid.yaml: points: "),
+    ],
+)
 def test_a_malformed_grid_is_refused_naming_the_file_the_point_and_the_key(tmp_path, change, expected):
     raw = one_point()
     change(raw)
@@ -104,17 +130,32 @@ def test_a_malformed_grid_is_refused_naming_the_file_the_point_and_the_key(tmp_p
     assert str(error.value).startswith(expected) and "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    ({"training": {"micro_batch_per_rank": 0}},
-     "config/planner_grid.yaml: points[0] (p): overrides.training.micro_batch_per_rank: "),
-    ({"training": {"micro_batch_per_rnak": 2}},
-     "config/planner_grid.yaml: points[0] (p): overrides.training.micro_batch_per_rnak: unknown key"),
-    ({"model": {"attention": "flash"}}, "config/planner_grid.yaml: points[0] (p): overrides.model.attention: "),
-    ({"model": {"config": "config/models/gpt2.json"}, "dataset": {"seq_len": 2048}},
-     "config/planner_grid.yaml: points[0] (p): overrides.dataset.seq_len: 2048 exceeds the 1024 positions"),
-    ({"model": {"config": "config/models/no-such.json"}},
-     "config/planner_grid.yaml: points[0] (p): overrides.model.config: no such config.json"),
-])
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (
+            {"training": {"micro_batch_per_rank": 0}},
+            "config/planner_grid.yaml: points[0] (p): overrides.training.micro_batch_per_rank: ",
+        ),
+        (
+            {"training": {"micro_batch_per_rnak": 2}},
+            "config/planner_grid.yaml: points[0] (p): overrides.training.micro_batch_per_rnak: unknown key",
+        ),
+        (
+            {"model": {"attention": "flash"}},
+            "config/planner_grid.yaml: points[0] (p): overrides.model.attention: ",
+        ),
+        (
+            {"model": {"config": "config/models/gpt2.json"}, "dataset": {"seq_len": 2048}},
+            "config/planner_grid.yaml: points[0] (p): overrides.dataset.seq_len: 2048 exceeds the 1024 "
+            "positions",
+        ),
+        (
+            {"model": {"config": "config/models/no-such.json"}},
+            "config/planner_grid.yaml: points[0] (p): overrides.model.config: no such config.json",
+        ),
+    ],
+)
 def test_a_point_whose_profile_is_bad_is_refused_before_anything_is_written(tmp_path, overrides, expected):
     raw = one_point(overrides=overrides)
     raw["points"].insert(1, {"id": "fine", "zero": "zero0", "overrides": {}})
@@ -127,7 +168,9 @@ def test_a_point_whose_profile_is_bad_is_refused_before_anything_is_written(tmp_
 
 def test_a_bad_key_the_base_sets_names_the_base_profile(tmp_path):
     repo = grid_repo(tmp_path, {**one_point(), "base": "broken"})
-    (repo / "config/profiles/broken.yaml").write_text("extends: planner-grid\ntraining: {optimizer_steps: 0}\n")
+    (repo / "config/profiles/broken.yaml").write_text(
+        "extends: planner-grid\ntraining: {optimizer_steps: 0}\n"
+    )
     with pytest.raises(InputError) as error:
         grid_points.check_grid(repo)
     assert str(error.value).startswith(f"{repo / 'config/profiles/broken.yaml'}: training.optimizer_steps: ")
@@ -135,27 +178,40 @@ def test_a_bad_key_the_base_sets_names_the_base_profile(tmp_path):
 
 # --- the table ----------------------------------------------------------------------------------------------
 
+
 def recorded_point() -> planner_grid.PointRun:
     """A point as the grid's run copied it (tests/data/planner_grid/README.md)."""
-    return planner_grid.read_point("recorded", RECORDED / "ledger_vs_measured.json", RECORDED / "run_spec.json",
-                                   RECORDED / "ds_config.json", RECORDED / "train.tsv")
+    return planner_grid.read_point(
+        "recorded",
+        RECORDED / "ledger_vs_measured.json",
+        RECORDED / "run_spec.json",
+        RECORDED / "ds_config.json",
+        RECORDED / "train.tsv",
+    )
 
 
 def test_the_recorded_points_rows_are_its_ledger_tables_levels_unchanged():
     run = recorded_point()
     rows = planner_grid.point_levels(run)
-    assert [r.level for r in rows] == [level for level in dict.fromkeys(r.level for r in run.ledger.levels)
-                                       if level in planner_grid.TARGETS]
+    assert [r.level for r in rows] == [
+        level for level in dict.fromkeys(r.level for r in run.ledger.levels) if level in planner_grid.TARGETS
+    ]
     for row in rows:
         same_level = [r for r in run.ledger.levels if r.level == row.level]
         worst = max(same_level, key=lambda r: abs(r.error_percent))
         assert (row.rank, row.predicted_bytes, row.measured_bytes, row.error_percent) == (
-            worst.rank, worst.predicted_bytes, worst.measured_bytes, worst.error_percent)
+            worst.rank,
+            worst.predicted_bytes,
+            worst.measured_bytes,
+            worst.error_percent,
+        )
         assert row.within_target == (abs(row.error_percent) <= planner_grid.TARGETS[row.level])
         assert row.parameters == run.ledger.parameters and row.scheme == run.ledger.scheme
     resident = next(r for r in rows if r.level == "resident_set")
     peak_row = next(r for r in run.ledger.peak.rows if r.rank == resident.rank)
-    assert resident.with_allocator_free_error_percent == peak_row.with_allocator_free_error_percent is not None
+    assert (
+        resident.with_allocator_free_error_percent == peak_row.with_allocator_free_error_percent is not None
+    )
     assert all(r.with_allocator_free_error_percent is None for r in rows if r.level != "resident_set")
     assert rows[0].micro_batch == run.run_spec.training.micro_batch_per_rank
     assert rows[0].seq_len == run.run_spec.seq_len and rows[0].stage == run.ds_config.stage
@@ -173,9 +229,15 @@ def built_point(tmp_path: Path, live_over: float) -> planner_grid.PointRun:
     tensor = prediction.levels["tensor"]
     bucket = tensor.terms_bytes["reduce_bucket"]
     for rank in (0, 1):
-        LiveTensorPeak(rank=rank, step=4, peak_bytes=int(bucket + (tensor.predicted_bytes - bucket) * live_over),
-                       at_start_bytes=0, buffers_bytes={"reduce_bucket": bucket}, seconds=1.0,
-                       how="a test's").write(tmp_path / f"live_tensors_rank{rank}.json")
+        LiveTensorPeak(
+            rank=rank,
+            step=4,
+            peak_bytes=int(bucket + (tensor.predicted_bytes - bucket) * live_over),
+            at_start_bytes=0,
+            buffers_bytes={"reduce_bucket": bucket},
+            seconds=1.0,
+            how="a test's",
+        ).write(tmp_path / f"live_tensors_rank{rank}.json")
     resident = prediction.levels["resident_set"].predicted_bytes / 2**30
     steps = _peak_steps([resident * 1.05], [resident])
     measured = read_measurements(tmp_path, steps)
@@ -197,7 +259,11 @@ def test_a_point_within_its_targets_and_one_beyond_them(tmp_path):
     assert off_rows[BUCKETS_EXCLUDED].within_target is False  # the model's share is 25 % above the prediction
     assert off_rows[BUCKETS_EXCLUDED].error_percent == pytest.approx(100 * (1 / 1.25 - 1), abs=0.01)
     # The same definition as the ledger table: its own row, unchanged.
-    ledger_row = next(r for r in off.ledger.levels if r.level == BUCKETS_EXCLUDED and r.rank == off_rows[BUCKETS_EXCLUDED].rank)
+    ledger_row = next(
+        r
+        for r in off.ledger.levels
+        if r.level == BUCKETS_EXCLUDED and r.rank == off_rows[BUCKETS_EXCLUDED].rank
+    )
     assert off_rows[BUCKETS_EXCLUDED].error_percent == ledger_row.error_percent
     off = dataclasses.replace(off, point="off")
     table = planner_grid.grid_table([dataclasses.replace(fine, point="fine"), off], GRID, b"grid", NO_GIT)

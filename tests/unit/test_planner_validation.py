@@ -14,9 +14,17 @@ import pytest
 import yaml
 
 from tests.unit.helpers import clean_checkout, run_snakemake
-from zerogate.analysis.planner_validation import (ESTIMATOR_ROUNDING, LARGEST_WITHIN, VERDICT_AGREES, Spread,
-                                                  judge_largest_micro_batch, judge_outcome, judge_printed,
-                                                  printed_interval, summarise)
+from zerogate.analysis.planner_validation import (
+    ESTIMATOR_ROUNDING,
+    LARGEST_WITHIN,
+    VERDICT_AGREES,
+    Spread,
+    judge_largest_micro_batch,
+    judge_outcome,
+    judge_printed,
+    printed_interval,
+    summarise,
+)
 from zerogate.bench import planner_validation as validation
 from zerogate.config.published_setups import read_setups
 from zerogate.contracts.planner_validation import PlannerValidation
@@ -45,11 +53,18 @@ def planned(table, row_id, micro_batch=None):
 
 # ---- the table ---------------------------------------------------------------------------------------------
 
+
 def test_the_shipped_table_reads_with_every_kind_and_at_least_six_measured_results(table):
     kinds = [r.kind for r in table.setups]
-    assert {k: kinds.count(k) for k in set(kinds)} == {"estimator_table": 41, "paper_figure": 22, "measured": 23}
+    assert {k: kinds.count(k) for k in set(kinds)} == {
+        "estimator_table": 41,
+        "paper_figure": 22,
+        "measured": 23,
+    }
     assert sum(1 for r in table.setups if r.kind == "measured" and r.published.largest_micro_batch) == 2
-    assert sum(1 for r in table.setups if r.kind == "measured" and r.published.outcome == "out_of_memory") >= 6
+    assert (
+        sum(1 for r in table.setups if r.kind == "measured" and r.published.outcome == "out_of_memory") >= 6
+    )
 
 
 def broken_copy(tmp_path: Path, index: int, change) -> Path:
@@ -60,23 +75,53 @@ def broken_copy(tmp_path: Path, index: int, change) -> Path:
     return path
 
 
-@pytest.mark.parametrize("index, change, where, problem", [
-    (5, lambda r: r["setup"].update(zero_stage=5), "setup.zero_stage", "Input should be 2 or 3"),
-    (45, lambda r: r["published"].pop("printed_resolution"), "published.printed_resolution", "Field required"),
-    (70, lambda r: r["published"].pop("oom_memory"), "published.oom_memory", "required for an out_of_memory outcome"),
-    (70, lambda r: r["setup"].update(seq_len="long"), "setup.seq_len", "Input should be a valid integer"),
-    (70, lambda r: r["setup"].update(attention="flash"), "setup.attention", "Input should be 'sdpa'"),
-    (4, lambda r: r["setup"].pop("zero_init"), "setup.zero_init", "required for a ZeRO-3 per-CPU figure"),
-    (3, lambda r: r.update(kind="guess"), "kind", "Input tag 'guess' found using 'kind' does not match"),
-    (3, lambda r: r["changed_since_printed"][0].update(deepspeed_version="soon"),
-     "changed_since_printed.0.deepspeed_version", "String should match pattern"),
-    (70, lambda r: r["setup"].update(deepspeed_version="latest"), "setup.deepspeed_version",
-     "String should match pattern"),
-    (16, lambda r: r.update(changed_since_printed=[{"figure": "per_cpu", "deepspeed_version": "0.14.3", "change": "x",
-                                                    "formulas": "y"}]),
-     "changed_since_printed.0.figure", "the row prints no per-CPU figure"),
-])
-def test_a_malformed_row_is_refused_with_one_line_naming_the_file_row_and_key(tmp_path, index, change, where, problem):
+@pytest.mark.parametrize(
+    "index, change, where, problem",
+    [
+        (5, lambda r: r["setup"].update(zero_stage=5), "setup.zero_stage", "Input should be 2 or 3"),
+        (
+            45,
+            lambda r: r["published"].pop("printed_resolution"),
+            "published.printed_resolution",
+            "Field required",
+        ),
+        (
+            70,
+            lambda r: r["published"].pop("oom_memory"),
+            "published.oom_memory",
+            "required for an out_of_memory outcome",
+        ),
+        (70, lambda r: r["setup"].update(seq_len="long"), "setup.seq_len", "Input should be a valid integer"),
+        (70, lambda r: r["setup"].update(attention="flash"), "setup.attention", "Input should be 'sdpa'"),
+        (4, lambda r: r["setup"].pop("zero_init"), "setup.zero_init", "required for a ZeRO-3 per-CPU figure"),
+        (3, lambda r: r.update(kind="guess"), "kind", "Input tag 'guess' found using 'kind' does not match"),
+        (
+            3,
+            lambda r: r["changed_since_printed"][0].update(deepspeed_version="soon"),
+            "changed_since_printed.0.deepspeed_version",
+            "String should match pattern",
+        ),
+        (
+            70,
+            lambda r: r["setup"].update(deepspeed_version="latest"),
+            "setup.deepspeed_version",
+            "String should match pattern",
+        ),
+        (
+            16,
+            lambda r: r.update(
+                changed_since_printed=[
+                    {"figure": "per_cpu", "deepspeed_version": "0.14.3", "change": "x", "formulas": "y"}
+                ]
+            ),
+            "changed_since_printed.0.figure",
+            "the row prints no per-CPU figure",
+        ),
+    ],
+)
+def test_a_malformed_row_is_refused_with_one_line_naming_the_file_row_and_key(
+    tmp_path, index, change, where, problem
+):
     path = broken_copy(tmp_path, index, change)
     with pytest.raises(InputError) as error:
         read_setups(path, "mine.yaml")
@@ -86,27 +131,39 @@ def test_a_malformed_row_is_refused_with_one_line_naming_the_file_row_and_key(tm
     assert "\n" not in message
 
 
-def test_a_duplicate_id_and_a_model_config_that_does_not_load_are_refused_before_any_planning(tmp_path, monkeypatch):
+def test_a_duplicate_id_and_a_model_config_that_does_not_load_are_refused_before_any_planning(
+    tmp_path, monkeypatch
+):
     path = broken_copy(tmp_path, 1, lambda r: r.update(id="ds-memory-t5-3b-z2-live-1x8-offopt-cpu"))
-    with pytest.raises(InputError, match=r"setups\[1\] \(ds-memory-t5-3b-z2-live-1x8-offopt-cpu\): id: also the id "
-                                         r"of setups\[0\]"):
+    with pytest.raises(
+        InputError,
+        match=r"setups\[1\] \(ds-memory-t5-3b-z2-live-1x8-offopt-cpu\): id: also the id "
+        r"of setups\[0\]",
+    ):
         read_setups(path)
     # A row naming a config that is not there: refused naming the row's key, and nothing is planned first.
     copy = tmp_path / "repo"
     (copy / "config" / "published_setups").mkdir(parents=True)
     shutil.copytree(REPO / "config" / "models", copy / "config" / "models")
-    broken_copy(copy / "config" / "published_setups", 70, lambda r: r["model"].update(config="config/models/none.json"))
+    broken_copy(
+        copy / "config" / "published_setups",
+        70,
+        lambda r: r["model"].update(config="config/models/none.json"),
+    )
     planned_rows = []
     monkeypatch.setattr(validation, "check_measured_row", lambda *a: planned_rows.append(a))
     monkeypatch.setattr(validation, "check_estimator_row", lambda *a: planned_rows.append(a))
     with pytest.raises(InputError) as error:
         validation.validate(copy)
     measured_id = yaml.safe_load(SETUPS.read_text())["setups"][70]["id"]
-    assert str(error.value).startswith(f"{validation.SETUPS_FILE}: setups[70] ({measured_id}): model.config: ")
+    assert str(error.value).startswith(
+        f"{validation.SETUPS_FILE}: setups[70] ({measured_id}): model.config: "
+    )
     assert "none.json: no such file" in str(error.value) and planned_rows == []
 
 
 # ---- a measured row as a run ---------------------------------------------------------------------------
+
 
 def test_a_measured_row_is_rendered_and_planned_with_its_stage_offloads_precision_geometry_and_gpus(table):
     run = planned(table, "llamafactory-5977-llama3-8b-8x3090-z3-offload-fits-13g")
@@ -124,7 +181,12 @@ def test_a_measured_row_is_rendered_and_planned_with_its_stage_offloads_precisio
     assert run.checks == run.plan.checks
     bf16 = planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-oom")
     assert (bf16.run_spec.dtype, bf16.plan.scheme, bf16.plan.ranks) == ("bf16", "zero2", 1)
-    assert planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-oom", micro_batch=3).ds_config.train_micro_batch_size_per_gpu == 3
+    assert (
+        planned(
+            table, "openrlhf-698-llama3-8b-1xa100-80g-z2-oom", micro_batch=3
+        ).ds_config.train_micro_batch_size_per_gpu
+        == 3
+    )
 
 
 def test_what_a_row_states_reaches_the_plan_and_what_the_settings_cannot_say_is_listed_not_dropped(table):
@@ -138,17 +200,25 @@ def test_what_a_row_states_reaches_the_plan_and_what_the_settings_cannot_say_is_
 def test_a_gpt2_row_is_planned_from_its_config_and_an_unstated_fact_is_not_judged(table):
     gpt2 = row(table, "xirider-gpt2-xl-1xv100-16g-z2-offopt-largest-mb12")
     checked = validation.check_measured_row(gpt2, load_config(REPO / gpt2.model.config), REPO)
-    assert checked.checks[0].target == VERDICT_AGREES and checked.checks[0].predicted.startswith("fits: rank 0")
+    assert checked.checks[0].target == VERDICT_AGREES and checked.checks[0].predicted.startswith(
+        "fits: rank 0"
+    )
     ddp = row(table, "hf-blog-accelerate-ds-gpt2-xl-ddp-oom-titanrtx")  # the blog does not say its precision
     checked = validation.check_measured_row(ddp, load_config(REPO / ddp.model.config), REPO)
     assert [(c.verdict, c.basis) for c in checked.checks] == [
-        (NOT_MEASURED, "the source does not state setup.dtype, which the plan needs")]
+        (NOT_MEASURED, "the source does not state setup.dtype, which the plan needs")
+    ]
 
 
-# ---- judging ------------------------------------------------------------------------------------------------
+# ---- judging
+# ------------------------------------------------------------------------------------------------
+
 
 def test_printed_figures_stand_for_the_interval_their_rounding_leaves():
-    assert printed_interval(100 * GIB, GIB, 0.01, "nearest") == (100 * GIB - 0.005 * GIB - 1, 100 * GIB + 0.005 * GIB + 1)
+    assert printed_interval(100 * GIB, GIB, 0.01, "nearest") == (
+        100 * GIB - 0.005 * GIB - 1,
+        100 * GIB + 0.005 * GIB + 1,
+    )
     assert printed_interval(3291 * MIB, MIB, 1, "floor") == (3291 * MIB - 1, 3292 * MIB - 1)
 
 
@@ -159,20 +229,36 @@ def test_an_estimator_row_passes_within_its_rounding_and_fails_outside_it(table)
     published = hand.published
 
     def judged(predicted_bytes):
-        return judge_printed("per-GPU memory", ESTIMATOR_ROUNDING, published.per_gpu_bytes, "MB", MIB, 1, "floor",
-                             Spread.exact(predicted_bytes), "test").verdict
+        return judge_printed(
+            "per-GPU memory",
+            ESTIMATOR_ROUNDING,
+            published.per_gpu_bytes,
+            "MB",
+            MIB,
+            1,
+            "floor",
+            Spread.exact(predicted_bytes),
+            "test",
+        ).verdict
 
     assert (judged(3291 * MIB + MIB - 1), judged(3292 * MIB), judged(3291 * MIB - 2)) == (PASS, FAIL, FAIL)
 
 
 def test_a_live_table_is_judged_over_the_truncated_counts_it_was_printed_from(table):
-    # DeepSpeed prints int(params / 1e6) M: T0_3B's "2783M" is 2783-2784 M, and its 70.00 GB per CPU is reached
+    # DeepSpeed prints int(params / 1e6) M: T0_3B's "2783M" is 2783-2784 M, and its 70.00 GB per CPU is
+    # reached
     # only within that interval (the stated count gives 69.98 GB).
     live = row(table, "hf-docs-t0-3b-z3-live-1x2-par-cpu-opt-cpu-zi0")
     assert [c.verdict for c in validation.check_estimator_row(live).checks] == [PASS, PASS]
-    exact = live.model_copy(update={"model": live.model.model_copy(update={"count_resolution": None, "count_rounding": None})})
+    exact = live.model_copy(
+        update={"model": live.model.model_copy(update={"count_resolution": None, "count_rounding": None})}
+    )
     per_cpu = validation.check_estimator_row(exact).checks[1]
-    assert (per_cpu.quantity, per_cpu.verdict, round(per_cpu.predicted_value / GIB, 2)) == ("per-CPU memory", FAIL, 69.98)
+    assert (per_cpu.quantity, per_cpu.verdict, round(per_cpu.predicted_value / GIB, 2)) == (
+        "per-CPU memory",
+        FAIL,
+        69.98,
+    )
 
 
 def test_the_planner_column_is_used_where_it_takes_the_rows_options_and_deepspeed_where_it_does_not(table):
@@ -188,7 +274,9 @@ def test_the_planner_column_is_used_where_it_takes_the_rows_options_and_deepspee
 def test_the_paper_rows_meet_their_rounding_through_the_planners_paper_column(table):
     checked = [validation.check_paper_row(r) for r in table.setups if r.kind == "paper_figure"]
     assert len(checked) == 22 and {c.checks[0].verdict for c in checked} == {PASS}
-    fig1 = validation.check_paper_row(row(table, "zero-paper-fig1-7.5b-nd64-pos-g-p"))  # 16 x 7.5e9 / 64 = 1.875
+    fig1 = validation.check_paper_row(
+        row(table, "zero-paper-fig1-7.5b-nd64-pos-g-p")
+    )  # 16 x 7.5e9 / 64 = 1.875
     assert fig1.checks[0].predicted_value == 1_875_000_000 and fig1.checks[0].published_value == 1_900_000_000
 
 
@@ -196,24 +284,43 @@ def test_a_verdict_agrees_only_when_the_plan_says_what_was_published(table):
     oom = planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-oom").plan
     fits = planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-adam-offload-fits").plan
     assert not oom.device_checks[0].fits and fits.device_checks[0].fits
-    for plan, published, verdict in ((oom, "out_of_memory", PASS), (oom, "fits", FAIL), (fits, "fits", PASS),
-                                     (fits, "out_of_memory", FAIL)):
+    for plan, published, verdict in (
+        (oom, "out_of_memory", PASS),
+        (oom, "fits", FAIL),
+        (fits, "fits", PASS),
+        (fits, "out_of_memory", FAIL),
+    ):
         plan_fits = all(c.fits for c in plan.device_checks)
         memory = None if published == "fits" else "device"
         assert judge_outcome(published, memory, plan_fits, "", "").verdict == verdict
 
 
 def test_a_largest_micro_batch_is_within_a_factor_1_25_or_not():
-    verdicts = {predicted: judge_largest_micro_batch(16, predicted, "").verdict for predicted in (0, 12, 13, 16, 20, 21)}
+    verdicts = {
+        predicted: judge_largest_micro_batch(16, predicted, "").verdict
+        for predicted in (0, 12, 13, 16, 20, 21)
+    }
     assert verdicts == {0: FAIL, 12: FAIL, 13: PASS, 16: PASS, 20: PASS, 21: FAIL}
 
 
 def test_the_largest_micro_batch_search_finds_the_last_one_that_plans_to_fit(table):
-    assert [validation.largest_micro_batch(lambda m, t=t: m <= t) for t in (0, 1, 5, 64, 100)] == [0, 1, 5, 64, 100]
+    assert [validation.largest_micro_batch(lambda m, t=t: m <= t) for t in (0, 1, 5, 64, 100)] == [
+        0,
+        1,
+        5,
+        64,
+        100,
+    ]
     assert validation.largest_micro_batch(lambda m: True, limit=16) == 16
     # On the planner: the row's run at the found micro-batch fits every GPU, one more does not.
     found = validation.largest_micro_batch(
-        lambda m: all(c.fits for c in planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-adam-offload-fits", m).plan.device_checks))
+        lambda m: all(
+            c.fits
+            for c in planned(
+                table, "openrlhf-698-llama3-8b-1xa100-80g-z2-adam-offload-fits", m
+            ).plan.device_checks
+        )
+    )
     assert found >= 1
     at = planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-adam-offload-fits", found).plan
     above = planned(table, "openrlhf-698-llama3-8b-1xa100-80g-z2-adam-offload-fits", found + 1).plan
@@ -221,8 +328,10 @@ def test_the_largest_micro_batch_search_finds_the_last_one_that_plans_to_fit(tab
 
 
 def test_the_summary_counts_each_target_once_per_figure(table):
-    rows = [validation.check_estimator_row(row(table, "ds-memory-t5-3b-z2-cold-1x8-offopt-none")),
-            validation.check_paper_row(row(table, "zero-paper-fig1-7.5b-nd64-pos"))]
+    rows = [
+        validation.check_estimator_row(row(table, "ds-memory-t5-3b-z2-cold-1x8-offopt-none")),
+        validation.check_paper_row(row(table, "zero-paper-fig1-7.5b-nd64-pos")),
+    ]
     counts = {s.target: (s.passed, s.failed, s.not_measured) for s in summarise(rows)}
     # The row's per-GPU figure was printed by a formula DeepSpeed has since changed: not judged.
     assert counts[ESTIMATOR_ROUNDING] == (1, 0, 1) and counts["paper figure to its rounding"] == (1, 0, 0)
@@ -230,7 +339,8 @@ def test_the_summary_counts_each_target_once_per_figure(table):
 
 
 def test_a_figure_printed_by_a_formula_deepspeed_changed_is_judged_only_by_a_deepspeed_before_the_change(
-        table, monkeypatch):
+    table, monkeypatch
+):
     # memory.rst's ZeRO-2 table was printed with 4 + 16/N bytes per parameter on the GPU; DeepSpeed computes
     # 2 + 18/N since 0.14.3. The installed DeepSpeed cannot reproduce the printed figure.
     printed = row(table, "ds-memory-t5-3b-z2-cold-1x8-offopt-none")
@@ -241,8 +351,13 @@ def test_a_figure_printed_by_a_formula_deepspeed_changed_is_judged_only_by_a_dee
     assert f"the installed DeepSpeed {installed} computes the new one" in gpu.basis
     assert "Judged anyway it would be FAIL" in gpu.basis
     # A change after the installed release leaves the figure judged, and judged as it is.
-    later = printed.model_copy(update={"changed_since_printed": [
-        printed.changed_since_printed[0].model_copy(update={"deepspeed_version": "99.0"})]})
+    later = printed.model_copy(
+        update={
+            "changed_since_printed": [
+                printed.changed_since_printed[0].model_copy(update={"deepspeed_version": "99.0"})
+            ]
+        }
+    )
     assert [c.verdict for c in validation.check_estimator_row(later).checks] == [FAIL, PASS]
     # At N = 1 both formulas give 20 bytes per parameter: GPT-J's one-GPU row is judged and met.
     one_gpu = validation.check_estimator_row(row(table, "ds-issue-1883-gpt-j-6b-z2-live-1x1-offopt-none"))
@@ -250,6 +365,7 @@ def test_a_figure_printed_by_a_formula_deepspeed_changed_is_judged_only_by_a_dee
 
 
 # ---- the rule ---------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def workflow_copy(tmp_path_factory) -> Path:
@@ -279,10 +395,20 @@ def test_validate_planner_refuses_a_malformed_table_with_one_line_and_writes_not
     done = snakemake(workflow_copy, "validate_planner", "--config", "machine=test", f"published_setups={bad}")
     assert done.returncode != 0
     row_id = yaml.safe_load(SETUPS.read_text())["setups"][70]["id"]
-    assert f"zerogate: error: {bad}: setups[70] ({row_id}): setup.zero_stage: Input should be 0, 1, 2 or 3" in done.stderr
-    assert not (workflow_copy / "results" / "planner_validation" / bad.stem / "planner_validation.json").exists()
-    missing = snakemake(workflow_copy, "validate_planner", "--config", "machine=test", "published_setups=none.yaml")
-    assert missing.returncode != 0 and "zerogate: error: --config: published_setups: no such file: none.yaml" in missing.stderr
+    assert (
+        f"zerogate: error: {bad}: setups[70] ({row_id}): setup.zero_stage: Input should be 0, 1, 2 or 3"
+        in done.stderr
+    )
+    assert not (
+        workflow_copy / "results" / "planner_validation" / bad.stem / "planner_validation.json"
+    ).exists()
+    missing = snakemake(
+        workflow_copy, "validate_planner", "--config", "machine=test", "published_setups=none.yaml"
+    )
+    assert (
+        missing.returncode != 0
+        and "zerogate: error: --config: published_setups: no such file: none.yaml" in missing.stderr
+    )
 
 
 def test_a_loss_on_16_bit_logits_is_planned_with_the_loss_it_states(table):
@@ -335,5 +461,8 @@ def test_a_memory_reading_is_set_against_the_level_its_metric_measures(table):
     checked = validation.check_measured_row(unnamed, load_config(REPO / unnamed.model.config), REPO)
     reading = next(c for c in checked.checks if c.quantity == "peak memory per GPU")
     counts, setup, activations = planned(table, unnamed.id).planned
-    assert reading.predicted_value == peak_prediction(counts, setup, None, activations).levels["device"].predicted_bytes
+    assert (
+        reading.predicted_value
+        == peak_prediction(counts, setup, None, activations).levels["device"].predicted_bytes
+    )
     assert "not named" in reading.basis

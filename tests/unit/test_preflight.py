@@ -7,7 +7,9 @@ from zerogate.plan.preflight import verdict
 
 
 def profile(name):
-    return resolve_profile(load_profile_chain(REPO / "config/profiles", name, "config/config.yaml", "profile"))
+    return resolve_profile(
+        load_profile_chain(REPO / "config/profiles", name, "config/config.yaml", "profile")
+    )
 
 
 def with_ram(fingerprint, gib):
@@ -26,7 +28,8 @@ def test_claim_profile_is_refused_on_a_cpu_machine(cpu_fingerprint):
 def test_claim_profile_passes_on_the_claims_hardware():
     machine = with_ram(gpu_fingerprint(("RTX 5070 Laptop", 8.0), ("RTX 4090", 24.0)), 256)
     assert verdict(profile("claim-14b")["preflight"], machine) == Preflight(
-        ok=True, needs=profile("claim-14b")["preflight"], shortfalls=[])
+        ok=True, needs=profile("claim-14b")["preflight"], shortfalls=[]
+    )
 
 
 def test_small_card_and_short_ram_are_each_named():

@@ -5,7 +5,14 @@ from pathlib import Path
 
 from zerogate.config.machines import check, from_fingerprint
 from zerogate.contracts.machine import Fingerprint
-from zerogate.runtime.probe import merge_devices, numa_nodes, parse_nvidia_smi_xml, parse_nvml, pinned_memory_limit, summary
+from zerogate.runtime.probe import (
+    merge_devices,
+    numa_nodes,
+    parse_nvidia_smi_xml,
+    parse_nvml,
+    pinned_memory_limit,
+    summary,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "probe"
 
@@ -21,18 +28,36 @@ def test_nvml_values_parse_into_device_facts_and_links():
     parsed = parse_nvml(nvml_sample())
     rtx5070, rtx4090 = parsed["devices"]
     assert rtx5070["compute_capability"] == "12.0" and rtx5070["bf16_supported"] and rtx5070["fp16_supported"]
-    assert rtx4090["pcie"] == {"generation": 1, "width": 8, "max_generation": 4, "max_width": 16}  # idle link downclocks
+    assert rtx4090["pcie"] == {
+        "generation": 1,
+        "width": 8,
+        "max_generation": 4,
+        "max_width": 16,
+    }  # idle link downclocks
     assert rtx4090["memory_free_bytes"] == 25313673216
-    assert parsed["links"]["peer_to_peer_all_pairs"] is False  # status 2 = NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED
+    assert (
+        parsed["links"]["peer_to_peer_all_pairs"] is False
+    )  # status 2 = NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED
     assert parsed["links"]["nvlink_any"] is False
     assert parsed["cuda_driver_version"] == "12.8"
 
 
 def test_old_card_has_fp16_but_no_bf16():
-    raw = {"devices": [{"name": b"Tesla V100-SXM2-16GB", "memory_total": 16 * 1024**3, "cuda_compute_capability": (7, 0),
-                        "nvlink_active": 6}], "p2p": {}}
+    raw = {
+        "devices": [
+            {
+                "name": b"Tesla V100-SXM2-16GB",
+                "memory_total": 16 * 1024**3,
+                "cuda_compute_capability": (7, 0),
+                "nvlink_active": 6,
+            }
+        ],
+        "p2p": {},
+    }
     device = parse_nvml(raw)["devices"][0]
-    assert device["name"] == "Tesla V100-SXM2-16GB" and device["fp16_supported"] and not device["bf16_supported"]
+    assert (
+        device["name"] == "Tesla V100-SXM2-16GB" and device["fp16_supported"] and not device["bf16_supported"]
+    )
     assert parse_nvml(raw)["links"]["nvlink_any"] is True
 
 
@@ -46,13 +71,27 @@ def test_nvidia_smi_xml_gives_the_same_facts():
 
 
 def test_torch_view_completed_by_nvml_becomes_a_valid_machine(cpu_fingerprint):
-    torch_devices = [{"index": 0, "name": "NVIDIA GeForce RTX 5070", "memory_total_bytes": 12821004288,
-                      "compute_capability": "12.0", "bf16_supported": True, "fp16_supported": True}]
+    torch_devices = [
+        {
+            "index": 0,
+            "name": "NVIDIA GeForce RTX 5070",
+            "memory_total_bytes": 12821004288,
+            "compute_capability": "12.0",
+            "bf16_supported": True,
+            "fp16_supported": True,
+        }
+    ]
     parsed = parse_nvml(nvml_sample())
     merged = merge_devices(torch_devices, parsed)
     assert merged[0]["pcie"]["width"] == 8 and merged[0]["memory_free_bytes"] == 12451840000
-    fingerprint = Fingerprint.of({**cpu_fingerprint.model_dump(), "accelerator": {"kind": "cuda", "count": 1, "devices": merged},
-                                  "links": parsed["links"]}, "the probe")
+    fingerprint = Fingerprint.of(
+        {
+            **cpu_fingerprint.model_dump(),
+            "accelerator": {"kind": "cuda", "count": 1, "devices": merged},
+            "links": parsed["links"],
+        },
+        "the probe",
+    )
     machine = check(from_fingerprint(fingerprint, "gpu-box"), "probe")
     assert machine["gpus"][0]["pcie"]["generation"] == 5 and machine["peer_to_peer"] is False
     assert "PCIe 5 x8" in summary(fingerprint) and "peer-to-peer no" in summary(fingerprint)

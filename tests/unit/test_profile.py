@@ -1,8 +1,8 @@
 import pytest
 import yaml
 
-from zerogate.errors import InputError
 from zerogate.config.profile import deep_merge, file_defining, load_profile_chain, resolve_profile
+from zerogate.errors import InputError
 
 
 def write(directory, name, value):
@@ -69,12 +69,19 @@ def _checked(chain):
 def test_a_config_replaces_the_shape_the_parent_states(tmp_path):
     """claim-14b states Qwen2.5-14B's shape keys; a child naming GPT-2 XL's config.json gets GPT-2 XL's
     shape, none of the parent's keys beside it (the shipped claim-gpt2-xl does this)."""
-    chain = _real_chain(tmp_path, {"extends": "claim-14b", "model": {"source": "shape",
-                                                                      "config": "config/models/gpt2-xl.json"}})
+    chain = _real_chain(
+        tmp_path,
+        {"extends": "claim-14b", "model": {"source": "shape", "config": "config/models/gpt2-xl.json"}},
+    )
     model = resolve_profile(chain)["model"]
     assert model == {"source": "shape", "attention": "sdpa", "config": "config/models/gpt2-xl.json"}
     typed = _checked(chain).model
-    assert (typed.architecture, typed.hidden_size, typed.num_hidden_layers, typed.num_attention_heads) == ("gpt2", 1600, 48, 25)
+    assert (typed.architecture, typed.hidden_size, typed.num_hidden_layers, typed.num_attention_heads) == (
+        "gpt2",
+        1600,
+        48,
+        25,
+    )
     assert (typed.intermediate_size, typed.vocab_size, typed.tie_word_embeddings) == (6400, 50257, True)
     assert typed.parameters is None  # claim-14b's parameter count is not GPT-2 XL's
     shipped = load_profile_chain(REPO / "config/profiles", "claim-gpt2-xl", "config/config.yaml", "profile")
@@ -82,12 +89,17 @@ def test_a_config_replaces_the_shape_the_parent_states(tmp_path):
 
 
 def test_shape_keys_beside_a_config_are_refused_naming_the_file_and_key(tmp_path):
-    chain = _real_chain(tmp_path, {"extends": "claim-14b", "model": {"config": "config/models/gpt2-xl.json",
-                                                                      "hidden_size": 1600}})
+    chain = _real_chain(
+        tmp_path,
+        {"extends": "claim-14b", "model": {"config": "config/models/gpt2-xl.json", "hidden_size": 1600}},
+    )
     with pytest.raises(InputError) as error:
         _checked(chain)
     message = str(error.value)
-    assert message.startswith(f"{chain[-1][0]}: model.hidden_size: stated beside model.config") and "\n" not in message
+    assert (
+        message.startswith(f"{chain[-1][0]}: model.hidden_size: stated beside model.config")
+        and "\n" not in message
+    )
 
 
 def test_a_missing_config_and_a_sequence_beyond_its_positions_are_refused_in_one_line(tmp_path):
@@ -95,12 +107,19 @@ def test_a_missing_config_and_a_sequence_beyond_its_positions_are_refused_in_one
     with pytest.raises(InputError) as error:
         _checked(chain)
     assert str(error.value).startswith(f"{chain[-1][0]}: model.config: no such config.json")
-    long = _real_chain(tmp_path / "long", {"extends": "cpu-tiny", "model": {"config": "config/models/gpt2-xl.json"},
-                                           "dataset": {"seq_len": 2048}})
+    long = _real_chain(
+        tmp_path / "long",
+        {
+            "extends": "cpu-tiny",
+            "model": {"config": "config/models/gpt2-xl.json"},
+            "dataset": {"seq_len": 2048},
+        },
+    )
     with pytest.raises(InputError) as error:
         _checked(long)
-    assert str(error.value) == (f"{long[-1][0]}: dataset.seq_len: 2048 exceeds the 1024 positions of "
-                                "config/models/gpt2-xl.json")
+    assert str(error.value) == (
+        f"{long[-1][0]}: dataset.seq_len: 2048 exceeds the 1024 positions of config/models/gpt2-xl.json"
+    )
 
 
 def test_a_profile_given_as_a_yaml_path_extends_the_named_profiles(tmp_path):
@@ -110,6 +129,10 @@ def test_a_profile_given_as_a_yaml_path_extends_the_named_profiles(tmp_path):
     file.parent.mkdir()
     file.write_text(yaml.safe_dump({"extends": "claim-14b", "training": {"activation_checkpointing": True}}))
     chain = load_profile_chain(REPO / "config/profiles", str(file), "config/config.yaml", "profile")
-    assert [path.name for path, _ in chain] == ["cpu-tiny.yaml", "claim-14b.yaml", "claim-14b-checkpointing.yaml"]
+    assert [path.name for path, _ in chain] == [
+        "cpu-tiny.yaml",
+        "claim-14b.yaml",
+        "claim-14b-checkpointing.yaml",
+    ]
     assert _checked(chain).training.activation_checkpointing is True
     assert profile_name(str(file)) == "claim-14b-checkpointing" and profile_name("cpu-tiny") == "cpu-tiny"

@@ -30,7 +30,9 @@ def test_claim_profile_keeps_the_claims_config_and_thresholds():
     assert claim["deepspeed"] == {"template": "config/deepspeed/claim_ds_config.json", "overrides": []}
     assert claim["training"]["optimizer_steps"] == 1000
     published = json.loads((REPO / claim["deepspeed"]["template"]).read_text())
-    geometry = claim["training"]["micro_batch_per_rank"] * claim["training"]["gradient_accumulation_steps"] * 2
+    geometry = (
+        claim["training"]["micro_batch_per_rank"] * claim["training"]["gradient_accumulation_steps"] * 2
+    )
     assert geometry == published["train_batch_size"] == claim["training"]["train_batch_size"]
     assert claim["gates"] == tiny["gates"]
     assert claim["model"]["source"] == "hub:Qwen/Qwen2.5-14B"
@@ -60,6 +62,8 @@ def test_schema_refuses_a_learning_rate_warm_up_of_zero_in_one_line_naming_the_k
     with pytest.raises(jsonschema.ValidationError) as error:
         jsonschema.validate(profile, SCHEMA)
     message = str(to_input_error("config/profiles/mine.yaml", error.value))
-    assert message.startswith("config/profiles/mine.yaml: training.lr_warmup_steps: 0 is less than the minimum of 1")
+    assert message.startswith(
+        "config/profiles/mine.yaml: training.lr_warmup_steps: 0 is less than the minimum of 1"
+    )
     profile["training"]["lr_warmup_steps"] = 1
     jsonschema.validate(profile, SCHEMA)

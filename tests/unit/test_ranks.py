@@ -25,8 +25,9 @@ WARMUP, STEPS = 2, 12
 COMPUTE, TRANSFER, DELAY = 0.30, 0.05, 0.20
 
 
-def ranks_run(straggler: int | None, world: int = 2, steps: int = STEPS, delay: float = DELAY,
-              device: str = "cpu") -> pd.DataFrame:
+def ranks_run(
+    straggler: int | None, world: int = 2, steps: int = STEPS, delay: float = DELAY, device: str = "cpu"
+) -> pd.DataFrame:
     """Per-rank records of a synchronous run: every rank computes COMPUTE s (the straggler DELAY s more), then
     meets the others in collectives that take TRANSFER s once the last rank has arrived. So the step takes
     the same time on every rank, and the fast ranks sit in the collectives for the straggler's extra time."""
@@ -36,17 +37,33 @@ def ranks_run(straggler: int | None, world: int = 2, steps: int = STEPS, delay: 
         slowest = COMPUTE + jitter + (delay if straggler is not None else 0.0)
         for rank in range(world):
             compute = COMPUTE + jitter + (delay if rank == straggler else 0.0)
-            records.append(step_record(rank=rank, step=step, step_time_s=slowest + TRANSFER,
-                                       collectives_s=slowest - compute + TRANSFER, device=device))
+            records.append(
+                step_record(
+                    rank=rank,
+                    step=step,
+                    step_time_s=slowest + TRANSFER,
+                    collectives_s=slowest - compute + TRANSFER,
+                    device=device,
+                )
+            )
     return table_of(records)
 
 
 def run_meta(steps: pd.DataFrame, world_size: int = 2):
-    """parse_logs' run metadata of a finished run of ``world_size`` ranks (its summary gives the world size)."""
-    summary = TrainSummary(completed_steps=STEPS, resumed_from_step=None, world_size=world_size, parameters=140_000,
-                           stabiliser=StabiliserSummary(policy="skip", skipped_steps=0, rollbacks=0, skipped_windows=[]),
-                           wall_time_s=10.0, metrics_time_s=0.1, dtype="fp32", accelerator="cpu",
-                           git=GitState(commit=None, dirty=None))
+    """parse_logs' run metadata of a finished run of ``world_size`` ranks (its summary gives the world
+    size)."""
+    summary = TrainSummary(
+        completed_steps=STEPS,
+        resumed_from_step=None,
+        world_size=world_size,
+        parameters=140_000,
+        stabiliser=StabiliserSummary(policy="skip", skipped_steps=0, rollbacks=0, skipped_windows=[]),
+        wall_time_s=10.0,
+        metrics_time_s=0.1,
+        dtype="fp32",
+        accelerator="cpu",
+        git=GitState(commit=None, dirty=None),
+    )
     return run_metadata(steps, no_events(), summary, "", STEPS)
 
 
@@ -64,8 +81,11 @@ def test_the_straggler_is_named_and_the_other_rank_waits_for_it(straggler):
     assert balance.wait_total[other] == pytest.approx(DELAY * (STEPS - WARMUP))
     assert balance.compute[straggler] == pytest.approx(COMPUTE + 0.001 + DELAY)
     assert balance.timed_steps == STEPS - WARMUP
-    assert balance.summary() == {"straggler_rank": straggler, "straggler_compute_excess_s": pytest.approx(DELAY),
-                                 "wait_for_straggler_median_s": pytest.approx(DELAY)}
+    assert balance.summary() == {
+        "straggler_rank": straggler,
+        "straggler_compute_excess_s": pytest.approx(DELAY),
+        "wait_for_straggler_median_s": pytest.approx(DELAY),
+    }
 
 
 def test_per_step_parts_add_up_to_the_step_time():
@@ -94,7 +114,10 @@ def test_a_difference_within_the_margin_is_noise_not_a_straggler():
 
 def test_three_ranks_one_straggler_both_others_wait():
     balance = measures.rank_balance(ranks_run(2, world=3), WARMUP, world_size=3)
-    assert balance.straggler == 2 and balance.waiting_for_straggler == {0: pytest.approx(DELAY), 1: pytest.approx(DELAY)}
+    assert balance.straggler == 2 and balance.waiting_for_straggler == {
+        0: pytest.approx(DELAY),
+        1: pytest.approx(DELAY),
+    }
 
 
 def test_a_missing_rank_measures_nothing_and_says_which():
@@ -102,8 +125,11 @@ def test_a_missing_rank_measures_nothing_and_says_which():
     balance = measures.rank_balance(run[run["rank"] == 0], WARMUP, world_size=2)
     assert not balance.measured and balance.straggler is None and balance.compute == {}
     assert "ranks with no timed step records: [1] of world size 2" in balance.problems
-    assert balance.summary() == {"straggler_rank": None, "straggler_compute_excess_s": None,
-                                 "wait_for_straggler_median_s": None}
+    assert balance.summary() == {
+        "straggler_rank": None,
+        "straggler_compute_excess_s": None,
+        "wait_for_straggler_median_s": None,
+    }
 
 
 def test_a_truncated_rank_measures_nothing_and_names_its_missing_steps():
@@ -195,32 +221,56 @@ def test_step_records_carry_the_steps_collective_time(tmp_path):
 
 # ---- the `slow` injection -------------------------------------------------------------------------
 
+
 def test_slow_injection_delays_every_micro_step_of_its_rank_from_its_step_on():
     injector = FaultInjector({"kind": "slow", "rank": 1, "seconds": 0.05, "step": 3}, rank=1)
     assert [injector.delay_s(step) for step in range(5)] == [0.0, 0.0, 0.05, 0.05, 0.05]
     assert FaultInjector({"kind": "slow", "rank": 1, "seconds": 0.05}, rank=0).delay_s(4) == 0.0
-    assert FaultInjector({"kind": "slow", "seconds": 0.05}, rank=0).delay_s(0) == 0.05  # rank 0, step 1 by default
+    assert (
+        FaultInjector({"kind": "slow", "seconds": 0.05}, rank=0).delay_s(0) == 0.05
+    )  # rank 0, step 1 by default
     assert FaultInjector(None, rank=0).delay_s(0) == 0.0
     assert FaultInjector({"kind": "nan_loss", "step": 1}, rank=0).delay_s(0) == 0.0
-    assert injected_loss_factor({"kind": "slow", "rank": 0, "seconds": 0.05}, 0, 0) is None  # slow poisons no loss
+    assert (
+        injected_loss_factor({"kind": "slow", "rank": 0, "seconds": 0.05}, 0, 0) is None
+    )  # slow poisons no loss
     started = time.perf_counter()
     injector.slow_down(3)
     assert time.perf_counter() - started >= 0.05
 
 
-@pytest.mark.parametrize("inject, key, problem", [
-    ({"kind": "slow", "rank": 1}, "stabiliser.inject.seconds", "required for kind slow"),
-    ({"kind": "slow", "rank": 1, "seconds": 0}, "stabiliser.inject.seconds", "0 is not a number of seconds > 0"),
-    ({"kind": "slow", "rank": 1, "seconds": -0.1}, "stabiliser.inject.seconds", "-0.1 is not a number"),
-    ({"kind": "slow", "rank": 1, "seconds": "0.1"}, "stabiliser.inject.seconds", "'0.1' is not a number"),
-    ({"kind": "slow", "rank": 1, "seconds": float("inf")}, "stabiliser.inject.seconds", "inf is not a number"),
-    ({"kind": "slow", "rank": -1, "seconds": 0.1}, "stabiliser.inject.rank", "-1 is not an integer >= 0"),
-    ({"kind": "slow", "seconds": 0.1, "step": 0}, "stabiliser.inject.step", "0 is not an integer >= 1"),
-    ({"kind": "slow", "seconds": 0.1, "every": 2}, "stabiliser.inject.every", "unknown key for kind slow"),
-    ({"kind": "nan_loss", "step": 3, "seconds": 0.1}, "stabiliser.inject.seconds", "unknown key for kind nan_loss"),
-    ({"kind": "nan_loss"}, "stabiliser.inject.step", "required for kind nan_loss"),
-    ({"kind": "sluggish", "seconds": 0.1}, "stabiliser.inject.kind", "'sluggish' is not one of"),
-])
+@pytest.mark.parametrize(
+    "inject, key, problem",
+    [
+        ({"kind": "slow", "rank": 1}, "stabiliser.inject.seconds", "required for kind slow"),
+        (
+            {"kind": "slow", "rank": 1, "seconds": 0},
+            "stabiliser.inject.seconds",
+            "0 is not a number of seconds > 0",
+        ),
+        ({"kind": "slow", "rank": 1, "seconds": -0.1}, "stabiliser.inject.seconds", "-0.1 is not a number"),
+        ({"kind": "slow", "rank": 1, "seconds": "0.1"}, "stabiliser.inject.seconds", "'0.1' is not a number"),
+        (
+            {"kind": "slow", "rank": 1, "seconds": float("inf")},
+            "stabiliser.inject.seconds",
+            "inf is not a number",
+        ),
+        ({"kind": "slow", "rank": -1, "seconds": 0.1}, "stabiliser.inject.rank", "-1 is not an integer >= 0"),
+        ({"kind": "slow", "seconds": 0.1, "step": 0}, "stabiliser.inject.step", "0 is not an integer >= 1"),
+        (
+            {"kind": "slow", "seconds": 0.1, "every": 2},
+            "stabiliser.inject.every",
+            "unknown key for kind slow",
+        ),
+        (
+            {"kind": "nan_loss", "step": 3, "seconds": 0.1},
+            "stabiliser.inject.seconds",
+            "unknown key for kind nan_loss",
+        ),
+        ({"kind": "nan_loss"}, "stabiliser.inject.step", "required for kind nan_loss"),
+        ({"kind": "sluggish", "seconds": 0.1}, "stabiliser.inject.kind", "'sluggish' is not one of"),
+    ],
+)
 def test_a_bad_injection_is_one_line_naming_the_file_and_key(inject, key, problem):
     with pytest.raises(InputError) as error:
         stabiliser_settings({"inject": inject}, where=lambda dotted: "config/profiles/mine.yaml")
@@ -230,13 +280,19 @@ def test_a_bad_injection_is_one_line_naming_the_file_and_key(inject, key, proble
 
 
 def test_good_injections_pass():
-    for inject in (None, {"kind": "slow", "rank": 1, "seconds": 0.05}, {"kind": "slow", "seconds": 1, "step": 4},
-                   {"kind": "nan_loss", "step": 3, "rank": 1}, {"kind": "loss_spike", "step": 1}):
+    for inject in (
+        None,
+        {"kind": "slow", "rank": 1, "seconds": 0.05},
+        {"kind": "slow", "seconds": 1, "step": 4},
+        {"kind": "nan_loss", "step": 3, "rank": 1},
+        {"kind": "loss_spike", "step": 1},
+    ):
         check_inject(inject)
         assert stabiliser_settings({"inject": inject}).inject == inject
 
 
 # ---- the report's "Ranks" section and figure ------------------------------------------------------
+
 
 def ranks_section(steps: pd.DataFrame, meta) -> str:
     """The report's "Ranks" section as render_html renders it."""
@@ -272,10 +328,15 @@ def test_the_ranks_section_without_a_straggler_or_without_records(tmp_path):
 
 def test_the_ranks_figure_draws_the_measures_numbers(tmp_path):
     from zerogate.report.figures import ranks_figure
+
     shown = ranks_figure(ranks_run(1), WARMUP, tmp_path / "ranks.png", world_size=2)
     balance = measures.rank_balance(ranks_run(1), WARMUP, 2)
-    assert shown == {"ranks_measured": True, "straggler_rank": 1, "compute_median(s)": balance.compute,
-                     "wait_median(s)": balance.wait}
+    assert shown == {
+        "ranks_measured": True,
+        "straggler_rank": 1,
+        "compute_median(s)": balance.compute,
+        "wait_median(s)": balance.wait,
+    }
     assert (tmp_path / "ranks.png").stat().st_size > 10_000
     run = ranks_run(1)
     assert ranks_figure(run[run["rank"] == 0], WARMUP, tmp_path / "none.png", 2)["ranks_measured"] is False
@@ -285,13 +346,25 @@ def test_the_ranks_figure_draws_the_measures_numbers(tmp_path):
 def test_the_profile_schema_and_the_settings_check_agree_on_injections():
     import jsonschema
     import yaml
-    schema = yaml.safe_load((Path(__file__).resolve().parents[2] / "config/schemas/profile.schema.yaml").read_text())
+
+    schema = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "config/schemas/profile.schema.yaml").read_text()
+    )
     validator = jsonschema.Draft7Validator(schema["properties"]["stabiliser"]["properties"]["inject"])
-    cases = [None, {"kind": "slow", "rank": 1, "seconds": 0.05}, {"kind": "slow", "seconds": 2, "step": 3},
-             {"kind": "nan_loss", "step": 3, "rank": 1}, {"kind": "slow", "rank": 1}, {"kind": "slow", "seconds": 0},
-             {"kind": "slow", "seconds": 0.1, "step": 0}, {"kind": "slow", "seconds": 0.1, "rank": -1},
-             {"kind": "nan_loss", "step": 2, "seconds": 1}, {"kind": "nan_loss"}, {"kind": "slow", "seconds": 1, "x": 1},
-             {"kind": "sluggish", "seconds": 1}]
+    cases = [
+        None,
+        {"kind": "slow", "rank": 1, "seconds": 0.05},
+        {"kind": "slow", "seconds": 2, "step": 3},
+        {"kind": "nan_loss", "step": 3, "rank": 1},
+        {"kind": "slow", "rank": 1},
+        {"kind": "slow", "seconds": 0},
+        {"kind": "slow", "seconds": 0.1, "step": 0},
+        {"kind": "slow", "seconds": 0.1, "rank": -1},
+        {"kind": "nan_loss", "step": 2, "seconds": 1},
+        {"kind": "nan_loss"},
+        {"kind": "slow", "seconds": 1, "x": 1},
+        {"kind": "sluggish", "seconds": 1},
+    ]
     for inject in cases:
         try:
             check_inject(inject)

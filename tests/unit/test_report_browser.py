@@ -45,8 +45,8 @@ def test_report_opens_in_headless_chromium_with_the_verdict_table(tmp_path, tiny
     page = tmp_path / "zerogate-v0.1.0-smoke-box-12345678-2026-11-29.html"
     page.write_text(_page(tmp_path, tiny_profile, synthetic_steps(step_time=2.5)))
     dom = dump_dom(page)
-    table = dom[dom.index('<table id="verdicts">'):]
-    table = table[:table.index("</table>")]
+    table = dom[dom.index('<table id="verdicts">') :]
+    table = table[: table.index("</table>")]
     assert len(re.findall(r"<tr>", table)) == 1 + len(tiny_profile["gates"])
     assert 'class="FAIL">FAIL' in table and 'class="NOT-MEASURED">NOT MEASURED' in table
     assert dom.count('src="data:image/png;base64,') == 3  # the figures are inside the file
@@ -87,27 +87,44 @@ def _choices(tmp_path, tiny_profile):
     from zerogate.plan.planner import peak_for_run
     from zerogate.report.figures import variant_loss_figure
 
-    runs = {name: VariantRun(synthetic_steps(steps=60, step_time=time, memory_gib=memory, seed=seed, noise=noise),
-                             train_summary(60))
-            for name, time, memory, seed, noise in (("zero2", 0.4, 0.9, 0, 0.0), ("zero3", 0.6, 0.5, 0, 0.0),
-                                                    ("fsdp2", 0.5, 0.55, 0, 0.0), ("zero1", 0.45, 0.95, 0, 0.0))}
+    runs = {
+        name: VariantRun(
+            synthetic_steps(steps=60, step_time=time, memory_gib=memory, seed=seed, noise=noise),
+            train_summary(60),
+        )
+        for name, time, memory, seed, noise in (
+            ("zero2", 0.4, 0.9, 0, 0.0),
+            ("zero3", 0.6, 0.5, 0, 0.0),
+            ("fsdp2", 0.5, 0.55, 0, 0.0),
+            ("zero1", 0.45, 0.95, 0, 0.0),
+        )
+    }
     run = rendered()
-    table = compare(runs, warmup_steps=5, spike_rule=spike_rule(tiny_profile), expected_steps=60,
-                    interval_rule=IntervalRule(resamples=200), predictions={"zero3": peak_for_run(run.run_spec, run.ds_config, None)},
-                    not_run=["hf-trainer"], accelerator="cpu")
+    table = compare(
+        runs,
+        warmup_steps=5,
+        spike_rule=spike_rule(tiny_profile),
+        expected_steps=60,
+        interval_rule=IntervalRule(resamples=200),
+        predictions={"zero3": peak_for_run(run.run_spec, run.ds_config, None)},
+        not_run=["hf-trainer"],
+        accelerator="cpu",
+    )
     figure = tmp_path / "variants.png"
     shown = variant_loss_figure({name: r.steps for name, r in runs.items()}, figure)
     return table, figure, shown
 
 
-def test_the_choices_section_shows_every_variant_the_fastest_and_the_smallest_in_chromium(tmp_path, tiny_profile):
+def test_the_choices_section_shows_every_variant_the_fastest_and_the_smallest_in_chromium(
+    tmp_path, tiny_profile
+):
     table, figure, shown = _choices(tmp_path, tiny_profile)
     assert (table.fastest, table.smallest) == ("zero2", "zero3")
     page = tmp_path / "report.html"
     page.write_text(_page(tmp_path, tiny_profile, synthetic_steps(), variants=table, variants_figure=figure))
     dom = dump_dom(page)
-    section = dom[dom.index('<table id="choices">'):]
-    section = section[:section.index("</table>")]
+    section = dom[dom.index('<table id="choices">') :]
+    section = section[: section.index("</table>")]
     rows = re.findall(r"<tr>(.*?)</tr>", section, re.S)
     assert len(rows) == 1 + 5  # header, zero2, zero3, fsdp2, zero1, hf-trainer
     by_name = {re.search(r"<b>([\w-]+)</b>", row).group(1): row for row in rows[1:]}
@@ -118,8 +135,8 @@ def test_the_choices_section_shows_every_variant_the_fastest_and_the_smallest_in
     assert f"{zero3.predicted_peak_gib:.4g}" in by_name["zero3"] and "not predicted" in by_name["fsdp2"]
     assert 'class="interval"' in by_name["fsdp2"]  # the step time's interval beside it
     assert '<b id="fastest">zero2</b>' in dom and '<b id="smallest">zero3</b>' in dom
-    agreement = dom[dom.index('<table id="agreement">'):]
-    agreement = agreement[:agreement.index("</table>")]
+    agreement = dom[dom.index('<table id="agreement">') :]
+    agreement = agreement[: agreement.index("</table>")]
     assert "fsdp2" in agreement and "within the tolerance" in agreement  # identical synthetic curves
     assert dom.count('src="data:image/png;base64,') == 4  # the run's three figures and the variants' losses
     assert set(shown["final_loss"]) == {"zero1", "zero2", "zero3", "fsdp2"}

@@ -6,9 +6,20 @@ import pytest
 import yaml
 
 from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
-from zerogate.config.settings import (CheckpointSettings, DatasetSettings, EvaluationSettings, ModelSettings,
-                                      ProfileSettings, StabiliserSettings, TrainingSettings, checkpoint_settings,
-                                      model_settings, profile_settings, stabiliser_settings, training_settings)
+from zerogate.config.settings import (
+    CheckpointSettings,
+    DatasetSettings,
+    EvaluationSettings,
+    ModelSettings,
+    ProfileSettings,
+    StabiliserSettings,
+    TrainingSettings,
+    checkpoint_settings,
+    model_settings,
+    profile_settings,
+    stabiliser_settings,
+    training_settings,
+)
 from zerogate.contracts.base import ContractError, plain
 from zerogate.contracts.run import TrainSettings
 from zerogate.errors import InputError
@@ -37,18 +48,26 @@ def test_export_without_checkpoints_is_refused_when_the_profile_loads(tmp_path):
 
 def test_rollback_without_checkpoints_is_refused_not_turned_into_abort(tmp_path):
     """Policy rollback with every_steps 0 would silently become abort."""
-    profile, chain = child_of_smoke(tmp_path, {"stabiliser": {"policy": "rollback"}, "checkpoint": {"every_steps": 0}})
+    profile, chain = child_of_smoke(
+        tmp_path, {"stabiliser": {"policy": "rollback"}, "checkpoint": {"every_steps": 0}}
+    )
     with pytest.raises(InputError) as error:
         check_profile(profile, chain, REPO)
-    assert str(error.value).startswith(f"{tmp_path / 'mine.yaml'}: stabiliser.policy: rollback needs checkpoints")
+    assert str(error.value).startswith(
+        f"{tmp_path / 'mine.yaml'}: stabiliser.policy: rollback needs checkpoints"
+    )
 
 
 def test_the_error_names_the_file_that_set_the_key(tmp_path):
     """mine.yaml sets only every_steps: 0; the rollback policy comes from a parent it extends."""
-    (tmp_path / "parent.yaml").write_text(yaml.safe_dump({"extends": "smoke", "stabiliser": {"policy": "rollback"}}))
+    (tmp_path / "parent.yaml").write_text(
+        yaml.safe_dump({"extends": "smoke", "stabiliser": {"policy": "rollback"}})
+    )
     for name in ("cpu-tiny", "smoke"):
         (tmp_path / f"{name}.yaml").write_text((REPO / "config/profiles" / f"{name}.yaml").read_text())
-    (tmp_path / "mine.yaml").write_text(yaml.safe_dump({"extends": "parent", "checkpoint": {"every_steps": 0}}))
+    (tmp_path / "mine.yaml").write_text(
+        yaml.safe_dump({"extends": "parent", "checkpoint": {"every_steps": 0}})
+    )
     chain = load_profile_chain(tmp_path, "mine", "config/config.yaml", "profile")
     with pytest.raises(InputError) as error:
         check_profile(resolve_profile(chain), chain, REPO)
@@ -56,15 +75,23 @@ def test_the_error_names_the_file_that_set_the_key(tmp_path):
 
 
 def test_rollback_and_export_with_checkpoints_are_accepted(tmp_path):
-    profile, chain = child_of_smoke(tmp_path, {"stabiliser": {"policy": "rollback"},
-                                               "checkpoint": {"every_steps": 5, "export_fp32": True}})
+    profile, chain = child_of_smoke(
+        tmp_path,
+        {"stabiliser": {"policy": "rollback"}, "checkpoint": {"every_steps": 5, "export_fp32": True}},
+    )
     check_profile(profile, chain, REPO)
 
 
 def _train_settings(stabiliser=StabiliserSettings(), checkpoint=CheckpointSettings()):
     """train/settings.json as write_train_settings builds it from its rule's params (plain settings)."""
-    return TrainSettings.of({"stabiliser": plain(stabiliser), "checkpoint": plain(checkpoint),
-                             "evaluation": plain(EvaluationSettings())}, "rule params")
+    return TrainSettings.of(
+        {
+            "stabiliser": plain(stabiliser),
+            "checkpoint": plain(checkpoint),
+            "evaluation": plain(EvaluationSettings()),
+        },
+        "rule params",
+    )
 
 
 def test_write_train_settings_refuses_the_same_combinations():
@@ -75,13 +102,19 @@ def test_write_train_settings_refuses_the_same_combinations():
     with pytest.raises(ContractError, match="stabiliser.inject.seconds: required for kind slow"):
         _train_settings(StabiliserSettings(inject={"kind": "slow", "rank": 1}))
     # From a profile's settings that skipped the profile's checks, too.
-    smoke = profile_settings(resolve_profile(load_profile_chain(REPO / "config/profiles", "smoke", "config/config.yaml",
-                                                                "profile")))
+    smoke = profile_settings(
+        resolve_profile(
+            load_profile_chain(REPO / "config/profiles", "smoke", "config/config.yaml", "profile")
+        )
+    )
     with pytest.raises(InputError, match="checkpoint.export_fp32"):
-        TrainSettings.from_profile(dataclasses.replace(smoke, checkpoint=CheckpointSettings(every_steps=0,
-                                                                                            export_fp32=True)))
+        TrainSettings.from_profile(
+            dataclasses.replace(smoke, checkpoint=CheckpointSettings(every_steps=0, export_fp32=True))
+        )
     # What the profile allows is written and read back unchanged.
-    fine = _train_settings(StabiliserSettings(policy="rollback"), CheckpointSettings(every_steps=5, export_fp32=True))
+    fine = _train_settings(
+        StabiliserSettings(policy="rollback"), CheckpointSettings(every_steps=5, export_fp32=True)
+    )
     assert TrainSettings.parse(fine.as_json(), "train/settings.json") == fine
 
 
@@ -101,8 +134,14 @@ def test_defaults_are_filled_and_profile_values_win():
 
 
 def test_every_field_documents_itself():
-    for cls in (TrainingSettings, DatasetSettings, StabiliserSettings, CheckpointSettings, EvaluationSettings,
-                ModelSettings):
+    for cls in (
+        TrainingSettings,
+        DatasetSettings,
+        StabiliserSettings,
+        CheckpointSettings,
+        EvaluationSettings,
+        ModelSettings,
+    ):
         for f in dataclasses.fields(cls):
             assert f.metadata.get("doc"), f"{cls.__name__}.{f.name} has no doc"
 
@@ -128,7 +167,9 @@ def test_attention_checkpointing_and_the_shape_are_checked_naming_the_key(tmp_pa
     where = lambda key: "config/profiles/x.yaml"  # noqa: E731
     with pytest.raises(InputError) as error:
         model_settings({"hidden_size": 8, "attention": "flash"}, where)
-    assert str(error.value) == "config/profiles/x.yaml: model.attention: 'flash' is not one of 'sdpa', 'eager'"
+    assert (
+        str(error.value) == "config/profiles/x.yaml: model.attention: 'flash' is not one of 'sdpa', 'eager'"
+    )
     assert model_settings({"hidden_size": 8}).attention == "sdpa"  # transformers' default
     training = dict(yaml.safe_load((REPO / "config/profiles/cpu-tiny.yaml").read_text())["training"])
     assert training_settings(training).activation_checkpointing is False
@@ -138,5 +179,7 @@ def test_attention_checkpointing_and_the_shape_are_checked_naming_the_key(tmp_pa
     profile, chain = child_of_smoke(tmp_path, {"model": {"architecture": "gpt2"}})
     with pytest.raises(InputError) as error:
         check_profile(profile, chain, REPO)
-    assert str(error.value).startswith(f"{tmp_path / 'mine.yaml'}: model.architecture: 'gpt2' is not one of llama, qwen2")
+    assert str(error.value).startswith(
+        f"{tmp_path / 'mine.yaml'}: model.architecture: 'gpt2' is not one of llama, qwen2"
+    )
     assert "model.config" in str(error.value)

@@ -14,8 +14,9 @@ from zerogate.train.stabiliser import EventLog, Stabiliser, data_window, injecte
 
 
 def warmed(policy="skip", history=30, **extra):
-    stabiliser = Stabiliser(StabiliserSettings(policy=policy, spike_window=64, spike_threshold=6.0, spike_min_history=20,
-                                               **extra))
+    stabiliser = Stabiliser(
+        StabiliserSettings(policy=policy, spike_window=64, spike_threshold=6.0, spike_min_history=20, **extra)
+    )
     rng = np.random.default_rng(0)
     for loss in 3.0 + 0.05 * rng.standard_normal(history):
         stabiliser.accept(float(loss))
@@ -32,7 +33,12 @@ def test_robust_z_ignores_one_outlier_in_history_and_refuses_no_spread():
 @pytest.mark.parametrize("policy", ["abort", "skip", "rollback"])
 def test_nonfinite_loss_on_any_rank_gets_the_policy(policy):
     verdict = warmed(policy).judge_loss([2.9, float("nan")])
-    assert not verdict.ok and verdict.kind == "nonfinite_loss" and verdict.ranks == [1] and verdict.action == policy
+    assert (
+        not verdict.ok
+        and verdict.kind == "nonfinite_loss"
+        and verdict.ranks == [1]
+        and verdict.action == policy
+    )
     assert warmed(policy).judge_loss([float("inf"), 3.0]).ranks == [0]
 
 
@@ -82,6 +88,8 @@ def test_events_file_has_step_rank_kind_value_action(tmp_path):
     log = EventLog(tmp_path / "train/events.jsonl")
     log.write(7, warmed("skip").judge_loss([float("nan"), float("nan")]))
     lines = read_lines(StabiliserEvent, log.path)  # every line a StabiliserEvent
-    assert [(e.step, e.rank, e.kind, e.action) for e in lines] == [(7, 0, "nonfinite_loss", "skip"),
-                                                                   (7, 1, "nonfinite_loss", "skip")]
+    assert [(e.step, e.rank, e.kind, e.action) for e in lines] == [
+        (7, 0, "nonfinite_loss", "skip"),
+        (7, 1, "nonfinite_loss", "skip"),
+    ]
     assert lines[0].value == "nan"  # JSON has no NaN: the value is written as a string

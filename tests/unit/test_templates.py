@@ -5,8 +5,10 @@ import pytest
 from zerogate.data.dataset import load_tokenizer
 from zerogate.data.templates import IGNORE_INDEX, encode_record, prompt_ids
 
-CHAT = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}<eos>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|> {% endif %}")
+CHAT = (
+    "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}<eos>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|> {% endif %}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -18,17 +20,17 @@ def tokenizer():
 
 
 def learned(tokenizer, ids, labels):
-    return tokenizer.decode([i for i, l in zip(ids, labels) if l != IGNORE_INDEX])
+    return tokenizer.decode([i for i, label in zip(ids, labels) if label != IGNORE_INDEX])
 
 
 @pytest.mark.parametrize("template", ["builtin", "alpaca", "plain", "chat"])
 def test_only_the_response_is_learned(tokenizer, template):
     ids, labels = encode_record(tokenizer, {"prompt": "reverse a b c", "response": "c b a"}, template)
     head = prompt_ids(tokenizer, "reverse a b c", template)
-    assert ids[: len(head)] == head and all(l == IGNORE_INDEX for l in labels[: len(head)])
-    assert labels[len(head):] == ids[len(head):]
+    assert ids[: len(head)] == head and all(label == IGNORE_INDEX for label in labels[: len(head)])
+    assert labels[len(head) :] == ids[len(head) :]
     assert " ".join(learned(tokenizer, ids, labels).replace("<eos>", "").split()) == "c b a"
-    assert tokenizer.eos_token_id in ids[len(head):]  # the model learns to stop
+    assert tokenizer.eos_token_id in ids[len(head) :]  # the model learns to stop
 
 
 def test_text_records_learn_every_token(tokenizer):
@@ -37,12 +39,18 @@ def test_text_records_learn_every_token(tokenizer):
 
 
 def test_conversation_learns_only_assistant_turns(tokenizer):
-    messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"},
-                {"role": "user", "content": "reverse a b"}, {"role": "assistant", "content": "b a"}]
+    messages = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "world"},
+        {"role": "user", "content": "reverse a b"},
+        {"role": "assistant", "content": "b a"},
+    ]
     ids, labels = encode_record(tokenizer, {"messages": messages}, "chat")
     text = learned(tokenizer, ids, labels)
     assert "world" in text and "b a" in text and "hello" not in text and "reverse" not in text
-    assert tokenizer.decode(ids).replace(" ", "") == tokenizer.apply_chat_template(messages, tokenize=False).replace(" ", "")
+    assert tokenizer.decode(ids).replace(" ", "") == tokenizer.apply_chat_template(
+        messages, tokenize=False
+    ).replace(" ", "")
 
 
 def test_conversation_needs_chat_template(tokenizer):

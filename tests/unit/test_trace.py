@@ -14,13 +14,20 @@ MIB = 2**20
 
 # A tiny Llama: hidden h, a heads of d = h / a, g KV heads, MLP width I, vocabulary V. Sequence S differs
 # from d so that no two of the enumerated shapes coincide.
-H, A, G, D, I, V, S = 64, 4, 2, 16, 96, 256, 24
+H, A, G, D, I, V, S = 64, 4, 2, 16, 96, 256, 24  # noqa: E741 (the MLP width is I in the paper's notation)
 
 
 def tiny_llama(layers: int = 3) -> LlamaConfig:
-    return LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=I, num_hidden_layers=layers,
-                       num_attention_heads=A, num_key_value_heads=G, max_position_embeddings=256,
-                       tie_word_embeddings=False)
+    return LlamaConfig(
+        vocab_size=V,
+        hidden_size=H,
+        intermediate_size=I,
+        num_hidden_layers=layers,
+        num_attention_heads=A,
+        num_key_value_heads=G,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
 
 
 def rms_norm_bytes(e: int, b: int, s: int) -> int:
@@ -33,27 +40,33 @@ def rms_norm_bytes(e: int, b: int, s: int) -> int:
 def llama_layer_bytes(e: int, attention: str, b: int = 1, s: int = S) -> int:
     """Every tensor one decoder layer saves, by hand, with a padding mask (so SDPA repeats the KV heads)."""
     if attention == "sdpa":
-        attention_bytes = (e * b * s * s  # SDPA's boolean mask converted to an additive one, per call
-                           + 3 * e * b * A * s * D  # q after rotary, k and v repeated to A heads
-                           + e * b * A * s * D  # the output
-                           + 4 * b * A * s)  # logsumexp, fp32
+        attention_bytes = (
+            e * b * s * s  # SDPA's boolean mask converted to an additive one, per call
+            + 3 * e * b * A * s * D  # q after rotary, k and v repeated to A heads
+            + e * b * A * s * D  # the output
+            + 4 * b * A * s
+        )  # logsumexp, fp32
     else:
-        attention_bytes = (2 * e * b * A * s * D  # q and repeated k, for q k^T
-                           + 4 * b * A * s * s  # softmax(dtype=float32)'s output
-                           + (e * b * A * s * s if e == 2 else 0)  # the probabilities cast back (no-op in fp32)
-                           + e * b * A * s * D  # repeated v, for probabilities @ v
-                           + e * b * s * H)  # o_proj's input: the transposed output made contiguous
+        attention_bytes = (
+            2 * e * b * A * s * D  # q and repeated k, for q k^T
+            + 4 * b * A * s * s  # softmax(dtype=float32)'s output
+            + (e * b * A * s * s if e == 2 else 0)  # the probabilities cast back (no-op in fp32)
+            + e * b * A * s * D  # repeated v, for probabilities @ v
+            + e * b * s * H
+        )  # o_proj's input: the transposed output made contiguous
     mlp_bytes = 4 * e * b * s * I  # gate, up, silu(gate), silu(gate) * up
     return 2 * rms_norm_bytes(e, b, s) + attention_bytes + mlp_bytes
 
 
 def llama_outside_bytes(e: int, b: int = 1, s: int = S) -> int:
-    return (8 * b * s  # input ids, saved by the embedding
-            + 2 * e * b * s * D  # rotary cos and sin, shared by every layer
-            + rms_norm_bytes(e, b, s)  # the final norm
-            + 4 * b * s * V  # log_softmax of the fp32 logits (ForCausalLMLoss upcasts them)
-            + 8 * b * (s + 1)  # nll_loss's target: the labels padded by one and shifted (a view, b = 1)
-            + 4)  # nll_loss's total weight, an fp32 scalar
+    return (
+        8 * b * s  # input ids, saved by the embedding
+        + 2 * e * b * s * D  # rotary cos and sin, shared by every layer
+        + rms_norm_bytes(e, b, s)  # the final norm
+        + 4 * b * s * V  # log_softmax of the fp32 logits (ForCausalLMLoss upcasts them)
+        + 8 * b * (s + 1)  # nll_loss's target: the labels padded by one and shifted (a view, b = 1)
+        + 4
+    )  # nll_loss's total weight, an fp32 scalar
 
 
 @pytest.mark.parametrize("dtype, e", [("fp16", 2), ("bf16", 2), ("fp32", 4)])
@@ -86,16 +99,31 @@ def test_the_loss_in_the_logits_dtype_keeps_its_log_softmax_and_gradients_in_tha
     assert own.outside_layers_bytes == llama_outside_bytes(e) - (4 - e) * (S * V + 1)
     assert own.backward_transient_bytes >= 2 * e * S * V - 8 * (S + 1)
     if dtype == "fp32":
-        assert (own.total_bytes, own.backward_transient_bytes) == (upcast.total_bytes, upcast.backward_transient_bytes)
+        assert (own.total_bytes, own.backward_transient_bytes) == (
+            upcast.total_bytes,
+            upcast.backward_transient_bytes,
+        )
     else:
-        assert own.total_bytes < upcast.total_bytes and own.backward_transient_bytes < upcast.backward_transient_bytes
+        assert (
+            own.total_bytes < upcast.total_bytes
+            and own.backward_transient_bytes < upcast.backward_transient_bytes
+        )
 
 
 def test_16_bit_tensors_take_twice_their_bytes_in_fp32_where_no_op_upcasts():
     # GPT-2's layers (LayerNorm, eager attention, no dropout) keep nothing in fp32, so fp32 doubles them
-    # exactly; Llama's RMSNorm upcasts, so there fp32 is less than twice (the enumeration above says by how much).
-    gpt2 = GPT2Config(vocab_size=V, n_embd=H, n_layer=2, n_head=A, n_positions=64, resid_pdrop=0.0,
-                      embd_pdrop=0.0, attn_pdrop=0.0)
+    # exactly; Llama's RMSNorm upcasts, so there fp32 is less than twice (the enumeration above says by how
+    # much).
+    gpt2 = GPT2Config(
+        vocab_size=V,
+        n_embd=H,
+        n_layer=2,
+        n_head=A,
+        n_positions=64,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     half = trace_micro_step(gpt2, 1, S, "fp16", "eager")
     full = trace_micro_step(gpt2, 1, S, "fp32", "eager")
     assert full.per_layer_bytes == 2 * half.per_layer_bytes
@@ -157,14 +185,19 @@ def test_the_size_classes_put_storages_above_32_mib_apart_and_peak_at_least_the_
 
     seq, vocab = 256, 40_000
     assert seq * vocab * 4 > GLIBC_MMAP_THRESHOLD_MAX_BYTES
-    large = trace_micro_step(LlamaConfig(**{**tiny_llama().to_dict(), "vocab_size": vocab}), 1, seq, "fp32", "sdpa")
+    large = trace_micro_step(
+        LlamaConfig(**{**tiny_llama().to_dict(), "vocab_size": vocab}), 1, seq, "fp32", "sdpa"
+    )
     assert large.size_classes["forward"]["mapped"] >= seq * vocab * 4
     assert sum(large.size_classes["forward"].values()) >= large.total_bytes
     backward_peak = large.total_bytes + large.backward_transient_bytes
     assert sum(large.size_classes["backward"].values()) >= backward_peak
     small = trace_micro_step(tiny_llama(), 1, seq, "fp32", "sdpa")
-    assert {window: peaks["mapped"] for window, peaks in small.size_classes.items()} == \
-        {"forward": 0, "backward": 0, "backward_from_first_gradient": 0}
+    assert {window: peaks["mapped"] for window, peaks in small.size_classes.items()} == {
+        "forward": 0,
+        "backward": 0,
+        "backward_from_first_gradient": 0,
+    }
     # The forward's peak is inside it (a layer's intermediates beside what it keeps), above what it keeps.
     assert small.size_classes["forward"]["heap"] >= small.total_bytes
 
@@ -173,8 +206,11 @@ def test_eager_saves_more_than_sdpa_once_the_sequence_is_long():
     # Eager keeps the s x s probabilities (fp32 and fp16), SDPA's fused kernel only logsumexp: the gap grows
     # as s^2 and passes the few s-linear tensors eager saves less of.
     short, long = 8, 128
-    gap = {s: trace_micro_step(tiny_llama(), 1, s, "fp16", "eager").per_layer_bytes
-           - trace_micro_step(tiny_llama(), 1, s, "fp16", "sdpa").per_layer_bytes for s in (short, long)}
+    gap = {
+        s: trace_micro_step(tiny_llama(), 1, s, "fp16", "eager").per_layer_bytes
+        - trace_micro_step(tiny_llama(), 1, s, "fp16", "sdpa").per_layer_bytes
+        for s in (short, long)
+    }
     assert gap[long] > 0
     assert gap[long] > 100 * abs(gap[short])
 
@@ -183,19 +219,33 @@ def test_eager_saves_more_than_sdpa_once_the_sequence_is_long():
 def test_the_per_layer_figure_does_not_depend_on_which_layer_counts_are_traced(attention):
     first = trace_micro_step(tiny_llama(6), 1, S, "fp16", attention, traced_layers=1)
     later = trace_micro_step(tiny_llama(6), 1, S, "fp16", attention, traced_layers=3)
-    assert (later.per_layer_bytes, later.outside_layers_bytes) == (first.per_layer_bytes, first.outside_layers_bytes)
+    assert (later.per_layer_bytes, later.outside_layers_bytes) == (
+        first.per_layer_bytes,
+        first.outside_layers_bytes,
+    )
     assert later.backward_transient_bytes == first.backward_transient_bytes
 
 
 def test_layer_bytes_grow_linearly_with_the_micro_batch():
-    assert (trace_micro_step(tiny_llama(), 2, S, "fp16", "sdpa").per_layer_bytes
-            == 2 * trace_micro_step(tiny_llama(), 1, S, "fp16", "sdpa").per_layer_bytes)
+    assert (
+        trace_micro_step(tiny_llama(), 2, S, "fp16", "sdpa").per_layer_bytes
+        == 2 * trace_micro_step(tiny_llama(), 1, S, "fp16", "sdpa").per_layer_bytes
+    )
 
 
 def test_a_config_mixing_layer_types_is_traced_whole_and_says_so():
-    mixed = Qwen2Config(vocab_size=V, hidden_size=H, intermediate_size=I, num_hidden_layers=3, num_attention_heads=A,
-                        num_key_value_heads=G, max_position_embeddings=256, use_sliding_window=True,
-                        sliding_window=8, max_window_layers=1)
+    mixed = Qwen2Config(
+        vocab_size=V,
+        hidden_size=H,
+        intermediate_size=I,
+        num_hidden_layers=3,
+        num_attention_heads=A,
+        num_key_value_heads=G,
+        max_position_embeddings=256,
+        use_sliding_window=True,
+        sliding_window=8,
+        max_window_layers=1,
+    )
     assert len(set(mixed.layer_types)) == 2
     trace = trace_micro_step(mixed, 1, S, "fp16", "sdpa")
     assert trace.per_layer_bytes is None and trace.outside_layers_bytes is None
@@ -230,10 +280,19 @@ def test_mistral_layers_save_what_llama_layers_of_the_same_shape_save():
     llama = trace_micro_step(load_config(MODELS / "llama-3-8b.json"), 1, 256, "fp16", "sdpa")
     assert mistral.per_layer_bytes == llama.per_layer_bytes
     assert llama.outside_layers_bytes - mistral.outside_layers_bytes == 4 * 256 * (128256 - 32000)
-    tiny_mistral = MistralConfig(vocab_size=V, hidden_size=H, intermediate_size=I, num_hidden_layers=2,
-                                 num_attention_heads=A, num_key_value_heads=G, max_position_embeddings=256,
-                                 sliding_window=8)
-    assert trace_micro_step(tiny_mistral, 1, S, "fp16", "sdpa").per_layer_bytes == llama_layer_bytes(2, "sdpa")
+    tiny_mistral = MistralConfig(
+        vocab_size=V,
+        hidden_size=H,
+        intermediate_size=I,
+        num_hidden_layers=2,
+        num_attention_heads=A,
+        num_key_value_heads=G,
+        max_position_embeddings=256,
+        sliding_window=8,
+    )
+    assert trace_micro_step(tiny_mistral, 1, S, "fp16", "sdpa").per_layer_bytes == llama_layer_bytes(
+        2, "sdpa"
+    )
 
 
 def test_the_claim_shape_matches_the_reference_trace():
@@ -249,10 +308,15 @@ def test_the_claim_shape_matches_the_reference_trace():
     assert sdpa.layers == 48
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"dtype": "fp8"}, "dtype"), ({"attention": "flash_attention_2"}, "attention"),
-    ({"seq_len": 0}, "positive"), ({"seq_len": 4096}, "positions"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"dtype": "fp8"}, "dtype"),
+        ({"attention": "flash_attention_2"}, "attention"),
+        ({"seq_len": 0}, "positive"),
+        ({"seq_len": 4096}, "positions"),
+    ],
+)
 def test_bad_arguments_are_refused(change, message):
     arguments = {"micro_batch": 1, "seq_len": S, "dtype": "fp16", "attention": "sdpa", **change}
     with pytest.raises(ValueError, match=message):

@@ -49,9 +49,13 @@ def test_step_metrics_lines_carry_units_and_peaks(tmp_path):
     lines = read_lines(StepRecord, tmp_path / "rank0.jsonl")  # every line a StepRecord
     first = lines[0]
     # The keys carry their units: the StepRecord's aliases.
-    for name, key in (("step_time_s", "step_time(s)"), ("micro_step_time_s", "micro_step_time(s)"),
-                      ("device_peak_gib", "memory/device_peak(GiB)"), ("rss_gib", "memory/rss(GiB)"),
-                      ("tokens_per_s", "tokens_per_s")):
+    for name, key in (
+        ("step_time_s", "step_time(s)"),
+        ("micro_step_time_s", "micro_step_time(s)"),
+        ("device_peak_gib", "memory/device_peak(GiB)"),
+        ("rss_gib", "memory/rss(GiB)"),
+        ("tokens_per_s", "tokens_per_s"),
+    ):
         assert StepRecord.key(name) == key and key in first.as_json() and f'"{key}"' in text.splitlines()[0]
     assert first.micro_step_time_s == first.step_time_s / 8
     assert 0 < first.device_peak_gib < 64

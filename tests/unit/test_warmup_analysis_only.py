@@ -4,7 +4,7 @@ checkpoint fingerprint hashes) nor the DeepSpeed config, so it never retrains or
 import copy
 import dataclasses
 
-from tests.unit.helpers import settings, render_profile
+from tests.unit.helpers import render_profile, settings
 
 
 def rendered(claim_config, profile, fingerprint):
@@ -13,14 +13,21 @@ def rendered(claim_config, profile, fingerprint):
     return render_profile(profile, fingerprint, claim=claim_config, template_file="claim.json")
 
 
-def test_editing_warmup_steps_excluded_leaves_run_spec_and_ds_config_alone(claim_config, smoke_profile, cpu_fingerprint):
+def test_editing_warmup_steps_excluded_leaves_run_spec_and_ds_config_alone(
+    claim_config, smoke_profile, cpu_fingerprint
+):
     edited = copy.deepcopy(smoke_profile)
     edited["training"]["warmup_steps_excluded"] += 7
-    assert settings(edited).training.warmup_steps_excluded == settings(smoke_profile).training.warmup_steps_excluded + 7
+    assert (
+        settings(edited).training.warmup_steps_excluded
+        == settings(smoke_profile).training.warmup_steps_excluded + 7
+    )
     config_a, _, spec_a = rendered(claim_config, smoke_profile, cpu_fingerprint)
     config_b, _, spec_b = rendered(claim_config, edited, cpu_fingerprint)
     assert spec_a == spec_b and config_a == config_b
-    assert spec_a.as_json() == spec_b.as_json()  # what deepspeed/run_spec.json holds, and the fingerprint hashes
+    assert (
+        spec_a.as_json() == spec_b.as_json()
+    )  # what deepspeed/run_spec.json holds, and the fingerprint hashes
     assert "warmup_steps_excluded" not in spec_a.as_json()["training"]
     assert "warmup_steps_excluded" not in {f.name for f in dataclasses.fields(spec_a.training)}
     assert spec_a.training.optimizer_steps == smoke_profile["training"]["optimizer_steps"]

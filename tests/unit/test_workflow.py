@@ -18,8 +18,14 @@ PROFILES = sorted(p.stem for p in (REPO / "config/profiles").glob("*.yaml"))
 
 def snakemake(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def planned_jobs(done: subprocess.CompletedProcess) -> dict[str, int]:
@@ -39,10 +45,26 @@ def test_lint_is_clean():
 def dry_runs() -> dict[str, subprocess.CompletedProcess]:
     """Every profile's dry run, started together (each is seconds of parsing; the cores share them)."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    started = {profile: subprocess.Popen([sys.executable, "-m", "snakemake", "-n", "--nolock", "--config",
-                                          f"profile={profile}", "machine=dry-run"], cwd=REPO, env=env,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for profile in PROFILES}
+    started = {
+        profile: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "-n",
+                "--nolock",
+                "--config",
+                f"profile={profile}",
+                "machine=dry-run",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for profile in PROFILES
+    }
     done = {}
     for profile, process in started.items():
         stdout, stderr = process.communicate(timeout=300)
@@ -54,29 +76,61 @@ def dry_runs() -> dict[str, subprocess.CompletedProcess]:
 def test_every_profile_builds_its_dag(profile, dry_runs):
     done = dry_runs[profile]
     jobs = planned_jobs(done)
-    for rule in ("probe_hardware", "render_deepspeed_config", "plan_run", "approve_plan", "prepare_model",
-                 "prepare_dataset", "train", "check_gates", "write_report", "register_run"):
+    for rule in (
+        "probe_hardware",
+        "render_deepspeed_config",
+        "plan_run",
+        "approve_plan",
+        "prepare_model",
+        "prepare_dataset",
+        "train",
+        "check_gates",
+        "write_report",
+        "register_run",
+    ):
         assert jobs.get(rule) == 1, (rule, jobs)
     assert f"results/{profile}/dry-run/train/summary.json" in done.stdout
     assert "{profile}" not in done.stdout and "{machine}" not in done.stdout
 
 
 def test_described_machine_is_planned_never_probed_or_trained():
-    done = snakemake("-n", "--cores", "1", "plan", "--config", "profile=claim-14b",
-                     "machine_description=config/machines/claim-rtx5070-rtx4090.yaml")
+    done = snakemake(
+        "-n",
+        "--cores",
+        "1",
+        "plan",
+        "--config",
+        "profile=claim-14b",
+        "machine_description=config/machines/claim-rtx5070-rtx4090.yaml",
+    )
     jobs = planned_jobs(done)
     # plan.txt judges the seed's claims on paper for the claimed box too: its plan is planned in-process.
-    assert set(jobs) == {"render_deepspeed_config", "plan_run", "plan_claimed_box", "judge_plan_claims", "plan"}, jobs
+    assert set(jobs) == {
+        "render_deepspeed_config",
+        "plan_run",
+        "plan_claimed_box",
+        "judge_plan_claims",
+        "plan",
+    }, jobs
     assert "results/claim-14b/claim-rtx5070-rtx4090/plan/plan.txt" in done.stdout
     assert "results/claim-14b/claim-rtx5070-rtx4090/claims/claimed_box_plan.json" in done.stdout
     assert "plan/ds_config.json" not in done.stdout  # the planner reads render_deepspeed_config's rendering
 
 
 def test_benchmarks_are_targets_on_the_pipelines_rules():
-    jobs = planned_jobs(snakemake("-n", "bench", "--config", "profile=bench", "machine=dry-run", "bench_repeats=1"))
-    assert jobs["train_bench_run"] == 5 and jobs["train_ddp_baseline"] == 1  # zero3 (+untuned, no-metrics), 2 variants
+    jobs = planned_jobs(
+        snakemake("-n", "bench", "--config", "profile=bench", "machine=dry-run", "bench_repeats=1")
+    )
+    assert (
+        jobs["train_bench_run"] == 5 and jobs["train_ddp_baseline"] == 1
+    )  # zero3 (+untuned, no-metrics), 2 variants
     assert jobs["render_variant_config"] == 2 and jobs["prepare_dataset"] == 1 and jobs["approve_plan"] == 1
-    assert {"bench_ddp_vs_zero3", "bench_metrics_overhead", "bench_gloo_latency", "bench_planner_grid"} <= set(jobs)
+    assert {
+        "bench_ddp_vs_zero3",
+        "bench_metrics_overhead",
+        "bench_gloo_latency",
+        "bench_planner_grid",
+    } <= set(jobs)
     # The planner's grid: one run of the pipeline per point, under the profile write_grid_profiles wrote.
     points = yaml.safe_load((REPO / "config/planner_grid.yaml").read_text())["points"]
     assert jobs["write_grid_profiles"] == 1 and jobs["run_grid_point"] == len(points) >= 12
@@ -89,7 +143,9 @@ def test_the_default_profiles_report_shows_its_variants_and_hf_trainer_is_never_
     assert jobs["train_variant"] == 10 and jobs["predict_variant_peak_memory"] == 10
     assert jobs["compare_variants"] == 1 and jobs["plot_variant_losses"] == 1
     assert "variants/hf-trainer" not in done.stdout
-    report = next(block for block in done.stdout.split("\n\n") if re.search(r"^rule write_report:", block, re.MULTILINE))
+    report = next(
+        block for block in done.stdout.split("\n\n") if re.search(r"^rule write_report:", block, re.MULTILINE)
+    )
     assert "results/cpu-tiny/dry-run/variants/comparison.json" in report
     smoke = planned_jobs(snakemake("-n", "--config", "profile=smoke", "machine=dry-run"))
     assert "train_variant" not in smoke and "compare_variants" not in smoke
@@ -97,12 +153,17 @@ def test_the_default_profiles_report_shows_its_variants_and_hf_trainer_is_never_
 
 def test_every_training_rule_needs_the_approved_plan():
     # cpu-tiny lists the variants (the smoke profile none: its report has no Choices section).
-    done = snakemake("-n", "train_variants", "bench", "--config", "profile=cpu-tiny", "machine=dry-run", "bench_repeats=1")
+    done = snakemake(
+        "-n", "train_variants", "bench", "--config", "profile=cpu-tiny", "machine=dry-run", "bench_repeats=1"
+    )
     jobs = planned_jobs(done)
     assert jobs["train_variant"] >= 1 and jobs["train_bench_run"] >= 1
     blocks = done.stdout.split("\n\n")
     for block in blocks:
-        if re.search(r"^(local)?rule (train|train_variant|train_bench_run|train_ddp_baseline|prepare_model|"
-                     r"write_train_settings):", block,
-                     re.MULTILINE):
+        if re.search(
+            r"^(local)?rule (train|train_variant|train_bench_run|train_ddp_baseline|prepare_model|"
+            r"write_train_settings):",
+            block,
+            re.MULTILINE,
+        ):
             assert "results/cpu-tiny/dry-run/plan/approved.json" in block, block

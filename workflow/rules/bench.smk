@@ -10,13 +10,13 @@ rule render_untuned_config:
     output:
         ds_config=result("bench/zero3-untuned/ds_config.json"),
         overrides=result("bench/zero3-untuned/overrides.json"),
-    params:
-        hidden_size=SETTINGS.model.hidden_size,
     log:
         result("logs/bench/render_untuned_config.log"),
     localrule: True
     conda:
         "../../envs/train.yaml"
+    params:
+        hidden_size=SETTINGS.model.hidden_size,
     script:
         "../scripts/render_untuned_config.py"
 
@@ -36,15 +36,15 @@ use rule train as train_bench_run with:
         events=result("bench/runs/{bench_row}/{repeat}/events.jsonl"),
         evaluation=result("bench/runs/{bench_row}/{repeat}/eval.jsonl"),
         summary=result("bench/runs/{bench_row}/{repeat}/summary.json"),
+    log:
+        result("logs/bench/{bench_row}-{repeat}.log"),
+    benchmark:
+        result("benchmarks/bench/{bench_row}-{repeat}.tsv")
     params:
         dataset_dir=subpath(input.manifest, parent=True),
         out_dir=subpath(output.summary, parent=True),
         checkpoint_dir=checkpoint_dir,
         extra=bench_extra,
-    log:
-        result("logs/bench/{bench_row}-{repeat}.log"),
-    benchmark:
-        result("benchmarks/bench/{bench_row}-{repeat}.tsv")
 
 
 # The DDP baseline: the training run's loop with the DDP engine (torch DDP, no_sync accumulation) under the
@@ -62,36 +62,40 @@ use rule train as train_ddp_baseline with:
         events=result("bench/runs/ddp/{repeat}/events.jsonl"),
         evaluation=result("bench/runs/ddp/{repeat}/eval.jsonl"),
         summary=result("bench/runs/ddp/{repeat}/summary.json"),
+    log:
+        result("logs/bench/ddp-{repeat}.log"),
+    benchmark:
+        result("benchmarks/bench/ddp-{repeat}.tsv")
     params:
         dataset_dir=subpath(input.manifest, parent=True),
         out_dir=subpath(output.summary, parent=True),
         checkpoint_dir=result("bench/runs/ddp/{repeat}/checkpoints"),
         extra="--engine ddp",
-    log:
-        result("logs/bench/ddp-{repeat}.log"),
-    benchmark:
-        result("benchmarks/bench/ddp-{repeat}.tsv")
 
 
 rule bench_ddp_vs_zero3:
     input:
         ddp=expand(rules.train_ddp_baseline.output.metrics, repeat=BENCH_REPEATS),
-        zero3_untuned=expand(rules.train_bench_run.output.metrics, bench_row="zero3-untuned", repeat=BENCH_REPEATS),
+        zero3_untuned=expand(
+            rules.train_bench_run.output.metrics, bench_row="zero3-untuned", repeat=BENCH_REPEATS
+        ),
         zero3=expand(rules.train_bench_run.output.metrics, bench_row="zero3", repeat=BENCH_REPEATS),
         zero0=expand(rules.train_bench_run.output.metrics, bench_row="zero0", repeat=BENCH_REPEATS),
-        zero2_offload=expand(rules.train_bench_run.output.metrics, bench_row="zero2-offload", repeat=BENCH_REPEATS),
+        zero2_offload=expand(
+            rules.train_bench_run.output.metrics, bench_row="zero2-offload", repeat=BENCH_REPEATS
+        ),
     output:
         table=result("bench/ddp_vs_zero3.txt"),
         data=result("bench/ddp_vs_zero3.json"),
-    params:
-        warmup_steps=WARMUP_STEPS,
-        steps=SETTINGS.training.optimizer_steps,
-        profile_name=PROFILE_NAME,
     log:
         result("logs/bench/bench_ddp_vs_zero3.log"),
     localrule: True
     conda:
         "../../envs/analysis.yaml"
+    params:
+        warmup_steps=WARMUP_STEPS,
+        steps=SETTINGS.training.optimizer_steps,
+        profile_name=PROFILE_NAME,
     script:
         "../scripts/bench_ddp_vs_zero3.py"
 
@@ -103,14 +107,14 @@ rule bench_metrics_overhead:
     output:
         table=result("bench/metrics_overhead.txt"),
         data=result("bench/metrics_overhead.json"),
-    params:
-        steps=SETTINGS.training.optimizer_steps,
-        profile_name=PROFILE_NAME,
     log:
         result("logs/bench/bench_metrics_overhead.log"),
     localrule: True
     conda:
         "../../envs/analysis.yaml"
+    params:
+        steps=SETTINGS.training.optimizer_steps,
+        profile_name=PROFILE_NAME,
     script:
         "../scripts/bench_metrics_overhead.py"
 
@@ -119,15 +123,15 @@ rule bench_metrics_overhead:
 rule bench_gloo_latency:
     output:
         table=result("bench/gloo_latency.txt"),
-    params:
-        iterations=config["bench_gloo_iterations"],
     log:
         result("logs/bench/bench_gloo_latency.log"),
+    conda:
+        "../../envs/train.yaml"
     threads: 2
     resources:
         host_share=HOST_SHARE_POOL,
-    conda:
-        "../../envs/train.yaml"
+    params:
+        iterations=config["bench_gloo_iterations"],
     shell:
         "python -m zerogate.bench.gloo_latency --iterations {params.iterations} --out {output.table} > {log} 2>&1"
         " && cat {output.table} >&2"
@@ -144,7 +148,9 @@ rule write_grid_profiles:
     input:
         grid=planner_grid_file,
     output:
-        profiles=expand(f"{PLANNER_GRID_DIR}/profiles/{{name}}", name=[f"{PROFILE_PREFIX}{p}.yaml" for p in GRID_POINTS]),
+        profiles=expand(
+            f"{PLANNER_GRID_DIR}/profiles/{{name}}", name=[f"{PROFILE_PREFIX}{p}.yaml" for p in GRID_POINTS]
+        ),
     log:
         result("logs/bench/write_grid_profiles.log"),
     localrule: True
@@ -163,17 +169,17 @@ rule run_grid_point:
         run_spec=f"{PLANNER_GRID_DIR}/points/{{point}}/run_spec.json",
         ds_config=f"{PLANNER_GRID_DIR}/points/{{point}}/ds_config.json",
         train_benchmark=f"{PLANNER_GRID_DIR}/points/{{point}}/train.tsv",
-    params:
-        results=lambda wildcards: grid_point_results(wildcards.point),
     log:
         result("logs/bench/planner_grid/{point}.log"),
     benchmark:
         result("benchmarks/bench/planner_grid/{point}.tsv")
+    conda:
+        "../../envs/train.yaml"
     threads: host_cores()
     resources:
         host_share=HOST_SHARE_POOL,
-    conda:
-        "../../envs/train.yaml"
+    params:
+        results=lambda wildcards: grid_point_results(wildcards.point),
     shell:
         "snakemake --cores {threads} --config profile={input.profile} --forcerun predict_peak_memory -- compare_ledger"
         " > {log} 2>&1"
@@ -190,13 +196,13 @@ rule bench_planner_grid:
         table=result("bench/planner_grid.txt"),
         data=result("bench/planner_grid.json"),
         markdown=result("bench/planner_grid.md"),
-    params:
-        points=GRID_POINTS,
     log:
         result("logs/bench/bench_planner_grid.log"),
     localrule: True
     conda:
         "../../envs/analysis.yaml"
+    params:
+        points=GRID_POINTS,
     script:
         "../scripts/bench_planner_grid.py"
 
@@ -210,16 +216,16 @@ rule bench_peers_vs_zero3:
     output:
         table=result("bench/peers_vs_zero3.txt"),
         data=result("bench/peers_vs_zero3.json"),
-    params:
-        warmup_steps=WARMUP_STEPS,
-        steps=VARIANT_STEPS,
-        profile_name=PROFILE_NAME,
-        intervals=INTERVALS,
     log:
         result("logs/bench/bench_peers_vs_zero3.log"),
     localrule: True
     conda:
         "../../envs/analysis.yaml"
+    params:
+        warmup_steps=WARMUP_STEPS,
+        steps=VARIANT_STEPS,
+        profile_name=PROFILE_NAME,
+        intervals=INTERVALS,
     script:
         "../scripts/bench_peers_vs_zero3.py"
 

@@ -11,14 +11,14 @@ rule judge_seed_claims:
         communication=rules.tabulate_comms_volume.output.table,
     output:
         verdicts=result("claims/verdicts.json"),
-    params:
-        machine=MACHINE,
-        # The claim's own accumulation, for the measured ZeRO-3 / DDP ratio at it.
-        claim_accumulation=CLAIMED_SETTINGS.training.gradient_accumulation_steps,
     log:
         result("logs/judge_seed_claims.log"),
     localrule: True
     conda:
         "../../envs/analysis.yaml"
+    params:
+        machine=MACHINE,
+        # The claim's own accumulation, for the measured ZeRO-3 / DDP ratio at it.
+        claim_accumulation=CLAIMED_SETTINGS.training.gradient_accumulation_steps,
     script:
         "../scripts/judge_seed_claims.py"

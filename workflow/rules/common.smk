@@ -17,7 +17,13 @@ from zerogate.errors import InputError
 from zerogate.bench.grid_points import PROFILE_PREFIX, point_ids, profile_file_name
 from zerogate.hashing import sha256_json
 from zerogate.config.machine_id import machine_id_from_host
-from zerogate.config.profile import check_profile, file_defining, load_profile_chain, profile_name, resolve_profile
+from zerogate.config.profile import (
+    check_profile,
+    file_defining,
+    load_profile_chain,
+    profile_name,
+    resolve_profile,
+)
 from zerogate.config.validation import key_path, to_input_error
 from zerogate.contracts.base import plain
 from zerogate.data.sources import check_dataset_source
@@ -88,13 +94,22 @@ PROFILE, SETTINGS = load_profile(PROFILE_ARG)
 # "auto" (the host name) and "today" (the report's date) are resolved once, by the invocation the user
 # started, and reach every job it spawns through the environment: a cluster job re-reads this file on its
 # own node, perhaps after midnight, and must build the same paths (sbatch passes the environment on).
-MACHINE = (os.environ.setdefault("ZEROGATE_MACHINE", machine_id_from_host(socket.gethostname()))
-           if config["machine"] == "auto" else config["machine"])
+MACHINE = (
+    os.environ.setdefault("ZEROGATE_MACHINE", machine_id_from_host(socket.gethostname()))
+    if config["machine"] == "auto"
+    else config["machine"]
+)
 # A described machine (config/machines/<name>.yaml) is planned for, never probed; "auto" takes its file name.
 MACHINE_DESCRIPTION = config.get("machine_description")
 if MACHINE_DESCRIPTION:
     if not (REPO / MACHINE_DESCRIPTION).is_file():
-        fail(InputError(config_source(["machine_description"]), "machine_description", f"no such file: {MACHINE_DESCRIPTION}"))
+        fail(
+            InputError(
+                config_source(["machine_description"]),
+                "machine_description",
+                f"no such file: {MACHINE_DESCRIPTION}",
+            )
+        )
     if config["machine"] == "auto":
         MACHINE = Path(MACHINE_DESCRIPTION).stem
 CONFIG_HASH = sha256_json({"profile": PROFILE, "pipeline_version": PIPELINE_VERSION})
@@ -104,7 +119,9 @@ RUN_ID = f"{PROFILE_NAME}-{MACHINE}-{CONFIG_HASH[:8]}"
 # built on another day gets a new file beside the old one (the inputs are unchanged, so only the report
 # and the registry are rebuilt).
 REPORT_DATE = (
-    os.environ.setdefault("ZEROGATE_REPORT_DATE", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
+    os.environ.setdefault(
+        "ZEROGATE_REPORT_DATE", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    )
     if config["report_date"] == "today"
     else config["report_date"]
 )
@@ -141,7 +158,8 @@ def profile_file_setting(key):
 def check_inputs():
     """A model path that does not exist or a GGUF transformers cannot load, a dataset file that does not
     parse or lacks a mapped column, and a claim's DeepSpeed config that does not parse or has a key DeepSpeed
-    would ignore (the run's and the claimed box's, which several rules read) stop here: before any job runs."""
+    would ignore (the run's and the claimed box's, which several rules read) stop here: before any job runs.
+    """
     try:
         check_model_source(SETTINGS.model.source, profile_file_setting("model.source"), REPO)
         dataset = SETTINGS.dataset
@@ -166,6 +184,7 @@ def dataset_files():
     source = SETTINGS.dataset.source
     return [] if source == "builtin-tasks" or source.startswith("hub:") else [source]
 
+
 # One profile and one machine per invocation: every path below is concrete (no {profile} or {machine}
 # wildcards pinned to one value), built from RESULTS. Rules cite each other's outputs as rules.X.output.Y;
 # result() is only for a rule's own outputs and logs. The real wildcards are {variant} and the
@@ -189,8 +208,10 @@ PEER_BENCH_VARIANTS = list(PEERS_BENCHMARK)
 
 
 wildcard_constraints:
-    variant="|".join(re.escape(v) for v in dict.fromkeys([*PROFILE.get("variants", []), *BENCH_VARIANTS,
-                                                           *PEER_BENCH_VARIANTS])),
+    variant="|".join(
+        re.escape(v)
+        for v in dict.fromkeys([*PROFILE.get("variants", []), *BENCH_VARIANTS, *PEER_BENCH_VARIANTS])
+    ),
     bench_row="|".join(re.escape(r) for r in BENCH_ROWS),
     repeat=r"\d+",
     point=r"[a-z0-9][a-z0-9-]*",
@@ -251,8 +272,10 @@ def compare_inputs(wildcards):
     if missing:
         fail(f"{config_source(['compare'])}: compare: no run registry at {', '.join(missing)}")
     if len(registries) < 2:
-        fail(f"{config_source(['compare'])}: compare: {len(registries)} run(s) found, need two "
-             "(list run directories under compare, or run the pipeline for another profile or machine)")
+        fail(
+            f"{config_source(['compare'])}: compare: {len(registries)} run(s) found, need two "
+            "(list run directories under compare, or run the pipeline for another profile or machine)"
+        )
     return {"registries": [ancient(r) for r in registries]}
 
 
@@ -320,7 +343,9 @@ def variants_inputs(name):
     def inputs(wildcards):
         if not PROFILE.get("variants"):
             return []
-        return [rules.compare_variants.output.table if name == "table" else rules.plot_variant_losses.output.loss]
+        return [
+            rules.compare_variants.output.table if name == "table" else rules.plot_variant_losses.output.loss
+        ]
 
     return inputs
 
@@ -354,14 +379,22 @@ PLANNER_SOURCES = sorted(
     str(path.relative_to(REPO))
     for folder in ("plan", "model", "config", "contracts")
     for path in (REPO / "workflow" / "zerogate" / folder).glob("*.py")
-) + ["workflow/zerogate/bench/planner_validation.py", "workflow/zerogate/analysis/planner_validation.py",
-     "workflow/zerogate/runtime/nodes.py", "workflow/zerogate/units.py"]
+) + [
+    "workflow/zerogate/bench/planner_validation.py",
+    "workflow/zerogate/analysis/planner_validation.py",
+    "workflow/zerogate/runtime/nodes.py",
+    "workflow/zerogate/units.py",
+]
 
 
 def published_setups_table(wildcards):
     """The table to judge; one line before any job when it is not there."""
     if not (REPO / PUBLISHED_SETUPS).is_file():
-        fail(InputError(config_source(["published_setups"]), "published_setups", f"no such file: {PUBLISHED_SETUPS}"))
+        fail(
+            InputError(
+                config_source(["published_setups"]), "published_setups", f"no such file: {PUBLISHED_SETUPS}"
+            )
+        )
     return PUBLISHED_SETUPS
 
 

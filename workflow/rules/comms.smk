@@ -26,17 +26,17 @@ rule measure_comms_volume:
         plan=rules.approve_plan.output.approved,
     output:
         records=directory(result("comms/records")),
-    params:
-        dataset_dir=subpath(input.manifest, parent=True),
     log:
         result("logs/measure_comms_volume.log"),
     benchmark:
         result("benchmarks/measure_comms_volume.tsv")
+    conda:
+        "../../envs/train.yaml"
     threads: host_cores()
     resources:
         host_share=HOST_SHARE_POOL,
-    conda:
-        "../../envs/train.yaml"
+    params:
+        dataset_dir=subpath(input.manifest, parent=True),
     shell:
         "python -m zerogate.runtime.launch --run-spec {input.run_spec} --log {log} --module zerogate.train.comms_volume --"
         " --measurements {input.measurements} --dataset-dir {params.dataset_dir} --out-dir {output.records}"

@@ -21,14 +21,14 @@ rule compare_runs:
             caption="../report/compare_history.rst",
             category="Comparison",
         ),
-    params:
-        # A machine id: ratios are to that machine's run of each group (empty: the group's first machine).
-        reference=config["compare_reference"],
     log:
         f"results/compare/logs/compare_runs-{COMPARE_ID}.log",
     localrule: True
     conda:
         "../../envs/analysis.yaml"
+    params:
+        # A machine id: ratios are to that machine's run of each group (empty: the group's first machine).
+        reference=config["compare_reference"],
     script:
         "../scripts/compare_runs.py"
 

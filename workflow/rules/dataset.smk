@@ -9,13 +9,13 @@ rule prepare_dataset:
         validation_examples=result("dataset/validation_examples.jsonl"),
         tokenizer=result("dataset/tokenizer.json"),
         manifest=result("dataset/manifest.json"),
-    params:
-        settings=plain(SETTINGS.dataset),
-        # Named in the dataset stage's errors (e.g. a tokenizer larger than dataset.vocab_size).
-        profile_file=profile_file_setting("dataset.vocab_size"),
     log:
         result("logs/prepare_dataset.log"),
     conda:
         "../../envs/train.yaml"
+    params:
+        settings=plain(SETTINGS.dataset),
+        # Named in the dataset stage's errors (e.g. a tokenizer larger than dataset.vocab_size).
+        profile_file=profile_file_setting("dataset.vocab_size"),
     script:
         "../scripts/prepare_dataset.py"

@@ -9,6 +9,10 @@ rule render_deepspeed_config:
         ds_config=result("deepspeed/ds_config.json"),
         deviations=result("deepspeed/deviations.json"),
         run_spec=result("deepspeed/run_spec.json"),
+    log:
+        result("logs/render_deepspeed_config.log"),
+    conda:
+        "../../envs/train.yaml"
     params:
         model=plain(SETTINGS.model),
         # The run's training settings: the analysis-only warm-up cut left out, so editing it never re-renders.
@@ -20,9 +24,5 @@ rule render_deepspeed_config:
         nodes=PROFILE.get("nodes"),
         nodes_file=profile_file_setting("nodes"),
         profile_file=profile_file_setting("deepspeed.overrides"),
-    log:
-        result("logs/render_deepspeed_config.log"),
-    conda:
-        "../../envs/train.yaml"
     script:
         "../scripts/render_deepspeed_config.py"

@@ -13,14 +13,13 @@ rule check_gates:
         repeat_steps=repeat_outputs("steps"),
     output:
         verdicts=result("gates/verdicts.json"),
-    params:
-        gates=plain(SETTINGS.gates),
-        warmup_steps=WARMUP_STEPS,
-        intervals=INTERVALS,
     log:
         result("logs/check_gates.log"),
     conda:
         "../../envs/analysis.yaml"
+    params:
+        gates=plain(SETTINGS.gates),
+        warmup_steps=WARMUP_STEPS,
+        intervals=INTERVALS,
     script:
         "../scripts/check_gates.py"
-

@@ -15,15 +15,15 @@ rule judge_log:
     output:
         summaries=[f"results/logs/{name}/log_summary.json" for name in LOGS_TO_JUDGE],
         pages=[f"results/logs/{name}/log_summary.html" for name in LOGS_TO_JUDGE],
-    params:
-        names=list(LOGS_TO_JUDGE),
-        gates=plain(SETTINGS.gates),
-        warmup_steps=WARMUP_STEPS,
-        profile=PROFILE_NAME,
     log:
         "results/logs/judge_log.log",
     localrule: True
     conda:
         "../../envs/analysis.yaml"
+    params:
+        names=list(LOGS_TO_JUDGE),
+        gates=plain(SETTINGS.gates),
+        warmup_steps=WARMUP_STEPS,
+        profile=PROFILE_NAME,
     script:
         "../scripts/judge_log.py"

@@ -5,12 +5,12 @@ rule prepare_model:
         approved=rules.approve_plan.output.approved,
     output:
         model=result("model/model.json"),
-    params:
-        model=plain(SETTINGS.model),
-        profile_file=profile_file_setting("model.source"),
     log:
         result("logs/prepare_model.log"),
     conda:
         "../../envs/train.yaml"
+    params:
+        model=plain(SETTINGS.model),
+        profile_file=profile_file_setting("model.source"),
     script:
         "../scripts/prepare_model.py"

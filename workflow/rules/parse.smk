@@ -8,12 +8,12 @@ rule parse_logs:
         steps=result("parsed/steps.parquet"),
         events=result("parsed/events.parquet"),
         run_meta=result("parsed/run.json"),
-    params:
-        expected_steps=SETTINGS.training.optimizer_steps,
     log:
         result("logs/parse_logs.log"),
     conda:
         "../../envs/analysis.yaml"
+    params:
+        expected_steps=SETTINGS.training.optimizer_steps,
     script:
         "../scripts/parse_logs.py"
 

@@ -16,10 +16,10 @@ rule measure_runtime_baseline:
         baseline=result("plan/runtime_baseline.json"),
     log:
         result("logs/measure_runtime_baseline.log"),
-    resources:
-        host_share=HOST_SHARE_POOL,
     conda:
         "../../envs/train.yaml"
+    resources:
+        host_share=HOST_SHARE_POOL,
     script:
         "../scripts/measure_runtime_baseline.py"
 
@@ -31,11 +31,11 @@ rule predict_peak_memory:
         baseline=rules.measure_runtime_baseline.output.baseline,
     output:
         peak=result("plan/peak_memory.json"),
-    params:
-        engine="deepspeed",  # a variant's (variants.smk): its engine's planner (zerogate.plan.planner)
     log:
         result("logs/predict_peak_memory.log"),
     conda:
         "../../envs/train.yaml"
+    params:
+        engine="deepspeed",  # a variant's (variants.smk): its engine's planner (zerogate.plan.planner)
     script:
         "../scripts/predict_peak_memory.py"

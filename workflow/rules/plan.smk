@@ -4,12 +4,12 @@ rule check_preflight:
         fingerprint=rules.probe_hardware.output.fingerprint,
     output:
         preflight=result("preflight/preflight.json"),
-    params:
-        needs=PROFILE.get("preflight"),
     log:
         result("logs/check_preflight.log"),
     conda:
         "../../envs/train.yaml"
+    params:
+        needs=PROFILE.get("preflight"),
     script:
         "../scripts/check_preflight.py"
 
@@ -32,6 +32,10 @@ rule plan_run:
         plan=result("plan/plan.json"),
         # Each change the planner suggests, as a profile extending this one (its one plan command in plan.json).
         suggestions=directory(result("plan/suggestions")),
+    log:
+        result("logs/plan_run.log"),
+    conda:
+        "../../envs/train.yaml"
     params:
         # Not the gates: editing a gate must not re-plan, because training depends on the plan.
         plan=plain(SETTINGS.plan),
@@ -40,10 +44,6 @@ rule plan_run:
         training=plain(SETTINGS.training.run),
         overrides=SETTINGS.deepspeed.overrides,
         machine=MACHINE,
-    log:
-        result("logs/plan_run.log"),
-    conda:
-        "../../envs/train.yaml"
     script:
         "../scripts/plan_run.py"
 
@@ -55,13 +55,13 @@ rule approve_plan:
         preflight=rules.check_preflight.output.preflight,
     output:
         approved=result("plan/approved.json"),
-    params:
-        profile_name=PROFILE_NAME,
     log:
         result("logs/approve_plan.log"),
     localrule: True
     conda:
         "../../envs/analysis.yaml"
+    params:
+        profile_name=PROFILE_NAME,
     script:
         "../scripts/approve_plan.py"
 
@@ -78,10 +78,10 @@ rule measure_model_compute:
         compute=result("plan/model_compute.json"),
     log:
         result("logs/measure_model_compute.log"),
-    resources:
-        host_share=HOST_SHARE_POOL,
     conda:
         "../../envs/train.yaml"
+    resources:
+        host_share=HOST_SHARE_POOL,
     script:
         "../scripts/measure_model_compute.py"
 
@@ -98,12 +98,12 @@ rule replan_with_measured_compute:
         model_compute=rules.measure_model_compute.output.compute,
     output:
         plan=result("plan/plan_measured.json"),
-    params:
-        machine=MACHINE,
     log:
         result("logs/replan_with_measured_compute.log"),
     conda:
         "../../envs/train.yaml"
+    params:
+        machine=MACHINE,
     script:
         "../scripts/replan_with_measured_compute.py"
 
@@ -120,6 +120,10 @@ rule plan_claimed_box:
         plan=result("claims/claimed_box_plan.json"),
         # Each change the planner finds for the claimed box, as a profile extending the claimed one.
         suggestions=directory(result("claims/claimed_box_suggestions")),
+    log:
+        result("logs/plan_claimed_box.log"),
+    conda:
+        "../../envs/train.yaml"
     params:
         model=plain(CLAIMED_SETTINGS.model),
         training=plain(CLAIMED_SETTINGS.training.run),
@@ -128,10 +132,6 @@ rule plan_claimed_box:
         vocab_size=CLAIMED_SETTINGS.vocab_size,
         plan=plain(CLAIMED_SETTINGS.plan),
         profile_name=CLAIMED_BOX["profile"],
-    log:
-        result("logs/plan_claimed_box.log"),
-    conda:
-        "../../envs/train.yaml"
     script:
         "../scripts/plan_claimed_box.py"
 
@@ -148,17 +148,17 @@ rule judge_plan_claims:
         claims=result("plan/claims.json"),
         summary=result("plan/plan.txt"),
         overlay=result("plan/multinode-overlay.yaml"),
+    log:
+        result("logs/judge_plan_claims.log"),
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
     params:
         gates=plain(SETTINGS.gates),
         profile_name=PROFILE_NAME,
         training=plain(SETTINGS.training.run),
         overrides=SETTINGS.deepspeed.overrides,
         machine=MACHINE,
-    log:
-        result("logs/judge_plan_claims.log"),
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
     script:
         "../scripts/judge_plan_claims.py"
 

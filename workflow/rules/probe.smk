@@ -7,10 +7,10 @@ rule probe_hardware:
         summary=result("probe/summary.txt"),
     log:
         result("logs/probe_hardware.log"),
+    conda:
+        "../../envs/train.yaml"
     threads: host_cores()
     resources:
         host_share=HOST_SHARE_POOL,
-    conda:
-        "../../envs/train.yaml"
     script:
         "../scripts/probe_hardware.py"

@@ -36,12 +36,12 @@ rule plot_figures:
             category="Training",
             subcategory=f"{PROFILE_NAME} on {MACHINE}",
         ),
-    params:
-        warmup_steps=WARMUP_STEPS,
     log:
         result("logs/plot_figures.log"),
     conda:
         "../../envs/analysis.yaml"
+    params:
+        warmup_steps=WARMUP_STEPS,
     script:
         "../scripts/plot_figures.py"
 
@@ -54,15 +54,15 @@ rule record_provenance:
         summary=rules.train.output.summary,
     output:
         provenance=result("provenance.json"),
+    log:
+        result("logs/record_provenance.log"),
+    conda:
+        "../../envs/analysis.yaml"
     params:
         profile_name=PROFILE_NAME,
         profile=PROFILE,
         config_hash=CONFIG_HASH,
         run_id=RUN_ID,
-    log:
-        result("logs/record_provenance.log"),
-    conda:
-        "../../envs/analysis.yaml"
     script:
         "../scripts/record_provenance.py"
 
@@ -100,13 +100,13 @@ rule write_report:
             caption="../report/html.rst",
             category="Report",
         ),
-    params:
-        warmup_steps=WARMUP_STEPS,
-        intervals=INTERVALS,
     log:
         result(f"logs/write_report-{RUN_LABEL}.log"),
     conda:
         "../../envs/analysis.yaml"
+    params:
+        warmup_steps=WARMUP_STEPS,
+        intervals=INTERVALS,
     script:
         "../scripts/write_report.py"
 
@@ -129,14 +129,14 @@ rule register_run:
         repeat_run_meta=repeat_outputs("run_meta"),
     output:
         registry=result("registry.json"),
-    params:
-        machine=MACHINE,
-        warmup_steps=WARMUP_STEPS,
-        intervals=INTERVALS,
     log:
         result("logs/register_run.log"),
     conda:
         "../../envs/analysis.yaml"
+    params:
+        machine=MACHINE,
+        warmup_steps=WARMUP_STEPS,
+        intervals=INTERVALS,
     script:
         "../scripts/register_run.py"
 

@@ -5,17 +5,17 @@ rule write_train_settings:
         approved=rules.approve_plan.output.approved,
     output:
         settings=result("train/settings.json"),
+    log:
+        result("logs/write_train_settings.log"),
+    localrule: True
+    conda:
+        "../../envs/train.yaml"
     params:
         # What the training loop acts on besides the run spec; the judging rules read the file too, so the
         # spike rule the gates count by is the one the run was stabilised by.
         stabiliser=plain(SETTINGS.stabiliser),
         checkpoint=plain(SETTINGS.checkpoint),
         evaluation=plain(SETTINGS.evaluation),
-    log:
-        result("logs/write_train_settings.log"),
-    localrule: True
-    conda:
-        "../../envs/train.yaml"
     script:
         "../scripts/write_train_settings.py"
 
@@ -38,20 +38,20 @@ rule train:
         events=result("train/events.jsonl"),
         evaluation=result("train/eval.jsonl"),
         summary=result("train/summary.json"),
+    log:
+        result("logs/train.log"),
+    benchmark:
+        result("benchmarks/train.tsv")
+    conda:
+        "../../envs/train.yaml"
+    threads: host_cores()
+    resources:
+        host_share=HOST_SHARE_POOL,
     params:
         dataset_dir=subpath(input.manifest, parent=True),
         out_dir=subpath(output.summary, parent=True),
         checkpoint_dir=checkpoint_dir,
         extra="",
-    log:
-        result("logs/train.log"),
-    benchmark:
-        result("benchmarks/train.tsv")
-    threads: host_cores()
-    resources:
-        host_share=HOST_SHARE_POOL,
-    conda:
-        "../../envs/train.yaml"
     shell:
         "python -m zerogate.runtime.launch --run-spec {input.run_spec} --log {log} --module zerogate.train.loop --"
         " --ds-config {input.ds_config} --settings {input.settings} --dataset-dir {params.dataset_dir}"

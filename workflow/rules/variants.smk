@@ -24,13 +24,13 @@ rule write_variant_run_spec:
         run_spec=rules.render_deepspeed_config.output.run_spec,
     output:
         run_spec=result("variants/deepspeed/run_spec.json"),
-    params:
-        optimizer_steps=VARIANT_STEPS,
     log:
         result("logs/write_variant_run_spec.log"),
     localrule: True
     conda:
         "../../envs/train.yaml"
+    params:
+        optimizer_steps=VARIANT_STEPS,
     script:
         "../scripts/write_variant_run_spec.py"
 
@@ -50,15 +50,15 @@ use rule train as train_variant with:
         events=result("variants/{variant}/train/events.jsonl"),
         evaluation=result("variants/{variant}/train/eval.jsonl"),
         summary=result("variants/{variant}/train/summary.json"),
+    log:
+        result("logs/train_variant/{variant}.log"),
+    benchmark:
+        result("benchmarks/train_variant/{variant}.tsv")
     params:
         dataset_dir=subpath(input.manifest, parent=True),
         out_dir=subpath(output.summary, parent=True),
         checkpoint_dir=checkpoint_dir,
         extra=variant_engine_argument,
-    log:
-        result("logs/train_variant/{variant}.log"),
-    benchmark:
-        result("benchmarks/train_variant/{variant}.tsv")
 
 
 # The planner's peak for a variant's config (predict_peak_memory on it, the run's runtime baseline): the
@@ -70,10 +70,10 @@ use rule predict_peak_memory as predict_variant_peak_memory with:
         baseline=rules.measure_runtime_baseline.output.baseline,
     output:
         peak=result("variants/{variant}/plan/peak_memory.json"),
-    params:
-        engine=lambda wildcards: engine_of(wildcards.variant),
     log:
         result("logs/predict_variant_peak_memory/{variant}.log"),
+    params:
+        engine=lambda wildcards: engine_of(wildcards.variant),
 
 
 rule compare_variants:
@@ -86,16 +86,16 @@ rule compare_variants:
         settings=rules.write_train_settings.output.settings,
     output:
         table=result("variants/comparison.json"),
+    log:
+        result("logs/compare_variants.log"),
+    conda:
+        "../../envs/analysis.yaml"
     params:
         variants=trained(PROFILE.get("variants", [])),
         not_run=[v for v in PROFILE.get("variants", []) if v not in trained([v])],
         predicted=predicted_variants(),
         warmup_steps=WARMUP_STEPS,
         intervals=INTERVALS,
-    log:
-        result("logs/compare_variants.log"),
-    conda:
-        "../../envs/analysis.yaml"
     script:
         "../scripts/compare_variants.py"
 
@@ -110,12 +110,12 @@ rule plot_variant_losses:
             category="Variants",
             subcategory=f"{PROFILE_NAME} on {MACHINE}",
         ),
-    params:
-        variants=trained(PROFILE.get("variants", [])),
     log:
         result("logs/plot_variant_losses.log"),
     conda:
         "../../envs/analysis.yaml"
+    params:
+        variants=trained(PROFILE.get("variants", [])),
     script:
         "../scripts/plot_variant_losses.py"
 

@@ -1,5 +1,6 @@
 """Entry point of the approve_plan rule: training may start only if the pre-flight check passes and the plan
 fits (or the profile overrides the planner). Writes nothing when it refuses."""
+
 from zerogate.contracts.machine import Preflight
 from zerogate.contracts.plan import Approval, Plan
 from zerogate.entry import fail, logging_to

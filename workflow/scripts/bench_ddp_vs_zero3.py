@@ -1,4 +1,6 @@
-"""Entry point of the bench_ddp_vs_zero3 rule (logic: zerogate.bench.ddp_vs_zero3): table written and printed."""
+"""Entry point of the bench_ddp_vs_zero3 rule (logic: zerogate.bench.ddp_vs_zero3): table written and
+printed."""
+
 import sys
 from pathlib import Path
 

@@ -1,4 +1,6 @@
-"""Entry point of the bench_peers_vs_zero3 rule (logic: zerogate.bench.peers_vs_zero3): table written and printed."""
+"""Entry point of the bench_peers_vs_zero3 rule (logic: zerogate.bench.peers_vs_zero3): table written and
+printed."""
+
 import sys
 from pathlib import Path
 
@@ -11,8 +13,12 @@ from zerogate.io import write_json
 
 with logging_to(snakemake.log[0]) as log:
     params = snakemake.params
-    result = table(dict(zip(ROWS, snakemake.input.metrics)), dict(zip(ROWS, snakemake.input.summaries)),
-                   params.warmup_steps, IntervalRule.from_settings(typed(IntervalSettings, params.intervals)))
+    result = table(
+        dict(zip(ROWS, snakemake.input.metrics)),
+        dict(zip(ROWS, snakemake.input.summaries)),
+        params.warmup_steps,
+        IntervalRule.from_settings(typed(IntervalSettings, params.intervals)),
+    )
     lines = text(result, params.profile_name, params.steps)
     write_json(snakemake.output.data, result)
     Path(snakemake.output.table).write_text(lines + "\n")

@@ -1,5 +1,6 @@
 """Entry point of the bench_planner_grid rule (logic: zerogate.bench.planner_grid): the grid's table written
 (JSON, text, markdown) and printed."""
+
 import sys
 from pathlib import Path
 
@@ -10,8 +11,12 @@ from zerogate.provenance import git_state
 
 with logging_to(snakemake.log[0]) as log:
     inputs = snakemake.input
-    runs = [read_point(point, *files) for point, *files in
-            zip(snakemake.params.points, inputs.ledger, inputs.run_spec, inputs.ds_config, inputs.train_benchmark)]
+    runs = [
+        read_point(point, *files)
+        for point, *files in zip(
+            snakemake.params.points, inputs.ledger, inputs.run_spec, inputs.ds_config, inputs.train_benchmark
+        )
+    ]
     repo = repo_root(snakemake)
     table = grid_table(runs, inputs.grid, Path(inputs.grid).read_bytes(), GitState(**git_state(repo)))
     table.write(snakemake.output.data)

@@ -1,4 +1,5 @@
 """Entry point of the check_gates rule (logic: zerogate.analysis.gates)."""
+
 from zerogate.analysis.gates import evaluate
 from zerogate.analysis.measures import IntervalRule, SpikeRule
 from zerogate.analysis.parse import read_events, read_steps

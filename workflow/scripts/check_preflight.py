@@ -1,5 +1,6 @@
 """Entry point of the check_preflight rule (logic: zerogate.plan.preflight): the verdict, ok or not.
 approve_plan refuses the run on it, together with the planner's verdict."""
+
 from zerogate.contracts.machine import Fingerprint
 from zerogate.entry import logging_to
 from zerogate.plan.preflight import verdict

@@ -1,4 +1,5 @@
 """Entry point of the compare_ledger rule (logic: zerogate.analysis.ledger_check)."""
+
 from zerogate.analysis.ledger_check import compare, read_measurements, with_peaks
 from zerogate.analysis.parse import read_steps
 from zerogate.contracts.plan import PeakPrediction
@@ -22,11 +23,23 @@ with logging_to(snakemake.log[0]) as log:
     table = with_peaks(table, PeakPrediction.read(snakemake.input.peak), steps, measured)
     for row in table.levels:
         error = "n/a" if row.error_percent is None else f"{row.error_percent:+.2f} %"
-        log.info("rank %s %-36s predicted %s measured %s error %s", row.rank, row.level,
-                 format_bytes(row.predicted_bytes), format_bytes(row.measured_bytes), error)
+        log.info(
+            "rank %s %-36s predicted %s measured %s error %s",
+            row.rank,
+            row.level,
+            format_bytes(row.predicted_bytes),
+            format_bytes(row.measured_bytes),
+            error,
+        )
     for row in table.rows + table.peak.rows:
         error = "n/a" if row.error_percent is None else f"{row.error_percent:+.2f} %"
-        log.info("rank %s %-28s predicted %s measured %s error %s%s", row.rank, row.term,
-                 format_bytes(row.predicted_bytes), format_bytes(row.measured_bytes), error,
-                 f" ({row.off})" if getattr(row, "off", None) else "")
+        log.info(
+            "rank %s %-28s predicted %s measured %s error %s%s",
+            row.rank,
+            row.term,
+            format_bytes(row.predicted_bytes),
+            format_bytes(row.measured_bytes),
+            error,
+            f" ({row.off})" if getattr(row, "off", None) else "",
+        )
     table.write(snakemake.output.table)

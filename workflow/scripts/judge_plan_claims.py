@@ -1,5 +1,6 @@
 """Entry point of the judge_plan_claims rule: the profile's claims and the seed's judged on paper
 (zerogate.analysis.on_paper, zerogate.analysis.claims), and the plan's text."""
+
 import sys
 from pathlib import Path
 
@@ -18,8 +19,11 @@ with logging_to(snakemake.log[0]) as log:
     inputs, params = snakemake.input, snakemake.params
     plan = Plan.read(inputs.plan)
     claims = plan_claims(plan, typed(tuple[GateSettings, ...], params.gates))
-    seed = judge_on_paper(yaml.safe_load(Path(inputs.claims).read_text()), Plan.read(inputs.claimed_plan),
-                          yaml.safe_load(Path(inputs.description).read_text()))
+    seed = judge_on_paper(
+        yaml.safe_load(Path(inputs.claims).read_text()),
+        Plan.read(inputs.claimed_plan),
+        yaml.safe_load(Path(inputs.description).read_text()),
+    )
     lines = [(c.gate, c.verdict.text) for c in claims.claims]
     lines += [(f"seed claim {claim_id} (for the claimed box)", verdict.text) for claim_id, verdict in seed]
     text = summary(plan, lines)
@@ -27,9 +31,13 @@ with logging_to(snakemake.log[0]) as log:
     claims.write(snakemake.output.claims)
     Path(snakemake.output.summary).write_text(text + "\n")
     # Does not fit one node: the planner's multi-node answer as a profile overlay one can run.
-    extra = overlay_text(overlay(plan, params.profile_name, typed(RunTraining, params.training), params.overrides,
-                                 params.machine),
-                         params.profile_name, plan)
+    extra = overlay_text(
+        overlay(
+            plan, params.profile_name, typed(RunTraining, params.training), params.overrides, params.machine
+        ),
+        params.profile_name,
+        plan,
+    )
     Path(snakemake.output.overlay).write_text(extra)
     print(text, file=sys.__stderr__)
     if not extra.startswith("# No multi-node overlay"):

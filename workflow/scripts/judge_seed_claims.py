@@ -1,4 +1,5 @@
 """Entry point of the judge_seed_claims rule (logic: zerogate.analysis.claims)."""
+
 from pathlib import Path
 
 import yaml
@@ -13,12 +14,17 @@ from zerogate.entry import logging_to
 
 with logging_to(snakemake.log[0]) as log:
     inputs = snakemake.input
-    evidence = Evidence(claimed_plan=Plan.read(inputs.claimed_plan), run_plan=Plan.read(inputs.plan),
-                        ledger=LedgerTable.read(inputs.ledger), gates=GateVerdicts.read(inputs.gates),
-                        claimed_machine=yaml.safe_load(Path(inputs.description).read_text()),
-                        fingerprint=Fingerprint.read(inputs.fingerprint), machine=snakemake.params.machine,
-                        communication=CommsVolume.read(inputs.communication),
-                        claim_accumulation=snakemake.params.claim_accumulation)
+    evidence = Evidence(
+        claimed_plan=Plan.read(inputs.claimed_plan),
+        run_plan=Plan.read(inputs.plan),
+        ledger=LedgerTable.read(inputs.ledger),
+        gates=GateVerdicts.read(inputs.gates),
+        claimed_machine=yaml.safe_load(Path(inputs.description).read_text()),
+        fingerprint=Fingerprint.read(inputs.fingerprint),
+        machine=snakemake.params.machine,
+        communication=CommsVolume.read(inputs.communication),
+        claim_accumulation=snakemake.params.claim_accumulation,
+    )
     verdicts = judge(yaml.safe_load(Path(inputs.claims).read_text()), evidence)
     for claim in verdicts.claims:
         log.info("%s: on paper %s; measured here %s", claim.id, claim.on_paper.text, claim.measured_here.text)

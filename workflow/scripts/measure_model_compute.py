@@ -1,4 +1,5 @@
 """Entry point of the measure_model_compute rule (logic: zerogate.plan.compute.measure_forward_backward)."""
+
 import os
 
 from zerogate.contracts.plan import ModelCompute, ModelComputeMeasurement
@@ -21,8 +22,12 @@ with logging_to(snakemake.log[0]) as log:
             chatter = output()
         log.info("output of the measurement (DeepSpeed, compilers):\n%s", chatter)
         measurement = ModelComputeMeasurement.of(measured, "the compute measurement")
-        log.info("model forward + backward: %.4f s (fastest; all %s): %s", measurement.forward_backward_s,
-                 [round(s, 4) for s in measurement.samples_s], measurement.how)
+        log.info(
+            "model forward + backward: %.4f s (fastest; all %s): %s",
+            measurement.forward_backward_s,
+            [round(s, 4) for s in measurement.samples_s],
+            measurement.how,
+        )
     else:  # on GPUs the host dispatches while the device computes: the arithmetic term is the floor's compute
         log.info("accelerator %s: the model's forward + backward is not timed", run_spec.accelerator)
     ModelCompute(accelerator=run_spec.accelerator, measurement=measurement).write(snakemake.output.compute)

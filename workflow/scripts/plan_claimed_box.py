@@ -15,16 +15,31 @@ with logging_to(snakemake.log[0]) as log:
     try:
         machine, fingerprint = target_machine(snakemake.input.description, None, "")
         ds_config, _, run_spec = render(
-            read_claim(snakemake.input.template), model=typed(ModelSettings, params.model),
+            read_claim(snakemake.input.template),
+            model=typed(ModelSettings, params.model),
             training=typed(RunTraining, params.training),
-            overrides=params.overrides, seq_len=params.seq_len, vocab_size=params.vocab_size, fingerprint=fingerprint,
-            template_file=snakemake.input.template)
-        plan = plan_for_run(run_spec, DsConfig.of(ds_config, snakemake.input.template), machine,
-                            typed(PlanSettings, params.plan),
-                            params.profile_name)
+            overrides=params.overrides,
+            seq_len=params.seq_len,
+            vocab_size=params.vocab_size,
+            fingerprint=fingerprint,
+            template_file=snakemake.input.template,
+        )
+        plan = plan_for_run(
+            run_spec,
+            DsConfig.of(ds_config, snakemake.input.template),
+            machine,
+            typed(PlanSettings, params.plan),
+            params.profile_name,
+        )
     except InputError as error:
         fail(str(error))
-    plan = with_suggestion_profiles(plan, snakemake.output.suggestions, params.profile_name,
-                                    typed(RunTraining, params.training), params.overrides, snakemake.input.description)
+    plan = with_suggestion_profiles(
+        plan,
+        snakemake.output.suggestions,
+        params.profile_name,
+        typed(RunTraining, params.training),
+        params.overrides,
+        snakemake.input.description,
+    )
     log.info("\n%s", summary(plan))
     plan.write(snakemake.output.plan)

@@ -1,5 +1,7 @@
-"""Entry point of the plan_run rule (logic: zerogate.plan.planner): the plan, whether or not the run fits, each
+"""Entry point of the plan_run rule (logic: zerogate.plan.planner): the plan, whether or not the run fits,
+each
 change it suggests written as a profile."""
+
 from zerogate.config.settings import PlanSettings, RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.run import DsConfig, RunSpec
@@ -12,12 +14,23 @@ with logging_to(snakemake.log[0]) as log:
     inputs, params = snakemake.input, snakemake.params
     try:
         machine, _ = target_machine(inputs.get("description"), inputs.get("fingerprint"), params.machine)
-        result = plan_for_run(RunSpec.read(inputs.run_spec), DsConfig.read(inputs.ds_config), machine, typed(PlanSettings, params.plan),
-                              params.profile_name)
+        result = plan_for_run(
+            RunSpec.read(inputs.run_spec),
+            DsConfig.read(inputs.ds_config),
+            machine,
+            typed(PlanSettings, params.plan),
+            params.profile_name,
+        )
     except InputError as error:
         fail(str(error))
-    result = with_suggestion_profiles(result, snakemake.output.suggestions, params.profile,
-                                      typed(RunTraining, params.training), params.overrides,
-                                      inputs.get("description"), stem=params.profile_name)
+    result = with_suggestion_profiles(
+        result,
+        snakemake.output.suggestions,
+        params.profile,
+        typed(RunTraining, params.training),
+        params.overrides,
+        inputs.get("description"),
+        stem=params.profile_name,
+    )
     log.info("\n%s", summary(result))
     result.write(snakemake.output.plan)

@@ -1,12 +1,20 @@
 """Entry point of the plot_figures rule (logic: zerogate.report.figures)."""
+
 from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import event_table, read_events, read_steps
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.run import TrainSettings
 from zerogate.contracts.verdicts import GateVerdicts
 from zerogate.entry import logging_to
-from zerogate.report.figures import (loss_figure, loss_scale_figure, loss_scale_series, memory_figure, no_loss_scale_figure,
-                                     ranks_figure, step_time_figure)
+from zerogate.report.figures import (
+    loss_figure,
+    loss_scale_figure,
+    loss_scale_series,
+    memory_figure,
+    no_loss_scale_figure,
+    ranks_figure,
+    step_time_figure,
+)
 
 with logging_to(snakemake.log[0]) as log:
     inputs, output = snakemake.input, snakemake.output
@@ -14,7 +22,8 @@ with logging_to(snakemake.log[0]) as log:
     verdicts = GateVerdicts.read(inputs.verdicts)
     warmup = snakemake.params.warmup_steps  # the profile's training.warmup_steps_excluded (analysis only)
     spike_rule = SpikeRule.from_settings(TrainSettings.read(inputs.settings).stabiliser)
-    # The loss stabiliser's events came in with parse_logs (kind "stabiliser": step, rank, kind, value, action).
+    # The loss stabiliser's events came in with parse_logs (kind "stabiliser": step, rank, kind, value,
+    # action).
     shown = loss_figure(steps, events, warmup, output.loss, spike_rule, event_table(events, "stabiliser"))
     shown |= step_time_figure(steps, warmup, verdicts, output.step_time)
     shown |= memory_figure(steps, verdicts, output.memory)

@@ -1,5 +1,7 @@
-"""Entry point of the predict_peak_memory rule (logic: zerogate.plan.planner.peak_for_run, or fsdp2_peak_for_run
+"""Entry point of the predict_peak_memory rule (logic: zerogate.plan.planner.peak_for_run, or
+fsdp2_peak_for_run
 for a variant that FSDP2 trains)."""
+
 from zerogate.contracts.plan import RuntimeBaseline
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import logging_to
@@ -8,8 +10,11 @@ from zerogate.units import format_bytes
 
 with logging_to(snakemake.log[0]) as log:
     predict = fsdp2_peak_for_run if snakemake.params.engine == "fsdp2" else peak_for_run
-    prediction = predict(RunSpec.read(snakemake.input.run_spec), DsConfig.read(snakemake.input.ds_config),
-                         RuntimeBaseline.read(snakemake.input.baseline).baseline)
+    prediction = predict(
+        RunSpec.read(snakemake.input.run_spec),
+        DsConfig.read(snakemake.input.ds_config),
+        RuntimeBaseline.read(snakemake.input.baseline).baseline,
+    )
     for term, value in prediction.terms_bytes.items():
         log.info("  %-24s %s", term, format_bytes(value))
     log.info("predicted peak per rank (%s): %s", prediction.what, format_bytes(prediction.total_bytes))

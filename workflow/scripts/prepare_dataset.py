@@ -1,4 +1,5 @@
 """Entry point of the prepare_dataset rule (logic: zerogate.data.dataset, zerogate.data.sources)."""
+
 from pathlib import Path
 
 from zerogate.config.settings import DatasetSettings
@@ -11,9 +12,13 @@ from zerogate.errors import InputError
 try:
     with logging_to(snakemake.log[0]) as log:
         # profile_file: the file named in errors such as a tokenizer too large for dataset.vocab_size.
-        manifest = prepare(typed(DatasetSettings, snakemake.params.settings), Path(snakemake.output.manifest).parent,
-                           ModelInfo.read(snakemake.input.model), str(repo_root(snakemake)),
-                           profile_file=snakemake.params.profile_file)
+        manifest = prepare(
+            typed(DatasetSettings, snakemake.params.settings),
+            Path(snakemake.output.manifest).parent,
+            ModelInfo.read(snakemake.input.model),
+            str(repo_root(snakemake)),
+            profile_file=snakemake.params.profile_file,
+        )
         log.info("dataset %s: %s", manifest.content_sha256, {k: v.rows for k, v in manifest.splits.items()})
 except InputError as error:
     Path(snakemake.output.manifest).unlink(missing_ok=True)

@@ -1,4 +1,5 @@
 """Entry point of the prepare_model rule (logic: zerogate.model.build, zerogate.model.sources)."""
+
 from pathlib import Path
 
 from zerogate.config.settings import ModelSettings

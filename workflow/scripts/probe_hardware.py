@@ -1,4 +1,6 @@
-"""Entry point of the probe_hardware rule (logic: zerogate.runtime.probe; figures: zerogate.plan.collectives)."""
+"""Entry point of the probe_hardware rule (logic: zerogate.runtime.probe; figures:
+zerogate.plan.collectives)."""
+
 from pathlib import Path
 
 from zerogate.contracts.machine import Fingerprint

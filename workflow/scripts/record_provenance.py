@@ -1,4 +1,5 @@
 """Entry point of the record_provenance rule (logic: zerogate.provenance)."""
+
 from zerogate.contracts.data import DatasetManifest
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.records import TrainSummary

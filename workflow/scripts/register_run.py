@@ -1,4 +1,5 @@
 """Entry point of the register_run rule (logic: zerogate.report.registry)."""
+
 from zerogate.analysis.measures import IntervalRule, SpikeRule
 from zerogate.analysis.parse import read_steps
 from zerogate.config.settings import IntervalSettings
@@ -20,7 +21,10 @@ with logging_to(snakemake.log[0]):
         provenance=Provenance.read(inputs.provenance),
         deviations=Deviations.read(inputs.deviations),
         files={
-            "report": inputs.report, "verdicts": inputs.verdicts, "steps": inputs.steps, "events": inputs.events,
+            "report": inputs.report,
+            "verdicts": inputs.verdicts,
+            "steps": inputs.steps,
+            "events": inputs.events,
             "provenance": inputs.provenance,
             "figures": {k: inputs[k] for k in ("loss", "step_time", "memory", "loss_scale")},
             "repeat_steps": list(inputs.repeat_steps),

@@ -1,4 +1,5 @@
 """Entry point of the render_deepspeed_config rule (logic: zerogate.plan.ds_config)."""
+
 import json
 from pathlib import Path
 
@@ -17,14 +18,25 @@ with logging_to(snakemake.log[0]) as log:
         accelerator = fingerprint.accelerator
         # The profile's nodes section, checked before anything launches (hostfile, ranks per node against
         # a node's devices, the node count); the Slurm allocation is checked again at launch.
-        nodes = layout(params.nodes, params.nodes_file, repo_root(snakemake),
-                       accelerator.count if accelerator.kind == "cuda" else None)
+        nodes = layout(
+            params.nodes,
+            params.nodes_file,
+            repo_root(snakemake),
+            accelerator.count if accelerator.kind == "cuda" else None,
+        )
         ds_config, deviations, run_spec = render(
-            read_claim(inputs.template), model=typed(ModelSettings, params.model),
+            read_claim(inputs.template),
+            model=typed(ModelSettings, params.model),
             training=typed(RunTraining, params.training),
-            overrides=params.overrides, seq_len=params.seq_len, vocab_size=params.vocab_size,
-            fingerprint=fingerprint, template_file=inputs.template, profile_file=params.profile_file, nodes=nodes,
-            nodes_section=params.nodes)
+            overrides=params.overrides,
+            seq_len=params.seq_len,
+            vocab_size=params.vocab_size,
+            fingerprint=fingerprint,
+            template_file=inputs.template,
+            profile_file=params.profile_file,
+            nodes=nodes,
+            nodes_section=params.nodes,
+        )
     except InputError as error:  # a misspelt key, an unresolvable "auto", a config DeepSpeed rejects
         log.error("%s", error)
         fail(str(error))

@@ -1,5 +1,6 @@
 """Entry point of the replan_with_measured_compute rule (logic: zerogate.plan.planner.with_measured_compute):
 plan_run's plan with the measured compute term in its floor."""
+
 from zerogate.contracts.plan import ModelCompute, Plan
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import fail, logging_to
@@ -10,9 +11,13 @@ with logging_to(snakemake.log[0]) as log:
     inputs, params = snakemake.input, snakemake.params
     try:
         machine, _ = target_machine(inputs.get("description"), inputs.get("fingerprint"), params.machine)
-        result = with_measured_compute(Plan.read(inputs.plan), RunSpec.read(inputs.run_spec),
-                                       DsConfig.read(inputs.ds_config), machine,
-                                       ModelCompute.read(inputs.model_compute).measurement)
+        result = with_measured_compute(
+            Plan.read(inputs.plan),
+            RunSpec.read(inputs.run_spec),
+            DsConfig.read(inputs.ds_config),
+            machine,
+            ModelCompute.read(inputs.model_compute).measurement,
+        )
     except InputError as error:
         fail(str(error))
     log.info("\n%s", summary(result))

@@ -1,6 +1,7 @@
 """Entry point of the validate_planner rule (logic: zerogate.bench.planner_validation, judging and the
 table: zerogate.analysis.planner_validation). The table is checked whole before any row is planned: a
 malformed row stops the rule with one line naming the file, the row and the key, and writes nothing."""
+
 import os
 import sys
 from pathlib import Path

@@ -1,4 +1,5 @@
 """Entry point of the write_report rule (logic: zerogate.report.html)."""
+
 from pathlib import Path
 
 from zerogate.analysis.measures import IntervalRule, SpikeRule

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -14,7 +15,9 @@ def logging_to(log_path: str) -> Iterator[logging.Logger]:
     """Send the stage's logging, warnings and stray prints to the rule's log file."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True)
+        logging.basicConfig(
+            stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True
+        )
         logging.captureWarnings(True)
         yield logging.getLogger("zerogate")
 

@@ -30,8 +30,10 @@ class Peak:
 
 
 _ADA = "NVIDIA Ada Lovelace architecture whitepaper v2.1, appendix table 2"
-_BLACKWELL = ("NVIDIA RTX 5070 family specifications: 988 AI TOPS (FP4, 2:4 sparse); /2 sparsity, /2 per precision "
-              "step FP4 -> FP8 -> FP16 (Blackwell whitepaper ratios): a derived upper bound")
+_BLACKWELL = (
+    "NVIDIA RTX 5070 family specifications: 988 AI TOPS (FP4, 2:4 sparse); /2 sparsity, /2 per precision "
+    "step FP4 -> FP8 -> FP16 (Blackwell whitepaper ratios): a derived upper bound"
+)
 _A100 = "NVIDIA A100 datasheet (SXM; dense)"
 _H100 = "NVIDIA H100/H200 datasheet (SXM; dense; the PCIe card is slower: an upper bound there)"
 
@@ -48,12 +50,21 @@ PEAKS: dict[str, dict[str, Peak]] = {
         "bf16": Peak(123.5, "fp32", _BLACKWELL + "; bf16 taken as the fp16 figure (upper bound)"),
         "fp32": Peak(30.9, "fp32", "NVIDIA RTX 5070 specifications (shader TFLOPS)"),
     },
-    "A100": {"fp16": Peak(312.0, "fp32", _A100), "bf16": Peak(312.0, "fp32", _A100),
-             "fp32": Peak(19.5, "fp32", _A100)},
-    "H100": {"fp16": Peak(989.4, "fp32", _H100), "bf16": Peak(989.4, "fp32", _H100),
-             "fp32": Peak(66.9, "fp32", _H100)},
-    "H200": {"fp16": Peak(989.4, "fp32", _H100), "bf16": Peak(989.4, "fp32", _H100),
-             "fp32": Peak(66.9, "fp32", _H100)},
+    "A100": {
+        "fp16": Peak(312.0, "fp32", _A100),
+        "bf16": Peak(312.0, "fp32", _A100),
+        "fp32": Peak(19.5, "fp32", _A100),
+    },
+    "H100": {
+        "fp16": Peak(989.4, "fp32", _H100),
+        "bf16": Peak(989.4, "fp32", _H100),
+        "fp32": Peak(66.9, "fp32", _H100),
+    },
+    "H200": {
+        "fp16": Peak(989.4, "fp32", _H100),
+        "bf16": Peak(989.4, "fp32", _H100),
+        "fp32": Peak(66.9, "fp32", _H100),
+    },
 }
 
 
@@ -89,13 +100,18 @@ class CudaCapacity:
 CUDA_CAPACITY: dict[str, CudaCapacity] = {
     "RTX 4090": CudaCapacity(
         round(23.645 * GIB),
-        "torch out-of-memory messages on RTX 4090s: 'total capacity' 23.61-23.68 GiB (TRI-ML/packnet-sfm#250 and "
-        "MotrixLab/AiOS#29 23.65, ali-vilab/VGen#104 and 3DTopia/Phidias-Diffusion#8 23.64, zai-org/CogVideo#36 "
-        "23.68, pinokiofactory/flux-webui#11 23.61), against 24564 MiB (23.99 GiB) in nvidia-smi"),
+        "torch out-of-memory messages on RTX 4090s: 'total capacity' 23.61-23.68 GiB (TRI-ML/packnet-sfm#250 "
+        "and "
+        "MotrixLab/AiOS#29 23.65, ali-vilab/VGen#104 and 3DTopia/Phidias-Diffusion#8 23.64, "
+        "zai-org/CogVideo#36 "
+        "23.68, pinokiofactory/flux-webui#11 23.61), against 24564 MiB (23.99 GiB) in nvidia-smi",
+    ),
     "RTX 3090": CudaCapacity(
         round(23.69 * GIB),
-        "torch out-of-memory messages on RTX 3090s: 'total capacity' 23.68-23.70 GiB (JiaweiLian/AP-PA#3 23.69, "
-        "LambdaLabsML/examples#48 23.68, GaoLii/DSP#10 23.70), against 24576 MiB in nvidia-smi"),
+        "torch out-of-memory messages on RTX 3090s: 'total capacity' 23.68-23.70 GiB (JiaweiLian/AP-PA#3 "
+        "23.69, "
+        "LambdaLabsML/examples#48 23.68, GaoLii/DSP#10 23.70), against 24576 MiB in nvidia-smi",
+    ),
 }
 
 
@@ -109,7 +125,9 @@ def cuda_capacity(device_name: str | None) -> CudaCapacity | None:
     return None
 
 
-def training_flops_per_token(parameters: int, layers: int, hidden: int, seq_len: int, recompute: bool = False) -> float:
+def training_flops_per_token(
+    parameters: int, layers: int, hidden: int, seq_len: int, recompute: bool = False
+) -> float:
     """FLOPs of one token's forward + backward: the one definition behind MFU (zerogate.train.metrics) and the
     floor's compute term (zerogate.plan.floor). 6 per parameter (2 forward, 4 backward) plus the attention
     scores and values the parameter count misses, 12 x layers x hidden x seq_len (Kaplan et al. 2020;

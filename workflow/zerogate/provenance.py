@@ -38,14 +38,23 @@ def git_state(repo: str | Path) -> dict[str, Any]:
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
-def provenance(*, profile_name: str, profile: dict[str, Any], config_hash: str, run_id: str, repo: str | Path,
-               fingerprint: Fingerprint, manifest: DatasetManifest, ds_config: dict[str, Any],
-               summary: TrainSummary) -> Provenance:
+def provenance(
+    *,
+    profile_name: str,
+    profile: dict[str, Any],
+    config_hash: str,
+    run_id: str,
+    repo: str | Path,
+    fingerprint: Fingerprint,
+    manifest: DatasetManifest,
+    ds_config: dict[str, Any],
+    summary: TrainSummary,
+) -> Provenance:
     machine = fingerprint
     return Provenance(
         pipeline_version=__version__,
         run_id=run_id,
-        recorded_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         git=GitAtStages(at_training=summary.git, at_report=GitState(**git_state(repo))),
         profile=profile_name,
         config_hash=config_hash,
@@ -53,7 +62,14 @@ def provenance(*, profile_name: str, profile: dict[str, Any], config_hash: str, 
         resolved_profile=profile,
         ds_config=ds_config,
         packages=fingerprint.versions,
-        machine=MachineFacts(hostname=machine.hostname, platform=machine.platform, cpu=machine.cpu, ram=machine.ram,
-                             accelerator=machine.accelerator),
-        dataset=DatasetFacts(source=manifest.source, content_sha256=manifest.content_sha256, splits=manifest.splits),
+        machine=MachineFacts(
+            hostname=machine.hostname,
+            platform=machine.platform,
+            cpu=machine.cpu,
+            ram=machine.ram,
+            accelerator=machine.accelerator,
+        ),
+        dataset=DatasetFacts(
+            source=manifest.source, content_sha256=manifest.content_sha256, splits=manifest.splits
+        ),
     )

@@ -13,7 +13,11 @@ def format_bytes(n: float | None) -> str:
     a dash for none. Every report, plan, log line and claim verdict prints bytes with this."""
     if n is None or n != n:  # None or NaN
         return "—"
-    for binary, decimal, b_unit, d_unit in ((GIB, GB, "GiB", "GB"), (1024**2, 10**6, "MiB", "MB"), (1024, 1000, "KiB", "kB")):
+    for binary, decimal, b_unit, d_unit in (
+        (GIB, GB, "GiB", "GB"),
+        (1024**2, 10**6, "MiB", "MB"),
+        (1024, 1000, "KiB", "kB"),
+    ):
         if abs(n) >= binary:
             return f"{n / binary:.2f} {b_unit} ({n / decimal:.2f} {d_unit})"
     return f"{n:.0f} B"

@@ -3,7 +3,8 @@
 Each statement is data (config/claims.yaml: an id, the statement with its original number and unit, the
 kind of check). A judge per kind turns it and the evidence (:class:`Evidence`: the plan of the claimed box,
 this run's plan, the ledger table, the gates' verdicts, the two machines) into two verdicts from a fixed
-vocabulary (zerogate.contracts.verdicts.ClaimVerdict), each with its evidence and the gate or table it comes from. Torch-free: the
+vocabulary (zerogate.contracts.verdicts.ClaimVerdict), each with its evidence and the gate or table it comes
+from. Torch-free: the
 plans are computed by the planner in their own rules; this module only reads and compares them.
 
 Units: GB = 10^9 bytes, GiB = 2^30 bytes (zerogate.units), always as the claim writes them. The claims
@@ -14,8 +15,9 @@ as the mappings they are.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from zerogate.analysis import on_paper
 from zerogate.analysis.comms import claim_verdict
@@ -23,19 +25,40 @@ from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Plan, SchemeLedger
-from zerogate.contracts.verdicts import (CANNOT_JUDGE, DOES_NOT_HOLD, FAIL, HOLDS, HOLDS_ONLY_WHEN, INCONCLUSIVE, PASS,
-                                         ClaimedBox, ClaimVerdict, ClaimVerdicts, GateVerdict, GateVerdicts,
-                                         JudgedClaim, claim_from_gate)
+from zerogate.contracts.verdicts import (
+    CANNOT_JUDGE,
+    DOES_NOT_HOLD,
+    FAIL,
+    HOLDS,
+    HOLDS_ONLY_WHEN,
+    INCONCLUSIVE,
+    PASS,
+    ClaimedBox,
+    ClaimVerdict,
+    ClaimVerdicts,
+    GateVerdict,
+    GateVerdicts,
+    JudgedClaim,
+    claim_from_gate,
+)
 from zerogate.units import UNIT_BYTES, format_bytes
 
 # A formula "matches" an accounting of the same tensors when they differ by less than this (partition
 # padding and the persistent small parameters make zerogate's bytes a little larger than k * Phi / N).
 FORMULA_TOLERANCE = 0.02
-SCHEME_LABELS = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
-                 "zero3_offload_optimizer": "ZeRO-3 + optimizer offload", "zero3_offload_all": "ZeRO-3 + full offload"}
+SCHEME_LABELS = {
+    "ddp": "DDP",
+    "zero1": "ZeRO-1",
+    "zero2": "ZeRO-2",
+    "zero3": "ZeRO-3",
+    "zero3_offload_optimizer": "ZeRO-3 + optimizer offload",
+    "zero3_offload_all": "ZeRO-3 + full offload",
+}
 
 
-def verdict(word: str, evidence: str, source: str, condition: str | None = None, why: str | None = None) -> ClaimVerdict:
+def verdict(
+    word: str, evidence: str, source: str, condition: str | None = None, why: str | None = None
+) -> ClaimVerdict:
     return ClaimVerdict(verdict=word, evidence=evidence, source=source, condition=condition, why=why)
 
 
@@ -65,7 +88,7 @@ def rounding_tolerance(stated: float) -> float:
     """Half a unit of the stated figure's last written digit: 208.6 -> 0.05, 14 -> 0.5."""
     text = repr(float(stated)).rstrip("0")
     decimals = len(text.split(".")[1]) if "." in text and not text.endswith(".") else 0
-    return 0.5 * 10 ** -decimals
+    return 0.5 * 10**-decimals
 
 
 def stated_figure_holds(computed_bytes: float, stated: float, unit: str) -> bool:
@@ -109,18 +132,30 @@ def judge_arithmetic(claim: dict[str, Any], evidence: Evidence) -> Judged:
         computed = per_param * phi
         total += computed
         stated = claim["stated"].get(name)
-        lines.append(f"{name}: {per_param} B x {phi:.3g} = {computed / UNIT_BYTES[unit]:.4g} {unit}"
-                     + ("" if stated is None else f" (stated {stated} {unit})"))
+        lines.append(
+            f"{name}: {per_param} B x {phi:.3g} = {computed / UNIT_BYTES[unit]:.4g} {unit}"
+            + ("" if stated is None else f" (stated {stated} {unit})")
+        )
         if stated is not None and not stated_figure_holds(computed, stated, unit):
             wrong.append(name)
     if "total" in claim["stated"]:
-        lines.append(f"total {total / UNIT_BYTES[unit]:.4g} {unit} = {format_bytes(total)} (stated {claim['stated']['total']} {unit})")
+        lines.append(
+            f"total {total / UNIT_BYTES[unit]:.4g} {unit} = {format_bytes(total)} (stated "
+            f"{claim['stated']['total']} {unit})"
+        )
         if not stated_figure_holds(total, claim["stated"]["total"], unit):
             wrong.append("total")
-    paper = verdict(DOES_NOT_HOLD if wrong else HOLDS, "; ".join(lines)
-                    + (f"; wrong: {', '.join(wrong)}" if wrong else ""), "the claim's own formula at its Phi")
-    measured = verdict(CANNOT_JUDGE, "arithmetic on the stated parameter count", "—",
-                       why="a statement about a 14B model's bytes, not a measurement")
+    paper = verdict(
+        DOES_NOT_HOLD if wrong else HOLDS,
+        "; ".join(lines) + (f"; wrong: {', '.join(wrong)}" if wrong else ""),
+        "the claim's own formula at its Phi",
+    )
+    measured = verdict(
+        CANNOT_JUDGE,
+        "arithmetic on the stated parameter count",
+        "—",
+        why="a statement about a 14B model's bytes, not a measurement",
+    )
     return paper, measured
 
 
@@ -142,27 +177,40 @@ def judge_ledger_formula(claim: dict[str, Any], evidence: Evidence) -> Judged:
     if stated:
         at_stated = formula_bytes(a, k, stated["phi"], stated["ranks"])
         ok = stated_figure_holds(at_stated, stated["value"], stated["unit"])
-        notes.append(f"at Phi = {stated['phi']:.3g}, N = {stated['ranks']}: {format_bytes(at_stated)} "
-                     f"(stated {stated['value']} {stated['unit']}{'' if ok else ': wrong'})")
+        notes.append(
+            f"at Phi = {stated['phi']:.3g}, N = {stated['ranks']}: {format_bytes(at_stated)} "
+            f"(stated {stated['value']} {stated['unit']}{'' if ok else ': wrong'})"
+        )
         if not ok:
             wrong.append("the stated figure")
     predicted = formula_bytes(a, k, phi, ranks)
     row = led.schemes[claim["scheme"]]
     accounted = _model_state_bytes(row)
     estimate = row.deepspeed
-    notes.append(f"claimed box ({phi:,} parameters counted, N = {ranks}, {plan.dtype}): formula "
-                 f"{format_bytes(predicted)}, zerogate's model states {format_bytes(accounted)}"
-                 + ("" if estimate is None else f", DeepSpeed's estimator {format_bytes(estimate.device_per_rank_bytes)}"
-                    " (its ZeRO-3 line counts 18 Phi / N + 4 x the largest layer)" if claim["scheme"] == "zero3"
-                    else f", DeepSpeed's estimator {format_bytes(estimate.device_per_rank_bytes)}"))
+    notes.append(
+        f"claimed box ({phi:,} parameters counted, N = {ranks}, {plan.dtype}): formula "
+        f"{format_bytes(predicted)}, zerogate's model states {format_bytes(accounted)}"
+        + (
+            ""
+            if estimate is None
+            else f", DeepSpeed's estimator {format_bytes(estimate.device_per_rank_bytes)}"
+            " (its ZeRO-3 line counts 18 Phi / N + 4 x the largest layer)"
+            if claim["scheme"] == "zero3"
+            else f", DeepSpeed's estimator {format_bytes(estimate.device_per_rank_bytes)}"
+        )
+    )
     if wrong:
         paper = verdict(DOES_NOT_HOLD, "; ".join(notes), _on_paper_source(evidence))
     elif abs(accounted - predicted) <= FORMULA_TOLERANCE * predicted:
         paper = verdict(HOLDS, "; ".join(notes), _on_paper_source(evidence))
     else:
-        paper = verdict(HOLDS_ONLY_WHEN, "; ".join(notes), _on_paper_source(evidence),
-                        condition=f"parameters and gradients are 16-bit with an fp32 master copy (the claimed box's "
-                                  f"{plan.dtype} accounting differs by {100 * (accounted - predicted) / predicted:+.1f} %)")
+        paper = verdict(
+            HOLDS_ONLY_WHEN,
+            "; ".join(notes),
+            _on_paper_source(evidence),
+            condition=f"parameters and gradients are 16-bit with an fp32 master copy (the claimed box's "
+            f"{plan.dtype} accounting differs by {100 * (accounted - predicted) / predicted:+.1f} %)",
+        )
     return paper, _measured_model_states(claim, evidence, a, k)
 
 
@@ -173,22 +221,32 @@ def _measured_model_states(claim: dict[str, Any], evidence: Evidence, a: float, 
         return verdict(CANNOT_JUDGE, "no ledger table", source, why="this run has no ledger table")
     scheme = evidence.ledger.scheme
     if not scheme.startswith(claim["scheme"]):
-        return verdict(CANNOT_JUDGE, f"this run trains {SCHEME_LABELS.get(scheme, scheme)}", source,
-                       why=f"this run trains {SCHEME_LABELS.get(scheme, scheme)}, not {SCHEME_LABELS[claim['scheme']]}")
+        return verdict(
+            CANNOT_JUDGE,
+            f"this run trains {SCHEME_LABELS.get(scheme, scheme)}",
+            source,
+            why=f"this run trains {SCHEME_LABELS.get(scheme, scheme)}, not {SCHEME_LABELS[claim['scheme']]}",
+        )
     phi, ranks, dtype = evidence.ledger.parameters, evidence.ledger.ranks, evidence.ledger.dtype
     held = evidence.ledger.held_totals()
     if not held:
         return verdict(CANNOT_JUDGE, "no held-tensor rows", source, why="the run recorded no held tensors")
     predicted = formula_bytes(a, k, phi, ranks)
     worst = max(held.values())
-    text = (f"{phi:,} parameters, N = {ranks}, {dtype}: formula {format_bytes(predicted)}, held per rank "
-            + ", ".join(f"rank {r}: {format_bytes(v)}" for r, v in sorted(held.items())))
+    text = (
+        f"{phi:,} parameters, N = {ranks}, {dtype}: formula {format_bytes(predicted)}, held per rank "
+        + ", ".join(f"rank {r}: {format_bytes(v)}" for r, v in sorted(held.items()))
+    )
     if abs(worst - predicted) <= FORMULA_TOLERANCE * predicted:
         return verdict(HOLDS, text, source)
     if dtype == "fp32":
-        return verdict(HOLDS_ONLY_WHEN, text, source,
-                       condition=f"parameters and gradients are 16-bit: this {dtype} run holds "
-                                 f"{worst / (phi / ranks):.1f} bytes per parameter share, the formula counts {k + a * ranks:g}")
+        return verdict(
+            HOLDS_ONLY_WHEN,
+            text,
+            source,
+            condition=f"parameters and gradients are 16-bit: this {dtype} run holds "
+            f"{worst / (phi / ranks):.1f} bytes per parameter share, the formula counts {k + a * ranks:g}",
+        )
     return verdict(DOES_NOT_HOLD, text, source)
 
 
@@ -202,80 +260,132 @@ def judge_offload_formula(claim: dict[str, Any], evidence: Evidence) -> Judged:
     optimizer_only = plan.ledger.schemes["zero3_offload_optimizer"]
     everything = plan.ledger.schemes["zero3_offload_all"]
     params_on_device = optimizer_only.zerogate.device_terms_bytes.get("parameters", 0)
-    all_device_states = sum(v for key, v in everything.zerogate.device_terms_bytes.items()
-                            if key in ("parameters", "persistent_parameters", "gathered_parameters"))
+    all_device_states = sum(
+        v
+        for key, v in everything.zerogate.device_terms_bytes.items()
+        if key in ("parameters", "persistent_parameters", "gathered_parameters")
+    )
     ds_opt = optimizer_only.deepspeed.device_per_rank_bytes
     ds_all = everything.deepspeed.device_per_rank_bytes
-    text = (f"at Phi = {stated['phi']:.3g}, N = {stated['ranks']}: 2 Phi / N = {format_bytes(at_stated)} "
-            f"(stated {stated['value']} {stated['unit']}{'' if arithmetic_ok else ': wrong'}); claimed box "
-            f"({phi:,} parameters): 2 Phi / N = {format_bytes(formula)}; optimizer offload only: zerogate's "
-            f"parameters on the GPU {format_bytes(params_on_device)}, DeepSpeed's estimator {format_bytes(ds_opt)} "
-            f"(2 Phi / N + 4 x largest layer); the published config (offload_param: cpu as well): GPU holds "
-            f"persistent + gathered parameters {format_bytes(all_device_states)}, DeepSpeed's estimator {format_bytes(ds_all)}")
+    text = (
+        f"at Phi = {stated['phi']:.3g}, N = {stated['ranks']}: 2 Phi / N = {format_bytes(at_stated)} "
+        f"(stated {stated['value']} {stated['unit']}{'' if arithmetic_ok else ': wrong'}); claimed box "
+        f"({phi:,} parameters): 2 Phi / N = {format_bytes(formula)}; optimizer offload only: zerogate's "
+        f"parameters on the GPU {format_bytes(params_on_device)}, DeepSpeed's estimator "
+        f"{format_bytes(ds_opt)} "
+        f"(2 Phi / N + 4 x largest layer); the published config (offload_param: cpu as well): GPU holds "
+        f"persistent + gathered parameters {format_bytes(all_device_states)}, DeepSpeed's estimator "
+        f"{format_bytes(ds_all)}"
+    )
     if not arithmetic_ok:
         paper = verdict(DOES_NOT_HOLD, text, _on_paper_source(evidence))
     elif abs(params_on_device - formula) <= FORMULA_TOLERANCE * formula:
-        paper = verdict(HOLDS_ONLY_WHEN, text, _on_paper_source(evidence),
-                        condition="only the optimizer is offloaded (offload_param none) and GB means 10^9 bytes: "
-                                  "the published config also offloads the parameters, and then the GPU holds "
-                                  "far less than 2 Phi / N")
+        paper = verdict(
+            HOLDS_ONLY_WHEN,
+            text,
+            _on_paper_source(evidence),
+            condition="only the optimizer is offloaded (offload_param none) and GB means 10^9 bytes: "
+            "the published config also offloads the parameters, and then the GPU holds "
+            "far less than 2 Phi / N",
+        )
     else:
         paper = verdict(DOES_NOT_HOLD, text, _on_paper_source(evidence))
     why = _not_measured_on_cpu(evidence)
-    measured = (verdict(CANNOT_JUDGE, "per-GPU bytes", "—", why=why) if why else
-                verdict(CANNOT_JUDGE, "per-GPU bytes", "—", why="no per-term device measurement of the offloaded run"))
+    measured = (
+        verdict(CANNOT_JUDGE, "per-GPU bytes", "—", why=why)
+        if why
+        else verdict(
+            CANNOT_JUDGE, "per-GPU bytes", "—", why="no per-term device measurement of the offloaded run"
+        )
+    )
     return paper, measured
 
 
 def judge_communication(claim: dict[str, Any], evidence: Evidence) -> Judged:
     ratio = claim["zero3_volume"] / claim["ddp_volume"]
     stated = claim["stated"]["value"]
-    text = (f"ZeRO-3: all-gather Phi (forward) + all-gather Phi (backward) + reduce-scatter Phi = "
-            f"{claim['zero3_volume']:g} Phi; DDP: all-reduce = reduce-scatter + all-gather = {claim['ddp_volume']:g} Phi; "
-            f"ratio {ratio:.2f} (stated {stated})")
-    paper = verdict(HOLDS if math.isclose(ratio, stated) else DOES_NOT_HOLD, text,
-                    "the ZeRO paper's volumes (Rajbhandari et al. 2020, section 7)")
+    text = (
+        f"ZeRO-3: all-gather Phi (forward) + all-gather Phi (backward) + reduce-scatter Phi = "
+        f"{claim['zero3_volume']:g} Phi; DDP: all-reduce = reduce-scatter + all-gather = "
+        f"{claim['ddp_volume']:g} Phi; "
+        f"ratio {ratio:.2f} (stated {stated})"
+    )
+    paper = verdict(
+        HOLDS if math.isclose(ratio, stated) else DOES_NOT_HOLD,
+        text,
+        "the ZeRO paper's volumes (Rajbhandari et al. 2020, section 7)",
+    )
     return paper, _measured_communication(claim, evidence)
 
 
 def _measured_communication(claim: dict[str, Any], evidence: Evidence) -> ClaimVerdict:
     source = "measured communication volume per scheme (comms/volume.json)"
     if evidence.communication is None or evidence.claim_accumulation is None:
-        return verdict(CANNOT_JUDGE, "not measured", source, why="not measured: no communication table for this run")
+        return verdict(
+            CANNOT_JUDGE, "not measured", source, why="not measured: no communication table for this run"
+        )
     result = claim_verdict(evidence.communication, claim["stated"]["value"], evidence.claim_accumulation)
     one, at_claim = result["at_accumulation_1"], result["at_claim_accumulation"]
     if one["measured"] is None:
-        return verdict(CANNOT_JUDGE, "no measured ratio at accumulation 1", source, why=one["why"] or "not measured")
+        return verdict(
+            CANNOT_JUDGE, "no measured ratio at accumulation 1", source, why=one["why"] or "not measured"
+        )
     g = result["claim_accumulation"]
-    later = (f"measured {at_claim['measured']:.3f} at the claim's accumulation {g}" if at_claim["measured"] is not None
-             else f"accumulation {g} not measured here ({at_claim['why']})")
-    text = (f"{evidence.machine}, this profile's model ({evidence.communication.parameters:,} parameters): ZeRO-3 / "
-            f"DDP volume per optimizer step measured {one['measured']:.3f} at accumulation 1 (stated "
-            f"{result['stated']:g}, +-{result['tolerance']:.0%}); {later} (the paper's reading gives "
-            f"{result['stated_at_claim_accumulation']:g})")
+    later = (
+        f"measured {at_claim['measured']:.3f} at the claim's accumulation {g}"
+        if at_claim["measured"] is not None
+        else f"accumulation {g} not measured here ({at_claim['why']})"
+    )
+    text = (
+        f"{evidence.machine}, this profile's model ({evidence.communication.parameters:,} parameters): "
+        "ZeRO-3 / "
+        f"DDP volume per optimizer step measured {one['measured']:.3f} at accumulation 1 (stated "
+        f"{result['stated']:g}, +-{result['tolerance']:.0%}); {later} (the paper's reading gives "
+        f"{result['stated_at_claim_accumulation']:g})"
+    )
     if result["holds_at_accumulation_1"]:
-        return verdict(HOLDS_ONLY_WHEN, text, source,
-                       condition=f"the model is this run's ({evidence.communication.parameters:,} parameters)")
+        return verdict(
+            HOLDS_ONLY_WHEN,
+            text,
+            source,
+            condition=f"the model is this run's ({evidence.communication.parameters:,} parameters)",
+        )
     named = ", ".join(t["name"] for t in result["departures"][:3])
-    return verdict(DOES_NOT_HOLD, text + (f"; the difference is DeepSpeed's: {named}" if named else ""), source)
+    return verdict(
+        DOES_NOT_HOLD, text + (f"; the difference is DeepSpeed's: {named}" if named else ""), source
+    )
 
 
 def _gate_verdict(gate: GateVerdict | None, name: str, evidence: Evidence) -> ClaimVerdict:
     """The claim measured here by its gate (claim_from_gate: the one mapping of a gate's outcome)."""
     source = f"gate {name} (gates/verdicts.json)"
     if gate is None:
-        return verdict(CANNOT_JUDGE, "the profile has no such gate", source, why=f"this profile has no gate {name}")
+        return verdict(
+            CANNOT_JUDGE, "the profile has no such gate", source, why=f"this profile has no gate {name}"
+        )
     measured = "—" if gate.measured is None else f"{gate.measured:.4g}"
-    text = f"{evidence.machine}, this profile's model: measured {measured} {gate.unit} {gate.comparison} {gate.threshold:g} {gate.unit}: {gate.verdict}"
+    text = (
+        f"{evidence.machine}, this profile's model: measured {measured} {gate.unit} {gate.comparison} "
+        f"{gate.threshold:g} {gate.unit}: {gate.verdict}"
+    )
     reproduction = evidence.gates.reproduction if evidence.gates is not None else None
     faithful = bool(reproduction and reproduction.faithful)
     if gate.verdict == PASS and not faithful:
         text += "; not a faithful reproduction: " + "; ".join(reproduction.reasons if reproduction else [])
     parameters = evidence.ledger.parameters if evidence.ledger is not None else None
-    condition = (f"the model and machine are this run's ({evidence.machine}"
-                 + (f", {parameters:,} parameters" if parameters else "") + "), not the claim's 14B model on the claimed box")
-    return claim_from_gate(gate.verdict, text, source, faithful=faithful, condition=condition,
-                           why=gate.reason or "the gate was not measured")
+    condition = (
+        f"the model and machine are this run's ({evidence.machine}"
+        + (f", {parameters:,} parameters" if parameters else "")
+        + "), not the claim's 14B model on the claimed box"
+    )
+    return claim_from_gate(
+        gate.verdict,
+        text,
+        source,
+        faithful=faithful,
+        condition=condition,
+        why=gate.reason or "the gate was not measured",
+    )
 
 
 def judge_step_time(claim: dict[str, Any], evidence: Evidence) -> Judged:
@@ -289,12 +399,16 @@ def judge_peak_memory(claim: dict[str, Any], evidence: Evidence) -> Judged:
 
 
 def judge_convergence(claim: dict[str, Any], evidence: Evidence) -> Judged:
-    paper = verdict(CANNOT_JUDGE, "a statement about a training run", "—", why="convergence is measured, not predicted")
+    paper = verdict(
+        CANNOT_JUDGE, "a statement about a training run", "—", why="convergence is measured, not predicted"
+    )
     gates = [(name, evidence.gate(name)) for name in claim["gates"]]
     source = "gates " + ", ".join(claim["gates"]) + " (gates/verdicts.json)"
     missing = [name for name, gate in gates if gate is None]
     if missing or evidence.gates is None:
-        return paper, verdict(CANNOT_JUDGE, "—", source, why="this profile has no gate " + ", ".join(missing or claim["gates"]))
+        return paper, verdict(
+            CANNOT_JUDGE, "—", source, why="this profile has no gate " + ", ".join(missing or claim["gates"])
+        )
     # The optimizer steps each rank recorded, counted (the gates' record count, not the highest step).
     per_rank = evidence.gates.records.steps_per_rank
     ran = min(per_rank.values()) if per_rank else None
@@ -304,11 +418,19 @@ def judge_convergence(claim: dict[str, Any], evidence: Evidence) -> Judged:
     if FAIL in verdicts:
         return paper, verdict(DOES_NOT_HOLD, text, source)
     if verdicts != {PASS}:
-        why = "a gate's interval straddles its threshold" if INCONCLUSIVE in verdicts else "a gate was not measured"
+        why = (
+            "a gate's interval straddles its threshold"
+            if INCONCLUSIVE in verdicts
+            else "a gate was not measured"
+        )
         return paper, verdict(CANNOT_JUDGE, text, source, why=why)
     if ran is None or ran < claim["steps"]:
-        return paper, verdict(HOLDS_ONLY_WHEN, text, source,
-                              condition=f"the run is {ran or 0} steps long: {claim['steps']} were claimed, not run here")
+        return paper, verdict(
+            HOLDS_ONLY_WHEN,
+            text,
+            source,
+            condition=f"the run is {ran or 0} steps long: {claim['steps']} were claimed, not run here",
+        )
     return paper, verdict(HOLDS, text, source)
 
 
@@ -324,16 +446,27 @@ def judge_hardware(claim: dict[str, Any], evidence: Evidence) -> Judged:
         actual = gpu["memory_total_bytes"]
         # Vendors' "GB" of GPU memory are binary (chips of 2^30 bytes), so the stated figure is compared in
         # both readings: it holds when either matches.
-        matches = any(math.isclose(actual, stated["memory"] * UNIT_BYTES[u], rel_tol=0.05) for u in ("GB", "GiB"))
-        notes.append(f"{gpu['name']}: {format_bytes(actual)} in the description (stated {stated['memory']} {stated['unit']})")
+        matches = any(
+            math.isclose(actual, stated["memory"] * UNIT_BYTES[u], rel_tol=0.05) for u in ("GB", "GiB")
+        )
+        notes.append(
+            f"{gpu['name']}: {format_bytes(actual)} in the description (stated {stated['memory']} "
+            f"{stated['unit']})"
+        )
         if not matches:
             wrong.append(stated["name"])
-    source = (f"the claimed box's description ({evidence.claimed_machine.get('name', '?')}: "
-              f"{evidence.claimed_machine.get('description', '').strip()})")
+    source = (
+        f"the claimed box's description ({evidence.claimed_machine.get('name', '?')}: "
+        f"{evidence.claimed_machine.get('description', '').strip()})"
+    )
     paper = verdict(DOES_NOT_HOLD if wrong else HOLDS, "; ".join(notes), source)
     here = gpus_here(evidence.fingerprint)
-    measured = verdict(CANNOT_JUDGE, f"GPUs here: {', '.join(here) or 'none'}", "probe/hardware.json",
-                       why=f"{evidence.machine} is not the claimed box")
+    measured = verdict(
+        CANNOT_JUDGE,
+        f"GPUs here: {', '.join(here) or 'none'}",
+        "probe/hardware.json",
+        why=f"{evidence.machine} is not the claimed box",
+    )
     return paper, measured
 
 
@@ -360,13 +493,25 @@ def judge(claims: dict[str, Any], evidence: Evidence) -> ClaimVerdicts:
     judged = []
     for claim in claims["claims"]:
         paper, measured = JUDGES[claim["kind"]](claim, evidence)
-        judged.append(JudgedClaim(id=claim["id"], statement=claim["statement"], kind=claim["kind"], on_paper=paper,
-                                  measured_here=measured))
-    return ClaimVerdicts(claimed_box=ClaimedBox(**claims["claimed_box"], machine_name=evidence.claimed_plan.machine),
-                         machine=evidence.machine, claims=judged)
+        judged.append(
+            JudgedClaim(
+                id=claim["id"],
+                statement=claim["statement"],
+                kind=claim["kind"],
+                on_paper=paper,
+                measured_here=measured,
+            )
+        )
+    return ClaimVerdicts(
+        claimed_box=ClaimedBox(**claims["claimed_box"], machine_name=evidence.claimed_plan.machine),
+        machine=evidence.machine,
+        claims=judged,
+    )
 
 
-def judge_on_paper(claims: dict[str, Any], claimed_plan: Plan, claimed_machine: dict[str, Any]) -> list[tuple[str, ClaimVerdict]]:
+def judge_on_paper(
+    claims: dict[str, Any], claimed_plan: Plan, claimed_machine: dict[str, Any]
+) -> list[tuple[str, ClaimVerdict]]:
     """Each claim's verdict on paper for the claimed box: the judges' first verdict, which reads only the
     claimed box's plan and description (what plan.txt prints, in the report's words)."""
     evidence = Evidence(claimed_plan=claimed_plan, claimed_machine=claimed_machine)

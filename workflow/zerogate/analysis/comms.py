@@ -17,17 +17,28 @@ from pathlib import Path
 from typing import Any
 
 from zerogate.contracts.comms import CommsRecord, CommsVolume, LoggedCalls
-from zerogate.plan.comms import (DDP, SCHEMES, VOLUME_FACTOR, logged_kind, logged_tensor_bytes, per_optimizer_step,
-                                 ring_factor, theory, volume_bytes)
+from zerogate.plan.comms import (
+    DDP,
+    SCHEMES,
+    VOLUME_FACTOR,
+    logged_kind,
+    logged_tensor_bytes,
+    per_optimizer_step,
+    ring_factor,
+    theory,
+    volume_bytes,
+)
 
 TOLERANCE = 0.05  # measured within +-5 % of the theory; a larger difference is flagged, never absorbed
 CLAIM_SCHEME = "zero3"  # the seed's statement compares ZeRO-3 with plain data parallelism
 BASELINE_SCHEME = DDP
 
-DEFINITION = ("Volume: a rank's share of one collective on a full tensor of S bytes among N ranks (ZeRO paper, "
-              "section 7): all-reduce 2 S (N-1)/N; all-gather and reduce-scatter S (N-1)/N (S the full tensor); "
-              "broadcast and reduce S (N-1)/N; barrier 0. The ring factor (N-1)/N is applied the same way to the "
-              "theory and to the measured records; per optimizer step after warm-up.")
+DEFINITION = (
+    "Volume: a rank's share of one collective on a full tensor of S bytes among N ranks (ZeRO paper, "
+    "section 7): all-reduce 2 S (N-1)/N; all-gather and reduce-scatter S (N-1)/N (S the full tensor); "
+    "broadcast and reduce S (N-1)/N; barrier 0. The ring factor (N-1)/N is applied the same way to the "
+    "theory and to the measured records; per optimizer step after warm-up."
+)
 
 _RECORD_FILE = re.compile(r"^(?P<scheme>[^/]+)/g(?P<accumulation>\d+)/rank(?P<rank>\d+)\.json$")
 
@@ -49,8 +60,16 @@ def measured_per_step(phase: list[LoggedCalls], steps: int, world: int) -> dict[
         name, calls, msg = entry.name, entry.calls, entry.msg_bytes
         kind = logged_kind(name)
         key = kind if kind is not None else name
-        row = kinds.setdefault(key, {"calls": 0.0, "tensor_bytes": 0.0, "volume_bytes": 0.0, "known": kind is not None,
-                                     "record_names": []})
+        row = kinds.setdefault(
+            key,
+            {
+                "calls": 0.0,
+                "tensor_bytes": 0.0,
+                "volume_bytes": 0.0,
+                "known": kind is not None,
+                "record_names": [],
+            },
+        )
         if name not in row["record_names"]:
             row["record_names"].append(name)
         row["calls"] += calls / steps
@@ -76,14 +95,31 @@ def theory_per_step(record: CommsRecord, world: int) -> dict[str, Any]:
     """The theory's terms for a record's scheme and accumulation, per optimizer step."""
     accumulation = record.accumulation
     settings = record.theory_settings.model_dump()
-    terms = theory(record.counts, record.scheme, accumulation, world, record.dtype_bytes,
-                   settings.pop("persistence_threshold"), buffer_bytes=record.buffer_bytes, **settings)
+    terms = theory(
+        record.counts,
+        record.scheme,
+        accumulation,
+        world,
+        record.dtype_bytes,
+        settings.pop("persistence_threshold"),
+        buffer_bytes=record.buffer_bytes,
+        **settings,
+    )
     rows = []
     for term in terms:
         calls, tensor = per_optimizer_step(term, accumulation)
-        rows.append({"name": term.name, "kind": term.kind, "per": term.per, "departure": term.departure,
-                     "why": term.why, "calls": calls, "tensor_bytes": tensor,
-                     "volume_bytes": volume_bytes(term.kind, tensor, world)})
+        rows.append(
+            {
+                "name": term.name,
+                "kind": term.kind,
+                "per": term.per,
+                "departure": term.departure,
+                "why": term.why,
+                "calls": calls,
+                "tensor_bytes": tensor,
+                "volume_bytes": volume_bytes(term.kind, tensor, world),
+            }
+        )
     kinds: dict[str, dict[str, float]] = {}
     for row in rows:
         kind = kinds.setdefault(row["kind"], {"calls": 0.0, "tensor_bytes": 0.0, "volume_bytes": 0.0})
@@ -109,8 +145,13 @@ def _ratio(measured: float | None, expected: float) -> float | None:
 def _row(scheme: str, accumulation: int, records: list[CommsRecord], world: int) -> dict[str, Any]:
     row: dict[str, Any] = {"scheme": scheme, "accumulation": accumulation}
     if not records:
-        return {**row, "status": "not_run", "reason": "no record of this scheme from any rank", "ranks": {},
-                "missing_ranks": list(range(world))}
+        return {
+            **row,
+            "status": "not_run",
+            "reason": "no record of this scheme from any rank",
+            "ranks": {},
+            "missing_ranks": list(range(world)),
+        }
     present = {r.rank for r in records}
     row["missing_ranks"] = [r for r in range(world) if r not in present]
     failed = [r for r in records if r.status != "run"]
@@ -118,8 +159,10 @@ def _row(scheme: str, accumulation: int, records: list[CommsRecord], world: int)
         reasons = sorted({f"rank {r.rank}: {r.reason}" for r in failed})
         return {**row, "status": "not_run", "reason": "; ".join(reasons), "ranks": {}}
     steps = records[0].measured_steps
-    ranks = {r.rank: measured_per_step(r.phases["measured"] or [], r.measured_steps, world)
-             for r in sorted(records, key=lambda r: r.rank)}
+    ranks = {
+        r.rank: measured_per_step(r.phases["measured"] or [], r.measured_steps, world)
+        for r in sorted(records, key=lambda r: r.rank)
+    }
     expected = theory_per_step(records[0], world)
     worst = max(ranks.values(), key=lambda m: m["volume_bytes"])
     complete = all(m["complete"] for m in ranks.values())
@@ -157,32 +200,51 @@ def tabulate(records: list[CommsRecord], schemes: tuple[str, ...] = SCHEMES) -> 
     rows = []
     for scheme in schemes:
         for accumulation in accumulations:
-            rows.append(_row(scheme, accumulation, [r for r in records
-                                                    if r.scheme == scheme and r.accumulation == accumulation], world))
+            rows.append(
+                _row(
+                    scheme,
+                    accumulation,
+                    [r for r in records if r.scheme == scheme and r.accumulation == accumulation],
+                    world,
+                )
+            )
     unexpected = sorted({r.scheme for r in records} - set(schemes))
     counts = records[0].counts
-    return CommsVolume.of({
-        "definition": DEFINITION,
-        "volume_factors": dict(VOLUME_FACTOR),
-        "ring_factor": ring_factor(world),
-        "world_size": world,
-        "parameters": counts.total,
-        "dtype_bytes": records[0].dtype_bytes,
-        "accumulations": accumulations,
-        "tolerance": TOLERANCE,
-        "rows": rows,
-        "unexpected_schemes": unexpected,
-        "note": ("Short runs apart from the timed run: DeepSpeed's comms logger synchronises every collective, "
-                 "so these runs are never timed."),
-    }, "the communication table")
+    return CommsVolume.of(
+        {
+            "definition": DEFINITION,
+            "volume_factors": dict(VOLUME_FACTOR),
+            "ring_factor": ring_factor(world),
+            "world_size": world,
+            "parameters": counts.total,
+            "dtype_bytes": records[0].dtype_bytes,
+            "accumulations": accumulations,
+            "tolerance": TOLERANCE,
+            "rows": rows,
+            "unexpected_schemes": unexpected,
+            "note": (
+                "Short runs apart from the timed run: DeepSpeed's comms logger synchronises every "
+                "collective, "
+                "so these runs are never timed."
+            ),
+        },
+        "the communication table",
+    )
 
 
-def scheme_ratio(table: CommsVolume, accumulation: int, scheme: str = CLAIM_SCHEME,
-                 baseline: str = BASELINE_SCHEME) -> dict[str, Any]:
+def scheme_ratio(
+    table: CommsVolume, accumulation: int, scheme: str = CLAIM_SCHEME, baseline: str = BASELINE_SCHEME
+) -> dict[str, Any]:
     """``scheme``'s volume over ``baseline``'s at ``accumulation``: measured where both ran, and in theory."""
     row, base = table.row(scheme, accumulation), table.row(baseline, accumulation)
-    out: dict[str, Any] = {"accumulation": accumulation, "scheme": scheme, "baseline": baseline,
-                           "measured": None, "theory": None, "why": None}
+    out: dict[str, Any] = {
+        "accumulation": accumulation,
+        "scheme": scheme,
+        "baseline": baseline,
+        "measured": None,
+        "theory": None,
+        "why": None,
+    }
     if row is None or base is None:
         out["why"] = f"accumulation {accumulation} was not measured"
         return out
@@ -191,7 +253,9 @@ def scheme_ratio(table: CommsVolume, accumulation: int, scheme: str = CLAIM_SCHE
         if row.complete and base.complete:
             out["measured"] = _ratio(row.measured_volume_bytes, base.measured_volume_bytes)
         else:
-            out["why"] = "a record is incomplete (missing rank or a collective kind without a volume definition)"
+            out["why"] = (
+                "a record is incomplete (missing rank or a collective kind without a volume definition)"
+            )
     else:
         out["why"] = "; ".join(f"{r.scheme} not run: {r.reason}" for r in (row, base) if r.status != "run")
     return out
@@ -199,7 +263,8 @@ def scheme_ratio(table: CommsVolume, accumulation: int, scheme: str = CLAIM_SCHE
 
 def claim_verdict(table: CommsVolume, stated: float, claim_accumulation: int) -> dict[str, Any]:
     """The seed's statement (ZeRO-3 = ``stated`` x DDP's volume), measured: holds at accumulation 1 when the
-    measured ratio is within the tolerance of ``stated``; the ratio at the claim's own accumulation beside it."""
+    measured ratio is within the tolerance of ``stated``; the ratio at the claim's own accumulation beside
+    it."""
     at_one = scheme_ratio(table, 1)
     at_claim = scheme_ratio(table, claim_accumulation)
     measured = at_one["measured"]
@@ -208,9 +273,23 @@ def claim_verdict(table: CommsVolume, stated: float, claim_accumulation: int) ->
     departures = []
     if row is not None and row.status == "run":
         # The named terms that move ZeRO-3 away from the paper's count, largest first.
-        departures = sorted(({"name": t.name, "volume_bytes": t.volume_bytes} for t in row.theory.terms
-                             if t.departure and t.volume_bytes), key=lambda t: -abs(t["volume_bytes"]))
-    return {"stated": stated, "tolerance": TOLERANCE, "scheme": CLAIM_SCHEME, "baseline": BASELINE_SCHEME,
-            "at_accumulation_1": at_one, "holds_at_accumulation_1": holds, "claim_accumulation": claim_accumulation,
-            "stated_at_claim_accumulation": stated * claim_accumulation, "at_claim_accumulation": at_claim,
-            "departures": departures}
+        departures = sorted(
+            (
+                {"name": t.name, "volume_bytes": t.volume_bytes}
+                for t in row.theory.terms
+                if t.departure and t.volume_bytes
+            ),
+            key=lambda t: -abs(t["volume_bytes"]),
+        )
+    return {
+        "stated": stated,
+        "tolerance": TOLERANCE,
+        "scheme": CLAIM_SCHEME,
+        "baseline": BASELINE_SCHEME,
+        "at_accumulation_1": at_one,
+        "holds_at_accumulation_1": holds,
+        "claim_accumulation": claim_accumulation,
+        "stated_at_claim_accumulation": stated * claim_accumulation,
+        "at_claim_accumulation": at_claim,
+        "departures": departures,
+    }

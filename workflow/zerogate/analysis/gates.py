@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import operator
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 
@@ -21,21 +22,40 @@ from zerogate.analysis import measures
 from zerogate.analysis.measures import Completion, ConvergenceRule, SpikeRule
 from zerogate.analysis.parse import event_table, run_metadata
 from zerogate.config.settings import GateSettings
+from zerogate.contracts.intervals import GateInterval, Interval
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import TrainSummary, column
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec
-from zerogate.contracts.intervals import GateInterval, Interval
-from zerogate.contracts.verdicts import (FAIL, GATE_OUTCOMES, INCONCLUSIVE, NOT_MEASURED, PASS, CompletionEvidence,
-                                         ConvergenceEvidence, ConvergenceRuleEvidence, FailedRanksEvidence,
-                                         FailureEvidence, FloorRatioEvidence, GateVerdict, GateVerdicts,
-                                         NonfiniteEvidence, OverflowEvidence, ProgressLineEvidence, Reproduction,
-                                         SlowestRankEvidence)
+from zerogate.contracts.verdicts import (
+    FAIL,
+    GATE_OUTCOMES,
+    INCONCLUSIVE,
+    NOT_MEASURED,
+    PASS,
+    CompletionEvidence,
+    ConvergenceEvidence,
+    ConvergenceRuleEvidence,
+    FailedRanksEvidence,
+    FailureEvidence,
+    FloorRatioEvidence,
+    GateVerdict,
+    GateVerdicts,
+    NonfiniteEvidence,
+    OverflowEvidence,
+    ProgressLineEvidence,
+    Reproduction,
+    SlowestRankEvidence,
+)
 from zerogate.units import GB, GIB
 
 COMPARE: dict[str, Callable[[float, float], bool]] = {
-    "<": operator.lt, "<=": operator.le, "==": operator.eq, ">=": operator.ge, ">": operator.gt,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    ">=": operator.ge,
+    ">": operator.gt,
 }
 
 
@@ -68,8 +88,9 @@ def smallest_device_ranks(steps: pd.DataFrame, fingerprint: Fingerprint) -> tupl
     return chosen, f"smallest device: {', '.join(names)} ({smallest / GIB:.2f} GiB)"
 
 
-def loss_convergence(steps: pd.DataFrame, gate: GateSettings,
-                     spike_rule: SpikeRule) -> tuple[float | None, list[str], ConvergenceEvidence]:
+def loss_convergence(
+    steps: pd.DataFrame, gate: GateSettings, spike_rule: SpikeRule
+) -> tuple[float | None, list[str], ConvergenceEvidence]:
     """(final/initial loss ratio, problems that fail the gate outright, evidence): measures.loss_convergence
     under the gate's ``convergence`` settings, over every step's loss."""
     _column(steps, measures.LOSS)
@@ -79,13 +100,24 @@ def loss_convergence(steps: pd.DataFrame, gate: GateSettings,
         raise NotMeasured(f"only {found.steps} loss values: too few to tell a trend")
     spikes = measures.loss_spikes(steps, spike_rule)
     evidence = ConvergenceEvidence(
-        steps=found.steps, nonfinite_loss_steps=found.nonfinite_steps, initial_loss=_finite_or_none(found.initial),
-        final_loss=_finite_or_none(found.final), lowest_block_mean_loss=_finite_or_none(found.lowest_block),
-        final_block_spread=_finite_or_none(found.final_spread), rebound=_finite_or_none(found.rebound),
+        steps=found.steps,
+        nonfinite_loss_steps=found.nonfinite_steps,
+        initial_loss=_finite_or_none(found.initial),
+        final_loss=_finite_or_none(found.final),
+        lowest_block_mean_loss=_finite_or_none(found.lowest_block),
+        final_block_spread=_finite_or_none(found.final_spread),
+        rebound=_finite_or_none(found.rebound),
         drop_sigmas=_finite_or_none(found.drop_sigmas),
-        rule=ConvergenceRuleEvidence(initial_steps=rule.initial_steps, final_fraction=rule.final_fraction,
-                                     max_rebound=rule.max_rebound, min_drop_sigmas=rule.min_drop_sigmas),
-        spikes=spikes.count, spike_steps=spikes.steps, spike_rule=spike_rule.describe())
+        rule=ConvergenceRuleEvidence(
+            initial_steps=rule.initial_steps,
+            final_fraction=rule.final_fraction,
+            max_rebound=rule.max_rebound,
+            min_drop_sigmas=rule.min_drop_sigmas,
+        ),
+        spikes=spikes.count,
+        spike_steps=spikes.steps,
+        spike_rule=spike_rule.describe(),
+    )
     return _finite_or_none(found.ratio), found.problems(rule), evidence
 
 
@@ -94,8 +126,13 @@ def _finite_or_none(value: float) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None
 
 
-def nonfinite(steps: pd.DataFrame, events: pd.DataFrame, completion: Completion, metrics: list[str],
-              records: measures.RecordCompleteness) -> tuple[float, list[str], NonfiniteEvidence]:
+def nonfinite(
+    steps: pd.DataFrame,
+    events: pd.DataFrame,
+    completion: Completion,
+    metrics: list[str],
+    records: measures.RecordCompleteness,
+) -> tuple[float, list[str], NonfiniteEvidence]:
     """(faults: one per optimizer step with a non-finite value, plus one for a fatal loss-scale abort;
     problems that fail the gate outright; evidence)."""
     present = [m for m in metrics if m in steps.columns]
@@ -105,10 +142,15 @@ def nonfinite(steps: pd.DataFrame, events: pd.DataFrame, completion: Completion,
     fatal = events[events["kind"] == "fatal_loss_scale"] if len(events) else events
     fatal_ranks = sorted({int(r) for r in fatal["rank"].dropna()}) if len(fatal) else []
     evidence = NonfiniteEvidence(
-        faults=len(faults) + (1 if len(fatal) else 0), nonfinite_steps=len(faults),
-        nonfinite_events=[f.evidence() for f in faults], fatal_loss_scale_abort=bool(len(fatal)),
-        fatal_loss_scale_ranks=fatal_ranks, metrics=present, records=records.evidence(),
-        **completion_evidence(completion).model_dump())
+        faults=len(faults) + (1 if len(fatal) else 0),
+        nonfinite_steps=len(faults),
+        nonfinite_events=[f.evidence() for f in faults],
+        fatal_loss_scale_abort=bool(len(fatal)),
+        fatal_loss_scale_ranks=fatal_ranks,
+        metrics=present,
+        records=records.evidence(),
+        **completion_evidence(completion).model_dump(),
+    )
     return float(evidence.faults), list(completion.problems), evidence
 
 
@@ -117,8 +159,11 @@ def stabiliser_nonfinite(events: pd.DataFrame) -> list[tuple[int, int | None, st
     rows = event_table(events, "stabiliser")
     if not len(rows):
         return []
-    return [(int(step), None if pd.isna(rank) else int(rank), str(kind))
-            for step, rank, kind in zip(rows["step"], rows["rank"], rows["kind"]) if str(kind).startswith("nonfinite")]
+    return [
+        (int(step), None if pd.isna(rank) else int(rank), str(kind))
+        for step, rank, kind in zip(rows["step"], rows["rank"], rows["kind"])
+        if str(kind).startswith("nonfinite")
+    ]
 
 
 def _in_unit(value: float, metric: str, unit: str) -> float:
@@ -132,12 +177,15 @@ def require_values(pool: pd.DataFrame, metric: str) -> None:
     """NOT MEASURED when ``metric`` is missing or non-finite at any step of ``pool``, naming where."""
     gaps = measures.missing_values(pool, metric)
     if gaps:
-        where = "; ".join(f"rank {rank}: {len(listed)} steps ({measures._span(listed)})" for rank, listed in gaps.items())
+        where = "; ".join(
+            f"rank {rank}: {len(listed)} steps ({measures._span(listed)})" for rank, listed in gaps.items()
+        )
         raise NotMeasured(f"'{metric}' missing or non-finite at {where}")
 
 
-def floor_ratio(steps: pd.DataFrame, metric: str, warmup_steps: int,
-                plan: Plan | None) -> tuple[float, FloorRatioEvidence]:
+def floor_ratio(
+    steps: pd.DataFrame, metric: str, warmup_steps: int, plan: Plan | None
+) -> tuple[float, FloorRatioEvidence]:
     """Median optimizer-step time (slowest rank) over the planner's physical floor for this machine."""
     floor = None if plan is None else plan.floor.optimizer_step_floor_s
     if floor is None:
@@ -150,14 +198,22 @@ def floor_ratio(steps: pd.DataFrame, metric: str, warmup_steps: int,
     pool = measures.timed_steps(steps, warmup_steps)
     require_values(pool, metric)
     result = measures.slowest_rank(pool, metric, "median")
-    evidence = FloorRatioEvidence(per_rank=result.per_rank, worst_rank=result.rank, median_step_time=result.value,
-                                  floor=floor, warmup_steps_excluded=warmup_steps, floor_terms=floor_terms(plan))
+    evidence = FloorRatioEvidence(
+        per_rank=result.per_rank,
+        worst_rank=result.rank,
+        median_step_time=result.value,
+        floor=floor,
+        warmup_steps_excluded=warmup_steps,
+        floor_terms=floor_terms(plan),
+    )
     return result.value / floor, evidence
 
 
-FLOOR_ABOVE_MEASUREMENT = ("the planner's floor ({floor:.4g} s) is above the measured step ({measured:.4g} s): a floor "
-                           "is a lower bound, so this is a bug in the floor's terms or figures (or in the measurement), "
-                           "not a result")
+FLOOR_ABOVE_MEASUREMENT = (
+    "the planner's floor ({floor:.4g} s) is above the measured step ({measured:.4g} s): a floor "
+    "is a lower bound, so this is a bug in the floor's terms or figures (or in the measurement), "
+    "not a result"
+)
 
 
 def floor_terms(plan: Plan) -> dict[str, float | None]:
@@ -170,15 +226,18 @@ def floor_terms(plan: Plan) -> dict[str, float | None]:
         return {}
     deciding = max(ranks, key=lambda r: r.micro_step_floor_s)
     g = steps.accumulation
-    terms: dict[str, float | None] = {f"micro_step {k.removesuffix('(s)')} x {g}(s)": None if v is None else g * v
-                                      for k, v in deciding.terms.items()}
+    terms: dict[str, float | None] = {
+        f"micro_step {k.removesuffix('(s)')} x {g}(s)": None if v is None else g * v
+        for k, v in deciding.terms.items()
+    }
     terms.update({f"boundary {k}": v for k, v in steps.boundary_terms.items()})
     terms.update({f"optimizer {k}": v for k, v in steps.optimizer_terms.items()})
     return terms
 
 
-def overflow_skip_fraction(steps: pd.DataFrame, run_meta: RunMeta | None,
-                           ds_config: DsConfig | None) -> tuple[float, OverflowEvidence]:
+def overflow_skip_fraction(
+    steps: pd.DataFrame, run_meta: RunMeta | None, ds_config: DsConfig | None
+) -> tuple[float, OverflowEvidence]:
     """Fraction of optimizer steps that fp16 skipped (worst rank). Whether there is a loss scaler at all is
     the rendered DeepSpeed config's to say, never a log line's; then the count comes from the step records'
     skip reasons (measures.overflow_skips). DeepSpeed's own ``skipped=`` count from its last progress line
@@ -192,31 +251,55 @@ def overflow_skip_fraction(steps: pd.DataFrame, run_meta: RunMeta | None,
         raise NotMeasured("fp16 is on but the step records hold no loss scale or skip reason to count from")
     progress = None if run_meta is None else run_meta.deepspeed_skipped_steps
     evidence = OverflowEvidence(
-        source="per-step records (skip_reason)", skip_fraction_per_rank=skips.fraction_per_rank,
+        source="per-step records (skip_reason)",
+        skip_fraction_per_rank=skips.fraction_per_rank,
         skipped_per_rank=skips.per_rank,
-        deepspeed_progress_line=None if progress is None else ProgressLineEvidence(
-            at_step=progress.step, skipped=progress.skipped,
-            note="DeepSpeed's count also includes the updates the loss stabiliser dropped; not the statistic"))
+        deepspeed_progress_line=None
+        if progress is None
+        else ProgressLineEvidence(
+            at_step=progress.step,
+            skipped=progress.skipped,
+            note="DeepSpeed's count also includes the updates the loss stabiliser dropped; not the statistic",
+        ),
+    )
     return skips.worst_fraction, evidence
 
 
 def completion_evidence(completion: Completion) -> CompletionEvidence:
-    failures = [FailureEvidence(rank=f.rank, kind=f.kind, message=f.message, exit_code=f.exit_code,
-                                last_lines=f.last_lines) for f in completion.failures]
-    return CompletionEvidence(finished=completion.finished, failures=failures,
-                              last_step_per_rank=completion.steps_per_rank, stopped_early_at=completion.stopped_early,
-                              failed_ranks=completion.failed_ranks, run_complete=completion.complete)
+    failures = [
+        FailureEvidence(
+            rank=f.rank, kind=f.kind, message=f.message, exit_code=f.exit_code, last_lines=f.last_lines
+        )
+        for f in completion.failures
+    ]
+    return CompletionEvidence(
+        finished=completion.finished,
+        failures=failures,
+        last_step_per_rank=completion.steps_per_rank,
+        stopped_early_at=completion.stopped_early,
+        failed_ranks=completion.failed_ranks,
+        run_complete=completion.complete,
+    )
 
 
-def failed_ranks(completion: Completion, records: measures.RecordCompleteness) -> tuple[float, FailedRanksEvidence]:
+def failed_ranks(
+    completion: Completion, records: measures.RecordCompleteness
+) -> tuple[float, FailedRanksEvidence]:
     """Ranks that crashed, exited non-zero, stopped before the last step or lack step records
     (measures.run_completion with the record counts), with their last log lines."""
-    return float(completion.failed_rank_count), FailedRanksEvidence(records=records.evidence(),
-                                                                     **completion_evidence(completion).model_dump())
+    return float(completion.failed_rank_count), FailedRanksEvidence(
+        records=records.evidence(), **completion_evidence(completion).model_dump()
+    )
 
 
-def completion_for(steps: pd.DataFrame, events: pd.DataFrame, summary: TrainSummary | None, expected_steps: int,
-                   run_meta: RunMeta | None, records: measures.RecordCompleteness | None = None) -> Completion:
+def completion_for(
+    steps: pd.DataFrame,
+    events: pd.DataFrame,
+    summary: TrainSummary | None,
+    expected_steps: int,
+    run_meta: RunMeta | None,
+    records: measures.RecordCompleteness | None = None,
+) -> Completion:
     """The run's completion from parse_logs' metadata, or, without it, from the same parse over the step
     records and events (no launcher log text: the failures then lack their last lines); with the record
     counts of ``records``."""
@@ -225,8 +308,14 @@ def completion_for(steps: pd.DataFrame, events: pd.DataFrame, summary: TrainSumm
     completion = measures.completion_of(run_meta)
     if records is None:
         return completion
-    return measures.run_completion(completion.steps_per_rank, completion.failures, completion.finished,
-                                   run_meta.expected_steps or expected_steps, records.world_size, records)
+    return measures.run_completion(
+        completion.steps_per_rank,
+        completion.failures,
+        completion.finished,
+        run_meta.expected_steps or expected_steps,
+        records.world_size,
+        records,
+    )
 
 
 def timed_statistic(gate: GateSettings) -> str | None:
@@ -234,8 +323,14 @@ def timed_statistic(gate: GateSettings) -> str | None:
     median or p90 of a timed metric, or the median step time a floor ratio divides; None for other gates."""
     if gate.statistic == "floor_ratio":
         return "step_time_median_s"
-    return next((name for name, (metric, statistic, over) in measures.TIMING_STATISTICS.items()
-                 if metric == gate.metric and statistic == gate.statistic and over == "slowest rank"), None)
+    return next(
+        (
+            name
+            for name, (metric, statistic, over) in measures.TIMING_STATISTICS.items()
+            if metric == gate.metric and statistic == gate.statistic and over == "slowest rank"
+        ),
+        None,
+    )
 
 
 def interval_outcome(comparison: str, threshold: float, interval: Interval) -> str:
@@ -260,17 +355,32 @@ class Repeats:
         self.records = [measures.record_completeness(t, world_size, expected_steps) for t in self.tables]
 
     def problems(self) -> list[str]:
-        return [f"repeat {index}: " + "; ".join(r.problems) for index, r in enumerate(self.records, start=1)
-                if not r.complete]
+        return [
+            f"repeat {index}: " + "; ".join(r.problems)
+            for index, r in enumerate(self.records, start=1)
+            if not r.complete
+        ]
 
 
-def evaluate_gate(gate: GateSettings, steps: pd.DataFrame, events: pd.DataFrame, summary: TrainSummary | None,
-                  fingerprint: Fingerprint, warmup_steps: int, expected_steps: int, spike_rule: SpikeRule,
-                  plan: Plan | None = None, run_meta: RunMeta | None = None, *, world_size: int,
-                  ds_config: DsConfig | None = None,
-                  records: measures.RecordCompleteness | None = None,
-                  interval_rule: measures.IntervalRule | None = None, repeats: Repeats | None = None,
-                  timings: measures.TimingReplicates | None = None) -> GateVerdict:
+def evaluate_gate(
+    gate: GateSettings,
+    steps: pd.DataFrame,
+    events: pd.DataFrame,
+    summary: TrainSummary | None,
+    fingerprint: Fingerprint,
+    warmup_steps: int,
+    expected_steps: int,
+    spike_rule: SpikeRule,
+    plan: Plan | None = None,
+    run_meta: RunMeta | None = None,
+    *,
+    world_size: int,
+    ds_config: DsConfig | None = None,
+    records: measures.RecordCompleteness | None = None,
+    interval_rule: measures.IntervalRule | None = None,
+    repeats: Repeats | None = None,
+    timings: measures.TimingReplicates | None = None,
+) -> GateVerdict:
     """One gate's verdict. The records' completeness is established first, from counts: a statistic over
     an incomplete run is NOT MEASURED (the completion and non-finite gates, whose claims are about
     completeness, FAIL), and a metric missing or non-finite at any step it must have is NOT MEASURED.
@@ -291,8 +401,9 @@ def evaluate_gate(gate: GateSettings, steps: pd.DataFrame, events: pd.DataFrame,
         if timed and repeats is not None and repeats.problems():
             raise NotMeasured("a repeat's step records are incomplete: " + "; ".join(repeats.problems()))
         if timed and timings is None:
-            timings = measures.timing_replicates([steps, *(repeats.tables if repeats else [])], warmup_steps,
-                                                 interval_rule)
+            timings = measures.timing_replicates(
+                [steps, *(repeats.tables if repeats else [])], warmup_steps, interval_rule
+            )
         if statistic in ("median", "p90", "max"):
             measured, evidence = slowest_rank_gate(gate, steps, fingerprint, warmup_steps)
         elif statistic == "loss_convergence":
@@ -301,8 +412,9 @@ def evaluate_gate(gate: GateSettings, steps: pd.DataFrame, events: pd.DataFrame,
         elif statistic == "floor_ratio":
             measured, evidence = floor_ratio(steps, gate.metric, warmup_steps, plan)
             if measured < 1:  # never clipped: a floor above the measurement is reported as the bug it is
-                extra_failures.append(FLOOR_ABOVE_MEASUREMENT.format(floor=evidence.floor,
-                                                                     measured=measured * evidence.floor))
+                extra_failures.append(
+                    FLOOR_ABOVE_MEASUREMENT.format(floor=evidence.floor, measured=measured * evidence.floor)
+                )
         elif statistic == "overflow_skip_fraction":
             measured, evidence = overflow_skip_fraction(steps, run_meta, ds_config)
         elif statistic == "failed_ranks":
@@ -313,7 +425,9 @@ def evaluate_gate(gate: GateSettings, steps: pd.DataFrame, events: pd.DataFrame,
             extra_failures.extend(completion.problems)
         elif statistic == "nonfinite_count":
             completion = completion_for(steps, events, summary, expected_steps, run_meta, records)
-            measured, problems, evidence = nonfinite(steps, events, completion, gate.metric.split(","), records)
+            measured, problems, evidence = nonfinite(
+                steps, events, completion, gate.metric.split(","), records
+            )
             extra_failures.extend(problems)
         else:  # the settings admit no other statistic
             raise ValueError(f"unknown statistic {statistic}")
@@ -330,11 +444,15 @@ def evaluate_gate(gate: GateSettings, steps: pd.DataFrame, events: pd.DataFrame,
         outcome = interval_outcome(gate.comparison, gate.threshold, interval)
         span = f"its {interval.confidence:.0%} interval [{interval.low:.4g}, {interval.high:.4g}] {gate.unit}"
         if outcome == FAIL:
-            reasons.append(f"measured {measured:.4g} {gate.unit} is not {gate.comparison} {gate.threshold:g}: {span} "
-                           "lies wholly outside")
+            reasons.append(
+                f"measured {measured:.4g} {gate.unit} is not {gate.comparison} {gate.threshold:g}: {span} "
+                "lies wholly outside"
+            )
         elif outcome == INCONCLUSIVE:
-            reasons.append(f"measured {measured:.4g} {gate.unit}, but {span} straddles {gate.comparison} "
-                           f"{gate.threshold:g}: within this run's noise it may pass or fail")
+            reasons.append(
+                f"measured {measured:.4g} {gate.unit}, but {span} straddles {gate.comparison} "
+                f"{gate.threshold:g}: within this run's noise it may pass or fail"
+            )
     elif finite and not passed:
         reasons.append(f"measured {measured:.4g} {gate.unit} is not {gate.comparison} {gate.threshold:g}")
     if not finite and not extra_failures:
@@ -342,11 +460,14 @@ def evaluate_gate(gate: GateSettings, steps: pd.DataFrame, events: pd.DataFrame,
     reasons += extra_failures
     if extra_failures or not finite:
         outcome = FAIL
-    return GateVerdict.judged(gate, measured if finite else None, outcome, "; ".join(reasons), evidence, interval)
+    return GateVerdict.judged(
+        gate, measured if finite else None, outcome, "; ".join(reasons), evidence, interval
+    )
 
 
-def _pooled(gate: GateSettings, timed: str, timings: measures.TimingReplicates, measured: float,
-            evidence: Any) -> tuple[float, GateInterval | None, Any]:
+def _pooled(
+    gate: GateSettings, timed: str, timings: measures.TimingReplicates, measured: float, evidence: Any
+) -> tuple[float, GateInterval | None, Any]:
     """A time gate's value (pooled over the repeats), its interval in the gate's unit, and its evidence
     with each repeat's value: the interval is the timing statistic's (measures.timing_replicates), scaled
     as the value is (to the gate's unit, or over the floor)."""
@@ -362,14 +483,20 @@ def _pooled(gate: GateSettings, timed: str, timings: measures.TimingReplicates, 
     if found is None:
         return value, None, evidence
     basis = timings.basis()
-    interval = GateInterval(low=found.low * scale, high=found.high * scale, unit=gate.unit,
-                            confidence=basis["confidence"], repeats=repeats,
-                            method=f"{basis['method']}; repeats: {basis['pooling']}; covers {basis['covers']}")
+    interval = GateInterval(
+        low=found.low * scale,
+        high=found.high * scale,
+        unit=gate.unit,
+        confidence=basis["confidence"],
+        repeats=repeats,
+        method=f"{basis['method']}; repeats: {basis['pooling']}; covers {basis['covers']}",
+    )
     return value, interval, evidence
 
 
-def slowest_rank_gate(gate: GateSettings, steps: pd.DataFrame, fingerprint: Fingerprint,
-                      warmup_steps: int) -> tuple[float, SlowestRankEvidence]:
+def slowest_rank_gate(
+    gate: GateSettings, steps: pd.DataFrame, fingerprint: Fingerprint, warmup_steps: int
+) -> tuple[float, SlowestRankEvidence]:
     """A median, p90 or max gate: the statistic of each rank's series (after the warm-up, fp16-skipped steps
     out, for the times; over every step for a peak), then the worst rank, in the gate's unit."""
     statistic, metric = gate.statistic, gate.metric
@@ -391,12 +518,22 @@ def slowest_rank_gate(gate: GateSettings, steps: pd.DataFrame, fingerprint: Fing
     in_gate_unit = None
     if unit_of(metric) != f"({gate.unit})":  # the per-rank values in the gate's unit too
         in_gate_unit = {rank: _in_unit(v, metric, gate.unit) for rank, v in result.per_rank.items()}
-    p90 = measures.slowest_rank(pool, metric, "p90").value if statistic == "median" and metric == measures.STEP_TIME else None
-    evidence = SlowestRankEvidence(warmup_steps_excluded=warmup_steps if timing else 0,
-                                   overflow_skipped_steps_excluded=skipped, device_selection=device_selection,
-                                   memory_source=memory_source, metric_unit=unit_of(metric).strip("()"),
-                                   per_rank=result.per_rank, worst_rank=result.rank,
-                                   per_rank_in_gate_unit=in_gate_unit, p90=p90)
+    p90 = (
+        measures.slowest_rank(pool, metric, "p90").value
+        if statistic == "median" and metric == measures.STEP_TIME
+        else None
+    )
+    evidence = SlowestRankEvidence(
+        warmup_steps_excluded=warmup_steps if timing else 0,
+        overflow_skipped_steps_excluded=skipped,
+        device_selection=device_selection,
+        memory_source=memory_source,
+        metric_unit=unit_of(metric).strip("()"),
+        per_rank=result.per_rank,
+        worst_rank=result.rank,
+        per_rank_in_gate_unit=in_gate_unit,
+        p90=p90,
+    )
     return _in_unit(result.value, metric, gate.unit), evidence
 
 
@@ -405,20 +542,35 @@ CLAIM_DEVICES = ("5070", "4090")  # claim.md section 4: RTX 5070 8 GB + RTX 4090
 
 def faithfulness(deviations: Deviations, fingerprint: Fingerprint) -> Reproduction:
     """Whether the run reproduces the claim as published: its config unchanged and its hardware."""
-    reasons = [f"{d.path}: {d.claim!r} -> {d.rendered!r} ({d.reason})" for d in deviations.changing_the_experiment]
+    reasons = [
+        f"{d.path}: {d.claim!r} -> {d.rendered!r} ({d.reason})" for d in deviations.changing_the_experiment
+    ]
     names = [d.name for d in fingerprint.accelerator.devices]
     same_hardware = len(names) == 2 and all(any(tag in n for n in names) for tag in CLAIM_DEVICES)
     if not same_hardware:
-        reasons.append(f"hardware differs from the claim's RTX 5070 + RTX 4090: "
-                       f"{', '.join(names) if names else 'no GPU (CPU accelerator)'}")
+        reasons.append(
+            f"hardware differs from the claim's RTX 5070 + RTX 4090: "
+            f"{', '.join(names) if names else 'no GPU (CPU accelerator)'}"
+        )
     return Reproduction(faithful=not reasons, reasons=reasons)
 
 
-def evaluate(gates: tuple[GateSettings, ...], steps: pd.DataFrame, events: pd.DataFrame, summary: TrainSummary | None,
-             run_spec: RunSpec, deviations: Deviations, fingerprint: Fingerprint, warmup_steps: int,
-             spike_rule: SpikeRule, plan: Plan | None = None, run_meta: RunMeta | None = None,
-             ds_config: DsConfig | None = None, interval_rule: measures.IntervalRule | None = None,
-             repeat_steps: list[pd.DataFrame] = ()) -> GateVerdicts:
+def evaluate(
+    gates: tuple[GateSettings, ...],
+    steps: pd.DataFrame,
+    events: pd.DataFrame,
+    summary: TrainSummary | None,
+    run_spec: RunSpec,
+    deviations: Deviations,
+    fingerprint: Fingerprint,
+    warmup_steps: int,
+    spike_rule: SpikeRule,
+    plan: Plan | None = None,
+    run_meta: RunMeta | None = None,
+    ds_config: DsConfig | None = None,
+    interval_rule: measures.IntervalRule | None = None,
+    repeat_steps: list[pd.DataFrame] = (),
+) -> GateVerdicts:
     """All gates of the profile. ``warmup_steps`` is the profile's ``training.warmup_steps_excluded`` and
     ``spike_rule`` the run's ``stabiliser`` settings (both analysis inputs: changing them re-judges). The
     world size and the optimizer steps are the run spec's. ``plan`` (the planner's plan with the measured
@@ -432,13 +584,34 @@ def evaluate(gates: tuple[GateSettings, ...], steps: pd.DataFrame, events: pd.Da
     timings = None
     if interval_rule is not None and records.complete and not repeats.problems():
         timings = measures.timing_replicates([steps, *repeats.tables], warmup_steps, interval_rule)
-    results = [evaluate_gate(g, steps, events, summary, fingerprint, warmup_steps, expected, spike_rule, plan, run_meta,
-                             world_size=run_spec.world_size, ds_config=ds_config, records=records,
-                             interval_rule=interval_rule, repeats=repeats, timings=timings)
-               for g in gates]
+    results = [
+        evaluate_gate(
+            g,
+            steps,
+            events,
+            summary,
+            fingerprint,
+            warmup_steps,
+            expected,
+            spike_rule,
+            plan,
+            run_meta,
+            world_size=run_spec.world_size,
+            ds_config=ds_config,
+            records=records,
+            interval_rule=interval_rule,
+            repeats=repeats,
+            timings=timings,
+        )
+        for g in gates
+    ]
     counts = {v: sum(r.verdict == v for r in results) for v in GATE_OUTCOMES}
-    return GateVerdicts(gates=results, counts=counts, reproduction=faithfulness(deviations, fingerprint),
-                        records=records.evidence())
+    return GateVerdicts(
+        gates=results,
+        counts=counts,
+        reproduction=faithfulness(deviations, fingerprint),
+        records=records.evidence(),
+    )
 
 
 def failed_gates(verdicts: GateVerdicts) -> list[str]:

@@ -28,14 +28,21 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 NUMBER = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 # Kinds that mean a rank (or the launcher) failed: they never take an attributed step, and
 # zerogate.analysis.parse.run_metadata lists each as a failure.
-FAILURE_KINDS = ("traceback", "rank_exit_error", "fatal_loss_scale", "nccl_timeout", "launcher_exit_error",
-                 "process_abort")
+FAILURE_KINDS = (
+    "traceback",
+    "rank_exit_error",
+    "fatal_loss_scale",
+    "nccl_timeout",
+    "launcher_exit_error",
+    "process_abort",
+)
 # Kinds that mark an optimizer-step boundary: two overflow lines on either side of one are two steps.
 STEP_BOUNDARY_KINDS = ("ds_progress", "throughput")
 
@@ -43,6 +50,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 # ---- pass 1: messages ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Message:
@@ -92,9 +100,11 @@ class PrefixStyle:
     numbered: bool
 
     @classmethod
-    def of(cls, lines: list[str]) -> "PrefixStyle":
+    def of(cls, lines: list[str]) -> PrefixStyle:
         tokens = Counter(m.group(1) for line in lines if (m := _HOST_PREFIX.match(line)))
-        hosts = frozenset(t for t, n in tokens.items() if _looks_like_host(t) and (n >= 2 or _IPV4.fullmatch(t)))
+        hosts = frozenset(
+            t for t, n in tokens.items() if _looks_like_host(t) and (n >= 2 or _IPV4.fullmatch(t))
+        )
         tasks = sum(1 for line in lines if _TASK_PREFIX.match(line))
         numbered = sum(1 for line in lines if _NUMBERED_PREFIX.match(line))
         return cls(hosts, tasks >= 2, numbered >= 2)
@@ -105,18 +115,18 @@ class PrefixStyle:
         while True:  # prefixes nest: "worker-5: [rank22]: ..."; each one removed is at least ": " long
             host = _HOST_PREFIX.match(line)
             if host and host.group(1) in self.hosts:
-                writer["host"], line = host.group(1), line[host.end():]
+                writer["host"], line = host.group(1), line[host.end() :]
                 continue
             task = _TASK_PREFIX.match(line) if self.task_labels else None
             numbered = _NUMBERED_PREFIX.match(line) if self.numbered else None
             if task or numbered:
-                line = line[(task or numbered).end():]
+                line = line[(task or numbered).end() :]
                 continue
             for prefix in _WRITER_PREFIXES:
                 found = prefix.match(line)
                 if found:
                     writer.update({k: int(v) for k, v in found.groupdict().items() if v is not None})
-                    line = line[found.end():]
+                    line = line[found.end() :]
                     break
             else:
                 return line, writer
@@ -184,8 +194,12 @@ def messages(text: str) -> Iterator[Message]:
     while index < len(lines):
         start = index
         raw = lines[index]
-        while width and len(lines[index]) == width and index + 1 < len(lines) \
-                and not _LINE_START.match(lines[index + 1]):
+        while (
+            width
+            and len(lines[index]) == width
+            and index + 1 < len(lines)
+            and not _LINE_START.match(lines[index + 1])
+        ):
             index += 1
             raw += lines[index]
         body, writer = style.strip(_PADDED_WORD.sub("", raw))
@@ -214,6 +228,7 @@ def _join_open_line(body: str, lines: list[str], index: int) -> tuple[str, int]:
 
 # ---- pass 2: events -----------------------------------------------------------------------------------
 
+
 def _number(text: str | None) -> float | None:
     return None if text is None else float(text)
 
@@ -239,31 +254,61 @@ def _progress(m: re.Match[str]) -> Built:
     return _rank(m), int(m["step"]), {"skipped": float(m["skipped"])}
 
 
-OLD_THROUGHPUT_COUNT = ("DeepSpeed before 0.8 prints <epoch>/<count>: the count is the throughput timer's, "
-                        "micro-steps or optimizer steps depending on the release, so no step is read from it")
+OLD_THROUGHPUT_COUNT = (
+    "DeepSpeed before 0.8 prints <epoch>/<count>: the count is the throughput timer's, "
+    "micro-steps or optimizer steps depending on the release, so no step is read from it"
+)
 
 
 def _throughput(m: re.Match[str]) -> Built:
     memory = {"mem_allocated_GiB": _number(m["mem"]), "max_mem_allocated_GiB": _number(m["max_mem"])}
     if m["step"] is not None:  # DeepSpeed 0.8 and later
-        return None, int(m["step"]), {"epoch": float(m["epoch"]), "micro_step": float(m["micro_step"]),
-                                      "running_avg_samples_per_s": float(m["running"]),
-                                      "samples_per_s": float(m["current"]), **memory}
-    return None, None, {"epoch": float(m["old_epoch"]), "timer_count": float(m["old_count"]),
-                        "running_avg_samples_per_s": float(m["running"] or m["average"]),
-                        "samples_per_s": _number(m["current"]), **memory, "ambiguous": OLD_THROUGHPUT_COUNT}
+        return (
+            None,
+            int(m["step"]),
+            {
+                "epoch": float(m["epoch"]),
+                "micro_step": float(m["micro_step"]),
+                "running_avg_samples_per_s": float(m["running"]),
+                "samples_per_s": float(m["current"]),
+                **memory,
+            },
+        )
+    return (
+        None,
+        None,
+        {
+            "epoch": float(m["old_epoch"]),
+            "timer_count": float(m["old_count"]),
+            "running_avg_samples_per_s": float(m["running"] or m["average"]),
+            "samples_per_s": _number(m["current"]),
+            **memory,
+            "ambiguous": OLD_THROUGHPUT_COUNT,
+        },
+    )
 
 
 def _pipeline(m: re.Match[str]) -> Built:
     # PipelineEngine (and GPT-NeoX, Megatron-DeepSpeed): the mean over the last steps_per_print steps.
-    return None, int(m["step"]), {"loss": float(m["loss"]), "iter_time_s": float(m["iter"]),
-                                  "samples_per_s": float(m["samples"])}
+    return (
+        None,
+        int(m["step"]),
+        {"loss": float(m["loss"]), "iter_time_s": float(m["iter"]), "samples_per_s": float(m["samples"])},
+    )
 
 
 def _memory(m: re.Match[str]) -> Built:
     # DeepSpeed's "GB" here is 1024**3 bytes (see_memory_usage divides by 1024**3).
-    return None, None, {"ma_GiB": float(m["ma"]), "max_ma_GiB": float(m["max_ma"]), "ca_GiB": float(m["ca"]),
-                        "max_ca_GiB": float(m["max_ca"])}
+    return (
+        None,
+        None,
+        {
+            "ma_GiB": float(m["ma"]),
+            "max_ma_GiB": float(m["max_ma"]),
+            "ca_GiB": float(m["ca"]),
+            "max_ca_GiB": float(m["max_ca"]),
+        },
+    )
 
 
 _TIMER = re.compile(rf"\s*(?P<name>[^|:]+?)\s*:\s*(?P<ms>{NUMBER})\s*")
@@ -279,8 +324,9 @@ def _wall_clock(m: re.Match[str]) -> Built:
     return _rank(m), None, timers(m["timers"])
 
 
-FRAMEWORK_TIMERS_UNMARKED = ("no [Rank N] marker and no hyphenated name: a framework's timers, or DeepSpeed's "
-                             "with its log header lost")
+FRAMEWORK_TIMERS_UNMARKED = (
+    "no [Rank N] marker and no hyphenated name: a framework's timers, or DeepSpeed's with its log header lost"
+)
 
 
 def _framework_timers(m: re.Match[str]) -> Built:
@@ -314,13 +360,25 @@ def _exit_code(m: re.Match[str]) -> Built:
 
 def _elastic_exit(m: re.Match[str]) -> Built:
     local = int(m["local_rank"])
-    return local, None, {"code": float(m["code"]), "pid": int(m["pid"]), "local_rank": local,
-                         "source": "torch elastic agent"}
+    return (
+        local,
+        None,
+        {
+            "code": float(m["code"]),
+            "pid": int(m["pid"]),
+            "local_rank": local,
+            "source": "torch elastic agent",
+        },
+    )
 
 
 def _watchdog(m: re.Match[str]) -> Built:
-    fields = {"seq": _number(m["seq"]), "op": m["op"], "timeout_ms": _number(m["timeout"]),
-              "ran_for_ms": _number(m["ran_for"])}
+    fields = {
+        "seq": _number(m["seq"]),
+        "op": m["op"],
+        "timeout_ms": _number(m["timeout"]),
+        "ran_for_ms": _number(m["ran_for"]),
+    }
     return _rank(m), None, {k: v for k, v in fields.items() if v is not None}
 
 
@@ -330,8 +388,14 @@ def _world(m: re.Match[str]) -> Built:
     return None, None, {"world_size": float(m["size"])}
 
 
-_CONFIG_KEYS = {"fp16_enabled", "bfloat16_enabled", "bf16_enabled", "train_batch_size",
-                "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}
+_CONFIG_KEYS = {
+    "fp16_enabled",
+    "bfloat16_enabled",
+    "bf16_enabled",
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+}
 
 
 def _config_value(text: str) -> bool | float | str:
@@ -356,85 +420,168 @@ def _config(m: re.Match[str]) -> Built | None:
 
 
 FORMATS: tuple[Format, ...] = (
-    Format("ds_progress", re.compile(r"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+)"),
-           _progress),
-    Format("throughput", re.compile(
-        r"(?:epoch=(?P<epoch>\d+)/micro_step=(?P<micro_step>\d+)/global_step=(?P<step>\d+)"
-        r"|(?<![\w/])(?P<old_epoch>\d+)/(?P<old_count>\d+)), "
-        rf"(?:RunningAvgSamplesPerSec=(?P<running>{NUMBER}), CurrSamplesPerSec=(?P<current>{NUMBER})"
-        rf"|SamplesPerSec=(?P<average>{NUMBER}))"
-        rf"(?:, MemAllocated=(?P<mem>{NUMBER})GB, MaxMemAllocated=(?P<max_mem>{NUMBER})GB)?"), _throughput),
-    Format("throughput", re.compile(
-        rf"steps: (?P<step>\d+) loss: (?P<loss>{NUMBER}|nan|-?inf)(?: [\w ]+? loss: (?:{NUMBER}|nan|-?inf))*"
-        rf" iter time \(s\): (?P<iter>{NUMBER}) samples/sec: (?P<samples>{NUMBER})"), _pipeline),
-    Format("memory", re.compile(
-        rf"MA (?P<ma>{NUMBER}) GB\s+Max_MA (?P<max_ma>{NUMBER}) GB\s+CA (?P<ca>{NUMBER}) GB\s+"
-        rf"Max_CA (?P<max_ca>{NUMBER}) GB"), _memory),
-    Format("wall_clock", re.compile(
-        r"\[Rank (?P<rank>\d+)\] (?:rank=\d+ )?time \(ms\) \|(?P<timers>.*)$"), _wall_clock),
+    Format(
+        "ds_progress",
+        re.compile(r"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+)"),
+        _progress,
+    ),
+    Format(
+        "throughput",
+        re.compile(
+            r"(?:epoch=(?P<epoch>\d+)/micro_step=(?P<micro_step>\d+)/global_step=(?P<step>\d+)"
+            r"|(?<![\w/])(?P<old_epoch>\d+)/(?P<old_count>\d+)), "
+            rf"(?:RunningAvgSamplesPerSec=(?P<running>{NUMBER}), CurrSamplesPerSec=(?P<current>{NUMBER})"
+            rf"|SamplesPerSec=(?P<average>{NUMBER}))"
+            rf"(?:, MemAllocated=(?P<mem>{NUMBER})GB, MaxMemAllocated=(?P<max_mem>{NUMBER})GB)?"
+        ),
+        _throughput,
+    ),
+    Format(
+        "throughput",
+        re.compile(
+            rf"steps: (?P<step>\d+) loss: (?P<loss>{NUMBER}|nan|-?inf)(?: [\w ]+? loss: "
+            rf"(?:{NUMBER}|nan|-?inf))*"
+            rf" iter time \(s\): (?P<iter>{NUMBER}) samples/sec: (?P<samples>{NUMBER})"
+        ),
+        _pipeline,
+    ),
+    Format(
+        "memory",
+        re.compile(
+            rf"MA (?P<ma>{NUMBER}) GB\s+Max_MA (?P<max_ma>{NUMBER}) GB\s+CA (?P<ca>{NUMBER}) GB\s+"
+            rf"Max_CA (?P<max_ca>{NUMBER}) GB"
+        ),
+        _memory,
+    ),
+    Format(
+        "wall_clock",
+        re.compile(r"\[Rank (?P<rank>\d+)\] (?:rank=\d+ )?time \(ms\) \|(?P<timers>.*)$"),
+        _wall_clock,
+    ),
     Format("framework_timers", re.compile(r"(?<!\S)time \(ms\) \|(?P<timers>.*)$"), _framework_timers),
     # The loss scaler of ZeRO and of DeepSpeed 0.8+: rank 0 only; without "Attempted" under bf16. The
     # hysteresis variant skips the step and keeps the scale.
-    Format("overflow", re.compile(
-        rf"OVERFLOW! Rank (?P<rank>\d+) Skipping step\.(?: Attempted loss scale: (?P<attempted>{NUMBER})"
-        rf"(?:, reducing to (?P<new>{NUMBER})|, but hysteresis is (?P<hysteresis>\d+))?)?"), _scale_change),
+    Format(
+        "overflow",
+        re.compile(
+            rf"OVERFLOW! Rank (?P<rank>\d+) Skipping step\.(?: Attempted loss scale: (?P<attempted>{NUMBER})"
+            rf"(?:, reducing to (?P<new>{NUMBER})|, but hysteresis is (?P<hysteresis>\d+))?)?"
+        ),
+        _scale_change,
+    ),
     # ZeRO stages 1 and 2 before the shared loss scaler, printed by every rank.
-    Format("overflow", re.compile(
-        rf"\[deepspeed\] (?:fp16 dynamic loss scale overflow!|OVERFLOW!) Skipping step\. "
-        rf"Attempted loss scale: (?P<attempted>{NUMBER}), reducing to (?P<new>{NUMBER})"), _scale_change),
+    Format(
+        "overflow",
+        re.compile(
+            rf"\[deepspeed\] (?:fp16 dynamic loss scale overflow!|OVERFLOW!) Skipping step\. "
+            rf"Attempted loss scale: (?P<attempted>{NUMBER}), reducing to (?P<new>{NUMBER})"
+        ),
+        _scale_change,
+    ),
     # The fp16 optimizer without ZeRO: the engine's one line per skip, from rank 0.
-    Format("overflow", re.compile(
-        rf"(?:\[Rank (?P<rank>\d+)\] )?Overflow detected\. Skipping step\. Attempted loss scale: "
-        rf"(?P<attempted>{NUMBER}), reducing to (?P<new>{NUMBER})"), _scale_change),
+    Format(
+        "overflow",
+        re.compile(
+            rf"(?:\[Rank (?P<rank>\d+)\] )?Overflow detected\. Skipping step\. Attempted loss scale: "
+            rf"(?P<attempted>{NUMBER}), reducing to (?P<new>{NUMBER})"
+        ),
+        _scale_change,
+    ),
     # ... and every rank's own two lines.
     Format("overflow", re.compile(r"Grad overflow on iteration:?\s*(?P<step>\d+)"), _grad_overflow),
-    Format("loss_scale_reduced", re.compile(
-        rf"Reducing dynamic loss scale from (?P<attempted>{NUMBER}) to (?P<new>{NUMBER})"), _scale_change),
-    Format("loss_scale_increased", re.compile(
-        rf"Increasing dynamic loss scale from (?P<previous>{NUMBER}) to (?P<new>{NUMBER})"), _increase),
-    Format("fatal_loss_scale", re.compile(r"Current loss scale already at minimum - cannot decrease scale anymore"),
-           _nothing),
-    Format("nccl_timeout", re.compile(
-        r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]\s*Watchdog caught collective operation timeout"
-        r"(?:: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:[^)]*?Timeout\(ms\)=(?P<timeout>\d+))?"
-        r"[^)]*\)(?:\s*ran for (?P<ran_for>\d+) milliseconds)?)?"), _watchdog),
-    Format("nccl_timeout", re.compile(
-        r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]\s*Exception \(either an error or timeout\) detected by watchdog "
-        r"at work: (?P<seq>\d+)"), lambda m: (_rank(m), None, {"seq": float(m["seq"])})),
+    Format(
+        "loss_scale_reduced",
+        re.compile(rf"Reducing dynamic loss scale from (?P<attempted>{NUMBER}) to (?P<new>{NUMBER})"),
+        _scale_change,
+    ),
+    Format(
+        "loss_scale_increased",
+        re.compile(rf"Increasing dynamic loss scale from (?P<previous>{NUMBER}) to (?P<new>{NUMBER})"),
+        _increase,
+    ),
+    Format(
+        "fatal_loss_scale",
+        re.compile(r"Current loss scale already at minimum - cannot decrease scale anymore"),
+        _nothing,
+    ),
+    Format(
+        "nccl_timeout",
+        re.compile(
+            r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]\s*Watchdog caught collective operation timeout"
+            r"(?:: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:[^)]*?Timeout\(ms\)=(?P<timeout>\d+))?"
+            r"[^)]*\)(?:\s*ran for (?P<ran_for>\d+) milliseconds)?)?"
+        ),
+        _watchdog,
+    ),
+    Format(
+        "nccl_timeout",
+        re.compile(
+            r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]\s*Exception \(either an error or timeout\) detected by "
+            r"watchdog "
+            r"at work: (?P<seq>\d+)"
+        ),
+        lambda m: (_rank(m), None, {"seq": float(m["seq"])}),
+    ),
     Format("process_abort", re.compile(r"terminate called after throwing an instance of"), _nothing),
-    Format("rank_exit_ok", re.compile(r"Process (?P<pid>\d+) exits successfully"), lambda m: (None, None, {})),
-    Format("rank_exit_error", re.compile(
-        r"--local_rank[= ](?P<rank>\d+)'.*exits with return code = (?P<code>-?\d+)"), _exit_code),
-    Format("rank_exit_error", re.compile(
-        r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid>\d+)\)"),
-           _elastic_exit),
-    Format("world_info", re.compile(
-        r"dist_world_size=(?P<size>\d+)|WORLD INFO DICT: \{(?P<hosts>[^}]*)\}|\bnranks (?P<size2>\d+)"),
-           lambda m: _world(m) if m["size2"] is None else (None, None, {"world_size": float(m["size2"])})),
-    Format("ds_config", re.compile(
-        r"DeepSpeed info: version=(?P<version>[\w.+-]+)"
-        r"|Creating (?P<precision>fp16|bf16|BF16|torch\.float16|torch\.bfloat16)\b.*optimizer"
-        r"|\[config\.py:\d+:print\]\s+(?P<key>\w+)\s*\.*\s+(?P<value>\S+)\s*$"), _config),
+    Format(
+        "rank_exit_ok", re.compile(r"Process (?P<pid>\d+) exits successfully"), lambda m: (None, None, {})
+    ),
+    Format(
+        "rank_exit_error",
+        re.compile(r"--local_rank[= ](?P<rank>\d+)'.*exits with return code = (?P<code>-?\d+)"),
+        _exit_code,
+    ),
+    Format(
+        "rank_exit_error",
+        re.compile(
+            r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid>\d+)\)"
+        ),
+        _elastic_exit,
+    ),
+    Format(
+        "world_info",
+        re.compile(
+            r"dist_world_size=(?P<size>\d+)|WORLD INFO DICT: \{(?P<hosts>[^}]*)\}|\bnranks (?P<size2>\d+)"
+        ),
+        lambda m: _world(m) if m["size2"] is None else (None, None, {"world_size": float(m["size2"])}),
+    ),
+    Format(
+        "ds_config",
+        re.compile(
+            r"DeepSpeed info: version=(?P<version>[\w.+-]+)"
+            r"|Creating (?P<precision>fp16|bf16|BF16|torch\.float16|torch\.bfloat16)\b.*optimizer"
+            r"|\[config\.py:\d+:print\]\s+(?P<key>\w+)\s*\.*\s+(?P<value>\S+)\s*$"
+        ),
+        _config,
+    ),
 )
 
 # Launcher reports that name no rank, or whose format needs more than one line.
 _EXIT_WITHOUT_RANK = re.compile(r"\] exits with return code = (?P<code>-?\d+)")
-_CALLED_PROCESS = re.compile(r"CalledProcessError: Command '(?P<command>.*)' returned non-zero exit status "
-                             r"(?P<code>-?\d+)")
+_CALLED_PROCESS = re.compile(
+    r"CalledProcessError: Command '(?P<command>.*)' returned non-zero exit status "
+    r"(?P<code>-?\d+)"
+)
 _LOCAL_RANK_ARG = re.compile(r"--local_rank[= ](?P<rank>\d+)")
 # A command list that runs Python: a training process the launcher started (not ninja, not hostname -I).
 _PYTHON_COMMAND = re.compile(r"\[\s*'[^']*python[\d.]*(?:\.exe)?'")
-_SLURM_EXIT = re.compile(r"srun: error: (?P<node>[\w.-]+): task (?P<task>\d+): Exited with exit code (?P<code>-?\d+)")
+_SLURM_EXIT = re.compile(
+    r"srun: error: (?P<node>[\w.-]+): task (?P<task>\d+): Exited with exit code (?P<code>-?\d+)"
+)
 # torch elastic's ChildFailedError summary: "rank : 1 (local_rank: 1)" then "exitcode : -9 (pid: 14750)".
 _SUMMARY_HOST = re.compile(r"^\s*host\s*:\s*(?P<host>\S+)\s*$")
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(?P<rank>-?\d+) \(local_rank: (?P<local_rank>\d+)\)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)")
 # A traceback through one of these was raised by a launcher reporting its child's exit.
-_LAUNCHER_FRAMES = re.compile(r"deepspeed[/\\]launcher[/\\]|torch[/\\]distributed[/\\](?:launch|run)\.py"
-                              r"|accelerate[/\\]commands[/\\]launch")
+_LAUNCHER_FRAMES = re.compile(
+    r"deepspeed[/\\]launcher[/\\]|torch[/\\]distributed[/\\](?:launch|run)\.py"
+    r"|accelerate[/\\]commands[/\\]launch"
+)
 SUMMARY_SOURCE = "torch elastic ChildFailedError summary"
 NO_LOCAL_RANK = "the launcher's command line names no --local_rank: which rank exited is not in the log"
-LOCAL_RANK_ON_SEVERAL_NODES = "a local rank, and the log shows several nodes: the global rank is not in the line"
+LOCAL_RANK_ON_SEVERAL_NODES = (
+    "a local rank, and the log shows several nodes: the global rank is not in the line"
+)
 
 
 # ---- tracebacks ---------------------------------------------------------------------------------------
@@ -444,12 +591,15 @@ _CHAIN = re.compile(r"During handling of the above exception|The above exception
 _EXCEPTION_LINE = re.compile(r"(?:[A-Za-z_]\w*\.)*(?P<name>[A-Za-z_]\w*)(?P<colon>:.*)?")
 _TRACEBACK_LINES_KEPT = 12
 _STALE_AFTER = 8  # messages without a frame after which an open traceback is taken as cut off
-INTERLEAVED = ("interleaved with another traceback of the same writer (no rank prefix): frames between the two "
-               "headers may belong to either")
+INTERLEAVED = (
+    "interleaved with another traceback of the same writer (no rank prefix): frames between the two "
+    "headers may belong to either"
+)
 
 
 def is_exception_line(text: str) -> bool:
-    """``RuntimeError: boom``, ``KeyboardInterrupt``, ``torch.distributed...ChildFailedError:``: a dotted name in
+    """``RuntimeError: boom``, ``KeyboardInterrupt``, ``torch.distributed...ChildFailedError:``: a dotted name
+    in
     CamelCase (not a logger's ``WARNING:``, not ``ninja:``), with a message after a colon or a name that
     reads as an exception's."""
     found = _EXCEPTION_LINE.fullmatch(text.rstrip())
@@ -492,15 +642,23 @@ class _Reader:
     summary_rank: tuple[int, int] | None = None
     index: int = 0
 
-    def emit(self, kind: str, message: Message, rank: int | None, step: int | None,
-             detail: dict[str, Any]) -> dict[str, Any]:
+    def emit(
+        self, kind: str, message: Message, rank: int | None, step: int | None, detail: dict[str, Any]
+    ) -> dict[str, Any]:
         """One event at the message's line; a line without a step of its own takes the last step announced
         (an attribution, not a measurement), a failure none."""
         if step is not None and kind not in FAILURE_KINDS:
             self.last_step = step
-        event = {"kind": kind, "rank": rank if rank is not None else message.rank,
-                 "step": None if kind in FAILURE_KINDS else self.last_step, "line": message.line,
-                 "message": message.text.strip(), "detail": detail, "host": message.host, "order": len(self.events)}
+        event = {
+            "kind": kind,
+            "rank": rank if rank is not None else message.rank,
+            "step": None if kind in FAILURE_KINDS else self.last_step,
+            "line": message.line,
+            "message": message.text.strip(),
+            "detail": detail,
+            "host": message.host,
+            "order": len(self.events),
+        }
         self.events.append(event)
         return event
 
@@ -565,7 +723,7 @@ class _Reader:
         return event
 
     def chain_marker(self, message: Message) -> None:
-        """"During handling of the above exception ...": the next traceback of this writer continues."""
+        """ "During handling of the above exception ...": the next traceback of this writer continues."""
         finished = self.finished.get(message.writer)
         if finished and _CHAIN.match(message.text):
             finished[0].lines.append(message.text)
@@ -588,29 +746,55 @@ class _Reader:
         code = _SUMMARY_EXIT.match(text)
         if code and self.summary_rank:
             (global_rank, local_rank), self.summary_rank = self.summary_rank, None
-            detail = {"code": float(code["code"]), "pid": int(code["pid"]), "local_rank": local_rank,
-                      "source": SUMMARY_SOURCE}
+            detail = {
+                "code": float(code["code"]),
+                "pid": int(code["pid"]),
+                "local_rank": local_rank,
+                "source": SUMMARY_SOURCE,
+            }
             if self.summary_host:
                 detail["node"] = self.summary_host
             self.emit("rank_exit_error", message, global_rank, None, detail)
         slurm = _SLURM_EXIT.search(text)
         if slurm:
-            self.emit("launcher_exit_error", message, None, None,
-                      {"code": float(slurm["code"]), "source": "slurm", "node": slurm["node"],
-                       "task": int(slurm["task"])})
+            self.emit(
+                "launcher_exit_error",
+                message,
+                None,
+                None,
+                {
+                    "code": float(slurm["code"]),
+                    "source": "slurm",
+                    "node": slurm["node"],
+                    "task": int(slurm["task"]),
+                },
+            )
         called = _CALLED_PROCESS.search(text)
-        if called and (_LOCAL_RANK_ARG.search(called["command"]) or _PYTHON_COMMAND.match(called["command"])
-                       or self._raised_by_launcher(message)):
+        if called and (
+            _LOCAL_RANK_ARG.search(called["command"])
+            or _PYTHON_COMMAND.match(called["command"])
+            or self._raised_by_launcher(message)
+        ):
             local = _LOCAL_RANK_ARG.search(called["command"])
             detail = {"code": float(called["code"]), "source": "CalledProcessError"}
             if local is None:
                 detail["ambiguous"] = NO_LOCAL_RANK
-            self.emit("rank_exit_error" if local else "launcher_exit_error", message,
-                      int(local["rank"]) if local else None, None, detail)
+            self.emit(
+                "rank_exit_error" if local else "launcher_exit_error",
+                message,
+                int(local["rank"]) if local else None,
+                None,
+                detail,
+            )
         bare = _EXIT_WITHOUT_RANK.search(text)
         if bare and not _LOCAL_RANK_ARG.search(text):
-            self.emit("launcher_exit_error", message, None, None,
-                      {"code": float(bare["code"]), "source": "deepspeed launcher", "ambiguous": NO_LOCAL_RANK})
+            self.emit(
+                "launcher_exit_error",
+                message,
+                None,
+                None,
+                {"code": float(bare["code"]), "source": "deepspeed launcher", "ambiguous": NO_LOCAL_RANK},
+            )
 
     def _raised_by_launcher(self, message: Message) -> bool:
         """Whether the traceback this exception line just ended went through a launcher's frames."""
@@ -632,6 +816,7 @@ class _Reader:
 
 # ---- pass 3: de-duplication ---------------------------------------------------------------------------
 
+
 def _merge_exits(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One event per process exit: torch's agent line and its ChildFailedError summary name the same pid
     (the summary's rank is kept: it is the global one); a launcher line printed twice is one exit."""
@@ -648,8 +833,11 @@ def _merge_exits(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             seen[key] = event
             kept.append(event)
             continue
-        first["detail"] = {**detail, **first["detail"],
-                           "also_reported_at_lines": [*first["detail"].get("also_reported_at_lines", []), event["line"]]}
+        first["detail"] = {
+            **detail,
+            **first["detail"],
+            "also_reported_at_lines": [*first["detail"].get("also_reported_at_lines", []), event["line"]],
+        }
         if detail.get("source") == SUMMARY_SOURCE:
             first["rank"] = event["rank"]
             first["detail"].pop("ambiguous", None)
@@ -657,7 +845,8 @@ def _merge_exits(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _merge_timeouts(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One NCCL timeout per (host, rank, collective): torch repeats the watchdog's line in its abort message."""
+    """One NCCL timeout per (host, rank, collective): torch repeats the watchdog's line in its abort
+    message."""
     kept, seen = [], {}
     for event in events:
         if event["kind"] != "nccl_timeout":
@@ -691,12 +880,15 @@ class _Skip:
 
     def signature_repeats(self) -> bool:
         """Whether two successive skips could print the same lines: no step named, and no falling scale."""
-        return self.iteration is None and (self.signature is None or
-                                           (self.signature[0] == self.signature[1] and not self.signature[2]))
+        return self.iteration is None and (
+            self.signature is None or (self.signature[0] == self.signature[1] and not self.signature[2])
+        )
 
 
-REPEATED_SKIP = ("identical overflow lines without a rank or a step, at a scale that does not fall: the ranks' "
-                 "lines of one skip or successive skips at the minimum scale; counted as one")
+REPEATED_SKIP = (
+    "identical overflow lines without a rank or a step, at a scale that does not fall: the ranks' "
+    "lines of one skip or successive skips at the minimum scale; counted as one"
+)
 
 
 def _evidence(event: dict[str, Any]) -> tuple[int | None, Signature | None]:
@@ -711,8 +903,9 @@ def _evidence(event: dict[str, Any]) -> tuple[int | None, Signature | None]:
     return None, (detail["attempted"], detail["attempted"] if hysteresis else detail["new"], hysteresis)
 
 
-def _fits(skip: _Skip, reported_by: tuple, iteration: int | None, signature: Signature | None,
-          boundaries: int) -> bool:
+def _fits(
+    skip: _Skip, reported_by: tuple, iteration: int | None, signature: Signature | None, boundaries: int
+) -> bool:
     """Whether an overflow line can be one more report of ``skip``."""
     if iteration is not None and skip.iteration is not None and iteration != skip.iteration:
         return False
@@ -739,14 +932,22 @@ def skip_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         iteration, signature = _evidence(event)
         reported_by = (event["kind"], iteration is not None, event["rank"])
         fitting = [s for s in skips if _fits(s, reported_by, iteration, signature, boundaries)]
-        exact = [s for s in fitting if (signature is not None and s.signature == signature)
-                 or (iteration is not None and s.iteration == iteration)]
+        exact = [
+            s
+            for s in fitting
+            if (signature is not None and s.signature == signature)
+            or (iteration is not None and s.iteration == iteration)
+        ]
         chosen = (exact or fitting)[-1] if fitting else None
         if chosen is None:
             chosen = _Skip(len(skips) + 1, event)
             skips.append(chosen)
-        elif event["rank"] is None and iteration is None and chosen.signature_repeats() \
-                and signature == chosen.signature:
+        elif (
+            event["rank"] is None
+            and iteration is None
+            and chosen.signature_repeats()
+            and signature == chosen.signature
+        ):
             chosen.repeated = True
         chosen.lines.append(event["line"])
         chosen.boundary = boundaries
@@ -762,17 +963,31 @@ def skip_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _skip_event(skip: _Skip) -> dict[str, Any]:
     attempted, after, hysteresis = skip.signature if skip.signature else (None, None, False)
-    detail: dict[str, Any] = {"skip": skip.number, "lines": skip.lines, "ranks": sorted(skip.ranks),
-                              "iteration": skip.iteration, "attempted": attempted, "scale_after": after,
-                              "hysteresis": hysteresis}
+    detail: dict[str, Any] = {
+        "skip": skip.number,
+        "lines": skip.lines,
+        "ranks": sorted(skip.ranks),
+        "iteration": skip.iteration,
+        "attempted": attempted,
+        "scale_after": after,
+        "hysteresis": hysteresis,
+    }
     if skip.repeated:
         detail["ambiguous"] = REPEATED_SKIP
     first = skip.first
-    return {"kind": "overflow_skip", "rank": None, "step": skip.iteration if skip.iteration is not None else first["step"],
-            "line": first["line"], "message": first["message"], "detail": detail, "order": first["order"] + 0.5}
+    return {
+        "kind": "overflow_skip",
+        "rank": None,
+        "step": skip.iteration if skip.iteration is not None else first["step"],
+        "line": first["line"],
+        "message": first["message"],
+        "detail": detail,
+        "order": first["order"] + 0.5,
+    }
 
 
 # ---- the whole reading ----------------------------------------------------------------------------------
+
 
 def read_events(text: str) -> list[dict[str, Any]]:
     """Every event of a launcher log in line order: dicts with kind, rank, step, line, message and detail
@@ -790,4 +1005,6 @@ def read_events(text: str) -> list[dict[str, Any]]:
     events = _merge_timeouts(_merge_exits(reader.events))
     events += skip_events(events)
     events.sort(key=lambda e: (e["line"], e["order"]))
-    return [{key: event[key] for key in ("kind", "rank", "step", "line", "message", "detail")} for event in events]
+    return [
+        {key: event[key] for key in ("kind", "rank", "step", "line", "message", "detail")} for event in events
+    ]

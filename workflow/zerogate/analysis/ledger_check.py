@@ -29,14 +29,18 @@ from zerogate.plan.ledger import TRANSIENT_TERMS, Setup, model_state_bytes
 from zerogate.units import GIB, format_bytes
 
 # The GPU peak levels and the step-record column that measures each (max over steps).
-GPU_LEVEL_COLUMNS = {"tensor": column("max_allocated_gib"), "allocator": column("max_reserved_gib"),
-                     "device": column("nvml_process_peak_gib")}
+GPU_LEVEL_COLUMNS = {
+    "tensor": column("max_allocated_gib"),
+    "allocator": column("max_reserved_gib"),
+    "device": column("nvml_process_peak_gib"),
+}
 BUCKETS_EXCLUDED = "tensor without the gradient buckets"
 # The target: a peak prediction within +-15 % of the measured peak.
 PEAK_TOLERANCE = 15.0
 RSS = column("rss_gib")
 PEAK_RSS = column("peak_rss_gib")
-# Freed memory the C allocator kept at a window's end (zerogate.runtime.heap.allocator_free_bytes): resident-set
+# Freed memory the C allocator kept at a window's end (zerogate.runtime.heap.allocator_free_bytes):
+# resident-set
 # garbage no prediction term counts, measured so that a persistent miss can be told apart from it.
 ALLOCATOR_FREE = column("allocator_free_gib")
 TENSOR_TERMS = ("parameters", "master_parameters", "gradients", "optimizer_states")
@@ -48,8 +52,14 @@ def error_percent(predicted: float, measured: float) -> float | None:
 
 
 def _row(rank: int, term: str, predicted: float, measured: float, source: str) -> dict[str, Any]:
-    return {"rank": rank, "term": term, "predicted(bytes)": int(predicted), "measured(bytes)": int(measured),
-            "error(%)": error_percent(predicted, measured), "measured_by": source}
+    return {
+        "rank": rank,
+        "term": term,
+        "predicted(bytes)": int(predicted),
+        "measured(bytes)": int(measured),
+        "error(%)": error_percent(predicted, measured),
+        "measured_by": source,
+    }
 
 
 def read_measurements(metrics_dir: str | Path, steps: pd.DataFrame) -> dict[int, dict[str, Any]]:
@@ -77,9 +87,18 @@ def compare(counts: ModelCounts, setup: Setup, measured: dict[int, dict[str, Any
         held: HeldBytes | None = measured[rank].get("held")
         if held:
             for term in TENSOR_TERMS:
-                rows.append(_row(rank, term, predicted_states[f"{term}(bytes)"], held.term(term), "held tensors"))
-            rows.append(_row(rank, "model_states_total", sum(predicted_states.values()),
-                             sum(held.term(t) for t in TENSOR_TERMS), "held tensors"))
+                rows.append(
+                    _row(rank, term, predicted_states[f"{term}(bytes)"], held.term(term), "held tensors")
+                )
+            rows.append(
+                _row(
+                    rank,
+                    "model_states_total",
+                    sum(predicted_states.values()),
+                    sum(held.term(t) for t in TENSOR_TERMS),
+                    "held tensors",
+                )
+            )
     totals = [r["error(%)"] for r in rows if r["term"] == "model_states_total" and r["error(%)"] is not None]
     worst = max((abs(e) for e in totals), default=None)
     return {
@@ -93,12 +112,15 @@ def compare(counts: ModelCounts, setup: Setup, measured: dict[int, dict[str, Any
     }
 
 
-def _level_row(rank: int, level: str, what: str, predicted: float, measured: float, source: str) -> dict[str, Any]:
+def _level_row(
+    rank: int, level: str, what: str, predicted: float, measured: float, source: str
+) -> dict[str, Any]:
     return {**_row(rank, "peak", predicted, measured, source), "level": level, "what": what}
 
 
-def level_rows(prediction: PeakPrediction, measured: dict[int, dict[str, Any]],
-               steps: pd.DataFrame) -> list[dict[str, Any]]:
+def level_rows(
+    prediction: PeakPrediction, measured: dict[int, dict[str, Any]], steps: pd.DataFrame
+) -> list[dict[str, Any]]:
     """Per rank and level of the prediction, predicted against measured with the same definition (the
     module docstring); a level nothing measured has no row."""
     rows = []
@@ -109,25 +131,50 @@ def level_rows(prediction: PeakPrediction, measured: dict[int, dict[str, Any]],
             if live is not None and "tensor" in levels:
                 tensor = levels["tensor"]
                 source = f"live tensors of sampled step {live.step}"
-                rows.append(_level_row(rank, "tensor", tensor.what, tensor.predicted_bytes, live.peak_bytes, source))
+                rows.append(
+                    _level_row(rank, "tensor", tensor.what, tensor.predicted_bytes, live.peak_bytes, source)
+                )
                 predicted_buckets = tensor.terms_bytes.get("reduce_bucket", 0)
                 if live.buffers_bytes and predicted_buckets:
-                    # Both sides without the buckets: the predicted bucket at full size, the measured storages.
-                    rows.append(_level_row(rank, BUCKETS_EXCLUDED, "the live-tensor peak less the gradient buckets "
-                                           "(sized by reduce_bucket_size, not by the model)",
-                                           tensor.predicted_bytes - predicted_buckets,
-                                           live.peak_bytes - sum(live.buffers_bytes.values()),
-                                           source + " less the buckets' storages"))
+                    # Both sides without the buckets: the predicted bucket at full size, the measured
+                    # storages.
+                    rows.append(
+                        _level_row(
+                            rank,
+                            BUCKETS_EXCLUDED,
+                            "the live-tensor peak less the gradient buckets "
+                            "(sized by reduce_bucket_size, not by the model)",
+                            tensor.predicted_bytes - predicted_buckets,
+                            live.peak_bytes - sum(live.buffers_bytes.values()),
+                            source + " less the buckets' storages",
+                        )
+                    )
         else:
             for level, key in GPU_LEVEL_COLUMNS.items():
                 value = measured[rank].get("peaks", {}).get(level)
                 if value is not None and level in levels:
-                    rows.append(_level_row(rank, level, levels[level].what, levels[level].predicted_bytes, value,
-                                           f"{key}, max over steps"))
+                    rows.append(
+                        _level_row(
+                            rank,
+                            level,
+                            levels[level].what,
+                            levels[level].predicted_bytes,
+                            value,
+                            f"{key}, max over steps",
+                        )
+                    )
     if prediction.accelerator == "cpu" and "resident_set" in levels:
         for rank, peak in sorted(measures.peak_memory_per_rank(steps, PEAK_RSS).items()):
-            rows.append(_level_row(rank, "resident_set", levels["resident_set"].what,
-                                   levels["resident_set"].predicted_bytes, peak * GIB, f"{PEAK_RSS}, max over steps"))
+            rows.append(
+                _level_row(
+                    rank,
+                    "resident_set",
+                    levels["resident_set"].what,
+                    levels["resident_set"].predicted_bytes,
+                    peak * GIB,
+                    f"{PEAK_RSS}, max over steps",
+                )
+            )
     return sorted(rows, key=lambda r: (r["rank"], list(LEVEL_ORDER).index(r["level"])))
 
 
@@ -152,10 +199,16 @@ def peak_diagnosis(prediction: PeakPrediction, steps: pd.DataFrame, rank: int) -
     transient = max(0.0, float(at[metric]) * GIB - resident)
     first = own.loc[own["step"].idxmin()]
     parts = {
-        "persistent": {"predicted(bytes)": prediction.persistent_bytes, "measured(bytes)": int(resident),
-                       "terms": [k for k in prediction.terms_bytes if k not in TRANSIENT_TERMS]},
-        "transient": {"predicted(bytes)": prediction.transient_bytes, "measured(bytes)": int(transient),
-                      "terms": [k for k in prediction.terms_bytes if k in TRANSIENT_TERMS]},
+        "persistent": {
+            "predicted(bytes)": prediction.persistent_bytes,
+            "measured(bytes)": int(resident),
+            "terms": [k for k in prediction.terms_bytes if k not in TRANSIENT_TERMS],
+        },
+        "transient": {
+            "predicted(bytes)": prediction.transient_bytes,
+            "measured(bytes)": int(transient),
+            "terms": [k for k in prediction.terms_bytes if k in TRANSIENT_TERMS],
+        },
     }
     for part in parts.values():
         part["miss(bytes)"] = part["predicted(bytes)"] - part["measured(bytes)"]
@@ -172,18 +225,27 @@ def peak_diagnosis(prediction: PeakPrediction, steps: pd.DataFrame, rank: int) -
     terms = {k: prediction.terms_bytes[k] for k in parts[off]["terms"]}
     largest = max(terms, key=terms.get) if terms else None
     sign = "over" if parts[off]["miss(bytes)"] > 0 else "under"
-    note = (f"the {off} terms ({', '.join(parts[off]['terms'])}) are {sign}-predicted by "
-            f"{format_bytes(abs(parts[off]['miss(bytes)']))} at step {int(at['step'])} "
-            f"(predicted {format_bytes(parts[off]['predicted(bytes)'])}, measured {format_bytes(parts[off]['measured(bytes)'])})"
-            + (f"; its largest predicted term: {largest} {format_bytes(terms[largest])}" if largest else ""))
+    note = (
+        f"the {off} terms ({', '.join(parts[off]['terms'])}) are {sign}-predicted by "
+        f"{format_bytes(abs(parts[off]['miss(bytes)']))} at step {int(at['step'])} "
+        f"(predicted {format_bytes(parts[off]['predicted(bytes)'])}, measured "
+        f"{format_bytes(parts[off]['measured(bytes)'])})"
+        + (f"; its largest predicted term: {largest} {format_bytes(terms[largest])}" if largest else "")
+    )
     if held_free and parts["persistent"]["miss(bytes)"] < 0:
-        note += (f"; of the resident set between steps, {format_bytes(held_free)} is freed memory the C allocator kept "
-                 f"({ALLOCATOR_FREE} at the step's end; predicted as retained_heap: {format_bytes(retained)}), "
-                 f"which leaves the persistent terms {format_bytes(-unexplained['persistent'])} short")
+        note += (
+            f"; of the resident set between steps, {format_bytes(held_free)} is freed memory the C allocator "
+            "kept "
+            f"({ALLOCATOR_FREE} at the step's end; predicted as retained_heap: {format_bytes(retained)}), "
+            f"which leaves the persistent terms {format_bytes(-unexplained['persistent'])} short"
+        )
     return {
         "window_step": int(at["step"]),
-        "first_window": {"step": int(first["step"]), "peak(bytes)": int(float(first[metric]) * GIB),
-                         "resident_at_end(bytes)": int(float(first[RSS]) * GIB)},
+        "first_window": {
+            "step": int(first["step"]),
+            "peak(bytes)": int(float(first[metric]) * GIB),
+            "resident_at_end(bytes)": int(float(first[RSS]) * GIB),
+        },
         "parts": parts,
         "off": off,
         "note": note,
@@ -203,16 +265,25 @@ def peak_rows(prediction: PeakPrediction, steps: pd.DataFrame) -> list[dict[str,
         # retained heap it predicts (None where not recorded): evidence for that term, not the judged error.
         held_free = diagnosis["parts"]["persistent"]["allocator_free(bytes)"] if diagnosis else None
         retained = prediction.terms_bytes.get("retained_heap", 0)
-        row["with_allocator_free(bytes)"] = None if held_free is None else row["predicted(bytes)"] - retained + held_free
-        row["with_allocator_free_error(%)"] = (None if held_free is None else
-                                               error_percent(row["with_allocator_free(bytes)"], row["measured(bytes)"]))
+        row["with_allocator_free(bytes)"] = (
+            None if held_free is None else row["predicted(bytes)"] - retained + held_free
+        )
+        row["with_allocator_free_error(%)"] = (
+            None
+            if held_free is None
+            else error_percent(row["with_allocator_free(bytes)"], row["measured(bytes)"])
+        )
         row["off"] = None if row["within_tolerance"] or diagnosis is None else diagnosis["note"]
         rows.append(row)
     return rows
 
 
-def with_peaks(table: dict[str, Any], prediction: PeakPrediction, steps: pd.DataFrame,
-               measured: dict[int, dict[str, Any]] | None = None) -> LedgerTable:
+def with_peaks(
+    table: dict[str, Any],
+    prediction: PeakPrediction,
+    steps: pd.DataFrame,
+    measured: dict[int, dict[str, Any]] | None = None,
+) -> LedgerTable:
     """The ledger table with the peak rows of the run's peak metric, every level's rows (``measured``:
     read_measurements' figures) and the prediction's terms beside the model-state rows."""
     rows = peak_rows(prediction, steps)
@@ -222,8 +293,18 @@ def with_peaks(table: dict[str, Any], prediction: PeakPrediction, steps: pd.Data
     for row in levels:
         if row["error(%)"] is not None:
             worst[row["level"]] = max(worst.get(row["level"]) or 0.0, abs(row["error(%)"]))
-    return LedgerTable.of({**table, "peak": {"prediction": prediction, "rows": rows, "tolerance(%)": PEAK_TOLERANCE,
-                                             "max_abs_error(%)": max(errors, default=None),
-                                             "within_tolerance": bool(errors) and max(errors) <= PEAK_TOLERANCE},
-                           "levels": levels, "level_max_abs_error(%)": worst},
-                          "the ledger table")
+    return LedgerTable.of(
+        {
+            **table,
+            "peak": {
+                "prediction": prediction,
+                "rows": rows,
+                "tolerance(%)": PEAK_TOLERANCE,
+                "max_abs_error(%)": max(errors, default=None),
+                "within_tolerance": bool(errors) and max(errors) <= PEAK_TOLERANCE,
+            },
+            "levels": levels,
+            "level_max_abs_error(%)": worst,
+        },
+        "the ledger table",
+    )

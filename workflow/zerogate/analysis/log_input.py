@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from zerogate.errors import InputError
 
@@ -25,7 +25,9 @@ def check_log_file(path: str | Path) -> None:
         raise InputError(str(path), "", "empty: no log lines to judge")
     if b"\0" in data:
         raise InputError(str(path), "", "binary (NUL bytes), not a text log")
-    undecodable = data.decode("utf-8", errors="replace").count("\ufffd") - data.decode("utf-8", errors="ignore").count("\ufffd")
+    undecodable = data.decode("utf-8", errors="replace").count("\ufffd") - data.decode(
+        "utf-8", errors="ignore"
+    ).count("\ufffd")
     if undecodable > _MAX_UNDECODABLE_SHARE * len(data):
         raise InputError(str(path), "", "not UTF-8 text (mostly undecodable bytes), not a text log")
 
@@ -65,7 +67,9 @@ def given_logs(value: str | list[str] | None) -> list[str]:
     return [value] if isinstance(value, str) else list(value or [])
 
 
-def rule_inputs(logs: dict[str, str], source: str, stop: Callable[[InputError], None]) -> dict[str, list[str]]:
+def rule_inputs(
+    logs: dict[str, str], source: str, stop: Callable[[InputError], None]
+) -> dict[str, list[str]]:
     """The judge_log rule's inputs, each log checked before any job runs: ``stop`` (common.smk's ``fail``,
     one line and exit) gets the InputError of the first bad log, or of no log at all (``source`` is the
     file or --config that set the ``log`` key)."""

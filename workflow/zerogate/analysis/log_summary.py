@@ -88,14 +88,19 @@ def failed_ranks(events: pd.DataFrame) -> list[int]:
 
 def exit_errors(events: pd.DataFrame) -> list[dict[str, Any]]:
     exits = events[events["kind"].isin(["rank_exit_error", "launcher_exit_error"])]
-    return [{"rank": None if pd.isna(rank) else int(rank), "code": int(json.loads(detail)["code"])}
-            for rank, detail in zip(exits["rank"], exits["detail"])]
+    return [
+        {"rank": None if pd.isna(rank) else int(rank), "code": int(json.loads(detail)["code"])}
+        for rank, detail in zip(exits["rank"], exits["detail"])
+    ]
 
 
 def ambiguities(events: pd.DataFrame) -> list[str]:
     """Each ``ambiguous`` note of the events once, with its kind, in the order they first appear."""
-    notes = (f"{kind}: {json.loads(detail)['ambiguous']}" for kind, detail in zip(events["kind"], events["detail"])
-             if "ambiguous" in json.loads(detail))
+    notes = (
+        f"{kind}: {json.loads(detail)['ambiguous']}"
+        for kind, detail in zip(events["kind"], events["detail"])
+        if "ambiguous" in json.loads(detail)
+    )
     return list(dict.fromkeys(notes))
 
 

@@ -69,8 +69,9 @@ Definitions
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -102,6 +103,7 @@ WAIT = "wait(s)"
 # median optimizer-step time: smaller differences are the machine's noise (two identical ranks on a shared
 # 2-core machine differed by 4 % of the step time in the smoke run).
 STRAGGLER_MARGIN = 0.10
+
 
 def _complete(series: pd.Series) -> np.ndarray | None:
     """The series as floats, or None when any value is missing or non-finite (or there is none): a
@@ -209,7 +211,9 @@ def micro_step_time(steps: pd.DataFrame, warmup_steps: int, statistic: str = "me
 
 def tokens_per_second(steps: pd.DataFrame, warmup_steps: int) -> float:
     """Tokens per second summed over ranks at each timed step, median over steps."""
-    per_step = timed_steps(steps, warmup_steps).groupby("step")[TOKENS_PER_S].agg(lambda s: s.sum(skipna=False))
+    per_step = (
+        timed_steps(steps, warmup_steps).groupby("step")[TOKENS_PER_S].agg(lambda s: s.sum(skipna=False))
+    )
     return STATISTICS["median"](per_step)
 
 
@@ -233,8 +237,11 @@ def loss_series(steps: pd.DataFrame) -> pd.Series:
     """The logged loss per optimizer step (index: step), from the lowest rank: the loss is all-reduced,
     so every rank holds the same series. Non-finite values are kept."""
     first = steps[steps["rank"] == steps["rank"].min()].sort_values("step")
-    return pd.Series(pd.to_numeric(first[LOSS], errors="coerce").astype(float).to_numpy(), index=first["step"].to_numpy(),
-                     name=LOSS)
+    return pd.Series(
+        pd.to_numeric(first[LOSS], errors="coerce").astype(float).to_numpy(),
+        index=first["step"].to_numpy(),
+        name=LOSS,
+    )
 
 
 def smooth(series: pd.Series) -> pd.Series:
@@ -261,7 +268,9 @@ def overflow_skips(steps: pd.DataFrame) -> OverflowSkips | None:
     by_rank = skipped.groupby(steps["rank"])
     counts = {int(rank): int(value) for rank, value in by_rank.sum().items()}
     fractions = {int(rank): float(value) for rank, value in by_rank.mean().items()}
-    return OverflowSkips(counts, fractions, max(counts.values(), default=0), max(fractions.values(), default=0.0))
+    return OverflowSkips(
+        counts, fractions, max(counts.values(), default=0), max(fractions.values(), default=0.0)
+    )
 
 
 @dataclass(frozen=True)
@@ -276,11 +285,15 @@ class SpikeRule:
     @classmethod
     def from_settings(cls, stabiliser: StabiliserSettings) -> SpikeRule:
         """From the run's ``stabiliser`` settings (train/settings.json)."""
-        return cls(int(stabiliser.spike_window), float(stabiliser.spike_threshold), int(stabiliser.spike_min_history))
+        return cls(
+            int(stabiliser.spike_window), float(stabiliser.spike_threshold), int(stabiliser.spike_min_history)
+        )
 
     def describe(self) -> str:
-        return (f"upward only: robust z > {self.threshold:g} against the last {self.window} applied, non-spike "
-                f"losses (judged from {self.min_history} of them on); a sudden drop is not a spike")
+        return (
+            f"upward only: robust z > {self.threshold:g} against the last {self.window} applied, non-spike "
+            f"losses (judged from {self.min_history} of them on); a sudden drop is not a spike"
+        )
 
 
 @dataclass(frozen=True)
@@ -293,7 +306,8 @@ class Spikes:
 
 
 def loss_spikes(steps: pd.DataFrame, rule: SpikeRule) -> Spikes:
-    """Replay the loss stabiliser's spike rule over the recorded loss series (see the module's definitions)."""
+    """Replay the loss stabiliser's spike rule over the recorded loss series (see the module's
+    definitions)."""
     series = loss_series(steps)
     applied = None
     if UPDATE_APPLIED in steps.columns:
@@ -305,11 +319,16 @@ def loss_spikes(steps: pd.DataFrame, rule: SpikeRule) -> Spikes:
         if not np.isfinite(loss):
             continue
         if len(history) >= rule.min_history:
-            z = robust_z(float(loss), history[-rule.window:])
+            z = robust_z(float(loss), history[-rule.window :])
             if z is not None and z > rule.threshold:
                 found.append(int(step))
                 continue
-        if applied is None or applied[position] is None or pd.isna(applied[position]) or bool(applied[position]):
+        if (
+            applied is None
+            or applied[position] is None
+            or pd.isna(applied[position])
+            or bool(applied[position])
+        ):
             history.append(float(loss))
     return Spikes(len(found), found, rule)
 
@@ -327,12 +346,19 @@ class RecordCompleteness:
     repeated_steps: dict[int, list[int]]
     unexpected_steps: dict[int, list[int]]
     extra_ranks: list[int]
-    steps_per_rank: dict[int, int] = field(default_factory=dict)  # distinct optimizer steps each rank recorded
+    steps_per_rank: dict[int, int] = field(
+        default_factory=dict
+    )  # distinct optimizer steps each rank recorded
 
     @property
     def incomplete_ranks(self) -> list[int]:
-        return sorted(set(self.missing_ranks) | set(self.missing_steps) | set(self.repeated_steps)
-                      | set(self.unexpected_steps) | set(self.extra_ranks))
+        return sorted(
+            set(self.missing_ranks)
+            | set(self.missing_steps)
+            | set(self.repeated_steps)
+            | set(self.unexpected_steps)
+            | set(self.extra_ranks)
+        )
 
     @property
     def problems(self) -> list[str]:
@@ -345,8 +371,11 @@ class RecordCompleteness:
             found.append(f"ranks with no step records: {self.missing_ranks} of world size {self.world_size}")
         if self.extra_ranks:
             found.append(f"records of ranks outside the world size {self.world_size}: {self.extra_ranks}")
-        for label, table in (("missing", self.missing_steps), ("recorded more than once", self.repeated_steps),
-                             ("outside 1..expected", self.unexpected_steps)):
+        for label, table in (
+            ("missing", self.missing_steps),
+            ("recorded more than once", self.repeated_steps),
+            ("outside 1..expected", self.unexpected_steps),
+        ):
             for rank, listed in table.items():
                 found.append(f"rank {rank}: {len(listed)} steps {label} ({_span(listed)})")
         return found
@@ -356,12 +385,17 @@ class RecordCompleteness:
         return not self.problems
 
     def evidence(self) -> RecordEvidence:
-        return RecordEvidence(world_size=self.world_size, expected_steps=self.expected_steps,
-                              ranks_present=self.ranks_present, missing_ranks=self.missing_ranks,
-                              extra_ranks=self.extra_ranks, steps_per_rank=self.steps_per_rank,
-                              missing_steps={r: _span(v) for r, v in self.missing_steps.items()},
-                              repeated_steps={r: _span(v) for r, v in self.repeated_steps.items()},
-                              unexpected_steps={r: _span(v) for r, v in self.unexpected_steps.items()})
+        return RecordEvidence(
+            world_size=self.world_size,
+            expected_steps=self.expected_steps,
+            ranks_present=self.ranks_present,
+            missing_ranks=self.missing_ranks,
+            extra_ranks=self.extra_ranks,
+            steps_per_rank=self.steps_per_rank,
+            missing_steps={r: _span(v) for r, v in self.missing_steps.items()},
+            repeated_steps={r: _span(v) for r, v in self.repeated_steps.items()},
+            unexpected_steps={r: _span(v) for r, v in self.unexpected_steps.items()},
+        )
 
 
 def _span(numbers: list[int], shown: int = 8) -> str:
@@ -370,7 +404,9 @@ def _span(numbers: list[int], shown: int = 8) -> str:
     return head + (f" and {len(numbers) - shown} more" if len(numbers) > shown else "")
 
 
-def record_completeness(steps: pd.DataFrame, world_size: int | None, expected_steps: int | None) -> RecordCompleteness:
+def record_completeness(
+    steps: pd.DataFrame, world_size: int | None, expected_steps: int | None
+) -> RecordCompleteness:
     """Count the step records: which ranks of ``range(world_size)`` are present, and per rank which of the
     optimizer steps ``1..expected_steps`` are missing, recorded more than once, or not expected at all."""
     present = sorted(int(r) for r in steps["rank"].dropna().unique()) if len(steps) else []
@@ -394,9 +430,17 @@ def record_completeness(steps: pd.DataFrame, world_size: int | None, expected_st
         if (counts > 1).any():
             repeated[rank] = sorted(int(n) for n in counts[counts > 1].index)
     extra = [r for r in present if world_size and not 0 <= r < int(world_size)]
-    return RecordCompleteness(int(world_size) if world_size else None,
-                              int(expected_steps) if expected_steps else None, present, missing_ranks,
-                              missing, repeated, unexpected, extra, distinct)
+    return RecordCompleteness(
+        int(world_size) if world_size else None,
+        int(expected_steps) if expected_steps else None,
+        present,
+        missing_ranks,
+        missing,
+        repeated,
+        unexpected,
+        extra,
+        distinct,
+    )
 
 
 def missing_values(steps: pd.DataFrame, metric: str) -> dict[int, list[int]]:
@@ -416,11 +460,14 @@ class NonfiniteEvent:
     sources: list[str]
 
     def evidence(self) -> NonfiniteEventEvidence:
-        return NonfiniteEventEvidence(step=self.step, ranks=self.ranks, metrics=self.metrics, sources=self.sources)
+        return NonfiniteEventEvidence(
+            step=self.step, ranks=self.ranks, metrics=self.metrics, sources=self.sources
+        )
 
 
-def nonfinite_events(steps: pd.DataFrame, metrics: list[str],
-                     caught: list[tuple[int, int | None, str]]) -> list[NonfiniteEvent]:
+def nonfinite_events(
+    steps: pd.DataFrame, metrics: list[str], caught: list[tuple[int, int | None, str]]
+) -> list[NonfiniteEvent]:
     """Faults, one per optimizer step however many ranks saw it and whatever the stabiliser's policy:
     the steps whose records hold a non-finite value of ``metrics`` (a null loss was non-finite; a null
     gradient norm means DeepSpeed returned none), joined with the steps the loss stabiliser caught
@@ -443,8 +490,10 @@ def nonfinite_events(steps: pd.DataFrame, metrics: list[str],
             note(int(step), int(rank), metric, "step records")
     for step, rank, kind in caught:
         note(step, rank, kind.removeprefix("nonfinite_"), "loss stabiliser")
-    return [NonfiniteEvent(step, sorted(e["ranks"]), sorted(e["metrics"]), sorted(e["sources"]))
-            for step, e in sorted(found.items())]
+    return [
+        NonfiniteEvent(step, sorted(e["ranks"]), sorted(e["metrics"]), sorted(e["sources"]))
+        for step, e in sorted(found.items())
+    ]
 
 
 @dataclass(frozen=True)
@@ -461,8 +510,12 @@ class ConvergenceRule:
         block = gate.convergence
         if block is None:
             raise ValueError(f"gate {gate.name}: a loss_convergence gate needs its convergence block")
-        return cls(int(block.initial_steps), float(block.final_fraction), float(block.max_rebound),
-                   float(block.min_drop_sigmas))
+        return cls(
+            int(block.initial_steps),
+            float(block.final_fraction),
+            float(block.max_rebound),
+            float(block.min_drop_sigmas),
+        )
 
 
 @dataclass(frozen=True)
@@ -482,14 +535,20 @@ class Convergence:
     def problems(self, rule: ConvergenceRule) -> list[str]:
         found = []
         if self.nonfinite_steps:
-            found.append(f"non-finite loss at {len(self.nonfinite_steps)} steps ({_span(self.nonfinite_steps)})")
+            found.append(
+                f"non-finite loss at {len(self.nonfinite_steps)} steps ({_span(self.nonfinite_steps)})"
+            )
             return found
         if not self.drop_sigmas >= rule.min_drop_sigmas:
-            found.append(f"the drop from the initial to the final loss is {self.drop_sigmas:.3g} final-block "
-                         f"standard deviations, not >= {rule.min_drop_sigmas:g}")
+            found.append(
+                f"the drop from the initial to the final loss is {self.drop_sigmas:.3g} final-block "
+                f"standard deviations, not >= {rule.min_drop_sigmas:g}"
+            )
         if not self.rebound <= rule.max_rebound:
-            found.append(f"the final loss is back up {self.rebound:.3g} of the drop to the lowest block mean "
-                         f"(more than {rule.max_rebound:g})")
+            found.append(
+                f"the final loss is back up {self.rebound:.3g} of the drop to the lowest block mean "
+                f"(more than {rule.max_rebound:g})"
+            )
         return found
 
 
@@ -512,9 +571,9 @@ def loss_convergence(steps: pd.DataFrame, rule: ConvergenceRule) -> Convergence:
     block = max(1, int(round(n * rule.final_fraction)))
     initial = float(np.median(values[: max(1, rule.initial_steps)]))
     ends = range(n, 0, -block)
-    means = [float(values[max(0, end - block):end].mean()) for end in ends]
+    means = [float(values[max(0, end - block) : end].mean()) for end in ends]
     final, lowest = means[0], min(means)
-    tail = values[n - block:]
+    tail = values[n - block :]
     spread = float(np.median(np.abs(tail - np.median(tail)))) * MAD_TO_SIGMA
     drop = initial - final
     sigmas = drop / spread if spread > 0 else (float("inf") if drop > 0 else 0.0)
@@ -542,9 +601,14 @@ class Completion:
         return not self.problems
 
 
-def run_completion(steps_per_rank: Mapping[Any, int], failures: list[Failure], finished: bool,
-                   expected_steps: int | None, world_size: int | None = None,
-                   records: RecordCompleteness | None = None) -> Completion:
+def run_completion(
+    steps_per_rank: Mapping[Any, int],
+    failures: list[Failure],
+    finished: bool,
+    expected_steps: int | None,
+    world_size: int | None = None,
+    records: RecordCompleteness | None = None,
+) -> Completion:
     """Completion from the run's facts: the last step each rank recorded, the failures read from the
     launcher log (rank, kind, message), whether the run wrote its summary, and the steps it was to do.
     With ``records`` (record_completeness of the step records) the counts decide too: a rank that lacks
@@ -552,7 +616,9 @@ def run_completion(steps_per_rank: Mapping[Any, int], failures: list[Failure], f
     per_rank = {int(rank): int(step) for rank, step in steps_per_rank.items()}
     if world_size:
         per_rank = {rank: per_rank.get(rank, 0) for rank in range(int(world_size))} | per_rank
-    stopped = {rank: step for rank, step in sorted(per_rank.items()) if expected_steps and step < expected_steps}
+    stopped = {
+        rank: step for rank, step in sorted(per_rank.items()) if expected_steps and step < expected_steps
+    }
     crashed = {int(f.rank) for f in failures if f.rank is not None}
     gaps = set(records.incomplete_ranks) if records is not None else set()
     failed = sorted(crashed | set(stopped) | gaps)
@@ -568,13 +634,20 @@ def run_completion(steps_per_rank: Mapping[Any, int], failures: list[Failure], f
         problems.append(f"rank {first.rank} failed: {first.message}")
     if records is not None:
         problems += records.problems
-    return Completion(bool(finished), expected_steps, per_rank, stopped, list(failures), failed, count, problems)
+    return Completion(
+        bool(finished), expected_steps, per_rank, stopped, list(failures), failed, count, problems
+    )
 
 
 def completion_of(run_meta: RunMeta) -> Completion:
     """Completion from parse_logs' run metadata (``parsed/run.json``)."""
-    return run_completion(run_meta.steps_completed_per_rank, run_meta.failures, run_meta.finished,
-                          run_meta.expected_steps, run_meta.world_size)
+    return run_completion(
+        run_meta.steps_completed_per_rank,
+        run_meta.failures,
+        run_meta.finished,
+        run_meta.expected_steps,
+        run_meta.world_size,
+    )
 
 
 def rank_times(steps: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
@@ -582,10 +655,16 @@ def rank_times(steps: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
     module's definitions). A step where some rank's value is missing has no communication(s) and so no
     wait(s) for any rank (NaN)."""
     timed = timed_steps(steps, warmup_steps)
-    frame = pd.DataFrame({"rank": timed["rank"].astype(int), "step": timed["step"].astype(int),
-                          STEP_TIME: pd.to_numeric(timed[STEP_TIME], errors="coerce").astype(float),
-                          COLLECTIVES_TIME: pd.to_numeric(timed[COLLECTIVES_TIME], errors="coerce").astype(float)
-                          if COLLECTIVES_TIME in timed.columns else float("nan")})
+    frame = pd.DataFrame(
+        {
+            "rank": timed["rank"].astype(int),
+            "step": timed["step"].astype(int),
+            STEP_TIME: pd.to_numeric(timed[STEP_TIME], errors="coerce").astype(float),
+            COLLECTIVES_TIME: pd.to_numeric(timed[COLLECTIVES_TIME], errors="coerce").astype(float)
+            if COLLECTIVES_TIME in timed.columns
+            else float("nan"),
+        }
+    )
     frame[COMMUNICATION] = frame.groupby("step")[COLLECTIVES_TIME].transform(lambda s: s.min(skipna=False))
     frame[WAIT] = frame[COLLECTIVES_TIME] - frame[COMMUNICATION]
     frame[COMPUTE] = frame[STEP_TIME] - frame[COLLECTIVES_TIME]
@@ -627,29 +706,47 @@ class RankBalance:
     def summary(self) -> dict[str, Any]:
         """The run statistics' straggler fields (run_statistics, zerogate.contracts.report.RunStatistics)."""
         waits = self.waiting_for_straggler
-        return {"straggler_rank": self.straggler,
-                "straggler_compute_excess_s": self.excess if self.straggler is not None else None,
-                "wait_for_straggler_median_s": max(waits.values()) if waits else None}
+        return {
+            "straggler_rank": self.straggler,
+            "straggler_compute_excess_s": self.excess if self.straggler is not None else None,
+            "wait_for_straggler_median_s": max(waits.values()) if waits else None,
+        }
 
     def evidence(self) -> dict[str, Any]:
-        return {"ranks(rank)": self.ranks, "timed_steps(steps)": self.timed_steps,
-                "compute_median(s)": self.compute, "wait_median(s)": self.wait, "wait_total(s)": self.wait_total,
-                "wait_share(ratio)": self.wait_share, "step_time_median(s)": self.step_time,
-                "communication_median(s)": self.communication, "slowest_rank": self.slowest,
-                "straggler_rank": self.straggler, "next_slowest_rank": self.next_slowest,
-                "compute_excess(s)": self.excess, "compute_excess(ratio)": self.excess_ratio,
-                "straggler_margin(ratio of step time)": self.margin, "problems": self.problems}
+        return {
+            "ranks(rank)": self.ranks,
+            "timed_steps(steps)": self.timed_steps,
+            "compute_median(s)": self.compute,
+            "wait_median(s)": self.wait,
+            "wait_total(s)": self.wait_total,
+            "wait_share(ratio)": self.wait_share,
+            "step_time_median(s)": self.step_time,
+            "communication_median(s)": self.communication,
+            "slowest_rank": self.slowest,
+            "straggler_rank": self.straggler,
+            "next_slowest_rank": self.next_slowest,
+            "compute_excess(s)": self.excess,
+            "compute_excess(ratio)": self.excess_ratio,
+            "straggler_margin(ratio of step time)": self.margin,
+            "problems": self.problems,
+        }
 
 
 def _rank_time_problems(steps: pd.DataFrame, timed: pd.DataFrame, world_size: int | None) -> list[str]:
     """Why the records cannot say who waits for whom (empty when they can)."""
     if COLLECTIVES_TIME not in steps.columns or steps[COLLECTIVES_TIME].isna().all():
-        return [f"the step records hold no {COLLECTIVES_TIME} (zerogate.train.metrics records it; a run with the "
-                "metrics layer off, or from before it, has none)"]
-    devices = sorted({str(d) for d in steps.get("device", pd.Series(dtype=str)).dropna() if str(d).startswith("cuda")})
+        return [
+            f"the step records hold no {COLLECTIVES_TIME} (zerogate.train.metrics records it; a run with the "
+            "metrics layer off, or from before it, has none)"
+        ]
+    devices = sorted(
+        {str(d) for d in steps.get("device", pd.Series(dtype=str)).dropna() if str(d).startswith("cuda")}
+    )
     if devices:
-        return [f"{COLLECTIVES_TIME} is host time, and on {devices[0]} NCCL returns once a collective is queued: "
-                "the device's wait is not measured"]
+        return [
+            f"{COLLECTIVES_TIME} is host time, and on {devices[0]} NCCL returns once a collective is queued: "
+            "the device's wait is not measured"
+        ]
     found = []
     present = sorted(int(r) for r in timed["rank"].unique()) if len(timed) else []
     expected = list(range(int(world_size))) if world_size else present
@@ -669,7 +766,9 @@ def _rank_time_problems(steps: pd.DataFrame, timed: pd.DataFrame, world_size: in
             found.append(f"rank {rank}: {len(lacking)} timed steps missing ({_span(lacking)})")
     for metric in (STEP_TIME, COLLECTIVES_TIME):
         for rank, listed in missing_values(timed, metric).items():
-            found.append(f"rank {rank}: {metric} missing or non-finite at {len(listed)} steps ({_span(listed)})")
+            found.append(
+                f"rank {rank}: {metric} missing or non-finite at {len(listed)} steps ({_span(listed)})"
+            )
     return found
 
 
@@ -681,16 +780,33 @@ def rank_balance(steps: pd.DataFrame, warmup_steps: int, world_size: int | None 
     problems = _rank_time_problems(steps, timed, world_size)
     ranks = sorted(int(r) for r in timed["rank"].unique()) if len(timed) else []
     if problems:
-        return RankBalance(ranks, int(timed["step"].nunique()) if len(timed) else 0, {}, {}, {}, {}, {}, None,
-                           None, None, None, None, None, None, problems=problems)
+        return RankBalance(
+            ranks,
+            int(timed["step"].nunique()) if len(timed) else 0,
+            {},
+            {},
+            {},
+            {},
+            {},
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            problems=problems,
+        )
     frame = rank_times(steps, warmup_steps)
     by_rank = frame.groupby("rank")
     compute = {int(r): float(v) for r, v in per_rank(frame, COMPUTE, "median").items()}
     wait = {int(r): float(v) for r, v in per_rank(frame, WAIT, "median").items()}
     totals = by_rank[[WAIT, STEP_TIME]].sum()
     wait_total = {int(r): float(v) for r, v in totals[WAIT].items()}
-    wait_share = {int(r): float(row[WAIT] / row[STEP_TIME]) if row[STEP_TIME] > 0 else float("nan")
-                  for r, row in totals.iterrows()}
+    wait_share = {
+        int(r): float(row[WAIT] / row[STEP_TIME]) if row[STEP_TIME] > 0 else float("nan")
+        for r, row in totals.iterrows()
+    }
     step_medians = {int(r): float(v) for r, v in per_rank(frame, STEP_TIME, "median").items()}
     communication = median_of(frame.groupby("step")[COMMUNICATION].first())
     ordered = sorted(compute, key=lambda r: compute[r], reverse=True)
@@ -699,8 +815,22 @@ def rank_balance(steps: pd.DataFrame, warmup_steps: int, world_size: int | None 
     ratio = excess / compute[next_slowest] if compute[next_slowest] > 0 else float("inf")
     pace = step_time(steps, warmup_steps).value
     straggler = slowest if excess > STRAGGLER_MARGIN * pace else None
-    return RankBalance(ranks, int(frame["step"].nunique()), compute, wait, wait_total, wait_share, step_medians,
-                       communication, slowest, straggler, excess, ratio, next_slowest, pace)
+    return RankBalance(
+        ranks,
+        int(frame["step"].nunique()),
+        compute,
+        wait,
+        wait_total,
+        wait_share,
+        step_medians,
+        communication,
+        slowest,
+        straggler,
+        excess,
+        ratio,
+        next_slowest,
+        pace,
+    )
 
 
 def _or_none(compute: Callable[[], float], *columns: str, steps: pd.DataFrame) -> float | None:
@@ -711,8 +841,13 @@ def _or_none(compute: Callable[[], float], *columns: str, steps: pd.DataFrame) -
     return compute()
 
 
-def run_statistics(steps: pd.DataFrame, warmup_steps: int, spike_rule: SpikeRule,
-                   completion: Completion | None = None, interval_rule: IntervalRule | None = None) -> RunStatistics:
+def run_statistics(
+    steps: pd.DataFrame,
+    warmup_steps: int,
+    spike_rule: SpikeRule,
+    completion: Completion | None = None,
+    interval_rule: IntervalRule | None = None,
+) -> RunStatistics:
     """The headline statistics of one run: what the report's run summary, the run registry, ``compare`` and
     the variant table show. Each value is one of the definitions above; None where the records do not hold
     it (``overflow_skipped_steps`` without a loss scaler, the completion without the run's metadata). With
@@ -729,8 +864,9 @@ def run_statistics(steps: pd.DataFrame, warmup_steps: int, spike_rule: SpikeRule
         step_time_median_s=_or_none(lambda: step_time(steps, warmup_steps).value, STEP_TIME, steps=timed),
         step_time_p90_s=_or_none(lambda: step_time(steps, warmup_steps, "p90").value, STEP_TIME, steps=timed),
         slowest_rank=_or_none(lambda: step_time(steps, warmup_steps).rank, STEP_TIME, steps=timed),
-        micro_step_time_median_s=_or_none(lambda: micro_step_time(steps, warmup_steps).value, MICRO_STEP_TIME,
-                                          steps=timed),
+        micro_step_time_median_s=_or_none(
+            lambda: micro_step_time(steps, warmup_steps).value, MICRO_STEP_TIME, steps=timed
+        ),
         tokens_per_s=_or_none(lambda: tokens_per_second(steps, warmup_steps), TOKENS_PER_S, steps=timed),
         first_loss=float(finite.iloc[0]) if len(finite) else None,
         final_loss=float(finite.iloc[-1]) if len(finite) else None,
@@ -744,14 +880,20 @@ def run_statistics(steps: pd.DataFrame, warmup_steps: int, spike_rule: SpikeRule
     )
 
 
-def summarise_run(steps: pd.DataFrame, warmup_steps: int, spike_rule: SpikeRule,
-                  run_meta: RunMeta | None = None, interval_rule: IntervalRule | None = None) -> RunStatistics | None:
+def summarise_run(
+    steps: pd.DataFrame,
+    warmup_steps: int,
+    spike_rule: SpikeRule,
+    run_meta: RunMeta | None = None,
+    interval_rule: IntervalRule | None = None,
+) -> RunStatistics | None:
     """The run's statistics (run_statistics) with its completion from parse_logs' metadata when given: the
     report's run summary and the registry's ``summary``; None for a run that recorded no step."""
     if not len(steps):
         return None
-    return run_statistics(steps, warmup_steps, spike_rule, completion_of(run_meta) if run_meta else None,
-                          interval_rule)
+    return run_statistics(
+        steps, warmup_steps, spike_rule, completion_of(run_meta) if run_meta else None, interval_rule
+    )
 
 
 @dataclass(frozen=True)
@@ -763,14 +905,22 @@ class RepeatedRun:
     each: list[RunStatistics | None]
 
 
-def summarise_repeats(tables: list[pd.DataFrame], warmup_steps: int, spike_rule: SpikeRule,
-                      run_metas: list[RunMeta | None], interval_rule: IntervalRule) -> RepeatedRun:
+def summarise_repeats(
+    tables: list[pd.DataFrame],
+    warmup_steps: int,
+    spike_rule: SpikeRule,
+    run_metas: list[RunMeta | None],
+    interval_rule: IntervalRule,
+) -> RepeatedRun:
     """The statistics of a run's repeats (``tables``: each repeat's steps, the first run first) and their
     pooling: each timing statistic pooled by ``pooling_rule`` with the interval over all repeats; the peak
     memory per rank the largest over the repeats (a peak); complete only when every repeat is; failed ranks
     the most of any repeat; every other field is the first repeat's. One table: that run's statistics."""
     metas = [*run_metas, *[None] * (len(tables) - len(run_metas))]  # a repeat without metadata: no completion
-    each = [summarise_run(table, warmup_steps, spike_rule, meta, interval_rule) for table, meta in zip(tables, metas)]
+    each = [
+        summarise_run(table, warmup_steps, spike_rule, meta, interval_rule)
+        for table, meta in zip(tables, metas)
+    ]
     first = each[0]
     if len(tables) == 1 or first is None or any(stats is None for stats in each):
         return RepeatedRun(first, each)
@@ -787,10 +937,13 @@ def summarise_repeats(tables: list[pd.DataFrame], warmup_steps: int, spike_rule:
             peaks[rank] = max(peaks.get(rank, value), value)
     complete = [stats.run_complete for stats in each]
     failed = [stats.failed_ranks for stats in each]
-    pooled.update(peak_memory_per_rank_gib=peaks, repeats=len(tables),
-                  run_complete=None if None in complete else all(complete),
-                  failed_ranks=None if None in failed else max(failed),
-                  intervals=None if found is None else found.intervals())
+    pooled.update(
+        peak_memory_per_rank_gib=peaks,
+        repeats=len(tables),
+        run_complete=None if None in complete else all(complete),
+        failed_ranks=None if None in failed else max(failed),
+        intervals=None if found is None else found.intervals(),
+    )
     return RepeatedRun(RunStatistics.model_validate({**first.model_dump(by_alias=False), **pooled}), each)
 
 
@@ -807,14 +960,20 @@ TIMING_STATISTICS: dict[str, tuple[str, str, str]] = {
 # Fewer timed steps than this give no interval: the block-length estimate and the bootstrap's tails need
 # several blocks' worth of steps.
 MIN_TIMED_STEPS = 20
-BOOTSTRAP_METHOD = ("stationary block bootstrap (Politis & Romano 1994; arch.bootstrap.StationaryBootstrap) over "
-                    "the timed steps, every rank's value of a step kept together, mean block length by Politis & "
-                    "White's estimate (arch.bootstrap.optimal_block_length) on each rank's step-time series, the "
-                    "largest; percentile interval")
-COVERS_ONE_RUN = ("the step-to-step variation within this run (correlated steps included); not what differs from "
-                  "one run to the next (seed, process placement, the machine's load then): repeats cover that")
-COVERS_REPEATS = ("the step-to-step variation within each repeat and the run-to-run variation between the repeats "
-                  "(the repeats resampled as independent runs)")
+BOOTSTRAP_METHOD = (
+    "stationary block bootstrap (Politis & Romano 1994; arch.bootstrap.StationaryBootstrap) over "
+    "the timed steps, every rank's value of a step kept together, mean block length by Politis & "
+    "White's estimate (arch.bootstrap.optimal_block_length) on each rank's step-time series, the "
+    "largest; percentile interval"
+)
+COVERS_ONE_RUN = (
+    "the step-to-step variation within this run (correlated steps included); not what differs from "
+    "one run to the next (seed, process placement, the machine's load then): repeats cover that"
+)
+COVERS_REPEATS = (
+    "the step-to-step variation within each repeat and the run-to-run variation between the repeats "
+    "(the repeats resampled as independent runs)"
+)
 
 
 def pooling_rule(repeats: int) -> str:
@@ -823,9 +982,12 @@ def pooling_rule(repeats: int) -> str:
         return "one run: its own statistic"
     if repeats == 2:
         return "the mean of the two repeats' statistics (nothing dropped: too few to tell an outlier)"
-    return (f"the mean of the {repeats} repeats' statistics without the lowest and the highest (as MLPerf Training "
-            "drops its fastest and slowest run): one disturbed run (another job starting, a cold cache) moves "
-            "the mean of the rest less")
+    return (
+        f"the mean of the {repeats} repeats' statistics without the lowest and the highest (as MLPerf "
+        "Training "
+        "drops its fastest and slowest run): one disturbed run (another job starting, a cold cache) moves "
+        "the mean of the rest less"
+    )
 
 
 def pool(values: np.ndarray) -> np.ndarray:
@@ -883,11 +1045,20 @@ def timing_sample(steps: pd.DataFrame, warmup_steps: int) -> TimingSample | None
         if metric not in timed.columns:
             part = np.full((len(index), 1), np.nan)
         elif over == "slowest rank":
-            part = (timed.pivot(index="step", columns="rank", values=metric).reindex(index)
-                    .apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float))
+            part = (
+                timed.pivot(index="step", columns="rank", values=metric)
+                .reindex(index)
+                .apply(pd.to_numeric, errors="coerce")
+                .to_numpy(dtype=float)
+            )
         else:
             values = pd.to_numeric(timed[metric], errors="coerce")
-            part = values.groupby(timed["step"]).agg(lambda s: s.sum(skipna=False)).reindex(index).to_numpy(dtype=float)
+            part = (
+                values.groupby(timed["step"])
+                .agg(lambda s: s.sum(skipna=False))
+                .reindex(index)
+                .to_numpy(dtype=float)
+            )
             part = part.reshape(-1, 1)
         blocks.append(part)
         columns[name] = slice(start, start + part.shape[1])
@@ -909,9 +1080,12 @@ def _replicates(sample: TimingSample, rule: IntervalRule, repeat: int) -> np.nda
     statistics), seeded by the rule's seed and the repeat's number."""
     from arch.bootstrap import StationaryBootstrap
 
-    bootstrap = StationaryBootstrap(sample.block_length, sample.data,
-                                    seed=np.random.default_rng([rule.seed, repeat]))
-    return np.asarray(bootstrap.apply(sample.values, reps=rule.resamples), dtype=float).reshape(rule.resamples, -1)
+    bootstrap = StationaryBootstrap(
+        sample.block_length, sample.data, seed=np.random.default_rng([rule.seed, repeat])
+    )
+    return np.asarray(bootstrap.apply(sample.values, reps=rule.resamples), dtype=float).reshape(
+        rule.resamples, -1
+    )
 
 
 @dataclass(frozen=True)
@@ -937,15 +1111,24 @@ class TimingReplicates:
 
     def basis(self) -> dict[str, Any]:
         repeats = len(self.block_lengths)
-        return {"confidence": self.rule.confidence, "method": BOOTSTRAP_METHOD, "resamples": self.rule.resamples,
-                "seed": self.rule.seed, "repeats": repeats, "block_lengths": self.block_lengths,
-                "pooling": pooling_rule(repeats), "covers": COVERS_ONE_RUN if repeats == 1 else COVERS_REPEATS}
+        return {
+            "confidence": self.rule.confidence,
+            "method": BOOTSTRAP_METHOD,
+            "resamples": self.rule.resamples,
+            "seed": self.rule.seed,
+            "repeats": repeats,
+            "block_lengths": self.block_lengths,
+            "pooling": pooling_rule(repeats),
+            "covers": COVERS_ONE_RUN if repeats == 1 else COVERS_REPEATS,
+        }
 
     def intervals(self) -> TimingIntervals:
         return TimingIntervals(**self.basis(), **{name: self.interval(name) for name in TIMING_STATISTICS})
 
 
-def timing_replicates(tables: list[pd.DataFrame], warmup_steps: int, rule: IntervalRule) -> TimingReplicates | None:
+def timing_replicates(
+    tables: list[pd.DataFrame], warmup_steps: int, rule: IntervalRule
+) -> TimingReplicates | None:
     """The timing statistics of the repeats ``tables`` (each one repeat's steps table), pooled, with their
     bootstrap replicates (see "Intervals" in the definitions); None when some repeat has too few timed
     steps for an interval."""
@@ -961,10 +1144,14 @@ def timing_replicates(tables: list[pd.DataFrame], warmup_steps: int, rule: Inter
         drawn = rng.integers(0, len(samples), (rule.resamples, len(samples)))
         which = rng.integers(0, rule.resamples, (rule.resamples, len(samples)))
         replicates = pool(np.moveaxis(inner[which, drawn, :], 1, 2))
-    return TimingReplicates(pool(per_repeat.T), replicates, per_repeat, [s.block_length for s in samples], rule)
+    return TimingReplicates(
+        pool(per_repeat.T), replicates, per_repeat, [s.block_length for s in samples], rule
+    )
 
 
-def timing_intervals(tables: list[pd.DataFrame], warmup_steps: int, rule: IntervalRule) -> TimingIntervals | None:
+def timing_intervals(
+    tables: list[pd.DataFrame], warmup_steps: int, rule: IntervalRule
+) -> TimingIntervals | None:
     """The interval of every timing statistic of the repeats ``tables`` (one table: one run)."""
     found = timing_replicates(tables, warmup_steps, rule)
     return None if found is None else found.intervals()
@@ -978,5 +1165,6 @@ def ratio_interval(value: TimingReplicates, reference: TimingReplicates, name: s
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = value.replicates / reference.replicates
-    return TimingReplicates(value.values / reference.values, ratios, value.per_repeat, value.block_lengths,
-                            value.rule).interval(name)
+    return TimingReplicates(
+        value.values / reference.values, ratios, value.per_repeat, value.block_lengths, value.rule
+    ).interval(name)

@@ -7,8 +7,15 @@ from __future__ import annotations
 from zerogate.config.settings import GateSettings
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import column
-from zerogate.contracts.verdicts import (CANNOT_JUDGE, DOES_NOT_HOLD, HOLDS, HOLDS_ONLY_WHEN, ClaimVerdict, PlanClaim,
-                                         PlanClaims)
+from zerogate.contracts.verdicts import (
+    CANNOT_JUDGE,
+    DOES_NOT_HOLD,
+    HOLDS,
+    HOLDS_ONLY_WHEN,
+    ClaimVerdict,
+    PlanClaim,
+    PlanClaims,
+)
 from zerogate.plan.ledger import ACTIVATION_TERMS
 from zerogate.units import UNIT_BYTES, format_bytes
 
@@ -20,8 +27,14 @@ def plan_source(plan: Plan) -> str:
 def judge_fit(plan: Plan) -> ClaimVerdict:
     """The run can be held by the machine: every memory check has headroom."""
     failing = [c for c in plan.checks if not c.fits]
-    text = "; ".join(f"{c.device} {c.what}: needs {format_bytes(c.need_bytes)}, capacity {format_bytes(c.capacity_bytes)}"
-                     for c in failing) or "every check has headroom"
+    text = (
+        "; ".join(
+            f"{c.device} {c.what}: needs {format_bytes(c.need_bytes)}, capacity "
+            f"{format_bytes(c.capacity_bytes)}"
+            for c in failing
+        )
+        or "every check has headroom"
+    )
     return ClaimVerdict(verdict=DOES_NOT_HOLD if failing else HOLDS, evidence=text, source=plan_source(plan))
 
 
@@ -31,18 +44,28 @@ def device_terms_text(plan: Plan) -> str:
     the levels (tensor, allocator, device)."""
     own, activations = plan.ledger.own.zerogate, plan.ledger.activations
     if activations.per_layer_bytes is not None and activations.outside_layers_bytes is not None:
-        shape = (f"{format_bytes(activations.per_layer_bytes)} per layer x {activations.layers} layers + "
-                 f"{format_bytes(activations.outside_layers_bytes)} outside the layers")
+        shape = (
+            f"{format_bytes(activations.per_layer_bytes)} per layer x {activations.layers} layers + "
+            f"{format_bytes(activations.outside_layers_bytes)} outside the layers"
+        )
     else:
         shape = f"all {activations.layers} layers {activations.basis}"
-    text = (f"activations {activations.basis} {format_bytes(activations.saved_bytes)} ({shape}), backward transient "
-            f"{format_bytes(activations.backward_transient_bytes)} (the Korthikanti formula: "
-            f"{format_bytes(activations.formula_bytes)})")
-    others = sorted(((k, v) for k, v in own.device_terms_bytes.items() if k not in ACTIVATION_TERMS and v),
-                    key=lambda kv: -kv[1])
+    text = (
+        f"activations {activations.basis} {format_bytes(activations.saved_bytes)} ({shape}), backward "
+        "transient "
+        f"{format_bytes(activations.backward_transient_bytes)} (the Korthikanti formula: "
+        f"{format_bytes(activations.formula_bytes)})"
+    )
+    others = sorted(
+        ((k, v) for k, v in own.device_terms_bytes.items() if k not in ACTIVATION_TERMS and v),
+        key=lambda kv: -kv[1],
+    )
     text += "; " + ", ".join(f"{k} {format_bytes(v)}" for k, v in others[:6])
-    return (text + f"; tensor peak {format_bytes(own.device_tensor_peak_per_rank_bytes)}, allocator "
-            f"{format_bytes(own.device_allocator_peak_per_rank_bytes)}, device {format_bytes(own.device_per_rank_bytes)}")
+    return (
+        text + f"; tensor peak {format_bytes(own.device_tensor_peak_per_rank_bytes)}, allocator "
+        f"{format_bytes(own.device_allocator_peak_per_rank_bytes)}, device "
+        f"{format_bytes(own.device_per_rank_bytes)}"
+    )
 
 
 def changes_under(plan: Plan, limit: float) -> list[str]:
@@ -53,8 +76,12 @@ def changes_under(plan: Plan, limit: float) -> list[str]:
         need = change.smallest_device_need_bytes
         if need is not None and need < limit:
             how = f"; plan it: {change.command}" if change.command else ""
-            found.append(f"{change.change} (needs {format_bytes(need)}"
-                         + ("" if change.fits else ", but the run still does not fit the machine") + how + ")")
+            found.append(
+                f"{change.change} (needs {format_bytes(need)}"
+                + ("" if change.fits else ", but the run still does not fit the machine")
+                + how
+                + ")"
+            )
     return found
 
 
@@ -65,23 +92,33 @@ def judge_memory(plan: Plan, threshold: float, unit: str) -> ClaimVerdict:
     source = plan_source(plan) + ", memory checks"
     small = plan.smallest_device
     if small is None:
-        return ClaimVerdict(verdict=CANNOT_JUDGE, evidence="no GPU in the plan", source=source,
-                            why=f"the plan of {plan.machine} has no GPU")
+        return ClaimVerdict(
+            verdict=CANNOT_JUDGE,
+            evidence="no GPU in the plan",
+            source=source,
+            why=f"the plan of {plan.machine} has no GPU",
+        )
     limit = threshold * UNIT_BYTES[unit]
     other_unit = "GiB" if unit == "GB" else "GB"
     estimate = plan.ledger.own.deepspeed
     floor = None if estimate is None else estimate.device_per_rank_bytes
-    text = (f"rank {small.rank} ({small.device}): zerogate predicts {format_bytes(small.need_bytes)}"
-            + ("" if floor is None else f", DeepSpeed's model-state estimate {format_bytes(floor)}")
-            + f", against {threshold:g} {unit} = {format_bytes(limit)}; {device_terms_text(plan)}")
+    text = (
+        f"rank {small.rank} ({small.device}): zerogate predicts {format_bytes(small.need_bytes)}"
+        + ("" if floor is None else f", DeepSpeed's model-state estimate {format_bytes(floor)}")
+        + f", against {threshold:g} {unit} = {format_bytes(limit)}; {device_terms_text(plan)}"
+    )
     if small.need_bytes < limit:
         return ClaimVerdict(verdict=HOLDS, evidence=text, source=source)
     under = changes_under(plan, limit)
     if under:
         text += "; under it with: " + "; ".join(under)
     if small.need_bytes < threshold * UNIT_BYTES[other_unit]:
-        return ClaimVerdict(verdict=HOLDS_ONLY_WHEN, evidence=text, source=source,
-                            condition=f"'{unit}' is read as {other_unit}")
+        return ClaimVerdict(
+            verdict=HOLDS_ONLY_WHEN,
+            evidence=text,
+            source=source,
+            condition=f"'{unit}' is read as {other_unit}",
+        )
     if floor is not None and floor >= limit:
         text += "; DeepSpeed's model-state estimate alone is above it"
     return ClaimVerdict(verdict=DOES_NOT_HOLD, evidence=text, source=source)
@@ -93,17 +130,30 @@ def judge_step_time(plan: Plan, threshold: float) -> ClaimVerdict:
     source = plan_source(plan) + ", throughput floor"
     step, micro = plan.floor.optimizer_step_floor_s, plan.floor.micro_step_floor_s
     if step is None or micro is None:
-        return ClaimVerdict(verdict=CANNOT_JUDGE, evidence="no floor", source=source,
-                            why="the floor lacks figures: " + "; ".join(plan.floor.missing))
+        return ClaimVerdict(
+            verdict=CANNOT_JUDGE,
+            evidence="no floor",
+            source=source,
+            why="the floor lacks figures: " + "; ".join(plan.floor.missing),
+        )
     text = f"optimizer-step floor {step:.3g} s, micro-step floor {micro:.3g} s, against {threshold:g} s"
     if micro > threshold:
-        return ClaimVerdict(verdict=DOES_NOT_HOLD, evidence=text + ": even a micro-step cannot be that fast",
-                            source=source)
+        return ClaimVerdict(
+            verdict=DOES_NOT_HOLD, evidence=text + ": even a micro-step cannot be that fast", source=source
+        )
     if step > threshold:
-        return ClaimVerdict(verdict=HOLDS_ONLY_WHEN, evidence=text, source=source,
-                            condition=f"a step means a micro-step: an optimizer step cannot take under {step:.3g} s")
-    return ClaimVerdict(verdict=CANNOT_JUDGE, evidence=text, source=source,
-                        why=f"a floor is a lower bound: {step:.3g} s <= {threshold:g} s does not exclude the claim")
+        return ClaimVerdict(
+            verdict=HOLDS_ONLY_WHEN,
+            evidence=text,
+            source=source,
+            condition=f"a step means a micro-step: an optimizer step cannot take under {step:.3g} s",
+        )
+    return ClaimVerdict(
+        verdict=CANNOT_JUDGE,
+        evidence=text,
+        source=source,
+        why=f"a floor is a lower bound: {step:.3g} s <= {threshold:g} s does not exclude the claim",
+    )
 
 
 def judge_gate(gate: GateSettings, plan: Plan) -> ClaimVerdict | None:
@@ -117,8 +167,13 @@ def judge_gate(gate: GateSettings, plan: Plan) -> ClaimVerdict | None:
 
 def plan_claims(plan: Plan, gates: tuple[GateSettings, ...]) -> PlanClaims:
     """The run's fit, then each of the profile's gates a plan can speak to, judged on paper."""
-    claims = [PlanClaim(gate="run_fits_machine", claim="the profile's run can be held by this machine",
-                        verdict=judge_fit(plan))]
+    claims = [
+        PlanClaim(
+            gate="run_fits_machine",
+            claim="the profile's run can be held by this machine",
+            verdict=judge_fit(plan),
+        )
+    ]
     for gate in gates:
         verdict = judge_gate(gate, plan)
         if verdict is not None:

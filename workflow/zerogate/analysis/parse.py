@@ -42,8 +42,13 @@ def read_rank_metrics(metrics_dir: str | Path) -> pd.DataFrame:
     """All ranks' step records (``rank<N>.jsonl``, zerogate.contracts.records.StepRecord), as the ``steps``
     table every statistic in zerogate.analysis.measures reads (fp16 skips from its ``skip_reason`` column,
     nothing derived here)."""
-    return steps_table([record for path in sorted(Path(metrics_dir).glob("rank*.jsonl"))
-                        for record in read_lines(StepRecord, path)])
+    return steps_table(
+        [
+            record
+            for path in sorted(Path(metrics_dir).glob("rank*.jsonl"))
+            for record in read_lines(StepRecord, path)
+        ]
+    )
 
 
 def read_steps(path: str | Path) -> pd.DataFrame:
@@ -51,8 +56,9 @@ def read_steps(path: str | Path) -> pd.DataFrame:
     frame = pd.read_parquet(path)
     missing = missing_columns(frame.columns, STEP_COLUMNS)
     if missing:
-        raise ContractError(str(path), missing[0], "column missing (written by another zerogate version? rerun "
-                                                   "parse_logs)")
+        raise ContractError(
+            str(path), missing[0], "column missing (written by another zerogate version? rerun parse_logs)"
+        )
     return frame
 
 
@@ -85,8 +91,16 @@ def stabiliser_events(path: str | Path) -> pd.DataFrame:
     rows = []
     for event in read_lines(StabiliserEvent, path):
         detail = {"kind": event.kind, "value": event.value, "action": event.action}
-        rows.append({"kind": "stabiliser", "rank": event.rank, "step": event.step, "line": None,
-                     "message": f"{event.kind} = {event.value}: {event.action}", "detail": json.dumps(detail)})
+        rows.append(
+            {
+                "kind": "stabiliser",
+                "rank": event.rank,
+                "step": event.step,
+                "line": None,
+                "message": f"{event.kind} = {event.value}: {event.action}",
+                "detail": json.dumps(detail),
+            }
+        )
     frame = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
     return frame.astype({"rank": "Int64", "step": "Int64", "line": "Int64"})
 
@@ -108,8 +122,14 @@ def last_log_lines(text: str, rank: int | None, count: int = 12) -> list[str]:
     return [line for line in lines if line.strip()][-count:]
 
 
-def run_metadata(steps: pd.DataFrame, events: pd.DataFrame, summary: TrainSummary | None, log_text: str,
-                 expected_steps: int | None = None, nodes: list[NodeFingerprint] | None = None) -> RunMeta:
+def run_metadata(
+    steps: pd.DataFrame,
+    events: pd.DataFrame,
+    summary: TrainSummary | None,
+    log_text: str,
+    expected_steps: int | None = None,
+    nodes: list[NodeFingerprint] | None = None,
+) -> RunMeta:
     """What the run did as a whole: ranks, steps each completed, which ranks failed and how."""
     completed = {int(r): int(g["step"].max()) for r, g in steps.groupby("rank")} if len(steps) else {}
     failures: list[Failure] = []
@@ -117,9 +137,15 @@ def run_metadata(steps: pd.DataFrame, events: pd.DataFrame, summary: TrainSummar
         rank = None if pd.isna(event["rank"]) else int(event["rank"])
         detail = json.loads(event["detail"])
         code = detail.get("code")
-        failures.append(Failure(rank=rank, kind=event["kind"], message=event["message"],
-                                exit_code=None if code is None else int(code),
-                                last_lines=detail.get("last_lines") or last_log_lines(log_text, rank)))
+        failures.append(
+            Failure(
+                rank=rank,
+                kind=event["kind"],
+                message=event["message"],
+                exit_code=None if code is None else int(code),
+                last_lines=detail.get("last_lines") or last_log_lines(log_text, rank),
+            )
+        )
     counts = events["kind"].value_counts().to_dict() if len(events) else {}
     return RunMeta(
         # The summary's world size, or None: never the count of ranks that happen to have records.
@@ -145,9 +171,13 @@ def _last_skipped(events: pd.DataFrame) -> ProgressSkips | None:
     return ProgressSkips(step=int(last["step"]), skipped=int(json.loads(last["detail"])["skipped"]))
 
 
-def parse_run(metrics_dir: str | Path, launcher_logs: str | Path | list[str | Path], summary: TrainSummary | None,
-              stabiliser_events_path: str | Path,
-              expected_steps: int | None) -> tuple[pd.DataFrame, pd.DataFrame, RunMeta]:
+def parse_run(
+    metrics_dir: str | Path,
+    launcher_logs: str | Path | list[str | Path],
+    summary: TrainSummary | None,
+    stabiliser_events_path: str | Path,
+    expected_steps: int | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, RunMeta]:
     """The parse_logs rule's work: (steps, events, run metadata) from a run's per-rank records, launcher
     log (one per node on several nodes, node 0's first), summary (None when the run did not finish) and
     the loss stabiliser's events. Several nodes: each node's fingerprint (``metrics/node<i>.json``,
@@ -156,9 +186,15 @@ def parse_run(metrics_dir: str | Path, launcher_logs: str | Path | list[str | Pa
     logs = [launcher_logs] if isinstance(launcher_logs, (str, Path)) else launcher_logs
     log_text = "\n".join(Path(log).read_text(errors="replace") for log in logs)
     launcher_events = parse_launcher_log(log_text)
-    nodes = [NodeFingerprint.read(path) for path in
-             sorted(Path(metrics_dir).glob("node*.json"), key=lambda p: int(p.stem.removeprefix("node")))]
+    nodes = [
+        NodeFingerprint.read(path)
+        for path in sorted(
+            Path(metrics_dir).glob("node*.json"), key=lambda p: int(p.stem.removeprefix("node"))
+        )
+    ]
     meta = run_metadata(steps, launcher_events, summary, log_text, expected_steps, nodes)
     stabiliser = stabiliser_events(stabiliser_events_path)
-    events = pd.concat([launcher_events, stabiliser], ignore_index=True) if len(stabiliser) else launcher_events
+    events = (
+        pd.concat([launcher_events, stabiliser], ignore_index=True) if len(stabiliser) else launcher_events
+    )
     return steps, events, meta

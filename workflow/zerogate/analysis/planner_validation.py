@@ -12,7 +12,8 @@ Targets (each figure is judged against one, with the gates' vocabulary: PASS, FA
 - a published largest micro-batch: zerogate's largest fitting micro-batch within a factor 1.25 of it.
 
 A memory reading (a peak someone measured) is printed with its error and no target, against the level the
-planner predicts for the reading's metric (the tensor peak for torch.cuda.max_memory_allocated, the allocator's
+planner predicts for the reading's metric (the tensor peak for torch.cuda.max_memory_allocated, the
+allocator's
 for max_memory_reserved, the device's for nvidia-smi and for a reading whose tool is not named).
 
 Pure Python: the predictions come from zerogate.bench.planner_validation, which calls the planner.
@@ -50,7 +51,9 @@ class Spread:
         return cls(value, value, value)
 
 
-def printed_interval(published_bytes: float, unit_bytes: float, resolution: float, rounding: str) -> tuple[float, float]:
+def printed_interval(
+    published_bytes: float, unit_bytes: float, resolution: float, rounding: str
+) -> tuple[float, float]:
     """The whole bytes (both ends included) that print as the published figure: ``resolution`` printed
     units of ``unit_bytes`` each, rounded to nearest (half a step either side) or floored (up to one
     byte short of the next step)."""
@@ -72,32 +75,55 @@ def _printed(published_bytes: float, unit: str, unit_bytes: float, resolution: f
     return f"{published_bytes / unit_bytes:.{decimals}f} {unit} as printed ({format_bytes(published_bytes)})"
 
 
-def judge_printed(quantity: str, target: str, published_bytes: float, unit: str, unit_bytes: float, resolution: float,
-                  rounding: str, predicted: Spread, predicted_by: str) -> FigureCheck:
+def judge_printed(
+    quantity: str,
+    target: str,
+    published_bytes: float,
+    unit: str,
+    unit_bytes: float,
+    resolution: float,
+    rounding: str,
+    predicted: Spread,
+    predicted_by: str,
+) -> FigureCheck:
     """A printed figure against zerogate's: PASS when the prediction's interval overlaps the printed one."""
     low, high = printed_interval(published_bytes, unit_bytes, resolution, rounding)
     overlaps = predicted.high >= low and predicted.low <= high
     spread = "" if predicted.low == predicted.high else " over the printed counts' rounding"
     return FigureCheck(
-        quantity=quantity, published=_printed(published_bytes, unit, unit_bytes, resolution),
+        quantity=quantity,
+        published=_printed(published_bytes, unit, unit_bytes, resolution),
         predicted=f"{format_bytes(predicted.nominal)} ({predicted_by})",
-        published_value=published_bytes, predicted_value=predicted.nominal,
-        error_percent=error_percent(predicted.nominal, published_bytes), target=target,
+        published_value=published_bytes,
+        predicted_value=predicted.nominal,
+        error_percent=error_percent(predicted.nominal, published_bytes),
+        target=target,
         verdict=PASS if overlaps else FAIL,
-        basis=(f"printed to {resolution:g} {unit} ({rounding}): {low:.0f}..{high:.0f} B; "
-               f"predicted {predicted.low:.0f}..{predicted.high:.0f} B{spread}"))
+        basis=(
+            f"printed to {resolution:g} {unit} ({rounding}): {low:.0f}..{high:.0f} B; "
+            f"predicted {predicted.low:.0f}..{predicted.high:.0f} B{spread}"
+        ),
+    )
 
 
-def judge_outcome(published: str, memory: str | None, predicted_fits: bool, predicted: str, basis: str) -> FigureCheck:
+def judge_outcome(
+    published: str, memory: str | None, predicted_fits: bool, predicted: str, basis: str
+) -> FigureCheck:
     """A published outcome (``fits`` or ``out_of_memory`` in ``memory``) against zerogate's verdict on
     the same memory (``predicted_fits``; ``predicted``: its need and capacity in words)."""
     published_fits = published == "fits"
     shown = "fits" if published_fits else f"out of memory ({memory})"
     return FigureCheck(
-        quantity="fits / out of memory", published=shown,
+        quantity="fits / out of memory",
+        published=shown,
         predicted=("fits" if predicted_fits else "does not fit") + f": {predicted}",
-        published_value=None, predicted_value=None, error_percent=None, target=VERDICT_AGREES,
-        verdict=PASS if predicted_fits == published_fits else FAIL, basis=basis)
+        published_value=None,
+        predicted_value=None,
+        error_percent=None,
+        target=VERDICT_AGREES,
+        verdict=PASS if predicted_fits == published_fits else FAIL,
+        basis=basis,
+    )
 
 
 def judge_largest_micro_batch(published: int, predicted: int, basis: str) -> FigureCheck:
@@ -105,53 +131,90 @@ def judge_largest_micro_batch(published: int, predicted: int, basis: str) -> Fig
     ratio = predicted / published
     within = 1 / LARGEST_FACTOR <= ratio <= LARGEST_FACTOR
     return FigureCheck(
-        quantity="largest micro-batch per GPU", published=str(published),
+        quantity="largest micro-batch per GPU",
+        published=str(published),
         predicted=str(predicted) + ("" if predicted else " (micro-batch 1 does not fit)"),
-        published_value=float(published), predicted_value=float(predicted),
-        error_percent=error_percent(predicted, published), target=LARGEST_WITHIN, verdict=PASS if within else FAIL,
-        basis=f"ratio {ratio:.2f}, within 1/{LARGEST_FACTOR:g}..{LARGEST_FACTOR:g} needed; {basis}")
+        published_value=float(published),
+        predicted_value=float(predicted),
+        error_percent=error_percent(predicted, published),
+        target=LARGEST_WITHIN,
+        verdict=PASS if within else FAIL,
+        basis=f"ratio {ratio:.2f}, within 1/{LARGEST_FACTOR:g}..{LARGEST_FACTOR:g} needed; {basis}",
+    )
 
 
-def reported_peak(published_bytes: float, metric: str, predicted_bytes: float, predicted_what: str,
-                  same_metric: bool) -> FigureCheck:
+def reported_peak(
+    published_bytes: float, metric: str, predicted_bytes: float, predicted_what: str, same_metric: bool
+) -> FigureCheck:
     """A published memory reading beside zerogate's prediction of the level its metric measures
     (``same_metric``; else of the device's level, what must fit): the error, no target."""
-    basis = ("no target; the predicted level of the reading's own metric" if same_metric else
-             "no target: the reading's tool is not named, set against the device's level (allocator, CUDA "
-             "context, communicator)")
+    basis = (
+        "no target; the predicted level of the reading's own metric"
+        if same_metric
+        else "no target: the reading's tool is not named, set against the device's level (allocator, CUDA "
+        "context, communicator)"
+    )
     return FigureCheck(
-        quantity="peak memory per GPU", published=f"{format_bytes(published_bytes)} ({metric})",
-        predicted=f"{format_bytes(predicted_bytes)} ({predicted_what})", published_value=published_bytes,
-        predicted_value=predicted_bytes, error_percent=error_percent(predicted_bytes, published_bytes), target=None,
-        verdict=None, basis=basis)
+        quantity="peak memory per GPU",
+        published=f"{format_bytes(published_bytes)} ({metric})",
+        predicted=f"{format_bytes(predicted_bytes)} ({predicted_what})",
+        published_value=published_bytes,
+        predicted_value=predicted_bytes,
+        error_percent=error_percent(predicted_bytes, published_bytes),
+        target=None,
+        verdict=None,
+        basis=basis,
+    )
 
 
-def printed_by_another_formula(check: FigureCheck, installed: str, change_version: str, change: str,
-                               formulas: str) -> FigureCheck:
+def printed_by_another_formula(
+    check: FigureCheck, installed: str, change_version: str, change: str, formulas: str
+) -> FigureCheck:
     """``check`` of a figure the installed DeepSpeed computes by another formula than the one that printed it
     (DeepSpeed changed it in ``change_version``): NOT MEASURED, its prediction and error still shown. The
     printed figure says nothing about the installed estimator, and the installed one cannot reproduce it."""
-    return check.model_copy(update={
-        "verdict": NOT_MEASURED,
-        "basis": (f"not judged: printed by a DeepSpeed before {change_version}; {change} changed this figure's "
-                  f"formula ({formulas}), and the installed DeepSpeed {installed} computes the new one. "
-                  f"Judged anyway it would be {check.verdict}: {check.basis}")})
+    return check.model_copy(
+        update={
+            "verdict": NOT_MEASURED,
+            "basis": (
+                f"not judged: printed by a DeepSpeed before {change_version}; {change} changed this figure's "
+                f"formula ({formulas}), and the installed DeepSpeed {installed} computes the new one. "
+                f"Judged anyway it would be {check.verdict}: {check.basis}"
+            ),
+        }
+    )
 
 
 def not_judged(quantity: str, published: str, target: str | None, why: str) -> FigureCheck:
     """A figure nothing can be judged against (the source leaves out what the prediction needs):
     NOT MEASURED against its target (no verdict for a figure without one)."""
-    return FigureCheck(quantity=quantity, published=published, predicted="—", published_value=None,
-                       predicted_value=None, error_percent=None, target=target,
-                       verdict=NOT_MEASURED if target else None, basis=why)
+    return FigureCheck(
+        quantity=quantity,
+        published=published,
+        predicted="—",
+        published_value=None,
+        predicted_value=None,
+        error_percent=None,
+        target=target,
+        verdict=NOT_MEASURED if target else None,
+        basis=why,
+    )
 
 
 def missed(quantity: str, published: str, target: str | None, why: str) -> FigureCheck:
     """A figure zerogate gives no prediction for although the row states all it needs: FAIL against its
     target (no verdict for a figure without one)."""
-    return FigureCheck(quantity=quantity, published=published, predicted="no prediction", published_value=None,
-                       predicted_value=None, error_percent=None, target=target, verdict=FAIL if target else None,
-                       basis=why)
+    return FigureCheck(
+        quantity=quantity,
+        published=published,
+        predicted="no prediction",
+        published_value=None,
+        predicted_value=None,
+        error_percent=None,
+        target=target,
+        verdict=FAIL if target else None,
+        basis=why,
+    )
 
 
 def summarise(rows: list[RowCheck]) -> list[TargetSummary]:
@@ -161,22 +224,32 @@ def summarise(rows: list[RowCheck]) -> list[TargetSummary]:
         for check in row.checks:
             if check.target is not None and check.verdict is not None:
                 counts.setdefault(check.target, {PASS: 0, FAIL: 0, NOT_MEASURED: 0})[check.verdict] += 1
-    return [TargetSummary(target=t, passed=c[PASS], failed=c[FAIL], not_measured=c[NOT_MEASURED])
-            for t, c in counts.items()]
+    return [
+        TargetSummary(target=t, passed=c[PASS], failed=c[FAIL], not_measured=c[NOT_MEASURED])
+        for t, c in counts.items()
+    ]
 
 
 def summary_line(summary: list[TargetSummary], rows: list[RowCheck]) -> str:
-    parts = [f"{s.target}: {s.passed}/{s.passed + s.failed} met"
-             + (f", {s.failed} missed" if s.failed else "")
-             + (f", {s.not_measured} not judged" if s.not_measured else "") for s in summary]
+    parts = [
+        f"{s.target}: {s.passed}/{s.passed + s.failed} met"
+        + (f", {s.failed} missed" if s.failed else "")
+        + (f", {s.not_measured} not judged" if s.not_measured else "")
+        for s in summary
+    ]
     untold = sum(1 for r in rows if r.not_expressed for c in r.checks if c.verdict == PASS)
     if untold:
-        parts.append(f"{untold} of the met ones planned without a setting the row states (see 'not told to the planner')")
+        parts.append(
+            f"{untold} of the met ones planned without a setting the row states (see 'not told to the "
+            "planner')"
+        )
     readings = [c for r in rows for c in r.checks if c.target is None]
     if readings:
         errors = [f"{c.error_percent:+.0f} %" for c in readings if c.error_percent is not None]
-        parts.append(f"memory readings: {len(readings)}, {len(errors)} predicted"
-                     + (f" (errors {', '.join(errors)})" if errors else ""))
+        parts.append(
+            f"memory readings: {len(readings)}, {len(errors)} predicted"
+            + (f" (errors {', '.join(errors)})" if errors else "")
+        )
     return "summary: " + "; ".join(parts)
 
 
@@ -187,17 +260,23 @@ def _error(check: FigureCheck) -> str:
 def table_text(validation: PlannerValidation) -> str:
     """The table as printed: per row its source, then each figure: published, zerogate, error, target,
     verdict and basis; the summary line last."""
-    lines = [f"zerogate planner vs published setups ({validation.table}, sha256 {validation.table_sha256[:12]}; "
-             f"zerogate {validation.pipeline_version}, commit {(validation.git.commit or 'n/a')[:12]}"
-             f"{' (dirty)' if validation.git.dirty else ''}; "
-             + ", ".join(f"{k} {v}" for k, v in validation.packages.items()) + ")", ""]
+    lines = [
+        f"zerogate planner vs published setups ({validation.table}, sha256 {validation.table_sha256[:12]}; "
+        f"zerogate {validation.pipeline_version}, commit {(validation.git.commit or 'n/a')[:12]}"
+        f"{' (dirty)' if validation.git.dirty else ''}; "
+        + ", ".join(f"{k} {v}" for k, v in validation.packages.items())
+        + ")",
+        "",
+    ]
     for row in validation.rows:
         lines.append(f"{row.id} [{row.kind}] {row.source}")
         lines.append(f"    where: {row.where}")
         for check in row.checks:
             verdict = check.verdict or "(no target)"
-            lines.append(f"  {verdict:<12} {check.quantity}: published {check.published}; zerogate {check.predicted}"
-                         + (f"; error {_error(check)}" if check.error_percent is not None else ""))
+            lines.append(
+                f"  {verdict:<12} {check.quantity}: published {check.published}; zerogate {check.predicted}"
+                + (f"; error {_error(check)}" if check.error_percent is not None else "")
+            )
             lines.append(f"               target: {check.target or 'none'}; {check.basis}")
         for note in row.not_expressed:
             lines.append(f"  not told to the planner: {note}")

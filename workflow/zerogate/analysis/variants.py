@@ -34,9 +34,11 @@ TOLERANCE_FROM = ("zero0", "zero1", "zero2")
 # Below this the ZeRO stages agree to the last bits: a floor so that a bit-identical pair does not demand
 # bit-identity of another library (float32's epsilon is 1.2e-7).
 TOLERANCE_FLOOR = 1e-6
-TOLERANCE_RULE = ("the largest of the per-step maximum relative loss differences between any two of ZeRO-0, -1 and "
-                  "-2 trained here (the same algorithm, optimizer and initial weights in another float32 reduction "
-                  f"order), at least {TOLERANCE_FLOOR:g}")
+TOLERANCE_RULE = (
+    "the largest of the per-step maximum relative loss differences between any two of ZeRO-0, -1 and "
+    "-2 trained here (the same algorithm, optimizer and initial weights in another float32 reduction "
+    f"order), at least {TOLERANCE_FLOOR:g}"
+)
 
 
 @dataclass(frozen=True)
@@ -53,16 +55,32 @@ def offload_note(name: str, accelerator: str) -> str | None:
     if accelerator != "cpu" or not (offload_optimizer or offload_param):
         return None
     if engine_of(name) == "fsdp2":
-        return ("CPU accelerator: CPUOffloadPolicy moves nothing (parameters, gradients and the optimizer step are on "
-                "the host already; pinned memory is off, it needs an accelerator): this row times FSDP2's offload "
-                "code path, not a transfer")
-    return ("CPU accelerator: the offload target is the device itself, so nothing crosses a bus; DeepSpeed's CPU Adam "
-            "steps the optimizer")
+        return (
+            "CPU accelerator: CPUOffloadPolicy moves nothing (parameters, gradients and the optimizer step "
+            "are on "
+            "the host already; pinned memory is off, it needs an accelerator): this row times FSDP2's "
+            "offload "
+            "code path, not a transfer"
+        )
+    return (
+        "CPU accelerator: the offload target is the device itself, so nothing crosses a bus; DeepSpeed's CPU "
+        "Adam "
+        "steps the optimizer"
+    )
 
 
-def variant_row(name: str, run: VariantRun, *, warmup_steps: int, spike_rule: SpikeRule, expected_steps: int | None,
-                interval_rule: IntervalRule | None = None, prediction: PeakPrediction | None = None,
-                communication: CommsVolume | None = None, accumulation: int | None = None) -> VariantRow:
+def variant_row(
+    name: str,
+    run: VariantRun,
+    *,
+    warmup_steps: int,
+    spike_rule: SpikeRule,
+    expected_steps: int | None,
+    interval_rule: IntervalRule | None = None,
+    prediction: PeakPrediction | None = None,
+    communication: CommsVolume | None = None,
+    accumulation: int | None = None,
+) -> VariantRow:
     """One trained variant: what trained it, then measures.run_statistics of its step records."""
     stage, offload_optimizer, offload_param = zero_setup(name)
     steps = run.steps
@@ -71,22 +89,37 @@ def variant_row(name: str, run: VariantRun, *, warmup_steps: int, spike_rule: Sp
     completion = measures.run_completion(per_rank, [], True, expected_steps, run.summary.world_size)
     volume = None if communication is None or accumulation is None else communication.row(name, accumulation)
     return VariantRow(
-        variant=name, engine=engine_of(name), what=what_of(name), stage=stage, offload_optimizer=offload_optimizer,
+        variant=name,
+        engine=engine_of(name),
+        what=what_of(name),
+        stage=stage,
+        offload_optimizer=offload_optimizer,
         offload_param=offload_param,
         statistics=measures.run_statistics(steps, warmup_steps, spike_rule, completion, interval_rule),
         wall_time_s=run.summary.wall_time_s,
         predicted_peak_gib=None if prediction is None else prediction.total_bytes / GIB,
         predicted_peak_metric=None if prediction is None else prediction.metric,
-        communicated_bytes_per_step=None if volume is None or volume.status != "run" else volume.measured_volume_bytes,
-        note=offload_note(name, run.summary.accelerator))
+        communicated_bytes_per_step=None
+        if volume is None or volume.status != "run"
+        else volume.measured_volume_bytes,
+        note=offload_note(name, run.summary.accelerator),
+    )
 
 
 def not_run_row(name: str, accelerator: str) -> VariantRow:
     """A variant that cannot train on this machine: its reason, no statistics."""
     stage, offload_optimizer, offload_param = zero_setup(name)
-    return VariantRow(variant=name, engine=engine_of(name), what=what_of(name), stage=stage,
-                      offload_optimizer=offload_optimizer, offload_param=offload_param, statistics=None,
-                      wall_time_s=None, not_run=NOT_RUNNABLE[name].reason(accelerator))
+    return VariantRow(
+        variant=name,
+        engine=engine_of(name),
+        what=what_of(name),
+        stage=stage,
+        offload_optimizer=offload_optimizer,
+        offload_param=offload_param,
+        statistics=None,
+        wall_time_s=None,
+        not_run=NOT_RUNNABLE[name].reason(accelerator),
+    )
 
 
 def peak_of_largest_rank(statistics: RunStatistics) -> float | None:
@@ -114,7 +147,10 @@ def tolerance(runs: dict[str, VariantRun]) -> tuple[float | None, list[str]]:
     names = [name for name in TOLERANCE_FROM if name in runs]
     if len(names) < 2:
         return None, names
-    gaps = [float(relative_differences(runs[a].steps, runs[b].steps).max()) for a, b in itertools.combinations(names, 2)]
+    gaps = [
+        float(relative_differences(runs[a].steps, runs[b].steps).max())
+        for a, b in itertools.combinations(names, 2)
+    ]
     return max(TOLERANCE_FLOOR, *gaps), names
 
 
@@ -125,8 +161,10 @@ def diagnosis(first: float, worst: float, limit: float | None) -> str:
     if worst <= limit:
         return "agree within the tolerance"
     if first > limit:
-        return ("differ from the first step, before any update: the initial weights (or the forward) differ, "
-                "not the training")
+        return (
+            "differ from the first step, before any update: the initial weights (or the forward) differ, "
+            "not the training"
+        )
     return "start together and part during training: the updates differ"
 
 
@@ -141,26 +179,57 @@ def loss_agreement(runs: dict[str, VariantRun]) -> list[LossAgreement]:
         if not len(gaps):
             continue
         worst, first = float(gaps.max()), float(gaps.iloc[0])
-        found.append(LossAgreement(
-            peer=peer, reference=reference, steps=len(gaps), max_relative_difference=worst,
-            first_step_relative_difference=first, tolerance=limit, tolerance_from=sources,
-            tolerance_rule=TOLERANCE_RULE, within=None if limit is None else bool(worst <= limit),
-            diagnosis=diagnosis(first, worst, limit)))
+        found.append(
+            LossAgreement(
+                peer=peer,
+                reference=reference,
+                steps=len(gaps),
+                max_relative_difference=worst,
+                first_step_relative_difference=first,
+                tolerance=limit,
+                tolerance_from=sources,
+                tolerance_rule=TOLERANCE_RULE,
+                within=None if limit is None else bool(worst <= limit),
+                diagnosis=diagnosis(first, worst, limit),
+            )
+        )
     return found
 
 
-def compare(runs: dict[str, VariantRun], *, warmup_steps: int, spike_rule: SpikeRule,
-            expected_steps: int | None = None, interval_rule: IntervalRule | None = None,
-            predictions: dict[str, PeakPrediction] | None = None, communication: CommsVolume | None = None,
-            accumulation: int | None = None, not_run: list[str] = (), accelerator: str = "cpu") -> VariantsTable:
+def compare(
+    runs: dict[str, VariantRun],
+    *,
+    warmup_steps: int,
+    spike_rule: SpikeRule,
+    expected_steps: int | None = None,
+    interval_rule: IntervalRule | None = None,
+    predictions: dict[str, PeakPrediction] | None = None,
+    communication: CommsVolume | None = None,
+    accumulation: int | None = None,
+    not_run: list[str] = (),
+    accelerator: str = "cpu",
+) -> VariantsTable:
     """One row per variant (``runs``: each trained variant's records of every rank and summary; ``not_run``:
     listed variants this machine cannot train), the fastest and the smallest, and the peers' agreement."""
     predictions = predictions or {}
-    rows = [variant_row(name, run, warmup_steps=warmup_steps, spike_rule=spike_rule, expected_steps=expected_steps,
-                        interval_rule=interval_rule, prediction=predictions.get(name), communication=communication,
-                        accumulation=accumulation)
-            for name, run in runs.items()]
+    rows = [
+        variant_row(
+            name,
+            run,
+            warmup_steps=warmup_steps,
+            spike_rule=spike_rule,
+            expected_steps=expected_steps,
+            interval_rule=interval_rule,
+            prediction=predictions.get(name),
+            communication=communication,
+            accumulation=accumulation,
+        )
+        for name, run in runs.items()
+    ]
     rows += [not_run_row(name, accelerator) for name in not_run]
-    return VariantsTable(rows=rows, fastest=best(rows, lambda s: s.step_time_median_s),
-                         smallest=best(rows, peak_of_largest_rank), agreement=loss_agreement(runs))
-
+    return VariantsTable(
+        rows=rows,
+        fastest=best(rows, lambda s: s.step_time_median_s),
+        smallest=best(rows, peak_of_largest_rank),
+        agreement=loss_agreement(runs),
+    )

@@ -1,7 +1,8 @@
 """Step time of zerogate's ZeRO-3 configuration against plain PyTorch DDP, same model and data
 (`make bench`, target bench_ddp_vs_zero3).
 
-Rows: DDP (the training loop with the DDP engine: torch DDP, gloo, no_sync accumulation); ZeRO-3 as rendered (with the
+Rows: DDP (the training loop with the DDP engine: torch DDP, gloo, no_sync accumulation); ZeRO-3 as rendered
+(with the
 CPU communication tuning of zerogate.plan.cpu_tuning, the pipeline's step time after that tuning); ZeRO-3
 without that tuning (the claim's overlap_comm, the "auto" hidden_size^2 bucket rule, DeepSpeed's default
 leaf modules: the step time before it); and two reference rows that place the gap, the same rendered
@@ -43,18 +44,31 @@ def table(runs: dict[str, list[str]], warmup_steps: int) -> dict[str, Any]:
     rows = []
     for name, label in ROWS.items():
         per_repeat = [run_step_time(d, warmup_steps) for d in runs[name]]
-        rows.append({"run": name, "label": label, "step_time(s)": statistics.median(per_repeat),
-                     "per_repeat_step_time(s)": per_repeat})
+        rows.append(
+            {
+                "run": name,
+                "label": label,
+                "step_time(s)": statistics.median(per_repeat),
+                "per_repeat_step_time(s)": per_repeat,
+            }
+        )
     ddp = rows[0]["step_time(s)"]
     for row in rows:
         row["ratio_to_ddp"] = row["step_time(s)"] / ddp
-    return {"warmup_steps": warmup_steps, "repeats": len(runs["ddp"]), "target_ratio_zero3_to_ddp": TARGET_RATIO,
-            "rows": rows}
+    return {
+        "warmup_steps": warmup_steps,
+        "repeats": len(runs["ddp"]),
+        "target_ratio_zero3_to_ddp": TARGET_RATIO,
+        "rows": rows,
+    }
 
 
 def text(result: dict[str, Any], profile: str, steps: int) -> str:
-    lines = [f"DDP vs ZeRO-3, profile {profile}: {steps} optimizer steps x {result['repeats']} repeat(s); step time = "
-             f"median after {result['warmup_steps']} warm-up steps, slowest rank (zerogate.analysis.measures)"]
+    lines = [
+        f"DDP vs ZeRO-3, profile {profile}: {steps} optimizer steps x {result['repeats']} repeat(s); step "
+        "time = "
+        f"median after {result['warmup_steps']} warm-up steps, slowest rank (zerogate.analysis.measures)"
+    ]
     for row in result["rows"]:
         ratio = "" if row["run"] == "ddp" else f"  ratio to DDP {row['ratio_to_ddp']:.2f}"
         target = f"  (target <= {result['target_ratio_zero3_to_ddp']})" if row["run"] == "zero3" else ""

@@ -1,6 +1,7 @@
 """What one gloo collective costs between two local ranks: the floor under ZeRO-3's step time on the CPU.
 
-    python -m zerogate.bench.gloo_latency [--iterations 500] [--out table.txt]   (`make bench`: bench_gloo_latency)
+    python -m zerogate.bench.gloo_latency [--iterations 500] [--out table.txt]   (`make bench`:
+    bench_gloo_latency)
 
 Two processes (one thread pool of one thread each, as the training ranks run) time all_gather_into_tensor,
 reduce_scatter_tensor and all_reduce for messages the size of one norm weight, one linear layer and the
@@ -27,15 +28,17 @@ from zerogate.runtime.nodes import LOCAL_MASTER_ADDR
 
 # Elements per rank: a norm weight, one 64 x 64 linear layer, the 0.14 M-parameter default model.
 SIZES = {"norm weight (64)": 64, "linear layer (4096)": 4096, "whole model (139584)": 139_584}
-# zerogate.plan.collectives kinds, as DeepSpeed calls them: all_gather_into_tensor, reduce_scatter_tensor, all_reduce.
+# zerogate.plan.collectives kinds, as DeepSpeed calls them: all_gather_into_tensor, reduce_scatter_tensor,
+# all_reduce.
 OPERATIONS = ("all_gather", "reduce_scatter", "all_reduce")
 
 
 def _time(operation: str, elements: int, world: int, iterations: int) -> float:
     """Mean seconds per call after a warm-up, for ``elements`` per rank: the probe's timing loop
     (zerogate.runtime.collectives.time_collective) as one batch of ``iterations`` calls."""
-    return time_collective(operation, elements * world, world, calls=iterations, batches=1,
-                           warmup=max(iterations // 10, 5))
+    return time_collective(
+        operation, elements * world, world, calls=iterations, batches=1, warmup=max(iterations // 10, 5)
+    )
 
 
 def _rank(rank: int, world: int, port: int, iterations: int, out: str | None) -> None:
@@ -47,7 +50,9 @@ def _rank(rank: int, world: int, port: int, iterations: int, out: str | None) ->
     lines = []
     for label, elements in SIZES.items():
         times = {op: _time(op, elements, world, iterations) for op in OPERATIONS}
-        lines.append(f"{label:22s} " + "  ".join(f"{op} {seconds * 1e3:6.3f} ms" for op, seconds in times.items()))
+        lines.append(
+            f"{label:22s} " + "  ".join(f"{op} {seconds * 1e3:6.3f} ms" for op, seconds in times.items())
+        )
     if rank == 0:
         print("\n".join(lines))
         if out:
@@ -57,7 +62,9 @@ def _rank(rank: int, world: int, port: int, iterations: int, out: str | None) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--iterations", type=int, default=500)
     parser.add_argument("--out", default=None, help="also write the table to this file")
     args = parser.parse_args(argv)

@@ -17,13 +17,14 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
-from zerogate.contracts.base import Record
 from zerogate.config.tables import read_yaml, refuse_duplicate_ids
+from zerogate.contracts.base import Record
 from zerogate.errors import InputError
 from zerogate.plan.variants import VARIANTS, variant_overrides
 
 GRID_FILE = "config/planner_grid.yaml"
-# A point's profile is written as <PROFILE_PREFIX><id>.yaml, so its results go to results/<PROFILE_PREFIX><id>/.
+# A point's profile is written as <PROFILE_PREFIX><id>.yaml, so its results go to
+# results/<PROFILE_PREFIX><id>/.
 PROFILE_PREFIX = "planner-grid-"
 ZeroVariant = Literal[tuple(VARIANTS)]  # type: ignore[valid-type]
 
@@ -47,7 +48,12 @@ def _structure_error(file: str, raw: dict[str, Any], error: ValidationError) -> 
     location = list(first["loc"])
     message = first["msg"].removeprefix("Value error, ")
     points = raw.get("points")
-    if len(location) >= 2 and location[0] == "points" and isinstance(location[1], int) and isinstance(points, list):
+    if (
+        len(location) >= 2
+        and location[0] == "points"
+        and isinstance(location[1], int)
+        and isinstance(points, list)
+    ):
         index = location[1]
         point = points[index] if index < len(points) else None
         point_id = point.get("id") if isinstance(point, dict) else None
@@ -67,8 +73,11 @@ def parse_grid(raw: object, file: str = GRID_FILE) -> PlannerGrid:
     refuse_duplicate_ids((point.id for point in grid.points), file, "points")
     for index, point in enumerate(grid.points):
         if "extends" in point.overrides:
-            raise InputError(file, f"points[{index}] ({point.id}): overrides.extends",
-                             "a point extends the grid's base; set base instead")
+            raise InputError(
+                file,
+                f"points[{index}] ({point.id}): overrides.extends",
+                "a point extends the grid's base; set base instead",
+            )
     return grid
 
 
@@ -86,7 +95,9 @@ def profile_file_name(point_id: str) -> str:
     return f"{PROFILE_PREFIX}{point_id}.yaml"
 
 
-def point_profile(grid: PlannerGrid, point: GridPoint, base_overrides: list[dict[str, Any]]) -> dict[str, Any]:
+def point_profile(
+    grid: PlannerGrid, point: GridPoint, base_overrides: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The profile of ``point``: the base extended by the point's overrides, its DeepSpeed overrides the
     base's (``base_overrides``, as resolved), the point's own, then the stage and offloads of its ``zero``
     variant (zerogate.plan.variants.variant_overrides, as the pipeline's variants are made)."""
@@ -94,10 +105,16 @@ def point_profile(grid: PlannerGrid, point: GridPoint, base_overrides: list[dict
     deepspeed = dict(overrides.pop("deepspeed", None) or {})
     stated = list(deepspeed.pop("overrides", None) or [])
     reason = f"planner grid point {point.id}"
-    variant = [{**override, "reason": f"{reason}: {override['reason']}"} for override in variant_overrides(point.zero)]
-    return {"extends": grid.base,
-            "description": overrides.pop("description", None) or f"{reason} ({point.zero}), on {grid.base}",
-            **overrides, "deepspeed": {**deepspeed, "overrides": [*base_overrides, *stated, *variant]}}
+    variant = [
+        {**override, "reason": f"{reason}: {override['reason']}"}
+        for override in variant_overrides(point.zero)
+    ]
+    return {
+        "extends": grid.base,
+        "description": overrides.pop("description", None) or f"{reason} ({point.zero}), on {grid.base}",
+        **overrides,
+        "deepspeed": {**deepspeed, "overrides": [*base_overrides, *stated, *variant]},
+    }
 
 
 def _schema_error(file: str, chain: list[tuple[Path, dict]], where: str, error: Any) -> InputError:
@@ -146,14 +163,17 @@ def check_grid(repo: Path, file: str = GRID_FILE) -> tuple[PlannerGrid, dict[str
 
 
 def write_profiles(repo: Path, out_dir: str | Path, file: str = GRID_FILE) -> list[Path]:
-    """Every point's profile under ``out_dir`` (:func:`profile_file_name`), after the whole grid is checked."""
+    """Every point's profile under ``out_dir`` (:func:`profile_file_name`), after the whole grid is
+    checked."""
     _, profiles = check_grid(repo, file)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for point_id, profile in profiles.items():
         path = out / profile_file_name(point_id)
-        path.write_text(f"# Written by the write_grid_profiles rule from {file}: edit that file, not this one.\n"
-                        + yaml.safe_dump(profile, sort_keys=False))
+        path.write_text(
+            f"# Written by the write_grid_profiles rule from {file}: edit that file, not this one.\n"
+            + yaml.safe_dump(profile, sort_keys=False)
+        )
         written.append(path)
     return written

@@ -26,17 +26,26 @@ def table(on: list[TrainSummary], off: list[TrainSummary]) -> dict[str, Any]:
         "wall_time_on(s)": statistics.median(on_wall),
         "wall_time_off(s)": statistics.median(off_wall),
         "overhead_percent": 100 * (statistics.median(on_wall) / statistics.median(off_wall) - 1),
-        "runs_on(s)": on_wall, "runs_off(s)": off_wall, "target_percent": TARGET_PERCENT,
+        "runs_on(s)": on_wall,
+        "runs_off(s)": off_wall,
+        "target_percent": TARGET_PERCENT,
     }
 
 
 def text(result: dict[str, Any], profile: str, steps: int) -> str:
-    runs = ", ".join(f"off {a:.2f} s / on {b:.2f} s" for a, b in zip(result["runs_off(s)"], result["runs_on(s)"]))
-    return "\n".join([
-        f"metrics overhead, profile {profile}: {steps} optimizer steps x {len(result['runs_on(s)'])} repeat(s)",
-        f"  time inside the metrics layer: {result['inside_metrics_percent']:.2f} % of the loop (rank 0)",
-        f"  loop wall time: metrics on {result['wall_time_on(s)']:.2f} s, off {result['wall_time_off(s)']:.2f} s: "
-        f"overhead {result['overhead_percent']:+.1f} % (target <= {result['target_percent']:.0f} %; noisy on a shared machine)",
-        # The spread between runs of the same setting says how much of that difference is noise.
-        f"  each run: {runs}",
-    ])
+    runs = ", ".join(
+        f"off {a:.2f} s / on {b:.2f} s" for a, b in zip(result["runs_off(s)"], result["runs_on(s)"])
+    )
+    return "\n".join(
+        [
+            f"metrics overhead, profile {profile}: {steps} optimizer steps x {len(result['runs_on(s)'])} "
+            "repeat(s)",
+            f"  time inside the metrics layer: {result['inside_metrics_percent']:.2f} % of the loop (rank 0)",
+            f"  loop wall time: metrics on {result['wall_time_on(s)']:.2f} s, off "
+            f"{result['wall_time_off(s)']:.2f} s: "
+            f"overhead {result['overhead_percent']:+.1f} % (target <= {result['target_percent']:.0f} %; "
+            "noisy on a shared machine)",
+            # The spread between runs of the same setting says how much of that difference is noise.
+            f"  each run: {runs}",
+        ]
+    )

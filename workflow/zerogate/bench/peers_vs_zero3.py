@@ -2,7 +2,8 @@
 (`make bench-peers`, target bench_peers_vs_zero3): each row's median step time (the slowest rank's,
 zerogate.analysis.measures.step_time) with its interval, and its ratio to ZeRO-3 with the ratio's interval
 (measures.ratio_interval: each run's stationary-bootstrap replicates divided), then the peers' loss curves
-against the ZeRO variants they train from (zerogate.analysis.variants.loss_agreement, its tolerance from ZeRO-1 and ZeRO-2).
+against the ZeRO variants they train from (zerogate.analysis.variants.loss_agreement, its tolerance from
+ZeRO-1 and ZeRO-2).
 
 The runs are the variants' own (rule train_variant on the profile's data): one run per row, so the
 intervals cover the step-to-step variation within each run, not what differs from one run to the next.
@@ -17,14 +18,16 @@ from zerogate.analysis.measures import IntervalRule, ratio_interval, step_time, 
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.analysis.variants import VariantRun, loss_agreement
 from zerogate.contracts.records import TrainSummary
-from zerogate.plan.variants import PEERS_BENCHMARK as ROWS, what_of
+from zerogate.plan.variants import PEERS_BENCHMARK as ROWS
+from zerogate.plan.variants import what_of
 
 REFERENCE = ROWS[0]  # ZeRO-3: what every ratio divides by
 STATISTIC = "step_time_median_s"
 
 
-def table(metrics: dict[str, str | Path], summaries: dict[str, str | Path], warmup_steps: int,
-          rule: IntervalRule) -> dict[str, Any]:
+def table(
+    metrics: dict[str, str | Path], summaries: dict[str, str | Path], warmup_steps: int, rule: IntervalRule
+) -> dict[str, Any]:
     """``metrics``/``summaries``: row -> its run's metrics directory and summary.json."""
     steps = {name: read_rank_metrics(metrics[name]) for name in ROWS}
     replicates = {name: timing_replicates([steps[name]], warmup_steps, rule) for name in ROWS}
@@ -35,26 +38,48 @@ def table(metrics: dict[str, str | Path], summaries: dict[str, str | Path], warm
         own = replicates[name]
         interval = None if own is None else own.interval(STATISTIC)
         ratio = None if own is None or reference is None else ratio_interval(own, reference, STATISTIC)
-        rows.append({"run": name, "label": what_of(name), "step_time(s)": median,
-                     "step_time_interval(s)": None if interval is None else [interval.low, interval.high],
-                     "ratio_to_zero3": median / step_time(steps[REFERENCE], warmup_steps).value,
-                     "ratio_interval": None if ratio is None else [ratio.low, ratio.high]})
+        rows.append(
+            {
+                "run": name,
+                "label": what_of(name),
+                "step_time(s)": median,
+                "step_time_interval(s)": None if interval is None else [interval.low, interval.high],
+                "ratio_to_zero3": median / step_time(steps[REFERENCE], warmup_steps).value,
+                "ratio_interval": None if ratio is None else [ratio.low, ratio.high],
+            }
+        )
     runs = {name: VariantRun(steps[name], TrainSummary.read(summaries[name])) for name in ROWS}
     agreement = [a.model_dump(by_alias=True) for a in loss_agreement(runs)]
-    return {"warmup_steps": warmup_steps, "confidence": rule.confidence, "rows": rows, "loss_agreement": agreement}
+    return {
+        "warmup_steps": warmup_steps,
+        "confidence": rule.confidence,
+        "rows": rows,
+        "loss_agreement": agreement,
+    }
 
 
 def text(result: dict[str, Any], profile: str, steps: int) -> str:
-    lines = [f"ZeRO's peers vs ZeRO-3, profile {profile}: {steps} optimizer steps, one run per row; step time = median "
-             f"after {result['warmup_steps']} warm-up steps, slowest rank, [{100 * result['confidence']:.0f} % interval]"]
+    lines = [
+        f"ZeRO's peers vs ZeRO-3, profile {profile}: {steps} optimizer steps, one run per row; step time = "
+        "median "
+        f"after {result['warmup_steps']} warm-up steps, slowest rank, [{100 * result['confidence']:.0f} % "
+        "interval]"
+    ]
     for row in result["rows"]:
         interval = row["step_time_interval(s)"]
         ratio = row["ratio_interval"]
-        shown = f"{row['step_time(s)']:.4f} s" + (f" [{interval[0]:.4f}, {interval[1]:.4f}]" if interval else "")
-        relative = f"ratio to ZeRO-3 {row['ratio_to_zero3']:.3f}" + (f" [{ratio[0]:.3f}, {ratio[1]:.3f}]" if ratio else "")
+        shown = f"{row['step_time(s)']:.4f} s" + (
+            f" [{interval[0]:.4f}, {interval[1]:.4f}]" if interval else ""
+        )
+        relative = f"ratio to ZeRO-3 {row['ratio_to_zero3']:.3f}" + (
+            f" [{ratio[0]:.3f}, {ratio[1]:.3f}]" if ratio else ""
+        )
         lines.append(f"  {row['run']:<18} {shown:<34} {relative}")
     for a in result["loss_agreement"]:
         tolerance = "not judged" if a["tolerance"] is None else f"tolerance {a['tolerance']:.3g}"
-        lines.append(f"  loss {a['peer']} vs {a['reference']}: max relative difference {a['max_relative_difference']:.3g} "
-                     f"(first step {a['first_step_relative_difference']:.3g}), {tolerance}: {a['diagnosis']}")
+        lines.append(
+            f"  loss {a['peer']} vs {a['reference']}: max relative difference "
+            f"{a['max_relative_difference']:.3g} "
+            f"(first step {a['first_step_relative_difference']:.3g}), {tolerance}: {a['diagnosis']}"
+        )
     return "\n".join(lines)

@@ -28,17 +28,37 @@ import datetime as dt
 import functools
 import hashlib
 import inspect
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from zerogate import __version__
-from zerogate.analysis.planner_validation import (ESTIMATOR_ROUNDING, LARGEST_WITHIN, PAPER_ROUNDING, VERDICT_AGREES,
-                                                  Spread, judge_largest_micro_batch, judge_outcome, judge_printed,
-                                                  missed, not_judged, printed_by_another_formula, reported_peak,
-                                                  summarise)
-from zerogate.config.published_setups import (CUDA_LEVEL_OF_METRIC, UNNAMED_METRIC, EstimatorRow, MeasuredRow,
-                                              PaperRow, PublishedSetups, level_of_metric, read_setups)
+from zerogate.analysis.planner_validation import (
+    ESTIMATOR_ROUNDING,
+    LARGEST_WITHIN,
+    PAPER_ROUNDING,
+    VERDICT_AGREES,
+    Spread,
+    judge_largest_micro_batch,
+    judge_outcome,
+    judge_printed,
+    missed,
+    not_judged,
+    printed_by_another_formula,
+    reported_peak,
+    summarise,
+)
+from zerogate.config.published_setups import (
+    CUDA_LEVEL_OF_METRIC,
+    UNNAMED_METRIC,
+    EstimatorRow,
+    MeasuredRow,
+    PaperRow,
+    PublishedSetups,
+    level_of_metric,
+    read_setups,
+)
 from zerogate.config.settings import ATTENTIONS, PlanSettings, RunTraining, model_settings
 from zerogate.contracts.base import typed
 from zerogate.contracts.plan import Plan
@@ -75,6 +95,7 @@ def row_name(index: int, row: Any) -> str:
 
 # --- the table, checked whole before anything is planned ---------------------------------------------------
 
+
 def load_table(repo: Path, file: str = SETUPS_FILE) -> tuple[PublishedSetups, dict[str, Any]]:
     """The table and each measured row's model config (transformers' config, read offline). A malformed
     row or a config that does not load stops here, with one line naming the table, the row and the key."""
@@ -93,7 +114,10 @@ def load_table(repo: Path, file: str = SETUPS_FILE) -> tuple[PublishedSetups, di
 
 # --- estimator and paper rows ------------------------------------------------------------------------------
 
-def _count_bounds(value: float | None, resolution: float | None, rounding: str | None) -> tuple[int, int, int]:
+
+def _count_bounds(
+    value: float | None, resolution: float | None, rounding: str | None
+) -> tuple[int, int, int]:
     """(lowest, stated, highest) count a printed count stands for."""
     if value is None:
         return 0, 0, 0
@@ -111,7 +135,9 @@ def _estimator_defaults() -> tuple[float, bool]:
     (the column passes none) and zero_init=True (zerogate builds models under zero.Init)."""
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
 
-    return inspect.signature(estimate_zero3_model_states_mem_needs).parameters["additional_buffer_factor"].default, True
+    return inspect.signature(estimate_zero3_model_states_mem_needs).parameters[
+        "additional_buffer_factor"
+    ].default, True
 
 
 def estimator_figures(row: EstimatorRow, total: int, largest: int) -> tuple[dict[str, int], str]:
@@ -125,24 +151,49 @@ def estimator_figures(row: EstimatorRow, total: int, largest: int) -> tuple[dict
     setup = row.setup
     offload_optimizer, offload_param = setup.offload_optimizer == "cpu", setup.offload_param == "cpu"
     factor, zero_init = _estimator_defaults()
-    if setup.estimator_buffer_factor == factor and (setup.zero_stage == 2 or setup.zero_init in (None, zero_init)):
+    if setup.estimator_buffer_factor == factor and (
+        setup.zero_stage == 2 or setup.zero_init in (None, zero_init)
+    ):
         # The counts are all the column reads; the shape fields are the ledger's, unused by it.
-        counts = ModelCounts(total=total, largest_layer=largest, numels=(total,), hidden=0, layers=0, heads=0, vocab=0,
-                             tied_embeddings=False)
+        counts = ModelCounts(
+            total=total,
+            largest_layer=largest,
+            numels=(total,),
+            hidden=0,
+            layers=0,
+            heads=0,
+            vocab=0,
+            tied_embeddings=False,
+        )
         column = deepspeed_estimates(counts, setup.gpus_per_node, setup.nodes)[
-            scheme_of(setup.zero_stage, offload_optimizer, offload_param)]
+            scheme_of(setup.zero_stage, offload_optimizer, offload_param)
+        ]
         assert column is not None
         return {"gpu": column["device"], "cpu": column["host"]}, "the planner's DeepSpeed column"
     if setup.zero_stage == 2:
-        cpu, gpu = estimate_zero2_model_states_mem_needs(total, setup.gpus_per_node, setup.nodes, cpu_offload=offload_optimizer,
-                                                         additional_buffer_factor=setup.estimator_buffer_factor)
+        cpu, gpu = estimate_zero2_model_states_mem_needs(
+            total,
+            setup.gpus_per_node,
+            setup.nodes,
+            cpu_offload=offload_optimizer,
+            additional_buffer_factor=setup.estimator_buffer_factor,
+        )
     else:
         cpu, gpu, _ = estimate_zero3_model_states_mem_needs(
-            total, largest, setup.gpus_per_node, setup.nodes, cpu_offload=offload_optimizer,
-            cpu_offload_params=offload_param, zero_init=bool(setup.zero_init),
-            additional_buffer_factor=setup.estimator_buffer_factor)
+            total,
+            largest,
+            setup.gpus_per_node,
+            setup.nodes,
+            cpu_offload=offload_optimizer,
+            cpu_offload_params=offload_param,
+            zero_init=bool(setup.zero_init),
+            additional_buffer_factor=setup.estimator_buffer_factor,
+        )
     options = f"zero_init={int(bool(setup.zero_init))}, buffer factor {setup.estimator_buffer_factor:g}"
-    return {"gpu": int(gpu), "cpu": int(cpu)}, f"DeepSpeed's estimator with {options}, options the planner's column does not take"
+    return {
+        "gpu": int(gpu),
+        "cpu": int(cpu),
+    }, f"DeepSpeed's estimator with {options}, options the planner's column does not take"
 
 
 def check_estimator_row(row: EstimatorRow) -> RowCheck:
@@ -155,22 +206,44 @@ def check_estimator_row(row: EstimatorRow) -> RowCheck:
     at = [estimator_figures(row, total, largest) for total, largest in zip(totals, largests)]
     predicted_by = at[1][1]
     installed = metadata.version("deepspeed")
-    changes = {change.figure: change for change in row.changed_since_printed
-               if installed_deepspeed() >= release(change.deepspeed_version)}
+    changes = {
+        change.figure: change
+        for change in row.changed_since_printed
+        if installed_deepspeed() >= release(change.deepspeed_version)
+    }
     checks = []
-    for key, figure, quantity, value in (("gpu", "per_gpu", "per-GPU memory", published.per_gpu_bytes),
-                                         ("cpu", "per_cpu", "per-CPU memory", published.per_cpu_bytes)):
+    for key, figure, quantity, value in (
+        ("gpu", "per_gpu", "per-GPU memory", published.per_gpu_bytes),
+        ("cpu", "per_cpu", "per-CPU memory", published.per_cpu_bytes),
+    ):
         if value is None:
             continue
         spread = Spread(at[0][0][key], at[1][0][key], at[2][0][key])
-        check = judge_printed(quantity, ESTIMATOR_ROUNDING, value, published.unit_as_printed, published.unit_bytes,
-                              published.printed_resolution, published.printed_rounding, spread, predicted_by)
+        check = judge_printed(
+            quantity,
+            ESTIMATOR_ROUNDING,
+            value,
+            published.unit_as_printed,
+            published.unit_bytes,
+            published.printed_resolution,
+            published.printed_rounding,
+            spread,
+            predicted_by,
+        )
         if figure in changes:
             change = changes[figure]
-            check = printed_by_another_formula(check, installed, change.deepspeed_version, change.change,
-                                               change.formulas)
+            check = printed_by_another_formula(
+                check, installed, change.deepspeed_version, change.change, change.formulas
+            )
         checks.append(check)
-    return RowCheck(id=row.id, kind=row.kind, source=row.source.url, where=row.source.where, checks=checks, not_expressed=[])
+    return RowCheck(
+        id=row.id,
+        kind=row.kind,
+        source=row.source.url,
+        where=row.source.where,
+        checks=checks,
+        not_expressed=[],
+    )
 
 
 def check_paper_row(row: PaperRow) -> RowCheck:
@@ -180,11 +253,25 @@ def check_paper_row(row: PaperRow) -> RowCheck:
     figure = paper_ledger(int(row.model.parameters), ranks)[PAPER_SCHEMES[row.setup.zero_stage]]
     published = row.published
     assert figure is not None
-    check = judge_printed("per-GPU model states", PAPER_ROUNDING, published.per_gpu_bytes, published.unit_as_printed,
-                          published.unit_bytes, published.printed_resolution, published.printed_rounding,
-                          Spread.exact(figure), "the planner's paper column")
-    return RowCheck(id=row.id, kind=row.kind, source=row.source.url, where=row.source.where, checks=[check],
-                    not_expressed=[])
+    check = judge_printed(
+        "per-GPU model states",
+        PAPER_ROUNDING,
+        published.per_gpu_bytes,
+        published.unit_as_printed,
+        published.unit_bytes,
+        published.printed_resolution,
+        published.printed_rounding,
+        Spread.exact(figure),
+        "the planner's paper column",
+    )
+    return RowCheck(
+        id=row.id,
+        kind=row.kind,
+        source=row.source.url,
+        where=row.source.where,
+        checks=[check],
+        not_expressed=[],
+    )
 
 
 # --- measured rows: the run as a profile for a described machine --------------------------------------------
@@ -201,7 +288,9 @@ def model_section(row: MeasuredRow, repo: Path) -> tuple[dict[str, Any], list[st
     if attention in ATTENTIONS:
         section["attention"] = attention
     elif attention not in (None, "unknown"):
-        notes.append(f"attention {attention} (model.attention takes {', '.join(ATTENTIONS)}: its default is planned)")
+        notes.append(
+            f"attention {attention} (model.attention takes {', '.join(ATTENTIONS)}: its default is planned)"
+        )
     return section, notes
 
 
@@ -212,12 +301,20 @@ def training_section(row: MeasuredRow, micro_batch: int) -> tuple[dict[str, Any]
     optimizer = OPTIMIZERS.get((setup.optimizer or "").lower())
     if optimizer is None:
         stated = f"optimizer {setup.optimizer}" if setup.optimizer else "optimizer not stated"
-        notes.append(f"{stated} (the planner's settings take {', '.join(OPTIMIZERS.values())}: AdamW is planned)")
+        notes.append(
+            f"{stated} (the planner's settings take {', '.join(OPTIMIZERS.values())}: AdamW is planned)"
+        )
         optimizer = "AdamW"
     section: dict[str, Any] = {
-        "optimizer_steps": 1, "micro_batch_per_rank": micro_batch,
-        "gradient_accumulation_steps": setup.gradient_accumulation_steps, "cpu_ranks": 1, "seed": 0,
-        "optimizer": {"type": optimizer, "lr": 1e-5}, "lr_warmup_steps": 1, "gradient_clipping": 1.0}
+        "optimizer_steps": 1,
+        "micro_batch_per_rank": micro_batch,
+        "gradient_accumulation_steps": setup.gradient_accumulation_steps,
+        "cpu_ranks": 1,
+        "seed": 0,
+        "optimizer": {"type": optimizer, "lr": 1e-5},
+        "lr_warmup_steps": 1,
+        "gradient_clipping": 1.0,
+    }
     if setup.loss_upcast is not None:
         section["loss_in_fp32"] = setup.loss_upcast
     if setup.activation_checkpointing is not None:
@@ -231,11 +328,17 @@ def claim_config(row: MeasuredRow) -> dict[str, Any]:
     geometry."""
     setup = row.setup
     zero: dict[str, Any] = {"stage": setup.zero_stage, **setup.zero_optimization}
-    for key, device in (("offload_optimizer", setup.offload_optimizer), ("offload_param", setup.offload_param)):
+    for key, device in (
+        ("offload_optimizer", setup.offload_optimizer),
+        ("offload_param", setup.offload_param),
+    ):
         if device != "none":
             zero[key] = {"device": device, **({"nvme_path": "/local_nvme"} if device == "nvme" else {})}
-    return {"zero_optimization": zero, "fp16": {"enabled": setup.dtype == "fp16"},
-            "bf16": {"enabled": setup.dtype == "bf16"}}
+    return {
+        "zero_optimization": zero,
+        "fp16": {"enabled": setup.dtype == "fp16"},
+        "bf16": {"enabled": setup.dtype == "bf16"},
+    }
 
 
 def described_machine(row: MeasuredRow) -> dict[str, Any]:
@@ -243,11 +346,20 @@ def described_machine(row: MeasuredRow) -> dict[str, Any]:
     each supporting the row's precision (the published run used it), and the host RAM as stated."""
     from zerogate.config.machines import check
 
-    gpu = {"name": row.hardware.gpu, "memory_total_bytes": row.hardware.gpu_memory_bytes, "fp16_supported": True,
-           "bf16_supported": True}
-    machine = {"name": row.id, "source": "described", "description": f"{row.id}: as published ({row.source.url})",
-               "nodes": row.setup.nodes, "gpus": [dict(gpu) for _ in range(row.setup.gpus_per_node)],
-               "host": {"ram_total_bytes": row.hardware.host_ram_bytes or UNSTATED_HOST_RAM}}
+    gpu = {
+        "name": row.hardware.gpu,
+        "memory_total_bytes": row.hardware.gpu_memory_bytes,
+        "fp16_supported": True,
+        "bf16_supported": True,
+    }
+    machine = {
+        "name": row.id,
+        "source": "described",
+        "description": f"{row.id}: as published ({row.source.url})",
+        "nodes": row.setup.nodes,
+        "gpus": [dict(gpu) for _ in range(row.setup.gpus_per_node)],
+        "host": {"ram_total_bytes": row.hardware.host_ram_bytes or UNSTATED_HOST_RAM},
+    }
     return check(machine, f"{SETUPS_FILE} ({row.id})")
 
 
@@ -257,8 +369,11 @@ def node_layout(row: MeasuredRow) -> Any:
 
     if row.setup.nodes == 1:
         return None
-    return NodeLayout(hosts=tuple(f"node{i}" for i in range(row.setup.nodes)), ranks_per_node=row.setup.gpus_per_node,
-                      mode="no_ssh")
+    return NodeLayout(
+        hosts=tuple(f"node{i}" for i in range(row.setup.nodes)),
+        ranks_per_node=row.setup.gpus_per_node,
+        mode="no_ssh",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,6 +381,7 @@ class PlannedRun:
     """A row's run as the pipeline plans it: the memory checks its verdict reads, and the whole plan on demand
     (its largest micro-batch, suggestions and ledger trace the run at many other shapes, which no verdict of
     the table reads)."""
+
     run_spec: Any
     ds_config: Any
     machine: dict[str, Any]
@@ -280,7 +396,9 @@ class PlannedRun:
         from zerogate.plan.planner import plan
 
         counts, setup, activations = self.planned
-        return plan(counts, setup, self.machine, PlanSettings(), profile=self.profile, activations=activations)
+        return plan(
+            counts, setup, self.machine, PlanSettings(), profile=self.profile, activations=activations
+        )
 
     @property
     def scheme(self) -> str:
@@ -313,16 +431,31 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     machine = described_machine(row)
     settings, _ = model_with_config(model_settings(model, lambda key: where), lambda key: where)
     ds_config, _, run_spec = render(
-        claim_config(row), model=settings, training=typed(RunTraining, training, where),
-        overrides=[], seq_len=row.setup.seq_len, vocab_size=shape_of(config).vocab_size,
-        fingerprint=to_fingerprint(machine), template_file=where, profile_file=where, nodes=node_layout(row))
+        claim_config(row),
+        model=settings,
+        training=typed(RunTraining, training, where),
+        overrides=[],
+        seq_len=row.setup.seq_len,
+        vocab_size=shape_of(config).vocab_size,
+        fingerprint=to_fingerprint(machine),
+        template_file=where,
+        profile_file=where,
+        nodes=node_layout(row),
+    )
     typed_config = DsConfig.of(ds_config, where)
     # One row is planned at many micro-batches (largest_micro_batch): its plans share their traces.
     counts, setup, activations = run_setup(run_spec, typed_config, machine, share_traces=True)
     if row.setup.deepspeed_version is not None:
         setup = dataclasses.replace(setup, deepspeed_version=release(row.setup.deepspeed_version))
-    return PlannedRun(run_spec, typed_config, machine, checks(counts, setup, machine, activations),
-                      tuple(model_notes + training_notes), (counts, setup, activations), row.id)
+    return PlannedRun(
+        run_spec,
+        typed_config,
+        machine,
+        checks(counts, setup, machine, activations),
+        tuple(model_notes + training_notes),
+        (counts, setup, activations),
+        row.id,
+    )
 
 
 def _judged_fits(run: PlannedRun, memory: str, host_stated: bool) -> tuple[bool, str]:
@@ -332,8 +465,10 @@ def _judged_fits(run: PlannedRun, memory: str, host_stated: bool) -> tuple[bool,
     judged = {"device": device, "host": host, "both": device + (host if host_stated else [])}[memory]
     tightest = min(judged, key=lambda c: c.headroom_bytes)
     rank = f"rank {tightest.rank} {tightest.device}" if tightest.rank is not None else "host"
-    return all(c.fits for c in judged), (f"{rank} {tightest.what} needs {format_bytes(tightest.need_bytes)} of "
-                                         f"{format_bytes(tightest.capacity_bytes)}")
+    return all(c.fits for c in judged), (
+        f"{rank} {tightest.what} needs {format_bytes(tightest.need_bytes)} of "
+        f"{format_bytes(tightest.capacity_bytes)}"
+    )
 
 
 def largest_micro_batch(fits_at: Callable[[int], bool], limit: int = MICRO_BATCH_LIMIT) -> int:
@@ -355,11 +490,19 @@ def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
     if published.largest_micro_batch is not None:
         wanted.append(("largest micro-batch per GPU", str(published.largest_micro_batch), LARGEST_WITHIN))
     if published.peak_bytes is not None:
-        wanted.append(("peak memory per GPU", f"{format_bytes(published.peak_bytes)} ({published.peak_metric})", None))
+        wanted.append(
+            ("peak memory per GPU", f"{format_bytes(published.peak_bytes)} ({published.peak_metric})", None)
+        )
 
     def row_check(checks: list[FigureCheck], notes: tuple[str, ...] | list[str] = ()) -> RowCheck:
-        return RowCheck(id=row.id, kind=row.kind, source=row.source.url, where=row.source.where, checks=checks,
-                        not_expressed=list(notes))
+        return RowCheck(
+            id=row.id,
+            kind=row.kind,
+            source=row.source.url,
+            where=row.source.where,
+            checks=checks,
+            not_expressed=list(notes),
+        )
 
     unstated = [f"setup.{key}" for key in REQUIRED_FACTS if getattr(setup, key) is None]
     if memory == "host" and not host_stated:
@@ -374,28 +517,55 @@ def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
         return row_check([missed(q, p, t, why) for q, p, t in wanted])
 
     fits, need = _judged_fits(run, memory, host_stated)
-    judged_on = {"device": "every GPU's check", "host": "the host check",
-                 "both": "every GPU's check" + (" and the host check" if host_stated else
-                                                 " (host RAM not stated: host not judged)")}[memory]
-    planned_for = (f", DeepSpeed {setup.deepspeed_version} as the row states" if setup.deepspeed_version
-                   else ", the installed DeepSpeed")
-    checks = [judge_outcome(published.outcome, published.oom_memory, fits, need,
-                            f"the plan ({run.scheme}, {run.ranks} ranks, {run.dtype}{planned_for}) on {judged_on}")]
+    judged_on = {
+        "device": "every GPU's check",
+        "host": "the host check",
+        "both": "every GPU's check"
+        + (" and the host check" if host_stated else " (host RAM not stated: host not judged)"),
+    }[memory]
+    planned_for = (
+        f", DeepSpeed {setup.deepspeed_version} as the row states"
+        if setup.deepspeed_version
+        else ", the installed DeepSpeed"
+    )
+    checks = [
+        judge_outcome(
+            published.outcome,
+            published.oom_memory,
+            fits,
+            need,
+            f"the plan ({run.scheme}, {run.ranks} ranks, {run.dtype}{planned_for}) on {judged_on}",
+        )
+    ]
     if published.largest_micro_batch is not None:
-        predicted = largest_micro_batch(lambda m: _judged_fits(plan_measured(row, config, repo, m), "both",
-                                                               host_stated)[0])
-        checks.append(judge_largest_micro_batch(published.largest_micro_batch, predicted,
-                                                "the same plan at each micro-batch, accumulation as published"))
+        predicted = largest_micro_batch(
+            lambda m: _judged_fits(plan_measured(row, config, repo, m), "both", host_stated)[0]
+        )
+        checks.append(
+            judge_largest_micro_batch(
+                published.largest_micro_batch,
+                predicted,
+                "the same plan at each micro-batch, accumulation as published",
+            )
+        )
     if published.peak_bytes is not None:
         counts, setup, activations = run.planned
         metric = published.peak_metric or UNNAMED_METRIC
         predicted = peak_prediction(counts, setup, None, activations).levels[level_of_metric(metric)]
-        checks.append(reported_peak(published.peak_bytes, metric, predicted.predicted_bytes, predicted.what,
-                                    same_metric=metric in CUDA_LEVEL_OF_METRIC))
+        checks.append(
+            reported_peak(
+                published.peak_bytes,
+                metric,
+                predicted.predicted_bytes,
+                predicted.what,
+                same_metric=metric in CUDA_LEVEL_OF_METRIC,
+            )
+        )
     return row_check(checks, run.not_expressed)
 
 
 # --- the whole table --------------------------------------------------------------------------------------
+
 
 def _git(repo: Path) -> GitState:
     from zerogate.provenance import git_state
@@ -415,6 +585,12 @@ def validate(repo: Path, file: str = SETUPS_FILE) -> PlannerValidation:
         else:
             rows.append(check_measured_row(row, configs[row.id], repo))
     return PlannerValidation(
-        table=file, table_sha256=hashlib.sha256((repo / file).read_bytes()).hexdigest(), pipeline_version=__version__,
-        git=_git(repo), packages={name: metadata.version(name) for name in PACKAGES},
-        recorded_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), rows=rows, summary=summarise(rows))
+        table=file,
+        table_sha256=hashlib.sha256((repo / file).read_bytes()).hexdigest(),
+        pipeline_version=__version__,
+        git=_git(repo),
+        packages={name: metadata.version(name) for name in PACKAGES},
+        recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        rows=rows,
+        summary=summarise(rows),
+    )

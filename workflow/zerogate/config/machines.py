@@ -9,9 +9,9 @@ from typing import Any
 import jsonschema
 import yaml
 
-from zerogate.errors import InputError
 from zerogate.config.validation import to_input_error
 from zerogate.contracts.machine import Fingerprint
+from zerogate.errors import InputError
 
 SCHEMA = Path(__file__).resolve().parents[3] / "config" / "schemas" / "machine.schema.yaml"
 
@@ -19,7 +19,9 @@ SCHEMA = Path(__file__).resolve().parents[3] / "config" / "schemas" / "machine.s
 def check(machine: dict[str, Any], file: str) -> dict[str, Any]:
     """``machine`` if it follows the schema; else InputError naming ``file`` and the key."""
     schema = yaml.safe_load(SCHEMA.read_text())
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(machine), key=lambda e: list(e.absolute_path))
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(machine), key=lambda e: list(e.absolute_path)
+    )
     if errors:
         raise to_input_error(file, errors[0])
     return machine
@@ -42,8 +44,12 @@ def from_fingerprint(fingerprint: Fingerprint, name: str) -> dict[str, Any]:
     """The probed machine in the description schema (figures the probe cannot know stay null)."""
     gpus = []
     for device in fingerprint.accelerator.devices:
-        gpu: dict[str, Any] = {"name": device.name, "memory_total_bytes": device.memory_total_bytes,
-                               "fp16_supported": device.fp16_supported, "bf16_supported": device.bf16_supported}
+        gpu: dict[str, Any] = {
+            "name": device.name,
+            "memory_total_bytes": device.memory_total_bytes,
+            "fp16_supported": device.fp16_supported,
+            "bf16_supported": device.bf16_supported,
+        }
         if device.compute_capability is not None:
             gpu["compute_capability"] = device.compute_capability
         if device.memory_free_bytes is not None:
@@ -62,8 +68,11 @@ def from_fingerprint(fingerprint: Fingerprint, name: str) -> dict[str, Any]:
         "nvlink": fingerprint.links.nvlink_any,
         # The probe's collective latency and bandwidth (zerogate.plan.collectives), for the floor; what the
         # probe does not know is left out (the schema has no nulls there).
-        **({"collectives": collectives.model_dump(mode="json", by_alias=True, exclude_none=True)}
-           if collectives is not None else {}),
+        **(
+            {"collectives": collectives.model_dump(mode="json", by_alias=True, exclude_none=True)}
+            if collectives is not None
+            else {}
+        ),
         "host": {
             "cpu_model": cpu.model,
             "physical_cores": cpu.physical_cores,
@@ -80,25 +89,51 @@ def from_fingerprint(fingerprint: Fingerprint, name: str) -> dict[str, Any]:
 
 
 def to_fingerprint(machine: dict[str, Any]) -> Fingerprint:
-    """A described machine in the probe's fingerprint shape, so the config renders for it as for a probed one."""
+    """A described machine in the probe's fingerprint shape, so the config renders for it as for a probed
+    one."""
     host = machine["host"]
     gpus = machine.get("gpus", [])
-    return Fingerprint.of({
-        "hostname": machine["name"],
-        "platform": "described",
-        "cpu": {"model": host.get("cpu_model"), "logical_cores": host.get("logical_cores"),
-                "physical_cores": host.get("physical_cores"), "affinity_cores": host.get("logical_cores")},
-        "ram": {"total_bytes": host["ram_total_bytes"], "available_bytes": host.get("ram_available_bytes")},
-        "accelerator": {
-            "kind": "cuda" if gpus else "cpu",
-            "count": len(gpus),
-            "devices": [{"index": i, "fp16_supported": True, "bf16_supported": False,
-                         **{k: v for k, v in g.items() if k in DEVICE_KEYS}} for i, g in enumerate(gpus)],
-            **({} if gpus else {"cpu": {"fp16_supported": False}}),
+    return Fingerprint.of(
+        {
+            "hostname": machine["name"],
+            "platform": "described",
+            "cpu": {
+                "model": host.get("cpu_model"),
+                "logical_cores": host.get("logical_cores"),
+                "physical_cores": host.get("physical_cores"),
+                "affinity_cores": host.get("logical_cores"),
+            },
+            "ram": {
+                "total_bytes": host["ram_total_bytes"],
+                "available_bytes": host.get("ram_available_bytes"),
+            },
+            "accelerator": {
+                "kind": "cuda" if gpus else "cpu",
+                "count": len(gpus),
+                "devices": [
+                    {
+                        "index": i,
+                        "fp16_supported": True,
+                        "bf16_supported": False,
+                        **{k: v for k, v in g.items() if k in DEVICE_KEYS},
+                    }
+                    for i, g in enumerate(gpus)
+                ],
+                **({} if gpus else {"cpu": {"fp16_supported": False}}),
+            },
         },
-    }, machine.get("name", "machine description"))
+        machine.get("name", "machine description"),
+    )
 
 
 # The keys of a described GPU that the fingerprint's device carries (the rest are the planner's).
-DEVICE_KEYS = ("name", "memory_total_bytes", "memory_free_bytes", "compute_capability", "fp16_supported",
-               "bf16_supported", "pcie", "memory_bandwidth_gbps")
+DEVICE_KEYS = (
+    "name",
+    "memory_total_bytes",
+    "memory_free_bytes",
+    "compute_capability",
+    "fp16_supported",
+    "bf16_supported",
+    "pcie",
+    "memory_bandwidth_gbps",
+)

@@ -43,7 +43,9 @@ def available_profiles(profiles_dir: str | Path) -> list[str]:
     return sorted(p.stem for p in Path(profiles_dir).glob("*.yaml"))
 
 
-def load_profile_chain(profiles_dir: str | Path, name: str, asked_by: str, key: str) -> list[tuple[Path, dict]]:
+def load_profile_chain(
+    profiles_dir: str | Path, name: str, asked_by: str, key: str
+) -> list[tuple[Path, dict]]:
     """The profile and its ancestors, root first, each with its raw mapping.
 
     ``asked_by`` and ``key`` name where the profile was requested, for the error message.
@@ -75,13 +77,18 @@ def resolve_profile(chain: list[tuple[Path, dict]]) -> dict[str, Any]:
     """Merge a chain from :func:`load_profile_chain`; ``extends`` is dropped from the result.
 
     A profile that names a ``model.config`` replaces the shape its ancestors state: their shape keys
-    (zerogate.config.settings.SHAPE_KEYS) are dropped before it is merged, so none leaks in beside the config."""
+    (zerogate.config.settings.SHAPE_KEYS) are dropped before it is merged, so none leaks in beside the
+    config."""
     from zerogate.config.settings import SHAPE_KEYS
 
     merged: dict[str, Any] = {}
     for _, raw in chain:
         model = raw.get("model")
-        if isinstance(model, dict) and model.get("config") is not None and isinstance(merged.get("model"), dict):
+        if (
+            isinstance(model, dict)
+            and model.get("config") is not None
+            and isinstance(merged.get("model"), dict)
+        ):
             merged["model"] = {k: v for k, v in merged["model"].items() if k not in SHAPE_KEYS}
         merged = deep_merge(merged, raw)
     merged.pop("extends", None)
@@ -106,7 +113,9 @@ def file_defining(chain: list[tuple[Path, dict]], key_path: list[str | int]) -> 
     return chain[-1][0]
 
 
-def check_profile(profile: dict[str, Any], chain: list[tuple[Path, dict]], repo: str | Path) -> "ProfileSettings":
+def check_profile(
+    profile: dict[str, Any], chain: list[tuple[Path, dict]], repo: str | Path
+) -> ProfileSettings:
     """The profile's typed settings, after the checks the JSON schema cannot express; InputError naming
     the file that sets the key.
 
@@ -123,7 +132,7 @@ def check_profile(profile: dict[str, Any], chain: list[tuple[Path, dict]], repo:
     return with_model_config(profile_settings(profile, where), where)
 
 
-def with_model_config(settings: "ProfileSettings", where: Any = None) -> "ProfileSettings":
+def with_model_config(settings: ProfileSettings, where: Any = None) -> ProfileSettings:
     """``settings`` with the shape keys of ``model.config`` filled in from the config file (read offline by
     zerogate.model.hf_config: any architecture transformers builds), so that every consumer reads one shape;
     unchanged without a config. InputError naming the profile key for a missing file, the config file and
@@ -135,12 +144,15 @@ def with_model_config(settings: "ProfileSettings", where: Any = None) -> "Profil
     where = where or (lambda key: "profile")
     model, max_positions = model_with_config(settings.model, where)
     if settings.dataset.seq_len > max_positions:
-        raise InputError(where("dataset.seq_len"), "dataset.seq_len",
-                         f"{settings.dataset.seq_len} exceeds the {max_positions} positions of {model.config}")
+        raise InputError(
+            where("dataset.seq_len"),
+            "dataset.seq_len",
+            f"{settings.dataset.seq_len} exceeds the {max_positions} positions of {model.config}",
+        )
     return dataclasses.replace(settings, model=model)
 
 
-def model_with_config(model: "ModelSettings", where: Any = None) -> "tuple[ModelSettings, int]":
+def model_with_config(model: ModelSettings, where: Any = None) -> tuple[ModelSettings, int]:
     """(``model`` with its shape keys filled in from ``model.config``, the model's positions); ``model``
     unchanged without a config. InputError naming ``model.config`` for a missing file."""
     import dataclasses
@@ -155,12 +167,17 @@ def model_with_config(model: "ModelSettings", where: Any = None) -> "tuple[Model
         raise InputError(where("model.config"), "model.config", f"no such config.json: {file}")
     shape = shape_of(load_config(file))
     filled = dataclasses.replace(
-        model, architecture=shape.model_type, hidden_size=shape.hidden_size, num_hidden_layers=shape.layers,
-        num_attention_heads=shape.attention_heads, num_key_value_heads=shape.kv_heads,
-        intermediate_size=shape.intermediate_size, vocab_size=shape.vocab_size,
-        tie_word_embeddings=shape.tied_embeddings)
+        model,
+        architecture=shape.model_type,
+        hidden_size=shape.hidden_size,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.attention_heads,
+        num_key_value_heads=shape.kv_heads,
+        intermediate_size=shape.intermediate_size,
+        vocab_size=shape.vocab_size,
+        tie_word_embeddings=shape.tied_embeddings,
+    )
     return filled, shape.max_positions
-
 
 
 # Keys that change how many runs are made, how their uncertainty is estimated, or that disturb a run on

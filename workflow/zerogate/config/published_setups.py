@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
-from zerogate.contracts.base import Record
 from zerogate.config.tables import read_yaml, refuse_duplicate_ids
+from zerogate.contracts.base import Record
 from zerogate.errors import InputError
 
 Rounding = Literal["nearest", "truncated", "floor"]
@@ -98,13 +98,16 @@ class EstimatorSetup(Record):
         if self.zero_stage == 2 and self.offload_param not in (None, "none"):
             raise ValueError("offload_param: ZeRO-2 has no parameter offload")
         if self.offload_param == "cpu" and self.offload_optimizer != "cpu":
-            raise ValueError("offload_param: cpu needs offload_optimizer: cpu (DeepSpeed's estimator has no other case)")
+            raise ValueError(
+                "offload_param: cpu needs offload_optimizer: cpu (DeepSpeed's estimator has no other case)"
+            )
         return self
 
 
 class EstimatorChange(Record):
     """A change DeepSpeed made to one of the estimator's figures after the row was printed: a DeepSpeed from
-    ``deepspeed_version`` on computes that figure by another formula, so it cannot reproduce the printed one."""
+    ``deepspeed_version`` on computes that figure by another formula, so it cannot reproduce the printed
+    one."""
 
     figure: Literal["per_gpu", "per_cpu"]
     deepspeed_version: Release  # the first release with the change
@@ -123,8 +126,14 @@ class EstimatorRow(PublishedRow):
     def _what_the_figures_need(self) -> EstimatorRow:
         if self.setup.zero_stage == 3 and self.model.largest_layer_parameters is None:
             raise ValueError("model.largest_layer_parameters: required for a ZeRO-3 estimate")
-        if self.setup.zero_stage == 3 and self.published.per_cpu_bytes is not None and self.setup.zero_init is None:
-            raise ValueError("setup.zero_init: required for a ZeRO-3 per-CPU figure (it changes only that figure)")
+        if (
+            self.setup.zero_stage == 3
+            and self.published.per_cpu_bytes is not None
+            and self.setup.zero_init is None
+        ):
+            raise ValueError(
+                "setup.zero_init: required for a ZeRO-3 per-CPU figure (it changes only that figure)"
+            )
         for index, change in enumerate(self.changed_since_printed):
             if change.figure == "per_cpu" and self.published.per_cpu_bytes is None:
                 raise ValueError(f"changed_since_printed.{index}.figure: the row prints no per-CPU figure")
@@ -182,7 +191,8 @@ class MeasuredSetup(Record):
     gradient_accumulation_steps: Positive | None = None
     activation_checkpointing: bool | None = None
     attention: Attention | None = None
-    # Whether the loss ran on logits upcast to fp32, as transformers' ForCausalLMLoss (what zerogate trains and
+    # Whether the loss ran on logits upcast to fp32, as transformers' ForCausalLMLoss (what zerogate trains
+    # and
     # plans) does; false where the run's own loss took the 16-bit logits as they are.
     loss_upcast: bool | None = None
     optimizer: str | None = None
@@ -198,8 +208,10 @@ class MeasuredSetup(Record):
     def _offloads_deepspeed_has(self) -> MeasuredSetup:
         stated = {"stage", "offload_optimizer", "offload_param"} & set(self.zero_optimization)
         if stated:
-            raise ValueError(f"zero_optimization: {', '.join(sorted(stated))} is stated by zero_stage / "
-                             "offload_optimizer / offload_param")
+            raise ValueError(
+                f"zero_optimization: {', '.join(sorted(stated))} is stated by zero_stage / "
+                "offload_optimizer / offload_param"
+            )
         if self.offload_param != "none" and self.zero_stage != 3:
             raise ValueError("offload_param: parameter offload needs zero_stage 3")
         if self.offload_optimizer != "none" and self.zero_stage == 0:
@@ -208,10 +220,14 @@ class MeasuredSetup(Record):
 
 
 # What a published memory reading measured, with the planner's peak level (zerogate.plan.ledger.PEAK_LEVELS)
-# that predicts it: torch's tensor peak, its caching allocator's peak, the device's memory as nvidia-smi (NVML)
+# that predicts it: torch's tensor peak, its caching allocator's peak, the device's memory as nvidia-smi
+# (NVML)
 # shows it. A reading of a tool not named is ``unknown``: set against the device's level, what must fit.
-CUDA_LEVEL_OF_METRIC = {"torch.cuda.max_memory_allocated": "tensor", "torch.cuda.max_memory_reserved": "allocator",
-                        "nvidia-smi": "device"}
+CUDA_LEVEL_OF_METRIC = {
+    "torch.cuda.max_memory_allocated": "tensor",
+    "torch.cuda.max_memory_reserved": "allocator",
+    "nvidia-smi": "device",
+}
 UNNAMED_METRIC = "unknown"
 PeakMetric = Literal[(*CUDA_LEVEL_OF_METRIC, UNNAMED_METRIC)]
 
@@ -248,7 +264,9 @@ class Outcome(Record):
         if self.largest_micro_batch is not None and self.outcome != "fits":
             raise ValueError("largest_micro_batch: a largest micro-batch that fit needs outcome fits")
         if (self.peak_bytes is None) != (self.peak_metric is None):
-            raise ValueError("peak_metric: a memory reading names its metric (unknown where the source does not)")
+            raise ValueError(
+                "peak_metric: a memory reading names its metric (unknown where the source does not)"
+            )
         return self
 
 
@@ -263,11 +281,13 @@ class MeasuredRow(PublishedRow):
     def _batch_the_maximum_is_of(self) -> MeasuredRow:
         largest, micro = self.published.largest_micro_batch, self.setup.micro_batch_per_gpu
         if largest is not None and micro is not None and largest != micro:
-            raise ValueError(f"published.largest_micro_batch: {largest} is not the row's micro_batch_per_gpu {micro}")
+            raise ValueError(
+                f"published.largest_micro_batch: {largest} is not the row's micro_batch_per_gpu {micro}"
+            )
         return self
 
 
-Row = Annotated[Union[EstimatorRow, PaperRow, MeasuredRow], Field(discriminator="kind")]
+Row = Annotated[EstimatorRow | PaperRow | MeasuredRow, Field(discriminator="kind")]
 
 
 class PublishedSetups(Record):
@@ -291,7 +311,12 @@ def _row_problem(file: str, raw: dict, error: ValidationError) -> InputError:
         inner.append(named.group(1))
         message = named.group(2)
     rows = raw.get("setups")
-    if len(location) >= 2 and location[0] == "setups" and isinstance(location[1], int) and isinstance(rows, list):
+    if (
+        len(location) >= 2
+        and location[0] == "setups"
+        and isinstance(location[1], int)
+        and isinstance(rows, list)
+    ):
         index = location[1]
         row = rows[index] if index < len(rows) else None
         row_id = row.get("id") if isinstance(row, dict) else None

@@ -6,7 +6,8 @@ the dataclasses below add the defaults and the checks that involve more than one
 the stages read. Each field says what it means in its ``doc``. A bad value raises InputError naming
 the profile file that sets the key and the dotted key, e.g.
 
-    config/profiles/mine.yaml: checkpoint.export_fp32: true needs a saved checkpoint, but checkpoint.every_steps is 0
+    config/profiles/mine.yaml: checkpoint.export_fp32: true needs a saved checkpoint, but
+    checkpoint.every_steps is 0
 
 ``check_profile`` (zerogate.config.profile, called when the Snakefile loads the profile) builds these,
 so a bad profile fails in seconds, before any rule runs. Pure Python: no torch, no pandas.
@@ -17,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from zerogate.errors import InputError
 
@@ -89,15 +91,21 @@ class StabiliserSettings:
 
     policy: Literal["abort", "skip", "rollback"] = doc(
         "abort: stop the run; skip: drop the update and the batch; rollback: restore the newest checkpoint "
-        "and skip the offending data window (needs checkpoint.every_steps > 0)", "skip")
+        "and skip the offending data window (needs checkpoint.every_steps > 0)",
+        "skip",
+    )
     spike_window: int = doc("optimizer steps of loss history for the rolling robust z-score", 128)
     spike_threshold: float = doc("a loss whose robust z-score exceeds this is a spike", 6.0)
     spike_min_history: int = doc("steps of history before spikes are judged", 20)
     max_rollbacks: int = doc("rollbacks allowed before the run aborts (a fault that survives them all)", 3)
     inject: dict[str, Any] | None = doc(
-        "fault injection for tests, off when null: {step, kind: nan_loss | loss_spike, rank} poisons one data "
-        "window's loss; {kind: slow, rank, seconds, step} sleeps `seconds` in every micro-step of `rank` from "
-        "optimizer step `step` (default 1) on, a straggler", None)
+        "fault injection for tests, off when null: {step, kind: nan_loss | loss_spike, rank} poisons one "
+        "data "
+        "window's loss; {kind: slow, rank, seconds, step} sleeps `seconds` in every micro-step of `rank` "
+        "from "
+        "optimizer step `step` (default 1) on, a straggler",
+        None,
+    )
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,9 @@ class CheckpointSettings:
 
     every_steps: int = doc("save every N optimizer steps (0 = never)", 100)
     keep: int = doc("complete checkpoints kept (the newest)", 2)
-    export_fp32: bool = doc("consolidate the final checkpoint into one fp32 state dict (needs every_steps > 0)", False)
+    export_fp32: bool = doc(
+        "consolidate the final checkpoint into one fp32 state dict (needs every_steps > 0)", False
+    )
 
     def due(self, step: int, steps: int) -> bool:
         """Is a checkpoint saved after completed step ``step`` of ``steps``? Every ``every_steps``, and
@@ -140,11 +150,17 @@ class DatasetSettings:
     source: str = doc('"builtin-tasks", a local file (relative to the repository) or hub:NAME')
     seq_len: int = doc("tokens per row; longer rows are handled by too_long")
     format: str | None = doc("file type when the extension does not say: json, parquet, csv, text", None)
-    columns: dict[str, str] | None = doc("role -> column (instruction/input/output, prompt/response, messages, text)", None)
+    columns: dict[str, str] | None = doc(
+        "role -> column (instruction/input/output, prompt/response, messages, text)", None
+    )
     template: Literal["auto", "chat", "builtin", "alpaca", "plain"] = doc(
-        "prompt format; auto = the model's chat template if it has one, else builtin (built-in data) or alpaca", "auto")
+        "prompt format; auto = the model's chat template if it has one, else builtin (built-in data) or "
+        "alpaca",
+        "auto",
+    )
     too_long: Literal["error", "drop", "truncate"] | None = doc(
-        "rows longer than seq_len; default drop for builtin-tasks, error for files", None)
+        "rows longer than seq_len; default drop for builtin-tasks, error for files", None
+    )
     validation_fraction: float = doc("share of a file's rows held out for validation", 0.05)
     max_rows: int | None = doc("read at most this many rows of a file", None)
     subset: str | None = doc("hub dataset configuration name", None)
@@ -153,8 +169,11 @@ class DatasetSettings:
     seed: int = doc("seed of the built-in generator and of a file's train/validation split", 0)
     num_train: int | None = doc("built-in training examples", None)
     num_validation: int | None = doc("built-in validation examples", None)
-    vocab_size: int = doc("vocabulary of a shape-only model, and the size of the BPE tokenizer trained for it; "
-                          "a tokenizer larger than this is refused", DEFAULT_VOCAB_SIZE)
+    vocab_size: int = doc(
+        "vocabulary of a shape-only model, and the size of the BPE tokenizer trained for it; "
+        "a tokenizer larger than this is refused",
+        DEFAULT_VOCAB_SIZE,
+    )
 
     @property
     def builtin(self) -> bool:
@@ -164,6 +183,8 @@ class DatasetSettings:
     def too_long_rows(self) -> str:
         """What happens to a row longer than seq_len (the source's default when not set)."""
         return self.too_long or ("drop" if self.builtin else "error")
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunTraining:
     """The profile's ``training`` section as the run sees it: the optimisation it performs. The
@@ -176,24 +197,36 @@ class RunTraining:
     cpu_ranks: int = doc("ranks on a machine without GPUs")
     seed: int = doc("seed of weights and data order")
     optimizer: dict[str, Any] = doc("{type: AdamW | Adam, lr, weight_decay, betas}")
-    lr_warmup_steps: int = doc("linear learning-rate warm-up steps of the cosine schedule, at least 1 "
-                                  "(DeepSpeed's WarmupCosineLR refuses 0 and warms up over at least 2)")
+    lr_warmup_steps: int = doc(
+        "linear learning-rate warm-up steps of the cosine schedule, at least 1 "
+        "(DeepSpeed's WarmupCosineLR refuses 0 and warms up over at least 2)"
+    )
     gradient_clipping: float = doc("global gradient-norm clip (0 = off)")
-    train_batch_size: int | None = doc("optional; must equal micro_batch_per_rank x accumulation x ranks", None)
+    train_batch_size: int | None = doc(
+        "optional; must equal micro_batch_per_rank x accumulation x ranks", None
+    )
     activation_checkpointing: bool = doc(
         "recompute each decoder layer's activations in the backward (transformers' gradient checkpointing, "
-        "non-reentrant) instead of keeping them: less activation memory, one more forward per micro-step", False)
+        "non-reentrant) instead of keeping them: less activation memory, one more forward per micro-step",
+        False,
+    )
     loss_in_fp32: bool = doc(
-        "compute the cross-entropy on the logits upcast to fp32 (transformers' ForCausalLMLoss); false: on the "
+        "compute the cross-entropy on the logits upcast to fp32 (transformers' ForCausalLMLoss); false: on "
+        "the "
         "logits in the training dtype, as a hand-written nn.CrossEntropyLoss on the model's output does (no "
-        "fp32 copy of the logits: less memory at fp16/bf16, the same at fp32)", True)
+        "fp32 copy of the logits: less memory at fp16/bf16, the same at fp32)",
+        True,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingSettings(RunTraining):
-    """``training``: the optimisation the run performs, and which of its steps the timing statistics leave out."""
+    """``training``: the optimisation the run performs, and which of its steps the timing statistics leave
+    out."""
 
-    warmup_steps_excluded: int = doc("analysis only: first steps left out of the timing statistics (never retrains)")
+    warmup_steps_excluded: int = doc(
+        "analysis only: first steps left out of the timing statistics (never retrains)"
+    )
 
     @property
     def run(self) -> RunTraining:
@@ -203,34 +236,57 @@ class TrainingSettings(RunTraining):
 
 # The keys that state a model's shape. A ``model.config`` (a Hugging Face config.json) states the whole shape
 # instead: they are then filled from it (zerogate.config.profile.with_model_config), never stated beside it.
-SHAPE_KEYS = ("architecture", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-              "intermediate_size", "vocab_size", "tie_word_embeddings", "parameters")
+SHAPE_KEYS = (
+    "architecture",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+    "tie_word_embeddings",
+    "parameters",
+)
 SHAPE_ARCHITECTURES = ("llama", "qwen2")
 ATTENTIONS = ("sdpa", "eager")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSettings:
-    """``model``: where the model comes from and its shape: shape numbers, or a Hugging Face ``config.json``."""
+    """``model``: where the model comes from and its shape: shape numbers, or a Hugging Face
+    ``config.json``."""
 
-    source: str = doc('"shape" (random init), a local HF directory or .gguf file, package:MODULE/FILE or '
-                      'hub:ORG/NAME', "shape")
-    config: str | None = doc("a Hugging Face config.json (or a directory holding one), relative to the repository: "
-                             "the model's whole shape, any architecture transformers builds with "
-                             "AutoModelForCausalLM; replaces the shape keys (filled from it, never stated beside it)",
-                             None)
+    source: str = doc(
+        '"shape" (random init), a local HF directory or .gguf file, package:MODULE/FILE or hub:ORG/NAME',
+        "shape",
+    )
+    config: str | None = doc(
+        "a Hugging Face config.json (or a directory holding one), relative to the repository: "
+        "the model's whole shape, any architecture transformers builds with "
+        "AutoModelForCausalLM; replaces the shape keys (filled from it, never stated beside it)",
+        None,
+    )
     attention: Literal["sdpa", "eager"] = doc(
-        "attention implementation the model trains and is planned with (transformers' attn_implementation)", "sdpa")
-    architecture: str | None = doc("transformers family built from the shape keys (llama, qwen2); with a config, "
-                                   "its model_type", None)
-    hidden_size: int | None = doc('hidden size: resolves DeepSpeed\'s "auto" buckets; checked against a pretrained '
-                                  'model (required without a config)', None)
+        "attention implementation the model trains and is planned with (transformers' attn_implementation)",
+        "sdpa",
+    )
+    architecture: str | None = doc(
+        "transformers family built from the shape keys (llama, qwen2); with a config, its model_type", None
+    )
+    hidden_size: int | None = doc(
+        'hidden size: resolves DeepSpeed\'s "auto" buckets; checked against a pretrained '
+        "model (required without a config)",
+        None,
+    )
     num_hidden_layers: int | None = doc("decoder layers", None)
     num_attention_heads: int | None = doc("attention heads", None)
-    num_key_value_heads: int | None = doc("key/value heads (grouped-query attention); default: the attention heads",
-                                          None)
+    num_key_value_heads: int | None = doc(
+        "key/value heads (grouped-query attention); default: the attention heads", None
+    )
     intermediate_size: int | None = doc("MLP intermediate size", None)
-    vocab_size: int | None = doc("a fixed vocabulary (a published model's); default: dataset.vocab_size", None)
+    vocab_size: int | None = doc(
+        "a fixed vocabulary (a published model's); default: dataset.vocab_size", None
+    )
     tie_word_embeddings: bool | None = doc("lm_head shares the embedding", None)
     parameters: float | None = doc("parameter count of a pretrained model, for the record", None)
 
@@ -258,8 +314,16 @@ class ConvergenceRuleSettings:
     min_drop_sigmas: float = doc("smallest (initial - final) / robust sd of the last block")
 
 
-GateStatistic = Literal["median", "p90", "max", "loss_convergence", "nonfinite_count", "overflow_skip_fraction",
-                        "floor_ratio", "failed_ranks"]
+GateStatistic = Literal[
+    "median",
+    "p90",
+    "max",
+    "loss_convergence",
+    "nonfinite_count",
+    "overflow_skip_fraction",
+    "floor_ratio",
+    "failed_ranks",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,9 +337,12 @@ class GateSettings:
     statistic: GateStatistic = doc("how the metric becomes one number")
     comparison: Literal["<", "<=", "==", ">=", ">"] = doc("measured <comparison> threshold passes")
     threshold: float = doc("the claim's number, in ``unit``")
-    unit: Literal["s", "GB", "GiB", "ratio", "count"] = doc("the threshold's unit (GB = 10^9 bytes, GiB = 2^30)")
+    unit: Literal["s", "GB", "GiB", "ratio", "count"] = doc(
+        "the threshold's unit (GB = 10^9 bytes, GiB = 2^30)"
+    )
     ranks: Literal["smallest_device", "all"] = doc(
-        "memory gates: the ranks on the device with the least memory, or all", "smallest_device")
+        "memory gates: the ranks on the device with the least memory, or all", "smallest_device"
+    )
     convergence: ConvergenceRuleSettings | None = doc("loss_convergence only: its rule", None)
 
 
@@ -294,8 +361,9 @@ class DeepSpeedSettings:
     """``deepspeed``: the claim's config and the profile's changes to it."""
 
     template: str = doc("path of the claim's DeepSpeed config, relative to the repository")
-    overrides: list[dict[str, Any]] = doc("{path, value, reason} each: a change to the claim's config, with why",
-                                          default_factory=list)
+    overrides: list[dict[str, Any]] = doc(
+        "{path, value, reason} each: a change to the claim's config, with why", default_factory=list
+    )
 
 
 @dataclass(frozen=True)
@@ -317,7 +385,8 @@ class ProfileSettings:
 
     @property
     def variant_steps(self) -> int:
-        """The optimizer steps each comparison run (profile key ``variants``) trains: ``variant_optimizer_steps``,
+        """The optimizer steps each comparison run (profile key ``variants``) trains:
+        ``variant_optimizer_steps``,
         at most the run's own (a shorter profile, the benchmarks' say, shortens its variants too)."""
         steps = self.training.optimizer_steps
         return min(steps, self.variant_optimizer_steps) if self.variant_optimizer_steps else steps
@@ -331,8 +400,11 @@ class ProfileSettings:
 
 INJECT_KINDS = ("nan_loss", "loss_spike", "slow")
 # The keys each injection kind takes (required, optional).
-INJECT_KEYS = {"nan_loss": ({"kind", "step"}, {"rank"}), "loss_spike": ({"kind", "step"}, {"rank"}),
-               "slow": ({"kind", "seconds"}, {"rank", "step"})}
+INJECT_KEYS = {
+    "nan_loss": ({"kind", "step"}, {"rank"}),
+    "loss_spike": ({"kind", "step"}, {"rank"}),
+    "slow": ({"kind", "seconds"}, {"rank", "step"}),
+}
 
 
 def check_inject(inject: dict[str, Any] | None, where: Where = _anywhere) -> None:
@@ -361,7 +433,6 @@ def check_inject(inject: dict[str, Any] | None, where: Where = _anywhere) -> Non
         seconds = inject["seconds"]
         if not _type_ok(seconds, float) or not 0 < seconds < float("inf"):
             refuse("seconds", f"{seconds!r} is not a number of seconds > 0 (the extra time per micro-step)")
-
 
 
 def stabiliser_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> StabiliserSettings:
@@ -397,11 +468,17 @@ def plan_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> P
 def interval_settings(section: dict[str, Any] | None, where: Where = _anywhere) -> IntervalSettings:
     settings = _from_section(IntervalSettings, section, "intervals", where)
     if not 0 < settings.confidence < 1:
-        raise InputError(where("intervals.confidence"), "intervals.confidence",
-                         f"{settings.confidence!r} is not a coverage between 0 and 1 (0.95 for a 95 % interval)")
+        raise InputError(
+            where("intervals.confidence"),
+            "intervals.confidence",
+            f"{settings.confidence!r} is not a coverage between 0 and 1 (0.95 for a 95 % interval)",
+        )
     if settings.resamples < 100:
-        raise InputError(where("intervals.resamples"), "intervals.resamples",
-                         f"{settings.resamples!r} resamples cannot place a percentile interval's ends (at least 100)")
+        raise InputError(
+            where("intervals.resamples"),
+            "intervals.resamples",
+            f"{settings.resamples!r} resamples cannot place a percentile interval's ends (at least 100)",
+        )
     return settings
 
 
@@ -410,8 +487,11 @@ def variant_steps_setting(value: Any, where: Where = _anywhere) -> int | None:
     if value is None:
         return None
     if not _type_ok(value, int) or value < 1:
-        raise InputError(where("variant_optimizer_steps"), "variant_optimizer_steps",
-                         f"{value!r} is not a whole number of optimizer steps >= 1")
+        raise InputError(
+            where("variant_optimizer_steps"),
+            "variant_optimizer_steps",
+            f"{value!r} is not a whole number of optimizer steps >= 1",
+        )
     return int(value)
 
 
@@ -429,10 +509,16 @@ def gate_settings(gates: list[dict[str, Any]] | None, where: Where = _anywhere) 
     for index, gate in enumerate(gates or []):
         gate = dict(gate)
         rule = gate.pop("convergence", None)
-        convergence = None if rule is None else _from_section(ConvergenceRuleSettings, rule,
-                                                              f"gates.{index}.convergence", where)
-        typed.append(dataclasses.replace(_from_section(GateSettings, gate, f"gates.{index}", where),
-                                         convergence=convergence))
+        convergence = (
+            None
+            if rule is None
+            else _from_section(ConvergenceRuleSettings, rule, f"gates.{index}.convergence", where)
+        )
+        typed.append(
+            dataclasses.replace(
+                _from_section(GateSettings, gate, f"gates.{index}", where), convergence=convergence
+            )
+        )
     return tuple(typed)
 
 
@@ -466,16 +552,22 @@ def check_cross_fields(settings: ProfileSettings, where: Where = _anywhere) -> N
     if training.train_batch_size is not None:
         per_rank = training.micro_batch_per_rank * training.gradient_accumulation_steps
         if training.train_batch_size % per_rank:
-            refuse("training.train_batch_size",
-                   f"{training.train_batch_size} is not micro_batch_per_rank x gradient_accumulation_steps "
-                   f"({per_rank}) x a whole number of ranks")
+            refuse(
+                "training.train_batch_size",
+                f"{training.train_batch_size} is not micro_batch_per_rank x gradient_accumulation_steps "
+                f"({per_rank}) x a whole number of ranks",
+            )
     if training.warmup_steps_excluded >= training.optimizer_steps:
-        refuse("training.warmup_steps_excluded",
-               f"{training.warmup_steps_excluded} leaves no timed step of {training.optimizer_steps}")
+        refuse(
+            "training.warmup_steps_excluded",
+            f"{training.warmup_steps_excluded} leaves no timed step of {training.optimizer_steps}",
+        )
     if training.warmup_steps_excluded >= settings.variant_steps:
-        refuse("variant_optimizer_steps",
-               f"{settings.variant_steps} leaves no timed step after training.warmup_steps_excluded "
-               f"{training.warmup_steps_excluded}")
+        refuse(
+            "variant_optimizer_steps",
+            f"{settings.variant_steps} leaves no timed step after training.warmup_steps_excluded "
+            f"{training.warmup_steps_excluded}",
+        )
     check_model_shape(model, where)
     if model.shape_only and model.config is None:  # a pretrained model or a config brings its own shape
         heads = model.num_attention_heads
@@ -497,22 +589,29 @@ def check_model_shape(model: ModelSettings, where: Where = _anywhere) -> None:
     if model.config is not None:
         for key in SHAPE_KEYS:
             if getattr(model, key) is not None:
-                refuse(f"model.{key}", f"stated beside model.config ({model.config} states the whole shape): remove "
-                                       f"it, or remove model.config to state the shape in keys")
+                refuse(
+                    f"model.{key}",
+                    f"stated beside model.config ({model.config} states the whole shape): remove "
+                    f"it, or remove model.config to state the shape in keys",
+                )
         return
     if model.hidden_size is None:
         refuse("model.hidden_size", "required (or a model.config stating the whole shape)")
     if model.shape_only:
         if model.architecture not in SHAPE_ARCHITECTURES:
-            refuse("model.architecture", f"{model.architecture!r} is not one of "
-                                         f"{', '.join(SHAPE_ARCHITECTURES)} (other architectures: model.config)")
+            refuse(
+                "model.architecture",
+                f"{model.architecture!r} is not one of "
+                f"{', '.join(SHAPE_ARCHITECTURES)} (other architectures: model.config)",
+            )
         for key in ("num_hidden_layers", "num_attention_heads", "intermediate_size"):
             if getattr(model, key) is None:
                 refuse(f"model.{key}", "required to build a shape-only model (or a model.config)")
 
 
-def check_checkpoint_needs(stabiliser: StabiliserSettings, checkpoint: CheckpointSettings,
-                           where: Where = _anywhere) -> None:
+def check_checkpoint_needs(
+    stabiliser: StabiliserSettings, checkpoint: CheckpointSettings, where: Where = _anywhere
+) -> None:
     """Settings that need saved checkpoints refuse ``checkpoint.every_steps: 0``: both would pass the
     schema and then crash after training (export) or silently turn rollback into abort."""
 
@@ -520,8 +619,14 @@ def check_checkpoint_needs(stabiliser: StabiliserSettings, checkpoint: Checkpoin
         raise InputError(where(key), key, problem)
 
     if checkpoint.export_fp32 and not checkpoint.every_steps:
-        refuse("checkpoint.export_fp32", "true needs a saved checkpoint to export, but checkpoint.every_steps is 0 "
-                                         "(never save): set every_steps > 0 or export_fp32: false")
+        refuse(
+            "checkpoint.export_fp32",
+            "true needs a saved checkpoint to export, but checkpoint.every_steps is 0 "
+            "(never save): set every_steps > 0 or export_fp32: false",
+        )
     if stabiliser.policy == "rollback" and not checkpoint.every_steps:
-        refuse("stabiliser.policy", "rollback needs checkpoints to roll back to, but checkpoint.every_steps is 0 "
-                                    "(never save): set every_steps > 0 or policy: skip or abort")
+        refuse(
+            "stabiliser.policy",
+            "rollback needs checkpoints to roll back to, but checkpoint.every_steps is 0 "
+            "(never save): set every_steps > 0 or policy: skip or abort",
+        )

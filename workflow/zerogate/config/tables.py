@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import yaml
 
@@ -26,5 +26,7 @@ def refuse_duplicate_ids(ids: Iterable[str], file: str, items: str) -> None:
     seen: dict[str, int] = {}
     for index, item_id in enumerate(ids):
         if item_id in seen:
-            raise InputError(file, f"{items}[{index}] ({item_id}): id", f"also the id of {items}[{seen[item_id]}]")
+            raise InputError(
+                file, f"{items}[{index}] ({item_id}): id", f"also the id of {items}[{seen[item_id]}]"
+            )
         seen[item_id] = index

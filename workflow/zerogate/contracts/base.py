@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -51,8 +52,14 @@ def error_of(source: str, error: ValidationError) -> ContractError:
 class Record(BaseModel):
     """A typed part of a contract: frozen, closed, each key with its unit as the alias of a Python name."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_by_alias=True, validate_by_name=True,
-                              serialize_by_alias=True, allow_inf_nan=True)
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        validate_by_alias=True,
+        validate_by_name=True,
+        serialize_by_alias=True,
+        allow_inf_nan=True,
+    )
 
     @classmethod
     def key(cls, name: str) -> str:
@@ -91,12 +98,20 @@ class Artefact(Record):
             raise ContractError(source, "", f"not a {cls.CONTRACT} file: a JSON object was expected")
         stamp = data.get("contract")
         if stamp is None:
-            raise ContractError(source, "contract", f"missing: not a zerogate {cls.CONTRACT} file (or written "
-                                                    "before contracts; rerun the rule that writes it)")
+            raise ContractError(
+                source,
+                "contract",
+                f"missing: not a zerogate {cls.CONTRACT} file (or written "
+                "before contracts; rerun the rule that writes it)",
+            )
         if stamp != cls.stamp():
             name, _, version = str(stamp).partition("/")
-            problem = (f"a {name} file, not {cls.CONTRACT}" if name != cls.CONTRACT else
-                       f"contract version {version}, this zerogate reads {cls.VERSION}: rerun the rule that writes it")
+            problem = (
+                f"a {name} file, not {cls.CONTRACT}"
+                if name != cls.CONTRACT
+                else f"contract version {version}, this zerogate reads {cls.VERSION}: rerun the rule that "
+                "writes it"
+            )
             raise ContractError(source, "contract", problem)
         return cls.of({k: v for k, v in data.items() if k != "contract"}, source)
 
@@ -163,7 +178,8 @@ def plain(value: Any) -> Any:
 
 
 def typed(cls: Any, value: Any, source: str = "rule params") -> Any:
-    """``value`` (plain, as :func:`plain` made it) as ``cls`` again, validated: how a script reads its params."""
+    """``value`` (plain, as :func:`plain` made it) as ``cls`` again, validated: how a script reads its
+    params."""
     from pydantic import TypeAdapter
 
     try:

@@ -21,7 +21,8 @@ class LoggedCalls(Record):
 
 
 class TheorySettings(Record):
-    """The rendered config's settings the theory (zerogate.plan.comms.theory) takes, as DeepSpeed resolves them."""
+    """The rendered config's settings the theory (zerogate.plan.comms.theory) takes, as DeepSpeed resolves
+    them."""
 
     persistence_threshold: int
     reduce_bucket_elements: int

@@ -25,7 +25,8 @@ class ExitError(Record):
 
 
 class LogGate(JudgedGate):
-    """One gate of the profile as the log can judge it: the same name, claim, metric, comparison and threshold,
+    """One gate of the profile as the log can judge it: the same name, claim, metric, comparison and
+    threshold,
     the definition of what the log's lines give (not the profile's, which reads zerogate's per-step records),
     and NOT MEASURED with its reason where they give nothing."""
 
@@ -46,7 +47,8 @@ class LogSummary(Artefact):
     hysteresis_skips: int  # of those, the skips that kept the scale and used up hysteresis
     last_loss_scale: float | None  # the scale the last scale line leaves
     optimizer_steps: int | None  # the highest optimizer step a progress or throughput line names
-    # DeepSpeed's own cumulative skipped= at its last progress line, beside (never instead of) skipped_steps: it
+    # DeepSpeed's own cumulative skipped= at its last progress line, beside (never instead of) skipped_steps:
+    # it
     # counts skips before the excerpt starts, and any update a training loop told DeepSpeed to skip.
     progress_skipped: int | None
     progress_lines: int  # DeepSpeed's "[Rank N] step=S, skipped=K"

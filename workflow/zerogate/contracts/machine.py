@@ -1,5 +1,6 @@
 """The machine a run is planned for and runs on: the probe's fingerprint (``probe/hardware.json``, also
-what a described machine becomes for the renderer) and the pre-flight verdict (``preflight/preflight.json``)."""
+what a described machine becomes for the renderer) and the pre-flight verdict
+(``preflight/preflight.json``)."""
 
 from __future__ import annotations
 
@@ -136,7 +137,8 @@ class Fingerprint(Artefact):
     links: Links = Links()
     collectives: Collectives | None = None
     driver: Driver | None = None
-    # Package versions ({name: version}), CUDA and NCCL, and DeepSpeed's op report ({"compatible", "incompatible_reasons"}).
+    # Package versions ({name: version}), CUDA and NCCL, and DeepSpeed's op report ({"compatible",
+    # "incompatible_reasons"}).
     versions: dict[str, Any] = {}
 
     @property

@@ -4,7 +4,7 @@ by the plan's communication measurements and read by the communication analysis.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 from zerogate.contracts.base import Record
 
@@ -21,7 +21,8 @@ class ModelCounts(Record):
     vocab: int
     tied_embeddings: bool
     # Most parameters in one decoder layer (a class in the model's ``_no_split_modules``): what ZeRO-3
-    # gathers at once when that class is a leaf module (zero_optimization.leaf_module, zerogate.plan.cpu_tuning).
+    # gathers at once when that class is a leaf module (zero_optimization.leaf_module,
+    # zerogate.plan.cpu_tuning).
     largest_block: int = 0
     # Each unique parameter's size along its first dimension (FSDP2 shards and pads along it), and the
     # decoder layer it belongs to (its index among the ``_no_split_modules`` blocks, -1 outside them: the
@@ -37,11 +38,15 @@ class ModelCounts(Record):
         """Elements of these parameters (every one: None) each padded along its first dimension to a multiple
         of ``ranks``: what torch FSDP2 gathers of them (it shards dim 0); one rank holds 1/ranks of it."""
         if len(self.first_dims) != len(self.numels):
-            raise ValueError("the model's counts do not record each parameter's first dimension: count them again "
-                             "(zerogate.model.counts.count_parameters)")
+            raise ValueError(
+                "the model's counts do not record each parameter's first dimension: count them again "
+                "(zerogate.model.counts.count_parameters)"
+            )
         chosen = range(len(self.numels)) if indices is None else indices
-        return sum(math.ceil(self.first_dims[i] / ranks) * ranks * (self.numels[i] // self.first_dims[i])
-                   for i in chosen)
+        return sum(
+            math.ceil(self.first_dims[i] / ranks) * ranks * (self.numels[i] // self.first_dims[i])
+            for i in chosen
+        )
 
     def layer_units(self) -> list[list[int]]:
         """The parameters outside the decoder layers (FSDP2's root, when there are any), then each decoder
@@ -71,8 +76,10 @@ class ModelCounts(Record):
 
     def _blocks(self) -> tuple[int, ...]:
         if len(self.blocks) != len(self.numels):
-            raise ValueError("the model's counts do not say which decoder layer each parameter is in: count them "
-                             "again (zerogate.model.counts.count_parameters)")
+            raise ValueError(
+                "the model's counts do not say which decoder layer each parameter is in: count them "
+                "again (zerogate.model.counts.count_parameters)"
+            )
         return self.blocks
 
     def persistent_numel(self, threshold: int) -> int:

@@ -1,5 +1,6 @@
 """parse_logs' run metadata (``parsed/run.json``) and the columns of its two tables
-(``parsed/steps.parquet``: one row per rank and optimizer step, the StepRecord's keys; ``parsed/events.parquet``:
+(``parsed/steps.parquet``: one row per rank and optimizer step, the StepRecord's keys;
+``parsed/events.parquet``:
 one row per notable launcher-log line or stabiliser event)."""
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ EVENT_COLUMNS = ("kind", "rank", "step", "line", "message", "detail")  # detail:
 
 
 class Failure(Record):
-    """One rank's failure read from the launcher log: a traceback, a non-zero exit, a fatal loss-scale abort."""
+    """One rank's failure read from the launcher log: a traceback, a non-zero exit, a fatal loss-scale
+    abort."""
 
     rank: int | None  # None: the log does not say which rank
     kind: str

@@ -46,7 +46,9 @@ class Suggestion(Record):
     capacity_bytes: int = Field(alias="capacity(bytes)")
     settings: SuggestedSettings
     fits: bool = True  # every check fits after the change (Plan.device_changes lists some that do not)
-    smallest_device_need_bytes: int | None = Field(None, alias="smallest_device_need(bytes)")  # None without GPUs
+    smallest_device_need_bytes: int | None = Field(
+        None, alias="smallest_device_need(bytes)"
+    )  # None without GPUs
     # The change as a profile that extends the planned one (zerogate.plan.overlay.suggestion_profile), where
     # the plan rule wrote it, and the one command that plans it; None until a plan rule writes it.
     profile_file: str | None = None
@@ -174,7 +176,9 @@ class ActivationTerms(Record):
     outside_layers_bytes: int | None = Field(alias="outside_layers(bytes)")
     layers: int
     saved_bytes: int = Field(alias="saved(bytes)")
-    backward_transient_bytes: int = Field(alias="backward_transient(bytes)")  # to the first accumulated gradient
+    backward_transient_bytes: int = Field(
+        alias="backward_transient(bytes)"
+    )  # to the first accumulated gradient
     at_first_gradient_bytes: int | None = Field(alias="at_first_gradient(bytes)")  # traced only
     after_first_gradient_bytes: int = Field(alias="after_first_gradient(bytes)")
     formula_bytes: int = Field(alias="formula(bytes)")  # Korthikanti et al. 2022, the cross-check
@@ -203,7 +207,9 @@ class Ledger(Record):
     seq_len: int
     scheme: str
     activations: ActivationTerms
-    term_sources: dict[str, str]  # where each term comes from: a DeepSpeed source file, a measurement, an assumption
+    term_sources: dict[
+        str, str
+    ]  # where each term comes from: a DeepSpeed source file, a measurement, an assumption
     schemes: dict[str, SchemeLedger]
 
     @property

@@ -33,7 +33,8 @@ class GridLevel(Record):
     error_percent: float | None = Field(alias="error(%)")  # the ledger table's, unchanged
     target_percent: float = Field(alias="target(%)")  # |error| at or below it meets the target
     within_target: bool | None  # None: nothing measured
-    # The resident set only: the ledger table's peak row of the same rank, the prediction with the freed memory
+    # The resident set only: the ledger table's peak row of the same rank, the prediction with the freed
+    # memory
     # the C allocator kept, measured, in place of the predicted retained heap, its error; None on the other
     # levels or where not recorded.
     with_allocator_free_error_percent: float | None = Field(alias="with_allocator_free_error(%)")

@@ -14,7 +14,8 @@ from pydantic import Field
 from zerogate.contracts.base import Artefact, Record
 from zerogate.contracts.run import Dtype
 
-# fp16's loss scaler skipped the step (the value of StepRecord.skip_reason that the overflow statistics count).
+# fp16's loss scaler skipped the step (the value of StepRecord.skip_reason that the overflow statistics
+# count).
 OVERFLOW_REASON = "fp16_overflow"
 
 
@@ -82,7 +83,8 @@ class HeldBytes(Artefact):
     parameter_dtype: str
 
     def term(self, name: str) -> int:
-        """The held bytes of ledger term ``name`` (parameters, master_parameters, gradients, optimizer_states)."""
+        """The held bytes of ledger term ``name`` (parameters, master_parameters, gradients,
+        optimizer_states)."""
         return getattr(self, f"{name}_bytes")
 
 
@@ -115,7 +117,8 @@ class StabiliserEvent(Record):
 
 
 class EvalRecord(Record):
-    """One evaluation (rank 0): the validation loss per learned token and, on the built-in dataset, exact match."""
+    """One evaluation (rank 0): the validation loss per learned token and, on the built-in dataset, exact
+    match."""
 
     step: int
     phase: Literal["before", "during", "after"]

@@ -83,7 +83,9 @@ class Provenance(Artefact):
     git: GitAtStages
     profile: str
     config_hash: str
-    measurement_hash: str  # the profile without repeats, interval settings and fault injection (compare's key)
+    measurement_hash: (
+        str  # the profile without repeats, interval settings and fault injection (compare's key)
+    )
     resolved_profile: dict[str, Any]
     ds_config: dict[str, Any]
     packages: dict[str, Any]

@@ -16,8 +16,16 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, model_validator
 
-from zerogate.config.settings import (CheckpointSettings, EvaluationSettings, ModelSettings, ProfileSettings,
-                                      RunTraining, StabiliserSettings, check_checkpoint_needs, check_inject)
+from zerogate.config.settings import (
+    CheckpointSettings,
+    EvaluationSettings,
+    ModelSettings,
+    ProfileSettings,
+    RunTraining,
+    StabiliserSettings,
+    check_checkpoint_needs,
+    check_inject,
+)
 from zerogate.contracts.base import Artefact, Record
 from zerogate.errors import InputError
 
@@ -83,7 +91,9 @@ class TrainSettings(Artefact):
     @classmethod
     def from_profile(cls, settings: ProfileSettings) -> TrainSettings:
         check_checkpoint_needs(settings.stabiliser, settings.checkpoint)
-        return cls(stabiliser=settings.stabiliser, checkpoint=settings.checkpoint, evaluation=settings.evaluation)
+        return cls(
+            stabiliser=settings.stabiliser, checkpoint=settings.checkpoint, evaluation=settings.evaluation
+        )
 
 
 class Deviation(Record):
@@ -92,7 +102,9 @@ class Deviation(Record):
     path: str  # dotted key in the DeepSpeed config
     claim: Any  # the claim's value (None when the claim leaves the key out)
     rendered: Any
-    kind: Literal["changed", "resolved", "chosen"]  # differs | an "auto" made concrete | left open by the claim
+    kind: Literal[
+        "changed", "resolved", "chosen"
+    ]  # differs | an "auto" made concrete | left open by the claim
     reason: str
     changes_experiment: bool  # False only where the claim's intent is kept (auto resolved, open choice made)
 

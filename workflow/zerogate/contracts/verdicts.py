@@ -16,7 +16,7 @@ Two kinds of verdict, each from one fixed vocabulary, defined here and nowhere e
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, computed_field, model_validator
 
@@ -73,25 +73,47 @@ class ClaimVerdict(Record):
         return self.verdict
 
 
-def claim_from_gate(outcome: str, text: str, source: str, *, faithful: bool, condition: str | None = None,
-                    why: str | None = None) -> ClaimVerdict:
+def claim_from_gate(
+    outcome: str,
+    text: str,
+    source: str,
+    *,
+    faithful: bool,
+    condition: str | None = None,
+    why: str | None = None,
+) -> ClaimVerdict:
     """A claim's measured verdict from the gate that tests it: PASS holds (only when ``condition``, for a
     run that is not a faithful reproduction), FAIL does not hold, INCONCLUSIVE cannot be judged here (the
     measurement's interval straddles the claim's number: this run cannot tell whether it holds; more timed
     steps or repeats narrow it), NOT MEASURED cannot be judged."""
     if outcome == PASS:
-        return ClaimVerdict(verdict=HOLDS, evidence=text, source=source) if faithful else ClaimVerdict(
-            verdict=HOLDS_ONLY_WHEN, evidence=text, source=source, condition=condition or "this run's setup")
+        return (
+            ClaimVerdict(verdict=HOLDS, evidence=text, source=source)
+            if faithful
+            else ClaimVerdict(
+                verdict=HOLDS_ONLY_WHEN,
+                evidence=text,
+                source=source,
+                condition=condition or "this run's setup",
+            )
+        )
     if outcome == FAIL:
         return ClaimVerdict(verdict=DOES_NOT_HOLD, evidence=text, source=source)
     if outcome == INCONCLUSIVE:
-        return ClaimVerdict(verdict=CANNOT_JUDGE, evidence=text, source=source,
-                            why="the measured interval straddles the claimed threshold: within this run's noise it "
-                                "may hold or not; more timed steps or repeats narrow the interval")
-    return ClaimVerdict(verdict=CANNOT_JUDGE, evidence=text, source=source, why=why or "the gate was not measured")
+        return ClaimVerdict(
+            verdict=CANNOT_JUDGE,
+            evidence=text,
+            source=source,
+            why="the measured interval straddles the claimed threshold: within this run's noise it "
+            "may hold or not; more timed steps or repeats narrow the interval",
+        )
+    return ClaimVerdict(
+        verdict=CANNOT_JUDGE, evidence=text, source=source, why=why or "the gate was not measured"
+    )
 
 
 # --- gate evidence, one class per statistic --------------------------------------------------------------
+
 
 class RecordEvidence(Record):
     """The step records counted (zerogate.analysis.measures.record_completeness)."""
@@ -213,8 +235,15 @@ class NonfiniteEvidence(CompletionEvidence):
     records: RecordEvidence
 
 
-GateEvidence = Annotated[Union[SlowestRankEvidence, ConvergenceEvidence, FloorRatioEvidence, OverflowEvidence,
-                               FailedRanksEvidence, NonfiniteEvidence], Field(discriminator="kind")]
+GateEvidence = Annotated[
+    SlowestRankEvidence
+    | ConvergenceEvidence
+    | FloorRatioEvidence
+    | OverflowEvidence
+    | FailedRanksEvidence
+    | NonfiniteEvidence,
+    Field(discriminator="kind"),
+]
 
 
 class JudgedGate(Record):
@@ -241,11 +270,30 @@ class GateVerdict(JudgedGate):
     evidence: GateEvidence | None = None
 
     @classmethod
-    def judged(cls, gate: GateSettings, measured: float | None, verdict: str, reason: str,
-               evidence: Any = None, interval: GateInterval | None = None) -> GateVerdict:
-        return cls(name=gate.name, claim=gate.claim, definition=gate.definition, metric=gate.metric,
-                   statistic=gate.statistic, comparison=gate.comparison, threshold=gate.threshold, unit=gate.unit,
-                   measured=measured, interval=interval, verdict=verdict, reason=reason, evidence=evidence)
+    def judged(
+        cls,
+        gate: GateSettings,
+        measured: float | None,
+        verdict: str,
+        reason: str,
+        evidence: Any = None,
+        interval: GateInterval | None = None,
+    ) -> GateVerdict:
+        return cls(
+            name=gate.name,
+            claim=gate.claim,
+            definition=gate.definition,
+            metric=gate.metric,
+            statistic=gate.statistic,
+            comparison=gate.comparison,
+            threshold=gate.threshold,
+            unit=gate.unit,
+            measured=measured,
+            interval=interval,
+            verdict=verdict,
+            reason=reason,
+            evidence=evidence,
+        )
 
 
 class Reproduction(Record):
@@ -276,6 +324,7 @@ class GateVerdicts(Artefact):
 
 
 # --- claims ---------------------------------------------------------------------------------------------
+
 
 class JudgedClaim(Record):
     """One claim judged twice: on paper (a plan) and measured on the machine that ran."""

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -65,7 +66,9 @@ def _sort(rng: random.Random) -> Example:
 
 def _add(rng: random.Random) -> Example:
     a, b = rng.randint(0, 99), rng.randint(0, 99)
-    return Example("add", "Add the two numbers.", f"{_spaced(str(a))} + {_spaced(str(b))}", _spaced(str(a + b)))
+    return Example(
+        "add", "Add the two numbers.", f"{_spaced(str(a))} + {_spaced(str(b))}", _spaced(str(a + b))
+    )
 
 
 def _length(rng: random.Random) -> Example:
@@ -128,8 +131,14 @@ class EncodedSplit:
     truncated: int = 0
 
 
-def fit_rows(rows: list[tuple[list[int], list[int]]], seq_len: int, pad_id: int, too_long: str = "drop",
-             where: str = "dataset", numbers: list[int] | None = None) -> EncodedSplit:
+def fit_rows(
+    rows: list[tuple[list[int], list[int]]],
+    seq_len: int,
+    pad_id: int,
+    too_long: str = "drop",
+    where: str = "dataset",
+    numbers: list[int] | None = None,
+) -> EncodedSplit:
     """Pad ``(input_ids, labels)`` rows to ``seq_len``; rows that do not fit are dropped, truncated (the
     response's tail is cut, a row whose prompt alone does not fit is dropped) or refused, as asked."""
     rows_ids, rows_labels, rows_mask = [], [], []
@@ -138,8 +147,12 @@ def fit_rows(rows: list[tuple[list[int], list[int]]], seq_len: int, pad_id: int,
         if len(ids) > seq_len:
             if too_long == "error":
                 number = numbers[index] if numbers else index + 1  # the row's number in the file
-                raise InputError(where, f"row {number}", f"{len(ids)} tokens, longer than seq_len {seq_len} "
-                                                         f"(set dataset.too_long: drop or truncate)")
+                raise InputError(
+                    where,
+                    f"row {number}",
+                    f"{len(ids)} tokens, longer than seq_len {seq_len} "
+                    f"(set dataset.too_long: drop or truncate)",
+                )
             learned_in_window = any(label != IGNORE_INDEX for label in labels[:seq_len])
             if too_long == "drop" or not learned_in_window:
                 dropped += 1
@@ -184,7 +197,9 @@ def split_to_table(split: EncodedSplit) -> pa.Table:
 def load_split(path: str | Path) -> EncodedSplit:
     """Read a split written by :func:`prepare` back into fixed-width arrays."""
     table = pq.read_table(path)
-    columns = {name: np.stack(table.column(name).to_numpy(zero_copy_only=False)) for name in table.column_names}
+    columns = {
+        name: np.stack(table.column(name).to_numpy(zero_copy_only=False)) for name in table.column_names
+    }
     return EncodedSplit(
         input_ids=columns["input_ids"].astype(np.int64),
         labels=columns["labels"].astype(np.int64),
@@ -210,8 +225,14 @@ def trained_tokenizer(texts: list[str], vocab_size: int) -> Any:
     """A BPE tokenizer trained on ``texts`` (random-init models), as a transformers tokenizer."""
     from transformers import PreTrainedTokenizerFast
 
-    return _with_padding(PreTrainedTokenizerFast(tokenizer_object=train_tokenizer(texts, vocab_size),
-                                                 eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"))
+    return _with_padding(
+        PreTrainedTokenizerFast(
+            tokenizer_object=train_tokenizer(texts, vocab_size),
+            eos_token="<eos>",
+            pad_token="<pad>",
+            unk_token="<unk>",
+        )
+    )
 
 
 def _with_padding(tokenizer: Any) -> Any:
@@ -227,19 +248,23 @@ def load_tokenizer(model_dir: str | None, texts: list[str], vocab_size: int) -> 
 
 def choose_template(settings: DatasetSettings, tokenizer: Any) -> str:
     """The profile's template; ``auto``: the tokenizer's chat template if it has one, else builtin
-    (built-in data) or alpaca. ``tokenizer`` None stands for a tokenizer yet to be trained (no chat template)."""
+    (built-in data) or alpaca. ``tokenizer`` None stands for a tokenizer yet to be trained (no chat
+    template)."""
     template = settings.template
     if template == "auto":
         if getattr(tokenizer, "chat_template", None):
             return "chat"
         return "builtin" if settings.builtin else "alpaca"
     if template == "chat" and not getattr(tokenizer, "chat_template", None):
-        raise InputError("profile", "dataset.template", "chat, but the model's tokenizer has no chat template")
+        raise InputError(
+            "profile", "dataset.template", "chat, but the model's tokenizer has no chat template"
+        )
     return template
 
 
-def tokenizer_and_template(settings: DatasetSettings, model_dir: str | None, train_records: list[dict[str, Any]],
-                           vocab_size: int) -> tuple[Any, str]:
+def tokenizer_and_template(
+    settings: DatasetSettings, model_dir: str | None, train_records: list[dict[str, Any]], vocab_size: int
+) -> tuple[Any, str]:
     """The tokenizer and the template for the records: a pretrained model's own tokenizer, or a BPE
     tokenizer trained on the train records exactly as the template formats them (trained without the
     template's words, it would split the Alpaca header into single characters)."""
@@ -253,9 +278,13 @@ def tokenizer_and_template(settings: DatasetSettings, model_dir: str | None, tra
 def check_vocabulary(tokenizer: Any, model_vocab_size: int, profile_file: str, key: str) -> None:
     """One model (the planner counts it from the profile): the model's vocabulary must hold every token."""
     if len(tokenizer) > model_vocab_size:
-        raise InputError(profile_file, key, f"the tokenizer trained for this dataset has {len(tokenizer)} tokens, more "
-                                            f"than the model's vocabulary of {model_vocab_size} (a BPE tokenizer keeps "
-                                            f"every character of the text): raise {key}")
+        raise InputError(
+            profile_file,
+            key,
+            f"the tokenizer trained for this dataset has {len(tokenizer)} tokens, more "
+            f"than the model's vocabulary of {model_vocab_size} (a BPE tokenizer keeps "
+            f"every character of the text): raise {key}",
+        )
 
 
 def split_records(records: list[Any], fraction: float, seed: int) -> tuple[list[Any], list[Any]]:
@@ -267,8 +296,13 @@ def split_records(records: list[Any], fraction: float, seed: int) -> tuple[list[
     return [records[i] for i in order[:count]], [records[i] for i in order[count:]]
 
 
-def prepare(typed: DatasetSettings, out_dir: str | Path, model_info: ModelInfo | None = None,
-            repo: str | Path = ".", profile_file: str = "profile") -> DatasetManifest:
+def prepare(
+    typed: DatasetSettings,
+    out_dir: str | Path,
+    model_info: ModelInfo | None = None,
+    repo: str | Path = ".",
+    profile_file: str = "profile",
+) -> DatasetManifest:
     """Build the profile's dataset into ``out_dir`` and return its manifest (also written there).
 
     ``typed`` is the profile's ``dataset`` settings; ``model_info`` prepare_model's (None: a shape-only
@@ -283,16 +317,19 @@ def prepare(typed: DatasetSettings, out_dir: str | Path, model_info: ModelInfo |
     manifest: dict[str, Any] = {"source": typed.source, "splits": {}}
     if typed.builtin:
         examples = generate_examples(typed.seed, typed.num_train + typed.num_validation, typed.tasks)
-        validation_ex, train_ex = examples[: typed.num_validation], examples[typed.num_validation:]
+        validation_ex, train_ex = examples[: typed.num_validation], examples[typed.num_validation :]
         if model_dir:
             tokenizer = pretrained_tokenizer(model_dir)
             template = choose_template(typed, tokenizer)
         else:
             template = choose_template(typed, None)
-            tokenizer = trained_tokenizer([formatted_text(builtin_record(e, template), template) for e in train_ex],
-                                          typed.vocab_size)
-        splits = {name: [(builtin_record(e, template), e.__dict__) for e in rows]
-                  for name, rows in (("train", train_ex), ("validation", validation_ex))}
+            tokenizer = trained_tokenizer(
+                [formatted_text(builtin_record(e, template), template) for e in train_ex], typed.vocab_size
+            )
+        splits = {
+            name: [(builtin_record(e, template), e.__dict__) for e in rows]
+            for name, rows in (("train", train_ex), ("validation", validation_ex))
+        }
         where = "builtin-tasks"
     else:
         table, facts = load_table(typed.source, repo, typed)
@@ -303,15 +340,21 @@ def prepare(typed: DatasetSettings, out_dir: str | Path, model_info: ModelInfo |
         if typed.max_rows:
             records = records[: typed.max_rows]
         if len(records) < 2:
-            raise InputError(where, "", f"{len(records)} row: a training and a validation split need at least 2")
+            raise InputError(
+                where, "", f"{len(records)} row: a training and a validation split need at least 2"
+            )
         validation, train = split_records(records, typed.validation_fraction, typed.seed)
         tokenizer, template = tokenizer_and_template(typed, model_dir, train, typed.vocab_size)
         splits = {"train": [(r, r) for r in train], "validation": [(r, r) for r in validation]}
     too_long = typed.too_long_rows
     if model_dir is None:  # a shape-only model: its vocabulary is the profile's, not the tokenizer's
         stated = model_info.vocab_size
-        check_vocabulary(tokenizer, stated or typed.vocab_size, profile_file,
-                         "model.vocab_size" if stated else "dataset.vocab_size")
+        check_vocabulary(
+            tokenizer,
+            stated or typed.vocab_size,
+            profile_file,
+            "model.vocab_size" if stated else "dataset.vocab_size",
+        )
 
     tokenizer_json = tokenizer.backend_tokenizer.to_str()
     (out / "tokenizer.json").write_text(tokenizer_json)
@@ -357,7 +400,8 @@ def prepare(typed: DatasetSettings, out_dir: str | Path, model_info: ModelInfo |
     manifest["pad_token_id"] = tokenizer.pad_token_id
     manifest["eos_token_id"] = tokenizer.eos_token_id
     manifest["seq_len"] = seq_len
-    # Content hash over examples, tokenizer, template and token arrays (not file bytes: parquet metadata may vary).
+    # Content hash over examples, tokenizer, template and token arrays (not file bytes: parquet metadata may
+    # vary).
     manifest["content_sha256"] = digest.hexdigest()
     typed_manifest = DatasetManifest.of(manifest, str(out / "manifest.json"))
     typed_manifest.write(out / "manifest.json")

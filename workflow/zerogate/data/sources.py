@@ -36,17 +36,23 @@ def layout_of(columns: dict[str, str], where: str) -> str:
     for layout, (required, optional) in LAYOUTS.items():
         if required <= roles <= required | optional:
             return layout
-    raise InputError(where, "dataset.columns",
-                     f"roles {sorted(roles)} fit no layout (use instruction/input/output, prompt/response, "
-                     f"messages or text)")
+    raise InputError(
+        where,
+        "dataset.columns",
+        f"roles {sorted(roles)} fit no layout (use instruction/input/output, prompt/response, "
+        f"messages or text)",
+    )
 
 
 def file_format(path: Path, declared: str | None) -> str:
     if declared:
         return declared
     if path.suffix not in FORMATS:
-        raise InputError(str(path), "", f"unknown file type '{path.suffix}' (known: {', '.join(FORMATS)}; "
-                                        f"or set dataset.format)")
+        raise InputError(
+            str(path),
+            "",
+            f"unknown file type '{path.suffix}' (known: {', '.join(FORMATS)}; or set dataset.format)",
+        )
     return FORMATS[path.suffix]
 
 
@@ -59,9 +65,13 @@ def check_jsonl(path: Path) -> None:
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as error:
-                raise InputError(str(path), f"line {number}", f"malformed JSON ({error.msg} at column {error.colno})") from None
+                raise InputError(
+                    str(path), f"line {number}", f"malformed JSON ({error.msg} at column {error.colno})"
+                ) from None
             if not isinstance(value, dict):
-                raise InputError(str(path), f"line {number}", f"expected a JSON object, got {type(value).__name__}")
+                raise InputError(
+                    str(path), f"line {number}", f"expected a JSON object, got {type(value).__name__}"
+                )
 
 
 def file_columns(path: Path, kind: str) -> list[str]:
@@ -74,7 +84,9 @@ def file_columns(path: Path, kind: str) -> list[str]:
             try:
                 rows = json.loads(text)
             except json.JSONDecodeError as error:
-                raise InputError(str(path), f"line {error.lineno}", f"malformed JSON ({error.msg} at column {error.colno})") from None
+                raise InputError(
+                    str(path), f"line {error.lineno}", f"malformed JSON ({error.msg} at column {error.colno})"
+                ) from None
         else:
             rows = [json.loads(line) for line in text.splitlines() if line.strip()]
         for row in rows if isinstance(rows, list) else []:
@@ -96,8 +108,9 @@ def file_columns(path: Path, kind: str) -> list[str]:
     return ["text"]
 
 
-def check_dataset_source(source: str, columns: dict[str, str] | None, declared_format: str | None,
-                         repo: str | Path) -> None:
+def check_dataset_source(
+    source: str, columns: dict[str, str] | None, declared_format: str | None, repo: str | Path
+) -> None:
     """What can be checked of a local dataset file without reading it into a table: it exists, is not
     empty, its type is known, JSON lines parse (naming the first bad line) and the mapped columns exist.
     Run when the profile loads, before any job; whether a row fits in ``seq_len`` tokens needs the
@@ -114,10 +127,18 @@ def check_dataset_source(source: str, columns: dict[str, str] | None, declared_f
         check_jsonl(path)
     layout_of(columns or {}, str(path))
     offered = file_columns(path, kind)
-    missing = [f"'{column}' (dataset.columns.{role})" for role, column in (columns or {}).items() if column not in offered]
+    missing = [
+        f"'{column}' (dataset.columns.{role})"
+        for role, column in (columns or {}).items()
+        if column not in offered
+    ]
     if missing:
-        raise InputError(str(path), "", f"mapped column {', '.join(missing)} not found; the file has: "
-                                        f"{', '.join(offered) or 'no columns'}")
+        raise InputError(
+            str(path),
+            "",
+            f"mapped column {', '.join(missing)} not found; the file has: "
+            f"{', '.join(offered) or 'no columns'}",
+        )
 
 
 def load_table(source: str, repo: str | Path, settings: DatasetSettings) -> tuple[Any, dict[str, Any]]:
@@ -126,12 +147,19 @@ def load_table(source: str, repo: str | Path, settings: DatasetSettings) -> tupl
 
     datasets.disable_progress_bars()
     if source.startswith(HUB_PREFIX):
-        name = source[len(HUB_PREFIX):]
+        name = source[len(HUB_PREFIX) :]
         if not hub_reachable():
-            raise InputError(name, "dataset.source", "hub dataset requested but the hub cannot be reached "
-                                                     "(offline); download it elsewhere and point dataset.source at the file")
+            raise InputError(
+                name,
+                "dataset.source",
+                "hub dataset requested but the hub cannot be reached "
+                "(offline); download it elsewhere and point dataset.source at the file",
+            )
         table = datasets.load_dataset(name, settings.subset, split=settings.split or "train")
-        return table, {"source": source, "revision": getattr(table.info, "version", None) and str(table.info.version)}
+        return table, {
+            "source": source,
+            "revision": getattr(table.info, "version", None) and str(table.info.version),
+        }
 
     path = Path(repo) / source
     if not path.is_file():
@@ -159,23 +187,46 @@ def to_records(table: Any, columns: dict[str, str], where: str) -> list[dict[str
     """Canonical records (prompt/response, messages or text) from mapped columns; ``_row`` is the row's
     number in the file (its line for JSONL without blank lines), for error messages."""
     layout = layout_of(columns, where)
-    missing = [f"'{column}' (dataset.columns.{role})" for role, column in columns.items() if column not in table.column_names]
+    missing = [
+        f"'{column}' (dataset.columns.{role})"
+        for role, column in columns.items()
+        if column not in table.column_names
+    ]
     if missing:
-        raise InputError(where, "", f"mapped column {', '.join(missing)} not found; the file has: "
-                                    f"{', '.join(table.column_names)}")
+        raise InputError(
+            where,
+            "",
+            f"mapped column {', '.join(missing)} not found; the file has: {', '.join(table.column_names)}",
+        )
     records: list[dict[str, Any]] = []
     for number, row in enumerate(table, start=1):
         if layout == "instruction":
             extra = row.get(columns["input"], "") if "input" in columns else ""
-            prompt = f"{row[columns['instruction']]}\n\n{extra}" if extra else str(row[columns["instruction"]])
+            prompt = (
+                f"{row[columns['instruction']]}\n\n{extra}" if extra else str(row[columns["instruction"]])
+            )
             records.append({"prompt": prompt, "response": str(row[columns["output"]]), "_row": number})
         elif layout == "prompt_response":
-            records.append({"prompt": str(row[columns["prompt"]]), "response": str(row[columns["response"]]), "_row": number})
+            records.append(
+                {
+                    "prompt": str(row[columns["prompt"]]),
+                    "response": str(row[columns["response"]]),
+                    "_row": number,
+                }
+            )
         elif layout == "messages":
             messages = row[columns["messages"]]
-            if not isinstance(messages, list) or not all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in messages):
-                raise InputError(where, f"row {number}", f"column '{columns['messages']}' is not a list of {{role, content}}")
-            records.append({"messages": [{"role": m["role"], "content": m["content"]} for m in messages], "_row": number})
+            if not isinstance(messages, list) or not all(
+                isinstance(m, dict) and {"role", "content"} <= set(m) for m in messages
+            ):
+                raise InputError(
+                    where,
+                    f"row {number}",
+                    f"column '{columns['messages']}' is not a list of {{role, content}}",
+                )
+            records.append(
+                {"messages": [{"role": m["role"], "content": m["content"]} for m in messages], "_row": number}
+            )
         else:
             records.append({"text": str(row[columns["text"]]), "_row": number})
     return records

@@ -75,10 +75,16 @@ def encode_record(tokenizer: Tokenizer, record: dict[str, Any], template: str) -
         return _encode_conversation(tokenizer, record["messages"], template)
     prompt = prompt_ids(tokenizer, record["prompt"], template)
     if template == "chat":
-        full = chat_text(tokenizer, [{"role": "user", "content": record["prompt"]},
-                                     {"role": "assistant", "content": record["response"]}], False)
+        full = chat_text(
+            tokenizer,
+            [
+                {"role": "user", "content": record["prompt"]},
+                {"role": "assistant", "content": record["response"]},
+            ],
+            False,
+        )
         head = chat_text(tokenizer, [{"role": "user", "content": record["prompt"]}], True)
-        response = encode_text(tokenizer, full[len(head):]) if full.startswith(head) else []
+        response = encode_text(tokenizer, full[len(head) :]) if full.startswith(head) else []
         if not response:
             raise ValueError("the chat template does not render the prompt as a prefix of the conversation")
     else:
@@ -87,7 +93,9 @@ def encode_record(tokenizer: Tokenizer, record: dict[str, Any], template: str) -
     return prompt + response, [IGNORE_INDEX] * len(prompt) + response
 
 
-def _encode_conversation(tokenizer: Tokenizer, messages: list[dict[str, str]], template: str) -> tuple[list[int], list[int]]:
+def _encode_conversation(
+    tokenizer: Tokenizer, messages: list[dict[str, str]], template: str
+) -> tuple[list[int], list[int]]:
     """A multi-turn chat: only the assistant turns are learned, rendered by the chat template."""
     if template != "chat":
         raise ValueError("chat messages need template: chat")
@@ -99,11 +107,11 @@ def _encode_conversation(tokenizer: Tokenizer, messages: list[dict[str, str]], t
         upto = chat_text(tokenizer, messages[: turn + 1], False)
         if messages[turn]["role"] == "assistant":
             head = chat_text(tokenizer, messages[:turn], True)
-            ids_head = encode_text(tokenizer, head[len(rendered):])
+            ids_head = encode_text(tokenizer, head[len(rendered) :])
             ids += ids_head
             labels += [IGNORE_INDEX] * len(ids_head)
             rendered = head
-        piece = encode_text(tokenizer, upto[len(rendered):])
+        piece = encode_text(tokenizer, upto[len(rendered) :])
         ids += piece
         labels += piece if messages[turn]["role"] == "assistant" else [IGNORE_INDEX] * len(piece)
         rendered = upto

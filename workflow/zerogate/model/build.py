@@ -25,7 +25,9 @@ from zerogate.model.sources import SHAPE, ModelSource, resolve_hub
 _HF_DEEPSPEED_CONFIG: Any = None
 
 
-def planned_model_config(shape: ModelSettings, vocab_size: int, seq_len: int, eos_id: int | None = None) -> Any:
+def planned_model_config(
+    shape: ModelSettings, vocab_size: int, seq_len: int, eos_id: int | None = None
+) -> Any:
     """THE model of a profile's ``model``: its ``config`` (a Hugging Face config.json, any architecture, its
     own vocabulary and positions), else its shape keys: ``llama`` (default) or ``qwen2`` (q/k/v biases,
     Qwen2.5's shape), with the vocabulary ``vocab_size`` (the run spec's: model.vocab_size, else
@@ -111,8 +113,15 @@ def enable_activation_checkpointing(model: PreTrainedModel) -> None:
 
 # Shape keys a profile may state for a pretrained model (the planner counts parameters from them without
 # the weights): each one stated must agree with the model's own config.
-CHECKED_SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                      "intermediate_size", "vocab_size", "tie_word_embeddings")
+CHECKED_SHAPE_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+    "tie_word_embeddings",
+)
 
 
 def shape_disagreements(stated: ModelSettings, config: Any) -> list[str]:
@@ -125,14 +134,18 @@ def shape_disagreements(stated: ModelSettings, config: Any) -> list[str]:
     return problems
 
 
-def materialise(source: ModelSource, out_dir: str | Path, profile_file: str, stated_shape: ModelSettings) -> ModelInfo:
+def materialise(
+    source: ModelSource, out_dir: str | Path, profile_file: str, stated_shape: ModelSettings
+) -> ModelInfo:
     """Make ``source`` loadable offline from ``out_dir``; return (and write) ``model.json``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     info: dict[str, Any] = {"source": source.spec, "kind": source.kind}
     if source.kind == SHAPE:
         info["directory"] = None
-        if stated_shape.vocab_size is not None:  # a fixed vocabulary: prepare_dataset checks its tokenizer against it
+        if (
+            stated_shape.vocab_size is not None
+        ):  # a fixed vocabulary: prepare_dataset checks its tokenizer against it
             info["vocab_size"] = stated_shape.vocab_size
     else:
         from transformers import AutoConfig
@@ -196,8 +209,9 @@ def load_for_training(spec: RunSpec, manifest: DatasetManifest, ds_config: dict[
 
         zero3_for_transformers(ds_config)
         # fp32 master copy on load; DeepSpeed casts to the config's fp16/bf16 itself.
-        model = AutoModelForCausalLM.from_pretrained(model_info.directory, dtype=torch.float32,
-                                                     attn_implementation=spec.model.attention)
+        model = AutoModelForCausalLM.from_pretrained(
+            model_info.directory, dtype=torch.float32, attn_implementation=spec.model.attention
+        )
     apply_training_features(model, spec.training)
     return model
 

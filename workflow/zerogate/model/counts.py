@@ -1,4 +1,5 @@
-"""A model's parameter counts (zerogate.contracts.model.ModelCounts), with the shape numbers the ledger and the
+"""A model's parameter counts (zerogate.contracts.model.ModelCounts), with the shape numbers the ledger and
+the
 communication theory need: counted on the meta device (no weights), so a 14B model is counted in seconds."""
 
 from __future__ import annotations

@@ -53,13 +53,20 @@ def load_config(path: str | Path) -> Any:
         import transformers
 
         custom = " (custom code in auto_map is never run)" if "auto_map" in data else ""
-        raise InputError(str(file), "model_type",
-                         f"'{model_type}' is not an architecture of transformers {transformers.__version__}{custom}")
+        raise InputError(
+            str(file),
+            "model_type",
+            f"'{model_type}' is not an architecture of transformers {transformers.__version__}{custom}",
+        )
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise InputError(str(file), "model_type", f"'{model_type}' has no causal language model in transformers")
+        raise InputError(
+            str(file), "model_type", f"'{model_type}' has no causal language model in transformers"
+        )
     try:
         config = CONFIG_MAPPING[model_type].from_dict(data)
-    except Exception as error:  # transformers' strict dataclasses raise their own types; all are bad input here
+    except (
+        Exception
+    ) as error:  # transformers' strict dataclasses raise their own types; all are bad input here
         key, problem = _rejected_key(error)
         raise InputError(str(file), key, f"transformers rejects it: {problem}") from None
     # Where it came from, for later messages (PretrainedConfig keeps it as name_or_path).
@@ -72,7 +79,8 @@ def _one_line(error: BaseException) -> str:
 
 
 def _rejected_key(error: BaseException) -> tuple[str, str]:
-    """The config key transformers names in its validation error (field or first `backticked` name), if any."""
+    """The config key transformers names in its validation error (field or first `backticked` name), if
+    any."""
     text = str(error)
     named = re.search(r"field '([^']+)'", text) or re.search(r"`([A-Za-z_][A-Za-z0-9_]*)`", text)
     return (named.group(1) if named else ""), _one_line(error)
@@ -95,7 +103,8 @@ class ModelShape:
 
 
 def shape_of(config: Any) -> ModelShape:
-    """``config``'s shape. Reads through transformers' attribute maps (GPT-2: n_embd, n_layer, n_head, n_positions).
+    """``config``'s shape. Reads through transformers' attribute maps (GPT-2: n_embd, n_layer, n_head,
+    n_positions).
 
     head_dim is the config's own where it states one (Llama 3, Mistral), else hidden / heads. The MLP width
     is ``intermediate_size``, or GPT-2's ``n_inner``, which GPT-2's MLP replaces by 4 x hidden when it is None

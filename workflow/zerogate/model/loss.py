@@ -9,8 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 
-def causal_lm_loss_in_logits_dtype(logits: Any, labels: Any, vocab_size: int, num_items_in_batch: Any = None,
-                                   ignore_index: int = -100, shift_labels: Any = None, **kwargs: Any) -> Any:
+def causal_lm_loss_in_logits_dtype(
+    logits: Any,
+    labels: Any,
+    vocab_size: int,
+    num_items_in_batch: Any = None,
+    ignore_index: int = -100,
+    shift_labels: Any = None,
+    **kwargs: Any,
+) -> Any:
     """transformers.loss.loss_utils.ForCausalLMLoss without its ``logits.float()``: the same label shift,
     ignore index and reduction, the cross-entropy computed in the logits' dtype."""
     import torch
@@ -20,8 +27,13 @@ def causal_lm_loss_in_logits_dtype(logits: Any, labels: Any, vocab_size: int, nu
         # Shift so that tokens < n predict n, as ForCausalLMLoss does.
         labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)
         shift_labels = labels[..., 1:].contiguous()
-    return fixed_cross_entropy(logits.view(-1, vocab_size), shift_labels.view(-1).to(logits.device),
-                               num_items_in_batch, ignore_index, **kwargs)
+    return fixed_cross_entropy(
+        logits.view(-1, vocab_size),
+        shift_labels.view(-1).to(logits.device),
+        num_items_in_batch,
+        ignore_index,
+        **kwargs,
+    )
 
 
 def set_loss(model: Any, loss_in_fp32: bool) -> None:

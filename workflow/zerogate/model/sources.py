@@ -4,7 +4,8 @@
     source: /path/to/hf_dir            a local directory in Hugging Face format (config.json + weights)
     source: /path/to/model.gguf        a local GGUF file (dequantised to fp32 by transformers)
     source: package:MODULE/FILE        a file shipped inside an installed Python package (offline weights)
-    source: hub:ORG/NAME               a Hugging Face hub id: used from the local cache, downloaded only online
+    source: hub:ORG/NAME               a Hugging Face hub id: used from the local cache, downloaded only
+    online
 
 Relative paths are relative to the repository. Checks that cost nothing (the path exists, the GGUF's
 architecture is one transformers can load) run when the profile is loaded; the hub look-up runs in the
@@ -47,8 +48,8 @@ def parse_source(spec: str | None, repo: str | Path = ".") -> ModelSource:
     if spec is None or spec == SHAPE:
         return ModelSource(SHAPE, "", SHAPE)
     if spec.startswith(HUB_PREFIX):
-        return ModelSource("hub", spec[len(HUB_PREFIX):], spec)
-    path = package_file(spec[len(PACKAGE_PREFIX):]) if spec.startswith(PACKAGE_PREFIX) else Path(repo) / spec
+        return ModelSource("hub", spec[len(HUB_PREFIX) :], spec)
+    path = package_file(spec[len(PACKAGE_PREFIX) :]) if spec.startswith(PACKAGE_PREFIX) else Path(repo) / spec
     if not path.exists():
         raise FileNotFoundError(f"no such file or directory: {path}")
     if path.is_file() and path.suffix == ".gguf":
@@ -81,7 +82,8 @@ def check_gguf(path: str | Path) -> None:
 
 
 def check_model_source(spec: str, profile_file: str, repo: str | Path) -> ModelSource:
-    """The cheap checks of ``model.source`` (``spec``), as one-line InputErrors naming the file and the key."""
+    """The cheap checks of ``model.source`` (``spec``), as one-line InputErrors naming the file and the
+    key."""
     try:
         source = parse_source(spec, repo)
     except FileNotFoundError as error:

@@ -3,7 +3,8 @@
 The planner asks for the activations of many setups (every scheme, every change it considers, every
 micro-batch of the search for the largest that fits); each distinct (micro-batch, sequence length, dtype,
 attention, checkpointing, the loss's precision) is traced once and kept. A trace builds one and two decoder
-layers under FakeTensorMode on the CPU and scales by the layer count where the config's layers are alike (the trace
+layers under FakeTensorMode on the CPU and scales by the layer count where the config's layers are alike (the
+trace
 checks that on the full model built on the meta device, and traces every layer where they differ), so one
 costs about 0.2 s after the first (docs/planning.md).
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from zerogate.plan.ledger import ActivationFigures, Setup
-
 
 # The config keys transformers' architectures name their attention-probability dropout by.
 ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob")
@@ -32,9 +32,11 @@ def as_cuda_sdpa_runs(config: Any) -> tuple[Any, str]:
         return config, ""
     changed = type(config).from_dict({**config.to_dict(), **{key: 0.0 for key in dropped}})
     changed._attn_implementation = config._attn_implementation
-    return changed, (f"; attention dropout ({', '.join(f'{k} {v}' for k, v in dropped.items())}) traced as 0 for "
-                     f"this CUDA target: CUDA's fused SDPA kernels regenerate the dropout mask from the RNG state "
-                     f"instead of saving the s x s probabilities that the CPU's math kernel saves")
+    return changed, (
+        f"; attention dropout ({', '.join(f'{k} {v}' for k, v in dropped.items())}) traced as 0 for "
+        f"this CUDA target: CUDA's fused SDPA kernels regenerate the dropout mask from the RNG state "
+        f"instead of saving the s x s probabilities that the CPU's math kernel saves"
+    )
 
 
 class TracedActivations:
@@ -46,22 +48,42 @@ class TracedActivations:
         self._traced: dict[tuple, ActivationFigures] = {}
 
     def __call__(self, setup: Setup) -> ActivationFigures:
-        key = (setup.micro_batch, setup.seq_len, setup.dtype, setup.attention, setup.activation_checkpointing,
-               setup.loss_in_fp32, setup.device_kind)
+        key = (
+            setup.micro_batch,
+            setup.seq_len,
+            setup.dtype,
+            setup.attention,
+            setup.activation_checkpointing,
+            setup.loss_in_fp32,
+            setup.device_kind,
+        )
         if key not in self._traced:
             from zerogate.plan.trace import trace_micro_step
 
             config, changed = self.config, ""
             if setup.device_kind == "cuda" and setup.attention == "sdpa":
                 config, changed = as_cuda_sdpa_runs(self.config)
-            trace = trace_micro_step(config, setup.micro_batch, setup.seq_len, setup.dtype, setup.attention,
-                                     setup.activation_checkpointing, loss_in_fp32=setup.loss_in_fp32)
+            trace = trace_micro_step(
+                config,
+                setup.micro_batch,
+                setup.seq_len,
+                setup.dtype,
+                setup.attention,
+                setup.activation_checkpointing,
+                loss_in_fp32=setup.loss_in_fp32,
+            )
             self._traced[key] = ActivationFigures(
-                saved_bytes=trace.total_bytes, backward_transient_bytes=trace.backward_transient_bytes,
-                basis="traced", how=trace.how + changed, per_layer_bytes=trace.per_layer_bytes,
-                outside_layers_bytes=trace.outside_layers_bytes, layers=trace.layers,
+                saved_bytes=trace.total_bytes,
+                backward_transient_bytes=trace.backward_transient_bytes,
+                basis="traced",
+                how=trace.how + changed,
+                per_layer_bytes=trace.per_layer_bytes,
+                outside_layers_bytes=trace.outside_layers_bytes,
+                layers=trace.layers,
                 at_first_gradient_bytes=trace.at_first_gradient_bytes,
-                after_first_gradient_bytes=trace.after_first_gradient_bytes, size_classes=trace.size_classes)
+                after_first_gradient_bytes=trace.after_first_gradient_bytes,
+                size_classes=trace.size_classes,
+            )
         return self._traced[key]
 
     @property
@@ -70,7 +92,8 @@ class TracedActivations:
         return len(self._traced)
 
 
-# One TracedActivations per distinct model config in this process, for the plans that share (traced_activations).
+# One TracedActivations per distinct model config in this process, for the plans that share
+# (traced_activations).
 _TRACED: dict[str, TracedActivations] = {}
 
 
@@ -82,4 +105,3 @@ def traced_activations(config: Any) -> TracedActivations:
     if key not in _TRACED:
         _TRACED[key] = TracedActivations(config)
     return _TRACED[key]
-

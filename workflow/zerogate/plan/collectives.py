@@ -42,16 +42,21 @@ def lower_line(points: list[tuple[float, float]]) -> tuple[float, float | None]:
     for i, (v1, t1) in enumerate(points):
         if v1 > 0:
             candidates.append((0.0, v1 / t1))
-        for v2, t2 in points[i + 1:]:
+        for v2, t2 in points[i + 1 :]:
             if v2 > v1 and t2 > t1:
                 bandwidth = (v2 - v1) / (t2 - t1)
                 candidates.append((t1 - v1 / bandwidth, bandwidth))
     largest = max(v for v, _ in points)
-    fits = [(latency, bandwidth) for latency, bandwidth in candidates
-            if latency >= 0 and all(latency + v / bandwidth <= t * (1 + 1e-9) for v, t in points)]
+    fits = [
+        (latency, bandwidth)
+        for latency, bandwidth in candidates
+        if latency >= 0 and all(latency + v / bandwidth <= t * (1 + 1e-9) for v, t in points)
+    ]
     if not fits:
         return min(t for _, t in points), None
-    return max(fits, key=lambda c: (c[0] + largest / c[1], c[0]))  # a tie: the larger latency, tighter for small calls
+    return max(
+        fits, key=lambda c: (c[0] + largest / c[1], c[0])
+    )  # a tie: the larger latency, tighter for small calls
 
 
 def figures(samples: dict[str, list[dict[str, float]]], world: int, source: str) -> dict[str, dict[str, Any]]:
@@ -67,10 +72,15 @@ def figures(samples: dict[str, list[dict[str, float]]], world: int, source: str)
         points = [(volume_bytes(kind, r["elements"] * ELEMENT_BYTES, world), r["seconds"]) for r in rows]
         latency, bandwidth = lower_line(points)
         sizes = ", ".join(str(r["elements"] * ELEMENT_BYTES) for r in rows)
-        how = f"{source}; the line latency + volume / bandwidth at or below the calls at {sizes} B, largest at the largest"
+        how = (
+            f"{source}; the line latency + volume / bandwidth at or below the calls at {sizes} B, largest at "
+            "the largest"
+        )
         entry: dict[str, Any] = {
             "latency_s": figure(latency, MEASURED, how),
-            "samples": [{"tensor_bytes": r["elements"] * ELEMENT_BYTES, "seconds": r["seconds"]} for r in rows],
+            "samples": [
+                {"tensor_bytes": r["elements"] * ELEMENT_BYTES, "seconds": r["seconds"]} for r in rows
+            ],
         }
         if bandwidth:
             entry["bandwidth_gbps"] = figure(bandwidth / 1e9, MEASURED, how)
@@ -89,12 +99,12 @@ def predicted_seconds(entry: dict[str, Any], kind: str, tensor_bytes: float, wor
     return latency["value"] + volume_bytes(kind, tensor_bytes, world) / (bandwidth["value"] * 1e9)
 
 
-
-
 def interpret(raw: dict[str, Any] | None) -> dict[str, Any] | None:
     """The probe's raw collective timings (zerogate.runtime.collectives.measure) as the fingerprint's
     ``collectives``: each kind's latency and bandwidth figures beside its samples."""
     if raw is None:
         return None
-    kinds = figures(raw.get("samples") or {}, raw["world"], f"probe: {raw['backend']}, {raw['world']} local ranks")
+    kinds = figures(
+        raw.get("samples") or {}, raw["world"], f"probe: {raw['backend']}, {raw['world']} local ranks"
+    )
     return {**{k: v for k, v in raw.items() if k != "samples"}, "kinds": kinds}

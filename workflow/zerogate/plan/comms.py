@@ -19,16 +19,20 @@ term (read from its sources, confirmed by zerogate.train.comms_volume's measurem
 - ZeRO-0 (``engine.allreduce_gradients``): at the accumulation boundary only, ``buffered_allreduce_fallback``
   all-reduces the flattened gradients in buckets of 5e8 elements (``MEMORY_OPT_ALLREDUCE_SIZE``).
 - ZeRO-1/2 (``stage_1_and_2``): the paper counts a reduce-scatter of the gradients and an all-gather of the
-  updated parameters. ``average_tensor`` all-reduces the whole bucket instead (``use_multi_rank_bucket_allreduce``,
+  updated parameters. ``average_tensor`` all-reduces the whole bucket instead
+  (``use_multi_rank_bucket_allreduce``,
   on by default; off, it ``dist.reduce``s each slice to its owner); ZeRO-1 at the boundary only
   (``reduce_ready_partitions_and_remove_grads``), ZeRO-2 in every micro-step (``partition_gradients``); after
   the step ``all_gather_dp_groups`` gathers the flat, N-padded group once.
-- ZeRO-3 (``stage3``, ``partition_parameters``, ``partitioned_param_coordinator``): every micro-step gathers the
+- ZeRO-3 (``stage3``, ``partition_parameters``, ``partitioned_param_coordinator``): every micro-step gathers
+the
   parameters for the forward and, the paper says, again for the backward, and reduce-scatters every gradient
-  (``reduce_scatter_coalesced``, buckets of ``reduce_bucket_size`` elements, each parameter padded to a multiple
+  (``reduce_scatter_coalesced``, buckets of ``reduce_bucket_size`` elements, each parameter padded to a
+  multiple
   of N). A parameter used again within ``stage3_max_reuse_distance`` elements of the fetch trace is not
   released after the forward (``__params_to_release``), so it is not gathered again (``zero3_gathers`` replays
-  that rule); parameters at or below ``stage3_param_persistence_threshold`` elements are never released and are
+  that rule); parameters at or below ``stage3_param_persistence_threshold`` elements are never released and
+  are
   all-gathered once each after the step; a tied LM head may gather the embedding again.
 - Gradient norm: one scalar all-reduce per step (ZeRO-1..3; ZeRO-0 with gradient clipping).
 - Offload (optimizer, parameters) changes where partitions live, not the collectives. Host-device copies
@@ -39,7 +43,8 @@ term (read from its sources, confirmed by zerogate.train.comms_volume's measurem
   its backward (resharded after its forward) but not the root (``reshard_after_forward`` is False at the
   root), and reduce-scatters each unit's gradients, always in fp32 (the engine's reduce dtype); each
   parameter is padded along its first dimension to a multiple of N (FSDP2 shards dim 0). At the step,
-  ``clip_grad_norm_`` over the sharded gradients all-reduces one fp32 per parameter (the local norms, stacked).
+  ``clip_grad_norm_`` over the sharded gradients all-reduces one fp32 per parameter (the local norms,
+  stacked).
 - torch DDP with ``no_sync`` during accumulation: one all-reduce of every gradient per optimizer step, in
   buckets (25 MiB, the first 1 MiB: torch's ``bucket_cap_mb`` and ``_DEFAULT_FIRST_BUCKET_BYTES``), and a
   broadcast of the module's buffers before the first forward after a synchronised one (``broadcast_buffers``).
@@ -50,8 +55,9 @@ Where a measurement departs from these, the departure is a named ``Term`` here, 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any
 
 from zerogate.contracts.comms import CommsMeasurement, CommsPlan, TheorySettings
 from zerogate.contracts.run import DsConfig, RunSpec
@@ -60,8 +66,18 @@ from zerogate.plan.ds_config import apply_overrides
 from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE, ZERO0_ALLREDUCE_ELEMENTS
 from zerogate.plan.variants import PEERS, VARIANTS, engine_of, variant_config
 
-# The schemes measured and theorised, in report order. DeepSpeed ones and FSDP2 are zerogate.plan.variants names.
-SCHEMES: tuple[str, ...] = ("ddp", "zero0", "zero1", "zero2", "zero3", "zero3-offload", "zero3-offload-all", "fsdp2")
+# The schemes measured and theorised, in report order. DeepSpeed ones and FSDP2 are zerogate.plan.variants
+# names.
+SCHEMES: tuple[str, ...] = (
+    "ddp",
+    "zero0",
+    "zero1",
+    "zero2",
+    "zero3",
+    "zero3-offload",
+    "zero3-offload-all",
+    "fsdp2",
+)
 DDP = "ddp"
 FSDP2 = "fsdp2"
 # FSDP2 reduce-scatters gradients in fp32 whatever the compute dtype (Fsdp2Engine: no policy in fp32,
@@ -179,7 +195,8 @@ def _buckets(elements: float, bucket_elements: float) -> int:
 
 
 def _ddp_buckets(numels: tuple[int, ...], dtype_bytes: int) -> int:
-    """Torch DDP's gradient buckets (``_compute_bucket_assignment_by_size``): parameters in reverse order fill a
+    """Torch DDP's gradient buckets (``_compute_bucket_assignment_by_size``): parameters in reverse order fill
+    a
     bucket until it reaches its limit (the first 1 MiB, then ``bucket_cap_mb``), which closes it."""
     buckets, size, limit = 0, 0, DDP_FIRST_BUCKET_BYTES
     for numel in reversed(numels):
@@ -213,8 +230,10 @@ def scheme_for(stage: int, offload_optimizer: bool, offload_param: bool) -> str:
     for name, setup in VARIANTS.items():
         if setup == wanted:
             return name
-    raise KeyError(f"no scheme for ZeRO stage {stage} with offload_optimizer={offload_optimizer}, "
-                   f"offload_param={offload_param}")
+    raise KeyError(
+        f"no scheme for ZeRO stage {stage} with offload_optimizer={offload_optimizer}, "
+        f"offload_param={offload_param}"
+    )
 
 
 def _padded(numel: int, world: int) -> int:
@@ -234,15 +253,18 @@ def fetch_units(counts: ModelCounts, leaf_blocks: bool) -> list[tuple[int, ...]]
     head, tail = 1, 1 if counts.tied_embeddings else 2
     per_layer, rest = divmod(count - head - tail, counts.layers) if counts.layers else (0, 1)
     if leaf_blocks and per_layer and not rest:
-        layers = [tuple(range(head + i * per_layer, head + (i + 1) * per_layer)) for i in range(counts.layers)]
+        layers = [
+            tuple(range(head + i * per_layer, head + (i + 1) * per_layer)) for i in range(counts.layers)
+        ]
         units = [(0,), *layers, *[(i,) for i in range(head + counts.layers * per_layer, count)]]
     else:
         units = [(i,) for i in range(count)]
     return [*units, (0,)] if counts.tied_embeddings else units
 
 
-def zero3_trace(counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int,
-                leaf_blocks: bool) -> tuple[dict[str, int], int]:
+def zero3_trace(
+    counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int, leaf_blocks: bool
+) -> tuple[dict[str, int], int]:
     """ZeRO-3's fetch trace of one micro-step, once it is complete: the elements it all-gathers in the
     forward and the backward, and the most non-persistent elements it holds gathered at once.
 
@@ -272,7 +294,7 @@ def zero3_trace(counts: ModelCounts, world: int, persistence_threshold: int, max
         most_resident = max(most_resident, sum(_padded(numels[i], world) for i in resident))
         release = {i for i in unit if numels[i] > persistence_threshold}
         traversed = 0
-        for later in trace[position + 1:]:
+        for later in trace[position + 1 :]:
             if traversed >= max_reuse_distance or not release:
                 break
             for index in later:
@@ -282,14 +304,16 @@ def zero3_trace(counts: ModelCounts, world: int, persistence_threshold: int, max
     return gathered, most_resident
 
 
-def zero3_gathers(counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int,
-                  leaf_blocks: bool) -> dict[str, int]:
+def zero3_gathers(
+    counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int, leaf_blocks: bool
+) -> dict[str, int]:
     """Elements ZeRO-3 all-gathers in one micro-step's forward and backward (zero3_trace)."""
     return zero3_trace(counts, world, persistence_threshold, max_reuse_distance, leaf_blocks)[0]
 
 
-def zero3_most_gathered(counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int,
-                        leaf_blocks: bool) -> int:
+def zero3_most_gathered(
+    counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int, leaf_blocks: bool
+) -> int:
     """The most non-persistent elements ZeRO-3 holds gathered at once in a micro-step (zero3_trace), before
     the prefetcher's bucket: what the peak prediction's gathered-parameter term counts."""
     return zero3_trace(counts, world, persistence_threshold, max_reuse_distance, leaf_blocks)[1]
@@ -301,22 +325,58 @@ def _gather_calls(elements: int, prefetch_bucket_elements: int) -> int:
     return math.ceil(elements / prefetch_bucket_elements) if elements else 0
 
 
-def _reduce_terms(counts: ModelCounts, per: str, world: int, b: int, reduce_bucket_elements: int,
-                  multi_rank_bucket_allreduce: bool) -> list[Term]:
+def _reduce_terms(
+    counts: ModelCounts,
+    per: str,
+    world: int,
+    b: int,
+    reduce_bucket_elements: int,
+    multi_rank_bucket_allreduce: bool,
+) -> list[Term]:
     """ZeRO-1/2's gradient reduction: the paper's reduce-scatter, and what DeepSpeed sends instead."""
     grads = counts.total * b
     buckets = _buckets(counts.total, reduce_bucket_elements)
-    base = Term("gradient reduce-scatter", "reduce_scatter", per, buckets, grads,
-                "the paper: each rank receives its partition's reduced gradients")
+    base = Term(
+        "gradient reduce-scatter",
+        "reduce_scatter",
+        per,
+        buckets,
+        grads,
+        "the paper: each rank receives its partition's reduced gradients",
+    )
     if multi_rank_bucket_allreduce:
-        instead = Term("gradient all-reduced, not reduce-scattered", "all_reduce", per, buckets, grads,
-                       "use_multi_rank_bucket_allreduce (DeepSpeed default): average_tensor all-reduces the bucket",
-                       departure=True)
+        instead = Term(
+            "gradient all-reduced, not reduce-scattered",
+            "all_reduce",
+            per,
+            buckets,
+            grads,
+            "use_multi_rank_bucket_allreduce (DeepSpeed default): average_tensor all-reduces the bucket",
+            departure=True,
+        )
     else:
-        instead = Term("gradient reduced to each owner, not reduce-scattered", "reduce", per, world * buckets, grads,
-                       "average_tensor: dist.reduce of each slice to the rank owning it", departure=True)
-    return [base, instead, Term("reduce-scatter not sent", "reduce_scatter", per, -buckets, -grads,
-                                "replaced by the term above", departure=True)]
+        instead = Term(
+            "gradient reduced to each owner, not reduce-scattered",
+            "reduce",
+            per,
+            world * buckets,
+            grads,
+            "average_tensor: dist.reduce of each slice to the rank owning it",
+            departure=True,
+        )
+    return [
+        base,
+        instead,
+        Term(
+            "reduce-scatter not sent",
+            "reduce_scatter",
+            per,
+            -buckets,
+            -grads,
+            "replaced by the term above",
+            departure=True,
+        ),
+    ]
 
 
 def fsdp2_theory(counts: ModelCounts, world: int, dtype_bytes: int) -> list[Term]:
@@ -326,36 +386,93 @@ def fsdp2_theory(counts: ModelCounts, world: int, dtype_bytes: int) -> list[Term
     b, reduce_b = dtype_bytes, FSDP2_REDUCE_BYTES
     layer_indices = [i for unit in layers for i in unit]
     terms = [
-        Term("forward parameter all-gather", "all_gather", MICRO_STEP, len(units), counts.total * b,
-             "each unit (the root, every decoder layer) gathered for its forward (the paper)"),
-        Term("backward re-gather", "all_gather", MICRO_STEP, len(units), counts.total * b,
-             "resharded after the forward, gathered again for the backward (the paper)"),
-        Term("gradient reduce-scatter", "reduce_scatter", MICRO_STEP, len(units), counts.total * reduce_b,
-             "each unit's gradients reduce-scattered in fp32 after its backward, every micro-batch"),
+        Term(
+            "forward parameter all-gather",
+            "all_gather",
+            MICRO_STEP,
+            len(units),
+            counts.total * b,
+            "each unit (the root, every decoder layer) gathered for its forward (the paper)",
+        ),
+        Term(
+            "backward re-gather",
+            "all_gather",
+            MICRO_STEP,
+            len(units),
+            counts.total * b,
+            "resharded after the forward, gathered again for the backward (the paper)",
+        ),
+        Term(
+            "gradient reduce-scatter",
+            "reduce_scatter",
+            MICRO_STEP,
+            len(units),
+            counts.total * reduce_b,
+            "each unit's gradients reduce-scattered in fp32 after its backward, every micro-batch",
+        ),
     ]
     departures = [
-        Term("root kept gathered for the backward", "all_gather", MICRO_STEP, -1 if root else 0,
-             -counts.root_numel() * b,
-             "reshard_after_forward is False at the root: its parameters stay gathered from forward to backward"),
-        Term("padding to N ranks", "all_gather", MICRO_STEP, 0,
-             (counts.first_dim_padded_numel(world) - counts.total
-              + counts.first_dim_padded_numel(world, layer_indices) - sum(counts.numels[i] for i in layer_indices)) * b,
-             "each parameter is padded along its first dimension to a multiple of N before it is gathered"),
-        Term("padding to N ranks (reduce-scatter)", "reduce_scatter", MICRO_STEP, 0,
-             (counts.first_dim_padded_numel(world) - counts.total) * reduce_b,
-             "each gradient is padded along its first dimension to a multiple of N before it is reduce-scattered"),
-        Term("gradient-norm all-reduce", "all_reduce", BOUNDARY, 1, len(counts.numels) * reduce_b,
-             "clip_grad_norm_ over the sharded gradients: each parameter's local norm, stacked, all-reduced once"),
+        Term(
+            "root kept gathered for the backward",
+            "all_gather",
+            MICRO_STEP,
+            -1 if root else 0,
+            -counts.root_numel() * b,
+            "reshard_after_forward is False at the root: its parameters stay gathered from forward to "
+            "backward",
+        ),
+        Term(
+            "padding to N ranks",
+            "all_gather",
+            MICRO_STEP,
+            0,
+            (
+                counts.first_dim_padded_numel(world)
+                - counts.total
+                + counts.first_dim_padded_numel(world, layer_indices)
+                - sum(counts.numels[i] for i in layer_indices)
+            )
+            * b,
+            "each parameter is padded along its first dimension to a multiple of N before it is gathered",
+        ),
+        Term(
+            "padding to N ranks (reduce-scatter)",
+            "reduce_scatter",
+            MICRO_STEP,
+            0,
+            (counts.first_dim_padded_numel(world) - counts.total) * reduce_b,
+            "each gradient is padded along its first dimension to a multiple of N before it is "
+            "reduce-scattered",
+        ),
+        Term(
+            "gradient-norm all-reduce",
+            "all_reduce",
+            BOUNDARY,
+            1,
+            len(counts.numels) * reduce_b,
+            "clip_grad_norm_ over the sharded gradients: each parameter's local norm, stacked, all-reduced "
+            "once",
+        ),
     ]
     return terms + [replace(t, departure=True) for t in departures if t.tensor_bytes or t.calls]
 
 
-def theory(counts: ModelCounts, scheme: str, accumulation: int, world: int, dtype_bytes: int,
-           persistence_threshold: int, *, reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
-           prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
-           max_reuse_distance: int = DEEPSPEED_MAX_REUSE_DISTANCE, leaf_blocks: bool = False,
-           multi_rank_bucket_allreduce: bool = True, gradient_clipping: float = 0.0,
-           buffer_bytes: int = 0) -> list[Term]:
+def theory(
+    counts: ModelCounts,
+    scheme: str,
+    accumulation: int,
+    world: int,
+    dtype_bytes: int,
+    persistence_threshold: int,
+    *,
+    reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+    prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
+    max_reuse_distance: int = DEEPSPEED_MAX_REUSE_DISTANCE,
+    leaf_blocks: bool = False,
+    multi_rank_bucket_allreduce: bool = True,
+    gradient_clipping: float = 0.0,
+    buffer_bytes: int = 0,
+) -> list[Term]:
     """The collectives one rank takes part in for ``scheme``, per micro-step and per boundary.
 
     The paper's terms first (``departure`` False: ZeRO paper section 7, accumulation read as DeepSpeed runs
@@ -372,32 +489,92 @@ def theory(counts: ModelCounts, scheme: str, accumulation: int, world: int, dtyp
     b = dtype_bytes
     grads = counts.total * b
     if stage is None:
-        terms = [Term("gradient all-reduce", "all_reduce", BOUNDARY, _ddp_buckets(counts.numels, b), grads,
-                      "torch DDP all-reduces every gradient once per optimizer step (no_sync before)")]
+        terms = [
+            Term(
+                "gradient all-reduce",
+                "all_reduce",
+                BOUNDARY,
+                _ddp_buckets(counts.numels, b),
+                grads,
+                "torch DDP all-reduces every gradient once per optimizer step (no_sync before)",
+            )
+        ]
         if buffer_bytes:
-            terms.append(Term("buffer broadcast", "broadcast", BOUNDARY, 1, buffer_bytes,
-                              "DDP broadcasts the module's buffers from rank 0 before the first forward after a "
-                              "synchronised one (broadcast_buffers, its default)", departure=True))
+            terms.append(
+                Term(
+                    "buffer broadcast",
+                    "broadcast",
+                    BOUNDARY,
+                    1,
+                    buffer_bytes,
+                    "DDP broadcasts the module's buffers from rank 0 before the first forward after a "
+                    "synchronised one (broadcast_buffers, its default)",
+                    departure=True,
+                )
+            )
         return terms
     norm = []
     if stage > 0 or gradient_clipping > 0:
-        # Stage 0: runtime/utils.clip_grad_norm_ averages the norm over the data-parallel group (fp32); ZeRO-1/2
-        # and ZeRO-3 with optimizer offload sum it in fp32; ZeRO-3 on the device sums it in fp64 (get_norm_dtype).
+        # Stage 0: runtime/utils.clip_grad_norm_ averages the norm over the data-parallel group (fp32);
+        # ZeRO-1/2
+        # and ZeRO-3 with optimizer offload sum it in fp32; ZeRO-3 on the device sums it in fp64
+        # (get_norm_dtype).
         norm_bytes = 8 if stage == 3 and not offload_optimizer else 4
-        norm = [Term("gradient-norm all-reduce", "all_reduce", BOUNDARY, 1, norm_bytes,
-                     "one scalar per optimizer step", departure=True)]
+        norm = [
+            Term(
+                "gradient-norm all-reduce",
+                "all_reduce",
+                BOUNDARY,
+                1,
+                norm_bytes,
+                "one scalar per optimizer step",
+                departure=True,
+            )
+        ]
     if stage == 0:
-        return [Term("gradient all-reduce", "all_reduce", BOUNDARY, _buckets(counts.total, ZERO0_ALLREDUCE_ELEMENTS),
-                     grads, "engine.buffered_allreduce_fallback at the boundary"), *norm]
+        return [
+            Term(
+                "gradient all-reduce",
+                "all_reduce",
+                BOUNDARY,
+                _buckets(counts.total, ZERO0_ALLREDUCE_ELEMENTS),
+                grads,
+                "engine.buffered_allreduce_fallback at the boundary",
+            ),
+            *norm,
+        ]
     if stage in (1, 2):
         flat = _padded(counts.total, world)  # one flat group, padded to a multiple of N
-        terms = _reduce_terms(counts, MICRO_STEP if stage == 2 else BOUNDARY, world, b, reduce_bucket_elements,
-                              multi_rank_bucket_allreduce)
-        terms.append(Term("parameter all-gather", "all_gather", BOUNDARY, 1, grads,
-                          "all_gather_dp_groups: the updated partitions after the step"))
+        terms = _reduce_terms(
+            counts,
+            MICRO_STEP if stage == 2 else BOUNDARY,
+            world,
+            b,
+            reduce_bucket_elements,
+            multi_rank_bucket_allreduce,
+        )
+        terms.append(
+            Term(
+                "parameter all-gather",
+                "all_gather",
+                BOUNDARY,
+                1,
+                grads,
+                "all_gather_dp_groups: the updated partitions after the step",
+            )
+        )
         if flat != counts.total:
-            terms.append(Term("padding to N ranks", "all_gather", BOUNDARY, 0, (flat - counts.total) * b,
-                              "the flat group is padded to a multiple of N", departure=True))
+            terms.append(
+                Term(
+                    "padding to N ranks",
+                    "all_gather",
+                    BOUNDARY,
+                    0,
+                    (flat - counts.total) * b,
+                    "the flat group is padded to a multiple of N",
+                    departure=True,
+                )
+            )
         return terms + norm
     persistent = [n for n in counts.numels if n <= persistence_threshold]
     persistent_numel = sum(persistent)
@@ -406,30 +583,83 @@ def theory(counts: ModelCounts, scheme: str, accumulation: int, world: int, dtyp
     padded_all = counts.partition_numel(world) * world
     gathers = zero3_gathers(counts, world, persistence_threshold, max_reuse_distance, leaf_blocks)
     terms = [
-        Term("forward parameter all-gather", "all_gather", MICRO_STEP,
-             _gather_calls(gathers["forward"] + gathers["tied"], prefetch_bucket_elements), grads,
-             "every parameter gathered for the forward (the paper)"),
-        Term("backward re-gather", "all_gather", MICRO_STEP, _gather_calls(gathers["backward"], prefetch_bucket_elements),
-             grads, "released after the forward, gathered again for the backward (the paper)"),
-        Term("gradient reduce-scatter", "reduce_scatter", MICRO_STEP, _buckets(padded_all, reduce_bucket_elements),
-             grads, "reduce_scatter_coalesced of every gradient"),
+        Term(
+            "forward parameter all-gather",
+            "all_gather",
+            MICRO_STEP,
+            _gather_calls(gathers["forward"] + gathers["tied"], prefetch_bucket_elements),
+            grads,
+            "every parameter gathered for the forward (the paper)",
+        ),
+        Term(
+            "backward re-gather",
+            "all_gather",
+            MICRO_STEP,
+            _gather_calls(gathers["backward"], prefetch_bucket_elements),
+            grads,
+            "released after the forward, gathered again for the backward (the paper)",
+        ),
+        Term(
+            "gradient reduce-scatter",
+            "reduce_scatter",
+            MICRO_STEP,
+            _buckets(padded_all, reduce_bucket_elements),
+            grads,
+            "reduce_scatter_coalesced of every gradient",
+        ),
     ]
     departures = [
-        Term("persistent parameters (never released)", "all_gather", MICRO_STEP, 0, -2 * persistent_numel * b,
-             f"{len(persistent)} parameters of <= {persistence_threshold} elements stay gathered: no forward or "
-             "backward gather"),
-        Term("persistent parameters re-gathered after the step", "all_gather", BOUNDARY, len(persistent),
-             sum(_padded(n, world) for n in persistent) * b, "one all-gather per persistent parameter after the update"),
-        Term("parameters kept for reuse (no backward re-gather)", "all_gather", MICRO_STEP, 0,
-             (gathers["backward"] - padded_np) * b,
-             f"used again within stage3_max_reuse_distance ({max_reuse_distance:,} elements) of the trace: not released"),
-        Term("tied embedding gathered again for the LM head", "all_gather", MICRO_STEP, 0, gathers["tied"] * b,
-             "the LM head reuses the embedding's weight at the end of the forward"),
-        Term("padding to N ranks", "all_gather", MICRO_STEP, 0,
-             (gathers["forward"] - padded_np) * b + 2 * (padded_np - non_persistent) * b,
-             "each parameter is padded to a multiple of N before it is gathered"),
-        Term("padding to N ranks (reduce-scatter)", "reduce_scatter", MICRO_STEP, 0, (padded_all - counts.total) * b,
-             "each gradient is padded to a multiple of N before it is reduce-scattered"),
+        Term(
+            "persistent parameters (never released)",
+            "all_gather",
+            MICRO_STEP,
+            0,
+            -2 * persistent_numel * b,
+            f"{len(persistent)} parameters of <= {persistence_threshold} elements stay gathered: no forward "
+            "or "
+            "backward gather",
+        ),
+        Term(
+            "persistent parameters re-gathered after the step",
+            "all_gather",
+            BOUNDARY,
+            len(persistent),
+            sum(_padded(n, world) for n in persistent) * b,
+            "one all-gather per persistent parameter after the update",
+        ),
+        Term(
+            "parameters kept for reuse (no backward re-gather)",
+            "all_gather",
+            MICRO_STEP,
+            0,
+            (gathers["backward"] - padded_np) * b,
+            f"used again within stage3_max_reuse_distance ({max_reuse_distance:,} elements) of the trace: "
+            "not released",
+        ),
+        Term(
+            "tied embedding gathered again for the LM head",
+            "all_gather",
+            MICRO_STEP,
+            0,
+            gathers["tied"] * b,
+            "the LM head reuses the embedding's weight at the end of the forward",
+        ),
+        Term(
+            "padding to N ranks",
+            "all_gather",
+            MICRO_STEP,
+            0,
+            (gathers["forward"] - padded_np) * b + 2 * (padded_np - non_persistent) * b,
+            "each parameter is padded to a multiple of N before it is gathered",
+        ),
+        Term(
+            "padding to N ranks (reduce-scatter)",
+            "reduce_scatter",
+            MICRO_STEP,
+            0,
+            (padded_all - counts.total) * b,
+            "each gradient is padded to a multiple of N before it is reduce-scattered",
+        ),
     ]
     return terms + [replace(t, departure=True) for t in departures if t.tensor_bytes or t.calls] + norm
 
@@ -444,20 +674,26 @@ def accumulations(ds_config: dict[str, Any]) -> tuple[int, ...]:
     return (1,) if profile == 1 else (1, profile)
 
 
-def measurement_config(ds_config: dict[str, Any], scheme: str, accumulation: int, world: int) -> dict[str, Any]:
+def measurement_config(
+    ds_config: dict[str, Any], scheme: str, accumulation: int, world: int
+) -> dict[str, Any]:
     """The rendered config as ``scheme`` runs it at ``accumulation``, with the comms logger on.
 
     DeepSpeed schemes are zerogate.plan.variants' overrides; torch DDP takes ZeRO-0's (it reads only the
-    batch geometry, the optimizer and the clipping from it); FSDP2 the config its variant reads (ZeRO-3's). The global batch follows the accumulation.
+    batch geometry, the optimizer and the clipping from it); FSDP2 the config its variant reads (ZeRO-3's).
+    The global batch follows the accumulation.
     """
     scheme_setup(scheme)  # an unknown scheme fails here, before any work
     config, _ = variant_config(ds_config, "zero0" if scheme == DDP else scheme)
     micro = int(config["train_micro_batch_size_per_gpu"])
-    return apply_overrides(config, [
-        {"path": "gradient_accumulation_steps", "value": accumulation},
-        {"path": "train_batch_size", "value": micro * accumulation * world},
-        {"path": "comms_logger", "value": dict(COMMS_LOGGER)},
-    ])
+    return apply_overrides(
+        config,
+        [
+            {"path": "gradient_accumulation_steps", "value": accumulation},
+            {"path": "train_batch_size", "value": micro * accumulation * world},
+            {"path": "comms_logger", "value": dict(COMMS_LOGGER)},
+        ],
+    )
 
 
 def theory_settings(config: dict[str, Any], setup: Any) -> TheorySettings:
@@ -465,12 +701,15 @@ def theory_settings(config: dict[str, Any], setup: Any) -> TheorySettings:
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
     zero = DeepSpeedZeroConfig(**config.get("zero_optimization", {}))
-    return TheorySettings(persistence_threshold=setup.persistence_threshold,
-                          reduce_bucket_elements=int(zero.reduce_bucket_size),
-                          prefetch_bucket_elements=int(zero.prefetch_bucket_size),
-                          max_reuse_distance=int(zero.max_reuse_distance), leaf_blocks=setup.leaf_blocks,
-                          multi_rank_bucket_allreduce=bool(zero.use_multi_rank_bucket_allreduce),
-                          gradient_clipping=float(config.get("gradient_clipping", 0.0)))
+    return TheorySettings(
+        persistence_threshold=setup.persistence_threshold,
+        reduce_bucket_elements=int(zero.reduce_bucket_size),
+        prefetch_bucket_elements=int(zero.prefetch_bucket_size),
+        max_reuse_distance=int(zero.max_reuse_distance),
+        leaf_blocks=setup.leaf_blocks,
+        multi_rank_bucket_allreduce=bool(zero.use_multi_rank_bucket_allreduce),
+        gradient_clipping=float(config.get("gradient_clipping", 0.0)),
+    )
 
 
 def measurements(ds_config: DsConfig, run_spec: RunSpec) -> CommsPlan:
@@ -487,8 +726,16 @@ def measurements(ds_config: DsConfig, run_spec: RunSpec) -> CommsPlan:
         for accumulation in accumulations(rendered):
             config = measurement_config(rendered, scheme, accumulation, run_spec.world_size)
             setup = setup_from_config(DsConfig.of(config, "the measurement config"), run_spec)
-            found.append(CommsMeasurement(scheme=scheme, engine=engine_of_scheme(scheme),
-                                          accumulation=accumulation, ds_config=config, dtype=setup.dtype,
-                                          dtype_bytes=setup.dtype_bytes, theory_settings=theory_settings(config, setup)))
+            found.append(
+                CommsMeasurement(
+                    scheme=scheme,
+                    engine=engine_of_scheme(scheme),
+                    accumulation=accumulation,
+                    ds_config=config,
+                    dtype=setup.dtype,
+                    dtype_bytes=setup.dtype_bytes,
+                    theory_settings=theory_settings(config, setup),
+                )
+            )
     counts = count_parameters(planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len))
     return CommsPlan(measurements=found, counts=counts)

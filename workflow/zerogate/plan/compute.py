@@ -26,7 +26,9 @@ from typing import Any
 
 from zerogate.contracts.run import DsConfig, RunSpec
 
-WARMUP_PASSES = 2  # the first passes allocate, pick kernels and (ZeRO-3) record the fetch trace: never counted
+WARMUP_PASSES = (
+    2  # the first passes allocate, pick kernels and (ZeRO-3) record the fetch trace: never counted
+)
 TIMED_PASSES = 5  # the floor takes the fastest: noise only ever adds time
 
 
@@ -40,7 +42,9 @@ class _RandomTokens:
         self.input_ids, self.labels, self.attention_mask = ids, ids.copy(), np.ones_like(ids)
 
 
-def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int = TIMED_PASSES) -> dict[str, Any]:
+def measure_forward_backward(
+    run_spec: RunSpec, ds_config: DsConfig, timed: int = TIMED_PASSES
+) -> dict[str, Any]:
     """Seconds of one forward + backward of the run's model shape, randomly initialised, through a DeepSpeed
     engine from the rendered config in a one-rank world, on a rank's micro-batch x sequence length with a
     rank's threads; the fastest of ``timed`` passes after the warm-up passes."""
@@ -57,15 +61,20 @@ def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int 
     threads = run_spec.threads_per_rank
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    micro_batch, accumulation = ds_config.train_micro_batch_size_per_gpu, ds_config.gradient_accumulation_steps
+    micro_batch, accumulation = (
+        ds_config.train_micro_batch_size_per_gpu,
+        ds_config.gradient_accumulation_steps,
+    )
     port = start_one_rank_world(run_spec.backend)
     config = one_rank_config(ds_config.raw)
     model_config = planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len)
     model = build_model(model_config, config).to(getattr(torch, TORCH_DTYPES[run_spec.dtype]))
-    # The recomputation (activation checkpointing) and the loss's precision are part of every micro-step's work.
+    # The recomputation (activation checkpointing) and the loss's precision are part of every micro-step's
+    # work.
     apply_training_features(model, run_spec.training)
     engine = DeepSpeedEngine(model, config)
     engine.train()
+
     class PassTimer(loop.LoopHooks):
         """The loop's plain training, each micro-batch's forward + backward timed."""
 
@@ -82,10 +91,13 @@ def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int 
     timer = PassTimer()
     passes = WARMUP_PASSES + timed
     rows = micro_batch * accumulation * math.ceil(passes / accumulation)
-    batches = loop.RankBatches(_RandomTokens(rows, run_spec.seq_len, model_config.vocab_size), 1, 0, micro_batch,
-                               accumulation, 0)
+    batches = loop.RankBatches(
+        _RandomTokens(rows, run_spec.seq_len, model_config.vocab_size), 1, 0, micro_batch, accumulation, 0
+    )
     loop.run(engine, batches, accumulation, 0, math.ceil(passes / accumulation), timer)
-    remove_own_shm_buffers(port)  # DeepSpeed's shm comm buffers of this one-rank world outlive the process otherwise
+    remove_own_shm_buffers(
+        port
+    )  # DeepSpeed's shm comm buffers of this one-rank world outlive the process otherwise
     samples = timer.samples[WARMUP_PASSES:passes]
     return {
         "forward_backward(s)": min(samples),
@@ -96,9 +108,11 @@ def measure_forward_backward(run_spec: RunSpec, ds_config: DsConfig, timed: int 
         "dtype": run_spec.dtype,
         "parameters": engine.parameter_count(),
         "through_deepspeed": True,
-        "how": (f"the run's model shape, randomly initialised, through a DeepSpeed engine from the run's config "
-                f"(ZeRO stage {ds_config.stage}) in a one-rank world, trained by the one loop, the engine's "
-                f"bookkeeping and optimizer steps untimed: {WARMUP_PASSES} warm-up passes, then the fastest of "
-                f"{timed} forward + backward passes on {micro_batch} x {run_spec.seq_len} tokens in "
-                f"{run_spec.dtype} with {threads} thread(s), alone on the host"),
+        "how": (
+            f"the run's model shape, randomly initialised, through a DeepSpeed engine from the run's config "
+            f"(ZeRO stage {ds_config.stage}) in a one-rank world, trained by the one loop, the engine's "
+            f"bookkeeping and optimizer steps untimed: {WARMUP_PASSES} warm-up passes, then the fastest of "
+            f"{timed} forward + backward passes on {micro_batch} x {run_spec.seq_len} tokens in "
+            f"{run_spec.dtype} with {threads} thread(s), alone on the host"
+        ),
     }

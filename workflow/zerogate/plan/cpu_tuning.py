@@ -33,7 +33,9 @@ def decoder_layer_classes(architecture: str) -> list[str]:
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    return list(getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[architecture])._no_split_modules or [])
+    return list(
+        getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[architecture])._no_split_modules or []
+    )
 
 
 def leaf_module_classes(architecture: str) -> list[str]:
@@ -48,19 +50,35 @@ def cpu_comm_overrides(architecture: str | None) -> list[dict[str, Any]]:
     (a model whose family the profile does not state) leaves out the leaf-module setting, which names the
     family's layer class."""
     overrides = [
-        {"path": "zero_optimization.reduce_bucket_size", "value": REDUCE_BUCKET_ELEMENTS,
-         "reason": "DeepSpeed's default 5e8 elements: one gloo reduce-scatter per micro-step instead of one per "
-                   "hidden_size^2 elements"},
-        {"path": "zero_optimization.stage3_prefetch_bucket_size", "value": PREFETCH_BUCKET_ELEMENTS,
-         "reason": "DeepSpeed's default 5e7 elements: fewer, larger all-gathers"},
-        {"path": "zero_optimization.overlap_comm", "value": False,
-         "reason": "the CPU accelerator has no streams to overlap communication on; measured slower with it on"},
+        {
+            "path": "zero_optimization.reduce_bucket_size",
+            "value": REDUCE_BUCKET_ELEMENTS,
+            "reason": "DeepSpeed's default 5e8 elements: one gloo reduce-scatter per micro-step instead of "
+            "one per "
+            "hidden_size^2 elements",
+        },
+        {
+            "path": "zero_optimization.stage3_prefetch_bucket_size",
+            "value": PREFETCH_BUCKET_ELEMENTS,
+            "reason": "DeepSpeed's default 5e7 elements: fewer, larger all-gathers",
+        },
+        {
+            "path": "zero_optimization.overlap_comm",
+            "value": False,
+            "reason": "the CPU accelerator has no streams to overlap communication on; measured slower with "
+            "it on",
+        },
     ]
     if architecture is not None:
         overrides.append(
-            {"path": "zero_optimization.leaf_module.classes", "value": leaf_module_classes(architecture),
-             "reason": "the decoder layer is one ZeRO-3 fetch unit (DeepSpeed leaf module): one all-gather per "
-                       "layer instead of one per linear layer; partitioning unchanged, one layer held gathered"})
+            {
+                "path": "zero_optimization.leaf_module.classes",
+                "value": leaf_module_classes(architecture),
+                "reason": "the decoder layer is one ZeRO-3 fetch unit (DeepSpeed leaf module): one "
+                "all-gather per "
+                "layer instead of one per linear layer; partitioning unchanged, one layer held gathered",
+            }
+        )
     return overrides
 
 
@@ -71,7 +89,10 @@ def untuned_overrides(hidden_size: int) -> list[dict[str, Any]]:
 
     return [
         {"path": "zero_optimization.reduce_bucket_size", "value": hidden_size * hidden_size},
-        {"path": "zero_optimization.stage3_prefetch_bucket_size", "value": int(0.9 * hidden_size * hidden_size)},
+        {
+            "path": "zero_optimization.stage3_prefetch_bucket_size",
+            "value": int(0.9 * hidden_size * hidden_size),
+        },
         {"path": "zero_optimization.overlap_comm", "value": True},
         {"path": "zero_optimization.leaf_module.classes", "value": list(DEFAULT_LEAF_MODULE_CLASSES)},
     ]

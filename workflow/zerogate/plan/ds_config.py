@@ -58,12 +58,19 @@ def thread_env(threads_per_rank: int) -> dict[str, str]:
     """Thread-pool sizes for each rank. All of them: Snakemake sets each to the job's thread count, and
     ranks x threads > cores thrashes (measured with 2 ranks on 2 cores, 0.44 s per optimizer step at one
     thread per rank; 2.5 s with OMP_NUM_THREADS=2, 2.0 s with only MKL_NUM_THREADS=2)."""
-    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+    names = (
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "GOTO_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+    )
     return {name: str(threads_per_rank) for name in names}
 
 
 def world_size(training: RunTraining, fingerprint: Fingerprint, nodes: NodeLayout | None = None) -> int:
-    """Several nodes: nodes x ranks per node. One node: one rank per GPU; without GPUs, the profile's cpu_ranks."""
+    """Several nodes: nodes x ranks per node. One node: one rank per GPU; without GPUs, the profile's
+    cpu_ranks."""
     if nodes is not None and nodes.multi_node:
         return nodes.world_size
     accelerator = fingerprint.accelerator
@@ -75,9 +82,15 @@ def nodes_spec(nodes: NodeLayout, section: dict[str, Any] | None, profile_file: 
     lays out again inside a Slurm allocation (where the hosts become known)."""
     if not nodes.multi_node:
         return None
-    return NodesSpec(mode=nodes.mode, hosts=list(nodes.hosts), ranks_per_node=nodes.ranks_per_node,
-                     master_addr=nodes.master_addr, collective_timeout_s=nodes.collective_timeout_s, section=section,
-                     profile_file=profile_file)
+    return NodesSpec(
+        mode=nodes.mode,
+        hosts=list(nodes.hosts),
+        ranks_per_node=nodes.ranks_per_node,
+        master_addr=nodes.master_addr,
+        collective_timeout_s=nodes.collective_timeout_s,
+        section=section,
+        profile_file=profile_file,
+    )
 
 
 class _Renderer:
@@ -92,8 +105,16 @@ class _Renderer:
         if before is not _MISSING and before == value:
             return
         claim_value = None if before is _MISSING else before
-        self.deviations.append(Deviation(path=path, claim=claim_value, rendered=value, kind=kind, reason=reason,
-                                         changes_experiment=changes_experiment))
+        self.deviations.append(
+            Deviation(
+                path=path,
+                claim=claim_value,
+                rendered=value,
+                kind=kind,
+                reason=reason,
+                changes_experiment=changes_experiment,
+            )
+        )
 
 
 def _nested(dotted: str, value: Any) -> dict[str, Any]:
@@ -144,7 +165,7 @@ def validate_with_deepspeed(config: dict[str, Any], file: str) -> None:
         raise InputError(file, "", f"DeepSpeed rejects the rendered config: {first[:300]}") from None
 
 
-def gpu_precision(r: "_Renderer", devices: list[Any]) -> None:
+def gpu_precision(r: _Renderer, devices: list[Any]) -> None:
     """The claim's precision where every device supports it; else the next one they do, as a deviation."""
     wants_bf16 = get_path(r.config, "bf16.enabled") is True
     wants_fp16 = get_path(r.config, "fp16.enabled") is True
@@ -152,17 +173,39 @@ def gpu_precision(r: "_Renderer", devices: list[Any]) -> None:
     all_fp16 = all(d.fp16_supported for d in devices)
     names = ", ".join(sorted({d.name for d in devices}))
     if wants_bf16 and not all_bf16:
-        r.set("bf16.enabled", False, "changed", f"bf16 requested but not supported by every device ({names})", True)
+        r.set(
+            "bf16.enabled",
+            False,
+            "changed",
+            f"bf16 requested but not supported by every device ({names})",
+            True,
+        )
         if all_fp16:
             r.set("fp16.enabled", True, "changed", "fp16 instead of the unsupported bf16", True)
     elif wants_fp16 and not all_fp16:
-        r.set("fp16.enabled", False, "changed", f"fp16 requested but not supported by every device ({names}); fp32", True)
+        r.set(
+            "fp16.enabled",
+            False,
+            "changed",
+            f"fp16 requested but not supported by every device ({names}); fp32",
+            True,
+        )
 
 
-def render(claim: dict[str, Any], *, model: ModelSettings, training: RunTraining, overrides: list[dict[str, Any]],
-           seq_len: int, vocab_size: int, fingerprint: Fingerprint, template_file: str, profile_file: str = "profile",
-           nodes: NodeLayout | None = None, nodes_section: dict[str, Any] | None = None,
-           ) -> tuple[dict[str, Any], Deviations, RunSpec]:
+def render(
+    claim: dict[str, Any],
+    *,
+    model: ModelSettings,
+    training: RunTraining,
+    overrides: list[dict[str, Any]],
+    seq_len: int,
+    vocab_size: int,
+    fingerprint: Fingerprint,
+    template_file: str,
+    profile_file: str = "profile",
+    nodes: NodeLayout | None = None,
+    nodes_section: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], Deviations, RunSpec]:
     """(ds_config, deviations, run spec) for the claim's config under the profile's settings on this machine
     (``nodes``: the checked layout of the profile's ``nodes`` section; None or one node: this machine).
     ``vocab_size``: a shape-only model's vocabulary (model.vocab_size, else dataset.vocab_size)."""
@@ -181,9 +224,12 @@ def render(claim: dict[str, Any], *, model: ModelSettings, training: RunTraining
     r.set("train_batch_size", micro * accumulation * ranks, "changed", geometry_reason, True)
     wanted = training.train_batch_size
     if wanted is not None and wanted != micro * accumulation * ranks:
-        raise InputError(profile_file, "training.train_batch_size",
-                         f"{wanted} != micro_batch_per_rank {micro} x gradient_accumulation_steps {accumulation} x "
-                         f"{ranks} ranks")
+        raise InputError(
+            profile_file,
+            "training.train_batch_size",
+            f"{wanted} != micro_batch_per_rank {micro} x gradient_accumulation_steps {accumulation} x "
+            f"{ranks} ranks",
+        )
 
     # "auto" is resolved only by the Hugging Face Trainer; plain DeepSpeed needs numbers. Same rules as
     # transformers.integrations.deepspeed (HfTrainerDeepSpeedConfig.trainer_config_finalize).
@@ -201,14 +247,22 @@ def render(claim: dict[str, Any], *, model: ModelSettings, training: RunTraining
             continue
         if path in cpu_tuning:
             tuned = cpu_tuning.pop(path)
-            r.set(path, tuned["value"], "resolved", f'"auto" resolved for the CPU accelerator: {tuned["reason"]}', False)
+            r.set(
+                path,
+                tuned["value"],
+                "resolved",
+                f'"auto" resolved for the CPU accelerator: {tuned["reason"]}',
+                False,
+            )
         else:
             r.set(path, value, "resolved", f'"auto" resolved as {rule} (hidden_size {hidden})', False)
     for path, tuned in cpu_tuning.items():
         r.set(path, tuned["value"], "changed", f"CPU accelerator, performance only: {tuned['reason']}", False)
     sub_group = get_path(r.config, "zero_optimization.sub_group_size")
     if isinstance(sub_group, float) and sub_group.is_integer():
-        r.set("zero_optimization.sub_group_size", int(sub_group), "resolved", "1e9 written as an integer", False)
+        r.set(
+            "zero_optimization.sub_group_size", int(sub_group), "resolved", "1e9 written as an integer", False
+        )
 
     # Precision: keep the claim's fp16 where the hardware supports it.
     if on_cpu:
@@ -218,7 +272,8 @@ def render(claim: dict[str, Any], *, model: ModelSettings, training: RunTraining
             reason = (
                 "DeepSpeed's CPU accelerator reports fp16 unsupported on this CPU"
                 if not fp16_ok
-                else "CPU runs train in fp32 (fp16/bf16 on CPUs run far slower than fp32, docs/reference.md section 5)"
+                else "CPU runs train in fp32 (fp16/bf16 on CPUs run far slower than fp32, docs/reference.md "
+                "section 5)"
             )
             r.set("fp16.enabled", False, "changed", reason + "; training in fp32", True)
     else:
@@ -227,7 +282,13 @@ def render(claim: dict[str, Any], *, model: ModelSettings, training: RunTraining
     # What the claim leaves open: chosen by the profile.
     optimizer = training.optimizer
     params = {k: v for k, v in optimizer.items() if k != "type"}
-    r.set("optimizer", {"type": optimizer["type"], "params": params}, "chosen", "the claim names no optimizer", False)
+    r.set(
+        "optimizer",
+        {"type": optimizer["type"], "params": params},
+        "chosen",
+        "the claim names no optimizer",
+        False,
+    )
     r.set(
         "scheduler",
         {
@@ -242,7 +303,13 @@ def render(claim: dict[str, Any], *, model: ModelSettings, training: RunTraining
         "the claim names no learning-rate schedule",
         False,
     )
-    r.set("gradient_clipping", training.gradient_clipping, "chosen", "the claim names no gradient clipping", False)
+    r.set(
+        "gradient_clipping",
+        training.gradient_clipping,
+        "chosen",
+        "the claim names no gradient clipping",
+        False,
+    )
 
     # The profile's explicit overrides, last, each with the reason the profile gives.
     for index, override in enumerate(overrides):

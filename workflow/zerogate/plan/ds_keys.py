@@ -25,7 +25,7 @@ import os
 import sys
 import types
 import typing
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -76,12 +76,15 @@ def _top_level_from_deepspeed() -> list[str]:
             module = importlib.import_module(module_name)
         except ImportError:
             continue
-        names |= {v for k, v in vars(module).items() if k.isupper() and isinstance(v, str) and v.isidentifier()}
+        names |= {
+            v for k, v in vars(module).items() if k.isupper() and isinstance(v, str) and v.isidentifier()
+        }
     return sorted(names)
 
 
 def _nested_model(annotation: Any) -> Any:
-    """The DeepSpeed config class inside an annotation such as ``Optional[DeepSpeedZeroOffloadParamConfig]``."""
+    """The DeepSpeed config class inside an annotation such as
+    ``Optional[DeepSpeedZeroOffloadParamConfig]``."""
     from deepspeed.runtime.config_utils import DeepSpeedConfigModel
 
     if isinstance(annotation, type) and issubclass(annotation, DeepSpeedConfigModel):
@@ -114,7 +117,9 @@ def table_from_deepspeed() -> dict[str, Any]:
         name = f"{model.__module__}.{model.__qualname__}"
         if name not in classes:
             classes[name] = {}  # before its fields: a class nested in itself is added once
-            classes[name] = {key: None if nested is None else add(nested) for key, nested in model_keys(model).items()}
+            classes[name] = {
+                key: None if nested is None else add(nested) for key, nested in model_keys(model).items()
+            }
         return name
 
     sections = {section: add(_model(section)) for section in _SECTIONS}
@@ -126,7 +131,8 @@ _TABLE_LAYOUT = repr((1, sorted(_SECTIONS.items()), _CONSTANT_MODULES))
 
 
 def cache_file(prefix: str = sys.prefix) -> Path | None:
-    """Where the key table of the installed DeepSpeed is kept (None when DeepSpeed's files are not recorded)."""
+    """Where the key table of the installed DeepSpeed is kept (None when DeepSpeed's files are not
+    recorded)."""
     try:
         installed = metadata.distribution("deepspeed")
     except metadata.PackageNotFoundError:
@@ -138,7 +144,7 @@ def cache_file(prefix: str = sys.prefix) -> Path | None:
     return Path(prefix) / "zerogate-cache" / f"deepspeed-{installed.version}-keys-{stamp}.json"
 
 
-@lru_cache(maxsize=None)
+@cache
 def key_table() -> dict[str, Any]:
     """The key table (:func:`table_from_deepspeed`), from its cache file when there is one."""
     cached = cache_file()
@@ -164,7 +170,9 @@ def _suggest(key: str, known: Any) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _check_model(node: dict[str, Any], name: str, classes: dict[str, Any], prefix: str) -> list[tuple[str, str]]:
+def _check_model(
+    node: dict[str, Any], name: str, classes: dict[str, Any], prefix: str
+) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     keys = classes[name]
     for key, value in node.items():
@@ -189,8 +197,17 @@ def unknown_keys(config: dict[str, Any]) -> list[tuple[str, str]]:
         elif key in _TYPED_SECTIONS:
             if isinstance(value, dict):
                 allowed = _TYPED_SECTIONS[key]
-                problems += [(f"{key}.{k}", f"unknown key (DeepSpeed reads only {', '.join(sorted(allowed))})"
-                              f"{_suggest(k, allowed)}") for k in value if k not in allowed]
+                problems += [
+                    (
+                        f"{key}.{k}",
+                        f"unknown key (DeepSpeed reads only {', '.join(sorted(allowed))})"
+                        f"{_suggest(k, allowed)}",
+                    )
+                    for k in value
+                    if k not in allowed
+                ]
         elif key not in known:
-            problems.append((key, f"unknown top-level key (DeepSpeed would silently ignore it){_suggest(key, known)}"))
+            problems.append(
+                (key, f"unknown top-level key (DeepSpeed would silently ignore it){_suggest(key, known)}")
+            )
     return problems

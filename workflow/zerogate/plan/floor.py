@@ -14,7 +14,8 @@ their sum, except along a dependency: where the theory has one all-gather per mi
 gathered in one call, ZeRO-3 with a prefetch bucket larger than the model) the forward cannot start before
 it ends, and where it has one gradient reduction per micro-step (one bucket) that cannot start before the
 backward ends, so compute + those calls is a term of its own (``compute + dependent collectives(s)``).
-Per optimizer step: accumulation x micro-step, plus the boundary's collectives and the optimizer update (CPU Adam is bound by host memory traffic), which DeepSpeed runs one after the other after the last
+Per optimizer step: accumulation x micro-step, plus the boundary's collectives and the optimizer update (CPU
+Adam is bound by host memory traffic), which DeepSpeed runs one after the other after the last
 micro-step (the update needs the reduced gradients; the boundary's gathers need the updated partitions),
 so those add.
 
@@ -32,15 +33,14 @@ listed in ``missing``, never assumed.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
-import inspect
-
 from zerogate import hardware
-from zerogate.plan import comms
-from zerogate.plan.collectives import DERIVED, figure
 from zerogate.contracts.plan import ModelComputeMeasurement
 from zerogate.model.counts import ModelCounts
+from zerogate.plan import comms
+from zerogate.plan.collectives import DERIVED, figure
 from zerogate.plan.ledger import Setup
 
 # GB/s per lane and direction after line encoding (PCI-SIG: 8b/10b for Gen 1-2, 128b/130b from Gen 3).
@@ -97,11 +97,22 @@ def theory_scheme(setup: Setup) -> str:
 def theory_terms(counts: ModelCounts, setup: Setup) -> list[comms.Term]:
     """The theory's collectives for the run: comms.theory for its scheme, accumulation, world and dtype,
     with the rendered config's bucket and leaf settings where comms.theory takes them."""
-    optional = {"reduce_bucket_elements": setup.reduce_bucket, "prefetch_bucket_elements": setup.prefetch_bucket,
-                "leaf_blocks": setup.leaf_blocks, "max_reuse_distance": setup.max_reuse_distance}
+    optional = {
+        "reduce_bucket_elements": setup.reduce_bucket,
+        "prefetch_bucket_elements": setup.prefetch_bucket,
+        "leaf_blocks": setup.leaf_blocks,
+        "max_reuse_distance": setup.max_reuse_distance,
+    }
     accepted = inspect.signature(comms.theory).parameters
-    return comms.theory(counts, theory_scheme(setup), setup.accumulation, setup.ranks, setup.dtype_bytes,
-                        setup.persistence_threshold, **{k: v for k, v in optional.items() if k in accepted})
+    return comms.theory(
+        counts,
+        theory_scheme(setup),
+        setup.accumulation,
+        setup.ranks,
+        setup.dtype_bytes,
+        setup.persistence_threshold,
+        **{k: v for k, v in optional.items() if k in accepted},
+    )
 
 
 def derived_bandwidth(machine: dict[str, Any]) -> dict[str, Any] | None:
@@ -117,17 +128,25 @@ def derived_bandwidth(machine: dict[str, Any]) -> dict[str, Any] | None:
     if any(rate is None for rate, _ in links):
         return None
     rate, slowest = min(links, key=lambda item: item[0])
-    route = "peer-to-peer over PCIe" if machine.get("peer_to_peer") else "through host memory (no peer-to-peer)"
-    return figure(rate, DERIVED, f"{route}: the slowest rank's link, {slowest['name']} PCIe "
-                                 f"{slowest['pcie']['generation']}.0 x{slowest['pcie']['width']} = {rate:.4g} GB/s "
-                                 "per direction (PCI-SIG lane rate after encoding)")
+    route = (
+        "peer-to-peer over PCIe" if machine.get("peer_to_peer") else "through host memory (no peer-to-peer)"
+    )
+    return figure(
+        rate,
+        DERIVED,
+        f"{route}: the slowest rank's link, {slowest['name']} PCIe "
+        f"{slowest['pcie']['generation']}.0 x{slowest['pcie']['width']} = {rate:.4g} GB/s "
+        "per direction (PCI-SIG lane rate after encoding)",
+    )
 
 
 def collective_figures(machine: dict[str, Any], kind: str) -> dict[str, dict[str, Any] | None]:
     """latency_s and bandwidth_gbps figures of one collective kind on ``machine`` (None where unknown)."""
     given = ((machine.get("collectives") or {}).get("kinds") or {}).get(kind) or {}
-    return {"latency_s": given.get("latency_s"),
-            "bandwidth_gbps": given.get("bandwidth_gbps") or derived_bandwidth(machine)}
+    return {
+        "latency_s": given.get("latency_s"),
+        "bandwidth_gbps": given.get("bandwidth_gbps") or derived_bandwidth(machine),
+    }
 
 
 # The measured term of a CPU rank's compute: the model's own forward + backward through the run's DeepSpeed
@@ -157,9 +176,18 @@ def collective_time(terms: list[comms.Term], per: str, world: int, machine: dict
             continue
         figures = collective_figures(machine, kind)
         latency, bandwidth = figures["latency_s"], figures["bandwidth_gbps"]
-        row = {"calls": calls, "volume(bytes)": volume, "latency": latency, "bandwidth": bandwidth,
-               "latency_time(s)": None if latency is None else calls * latency["value"],
-               "transfer_time(s)": 0.0 if not volume else None if bandwidth is None else volume / (bandwidth["value"] * 1e9)}
+        row = {
+            "calls": calls,
+            "volume(bytes)": volume,
+            "latency": latency,
+            "bandwidth": bandwidth,
+            "latency_time(s)": None if latency is None else calls * latency["value"],
+            "transfer_time(s)": 0.0
+            if not volume
+            else None
+            if bandwidth is None
+            else volume / (bandwidth["value"] * 1e9),
+        }
         for part, figure_name in (("latency_time(s)", "latency"), ("transfer_time(s)", "bandwidth")):
             if row[part] is None:
                 missing.append(f"collectives per {per}: {kind} {figure_name} (no figure)")
@@ -167,9 +195,16 @@ def collective_time(terms: list[comms.Term], per: str, world: int, machine: dict
                 known.append(row[part])
         kinds[kind] = row
         if per == comms.MICRO_STEP and calls == 1 and kind in BEFORE_COMPUTE + AFTER_COMPUTE:
-            dependent[kind] = sum(row[p] for p in ("latency_time(s)", "transfer_time(s)") if row[p] is not None)
-    return {"kinds": kinds, "seconds": sum(known) if known or not kinds else None, "missing": missing,
-            "dependent_kinds": list(dependent), "dependent(s)": sum(dependent.values())}
+            dependent[kind] = sum(
+                row[p] for p in ("latency_time(s)", "transfer_time(s)") if row[p] is not None
+            )
+    return {
+        "kinds": kinds,
+        "seconds": sum(known) if known or not kinds else None,
+        "missing": missing,
+        "dependent_kinds": list(dependent),
+        "dependent(s)": sum(dependent.values()),
+    }
 
 
 def _peak(gpu: dict[str, Any], dtype: str) -> float | None:
@@ -178,8 +213,12 @@ def _peak(gpu: dict[str, Any], dtype: str) -> float | None:
     return None if flops is None else flops / hardware.TFLOPS
 
 
-def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
-          model_compute: ModelComputeMeasurement | None = None) -> dict[str, Any]:
+def floor(
+    counts: ModelCounts,
+    setup: Setup,
+    machine: dict[str, Any],
+    model_compute: ModelComputeMeasurement | None = None,
+) -> dict[str, Any]:
     """Micro-step and optimizer-step floors (seconds) for ``setup`` on ``machine``, with every term.
     ``model_compute``: the model's own forward + backward timed on this machine (zerogate.plan.compute;
     CPU accelerator only), which bounds a rank's compute from below where operator overheads, not
@@ -188,8 +227,16 @@ def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
     micro_comms = collective_time(terms_theory, comms.MICRO_STEP, setup.ranks, machine)
     boundary_comms = collective_time(terms_theory, comms.BOUNDARY, setup.ranks, machine)
     tokens = setup.micro_batch * setup.seq_len
-    flop = hardware.training_flops_per_token(counts.total, counts.layers, counts.hidden, setup.seq_len,
-                                             recompute=setup.activation_checkpointing) * tokens
+    flop = (
+        hardware.training_flops_per_token(
+            counts.total,
+            counts.layers,
+            counts.hidden,
+            setup.seq_len,
+            recompute=setup.activation_checkpointing,
+        )
+        * tokens
+    )
     gpus = machine.get("gpus", [])
     host = machine.get("host", {})
     ranks: list[dict[str, Any]] = []
@@ -221,27 +268,41 @@ def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
             terms["compute + dependent collectives(s)"] = max(computed) + micro_comms["dependent(s)"]
         missing += [f"rank {rank} ({device}): {k}" for k, v in terms.items() if v is None]
         known = [v for v in terms.values() if v is not None]
-        ranks.append({"rank": rank, "device": device, "terms": terms,
-                      "micro_step_floor(s)": max(known) if known else None})
+        ranks.append(
+            {
+                "rank": rank,
+                "device": device,
+                "terms": terms,
+                "micro_step_floor(s)": max(known) if known else None,
+            }
+        )
 
     micro = [r["micro_step_floor(s)"] for r in ranks if r["micro_step_floor(s)"] is not None]
     micro_floor = max(micro) if micro else None
     optimizer_terms: dict[str, float | None] = {}
     if setup.offload_optimizer or not gpus:
         bandwidth = host.get("memory_bandwidth_gbps")
-        optimizer_terms["cpu_adam(s)"] = adam_bytes_per_param(setup.dtype_bytes) * counts.total / (bandwidth * 1e9) if bandwidth else None
+        optimizer_terms["cpu_adam(s)"] = (
+            adam_bytes_per_param(setup.dtype_bytes) * counts.total / (bandwidth * 1e9) if bandwidth else None
+        )
     else:
         bandwidths = [g.get("memory_bandwidth_gbps") for g in gpus]
         slowest = min(bandwidths) if all(bandwidths) else None
         share = counts.partition_numel(setup.ranks) if setup.stage >= 1 else counts.total
-        optimizer_terms["device_adam(s)"] = adam_bytes_per_param(setup.dtype_bytes) * share / (slowest * 1e9) if slowest else None
+        optimizer_terms["device_adam(s)"] = (
+            adam_bytes_per_param(setup.dtype_bytes) * share / (slowest * 1e9) if slowest else None
+        )
     missing += [f"optimizer: {k}" for k, v in optimizer_terms.items() if v is None]
     known_opt = [v for v in optimizer_terms.values() if v is not None]
     boundary_terms = {"collectives(s)": boundary_comms["seconds"]}
     missing += [f"boundary: {k}" for k, v in boundary_terms.items() if v is None]
     missing += micro_comms["missing"] + boundary_comms["missing"]
     known_boundary = [v for v in boundary_terms.values() if v is not None]
-    step = None if micro_floor is None else setup.accumulation * micro_floor + sum(known_boundary) + sum(known_opt)
+    step = (
+        None
+        if micro_floor is None
+        else setup.accumulation * micro_floor + sum(known_boundary) + sum(known_opt)
+    )
     return {
         "flop_per_micro_step_per_rank": flop,
         "link_bytes_per_micro_step_per_rank": moved,
@@ -255,8 +316,17 @@ def floor(counts: ModelCounts, setup: Setup, machine: dict[str, Any],
             "world": setup.ranks,
             "route": (machine.get("collectives") or {}).get("route"),
             "backend": (machine.get("collectives") or {}).get("backend"),
-            "terms": [{"name": t.name, "kind": t.kind, "per": t.per, "calls": t.calls,
-                       "tensor_bytes": t.tensor_bytes, "volume(bytes)": t.volume(setup.ranks)} for t in terms_theory],
+            "terms": [
+                {
+                    "name": t.name,
+                    "kind": t.kind,
+                    "per": t.per,
+                    "calls": t.calls,
+                    "tensor_bytes": t.tensor_bytes,
+                    "volume(bytes)": t.volume(setup.ranks),
+                }
+                for t in terms_theory
+            ],
             "micro_step": micro_comms,
             "boundary": boundary_comms,
         },

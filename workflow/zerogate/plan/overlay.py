@@ -1,7 +1,8 @@
 """The planner's answers as profiles you can plan and run: each change the planner found (a suggestion that
 would make the run fit, a change that lowers the device need) written as a profile that ``extends`` the
 planned profile, and the one command that plans it (``--config profile=<the file>``); and, when a run does
-not fit one node, the first change that fits on more nodes as a profile overlay (``plan/multinode-overlay.yaml``).
+not fit one node, the first change that fits on more nodes as a profile overlay
+(``plan/multinode-overlay.yaml``).
 
 Only changes a profile can express go in: the node count and ranks per node (``nodes``), the micro-batch,
 accumulation and activation checkpointing (``training``), the sequence length (``dataset.seq_len``) and the
@@ -21,8 +22,10 @@ import yaml
 from zerogate.config.settings import RunTraining
 from zerogate.contracts.plan import Plan, Suggestion
 
-OFFLOAD_PATHS = {"offload_optimizer": "zero_optimization.offload_optimizer.device",
-                 "offload_param": "zero_optimization.offload_param.device"}
+OFFLOAD_PATHS = {
+    "offload_optimizer": "zero_optimization.offload_optimizer.device",
+    "offload_param": "zero_optimization.offload_param.device",
+}
 
 
 def multinode_suggestion(plan: Plan) -> Suggestion | None:
@@ -30,18 +33,29 @@ def multinode_suggestion(plan: Plan) -> Suggestion | None:
     return next((s for s in plan.suggestions if s.settings.nodes > plan.nodes), None)
 
 
-def suggestion_profile(plan: Plan, suggestion: Suggestion, profile_name: str, training: RunTraining,
-                       overrides: list[dict[str, Any]], machine: str) -> dict[str, Any]:
+def suggestion_profile(
+    plan: Plan,
+    suggestion: Suggestion,
+    profile_name: str,
+    training: RunTraining,
+    overrides: list[dict[str, Any]],
+    machine: str,
+) -> dict[str, Any]:
     """``suggestion`` as a profile (a mapping) extending ``profile_name`` as planned on ``machine``;
     ``training`` and ``overrides``: the planned profile's training settings and DeepSpeed overrides."""
     settings = suggestion.settings
     result: dict[str, Any] = {
         "extends": profile_name,
-        "description": f"{profile_name} with {suggestion.change}, as zerogate's planner suggested for {machine}",
+        "description": f"{profile_name} with {suggestion.change}, as zerogate's planner suggested for "
+        f"{machine}",
     }
     if settings.nodes > plan.nodes:
         # Slurm: the allocation's nodes become the hostfile at launch (docs/cluster.md).
-        result["nodes"] = {"count": settings.nodes, "ranks_per_node": settings.ranks // settings.nodes, "mode": "slurm"}
+        result["nodes"] = {
+            "count": settings.nodes,
+            "ranks_per_node": settings.ranks // settings.nodes,
+            "mode": "slurm",
+        }
     changed: dict[str, Any] = {}
     micro = settings.micro_batch
     if micro != training.micro_batch_per_rank:
@@ -61,16 +75,23 @@ def suggestion_profile(plan: Plan, suggestion: Suggestion, profile_name: str, tr
         result["training"] = changed
     if settings.seq_len is not None:
         result["dataset"] = {"seq_len": settings.seq_len}
-    changes = [{"path": path, "value": "cpu" if getattr(settings, key) else "none",
-                "reason": f"zerogate's planner: {suggestion.change}"}
-               for key, path in OFFLOAD_PATHS.items() if getattr(settings, key) != plan_offload(plan, key)]
+    changes = [
+        {
+            "path": path,
+            "value": "cpu" if getattr(settings, key) else "none",
+            "reason": f"zerogate's planner: {suggestion.change}",
+        }
+        for key, path in OFFLOAD_PATHS.items()
+        if getattr(settings, key) != plan_offload(plan, key)
+    ]
     if changes:
         result["deepspeed"] = {"overrides": [*overrides, *changes]}
     return result
 
 
-def overlay(plan: Plan, profile_name: str, training: RunTraining, overrides: list[dict[str, Any]],
-            machine: str) -> dict[str, Any] | None:
+def overlay(
+    plan: Plan, profile_name: str, training: RunTraining, overrides: list[dict[str, Any]], machine: str
+) -> dict[str, Any] | None:
     """The multi-node overlay profile (a mapping) for ``profile_name`` planned on ``machine``; None when the
     run fits or no change on more nodes fits."""
     if not plan.refused:
@@ -79,8 +100,10 @@ def overlay(plan: Plan, profile_name: str, training: RunTraining, overrides: lis
     if suggestion is None:
         return None
     result = suggestion_profile(plan, suggestion, profile_name, training, overrides, machine)
-    result["description"] = (f"{profile_name} on {suggestion.settings.nodes} nodes like {machine} ({suggestion.change}), "
-                             f"as zerogate's planner suggested")
+    result["description"] = (
+        f"{profile_name} on {suggestion.settings.nodes} nodes like {machine} ({suggestion.change}), "
+        f"as zerogate's planner suggested"
+    )
     return result
 
 
@@ -109,12 +132,19 @@ def plan_command(profile_file: str | Path, machine_description: str | None) -> s
     return f"snakemake --cores 1 plan --config profile={profile_file}{described}"
 
 
-def with_suggestion_profiles(plan: Plan, directory: str | Path, profile_name: str, training: RunTraining,
-                             overrides: list[dict[str, Any]], machine_description: str | None,
-                             stem: str | None = None) -> Plan:
+def with_suggestion_profiles(
+    plan: Plan,
+    directory: str | Path,
+    profile_name: str,
+    training: RunTraining,
+    overrides: list[dict[str, Any]],
+    machine_description: str | None,
+    stem: str | None = None,
+) -> Plan:
     """``plan`` with every suggestion and device change written as a profile in ``directory`` (one YAML file
     each, made here) and its ``profile_file`` and ``command`` set. ``profile_name``: the planned profile as
-    ``extends`` names it (a name, or a .yaml path); ``stem``: the name the files start with (its results name)."""
+    ``extends`` names it (a name, or a .yaml path); ``stem``: the name the files start with (its results
+    name)."""
     stem = stem or profile_name
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
@@ -122,14 +152,21 @@ def with_suggestion_profiles(plan: Plan, directory: str | Path, profile_name: st
     def written(suggestion: Suggestion) -> Suggestion:
         profile = suggestion_profile(plan, suggestion, profile_name, training, overrides, plan.machine)
         file = out / f"{profile_stem(plan, suggestion, stem, training)}.yaml"
-        head = (f"# zerogate's planner: {suggestion.change} (for {plan.machine}). Plan it:\n"
-                f"#   {plan_command(file, machine_description)}\n")
+        head = (
+            f"# zerogate's planner: {suggestion.change} (for {plan.machine}). Plan it:\n"
+            f"#   {plan_command(file, machine_description)}\n"
+        )
         file.write_text(head + yaml.safe_dump(profile, sort_keys=False))
-        return suggestion.model_copy(update={"profile_file": str(file),
-                                             "command": plan_command(file, machine_description)})
+        return suggestion.model_copy(
+            update={"profile_file": str(file), "command": plan_command(file, machine_description)}
+        )
 
-    return plan.model_copy(update={"suggestions": [written(s) for s in plan.suggestions],
-                                   "device_changes": [written(s) for s in plan.device_changes]})
+    return plan.model_copy(
+        update={
+            "suggestions": [written(s) for s in plan.suggestions],
+            "device_changes": [written(s) for s in plan.device_changes],
+        }
+    )
 
 
 def plan_offload(plan: Plan, key: str) -> bool:
@@ -140,14 +177,21 @@ def plan_offload(plan: Plan, key: str) -> bool:
 def overlay_text(result: dict[str, Any] | None, profile_name: str, plan: Plan) -> str:
     """The overlay as YAML with how to run it, or a comment saying why there is none."""
     if result is None:
-        why = ("the run fits this machine" if not plan.refused
-               else "no change the planner tried fits on more nodes in a form a profile can express")
+        why = (
+            "the run fits this machine"
+            if not plan.refused
+            else "no change the planner tried fits on more nodes in a form a profile can express"
+        )
         return f"# No multi-node overlay for {profile_name}: {why}.\n"
     name = f"{profile_name}-{result['nodes']['count']}nodes"
     check = plan.deciding_check
-    head = (f"# zerogate's planner: {profile_name} does not fit one node ({check.device}: {check.what}).\n"
-            f"# A ready profile for {result['nodes']['count']} nodes. Copy it to config/profiles/{name}.yaml, then on a\n"
-            f"# Slurm cluster (docs/cluster.md):\n"
-            f"#   snakemake --workflow-profile profiles/slurm --config profile={name} machine=<cluster>\n"
-            f"# and give the train rule its nodes there (set-resources: train: nodes: {result['nodes']['count']}).\n")
+    head = (
+        f"# zerogate's planner: {profile_name} does not fit one node ({check.device}: {check.what}).\n"
+        f"# A ready profile for {result['nodes']['count']} nodes. Copy it to config/profiles/{name}.yaml, "
+        "then on a\n"
+        f"# Slurm cluster (docs/cluster.md):\n"
+        f"#   snakemake --workflow-profile profiles/slurm --config profile={name} machine=<cluster>\n"
+        "# and give the train rule its nodes there (set-resources: train: nodes: "
+        f"{result['nodes']['count']}).\n"
+    )
     return head + yaml.safe_dump(result, sort_keys=False)

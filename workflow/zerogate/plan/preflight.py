@@ -26,10 +26,14 @@ def shortfalls(needs: dict[str, Any], fingerprint: Fingerprint) -> list[str]:
             problems.append(f"needs {needs.get('min_devices', 1)} CUDA device(s), found {count}")
         smallest = min((d.memory_total_bytes for d in accelerator.devices), default=0) / GIB
         if count and smallest < needs.get("min_device_memory_GiB", 0):
-            problems.append(f"needs {needs['min_device_memory_GiB']} GiB per device, the smallest has {smallest:.1f} GiB")
+            problems.append(
+                f"needs {needs['min_device_memory_GiB']} GiB per device, the smallest has {smallest:.1f} GiB"
+            )
     ram = fingerprint.ram.total_bytes / GIB
     if ram < needs.get("min_host_memory_GiB", 0):
-        problems.append(f"needs {needs['min_host_memory_GiB']} GiB host memory, this machine has {ram:.1f} GiB")
+        problems.append(
+            f"needs {needs['min_host_memory_GiB']} GiB host memory, this machine has {ram:.1f} GiB"
+        )
     return problems
 
 
@@ -42,5 +46,6 @@ def verdict(needs: dict[str, Any] | None, fingerprint: Fingerprint) -> Preflight
 def preflight_refusal(result: Preflight, profile_name: str) -> str:
     """The refusal message of a failed pre-flight verdict: each shortfall, and the basis the profile gives."""
     basis = result.needs.get("basis", "")
-    return (f"profile {profile_name} refused by the pre-flight check: {'; '.join(result.shortfalls)}"
-            + (f" ({basis})" if basis else ""))
+    return f"profile {profile_name} refused by the pre-flight check: {'; '.join(result.shortfalls)}" + (
+        f" ({basis})" if basis else ""
+    )

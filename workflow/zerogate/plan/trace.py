@@ -35,7 +35,8 @@ Two quantities, in bytes:
   exists: the accumulated gradients are the ledger's terms (gradient partitions, reduce bucket), so here
   none of them stays.
 * per window (the forward, the backward to its first accumulated gradient, the backward from it), the peak of
-  live bytes in each of the C allocator's size classes (``heap``: storages of at most 32 MiB, whose pages glibc
+  live bytes in each of the C allocator's size classes (``heap``: storages of at most 32 MiB, whose pages
+  glibc
   keeps resident once freed; ``mapped``: larger ones, unmapped when freed; zerogate.runtime.heap): what the
   CPU resident-set prediction needs (zerogate.plan.ledger.retained_heap_bytes).
 
@@ -72,11 +73,15 @@ from zerogate.plan.ledger import TORCH_DTYPES
 class ActivationTrace:
     """What one micro-step keeps for backward and what backward adds on top, bytes per rank."""
 
-    per_layer_bytes: int | None  # saved by one decoder layer; None when the layers differ (whole model traced)
+    per_layer_bytes: (
+        int | None
+    )  # saved by one decoder layer; None when the layers differ (whole model traced)
     outside_layers_bytes: int | None  # embeddings, rotary tables, final norm, logits and loss
     layers: int
     total_bytes: int  # per_layer * layers + outside, or the whole model's trace
-    backward_transient_bytes: int  # peak live bytes in backward above the forward's end, to the first gradient
+    backward_transient_bytes: (
+        int  # peak live bytes in backward above the forward's end, to the first gradient
+    )
     at_first_gradient_bytes: int  # alive when the first weight gradient is accumulated
     after_first_gradient_bytes: int  # the backward's peak after that, above those bytes
     how: str
@@ -88,17 +93,32 @@ class ActivationTrace:
 @dataclass(frozen=True)
 class _Step:
     saved_bytes: int
-    live_bytes_at_forward_end: int  # every storage created in the forward and still alive, model state excluded
+    live_bytes_at_forward_end: (
+        int  # every storage created in the forward and still alive, model state excluded
+    )
     transient_bytes: int  # the backward's peak above the forward's end, to the first accumulated gradient
-    at_first_gradient_change: int  # live bytes at the first accumulated gradient less those at the forward's end
-    after_first_gradient_bytes: int  # the backward's peak after the first accumulated gradient, above its bytes
+    at_first_gradient_change: (
+        int  # live bytes at the first accumulated gradient less those at the forward's end
+    )
+    after_first_gradient_bytes: (
+        int  # the backward's peak after the first accumulated gradient, above its bytes
+    )
     math_attention: bool  # torch's SDPA math kernel ran (it saves the s x s attention probabilities)
     size_classes: dict[str, dict[str, int]]  # per window, each size class's peak of live bytes
 
 
-def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attention: str = "sdpa",
-                     checkpointing: bool = False, *, padding_mask: bool = True, loss_in_fp32: bool = True,
-                     traced_layers: int = 1) -> ActivationTrace:
+def trace_micro_step(
+    config: Any,
+    micro_batch: int,
+    seq_len: int,
+    dtype: str,
+    attention: str = "sdpa",
+    checkpointing: bool = False,
+    *,
+    padding_mask: bool = True,
+    loss_in_fp32: bool = True,
+    traced_layers: int = 1,
+) -> ActivationTrace:
     """Trace one micro-step of ``config``'s causal LM; see the module docstring for what is counted.
 
     ``dtype`` is fp32, fp16 or bf16 (weights and activations); ``attention`` the model's attn_implementation;
@@ -121,50 +141,92 @@ def trace_micro_step(config: Any, micro_batch: int, seq_len: int, dtype: str, at
     if seq_len > shape.max_positions:
         raise ValueError(f"seq_len {seq_len} exceeds the model's {shape.max_positions} positions")
 
-    settings = (f"{dtype}, {attention} attention, {'a' if padding_mask else 'no'} padding mask, "
-                f"{'with' if checkpointing else 'no'} activation checkpointing, the loss "
-                f"{'on fp32 logits' if loss_in_fp32 else 'in the logits dtype'}, micro-batch {micro_batch}, "
-                f"sequence {seq_len}")
-    counting = ("saved tensors counted once per storage, parameters and buffers excluded; backward transient "
-                "= peak live bytes in backward above the forward's end until the first weight gradient is "
-                "accumulated, each weight gradient dropped once accumulated")
-    run = dict(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention,
-               checkpointing=checkpointing, padding_mask=padding_mask, loss_in_fp32=loss_in_fp32)
+    settings = (
+        f"{dtype}, {attention} attention, {'a' if padding_mask else 'no'} padding mask, "
+        f"{'with' if checkpointing else 'no'} activation checkpointing, the loss "
+        f"{'on fp32 logits' if loss_in_fp32 else 'in the logits dtype'}, micro-batch {micro_batch}, "
+        f"sequence {seq_len}"
+    )
+    counting = (
+        "saved tensors counted once per storage, parameters and buffers excluded; backward transient "
+        "= peak live bytes in backward above the forward's end until the first weight gradient is "
+        "accumulated, each weight gradient dropped once accumulated"
+    )
+    run = dict(
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        dtype=dtype,
+        attention=attention,
+        checkpointing=checkpointing,
+        padding_mask=padding_mask,
+        loss_in_fp32=loss_in_fp32,
+    )
     unlike = _layers_differ(config, shape.layers)
     if unlike is not None:
         whole = _trace_step(config, **run)
-        how = (f"{config.model_type} model: {unlike}, so all {shape.layers} decoder layers were traced "
-               f"(not scaled) under FakeTensorMode on the CPU ({settings}); {counting}")
-        return ActivationTrace(None, None, shape.layers, whole.saved_bytes, whole.transient_bytes,
-                               _at_first_gradient(whole.saved_bytes, whole), whole.after_first_gradient_bytes,
-                               how + _cpu_kernel_note(whole, attention), whole.size_classes)
+        how = (
+            f"{config.model_type} model: {unlike}, so all {shape.layers} decoder layers were traced "
+            f"(not scaled) under FakeTensorMode on the CPU ({settings}); {counting}"
+        )
+        return ActivationTrace(
+            None,
+            None,
+            shape.layers,
+            whole.saved_bytes,
+            whole.transient_bytes,
+            _at_first_gradient(whole.saved_bytes, whole),
+            whole.after_first_gradient_bytes,
+            how + _cpu_kernel_note(whole, attention),
+            whole.size_classes,
+        )
 
     fewer = _trace_step(_with_layers(config, traced_layers), **run)
     more = _trace_step(_with_layers(config, traced_layers + 1), **run)
     per_layer = more.saved_bytes - fewer.saved_bytes
     outside = fewer.saved_bytes - traced_layers * per_layer
-    how = (f"{config.model_type} model traced with {traced_layers} and {traced_layers + 1} decoder layers under "
-           f"FakeTensorMode on the CPU ({settings}); all {shape.layers} decoder layers of the config are alike "
-           f"(one class, attention type and parameter shapes), so per layer = the difference and outside the "
-           f"layers = the rest; {counting}")
+    how = (
+        f"{config.model_type} model traced with {traced_layers} and {traced_layers + 1} decoder layers under "
+        f"FakeTensorMode on the CPU ({settings}); all {shape.layers} decoder layers of the config are alike "
+        f"(one class, attention type and parameter shapes), so per layer = the difference and outside the "
+        f"layers = the rest; {counting}"
+    )
     total = per_layer * shape.layers + outside
     # What the backward frees before its first accumulated gradient is the top of the model's (the loss, the
-    # head): the same for any layer count. The peak after it, as bytes alive, grows by a layer's activations per
+    # head): the same for any layer count. The peak after it, as bytes alive, grows by a layer's activations
+    # per
     # layer while it falls early in the backward and not at all once it falls at the end (a tied weight's
     # gradients summed after every layer's activations are gone): linear in the layer count either way, so
     # the two traces extrapolate it.
     at_first = _at_first_gradient(total, more)
-    peak_after = [step.saved_bytes + step.at_first_gradient_change + step.after_first_gradient_bytes
-                  for step in (fewer, more)]
+    peak_after = [
+        step.saved_bytes + step.at_first_gradient_change + step.after_first_gradient_bytes
+        for step in (fewer, more)
+    ]
     peak_at_all_layers = peak_after[0] + (shape.layers - traced_layers) * (peak_after[1] - peak_after[0])
-    # Each size class's peak in each window, alive bytes, extrapolated the same way (linear in the layer count).
-    size_classes = {window: {size_class: max(0, fewer.size_classes[window][size_class] + (shape.layers - traced_layers)
-                                             * (peak - fewer.size_classes[window][size_class]))
-                             for size_class, peak in peaks.items()}
-                    for window, peaks in more.size_classes.items()}
-    return ActivationTrace(per_layer, outside, shape.layers, total, max(fewer.transient_bytes, more.transient_bytes),
-                           at_first, max(0, peak_at_all_layers - at_first), how + _cpu_kernel_note(more, attention),
-                           size_classes)
+    # Each size class's peak in each window, alive bytes, extrapolated the same way (linear in the layer
+    # count).
+    size_classes = {
+        window: {
+            size_class: max(
+                0,
+                fewer.size_classes[window][size_class]
+                + (shape.layers - traced_layers) * (peak - fewer.size_classes[window][size_class]),
+            )
+            for size_class, peak in peaks.items()
+        }
+        for window, peaks in more.size_classes.items()
+    }
+    return ActivationTrace(
+        per_layer,
+        outside,
+        shape.layers,
+        total,
+        max(fewer.transient_bytes, more.transient_bytes),
+        at_first,
+        max(0, peak_at_all_layers - at_first),
+        how + _cpu_kernel_note(more, attention),
+        size_classes,
+    )
 
 
 def _at_first_gradient(saved_bytes: int, step: _Step) -> int:
@@ -174,8 +236,10 @@ def _at_first_gradient(saved_bytes: int, step: _Step) -> int:
 
 def _cpu_kernel_note(step: _Step, attention: str) -> str:
     if attention == "sdpa" and step.math_attention:
-        return ("; note: torch's CPU SDPA ran its math kernel here (attention dropout, for one), which saves the "
-                "s x s attention probabilities; CUDA's fused kernels would not, so this overstates a GPU run")
+        return (
+            "; note: torch's CPU SDPA ran its math kernel here (attention dropout, for one), which saves the "
+            "s x s attention probabilities; CUDA's fused kernels would not, so this overstates a GPU run"
+        )
     return ""
 
 
@@ -219,15 +283,29 @@ def _why_layers_differ(config: Any, layers: int) -> str | None:
     blocks = [module for module in model.modules() if type(module).__name__ in block_classes]
     if len(blocks) != layers:
         return f"{len(blocks)} decoder-layer modules ({', '.join(sorted(block_classes))}) for {layers} layers"
-    signatures = {(type(block).__name__, getattr(block, "attention_type", None),
-                   tuple((name, tuple(p.shape)) for name, p in block.named_parameters())) for block in blocks}
+    signatures = {
+        (
+            type(block).__name__,
+            getattr(block, "attention_type", None),
+            tuple((name, tuple(p.shape)) for name, p in block.named_parameters()),
+        )
+        for block in blocks
+    }
     if len(signatures) > 1:
         return "its decoder layers differ in class, attention type or parameter shapes"
     return None
 
 
-def _trace_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attention: str, checkpointing: bool,
-                padding_mask: bool, loss_in_fp32: bool = True) -> _Step:
+def _trace_step(
+    config: Any,
+    micro_batch: int,
+    seq_len: int,
+    dtype: str,
+    attention: str,
+    checkpointing: bool,
+    padding_mask: bool,
+    loss_in_fp32: bool = True,
+) -> _Step:
     """One fake forward with loss and one backward, each weight gradient dropped once accumulated."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -237,8 +315,9 @@ def _trace_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attenti
     from zerogate.model.loss import set_loss
 
     with FakeTensorMode():
-        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, TORCH_DTYPES[dtype]),
-                                                 attn_implementation=attention)
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=getattr(torch, TORCH_DTYPES[dtype]), attn_implementation=attention
+        )
         model.train()  # dropout as in training
         set_loss(model, loss_in_fp32)
         model_state = {StorageWeakRef(t.untyped_storage()) for t in [*model.parameters(), *model.buffers()]}
@@ -265,8 +344,11 @@ def _trace_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attenti
                 live.restart_peak()
             parameter.grad = None
 
-        hooks = [p.register_post_accumulate_grad_hook(drop_accumulated_gradient)
-                 for p in model.parameters() if p.requires_grad]
+        hooks = [
+            p.register_post_accumulate_grad_hook(drop_accumulated_gradient)
+            for p in model.parameters()
+            if p.requires_grad
+        ]
         with live:
             with torch.autograd.graph.saved_tensors_hooks(saved.pack, _unpack):
                 # Only the loss outlives the forward, as in the training loop (engine(**batch).loss).
@@ -280,8 +362,15 @@ def _trace_step(config: Any, micro_batch: int, seq_len: int, dtype: str, attenti
             first["live"], first["peak"] = live.now, live.peak
             size_classes["backward"] = dict(live.class_peak)
         size_classes["backward_from_first_gradient"] = dict(live.class_peak)
-        return _Step(saved.bytes, forward_end, first["peak"] - forward_end, first["live"] - forward_end,
-                     live.peak - first["live"], live.saw_math_attention, size_classes)
+        return _Step(
+            saved.bytes,
+            forward_end,
+            first["peak"] - forward_end,
+            first["live"] - forward_end,
+            live.peak - first["live"],
+            live.saw_math_attention,
+            size_classes,
+        )
 
 
 def _unpack(tensor: Any) -> Any:
@@ -313,7 +402,8 @@ class _SavedTensors:
 def _counting_bound_tensors(checkpoint_function: Any, saved: _SavedTensors) -> Any:
     """``checkpoint_function`` that also counts the tensors bound into the checkpointed function.
 
-    transformers checkpoints ``partial(layer.forward, **kwargs)`` (modeling_layers.GradientCheckpointingLayer):
+    transformers checkpoints ``partial(layer.forward, **kwargs)``
+    (modeling_layers.GradientCheckpointingLayer):
     the rotary cos/sin and the attention mask ride in the partial, which the checkpoint keeps for the
     recomputation without saving them through the saved-tensor hooks (only its positional inputs are).
     """
@@ -356,14 +446,17 @@ def main(argv: list[str] | None = None) -> None:
     """Print the trace of a config.json for both attentions, with and without checkpointing, and the wall
     time of each (a benchmark to read, not a test):
 
-        python -m zerogate.plan.trace config/models/qwen2.5-14b.json --seq-len 512 --micro-batch 1 --dtype fp16
+        python -m zerogate.plan.trace config/models/qwen2.5-14b.json --seq-len 512 --micro-batch 1 --dtype
+        fp16
     """
     import argparse
     import time
 
     from zerogate.model.hf_config import load_config
 
-    parser = argparse.ArgumentParser(prog="python -m zerogate.plan.trace", description=main.__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m zerogate.plan.trace", description=main.__doc__.split("\n\n")[0]
+    )
     parser.add_argument("config", help="a config.json or a directory holding one")
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--micro-batch", type=int, default=1)
@@ -374,15 +467,23 @@ def main(argv: list[str] | None = None) -> None:
     for attention in ATTENTIONS:
         for checkpointing in (False, True):
             start = time.perf_counter()
-            trace = trace_micro_step(config, args.micro_batch, args.seq_len, args.dtype, attention, checkpointing)
+            trace = trace_micro_step(
+                config, args.micro_batch, args.seq_len, args.dtype, attention, checkpointing
+            )
             seconds = time.perf_counter() - start
             per_layer = "n/a" if trace.per_layer_bytes is None else f"{trace.per_layer_bytes / mib:.1f}"
-            outside = "n/a" if trace.outside_layers_bytes is None else f"{trace.outside_layers_bytes / mib:.1f}"
-            print(f"{attention:5s} checkpointing={'on ' if checkpointing else 'off'} per layer {per_layer} MiB, "
-                  f"outside {outside} MiB, {trace.layers} layers, total {trace.total_bytes / mib:.1f} MiB, "
-                  f"backward transient {trace.backward_transient_bytes / mib:.1f} MiB, at the first gradient "
-                  f"{trace.at_first_gradient_bytes / mib:.1f} MiB + {trace.after_first_gradient_bytes / mib:.1f} MiB "
-                  f"({seconds:.2f} s)")
+            outside = (
+                "n/a" if trace.outside_layers_bytes is None else f"{trace.outside_layers_bytes / mib:.1f}"
+            )
+            print(
+                f"{attention:5s} checkpointing={'on ' if checkpointing else 'off'} per layer {per_layer} "
+                "MiB, "
+                f"outside {outside} MiB, {trace.layers} layers, total {trace.total_bytes / mib:.1f} MiB, "
+                f"backward transient {trace.backward_transient_bytes / mib:.1f} MiB, at the first gradient "
+                f"{trace.at_first_gradient_bytes / mib:.1f} MiB + "
+                f"{trace.after_first_gradient_bytes / mib:.1f} MiB "
+                f"({seconds:.2f} s)"
+            )
     print(trace.how)
 
 

@@ -29,8 +29,6 @@ VARIANTS: dict[str, tuple[int, bool, bool]] = {
 }
 
 
-
-
 @dataclass(frozen=True)
 class Peer:
     """A peer of ZeRO: what trains it (a zerogate.runtime.engines name, given to the training loop as
@@ -42,12 +40,18 @@ class Peer:
 
 
 PEERS: dict[str, Peer] = {
-    "fsdp2": Peer("fsdp2", "zero3", "torch FSDP2 (fully_shard): parameters, gradients and optimizer state sharded, "
-                  "as ZeRO-3"),
-    "fsdp2-offload": Peer("fsdp2", "zero3-offload-all", "torch FSDP2 with CPUOffloadPolicy: parameters, gradients "
-                          "and the optimizer step on the host, as ZeRO-3 with both offloads"),
+    "fsdp2": Peer(
+        "fsdp2",
+        "zero3",
+        "torch FSDP2 (fully_shard): parameters, gradients and optimizer state sharded, as ZeRO-3",
+    ),
+    "fsdp2-offload": Peer(
+        "fsdp2",
+        "zero3-offload-all",
+        "torch FSDP2 with CPUOffloadPolicy: parameters, gradients "
+        "and the optimizer step on the host, as ZeRO-3 with both offloads",
+    ),
 }
-
 
 
 @dataclass(frozen=True)
@@ -66,18 +70,28 @@ class NotRunnable:
 
 NOT_RUNNABLE: dict[str, NotRunnable] = {
     "hf-trainer": NotRunnable(
-        "zero3-offload-all", "transformers.Trainer with the run's rendered DeepSpeed config",
-        on_cpu=("cannot run on DeepSpeed's CPU accelerator (found with transformers 5.23.0, accelerate 1.15.0, "
-                "deepspeed 0.19.8): TrainingArguments builds accelerate's PartialState, whose _prepare_backend "
-                "(accelerate/state.py) picks a process-group backend only for an accelerator device (CUDA, XPU, NPU, "
-                "HPU, MLU, MUSA, SDAA, Neuron) or, with use_cpu=True, gloo; without use_cpu it initialises "
-                "DeepSpeed's two-rank group but, its backend None, sets num_processes=1 and process_index=0 on "
-                "every rank. The Trainer then computes train_batch_size for one rank (micro-batch x accumulation) and "
-                "refuses the rendered config's (x 2 ranks); with train_batch_size 'auto' DeepSpeed's own batch check "
-                "fails (micro-batch x accumulation != micro-batch x accumulation x 2), and every rank would read the "
-                "same samples"),
-        elsewhere=("not run: this pipeline has no Trainer worker (the Trainer's loop is not the one loop, "
-                   "zerogate.runtime.loop, that every other variant's records come from)")),
+        "zero3-offload-all",
+        "transformers.Trainer with the run's rendered DeepSpeed config",
+        on_cpu=(
+            "cannot run on DeepSpeed's CPU accelerator (found with transformers 5.23.0, accelerate 1.15.0, "
+            "deepspeed 0.19.8): TrainingArguments builds accelerate's PartialState, whose _prepare_backend "
+            "(accelerate/state.py) picks a process-group backend only for an accelerator device (CUDA, XPU, "
+            "NPU, "
+            "HPU, MLU, MUSA, SDAA, Neuron) or, with use_cpu=True, gloo; without use_cpu it initialises "
+            "DeepSpeed's two-rank group but, its backend None, sets num_processes=1 and process_index=0 on "
+            "every rank. The Trainer then computes train_batch_size for one rank (micro-batch x "
+            "accumulation) and "
+            "refuses the rendered config's (x 2 ranks); with train_batch_size 'auto' DeepSpeed's own batch "
+            "check "
+            "fails (micro-batch x accumulation != micro-batch x accumulation x 2), and every rank would read "
+            "the "
+            "same samples"
+        ),
+        elsewhere=(
+            "not run: this pipeline has no Trainer worker (the Trainer's loop is not the one loop, "
+            "zerogate.runtime.loop, that every other variant's records come from)"
+        ),
+    ),
 }
 
 # Every variant a profile may list, in the order tables show them.
@@ -99,7 +113,9 @@ def what_of(name: str) -> str:
         return NOT_RUNNABLE[name].what
     stage, offload_optimizer, offload_param = VARIANTS[name]
     offloads = [kind for kind, on in (("optimizer", offload_optimizer), ("parameters", offload_param)) if on]
-    return f"DeepSpeed ZeRO-{stage}" + (f", {' and '.join(offloads)} offloaded to the host" if offloads else "")
+    return f"DeepSpeed ZeRO-{stage}" + (
+        f", {' and '.join(offloads)} offloaded to the host" if offloads else ""
+    )
 
 
 def trained(names: list[str]) -> list[str]:
@@ -110,7 +126,13 @@ def trained(names: list[str]) -> list[str]:
 def zero_setup(name: str) -> tuple[int, bool, bool]:
     """(ZeRO stage, optimizer offload, parameter offload) of variant ``name``'s config (a peer: the config
     it reads)."""
-    config_of = PEERS[name].config_of if name in PEERS else NOT_RUNNABLE[name].config_of if name in NOT_RUNNABLE else name
+    config_of = (
+        PEERS[name].config_of
+        if name in PEERS
+        else NOT_RUNNABLE[name].config_of
+        if name in NOT_RUNNABLE
+        else name
+    )
     return VARIANTS[config_of]
 
 
@@ -118,10 +140,16 @@ def variant_overrides(name: str) -> list[dict[str, Any]]:
     stage, offload_optimizer, offload_param = zero_setup(name)
     return [
         {"path": "zero_optimization.stage", "value": stage, "reason": f"variant {name}"},
-        {"path": "zero_optimization.offload_optimizer.device", "value": "cpu" if offload_optimizer else "none",
-         "reason": f"variant {name}"},
-        {"path": "zero_optimization.offload_param.device", "value": "cpu" if offload_param else "none",
-         "reason": f"variant {name}"},
+        {
+            "path": "zero_optimization.offload_optimizer.device",
+            "value": "cpu" if offload_optimizer else "none",
+            "reason": f"variant {name}",
+        },
+        {
+            "path": "zero_optimization.offload_param.device",
+            "value": "cpu" if offload_param else "none",
+            "reason": f"variant {name}",
+        },
     ]
 
 

@@ -3,7 +3,8 @@
 Runs are grouped by what they measured: the same profile, the same measurement hash (the resolved profile
 and the pipeline version, without the keys that only set how many runs are made and how their uncertainty
 is estimated, or that inject a fault on purpose: zerogate.config.profile.measured_profile) and the same
-dataset hash. A run with a fault injection is grouped with the runs it disturbs and marked so. Within a group the machines stand side by side, each
+dataset hash. A run with a fault injection is grouped with the runs it disturbs and marked so. Within a group
+the machines stand side by side, each
 number with its ratio to a reference machine (``compare_reference`` in the config; by default the
 group's first machine in alphabetical order), and their loss and step-time curves are overlaid. A run
 that shares its group with no other run is listed apart with the one reason it is not comparable.
@@ -107,14 +108,21 @@ def load_run(run_dir: str | Path) -> Run:
     run_dir = Path(run_dir)
     path = run_dir if run_dir.suffix == ".json" else run_dir / "registry.json"
     if not path.is_file():
-        raise InputError(str(path), "", "no run registry (run the pipeline for that profile and machine first)")
+        raise InputError(
+            str(path), "", "no run registry (run the pipeline for that profile and machine first)"
+        )
     try:
         registry = RunRegistry.read(path)
     except ContractError as error:
         if error.key != "contract":
             raise
         # An older pipeline's registry: shown apart with how to rebuild it, never read field by field.
-        return Run(path.parent, None, path.parent.name, f"{error.problem} (rebuild it: snakemake --cores all -R register_run)")
+        return Run(
+            path.parent,
+            None,
+            path.parent.name,
+            f"{error.problem} (rebuild it: snakemake --cores all -R register_run)",
+        )
     return Run(path.parent, registry, registry.machine)
 
 
@@ -142,7 +150,9 @@ def timings(run: Run) -> measures.TimingReplicates | None:
     if key not in _TIMINGS:
         basis = summary.intervals
         rule = measures.IntervalRule(basis.confidence, basis.resamples, basis.seed)
-        tables = [read_steps(run)] + [read_steps_table(_local(run, path)) for path in run.registry.files.repeat_steps]
+        tables = [read_steps(run)] + [
+            read_steps_table(_local(run, path)) for path in run.registry.files.repeat_steps
+        ]
         _TIMINGS[key] = measures.timing_replicates(tables, summary.warmup_steps_excluded, rule)
     return _TIMINGS[key]
 
@@ -224,8 +234,12 @@ def _deduplicated(runs: list[Run]) -> list[Run]:
     seen: dict[str, int] = {}
     for run in runs:
         seen[run.machine] = seen.get(run.machine, 0) + 1
-    return [Run(run.directory, run.registry, f"{run.machine} ({run.directory})", run.problem) if seen[run.machine] > 1
-            else run for run in runs]
+    return [
+        Run(run.directory, run.registry, f"{run.machine} ({run.directory})", run.problem)
+        if seen[run.machine] > 1
+        else run
+        for run in runs
+    ]
 
 
 def group_runs(runs: list[Run], reference: str | None = None) -> Comparison:
@@ -277,8 +291,13 @@ def quantity_rows(group: Group) -> list[dict[str, Any]]:
         cells = {}
         for run in group.runs:
             value = value_of(run)
-            cell = {"value": value, "ratio": _ratio(value, ref_value), "interval": None, "ratio_interval": None,
-                    "beyond_noise": None}
+            cell = {
+                "value": value,
+                "ratio": _ratio(value, ref_value),
+                "interval": None,
+                "ratio_interval": None,
+                "beyond_noise": None,
+            }
             if name is not None:
                 cell.update(ratio_with_noise(run, reference, name), interval=run.interval(name))
             cells[run.machine] = cell
@@ -295,26 +314,51 @@ def quantity_rows(group: Group) -> list[dict[str, Any]]:
 def _unit(name: str) -> str:
     """The unit of RunStatistics field ``name``, from its key (``step_time_median(s)``: s)."""
     key = RunStatistics.key(name)
-    return key[key.rindex("(") + 1:-1] if key.endswith(")") else ""
+    return key[key.rindex("(") + 1 : -1] if key.endswith(")") else ""
 
 
 def gate_rows(group: Group) -> list[dict[str, Any]]:
     """Gate verdicts of the group: one row per gate, one verdict per machine."""
     names = list(dict.fromkeys(gate.name for run in group.runs for gate in run.registry.gates))
     verdicts = {run.machine: {gate.name: gate.verdict for gate in run.registry.gates} for run in group.runs}
-    return [{"gate": name, "verdicts": {machine: verdicts[machine].get(name) for machine in group.machines}}
-            for name in names]
+    return [
+        {"gate": name, "verdicts": {machine: verdicts[machine].get(name) for machine in group.machines}}
+        for name in names
+    ]
 
 
 def _column(name: str, label: str) -> str:
     return f"{label} ({_unit(name)})" if _unit(name) else label
 
 
-# The CSV's columns: one row per (run, statistic) in a group, one per gate verdict, one per run not comparable.
-TABLE_COLUMNS = ["group", "comparable", "not comparable because", "machine", "run id", "profile", "config hash",
-                 "fault injection", "dataset hash", "DeepSpeed config hash", "reference machine", "statistic", "unit", "value", "low",
-                 "high", "reference value", "ratio", "ratio low", "ratio high", "beyond_noise", "noise basis",
-                 "gate", "verdict"]
+# The CSV's columns: one row per (run, statistic) in a group, one per gate verdict, one per run not
+# comparable.
+TABLE_COLUMNS = [
+    "group",
+    "comparable",
+    "not comparable because",
+    "machine",
+    "run id",
+    "profile",
+    "config hash",
+    "fault injection",
+    "dataset hash",
+    "DeepSpeed config hash",
+    "reference machine",
+    "statistic",
+    "unit",
+    "value",
+    "low",
+    "high",
+    "reference value",
+    "ratio",
+    "ratio low",
+    "ratio high",
+    "beyond_noise",
+    "noise basis",
+    "gate",
+    "verdict",
+]
 NOISE_BASIS = {True: "interval of the ratio (both runs bootstrapped)", False: "no interval for this quantity"}
 
 
@@ -332,30 +376,50 @@ def comparison_table(comparison: Comparison) -> pd.DataFrame:
                 cell, ref = quantity["cells"][run.machine], quantity["cells"][reference.machine]
                 interval, ratio_interval = cell["interval"], cell["ratio_interval"]
                 noisy = cell["beyond_noise"] is not None
-                rows.append(base | _run_columns(run) | {
-                    "statistic": quantity["label"], "unit": quantity["unit"], "value": cell["value"],
-                    "low": interval.low if interval else None, "high": interval.high if interval else None,
-                    "reference value": ref["value"], "ratio": cell["ratio"],
-                    "ratio low": ratio_interval.low if ratio_interval else None,
-                    "ratio high": ratio_interval.high if ratio_interval else None,
-                    "beyond_noise": cell["beyond_noise"], "noise basis": NOISE_BASIS[noisy]})
+                rows.append(
+                    base
+                    | _run_columns(run)
+                    | {
+                        "statistic": quantity["label"],
+                        "unit": quantity["unit"],
+                        "value": cell["value"],
+                        "low": interval.low if interval else None,
+                        "high": interval.high if interval else None,
+                        "reference value": ref["value"],
+                        "ratio": cell["ratio"],
+                        "ratio low": ratio_interval.low if ratio_interval else None,
+                        "ratio high": ratio_interval.high if ratio_interval else None,
+                        "beyond_noise": cell["beyond_noise"],
+                        "noise basis": NOISE_BASIS[noisy],
+                    }
+                )
         for gate in gate_rows(group):
             for run in group.runs:
-                rows.append(base | _run_columns(run) | {"gate": gate["gate"], "verdict": gate["verdicts"][run.machine]})
+                rows.append(
+                    base
+                    | _run_columns(run)
+                    | {"gate": gate["gate"], "verdict": gate["verdicts"][run.machine]}
+                )
     for straggler in comparison.stragglers:
-        rows.append({"group": None, "comparable": False, "not comparable because": straggler.reason}
-                    | _run_columns(straggler.run))
+        rows.append(
+            {"group": None, "comparable": False, "not comparable because": straggler.reason}
+            | _run_columns(straggler.run)
+        )
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS).astype({"group": "Int64", "beyond_noise": "boolean"})
     return table
 
 
 def _run_columns(run: Run) -> dict[str, Any]:
     registry = run.registry
-    return {"machine": run.machine, "run id": run.run_id, "profile": run.profile,
-            "config hash": registry.provenance.config_hash if registry else None,
-            "fault injection": _injection(run),
-            "dataset hash": registry.provenance.dataset_sha256 if registry else None,
-            "DeepSpeed config hash": registry.provenance.ds_config_sha256 if registry else None}
+    return {
+        "machine": run.machine,
+        "run id": run.run_id,
+        "profile": run.profile,
+        "config hash": registry.provenance.config_hash if registry else None,
+        "fault injection": _injection(run),
+        "dataset hash": registry.provenance.dataset_sha256 if registry else None,
+        "DeepSpeed config hash": registry.provenance.ds_config_sha256 if registry else None,
+    }
 
 
 def _injection(run: Run) -> str | None:
@@ -416,10 +480,17 @@ def history_rows(history: History) -> list[dict[str, Any]]:
     rows, before = [], None
     for run in history.runs:
         git = run.registry.provenance.git.at_training
-        row = {"run": run, "commit": (git.commit[:10] + (" (uncommitted changes)" if git.dirty else "")) if git else "—",
-               "recorded_at": run.registry.provenance.recorded_at, "config_hash": run.registry.provenance.config_hash,
-               "value": run.statistic(HISTORY_STATISTIC), "interval": run.interval(HISTORY_STATISTIC),
-               "ratio": None, "ratio_interval": None, "beyond_noise": None}
+        row = {
+            "run": run,
+            "commit": (git.commit[:10] + (" (uncommitted changes)" if git.dirty else "")) if git else "—",
+            "recorded_at": run.registry.provenance.recorded_at,
+            "config_hash": run.registry.provenance.config_hash,
+            "value": run.statistic(HISTORY_STATISTIC),
+            "interval": run.interval(HISTORY_STATISTIC),
+            "ratio": None,
+            "ratio_interval": None,
+            "beyond_noise": None,
+        }
         if before is not None:
             row.update(ratio_with_noise(run, before, HISTORY_STATISTIC))
         rows.append(row)
@@ -455,7 +526,9 @@ def overlay_figure(comparison: Comparison, curve: str, ylabel: str, path: str | 
     fig, axes = plt.subplots(max(1, len(groups)), 1, figsize=(9, 3.8 * max(1, len(groups))), squeeze=False)
     if not groups:
         axes[0][0].axis("off")
-        axes[0][0].text(0.5, 0.5, "No two runs measured the same thing: nothing to overlay.", ha="center", va="center")
+        axes[0][0].text(
+            0.5, 0.5, "No two runs measured the same thing: nothing to overlay.", ha="center", va="center"
+        )
     for ax, group in zip(axes[:, 0], groups):
         for run in group.runs:
             series = series_of(read_steps(run))
@@ -469,26 +542,54 @@ def overlay_figure(comparison: Comparison, curve: str, ylabel: str, path: str | 
     plt.close(fig)
 
 
-def render_comparison(comparison: Comparison, figures: dict[str, str | Path], requested_reference: str | None = None,
-                      history: list[History] | None = None) -> str:
+def render_comparison(
+    comparison: Comparison,
+    figures: dict[str, str | Path],
+    requested_reference: str | None = None,
+    history: list[History] | None = None,
+) -> str:
     runs = len(comparison.stragglers) + sum(len(group.runs) for group in comparison.groups)
     images = []
     if figures.get("history"):
-        images.append(image(figures["history"], "Median optimizer step (slowest rank) by git commit, one panel per "
-                                                "machine and profile, with each run's interval"))
-    return environment().get_template("comparison.html.j2").render(
-        title=f"zerogate comparison of {runs} runs",
-        comparison=comparison,
-        groups=[{"number": number, "group": group, "quantities": quantity_rows(group), "gates": gate_rows(group),
-                 "noise": noise_summary(group)}
-                for number, group in enumerate(comparison.groups, start=1)],
-        histories=[{"history": h, "rows": history_rows(h)} for h in (history or [])],
-        history_images=images,
-        injection=_injection,
-        requested_reference=requested_reference,
-        group_by=list(GROUP_BY),
-        images=[image(figures["loss"], "Training loss per optimizer step, one panel per group, one curve per machine"),
-                image(figures["step_time"], "Optimizer-step wall time (slowest rank at each step), one panel per group, "
-                                            "one curve per machine")],
-        fmt=fmt,
+        images.append(
+            image(
+                figures["history"],
+                "Median optimizer step (slowest rank) by git commit, one panel per "
+                "machine and profile, with each run's interval",
+            )
+        )
+    return (
+        environment()
+        .get_template("comparison.html.j2")
+        .render(
+            title=f"zerogate comparison of {runs} runs",
+            comparison=comparison,
+            groups=[
+                {
+                    "number": number,
+                    "group": group,
+                    "quantities": quantity_rows(group),
+                    "gates": gate_rows(group),
+                    "noise": noise_summary(group),
+                }
+                for number, group in enumerate(comparison.groups, start=1)
+            ],
+            histories=[{"history": h, "rows": history_rows(h)} for h in (history or [])],
+            history_images=images,
+            injection=_injection,
+            requested_reference=requested_reference,
+            group_by=list(GROUP_BY),
+            images=[
+                image(
+                    figures["loss"],
+                    "Training loss per optimizer step, one panel per group, one curve per machine",
+                ),
+                image(
+                    figures["step_time"],
+                    "Optimizer-step wall time (slowest rank at each step), one panel per group, "
+                    "one curve per machine",
+                ),
+            ],
+            fmt=fmt,
+        )
     )

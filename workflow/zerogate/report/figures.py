@@ -22,33 +22,69 @@ from zerogate.analysis import measures  # noqa: E402
 from zerogate.analysis.measures import SpikeRule  # noqa: E402
 from zerogate.contracts.records import column  # noqa: E402
 from zerogate.contracts.verdicts import GateVerdict, GateVerdicts  # noqa: E402
-from zerogate.units import UNIT_BYTES, GIB  # noqa: E402
+from zerogate.units import GIB, UNIT_BYTES  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook")
 
 
 def _gate(verdicts: GateVerdicts, metric: str) -> GateVerdict | None:
-    """The first gate on ``metric`` (a steps-table column), or on a memory metric when ``metric`` is "memory/"."""
-    return next((g for g in verdicts.gates if g.metric == metric or (metric == "memory/" and g.metric.startswith(metric))), None)
+    """The first gate on ``metric`` (a steps-table column), or on a memory metric when ``metric`` is
+    "memory/"."""
+    return next(
+        (
+            g
+            for g in verdicts.gates
+            if g.metric == metric or (metric == "memory/" and g.metric.startswith(metric))
+        ),
+        None,
+    )
 
 
-def loss_figure(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int, path: str | Path,
-                spike_rule: SpikeRule, stabiliser: pd.DataFrame | None = None) -> dict[str, Any]:
+def loss_figure(
+    steps: pd.DataFrame,
+    events: pd.DataFrame,
+    warmup_steps: int,
+    path: str | Path,
+    spike_rule: SpikeRule,
+    stabiliser: pd.DataFrame | None = None,
+) -> dict[str, Any]:
     """Loss raw and smoothed, the loss spikes (measures.loss_spikes) circled; launcher events (overflow,
     crash) as dotted lines and, when given, the training loop's stabiliser events (rows with step, rank,
     kind, value, action) as markers. Returns the spikes it marked."""
     loss = measures.loss_series(steps)
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.plot(loss.index, loss.to_numpy(), color="0.7", linewidth=0.8, label="loss (mean over accumulation and ranks)")
-    ax.plot(loss.index, measures.smooth(loss.reset_index(drop=True)).to_numpy(), color="C0", linewidth=2,
-            label="smoothed (rolling median)")
+    ax.plot(
+        loss.index,
+        loss.to_numpy(),
+        color="0.7",
+        linewidth=0.8,
+        label="loss (mean over accumulation and ranks)",
+    )
+    ax.plot(
+        loss.index,
+        measures.smooth(loss.reset_index(drop=True)).to_numpy(),
+        color="C0",
+        linewidth=2,
+        label="smoothed (rolling median)",
+    )
     spikes = measures.loss_spikes(steps, spike_rule)
     if spikes.count:
-        ax.scatter(spikes.steps, loss.loc[spikes.steps].to_numpy(), s=80, facecolors="none", edgecolors="C3",
-                   zorder=4, label=f"loss spikes ({spikes.count}: {spike_rule.describe()})")
+        ax.scatter(
+            spikes.steps,
+            loss.loc[spikes.steps].to_numpy(),
+            s=80,
+            facecolors="none",
+            edgecolors="C3",
+            zorder=4,
+            label=f"loss spikes ({spikes.count}: {spike_rule.describe()})",
+        )
     if warmup_steps:
         ax.axvspan(0, warmup_steps, color="C1", alpha=0.12, label=f"warm-up ({warmup_steps} steps)")
-    marked = events[events["step"].notna() & events["kind"].isin(["overflow", "traceback", "fatal_loss_scale"])] if len(events) else events
+    marked = (
+        events[events["step"].notna() & events["kind"].isin(["overflow", "traceback", "fatal_loss_scale"])]
+        if len(events)
+        else events
+    )
     for step in marked["step"].dropna().unique() if len(marked) else []:
         ax.axvline(int(step), color="C3", linestyle=":", linewidth=1)
     if len(marked):
@@ -57,8 +93,14 @@ def loss_figure(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int, pa
         at = loss
         for (kind, action), group in stabiliser.groupby(["kind", "action"], dropna=False):
             shown = group[group["step"].isin(at.index)]
-            ax.scatter(shown["step"], at.loc[shown["step"]].to_numpy(), marker="v", s=36, zorder=3,
-                       label=f"stabiliser: {kind} -> {action} ({len(group)})")
+            ax.scatter(
+                shown["step"],
+                at.loc[shown["step"]].to_numpy(),
+                marker="v",
+                s=36,
+                zorder=3,
+                label=f"stabiliser: {kind} -> {action} ({len(group)})",
+            )
     ax.set(xlabel="optimizer step", ylabel="training loss (nats/token)", title="Loss")
     ax.legend(loc="upper right")
     fig.tight_layout()
@@ -67,7 +109,9 @@ def loss_figure(steps: pd.DataFrame, events: pd.DataFrame, warmup_steps: int, pa
     return {"loss_spikes": spikes.count, "spike_steps": spikes.steps}
 
 
-def step_time_figure(steps: pd.DataFrame, warmup_steps: int, verdicts: GateVerdicts, path: str | Path) -> dict[str, Any]:
+def step_time_figure(
+    steps: pd.DataFrame, warmup_steps: int, verdicts: GateVerdicts, path: str | Path
+) -> dict[str, Any]:
     """Step time per rank over the run, and the distribution over the timed steps (measures.timed_steps)
     with the slowest-rank median (measures.step_time). Returns the median and the timed-step count."""
     fig, (ax_line, ax_hist) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [2, 1]})
@@ -77,13 +121,23 @@ def step_time_figure(steps: pd.DataFrame, warmup_steps: int, verdicts: GateVerdi
     if len(timed):
         sns.histplot(data=timed, x=measures.STEP_TIME, hue="rank", ax=ax_hist, bins=40, element="step")
     else:
-        ax_hist.text(0.5, 0.5, "no timed step\n(the run stopped within its warm-up)", ha="center", va="center",
-                     transform=ax_hist.transAxes)
+        ax_hist.text(
+            0.5,
+            0.5,
+            "no timed step\n(the run stopped within its warm-up)",
+            ha="center",
+            va="center",
+            transform=ax_hist.transAxes,
+        )
     # A run that stopped within its warm-up has no timed step, and so no median to draw.
     median = measures.step_time(steps, warmup_steps) if len(timed) else None
     if median is not None:
-        ax_hist.axvline(median.value, color="k", linestyle=":",
-                        label=f"median, slowest rank ({median.rank}): {median.value:.3g} s")
+        ax_hist.axvline(
+            median.value,
+            color="k",
+            linestyle=":",
+            label=f"median, slowest rank ({median.rank}): {median.value:.3g} s",
+        )
     gate = _gate(verdicts, measures.STEP_TIME)
     if gate is not None:
         for ax, line in ((ax_line, ax_line.axhline), (ax_hist, ax_hist.axvline)):
@@ -96,7 +150,10 @@ def step_time_figure(steps: pd.DataFrame, warmup_steps: int, verdicts: GateVerdi
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return {"step_time_median(s)": None if median is None else median.value, "timed_steps": int(timed["step"].nunique())}
+    return {
+        "step_time_median(s)": None if median is None else median.value,
+        "timed_steps": int(timed["step"].nunique()),
+    }
 
 
 def memory_figure(steps: pd.DataFrame, verdicts: GateVerdicts, path: str | Path) -> dict[str, Any]:
@@ -104,14 +161,22 @@ def memory_figure(steps: pd.DataFrame, verdicts: GateVerdicts, path: str | Path)
     Returns the peaks it labelled."""
     fig, ax = plt.subplots(figsize=(9, 4.5))
     peaks = measures.peak_memory_per_rank(steps)
-    data = steps.assign(rank=[f"{rank} (peak {peaks.get(int(rank), float('nan')):.3g} GiB)" for rank in steps["rank"]])
+    data = steps.assign(
+        rank=[f"{rank} (peak {peaks.get(int(rank), float('nan')):.3g} GiB)" for rank in steps["rank"]]
+    )
     sns.lineplot(data=data, x="step", y=measures.DEVICE_PEAK, hue="rank", ax=ax)
-    source = ", ".join(sorted(steps.get(column("device_peak_source"), pd.Series(dtype=str)).dropna().unique()))
+    source = ", ".join(
+        sorted(steps.get(column("device_peak_source"), pd.Series(dtype=str)).dropna().unique())
+    )
     gate = _gate(verdicts, "memory/")
     if gate is not None and gate.unit in UNIT_BYTES:
         threshold_gib = gate.threshold * UNIT_BYTES[gate.unit] / GIB
-        ax.axhline(threshold_gib, color="C3", linestyle="--",
-                   label=f"claim {gate.threshold:g} {gate.unit} = {threshold_gib:.2f} GiB")
+        ax.axhline(
+            threshold_gib,
+            color="C3",
+            linestyle="--",
+            label=f"claim {gate.threshold:g} {gate.unit} = {threshold_gib:.2f} GiB",
+        )
         ax.legend(title="rank")
     ax.set(xlabel="optimizer step", ylabel="peak memory per step (GiB)", title=f"Memory per rank ({source})")
     ax.set_ylim(bottom=0)
@@ -131,7 +196,10 @@ def loss_scale_series(steps: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame
     if not len(events):
         return None
     changes = events[events["kind"].isin(["overflow", "loss_scale_reduced"])]
-    rows = [{"step": s, measures.LOSS_SCALE: json.loads(d).get("new")} for s, d in zip(changes["step"], changes["detail"])]
+    rows = [
+        {"step": s, measures.LOSS_SCALE: json.loads(d).get("new")}
+        for s, d in zip(changes["step"], changes["detail"])
+    ]
     rows = [r for r in rows if r[measures.LOSS_SCALE] is not None and not pd.isna(r["step"])]
     return pd.DataFrame(rows) if rows else None
 
@@ -150,12 +218,20 @@ def no_loss_scale_figure(path: str | Path) -> None:
     """Stands in for the loss-scale figure of a run without a loss scaler (Snakemake needs the file)."""
     fig, ax = plt.subplots(figsize=(9, 1.5))
     ax.axis("off")
-    ax.text(0.5, 0.5, "No dynamic loss scale: this run had no fp16 loss scaler (fp32 or bf16).", ha="center", va="center")
+    ax.text(
+        0.5,
+        0.5,
+        "No dynamic loss scale: this run had no fp16 loss scaler (fp32 or bf16).",
+        ha="center",
+        va="center",
+    )
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def ranks_figure(steps: pd.DataFrame, warmup_steps: int, path: str | Path, world_size: int | None = None) -> dict[str, Any]:
+def ranks_figure(
+    steps: pd.DataFrame, warmup_steps: int, path: str | Path, world_size: int | None = None
+) -> dict[str, Any]:
     """Who waits for whom: each rank's median compute, communication and wait per optimizer step as stacked
     bars (measures.rank_balance), and each rank's wait per timed step (measures.rank_times). A run whose
     records cannot say (measures.RankBalance.problems) gets the reasons instead. Returns what it drew."""
@@ -163,8 +239,14 @@ def ranks_figure(steps: pd.DataFrame, warmup_steps: int, path: str | Path, world
     if not balance.measured:
         fig, ax = plt.subplots(figsize=(9, 1.8))
         ax.axis("off")
-        ax.text(0.5, 0.5, "Compute and wait per rank not measured:\n" + "\n".join(balance.problems), ha="center",
-                va="center", wrap=True)
+        ax.text(
+            0.5,
+            0.5,
+            "Compute and wait per rank not measured:\n" + "\n".join(balance.problems),
+            ha="center",
+            va="center",
+            wrap=True,
+        )
         fig.savefig(path, dpi=110)
         plt.close(fig)
         return {"ranks_measured": False, "problems": balance.problems}
@@ -172,8 +254,11 @@ def ranks_figure(steps: pd.DataFrame, warmup_steps: int, path: str | Path, world
     ranks = balance.ranks
     labels = [f"rank {rank}" + (" (straggler)" if rank == balance.straggler else "") for rank in ranks]
     bottom = [0.0] * len(ranks)
-    parts = (("compute", balance.compute, "C0"), ("communication", {r: balance.communication for r in ranks}, "C7"),
-             ("wait for the others", balance.wait, "C3"))
+    parts = (
+        ("compute", balance.compute, "C0"),
+        ("communication", {r: balance.communication for r in ranks}, "C7"),
+        ("wait for the others", balance.wait, "C3"),
+    )
     for name, values, color in parts:
         heights = [values[rank] for rank in ranks]
         ax_bar.bar(labels, heights, bottom=bottom, color=color, label=f"{name} (median)")
@@ -182,15 +267,27 @@ def ranks_figure(steps: pd.DataFrame, warmup_steps: int, path: str | Path, world
     ax_bar.set(ylabel="s per optimizer step (medians)", title="Compute vs wait per rank")
     ax_bar.legend(loc="upper center", fontsize="small", ncol=1)
     times = measures.rank_times(steps, warmup_steps)
-    sns.lineplot(data=times.assign(rank=times["rank"].astype(str)), x="step", y=measures.WAIT, hue="rank", ax=ax_wait,
-                 linewidth=0.9)
-    ax_wait.set(xlabel="optimizer step (timed steps)", ylabel="wait for the other ranks (s)", title="Wait per step")
+    sns.lineplot(
+        data=times.assign(rank=times["rank"].astype(str)),
+        x="step",
+        y=measures.WAIT,
+        hue="rank",
+        ax=ax_wait,
+        linewidth=0.9,
+    )
+    ax_wait.set(
+        xlabel="optimizer step (timed steps)", ylabel="wait for the other ranks (s)", title="Wait per step"
+    )
     ax_wait.set_ylim(bottom=0)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return {"ranks_measured": True, "straggler_rank": balance.straggler, "compute_median(s)": balance.compute,
-            "wait_median(s)": balance.wait}
+    return {
+        "ranks_measured": True,
+        "straggler_rank": balance.straggler,
+        "compute_median(s)": balance.compute,
+        "wait_median(s)": balance.wait,
+    }
 
 
 def variant_loss_figure(curves: dict[str, pd.DataFrame], path: str | Path) -> dict[str, Any]:
@@ -201,15 +298,24 @@ def variant_loss_figure(curves: dict[str, pd.DataFrame], path: str | Path) -> di
     for index, (name, steps) in enumerate(curves.items()):
         loss = measures.loss_series(steps)
         peer = not name.startswith("zero")
-        ax.plot(loss.index, loss.to_numpy(), color=f"C{index % 10}", linewidth=1.6 if peer else 1.0,
-                linestyle="--" if peer else "-", label=name)
+        ax.plot(
+            loss.index,
+            loss.to_numpy(),
+            color=f"C{index % 10}",
+            linewidth=1.6 if peer else 1.0,
+            linestyle="--" if peer else "-",
+            label=name,
+        )
         last[name] = float(loss.iloc[-1]) if len(loss) else float("nan")
     if not curves:
         ax.text(0.5, 0.5, "no variant trained", ha="center", va="center", transform=ax.transAxes)
     else:
         ax.legend(loc="upper right", fontsize="small", ncol=2)
-    ax.set(xlabel="optimizer step", ylabel="training loss (nats/token)",
-           title="Loss per variant (same model, data and seed; peers dashed)")
+    ax.set(
+        xlabel="optimizer step",
+        ylabel="training loss (nats/token)",
+        title="Loss per variant (same model, data and seed; peers dashed)",
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,4 +1,5 @@
-"""The self-contained HTML report of one run: the seed's claims judged (when given), the gates' verdicts, then the run summary, figures, evaluation,
+"""The self-contained HTML report of one run: the seed's claims judged (when given), the gates' verdicts, then
+the run summary, figures, evaluation,
 ledger, deviations, evidence and provenance.
 
 The page is rendered with jinja2 from ``templates/`` beside this module (``report.html.j2``; the sections
@@ -36,7 +37,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 
 def fmt(value: Any) -> str:
-    """A value as the report prints it: floats to four significant digits, booleans as yes/no, None as a dash."""
+    """A value as the report prints it: floats to four significant digits, booleans as yes/no, None as a
+    dash."""
     if value is None:
         return "—"
     if isinstance(value, bool):
@@ -48,8 +50,13 @@ def fmt(value: Any) -> str:
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
-                             trim_blocks=False, lstrip_blocks=False)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=False,
+        lstrip_blocks=False,
+    )
     env.filters["fmt"] = fmt
     env.filters["bytes"] = format_bytes
     env.filters["as_json"] = lambda value: value.as_json() if isinstance(value, Record) else value
@@ -104,9 +111,16 @@ def summary_rows(summary: RunStatistics | None) -> list[dict[str, Any]]:
     timing statistic with its interval."""
     if summary is None:
         return []
-    return [{"label": SUMMARY_LABELS.get(name, name), "unit": unit_of(RunStatistics.key(name)),
-             "value": getattr(summary, name), "interval": summary.interval_of(name)}
-            for name in RunStatistics.model_fields if name not in NOT_ROWS]
+    return [
+        {
+            "label": SUMMARY_LABELS.get(name, name),
+            "unit": unit_of(RunStatistics.key(name)),
+            "value": getattr(summary, name),
+            "interval": summary.interval_of(name),
+        }
+        for name in RunStatistics.model_fields
+        if name not in NOT_ROWS
+    ]
 
 
 # The repeats table's columns: RunStatistics fields, each repeat's own value (with its own interval).
@@ -125,19 +139,30 @@ def repeats_context(repeated: measures.RepeatedRun, seed: int | None) -> dict[st
     run trained once."""
     if len(repeated.each) < 2 or repeated.pooled is None:
         return None
-    columns = [{"name": name, "label": label, "unit": unit_of(RunStatistics.key(name))}
-               for name, label in REPEAT_COLUMNS.items()]
-    rows = [{"repeat": index, "seed": None if seed is None else seed + index, "statistics": stats}
-            for index, stats in enumerate(repeated.each)]
+    columns = [
+        {"name": name, "label": label, "unit": unit_of(RunStatistics.key(name))}
+        for name, label in REPEAT_COLUMNS.items()
+    ]
+    rows = [
+        {"repeat": index, "seed": None if seed is None else seed + index, "statistics": stats}
+        for index, stats in enumerate(repeated.each)
+    ]
     ranks = sorted({rank for stats in repeated.each if stats for rank in stats.peak_memory_per_rank_gib})
     spread = {}
     for rank in ranks:
         values = [stats.peak_memory_per_rank_gib.get(rank) for stats in repeated.each if stats]
         values = [v for v in values if v is not None]
         spread[rank] = (max(values) - min(values)) if values else None
-    return {"columns": columns, "rows": rows, "pooled": repeated.pooled, "ranks": ranks, "memory_spread": spread,
-            "pooling": repeated.pooled.intervals.pooling if repeated.pooled.intervals else measures.pooling_rule(
-                len(repeated.each))}
+    return {
+        "columns": columns,
+        "rows": rows,
+        "pooled": repeated.pooled,
+        "ranks": ranks,
+        "memory_spread": spread,
+        "pooling": repeated.pooled.intervals.pooling
+        if repeated.pooled.intervals
+        else measures.pooling_rule(len(repeated.each)),
+    }
 
 
 def image(path: str | Path, caption: str) -> dict[str, str]:
@@ -150,13 +175,18 @@ def timer_medians(timers: pd.DataFrame | None) -> dict[str, float]:
     if timers is None or not len(timers):
         return {}
     numbers = timers.drop(columns=["rank", "step", "line"], errors="ignore")
-    return {f"{name} (ms, median of {int(col.notna().sum())})": float(col.median())
-            for name, col in numbers.items() if col.notna().any()}
+    return {
+        f"{name} (ms, median of {int(col.notna().sum())})": float(col.median())
+        for name, col in numbers.items()
+        if col.notna().any()
+    }
 
 
 FIGURE_CAPTIONS = {
-    "loss": "Training loss per optimizer step, raw and smoothed; loss spikes, overflow, crash and stabiliser events marked",
-    "step_time": "Optimizer-step wall time per rank, and its distribution over the timed steps with the slowest-rank median",
+    "loss": "Training loss per optimizer step, raw and smoothed; loss spikes, overflow, crash and stabiliser "
+    "events marked",
+    "step_time": "Optimizer-step wall time per rank, and its distribution over the timed steps with the "
+    "slowest-rank median",
     "memory": "Peak memory per rank per optimizer step, with the claim threshold",
     "loss_scale": "fp16 dynamic loss scale over the run",
 }
@@ -171,7 +201,8 @@ def key_facts(provenance: Provenance) -> dict[str, Any]:
         "recorded at": provenance.recorded_at,
         "profile": provenance.profile,
         "config hash (sha256)": provenance.config_hash,
-        "git commit at training": f"{git.commit if git else None}{' (uncommitted changes)' if git and git.dirty else ''}",
+        "git commit at training": f"{git.commit if git else None}"
+        f"{' (uncommitted changes)' if git and git.dirty else ''}",
         "dataset hash (sha256)": provenance.dataset.content_sha256,
         "machine": machine.hostname,
         "accelerator": f"{machine.accelerator.kind} x {machine.accelerator.count or 'CPU'}",
@@ -208,52 +239,84 @@ def render_html(
     ``repeat_steps`` and ``repeat_run_metas`` are the other repeats' (profile key ``repeats``): the run
     summary then pools them and a Repeats section lists each."""
     title = f"zerogate report — {provenance.profile} on {provenance.machine.hostname}"
-    repeated = measures.summarise_repeats([steps, *repeat_steps], warmup_steps, spike_rule,
-                                          [run_meta, *repeat_run_metas], interval_rule or measures.IntervalRule()) \
-        if interval_rule is not None or repeat_steps else None
-    pooled = repeated.pooled if repeated else measures.summarise_run(steps, warmup_steps, spike_rule, run_meta)
+    repeated = (
+        measures.summarise_repeats(
+            [steps, *repeat_steps],
+            warmup_steps,
+            spike_rule,
+            [run_meta, *repeat_run_metas],
+            interval_rule or measures.IntervalRule(),
+        )
+        if interval_rule is not None or repeat_steps
+        else None
+    )
+    pooled = (
+        repeated.pooled if repeated else measures.summarise_run(steps, warmup_steps, spike_rule, run_meta)
+    )
     seed = provenance.resolved_profile.get("training", {}).get("seed")
-    return environment().get_template("report.html.j2").render(
-        title=title,
-        provenance=provenance,
-        counts=verdicts.counts,
-        verdicts=verdicts,
-        reproduction=verdicts.reproduction,
-        failures=run_meta.failures if run_meta else [],
-        nodes=run_meta.nodes if run_meta else [],
-        summary=summary_rows(pooled),
-        intervals=pooled.intervals if pooled else None,
-        repeats=repeats_context(repeated, seed) if repeated else None,
-        images=[image(path, FIGURE_CAPTIONS[name]) for name, path in figures.items() if path],
-        evaluation=evaluation or [],
-        ledger=ledger,
-        claims=claims,
-        plan=plan,
-        claimed_plan=claimed_plan,
-        communication=communication,
-        timers=timer_medians(timers),
-        deviations=deviations.deviations,
-        key_facts=key_facts(provenance),
-        ranks=ranks_context(steps, warmup_steps, run_meta, ranks_figure),
-        choices=choices_context(variants, variants_figure) if variants is not None else None,
+    return (
+        environment()
+        .get_template("report.html.j2")
+        .render(
+            title=title,
+            provenance=provenance,
+            counts=verdicts.counts,
+            verdicts=verdicts,
+            reproduction=verdicts.reproduction,
+            failures=run_meta.failures if run_meta else [],
+            nodes=run_meta.nodes if run_meta else [],
+            summary=summary_rows(pooled),
+            intervals=pooled.intervals if pooled else None,
+            repeats=repeats_context(repeated, seed) if repeated else None,
+            images=[image(path, FIGURE_CAPTIONS[name]) for name, path in figures.items() if path],
+            evaluation=evaluation or [],
+            ledger=ledger,
+            claims=claims,
+            plan=plan,
+            claimed_plan=claimed_plan,
+            communication=communication,
+            timers=timer_medians(timers),
+            deviations=deviations.deviations,
+            key_facts=key_facts(provenance),
+            ranks=ranks_context(steps, warmup_steps, run_meta, ranks_figure),
+            choices=choices_context(variants, variants_figure) if variants is not None else None,
+        )
     )
 
 
-RANKS_CAPTION = ("Median compute, communication and wait per optimizer step per rank, and each rank's wait per "
-                 "timed step")
+RANKS_CAPTION = (
+    "Median compute, communication and wait per optimizer step per rank, and each rank's wait per timed step"
+)
 
 
-def ranks_context(steps: pd.DataFrame, warmup_steps: int, run_meta: RunMeta | None,
-                  figure: str | Path | None = None) -> dict[str, Any]:
+def ranks_context(
+    steps: pd.DataFrame, warmup_steps: int, run_meta: RunMeta | None, figure: str | Path | None = None
+) -> dict[str, Any]:
     """The "Ranks" section's content: measures.rank_balance over the run's world size (parse_logs' metadata),
     its per-rank table, and the compute-vs-wait figure when given."""
     balance = measures.rank_balance(steps, warmup_steps, run_meta.world_size if run_meta else None)
-    rows = [{"rank": rank, "compute(s)": balance.compute[rank], "wait(s)": balance.wait[rank],
-             "communication(s)": balance.communication, "step_time(s)": balance.step_time[rank],
-             "wait_total(s)": balance.wait_total[rank], "wait_share(%)": 100 * balance.wait_share[rank]}
-            for rank in balance.ranks] if balance.measured else []
-    return {"balance": balance, "rows": rows, "margin_percent": 100 * balance.margin,
-            "image": image(figure, RANKS_CAPTION) if figure else None}
+    rows = (
+        [
+            {
+                "rank": rank,
+                "compute(s)": balance.compute[rank],
+                "wait(s)": balance.wait[rank],
+                "communication(s)": balance.communication,
+                "step_time(s)": balance.step_time[rank],
+                "wait_total(s)": balance.wait_total[rank],
+                "wait_share(%)": 100 * balance.wait_share[rank],
+            }
+            for rank in balance.ranks
+        ]
+        if balance.measured
+        else []
+    )
+    return {
+        "balance": balance,
+        "rows": rows,
+        "margin_percent": 100 * balance.margin,
+        "image": image(figure, RANKS_CAPTION) if figure else None,
+    }
 
 
 # The choices table's columns: RunStatistics fields shown per variant (with their intervals where the
@@ -269,11 +332,27 @@ VARIANT_LOSS_CAPTION = "Training loss per optimizer step of every trained varian
 def choices_context(table: VariantsTable, figure: str | Path | None = None) -> dict[str, Any]:
     """The "Choices" section: the variants' table (zerogate.analysis.variants) as rows, the ranks whose
     peaks it lists, the fastest and the smallest, the peers' loss agreement and the overlaid loss figure."""
-    columns = [{"name": name, "label": label, "unit": unit_of(RunStatistics.key(name))}
-               for name, label in CHOICE_COLUMNS.items()]
-    ranks = sorted({rank for row in table.rows if row.statistics for rank in row.statistics.peak_memory_per_rank_gib})
-    return {"columns": columns, "rows": table.rows, "ranks": ranks, "fastest": table.fastest,
-            "smallest": table.smallest, "agreement": table.agreement,
-            "intervals": next((row.statistics.intervals for row in table.rows
-                               if row.statistics is not None and row.statistics.intervals is not None), None),
-            "image": image(figure, VARIANT_LOSS_CAPTION) if figure else None}
+    columns = [
+        {"name": name, "label": label, "unit": unit_of(RunStatistics.key(name))}
+        for name, label in CHOICE_COLUMNS.items()
+    ]
+    ranks = sorted(
+        {rank for row in table.rows if row.statistics for rank in row.statistics.peak_memory_per_rank_gib}
+    )
+    return {
+        "columns": columns,
+        "rows": table.rows,
+        "ranks": ranks,
+        "fastest": table.fastest,
+        "smallest": table.smallest,
+        "agreement": table.agreement,
+        "intervals": next(
+            (
+                row.statistics.intervals
+                for row in table.rows
+                if row.statistics is not None and row.statistics.intervals is not None
+            ),
+            None,
+        ),
+        "image": image(figure, VARIANT_LOSS_CAPTION) if figure else None,
+    }

@@ -33,6 +33,15 @@ def render_log_page(summary: LogSummary, profile: str) -> str:
     """The page of one judged log; ``profile`` names the profile whose gates it was judged against."""
     counts = {verdict: sum(g.verdict == verdict for g in summary.gates) for verdict in GATE_OUTCOMES}
     rows = {label: getattr(summary, field) for field, label in COUNT_LABELS.items()}
-    return environment().get_template("log_summary.html.j2").render(
-        title=f"zerogate log judgement — {summary.name}", summary=summary, counts=counts, rows=rows,
-        profile=profile, version=__version__)
+    return (
+        environment()
+        .get_template("log_summary.html.j2")
+        .render(
+            title=f"zerogate log judgement — {summary.name}",
+            summary=summary,
+            counts=counts,
+            rows=rows,
+            profile=profile,
+            version=__version__,
+        )
+    )

@@ -72,9 +72,14 @@ def parse_baseline(output: str) -> dict[str, Any]:
     raise RuntimeError("runtime baseline: the measuring process printed no result:\n" + output[-2000:])
 
 
-def measure_runtime_baseline(module: str = "zerogate.train.loop", backend: str = "gloo",
-                             env: dict[str, str] | None = None, repeats: int = 3,
-                             ds_config: dict[str, Any] | None = None, split: str | None = None) -> dict[str, Any]:
+def measure_runtime_baseline(
+    module: str = "zerogate.train.loop",
+    backend: str = "gloo",
+    env: dict[str, str] | None = None,
+    repeats: int = 3,
+    ds_config: dict[str, Any] | None = None,
+    split: str | None = None,
+) -> dict[str, Any]:
     """The resident set of a process that has loaded what a training rank loads, and (with the run's
     rendered ``ds_config``) built a DeepSpeed engine and taken an optimizer step on a model of 72
     parameters: the runtime's share of a rank's peak, nothing that scales with the model. With ``split``
@@ -85,16 +90,25 @@ def measure_runtime_baseline(module: str = "zerogate.train.loop", backend: str =
     args = [json.dumps({"module": module, "backend": backend, "ds_config": ds_config, "split": split})]
     # The interpreters run side by side: a resident-set peak does not depend on what else runs (unlike a
     # time), and most of each one's wall time is importing torch and DeepSpeed.
-    processes = [subprocess.Popen([sys.executable, "-m", "zerogate.runtime.baseline", *args], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
-                 for _ in range(repeats)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "zerogate.runtime.baseline", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        for _ in range(repeats)
+    ]
     runs = []
     try:
         for process in processes:
             output, _ = process.communicate(timeout=600)
             if process.returncode != 0:
-                raise RuntimeError(f"runtime baseline: the measuring process failed ({process.returncode}):\n"
-                                   + output[-2000:])
+                raise RuntimeError(
+                    f"runtime baseline: the measuring process failed ({process.returncode}):\n"
+                    + output[-2000:]
+                )
             runs.append(parse_baseline(output))
     finally:
         for process in processes:
@@ -108,11 +122,17 @@ def measure_runtime_baseline(module: str = "zerogate.train.loop", backend: str =
         "runs": runs,
         "module": module,
         "backend": backend,
-        "how": (f"{repeats} fresh interpreters side by side: import {module}, DeepSpeed's accelerator, "
-                f"deepspeed.init_distributed({backend!r}) as a one-process world"
-                + (f", {split} read" if split else "")
-                + (", an engine from the run's config on an 8 x 8 linear layer and one optimizer step" if ds_config else "")
-                + "; VmHWM, median"),
+        "how": (
+            f"{repeats} fresh interpreters side by side: import {module}, DeepSpeed's accelerator, "
+            f"deepspeed.init_distributed({backend!r}) as a one-process world"
+            + (f", {split} read" if split else "")
+            + (
+                ", an engine from the run's config on an 8 x 8 linear layer and one optimizer step"
+                if ds_config
+                else ""
+            )
+            + "; VmHWM, median"
+        ),
     }
 
 

@@ -16,8 +16,9 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # The collective kinds the theory uses (zerogate.plan.comms.VOLUME_FACTOR, barrier aside: no payload).
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
@@ -52,8 +53,9 @@ def collective_call(kind: str, elements: int, world: int, device: str = "cpu") -
     return calls[kind]
 
 
-def time_collective(kind: str, elements: int, world: int, calls: int, batches: int, device: str = "cpu",
-                    warmup: int = 3) -> float:
+def time_collective(
+    kind: str, elements: int, world: int, calls: int, batches: int, device: str = "cpu", warmup: int = 3
+) -> float:
     """Seconds per call: the best over ``batches`` of the mean of ``calls`` back-to-back calls, after
     ``warmup`` calls and a barrier. With ``batches=1`` it is the plain mean (what the benchmark prints)."""
     import torch.distributed as dist
@@ -100,11 +102,19 @@ def _rank(rank: int, world: int, port: int, backend: str, out: str) -> None:
     samples: dict[str, list[dict[str, float]]] = {}
     try:
         for kind in KINDS:
-            rows = [{"elements": LATENCY_ELEMENTS,
-                     "seconds": time_collective(kind, LATENCY_ELEMENTS, world, *LATENCY_BATCH, device=device)}]
+            rows = [
+                {
+                    "elements": LATENCY_ELEMENTS,
+                    "seconds": time_collective(kind, LATENCY_ELEMENTS, world, *LATENCY_BATCH, device=device),
+                }
+            ]
             for elements in BANDWIDTH_ELEMENTS:
-                rows.append({"elements": elements,
-                             "seconds": time_collective(kind, elements, world, *BANDWIDTH_BATCH, device=device)})
+                rows.append(
+                    {
+                        "elements": elements,
+                        "seconds": time_collective(kind, elements, world, *BANDWIDTH_BATCH, device=device),
+                    }
+                )
             samples[kind] = rows
         if rank == 0:
             Path(out).write_text(json.dumps(samples))
@@ -122,22 +132,33 @@ def measure(world: int = 2, backend: str = "gloo", timeout_s: float = 60.0) -> d
     from zerogate.runtime.launch import free_port
 
     started = time.perf_counter()
-    how = (f"{world} local processes, one thread each, torch.distributed {backend} over "
-           f"{'127.0.0.1' if backend == 'gloo' else 'NCCL (one GPU per rank)'}; float32; per kind: "
-           f"{LATENCY_BATCH[1]} batches of {LATENCY_BATCH[0]} calls at {LATENCY_ELEMENTS * ELEMENT_BYTES} B, "
-           f"{BANDWIDTH_BATCH[1]} batches of {BANDWIDTH_BATCH[0]} calls at "
-           f"{', '.join(str(e * ELEMENT_BYTES) for e in BANDWIDTH_ELEMENTS)} B, after a warm-up; "
-           f"the best batch's mean seconds per call on rank 0")
-    record: dict[str, Any] = {"backend": backend, "world": world, "how": how,
-                              "route": "loopback (one host)" if backend == "gloo" else "between local GPUs"}
+    how = (
+        f"{world} local processes, one thread each, torch.distributed {backend} over "
+        f"{'127.0.0.1' if backend == 'gloo' else 'NCCL (one GPU per rank)'}; float32; per kind: "
+        f"{LATENCY_BATCH[1]} batches of {LATENCY_BATCH[0]} calls at {LATENCY_ELEMENTS * ELEMENT_BYTES} B, "
+        f"{BANDWIDTH_BATCH[1]} batches of {BANDWIDTH_BATCH[0]} calls at "
+        f"{', '.join(str(e * ELEMENT_BYTES) for e in BANDWIDTH_ELEMENTS)} B, after a warm-up; "
+        f"the best batch's mean seconds per call on rank 0"
+    )
+    record: dict[str, Any] = {
+        "backend": backend,
+        "world": world,
+        "how": how,
+        "route": "loopback (one host)" if backend == "gloo" else "between local GPUs",
+    }
     with tempfile.TemporaryDirectory() as scratch:
         out = str(Path(scratch) / "samples.json")
         try:
             # fork for gloo: the ranks inherit the imported torch (spawn would import it again, seconds);
             # NCCL needs spawn (CUDA cannot be used in a forked child). The probe measures this first,
             # before any OpenMP thread pool exists in this process.
-            context = mp.start_processes(_rank, args=(world, free_port(), backend, out), nprocs=world, join=False,
-                                         start_method="fork" if backend == "gloo" else "spawn")
+            context = mp.start_processes(
+                _rank,
+                args=(world, free_port(), backend, out),
+                nprocs=world,
+                join=False,
+                start_method="fork" if backend == "gloo" else "spawn",
+            )
             deadline = time.monotonic() + timeout_s
             while not context.join(timeout=1.0):
                 if time.monotonic() > deadline:
@@ -146,7 +167,9 @@ def measure(world: int = 2, backend: str = "gloo", timeout_s: float = 60.0) -> d
                     raise TimeoutError(f"no result within {timeout_s:.0f} s")
             samples = json.loads(Path(out).read_text())
         except Exception as error:  # the probe records the failure; the floor then says what is missing
-            record["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}"
+            record["error"] = (
+                f"{type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}"
+            )
             record["samples"] = {}
             record["seconds"] = round(time.perf_counter() - started, 2)
             return record

@@ -21,7 +21,8 @@ engine.was_step_applied(), engine.skipped_steps, engine.get_global_grad_norm().
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 _ABSENT = object()
 
@@ -61,7 +62,8 @@ def update_dropped(optimizer: Any) -> Iterator[None]:
 
 
 def boundary_step(engine: Any, apply: bool) -> None:
-    """The accumulation boundary's engine.step(): the update applied, or dropped with the counters advanced."""
+    """The accumulation boundary's engine.step(): the update applied, or dropped with the counters
+    advanced."""
     if apply:
         engine.step()
         return

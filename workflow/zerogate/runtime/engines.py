@@ -1,5 +1,6 @@
 """What trains, behind one interface the one loop (zerogate.runtime.loop) drives: a DeepSpeed engine at
-the rendered config's ZeRO stage, plain torch DDP (the baseline), or torch FSDP2 (a peer of ZeRO-3). Each worker picks its engine; the
+the rendered config's ZeRO stage, plain torch DDP (the baseline), or torch FSDP2 (a peer of ZeRO-3). Each
+worker picks its engine; the
 loop, the metrics and the records are the same for all.
 
 A micro-batch is one forward and one backward (``forward_backward``); between two micro-batches of one
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -29,8 +31,9 @@ class TrainingEngine(Protocol):
     device: torch.device
     module: torch.nn.Module  # the model (what evaluation calls)
 
-    def forward_backward(self, batch: dict[str, torch.Tensor], last: bool,
-                         adjust: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor: ...
+    def forward_backward(
+        self, batch: dict[str, torch.Tensor], last: bool, adjust: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor: ...
     def micro_step(self) -> None: ...
     def boundary(self, apply: bool) -> None: ...
     def grad_norm(self) -> float | None: ...
@@ -54,7 +57,9 @@ class DeepSpeedEngine:
     def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any]) -> None:
         import deepspeed
 
-        self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=model, model_parameters=model.parameters(), config=ds_config
+        )
         self.device = self.engine.device
         self.module = self.engine.module
         self.zero3 = (ds_config.get("zero_optimization") or {}).get("stage") == 3
@@ -63,8 +68,12 @@ class DeepSpeedEngine:
         """A forward through the engine (evaluation: under ZeRO-3 the engine gathers the parameters)."""
         return self.engine(**batch)
 
-    def forward_backward(self, batch: dict[str, torch.Tensor], last: bool,
-                         adjust: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss) -> torch.Tensor:
+    def forward_backward(
+        self,
+        batch: dict[str, torch.Tensor],
+        last: bool,
+        adjust: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss,
+    ) -> torch.Tensor:
         loss = adjust(self.engine(**batch).loss)
         self.engine.backward(loss)  # DeepSpeed scales by 1 / accumulation itself
         return loss.detach()
@@ -140,8 +149,12 @@ class TorchOptimizerEngine:
         optimizer = ds_config["optimizer"]
         params = optimizer["params"]
         kind = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[optimizer["type"].lower()]
-        self.optimizer = kind(model.parameters(), lr=params["lr"], betas=tuple(params.get("betas", (0.9, 0.999))),
-                              weight_decay=params.get("weight_decay", 0.0))
+        self.optimizer = kind(
+            model.parameters(),
+            lr=params["lr"],
+            betas=tuple(params.get("betas", (0.9, 0.999))),
+            weight_decay=params.get("weight_decay", 0.0),
+        )
         schedule = (ds_config.get("scheduler") or {}).get("params")
         self.scheduler = WarmupCosineLR(self.optimizer, **schedule) if schedule else None
         self.clipping = float(ds_config.get("gradient_clipping", 0.0))
@@ -218,8 +231,12 @@ class DdpEngine(TorchOptimizerEngine):
         self.ddp = DistributedDataParallel(self.module, device_ids=device_ids)
         super().__init__(model, ds_config, accumulation)
 
-    def forward_backward(self, batch: dict[str, torch.Tensor], last: bool,
-                         adjust: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss) -> torch.Tensor:
+    def forward_backward(
+        self,
+        batch: dict[str, torch.Tensor],
+        last: bool,
+        adjust: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss,
+    ) -> torch.Tensor:
         context = contextlib.nullcontext() if last else self.ddp.no_sync()
         with context:  # accumulate locally; all-reduce once, in the window's last micro-batch
             loss = adjust(self.ddp(**batch).loss)
@@ -230,8 +247,11 @@ class DdpEngine(TorchOptimizerEngine):
         import torch.distributed as dist
 
         directory.mkdir(parents=True, exist_ok=True)
-        state = {"optimizer": self.optimizer.state_dict(), "skipped": self._skipped,
-                 "scheduler": None if self.scheduler is None else self.scheduler.state_dict()}
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "skipped": self._skipped,
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+        }
         if dist.get_rank() == 0:  # the replicas are identical
             state["model"] = self.module.state_dict()
             torch.save(state, directory / "ddp.pt")
@@ -278,7 +298,9 @@ class Fsdp2Engine(TorchOptimizerEngine):
         self.device = rank_device()
         options: dict[str, Any] = {}
         if (ds_config.get("bf16") or {}).get("enabled") is True:
-            options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            options["mp_policy"] = MixedPrecisionPolicy(
+                param_dtype=torch.bfloat16, reduce_dtype=torch.float32
+            )
         if self.offload:
             options["offload_policy"] = CPUOffloadPolicy(pin_memory=self.device.type != "cpu")
         else:
@@ -288,8 +310,12 @@ class Fsdp2Engine(TorchOptimizerEngine):
         self.module = fully_shard(model, **options)
         super().__init__(self.module, ds_config, accumulation)
 
-    def forward_backward(self, batch: dict[str, torch.Tensor], last: bool,
-                         adjust: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss) -> torch.Tensor:
+    def forward_backward(
+        self,
+        batch: dict[str, torch.Tensor],
+        last: bool,
+        adjust: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss,
+    ) -> torch.Tensor:
         loss = adjust(self.module(**batch).loss)
         (loss / self.accumulation).backward()  # FSDP2 averages over the ranks in its reduce-scatter
         return loss.detach()
@@ -307,9 +333,13 @@ class Fsdp2Engine(TorchOptimizerEngine):
         directory.mkdir(parents=True, exist_ok=True)
         dcp.save(self._state(), checkpoint_id=str(directory / "fsdp2"))  # every rank writes its shards
         if dist.get_rank() == 0:
-            torch.save({"skipped": self._skipped,
-                        "scheduler": None if self.scheduler is None else self.scheduler.state_dict()},
-                       directory / "fsdp2_counters.pt")
+            torch.save(
+                {
+                    "skipped": self._skipped,
+                    "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+                },
+                directory / "fsdp2_counters.pt",
+            )
 
     def load(self, directory: Path) -> None:
         import torch.distributed.checkpoint as dcp
@@ -317,8 +347,9 @@ class Fsdp2Engine(TorchOptimizerEngine):
 
         state = self._state()
         dcp.load(state, checkpoint_id=str(directory / "fsdp2"))
-        set_state_dict(self.module, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"])
+        set_state_dict(
+            self.module, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+        )
         counters = torch.load(directory / "fsdp2_counters.pt", weights_only=False)
         if self.scheduler is not None and counters["scheduler"] is not None:
             self.scheduler.load_state_dict(counters["scheduler"])

@@ -15,7 +15,6 @@ import ctypes.util
 import gc
 from functools import lru_cache
 
-
 # glibc's malloc (malloc/malloc.c): a request at or above the mmap threshold is mapped on its own and unmapped
 # when freed; a smaller one comes from the heap, whose freed pages stay resident for reuse (only a free top
 # above the trim threshold goes back). The threshold starts at 128 KiB and, whenever a mapped chunk is freed,
@@ -27,9 +26,21 @@ GLIBC_MMAP_THRESHOLD_MAX_BYTES = 32 * 1024 * 1024
 
 class _Mallinfo2(ctypes.Structure):
     # glibc >= 2.33, malloc.h: struct mallinfo2, every field a size_t.
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 @lru_cache(maxsize=1)

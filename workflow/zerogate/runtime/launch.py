@@ -21,8 +21,8 @@ import threading
 import time
 from pathlib import Path
 
-from zerogate.errors import InputError
 from zerogate.contracts.run import RunSpec
+from zerogate.errors import InputError
 from zerogate.runtime.nodes import LOCAL_MASTER_ADDR, NodeLayout, launcher_commands, layout, node_log
 from zerogate.runtime.ops import keep_cpu_info
 
@@ -55,8 +55,14 @@ def start_one_rank_world(backend: str) -> int:
     import deepspeed
 
     port = free_port()
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_SIZE="1", MASTER_ADDR=LOCAL_MASTER_ADDR,
-                      MASTER_PORT=str(port))
+    os.environ.update(
+        RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_RANK="0",
+        LOCAL_SIZE="1",
+        MASTER_ADDR=LOCAL_MASTER_ADDR,
+        MASTER_PORT=str(port),
+    )
     keep_cpu_info()  # DeepSpeed asks py-cpuinfo again at every op it loads
     deepspeed.init_distributed(dist_backend=backend)
     return port
@@ -65,7 +71,9 @@ def start_one_rank_world(backend: str) -> int:
 def one_rank_config(ds_config: dict) -> dict:
     """A copy of a rendered DeepSpeed config for a world of one rank: its global batch is one rank's."""
     config = json.loads(json.dumps(ds_config))
-    config["train_batch_size"] = config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"]
+    config["train_batch_size"] = (
+        config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"]
+    )
     return config
 
 
@@ -194,8 +202,14 @@ def run_layout(spec: RunSpec, log_path: Path) -> NodeLayout:
     if not nodes:
         return NodeLayout(ranks_per_node=spec.world_size)
     env = os.environ if nodes.mode == "slurm" else None
-    return layout(nodes.section, nodes.profile_file, Path.cwd(), None, env=env,
-                  hostfile_out=log_path.with_suffix(".hostfile"))
+    return layout(
+        nodes.section,
+        nodes.profile_file,
+        Path.cwd(),
+        None,
+        env=env,
+        hostfile_out=log_path.with_suffix(".hostfile"),
+    )
 
 
 def tee(process: subprocess.Popen, log: Path) -> threading.Thread:
@@ -240,14 +254,24 @@ def wait_all(processes: dict[int, subprocess.Popen], grace_s: float = 10.0) -> i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--run-spec", required=True)
-    parser.add_argument("--log", required=True, help="node 0's launcher log (node i: train.node<i>.log beside it)")
+    parser.add_argument(
+        "--log", required=True, help="node 0's launcher log (node i: train.node<i>.log beside it)"
+    )
     parser.add_argument("--module", default="zerogate.train.loop", help="what the launcher runs on each rank")
-    parser.add_argument("--node-rank", type=int, action="append",
-                        help="several nodes, no_ssh: start this node's launcher only (default: every node that is "
-                             "this machine); run it on each other node with the same arguments")
-    parser.add_argument("--master-port", type=int, help="several nodes started by hand: the port all of them use")
+    parser.add_argument(
+        "--node-rank",
+        type=int,
+        action="append",
+        help="several nodes, no_ssh: start this node's launcher only (default: every node that is "
+        "this machine); run it on each other node with the same arguments",
+    )
+    parser.add_argument(
+        "--master-port", type=int, help="several nodes started by hand: the port all of them use"
+    )
     parser.add_argument("train_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     spec = RunSpec.read(args.run_spec)
@@ -262,11 +286,23 @@ def main(argv: list[str] | None = None) -> int:
     for stale in remove_stale_shm_buffers(log_path.parent, SHM):
         print(f"zerogate: removed {stale}, left by an earlier run that was killed", file=sys.stderr)
     # Several machines started by hand must meet on a port they all know: the profile's, else a free one.
-    port = args.master_port or ((spec.nodes.section if spec.nodes else None) or {}).get("master_port") or free_port()
+    port = (
+        args.master_port
+        or ((spec.nodes.section if spec.nodes else None) or {}).get("master_port")
+        or free_port()
+    )
     state = port_state_file(log_path)
-    state.write_text(json.dumps({"port": port, "pid": os.getpid()}) + "\n")  # before any rank can create a buffer
-    commands = launcher_commands(nodes, deepspeed_executable(), port, args.module,
-                                 ["--run-spec", args.run_spec, *train_args], args.node_rank)
+    state.write_text(
+        json.dumps({"port": port, "pid": os.getpid()}) + "\n"
+    )  # before any rank can create a buffer
+    commands = launcher_commands(
+        nodes,
+        deepspeed_executable(),
+        port,
+        args.module,
+        ["--run-spec", args.run_spec, *train_args],
+        args.node_rank,
+    )
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
     processes: dict[int, subprocess.Popen] = {}
     copies: list[threading.Thread] = []
@@ -274,8 +310,13 @@ def main(argv: list[str] | None = None) -> int:
         for node, command in commands.items():
             log = node_log(log_path, node)
             log.write_text(" ".join(command) + "\n")
-            processes[node] = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                               start_new_session=len(commands) > 1)
+            processes[node] = subprocess.Popen(
+                command,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=len(commands) > 1,
+            )
             copies.append(tee(processes[node], log))
         code = wait_all(processes)
         for copy in copies:  # the launchers have exited: let their last output reach the logs
@@ -290,7 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = out_dir_of(train_args)
         kept = keep_failed_records(out_dir, Path(args.log)) if out_dir is not None else None
         where = f"; its records so far are kept in {kept}" if kept is not None else ""
-        print(f"zerogate: training failed (launcher exit code {code}); see {args.log}{where}", file=sys.stderr)
+        print(
+            f"zerogate: training failed (launcher exit code {code}); see {args.log}{where}", file=sys.stderr
+        )
     return code
 
 

@@ -15,7 +15,8 @@ an optimizer step with gradient accumulation runs every module once per micro-ba
 A tensor subclass that wraps others (torch's DTensor, FSDP2's sharded parameters and their optimizer states)
 holds no memory of its own: its inner tensors do. Its ops are handed back to it (``NotImplemented``) so they
 reach the mode as the plain ops on its inner tensors, and the garbage collector's wrappers are skipped, their
-inner tensors being counted on their own. A storage resized in place (``UntypedStorage.resize_``: FSDP2 frees an
+inner tensors being counted on their own. A storage resized in place (``UntypedStorage.resize_``: FSDP2 frees
+an
 unsharded parameter after use and allocates it again so) counts its new size from then on.
 
 Each storage is also counted in one of two size classes, the C allocator's (zerogate.runtime.heap): ``heap``
@@ -51,7 +52,9 @@ def live_storages(device_type: str = "cpu") -> list[Any]:
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
     found: dict[Any, Any] = {}
-    with warnings.catch_warnings():  # isinstance on deprecated module attributes warns (torch.distributed.reduce_op)
+    with (
+        warnings.catch_warnings()
+    ):  # isinstance on deprecated module attributes warns (torch.distributed.reduce_op)
         warnings.simplefilter("ignore")
         objects = gc.get_objects()
         tensors = [obj for obj in objects if isinstance(obj, torch.Tensor)]
@@ -69,7 +72,8 @@ def live_storages(device_type: str = "cpu") -> list[Any]:
 
 
 def size_class_of(nbytes: int) -> str:
-    """The C allocator's size class of a storage of ``nbytes``: ``heap`` or ``mapped`` (the module docstring)."""
+    """The C allocator's size class of a storage of ``nbytes``: ``heap`` or ``mapped`` (the module
+    docstring)."""
     return "heap" if nbytes <= GLIBC_MMAP_THRESHOLD_MAX_BYTES else "mapped"
 
 
@@ -166,7 +170,8 @@ def live_bytes_class() -> type:
             self._uncount(ref)
 
         def restart_peak(self) -> int:
-            """Start a new peak (and a new peak of each size class) from the bytes alive now, and return them."""
+            """Start a new peak (and a new peak of each size class) from the bytes alive now, and return
+            them."""
             self.peak = self.now
             self.class_peak = dict(self.class_now)
             return self.now

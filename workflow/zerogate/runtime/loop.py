@@ -94,8 +94,14 @@ class LoopHooks:
         return window.step + 1
 
 
-def run(engine: Any, batches: RankBatches, accumulation: int, start_step: int, steps: int,
-        hooks: LoopHooks | None = None) -> int:
+def run(
+    engine: Any,
+    batches: RankBatches,
+    accumulation: int,
+    start_step: int,
+    steps: int,
+    hooks: LoopHooks | None = None,
+) -> int:
     """Train optimizer steps ``start_step`` .. ``steps - 1`` (0-based); the step reached."""
     hooks = hooks or LoopHooks()
     step = start_step
@@ -107,7 +113,8 @@ def run(engine: Any, batches: RankBatches, accumulation: int, start_step: int, s
             batch = {name: tensor.to(engine.device) for name, tensor in host_batch.items()}
             hooks.before_micro(step, micro)
             window.loss_sum += engine.forward_backward(
-                batch, micro == accumulation - 1, lambda loss: hooks.adjust_loss(loss, window.index, micro))
+                batch, micro == accumulation - 1, lambda loss: hooks.adjust_loss(loss, window.index, micro)
+            )
             hooks.after_micro(step, micro)
             # Counted on the host copy: no device work or readback between micro-batches.
             window.micro_batches += 1
@@ -131,7 +138,8 @@ class _TinySplit:
 def one_step_on_a_tiny_model(ds_config: dict[str, Any]) -> None:
     """One optimizer step of a one-layer causal LM of a few hundred parameters through the rendered config's
     DeepSpeed engine in the current one-rank world: what a rank loads to train (the engine, the optimizer's
-    op, autograd), nothing that scales with the run's model (the runtime baseline, zerogate.runtime.baseline)."""
+    op, autograd), nothing that scales with the run's model (the runtime baseline,
+    zerogate.runtime.baseline)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from zerogate.runtime.engines import DeepSpeedEngine
@@ -139,9 +147,18 @@ def one_step_on_a_tiny_model(ds_config: dict[str, Any]) -> None:
 
     config = one_rank_config(ds_config)
     config.get("zero_optimization", {}).pop("leaf_module", None)
-    tiny = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
-                       num_key_value_heads=2, max_position_embeddings=8, pad_token_id=None, bos_token_id=None,
-                       eos_token_id=None)
+    tiny = LlamaConfig(
+        vocab_size=16,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=8,
+        pad_token_id=None,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     tiny._attn_implementation = "eager"
     engine = DeepSpeedEngine(LlamaForCausalLM(tiny), config)
     engine.train()

@@ -19,9 +19,9 @@ count that does not match the hostfile or the Slurm allocation, ranks per node a
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from zerogate.errors import InputError
 
@@ -89,12 +89,20 @@ def allocation_hosts(env: Mapping[str, str]) -> list[str]:
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
         return []
-    shown = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    shown = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True
+    )
     return shown.stdout.split()
 
 
-def layout(section: Mapping | None, file: str, repo: Path, devices_per_node: int | None,
-           env: Mapping[str, str] | None = None, hostfile_out: Path | None = None) -> NodeLayout:
+def layout(
+    section: Mapping | None,
+    file: str,
+    repo: Path,
+    devices_per_node: int | None,
+    env: Mapping[str, str] | None = None,
+    hostfile_out: Path | None = None,
+) -> NodeLayout:
     """The run's node layout from the profile's ``nodes`` section (None: one node), checked.
 
     ``devices_per_node``: accelerator devices of a node (None on the CPU accelerator, where ranks are
@@ -115,7 +123,9 @@ def layout(section: Mapping | None, file: str, repo: Path, devices_per_node: int
         slots = read_hostfile(repo / hostfile, file)
         hostfile_path: str | None = str(repo / hostfile)
     elif mode != "slurm":
-        raise InputError(file, "nodes.hostfile", "mode no_ssh needs a hostfile (one '<host> slots=<n>' line per node)")
+        raise InputError(
+            file, "nodes.hostfile", "mode no_ssh needs a hostfile (one '<host> slots=<n>' line per node)"
+        )
     elif env is not None:  # slurm, at launch: the allocation is the hostfile
         slots = {host: ranks for host in allocation_hosts(env)}
         if hostfile_out is None:
@@ -123,7 +133,9 @@ def layout(section: Mapping | None, file: str, repo: Path, devices_per_node: int
         hostfile_out.write_text("".join(f"{host} slots={n}\n" for host, n in slots.items()))
         hostfile, hostfile_path = str(hostfile_out), str(hostfile_out)
     elif wanted is None:
-        raise InputError(file, "nodes.count", "mode slurm without a hostfile needs count (the allocation's nodes)")
+        raise InputError(
+            file, "nodes.count", "mode slurm without a hostfile needs count (the allocation's nodes)"
+        )
     else:  # slurm, when rendering: the hosts are known only inside the allocation
         slots, hostfile_path = {f"node{i}": ranks for i in range(wanted)}, None
     hosts = tuple(slots)
@@ -132,21 +144,36 @@ def layout(section: Mapping | None, file: str, repo: Path, devices_per_node: int
     short = {host: n for host, n in slots.items() if n < ranks}
     if short:
         host, n = next(iter(short.items()))
-        raise InputError(file, "nodes.ranks_per_node", f"{ranks} ranks per node, but {hostfile} gives {host} "
-                                                       f"{n} slot(s)")
+        raise InputError(
+            file, "nodes.ranks_per_node", f"{ranks} ranks per node, but {hostfile} gives {host} {n} slot(s)"
+        )
     if devices_per_node is not None and ranks > devices_per_node:
-        raise InputError(file, "nodes.ranks_per_node", f"{ranks} ranks per node, but a node has "
-                                                       f"{devices_per_node} device(s)")
+        raise InputError(
+            file,
+            "nodes.ranks_per_node",
+            f"{ranks} ranks per node, but a node has {devices_per_node} device(s)",
+        )
     if mode == "slurm" and env is not None:
         allocated = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
         if allocated is None:
-            raise InputError(file, "nodes.mode", "slurm: not inside a Slurm allocation (no SLURM_JOB_NUM_NODES)")
+            raise InputError(
+                file, "nodes.mode", "slurm: not inside a Slurm allocation (no SLURM_JOB_NUM_NODES)"
+            )
         if int(allocated) != len(hosts):
-            raise InputError(file, "nodes.hostfile", f"the Slurm allocation has {allocated} node(s), "
-                                                     f"hostfile {hostfile} lists {len(hosts)}")
-    return NodeLayout(hosts=hosts, ranks_per_node=ranks, mode=mode, hostfile=hostfile_path,
-                      master_addr=section.get("master_addr", LOCAL_MASTER_ADDR), slots=slots,
-                      collective_timeout_s=float(section.get("collective_timeout_s", COLLECTIVE_TIMEOUT_S)))
+            raise InputError(
+                file,
+                "nodes.hostfile",
+                f"the Slurm allocation has {allocated} node(s), hostfile {hostfile} lists {len(hosts)}",
+            )
+    return NodeLayout(
+        hosts=hosts,
+        ranks_per_node=ranks,
+        mode=mode,
+        hostfile=hostfile_path,
+        master_addr=section.get("master_addr", LOCAL_MASTER_ADDR),
+        slots=slots,
+        collective_timeout_s=float(section.get("collective_timeout_s", COLLECTIVE_TIMEOUT_S)),
+    )
 
 
 def local_nodes(nodes: NodeLayout) -> int:
@@ -156,8 +183,14 @@ def local_nodes(nodes: NodeLayout) -> int:
     return sum(is_this_machine(host) for host in nodes.hosts) or 1
 
 
-def launcher_commands(nodes: NodeLayout, deepspeed: str, port: int, module: str, train_args: list[str],
-                      node_ranks: list[int] | None = None) -> dict[int, list[str]]:
+def launcher_commands(
+    nodes: NodeLayout,
+    deepspeed: str,
+    port: int,
+    module: str,
+    train_args: list[str],
+    node_ranks: list[int] | None = None,
+) -> dict[int, list[str]]:
     """Node rank -> the ``deepspeed`` command this machine runs for it.
 
     One node: the plain local launch. ``no_ssh``: one launcher per node rank that is this machine (or
@@ -168,8 +201,17 @@ def launcher_commands(nodes: NodeLayout, deepspeed: str, port: int, module: str,
         return {0: [deepspeed, "--num_gpus", str(nodes.ranks_per_node), *common]}
     if nodes.hostfile is None:
         raise ValueError("a multi-node launch needs the hostfile (at launch, a slurm layout writes one)")
-    multi = [deepspeed, "--hostfile", str(nodes.hostfile), "--num_nodes", str(nodes.count), "--num_gpus",
-             str(nodes.ranks_per_node), "--master_addr", nodes.master_addr]
+    multi = [
+        deepspeed,
+        "--hostfile",
+        str(nodes.hostfile),
+        "--num_nodes",
+        str(nodes.count),
+        "--num_gpus",
+        str(nodes.ranks_per_node),
+        "--master_addr",
+        nodes.master_addr,
+    ]
     if nodes.mode == "slurm":
         return {0: [*multi, "--launcher", "slurm", "--force_multi", "--no_ssh_check", *common]}
     if node_ranks is None:
@@ -185,8 +227,10 @@ def node_log(log: Path, node: int) -> Path:
 
 def node_logs(log: Path) -> list[Path]:
     """Every launcher log of a run: node 0's and those of the other nodes found beside it, in node order."""
-    others = sorted(log.parent.glob(f"{log.stem}.node*{log.suffix}"),
-                    key=lambda path: int(path.stem.rsplit(".node", 1)[1]))
+    others = sorted(
+        log.parent.glob(f"{log.stem}.node*{log.suffix}"),
+        key=lambda path: int(path.stem.rsplit(".node", 1)[1]),
+    )
     return [log, *others]
 
 
@@ -196,4 +240,8 @@ def rank_env_from_slurm(env: Mapping[str, str]) -> dict[str, str]:
     launcher already set them or the process is not an srun task."""
     if "RANK" in env or "SLURM_PROCID" not in env:
         return {}
-    return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": env["SLURM_NTASKS"], "LOCAL_RANK": env["SLURM_LOCALID"]}
+    return {
+        "RANK": env["SLURM_PROCID"],
+        "WORLD_SIZE": env["SLURM_NTASKS"],
+        "LOCAL_RANK": env["SLURM_LOCALID"],
+    }

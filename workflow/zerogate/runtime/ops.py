@@ -23,8 +23,8 @@ import functools
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 EXTENSIONS_DIR_VARIABLE = "TORCH_EXTENSIONS_DIR"
 # The ops a run can load on DeepSpeed's CPU accelerator: CPU Adam (optimizer offload), the fused Adam
@@ -33,8 +33,9 @@ EXTENSIONS_DIR_VARIABLE = "TORCH_EXTENSIONS_DIR"
 CPU_OPS = ("ShareMemCommBuilder", "CPUAdamBuilder", "FusedAdamBuilder")
 
 
-def build_env(environ: Mapping[str, str] = os.environ, prefix: str = sys.prefix,
-              executable: str = sys.executable) -> dict[str, str]:
+def build_env(
+    environ: Mapping[str, str] = os.environ, prefix: str = sys.prefix, executable: str = sys.executable
+) -> dict[str, str]:
     """The variables to set so that ops build into, and load from, this environment's own directory
     (``<prefix>/torch_extensions``, unless the user chose one) with this environment's ninja."""
     env: dict[str, str] = {}
@@ -51,7 +52,8 @@ def keep_cpu_info() -> None:
     """Make py-cpuinfo answer this process once: each ``cpuinfo.get_cpu_info()`` starts a Python interpreter
     (``cpuinfo.py --json``, which starts one more process for CPUID), about a second each, and DeepSpeed asks
     as it loads ops (``cpu_arch`` and ``simd_width``: the flags it checks a built op against; four times for
-    the three CPU ops) and once more in DeepSpeedCPUAdam. The CPU does not change within a process, so the first answer is
+    the three CPU ops) and once more in DeepSpeedCPUAdam. The CPU does not change within a process, so the
+    first answer is
     kept; DeepSpeed imports the function at each call, so it finds the kept one. Call it before DeepSpeed
     loads an op (``deepspeed.init_distributed`` loads the comm op on the CPU accelerator)."""
     try:
@@ -87,7 +89,9 @@ def build_cpu_ops(names: tuple[str, ...] = CPU_OPS) -> dict[str, float]:
 
 def main() -> int:
     for name, seconds in build_cpu_ops().items():
-        print(f"zerogate: DeepSpeed op {name} ready in {os.environ[EXTENSIONS_DIR_VARIABLE]} ({seconds:.0f} s)")
+        print(
+            f"zerogate: DeepSpeed op {name} ready in {os.environ[EXTENSIONS_DIR_VARIABLE]} ({seconds:.0f} s)"
+        )
     return 0
 
 

@@ -5,7 +5,8 @@ PCIe generation and width (current and maximum), peer-to-peer and NVLink between
 CPU model, cores, NUMA nodes, RAM, /dev/shm, the locked-memory limit (pinned memory), a measured memory
 bandwidth and fp32 matmul peak (the CPU floor's inputs), and versions of CUDA, NCCL, torch, DeepSpeed and
 DeepSpeed's op compatibility report (with the reason of each incompatible op); collective latency and
-bandwidth between two ranks (zerogate.plan.collectives: the floor's communication terms). NVML values are read into plain dicts first and parsed by pure
+bandwidth between two ranks (zerogate.plan.collectives: the floor's communication terms). NVML values are read
+into plain dicts first and parsed by pure
 functions, tested on hand-made samples (the GPU path has not yet run on a GPU).
 """
 
@@ -24,16 +25,27 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import psutil
 
 from zerogate.contracts.machine import Fingerprint
 
-PACKAGES = ("torch", "deepspeed", "transformers", "datasets", "snakemake", "tokenizers", "pandas", "seaborn",
-            "nvidia-ml-py")
+PACKAGES = (
+    "torch",
+    "deepspeed",
+    "transformers",
+    "datasets",
+    "snakemake",
+    "tokenizers",
+    "pandas",
+    "seaborn",
+    "nvidia-ml-py",
+)
 from zerogate.units import GIB  # noqa: E402
+
 MIB = 1024**2
 
 
@@ -60,6 +72,7 @@ def cpu_model() -> str:
 
 # --- GPUs: NVML values -> device facts (pure, tested on samples) -------------------------------------
 
+
 def parse_nvml(raw: dict[str, Any]) -> dict[str, Any]:
     """Device facts and pairwise links from the plain values :func:`read_nvml` collects.
 
@@ -71,19 +84,25 @@ def parse_nvml(raw: dict[str, Any]) -> dict[str, Any]:
     devices = []
     for index, d in enumerate(raw.get("devices", [])):
         major, minor = d.get("cuda_compute_capability") or (None, None)
-        devices.append({
-            "index": index,
-            "name": d["name"].decode() if isinstance(d["name"], bytes) else d["name"],
-            "memory_total_bytes": int(d["memory_total"]),
-            "memory_free_bytes": None if d.get("memory_free") is None else int(d["memory_free"]),
-            "compute_capability": None if major is None else f"{major}.{minor}",
-            # fp16 arithmetic from sm_53, bf16 from Ampere (sm_80), per the CUDA programming guide.
-            "fp16_supported": major is not None and (major, minor) >= (5, 3),
-            "bf16_supported": major is not None and major >= 8,
-            "pcie": {"generation": d.get("pcie_gen"), "width": d.get("pcie_width"),
-                     "max_generation": d.get("pcie_max_gen"), "max_width": d.get("pcie_max_width")},
-            "nvlink_active_links": d.get("nvlink_active", 0),
-        })
+        devices.append(
+            {
+                "index": index,
+                "name": d["name"].decode() if isinstance(d["name"], bytes) else d["name"],
+                "memory_total_bytes": int(d["memory_total"]),
+                "memory_free_bytes": None if d.get("memory_free") is None else int(d["memory_free"]),
+                "compute_capability": None if major is None else f"{major}.{minor}",
+                # fp16 arithmetic from sm_53, bf16 from Ampere (sm_80), per the CUDA programming guide.
+                "fp16_supported": major is not None and (major, minor) >= (5, 3),
+                "bf16_supported": major is not None and major >= 8,
+                "pcie": {
+                    "generation": d.get("pcie_gen"),
+                    "width": d.get("pcie_width"),
+                    "max_generation": d.get("pcie_max_gen"),
+                    "max_width": d.get("pcie_max_width"),
+                },
+                "nvlink_active_links": d.get("nvlink_active", 0),
+            }
+        )
     pairs = []
     for key, status in sorted(raw.get("p2p", {}).items()):
         i, j = (int(x) for x in key.split(","))
@@ -117,16 +136,28 @@ def parse_nvidia_smi_xml(text: str) -> dict[str, Any]:
     for gpu in root.findall("gpu"):
         fb = gpu.find("fb_memory_usage")
         link = gpu.find("pci/pci_gpu_link_info")
-        raw["devices"].append({
-            "name": gpu.findtext("product_name"),
-            "memory_total": (_int_or_none(fb.findtext("total")) or 0) * MIB,
-            "memory_free": None if fb.findtext("free") is None else _int_or_none(fb.findtext("free")) * MIB,
-            "cuda_compute_capability": None,  # not in the XML; torch fills it in
-            "pcie_gen": _int_or_none(link.findtext("pcie_gen/current_link_gen")) if link is not None else None,
-            "pcie_max_gen": _int_or_none(link.findtext("pcie_gen/max_link_gen")) if link is not None else None,
-            "pcie_width": _int_or_none(link.findtext("link_widths/current_link_width")) if link is not None else None,
-            "pcie_max_width": _int_or_none(link.findtext("link_widths/max_link_width")) if link is not None else None,
-        })
+        raw["devices"].append(
+            {
+                "name": gpu.findtext("product_name"),
+                "memory_total": (_int_or_none(fb.findtext("total")) or 0) * MIB,
+                "memory_free": None
+                if fb.findtext("free") is None
+                else _int_or_none(fb.findtext("free")) * MIB,
+                "cuda_compute_capability": None,  # not in the XML; torch fills it in
+                "pcie_gen": _int_or_none(link.findtext("pcie_gen/current_link_gen"))
+                if link is not None
+                else None,
+                "pcie_max_gen": _int_or_none(link.findtext("pcie_gen/max_link_gen"))
+                if link is not None
+                else None,
+                "pcie_width": _int_or_none(link.findtext("link_widths/current_link_width"))
+                if link is not None
+                else None,
+                "pcie_max_width": _int_or_none(link.findtext("link_widths/max_link_width"))
+                if link is not None
+                else None,
+            }
+        )
     return parse_nvml(raw)
 
 
@@ -155,22 +186,32 @@ def read_nvml() -> dict[str, Any] | None:
             active = 0
             for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
                 active += 1 if maybe(lambda: pynvml.nvmlDeviceGetNvLinkState(h, link)) == 1 else 0
-            devices.append({
-                "name": pynvml.nvmlDeviceGetName(h), "memory_total": memory.total, "memory_free": memory.free,
-                "cuda_compute_capability": maybe(lambda: pynvml.nvmlDeviceGetCudaComputeCapability(h)),
-                "pcie_gen": maybe(lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
-                "pcie_width": maybe(lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
-                "pcie_max_gen": maybe(lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
-                "pcie_max_width": maybe(lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)),
-                "nvlink_active": active,
-            })
+            devices.append(
+                {
+                    "name": pynvml.nvmlDeviceGetName(h),
+                    "memory_total": memory.total,
+                    "memory_free": memory.free,
+                    "cuda_compute_capability": maybe(lambda: pynvml.nvmlDeviceGetCudaComputeCapability(h)),
+                    "pcie_gen": maybe(lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+                    "pcie_width": maybe(lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
+                    "pcie_max_gen": maybe(lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
+                    "pcie_max_width": maybe(lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)),
+                    "nvlink_active": active,
+                }
+            )
         p2p = {}
         for i, a in enumerate(handles):
             for j, b in enumerate(handles):
                 if i < j:
-                    p2p[f"{i},{j}"] = maybe(lambda: pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_READ))
-        return {"driver_version": maybe(pynvml.nvmlSystemGetDriverVersion),
-                "cuda_driver_version": maybe(pynvml.nvmlSystemGetCudaDriverVersion), "devices": devices, "p2p": p2p}
+                    p2p[f"{i},{j}"] = maybe(
+                        lambda: pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_READ)
+                    )
+        return {
+            "driver_version": maybe(pynvml.nvmlSystemGetDriverVersion),
+            "cuda_driver_version": maybe(pynvml.nvmlSystemGetCudaDriverVersion),
+            "devices": devices,
+            "p2p": p2p,
+        }
     finally:
         pynvml.nvmlShutdown()
 
@@ -188,14 +229,16 @@ def cuda_devices() -> list[dict[str, Any]]:
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
         _, total = torch.cuda.mem_get_info(index)
-        devices.append({
-            "index": index,
-            "name": props.name,
-            "memory_total_bytes": int(total),
-            "compute_capability": f"{props.major}.{props.minor}",
-            "bf16_supported": bool(props.major >= 8),
-            "fp16_supported": True,
-        })
+        devices.append(
+            {
+                "index": index,
+                "name": props.name,
+                "memory_total_bytes": int(total),
+                "compute_capability": f"{props.major}.{props.minor}",
+                "bf16_supported": bool(props.major >= 8),
+                "fp16_supported": True,
+            }
+        )
     return devices
 
 
@@ -214,13 +257,15 @@ def merge_devices(torch_devices: list[dict[str, Any]], nvml: dict[str, Any] | No
 
 # --- host ---------------------------------------------------------------------------------------------
 
+
 def numa_nodes(root: str = "/sys/devices/system/node") -> int | None:
     nodes = [p for p in Path(root).glob("node[0-9]*")] if Path(root).is_dir() else []
     return len(nodes) or None
 
 
 def pinned_memory_limit() -> int | None:
-    """RLIMIT_MEMLOCK in bytes; None = unlimited. Pinned host buffers (offload pin_memory) count against it."""
+    """RLIMIT_MEMLOCK in bytes; None = unlimited. Pinned host buffers (offload pin_memory) count against
+    it."""
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     return None if soft == resource.RLIM_INFINITY else int(soft)
 
@@ -273,8 +318,13 @@ def cpu_accelerator_facts() -> dict[str, Any]:
             flags = next((line for line in handle if line.startswith("flags")), "")
     except OSError:
         pass
-    # Flags only: bf16 speed on a CPU must be measured (docs/reference.md section 5: ~20x slower than fp32 here).
-    return {"fp16_supported": fp16, "avx512_bf16_flag": "avx512_bf16" in flags, "amx_bf16_flag": "amx_bf16" in flags}
+    # Flags only: bf16 speed on a CPU must be measured (docs/reference.md section 5: ~20x slower than fp32
+    # here).
+    return {
+        "fp16_supported": fp16,
+        "avx512_bf16_flag": "avx512_bf16" in flags,
+        "amx_bf16_flag": "amx_bf16" in flags,
+    }
 
 
 def runtime_versions() -> dict[str, Any]:
@@ -308,10 +358,12 @@ def captured_output() -> Iterator[Callable[[], str]]:
             for fd in saved:
                 os.dup2(capture.fileno(), fd)
             with contextlib.redirect_stdout(capture), contextlib.redirect_stderr(capture):
+
                 def text() -> str:
                     capture.flush()
                     capture.seek(0)
                     return capture.read()
+
                 yield text
         finally:
             capture.flush()
@@ -325,7 +377,11 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 def _warnings(text: str) -> str:
     """DeepSpeed's ``[WARNING]`` lines of ``text``, colour codes and prefix removed, in one line."""
-    lines = [_ANSI.sub("", line).split("[WARNING]", 1)[1].strip() for line in text.splitlines() if "[WARNING]" in line]
+    lines = [
+        _ANSI.sub("", line).split("[WARNING]", 1)[1].strip()
+        for line in text.splitlines()
+        if "[WARNING]" in line
+    ]
     return " ".join(line for line in lines if line)
 
 
@@ -353,10 +409,14 @@ def deepspeed_op_report() -> dict[str, Any] | None:
                 ALL_OPS[name].is_compatible(verbose=True)
             except Exception:
                 pass
-            reasons[name] = _warnings(output()[before:]) or "DeepSpeed's compatibility check failed (no reason given)"
+            reasons[name] = (
+                _warnings(output()[before:]) or "DeepSpeed's compatibility check failed (no reason given)"
+            )
         noise = output()
     if noise.strip():
-        logging.getLogger(__name__).info("DeepSpeed op compatibility checks (compiler and linker output):\n%s", noise)
+        logging.getLogger(__name__).info(
+            "DeepSpeed op compatibility checks (compiler and linker output):\n%s", noise
+        )
     return {"compatible": compatible, "incompatible_reasons": reasons}
 
 
@@ -367,7 +427,12 @@ def collective_links(gpu_count: int) -> dict[str, Any]:
     from zerogate.runtime import collectives
 
     if gpu_count == 1:
-        return {"backend": "nccl", "world": 1, "samples": {}, "skipped": "one GPU: no collective between ranks to measure"}
+        return {
+            "backend": "nccl",
+            "world": 1,
+            "samples": {},
+            "skipped": "one GPU: no collective between ranks to measure",
+        }
     return collectives.measure(world=2, backend="nccl" if gpu_count else "gloo")
 
 
@@ -390,13 +455,19 @@ def probe(measure: bool = True) -> dict[str, Any]:
             "affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         },
         "ram": {"total_bytes": int(memory.total), "available_bytes": int(memory.available)},
-        "host": {"numa_nodes": numa_nodes(), "shm_bytes": shm_bytes(), "pinned_memory_limit_bytes": pinned_memory_limit(),
-                 **(measure_host() if measure else {})},
+        "host": {
+            "numa_nodes": numa_nodes(),
+            "shm_bytes": shm_bytes(),
+            "pinned_memory_limit_bytes": pinned_memory_limit(),
+            **(measure_host() if measure else {}),
+        },
         "accelerator": {"kind": "cuda" if gpus else "cpu", "count": len(gpus), "devices": gpus},
         "links": (nvml or {}).get("links", {}),
         # Seconds per call of each collective kind between two ranks (the floor's communication terms).
         "collectives": links,
-        "driver": None if nvml is None else {"version": nvml["driver_version"], "cuda": nvml["cuda_driver_version"]},
+        "driver": None
+        if nvml is None
+        else {"version": nvml["driver_version"], "cuda": nvml["cuda_driver_version"]},
         "versions": {**package_versions(), **runtime_versions()},
     }
     if not gpus:
@@ -409,20 +480,34 @@ def summary(fingerprint: Fingerprint) -> str:
     acc, cpu, host = fingerprint.accelerator, fingerprint.cpu, fingerprint.host
     ram = fingerprint.ram.total_bytes / GIB
     if acc.kind == "cuda":
+
         def link(d: Any) -> str:
             return f", PCIe {d.pcie.generation} x{d.pcie.width}" if d.pcie and d.pcie.generation else ""
+
         devices = ", ".join(f"{d.name} {d.memory_total_bytes / GIB:.1f} GiB{link(d)}" for d in acc.devices)
         p2p = fingerprint.links.peer_to_peer_all_pairs
-        head = f"{acc.count} CUDA device(s): {devices}; peer-to-peer {'yes' if p2p else 'no' if p2p is False else 'n/a'}"
+        head = (
+            f"{acc.count} CUDA device(s): {devices}; peer-to-peer "
+            f"{'yes' if p2p else 'no' if p2p is False else 'n/a'}"
+        )
     else:
         head = "no GPU (DeepSpeed CPU accelerator)"
-    measured = (f"; measured copy {host.memory_bandwidth_gbps} GB/s, fp32 matmul {host.cpu_peak_tflops_fp32} TFLOPS"
-                if host.memory_bandwidth_gbps else "")
+    measured = (
+        f"; measured copy {host.memory_bandwidth_gbps} GB/s, fp32 matmul {host.cpu_peak_tflops_fp32} TFLOPS"
+        if host.memory_bandwidth_gbps
+        else ""
+    )
     collectives = fingerprint.collectives
     kinds = collectives.kinds if collectives else {}
     latency = [k.latency_s.value for k in kinds.values() if k.latency_s]
     bandwidth = [k.bandwidth_gbps.value for k in kinds.values() if k.bandwidth_gbps]
-    comms = (f"; {collectives.backend} collectives between 2 ranks: latency >= {min(latency) * 1e3:.3g} ms"
-             + (f", bandwidth <= {max(bandwidth):.3g} GB/s" if bandwidth else "") if collectives and latency else "")
-    return (f"{head}; CPU {cpu.model} ({cpu.logical_cores} logical cores, {host.numa_nodes} NUMA); "
-            f"RAM {ram:.1f} GiB{measured}{comms}")
+    comms = (
+        f"; {collectives.backend} collectives between 2 ranks: latency >= {min(latency) * 1e3:.3g} ms"
+        + (f", bandwidth <= {max(bandwidth):.3g} GB/s" if bandwidth else "")
+        if collectives and latency
+        else ""
+    )
+    return (
+        f"{head}; CPU {cpu.model} ({cpu.logical_cores} logical cores, {host.numa_nodes} NUMA); "
+        f"RAM {ram:.1f} GiB{measured}{comms}"
+    )

@@ -21,14 +21,17 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 MARKER = "zerogate.json"
 TAG = "ds"
+
+
 def step_dir(root: str | Path, step: int) -> Path:
     return Path(root) / f"step{step:07d}"
 
@@ -73,8 +76,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def write_rank_files(staging: Path, rank: int, loop_state: dict[str, Any], metrics_file: Path,
-                     run_logs: list[Path]) -> None:
+def write_rank_files(
+    staging: Path, rank: int, loop_state: dict[str, Any], metrics_file: Path, run_logs: list[Path]
+) -> None:
     """This rank's part of a checkpoint besides DeepSpeed's own files: RNG and loop state, its metrics, and
     (rank 0) the run-level logs such as events.jsonl and eval.jsonl, each under its own name."""
     (staging / TAG).mkdir(parents=True, exist_ok=True)
@@ -111,7 +115,9 @@ def clear_stale(root: str | Path, fingerprint: str) -> list[Path]:
     return removed
 
 
-def restore_rank_files(checkpoint: Path, rank: int, metrics_file: Path, run_logs: list[Path]) -> dict[str, Any]:
+def restore_rank_files(
+    checkpoint: Path, rank: int, metrics_file: Path, run_logs: list[Path]
+) -> dict[str, Any]:
     """Put back this rank's metrics (and the given run-level logs) as they were at the checkpoint; return the
     loop state and set the RNG states."""
     saved = torch.load(checkpoint / TAG / f"zerogate_rank{rank}.pt", weights_only=False)

@@ -65,7 +65,9 @@ RECORDERS = {"deepspeed": "deepspeed_comms_logger", "ddp": "ddp_comm_hook", "fsd
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = rank_arguments(__doc__, "where <scheme>/g<accumulation>/rank<r>.json go")
-    parser.add_argument("--measurements", required=True, help="comms/measurements.json (plan_comms_measurements)")
+    parser.add_argument(
+        "--measurements", required=True, help="comms/measurements.json (plan_comms_measurements)"
+    )
     parser.add_argument("--warmup-steps", type=int, default=WARMUP_STEPS)
     parser.add_argument("--measured-steps", type=int, default=MEASURED_STEPS)
     parser.add_argument("--schemes", nargs="*", help="only these schemes (default: every one planned)")
@@ -75,8 +77,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def logger_records() -> list[LoggedCalls]:
     """The comms logger's records since its last reset: record name, message bytes, calls."""
     raw = ds_comm.comms_logger.get_raw_data()
-    return [LoggedCalls(name=name, msg_bytes=int(size), calls=int(values[0]))
-            for name, sizes in raw.items() for size, values in sizes.items()]
+    return [
+        LoggedCalls(name=name, msg_bytes=int(size), calls=int(values[0]))
+        for name, sizes in raw.items()
+        for size, values in sizes.items()
+    ]
 
 
 class DdpRecorder:
@@ -104,7 +109,10 @@ class DdpRecorder:
         return allreduce_hook(state, bucket)
 
     def take(self) -> list[LoggedCalls]:
-        taken = [LoggedCalls(name=name, msg_bytes=size, calls=calls) for (name, size), calls in self.records.items()]
+        taken = [
+            LoggedCalls(name=name, msg_bytes=size, calls=calls)
+            for (name, size), calls in self.records.items()
+        ]
         self.records = {}
         return taken
 
@@ -159,13 +167,21 @@ class Fsdp2Recorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
     def take(self) -> list[LoggedCalls]:
-        taken = [LoggedCalls(name=name, msg_bytes=size, calls=calls) for (name, size), calls in self.records.items()]
+        taken = [
+            LoggedCalls(name=name, msg_bytes=size, calls=calls)
+            for (name, size), calls in self.records.items()
+        ]
         self.records = {}
         return taken
 
 
-def measure(entry: CommsMeasurement, spec: RunSpec, manifest: DatasetManifest, batches: loop.RankBatches,
-            steps: tuple[int, int]) -> dict[str, list[LoggedCalls] | None]:
+def measure(
+    entry: CommsMeasurement,
+    spec: RunSpec,
+    manifest: DatasetManifest,
+    batches: loop.RankBatches,
+    steps: tuple[int, int],
+) -> dict[str, list[LoggedCalls] | None]:
     """One scheme's phases (init, warm-up, measured), trained by the one loop."""
     config, accumulation = entry.ds_config, entry.accumulation
     engine_name = entry.engine
@@ -177,7 +193,8 @@ def measure(entry: CommsMeasurement, spec: RunSpec, manifest: DatasetManifest, b
     recorder = DdpRecorder(engine.ddp) if engine_name == "ddp" else fsdp2
     # DDP's constructor broadcasts through torch directly: not counted.
     phases: dict[str, list[LoggedCalls] | None] = {
-        "init": None if engine_name == "ddp" else fsdp2.take() if fsdp2 else logger_records()}
+        "init": None if engine_name == "ddp" else fsdp2.take() if fsdp2 else logger_records()
+    }
     engine.train()
     step = 0
     for phase, count in zip(("warmup", "measured"), steps):
@@ -192,7 +209,8 @@ def measure(entry: CommsMeasurement, spec: RunSpec, manifest: DatasetManifest, b
 
 
 def buffer_bytes(spec: RunSpec, manifest: DatasetManifest, config: dict[str, Any]) -> int:
-    """The model's buffers' bytes (what DDP broadcasts before a synchronised forward), as training builds it."""
+    """The model's buffers' bytes (what DDP broadcasts before a synchronised forward), as training builds
+    it."""
     model = load_for_training(spec, manifest, {**config, "zero_optimization": {"stage": 0}})
     found = sum(b.numel() * b.element_size() for b in model.buffers())
     del model
@@ -208,16 +226,28 @@ def main(argv: list[str] | None = None) -> int:
     ds_comm.configure(enabled=True, prof_all=True, verbose=False, debug=False)
     split = load_split(Path(args.dataset_dir) / "train.parquet")
     buffers = buffer_bytes(spec, manifest, plan.measurements[0].ds_config)
-    copies = (HostDeviceCopies(counted=False, reason="CPU accelerator: host and device memory are the same, offload "
-                                                     "copies no data across a link") if spec.accelerator == "cpu"
-              else HostDeviceCopies(counted=False, reason="not instrumented on GPUs yet"))
+    copies = (
+        HostDeviceCopies(
+            counted=False,
+            reason="CPU accelerator: host and device memory are the same, offload "
+            "copies no data across a link",
+        )
+        if spec.accelerator == "cpu"
+        else HostDeviceCopies(counted=False, reason="not instrumented on GPUs yet")
+    )
     for entry in plan.measurements:
         if args.schemes and entry.scheme not in args.schemes:
             continue
         accumulation = entry.accumulation
         steps = (max(args.warmup_steps, math.ceil(WARMUP_MICRO_STEPS / accumulation)), args.measured_steps)
-        batches = loop.RankBatches(split, world, rank, int(entry.ds_config["train_micro_batch_size_per_gpu"]),
-                                   accumulation, spec.training.seed)
+        batches = loop.RankBatches(
+            split,
+            world,
+            rank,
+            int(entry.ds_config["train_micro_batch_size_per_gpu"]),
+            accumulation,
+            spec.training.seed,
+        )
         set_seed(spec.training.seed)
         started = time.perf_counter()
         error = None
@@ -235,13 +265,25 @@ def main(argv: list[str] | None = None) -> int:
         # schemes' garbage adds up (cpu-smollm2 was killed for memory at its eleventh scheme).
         release_freed_memory()
         CommsRecord(
-            scheme=entry.scheme, accumulation=accumulation, rank=rank, world_size=world,
-            status="not_run" if error else "run", reason=error, warmup_steps=steps[0], measured_steps=steps[1],
+            scheme=entry.scheme,
+            accumulation=accumulation,
+            rank=rank,
+            world_size=world,
+            status="not_run" if error else "run",
+            reason=error,
+            warmup_steps=steps[0],
+            measured_steps=steps[1],
             seconds=time.perf_counter() - started,
             rss_after_gib=psutil.Process().memory_info().rss / GIB,  # what the scheme left behind
             recorder=RECORDERS[entry.engine],
-            phases=phases, counts=plan.counts, buffer_bytes=buffers, dtype=entry.dtype, dtype_bytes=entry.dtype_bytes,
-            theory_settings=entry.theory_settings, accelerator=spec.accelerator, host_device_copies=copies,
+            phases=phases,
+            counts=plan.counts,
+            buffer_bytes=buffers,
+            dtype=entry.dtype,
+            dtype_bytes=entry.dtype_bytes,
+            theory_settings=entry.theory_settings,
+            accelerator=spec.accelerator,
+            host_device_copies=copies,
             ds_config=entry.ds_config,
         ).write(Path(args.out_dir) / entry.scheme / f"g{accumulation}" / f"rank{rank}.json")
     dist.barrier()

@@ -35,12 +35,17 @@ from zerogate.contracts.records import EvalRecord
 from zerogate.data.dataset import EncodedSplit, load_split
 from zerogate.data.templates import IGNORE_INDEX
 
+
 def settings_for(manifest: DatasetManifest, evaluation: EvaluationSettings, steps: int) -> EvaluationSettings:
-    """The evaluation settings (zerogate.config.settings.EvaluationSettings, from train/settings.json) resolved
+    """The evaluation settings (zerogate.config.settings.EvaluationSettings, from train/settings.json)
+    resolved
     for a run of ``steps``: ``every_steps`` 0 becomes four times per run; a user dataset has no reference
     answers, so no exact match."""
-    return dataclasses.replace(evaluation, every_steps=evaluation.interval(steps),
-                               exact_match_items=evaluation.exact_match_items if manifest.builtin else 0)
+    return dataclasses.replace(
+        evaluation,
+        every_steps=evaluation.interval(steps),
+        exact_match_items=evaluation.exact_match_items if manifest.builtin else 0,
+    )
 
 
 def rank_share(count: int, world: int, rank: int) -> range:
@@ -57,13 +62,17 @@ def _all_sum(values: list[float], device: torch.device) -> list[float]:
 
 
 @torch.no_grad()
-def validation_loss(model: Any, split: EncodedSplit, rows: int, world: int, rank: int, device: torch.device) -> dict[str, float]:
+def validation_loss(
+    model: Any, split: EncodedSplit, rows: int, world: int, rank: int, device: torch.device
+) -> dict[str, float]:
     """Mean loss per learned token over the first ``rows`` rows (fewer if the split is smaller)."""
     loss_sum = tokens = 0.0
     share = rank_share(min(rows, split.input_ids.shape[0]), world, rank)
     for row in share:
-        batch = {name: torch.from_numpy(getattr(split, name)[row : row + 1]).long().to(device)
-                 for name in ("input_ids", "attention_mask", "labels")}
+        batch = {
+            name: torch.from_numpy(getattr(split, name)[row : row + 1]).long().to(device)
+            for name in ("input_ids", "attention_mask", "labels")
+        }
         learned = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())  # the loss shifts labels by one
         if learned:
             loss_sum += float(model(**batch).loss) * learned
@@ -71,8 +80,11 @@ def validation_loss(model: Any, split: EncodedSplit, rows: int, world: int, rank
         else:
             model(**batch)  # keep the collective forwards in step with the other ranks
     loss_sum, tokens, count = _all_sum([loss_sum, tokens, len(share)], device)
-    return {"validation/loss": loss_sum / tokens if tokens else float("nan"), "validation/tokens": int(tokens),
-            "validation/rows": int(count)}
+    return {
+        "validation/loss": loss_sum / tokens if tokens else float("nan"),
+        "validation/tokens": int(tokens),
+        "validation/rows": int(count),
+    }
 
 
 def normalise(text: str) -> str:
@@ -80,17 +92,32 @@ def normalise(text: str) -> str:
 
 
 @torch.no_grad()
-def exact_match(model: Any, tokenizer: Any, items: list[dict[str, Any]], world: int, rank: int,
-                device: torch.device, max_new_tokens: int, synced: bool) -> dict[str, Any]:
-    """Greedy-decode each held-out prompt; correct when the answer equals the reference (whitespace-normalised)."""
+def exact_match(
+    model: Any,
+    tokenizer: Any,
+    items: list[dict[str, Any]],
+    world: int,
+    rank: int,
+    device: torch.device,
+    max_new_tokens: int,
+    synced: bool,
+) -> dict[str, Any]:
+    """Greedy-decode each held-out prompt; correct when the answer equals the reference
+    (whitespace-normalised)."""
     by_task: dict[str, list[int]] = {}
     for index in rank_share(len(items), world, rank):
         item = items[index]
         prompt = torch.tensor([item["prompt_ids"]], device=device)
-        output = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                                max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                                pad_token_id=tokenizer.pad_token_id, synced_gpus=synced)
-        answer = tokenizer.decode(output[0, prompt.shape[1]:], skip_special_tokens=True)
+        output = model.generate(
+            input_ids=prompt,
+            attention_mask=torch.ones_like(prompt),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            synced_gpus=synced,
+        )
+        answer = tokenizer.decode(output[0, prompt.shape[1] :], skip_special_tokens=True)
         counts = by_task.setdefault(item.get("task", "all"), [0, 0])
         counts[0] += int(normalise(answer) == normalise(item["answer"]))
         counts[1] += 1
@@ -98,8 +125,12 @@ def exact_match(model: Any, tokenizer: Any, items: list[dict[str, Any]], world: 
     flat = _all_sum([float(by_task.get(t, [0, 0])[i]) for t in tasks for i in (0, 1)], device)
     merged = {t: [int(flat[2 * k]), int(flat[2 * k + 1])] for k, t in enumerate(tasks)}
     correct, total = sum(c for c, _ in merged.values()), sum(n for _, n in merged.values())
-    return {"exact_match/accuracy": correct / total if total else float("nan"), "exact_match/correct": correct,
-            "exact_match/items": total, "exact_match/by_task": merged}
+    return {
+        "exact_match/accuracy": correct / total if total else float("nan"),
+        "exact_match/correct": correct,
+        "exact_match/items": total,
+        "exact_match/by_task": merged,
+    }
 
 
 def _gather_task_names(by_task: dict[str, list[int]]) -> set[str]:
@@ -113,8 +144,15 @@ def _gather_task_names(by_task: dict[str, list[int]]) -> set[str]:
 class Evaluator:
     """Runs the evaluations of one training run and writes eval.jsonl (rank 0)."""
 
-    def __init__(self, engine: Any, dataset_dir: str | Path, path: str | Path, manifest: DatasetManifest,
-                 evaluation: EvaluationSettings, steps: int) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        dataset_dir: str | Path,
+        path: str | Path,
+        manifest: DatasetManifest,
+        evaluation: EvaluationSettings,
+        steps: int,
+    ) -> None:
         from transformers import AutoTokenizer
 
         # Under ZeRO-3 generation keeps the ranks stepping together (every forward gathers parameters).
@@ -136,11 +174,29 @@ class Evaluator:
         was_training = self.engine.module.training
         self.engine.eval()
         found: dict[str, Any] = {"step": step, "phase": phase}
-        found.update(validation_loss(self.engine, self.split, self.settings.validation_rows, self.world,
-                                     self.rank, self.engine.device))
+        found.update(
+            validation_loss(
+                self.engine,
+                self.split,
+                self.settings.validation_rows,
+                self.world,
+                self.rank,
+                self.engine.device,
+            )
+        )
         if self.items and phase != "during":  # greedy decoding is slow under ZeRO-3: before/after only
-            found.update(exact_match(self.engine.module, self.tokenizer, self.items, self.world, self.rank,
-                                     self.engine.device, self.settings.max_new_tokens, self.zero3))
+            found.update(
+                exact_match(
+                    self.engine.module,
+                    self.tokenizer,
+                    self.items,
+                    self.world,
+                    self.rank,
+                    self.engine.device,
+                    self.settings.max_new_tokens,
+                    self.zero3,
+                )
+            )
         found["eval_time(s)"] = time.perf_counter() - started
         record = EvalRecord.of(found, "the evaluation")
         if was_training:

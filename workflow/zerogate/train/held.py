@@ -9,7 +9,8 @@ partitions and the optimizer's state. Sizes are bytes; each storage is counted o
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from zerogate.runtime.deepspeed_adapter import parameter_count
 
@@ -45,13 +46,21 @@ def held_bytes(engine: Any) -> dict[str, int]:
     # ZeRO-3 keeps the rank's share of each parameter in ``ds_tensor``; other stages keep full tensors.
     params = [getattr(p, "ds_tensor", p) for p in module.parameters()]
     parameter_bytes = _bytes(params, seen)
-    master_bytes = _bytes(getattr(zero_optimizer, "fp32_partitioned_groups_flat", None)
-                          or getattr(zero_optimizer, "single_partition_of_fp32_groups", None) or [], seen)
+    master_bytes = _bytes(
+        getattr(zero_optimizer, "fp32_partitioned_groups_flat", None)
+        or getattr(zero_optimizer, "single_partition_of_fp32_groups", None)
+        or [],
+        seen,
+    )
     # ZeRO-3 accumulates gradient partitions in one flat fp32 buffer for the whole run.
     grad_buffer = getattr(zero_optimizer, "grad_partitions_flat_buffer", None)
-    gradient_bytes = _bytes([grad_buffer] if grad_buffer is not None else [p.grad for p in module.parameters()], seen)
+    gradient_bytes = _bytes(
+        [grad_buffer] if grad_buffer is not None else [p.grad for p in module.parameters()], seen
+    )
     inner = getattr(zero_optimizer, "optimizer", zero_optimizer)
-    states = [t for state in getattr(inner, "state", {}).values() for t in state.values() if hasattr(t, "numel")]
+    states = [
+        t for state in getattr(inner, "state", {}).values() for t in state.values() if hasattr(t, "numel")
+    ]
     # The scalar step counters are not model state: count only tensors shaped like the parameters.
     optimizer_bytes = _bytes([t for t in states if t.dim() > 0], seen)
     return {

@@ -28,7 +28,11 @@ def bucket_bytes(engine: Any) -> dict[str, int]:
     buckets = getattr(optimizer, "ipg_buckets", None) or {}
     seen: dict[int, int] = {}
     for bucket in buckets.values():
-        buffers = bucket.buffer if isinstance(getattr(bucket, "buffer", None), list) else [getattr(bucket, "buffer", None)]
+        buffers = (
+            bucket.buffer
+            if isinstance(getattr(bucket, "buffer", None), list)
+            else [getattr(bucket, "buffer", None)]
+        )
         for buffer in buffers:
             if buffer is not None:
                 storage = buffer.untyped_storage()
@@ -50,7 +54,11 @@ def sample_step(engine: Any, batches: Any, accumulation: int, window: int, rank:
         "at_start(bytes)": live.start,
         "buffers(bytes)": bucket_bytes(engine),
         "seconds": time.perf_counter() - started,
-        "how": ("one optimizer step after training (the next data window, not recorded), every tensor storage alive "
-                "at its start (found through the garbage collector) and every one its ops create counted until "
-                "freed, by a TorchDispatchMode (zerogate.runtime.live_tensors); the peak is the most alive at once"),
+        "how": (
+            "one optimizer step after training (the next data window, not recorded), every tensor storage "
+            "alive "
+            "at its start (found through the garbage collector) and every one its ops create counted until "
+            "freed, by a TorchDispatchMode (zerogate.runtime.live_tensors); the peak is the most alive at "
+            "once"
+        ),
     }

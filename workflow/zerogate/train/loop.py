@@ -63,8 +63,11 @@ from zerogate.train.stabiliser import EventLog, Stabiliser, data_window
 
 
 def rank_arguments(description: str | None, out_dir_help: str) -> argparse.ArgumentParser:
-    """The arguments every module the launcher starts on each rank takes (zerogate.runtime.launch passes them)."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The arguments every module the launcher starts on each rank takes (zerogate.runtime.launch passes
+    them)."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--run-spec", required=True, help="run_spec.json from render_deepspeed_config")
     parser.add_argument("--dataset-dir", required=True, help="directory written by prepare_dataset")
     parser.add_argument("--out-dir", required=True, help=out_dir_help)
@@ -75,10 +78,19 @@ def rank_arguments(description: str | None, out_dir_help: str) -> argparse.Argum
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = rank_arguments(__doc__, "where metrics/rank<N>.jsonl, events.jsonl, summary.json go")
     parser.add_argument("--ds-config", required=True, help="ds_config.json from render_deepspeed_config")
-    parser.add_argument("--settings", required=True, help="train/settings.json: stabiliser, checkpoints, evaluation")
+    parser.add_argument(
+        "--settings", required=True, help="train/settings.json: stabiliser, checkpoints, evaluation"
+    )
     parser.add_argument("--checkpoint-dir", required=True, help="checkpoints; outside the rule's outputs")
-    parser.add_argument("--engine", choices=ENGINES, default="deepspeed", help="what trains (ddp: the baseline; fsdp2: torch FSDP2)")
-    parser.add_argument("--no-metrics", action="store_true", help="metrics layer off (zerogate.bench.metrics_overhead)")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="deepspeed",
+        help="what trains (ddp: the baseline; fsdp2: torch FSDP2)",
+    )
+    parser.add_argument(
+        "--no-metrics", action="store_true", help="metrics layer off (zerogate.bench.metrics_overhead)"
+    )
     return parser.parse_args(argv)
 
 
@@ -91,8 +103,9 @@ def start_distributed(spec: RunSpec) -> tuple[int, int]:
     os.environ.update(rank_env_from_slurm(os.environ))
     timeout = spec.nodes.collective_timeout_s if spec.nodes else None
     keep_cpu_info()  # DeepSpeed asks py-cpuinfo again at every op it loads
-    deepspeed.init_distributed(dist_backend=spec.backend,
-                               **({"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}))
+    deepspeed.init_distributed(
+        dist_backend=spec.backend, **({"timeout": datetime.timedelta(seconds=timeout)} if timeout else {})
+    )
     rank, world = dist.get_rank(), dist.get_world_size()
     if world != spec.world_size:
         raise SystemExit(f"zerogate: launched {world} ranks but run_spec.json asks for {spec.world_size}")
@@ -109,49 +122,86 @@ class Run:
         self.dataset_dir = Path(args.dataset_dir)
         self.manifest = DatasetManifest.read(self.dataset_dir / "manifest.json")
         if self.manifest.seq_len != self.spec.seq_len:
-            raise SystemExit(f"zerogate: error: {self.dataset_dir / 'manifest.json'}: seq_len: the dataset was built "
-                             f"at {self.manifest.seq_len} tokens, the run spec asks for {self.spec.seq_len}")
+            raise SystemExit(
+                f"zerogate: error: {self.dataset_dir / 'manifest.json'}: seq_len: the dataset was built "
+                f"at {self.manifest.seq_len} tokens, the run spec asks for {self.spec.seq_len}"
+            )
         self.steps = self.spec.training.optimizer_steps
         self.accumulation = int(self.ds_config["gradient_accumulation_steps"])
-        # A checkpoint resumes only the run it came from: same DeepSpeed config, spec, data, stabiliser, engine.
-        self.fingerprint = sha256_json({"ds_config": self.ds_config, "run_spec": self.spec.as_json(),
-                                        "stabiliser": dataclasses.asdict(self.settings.stabiliser),
-                                        "dataset": self.manifest.content_sha256, "engine": args.engine})
-        # Counts each rank's time blocked in collectives (metrics); installed before DeepSpeed keeps references.
+        # A checkpoint resumes only the run it came from: same DeepSpeed config, spec, data, stabiliser,
+        # engine.
+        self.fingerprint = sha256_json(
+            {
+                "ds_config": self.ds_config,
+                "run_spec": self.spec.as_json(),
+                "stabiliser": dataclasses.asdict(self.settings.stabiliser),
+                "dataset": self.manifest.content_sha256,
+                "engine": args.engine,
+            }
+        )
+        # Counts each rank's time blocked in collectives (metrics); installed before DeepSpeed keeps
+        # references.
         self.collectives = None if args.no_metrics else CollectiveClock().install()
         self.rank, self.world = start_distributed(self.spec)
         nodes = self.spec.nodes
-        self.placement = {"node": self.rank // nodes.ranks_per_node, "local_rank": int(os.environ.get("LOCAL_RANK", self.rank)),
-                          "host": socket.gethostname()} if nodes else None
+        self.placement = (
+            {
+                "node": self.rank // nodes.ranks_per_node,
+                "local_rank": int(os.environ.get("LOCAL_RANK", self.rank)),
+                "host": socket.gethostname(),
+            }
+            if nodes
+            else None
+        )
         self.out_dir, self.checkpoint_root = Path(args.out_dir), Path(args.checkpoint_dir)
         self.metrics_file = self.out_dir / "metrics" / f"rank{self.rank}.jsonl"
         self.metrics_file.parent.mkdir(parents=True, exist_ok=True)
-        if self.placement and self.placement["local_rank"] == 0:  # one fingerprint per node, beside the records
-            NodeFingerprint(node=self.placement["node"], machine=Fingerprint.of(probe(measure=False), "the probe")).write(
-                self.metrics_file.parent / f"node{self.placement['node']}.json")
+        if (
+            self.placement and self.placement["local_rank"] == 0
+        ):  # one fingerprint per node, beside the records
+            NodeFingerprint(
+                node=self.placement["node"], machine=Fingerprint.of(probe(measure=False), "the probe")
+            ).write(self.metrics_file.parent / f"node{self.placement['node']}.json")
         inject = self.settings.stabiliser.inject
         if (inject or {}).get("rank", 0) >= self.world:  # an injection no rank would see tests nothing
-            raise SystemExit(f"zerogate: error: {args.settings}: stabiliser.inject.rank: {inject['rank']} is not a "
-                             f"rank of this run's {self.world}")
+            raise SystemExit(
+                f"zerogate: error: {args.settings}: stabiliser.inject.rank: {inject['rank']} is not a "
+                f"rank of this run's {self.world}"
+            )
         set_seed(self.spec.training.seed)  # same seed on every rank: zero.Init must build identical weights
 
         # Any model source (shape numbers, HF directory, GGUF, hub cache), built or loaded under ZeRO-3's Init
-        # where the engine partitions it; the DDP baseline's and FSDP2's model is built whole on every rank (FSDP2
+        # where the engine partitions it; the DDP baseline's and FSDP2's model is built whole on every rank
+        # (FSDP2
         # shards it after).
-        built_for = self.ds_config if args.engine == "deepspeed" else {**self.ds_config, "zero_optimization": {"stage": 0}}
-        self.engine = build_engine(args.engine, lambda: load_for_training(self.spec, self.manifest, built_for),
-                                   self.ds_config)
-        # Loading built the model whole before DeepSpeed partitioned it; glibc keeps those freed pages resident
+        built_for = (
+            self.ds_config
+            if args.engine == "deepspeed"
+            else {**self.ds_config, "zero_optimization": {"stage": 0}}
+        )
+        self.engine = build_engine(
+            args.engine, lambda: load_for_training(self.spec, self.manifest, built_for), self.ds_config
+        )
+        # Loading built the model whole before DeepSpeed partitioned it; glibc keeps those freed pages
+        # resident
         # unless trimmed, and the measured peak would count garbage (zerogate.runtime.heap).
         release_freed_memory()
-        self.batches = loop.RankBatches(load_split(self.dataset_dir / "train.parquet"), self.world, self.rank,
-                                        self.spec.training.micro_batch_per_rank, self.accumulation, self.spec.training.seed)
+        self.batches = loop.RankBatches(
+            load_split(self.dataset_dir / "train.parquet"),
+            self.world,
+            self.rank,
+            self.spec.training.micro_batch_per_rank,
+            self.accumulation,
+            self.spec.training.seed,
+        )
         self.events = EventLog(self.out_dir / "events.jsonl")
         self.eval_file = self.out_dir / "eval.jsonl"
         # Rank 0's run-level logs travel with each checkpoint, so a resumed run continues them.
         self.run_logs = [self.events.path, self.eval_file] if self.rank == 0 else []
         self.stabiliser = Stabiliser(self.settings.stabiliser)
-        self.policy = StepPolicy(self.stabiliser, self.events, self.rank, self.engine.fp16(), barrier=dist.barrier)
+        self.policy = StepPolicy(
+            self.stabiliser, self.events, self.rank, self.engine.fp16(), barrier=dist.barrier
+        )
         self.faults = FaultInjector(inject, self.rank)
         self.skipped_windows: list[int] = []  # data windows a rollback took out of the run
         self.no_metrics = args.no_metrics
@@ -162,9 +212,13 @@ class Run:
     def save_checkpoint(self, step: int) -> None:
         staging = ckpt.staging_dir(self.checkpoint_root, step)
         self.engine.save(staging)
-        ckpt.write_rank_files(staging, self.rank, {"skipped_windows": self.skipped_windows,
-                                                   "stabiliser": self.stabiliser.state()},
-                              self.metrics_file, self.run_logs)
+        ckpt.write_rank_files(
+            staging,
+            self.rank,
+            {"skipped_windows": self.skipped_windows, "stabiliser": self.stabiliser.state()},
+            self.metrics_file,
+            self.run_logs,
+        )
         dist.barrier()  # every rank's partitions are on disk before the checkpoint is called complete
         if self.rank == 0:
             ckpt.publish(self.checkpoint_root, step, self.fingerprint, self.settings.checkpoint.keep)
@@ -198,7 +252,8 @@ class Run:
         print(f"zerogate: rank {self.rank} resumed from {latest[1]} at step {step}", file=sys.stderr)
         return step
 
-    # --- metrics and evaluation ------------------------------------------------------------------------------
+    # --- metrics and evaluation
+    # ------------------------------------------------------------------------------
 
     def start_metrics(self, resumed: bool) -> Any:
         cuda = self.spec.accelerator == "cuda"
@@ -206,37 +261,62 @@ class Run:
         query = nvml_query(self.engine.device.index or 0) if cuda else None
         config = self.engine.module.config
         return (NoMetrics if self.no_metrics else StepMetrics)(
-            self.metrics_file, self.rank, self.engine.device, append=resumed, placement=self.placement,
-            flops_per_token=training_flops_per_token(self.engine.parameter_count(), config.num_hidden_layers,
-                                                     config.hidden_size, self.spec.seq_len),
+            self.metrics_file,
+            self.rank,
+            self.engine.device,
+            append=resumed,
+            placement=self.placement,
+            flops_per_token=training_flops_per_token(
+                self.engine.parameter_count(), config.num_hidden_layers, config.hidden_size, self.spec.seq_len
+            ),
             peak_flops_per_s=peak_flops(device_name, self.spec.dtype),
-            nvml=NvmlSampler(query).start() if query else None, collectives=self.collectives)
+            nvml=NvmlSampler(query).start() if query else None,
+            collectives=self.collectives,
+        )
 
     def finish(self, metrics: Any, evaluator: Evaluator, resumed_from: int | None) -> None:
         evaluator.run(self.steps, "after")  # validation loss (and exact match) after the last step
         metrics.close()
         # What this rank holds, for the ledger-vs-measured check (zerogate.train.held.held_bytes).
-        HeldBytes.of({"rank": self.rank, "world_size": self.world, **held_bytes(getattr(self.engine, "engine", self.engine))},
-                     "the held bytes").write(self.out_dir / "metrics" / f"held_bytes_rank{self.rank}.json")
+        HeldBytes.of(
+            {
+                "rank": self.rank,
+                "world_size": self.world,
+                **held_bytes(getattr(self.engine, "engine", self.engine)),
+            },
+            "the held bytes",
+        ).write(self.out_dir / "metrics" / f"held_bytes_rank{self.rank}.json")
         if self.spec.accelerator == "cpu":
             # The live-tensor peak of one more optimizer step, outside the timed ones (on GPUs the allocator's
             # peak, recorded every step, is the tensor peak): the ledger's tensor peak, measured.
-            LiveTensorPeak.of(sample_step(self.engine, self.batches, self.accumulation, self.steps, self.rank),
-                              "the live-tensor peak").write(self.out_dir / "metrics" / f"live_tensors_rank{self.rank}.json")
+            LiveTensorPeak.of(
+                sample_step(self.engine, self.batches, self.accumulation, self.steps, self.rank),
+                "the live-tensor peak",
+            ).write(self.out_dir / "metrics" / f"live_tensors_rank{self.rank}.json")
         dist.barrier()  # every rank's metrics file is complete before the summary says so
         if self.rank == 0:
             if self.settings.checkpoint.export_fp32:
-                export = ckpt.export_fp32(ckpt.step_dir(self.checkpoint_root, self.steps), self.out_dir / "model_fp32")
+                export = ckpt.export_fp32(
+                    ckpt.step_dir(self.checkpoint_root, self.steps), self.out_dir / "model_fp32"
+                )
                 print(f"zerogate: consolidated fp32 model in {export}", file=sys.stderr)
             self.events.path.touch()
             TrainSummary(
-                completed_steps=self.steps, resumed_from_step=resumed_from,
-                stabiliser=StabiliserSummary(policy=self.settings.stabiliser.policy,
-                                             skipped_steps=self.stabiliser.skipped_steps,
-                                             rollbacks=self.stabiliser.rollbacks, skipped_windows=self.skipped_windows),
-                world_size=self.world, parameters=self.engine.parameter_count(),
-                wall_time_s=time.perf_counter() - self.started, metrics_time_s=metrics.time_spent_s,
-                dtype=self.spec.dtype, accelerator=self.spec.accelerator, git=GitState(**git_state(Path.cwd())),
+                completed_steps=self.steps,
+                resumed_from_step=resumed_from,
+                stabiliser=StabiliserSummary(
+                    policy=self.settings.stabiliser.policy,
+                    skipped_steps=self.stabiliser.skipped_steps,
+                    rollbacks=self.stabiliser.rollbacks,
+                    skipped_windows=self.skipped_windows,
+                ),
+                world_size=self.world,
+                parameters=self.engine.parameter_count(),
+                wall_time_s=time.perf_counter() - self.started,
+                metrics_time_s=metrics.time_spent_s,
+                dtype=self.spec.dtype,
+                accelerator=self.spec.accelerator,
+                git=GitState(**git_state(Path.cwd())),
                 engine=self.engine.name,
             ).write(self.out_dir / "summary.json")
         # Stop gloo's threads before interpreter teardown: with the group left alive a rank sometimes
@@ -256,7 +336,9 @@ class RunHooks(loop.LoopHooks):
             self.metrics.reset_window()  # next step's time and memory peak
         get_accelerator().synchronize()  # the step's clock starts with the device idle
         self.metrics.start_step()
-        self.lr = self.run.engine.lr()  # the rate this step's update uses (the scheduler moves at the boundary)
+        self.lr = (
+            self.run.engine.lr()
+        )  # the rate this step's update uses (the scheduler moves at the boundary)
 
     def data_window(self, step: int) -> int:
         return data_window(step, self.run.skipped_windows)
@@ -290,11 +372,22 @@ class RunHooks(loop.LoopHooks):
         if run.policy.settle(step + 1, verdict) == run.policy.CONTINUE:  # applied, or skipped by the policy
             if applied:
                 run.stabiliser.accept(mean_loss)  # only applied steps make the spike detector's history
-            self.metrics.end_step(step + 1, mean_loss, grad_norm, self.lr, window.tokens, run.accumulation,
-                                  processed_tokens=window.processed,
-                                  extra={"data_window": window.index, "update_applied": applied,
-                                         "skip_reason": skip_reason(verdict, applied), "loss_scale": engine.loss_scale(),
-                                         "skipped_steps_deepspeed": engine.skipped_steps()})
+            self.metrics.end_step(
+                step + 1,
+                mean_loss,
+                grad_norm,
+                self.lr,
+                window.tokens,
+                run.accumulation,
+                processed_tokens=window.processed,
+                extra={
+                    "data_window": window.index,
+                    "update_applied": applied,
+                    "skip_reason": skip_reason(verdict, applied),
+                    "loss_scale": engine.loss_scale(),
+                    "skipped_steps_deepspeed": engine.skipped_steps(),
+                },
+            )
             self.progress.set_postfix(loss=f"{mean_loss:.3f}", refresh=False)
             self.progress.update(1)
             if run.settings.checkpoint.due(step + 1, run.steps):
@@ -309,7 +402,10 @@ class RunHooks(loop.LoopHooks):
         run.skipped_windows = sorted({*run.skipped_windows, window.index})
         self.metrics.reopen()  # the metrics file was put back as it was at the checkpoint
         self.progress.n = back
-        print(f"zerogate: rank {run.rank} rolled back to step {back}; data window {window.index} skipped", file=sys.stderr)
+        print(
+            f"zerogate: rank {run.rank} rolled back to step {back}; data window {window.index} skipped",
+            file=sys.stderr,
+        )
         return back
 
 
@@ -318,14 +414,31 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(args)
     resumed_from = run.resume()
     metrics = run.start_metrics(resumed=resumed_from is not None)
-    evaluator = Evaluator(run.engine, run.dataset_dir, run.eval_file, run.manifest, run.settings.evaluation, run.steps)
+    evaluator = Evaluator(
+        run.engine, run.dataset_dir, run.eval_file, run.manifest, run.settings.evaluation, run.steps
+    )
     if resumed_from is None and run.settings.stabiliser.policy == "rollback":
         run.save_checkpoint(0)  # rollback needs a good state to return to, even before the first interval
     start = resumed_from or 0
-    progress = tqdm(total=run.steps, initial=start, desc="train", unit="step", disable=run.rank != 0, mininterval=5,
-                    ncols=100, file=sys.stderr)
+    progress = tqdm(
+        total=run.steps,
+        initial=start,
+        desc="train",
+        unit="step",
+        disable=run.rank != 0,
+        mininterval=5,
+        ncols=100,
+        file=sys.stderr,
+    )
     run.engine.train()
-    loop.run(run.engine, run.batches, run.accumulation, start, run.steps, RunHooks(run, metrics, evaluator, progress))
+    loop.run(
+        run.engine,
+        run.batches,
+        run.accumulation,
+        start,
+        run.steps,
+        RunHooks(run, metrics, evaluator, progress),
+    )
     progress.close()
     run.finish(metrics, evaluator, resumed_from)
     return 0

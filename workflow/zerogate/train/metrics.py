@@ -7,7 +7,8 @@ never retrains. Memory peaks are reset after every window
 micro_step_done per micro-step (a clock read, no device sync) and end_step after its one host sync.
 The time each rank spends blocked in collectives (``collectives(s)``) is counted by CollectiveClock, two
 clock reads per collective and no added synchronisation; compute and wait per rank are derived from it in
-zerogate.analysis.measures. GPU sources (allocator peaks, pinned host memory, NVML) sit behind small probes so the logic is tested
+zerogate.analysis.measures. GPU sources (allocator peaks, pinned host memory, NVML) sit behind small probes so
+the logic is tested
 on a CPU with fakes.
 """
 
@@ -53,10 +54,29 @@ def _reset_vm_hwm() -> bool:
 
 # torch.distributed calls in which a rank can block on the others: a synchronous call blocks inside it, an
 # asynchronous one (async_op=True, ZeRO-3's prefetched all-gathers) in its handle's wait().
-COLLECTIVES = ("all_reduce", "all_reduce_coalesced", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
-               "_all_gather_base", "all_gather_coalesced", "reduce_scatter", "reduce_scatter_tensor",
-               "_reduce_scatter_base", "all_to_all", "all_to_all_single", "gather", "scatter", "barrier",
-               "monitored_barrier", "all_gather_object", "broadcast_object_list", "send", "recv")
+COLLECTIVES = (
+    "all_reduce",
+    "all_reduce_coalesced",
+    "reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "_all_gather_base",
+    "all_gather_coalesced",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "_reduce_scatter_base",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "scatter",
+    "barrier",
+    "monitored_barrier",
+    "all_gather_object",
+    "broadcast_object_list",
+    "send",
+    "recv",
+)
 
 
 class CollectiveClock:
@@ -83,6 +103,7 @@ class CollectiveClock:
         if modules is None:
             import torch.distributed as dist
             from torch.distributed import distributed_c10d
+
             modules = (dist, distributed_c10d)
         for module in modules:
             for name in COLLECTIVES:
@@ -122,7 +143,8 @@ class CollectiveClock:
 
 
 class TimedWork:
-    """An asynchronous collective's handle whose wait() is timed on the clock; everything else passes through."""
+    """An asynchronous collective's handle whose wait() is timed on the clock; everything else passes
+    through."""
 
     __slots__ = ("_work", "_clock")
 
@@ -171,10 +193,20 @@ class CudaProbe:
 class StepMetrics:
     """Writes one line per optimizer step for one rank."""
 
-    def __init__(self, path: str | Path, rank: int, device: torch.device, *,
-                 flops_per_token: float | None = None, peak_flops_per_s: float | None = None,
-                 probe: DeviceProbe | None = None, nvml: NvmlSampler | None = None, append: bool = False,
-                 placement: dict[str, Any] | None = None, collectives: CollectiveClock | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        rank: int,
+        device: torch.device,
+        *,
+        flops_per_token: float | None = None,
+        peak_flops_per_s: float | None = None,
+        probe: DeviceProbe | None = None,
+        nvml: NvmlSampler | None = None,
+        append: bool = False,
+        placement: dict[str, Any] | None = None,
+        collectives: CollectiveClock | None = None,
+    ) -> None:
         self.rank = rank
         self.collectives = collectives  # installed by the loop before DeepSpeed starts; None: not recorded
         self.placement = placement or {}  # where the rank runs: node, local_rank, host (several nodes)
@@ -188,7 +220,9 @@ class StepMetrics:
         self.started = time.perf_counter()
         self.step_started = self.started
         self.micro_marks: list[float] = []
-        self.time_spent_s = 0.0  # in end_step: what the metrics layer adds to the loop (bench.metrics_overhead)
+        self.time_spent_s = (
+            0.0  # in end_step: what the metrics layer adds to the loop (bench.metrics_overhead)
+        )
         self.peak_resettable = _reset_vm_hwm()
         if self.probe is not None:
             self.probe.reset_peaks()
@@ -219,12 +253,18 @@ class StepMetrics:
         if self.probe is not None:
             reserved = self.probe.max_reserved()
             pinned = self.probe.pinned_host_bytes()
-            fields.update(max_allocated_gib=self.probe.max_allocated() / GIB, max_reserved_gib=reserved / GIB,
-                          device_peak_gib=reserved / GIB, device_peak_source="torch.cuda.max_memory_reserved",
-                          pinned_host_gib=None if pinned is None else pinned / GIB)
+            fields.update(
+                max_allocated_gib=self.probe.max_allocated() / GIB,
+                max_reserved_gib=reserved / GIB,
+                device_peak_gib=reserved / GIB,
+                device_peak_source="torch.cuda.max_memory_reserved",
+                pinned_host_gib=None if pinned is None else pinned / GIB,
+            )
         else:
-            fields.update(device_peak_gib=fields["peak_rss_gib"],
-                          device_peak_source="VmHWM per step" if self.peak_resettable else "VmHWM since start")
+            fields.update(
+                device_peak_gib=fields["peak_rss_gib"],
+                device_peak_source="VmHWM per step" if self.peak_resettable else "VmHWM since start",
+            )
         if self.nvml is not None:
             peak = self.nvml.take_peak()
             fields["nvml_process_peak_gib"] = None if peak is None else peak / GIB
@@ -236,8 +276,18 @@ class StepMetrics:
         if self.peak_resettable:
             _reset_vm_hwm()
 
-    def end_step(self, step: int, loss: float, grad_norm: float | None, lr: float, tokens: int, micro_steps: int,
-                 *, processed_tokens: int | None = None, extra: dict[str, Any] | None = None) -> StepRecord:
+    def end_step(
+        self,
+        step: int,
+        loss: float,
+        grad_norm: float | None,
+        lr: float,
+        tokens: int,
+        micro_steps: int,
+        *,
+        processed_tokens: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> StepRecord:
         """Record a finished optimizer step. The caller has synchronised the device (loss.item()).
 
         ``tokens`` counts the non-padding tokens trained on; ``processed_tokens`` all positions computed
@@ -248,12 +298,25 @@ class StepMetrics:
             if self.collectives is not None:
                 blocked, calls = self.collectives.take()
                 extra = {**(extra or {}), "collectives_s": blocked, "collective_calls": calls}
-            return self._write(step, loss, grad_norm, lr, tokens, micro_steps, processed_tokens, extra, now, step_time)
+            return self._write(
+                step, loss, grad_norm, lr, tokens, micro_steps, processed_tokens, extra, now, step_time
+            )
         finally:
             self.time_spent_s += time.perf_counter() - now
 
-    def _write(self, step: int, loss: float, grad_norm: float | None, lr: float, tokens: int, micro_steps: int,
-               processed_tokens: int | None, extra: dict[str, Any] | None, now: float, step_time: float) -> StepRecord:
+    def _write(
+        self,
+        step: int,
+        loss: float,
+        grad_norm: float | None,
+        lr: float,
+        tokens: int,
+        micro_steps: int,
+        processed_tokens: int | None,
+        extra: dict[str, Any] | None,
+        now: float,
+        step_time: float,
+    ) -> StepRecord:
         micro_times = [b - a for a, b in zip(self.micro_marks, self.micro_marks[1:])]
         fields: dict[str, Any] = {
             "step": step,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 Query = Callable[[], "int | None"]
 
@@ -18,6 +18,7 @@ def nvml_query(device_index: int, pid: int | None = None) -> Query | None:
     """A query for this process's memory on one GPU, or None where NVML is unavailable."""
     try:
         import pynvml  # nvidia-ml-py: present on most CUDA machines, not needed on CPUs
+
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
     except Exception:  # no library, no driver, no device: memory is then simply not sampled
@@ -43,7 +44,7 @@ class NvmlSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="zerogate-nvml", daemon=True)
 
-    def start(self) -> "NvmlSampler":
+    def start(self) -> NvmlSampler:
         self._thread.start()
         return self
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from zerogate.train.stabiliser import EventLog, Stabiliser, Verdict, injected_loss_factor
 
@@ -55,8 +56,14 @@ class StepPolicy:
 
     CONTINUE, ROLLBACK = "continue", "rollback"
 
-    def __init__(self, stabiliser: Stabiliser, events: EventLog, rank: int, fp16: bool,
-                 barrier: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        stabiliser: Stabiliser,
+        events: EventLog,
+        rank: int,
+        fp16: bool,
+        barrier: Callable[[], None] = lambda: None,
+    ) -> None:
         self.stabiliser, self.events, self.rank, self.fp16 = stabiliser, events, rank, fp16
         self.barrier = barrier
 
@@ -84,14 +91,19 @@ class StepPolicy:
 
     def report(self, step: int, verdict: Verdict) -> None:
         """Log a stabiliser event; stop the run if the action is abort."""
-        print(f"zerogate: stabiliser: step {step}: {verdict.kind} = {verdict.value} on ranks {verdict.ranks}: "
-              f"{verdict.action}", file=sys.stderr)
+        print(
+            f"zerogate: stabiliser: step {step}: {verdict.kind} = {verdict.value} on ranks {verdict.ranks}: "
+            f"{verdict.action}",
+            file=sys.stderr,
+        )
         if self.rank == 0:
             self.events.write(step, verdict)
         if verdict.action == "abort":
             self.barrier()
-            raise StabiliserAbort(f"zerogate: stabiliser aborted the run at step {step}: {verdict.kind} "
-                                  f"({verdict.value}) on ranks {verdict.ranks}")
+            raise StabiliserAbort(
+                f"zerogate: stabiliser aborted the run at step {step}: {verdict.kind} "
+                f"({verdict.value}) on ranks {verdict.ranks}"
+            )
 
     def no_checkpoint(self, step: int, verdict: Verdict) -> None:
         """A rollback with nothing to roll back to ends the run as an abort."""

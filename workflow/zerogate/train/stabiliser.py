@@ -35,8 +35,11 @@ class Stabiliser:
     """Keeps the rolling loss history; judges each step's loss before the update."""
 
     def __init__(self, settings: StabiliserSettings | dict[str, Any] | None) -> None:
-        """``settings``: typed, or the profile's ``stabiliser`` section (defaults from zerogate.config.settings)."""
-        self.settings = settings if isinstance(settings, StabiliserSettings) else stabiliser_settings(settings)
+        """``settings``: typed, or the profile's ``stabiliser`` section (defaults from
+        zerogate.config.settings)."""
+        self.settings = (
+            settings if isinstance(settings, StabiliserSettings) else stabiliser_settings(settings)
+        )
         self.history: deque[float] = deque(maxlen=self.settings.spike_window)
         self.rollbacks = 0
         self.skipped_steps = 0
@@ -72,7 +75,11 @@ class Stabiliser:
         self.history.append(float(loss))
 
     def state(self) -> dict[str, Any]:
-        return {"history": list(self.history), "rollbacks": self.rollbacks, "skipped_steps": self.skipped_steps}
+        return {
+            "history": list(self.history),
+            "rollbacks": self.rollbacks,
+            "skipped_steps": self.skipped_steps,
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.history = deque(state["history"], maxlen=self.settings.spike_window)
@@ -112,5 +119,7 @@ class EventLog:
         value = verdict.value if verdict.value is None or math.isfinite(verdict.value) else str(verdict.value)
         with open(self.path, "a") as handle:
             for rank in verdict.ranks:
-                event = StabiliserEvent(step=step, rank=rank, kind=verdict.kind, value=value, action=verdict.action)
+                event = StabiliserEvent(
+                    step=step, rank=rank, kind=verdict.kind, value=value, action=verdict.action
+                )
                 handle.write(line_of(event) + "\n")
