@@ -8,7 +8,7 @@ OPS_STAMP := $(VENV)/.ops-built
 # Rules call `python`, `deepspeed` and `snakemake`: take them from the project's environment.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup run test lint compare clean
+.PHONY: setup run test lint format compare clean
 
 # Set-up in two steps that overlap: what the ops build imports (envs/requirements-ops.txt) first, then the ops
 # build beside the install of everything else (make -j2 below); both pinned as the resolved set.
@@ -40,8 +40,19 @@ run: setup
 test: setup
 	pytest
 
+# Lint: Snakemake's own, ruff (lint and format) on the Python sources, snakefmt on the Snakefile and the rules.
+# `make format` rewrites the files the same tools check.
+SNAKE_FILES := Snakefile workflow/rules
 lint: setup
 	snakemake --lint
+	ruff check workflow tests
+	ruff format --check workflow tests
+	snakefmt --check $(SNAKE_FILES)
+
+format: setup
+	ruff check --fix workflow tests
+	ruff format workflow tests
+	snakefmt $(SNAKE_FILES)
 
 # Every run under results/ (or config's `compare` list) side by side in one HTML report.
 compare: setup
