@@ -9,8 +9,8 @@ import pytest
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.verdicts import GateVerdicts
-from zerogate.plan.collectives import predicted_seconds
-from zerogate.plan.floor import EAGER_PASS
+from zerogate.predict.collectives import predicted_seconds
+from zerogate.predict.floor import EAGER_PASS
 from zerogate.runtime.collectives import KINDS
 
 pytestmark = pytest.mark.integration

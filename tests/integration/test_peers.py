@@ -20,7 +20,7 @@ from zerogate.analysis.variants import TOLERANCE_FLOOR, VariantRun, compare, rel
 from zerogate.contracts.base import read_lines
 from zerogate.contracts.records import HeldBytes, StepRecord, TrainSummary
 from zerogate.contracts.run import DsConfig, TrainSettings
-from zerogate.plan.variants import engine_of, variant_config
+from zerogate.render.variants import engine_of, variant_config
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ VARIANTS = ("zero3", "fsdp2", "fsdp2-offload")
 
 
 def launch(workdir: Path, results: Path, out: Path, name: str) -> subprocess.CompletedProcess:
-    """zerogate.train.loop through the launcher on ``name``'s config (zerogate.plan.variants), checkpoints
+    """zerogate.train.loop through the launcher on ``name``'s config (zerogate.render.variants), checkpoints
     every four steps."""
     command = shortened_launch(results, out, STEPS, checkpoint={"every_steps": 4, "keep": 1})
     config, _ = variant_config(DsConfig.read(out / "ds_config.json").raw, name)

@@ -148,7 +148,7 @@ def render_profile(
     """A profile (its name, a resolved profile or its settings) rendered for ``fingerprint`` from the settings
     render_deepspeed_config's rule passes: the profile's claim config unless ``claim`` is given, the
     profile's overrides then ``overrides`` ({path, value, reason}), ``steps`` optimizer steps if given."""
-    from zerogate.plan.ds_config import render
+    from zerogate.render.ds_config import render
 
     typed = profile if isinstance(profile, ProfileSettings) else settings(profile)
     template = template_file or typed.deepspeed.template
@@ -227,7 +227,7 @@ def planned_run() -> Plan:
     """The planner's plan of cpu-tiny on this CPU machine (probed without measurements: no floor figures)."""
     from tests.conftest import CPU_FINGERPRINT
     from zerogate.config.machines import from_fingerprint
-    from zerogate.plan.planner import plan_for_run
+    from zerogate.predict.planner import plan_for_run
 
     ds_config, _, spec = rendered_run("cpu")
     return plan_for_run(

@@ -9,10 +9,10 @@ from transformers import GPT2Config, LlamaConfig
 from tests.unit.helpers import settings
 from tests.unit.test_ledger import claim_counts, claim_setup, rendered
 from zerogate.config.machines import load_description, to_fingerprint
-from zerogate.plan.activations import TracedActivations, as_cuda_sdpa_runs
-from zerogate.plan.ledger import activation_bytes, device_levels, zerogate_terms
-from zerogate.plan.planner import checks, device_changes, largest_micro_batch, plan_for_run
-from zerogate.plan.trace import trace_micro_step
+from zerogate.predict.activations import TracedActivations, as_cuda_sdpa_runs
+from zerogate.predict.ledger import activation_bytes, device_levels, zerogate_terms
+from zerogate.predict.planner import checks, device_changes, largest_micro_batch, plan_for_run
+from zerogate.predict.trace import trace_micro_step
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
@@ -154,7 +154,7 @@ def test_gpt2_xl_from_its_config_plans_for_the_claimed_box_with_fit_and_largest_
     assert result.fits and result.largest_micro_batch_per_rank >= 1
     assert result.ledger.activations.basis == "traced" and result.ledger.activations.layers == 48
     assert "(attn_pdrop 0.1) traced as 0" in result.ledger.activations.how
-    from zerogate.plan.planner import run_setup
+    from zerogate.predict.planner import run_setup
 
     counts, setup, activations = run_setup(spec, ds, machine)
     largest = result.largest_micro_batch_per_rank

@@ -37,7 +37,7 @@ from zerogate.contracts.verdicts import (
     ClaimVerdict,
     GateVerdicts,
 )
-from zerogate.plan.planner import peak_for_run, plan_for_run, run_setup, target_machine
+from zerogate.predict.planner import peak_for_run, plan_for_run, run_setup, target_machine
 from zerogate.units import GB, GIB
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,9 +20,9 @@ from zerogate.contracts.verdicts import (
     JudgedClaim,
 )
 from zerogate.model.counts import ModelCounts
-from zerogate.plan.comms import SCHEMES, scheme_setup
-from zerogate.plan.ledger import Setup
-from zerogate.plan.planner import plan
+from zerogate.predict.comms import SCHEMES, scheme_setup
+from zerogate.predict.ledger import Setup
+from zerogate.predict.planner import plan
 from zerogate.report.html import section
 
 # 1000 + 100 elements above the persistence threshold (50), 10 and 6 at or below it; fp32; 2 ranks.

@@ -1,10 +1,10 @@
-"""zerogate.plan.comms: the volume definition and the theory per scheme, against hand-worked numbers."""
+"""zerogate.predict.comms: the volume definition and the theory per scheme, against hand-worked numbers."""
 
 from __future__ import annotations
 
 import pytest
 
-from zerogate.plan.comms import (
+from zerogate.predict.comms import (
     BOUNDARY,
     MICRO_STEP,
     SCHEMES,
@@ -22,8 +22,8 @@ from zerogate.plan.comms import (
     zero3_gathers,
     zero3_most_gathered,
 )
-from zerogate.plan.ledger import ModelCounts
-from zerogate.plan.variants import PEERS, VARIANTS
+from zerogate.predict.ledger import ModelCounts
+from zerogate.render.variants import PEERS, VARIANTS
 
 
 def counts(*numels: int) -> ModelCounts:

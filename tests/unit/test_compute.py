@@ -1,4 +1,4 @@
-"""plan/compute.py: the model's own forward + backward, timed through the run's DeepSpeed engine (the
+"""predict/compute.py: the model's own forward + backward, timed through the run's DeepSpeed engine (the
 floor's measured compute term)."""
 
 import dataclasses
@@ -44,7 +44,7 @@ CHILD = textwrap.dedent("""
     import zerogate.runtime.launch as launch
     ports, start = [], launch.start_one_rank_world
     launch.start_one_rank_world = lambda *args, **kwargs: ports.append(start(*args, **kwargs)) or ports[-1]
-    from zerogate.plan.compute import measure_forward_backward
+    from zerogate.predict.compute import measure_forward_backward
     measured = measure_forward_backward(run_spec, ds_config, timed=3)
     print("RESULT " + json.dumps(measured))
     print("PORTS " + json.dumps(ports))

@@ -9,7 +9,7 @@ from tests.conftest import gpu_fingerprint
 from tests.unit.helpers import render_profile, settings
 from zerogate.contracts.run import DsConfig
 from zerogate.errors import InputError
-from zerogate.plan.ds_config import find_auto
+from zerogate.render.ds_config import find_auto
 
 
 def by_path(deviations):
@@ -35,7 +35,7 @@ def test_cpu_render_resolves_every_auto_and_records_why(claim_config, tiny_profi
     assert find_auto(ds) == []
     zero = ds["zero_optimization"]
     hidden = settings(tiny_profile).model.hidden_size
-    # On the CPU accelerator the bucket "auto"s take the tuned values (zerogate.plan.cpu_tuning), one
+    # On the CPU accelerator the bucket "auto"s take the tuned values (zerogate.render.cpu_tuning), one
     # deviation each.
     assert zero["reduce_bucket_size"] == 500_000_000
     assert zero["stage3_prefetch_bucket_size"] == 50_000_000

@@ -8,8 +8,8 @@ from tests.conftest import gpu_fingerprint
 from tests.unit.test_ds_config import by_path, render_claim, with_sections
 from zerogate.contracts.machine import Fingerprint
 from zerogate.errors import InputError
-from zerogate.plan.ds_config import validate_with_deepspeed
-from zerogate.plan.ds_keys import model_keys, unknown_keys
+from zerogate.render.ds_config import validate_with_deepspeed
+from zerogate.render.ds_keys import model_keys, unknown_keys
 
 
 def _without_bf16(fingerprint: Fingerprint) -> Fingerprint:
@@ -105,7 +105,7 @@ def test_bf16_kept_where_every_device_supports_it(claim_config, tiny_profile):
 
 
 def test_a_claim_config_that_is_not_json_or_not_an_object_is_refused_naming_the_file(tmp_path):
-    from zerogate.plan.ds_config import read_claim
+    from zerogate.render.ds_config import read_claim
 
     broken = tmp_path / "claim.json"
     broken.write_text('{\n  "train_micro_batch_size_per_gpu": 1,,\n}\n')
@@ -126,7 +126,7 @@ def test_the_key_table_is_deepspeeds_and_once_kept_checks_keys_without_importing
     import subprocess
     import sys
 
-    from zerogate.plan.ds_keys import cache_file, key_table, table_from_deepspeed
+    from zerogate.render.ds_keys import cache_file, key_table, table_from_deepspeed
 
     assert key_table() == json.loads(json.dumps(table_from_deepspeed()))
     kept = cache_file(str(tmp_path))
@@ -135,7 +135,7 @@ def test_the_key_table_is_deepspeeds_and_once_kept_checks_keys_without_importing
     )
     # A process whose environment holds the table checks a config's keys without loading DeepSpeed (or torch).
     probe = (
-        "import sys; from zerogate.plan import ds_keys; "
+        "import sys; from zerogate.render import ds_keys; "
         "problems = ds_keys.unknown_keys({'zero_optimization': {'stage3_prefetch_bucket_sise': 1}, 'fp16': "
         "{}}); "
         "print(problems); assert 'deepspeed' not in sys.modules and 'torch' not in sys.modules"

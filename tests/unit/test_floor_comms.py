@@ -12,9 +12,9 @@ from zerogate.contracts.machine import CollectiveKindFigures, Collectives, Colle
 from zerogate.contracts.plan import CollectiveTime, Floor, ModelComputeMeasurement
 from zerogate.errors import InputError
 from zerogate.model.counts import ModelCounts
-from zerogate.plan import collectives, comms
-from zerogate.plan.comms import BOUNDARY, MICRO_STEP, Term
-from zerogate.plan.floor import (
+from zerogate.predict import collectives, comms
+from zerogate.predict.comms import BOUNDARY, MICRO_STEP, Term
+from zerogate.predict.floor import (
     EAGER_PASS,
     collective_time,
     derived_bandwidth,
@@ -22,7 +22,7 @@ from zerogate.plan.floor import (
     theory_scheme,
     theory_terms,
 )
-from zerogate.plan.ledger import Setup
+from zerogate.predict.ledger import Setup
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
@@ -281,7 +281,7 @@ def test_claimed_box_link_is_derived_from_the_slower_pcie_link_with_a_published_
     result = floor_of(oracle_counts(), claim_setup(), box)
     gather = result.communication.micro_step.kinds["all_gather"]
     assert gather.latency.basis == "published" and gather.latency.value == pytest.approx(11.27e-6)
-    # The theory's all-gather volume per micro-step (plan/comms owns it), over the derived bandwidth.
+    # The theory's all-gather volume per micro-step (predict/comms owns it), over the derived bandwidth.
     terms = theory_terms(oracle_counts(), claim_setup())
     calls, volume = comms.totals([t for t in terms if t.kind == "all_gather"], MICRO_STEP, 2)
     assert (
@@ -463,7 +463,7 @@ def _finished(steps: int = 200, world_size: int = 2):
 def _hand_plan():
     """The planner's plan of the hand-made counts on the hand-made CPU machine (its floor is
     floor.floor's)."""
-    from zerogate.plan.planner import plan
+    from zerogate.predict.planner import plan
 
     return plan(tiny_counts(), cpu_setup(), cpu_machine(GLOO), profile="cpu-tiny")
 
@@ -527,6 +527,6 @@ def test_report_shows_the_floor_terms_beside_the_measured_step_and_each_figures_
 
 @pytest.fixture
 def claim_box_plan():
-    from zerogate.plan.planner import plan
+    from zerogate.predict.planner import plan
 
     return plan(oracle_counts(), claim_setup(), load_description(CLAIM_BOX))

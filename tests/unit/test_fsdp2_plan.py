@@ -1,6 +1,7 @@
-"""The planner's prediction for FSDP2 (zerogate.plan.ledger.fsdp2_terms): sharded model states like ZeRO-3's
-without its separate master copy, persistent parameters or reduce bucket; the root gathered whole plus two
-decoder layers; CPUOffloadPolicy taking the held terms off a GPU; and the figure the variants' table shows."""
+"""The planner's prediction for FSDP2 (zerogate.predict.ledger.fsdp2_terms): sharded model states like
+ZeRO-3's without its separate master copy, persistent parameters or reduce bucket; the root gathered whole
+plus two decoder layers; CPUOffloadPolicy taking the held terms off a GPU; and the figure the variants' table
+shows."""
 
 import dataclasses
 
@@ -10,9 +11,9 @@ from tests.unit.test_ledger import QWEN14B, TINY, claim_setup, rendered
 from zerogate.contracts.run import DsConfig
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import count_parameters
-from zerogate.plan.ledger import PERSISTENT, fsdp2_peak_levels, fsdp2_terms, peak_split, zerogate_terms
-from zerogate.plan.planner import fsdp2_peak_for_run
-from zerogate.plan.variants import variant_config
+from zerogate.predict.ledger import PERSISTENT, fsdp2_peak_levels, fsdp2_terms, peak_split, zerogate_terms
+from zerogate.predict.planner import fsdp2_peak_for_run
+from zerogate.render.variants import variant_config
 from zerogate.units import GIB
 
 

@@ -188,7 +188,7 @@ def test_one_nan_is_one_fault_under_skip_and_rollback(tmp_path):
 
 # The floor's Adam term used 36 B/param where its own derivation gives 30 (fp16) or 28 (fp32).
 def test_adam_bytes_per_param_follow_their_derivation():
-    from zerogate.plan import floor
+    from zerogate.predict import floor
 
     assert floor.adam_bytes_per_param(2) == 16 + 12 + 2
     assert floor.adam_bytes_per_param(4) == 16 + 12
@@ -267,7 +267,7 @@ def test_the_spike_rule_is_documented_as_upward_only_like_the_stabiliser():
 # MFU used fp32-accumulate for one card and fp16-accumulate for the other; the floor a third basis.
 def test_one_peak_flops_basis_for_mfu_and_the_floor():
     from zerogate import hardware
-    from zerogate.plan.floor import _peak
+    from zerogate.predict.floor import _peak
     from zerogate.train import loop
 
     # The training loop's MFU divides by hardware.peak_flops (StepMetrics' peak_flops_per_s), as the floor

@@ -1,16 +1,17 @@
 """The package's layering rules, checked on what an import really loads (so transitive imports count too).
 
 Layers, from the bottom: zerogate.contracts (the files' types, with zerogate.config) -> zerogate.runtime
-(process launch, nodes, the one-rank world, the probe, the one training loop) -> zerogate.plan and
-zerogate.train side by side (neither imports the other) -> zerogate.analysis -> zerogate.report.
+(process launch, nodes, the one-rank world, the probe, the one training loop) -> zerogate.render (the
+DeepSpeed config) -> zerogate.predict (memory, communication and time before the run) beside zerogate.train
+(neither imports the other) -> zerogate.analysis -> zerogate.report.
 
 - The training side (zerogate.train, zerogate.data, zerogate.model, zerogate.runtime) runs inside every
   DeepSpeed rank: it must not load the analysis stack (pandas, seaborn, matplotlib).
 - The analysis side (zerogate.analysis, zerogate.report) runs in light rule jobs and on machines without an
   accelerator stack: it must not load torch or deepspeed.
 - The contracts are read by both sides: neither torch nor pandas.
-- zerogate.plan never loads zerogate.train, zerogate.train never loads zerogate.plan, zerogate.runtime loads
-  neither, and nothing below zerogate.analysis loads it or zerogate.report.
+- zerogate.render never loads zerogate.predict; neither loads zerogate.train, zerogate.train loads neither,
+  zerogate.runtime loads none of them, and nothing below zerogate.analysis loads it or zerogate.report.
 
 Each side's modules are imported in a fresh interpreter, which then reads sys.modules; an import hook
 names the zerogate module whose import first pulled a forbidden package in.
@@ -36,11 +37,12 @@ SIDES = {
 }
 # The zerogate layers each layer must not load (zerogate.<name> as the forbidden "package").
 LAYERS = {
-    "plan": ("train", "analysis", "report"),
-    "train": ("plan", "analysis", "report"),
-    "runtime": ("plan", "train", "analysis", "report"),
-    "contracts": ("plan", "train", "runtime", "analysis", "report", "model", "data"),
-    "config": ("plan", "train", "runtime", "analysis", "report"),
+    "render": ("predict", "train", "analysis", "report"),
+    "predict": ("train", "analysis", "report"),
+    "train": ("render", "predict", "analysis", "report"),
+    "runtime": ("render", "predict", "train", "analysis", "report"),
+    "contracts": ("render", "predict", "train", "runtime", "analysis", "report", "model", "data"),
+    "config": ("render", "predict", "train", "runtime", "analysis", "report"),
     "analysis": ("report", "train"),
 }
 

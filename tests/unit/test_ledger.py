@@ -18,7 +18,7 @@ from zerogate.contracts.records import HeldBytes, LiveTensorPeak, column
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import ModelCounts, count_parameters
-from zerogate.plan.ledger import (
+from zerogate.predict.ledger import (
     HOST_SETUP,
     PHASES,
     TERM_SOURCES,
@@ -686,7 +686,7 @@ def test_gpu_peaks_are_compared_level_by_level():
     """GPU-shaped step records (no GPU here): each level's prediction against the max over steps of the
     column with its definition: max_allocated (tensors), max_reserved (allocator), NVML (device)."""
     from zerogate.analysis.ledger_check import level_rows, with_peaks
-    from zerogate.plan.planner import peak_prediction
+    from zerogate.predict.planner import peak_prediction
 
     steps = table_of(
         [
@@ -723,7 +723,7 @@ def test_gpu_peaks_are_compared_level_by_level():
 
 def test_the_cpu_tensor_peak_is_compared_with_the_sampled_step_and_without_the_buckets(tmp_path):
     from zerogate.analysis.ledger_check import BUCKETS_EXCLUDED, level_rows
-    from zerogate.plan.planner import peak_prediction
+    from zerogate.predict.planner import peak_prediction
 
     counts = recorded_counts()
     setup = setup_from_config(recorded_ds_config(), recorded_run_spec())
@@ -769,7 +769,7 @@ def _peak_steps(peaks: list[float], ends: list[float], allocator_free: float | N
 
 
 def _prediction(persistent: float, transient: float, retained_heap: float = 0.0) -> PeakPrediction:
-    from zerogate.plan.ledger import peak_split
+    from zerogate.predict.ledger import peak_split
 
     terms = {"runtime_baseline": int((persistent - retained_heap) * GIB), "activations": int(transient * GIB)}
     if retained_heap:
@@ -859,7 +859,7 @@ def test_a_persistent_miss_says_how_much_of_it_the_allocator_kept_free():
 
 def test_the_cpu_peak_counts_what_zero3_keeps_gathered():
     from tests.unit.test_floor_comms import cpu_setup
-    from zerogate.plan.ledger import peak_terms
+    from zerogate.predict.ledger import peak_terms
 
     model = ModelCounts(
         total=1115,
@@ -885,7 +885,7 @@ def test_the_cpu_peak_counts_what_zero3_keeps_gathered():
 
 
 def test_a_rendered_reuse_distance_reaches_the_setup():
-    from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE
+    from zerogate.predict.ledger import DEEPSPEED_MAX_REUSE_DISTANCE
 
     ds, spec = rendered()
     assert "stage3_max_reuse_distance" not in ds.raw["zero_optimization"]
@@ -900,7 +900,7 @@ def test_a_rendered_reuse_distance_reaches_the_setup():
 
 
 def test_peak_terms_on_gpus_are_the_device_terms():
-    from zerogate.plan.ledger import peak_terms
+    from zerogate.predict.ledger import peak_terms
 
     counts, setup = claim_counts(), claim_setup()
     terms = peak_terms(counts, setup, None)
@@ -912,7 +912,7 @@ def test_the_heap_keeps_the_per_parameter_copies_while_the_optimizers_mapped_cop
     a phase of small storages and a later phase of a large one leave the resident set at the sum of the two
     size classes' peaks, the tensor peak at the larger phase."""
     from tests.unit.test_floor_comms import cpu_setup
-    from zerogate.plan.ledger import ActivationFigures, peak_levels, peak_terms, retained_heap_bytes
+    from zerogate.predict.ledger import ActivationFigures, peak_levels, peak_terms, retained_heap_bytes
 
     mib = 2**20
     # Two parameters in fp32: 8 Mi elements (32 MiB, the heap's largest) and 16 Mi (64 MiB, mapped).

@@ -9,14 +9,14 @@ from tests.unit.helpers import settings
 from tests.unit.test_ledger import claim_counts, claim_setup
 from zerogate.config.machines import load_description
 from zerogate.contracts.plan import SuggestedSettings, Suggestion
-from zerogate.plan.overlay import (
+from zerogate.predict.planner import plan as planner_plan
+from zerogate.render.overlay import (
     overlay,
     overlay_text,
     profile_stem,
     suggestion_profile,
     with_suggestion_profiles,
 )
-from zerogate.plan.planner import plan as planner_plan
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM = settings("claim-14b")

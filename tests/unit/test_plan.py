@@ -14,8 +14,8 @@ from zerogate.contracts.plan import BaselineMeasurement, Floor, ModelComputeMeas
 from zerogate.contracts.records import column
 from zerogate.contracts.verdicts import DOES_NOT_HOLD
 from zerogate.model.build import planned_model_config
-from zerogate.plan.floor import floor, link_bytes, pcie_gbps
-from zerogate.plan.planner import (
+from zerogate.predict.floor import floor, link_bytes, pcie_gbps
+from zerogate.predict.planner import (
     device_capacity,
     peak_for_run,
     plan,
@@ -25,7 +25,7 @@ from zerogate.plan.planner import (
     target_machine,
     with_measured_compute,
 )
-from zerogate.plan.trace import trace_micro_step
+from zerogate.predict.trace import trace_micro_step
 from zerogate.units import format_bytes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -301,7 +301,7 @@ def _baseline(peak_rss_bytes: int) -> BaselineMeasurement:
 def test_peak_prediction_on_the_cpu_accelerator_adds_the_measured_baseline(
     tiny_profile, cpu_fingerprint, tmp_path
 ):
-    from zerogate.plan.ledger import PAGE_BYTES, PERSISTENT, TRANSIENT_TERMS, phase_bytes
+    from zerogate.predict.ledger import PAGE_BYTES, PERSISTENT, TRANSIENT_TERMS, phase_bytes
 
     _, fingerprint = target_machine(None, _probed(tmp_path, cpu_fingerprint), "testbox")
     ds, run_spec = rendered(tiny_profile, fingerprint)
@@ -336,7 +336,7 @@ def test_the_small_card_claim_shows_the_traced_terms_and_each_change_under_it_pl
     it (here: the profile loaded as that command loads it, planned, and under the threshold)."""
     from zerogate.analysis.on_paper import judge_memory
     from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
-    from zerogate.plan.overlay import with_suggestion_profiles
+    from zerogate.render.overlay import with_suggestion_profiles
 
     claim = settings("claim-14b")
     machine, fingerprint = target_machine(str(CLAIM_BOX), None, "ignored")

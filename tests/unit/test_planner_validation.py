@@ -448,7 +448,7 @@ def test_a_run_is_planned_for_the_deepspeed_it_states_on_the_memory_cuda_gives_i
 
 
 def test_a_memory_reading_is_set_against_the_level_its_metric_measures(table):
-    from zerogate.plan.planner import peak_prediction
+    from zerogate.predict.planner import peak_prediction
 
     named = row(table, "colossalai-lightning-gpt2-xl-4xa100-40g-z3-mb40-peak")
     checked = validation.check_measured_row(named, load_config(REPO / named.model.config), REPO)

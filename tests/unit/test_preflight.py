@@ -3,7 +3,7 @@
 from tests.conftest import REPO, gpu_fingerprint
 from zerogate.config.profile import load_profile_chain, resolve_profile
 from zerogate.contracts.machine import Preflight, Ram
-from zerogate.plan.preflight import verdict
+from zerogate.predict.preflight import verdict
 
 
 def profile(name):
@@ -45,7 +45,7 @@ def test_profiles_without_needs_pass(cpu_fingerprint):
 
 
 def test_refusal_message_names_the_profile_each_shortfall_and_the_basis(cpu_fingerprint):
-    from zerogate.plan.preflight import preflight_refusal
+    from zerogate.predict.preflight import preflight_refusal
 
     needs = profile("claim-14b")["preflight"]
     message = preflight_refusal(verdict(needs, cpu_fingerprint), "claim-14b")

@@ -136,7 +136,7 @@ def test_deepspeed_op_checks_keep_the_fact_and_leave_the_console_alone(capfd, tm
 def test_this_machines_probe_becomes_a_fingerprint_and_a_valid_machine(tmp_path):
     """The probe_hardware rule's path without the timed parts: probe() gives the raw facts, the
     collectives' figures are the planner's, and the Fingerprint reads back from its file."""
-    from zerogate.plan.collectives import interpret
+    from zerogate.predict.collectives import interpret
     from zerogate.runtime.probe import probe
 
     found = probe(measure=False)

@@ -40,8 +40,8 @@ from zerogate.contracts.verdicts import (
     ClaimVerdicts,
     JudgedClaim,
 )
-from zerogate.plan.ledger import model_state_bytes
-from zerogate.plan.planner import peak_for_run, plan_for_run, run_setup
+from zerogate.predict.ledger import model_state_bytes
+from zerogate.predict.planner import peak_for_run, plan_for_run, run_setup
 from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
 from zerogate.report.html import render_html, section
 

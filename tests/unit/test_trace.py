@@ -7,7 +7,7 @@ import pytest
 from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
 
 from zerogate.model.hf_config import load_config
-from zerogate.plan.trace import _trace_step, trace_micro_step
+from zerogate.predict.trace import _trace_step, trace_micro_step
 
 MODELS = Path(__file__).resolve().parents[2] / "config" / "models"
 MIB = 2**20

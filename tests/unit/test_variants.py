@@ -9,9 +9,9 @@ import pytest
 from tests.unit.helpers import render_profile, settings, spike_rule, step_record, table_of, train_summary
 from zerogate.analysis import measures
 from zerogate.analysis.variants import TOLERANCE_FLOOR, VariantRun, compare
-from zerogate.plan.cpu_tuning import cpu_comm_overrides, untuned_overrides
-from zerogate.plan.ds_config import apply_overrides
-from zerogate.plan.variants import (
+from zerogate.render.cpu_tuning import cpu_comm_overrides, untuned_overrides
+from zerogate.render.ds_config import apply_overrides
+from zerogate.render.variants import (
     ALL_VARIANTS,
     NOT_RUNNABLE,
     PEERS,

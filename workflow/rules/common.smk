@@ -28,8 +28,8 @@ from zerogate.config.validation import key_path, to_input_error
 from zerogate.contracts.base import plain
 from zerogate.data.sources import check_dataset_source
 from zerogate.model.sources import check_model_source
-from zerogate.plan.ds_config import read_claim
-from zerogate.plan.variants import PEERS_BENCHMARK, engine_of, trained
+from zerogate.render.ds_config import read_claim
+from zerogate.render.variants import PEERS_BENCHMARK, engine_of, trained
 from zerogate.runtime.ops import build_env
 
 # DeepSpeed's compiled ops build into, and load from, this environment's own directory with its own ninja
@@ -351,7 +351,7 @@ def variants_inputs(name):
 
 
 def variant_engine_argument(wildcards):
-    """The training loop's engine for a variant: DeepSpeed's (the default) or a peer's (zerogate.plan.variants)."""
+    """The training loop's engine for a variant: DeepSpeed's (the default) or a peer's (zerogate.render.variants)."""
     engine = engine_of(wildcards.variant)
     return "" if engine == "deepspeed" else f"--engine {engine}"
 

@@ -1,4 +1,4 @@
-# Each rank's predicted peak memory (zerogate.plan.planner.peak_prediction), beside the plan and not part
+# Each rank's predicted peak memory (zerogate.predict.planner.peak_prediction), beside the plan and not part
 # of it: training depends on the plan (approve_plan), and the runtime baseline is a noisy measurement, so
 # re-measuring it must re-predict and re-judge, never retrain. The ledger table (compare_ledger) sets the
 # prediction against the measured peaks.
@@ -36,6 +36,6 @@ rule predict_peak_memory:
     conda:
         "../../envs/train.yaml"
     params:
-        engine="deepspeed",  # a variant's (variants.smk): its engine's planner (zerogate.plan.planner)
+        engine="deepspeed",  # a variant's (variants.smk): its engine's planner (zerogate.predict.planner)
     script:
         "../scripts/predict_peak_memory.py"

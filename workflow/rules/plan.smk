@@ -67,7 +67,7 @@ rule approve_plan:
 
 
 # The model's own forward + backward through the run's DeepSpeed engine on one rank, timed alone on this
-# machine (CPU accelerator; zerogate.plan.compute): the floor's measured compute term. It builds the model,
+# machine (CPU accelerator; zerogate.predict.compute): the floor's measured compute term. It builds the model,
 # so only for an approved plan (a refused run builds nothing); a time, so it holds the whole host share.
 rule measure_model_compute:
     input:

@@ -1,6 +1,6 @@
 # Comparison runs (profile key `variants`): the same model, data and loop under ZeRO stage 0-3, with and
 # without offload, and ZeRO's peers (FSDP2, with and without its offload) through the same loop with their own
-# engine (zerogate.plan.variants.PEERS). `snakemake --cores all train_variants` trains every listed variant
+# engine (zerogate.render.variants.PEERS). `snakemake --cores all train_variants` trains every listed variant
 # and tabulates them.
 rule render_variant_config:
     input:
@@ -62,7 +62,7 @@ use rule train as train_variant with:
 
 
 # The planner's peak for a variant's config (predict_peak_memory on it, the run's runtime baseline): the
-# table's predicted column; FSDP2's by its own terms (zerogate.plan.ledger.fsdp2_terms).
+# table's predicted column; FSDP2's by its own terms (zerogate.predict.ledger.fsdp2_terms).
 use rule predict_peak_memory as predict_variant_peak_memory with:
     input:
         ds_config=rules.render_variant_config.output.ds_config,

@@ -4,8 +4,8 @@ fits (or the profile overrides the planner). Writes nothing when it refuses."""
 from zerogate.contracts.machine import Preflight
 from zerogate.contracts.plan import Approval, Plan
 from zerogate.entry import fail, logging_to
-from zerogate.plan.planner import refusal
-from zerogate.plan.preflight import preflight_refusal
+from zerogate.predict.planner import refusal
+from zerogate.predict.preflight import preflight_refusal
 
 with logging_to(snakemake.log[0]) as log:
     plan = Plan.read(snakemake.input.plan)

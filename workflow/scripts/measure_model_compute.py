@@ -1,4 +1,5 @@
-"""Entry point of the measure_model_compute rule (logic: zerogate.plan.compute.measure_forward_backward)."""
+"""Entry point of the measure_model_compute rule (logic:
+zerogate.predict.compute.measure_forward_backward)."""
 
 import os
 
@@ -12,7 +13,7 @@ with logging_to(snakemake.log[0]) as log:
     if run_spec.accelerator == "cpu":
         # A rank's environment (DS_ACCELERATOR, thread counts) before torch and DeepSpeed are imported.
         os.environ.update(run_spec.env)
-        from zerogate.plan.compute import measure_forward_backward
+        from zerogate.predict.compute import measure_forward_backward
         from zerogate.runtime.probe import captured_output
 
         # DeepSpeed checks its ops by compiling and linking test programs (async_io's `cannot find -laio`):

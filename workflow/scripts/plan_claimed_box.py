@@ -1,14 +1,14 @@
 """Entry point of the plan_claimed_box rule: the claimed profile rendered and planned for the claimed box
-in-process (zerogate.plan.ds_config.render, zerogate.plan.planner.plan_for_run)."""
+in-process (zerogate.render.ds_config.render, zerogate.predict.planner.plan_for_run)."""
 
 from zerogate.config.settings import ModelSettings, PlanSettings, RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.run import DsConfig
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
-from zerogate.plan.ds_config import read_claim, render
-from zerogate.plan.overlay import with_suggestion_profiles
-from zerogate.plan.planner import plan_for_run, summary, target_machine
+from zerogate.predict.planner import plan_for_run, summary, target_machine
+from zerogate.render.ds_config import read_claim, render
+from zerogate.render.overlay import with_suggestion_profiles
 
 with logging_to(snakemake.log[0]) as log:
     params = snakemake.params

@@ -1,4 +1,4 @@
-"""Entry point of the plan_run rule (logic: zerogate.plan.planner): the plan, whether or not the run fits,
+"""Entry point of the plan_run rule (logic: zerogate.predict.planner): the plan, whether or not the run fits,
 each
 change it suggests written as a profile."""
 
@@ -7,8 +7,8 @@ from zerogate.contracts.base import typed
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
-from zerogate.plan.overlay import with_suggestion_profiles
-from zerogate.plan.planner import plan_for_run, summary, target_machine
+from zerogate.predict.planner import plan_for_run, summary, target_machine
+from zerogate.render.overlay import with_suggestion_profiles
 
 with logging_to(snakemake.log[0]) as log:
     inputs, params = snakemake.input, snakemake.params

@@ -1,11 +1,11 @@
 """Entry point of the probe_hardware rule (logic: zerogate.runtime.probe; figures:
-zerogate.plan.collectives)."""
+zerogate.predict.collectives)."""
 
 from pathlib import Path
 
 from zerogate.contracts.machine import Fingerprint
 from zerogate.entry import logging_to
-from zerogate.plan.collectives import interpret
+from zerogate.predict.collectives import interpret
 from zerogate.runtime.probe import probe, summary
 
 with logging_to(snakemake.log[0]) as log:

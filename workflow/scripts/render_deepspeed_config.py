@@ -1,4 +1,4 @@
-"""Entry point of the render_deepspeed_config rule (logic: zerogate.plan.ds_config)."""
+"""Entry point of the render_deepspeed_config rule (logic: zerogate.render.ds_config)."""
 
 import json
 from pathlib import Path
@@ -7,8 +7,8 @@ from zerogate.config.settings import ModelSettings, RunTraining
 from zerogate.contracts.base import typed
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
-from zerogate.plan.ds_config import read_claim, render
-from zerogate.plan.planner import target_machine
+from zerogate.predict.planner import target_machine
+from zerogate.render.ds_config import read_claim, render
 from zerogate.runtime.nodes import layout
 
 with logging_to(snakemake.log[0]) as log:

@@ -1,11 +1,11 @@
 """Entry point of the render_untuned_config rule (benchmarks): the rendered config without the CPU
-communication tuning of zerogate.plan.cpu_tuning (the step time before that tuning)."""
+communication tuning of zerogate.render.cpu_tuning (the step time before that tuning)."""
 
 from zerogate.contracts.run import DsConfig
 from zerogate.entry import logging_to
 from zerogate.io import write_json
-from zerogate.plan.cpu_tuning import untuned_overrides
-from zerogate.plan.ds_config import apply_overrides
+from zerogate.render.cpu_tuning import untuned_overrides
+from zerogate.render.ds_config import apply_overrides
 
 with logging_to(snakemake.log[0]) as log:
     overrides = untuned_overrides(snakemake.params.hidden_size)

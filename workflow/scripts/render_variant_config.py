@@ -1,9 +1,9 @@
-"""Entry point of the render_variant_config rule (logic: zerogate.plan.variants)."""
+"""Entry point of the render_variant_config rule (logic: zerogate.render.variants)."""
 
 from zerogate.contracts.run import DsConfig
 from zerogate.entry import logging_to
 from zerogate.io import write_json
-from zerogate.plan.variants import variant_config
+from zerogate.render.variants import variant_config
 
 with logging_to(snakemake.log[0]) as log:
     config, overrides = variant_config(

@@ -1,11 +1,12 @@
-"""Entry point of the replan_with_measured_compute rule (logic: zerogate.plan.planner.with_measured_compute):
-plan_run's plan with the measured compute term in its floor."""
+"""Entry point of the replan_with_measured_compute rule (logic:
+zerogate.predict.planner.with_measured_compute): plan_run's plan with the measured compute term in its
+floor."""
 
 from zerogate.contracts.plan import ModelCompute, Plan
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
-from zerogate.plan.planner import summary, target_machine, with_measured_compute
+from zerogate.predict.planner import summary, target_machine, with_measured_compute
 
 with logging_to(snakemake.log[0]) as log:
     inputs, params = snakemake.input, snakemake.params

@@ -1,5 +1,5 @@
 """Peak dense FLOP/s per card and dtype: the one table behind MFU (zerogate.train.metrics), the planner's
-floor (zerogate.plan.floor) and the machine descriptions (config/machines/*.yaml name the card; the
+floor (zerogate.predict.floor) and the machine descriptions (config/machines/*.yaml name the card; the
 figure is looked up here, never written there). Also the memory CUDA gives a process on a card, where a
 described machine states the chips' capacity (CUDA_CAPACITY). torch-free.
 
@@ -129,7 +129,7 @@ def training_flops_per_token(
     parameters: int, layers: int, hidden: int, seq_len: int, recompute: bool = False
 ) -> float:
     """FLOPs of one token's forward + backward: the one definition behind MFU (zerogate.train.metrics) and the
-    floor's compute term (zerogate.plan.floor). 6 per parameter (2 forward, 4 backward) plus the attention
+    floor's compute term (zerogate.predict.floor). 6 per parameter (2 forward, 4 backward) plus the attention
     scores and values the parameter count misses, 12 x layers x hidden x seq_len (Kaplan et al. 2020;
     PaLM, Chowdhery et al. 2022, appendix B, the MFU accounting). Full activation checkpointing runs the
     forward again: 8 per parameter and 16 x layers x hidden x seq_len. These are real FLOPs of the step, so a

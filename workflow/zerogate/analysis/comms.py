@@ -1,10 +1,11 @@
-"""The communication table: measured volume per scheme and accumulation against zerogate.plan.comms' theory.
+"""The communication table: measured volume per scheme and accumulation against zerogate.predict.comms'
+theory.
 
 Input: the per-rank records of zerogate.train.comms_volume (``<scheme>/g<accumulation>/rank<r>.json``).
 Per scheme, accumulation and rank, per optimizer step after warm-up: calls and bytes per collective kind.
-Measured records go through the same definition as the theory (zerogate.plan.comms.logged_tensor_bytes and
+Measured records go through the same definition as the theory (zerogate.predict.comms.logged_tensor_bytes and
 volume_bytes); the theory comes from the run's own parameter count (the records carry
-zerogate.plan.ledger.count_parameters' ModelCounts, the planner's count). A record name with no volume
+zerogate.predict.ledger.count_parameters' ModelCounts, the planner's count). A record name with no volume
 definition is shown under its own name with its calls and logged bytes, and the rank's total is marked
 incomplete: it is never counted as zero. A scheme that did not run is a row with its reason; a rank
 without a record is listed as missing.
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from zerogate.contracts.comms import CommsRecord, CommsVolume, LoggedCalls
-from zerogate.plan.comms import (
+from zerogate.predict.comms import (
     DDP,
     SCHEMES,
     VOLUME_FACTOR,

@@ -217,7 +217,7 @@ FLOOR_ABOVE_MEASUREMENT = (
 
 
 def floor_terms(plan: Plan) -> dict[str, float | None]:
-    """The floor's terms per optimizer step as the plan gives them (zerogate.plan.floor): the deciding
+    """The floor's terms per optimizer step as the plan gives them (zerogate.predict.floor): the deciding
     rank's micro-step terms times the accumulation, the boundary's collectives and the optimizer update.
     The micro-step terms overlap (the floor takes the largest), the others add; empty without them."""
     steps = plan.floor

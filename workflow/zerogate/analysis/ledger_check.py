@@ -25,7 +25,7 @@ from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.plan import PeakPrediction
 from zerogate.contracts.records import HeldBytes, LiveTensorPeak, column
 from zerogate.model.counts import ModelCounts
-from zerogate.plan.ledger import TRANSIENT_TERMS, Setup, model_state_bytes
+from zerogate.predict.ledger import TRANSIENT_TERMS, Setup, model_state_bytes
 from zerogate.units import GIB, format_bytes
 
 # The GPU peak levels and the step-record column that measures each (max over steps).

@@ -1,5 +1,5 @@
 """The variant comparison table: one row per ZeRO stage / offload variant and per peer of ZeRO (FSDP2, with
-and without its offload) trained on the same model and data through the same loop (zerogate.plan.variants
+and without its offload) trained on the same model and data through the same loop (zerogate.render.variants
 renders them), each statistic from zerogate.analysis.measures, so the table and a run's report mean the
 same thing by "median step time" (the per-rank median, then the slowest rank). Beside each: the planner's
 predicted peak for its config and the bytes measured for its scheme (zerogate.train.comms_volume: DeepSpeed's
@@ -21,7 +21,7 @@ from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.plan import PeakPrediction
 from zerogate.contracts.records import TrainSummary
 from zerogate.contracts.report import LossAgreement, RunStatistics, VariantRow, VariantsTable
-from zerogate.plan.variants import NOT_RUNNABLE, PEERS, engine_of, what_of, zero_setup
+from zerogate.render.variants import NOT_RUNNABLE, PEERS, engine_of, what_of, zero_setup
 from zerogate.units import GIB
 
 # Each peer's loss curve is set against the ZeRO variant whose config it trains from (FSDP2: ZeRO-3); every

@@ -3,11 +3,11 @@
 
 Rows: DDP (the training loop with the DDP engine: torch DDP, gloo, no_sync accumulation); ZeRO-3 as rendered
 (with the
-CPU communication tuning of zerogate.plan.cpu_tuning, the pipeline's step time after that tuning); ZeRO-3
+CPU communication tuning of zerogate.render.cpu_tuning, the pipeline's step time after that tuning); ZeRO-3
 without that tuning (the claim's overlap_comm, the "auto" hidden_size^2 bucket rule, DeepSpeed's default
 leaf modules: the step time before it); and two reference rows that place the gap, the same rendered
 config at ZeRO stage 0 (the DeepSpeed engine without partitioning) and at stage 2 with the optimizer
-offload (zerogate.plan.variants). Target: ZeRO-3 / DDP at most 1.5 on the default profile.
+offload (zerogate.render.variants). Target: ZeRO-3 / DDP at most 1.5 on the default profile.
 
 Each run's step time is zerogate.analysis.measures.step_time (median after the warm-up, slowest rank) of
 its metrics; a row is the median over its repeats.
@@ -25,7 +25,7 @@ from zerogate.analysis.parse import read_rank_metrics
 # Row -> what it is; the order of the table.
 ROWS = {
     "ddp": "DDP (torch DDP, gloo, no_sync accumulation)",
-    "zero3-untuned": "ZeRO-3, without zerogate.plan.cpu_tuning (before)",
+    "zero3-untuned": "ZeRO-3, without zerogate.render.cpu_tuning (before)",
     "zero3": "ZeRO-3, config as rendered (after)",
     "zero0": "reference: DeepSpeed ZeRO-0 (no partitioning)",
     "zero2-offload": "reference: ZeRO-2 + optimizer offload",

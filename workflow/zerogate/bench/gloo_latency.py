@@ -28,7 +28,7 @@ from zerogate.runtime.nodes import LOCAL_MASTER_ADDR
 
 # Elements per rank: a norm weight, one 64 x 64 linear layer, the 0.14 M-parameter default model.
 SIZES = {"norm weight (64)": 64, "linear layer (4096)": 4096, "whole model (139584)": 139_584}
-# zerogate.plan.collectives kinds, as DeepSpeed calls them: all_gather_into_tensor, reduce_scatter_tensor,
+# zerogate.predict.collectives kinds, as DeepSpeed calls them: all_gather_into_tensor, reduce_scatter_tensor,
 # all_reduce.
 OPERATIONS = ("all_gather", "reduce_scatter", "all_reduce")
 

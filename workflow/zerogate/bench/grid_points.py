@@ -20,7 +20,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from zerogate.config.tables import read_yaml, refuse_duplicate_ids
 from zerogate.contracts.base import Record
 from zerogate.errors import InputError
-from zerogate.plan.variants import VARIANTS, variant_overrides
+from zerogate.render.variants import VARIANTS, variant_overrides
 
 GRID_FILE = "config/planner_grid.yaml"
 # A point's profile is written as <PROFILE_PREFIX><id>.yaml, so its results go to
@@ -30,7 +30,7 @@ ZeroVariant = Literal[tuple(VARIANTS)]  # type: ignore[valid-type]
 
 
 class GridPoint(Record):
-    """One training run: its id, its ZeRO stage and offloads (a zerogate.plan.variants name), and the
+    """One training run: its id, its ZeRO stage and offloads (a zerogate.render.variants name), and the
     profile keys it sets on top of the base."""
 
     id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=80)]
@@ -100,7 +100,7 @@ def point_profile(
 ) -> dict[str, Any]:
     """The profile of ``point``: the base extended by the point's overrides, its DeepSpeed overrides the
     base's (``base_overrides``, as resolved), the point's own, then the stage and offloads of its ``zero``
-    variant (zerogate.plan.variants.variant_overrides, as the pipeline's variants are made)."""
+    variant (zerogate.render.variants.variant_overrides, as the pipeline's variants are made)."""
     overrides = dict(point.overrides)
     deepspeed = dict(overrides.pop("deepspeed", None) or {})
     stated = list(deepspeed.pop("overrides", None) or [])

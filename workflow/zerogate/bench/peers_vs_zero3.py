@@ -18,8 +18,8 @@ from zerogate.analysis.measures import IntervalRule, ratio_interval, step_time, 
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.analysis.variants import VariantRun, loss_agreement
 from zerogate.contracts.records import TrainSummary
-from zerogate.plan.variants import PEERS_BENCHMARK as ROWS
-from zerogate.plan.variants import what_of
+from zerogate.render.variants import PEERS_BENCHMARK as ROWS
+from zerogate.render.variants import what_of
 
 REFERENCE = ROWS[0]  # ZeRO-3: what every ratio divides by
 STATISTIC = "step_time_median_s"

@@ -3,18 +3,18 @@
 Every row of config/published_setups/setups.yaml is turned into what zerogate would compute for it, by
 the functions the pipeline itself uses, and judged by zerogate.analysis.planner_validation:
 
-- ``estimator_table`` rows: the planner's DeepSpeed column (zerogate.plan.ledger.deepspeed_estimates,
+- ``estimator_table`` rows: the planner's DeepSpeed column (zerogate.predict.ledger.deepspeed_estimates,
   which calls DeepSpeed's estimators) on the row's parameter counts; where the row was printed with an
   option that column does not take (``zero_init=0``, another buffer factor), DeepSpeed's estimator
   itself with the row's options. Counts printed rounded give the prediction as an interval.
-- ``paper_figure`` rows: the planner's paper column (zerogate.plan.ledger.paper_ledger).
+- ``paper_figure`` rows: the planner's paper column (zerogate.predict.ledger.paper_ledger).
 - ``measured`` rows: the run the row describes (model config, ZeRO stage, offloads, precision, micro-batch,
   sequence length, accumulation, GPUs and their memory, host RAM), rendered and planned exactly as a
-  profile is for a described machine (zerogate.plan.ds_config.render, then the model, setup and traced
-  activations of zerogate.plan.planner.run_setup and the memory checks of zerogate.plan.planner.checks,
+  profile is for a described machine (zerogate.render.ds_config.render, then the model, setup and traced
+  activations of zerogate.predict.planner.run_setup and the memory checks of zerogate.predict.planner.checks,
   which plan_for_run calls for a plan's fit): the fit on the memory the source names, the largest
   micro-batch that plans to fit (the same checks at other micro-batches), and the predicted peak
-  (zerogate.plan.planner.peak_prediction) beside a published reading.
+  (zerogate.predict.planner.peak_prediction) beside a published reading.
 
 What a row states that the planner's settings cannot say (an attention implementation or optimizer the
 settings do not take) is listed with the row and not told to the planner. Nothing here re-computes a
@@ -74,7 +74,7 @@ MICRO_BATCH_LIMIT = 4096
 # A described machine needs a host RAM figure; where the source states none, this one stands in and the
 # host check is not judged (it is never the check a verdict or a largest micro-batch is read from).
 UNSTATED_HOST_RAM = 2**60
-# The planner's scheme names (zerogate.plan.ledger.SCHEMES) of a row's ZeRO stage and offloads.
+# The planner's scheme names (zerogate.predict.ledger.SCHEMES) of a row's ZeRO stage and offloads.
 PAPER_SCHEMES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam"}
 
@@ -146,7 +146,7 @@ def estimator_figures(row: EstimatorRow, total: int, largest: int) -> tuple[dict
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
     from zerogate.model.counts import ModelCounts
-    from zerogate.plan.ledger import deepspeed_estimates
+    from zerogate.predict.ledger import deepspeed_estimates
 
     setup = row.setup
     offload_optimizer, offload_param = setup.offload_optimizer == "cpu", setup.offload_param == "cpu"
@@ -197,7 +197,7 @@ def estimator_figures(row: EstimatorRow, total: int, largest: int) -> tuple[dict
 
 
 def check_estimator_row(row: EstimatorRow) -> RowCheck:
-    from zerogate.plan.ledger import installed_deepspeed, release
+    from zerogate.predict.ledger import installed_deepspeed, release
 
     model, published = row.model, row.published
     totals = _count_bounds(model.parameters, model.count_resolution, model.count_rounding)
@@ -247,7 +247,7 @@ def check_estimator_row(row: EstimatorRow) -> RowCheck:
 
 
 def check_paper_row(row: PaperRow) -> RowCheck:
-    from zerogate.plan.ledger import paper_ledger
+    from zerogate.predict.ledger import paper_ledger
 
     ranks = row.setup.gpus_per_node * row.setup.nodes
     figure = paper_ledger(int(row.model.parameters), ranks)[PAPER_SCHEMES[row.setup.zero_stage]]
@@ -385,15 +385,15 @@ class PlannedRun:
     run_spec: Any
     ds_config: Any
     machine: dict[str, Any]
-    checks: list[Any]  # zerogate.plan.planner.checks: one per rank's device, one for the host
+    checks: list[Any]  # zerogate.predict.planner.checks: one per rank's device, one for the host
     not_expressed: tuple[str, ...]
-    planned: tuple[Any, Any, Any]  # (counts, setup, activations) of zerogate.plan.planner.run_setup
+    planned: tuple[Any, Any, Any]  # (counts, setup, activations) of zerogate.predict.planner.run_setup
     profile: str
 
     @functools.cached_property
     def plan(self) -> Plan:
         """The whole plan, as plan_for_run writes it for a profile (the same checks, so the same fit)."""
-        from zerogate.plan.planner import plan
+        from zerogate.predict.planner import plan
 
         counts, setup, activations = self.planned
         return plan(
@@ -419,9 +419,9 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     from zerogate.config.profile import model_with_config
     from zerogate.contracts.run import DsConfig
     from zerogate.model.hf_config import shape_of
-    from zerogate.plan.ds_config import render
-    from zerogate.plan.ledger import release
-    from zerogate.plan.planner import checks, run_setup
+    from zerogate.predict.ledger import release
+    from zerogate.predict.planner import checks, run_setup
+    from zerogate.render.ds_config import render
 
     micro_batch = micro_batch or row.setup.micro_batch_per_gpu
     assert micro_batch is not None
@@ -473,14 +473,14 @@ def _judged_fits(run: PlannedRun, memory: str, host_stated: bool) -> tuple[bool,
 
 def largest_micro_batch(fits_at: Callable[[int], bool], limit: int = MICRO_BATCH_LIMIT) -> int:
     """The largest micro-batch ``fits_at`` accepts, searched as the planner searches its own
-    (zerogate.plan.planner.largest_accepted)."""
-    from zerogate.plan.planner import largest_accepted
+    (zerogate.predict.planner.largest_accepted)."""
+    from zerogate.predict.planner import largest_accepted
 
     return largest_accepted(fits_at, limit)
 
 
 def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
-    from zerogate.plan.planner import peak_prediction
+    from zerogate.predict.planner import peak_prediction
 
     published, setup = row.published, row.setup
     memory = published.oom_memory or "both"

@@ -66,7 +66,7 @@ def from_fingerprint(fingerprint: Fingerprint, name: str) -> dict[str, Any]:
         "gpus": gpus,
         "peer_to_peer": fingerprint.links.peer_to_peer_all_pairs,
         "nvlink": fingerprint.links.nvlink_any,
-        # The probe's collective latency and bandwidth (zerogate.plan.collectives), for the floor; what the
+        # The probe's collective latency and bandwidth (zerogate.predict.collectives), for the floor; what the
         # probe does not know is left out (the schema has no nulls there).
         **(
             {"collectives": collectives.model_dump(mode="json", by_alias=True, exclude_none=True)}

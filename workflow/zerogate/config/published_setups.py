@@ -30,7 +30,7 @@ Offload = Literal["none", "cpu", "nvme"]
 Dtype = Literal["fp16", "bf16", "fp32"]
 Attention = Literal["sdpa", "eager", "flash_attention_2", "unknown"]
 Positive = Annotated[int, Field(ge=1)]
-# A DeepSpeed release as its numbers, "0.19.6" (zerogate.plan.ledger.release orders them).
+# A DeepSpeed release as its numbers, "0.19.6" (zerogate.predict.ledger.release orders them).
 Release = Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]
 
 
@@ -200,7 +200,7 @@ class MeasuredSetup(Record):
     # sizes, overlap_comm...): rendered into the plan's DeepSpeed config; DeepSpeed's defaults otherwise.
     zero_optimization: dict[str, bool | int | float] = {}
     # The DeepSpeed release the run used, or the latest it can have used (notes say which and why): the plan
-    # is made for that release where the planner knows what changed since (zerogate.plan.ledger); absent,
+    # is made for that release where the planner knows what changed since (zerogate.predict.ledger); absent,
     # for the installed one.
     deepspeed_version: Release | None = None
 
@@ -219,9 +219,9 @@ class MeasuredSetup(Record):
         return self
 
 
-# What a published memory reading measured, with the planner's peak level (zerogate.plan.ledger.PEAK_LEVELS)
-# that predicts it: torch's tensor peak, its caching allocator's peak, the device's memory as nvidia-smi
-# (NVML)
+# What a published memory reading measured, with the planner's peak level
+# (zerogate.predict.ledger.PEAK_LEVELS) that predicts it: torch's tensor peak, its caching allocator's peak,
+# the device's memory as nvidia-smi (NVML)
 # shows it. A reading of a tool not named is ``unknown``: set against the device's level, what must fit.
 CUDA_LEVEL_OF_METRIC = {
     "torch.cuda.max_memory_allocated": "tensor",

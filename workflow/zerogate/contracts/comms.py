@@ -21,7 +21,7 @@ class LoggedCalls(Record):
 
 
 class TheorySettings(Record):
-    """The rendered config's settings the theory (zerogate.plan.comms.theory) takes, as DeepSpeed resolves
+    """The rendered config's settings the theory (zerogate.predict.comms.theory) takes, as DeepSpeed resolves
     them."""
 
     persistence_threshold: int
@@ -53,7 +53,7 @@ class CommsMeasurement(Record):
 
 class CommsPlan(Artefact):
     """``comms/measurements.json``: every scheme and accumulation the worker measures, in order, and the
-    model's counts (rendered by the planning side, zerogate.plan.comms.measurements)."""
+    model's counts (rendered by the planning side, zerogate.predict.comms.measurements)."""
 
     CONTRACT = "comms_plan"
 

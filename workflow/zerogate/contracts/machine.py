@@ -15,7 +15,7 @@ Basis = Literal["measured", "published", "derived"]
 
 class Figure(Record):
     """A number with where it comes from: ``measured`` here, ``published`` by a vendor or paper, or
-    ``derived`` from other figures (zerogate.plan.collectives)."""
+    ``derived`` from other figures (zerogate.predict.collectives)."""
 
     value: float
     basis: Basis

@@ -22,7 +22,7 @@ class ModelCounts(Record):
     tied_embeddings: bool
     # Most parameters in one decoder layer (a class in the model's ``_no_split_modules``): what ZeRO-3
     # gathers at once when that class is a leaf module (zero_optimization.leaf_module,
-    # zerogate.plan.cpu_tuning).
+    # zerogate.render.cpu_tuning).
     largest_block: int = 0
     # Each unique parameter's size along its first dimension (FSDP2 shards and pads along it), and the
     # decoder layer it belongs to (its index among the ``_no_split_modules`` blocks, -1 outside them: the

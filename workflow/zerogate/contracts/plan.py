@@ -27,7 +27,7 @@ class MemoryCheck(Record):
 
 
 class SuggestedSettings(Record):
-    """A change the planner found that would fit, as settings (zerogate.plan.overlay writes a profile)."""
+    """A change the planner found that would fit, as settings (zerogate.render.overlay writes a profile)."""
 
     nodes: int
     ranks: int
@@ -49,7 +49,7 @@ class Suggestion(Record):
     smallest_device_need_bytes: int | None = Field(
         None, alias="smallest_device_need(bytes)"
     )  # None without GPUs
-    # The change as a profile that extends the planned one (zerogate.plan.overlay.suggestion_profile), where
+    # The change as a profile that extends the planned one (zerogate.render.overlay.suggestion_profile), where
     # the plan rule wrote it, and the one command that plans it; None until a plan rule writes it.
     profile_file: str | None = None
     command: str | None = None
@@ -109,7 +109,7 @@ class LinkBytes(Record):
 
 class ModelComputeMeasurement(Record):
     """The model's own forward + backward through the run's DeepSpeed engine on one rank, timed here
-    (zerogate.plan.compute): the floor's measured compute term on the CPU accelerator."""
+    (zerogate.predict.compute): the floor's measured compute term on the CPU accelerator."""
 
     forward_backward_s: float = Field(alias="forward_backward(s)")  # the fastest timed pass
     samples_s: list[float] = Field(alias="samples(s)")
@@ -123,7 +123,7 @@ class ModelComputeMeasurement(Record):
 
 
 class Floor(Record):
-    """The shortest micro-step and optimizer step the machine could run (zerogate.plan.floor)."""
+    """The shortest micro-step and optimizer step the machine could run (zerogate.predict.floor)."""
 
     flop_per_micro_step_per_rank: float
     link_bytes_per_micro_step_per_rank: LinkBytes
@@ -150,9 +150,9 @@ class EstimatorRow(Record):
 
 
 class ZerogateRow(Record):
-    """zerogate's terms for one scheme (zerogate.plan.ledger.zerogate_terms; each term's source in
+    """zerogate's terms for one scheme (zerogate.predict.ledger.zerogate_terms; each term's source in
     Ledger.term_sources). ``device_per_rank`` is the device level (what must fit the device's memory), the
-    tensor and allocator peaks are the levels below it (zerogate.plan.ledger.device_levels)."""
+    tensor and allocator peaks are the levels below it (zerogate.predict.ledger.device_levels)."""
 
     device_terms_bytes: dict[str, int] = Field(alias="device_terms(bytes)")
     host_terms_per_rank_bytes: dict[str, int] = Field(alias="host_terms_per_rank(bytes)")
@@ -221,10 +221,10 @@ class Ledger(Record):
 class PeerPlan(Record):
     """A peer of ZeRO-3 planned for the same machine, model, batch and precision (torch FSDP2 as
     zerogate.runtime.engines.Fsdp2Engine wraps the model, with or without CPUOffloadPolicy): what each rank's
-    device and the host would need (zerogate.plan.ledger.fsdp2_terms, fsdp2_host_need_per_rank) and what one
-    rank would communicate per optimizer step (zerogate.plan.comms.fsdp2_theory)."""
+    device and the host would need (zerogate.predict.ledger.fsdp2_terms, fsdp2_host_need_per_rank) and what
+    one rank would communicate per optimizer step (zerogate.predict.comms.fsdp2_theory)."""
 
-    variant: str  # a zerogate.plan.variants.PEERS name
+    variant: str  # a zerogate.render.variants.PEERS name
     what: str
     fits: bool
     checks: list[MemoryCheck]
@@ -312,7 +312,7 @@ class RuntimeBaseline(Artefact):
 
 
 class PredictedPeak(Record):
-    """One level of a rank's predicted peak (zerogate.plan.ledger.peak_levels) and what measures it."""
+    """One level of a rank's predicted peak (zerogate.predict.ledger.peak_levels) and what measures it."""
 
     predicted_bytes: int = Field(alias="predicted(bytes)")
     terms_bytes: dict[str, int] = Field(alias="terms(bytes)")  # the terms it sums (by phase: peak_split)
@@ -320,7 +320,7 @@ class PredictedPeak(Record):
 
 
 class PeakPrediction(Artefact):
-    """Each rank's predicted peak memory, term by term (zerogate.plan.ledger.peak_terms), and every level
+    """Each rank's predicted peak memory, term by term (zerogate.predict.ledger.peak_terms), and every level
     the accelerator measures (``levels``: tensor, allocator and device on GPUs; tensor and resident set on
     the CPU accelerator)."""
 

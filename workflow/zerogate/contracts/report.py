@@ -144,7 +144,7 @@ class VariantRow(Record):
     that cannot run on this machine has no statistics and says why (``not_run``)."""
 
     variant: str
-    engine: str  # what trained it: zerogate.runtime.engines' name, or the peer's (zerogate.plan.variants)
+    engine: str  # what trained it: zerogate.runtime.engines' name, or the peer's (zerogate.render.variants)
     what: str
     stage: int  # the ZeRO stage of the config it trained from (a peer: the ZeRO variant it stands beside)
     offload_optimizer: bool

@@ -146,7 +146,7 @@ class PrecisionView(Record):
 class DsConfig(Record):
     """A DeepSpeed config file (DeepSpeed's format: no contract stamp, read by DeepSpeed itself), seen
     through the keys zerogate reads; every key was checked against DeepSpeed's config classes when it was
-    rendered (zerogate.plan.ds_keys), so the others are kept as they are."""
+    rendered (zerogate.render.ds_keys), so the others are kept as they are."""
 
     model_config = ConfigDict(extra="allow")
     train_micro_batch_size_per_gpu: int

@@ -1,6 +1,6 @@
 """The training loss: transformers' causal-LM cross-entropy, on the logits upcast to fp32 (its default) or
 on the logits in the training dtype, as a hand-written ``nn.CrossEntropyLoss`` on the model's output takes
-them. One definition for the run (zerogate.model.build) and for the planner's trace (zerogate.plan.trace):
+them. One definition for the run (zerogate.model.build) and for the planner's trace (zerogate.predict.trace):
 the upcast holds an fp32 copy of the logits and the cross-entropy's fp32 intermediates, which at a large
 vocabulary and micro-batch are a large part of a micro-step's memory."""
 

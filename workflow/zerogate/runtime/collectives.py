@@ -6,7 +6,7 @@ one timing loop the gloo benchmark prints with (zerogate.bench.gloo_latency).
 communication theory names, at a small message and at larger ones: per size, the best batch's mean time per
 call, batches of back-to-back calls after a warm-up (the ranks' arrival skew is spread over the batch). It
 records the raw seconds per call; what they say about latency and bandwidth is the planner's to derive
-(zerogate.plan.collectives.figures).
+(zerogate.predict.collectives.figures).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# The collective kinds the theory uses (zerogate.plan.comms.VOLUME_FACTOR, barrier aside: no payload).
+# The collective kinds the theory uses (zerogate.predict.comms.VOLUME_FACTOR, barrier aside: no payload).
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 # Full-tensor elements (fp32) per call: a small message for latency (two elements per rank), and two larger
 # ones for bandwidth (256 KiB and 4 MiB full tensors: the default model's gathers are of that order).

@@ -268,7 +268,7 @@ class DdpEngine(TorchOptimizerEngine):
 def fsdp2_offload(ds_config: dict[str, Any]) -> bool:
     """Whether the FSDP2 engine offloads (CPUOffloadPolicy): the config's parameter offload device, the
     ZeRO setting it stands for (CPUOffloadPolicy moves parameters, gradients and the optimizer step to the
-    host together, as ZeRO-3 with both offloads does; zerogate.plan.variants renders fsdp2-offload so)."""
+    host together, as ZeRO-3 with both offloads does; zerogate.render.variants renders fsdp2-offload so)."""
     return ((ds_config.get("zero_optimization") or {}).get("offload_param") or {}).get("device") == "cpu"
 
 

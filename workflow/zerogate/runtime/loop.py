@@ -1,6 +1,6 @@
 """The one training loop every launched worker runs: the training run (zerogate.train.loop, under DeepSpeed or
 the DDP baseline), the communication-volume worker (zerogate.train.comms_volume), the compute measurement
-(zerogate.plan.compute) and the runtime baseline (zerogate.runtime.baseline).
+(zerogate.predict.compute) and the runtime baseline (zerogate.runtime.baseline).
 
 One optimizer step is one data window of ``accumulation`` micro-batches per rank: forward and backward of
 each, the engine's bookkeeping between them, then the boundary. What differs between workers is passed in:

@@ -5,9 +5,9 @@ PCIe generation and width (current and maximum), peer-to-peer and NVLink between
 CPU model, cores, NUMA nodes, RAM, /dev/shm, the locked-memory limit (pinned memory), a measured memory
 bandwidth and fp32 matmul peak (the CPU floor's inputs), and versions of CUDA, NCCL, torch, DeepSpeed and
 DeepSpeed's op compatibility report (with the reason of each incompatible op); collective latency and
-bandwidth between two ranks (zerogate.plan.collectives: the floor's communication terms). NVML values are read
-into plain dicts first and parsed by pure
-functions, tested on hand-made samples (the GPU path has not yet run on a GPU).
+bandwidth between two ranks (zerogate.predict.collectives: the floor's communication terms). NVML values are
+read into plain dicts first and parsed by pure functions, tested on hand-made samples (the GPU path has not
+yet run on a GPU).
 """
 
 from __future__ import annotations
@@ -438,7 +438,7 @@ def collective_links(gpu_count: int) -> dict[str, Any]:
 
 def probe(measure: bool = True) -> dict[str, Any]:
     """The machine's facts in the fingerprint's shape (zerogate.contracts.machine.Fingerprint), the
-    collectives as raw timings (``samples``: the planner derives their figures, zerogate.plan.collectives);
+    collectives as raw timings (``samples``: the planner derives their figures, zerogate.predict.collectives);
     ``measure=False`` leaves out what takes time (host peaks, collectives)."""
     memory = psutil.virtual_memory()
     nvml = parse_nvml(raw) if (raw := read_nvml()) else None

@@ -5,7 +5,7 @@ Launched once by DeepSpeed's launcher (rule measure_comms_volume, through zeroga
     python -m zerogate.runtime.launch --run-spec RUN_SPEC --log LOG --module zerogate.train.comms_volume -- \
         --measurements comms/measurements.json --dataset-dir DATASET --out-dir OUT
 
-For each measurement of comms/measurements.json (zerogate.plan.comms.measurements: every scheme at
+For each measurement of comms/measurements.json (zerogate.predict.comms.measurements: every scheme at
 accumulation 1 and at the rendered config's, each with its DeepSpeed config), a fresh model and engine
 trained by the one loop (zerogate.runtime.loop): a few warm-up optimizer steps, then a few measured ones.
 DeepSpeed schemes are recorded by DeepSpeed's comms logger (deepspeed.comm, the config's "comms_logger"
@@ -119,7 +119,8 @@ class DdpRecorder:
 
 # The collectives Fsdp2Recorder sees (c10d's in-place ops, as dist.* issues them; the functional ones DTensor
 # issues) -> (the comms logger's record name, which argument's bytes it logs: the convention
-# zerogate.plan.comms.logged_tensor_bytes reads, the rank's partition for the gathers, the full tensor else).
+# zerogate.predict.comms.logged_tensor_bytes reads, the rank's partition for the gathers, the full tensor
+# else).
 DISPATCHED_COLLECTIVES: dict[str, tuple[str, int]] = {
     "c10d._allgather_base_": ("all_gather_into_tensor", 1),  # (output, input)
     "c10d._reduce_scatter_base_": ("reduce_scatter_tensor", 1),  # (output, input)

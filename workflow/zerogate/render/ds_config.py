@@ -15,8 +15,8 @@ from zerogate.config.settings import ModelSettings, RunTraining
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.run import Deviation, Deviations, DsConfig, NodesSpec, RunSpec
 from zerogate.errors import InputError
-from zerogate.plan.cpu_tuning import cpu_comm_overrides
-from zerogate.plan.ds_keys import unknown_keys
+from zerogate.render.cpu_tuning import cpu_comm_overrides
+from zerogate.render.ds_keys import unknown_keys
 from zerogate.runtime.nodes import NodeLayout, local_nodes
 
 _MISSING = object()
@@ -239,7 +239,7 @@ def render(
         "zero_optimization.stage3_param_persistence_threshold": (10 * hidden, "10 x hidden_size"),
     }
     # On DeepSpeed's CPU accelerator the communication settings that profiling found fastest
-    # (zerogate.plan.cpu_tuning): they change when and in what pieces gloo moves the same bytes, not the
+    # (zerogate.render.cpu_tuning): they change when and in what pieces gloo moves the same bytes, not the
     # arithmetic (beyond fp32 summation order).
     cpu_tuning = {o["path"]: o for o in cpu_comm_overrides(model.architecture)} if on_cpu else {}
     for path, (value, rule) in auto_rules.items():

@@ -13,7 +13,7 @@ Stage, offloads, partitioning and batch geometry stay the claim's; the leaf sett
 layer the unit a rank holds gathered (a working set the ledger counts) and moved the loss by at most
 2.4e-7 over 40 steps (fp32 summation order).
 
-Applied by zerogate.plan.ds_config.render on the CPU accelerator, each recorded as a deviation that does not
+Applied by zerogate.render.ds_config.render on the CPU accelerator, each recorded as a deviation that does not
 change the experiment; GPU runs keep the claim's settings. zerogate.bench.ddp_vs_zero3 measures the
 config with and without them.
 """

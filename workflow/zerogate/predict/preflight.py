@@ -2,7 +2,7 @@
 
 A profile may state what it needs (``preflight:`` section); the probe's fingerprint says what the
 machine has. The figures are the profile's own, each with the basis it states; the planner's fit check
-(zerogate.plan.planner) derives needs from the memory ledger, and approve_plan acts on both.
+(zerogate.predict.planner) derives needs from the memory ledger, and approve_plan acts on both.
 """
 
 from __future__ import annotations

@@ -25,8 +25,15 @@ from zerogate.contracts.records import column
 from zerogate.contracts.run import Deviation, DsConfig, RunSpec
 from zerogate.hardware import cuda_capacity
 from zerogate.model.counts import ModelCounts
-from zerogate.plan.floor import floor
-from zerogate.plan.ledger import Activations, Setup, device_levels, host_need_per_rank, ledger, zerogate_terms
+from zerogate.predict.floor import floor
+from zerogate.predict.ledger import (
+    Activations,
+    Setup,
+    device_levels,
+    host_need_per_rank,
+    ledger,
+    zerogate_terms,
+)
 from zerogate.units import format_bytes
 
 
@@ -320,9 +327,9 @@ def peer_plans(
     precision and ranks: each rank's device need, the host's, whether both fit, and one rank's communication
     per optimizer step. The sizes hold for fp16 as for bf16 (two bytes); zerogate's FSDP2 engine trains fp32
     or bf16 (fp16 needs torch's ShardedGradScaler, which it does not run), which the note says."""
-    from zerogate.plan.comms import fsdp2_theory, step_totals
-    from zerogate.plan.ledger import fsdp2_host_need_per_rank, fsdp2_terms
-    from zerogate.plan.variants import PEERS
+    from zerogate.predict.comms import fsdp2_theory, step_totals
+    from zerogate.predict.ledger import fsdp2_host_need_per_rank, fsdp2_terms
+    from zerogate.render.variants import PEERS
 
     gpus = machine.get("gpus", [])
     found = []
@@ -367,9 +374,9 @@ def plan(
 ) -> Plan:
     """Fit, floor and ledger. ``override`` is the profile's ``plan`` section: ``allow_infeasible`` with a
     reason; ``model_compute`` the model's forward + backward measured here (floor.floor); ``activations`` the
-    activation source (zerogate.plan.activations.TracedActivations of the run's model; default the formula).
-    The gates are judged apart (zerogate.analysis.on_paper), so that editing a gate never re-plans, and so
-    never retrains."""
+    activation source (zerogate.predict.activations.TracedActivations of the run's model; default the
+    formula). The gates are judged apart (zerogate.analysis.on_paper), so that editing a gate never re-plans,
+    and so never retrains."""
     memory = checks(counts, setup, machine, activations)
     fits = all(c.fits for c in memory)
     allowed = bool(override and override.allow_infeasible)
@@ -592,12 +599,12 @@ def run_setup(
     run_spec: RunSpec, ds_config: DsConfig, machine: dict[str, Any], share_traces: bool = False
 ) -> tuple[ModelCounts, Setup, Any]:
     """The run's model counted on the meta device, the ledger's view of its rendered config, and the
-    activation source traced from the model: its own (zerogate.plan.activations.TracedActivations), or with
+    activation source traced from the model: its own (zerogate.predict.activations.TracedActivations), or with
     ``share_traces`` the one every such plan of the same model in this process shares (traced_activations)."""
     from zerogate.model.build import planned_model_config
     from zerogate.model.counts import count_parameters
-    from zerogate.plan.activations import TracedActivations, traced_activations
-    from zerogate.plan.ledger import setup_from_config
+    from zerogate.predict.activations import TracedActivations, traced_activations
+    from zerogate.predict.ledger import setup_from_config
 
     config = planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len)
     counts = count_parameters(config)
@@ -648,7 +655,7 @@ def peak_prediction(
     live-tensor peak and the resident-set peak on top of the runtime baseline measured here
     (``runtime_baseline``: measure_runtime_baseline's measurement, None on GPUs). Every rank of a scheme holds
     the same terms (ZeRO pads each partition to the same size), so one prediction serves each rank."""
-    from zerogate.plan.ledger import peak_levels, peak_terms
+    from zerogate.predict.ledger import peak_levels, peak_terms
 
     baseline = None if runtime_baseline is None else runtime_baseline.peak_rss_bytes
     terms = peak_terms(counts, setup, baseline, activations)
@@ -661,7 +668,7 @@ def _headline_peak(
     """The prediction with its headline figure, one of ``levels`` (ledger.HEADLINE_LEVEL): the resident set on
     the CPU accelerator, the caching allocator's level on GPUs, each beside the step-record column that
     measures it."""
-    from zerogate.plan.ledger import HEADLINE_LEVEL, transient_bytes
+    from zerogate.predict.ledger import HEADLINE_LEVEL, transient_bytes
 
     on_cpu = setup.device_kind == "cpu"
     headline = levels[HEADLINE_LEVEL[setup.device_kind]]
@@ -682,9 +689,9 @@ def _headline_peak(
 
 
 def fsdp2_peak_for_run(run_spec: RunSpec, ds_config: DsConfig, runtime_baseline: Any) -> PeakPrediction:
-    """The peak prediction of the run under torch FSDP2 (zerogate.plan.ledger.fsdp2_terms) from the config
+    """The peak prediction of the run under torch FSDP2 (zerogate.predict.ledger.fsdp2_terms) from the config
     of the ZeRO variant it stands beside (its precision, ranks and parameter offload: CPUOffloadPolicy)."""
-    from zerogate.plan.ledger import fsdp2_peak_levels
+    from zerogate.predict.ledger import fsdp2_peak_levels
 
     counts, setup, activations = run_setup(run_spec, ds_config, {"nodes": 1})
     baseline = None if runtime_baseline is None else runtime_baseline.peak_rss_bytes

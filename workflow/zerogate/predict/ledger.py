@@ -8,7 +8,7 @@
     states (per-parameter partition padding included), the fp32 gradient copies of the optimizer step,
     gathered parameters (reuse distance, live-parameter limit, prefetch bucket), the gradient buckets, the
     activations and backward transients of one micro-step (traced from the architecture,
-    zerogate.plan.activations; the Korthikanti formula is kept beside it as a cross-check), then what is
+    zerogate.predict.activations; the Korthikanti formula is kept beside it as a cross-check), then what is
     not a tensor: the CUDA caching allocator's margin, the CUDA context and the communicator's buffers.
     Host RAM per node (the runtime, the model as built at initialisation, offloaded state, pinned buffers)
     and NVMe (offload device nvme) are tiers of their own.
@@ -171,7 +171,7 @@ TERM_SOURCES = {
     "its first accumulated gradient (measured: released at the forward's end, not alive at "
     "the loss's backward): what its fetch trace keeps gathered at once (parameters "
     "used again within stage3_max_reuse_distance stay gathered, "
-    "partitioned_param_coordinator.py __params_to_release; zerogate.plan.comms.zero3_trace) "
+    "partitioned_param_coordinator.py __params_to_release; zerogate.predict.comms.zero3_trace) "
     "plus the prefetch bucket, which stage3_max_live_parameters caps "
     "(partitioned_param_coordinator.py fetch_sub_module), at most the model",
     "offload_gradient_buffer": "ZeRO-1/2 with optimizer offload: the device buffer of the largest "
@@ -223,18 +223,18 @@ TERM_SOURCES = {
     "other gradient terms count (torch/csrc/autograd/input_buffer.h: the InputBuffer "
     "accumulates a gradient used twice; AccumulateGrad, and DeepSpeed's gradient hook on "
     "it, runs once on the sum); where the backward is traced, the trace holds it",
-    "activations": "what one micro-step's forward keeps for the backward (zerogate.plan.activations)",
+    "activations": "what one micro-step's forward keeps for the backward (zerogate.predict.activations)",
     "backward_transient": "what the backward holds on top of the kept activations at its peak up to its "
     "first "
-    "accumulated gradient, weight gradients in flight included (zerogate.plan.trace)",
+    "accumulated gradient, weight gradients in flight included (zerogate.predict.trace)",
     "activations_at_first_gradient": "what is alive when the backward's first weight gradient is "
     "accumulated: the "
     "activations not yet released and what the backward holds then "
-    "(zerogate.plan.trace); the activations where not traced",
+    "(zerogate.predict.trace); the activations where not traced",
     "backward_transient_after_first_gradient": "the backward's peak after its first accumulated gradient "
     "above "
     "those bytes, each weight gradient dropped once accumulated "
-    "(zerogate.plan.trace)",
+    "(zerogate.predict.trace)",
     "fp32_gradient_copy": "the optimizer step's fp32 copy of the gradients: ZeRO-0 with 16-bit training "
     "flattens "
     "a per-parameter fp32 copy of every gradient into one more (4 Phi + 4 Phi while both "
@@ -550,7 +550,7 @@ class ActivationFigures:
     at_first_gradient_bytes: int | None = None
     after_first_gradient_bytes: int = 0
     # Traced only: per phase with activations (forward, backward, backward_from_first_gradient), each of the C
-    # allocator's size classes' peak of live bytes (zerogate.plan.trace), {"heap": ..., "mapped": ...}.
+    # allocator's size classes' peak of live bytes (zerogate.predict.trace), {"heap": ..., "mapped": ...}.
     size_classes: dict[str, dict[str, int]] | None = None
 
     @property
@@ -560,7 +560,7 @@ class ActivationFigures:
         return self.at_first_gradient_bytes is not None
 
 
-# What the ledger asks for a setup's activations (zerogate.plan.activations.TracedActivations traces them).
+# What the ledger asks for a setup's activations (zerogate.predict.activations.TracedActivations traces them).
 Activations = Callable[[Setup], ActivationFigures]
 
 
@@ -609,7 +609,7 @@ def formula_activations(counts: ModelCounts) -> Activations:
 def _most_gathered(
     counts: ModelCounts, ranks: int, persistence_threshold: int, max_reuse_distance: int, leaf_blocks: bool
 ) -> int:
-    from zerogate.plan.comms import zero3_most_gathered
+    from zerogate.predict.comms import zero3_most_gathered
 
     return zero3_most_gathered(counts, ranks, persistence_threshold, max_reuse_distance, leaf_blocks)
 

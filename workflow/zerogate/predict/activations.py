@@ -1,4 +1,4 @@
-"""The ledger's activation terms traced from the run's architecture (zerogate.plan.trace), for any setup.
+"""The ledger's activation terms traced from the run's architecture (zerogate.predict.trace), for any setup.
 
 The planner asks for the activations of many setups (every scheme, every change it considers, every
 micro-batch of the search for the largest that fits); each distinct (micro-batch, sequence length, dtype,
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zerogate.plan.ledger import ActivationFigures, Setup
+from zerogate.predict.ledger import ActivationFigures, Setup
 
 # The config keys transformers' architectures name their attention-probability dropout by.
 ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob")
@@ -40,8 +40,8 @@ def as_cuda_sdpa_runs(config: Any) -> tuple[Any, str]:
 
 
 class TracedActivations:
-    """``activations(setup)``: the traced terms of ``config``'s causal LM for ``setup`` (zerogate.plan.ledger
-    Activations), cached per distinct setting."""
+    """``activations(setup)``: the traced terms of ``config``'s causal LM for ``setup``
+    (zerogate.predict.ledger Activations), cached per distinct setting."""
 
     def __init__(self, config: Any) -> None:
         self.config = config
@@ -58,7 +58,7 @@ class TracedActivations:
             setup.device_kind,
         )
         if key not in self._traced:
-            from zerogate.plan.trace import trace_micro_step
+            from zerogate.predict.trace import trace_micro_step
 
             config, changed = self.config, ""
             if setup.device_kind == "cuda" and setup.attention == "sdpa":

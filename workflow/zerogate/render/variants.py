@@ -1,7 +1,7 @@
 """Comparison runs on the same model and data: ZeRO stage 0 (DDP), 1, 2, 3, with and without offload, and
 ZeRO's peers (PEERS): torch FSDP2, with and without its CPU offload, and transformers' Trainer.
 
-Each variant is the rendered DeepSpeed config (zerogate.plan.ds_config.render: the claim under the profile)
+Each variant is the rendered DeepSpeed config (zerogate.render.ds_config.render: the claim under the profile)
 with the stage and offload devices overridden, so everything else -- batch geometry, optimizer, LR
 schedule, precision -- stays the same across variants and the ledger can be checked stage by stage. A peer
 trains with another engine from the config of the ZeRO variant it stands beside (the optimizer, schedule,
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from zerogate.plan.ds_config import _MISSING, apply_overrides, get_path
+from zerogate.render.ds_config import _MISSING, apply_overrides, get_path
 
 # name -> (stage, optimizer offload, parameter offload). Parameter offload exists only in stage 3.
 VARIANTS: dict[str, tuple[int, bool, bool]] = {

@@ -62,11 +62,11 @@ from typing import Any
 from zerogate.contracts.comms import CommsMeasurement, CommsPlan, TheorySettings
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.counts import ModelCounts
-from zerogate.plan.ds_config import apply_overrides
-from zerogate.plan.ledger import DEEPSPEED_MAX_REUSE_DISTANCE, ZERO0_ALLREDUCE_ELEMENTS
-from zerogate.plan.variants import PEERS, VARIANTS, engine_of, variant_config
+from zerogate.predict.ledger import DEEPSPEED_MAX_REUSE_DISTANCE, ZERO0_ALLREDUCE_ELEMENTS
+from zerogate.render.ds_config import apply_overrides
+from zerogate.render.variants import PEERS, VARIANTS, engine_of, variant_config
 
-# The schemes measured and theorised, in report order. DeepSpeed ones and FSDP2 are zerogate.plan.variants
+# The schemes measured and theorised, in report order. DeepSpeed ones and FSDP2 are zerogate.render.variants
 # names.
 SCHEMES: tuple[str, ...] = (
     "ddp",
@@ -213,7 +213,7 @@ def engine_of_scheme(scheme: str) -> str:
 
 def scheme_setup(scheme: str) -> tuple[int | None, bool, bool]:
     """(ZeRO stage or None for torch DDP, optimizer offload, parameter offload). Any name of
-    zerogate.plan.variants.VARIANTS has a theory (the measured ones are SCHEMES)."""
+    zerogate.render.variants.VARIANTS has a theory (the measured ones are SCHEMES)."""
     if scheme == DDP:
         return None, False, False
     if scheme == FSDP2:
@@ -224,7 +224,7 @@ def scheme_setup(scheme: str) -> tuple[int | None, bool, bool]:
 
 
 def scheme_for(stage: int, offload_optimizer: bool, offload_param: bool) -> str:
-    """The DeepSpeed scheme name of a ZeRO stage and its offloads (a zerogate.plan.ledger.Setup's), for
+    """The DeepSpeed scheme name of a ZeRO stage and its offloads (a zerogate.predict.ledger.Setup's), for
     ``theory``. Stage 0 is DeepSpeed's ZeRO-0 ("zero0"), not torch DDP."""
     wanted = (stage, offload_optimizer, offload_param)
     for name, setup in VARIANTS.items():
@@ -246,7 +246,7 @@ def fetch_units(counts: ModelCounts, leaf_blocks: bool) -> list[tuple[int, ...]]
 
     Each parameter is a unit of its own (a module's weight and bias are two units here: the volume is the
     same, the calls are counted by the prefetch bucket anyway); with the decoder layer a ZeRO-3 leaf module
-    (zerogate.plan.cpu_tuning) a layer's parameters are one unit. A tied LM head uses the embedding's weight
+    (zerogate.render.cpu_tuning) a layer's parameters are one unit. A tied LM head uses the embedding's weight
     again at the end of the forward (the last unit is the embedding's index).
     """
     count = len(counts.numels)
@@ -679,7 +679,7 @@ def measurement_config(
 ) -> dict[str, Any]:
     """The rendered config as ``scheme`` runs it at ``accumulation``, with the comms logger on.
 
-    DeepSpeed schemes are zerogate.plan.variants' overrides; torch DDP takes ZeRO-0's (it reads only the
+    DeepSpeed schemes are zerogate.render.variants' overrides; torch DDP takes ZeRO-0's (it reads only the
     batch geometry, the optimizer and the clipping from it); FSDP2 the config its variant reads (ZeRO-3's).
     The global batch follows the accumulation.
     """
@@ -697,7 +697,7 @@ def measurement_config(
 
 
 def theory_settings(config: dict[str, Any], setup: Any) -> TheorySettings:
-    """The settings zerogate.plan.comms.theory takes, as DeepSpeed resolves them (its own config class)."""
+    """The settings zerogate.predict.comms.theory takes, as DeepSpeed resolves them (its own config class)."""
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
     zero = DeepSpeedZeroConfig(**config.get("zero_optimization", {}))
@@ -718,7 +718,7 @@ def measurements(ds_config: DsConfig, run_spec: RunSpec) -> CommsPlan:
     the run's model counted as the planner counts it."""
     from zerogate.model.build import planned_model_config
     from zerogate.model.counts import count_parameters
-    from zerogate.plan.ledger import setup_from_config
+    from zerogate.predict.ledger import setup_from_config
 
     rendered = ds_config.raw
     found = []

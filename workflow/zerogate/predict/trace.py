@@ -38,7 +38,7 @@ Two quantities, in bytes:
   live bytes in each of the C allocator's size classes (``heap``: storages of at most 32 MiB, whose pages
   glibc
   keeps resident once freed; ``mapped``: larger ones, unmapped when freed; zerogate.runtime.heap): what the
-  CPU resident-set prediction needs (zerogate.plan.ledger.retained_heap_bytes).
+  CPU resident-set prediction needs (zerogate.predict.ledger.retained_heap_bytes).
 
 Dtypes as DeepSpeed's fp16/bf16 modes run them: the weights are 16-bit, and what the modelling code upcasts
 stays fp32 (RMSNorm's hidden.to(float32) and its rsqrt, eager attention's softmax(dtype=float32), the loss's
@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerogate.config.settings import ATTENTIONS
-from zerogate.plan.ledger import TORCH_DTYPES
+from zerogate.predict.ledger import TORCH_DTYPES
 
 
 @dataclass(frozen=True)
@@ -446,7 +446,7 @@ def main(argv: list[str] | None = None) -> None:
     """Print the trace of a config.json for both attentions, with and without checkpointing, and the wall
     time of each (a benchmark to read, not a test):
 
-        python -m zerogate.plan.trace config/models/qwen2.5-14b.json --seq-len 512 --micro-batch 1 --dtype
+        python -m zerogate.predict.trace config/models/qwen2.5-14b.json --seq-len 512 --micro-batch 1 --dtype
         fp16
     """
     import argparse
@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> None:
     from zerogate.model.hf_config import load_config
 
     parser = argparse.ArgumentParser(
-        prog="python -m zerogate.plan.trace", description=main.__doc__.split("\n\n")[0]
+        prog="python -m zerogate.predict.trace", description=main.__doc__.split("\n\n")[0]
     )
     parser.add_argument("config", help="a config.json or a directory holding one")
     parser.add_argument("--seq-len", type=int, default=512)

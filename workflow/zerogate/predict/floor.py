@@ -6,7 +6,7 @@ a run lands is the honest way to judge a step-time claim (docs/reference.md sect
 
 Per micro-step and rank: compute (FLOP / peak; on the CPU accelerator also the model's own forward +
 backward through the run's DeepSpeed engine in a one-rank world, timed alone on this machine,
-zerogate.plan.compute, because there a small model is bound by operator and hook overheads rather than
+zerogate.predict.compute, because there a small model is bound by operator and hook overheads rather than
 arithmetic), the host<->device PCIe link in each direction (parameter
 streaming with offload, collectives, gradient offload), the collectives between the ranks, and the slowest
 rank decides; these resources can work at once, so the micro-step floor is the largest of them, never
@@ -20,8 +20,8 @@ micro-step (the update needs the reduced gradients; the boundary's gathers need 
 so those add.
 
 Collectives (``communication``): the theory's calls and volume per micro-step and per boundary for the
-run's scheme (zerogate.plan.comms.theory and totals, the one definition of volume), per collective kind
-``calls x latency + volume / bandwidth``. The figures are the machine's (zerogate.plan.collectives): on
+run's scheme (zerogate.predict.comms.theory and totals, the one definition of volume), per collective kind
+``calls x latency + volume / bandwidth``. The figures are the machine's (zerogate.predict.collectives): on
 the CPU accelerator the probe's gloo measurement between two local ranks; on GPUs a measured NCCL figure
 where the probe or description gives one, a published one from the description, or a bandwidth derived
 from the ranks' PCIe links (through host memory or peer-to-peer: the slowest rank's link per direction);
@@ -39,9 +39,9 @@ from typing import Any
 from zerogate import hardware
 from zerogate.contracts.plan import ModelComputeMeasurement
 from zerogate.model.counts import ModelCounts
-from zerogate.plan import comms
-from zerogate.plan.collectives import DERIVED, figure
-from zerogate.plan.ledger import Setup
+from zerogate.predict import comms
+from zerogate.predict.collectives import DERIVED, figure
+from zerogate.predict.ledger import Setup
 
 # GB/s per lane and direction after line encoding (PCI-SIG: 8b/10b for Gen 1-2, 128b/130b from Gen 3).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
@@ -90,7 +90,7 @@ def link_bytes(counts: ModelCounts, setup: Setup) -> dict[str, float]:
 
 
 def theory_scheme(setup: Setup) -> str:
-    """The zerogate.plan.comms scheme of a run: its ZeRO stage and offloads (comms.scheme_for)."""
+    """The zerogate.predict.comms scheme of a run: its ZeRO stage and offloads (comms.scheme_for)."""
     return comms.scheme_for(setup.stage, setup.offload_optimizer, setup.offload_param)
 
 
@@ -150,7 +150,7 @@ def collective_figures(machine: dict[str, Any], kind: str) -> dict[str, dict[str
 
 
 # The measured term of a CPU rank's compute: the model's own forward + backward through the run's DeepSpeed
-# engine on one rank (zerogate.plan.compute).
+# engine on one rank (zerogate.predict.compute).
 EAGER_PASS = "model forward + backward on one rank, measured(s)"
 
 # Collectives that sit on a micro-step's dependency path when the theory has one call of them per
@@ -220,7 +220,7 @@ def floor(
     model_compute: ModelComputeMeasurement | None = None,
 ) -> dict[str, Any]:
     """Micro-step and optimizer-step floors (seconds) for ``setup`` on ``machine``, with every term.
-    ``model_compute``: the model's own forward + backward timed on this machine (zerogate.plan.compute;
+    ``model_compute``: the model's own forward + backward timed on this machine (zerogate.predict.compute;
     CPU accelerator only), which bounds a rank's compute from below where operator overheads, not
     arithmetic, decide it; None where it was not measured (a described machine, GPUs)."""
     terms_theory = theory_terms(counts, setup)
