@@ -169,8 +169,7 @@ def final_weights_finite(out: Path) -> bool:
 
 
 # Each policy's run, with the step of its NaN. The three are independent 8-step launches that spend most of
-# their
-# time starting up (imports, one process at a time in each launcher): they run side by side.
+# their time starting up (imports, one process at a time in each launcher): they run side by side.
 POLICY_RUNS = {"abort": 3, "skip": 5, "rollback": 5}
 
 

@@ -9,7 +9,6 @@ from zerogate.predict.comms import (
     MICRO_STEP,
     SCHEMES,
     Term,
-    fetch_units,
     logged_kind,
     logged_tensor_bytes,
     ring_factor,
@@ -19,9 +18,8 @@ from zerogate.predict.comms import (
     theory,
     totals,
     volume_bytes,
-    zero3_gathers,
-    zero3_most_gathered,
 )
+from zerogate.predict.fetch_trace import fetch_units, zero3_gathers, zero3_most_gathered
 from zerogate.predict.ledger import ModelCounts
 from zerogate.render.variants import PEERS, VARIANTS
 

@@ -242,8 +242,7 @@ def test_missing_registry_is_one_line_naming_the_file(tmp_path):
 
 
 # Two runs of one setting on one machine (the same 0.5 s step, each its own noise: consecutive steps alike),
-# and
-# the same run with rank 1 slowed by 30 % (the straggler injection's effect on the records).
+# and the same run with rank 1 slowed by 30 % (the straggler injection's effect on the records).
 NOISY = dict(step_time=0.5, time_noise=0.1, time_correlation=0.5)
 
 

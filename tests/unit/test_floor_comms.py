@@ -22,7 +22,7 @@ from zerogate.predict.floor import (
     theory_scheme,
     theory_terms,
 )
-from zerogate.predict.ledger import Setup
+from zerogate.predict.setup import Setup
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"

@@ -350,8 +350,8 @@ def figures(found: Convergence):
 def test_convergence_figures_one_step_blocks():
     rule = ConvergenceRule(initial_steps=1, final_fraction=0.25, max_rebound=0.5, min_drop_sigmas=3.0)
     # Rising: block 1 (4 x 0.25); initial = the first loss 1; blocks (from the end) 4, 3, 2, 1; final 4,
-    # lowest 1;
-    # a one-loss final block has no spread; nothing dropped: drop 0 sigmas, rebound inf; ratio 4 / 1.
+    # lowest 1; a one-loss final block has no spread; nothing dropped: drop 0 sigmas, rebound inf; ratio 4 /
+    # 1.
     assert figures(measures.loss_convergence(loss_run([1.0, 2.0, 3.0, 4.0]), rule)) == (
         4,
         [],
@@ -387,8 +387,7 @@ def test_convergence_figures_two_step_blocks_and_a_partial_first_block():
     assert (found.ratio, found.rebound) == (2.0 / 5.0, 0.25)
     assert found.drop_sigmas == pytest.approx(3.0 / (0.5 * 1.4826))
     # n = 5, final_fraction 0.4: block 2; blocks from the end [2, 2] 2, [3, 3] 3, then the first loss alone:
-    # 1;
-    # nothing fell below the initial loss 1, and the final block is above it: rebound inf.
+    # 1; nothing fell below the initial loss 1, and the final block is above it: rebound inf.
     rule = ConvergenceRule(initial_steps=1, final_fraction=0.4, max_rebound=0.5, min_drop_sigmas=3.0)
     found = measures.loss_convergence(loss_run([1.0, 3.0, 3.0, 2.0, 2.0]), rule)
     assert (found.initial, found.final, found.lowest_block, found.rebound) == (1.0, 2.0, 1.0, math.inf)

@@ -22,23 +22,20 @@ from zerogate.predict.ledger import (
     HOST_SETUP,
     PHASES,
     TERM_SOURCES,
-    Setup,
     activation_bytes,
     deepspeed_estimates,
     device_levels,
     gathered_elements,
     host_need_per_rank,
-    installed_deepspeed,
     ledger,
     model_state_bytes,
     overflow_check_bytes_per_element,
     paper_ledger,
     phase_bytes,
     reduction_bucket_factor,
-    release,
-    setup_from_config,
     zerogate_terms,
 )
+from zerogate.predict.setup import Setup, installed_deepspeed, release, setup_from_config
 from zerogate.units import GB, GIB, format_bytes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -273,8 +270,7 @@ def test_zerogate_adds_what_the_estimator_leaves_out():
         "communicator",
     }
     # The forward's fetch: its flat buffer and, at the forward's start, every parameter's copy out of it; at
-    # its
-    # end the running module's copy (the largest layer at most).
+    # its end the running module's copy (the largest layer at most).
     assert device["gathered_parameter_copies"] == device["gathered_parameters"]
     assert device["gathered_copy_in_use"] == 2 * 778_567_680
     # Korthikanti (the default source of hand-made counts): s b h (34 + 5 a s / h) per layer in 16-bit,
@@ -391,8 +387,7 @@ def test_zero12_optimizer_offload_passes_gradients_through_buffers_of_the_larges
         )
         assert "offload_gradient_buffer" not in terms(stage=stage, offload_optimizer=False)["device"]
         # The copies happen as a bucket is reduced: at the boundary beside the buckets (the last bucket, after
-        # the
-        # backward), and inside the backward too only when the model is larger than one bucket.
+        # the backward), and inside the backward too only when the model is larger than one bucket.
         boundary = phase_bytes(offloaded["device"])["boundary"]
         assert boundary == offloaded["device"]["gradient_reduction_buckets"] + 8 * 500
         assert (
@@ -419,8 +414,8 @@ def test_an_older_deepspeeds_elementwise_overflow_check_is_planned_for_that_rele
     ] == [0, 7, 0]
     assert release("0.19.8+cpu") == (0, 19, 8) and release("0.3.13") < release("0.13.3") < release("0.19.6")
     # On a 4-parameter model over 2 ranks (largest parameter 600, partition 500): the check of the whole
-    # largest
-    # gradient follows its slice's fp64 copy, so the term is what it needs above that copy, where the copy is.
+    # largest gradient follows its slice's fp64 copy, so the term is what it needs above that copy, where the
+    # copy is.
     counts = FOUR_PARAMETERS
 
     def device(version, **changes):
@@ -515,8 +510,7 @@ def test_gathered_parameters_within_the_reuse_distance_and_the_live_limit():
     )
     setup = claim_setup(prefetch_bucket=5, persistence_threshold=50, ranks=2)
     # DeepSpeed's default reuse distance (1e9 elements): both non-persistent parameters stay gathered, plus
-    # the
-    # prefetch bucket.
+    # the prefetch bucket.
     assert gathered_elements(counts, setup) == 1100 + 5
     assert zerogate_terms(counts, setup)["device"]["gathered_parameters"] == 2 * (1100 + 5)
     # A short distance releases each after use: the largest one plus the prefetch bucket.
@@ -885,7 +879,7 @@ def test_the_cpu_peak_counts_what_zero3_keeps_gathered():
 
 
 def test_a_rendered_reuse_distance_reaches_the_setup():
-    from zerogate.predict.ledger import DEEPSPEED_MAX_REUSE_DISTANCE
+    from zerogate.predict.setup import DEEPSPEED_MAX_REUSE_DISTANCE
 
     ds, spec = rendered()
     assert "stage3_max_reuse_distance" not in ds.raw["zero_optimization"]
@@ -933,8 +927,7 @@ def test_the_heap_keeps_the_per_parameter_copies_while_the_optimizers_mapped_cop
     )  # every parameter's gathered copy; the optimizer step's flat fp32 copy
     terms = {"parameters": 48 * mib, "gathered_parameter_copies": copies, "fp32_gradient_copy": step_copy}
     # The heap's peak is the 32 MiB parameter's copy, the mapped class's the step's copy (above the 64 MiB
-    # one):
-    # 32 + 100 MiB resident, 100 MiB of it the tensor peak's transient.
+    # one): 32 + 100 MiB resident, 100 MiB of it the tensor peak's transient.
     assert retained_heap_bytes(terms, model, setup, {}) == 32 * mib
     # A 30 MiB step copy is the heap's too: the heap then peaks at 32 MiB, the mapped class at 64 MiB.
     small_step = {**terms, "fp32_gradient_copy": 30 * mib}

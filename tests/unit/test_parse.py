@@ -353,8 +353,7 @@ GATE_KINDS = [
 )
 def test_captured_logs_give_the_events_the_gates_read(log, counts):
     # The counts the parser gave these logs before it knew other formats: unchanged (launcher_log's kinds
-    # added
-    # beside them: world_info, overflow_skip).
+    # added beside them: world_info, overflow_skip).
     events = parse_launcher_log((DATA / log).read_text())
     assert {
         kind: int((events["kind"] == kind).sum()) for kind in GATE_KINDS if (events["kind"] == kind).any()

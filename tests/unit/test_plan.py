@@ -124,8 +124,7 @@ def test_claim_on_the_claimed_box_is_refused_with_rank_device_need_and_capacity(
 
 def test_a_described_card_is_checked_against_the_memory_cuda_gives_it_and_a_probed_one_as_probed(claim_box):
     # The claimed box states its RTX 4090 as NVML counts it (24564 MiB); CUDA gives a process 23.61-23.68 GiB
-    # of
-    # it (published out-of-memory messages), the rest being the driver's. The RTX 5070 is not in the table.
+    # of it (published out-of-memory messages), the rest being the driver's. The RTX 5070 is not in the table.
     four_ninety = next(g for g in claim_box["gpus"] if "4090" in g["name"])
     assert four_ninety["memory_total_bytes"] == 24564 * 2**20
     assert device_capacity(four_ninety, claim_box) == round(23.645 * 2**30)
@@ -279,9 +278,8 @@ def test_the_plan_with_measured_compute_is_the_plan_planned_with_it(tiny_profile
     on_paper = plan_for_run(run_spec, ds, machine, settings(tiny_profile).plan, "cpu-tiny")
     replanned = with_measured_compute(on_paper, run_spec, ds, machine, measured)
     # Only the floor moves: the test machine states no compute peak, so on paper there is no floor, and with
-    # the
-    # measured pass there is one of at least 8 micro-steps x 0.5 s. It is the floor a whole plan made with the
-    # measurement has: nothing else a plan holds depends on the measurement.
+    # the measured pass there is one of at least 8 micro-steps x 0.5 s. It is the floor a whole plan made with
+    # the measurement has: nothing else a plan holds depends on the measurement.
     assert on_paper.floor.optimizer_step_floor_s is None and replanned.floor.optimizer_step_floor_s >= 8 * 0.5
     assert replanned == plan_for_run(run_spec, ds, machine, settings(tiny_profile).plan, "cpu-tiny", measured)
 

@@ -29,7 +29,7 @@ from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.planner_grid import PlannerGridTable
 from zerogate.contracts.records import GitState, LiveTensorPeak
 from zerogate.errors import InputError
-from zerogate.predict.ledger import setup_from_config
+from zerogate.predict.setup import setup_from_config
 from zerogate.render.variants import VARIANTS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -246,8 +246,7 @@ def test_an_estimator_row_passes_within_its_rounding_and_fails_outside_it(table)
 
 def test_a_live_table_is_judged_over_the_truncated_counts_it_was_printed_from(table):
     # DeepSpeed prints int(params / 1e6) M: T0_3B's "2783M" is 2783-2784 M, and its 70.00 GB per CPU is
-    # reached
-    # only within that interval (the stated count gives 69.98 GB).
+    # reached only within that interval (the stated count gives 69.98 GB).
     live = row(table, "hf-docs-t0-3b-z3-live-1x2-par-cpu-opt-cpu-zi0")
     assert [c.verdict for c in validation.check_estimator_row(live).checks] == [PASS, PASS]
     exact = live.model_copy(

@@ -7,7 +7,7 @@ from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import logging_to
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import count_parameters
-from zerogate.predict.ledger import setup_from_config
+from zerogate.predict.setup import setup_from_config
 from zerogate.units import format_bytes
 
 with logging_to(snakemake.log[0]) as log:

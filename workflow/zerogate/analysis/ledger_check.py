@@ -25,7 +25,8 @@ from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.plan import PeakPrediction
 from zerogate.contracts.records import HeldBytes, LiveTensorPeak, column
 from zerogate.model.counts import ModelCounts
-from zerogate.predict.ledger import TRANSIENT_TERMS, Setup, model_state_bytes
+from zerogate.predict.ledger import TRANSIENT_TERMS, model_state_bytes
+from zerogate.predict.setup import Setup
 from zerogate.units import GIB, format_bytes
 
 # The GPU peak levels and the step-record column that measures each (max over steps).
@@ -40,8 +41,8 @@ PEAK_TOLERANCE = 15.0
 RSS = column("rss_gib")
 PEAK_RSS = column("peak_rss_gib")
 # Freed memory the C allocator kept at a window's end (zerogate.runtime.heap.allocator_free_bytes):
-# resident-set
-# garbage no prediction term counts, measured so that a persistent miss can be told apart from it.
+# resident-set garbage no prediction term counts, measured so that a persistent miss can be told apart from
+# it.
 ALLOCATOR_FREE = column("allocator_free_gib")
 TENSOR_TERMS = ("parameters", "master_parameters", "gradients", "optimizer_states")
 

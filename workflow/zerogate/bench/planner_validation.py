@@ -197,7 +197,7 @@ def estimator_figures(row: EstimatorRow, total: int, largest: int) -> tuple[dict
 
 
 def check_estimator_row(row: EstimatorRow) -> RowCheck:
-    from zerogate.predict.ledger import installed_deepspeed, release
+    from zerogate.predict.setup import installed_deepspeed, release
 
     model, published = row.model, row.published
     totals = _count_bounds(model.parameters, model.count_resolution, model.count_rounding)
@@ -419,8 +419,8 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     from zerogate.config.profile import model_with_config
     from zerogate.contracts.run import DsConfig
     from zerogate.model.hf_config import shape_of
-    from zerogate.predict.ledger import release
     from zerogate.predict.planner import checks, run_setup
+    from zerogate.predict.setup import release
     from zerogate.render.ds_config import render
 
     micro_batch = micro_batch or row.setup.micro_batch_per_gpu

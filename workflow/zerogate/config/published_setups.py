@@ -192,8 +192,7 @@ class MeasuredSetup(Record):
     activation_checkpointing: bool | None = None
     attention: Attention | None = None
     # Whether the loss ran on logits upcast to fp32, as transformers' ForCausalLMLoss (what zerogate trains
-    # and
-    # plans) does; false where the run's own loss took the 16-bit logits as they are.
+    # and plans) does; false where the run's own loss took the 16-bit logits as they are.
     loss_upcast: bool | None = None
     optimizer: str | None = None
     # Other keys of the run's ``zero_optimization`` section as its published config states them (bucket

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from zerogate.predict.ledger import ActivationFigures, Setup
+from zerogate.predict.ledger import ActivationFigures
+from zerogate.predict.setup import Setup
 
 # The config keys transformers' architectures name their attention-probability dropout by.
 ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob")

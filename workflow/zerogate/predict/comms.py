@@ -62,7 +62,8 @@ from typing import Any
 from zerogate.contracts.comms import CommsMeasurement, CommsPlan, TheorySettings
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.counts import ModelCounts
-from zerogate.predict.ledger import DEEPSPEED_MAX_REUSE_DISTANCE, ZERO0_ALLREDUCE_ELEMENTS
+from zerogate.predict.fetch_trace import padded, zero3_gathers
+from zerogate.predict.setup import DEEPSPEED_MAX_REUSE_DISTANCE, ZERO0_ALLREDUCE_ELEMENTS
 from zerogate.render.ds_config import apply_overrides
 from zerogate.render.variants import PEERS, VARIANTS, engine_of, variant_config
 
@@ -234,89 +235,6 @@ def scheme_for(stage: int, offload_optimizer: bool, offload_param: bool) -> str:
         f"no scheme for ZeRO stage {stage} with offload_optimizer={offload_optimizer}, "
         f"offload_param={offload_param}"
     )
-
-
-def _padded(numel: int, world: int) -> int:
-    return math.ceil(numel / world) * world
-
-
-def fetch_units(counts: ModelCounts, leaf_blocks: bool) -> list[tuple[int, ...]]:
-    """ZeRO-3's fetch units in forward order, as indices into ``counts.numels`` (the model's parameter order:
-    embedding, the decoder layers' parameters, final norm, LM head).
-
-    Each parameter is a unit of its own (a module's weight and bias are two units here: the volume is the
-    same, the calls are counted by the prefetch bucket anyway); with the decoder layer a ZeRO-3 leaf module
-    (zerogate.render.cpu_tuning) a layer's parameters are one unit. A tied LM head uses the embedding's weight
-    again at the end of the forward (the last unit is the embedding's index).
-    """
-    count = len(counts.numels)
-    head, tail = 1, 1 if counts.tied_embeddings else 2
-    per_layer, rest = divmod(count - head - tail, counts.layers) if counts.layers else (0, 1)
-    if leaf_blocks and per_layer and not rest:
-        layers = [
-            tuple(range(head + i * per_layer, head + (i + 1) * per_layer)) for i in range(counts.layers)
-        ]
-        units = [(0,), *layers, *[(i,) for i in range(head + counts.layers * per_layer, count)]]
-    else:
-        units = [(i,) for i in range(count)]
-    return [*units, (0,)] if counts.tied_embeddings else units
-
-
-def zero3_trace(
-    counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int, leaf_blocks: bool
-) -> tuple[dict[str, int], int]:
-    """ZeRO-3's fetch trace of one micro-step, once it is complete: the elements it all-gathers in the
-    forward and the backward, and the most non-persistent elements it holds gathered at once.
-
-    DeepSpeed 0.19.8 (zero/partitioned_param_coordinator.py, ``__params_to_release``): after a module runs,
-    its non-persistent parameters are released unless one of the next modules in the trace, within
-    ``stage3_max_reuse_distance`` parameters traversed, uses them again. The trace is the forward's units
-    then the backward's (the reverse). A parameter used again soon (the whole model, when it is below the
-    distance) is gathered once per micro-step, not twice, and stays gathered from its forward to its
-    backward. Each gather moves, and each gathered parameter holds, the N-padded parameter. (The first
-    micro-step records the trace and releases every module after it runs; this is every later one.)
-    """
-    numels = counts.numels
-    units = fetch_units(counts, leaf_blocks)
-    trace = units + units[::-1]
-    forward_len = len(units)
-    resident: set[int] = set()
-    gathered = {"forward": 0, "backward": 0, "tied": 0}
-    most_resident = 0
-    for position, unit in enumerate(trace):
-        phase = "forward" if position < forward_len else "backward"
-        for index in unit:
-            if numels[index] <= persistence_threshold or index in resident:
-                continue
-            resident.add(index)
-            tied_again = phase == "forward" and position == forward_len - 1 and counts.tied_embeddings
-            gathered["tied" if tied_again else phase] += _padded(numels[index], world)
-        most_resident = max(most_resident, sum(_padded(numels[i], world) for i in resident))
-        release = {i for i in unit if numels[i] > persistence_threshold}
-        traversed = 0
-        for later in trace[position + 1 :]:
-            if traversed >= max_reuse_distance or not release:
-                break
-            for index in later:
-                release.discard(index)
-                traversed += numels[index]
-        resident -= release
-    return gathered, most_resident
-
-
-def zero3_gathers(
-    counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int, leaf_blocks: bool
-) -> dict[str, int]:
-    """Elements ZeRO-3 all-gathers in one micro-step's forward and backward (zero3_trace)."""
-    return zero3_trace(counts, world, persistence_threshold, max_reuse_distance, leaf_blocks)[0]
-
-
-def zero3_most_gathered(
-    counts: ModelCounts, world: int, persistence_threshold: int, max_reuse_distance: int, leaf_blocks: bool
-) -> int:
-    """The most non-persistent elements ZeRO-3 holds gathered at once in a micro-step (zero3_trace), before
-    the prefetcher's bucket: what the peak prediction's gathered-parameter term counts."""
-    return zero3_trace(counts, world, persistence_threshold, max_reuse_distance, leaf_blocks)[1]
 
 
 def _gather_calls(elements: int, prefetch_bucket_elements: int) -> int:
@@ -544,7 +462,7 @@ def theory(
             *norm,
         ]
     if stage in (1, 2):
-        flat = _padded(counts.total, world)  # one flat group, padded to a multiple of N
+        flat = padded(counts.total, world)  # one flat group, padded to a multiple of N
         terms = _reduce_terms(
             counts,
             MICRO_STEP if stage == 2 else BOUNDARY,
@@ -579,7 +497,7 @@ def theory(
     persistent = [n for n in counts.numels if n <= persistence_threshold]
     persistent_numel = sum(persistent)
     non_persistent = counts.total - persistent_numel
-    padded_np = sum(_padded(n, world) for n in counts.numels if n > persistence_threshold)
+    padded_np = sum(padded(n, world) for n in counts.numels if n > persistence_threshold)
     padded_all = counts.partition_numel(world) * world
     gathers = zero3_gathers(counts, world, persistence_threshold, max_reuse_distance, leaf_blocks)
     terms = [
@@ -624,7 +542,7 @@ def theory(
             "all_gather",
             BOUNDARY,
             len(persistent),
-            sum(_padded(n, world) for n in persistent) * b,
+            sum(padded(n, world) for n in persistent) * b,
             "one all-gather per persistent parameter after the update",
         ),
         Term(
@@ -718,7 +636,7 @@ def measurements(ds_config: DsConfig, run_spec: RunSpec) -> CommsPlan:
     the run's model counted as the planner counts it."""
     from zerogate.model.build import planned_model_config
     from zerogate.model.counts import count_parameters
-    from zerogate.predict.ledger import setup_from_config
+    from zerogate.predict.setup import setup_from_config
 
     rendered = ds_config.raw
     found = []

@@ -53,7 +53,7 @@ def measure_forward_backward(
     import torch
 
     from zerogate.model.build import apply_training_features, build_model, planned_model_config
-    from zerogate.predict.ledger import TORCH_DTYPES
+    from zerogate.predict.setup import TORCH_DTYPES
     from zerogate.runtime import loop
     from zerogate.runtime.engines import DeepSpeedEngine
     from zerogate.runtime.launch import one_rank_config, remove_own_shm_buffers, start_one_rank_world

@@ -41,7 +41,7 @@ from zerogate.contracts.plan import ModelComputeMeasurement
 from zerogate.model.counts import ModelCounts
 from zerogate.predict import comms
 from zerogate.predict.collectives import DERIVED, figure
-from zerogate.predict.ledger import Setup
+from zerogate.predict.setup import Setup
 
 # GB/s per lane and direction after line encoding (PCI-SIG: 8b/10b for Gen 1-2, 128b/130b from Gen 3).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}

@@ -26,14 +26,8 @@ from zerogate.contracts.run import Deviation, DsConfig, RunSpec
 from zerogate.hardware import cuda_capacity
 from zerogate.model.counts import ModelCounts
 from zerogate.predict.floor import floor
-from zerogate.predict.ledger import (
-    Activations,
-    Setup,
-    device_levels,
-    host_need_per_rank,
-    ledger,
-    zerogate_terms,
-)
+from zerogate.predict.ledger import Activations, device_levels, host_need_per_rank, ledger, zerogate_terms
+from zerogate.predict.setup import Setup
 from zerogate.units import format_bytes
 
 
@@ -604,7 +598,7 @@ def run_setup(
     from zerogate.model.build import planned_model_config
     from zerogate.model.counts import count_parameters
     from zerogate.predict.activations import TracedActivations, traced_activations
-    from zerogate.predict.ledger import setup_from_config
+    from zerogate.predict.setup import setup_from_config
 
     config = planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len)
     counts = count_parameters(config)

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerogate.config.settings import ATTENTIONS
-from zerogate.predict.ledger import TORCH_DTYPES
+from zerogate.predict.setup import TORCH_DTYPES
 
 
 @dataclass(frozen=True)
@@ -193,10 +193,9 @@ def trace_micro_step(
     total = per_layer * shape.layers + outside
     # What the backward frees before its first accumulated gradient is the top of the model's (the loss, the
     # head): the same for any layer count. The peak after it, as bytes alive, grows by a layer's activations
-    # per
-    # layer while it falls early in the backward and not at all once it falls at the end (a tied weight's
-    # gradients summed after every layer's activations are gone): linear in the layer count either way, so
-    # the two traces extrapolate it.
+    # per layer while it falls early in the backward and not at all once it falls at the end (a tied weight's
+    # gradients summed after every layer's activations are gone): linear in the layer count either way, so the
+    # two traces extrapolate it.
     at_first = _at_first_gradient(total, more)
     peak_after = [
         step.saved_bytes + step.at_first_gradient_change + step.after_first_gradient_bytes

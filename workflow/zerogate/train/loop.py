@@ -172,8 +172,7 @@ class Run:
 
         # Any model source (shape numbers, HF directory, GGUF, hub cache), built or loaded under ZeRO-3's Init
         # where the engine partitions it; the DDP baseline's and FSDP2's model is built whole on every rank
-        # (FSDP2
-        # shards it after).
+        # (FSDP2 shards it after).
         built_for = (
             self.ds_config
             if args.engine == "deepspeed"
@@ -183,8 +182,7 @@ class Run:
             args.engine, lambda: load_for_training(self.spec, self.manifest, built_for), self.ds_config
         )
         # Loading built the model whole before DeepSpeed partitioned it; glibc keeps those freed pages
-        # resident
-        # unless trimmed, and the measured peak would count garbage (zerogate.runtime.heap).
+        # resident unless trimmed, and the measured peak would count garbage (zerogate.runtime.heap).
         release_freed_memory()
         self.batches = loop.RankBatches(
             load_split(self.dataset_dir / "train.parquet"),

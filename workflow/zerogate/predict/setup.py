@@ -1,0 +1,171 @@
+"""What a prediction needs to know about a run: its setup (ranks, precision, geometry, ZeRO stage, offloads,
+buckets), read from the rendered DeepSpeed config and the run spec, with DeepSpeed's defaults where the
+config leaves a key out; and which DeepSpeed release the run is planned for."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from dataclasses import dataclass
+from importlib import metadata
+
+from zerogate.contracts.run import DsConfig, RunSpec
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000  # zero/config.py max_reuse_distance (elements)
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000  # zero/config.py max_live_parameters (elements)
+DEEPSPEED_SUB_GROUP_SIZE = 1_000_000_000  # zero/config.py sub_group_size (elements)
+ZERO0_ALLREDUCE_ELEMENTS = (
+    500_000_000  # engine.py MEMORY_OPT_ALLREDUCE_SIZE: ZeRO-0's all-reduce bucket (elements)
+)
+TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # torch.<name> of each
+SCHEMES = (
+    "ddp",
+    "zero1",
+    "zero2",
+    "zero2_offload_optimizer",
+    "zero3",
+    "zero3_offload_optimizer",
+    "zero3_offload_all",
+)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the ledger needs from the rendered DeepSpeed config, the profile and the machine."""
+
+    ranks: int
+    nodes: int
+    dtype: str  # fp32 | fp16 | bf16: parameters and gradients on the device
+    device_kind: str  # cuda | cpu
+    micro_batch: int
+    seq_len: int
+    accumulation: int
+    stage: int
+    offload_optimizer: bool  # to the host or NVMe
+    offload_param: bool
+    pin_memory: bool
+    reduce_bucket: int  # elements
+    prefetch_bucket: int  # elements
+    persistence_threshold: int  # elements
+    activation_checkpointing: bool = False
+    loss_in_fp32: bool = (
+        True  # the cross-entropy on the logits upcast to fp32 (transformers' ForCausalLMLoss)
+    )
+    leaf_blocks: bool = False  # a leaf module class beyond DeepSpeed's defaults: whole blocks are gathered
+    max_reuse_distance: int = (
+        DEEPSPEED_MAX_REUSE_DISTANCE  # elements: a parameter used again sooner stays gathered
+    )
+    max_live_parameters: int = DEEPSPEED_MAX_LIVE_PARAMETERS  # elements gathered at most, prefetch included
+    sub_group_size: int = DEEPSPEED_SUB_GROUP_SIZE  # elements the ZeRO-3 optimizer steps at once
+    overlap_comm: bool = False
+    attention: str = "sdpa"  # the model's attn_implementation
+    nvme_optimizer: bool = False  # the optimizer offload goes to NVMe, not host RAM
+    nvme_param: bool = False
+    param_swap_buffer_count: int = 5  # offload_param.buffer_count (zero/offload_config.py default)
+    param_swap_buffer_size: int = 100_000_000  # offload_param.buffer_size, elements
+    optimizer_swap_buffer_count: int = 4  # offload_optimizer.buffer_count
+    # The DeepSpeed release whose allocations are planned, as release numbers; None: the installed one. Only
+    # a published run made with an older DeepSpeed is planned with another
+    # (zerogate.bench.planner_validation).
+    deepspeed_version: tuple[int, ...] | None = None
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def ranks_per_node(self) -> int:
+        return max(1, self.ranks // self.nodes)
+
+    @property
+    def scheme(self) -> str:
+        if self.stage == 0:
+            return "ddp"
+        if self.stage == 1:
+            return "zero1"
+        if self.stage == 2:
+            return "zero2_offload_optimizer" if self.offload_optimizer else "zero2"
+        if self.offload_param:
+            return "zero3_offload_all"
+        return "zero3_offload_optimizer" if self.offload_optimizer else "zero3"
+
+    def with_scheme(self, scheme: str) -> Setup:
+        stage = {"ddp": 0, "zero1": 1, "zero2": 2, "zero2_offload_optimizer": 2}.get(scheme, 3)
+        offload_optimizer, offload_param = "offload" in scheme, scheme == "zero3_offload_all"
+        return dataclasses.replace(
+            self,
+            stage=stage,
+            offload_optimizer=offload_optimizer,
+            offload_param=offload_param,
+            nvme_optimizer=self.nvme_optimizer and offload_optimizer,
+            nvme_param=self.nvme_param and offload_param,
+        )
+
+
+def setup_from_config(
+    ds_config: DsConfig, run_spec: RunSpec, nodes: int = 1, activation_checkpointing: bool | None = None
+) -> Setup:
+    """The ledger's view of a rendered config (``ds_config.json``) and its ``run_spec.json``: seq_len,
+    attention and activation checkpointing are the run spec's (``activation_checkpointing`` overrides it)."""
+    from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
+
+    zero = ds_config.zero_optimization
+    extra = zero.model_extra or {}
+    offloads = [o for o in (zero.offload_optimizer, zero.offload_param) if o is not None]
+    leaf_classes = (extra.get("leaf_module") or {}).get("classes", [])
+    optimizer_offload = (zero.offload_optimizer.model_extra or {}) if zero.offload_optimizer else {}
+    param_offload = (zero.offload_param.model_extra or {}) if zero.offload_param else {}
+    checkpointing = (
+        run_spec.training.activation_checkpointing
+        if activation_checkpointing is None
+        else activation_checkpointing
+    )
+    return Setup(
+        ranks=run_spec.world_size,
+        nodes=nodes,
+        dtype=run_spec.dtype,
+        device_kind=run_spec.accelerator,
+        micro_batch=ds_config.train_micro_batch_size_per_gpu,
+        seq_len=run_spec.seq_len,
+        accumulation=ds_config.gradient_accumulation_steps,
+        stage=int(zero.stage),
+        offload_optimizer=bool(zero.offload_optimizer and zero.offload_optimizer.on),
+        offload_param=bool(zero.offload_param and zero.offload_param.on),
+        pin_memory=any(o.pin_memory for o in offloads if o.on),
+        reduce_bucket=int(extra.get("reduce_bucket_size", 5e8)),
+        prefetch_bucket=int(extra.get("stage3_prefetch_bucket_size", 5e7)),
+        persistence_threshold=int(extra.get("stage3_param_persistence_threshold", 1e5)),
+        activation_checkpointing=checkpointing,
+        loss_in_fp32=run_spec.training.loss_in_fp32,
+        leaf_blocks=any(c not in DEFAULT_LEAF_MODULE_CLASSES for c in leaf_classes),
+        max_reuse_distance=int(extra.get("stage3_max_reuse_distance", DEEPSPEED_MAX_REUSE_DISTANCE)),
+        max_live_parameters=int(extra.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_PARAMETERS)),
+        sub_group_size=int(extra.get("sub_group_size", DEEPSPEED_SUB_GROUP_SIZE)),
+        overlap_comm=bool(extra.get("overlap_comm", False)),
+        attention=run_spec.model.attention,
+        nvme_optimizer=bool(zero.offload_optimizer and zero.offload_optimizer.device == "nvme"),
+        nvme_param=bool(zero.offload_param and zero.offload_param.device == "nvme"),
+        param_swap_buffer_count=int(param_offload.get("buffer_count", 5)),
+        param_swap_buffer_size=int(param_offload.get("buffer_size", 1e8)),
+        optimizer_swap_buffer_count=int(optimizer_offload.get("buffer_count", 4)),
+    )
+
+
+def release(version: str) -> tuple[int, ...]:
+    """A version's release numbers ("0.19.8+cpu" -> (0, 19, 8)), for ordering DeepSpeed releases."""
+    numbers = re.match(r"\d+(\.\d+)*", version)
+    if numbers is None:
+        raise ValueError(f"not a release version: {version!r}")
+    return tuple(int(part) for part in numbers.group(0).split("."))
+
+
+@functools.cache
+def installed_deepspeed() -> tuple[int, ...]:
+    return release(metadata.version("deepspeed"))
+
+
+def planned_deepspeed(setup: Setup) -> tuple[int, ...]:
+    """The DeepSpeed release ``setup`` is planned for: its own where it names one, else the installed one."""
+    return setup.deepspeed_version or installed_deepspeed()
