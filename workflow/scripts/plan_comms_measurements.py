@@ -3,7 +3,7 @@ and accumulation the communication worker measures, with its DeepSpeed config an
 
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import logging_to
-from zerogate.predict.comms import measurements
+from zerogate.predict.comms_plan import measurements
 
 with logging_to(snakemake.log[0]) as log:
     plan = measurements(DsConfig.read(snakemake.input.ds_config), RunSpec.read(snakemake.input.run_spec))

@@ -64,7 +64,7 @@ def figures(samples: dict[str, list[dict[str, float]]], world: int, source: str)
     [{"elements", "seconds"}]), and the samples themselves in bytes: ``lower_line`` through the (rank's
     volume, seconds) points, so latency + volume / bandwidth is at or below every measured call. A latency
     of 0 is a figure (the calls do not show one above 0); a bandwidth no call shows is absent."""
-    from zerogate.predict.comms import volume_bytes
+    from zerogate.predict.volume import volume_bytes
 
     result: dict[str, dict[str, Any]] = {}
     for kind, rows in samples.items():
@@ -91,7 +91,7 @@ def figures(samples: dict[str, list[dict[str, float]]], world: int, source: str)
 def predicted_seconds(entry: dict[str, Any], kind: str, tensor_bytes: float, world: int) -> float | None:
     """latency + volume / bandwidth for one call: the floor's model of a collective (None if a figure is
     missing)."""
-    from zerogate.predict.comms import volume_bytes
+    from zerogate.predict.volume import volume_bytes
 
     latency, bandwidth = entry.get("latency_s"), entry.get("bandwidth_gbps")
     if latency is None or bandwidth is None:
