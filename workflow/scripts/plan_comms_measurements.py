@@ -1,5 +1,6 @@
-"""Entry point of the plan_comms_measurements rule (logic: zerogate.predict.comms.measurements): every scheme
-and accumulation the communication worker measures, with its DeepSpeed config and the theory's settings."""
+"""Entry point of the plan_comms_measurements rule (logic: zerogate.predict.comms_plan.measurements): every
+scheme and accumulation the communication worker measures, with its DeepSpeed config
+(zerogate.render.comms_runs) and the theory's settings."""
 
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import logging_to

@@ -19,15 +19,15 @@ Adam is bound by host memory traffic), which DeepSpeed runs one after the other 
 micro-step (the update needs the reduced gradients; the boundary's gathers need the updated partitions),
 so those add.
 
-Collectives (``communication``): the theory's calls and volume per micro-step and per boundary for the
-run's scheme (zerogate.predict.comms.theory and totals, the one definition of volume), per collective kind
-``calls x latency + volume / bandwidth``. The figures are the machine's (zerogate.predict.collectives): on
-the CPU accelerator the probe's gloo measurement between two local ranks; on GPUs a measured NCCL figure
-where the probe or description gives one, a published one from the description, or a bandwidth derived
-from the ranks' PCIe links (through host memory or peer-to-peer: the slowest rank's link per direction);
-each figure carries its basis (measured, published, derived) and source. Latencies are the smallest
-measured (or published) per call and bandwidths peaks, so the term stays a lower bound; the calls of one
-process group are taken one after another. A figure nobody gives is missing: its part is left out and
+Collectives (``communication``): the theory's calls and volume per micro-step and per boundary for the run's
+scheme (zerogate.predict.comms.theory, added up by zerogate.predict.comms_terms.totals with the one definition
+of volume), per collective kind ``calls x latency + volume / bandwidth``. The figures are the machine's
+(zerogate.predict.collectives): on the CPU accelerator the probe's gloo measurement between two local ranks;
+on GPUs a measured NCCL figure where the probe or description gives one, a published one from the description,
+or a bandwidth derived from the ranks' PCIe links (through host memory or peer-to-peer: the slowest rank's
+link per direction); each figure carries its basis (measured, published, derived) and source. Latencies are
+the smallest measured (or published) per call and bandwidths peaks, so the term stays a lower bound; the calls
+of one process group are taken one after another. A figure nobody gives is missing: its part is left out and
 listed in ``missing``, never assumed.
 """
 
