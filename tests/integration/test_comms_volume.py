@@ -12,7 +12,7 @@ from tests.unit.helpers import settings
 from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.verdicts import CANNOT_JUDGE, ClaimVerdicts
-from zerogate.predict.comms import SCHEMES
+from zerogate.render.comms_runs import SCHEMES
 
 pytestmark = pytest.mark.integration
 

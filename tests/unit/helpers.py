@@ -148,7 +148,7 @@ def render_profile(
     """A profile (its name, a resolved profile or its settings) rendered for ``fingerprint`` from the settings
     render_deepspeed_config's rule passes: the profile's claim config unless ``claim`` is given, the
     profile's overrides then ``overrides`` ({path, value, reason}), ``steps`` optimizer steps if given."""
-    from zerogate.render.ds_config import render
+    from zerogate.render.ds_config import RenderInputs, render
 
     typed = profile if isinstance(profile, ProfileSettings) else settings(profile)
     template = template_file or typed.deepspeed.template
@@ -162,13 +162,15 @@ def render_profile(
     return Rendered(
         *render(
             claim,
-            model=typed.model,
-            training=training,
-            overrides=[*typed.deepspeed.overrides, *overrides],
-            seq_len=typed.dataset.seq_len,
-            vocab_size=typed.vocab_size,
-            fingerprint=fingerprint,
-            template_file=template,
+            RenderInputs(
+                model=typed.model,
+                training=training,
+                overrides=[*typed.deepspeed.overrides, *overrides],
+                seq_len=typed.dataset.seq_len,
+                vocab_size=typed.vocab_size,
+                fingerprint=fingerprint,
+                template_file=template,
+            ),
         )
     )
 

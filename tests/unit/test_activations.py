@@ -12,7 +12,7 @@ from zerogate.config.machines import load_description, to_fingerprint
 from zerogate.predict.activations import TracedActivations, as_cuda_sdpa_runs
 from zerogate.predict.ledger import activation_bytes, device_levels, zerogate_terms
 from zerogate.predict.planner import checks, device_changes, largest_micro_batch, plan_for_run
-from zerogate.predict.trace import trace_micro_step
+from zerogate.predict.trace import MicroStep, trace_micro_step
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
@@ -36,7 +36,7 @@ def test_the_ledger_takes_the_trace_of_each_setup_once():
     activations = TracedActivations(small_llama())
     setup = claim_setup(micro_batch=2, seq_len=32, device_kind="cpu", dtype="fp32")
     figures = activations(setup)
-    traced = trace_micro_step(small_llama(), 2, 32, "fp32", "sdpa", False)
+    traced = trace_micro_step(small_llama(), MicroStep(2, 32, "fp32", "sdpa", False))
     assert (figures.saved_bytes, figures.backward_transient_bytes) == (
         traced.total_bytes,
         traced.backward_transient_bytes,
@@ -77,7 +77,7 @@ def test_a_cuda_target_traces_sdpa_without_the_attention_dropout_its_fused_kerne
     on_cuda = TracedActivations(config)(dataclasses.replace(cpu_setup, device_kind="cuda"))
     # The CPU's math kernel saves the s x s probabilities per head; CUDA's fused kernel does not.
     assert on_cuda.per_layer_bytes < on_cpu.per_layer_bytes and "math kernel" in on_cpu.how
-    assert on_cuda.saved_bytes == trace_micro_step(changed, 1, 64, "fp16", "sdpa").total_bytes
+    assert on_cuda.saved_bytes == trace_micro_step(changed, MicroStep(1, 64, "fp16", "sdpa")).total_bytes
     eager = dataclasses.replace(cpu_setup, device_kind="cuda", attention="eager")
     assert "traced as 0" not in TracedActivations(config)(eager).how  # eager saves its dropout mask anywhere
     assert as_cuda_sdpa_runs(small_llama())[1] == ""  # nothing to change without attention dropout

@@ -20,9 +20,9 @@ from zerogate.contracts.verdicts import (
     JudgedClaim,
 )
 from zerogate.model.counts import ModelCounts
-from zerogate.predict.comms import SCHEMES, scheme_setup
 from zerogate.predict.planner import plan
 from zerogate.predict.setup import Setup
+from zerogate.render.comms_runs import SCHEMES, scheme_setup
 from zerogate.report.html import section
 
 # 1000 + 100 elements above the persistence threshold (50), 10 and 6 at or below it; fp32; 2 ranks.

@@ -1,26 +1,16 @@
-"""zerogate.predict.comms: the volume definition and the theory per scheme, against hand-worked numbers."""
+"""zerogate.predict.volume, comms_terms, comms and fsdp2_comms: the volume definition and the theory per
+scheme, against hand-worked numbers."""
 
 from __future__ import annotations
 
 import pytest
 
-from zerogate.predict.comms import (
-    BOUNDARY,
-    MICRO_STEP,
-    SCHEMES,
-    Term,
-    logged_kind,
-    logged_tensor_bytes,
-    ring_factor,
-    scheme_for,
-    scheme_setup,
-    step_totals,
-    theory,
-    totals,
-    volume_bytes,
-)
+from zerogate.predict.comms import TheoryInputs, theory
+from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term, step_totals, totals
 from zerogate.predict.fetch_trace import fetch_units, zero3_gathers, zero3_most_gathered
 from zerogate.predict.ledger import ModelCounts
+from zerogate.predict.volume import logged_kind, logged_tensor_bytes, ring_factor, volume_bytes
+from zerogate.render.comms_runs import SCHEMES, scheme_for, scheme_setup
 from zerogate.render.variants import PEERS, VARIANTS
 
 
@@ -77,12 +67,14 @@ def test_schemes_reuse_the_variants_table():
     assert scheme_setup("fsdp2") == VARIANTS["zero3"]  # FSDP2 trains from ZeRO-3's config
     assert scheme_setup("zero3-offload-all") == (3, True, True)
     with pytest.raises(KeyError, match="zero9"):
-        theory(MODEL, "zero9", 1, 2, 4, 50)
+        theory(MODEL, "zero9", TheoryInputs(1, 2, 4, 50))
     # A setup's stage and offloads name their scheme (the floor's way in); offloaded ZeRO-1/2 have a theory
     # too.
     assert scheme_for(3, True, True) == "zero3-offload-all" and scheme_for(0, False, False) == "zero0"
     assert scheme_for(2, True, False) == "zero2-offload"
-    assert theory(MODEL, "zero2-offload", 1, 2, 4, 50) == theory(MODEL, "zero2", 1, 2, 4, 50)
+    assert theory(MODEL, "zero2-offload", TheoryInputs(1, 2, 4, 50)) == theory(
+        MODEL, "zero2", TheoryInputs(1, 2, 4, 50)
+    )
     with pytest.raises(KeyError, match="stage 0"):
         scheme_for(0, False, True)
 
@@ -93,15 +85,15 @@ def by_name(terms):
 
 def test_ddp_and_zero0_all_reduce_once_per_optimizer_step():
     for scheme in ("ddp", "zero0"):
-        terms = theory(MODEL, scheme, 8, 2, 4, 50)
+        terms = theory(MODEL, scheme, TheoryInputs(8, 2, 4, 50))
         assert totals(terms, MICRO_STEP, 2) == (0, 0)
         calls, volume = totals(terms, BOUNDARY, 2)
         assert (calls, volume) == (1, 2 * PHI * 4 * 0.5)
         assert step_totals(terms, 8, 2) == (1, PHI * 4)  # accumulation changes nothing
     # Departures, each named: DDP's buffer broadcast, the gradient norm's scalar all-reduce.
-    ddp = by_name(theory(MODEL, "ddp", 1, 2, 4, 50, buffer_bytes=32))
+    ddp = by_name(theory(MODEL, "ddp", TheoryInputs(1, 2, 4, 50, buffer_bytes=32)))
     assert ddp["buffer broadcast"].departure and ddp["buffer broadcast"].volume(2) == 16
-    zero0 = by_name(theory(MODEL, "zero0", 1, 2, 4, 50, gradient_clipping=1.0))
+    zero0 = by_name(theory(MODEL, "zero0", TheoryInputs(1, 2, 4, 50, gradient_clipping=1.0)))
     assert zero0["gradient-norm all-reduce"].volume(2) == 4
 
 
@@ -111,14 +103,14 @@ def test_ddp_buckets_follow_torchs_assignment():
     mib = 1024 * 1024 // 4  # elements of one MiB in fp32
     big = counts(30 * mib, 20 * mib, 6 * mib, mib // 2, mib // 2)
     assert (
-        by_name(theory(big, "ddp", 1, 2, 4, 0))["gradient all-reduce"].calls == 3
+        by_name(theory(big, "ddp", TheoryInputs(1, 2, 4, 0)))["gradient all-reduce"].calls == 3
     )  # [1 MiB], [26 MiB], [30 MiB]
-    assert by_name(theory(MODEL, "ddp", 1, 2, 4, 0))["gradient all-reduce"].calls == 1
+    assert by_name(theory(MODEL, "ddp", TheoryInputs(1, 2, 4, 0)))["gradient all-reduce"].calls == 1
 
 
 def test_zero1_all_reduces_at_the_boundary_zero2_every_micro_step():
-    zero1 = theory(MODEL, "zero1", 4, 2, 4, 50)
-    zero2 = theory(MODEL, "zero2", 4, 2, 4, 50)
+    zero1 = theory(MODEL, "zero1", TheoryInputs(4, 2, 4, 50))
+    zero2 = theory(MODEL, "zero2", TheoryInputs(4, 2, 4, 50))
     padded = 1116  # 1115 padded to a multiple of 2
     # DeepSpeed's default multi-rank bucket all-reduce (2 S) replaces the paper's reduce-scatter (S): 3 Phi.
     assert totals(zero1, MICRO_STEP, 2) == (0, 0)
@@ -128,13 +120,13 @@ def test_zero1_all_reduces_at_the_boundary_zero2_every_micro_step():
     paper = [t for t in zero1 if not t.departure]
     assert sum(t.volume(2) for t in paper) == PHI * 4 * 0.5 * 2  # the paper's 2 Phi
     # With the all-reduce off, each slice is reduced to its owner: S per rank, as the paper counts.
-    reduce = theory(MODEL, "zero1", 1, 2, 4, 50, multi_rank_bucket_allreduce=False)
+    reduce = theory(MODEL, "zero1", TheoryInputs(1, 2, 4, 50, multi_rank_bucket_allreduce=False))
     assert by_name(reduce)["gradient reduced to each owner, not reduce-scattered"].calls == 2
     assert step_totals(reduce, 1, 2)[1] == PHI * 4 * 0.5 + padded * 4 * 0.5 + 4
 
 
 def test_zero3_gathers_twice_and_reduce_scatters_every_micro_step_for_a_model_over_the_reuse_distance():
-    terms = theory(MODEL, "zero3", 8, 2, 4, 50, max_reuse_distance=10)
+    terms = theory(MODEL, "zero3", TheoryInputs(8, 2, 4, 50, max_reuse_distance=10))
     named = by_name(terms)
     assert named["forward parameter all-gather"].tensor_bytes == PHI * 4  # the paper's terms: Phi each
     assert named["backward re-gather"].tensor_bytes == PHI * 4
@@ -147,18 +139,20 @@ def test_zero3_gathers_twice_and_reduce_scatters_every_micro_step_for_a_model_ov
     # Sent per micro-step: 1000 + 100 forward and backward, every gradient padded (5 -> 6) reduce-scattered.
     assert micro_volume == (2 * 1100 + 1116) * 4 * 0.5
     # The paper's terms are 3 Phi per micro-step: 1.5 x DDP at accumulation 1, 1.5 G x at accumulation G.
-    ddp = step_totals(theory(MODEL, "ddp", 1, 2, 4, 50), 1, 2)[1]
+    ddp = step_totals(theory(MODEL, "ddp", TheoryInputs(1, 2, 4, 50)), 1, 2)[1]
     paper = [t for t in terms if not t.departure]
     assert step_totals(paper, 1, 2)[1] == pytest.approx(1.5 * ddp)
     assert step_totals(paper, 8, 2)[1] == pytest.approx(12 * ddp)
     # The last unit of the forward is the first of the backward: never released in between, so even a
     # model far over the reuse distance is not gathered exactly twice.
-    last_kept = by_name(theory(counts(1000, 100), "zero3", 1, 2, 4, 0, max_reuse_distance=10))
+    last_kept = by_name(theory(counts(1000, 100), "zero3", TheoryInputs(1, 2, 4, 0, max_reuse_distance=10)))
     assert last_kept["parameters kept for reuse (no backward re-gather)"].tensor_bytes == -100 * 4
 
 
 def test_zero3_keeps_a_model_under_the_reuse_distance_gathered_for_the_backward():
-    kept = by_name(theory(MODEL, "zero3", 1, 2, 4, 50))  # DeepSpeed's default distance, 1e9 elements
+    kept = by_name(
+        theory(MODEL, "zero3", TheoryInputs(1, 2, 4, 50))
+    )  # DeepSpeed's default distance, 1e9 elements
     assert kept["parameters kept for reuse (no backward re-gather)"].tensor_bytes == -1100 * 4
     assert kept["backward re-gather"].calls == 0
     # Only the parameters far enough from their reuse are gathered again: with a distance of 150 elements
@@ -192,7 +186,7 @@ def test_a_tied_embedding_is_gathered_again_for_the_lm_head():
     gathers = zero3_gathers(tied, 2, 0, 150, leaf_blocks=True)
     assert gathers["tied"] == 1000  # released after the embedding (more than 150 elements before its reuse)
     assert (
-        by_name(theory(tied, "zero3", 1, 2, 4, 0, max_reuse_distance=150))[
+        by_name(theory(tied, "zero3", TheoryInputs(1, 2, 4, 0, max_reuse_distance=150)))[
             "tied embedding gathered again for the LM head"
         ].tensor_bytes
         == 4000
@@ -203,9 +197,9 @@ def test_offload_sends_the_same_collectives_but_an_fp32_norm():
     def without_norm(terms):
         return [t for t in terms if t.name != "gradient-norm all-reduce"]
 
-    base = theory(MODEL, "zero3", 2, 2, 4, 50)
+    base = theory(MODEL, "zero3", TheoryInputs(2, 2, 4, 50))
     for scheme in ("zero3-offload", "zero3-offload-all"):
-        offloaded = theory(MODEL, scheme, 2, 2, 4, 50)
+        offloaded = theory(MODEL, scheme, TheoryInputs(2, 2, 4, 50))
         assert without_norm(offloaded) == without_norm(base)
         assert by_name(offloaded)["gradient-norm all-reduce"].tensor_bytes == 4  # fp32 on the host
     assert by_name(base)["gradient-norm all-reduce"].tensor_bytes == 8  # fp64 (get_norm_dtype)
@@ -239,7 +233,7 @@ def test_fsdp2_gathers_each_unit_twice_but_the_root_once_and_reduce_scatters_in_
     # Padded along the first dimension to a multiple of 2: the embedding 6 x 4 = 24, a layer's weight
     # 4 x 4 = 16; all parameters 68 elements, the layers' 40.
     for dtype_bytes in (4, 2):
-        terms = theory(fsdp2_model(), "fsdp2", 1, 2, dtype_bytes, 0)
+        terms = theory(fsdp2_model(), "fsdp2", TheoryInputs(1, 2, dtype_bytes, 0))
         gathers = totals([t for t in terms if t.kind == "all_gather"], MICRO_STEP, 2)
         # Forward: 3 units (root, 2 layers), 68 elements; backward: the 2 layers again, 40 (volumes: S
         # (N-1)/N).
@@ -249,7 +243,7 @@ def test_fsdp2_gathers_each_unit_twice_but_the_root_once_and_reduce_scatters_in_
         # One fp32 local norm per parameter, all-reduced once per optimizer step (2 S (N-1)/N).
         assert totals([t for t in terms if t.kind == "all_reduce"], BOUNDARY, 2) == (1, 6 * 4)
     # The paper's terms, then FSDP2's departures; every micro-step repeats (no sync skipped in accumulation).
-    terms = theory(fsdp2_model(), "fsdp2", 4, 2, 4, 0)
+    terms = theory(fsdp2_model(), "fsdp2", TheoryInputs(4, 2, 4, 0))
     assert [t.name for t in terms if not t.departure] == [
         "forward parameter all-gather",
         "backward re-gather",
@@ -262,4 +256,4 @@ def test_fsdp2_gathers_each_unit_twice_but_the_root_once_and_reduce_scatters_in_
 def test_fsdp2_needs_to_know_each_parameters_layer():
     old = fsdp2_model().model_copy(update={"blocks": (), "first_dims": ()})
     with pytest.raises(ValueError, match="which decoder layer"):
-        theory(old, "fsdp2", 1, 2, 4, 0)
+        theory(old, "fsdp2", TheoryInputs(1, 2, 4, 0))

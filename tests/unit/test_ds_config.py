@@ -9,7 +9,7 @@ from tests.conftest import gpu_fingerprint
 from tests.unit.helpers import render_profile, settings
 from zerogate.contracts.run import DsConfig
 from zerogate.errors import InputError
-from zerogate.render.ds_config import find_auto
+from zerogate.render.overrides import find_auto
 
 
 def by_path(deviations):

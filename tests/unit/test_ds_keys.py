@@ -105,7 +105,7 @@ def test_bf16_kept_where_every_device_supports_it(claim_config, tiny_profile):
 
 
 def test_a_claim_config_that_is_not_json_or_not_an_object_is_refused_naming_the_file(tmp_path):
-    from zerogate.render.ds_config import read_claim
+    from zerogate.render.claim import read_claim
 
     broken = tmp_path / "claim.json"
     broken.write_text('{\n  "train_micro_batch_size_per_gpu": 1,,\n}\n')

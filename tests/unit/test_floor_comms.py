@@ -12,8 +12,8 @@ from zerogate.contracts.machine import CollectiveKindFigures, Collectives, Colle
 from zerogate.contracts.plan import CollectiveTime, Floor, ModelComputeMeasurement
 from zerogate.errors import InputError
 from zerogate.model.counts import ModelCounts
-from zerogate.predict import collectives, comms
-from zerogate.predict.comms import BOUNDARY, MICRO_STEP, Term
+from zerogate.predict import collectives
+from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term, totals
 from zerogate.predict.floor import (
     EAGER_PASS,
     collective_time,
@@ -23,6 +23,7 @@ from zerogate.predict.floor import (
     theory_terms,
 )
 from zerogate.predict.setup import Setup
+from zerogate.predict.volume import VOLUME_FACTOR, volume_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
@@ -52,9 +53,7 @@ def cpu_machine(kinds):
 
 
 GLOO = {
-    kind: {"latency_s": fig(1e-3), "bandwidth_gbps": fig(0.5)}
-    for kind in comms.VOLUME_FACTOR
-    if kind != "barrier"
+    kind: {"latency_s": fig(1e-3), "bandwidth_gbps": fig(0.5)} for kind in VOLUME_FACTOR if kind != "barrier"
 }
 
 
@@ -200,8 +199,8 @@ def test_cpu_floor_takes_the_largest_term_and_adds_the_boundary():
     counts, setup = tiny_counts(), cpu_setup()
     result = floor_of(counts, setup, cpu_machine(GLOO))
     terms = theory_terms(counts, setup)
-    micro_calls, micro_volume = comms.totals(terms, MICRO_STEP, 2)
-    boundary_calls, boundary_volume = comms.totals(terms, BOUNDARY, 2)
+    micro_calls, micro_volume = totals(terms, MICRO_STEP, 2)
+    boundary_calls, boundary_volume = totals(terms, BOUNDARY, 2)
     # Uniform figures: every kind 1 ms per call and 0.5 GB/s.
     collectives_micro = micro_calls * 1e-3 + micro_volume / 0.5e9
     collectives_boundary = boundary_calls * 1e-3 + boundary_volume / 0.5e9
@@ -283,7 +282,7 @@ def test_claimed_box_link_is_derived_from_the_slower_pcie_link_with_a_published_
     assert gather.latency.basis == "published" and gather.latency.value == pytest.approx(11.27e-6)
     # The theory's all-gather volume per micro-step (predict/comms owns it), over the derived bandwidth.
     terms = theory_terms(oracle_counts(), claim_setup())
-    calls, volume = comms.totals([t for t in terms if t.kind == "all_gather"], MICRO_STEP, 2)
+    calls, volume = totals([t for t in terms if t.kind == "all_gather"], MICRO_STEP, 2)
     assert (
         gather.volume_bytes == volume and gather.calls == calls and volume >= 28e9 / 2
     )  # at least one gather
@@ -381,7 +380,7 @@ def test_figures_from_noisy_timings_never_predict_more_than_a_measured_call():
             assert predicted <= row["seconds"] * (1 + 1e-9)
     # Of the lines under every call, the one that predicts the most for the largest message (9 ms), and of
     # those the one with the larger latency: through the smallest and the largest call.
-    volume = {e: comms.volume_bytes("all_gather", e * 4, 2) for e in (4, 1 << 20)}
+    volume = {e: volume_bytes("all_gather", e * 4, 2) for e in (4, 1 << 20)}
     bandwidth = (volume[1 << 20] - volume[4]) / (9.0e-3 - 1.0e-3)
     assert result["all_gather"]["bandwidth_gbps"]["value"] == pytest.approx(bandwidth / 1e9)
     assert result["all_gather"]["latency_s"]["value"] == pytest.approx(1.0e-3 - volume[4] / bandwidth)

@@ -25,7 +25,7 @@ from zerogate.predict.planner import (
     target_machine,
     with_measured_compute,
 )
-from zerogate.predict.trace import trace_micro_step
+from zerogate.predict.trace import MicroStep, trace_micro_step
 from zerogate.units import format_bytes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -230,7 +230,7 @@ def test_a_profile_override_of_the_precision_is_what_the_plan_sizes(claim_box, t
     )
     for name in ("claim", "fp32"):
         traced = trace_micro_step(
-            planned_model_config(QWEN14B, 152064, 512), 1, 512, plans[name].dtype, "sdpa"
+            planned_model_config(QWEN14B, 152064, 512), MicroStep(1, 512, plans[name].dtype, "sdpa")
         )
         assert plans[name].ledger.own.zerogate.device_terms_bytes["activations"] == traced.total_bytes
     # Mixed precision keeps a 16-bit copy of the parameters beside the fp32 master; pure fp32 keeps its

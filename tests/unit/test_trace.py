@@ -7,7 +7,7 @@ import pytest
 from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
 
 from zerogate.model.hf_config import load_config
-from zerogate.predict.trace import _trace_step, trace_micro_step
+from zerogate.predict.trace import MicroStep, _trace_step, trace_micro_step
 
 MODELS = Path(__file__).resolve().parents[2] / "config" / "models"
 MIB = 2**20
@@ -72,7 +72,7 @@ def llama_outside_bytes(e: int, b: int = 1, s: int = S) -> int:
 @pytest.mark.parametrize("dtype, e", [("fp16", 2), ("bf16", 2), ("fp32", 4)])
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 def test_a_llama_layer_and_the_rest_save_exactly_the_enumerated_tensors(dtype, e, attention):
-    trace = trace_micro_step(tiny_llama(), 1, S, dtype, attention)
+    trace = trace_micro_step(tiny_llama(), MicroStep(1, S, dtype, attention))
     assert trace.per_layer_bytes == llama_layer_bytes(e, attention)
     assert trace.outside_layers_bytes == llama_outside_bytes(e)
     assert trace.layers == 3
@@ -83,7 +83,7 @@ def test_the_backward_transient_is_the_logits_gradients_in_flight():
     # At log_softmax's backward the gradients of its output and of its input (fp32, 4 bsV each) are both
     # alive, and nll_loss's backward has released its saved target (b (s + 1) int64); its total weight and
     # the loss's gradient, fp32 scalars, trade places. Weight gradients are not part of it.
-    trace = trace_micro_step(tiny_llama(), 1, S, "fp16", "sdpa")
+    trace = trace_micro_step(tiny_llama(), MicroStep(1, S, "fp16", "sdpa"))
     assert trace.backward_transient_bytes == 8 * S * V - 8 * (S + 1)
 
 
@@ -93,8 +93,8 @@ def test_the_loss_in_the_logits_dtype_keeps_its_log_softmax_and_gradients_in_tha
     # total-weight scalar), and the backward's two logits-sized gradients are in it too, so the backward's
     # peak is no longer theirs alone (the head's weight gradient in flight can top it); in fp32 the upcast
     # was a no-op, so nothing changes.
-    upcast = trace_micro_step(tiny_llama(), 1, S, dtype, "sdpa")
-    own = trace_micro_step(tiny_llama(), 1, S, dtype, "sdpa", loss_in_fp32=False)
+    upcast = trace_micro_step(tiny_llama(), MicroStep(1, S, dtype, "sdpa"))
+    own = trace_micro_step(tiny_llama(), MicroStep(1, S, dtype, "sdpa", loss_in_fp32=False))
     assert own.per_layer_bytes == upcast.per_layer_bytes
     assert own.outside_layers_bytes == llama_outside_bytes(e) - (4 - e) * (S * V + 1)
     assert own.backward_transient_bytes >= 2 * e * S * V - 8 * (S + 1)
@@ -124,17 +124,17 @@ def test_16_bit_tensors_take_twice_their_bytes_in_fp32_where_no_op_upcasts():
         embd_pdrop=0.0,
         attn_pdrop=0.0,
     )
-    half = trace_micro_step(gpt2, 1, S, "fp16", "eager")
-    full = trace_micro_step(gpt2, 1, S, "fp32", "eager")
+    half = trace_micro_step(gpt2, MicroStep(1, S, "fp16", "eager"))
+    full = trace_micro_step(gpt2, MicroStep(1, S, "fp32", "eager"))
     assert full.per_layer_bytes == 2 * half.per_layer_bytes
-    llama_half = trace_micro_step(tiny_llama(), 1, S, "fp16", "sdpa").per_layer_bytes
-    llama_full = trace_micro_step(tiny_llama(), 1, S, "fp32", "sdpa").per_layer_bytes
+    llama_half = trace_micro_step(tiny_llama(), MicroStep(1, S, "fp16", "sdpa")).per_layer_bytes
+    llama_full = trace_micro_step(tiny_llama(), MicroStep(1, S, "fp32", "sdpa")).per_layer_bytes
     assert llama_half < llama_full < 2 * llama_half
 
 
 def test_checkpointing_leaves_each_layer_only_its_input():
-    plain = trace_micro_step(tiny_llama(), 1, S, "fp16", "sdpa")
-    checkpointed = trace_micro_step(tiny_llama(), 1, S, "fp16", "sdpa", checkpointing=True)
+    plain = trace_micro_step(tiny_llama(), MicroStep(1, S, "fp16", "sdpa"))
+    checkpointed = trace_micro_step(tiny_llama(), MicroStep(1, S, "fp16", "sdpa", checkpointing=True))
     assert checkpointed.per_layer_bytes == 2 * S * H  # the hidden state entering the layer, fp16
     assert plain.per_layer_bytes > 10 * checkpointed.per_layer_bytes
     # Kept for the recomputations besides: rotary cos/sin, the 4-D boolean mask and the position ids that
@@ -147,7 +147,7 @@ def test_the_saved_tensors_are_all_the_forward_leaves_alive(checkpointing):
     # Live bytes at the end of the forward, counted op by op, against the saved-tensor count: they differ
     # only by the input ids (saved, but made before the op counting starts: 8 bs) and the loss (alive, fp32
     # scalar).
-    step = _trace_step(tiny_llama(), 1, S, "fp16", "sdpa", checkpointing, padding_mask=True)
+    step = _trace_step(tiny_llama(), MicroStep(1, S, "fp16", "sdpa", checkpointing, padding_mask=True))
     assert step.live_bytes_at_forward_end == step.saved_bytes - 8 * S + 4
 
 
@@ -155,7 +155,7 @@ def test_the_first_accumulated_gradient_is_the_heads_once_the_logits_gradients_a
     # Untied, the head's weight gradient (fp16, e V H) is the first accumulated; by then log_softmax's
     # output (fp32, 4 s V), nll_loss's target (8 (s + 1)) and both logits' gradients are gone. What ZeRO-1/2
     # allocate their buckets beside is that, not the forward's end.
-    trace = trace_micro_step(tiny_llama(), 1, S, "fp16", "sdpa")
+    trace = trace_micro_step(tiny_llama(), MicroStep(1, S, "fp16", "sdpa"))
     assert trace.at_first_gradient_bytes == trace.total_bytes + 2 * V * H - 4 * S * V - 8 * (S + 1)
     # From then on the backward releases more than it makes: the head's gradient was the largest in flight.
     assert trace.after_first_gradient_bytes < 2 * V * H
@@ -168,8 +168,8 @@ def test_the_backwards_split_at_the_first_gradient_scales_as_the_whole_model_tra
     # gradients summed once every layer's activations are gone); untied, early: the scaled figures are the
     # whole model's either way.
     config = LlamaConfig(**{**tiny_llama(6).to_dict(), "tie_word_embeddings": tied})
-    scaled = trace_micro_step(config, 1, S, "fp16", "sdpa", checkpointing)
-    whole = _trace_step(config, 1, S, "fp16", "sdpa", checkpointing, padding_mask=True)
+    scaled = trace_micro_step(config, MicroStep(1, S, "fp16", "sdpa", checkpointing))
+    whole = _trace_step(config, MicroStep(1, S, "fp16", "sdpa", checkpointing, padding_mask=True))
     assert scaled.total_bytes == whole.saved_bytes
     assert scaled.at_first_gradient_bytes == whole.saved_bytes + whole.at_first_gradient_change
     assert scaled.after_first_gradient_bytes == whole.after_first_gradient_bytes
@@ -186,13 +186,13 @@ def test_the_size_classes_put_storages_above_32_mib_apart_and_peak_at_least_the_
     seq, vocab = 256, 40_000
     assert seq * vocab * 4 > GLIBC_MMAP_THRESHOLD_MAX_BYTES
     large = trace_micro_step(
-        LlamaConfig(**{**tiny_llama().to_dict(), "vocab_size": vocab}), 1, seq, "fp32", "sdpa"
+        LlamaConfig(**{**tiny_llama().to_dict(), "vocab_size": vocab}), MicroStep(1, seq, "fp32", "sdpa")
     )
     assert large.size_classes["forward"]["mapped"] >= seq * vocab * 4
     assert sum(large.size_classes["forward"].values()) >= large.total_bytes
     backward_peak = large.total_bytes + large.backward_transient_bytes
     assert sum(large.size_classes["backward"].values()) >= backward_peak
-    small = trace_micro_step(tiny_llama(), 1, seq, "fp32", "sdpa")
+    small = trace_micro_step(tiny_llama(), MicroStep(1, seq, "fp32", "sdpa"))
     assert {window: peaks["mapped"] for window, peaks in small.size_classes.items()} == {
         "forward": 0,
         "backward": 0,
@@ -207,8 +207,8 @@ def test_eager_saves_more_than_sdpa_once_the_sequence_is_long():
     # as s^2 and passes the few s-linear tensors eager saves less of.
     short, long = 8, 128
     gap = {
-        s: trace_micro_step(tiny_llama(), 1, s, "fp16", "eager").per_layer_bytes
-        - trace_micro_step(tiny_llama(), 1, s, "fp16", "sdpa").per_layer_bytes
+        s: trace_micro_step(tiny_llama(), MicroStep(1, s, "fp16", "eager")).per_layer_bytes
+        - trace_micro_step(tiny_llama(), MicroStep(1, s, "fp16", "sdpa")).per_layer_bytes
         for s in (short, long)
     }
     assert gap[long] > 0
@@ -217,8 +217,8 @@ def test_eager_saves_more_than_sdpa_once_the_sequence_is_long():
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 def test_the_per_layer_figure_does_not_depend_on_which_layer_counts_are_traced(attention):
-    first = trace_micro_step(tiny_llama(6), 1, S, "fp16", attention, traced_layers=1)
-    later = trace_micro_step(tiny_llama(6), 1, S, "fp16", attention, traced_layers=3)
+    first = trace_micro_step(tiny_llama(6), MicroStep(1, S, "fp16", attention), traced_layers=1)
+    later = trace_micro_step(tiny_llama(6), MicroStep(1, S, "fp16", attention), traced_layers=3)
     assert (later.per_layer_bytes, later.outside_layers_bytes) == (
         first.per_layer_bytes,
         first.outside_layers_bytes,
@@ -228,8 +228,8 @@ def test_the_per_layer_figure_does_not_depend_on_which_layer_counts_are_traced(a
 
 def test_layer_bytes_grow_linearly_with_the_micro_batch():
     assert (
-        trace_micro_step(tiny_llama(), 2, S, "fp16", "sdpa").per_layer_bytes
-        == 2 * trace_micro_step(tiny_llama(), 1, S, "fp16", "sdpa").per_layer_bytes
+        trace_micro_step(tiny_llama(), MicroStep(2, S, "fp16", "sdpa")).per_layer_bytes
+        == 2 * trace_micro_step(tiny_llama(), MicroStep(1, S, "fp16", "sdpa")).per_layer_bytes
     )
 
 
@@ -247,27 +247,27 @@ def test_a_config_mixing_layer_types_is_traced_whole_and_says_so():
         max_window_layers=1,
     )
     assert len(set(mixed.layer_types)) == 2
-    trace = trace_micro_step(mixed, 1, S, "fp16", "sdpa")
+    trace = trace_micro_step(mixed, MicroStep(1, S, "fp16", "sdpa"))
     assert trace.per_layer_bytes is None and trace.outside_layers_bytes is None
     assert "traced (not scaled)" in trace.how and "sliding_attention" in trace.how
     # A window changes which scores are masked, not what is saved: the whole-model trace equals the
     # scaled trace of the same model with one layer type.
     uniform = Qwen2Config(**{**mixed.to_dict(), "use_sliding_window": False, "layer_types": None})
-    assert trace.total_bytes == trace_micro_step(uniform, 1, S, "fp16", "sdpa").total_bytes
+    assert trace.total_bytes == trace_micro_step(uniform, MicroStep(1, S, "fp16", "sdpa")).total_bytes
 
 
 def test_sdpa_with_attention_dropout_is_flagged_as_the_cpu_math_kernel():
     gpt2 = GPT2Config(vocab_size=V, n_embd=H, n_layer=2, n_head=A, n_positions=64)  # dropout 0.1 everywhere
-    with_dropout = trace_micro_step(gpt2, 1, S, "fp16", "sdpa")
+    with_dropout = trace_micro_step(gpt2, MicroStep(1, S, "fp16", "sdpa"))
     assert with_dropout.layers == 2
     assert "math kernel" in with_dropout.how  # CPU SDPA saved the s x s probabilities
     no_dropout = GPT2Config(**{**gpt2.to_dict(), "attn_pdrop": 0.0})
-    assert "math kernel" not in trace_micro_step(no_dropout, 1, S, "fp16", "sdpa").how
-    assert "math kernel" not in trace_micro_step(gpt2, 1, S, "fp16", "eager").how
+    assert "math kernel" not in trace_micro_step(no_dropout, MicroStep(1, S, "fp16", "sdpa")).how
+    assert "math kernel" not in trace_micro_step(gpt2, MicroStep(1, S, "fp16", "eager")).how
 
 
 def test_shipped_gpt2_xl_config_traces_with_its_own_key_names():
-    trace = trace_micro_step(load_config(MODELS / "gpt2-xl.json"), 1, 128, "fp16", "eager")
+    trace = trace_micro_step(load_config(MODELS / "gpt2-xl.json"), MicroStep(1, 128, "fp16", "eager"))
     assert trace.layers == 48
     assert trace.per_layer_bytes > 0 and trace.outside_layers_bytes > 4 * 128 * 50257  # its fp32 log_softmax
 
@@ -276,8 +276,8 @@ def test_mistral_layers_save_what_llama_layers_of_the_same_shape_save():
     # Mistral-7B and Llama-3-8B share h 4096, 32 heads, 8 KV heads, MLP 14336; Mistral's 4096-token sliding
     # window is wider than the sequence. Outside the layers they differ by the fp32 log_softmax of their
     # vocabularies (32000 and 128256).
-    mistral = trace_micro_step(load_config(MODELS / "mistral-7b.json"), 1, 256, "fp16", "sdpa")
-    llama = trace_micro_step(load_config(MODELS / "llama-3-8b.json"), 1, 256, "fp16", "sdpa")
+    mistral = trace_micro_step(load_config(MODELS / "mistral-7b.json"), MicroStep(1, 256, "fp16", "sdpa"))
+    llama = trace_micro_step(load_config(MODELS / "llama-3-8b.json"), MicroStep(1, 256, "fp16", "sdpa"))
     assert mistral.per_layer_bytes == llama.per_layer_bytes
     assert llama.outside_layers_bytes - mistral.outside_layers_bytes == 4 * 256 * (128256 - 32000)
     tiny_mistral = MistralConfig(
@@ -290,9 +290,9 @@ def test_mistral_layers_save_what_llama_layers_of_the_same_shape_save():
         max_position_embeddings=256,
         sliding_window=8,
     )
-    assert trace_micro_step(tiny_mistral, 1, S, "fp16", "sdpa").per_layer_bytes == llama_layer_bytes(
-        2, "sdpa"
-    )
+    assert trace_micro_step(
+        tiny_mistral, MicroStep(1, S, "fp16", "sdpa")
+    ).per_layer_bytes == llama_layer_bytes(2, "sdpa")
 
 
 def test_the_claim_shape_matches_the_reference_trace():
@@ -300,8 +300,8 @@ def test_the_claim_shape_matches_the_reference_trace():
     # 114.6 MiB per decoder layer with SDPA, 174.0 MiB with eager, 317.3 MiB outside the layers. Tolerance
     # 1 %: the reference is quoted to 0.1 MiB. (About 2 s on the 2-core development machine.)
     config = load_config(MODELS / "qwen2.5-14b.json")
-    sdpa = trace_micro_step(config, 1, 512, "fp16", "sdpa")
-    eager = trace_micro_step(config, 1, 512, "fp16", "eager")
+    sdpa = trace_micro_step(config, MicroStep(1, 512, "fp16", "sdpa"))
+    eager = trace_micro_step(config, MicroStep(1, 512, "fp16", "eager"))
     assert sdpa.per_layer_bytes / MIB == pytest.approx(114.6, rel=0.01)
     assert eager.per_layer_bytes / MIB == pytest.approx(174.0, rel=0.01)
     assert sdpa.outside_layers_bytes / MIB == pytest.approx(317.3, rel=0.01)
@@ -320,4 +320,4 @@ def test_the_claim_shape_matches_the_reference_trace():
 def test_bad_arguments_are_refused(change, message):
     arguments = {"micro_batch": 1, "seq_len": S, "dtype": "fp16", "attention": "sdpa", **change}
     with pytest.raises(ValueError, match=message):
-        trace_micro_step(tiny_llama(), **arguments)
+        trace_micro_step(tiny_llama(), MicroStep(**arguments))

@@ -10,7 +10,7 @@ from tests.unit.helpers import render_profile, settings, spike_rule, step_record
 from zerogate.analysis import measures
 from zerogate.analysis.variants import TOLERANCE_FLOOR, VariantRun, compare
 from zerogate.render.cpu_tuning import cpu_comm_overrides, untuned_overrides
-from zerogate.render.ds_config import apply_overrides
+from zerogate.render.overrides import apply_overrides
 from zerogate.render.variants import (
     ALL_VARIANTS,
     NOT_RUNNABLE,

@@ -28,7 +28,7 @@ from zerogate.config.validation import key_path, to_input_error
 from zerogate.contracts.base import plain
 from zerogate.data.sources import check_dataset_source
 from zerogate.model.sources import check_model_source
-from zerogate.render.ds_config import read_claim
+from zerogate.render.claim import read_claim
 from zerogate.render.variants import PEERS_BENCHMARK, engine_of, trained
 from zerogate.runtime.ops import build_env
 
@@ -218,8 +218,8 @@ wildcard_constraints:
 
 
 def host_cores():
-    """Cores this process may use: the training ranks' thread pools share them (ds_config.thread_env) and
-    the probe measures its host peaks on all of them."""
+    """Cores this process may use: the training ranks' thread pools share them
+    (zerogate.render.world.thread_env) and the probe measures its host peaks on all of them."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 

@@ -2,7 +2,8 @@
 # and at the profile's, in short runs of their own under one launcher start (zerogate.train.comms_volume).
 # DeepSpeed's comms logger synchronises every collective, so these runs are never the timed run; they hold
 # the host like it (threads, host_share). The table sets each scheme's measured volume beside the theory of
-# zerogate.predict.comms (zerogate.analysis.comms). What to measure is the planning side's to render.
+# zerogate.predict.comms (zerogate.analysis.comms). What to measure is the planning side's: the config of each
+# scheme rendered by zerogate.render.comms_runs, the theory's settings by zerogate.predict.comms_plan.
 rule plan_comms_measurements:
     input:
         ds_config=rules.render_deepspeed_config.output.ds_config,

@@ -22,7 +22,7 @@ rule write_train_settings:
 
 # Checkpoints go to results/<profile>/<machine>/checkpoints/, deliberately not an output: Snakemake
 # deletes a failed job's outputs, and a rerun of this rule resumes from the newest complete checkpoint.
-# The ranks' thread pools share the host's cores (zerogate.render.ds_config.thread_env), hence threads; the
+# The ranks' thread pools share the host's cores (zerogate.render.world.thread_env), hence threads; the
 # timed run holds the whole host share, so no other job of this invocation runs beside it. runtime and
 # mem_mb are for cluster executors (set them per machine in the workflow profile, profiles/default).
 rule train:

@@ -11,8 +11,9 @@ with logging_to(snakemake.log[0]) as log:
     run_spec, ds_config = RunSpec.read(snakemake.input.run_spec), DsConfig.read(snakemake.input.ds_config)
     measurement = None
     if run_spec.accelerator == "cpu":
-        # A rank's environment (DS_ACCELERATOR, thread counts) before torch and DeepSpeed are imported.
         os.environ.update(run_spec.env)
+        # Imported here, once the rank's environment (DS_ACCELERATOR, thread counts) is set: the compute
+        # module imports torch and DeepSpeed, which read it.
         from zerogate.predict.compute import measure_forward_backward
         from zerogate.runtime.probe import captured_output
 

@@ -7,7 +7,8 @@ from zerogate.contracts.run import DsConfig
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
 from zerogate.predict.planner import plan_for_run, summary, target_machine
-from zerogate.render.ds_config import read_claim, render
+from zerogate.render.claim import read_claim
+from zerogate.render.ds_config import RenderInputs, render
 from zerogate.render.overlay import with_suggestion_profiles
 
 with logging_to(snakemake.log[0]) as log:
@@ -16,13 +17,15 @@ with logging_to(snakemake.log[0]) as log:
         machine, fingerprint = target_machine(snakemake.input.description, None, "")
         ds_config, _, run_spec = render(
             read_claim(snakemake.input.template),
-            model=typed(ModelSettings, params.model),
-            training=typed(RunTraining, params.training),
-            overrides=params.overrides,
-            seq_len=params.seq_len,
-            vocab_size=params.vocab_size,
-            fingerprint=fingerprint,
-            template_file=snakemake.input.template,
+            RenderInputs(
+                model=typed(ModelSettings, params.model),
+                training=typed(RunTraining, params.training),
+                overrides=params.overrides,
+                seq_len=params.seq_len,
+                vocab_size=params.vocab_size,
+                fingerprint=fingerprint,
+                template_file=snakemake.input.template,
+            ),
         )
         plan = plan_for_run(
             run_spec,

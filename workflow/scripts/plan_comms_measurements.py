@@ -1,9 +1,10 @@
-"""Entry point of the plan_comms_measurements rule (logic: zerogate.predict.comms.measurements): every scheme
-and accumulation the communication worker measures, with its DeepSpeed config and the theory's settings."""
+"""Entry point of the plan_comms_measurements rule (logic: zerogate.predict.comms_plan.measurements): every
+scheme and accumulation the communication worker measures, with its DeepSpeed config
+(zerogate.render.comms_runs) and the theory's settings."""
 
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import logging_to
-from zerogate.predict.comms import measurements
+from zerogate.predict.comms_plan import measurements
 
 with logging_to(snakemake.log[0]) as log:
     plan = measurements(DsConfig.read(snakemake.input.ds_config), RunSpec.read(snakemake.input.run_spec))

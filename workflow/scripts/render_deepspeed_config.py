@@ -8,7 +8,8 @@ from zerogate.contracts.base import typed
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
 from zerogate.predict.planner import target_machine
-from zerogate.render.ds_config import read_claim, render
+from zerogate.render.claim import read_claim
+from zerogate.render.ds_config import RenderInputs, render
 from zerogate.runtime.nodes import layout
 
 with logging_to(snakemake.log[0]) as log:
@@ -26,16 +27,18 @@ with logging_to(snakemake.log[0]) as log:
         )
         ds_config, deviations, run_spec = render(
             read_claim(inputs.template),
-            model=typed(ModelSettings, params.model),
-            training=typed(RunTraining, params.training),
-            overrides=params.overrides,
-            seq_len=params.seq_len,
-            vocab_size=params.vocab_size,
-            fingerprint=fingerprint,
-            template_file=inputs.template,
-            profile_file=params.profile_file,
-            nodes=nodes,
-            nodes_section=params.nodes,
+            RenderInputs(
+                model=typed(ModelSettings, params.model),
+                training=typed(RunTraining, params.training),
+                overrides=params.overrides,
+                seq_len=params.seq_len,
+                vocab_size=params.vocab_size,
+                fingerprint=fingerprint,
+                template_file=inputs.template,
+                profile_file=params.profile_file,
+                nodes=nodes,
+                nodes_section=params.nodes,
+            ),
         )
     except InputError as error:  # a misspelt key, an unresolvable "auto", a config DeepSpeed rejects
         log.error("%s", error)

@@ -5,7 +5,7 @@ from zerogate.contracts.run import DsConfig
 from zerogate.entry import logging_to
 from zerogate.io import write_json
 from zerogate.render.cpu_tuning import untuned_overrides
-from zerogate.render.ds_config import apply_overrides
+from zerogate.render.overrides import apply_overrides
 
 with logging_to(snakemake.log[0]) as log:
     overrides = untuned_overrides(snakemake.params.hidden_size)

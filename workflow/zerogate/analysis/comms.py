@@ -3,11 +3,11 @@ theory.
 
 Input: the per-rank records of zerogate.train.comms_volume (``<scheme>/g<accumulation>/rank<r>.json``).
 Per scheme, accumulation and rank, per optimizer step after warm-up: calls and bytes per collective kind.
-Measured records go through the same definition as the theory (zerogate.predict.comms.logged_tensor_bytes and
-volume_bytes); the theory comes from the run's own parameter count (the records carry
-zerogate.predict.ledger.count_parameters' ModelCounts, the planner's count). A record name with no volume
-definition is shown under its own name with its calls and logged bytes, and the rank's total is marked
-incomplete: it is never counted as zero. A scheme that did not run is a row with its reason; a rank
+Measured records go through the same definition as the theory (zerogate.predict.volume's
+logged_tensor_bytes and volume_bytes); the theory comes from the run's own parameter count (the records
+carry zerogate.model.counts.count_parameters' ModelCounts, the planner's count). A record name with no
+volume definition is shown under its own name with its calls and logged bytes, and the rank's total is
+marked incomplete: it is never counted as zero. A scheme that did not run is a row with its reason; a rank
 without a record is listed as missing.
 """
 
@@ -18,17 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from zerogate.contracts.comms import CommsRecord, CommsVolume, LoggedCalls
-from zerogate.predict.comms import (
-    DDP,
-    SCHEMES,
-    VOLUME_FACTOR,
-    logged_kind,
-    logged_tensor_bytes,
-    per_optimizer_step,
-    ring_factor,
-    theory,
-    volume_bytes,
-)
+from zerogate.predict.comms import TheoryInputs, theory
+from zerogate.predict.comms_terms import per_optimizer_step
+from zerogate.predict.volume import VOLUME_FACTOR, logged_kind, logged_tensor_bytes, ring_factor, volume_bytes
+from zerogate.render.comms_runs import DDP, SCHEMES
 
 TOLERANCE = 0.05  # measured within +-5 % of the theory; a larger difference is flagged, never absorbed
 CLAIM_SCHEME = "zero3"  # the seed's statement compares ZeRO-3 with plain data parallelism
@@ -95,17 +88,14 @@ def measured_per_step(phase: list[LoggedCalls], steps: int, world: int) -> dict[
 def theory_per_step(record: CommsRecord, world: int) -> dict[str, Any]:
     """The theory's terms for a record's scheme and accumulation, per optimizer step."""
     accumulation = record.accumulation
-    settings = record.theory_settings.model_dump()
-    terms = theory(
-        record.counts,
-        record.scheme,
-        accumulation,
-        world,
-        record.dtype_bytes,
-        settings.pop("persistence_threshold"),
+    inputs = TheoryInputs(
+        accumulation=accumulation,
+        world=world,
+        dtype_bytes=record.dtype_bytes,
         buffer_bytes=record.buffer_bytes,
-        **settings,
+        **record.theory_settings.model_dump(),
     )
+    terms = theory(record.counts, record.scheme, inputs)
     rows = []
     for term in terms:
         calls, tensor = per_optimizer_step(term, accumulation)

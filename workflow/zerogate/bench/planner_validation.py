@@ -421,7 +421,7 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     from zerogate.model.hf_config import shape_of
     from zerogate.predict.planner import checks, run_setup
     from zerogate.predict.setup import release
-    from zerogate.render.ds_config import render
+    from zerogate.render.ds_config import RenderInputs, render
 
     micro_batch = micro_batch or row.setup.micro_batch_per_gpu
     assert micro_batch is not None
@@ -432,15 +432,17 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     settings, _ = model_with_config(model_settings(model, lambda key: where), lambda key: where)
     ds_config, _, run_spec = render(
         claim_config(row),
-        model=settings,
-        training=typed(RunTraining, training, where),
-        overrides=[],
-        seq_len=row.setup.seq_len,
-        vocab_size=shape_of(config).vocab_size,
-        fingerprint=to_fingerprint(machine),
-        template_file=where,
-        profile_file=where,
-        nodes=node_layout(row),
+        RenderInputs(
+            model=settings,
+            training=typed(RunTraining, training, where),
+            overrides=[],
+            seq_len=row.setup.seq_len,
+            vocab_size=shape_of(config).vocab_size,
+            fingerprint=to_fingerprint(machine),
+            template_file=where,
+            profile_file=where,
+            nodes=node_layout(row),
+        ),
     )
     typed_config = DsConfig.of(ds_config, where)
     # One row is planned at many micro-batches (largest_micro_batch): its plans share their traces.

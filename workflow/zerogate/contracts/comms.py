@@ -53,7 +53,7 @@ class CommsMeasurement(Record):
 
 class CommsPlan(Artefact):
     """``comms/measurements.json``: every scheme and accumulation the worker measures, in order, and the
-    model's counts (rendered by the planning side, zerogate.predict.comms.measurements)."""
+    model's counts (rendered by the planning side, zerogate.predict.comms_plan.measurements)."""
 
     CONTRACT = "comms_plan"
 

@@ -222,7 +222,7 @@ class PeerPlan(Record):
     """A peer of ZeRO-3 planned for the same machine, model, batch and precision (torch FSDP2 as
     zerogate.runtime.engines.Fsdp2Engine wraps the model, with or without CPUOffloadPolicy): what each rank's
     device and the host would need (zerogate.predict.ledger.fsdp2_terms, fsdp2_host_need_per_rank) and what
-    one rank would communicate per optimizer step (zerogate.predict.comms.fsdp2_theory)."""
+    one rank would communicate per optimizer step (zerogate.predict.fsdp2_comms.fsdp2_theory)."""
 
     variant: str  # a zerogate.render.variants.PEERS name
     what: str

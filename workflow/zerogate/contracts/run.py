@@ -12,6 +12,8 @@ retrains but never re-plans or re-measures the machine.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ConfigDict, model_validator
@@ -160,9 +162,6 @@ class DsConfig(Record):
 
     @classmethod
     def read(cls, path: Any) -> DsConfig:
-        import json
-        from pathlib import Path
-
         return cls.of(json.loads(Path(path).read_text()), str(path))
 
     @property

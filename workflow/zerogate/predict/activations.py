@@ -59,20 +59,20 @@ class TracedActivations:
             setup.device_kind,
         )
         if key not in self._traced:
-            from zerogate.predict.trace import trace_micro_step
+            from zerogate.predict.trace import MicroStep, trace_micro_step
 
             config, changed = self.config, ""
             if setup.device_kind == "cuda" and setup.attention == "sdpa":
                 config, changed = as_cuda_sdpa_runs(self.config)
-            trace = trace_micro_step(
-                config,
-                setup.micro_batch,
-                setup.seq_len,
-                setup.dtype,
-                setup.attention,
-                setup.activation_checkpointing,
+            step = MicroStep(
+                micro_batch=setup.micro_batch,
+                seq_len=setup.seq_len,
+                dtype=setup.dtype,
+                attention=setup.attention,
+                checkpointing=setup.activation_checkpointing,
                 loss_in_fp32=setup.loss_in_fp32,
             )
+            trace = trace_micro_step(config, step)
             self._traced[key] = ActivationFigures(
                 saved_bytes=trace.total_bytes,
                 backward_transient_bytes=trace.backward_transient_bytes,

@@ -3,7 +3,7 @@
 The probe times each collective kind between two local ranks (zerogate.runtime.collectives.measure: raw
 seconds per call at a small message and at larger ones). This module turns those into figures: latency (s
 per call) and bandwidth (GB/s = 1e9 bytes/s) of the line latency + volume / bandwidth, volume the rank's
-share of one call (``zerogate.predict.comms.volume_bytes``: the same definition the theory and the measured
+share of one call (``zerogate.predict.volume.volume_bytes``: the same definition the theory and the measured
 records use), that lies at or below every measured call and predicts the most at the largest message
 (``lower_line``). The figures can only under-predict a collective, which is what a floor needs (the tests
 check it); on a busy machine a larger message sometimes beats a smaller one, and the line then bends to fit
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zerogate.predict.volume import volume_bytes
 from zerogate.runtime.collectives import ELEMENT_BYTES
 
 MEASURED, PUBLISHED, DERIVED = "measured", "published", "derived"
@@ -64,8 +65,6 @@ def figures(samples: dict[str, list[dict[str, float]]], world: int, source: str)
     [{"elements", "seconds"}]), and the samples themselves in bytes: ``lower_line`` through the (rank's
     volume, seconds) points, so latency + volume / bandwidth is at or below every measured call. A latency
     of 0 is a figure (the calls do not show one above 0); a bandwidth no call shows is absent."""
-    from zerogate.predict.comms import volume_bytes
-
     result: dict[str, dict[str, Any]] = {}
     for kind, rows in samples.items():
         rows = sorted(rows, key=lambda r: r["elements"])
@@ -91,8 +90,6 @@ def figures(samples: dict[str, list[dict[str, float]]], world: int, source: str)
 def predicted_seconds(entry: dict[str, Any], kind: str, tensor_bytes: float, world: int) -> float | None:
     """latency + volume / bandwidth for one call: the floor's model of a collective (None if a figure is
     missing)."""
-    from zerogate.predict.comms import volume_bytes
-
     latency, bandwidth = entry.get("latency_s"), entry.get("bandwidth_gbps")
     if latency is None or bandwidth is None:
         return None

@@ -16,19 +16,28 @@ measured on the run's own software. The engine's bookkeeping and the optimizer u
 are not timed.
 
 CPU accelerator only: on GPUs the host dispatches asynchronously while the device computes, and the
-floor's compute is the arithmetic at the card's peak.
+floor's compute is the arithmetic at the card's peak. The module loads torch and DeepSpeed: only the
+measure_model_compute rule imports it, once the rank's environment (DS_ACCELERATOR, thread counts) is set.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
-from zerogate.contracts.run import DsConfig, RunSpec
+import numpy as np
+import torch
 
-WARMUP_PASSES = (
-    2  # the first passes allocate, pick kernels and (ZeRO-3) record the fetch trace: never counted
-)
+from zerogate.contracts.run import DsConfig, RunSpec
+from zerogate.model.build import apply_training_features, build_model, planned_model_config
+from zerogate.predict.setup import TORCH_DTYPES
+from zerogate.runtime import loop
+from zerogate.runtime.engines import DeepSpeedEngine
+from zerogate.runtime.launch import one_rank_config, remove_own_shm_buffers, start_one_rank_world
+
+# The first passes allocate, pick kernels and (ZeRO-3) record the fetch trace: never counted.
+WARMUP_PASSES = 2
 TIMED_PASSES = 5  # the floor takes the fastest: noise only ever adds time
 
 
@@ -36,10 +45,22 @@ class _RandomTokens:
     """Random token rows of the run's shape (the compute measured does not depend on their values)."""
 
     def __init__(self, rows: int, seq_len: int, vocab: int) -> None:
-        import numpy as np
-
         ids = np.random.default_rng(0).integers(0, vocab, size=(rows, seq_len), dtype=np.int64)
         self.input_ids, self.labels, self.attention_mask = ids, ids.copy(), np.ones_like(ids)
+
+
+class _PassTimer(loop.LoopHooks):
+    """The loop's plain training, each micro-batch's forward + backward timed."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._started = 0.0
+
+    def before_micro(self, step: int, micro: int) -> None:
+        self._started = time.perf_counter()
+
+    def after_micro(self, step: int, micro: int) -> None:
+        self.samples.append(time.perf_counter() - self._started)
 
 
 def measure_forward_backward(
@@ -48,16 +69,6 @@ def measure_forward_backward(
     """Seconds of one forward + backward of the run's model shape, randomly initialised, through a DeepSpeed
     engine from the rendered config in a one-rank world, on a rank's micro-batch x sequence length with a
     rank's threads; the fastest of ``timed`` passes after the warm-up passes."""
-    import math
-
-    import torch
-
-    from zerogate.model.build import apply_training_features, build_model, planned_model_config
-    from zerogate.predict.setup import TORCH_DTYPES
-    from zerogate.runtime import loop
-    from zerogate.runtime.engines import DeepSpeedEngine
-    from zerogate.runtime.launch import one_rank_config, remove_own_shm_buffers, start_one_rank_world
-
     threads = run_spec.threads_per_rank
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -75,29 +86,15 @@ def measure_forward_backward(
     engine = DeepSpeedEngine(model, config)
     engine.train()
 
-    class PassTimer(loop.LoopHooks):
-        """The loop's plain training, each micro-batch's forward + backward timed."""
-
-        def __init__(self) -> None:
-            self.samples: list[float] = []
-            self._started = 0.0
-
-        def before_micro(self, step: int, micro: int) -> None:
-            self._started = time.perf_counter()
-
-        def after_micro(self, step: int, micro: int) -> None:
-            self.samples.append(time.perf_counter() - self._started)
-
-    timer = PassTimer()
+    timer = _PassTimer()
     passes = WARMUP_PASSES + timed
     rows = micro_batch * accumulation * math.ceil(passes / accumulation)
     batches = loop.RankBatches(
         _RandomTokens(rows, run_spec.seq_len, model_config.vocab_size), 1, 0, micro_batch, accumulation, 0
     )
     loop.run(engine, batches, accumulation, 0, math.ceil(passes / accumulation), timer)
-    remove_own_shm_buffers(
-        port
-    )  # DeepSpeed's shm comm buffers of this one-rank world outlive the process otherwise
+    # DeepSpeed's shm comm buffers of this one-rank world outlive the process otherwise.
+    remove_own_shm_buffers(port)
     samples = timer.samples[WARMUP_PASSES:passes]
     return {
         "forward_backward(s)": min(samples),

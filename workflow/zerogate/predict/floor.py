@@ -19,29 +19,30 @@ Adam is bound by host memory traffic), which DeepSpeed runs one after the other 
 micro-step (the update needs the reduced gradients; the boundary's gathers need the updated partitions),
 so those add.
 
-Collectives (``communication``): the theory's calls and volume per micro-step and per boundary for the
-run's scheme (zerogate.predict.comms.theory and totals, the one definition of volume), per collective kind
-``calls x latency + volume / bandwidth``. The figures are the machine's (zerogate.predict.collectives): on
-the CPU accelerator the probe's gloo measurement between two local ranks; on GPUs a measured NCCL figure
-where the probe or description gives one, a published one from the description, or a bandwidth derived
-from the ranks' PCIe links (through host memory or peer-to-peer: the slowest rank's link per direction);
-each figure carries its basis (measured, published, derived) and source. Latencies are the smallest
-measured (or published) per call and bandwidths peaks, so the term stays a lower bound; the calls of one
-process group are taken one after another. A figure nobody gives is missing: its part is left out and
+Collectives (``communication``): the theory's calls and volume per micro-step and per boundary for the run's
+scheme (zerogate.predict.comms.theory, added up by zerogate.predict.comms_terms.totals with the one definition
+of volume), per collective kind ``calls x latency + volume / bandwidth``. The figures are the machine's
+(zerogate.predict.collectives): on the CPU accelerator the probe's gloo measurement between two local ranks;
+on GPUs a measured NCCL figure where the probe or description gives one, a published one from the description,
+or a bandwidth derived from the ranks' PCIe links (through host memory or peer-to-peer: the slowest rank's
+link per direction); each figure carries its basis (measured, published, derived) and source. Latencies are
+the smallest measured (or published) per call and bandwidths peaks, so the term stays a lower bound; the calls
+of one process group are taken one after another. A figure nobody gives is missing: its part is left out and
 listed in ``missing``, never assumed.
 """
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from zerogate import hardware
 from zerogate.contracts.plan import ModelComputeMeasurement
 from zerogate.model.counts import ModelCounts
-from zerogate.predict import comms
 from zerogate.predict.collectives import DERIVED, figure
+from zerogate.predict.comms import TheoryInputs, theory
+from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term, totals
 from zerogate.predict.setup import Setup
+from zerogate.render.comms_runs import scheme_for
 
 # GB/s per lane and direction after line encoding (PCI-SIG: 8b/10b for Gen 1-2, 128b/130b from Gen 3).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
@@ -90,29 +91,26 @@ def link_bytes(counts: ModelCounts, setup: Setup) -> dict[str, float]:
 
 
 def theory_scheme(setup: Setup) -> str:
-    """The zerogate.predict.comms scheme of a run: its ZeRO stage and offloads (comms.scheme_for)."""
-    return comms.scheme_for(setup.stage, setup.offload_optimizer, setup.offload_param)
+    """The zerogate.predict.comms scheme of a run: its ZeRO stage and offloads
+    (zerogate.render.comms_runs.scheme_for)."""
+    return scheme_for(setup.stage, setup.offload_optimizer, setup.offload_param)
 
 
-def theory_terms(counts: ModelCounts, setup: Setup) -> list[comms.Term]:
-    """The theory's collectives for the run: comms.theory for its scheme, accumulation, world and dtype,
-    with the rendered config's bucket and leaf settings where comms.theory takes them."""
-    optional = {
-        "reduce_bucket_elements": setup.reduce_bucket,
-        "prefetch_bucket_elements": setup.prefetch_bucket,
-        "leaf_blocks": setup.leaf_blocks,
-        "max_reuse_distance": setup.max_reuse_distance,
-    }
-    accepted = inspect.signature(comms.theory).parameters
-    return comms.theory(
-        counts,
-        theory_scheme(setup),
-        setup.accumulation,
-        setup.ranks,
-        setup.dtype_bytes,
-        setup.persistence_threshold,
-        **{k: v for k, v in optional.items() if k in accepted},
+def theory_terms(counts: ModelCounts, setup: Setup) -> list[Term]:
+    """The theory's collectives for the run: zerogate.predict.comms.theory for its scheme, accumulation,
+    world and dtype, with the rendered config's bucket, reuse and leaf settings (the others DeepSpeed's
+    defaults)."""
+    inputs = TheoryInputs(
+        accumulation=setup.accumulation,
+        world=setup.ranks,
+        dtype_bytes=setup.dtype_bytes,
+        persistence_threshold=setup.persistence_threshold,
+        reduce_bucket_elements=setup.reduce_bucket,
+        prefetch_bucket_elements=setup.prefetch_bucket,
+        max_reuse_distance=setup.max_reuse_distance,
+        leaf_blocks=setup.leaf_blocks,
     )
+    return theory(counts, theory_scheme(setup), inputs)
 
 
 def derived_bandwidth(machine: dict[str, Any]) -> dict[str, Any] | None:
@@ -160,9 +158,9 @@ BEFORE_COMPUTE = ("all_gather",)
 AFTER_COMPUTE = ("reduce_scatter", "all_reduce", "reduce")
 
 
-def collective_time(terms: list[comms.Term], per: str, world: int, machine: dict[str, Any]) -> dict[str, Any]:
+def collective_time(terms: list[Term], per: str, world: int, machine: dict[str, Any]) -> dict[str, Any]:
     """Seconds the ``per`` (micro_step | boundary) collectives of ``terms`` take at least on ``machine``:
-    per kind comms.totals' calls x latency + volume / bandwidth, each part with its figure; ``missing``
+    per kind totals' calls x latency + volume / bandwidth, each part with its figure; ``missing``
     lists the parts without a figure (left out of ``seconds``, which is None when nothing is known).
     ``dependent(s)``: the kinds of a single call per micro-step that compute must wait for (BEFORE_COMPUTE)
     or that wait for compute (AFTER_COMPUTE), their known seconds summed (0 when there are none)."""
@@ -171,7 +169,7 @@ def collective_time(terms: list[comms.Term], per: str, world: int, machine: dict
     known: list[float] = []
     dependent: dict[str, float] = {}
     for kind in dict.fromkeys(t.kind for t in terms if t.per == per):
-        calls, volume = comms.totals([t for t in terms if t.kind == kind], per, world)
+        calls, volume = totals([t for t in terms if t.kind == kind], per, world)
         if not calls and not volume:
             continue
         figures = collective_figures(machine, kind)
@@ -194,7 +192,7 @@ def collective_time(terms: list[comms.Term], per: str, world: int, machine: dict
             else:
                 known.append(row[part])
         kinds[kind] = row
-        if per == comms.MICRO_STEP and calls == 1 and kind in BEFORE_COMPUTE + AFTER_COMPUTE:
+        if per == MICRO_STEP and calls == 1 and kind in BEFORE_COMPUTE + AFTER_COMPUTE:
             dependent[kind] = sum(
                 row[p] for p in ("latency_time(s)", "transfer_time(s)") if row[p] is not None
             )
@@ -213,53 +211,61 @@ def _peak(gpu: dict[str, Any], dtype: str) -> float | None:
     return None if flops is None else flops / hardware.TFLOPS
 
 
-def floor(
-    counts: ModelCounts,
+def _flop_per_micro_step(counts: ModelCounts, setup: Setup) -> float:
+    """FLOP of one rank's micro-step (zerogate.hardware's count per token x its tokens)."""
+    per_token = hardware.training_flops_per_token(
+        counts.total,
+        counts.layers,
+        counts.hidden,
+        setup.seq_len,
+        recompute=setup.activation_checkpointing,
+    )
+    tokens = setup.micro_batch * setup.seq_len
+    return per_token * tokens
+
+
+def _compute_terms(
+    rank: int,
     setup: Setup,
     machine: dict[str, Any],
-    model_compute: ModelComputeMeasurement | None = None,
-) -> dict[str, Any]:
-    """Micro-step and optimizer-step floors (seconds) for ``setup`` on ``machine``, with every term.
-    ``model_compute``: the model's own forward + backward timed on this machine (zerogate.predict.compute;
-    CPU accelerator only), which bounds a rank's compute from below where operator overheads, not
-    arithmetic, decide it; None where it was not measured (a described machine, GPUs)."""
-    terms_theory = theory_terms(counts, setup)
-    micro_comms = collective_time(terms_theory, comms.MICRO_STEP, setup.ranks, machine)
-    boundary_comms = collective_time(terms_theory, comms.BOUNDARY, setup.ranks, machine)
-    tokens = setup.micro_batch * setup.seq_len
-    flop = (
-        hardware.training_flops_per_token(
-            counts.total,
-            counts.layers,
-            counts.hidden,
-            setup.seq_len,
-            recompute=setup.activation_checkpointing,
-        )
-        * tokens
-    )
+    flop: float,
+    moved: dict[str, float],
+    model_compute: ModelComputeMeasurement | None,
+) -> tuple[str, dict[str, float | None]]:
+    """(the rank's device, its compute and host-link terms in seconds, None where a figure is missing)."""
     gpus = machine.get("gpus", [])
-    host = machine.get("host", {})
+    terms: dict[str, float | None] = {}
+    if gpus:
+        gpu = gpus[rank % len(gpus)]
+        device = gpu["name"]
+        peak = _peak(gpu, setup.dtype)
+        terms["compute(s)"] = flop / (peak * 1e12) if peak else None
+        link = pcie_gbps(gpu.get("pcie"))
+        terms["pcie_h2d(s)"] = moved["h2d"] / (link * 1e9) if link else (None if moved["h2d"] else 0.0)
+        terms["pcie_d2h(s)"] = moved["d2h"] / (link * 1e9) if link else (None if moved["d2h"] else 0.0)
+        return device, terms
+    peak = machine.get("host", {}).get("cpu_peak_tflops_fp32")
+    # The ranks share the host's cores: each gets its share of the measured peak.
+    terms["compute(s)"] = flop / (peak * 1e12 / setup.ranks) if peak else None
+    if model_compute is not None:
+        # Every micro-step runs the model's forward and backward: at least that pass alone.
+        terms[EAGER_PASS] = model_compute.forward_backward_s
+    return "cpu", terms
+
+
+def _rank_floors(
+    setup: Setup,
+    machine: dict[str, Any],
+    flop: float,
+    moved: dict[str, float],
+    micro_comms: dict[str, Any],
+    model_compute: ModelComputeMeasurement | None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each rank's micro-step terms and floor (the largest known term), and the terms without a figure."""
     ranks: list[dict[str, Any]] = []
     missing: list[str] = []
-    moved = link_bytes(counts, setup)
     for rank in range(setup.ranks):
-        terms: dict[str, float | None] = {}
-        if gpus:
-            gpu = gpus[rank % len(gpus)]
-            device = gpu["name"]
-            peak = _peak(gpu, setup.dtype)
-            terms["compute(s)"] = flop / (peak * 1e12) if peak else None
-            link = pcie_gbps(gpu.get("pcie"))
-            terms["pcie_h2d(s)"] = moved["h2d"] / (link * 1e9) if link else (None if moved["h2d"] else 0.0)
-            terms["pcie_d2h(s)"] = moved["d2h"] / (link * 1e9) if link else (None if moved["d2h"] else 0.0)
-        else:
-            device = "cpu"
-            peak = host.get("cpu_peak_tflops_fp32")
-            # The ranks share the host's cores: each gets its share of the measured peak.
-            terms["compute(s)"] = flop / (peak * 1e12 / setup.ranks) if peak else None
-            if model_compute is not None:
-                # Every micro-step runs the model's forward and backward: at least that pass alone.
-                terms[EAGER_PASS] = model_compute.forward_backward_s
+        device, terms = _compute_terms(rank, setup, machine, flop, moved, model_compute)
         # Every rank takes part in every collective, so each waits at least this long for them.
         terms["collectives(s)"] = micro_comms["seconds"]
         computed = [terms[k] for k in ("compute(s)", EAGER_PASS) if terms.get(k) is not None]
@@ -276,22 +282,72 @@ def floor(
                 "micro_step_floor(s)": max(known) if known else None,
             }
         )
+    return ranks, missing
+
+
+def _optimizer_terms(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> dict[str, float | None]:
+    """The optimizer update's seconds, bound by memory traffic: CPU Adam on the host (offloaded, or no
+    GPUs), else each device's Adam on its share, the slowest device deciding."""
+    gpus = machine.get("gpus", [])
+    per_param = adam_bytes_per_param(setup.dtype_bytes)
+    if setup.offload_optimizer or not gpus:
+        bandwidth = machine.get("host", {}).get("memory_bandwidth_gbps")
+        return {"cpu_adam(s)": per_param * counts.total / (bandwidth * 1e9) if bandwidth else None}
+    bandwidths = [g.get("memory_bandwidth_gbps") for g in gpus]
+    slowest = min(bandwidths) if all(bandwidths) else None
+    share = counts.partition_numel(setup.ranks) if setup.stage >= 1 else counts.total
+    return {"device_adam(s)": per_param * share / (slowest * 1e9) if slowest else None}
+
+
+def _communication(
+    terms: list[Term],
+    setup: Setup,
+    machine: dict[str, Any],
+    micro_comms: dict[str, Any],
+    boundary_comms: dict[str, Any],
+) -> dict[str, Any]:
+    """The floor's ``communication``: the theory's terms for the run and their times on ``machine``."""
+    return {
+        "scheme": theory_scheme(setup),
+        "world": setup.ranks,
+        "route": (machine.get("collectives") or {}).get("route"),
+        "backend": (machine.get("collectives") or {}).get("backend"),
+        "terms": [
+            {
+                "name": t.name,
+                "kind": t.kind,
+                "per": t.per,
+                "calls": t.calls,
+                "tensor_bytes": t.tensor_bytes,
+                "volume(bytes)": t.volume(setup.ranks),
+            }
+            for t in terms
+        ],
+        "micro_step": micro_comms,
+        "boundary": boundary_comms,
+    }
+
+
+def floor(
+    counts: ModelCounts,
+    setup: Setup,
+    machine: dict[str, Any],
+    model_compute: ModelComputeMeasurement | None = None,
+) -> dict[str, Any]:
+    """Micro-step and optimizer-step floors (seconds) for ``setup`` on ``machine``, with every term.
+    ``model_compute``: the model's own forward + backward timed on this machine (zerogate.predict.compute;
+    CPU accelerator only), which bounds a rank's compute from below where operator overheads, not
+    arithmetic, decide it; None where it was not measured (a described machine, GPUs)."""
+    terms_theory = theory_terms(counts, setup)
+    micro_comms = collective_time(terms_theory, MICRO_STEP, setup.ranks, machine)
+    boundary_comms = collective_time(terms_theory, BOUNDARY, setup.ranks, machine)
+    flop = _flop_per_micro_step(counts, setup)
+    moved = link_bytes(counts, setup)
+    ranks, missing = _rank_floors(setup, machine, flop, moved, micro_comms, model_compute)
 
     micro = [r["micro_step_floor(s)"] for r in ranks if r["micro_step_floor(s)"] is not None]
     micro_floor = max(micro) if micro else None
-    optimizer_terms: dict[str, float | None] = {}
-    if setup.offload_optimizer or not gpus:
-        bandwidth = host.get("memory_bandwidth_gbps")
-        optimizer_terms["cpu_adam(s)"] = (
-            adam_bytes_per_param(setup.dtype_bytes) * counts.total / (bandwidth * 1e9) if bandwidth else None
-        )
-    else:
-        bandwidths = [g.get("memory_bandwidth_gbps") for g in gpus]
-        slowest = min(bandwidths) if all(bandwidths) else None
-        share = counts.partition_numel(setup.ranks) if setup.stage >= 1 else counts.total
-        optimizer_terms["device_adam(s)"] = (
-            adam_bytes_per_param(setup.dtype_bytes) * share / (slowest * 1e9) if slowest else None
-        )
+    optimizer_terms = _optimizer_terms(counts, setup, machine)
     missing += [f"optimizer: {k}" for k, v in optimizer_terms.items() if v is None]
     known_opt = [v for v in optimizer_terms.values() if v is not None]
     boundary_terms = {"collectives(s)": boundary_comms["seconds"]}
@@ -311,25 +367,7 @@ def floor(
         "optimizer_terms": optimizer_terms,
         "boundary_terms": boundary_terms,
         "accumulation": setup.accumulation,
-        "communication": {
-            "scheme": theory_scheme(setup),
-            "world": setup.ranks,
-            "route": (machine.get("collectives") or {}).get("route"),
-            "backend": (machine.get("collectives") or {}).get("backend"),
-            "terms": [
-                {
-                    "name": t.name,
-                    "kind": t.kind,
-                    "per": t.per,
-                    "calls": t.calls,
-                    "tensor_bytes": t.tensor_bytes,
-                    "volume(bytes)": t.volume(setup.ranks),
-                }
-                for t in terms_theory
-            ],
-            "micro_step": micro_comms,
-            "boundary": boundary_comms,
-        },
+        "communication": _communication(terms_theory, setup, machine, micro_comms, boundary_comms),
         "optimizer_step_floor(s)": step,
         "model_compute": model_compute,
         "missing": missing,  # terms left out for lack of a figure: the floor is then lower than it could be

@@ -321,7 +321,8 @@ def peer_plans(
     precision and ranks: each rank's device need, the host's, whether both fit, and one rank's communication
     per optimizer step. The sizes hold for fp16 as for bf16 (two bytes); zerogate's FSDP2 engine trains fp32
     or bf16 (fp16 needs torch's ShardedGradScaler, which it does not run), which the note says."""
-    from zerogate.predict.comms import fsdp2_theory, step_totals
+    from zerogate.predict.comms_terms import step_totals
+    from zerogate.predict.fsdp2_comms import fsdp2_theory
     from zerogate.predict.ledger import fsdp2_host_need_per_rank, fsdp2_terms
     from zerogate.render.variants import PEERS
 

@@ -57,31 +57,71 @@ on the meta device: the config's ``layer_types`` (if any) are one type, and ever
 classes in ``_no_split_modules``) has the same class, attention type and parameter names and shapes.
 Where they differ (sliding-window/global alternation, dense-then-MoE stacks), the whole model is traced
 instead and the result says so.
+
+Tracing needs torch and transformers, so this module imports them: only what traces imports it (the
+planner's zerogate.predict.activations, when a plan asks for traced activations), never the analysis side
+or the Snakefile's DAG build.
 """
 
 from __future__ import annotations
 
-import functools
+import argparse
+import time
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._pytree import tree_leaves
+from transformers import AutoModelForCausalLM
+
 from zerogate.config.settings import ATTENTIONS
+from zerogate.model.hf_config import ModelShape, load_config, shape_of
+from zerogate.model.loss import set_loss
 from zerogate.predict.setup import TORCH_DTYPES
+from zerogate.runtime.live_tensors import live_bytes_class
+
+
+@dataclass(frozen=True)
+class MicroStep:
+    """The micro-step a trace runs. ``dtype`` is fp32, fp16 or bf16 (weights and activations); ``attention``
+    the model's attn_implementation; ``checkpointing`` non-reentrant activation checkpointing of every
+    decoder layer. ``padding_mask``: pass an attention mask as the training loop does (transformers then
+    builds a 4-D mask, and SDPA repeats the KV heads instead of using its native grouped-query path);
+    without one SDPA saves the unrepeated keys and values. ``loss_in_fp32``: the loss as the run computes it
+    (zerogate.model.loss: transformers' ForCausalLMLoss upcasts the logits, or the cross-entropy in their
+    dtype)."""
+
+    micro_batch: int
+    seq_len: int
+    dtype: str
+    attention: str = "sdpa"
+    checkpointing: bool = False
+    padding_mask: bool = True
+    loss_in_fp32: bool = True
+
+    def described(self) -> str:
+        """The settings in words, for ``ActivationTrace.how``."""
+        return (
+            f"{self.dtype}, {self.attention} attention, {'a' if self.padding_mask else 'no'} padding mask, "
+            f"{'with' if self.checkpointing else 'no'} activation checkpointing, the loss "
+            f"{'on fp32 logits' if self.loss_in_fp32 else 'in the logits dtype'}, micro-batch "
+            f"{self.micro_batch}, sequence {self.seq_len}"
+        )
 
 
 @dataclass(frozen=True)
 class ActivationTrace:
     """What one micro-step keeps for backward and what backward adds on top, bytes per rank."""
 
-    per_layer_bytes: (
-        int | None
-    )  # saved by one decoder layer; None when the layers differ (whole model traced)
+    # Saved by one decoder layer; None when the layers differ (whole model traced).
+    per_layer_bytes: int | None
     outside_layers_bytes: int | None  # embeddings, rotary tables, final norm, logits and loss
     layers: int
     total_bytes: int  # per_layer * layers + outside, or the whole model's trace
-    backward_transient_bytes: (
-        int  # peak live bytes in backward above the forward's end, to the first gradient
-    )
+    # Peak live bytes in backward above the forward's end, to the first gradient.
+    backward_transient_bytes: int
     at_first_gradient_bytes: int  # alive when the first weight gradient is accumulated
     after_first_gradient_bytes: int  # the backward's peak after that, above those bytes
     how: str
@@ -93,104 +133,82 @@ class ActivationTrace:
 @dataclass(frozen=True)
 class _Step:
     saved_bytes: int
-    live_bytes_at_forward_end: (
-        int  # every storage created in the forward and still alive, model state excluded
-    )
+    # Every storage created in the forward and still alive, model state excluded.
+    live_bytes_at_forward_end: int
     transient_bytes: int  # the backward's peak above the forward's end, to the first accumulated gradient
-    at_first_gradient_change: (
-        int  # live bytes at the first accumulated gradient less those at the forward's end
-    )
-    after_first_gradient_bytes: (
-        int  # the backward's peak after the first accumulated gradient, above its bytes
-    )
+    # Live bytes at the first accumulated gradient less those at the forward's end.
+    at_first_gradient_change: int
+    # The backward's peak after the first accumulated gradient, above its bytes.
+    after_first_gradient_bytes: int
     math_attention: bool  # torch's SDPA math kernel ran (it saves the s x s attention probabilities)
     size_classes: dict[str, dict[str, int]]  # per window, each size class's peak of live bytes
 
 
-def trace_micro_step(
-    config: Any,
-    micro_batch: int,
-    seq_len: int,
-    dtype: str,
-    attention: str = "sdpa",
-    checkpointing: bool = False,
-    *,
-    padding_mask: bool = True,
-    loss_in_fp32: bool = True,
-    traced_layers: int = 1,
-) -> ActivationTrace:
-    """Trace one micro-step of ``config``'s causal LM; see the module docstring for what is counted.
+_COUNTING = (
+    "saved tensors counted once per storage, parameters and buffers excluded; backward transient "
+    "= peak live bytes in backward above the forward's end until the first weight gradient is "
+    "accumulated, each weight gradient dropped once accumulated"
+)
 
-    ``dtype`` is fp32, fp16 or bf16 (weights and activations); ``attention`` the model's attn_implementation;
-    ``checkpointing`` non-reentrant activation checkpointing of every decoder layer. ``padding_mask``: pass an
-    attention mask as the training loop does (transformers then builds a 4-D mask, and SDPA repeats the
-    KV heads instead of using its native grouped-query path); without one SDPA saves the unrepeated keys
-    and values. ``loss_in_fp32``: the loss as the run computes it (zerogate.model.loss: transformers'
-    ForCausalLMLoss upcasts the logits, or the cross-entropy in their dtype). ``traced_layers``: k, the
-    smaller of the two layer counts traced (the other is k + 1).
-    """
-    from zerogate.model.hf_config import shape_of
 
-    if dtype not in TORCH_DTYPES:
-        raise ValueError(f"dtype '{dtype}' is not one of {', '.join(TORCH_DTYPES)}")
-    if attention not in ATTENTIONS:
-        raise ValueError(f"attention '{attention}' is not one of {', '.join(ATTENTIONS)}")
-    if micro_batch < 1 or seq_len < 1 or traced_layers < 1:
+def _checked_shape(config: Any, step: MicroStep, traced_layers: int) -> ModelShape:
+    """``config``'s shape, once ``step`` and ``traced_layers`` are known to fit it."""
+    if step.dtype not in TORCH_DTYPES:
+        raise ValueError(f"dtype '{step.dtype}' is not one of {', '.join(TORCH_DTYPES)}")
+    if step.attention not in ATTENTIONS:
+        raise ValueError(f"attention '{step.attention}' is not one of {', '.join(ATTENTIONS)}")
+    if step.micro_batch < 1 or step.seq_len < 1 or traced_layers < 1:
         raise ValueError("micro_batch, seq_len and traced_layers must be positive")
     shape = shape_of(config)
-    if seq_len > shape.max_positions:
-        raise ValueError(f"seq_len {seq_len} exceeds the model's {shape.max_positions} positions")
+    if step.seq_len > shape.max_positions:
+        raise ValueError(f"seq_len {step.seq_len} exceeds the model's {shape.max_positions} positions")
+    return shape
 
-    settings = (
-        f"{dtype}, {attention} attention, {'a' if padding_mask else 'no'} padding mask, "
-        f"{'with' if checkpointing else 'no'} activation checkpointing, the loss "
-        f"{'on fp32 logits' if loss_in_fp32 else 'in the logits dtype'}, micro-batch {micro_batch}, "
-        f"sequence {seq_len}"
-    )
-    counting = (
-        "saved tensors counted once per storage, parameters and buffers excluded; backward transient "
-        "= peak live bytes in backward above the forward's end until the first weight gradient is "
-        "accumulated, each weight gradient dropped once accumulated"
-    )
-    run = dict(
-        micro_batch=micro_batch,
-        seq_len=seq_len,
-        dtype=dtype,
-        attention=attention,
-        checkpointing=checkpointing,
-        padding_mask=padding_mask,
-        loss_in_fp32=loss_in_fp32,
-    )
+
+def trace_micro_step(config: Any, step: MicroStep, *, traced_layers: int = 1) -> ActivationTrace:
+    """Trace one micro-step of ``config``'s causal LM; see the module docstring for what is counted.
+    ``traced_layers``: k, the smaller of the two layer counts traced (the other is k + 1)."""
+    shape = _checked_shape(config, step, traced_layers)
     unlike = _layers_differ(config, shape.layers)
     if unlike is not None:
-        whole = _trace_step(config, **run)
-        how = (
-            f"{config.model_type} model: {unlike}, so all {shape.layers} decoder layers were traced "
-            f"(not scaled) under FakeTensorMode on the CPU ({settings}); {counting}"
-        )
-        return ActivationTrace(
-            None,
-            None,
-            shape.layers,
-            whole.saved_bytes,
-            whole.transient_bytes,
-            _at_first_gradient(whole.saved_bytes, whole),
-            whole.after_first_gradient_bytes,
-            how + _cpu_kernel_note(whole, attention),
-            whole.size_classes,
-        )
+        return _whole_model_trace(config, step, shape.layers, unlike)
+    return _scaled_trace(config, step, shape.layers, traced_layers)
 
-    fewer = _trace_step(_with_layers(config, traced_layers), **run)
-    more = _trace_step(_with_layers(config, traced_layers + 1), **run)
+
+def _whole_model_trace(config: Any, step: MicroStep, layers: int, unlike: str) -> ActivationTrace:
+    """Every decoder layer traced, where they are not alike (``unlike`` says how)."""
+    whole = _trace_step(config, step)
+    how = (
+        f"{config.model_type} model: {unlike}, so all {layers} decoder layers were traced "
+        f"(not scaled) under FakeTensorMode on the CPU ({step.described()}); {_COUNTING}"
+    )
+    return ActivationTrace(
+        None,
+        None,
+        layers,
+        whole.saved_bytes,
+        whole.transient_bytes,
+        _at_first_gradient(whole.saved_bytes, whole),
+        whole.after_first_gradient_bytes,
+        how + _cpu_kernel_note(whole, step.attention),
+        whole.size_classes,
+    )
+
+
+def _scaled_trace(config: Any, step: MicroStep, layers: int, traced_layers: int) -> ActivationTrace:
+    """k and k + 1 alike decoder layers traced, scaled to ``layers``: per layer = the difference, outside the
+    layers = the rest."""
+    fewer = _trace_step(_with_layers(config, traced_layers), step)
+    more = _trace_step(_with_layers(config, traced_layers + 1), step)
     per_layer = more.saved_bytes - fewer.saved_bytes
     outside = fewer.saved_bytes - traced_layers * per_layer
     how = (
         f"{config.model_type} model traced with {traced_layers} and {traced_layers + 1} decoder layers under "
-        f"FakeTensorMode on the CPU ({settings}); all {shape.layers} decoder layers of the config are alike "
-        f"(one class, attention type and parameter shapes), so per layer = the difference and outside the "
-        f"layers = the rest; {counting}"
+        f"FakeTensorMode on the CPU ({step.described()}); all {layers} decoder layers of the config are "
+        f"alike (one class, attention type and parameter shapes), so per layer = the difference and outside "
+        f"the layers = the rest; {_COUNTING}"
     )
-    total = per_layer * shape.layers + outside
+    total = per_layer * layers + outside
     # What the backward frees before its first accumulated gradient is the top of the model's (the loss, the
     # head): the same for any layer count. The peak after it, as bytes alive, grows by a layer's activations
     # per layer while it falls early in the backward and not at all once it falls at the end (a tied weight's
@@ -198,34 +216,37 @@ def trace_micro_step(
     # two traces extrapolate it.
     at_first = _at_first_gradient(total, more)
     peak_after = [
-        step.saved_bytes + step.at_first_gradient_change + step.after_first_gradient_bytes
-        for step in (fewer, more)
+        traced.saved_bytes + traced.at_first_gradient_change + traced.after_first_gradient_bytes
+        for traced in (fewer, more)
     ]
-    peak_at_all_layers = peak_after[0] + (shape.layers - traced_layers) * (peak_after[1] - peak_after[0])
-    # Each size class's peak in each window, alive bytes, extrapolated the same way (linear in the layer
-    # count).
-    size_classes = {
+    peak_at_all_layers = peak_after[0] + (layers - traced_layers) * (peak_after[1] - peak_after[0])
+    return ActivationTrace(
+        per_layer,
+        outside,
+        layers,
+        total,
+        max(fewer.transient_bytes, more.transient_bytes),
+        at_first,
+        max(0, peak_at_all_layers - at_first),
+        how + _cpu_kernel_note(more, step.attention),
+        _extrapolated_size_classes(fewer, more, layers - traced_layers),
+    )
+
+
+def _extrapolated_size_classes(fewer: _Step, more: _Step, extra_layers: int) -> dict[str, dict[str, int]]:
+    """Each size class's peak in each window, alive bytes, extrapolated from the two traces by
+    ``extra_layers`` more layers than the fewer has (linear in the layer count)."""
+    return {
         window: {
             size_class: max(
                 0,
                 fewer.size_classes[window][size_class]
-                + (shape.layers - traced_layers) * (peak - fewer.size_classes[window][size_class]),
+                + extra_layers * (peak - fewer.size_classes[window][size_class]),
             )
             for size_class, peak in peaks.items()
         }
         for window, peaks in more.size_classes.items()
     }
-    return ActivationTrace(
-        per_layer,
-        outside,
-        shape.layers,
-        total,
-        max(fewer.transient_bytes, more.transient_bytes),
-        at_first,
-        max(0, peak_at_all_layers - at_first),
-        how + _cpu_kernel_note(more, attention),
-        size_classes,
-    )
 
 
 def _at_first_gradient(saved_bytes: int, step: _Step) -> int:
@@ -270,9 +291,6 @@ def _layers_differ(config: Any, layers: int) -> str | None:
 
 def _why_layers_differ(config: Any, layers: int) -> str | None:
     """None when every decoder layer of ``config`` is alike, else why not (see the module docstring)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     layer_types = getattr(config, "layer_types", None)
     if layer_types and len(set(layer_types)) > 1:
         return f"its layer_types mix {', '.join(sorted(set(layer_types)))}"
@@ -295,43 +313,23 @@ def _why_layers_differ(config: Any, layers: int) -> str | None:
     return None
 
 
-def _trace_step(
-    config: Any,
-    micro_batch: int,
-    seq_len: int,
-    dtype: str,
-    attention: str,
-    checkpointing: bool,
-    padding_mask: bool,
-    loss_in_fp32: bool = True,
-) -> _Step:
+def _trace_step(config: Any, step: MicroStep) -> _Step:
     """One fake forward with loss and one backward, each weight gradient dropped once accumulated."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.multiprocessing.reductions import StorageWeakRef
-    from transformers import AutoModelForCausalLM
-
-    from zerogate.model.loss import set_loss
-
     with FakeTensorMode():
         model = AutoModelForCausalLM.from_config(
-            config, dtype=getattr(torch, TORCH_DTYPES[dtype]), attn_implementation=attention
+            config, dtype=getattr(torch, TORCH_DTYPES[step.dtype]), attn_implementation=step.attention
         )
         model.train()  # dropout as in training
-        set_loss(model, loss_in_fp32)
+        set_loss(model, step.loss_in_fp32)
         model_state = {StorageWeakRef(t.untyped_storage()) for t in [*model.parameters(), *model.buffers()]}
         saved = _SavedTensors(model_state)
-        if checkpointing:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            for module in model.modules():
-                if hasattr(module, "_gradient_checkpointing_func"):
-                    checkpoint_function = module._gradient_checkpointing_func
-                    module._gradient_checkpointing_func = _counting_bound_tensors(checkpoint_function, saved)
-        input_ids = torch.zeros(micro_batch, seq_len, dtype=torch.long)
+        if step.checkpointing:
+            _checkpoint_counting_bound_tensors(model, saved)
+        input_ids = torch.zeros(step.micro_batch, step.seq_len, dtype=torch.long)
         inputs = {"input_ids": input_ids, "labels": input_ids}
-        if padding_mask:
+        if step.padding_mask:
             inputs["attention_mask"] = torch.ones_like(input_ids)
-        live = _live_bytes_class()(model_state)
+        live = _LiveBytes(model_state)
         first: dict[str, int] = {}
         size_classes: dict[str, dict[str, int]] = {}
 
@@ -389,8 +387,6 @@ class _SavedTensors:
         return tensor
 
     def count(self, tensor: Any) -> None:
-        from torch.multiprocessing.reductions import StorageWeakRef
-
         storage = tensor.untyped_storage()
         ref = StorageWeakRef(storage)
         if ref not in self._model_state and ref not in self._counted:
@@ -406,8 +402,6 @@ def _counting_bound_tensors(checkpoint_function: Any, saved: _SavedTensors) -> A
     the rotary cos/sin and the attention mask ride in the partial, which the checkpoint keeps for the
     recomputation without saving them through the saved-tensor hooks (only its positional inputs are).
     """
-    import torch
-    from torch.utils._pytree import tree_leaves
 
     def checkpoint_counting_bound_tensors(function: Any, *args: Any, **kwargs: Any) -> Any:
         for leaf in tree_leaves(dict(getattr(function, "keywords", None) or {})):
@@ -418,27 +412,28 @@ def _counting_bound_tensors(checkpoint_function: Any, saved: _SavedTensors) -> A
     return checkpoint_counting_bound_tensors
 
 
-@functools.cache
-def _live_bytes_class() -> type:
-    """_LiveBytes, defined on first use so that importing this module does not import torch: the runtime's
+def _checkpoint_counting_bound_tensors(model: Any, saved: _SavedTensors) -> None:
+    """Non-reentrant activation checkpointing of every decoder layer of ``model``, each checkpoint also
+    counting the tensors bound into its function (:func:`_counting_bound_tensors`)."""
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    for module in model.modules():
+        if hasattr(module, "_gradient_checkpointing_func"):
+            checkpoint_function = module._gradient_checkpointing_func
+            module._gradient_checkpointing_func = _counting_bound_tensors(checkpoint_function, saved)
+
+
+class _LiveBytes(live_bytes_class()):
+    """Bytes of the storages alive now (model state excluded) and their peak, op by op: the runtime's
     live-tensor count (zerogate.runtime.live_tensors, also what the training ranks measure), which also
     notes whether SDPA's math kernel ran."""
-    import torch
 
-    from zerogate.runtime.live_tensors import live_bytes_class
+    def __init__(self, model_state: set) -> None:
+        super().__init__(excluded=model_state)
+        self.saw_math_attention = False
 
-    class _LiveBytes(live_bytes_class()):
-        """Bytes of the storages alive now (model state excluded) and their peak, op by op."""
-
-        def __init__(self, model_state: set) -> None:
-            super().__init__(excluded=model_state)
-            self.saw_math_attention = False
-
-        def saw(self, func: Any) -> None:
-            # SDPA's math kernel is the composite that calls _safe_softmax; the fused kernels never do.
-            self.saw_math_attention |= func is torch.ops.aten._safe_softmax.default
-
-    return _LiveBytes
+    def saw(self, func: Any) -> None:
+        # SDPA's math kernel is the composite that calls _safe_softmax; the fused kernels never do.
+        self.saw_math_attention |= func is torch.ops.aten._safe_softmax.default
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -448,11 +443,6 @@ def main(argv: list[str] | None = None) -> None:
         python -m zerogate.predict.trace config/models/qwen2.5-14b.json --seq-len 512 --micro-batch 1 --dtype
         fp16
     """
-    import argparse
-    import time
-
-    from zerogate.model.hf_config import load_config
-
     parser = argparse.ArgumentParser(
         prog="python -m zerogate.predict.trace", description=main.__doc__.split("\n\n")[0]
     )
@@ -466,9 +456,8 @@ def main(argv: list[str] | None = None) -> None:
     for attention in ATTENTIONS:
         for checkpointing in (False, True):
             start = time.perf_counter()
-            trace = trace_micro_step(
-                config, args.micro_batch, args.seq_len, args.dtype, attention, checkpointing
-            )
+            step = MicroStep(args.micro_batch, args.seq_len, args.dtype, attention, checkpointing)
+            trace = trace_micro_step(config, step)
             seconds = time.perf_counter() - start
             per_layer = "n/a" if trace.per_layer_bytes is None else f"{trace.per_layer_bytes / mib:.1f}"
             outside = (

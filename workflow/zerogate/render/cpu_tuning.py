@@ -15,12 +15,17 @@ layer the unit a rank holds gathered (a working set the ledger counts) and moved
 
 Applied by zerogate.render.ds_config.render on the CPU accelerator, each recorded as a deviation that does not
 change the experiment; GPU runs keep the claim's settings. zerogate.bench.ddp_vs_zero3 measures the
-config with and without them.
+config with and without them. The leaf classes are transformers' and DeepSpeed's own, so this module loads
+both (the DAG build never imports it).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import transformers
+from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 # DeepSpeed's own defaults (deepspeed/runtime/zero/config.py) for the two bucket sizes.
 REDUCE_BUCKET_ELEMENTS = 500_000_000
@@ -30,9 +35,6 @@ PREFETCH_BUCKET_ELEMENTS = 50_000_000
 def decoder_layer_classes(architecture: str) -> list[str]:
     """The transformers classes of a model type's decoder layer (its causal LM's ``_no_split_modules``: the
     blocks Accelerate and FSDP also treat as units), for any architecture AutoModelForCausalLM builds."""
-    import transformers
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
     return list(
         getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[architecture])._no_split_modules or []
     )
@@ -40,8 +42,6 @@ def decoder_layer_classes(architecture: str) -> list[str]:
 
 def leaf_module_classes(architecture: str) -> list[str]:
     """DeepSpeed's own default leaf classes (MoE blocks) plus the family's decoder layer."""
-    from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
-
     return [*DEFAULT_LEAF_MODULE_CLASSES, *decoder_layer_classes(architecture)]
 
 
@@ -85,8 +85,6 @@ def cpu_comm_overrides(architecture: str | None) -> list[dict[str, Any]]:
 def untuned_overrides(hidden_size: int) -> list[dict[str, Any]]:
     """The same keys as the Hugging Face "auto" rule, the claim and DeepSpeed's defaults set them (what
     the CPU path ran with before the tuning), for benchmarks that measure the tuning's effect."""
-    from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
-
     return [
         {"path": "zero_optimization.reduce_bucket_size", "value": hidden_size * hidden_size},
         {

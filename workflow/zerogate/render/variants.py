@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from zerogate.render.ds_config import _MISSING, apply_overrides, get_path
+from zerogate.render.overrides import MISSING, apply_overrides, get_path
 
 # name -> (stage, optimizer offload, parameter offload). Parameter offload exists only in stage 3.
 VARIANTS: dict[str, tuple[int, bool, bool]] = {
@@ -159,7 +159,7 @@ def variant_config(ds_config: dict[str, Any], name: str) -> tuple[dict[str, Any]
     applied = []
     for override in overrides:
         before = get_path(ds_config, override["path"])
-        applied.append({**override, "before": None if before is _MISSING else before})
+        applied.append({**override, "before": None if before is MISSING else before})
     return apply_overrides(ds_config, overrides), applied
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# The collective kinds the theory uses (zerogate.predict.comms.VOLUME_FACTOR, barrier aside: no payload).
+# The collective kinds the theory uses (zerogate.predict.volume.VOLUME_FACTOR, barrier aside: no payload).
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 # Full-tensor elements (fp32) per call: a small message for latency (two elements per rank), and two larger
 # ones for bandwidth (256 KiB and 4 MiB full tensors: the default model's gathers are of that order).

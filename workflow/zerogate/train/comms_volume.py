@@ -5,7 +5,7 @@ Launched once by DeepSpeed's launcher (rule measure_comms_volume, through zeroga
     python -m zerogate.runtime.launch --run-spec RUN_SPEC --log LOG --module zerogate.train.comms_volume -- \
         --measurements comms/measurements.json --dataset-dir DATASET --out-dir OUT
 
-For each measurement of comms/measurements.json (zerogate.predict.comms.measurements: every scheme at
+For each measurement of comms/measurements.json (zerogate.predict.comms_plan.measurements: every scheme at
 accumulation 1 and at the rendered config's, each with its DeepSpeed config), a fresh model and engine
 trained by the one loop (zerogate.runtime.loop): a few warm-up optimizer steps, then a few measured ones.
 DeepSpeed schemes are recorded by DeepSpeed's comms logger (deepspeed.comm, the config's "comms_logger"
@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 from deepspeed import comm as ds_comm
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import set_seed
 
@@ -51,6 +52,7 @@ from zerogate.model.build import load_for_training
 from zerogate.runtime import loop
 from zerogate.runtime.engines import build_engine
 from zerogate.runtime.heap import release_freed_memory
+from zerogate.runtime.process_exit import exit_without_teardown
 from zerogate.train.loop import rank_arguments, start_distributed
 from zerogate.units import GIB
 
@@ -119,7 +121,7 @@ class DdpRecorder:
 
 # The collectives Fsdp2Recorder sees (c10d's in-place ops, as dist.* issues them; the functional ones DTensor
 # issues) -> (the comms logger's record name, which argument's bytes it logs: the convention
-# zerogate.predict.comms.logged_tensor_bytes reads, the rank's partition for the gathers, the full tensor
+# zerogate.predict.volume.logged_tensor_bytes reads, the rank's partition for the gathers, the full tensor
 # else).
 DISPATCHED_COLLECTIVES: dict[str, tuple[str, int]] = {
     "c10d._allgather_base_": ("all_gather_into_tensor", 1),  # (output, input)
@@ -155,8 +157,6 @@ class Fsdp2Recorder(TorchDispatchMode):
         self.records: dict[tuple[str, int], int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        from torch.distributed.tensor import DTensor
-
         if any(issubclass(t, DTensor) for t in types):
             return NotImplemented
         if getattr(func, "namespace", None) in COLLECTIVE_NAMESPACES:
@@ -293,6 +293,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from zerogate.runtime.process_exit import exit_without_teardown
-
     exit_without_teardown(main())
