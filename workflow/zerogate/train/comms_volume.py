@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 from deepspeed import comm as ds_comm
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import set_seed
 
@@ -51,6 +52,7 @@ from zerogate.model.build import load_for_training
 from zerogate.runtime import loop
 from zerogate.runtime.engines import build_engine
 from zerogate.runtime.heap import release_freed_memory
+from zerogate.runtime.process_exit import exit_without_teardown
 from zerogate.train.loop import rank_arguments, start_distributed
 from zerogate.units import GIB
 
@@ -155,8 +157,6 @@ class Fsdp2Recorder(TorchDispatchMode):
         self.records: dict[tuple[str, int], int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        from torch.distributed.tensor import DTensor
-
         if any(issubclass(t, DTensor) for t in types):
             return NotImplemented
         if getattr(func, "namespace", None) in COLLECTIVE_NAMESPACES:
@@ -293,6 +293,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from zerogate.runtime.process_exit import exit_without_teardown
-
     exit_without_teardown(main())
