@@ -24,6 +24,7 @@ import subprocess
 import sys
 from typing import Any
 
+from zerogate.runtime.launch import remove_own_shm_buffers, start_one_rank_world
 from zerogate.runtime.process_exit import exit_without_teardown
 
 RESULT_PREFIX = "BASELINE "
@@ -48,8 +49,6 @@ def measure_in_this_process(options: dict[str, Any]) -> dict[str, Any]:
     # Here, after the measured module (which loads DeepSpeed itself), not at the top: the rule's process
     # imports this module too, and loads neither torch nor DeepSpeed.
     from deepspeed.accelerator import get_accelerator
-
-    from zerogate.runtime.launch import remove_own_shm_buffers, start_one_rank_world
 
     accelerator = get_accelerator()
     port = start_one_rank_world(options["backend"])
