@@ -8,7 +8,8 @@ import pytest
 
 from zerogate.config.settings import dataset_settings
 from zerogate.contracts.data import DatasetManifest
-from zerogate.data.dataset import load_split, prepare
+from zerogate.data.dataset import load_split
+from zerogate.data.prepare import prepare
 from zerogate.data.sources import check_dataset_source
 from zerogate.data.templates import IGNORE_INDEX
 from zerogate.errors import InputError

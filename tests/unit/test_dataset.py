@@ -8,15 +8,11 @@ import pytest
 
 from zerogate.config.settings import dataset_settings
 from zerogate.contracts.data import DatasetManifest
-from zerogate.data.dataset import (
-    IGNORE_INDEX,
-    TASKS,
-    encode,
-    generate_examples,
-    load_split,
-    prepare,
-    train_tokenizer,
-)
+from zerogate.data.builtin import TASKS, encode, generate_examples
+from zerogate.data.dataset import load_split
+from zerogate.data.prepare import prepare
+from zerogate.data.templates import IGNORE_INDEX
+from zerogate.data.tokenizer import train_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -393,7 +393,8 @@ def test_lower_line_without_a_fitting_bandwidth_keeps_the_fastest_call():
 
 
 def test_gloo_probe_between_two_local_ranks_measures_every_kind():
-    from zerogate.runtime.collectives import KINDS, measure
+    from zerogate.runtime.collective_timing import measure
+    from zerogate.runtime.collectives import KINDS
 
     raw = measure(world=2, backend="gloo")
     assert "error" not in raw, raw.get("error")

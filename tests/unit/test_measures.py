@@ -42,7 +42,7 @@ from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.run import DsConfig
 from zerogate.errors import InputError
-from zerogate.provenance import provenance
+from zerogate.provenance import RunIdentity, RunRecords, provenance
 from zerogate.report.compare import comparison_table, group_runs, load_run, quantity_rows
 from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
 from zerogate.report.registry import registry_record
@@ -133,15 +133,19 @@ def registry(tmp_path, machine, steps, verdicts, meta):
         model=ModelInfo(source="shape", kind="shape", directory=None),
     )
     recorded = provenance(
-        profile_name="smoke",
-        profile={"training": {"optimizer_steps": STEPS}},
-        config_hash="f" * 64,
-        run_id=f"smoke-{machine}-ffffffff",
+        RunIdentity(
+            profile_name="smoke",
+            profile={"training": {"optimizer_steps": STEPS}},
+            config_hash="f" * 64,
+            run_id=f"smoke-{machine}-ffffffff",
+        ),
+        RunRecords(
+            fingerprint=CPU_FINGERPRINT,
+            manifest=manifest,
+            ds_config=ds_config.raw,
+            summary=train_summary(STEPS, dtype="fp16"),
+        ),
         repo=tmp_path,
-        fingerprint=CPU_FINGERPRINT,
-        manifest=manifest,
-        ds_config=ds_config.raw,
-        summary=train_summary(STEPS, dtype="fp16"),
     )
     within = f"results/smoke/{machine}"
     record = registry_record(

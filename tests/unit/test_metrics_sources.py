@@ -10,7 +10,7 @@ from tests.unit.helpers import step_record
 from zerogate.contracts.base import line_of, read_lines
 from zerogate.contracts.records import StepRecord
 from zerogate.hardware import peak_flops, training_flops_per_token
-from zerogate.train.metrics import StepMetrics
+from zerogate.train.metrics import MeasurementSources, ModelFlops, StepMetrics
 from zerogate.train.nvml_sampler import NvmlSampler
 from zerogate.units import GIB
 
@@ -51,7 +51,9 @@ def lines(path):
 
 def test_gpu_peaks_are_per_window_and_pinned_memory_is_recorded(tmp_path):
     probe = FakeProbe()
-    recorder = StepMetrics(tmp_path / "rank1.jsonl", 1, torch.device("cpu"), probe=probe)
+    recorder = StepMetrics(
+        tmp_path / "rank1.jsonl", 1, torch.device("cpu"), sources=MeasurementSources(probe=probe)
+    )
     assert probe.resets == 1  # a fresh window at the start
     for step in (1, 2):
         recorder.start_step()
@@ -88,7 +90,10 @@ def test_nvml_sampler_thread_samples_in_the_background():
 
 def test_nvml_peak_lands_in_the_step_line(tmp_path):
     recorder = StepMetrics(
-        tmp_path / "r.jsonl", 0, torch.device("cpu"), nvml=NvmlSampler(Readings([3 * GIB]), interval_s=3600)
+        tmp_path / "r.jsonl",
+        0,
+        torch.device("cpu"),
+        sources=MeasurementSources(nvml=NvmlSampler(Readings([3 * GIB]), interval_s=3600)),
     )
     recorder.start_step()
     recorder.end_step(1, 2.0, 1.0, 1e-3, 10, 1)
@@ -104,7 +109,7 @@ def test_flops_and_mfu_only_where_the_peak_is_known(tmp_path):
     assert peak_flops("NVIDIA GeForce RTX 4090", "fp16") == 330.3e12
     assert peak_flops(None, "fp32") is None and peak_flops("Some GPU", "fp16") is None
     recorder = StepMetrics(
-        tmp_path / "r.jsonl", 0, torch.device("cpu"), flops_per_token=1e6, peak_flops_per_s=1e9
+        tmp_path / "r.jsonl", 0, torch.device("cpu"), flops=ModelFlops(per_token=1e6, peak_per_s=1e9)
     )
     recorder.start_step()
     record = recorder.end_step(1, 2.0, 1.0, 1e-3, 50, 2, processed_tokens=64)

@@ -11,7 +11,8 @@ from tests.unit.test_ledger import rendered
 from zerogate.config.settings import ModelSettings
 from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.errors import InputError
-from zerogate.model.build import load_for_training, materialise
+from zerogate.model.build import load_for_training
+from zerogate.model.prepare import materialise
 from zerogate.model.sources import parse_source
 
 

@@ -5,14 +5,8 @@ from pathlib import Path
 
 from zerogate.config.machines import check, from_fingerprint
 from zerogate.contracts.machine import Fingerprint
-from zerogate.runtime.probe import (
-    merge_devices,
-    numa_nodes,
-    parse_nvidia_smi_xml,
-    parse_nvml,
-    pinned_memory_limit,
-    summary,
-)
+from zerogate.runtime.gpus import merge_devices, parse_nvidia_smi_xml, parse_nvml
+from zerogate.runtime.probe import numa_nodes, pinned_memory_limit, summary
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "probe"
 

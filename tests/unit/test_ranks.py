@@ -17,7 +17,7 @@ from zerogate.analysis.parse import run_metadata
 from zerogate.config.settings import check_inject, stabiliser_settings
 from zerogate.contracts.records import GitState, StabiliserSummary, TrainSummary
 from zerogate.errors import InputError
-from zerogate.train.metrics import CollectiveClock, StepMetrics
+from zerogate.train.metrics import CollectiveClock, MeasurementSources, StepMetrics
 from zerogate.train.policy import FaultInjector
 from zerogate.train.stabiliser import injected_loss_factor
 
@@ -208,7 +208,12 @@ def test_the_clock_times_blocking_calls_and_async_waits_and_counts_nesting_once(
 
 def test_step_records_carry_the_steps_collective_time(tmp_path):
     clock = CollectiveClock()
-    metrics = StepMetrics(tmp_path / "rank0.jsonl", 0, __import__("torch").device("cpu"), collectives=clock)
+    metrics = StepMetrics(
+        tmp_path / "rank0.jsonl",
+        0,
+        __import__("torch").device("cpu"),
+        sources=MeasurementSources(collectives=clock),
+    )
     clock.blocked_s, clock.calls = 9.0, 9  # an evaluation's collectives, before the step: not counted
     metrics.start_step()
     clock.blocked_s, clock.calls = 0.25, 4

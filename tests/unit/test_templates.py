@@ -2,8 +2,8 @@
 
 import pytest
 
-from zerogate.data.dataset import load_tokenizer
 from zerogate.data.templates import IGNORE_INDEX, encode_record, prompt_ids
+from zerogate.data.tokenizer import load_tokenizer
 
 CHAT = (
     "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}<eos>\n{% endfor %}"

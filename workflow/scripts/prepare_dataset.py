@@ -5,7 +5,7 @@ from pathlib import Path
 from zerogate.config.settings import DatasetSettings
 from zerogate.contracts.base import typed
 from zerogate.contracts.data import ModelInfo
-from zerogate.data.dataset import prepare
+from zerogate.data.prepare import prepare
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
 

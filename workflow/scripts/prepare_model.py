@@ -6,7 +6,7 @@ from zerogate.config.settings import ModelSettings
 from zerogate.contracts.base import typed
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
-from zerogate.model.build import materialise
+from zerogate.model.prepare import materialise
 from zerogate.model.sources import parse_source
 
 try:

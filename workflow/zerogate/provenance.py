@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,30 +39,42 @@ def git_state(repo: str | Path) -> dict[str, Any]:
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
-def provenance(
-    *,
-    profile_name: str,
-    profile: dict[str, Any],
-    config_hash: str,
-    run_id: str,
-    repo: str | Path,
-    fingerprint: Fingerprint,
-    manifest: DatasetManifest,
-    ds_config: dict[str, Any],
-    summary: TrainSummary,
-) -> Provenance:
-    machine = fingerprint
+@dataclass(frozen=True)
+class RunIdentity:
+    """What the workflow names a run by: its profile (name and resolved settings), the profile's hash and
+    the run id."""
+
+    profile_name: str
+    profile: dict[str, Any]
+    config_hash: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """What the run's stages recorded that its provenance repeats: the machine's fingerprint, the dataset's
+    manifest, the rendered DeepSpeed config and the training summary (the commit it trained at)."""
+
+    fingerprint: Fingerprint
+    manifest: DatasetManifest
+    ds_config: dict[str, Any]
+    summary: TrainSummary
+
+
+def provenance(identity: RunIdentity, records: RunRecords, repo: str | Path) -> Provenance:
+    """The run's provenance, the commit of ``repo`` now as the report's."""
+    profile, machine, manifest = identity.profile, records.fingerprint, records.manifest
     return Provenance(
         pipeline_version=__version__,
-        run_id=run_id,
+        run_id=identity.run_id,
         recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        git=GitAtStages(at_training=summary.git, at_report=GitState(**git_state(repo))),
-        profile=profile_name,
-        config_hash=config_hash,
+        git=GitAtStages(at_training=records.summary.git, at_report=GitState(**git_state(repo))),
+        profile=identity.profile_name,
+        config_hash=identity.config_hash,
         measurement_hash=measurement_hash(profile),
         resolved_profile=profile,
-        ds_config=ds_config,
-        packages=fingerprint.versions,
+        ds_config=records.ds_config,
+        packages=machine.versions,
         machine=MachineFacts(
             hostname=machine.hostname,
             platform=machine.platform,

@@ -4,6 +4,7 @@ means 10**9 bytes (the unit a claim states is kept as the claim writes it)."""
 from __future__ import annotations
 
 GIB = 1024**3
+MIB = 1024**2
 GB = 10**9
 UNIT_BYTES = {"GB": GB, "GiB": GIB}
 
@@ -15,7 +16,7 @@ def format_bytes(n: float | None) -> str:
         return "—"
     for binary, decimal, b_unit, d_unit in (
         (GIB, GB, "GiB", "GB"),
-        (1024**2, 10**6, "MiB", "MB"),
+        (MIB, 10**6, "MiB", "MB"),
         (1024, 1000, "KiB", "kB"),
     ):
         if abs(n) >= binary:

@@ -7,7 +7,7 @@ judge_log rule's summary (zerogate.contracts.log_summary.LogSummary). Each count
   hysteresis skip);
 - ``*_lines``: one per message of that kind (two ranks' messages written into one line are two);
 - ``tracebacks``, ``fatal_loss_scale``, ``nccl_timeouts``: one per event of the kind;
-- ``failed_ranks``: every rank a failure event names (zerogate.analysis.launcher_log.FAILURE_KINDS);
+- ``failed_ranks``: every rank a failure event names (zerogate.analysis.launcher_events.FAILURE_KINDS);
 - ``exit_errors``: the exits the launchers and schedulers report, one per process;
 - ``world_size``: the largest the launcher (``dist_world_size``, ``WORLD INFO DICT``) or NCCL states;
 - ``optimizer_steps``: the highest step a progress or throughput line names; ``progress_skipped``: DeepSpeed's
@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from zerogate.analysis.launcher_log import FAILURE_KINDS
+from zerogate.analysis.launcher_events import FAILURE_KINDS
 
 # Precision as the DeepSpeed config print or the optimizer's creation line states it.
 FP16, BF16, FP32 = "fp16", "bf16", "fp32"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from zerogate.analysis import launcher_log
-from zerogate.analysis.launcher_log import FAILURE_KINDS
+from zerogate.analysis.launcher_events import FAILURE_KINDS
 from zerogate.contracts.base import ContractError, read_lines
 from zerogate.contracts.machine import NodeFingerprint
 from zerogate.contracts.parsed import EVENT_COLUMNS, Failure, ProgressSkips, RunMeta, missing_columns

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from zerogate.runtime.collectives import time_collective
+from zerogate.runtime.collective_timing import time_collective
 from zerogate.runtime.launch import free_port
 from zerogate.runtime.nodes import LOCAL_MASTER_ADDR
 
@@ -35,7 +35,7 @@ OPERATIONS = ("all_gather", "reduce_scatter", "all_reduce")
 
 def _time(operation: str, elements: int, world: int, iterations: int) -> float:
     """Mean seconds per call after a warm-up, for ``elements`` per rank: the probe's timing loop
-    (zerogate.runtime.collectives.time_collective) as one batch of ``iterations`` calls."""
+    (zerogate.runtime.collective_timing.time_collective) as one batch of ``iterations`` calls."""
     return time_collective(
         operation, elements * world, world, calls=iterations, batches=1, warmup=max(iterations // 10, 5)
     )

@@ -11,6 +11,7 @@ Every problem is an InputError naming the file and what is wrong, raised before 
 
 from __future__ import annotations
 
+import csv
 import json
 import tempfile
 from pathlib import Path
@@ -94,6 +95,7 @@ def file_columns(path: Path, kind: str) -> list[str]:
                 keys.update(dict.fromkeys(row))
         return list(keys)
     if kind == "parquet":
+        # Here, not at the top: the Snakefile imports this module to check profiles (check_dataset_source).
         import pyarrow.parquet as pq
 
         try:
@@ -101,8 +103,6 @@ def file_columns(path: Path, kind: str) -> list[str]:
         except Exception as error:  # pyarrow's ArrowInvalid and friends: not a parquet file
             raise InputError(str(path), "", f"cannot read as parquet: {str(error).splitlines()[0]}") from None
     if kind == "csv":
-        import csv
-
         with path.open(encoding="utf-8", newline="") as handle:
             return next(csv.reader(handle), [])
     return ["text"]
@@ -143,6 +143,7 @@ def check_dataset_source(
 
 def load_table(source: str, repo: str | Path, settings: DatasetSettings) -> tuple[Any, dict[str, Any]]:
     """The rows of ``source`` as a ``datasets.Dataset``, and facts about the file for the manifest."""
+    # Here, not at the top: the Snakefile imports this module to check profiles (check_dataset_source).
     import datasets
 
     datasets.disable_progress_bars()

@@ -1,8 +1,7 @@
 """The profile's causal LM: random initialisation from shape numbers, or pretrained weights.
 
-``prepare_model`` (the rule) turns any source into ``model.json`` plus, for pretrained sources, a local
-Hugging Face directory (a GGUF is dequantised once there, so the training ranks load safetensors
-instead of each dequantising the GGUF). ``load_for_training`` builds the model on every rank under
+``prepare_model`` (the rule, zerogate.model.prepare) turns any source into ``model.json`` plus, for
+pretrained sources, a local Hugging Face directory. ``load_for_training`` builds the model on every rank under
 ZeRO-3 through transformers' own ZeRO-3 path, an ``HfDeepSpeedConfig`` alive: a random model is built
 under ``deepspeed.zero.Init`` and then initialised as the architecture defines it (each module's
 parameters gathered for its ``_init_weights``); pretrained weights are loaded by ``from_pretrained``
@@ -11,15 +10,19 @@ shard by shard into the partitions (tied embeddings stay tied).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen2Config
+from transformers.initialization import no_init_weights
+from transformers.integrations import HfDeepSpeedConfig
+from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
 from zerogate.config.settings import ModelSettings, RunTraining
-from zerogate.contracts.data import DatasetManifest, ModelInfo
+from zerogate.contracts.data import DatasetManifest
 from zerogate.contracts.run import RunSpec
-from zerogate.model.sources import SHAPE, ModelSource, resolve_hub
+from zerogate.model.hf_config import config_file, load_config
+from zerogate.model.loss import set_loss
 
 # transformers keeps only a weak reference to the HfDeepSpeedConfig: this keeps it alive for the run.
 _HF_DEEPSPEED_CONFIG: Any = None
@@ -36,14 +39,10 @@ def planned_model_config(
     counts the same parameters. The attention implementation is ``shape.attention`` (transformers'
     ``attn_implementation``: sdpa unless the profile says eager)."""
     if shape.config is not None:
-        from zerogate.model.hf_config import config_file, load_config
-
         config = load_config(config_file(shape.config))
         if eos_id is not None:  # the run's tokenizer's end of sequence (generation stops there)
             config.eos_token_id = eos_id
     else:
-        from transformers import Qwen2Config
-
         family = {"llama": LlamaConfig, "qwen2": Qwen2Config}[shape.architecture or "llama"]
         config = family(
             vocab_size=vocab_size,
@@ -69,9 +68,6 @@ def zero3_for_transformers(ds_config: dict[str, Any] | None) -> bool:
     which its ZeRO-3 code paths look for: building, loading, generating) or that it does not (an earlier
     build's config in the same process must not partition this one)."""
     global _HF_DEEPSPEED_CONFIG
-    from transformers.integrations import HfDeepSpeedConfig
-    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-
     zero3 = ((ds_config or {}).get("zero_optimization") or {}).get("stage") == 3
     _HF_DEEPSPEED_CONFIG = HfDeepSpeedConfig(ds_config) if zero3 else None
     if not zero3:
@@ -94,8 +90,6 @@ def build_model(config: Any, ds_config: dict[str, Any] | None = None) -> PreTrai
     attention = config._attn_implementation or "sdpa"
     if zero3_for_transformers(ds_config):
         return AutoModelForCausalLM.from_config(config, attn_implementation=attention)
-    from transformers.initialization import no_init_weights
-
     with no_init_weights():
         model = AutoModelForCausalLM.from_config(config, attn_implementation=attention)
     model.init_weights()
@@ -111,91 +105,6 @@ def enable_activation_checkpointing(model: PreTrainedModel) -> None:
     model.config.use_cache = False
 
 
-# Shape keys a profile may state for a pretrained model (the planner counts parameters from them without
-# the weights): each one stated must agree with the model's own config.
-CHECKED_SHAPE_KEYS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "intermediate_size",
-    "vocab_size",
-    "tie_word_embeddings",
-)
-
-
-def shape_disagreements(stated: ModelSettings, config: Any) -> list[str]:
-    """``key: stated but the model has actual`` for each stated shape key the model's config contradicts."""
-    problems = []
-    for key in CHECKED_SHAPE_KEYS:
-        value = getattr(stated, key)
-        if value is not None and getattr(config, key, value) != value:
-            problems.append(f"{key} {value} but the model has {getattr(config, key)}")
-    return problems
-
-
-def materialise(
-    source: ModelSource, out_dir: str | Path, profile_file: str, stated_shape: ModelSettings
-) -> ModelInfo:
-    """Make ``source`` loadable offline from ``out_dir``; return (and write) ``model.json``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    info: dict[str, Any] = {"source": source.spec, "kind": source.kind}
-    if source.kind == SHAPE:
-        info["directory"] = None
-        if (
-            stated_shape.vocab_size is not None
-        ):  # a fixed vocabulary: prepare_dataset checks its tokenizer against it
-            info["vocab_size"] = stated_shape.vocab_size
-    else:
-        from transformers import AutoConfig
-
-        if source.kind == "gguf":
-            info["directory"] = str(convert_gguf(source.location, out / "hf"))
-        elif source.kind == "hub":
-            info["directory"] = resolve_hub(source.location, profile_file)
-        else:
-            info["directory"] = source.location
-        config = AutoConfig.from_pretrained(info["directory"])
-        problems = shape_disagreements(stated_shape, config)
-        if problems:
-            from zerogate.errors import InputError
-
-            key = problems[0].split()[0]
-            raise InputError(profile_file, f"model.{key}", f"{'; '.join(problems)} ({source.spec})")
-        info.update(
-            model_type=config.model_type,
-            hidden_size=config.hidden_size,
-            num_hidden_layers=config.num_hidden_layers,
-            vocab_size=config.vocab_size,
-            tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
-        )
-    model = ModelInfo.of(info, str(out / "model.json"))
-    model.write(out / "model.json")
-    return model
-
-
-def convert_gguf(gguf_file: str | Path, out_dir: Path) -> Path:
-    """Dequantise a GGUF to fp32 and save it (weights and tokenizer) as a Hugging Face directory."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    gguf_file = Path(gguf_file)
-    kwargs = {"gguf_file": gguf_file.name}
-    tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, **kwargs)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, dtype=torch.float32, **kwargs)
-    # transformers marks a GGUF-loaded model as quantized and refuses to save it, although its weights
-    # are already plain fp32: copy them into an unquantized model of the same config.
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict())
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return out_dir
-
-
 def load_for_training(spec: RunSpec, manifest: DatasetManifest, ds_config: dict[str, Any]) -> PreTrainedModel:
     """The model on this rank, partitioned by ZeRO-3 when the config asks for stage 3: the manifest's
     model (prepare_model's), pretrained or built from the run spec's shape."""
@@ -205,8 +114,6 @@ def load_for_training(spec: RunSpec, manifest: DatasetManifest, ds_config: dict[
         config = planned_model_config(spec.model, spec.vocab_size, spec.seq_len, manifest.eos_token_id)
         model = build_model(config, ds_config)
     else:
-        import torch
-
         zero3_for_transformers(ds_config)
         # fp32 master copy on load; DeepSpeed casts to the config's fp16/bf16 itself.
         model = AutoModelForCausalLM.from_pretrained(
@@ -219,8 +126,6 @@ def load_for_training(spec: RunSpec, manifest: DatasetManifest, ds_config: dict[
 def apply_training_features(model: PreTrainedModel, training: RunTraining) -> None:
     """The run's training settings that change the model itself: activation
     checkpointing and the loss's precision (zerogate.model.loss)."""
-    from zerogate.model.loss import set_loss
-
     if training.activation_checkpointing:
         enable_activation_checkpointing(model)
     set_loss(model, training.loss_in_fp32)

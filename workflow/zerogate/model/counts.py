@@ -1,6 +1,6 @@
 """A model's parameter counts (zerogate.contracts.model.ModelCounts), with the shape numbers the ledger and
-the
-communication theory need: counted on the meta device (no weights), so a 14B model is counted in seconds."""
+the communication theory need: counted on the meta device (no weights), so a 14B model is counted in
+seconds."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ def count_parameters(config: Any) -> ModelCounts:
     DeepSpeed's ``model_to_params`` deduplicates tied weights by ``data_ptr``, which is 0 for every meta
     tensor; parameters are deduplicated by identity here instead (``Module.parameters`` does that).
     """
+    # Here, not at the top: the planner and the torch-free analysis side import ModelCounts from here.
     import torch
     from transformers import AutoModelForCausalLM
 

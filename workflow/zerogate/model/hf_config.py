@@ -34,6 +34,9 @@ def load_config(path: str | Path) -> Any:
     Raises InputError naming the file (and the key) when the file is missing, is not a JSON object, has no
     or an unknown ``model_type``, names an architecture without a causal LM, or transformers rejects a value.
     """
+    # Here, not at the top: the Snakefile imports this module when it loads a profile
+    # (zerogate.config.profile), and needs transformers only for a profile that names a config file.
+    import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -50,8 +53,6 @@ def load_config(path: str | Path) -> Any:
     if not model_type:
         raise InputError(str(file), "model_type", "missing: it names the transformers architecture")
     if model_type not in CONFIG_MAPPING:
-        import transformers
-
         custom = " (custom code in auto_map is never run)" if "auto_map" in data else ""
         raise InputError(
             str(file),

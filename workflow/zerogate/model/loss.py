@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from transformers.loss.loss_utils import fixed_cross_entropy
+
 
 def causal_lm_loss_in_logits_dtype(
     logits: Any,
@@ -20,9 +23,6 @@ def causal_lm_loss_in_logits_dtype(
 ) -> Any:
     """transformers.loss.loss_utils.ForCausalLMLoss without its ``logits.float()``: the same label shift,
     ignore index and reduction, the cross-entropy computed in the logits' dtype."""
-    import torch
-    from transformers.loss.loss_utils import fixed_cross_entropy
-
     if shift_labels is None:
         # Shift so that tokens < n predict n, as ForCausalLMLoss does.
         labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)

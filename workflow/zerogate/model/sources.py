@@ -61,6 +61,8 @@ def parse_source(spec: str | None, repo: str | Path = ".") -> ModelSource:
 
 def gguf_architecture(path: str | Path) -> str:
     """The ``general.architecture`` of a GGUF file (reads the header only)."""
+    # Here, not at the top: the Snakefile imports this module (check_model_source), and gguf is needed only
+    # for a GGUF source.
     from gguf import GGUFReader
 
     try:
@@ -71,6 +73,7 @@ def gguf_architecture(path: str | Path) -> str:
 
 def check_gguf(path: str | Path) -> None:
     """Refuse a GGUF whose architecture transformers' GGUF loader does not support."""
+    # Here, not at the top: the Snakefile imports this module (check_model_source) to build the DAG.
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
     architecture = gguf_architecture(path)
@@ -109,6 +112,7 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
 
 def resolve_hub(model_id: str, profile_file: str, online: bool | None = None) -> str:
     """A local directory for a hub id: the cache if it holds the model, a download only when online."""
+    # Here, not at the top: the Snakefile imports this module (check_model_source) to build the DAG.
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 

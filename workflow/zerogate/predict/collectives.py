@@ -1,6 +1,6 @@
 """What one collective costs between the ranks of this machine: latency and bandwidth, the floor's inputs.
 
-The probe times each collective kind between two local ranks (zerogate.runtime.collectives.measure: raw
+The probe times each collective kind between two local ranks (zerogate.runtime.collective_timing.measure: raw
 seconds per call at a small message and at larger ones). This module turns those into figures: latency (s
 per call) and bandwidth (GB/s = 1e9 bytes/s) of the line latency + volume / bandwidth, volume the rank's
 share of one call (``zerogate.predict.volume.volume_bytes``: the same definition the theory and the measured
@@ -97,7 +97,7 @@ def predicted_seconds(entry: dict[str, Any], kind: str, tensor_bytes: float, wor
 
 
 def interpret(raw: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The probe's raw collective timings (zerogate.runtime.collectives.measure) as the fingerprint's
+    """The probe's raw collective timings (zerogate.runtime.collective_timing.measure) as the fingerprint's
     ``collectives``: each kind's latency and bandwidth figures beside its samples."""
     if raw is None:
         return None

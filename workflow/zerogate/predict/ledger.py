@@ -856,7 +856,7 @@ def heap_bytes_of_term(name: str, nbytes: int, counts: ModelCounts, setup: Setup
     """The bytes of term ``name`` (``nbytes`` in all) in storages of glibc's heap size class
     (zerogate.runtime.live_tensors.size_class_of, the class the live-tensor count gives them); the rest of it
     is mapped."""
-    from zerogate.runtime.live_tensors import size_class_of
+    from zerogate.runtime.heap import size_class_of
 
     if name in PER_PARAMETER_TERMS:
         small = sum(n for n in counts.numels if size_class_of(n * setup.dtype_bytes) == "heap")

@@ -16,12 +16,16 @@ the shm workspace it created.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 from typing import Any
+
+from zerogate.runtime.launch import remove_own_shm_buffers, start_one_rank_world
+from zerogate.runtime.process_exit import exit_without_teardown
 
 RESULT_PREFIX = "BASELINE "
 STATUS_KEYS = ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem")
@@ -39,23 +43,24 @@ def process_status() -> dict[str, int]:
 
 
 def measure_in_this_process(options: dict[str, Any]) -> dict[str, Any]:
-    """The measurement itself (in a fresh interpreter: what was loaded before counts)."""
-    import importlib
-
+    """The measurement itself (in a fresh interpreter: what was loaded before counts). Each stage imports
+    what it needs only once the stage before is measured: the training module's imports come first."""
     importlib.import_module(options["module"])
+    # Here, after the measured module (which loads DeepSpeed itself), not at the top: the rule's process
+    # imports this module too, and loads neither torch nor DeepSpeed.
     from deepspeed.accelerator import get_accelerator
-
-    from zerogate.runtime.launch import remove_own_shm_buffers, start_one_rank_world
 
     accelerator = get_accelerator()
     port = start_one_rank_world(options["backend"])
     stages = {"imports_and_backend": process_status()}
     if options.get("split"):
+        # Here: what reading the split loads (pyarrow) is part of this stage's figure.
         from zerogate.data.dataset import load_split
 
         load_split(options["split"])
         stages["training_split_read"] = process_status()
     if options.get("ds_config"):
+        # Here: what building an engine loads (transformers' model, the optimizer's op) is this stage's.
         from zerogate.runtime.loop import one_step_on_a_tiny_model
 
         one_step_on_a_tiny_model(options["ds_config"])
@@ -143,6 +148,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from zerogate.runtime.process_exit import exit_without_teardown
-
     exit_without_teardown(main())

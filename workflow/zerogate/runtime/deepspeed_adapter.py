@@ -24,6 +24,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from deepspeed.runtime.zero import parameter_offload
+from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedParameterCoordinator
+
 _ABSENT = object()
 
 
@@ -109,9 +112,6 @@ def forget_zero3_engines() -> None:
     lru_cache on the class whose keys hold every coordinator and module it saw. A process that builds
     several engines one after another (zerogate.train.comms_volume) otherwise keeps every one of them:
     measured on cpu-smollm2, about 1.3 GiB per ZeRO-3 scheme until the rank was killed for memory."""
-    from deepspeed.runtime.zero import parameter_offload
-    from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedParameterCoordinator
-
     parameter_offload.FWD_MODULE_STACK.clear()
     method = PartitionedParameterCoordinator._PartitionedParameterCoordinator__params_to_release
     # instrument_w_nvtx wraps the lru_cache without functools.wraps: the cache is in its closure.

@@ -1,7 +1,6 @@
 """What trains, behind one interface the one loop (zerogate.runtime.loop) drives: a DeepSpeed engine at
 the rendered config's ZeRO stage, plain torch DDP (the baseline), or torch FSDP2 (a peer of ZeRO-3). Each
-worker picks its engine; the
-loop, the metrics and the records are the same for all.
+worker picks its engine; the loop, the metrics and the records are the same for all.
 
 A micro-batch is one forward and one backward (``forward_backward``); between two micro-batches of one
 window ``micro_step`` lets the engine do its bookkeeping; at the window's end ``boundary`` applies the
@@ -17,7 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import deepspeed
+import deepspeed.accelerator
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from deepspeed.runtime.lr_schedules import WarmupCosineLR
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel
 
 from zerogate.runtime import deepspeed_adapter as ds
 
@@ -55,8 +62,6 @@ class DeepSpeedEngine:
     name = "deepspeed"
 
     def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any]) -> None:
-        import deepspeed
-
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, model_parameters=model.parameters(), config=ds_config
         )
@@ -126,9 +131,7 @@ class DeepSpeedEngine:
 def rank_device() -> torch.device:
     """The device this rank trains on, as deepspeed.initialize picks it for the DeepSpeed engine: the host on
     DeepSpeed's CPU accelerator, else the accelerator's device of the rank's LOCAL_RANK (made current)."""
-    from deepspeed.accelerator import get_accelerator
-
-    accelerator = get_accelerator()
+    accelerator = deepspeed.accelerator.get_accelerator()
     if accelerator.device_name() == "cpu":
         return torch.device("cpu")
     accelerator.set_device(int(os.environ.get("LOCAL_RANK", 0)))
@@ -141,8 +144,6 @@ class TorchOptimizerEngine:
     DeepSpeed's own WarmupCosineLR is the schedule, so the rates match the DeepSpeed runs step for step."""
 
     def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any], accumulation: int) -> None:
-        from deepspeed.runtime.lr_schedules import WarmupCosineLR
-
         if (ds_config.get("fp16") or {}).get("enabled") is True:
             raise ValueError(f"the {self.name} engine trains in fp32 or bf16: it has no fp16 loss scaler")
         self.accumulation = accumulation
@@ -222,8 +223,6 @@ class DdpEngine(TorchOptimizerEngine):
     name = "ddp"
 
     def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any], accumulation: int) -> None:
-        from torch.nn.parallel import DistributedDataParallel
-
         self.device = rank_device()
         self.module = model.to(self.device)
         # On an accelerator each replica lives on its rank's own device (DDP's single-device form).
@@ -244,8 +243,6 @@ class DdpEngine(TorchOptimizerEngine):
         return loss.detach()
 
     def save(self, directory: Path) -> None:
-        import torch.distributed as dist
-
         directory.mkdir(parents=True, exist_ok=True)
         state = {
             "optimizer": self.optimizer.state_dict(),
@@ -292,8 +289,6 @@ class Fsdp2Engine(TorchOptimizerEngine):
     zero3 = True  # every forward gathers parameters: evaluation's generate keeps the ranks in step
 
     def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any], accumulation: int) -> None:
-        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-
         self.offload = fsdp2_offload(ds_config)
         self.device = rank_device()
         options: dict[str, Any] = {}
@@ -321,15 +316,10 @@ class Fsdp2Engine(TorchOptimizerEngine):
         return loss.detach()
 
     def _state(self) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
         model, optimizer = get_state_dict(self.module, self.optimizer)
         return {"model": model, "optimizer": optimizer}
 
     def save(self, directory: Path) -> None:
-        import torch.distributed as dist
-        import torch.distributed.checkpoint as dcp
-
         directory.mkdir(parents=True, exist_ok=True)
         dcp.save(self._state(), checkpoint_id=str(directory / "fsdp2"))  # every rank writes its shards
         if dist.get_rank() == 0:
@@ -342,9 +332,6 @@ class Fsdp2Engine(TorchOptimizerEngine):
             )
 
     def load(self, directory: Path) -> None:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import set_state_dict
-
         state = self._state()
         dcp.load(state, checkpoint_id=str(directory / "fsdp2"))
         set_state_dict(

@@ -24,6 +24,13 @@ from functools import lru_cache
 GLIBC_MMAP_THRESHOLD_MAX_BYTES = 32 * 1024 * 1024
 
 
+def size_class_of(nbytes: int) -> str:
+    """The C allocator's size class of a storage of ``nbytes``: ``heap`` (at most
+    GLIBC_MMAP_THRESHOLD_MAX_BYTES: its pages stay resident after it is freed) or ``mapped`` (above it:
+    unmapped when freed)."""
+    return "heap" if nbytes <= GLIBC_MMAP_THRESHOLD_MAX_BYTES else "mapped"
+
+
 class _Mallinfo2(ctypes.Structure):
     # glibc >= 2.33, malloc.h: struct mallinfo2, every field a size_t.
     _fields_ = [

@@ -52,6 +52,8 @@ def start_one_rank_world(backend: str) -> int:
     """Make this process a torch.distributed world of one rank (through DeepSpeed, on a free local port),
     as the planning-stage measurements do; the port, which names the world's shm buffers
     (remove_own_shm_buffers). DS_ACCELERATOR must already be in the environment."""
+    # Here, not at the top: DeepSpeed picks its accelerator from DS_ACCELERATOR when it is imported, and
+    # the launcher process (main) and the gloo benchmark import this module without loading DeepSpeed.
     import deepspeed
 
     port = free_port()
@@ -253,7 +255,7 @@ def wait_all(processes: dict[int, subprocess.Popen], grace_s: float = 10.0) -> i
     return failed[0] if failed else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -273,7 +275,34 @@ def main(argv: list[str] | None = None) -> int:
         "--master-port", type=int, help="several nodes started by hand: the port all of them use"
     )
     parser.add_argument("train_args", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def start_launchers(
+    commands: dict[int, list[str]],
+    env: dict[str, str],
+    log_path: Path,
+    processes: dict[int, subprocess.Popen],
+) -> list[threading.Thread]:
+    """Start each node's launcher, its command line first in its log and its output teed after it; each one
+    started goes into ``processes`` at once (so a failure to start the next leaves it to be stopped)."""
+    copies: list[threading.Thread] = []
+    for node, command in commands.items():
+        log = node_log(log_path, node)
+        log.write_text(" ".join(command) + "\n")
+        processes[node] = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=len(commands) > 1,
+        )
+        copies.append(tee(processes[node], log))
+    return copies
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     spec = RunSpec.read(args.run_spec)
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     log_path = Path(args.log)
@@ -305,19 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
     processes: dict[int, subprocess.Popen] = {}
-    copies: list[threading.Thread] = []
     try:
-        for node, command in commands.items():
-            log = node_log(log_path, node)
-            log.write_text(" ".join(command) + "\n")
-            processes[node] = subprocess.Popen(
-                command,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=len(commands) > 1,
-            )
-            copies.append(tee(processes[node], log))
+        copies = start_launchers(commands, env, log_path, processes)
         code = wait_all(processes)
         for copy in copies:  # the launchers have exited: let their last output reach the logs
             copy.join(timeout=10)
@@ -328,13 +346,16 @@ def main(argv: list[str] | None = None) -> int:
         remove_shm_buffers(port, SHM)
         state.unlink(missing_ok=True)
     if code != 0:
-        out_dir = out_dir_of(train_args)
-        kept = keep_failed_records(out_dir, Path(args.log)) if out_dir is not None else None
-        where = f"; its records so far are kept in {kept}" if kept is not None else ""
-        print(
-            f"zerogate: training failed (launcher exit code {code}); see {args.log}{where}", file=sys.stderr
-        )
+        report_failure(code, train_args, args.log)
     return code
+
+
+def report_failure(code: int, train_args: list[str], log: str) -> None:
+    """Keep a failed run's records beside its log (``log``) and say where they are."""
+    out_dir = out_dir_of(train_args)
+    kept = keep_failed_records(out_dir, Path(log)) if out_dir is not None else None
+    where = f"; its records so far are kept in {kept}" if kept is not None else ""
+    print(f"zerogate: training failed (launcher exit code {code}); see {log}{where}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,7 @@ A tensor subclass that wraps others (torch's DTensor, FSDP2's sharded parameters
 holds no memory of its own: its inner tensors do. Its ops are handed back to it (``NotImplemented``) so they
 reach the mode as the plain ops on its inner tensors, and the garbage collector's wrappers are skipped, their
 inner tensors being counted on their own. A storage resized in place (``UntypedStorage.resize_``: FSDP2 frees
-an
-unsharded parameter after use and allocates it again so) counts its new size from then on.
+an unsharded parameter after use and allocates it again so) counts its new size from then on.
 
 Each storage is also counted in one of two size classes, the C allocator's (zerogate.runtime.heap): ``heap``
 (at most GLIBC_MMAP_THRESHOLD_MAX_BYTES: glibc keeps such a storage's pages resident after it is freed) and
@@ -31,26 +30,30 @@ pages were written, as the CUDA allocator counts a ``torch.empty``.
 
 from __future__ import annotations
 
-import functools
 import gc
 import warnings
 import weakref
 from typing import Any
 
-from zerogate.runtime.heap import GLIBC_MMAP_THRESHOLD_MAX_BYTES
+import torch
+from torch import Tensor
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    is_traceable_wrapper_subclass,
+    is_traceable_wrapper_subclass_type,
+)
+from torch.utils._pytree import tree_leaves
+
+from zerogate.runtime.heap import size_class_of
 
 
 def storage_key(storage: Any) -> Any:
-    from torch.multiprocessing.reductions import StorageWeakRef
-
     return StorageWeakRef(storage)
 
 
 def live_storages(device_type: str = "cpu") -> list[Any]:
     """The storages of every tensor the garbage collector tracks now, on ``device_type``, each once."""
-    import torch
-    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-
     found: dict[Any, Any] = {}
     with (
         warnings.catch_warnings()
@@ -71,114 +74,102 @@ def live_storages(device_type: str = "cpu") -> list[Any]:
     return list(found.values())
 
 
-def size_class_of(nbytes: int) -> str:
-    """The C allocator's size class of a storage of ``nbytes``: ``heap`` or ``mapped`` (the module
-    docstring)."""
-    return "heap" if nbytes <= GLIBC_MMAP_THRESHOLD_MAX_BYTES else "mapped"
+class LiveBytes(TorchDispatchMode):
+    """Bytes of the storages alive now (``excluded`` left out) and their peak, op by op.
+
+    ``seed``: storages alive before the mode starts, counted from the start (live_storages()).
+    Subclasses may look at each op in :meth:`saw`."""
+
+    def __init__(self, excluded: set | None = None, seed: list | None = None) -> None:
+        super().__init__()
+        self._excluded = excluded or set()
+        self._sizes: dict = {}
+        self.now = 0
+        self.peak = 0
+        # Bytes alive now and their peak in each of the C allocator's size classes (the module docstring).
+        self.class_now = {"heap": 0, "mapped": 0}
+        self.class_peak = {"heap": 0, "mapped": 0}
+        for storage in seed or []:
+            self.track(storage)
+        self.start = self.now
+
+    def saw(self, func: Any) -> None:
+        """Called with every op before it runs."""
+
+    def __enter__(self) -> Any:
+        # Every in-place resize of a storage while counting goes through resized().
+        self._resize = torch.UntypedStorage.resize_
+        mode = self
+
+        def resize(storage: Any, size: int) -> Any:
+            result = mode._resize(storage, size)
+            mode.resized(storage)
+            return result
+
+        torch.UntypedStorage.resize_ = resize
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        torch.UntypedStorage.resize_ = self._resize
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(is_traceable_wrapper_subclass_type(t) for t in types):
+            return NotImplemented  # a wrapper subclass: it runs the op as plain ops on its inner tensors
+        self.saw(func)
+        out = func(*args, **(kwargs or {}))
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, Tensor):
+                self.track(leaf.untyped_storage())
+        return out
+
+    def track(self, storage: Any) -> None:
+        ref = StorageWeakRef(storage)
+        if ref in self._excluded or ref in self._sizes:
+            return
+        self._count(ref, storage.nbytes())
+        weakref.finalize(storage, self._release, ref)
+
+    def _count(self, ref: Any, nbytes: int) -> None:
+        self._sizes[ref] = nbytes
+        self.now += nbytes
+        self.peak = max(self.peak, self.now)
+        size_class = size_class_of(nbytes)
+        self.class_now[size_class] += nbytes
+        self.class_peak[size_class] = max(self.class_peak[size_class], self.class_now[size_class])
+
+    def _uncount(self, ref: Any) -> None:
+        nbytes = self._sizes.pop(ref, 0)
+        self.now -= nbytes
+        self.class_now[size_class_of(nbytes)] -= nbytes
+
+    def resized(self, storage: Any) -> None:
+        """A storage resized in place: counted at its new size (tracked from now if it was not)."""
+        ref = StorageWeakRef(storage)
+        if ref in self._excluded:
+            return
+        if ref not in self._sizes:
+            self.track(storage)
+            return
+        self._uncount(ref)
+        self._count(ref, storage.nbytes())
+
+    def _release(self, ref: Any) -> None:
+        self._uncount(ref)
+
+    def restart_peak(self) -> int:
+        """Start a new peak (and a new peak of each size class) from the bytes alive now, and return
+        them."""
+        self.peak = self.now
+        self.class_peak = dict(self.class_now)
+        return self.now
 
 
-@functools.cache
-def live_bytes_class() -> type:
-    """LiveBytes, defined on first use so that importing this module does not import torch."""
-    import torch
-    from torch import Tensor
-    from torch.multiprocessing.reductions import StorageWeakRef
-    from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass_type
-    from torch.utils._pytree import tree_leaves
-
-    class LiveBytes(TorchDispatchMode):
-        """Bytes of the storages alive now (``excluded`` left out) and their peak, op by op.
-
-        ``seed``: storages alive before the mode starts, counted from the start (live_storages()).
-        Subclasses may look at each op in :meth:`saw`."""
-
-        def __init__(self, excluded: set | None = None, seed: list | None = None) -> None:
-            super().__init__()
-            self._excluded = excluded or set()
-            self._sizes: dict = {}
-            self.now = 0
-            self.peak = 0
-            # Bytes alive now and their peak in each of the C allocator's size classes (the module docstring).
-            self.class_now = {"heap": 0, "mapped": 0}
-            self.class_peak = {"heap": 0, "mapped": 0}
-            for storage in seed or []:
-                self.track(storage)
-            self.start = self.now
-
-        def saw(self, func: Any) -> None:
-            """Called with every op before it runs."""
-
-        def __enter__(self) -> Any:
-            # Every in-place resize of a storage while counting goes through resized().
-            self._resize = torch.UntypedStorage.resize_
-            mode = self
-
-            def resize(storage: Any, size: int) -> Any:
-                result = mode._resize(storage, size)
-                mode.resized(storage)
-                return result
-
-            torch.UntypedStorage.resize_ = resize
-            return super().__enter__()
-
-        def __exit__(self, *exc: Any) -> Any:
-            torch.UntypedStorage.resize_ = self._resize
-            return super().__exit__(*exc)
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if any(is_traceable_wrapper_subclass_type(t) for t in types):
-                return NotImplemented  # a wrapper subclass: it runs the op as plain ops on its inner tensors
-            self.saw(func)
-            out = func(*args, **(kwargs or {}))
-            for leaf in tree_leaves(out):
-                if isinstance(leaf, Tensor):
-                    self.track(leaf.untyped_storage())
-            return out
-
-        def track(self, storage: Any) -> None:
-            ref = StorageWeakRef(storage)
-            if ref in self._excluded or ref in self._sizes:
-                return
-            self._count(ref, storage.nbytes())
-            weakref.finalize(storage, self._release, ref)
-
-        def _count(self, ref: Any, nbytes: int) -> None:
-            self._sizes[ref] = nbytes
-            self.now += nbytes
-            self.peak = max(self.peak, self.now)
-            size_class = size_class_of(nbytes)
-            self.class_now[size_class] += nbytes
-            self.class_peak[size_class] = max(self.class_peak[size_class], self.class_now[size_class])
-
-        def _uncount(self, ref: Any) -> None:
-            nbytes = self._sizes.pop(ref, 0)
-            self.now -= nbytes
-            self.class_now[size_class_of(nbytes)] -= nbytes
-
-        def resized(self, storage: Any) -> None:
-            """A storage resized in place: counted at its new size (tracked from now if it was not)."""
-            ref = StorageWeakRef(storage)
-            if ref in self._excluded:
-                return
-            if ref not in self._sizes:
-                self.track(storage)
-                return
-            self._uncount(ref)
-            self._count(ref, storage.nbytes())
-
-        def _release(self, ref: Any) -> None:
-            self._uncount(ref)
-
-        def restart_peak(self) -> int:
-            """Start a new peak (and a new peak of each size class) from the bytes alive now, and return
-            them."""
-            self.peak = self.now
-            self.class_peak = dict(self.class_now)
-            return self.now
-
+def live_bytes_class() -> type[LiveBytes]:
+    """The LiveBytes mode (zerogate.predict.trace counts the planner's trace with a subclass of it)."""
     return LiveBytes
 
 
 def counting_live_bytes(excluded: set | None = None, seed: list | None = None) -> Any:
     """A LiveBytes mode (``with counting_live_bytes(seed=live_storages()) as live: ...``; ``live.peak``)."""
-    return live_bytes_class()(excluded, seed)
+    return LiveBytes(excluded, seed)

@@ -17,6 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from zerogate.runtime.engines import DeepSpeedEngine
+from zerogate.runtime.launch import one_rank_config
+
 
 class RankBatches:
     """The micro-batches of one rank, in an order fixed by the seed alone.
@@ -140,10 +143,9 @@ def one_step_on_a_tiny_model(ds_config: dict[str, Any]) -> None:
     DeepSpeed engine in the current one-rank world: what a rank loads to train (the engine, the optimizer's
     op, autograd), nothing that scales with the run's model (the runtime baseline,
     zerogate.runtime.baseline)."""
+    # Here, not at the top: the runtime baseline counts the tiny model's transformers classes in its engine
+    # stage, not in what importing the training module loads.
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from zerogate.runtime.engines import DeepSpeedEngine
-    from zerogate.runtime.launch import one_rank_config
 
     config = one_rank_config(ds_config)
     config.get("zero_optimization", {}).pop("leaf_module", None)

@@ -19,6 +19,7 @@ count that does not match the hostfile or the Slurm allocation, ranks per node a
 from __future__ import annotations
 
 import socket
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,8 +65,10 @@ class NodeLayout:
 
 
 def read_hostfile(path: str | Path, file: str, key: str = "nodes.hostfile") -> dict[str, int]:
-    """Host -> slots, through DeepSpeed's own hostfile parser; its refusals as one line naming the file."""
-    from deepspeed.launcher.runner import _parse_hostfile  # the parser the launcher itself uses
+    """Host -> slots, through DeepSpeed's own hostfile parser (the one its launcher uses); its refusals as
+    one line naming the file."""
+    # Here, not at the top: the Snakefile imports this module (zerogate.render.ds_config) to build the DAG.
+    from deepspeed.launcher.runner import _parse_hostfile
 
     try:
         lines = Path(path).read_text().splitlines()
@@ -84,8 +87,6 @@ def is_this_machine(host: str, hostname: str | None = None) -> bool:
 
 def allocation_hosts(env: Mapping[str, str]) -> list[str]:
     """The host names of the Slurm allocation this process runs in (``scontrol show hostnames``)."""
-    import subprocess
-
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
         return []

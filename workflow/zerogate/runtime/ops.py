@@ -53,10 +53,11 @@ def keep_cpu_info() -> None:
     (``cpuinfo.py --json``, which starts one more process for CPUID), about a second each, and DeepSpeed asks
     as it loads ops (``cpu_arch`` and ``simd_width``: the flags it checks a built op against; four times for
     the three CPU ops) and once more in DeepSpeedCPUAdam. The CPU does not change within a process, so the
-    first answer is
-    kept; DeepSpeed imports the function at each call, so it finds the kept one. Call it before DeepSpeed
-    loads an op (``deepspeed.init_distributed`` loads the comm op on the CPU accelerator)."""
+    first answer is kept; DeepSpeed imports the function at each call, so it finds the kept one. Call it
+    before DeepSpeed loads an op (``deepspeed.init_distributed`` loads the comm op on the CPU
+    accelerator)."""
     try:
+        # Here, not at the top: py-cpuinfo is DeepSpeed's optional dependency.
         import cpuinfo
     except ImportError:  # DeepSpeed then falls back to lscpu itself
         return
@@ -77,6 +78,8 @@ def build_cpu_ops(names: tuple[str, ...] = CPU_OPS) -> dict[str, float]:
     os.environ.update(build_env())
     os.environ["DS_ACCELERATOR"] = "cpu"
     keep_cpu_info()
+    # Here, not at the top: the Snakefile imports this module, and DeepSpeed reads DS_ACCELERATOR (set just
+    # above) when it is imported.
     from deepspeed.ops.op_builder import cpu as builders
 
     seconds = {}

@@ -5,9 +5,8 @@ PCIe generation and width (current and maximum), peer-to-peer and NVLink between
 CPU model, cores, NUMA nodes, RAM, /dev/shm, the locked-memory limit (pinned memory), a measured memory
 bandwidth and fp32 matmul peak (the CPU floor's inputs), and versions of CUDA, NCCL, torch, DeepSpeed and
 DeepSpeed's op compatibility report (with the reason of each incompatible op); collective latency and
-bandwidth between two ranks (zerogate.predict.collectives: the floor's communication terms). NVML values are
-read into plain dicts first and parsed by pure functions, tested on hand-made samples (the GPU path has not
-yet run on a GPU).
+bandwidth between two ranks (zerogate.predict.collectives: the floor's communication terms). The GPUs' facts
+are read and parsed by zerogate.runtime.gpus.
 """
 
 from __future__ import annotations
@@ -24,14 +23,17 @@ import socket
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
+import torch
 
 from zerogate.contracts.machine import Fingerprint
+from zerogate.runtime import collective_timing
+from zerogate.runtime.gpus import cuda_devices, merge_devices, parse_nvml, read_nvml
+from zerogate.units import GIB
 
 PACKAGES = (
     "torch",
@@ -44,9 +46,6 @@ PACKAGES = (
     "seaborn",
     "nvidia-ml-py",
 )
-from zerogate.units import GIB  # noqa: E402
-
-MIB = 1024**2
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
@@ -71,188 +70,6 @@ def cpu_model() -> str:
 
 
 # --- GPUs: NVML values -> device facts (pure, tested on samples) -------------------------------------
-
-
-def parse_nvml(raw: dict[str, Any]) -> dict[str, Any]:
-    """Device facts and pairwise links from the plain values :func:`read_nvml` collects.
-
-    ``raw``: {"driver_version", "cuda_driver_version" (int, e.g. 12040), "devices": [{"name", "memory_total",
-    "memory_free" (bytes), "cuda_compute_capability" ((major, minor)), "pcie_gen", "pcie_width",
-    "pcie_max_gen", "pcie_max_width", "nvlink_active" (int)}], "p2p": {"i,j": status}} with NVML's
-    status 0 = NVML_P2P_STATUS_OK.
-    """
-    devices = []
-    for index, d in enumerate(raw.get("devices", [])):
-        major, minor = d.get("cuda_compute_capability") or (None, None)
-        devices.append(
-            {
-                "index": index,
-                "name": d["name"].decode() if isinstance(d["name"], bytes) else d["name"],
-                "memory_total_bytes": int(d["memory_total"]),
-                "memory_free_bytes": None if d.get("memory_free") is None else int(d["memory_free"]),
-                "compute_capability": None if major is None else f"{major}.{minor}",
-                # fp16 arithmetic from sm_53, bf16 from Ampere (sm_80), per the CUDA programming guide.
-                "fp16_supported": major is not None and (major, minor) >= (5, 3),
-                "bf16_supported": major is not None and major >= 8,
-                "pcie": {
-                    "generation": d.get("pcie_gen"),
-                    "width": d.get("pcie_width"),
-                    "max_generation": d.get("pcie_max_gen"),
-                    "max_width": d.get("pcie_max_width"),
-                },
-                "nvlink_active_links": d.get("nvlink_active", 0),
-            }
-        )
-    pairs = []
-    for key, status in sorted(raw.get("p2p", {}).items()):
-        i, j = (int(x) for x in key.split(","))
-        pairs.append({"a": i, "b": j, "peer_to_peer": status == 0})
-    cuda = raw.get("cuda_driver_version")
-    return {
-        "driver_version": raw.get("driver_version"),
-        "cuda_driver_version": None if cuda is None else f"{cuda // 1000}.{cuda % 1000 // 10}",
-        "devices": devices,
-        "links": {
-            "pairs": pairs,
-            "peer_to_peer_all_pairs": None if not pairs else all(p["peer_to_peer"] for p in pairs),
-            "nvlink_any": any(d["nvlink_active_links"] for d in devices),
-        },
-    }
-
-
-def _int_or_none(text: str | None) -> int | None:
-    digits = "".join(ch for ch in (text or "") if ch.isdigit())
-    return int(digits) if digits else None
-
-
-def parse_nvidia_smi_xml(text: str) -> dict[str, Any]:
-    """The same facts from ``nvidia-smi -q -x`` (a fallback where NVML's Python bindings are missing)."""
-    root = ET.fromstring(text)
-    raw: dict[str, Any] = {"driver_version": root.findtext("driver_version"), "devices": []}
-    cuda = root.findtext("cuda_version")
-    if cuda:
-        major, _, minor = cuda.partition(".")
-        raw["cuda_driver_version"] = int(major) * 1000 + int(minor or 0) * 10
-    for gpu in root.findall("gpu"):
-        fb = gpu.find("fb_memory_usage")
-        link = gpu.find("pci/pci_gpu_link_info")
-        raw["devices"].append(
-            {
-                "name": gpu.findtext("product_name"),
-                "memory_total": (_int_or_none(fb.findtext("total")) or 0) * MIB,
-                "memory_free": None
-                if fb.findtext("free") is None
-                else _int_or_none(fb.findtext("free")) * MIB,
-                "cuda_compute_capability": None,  # not in the XML; torch fills it in
-                "pcie_gen": _int_or_none(link.findtext("pcie_gen/current_link_gen"))
-                if link is not None
-                else None,
-                "pcie_max_gen": _int_or_none(link.findtext("pcie_gen/max_link_gen"))
-                if link is not None
-                else None,
-                "pcie_width": _int_or_none(link.findtext("link_widths/current_link_width"))
-                if link is not None
-                else None,
-                "pcie_max_width": _int_or_none(link.findtext("link_widths/max_link_width"))
-                if link is not None
-                else None,
-            }
-        )
-    return parse_nvml(raw)
-
-
-def read_nvml() -> dict[str, Any] | None:
-    """Plain NVML values for :func:`parse_nvml`; None where there is no NVIDIA driver."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-
-    def maybe(call: Callable[[], Any]) -> Any:
-        try:
-            return call()
-        except pynvml.NVMLError:
-            return None
-
-    try:
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        devices = []
-        for h in handles:
-            memory = pynvml.nvmlDeviceGetMemoryInfo(h)
-            active = 0
-            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
-                active += 1 if maybe(lambda: pynvml.nvmlDeviceGetNvLinkState(h, link)) == 1 else 0
-            devices.append(
-                {
-                    "name": pynvml.nvmlDeviceGetName(h),
-                    "memory_total": memory.total,
-                    "memory_free": memory.free,
-                    "cuda_compute_capability": maybe(lambda: pynvml.nvmlDeviceGetCudaComputeCapability(h)),
-                    "pcie_gen": maybe(lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
-                    "pcie_width": maybe(lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
-                    "pcie_max_gen": maybe(lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
-                    "pcie_max_width": maybe(lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)),
-                    "nvlink_active": active,
-                }
-            )
-        p2p = {}
-        for i, a in enumerate(handles):
-            for j, b in enumerate(handles):
-                if i < j:
-                    p2p[f"{i},{j}"] = maybe(
-                        lambda: pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_READ)
-                    )
-        return {
-            "driver_version": maybe(pynvml.nvmlSystemGetDriverVersion),
-            "cuda_driver_version": maybe(pynvml.nvmlSystemGetCudaDriverVersion),
-            "devices": devices,
-            "p2p": p2p,
-        }
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def cuda_devices() -> list[dict[str, Any]]:
-    """Each visible CUDA device as torch sees it (empty on a machine without GPUs). Its memory is what CUDA
-    gives a process there, cudaMemGetInfo's total (torch.cuda.mem_get_info; the "total capacity" of torch's
-    out-of-memory message): the device properties' and NVML's totals also count what the driver reserves,
-    some 350 MiB on an RTX 4090, which no allocation can have."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return []
-    devices = []
-    for index in range(torch.cuda.device_count()):
-        props = torch.cuda.get_device_properties(index)
-        _, total = torch.cuda.mem_get_info(index)
-        devices.append(
-            {
-                "index": index,
-                "name": props.name,
-                "memory_total_bytes": int(total),
-                "compute_capability": f"{props.major}.{props.minor}",
-                "bf16_supported": bool(props.major >= 8),
-                "fp16_supported": True,
-            }
-        )
-    return devices
-
-
-def merge_devices(torch_devices: list[dict[str, Any]], nvml: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """torch's view (what the ranks will use) completed with NVML's PCIe and free memory, by index.
-
-    Assumes CUDA_VISIBLE_DEVICES is unset or in NVML order (CUDA_DEVICE_ORDER=PCI_BUS_ID).
-    """
-    merged = []
-    nvml_devices = (nvml or {}).get("devices", [])
-    for device in torch_devices:
-        extra = nvml_devices[device["index"]] if device["index"] < len(nvml_devices) else {}
-        merged.append({**{k: v for k, v in extra.items() if v is not None}, **device})
-    return merged
 
 
 # --- host ---------------------------------------------------------------------------------------------
@@ -293,8 +110,6 @@ def _best_rate(operation: Any, work: float, seconds: float) -> float:
 def measure_host(seconds: float = 0.2) -> dict[str, float]:
     """Measured host peaks for the CPU floor: copy bandwidth (GB/s, read + write) and fp32 matmul (TFLOPS),
     all cores. Best of a few repeats; noisy on a shared machine, and only a lower bound on the true peak."""
-    import torch
-
     src = torch.ones(32 * 1024**2)  # 128 MiB: well beyond any last-level cache
     dst = torch.zeros_like(src)  # touched, so the timed copies do not include page faults
     best_bw = _best_rate(lambda: dst.copy_(src), 2 * src.numel() * 4, seconds) / 1e9  # read + write bytes
@@ -306,8 +121,6 @@ def measure_host(seconds: float = 0.2) -> dict[str, float]:
 
 def cpu_accelerator_facts() -> dict[str, Any]:
     """What DeepSpeed's CPU accelerator offers: fp16 depends on oneDNN support of this CPU."""
-    import torch
-
     try:
         fp16 = bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
     except Exception:  # older torch builds lack the op: DeepSpeed then treats fp16 as unsupported
@@ -329,8 +142,6 @@ def cpu_accelerator_facts() -> dict[str, Any]:
 
 def runtime_versions() -> dict[str, Any]:
     """CUDA and NCCL as torch was built with them, and DeepSpeed's op compatibility (its ds_report)."""
-    import torch
-
     nccl = None
     try:
         if torch.cuda.is_available():
@@ -391,6 +202,7 @@ def deepspeed_op_report() -> dict[str, Any] | None:
     compilers' and linkers' output of the checks goes to this module's logger (the rule's log), never
     to the console."""
     try:
+        # Here, not at the top: DeepSpeed's op builders may fail to load, and the report is then None.
         from deepspeed.ops.op_builder.all_ops import ALL_OPS
     except Exception:
         return None
@@ -421,11 +233,9 @@ def deepspeed_op_report() -> dict[str, Any] | None:
 
 
 def collective_links(gpu_count: int) -> dict[str, Any]:
-    """Collectives between two ranks as the run places them, timed (zerogate.runtime.collectives.measure):
-    gloo between two local processes on the CPU accelerator, NCCL between GPUs 0 and 1. One GPU has no
-    pair to measure."""
-    from zerogate.runtime import collectives
-
+    """Collectives between two ranks as the run places them, timed
+    (zerogate.runtime.collective_timing.measure): gloo between two local processes on the CPU accelerator,
+    NCCL between GPUs 0 and 1. One GPU has no pair to measure."""
     if gpu_count == 1:
         return {
             "backend": "nccl",
@@ -433,7 +243,7 @@ def collective_links(gpu_count: int) -> dict[str, Any]:
             "samples": {},
             "skipped": "one GPU: no collective between ranks to measure",
         }
-    return collectives.measure(world=2, backend="nccl" if gpu_count else "gloo")
+    return collective_timing.measure(world=2, backend="nccl" if gpu_count else "gloo")
 
 
 def probe(measure: bool = True) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from deepspeed.utils.zero_to_fp32 import convert_zero_checkpoint_to_fp32_state_dict
 
 MARKER = "zerogate.json"
 TAG = "ds"
@@ -133,10 +134,12 @@ def restore_rank_files(
     return saved["loop"]
 
 
-def export_fp32(checkpoint: Path, output_dir: Path, convert: Callable[..., Any] | None = None) -> Path:
+def export_fp32(
+    checkpoint: Path,
+    output_dir: Path,
+    convert: Callable[..., Any] = convert_zero_checkpoint_to_fp32_state_dict,
+) -> Path:
     """One consolidated fp32 state dict from the ZeRO partitions, by DeepSpeed's own zero_to_fp32."""
-    if convert is None:
-        from deepspeed.utils.zero_to_fp32 import convert_zero_checkpoint_to_fp32_state_dict as convert
     output_dir.mkdir(parents=True, exist_ok=True)
     convert(str(checkpoint), str(output_dir), tag=TAG, safe_serialization=True)
     return output_dir

@@ -153,6 +153,8 @@ class Evaluator:
         evaluation: EvaluationSettings,
         steps: int,
     ) -> None:
+        # Here, not at the top: the runtime baseline (zerogate.runtime.baseline) measures what importing the
+        # training module loads, and a rank loads transformers' tokenizers only once it evaluates.
         from transformers import AutoTokenizer
 
         # Under ZeRO-3 generation keeps the ranks stepping together (every forward gathers parameters).

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import deepspeed
 import torch
 import torch.distributed as dist
 from deepspeed.accelerator import get_accelerator
@@ -52,11 +53,12 @@ from zerogate.runtime.heap import release_freed_memory
 from zerogate.runtime.nodes import rank_env_from_slurm
 from zerogate.runtime.ops import keep_cpu_info
 from zerogate.runtime.probe import probe
+from zerogate.runtime.process_exit import exit_without_teardown
 from zerogate.train import checkpoint as ckpt
 from zerogate.train.evaluate import Evaluator
 from zerogate.train.held import held_bytes
 from zerogate.train.live_peak import sample_step
-from zerogate.train.metrics import CollectiveClock, NoMetrics, StepMetrics
+from zerogate.train.metrics import CollectiveClock, MeasurementSources, ModelFlops, NoMetrics, StepMetrics
 from zerogate.train.nvml_sampler import NvmlSampler, nvml_query
 from zerogate.train.policy import FaultInjector, StepPolicy, skip_reason
 from zerogate.train.stabiliser import EventLog, Stabiliser, data_window
@@ -96,8 +98,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def start_distributed(spec: RunSpec) -> tuple[int, int]:
     """This rank's process group (its rank and the world size), as the launcher and the run spec set it."""
-    import deepspeed
-
     # Ranks that DeepSpeed's slurm backend started with srun learn their rank from srun's variables. Over
     # several nodes a bounded collective timeout makes a dead node end the run instead of hanging it.
     os.environ.update(rank_env_from_slurm(os.environ))
@@ -112,56 +112,29 @@ def start_distributed(spec: RunSpec) -> tuple[int, int]:
     return rank, world
 
 
+def rank_placement(spec: RunSpec, rank: int) -> dict[str, Any] | None:
+    """Where this rank runs on a run of several nodes (node, local rank, host); None on one node."""
+    nodes = spec.nodes
+    if not nodes:
+        return None
+    return {
+        "node": rank // nodes.ranks_per_node,
+        "local_rank": int(os.environ.get("LOCAL_RANK", rank)),
+        "host": socket.gethostname(),
+    }
+
+
 class Run:
     """One rank's training run: its settings, engine, data, records and checkpoints."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self.spec = RunSpec.read(args.run_spec)
-        self.ds_config = DsConfig.read(args.ds_config).raw
-        self.settings = TrainSettings.read(args.settings)
-        self.dataset_dir = Path(args.dataset_dir)
-        self.manifest = DatasetManifest.read(self.dataset_dir / "manifest.json")
-        if self.manifest.seq_len != self.spec.seq_len:
-            raise SystemExit(
-                f"zerogate: error: {self.dataset_dir / 'manifest.json'}: seq_len: the dataset was built "
-                f"at {self.manifest.seq_len} tokens, the run spec asks for {self.spec.seq_len}"
-            )
-        self.steps = self.spec.training.optimizer_steps
-        self.accumulation = int(self.ds_config["gradient_accumulation_steps"])
-        # A checkpoint resumes only the run it came from: same DeepSpeed config, spec, data, stabiliser,
-        # engine.
-        self.fingerprint = sha256_json(
-            {
-                "ds_config": self.ds_config,
-                "run_spec": self.spec.as_json(),
-                "stabiliser": dataclasses.asdict(self.settings.stabiliser),
-                "dataset": self.manifest.content_sha256,
-                "engine": args.engine,
-            }
-        )
+        self._read_inputs(args)
         # Counts each rank's time blocked in collectives (metrics); installed before DeepSpeed keeps
         # references.
         self.collectives = None if args.no_metrics else CollectiveClock().install()
         self.rank, self.world = start_distributed(self.spec)
-        nodes = self.spec.nodes
-        self.placement = (
-            {
-                "node": self.rank // nodes.ranks_per_node,
-                "local_rank": int(os.environ.get("LOCAL_RANK", self.rank)),
-                "host": socket.gethostname(),
-            }
-            if nodes
-            else None
-        )
-        self.out_dir, self.checkpoint_root = Path(args.out_dir), Path(args.checkpoint_dir)
-        self.metrics_file = self.out_dir / "metrics" / f"rank{self.rank}.jsonl"
-        self.metrics_file.parent.mkdir(parents=True, exist_ok=True)
-        if (
-            self.placement and self.placement["local_rank"] == 0
-        ):  # one fingerprint per node, beside the records
-            NodeFingerprint(
-                node=self.placement["node"], machine=Fingerprint.of(probe(measure=False), "the probe")
-            ).write(self.metrics_file.parent / f"node{self.placement['node']}.json")
+        self.placement = rank_placement(self.spec, self.rank)
+        self._open_records(args)
         inject = self.settings.stabiliser.inject
         if (inject or {}).get("rank", 0) >= self.world:  # an injection no rank would see tests nothing
             raise SystemExit(
@@ -169,18 +142,7 @@ class Run:
                 f"rank of this run's {self.world}"
             )
         set_seed(self.spec.training.seed)  # same seed on every rank: zero.Init must build identical weights
-
-        # Any model source (shape numbers, HF directory, GGUF, hub cache), built or loaded under ZeRO-3's Init
-        # where the engine partitions it; the DDP baseline's and FSDP2's model is built whole on every rank
-        # (FSDP2 shards it after).
-        built_for = (
-            self.ds_config
-            if args.engine == "deepspeed"
-            else {**self.ds_config, "zero_optimization": {"stage": 0}}
-        )
-        self.engine = build_engine(
-            args.engine, lambda: load_for_training(self.spec, self.manifest, built_for), self.ds_config
-        )
+        self.engine = self._build_engine(args.engine)
         # Loading built the model whole before DeepSpeed partitioned it; glibc keeps those freed pages
         # resident unless trimmed, and the measured peak would count garbage (zerogate.runtime.heap).
         release_freed_memory()
@@ -204,6 +166,54 @@ class Run:
         self.skipped_windows: list[int] = []  # data windows a rollback took out of the run
         self.no_metrics = args.no_metrics
         self.started = time.perf_counter()
+
+    def _read_inputs(self, args: argparse.Namespace) -> None:
+        """The run spec, DeepSpeed config, settings and dataset manifest, and the run's fingerprint."""
+        self.spec = RunSpec.read(args.run_spec)
+        self.ds_config = DsConfig.read(args.ds_config).raw
+        self.settings = TrainSettings.read(args.settings)
+        self.dataset_dir = Path(args.dataset_dir)
+        self.manifest = DatasetManifest.read(self.dataset_dir / "manifest.json")
+        if self.manifest.seq_len != self.spec.seq_len:
+            raise SystemExit(
+                f"zerogate: error: {self.dataset_dir / 'manifest.json'}: seq_len: the dataset was built "
+                f"at {self.manifest.seq_len} tokens, the run spec asks for {self.spec.seq_len}"
+            )
+        self.steps = self.spec.training.optimizer_steps
+        self.accumulation = int(self.ds_config["gradient_accumulation_steps"])
+        # A checkpoint resumes only the run it came from: same DeepSpeed config, spec, data, stabiliser,
+        # engine.
+        self.fingerprint = sha256_json(
+            {
+                "ds_config": self.ds_config,
+                "run_spec": self.spec.as_json(),
+                "stabiliser": dataclasses.asdict(self.settings.stabiliser),
+                "dataset": self.manifest.content_sha256,
+                "engine": args.engine,
+            }
+        )
+
+    def _open_records(self, args: argparse.Namespace) -> None:
+        """Where this rank writes (its metrics file's directory made), and on several nodes each node's
+        fingerprint beside the records (written by its local rank 0)."""
+        self.out_dir, self.checkpoint_root = Path(args.out_dir), Path(args.checkpoint_dir)
+        self.metrics_file = self.out_dir / "metrics" / f"rank{self.rank}.jsonl"
+        self.metrics_file.parent.mkdir(parents=True, exist_ok=True)
+        if self.placement and self.placement["local_rank"] == 0:
+            NodeFingerprint(
+                node=self.placement["node"], machine=Fingerprint.of(probe(measure=False), "the probe")
+            ).write(self.metrics_file.parent / f"node{self.placement['node']}.json")
+
+    def _build_engine(self, engine: str) -> Any:
+        """The engine around any model source (shape numbers, HF directory, GGUF, hub cache), built or
+        loaded under ZeRO-3's Init where the engine partitions it; the DDP baseline's and FSDP2's model is
+        built whole on every rank (FSDP2 shards it after)."""
+        built_for = (
+            self.ds_config if engine == "deepspeed" else {**self.ds_config, "zero_optimization": {"stage": 0}}
+        )
+        return build_engine(
+            engine, lambda: load_for_training(self.spec, self.manifest, built_for), self.ds_config
+        )
 
     # --- checkpoints ---------------------------------------------------------------------------------------
 
@@ -264,12 +274,18 @@ class Run:
             self.engine.device,
             append=resumed,
             placement=self.placement,
-            flops_per_token=training_flops_per_token(
-                self.engine.parameter_count(), config.num_hidden_layers, config.hidden_size, self.spec.seq_len
+            flops=ModelFlops(
+                per_token=training_flops_per_token(
+                    self.engine.parameter_count(),
+                    config.num_hidden_layers,
+                    config.hidden_size,
+                    self.spec.seq_len,
+                ),
+                peak_per_s=peak_flops(device_name, self.spec.dtype),
             ),
-            peak_flops_per_s=peak_flops(device_name, self.spec.dtype),
-            nvml=NvmlSampler(query).start() if query else None,
-            collectives=self.collectives,
+            sources=MeasurementSources(
+                nvml=NvmlSampler(query).start() if query else None, collectives=self.collectives
+            ),
         )
 
     def finish(self, metrics: Any, evaluator: Evaluator, resumed_from: int | None) -> None:
@@ -443,6 +459,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from zerogate.runtime.process_exit import exit_without_teardown
-
     exit_without_teardown(main())

@@ -2,14 +2,13 @@
 
 One JSON object per line and rank. Keys carry their units. No warm-up flag: which steps are warm-up is
 an analysis setting (zerogate.analysis.measures, profile key training.warmup_steps_excluded), so editing it
-never retrains. Memory peaks are reset after every window
-(one optimizer step), so each line holds that step's peak, not the run's. The loop calls start_step,
+never retrains. Memory peaks are reset after every window (one optimizer step), so each line holds that
+step's peak, not the run's. The loop calls start_step,
 micro_step_done per micro-step (a clock read, no device sync) and end_step after its one host sync.
 The time each rank spends blocked in collectives (``collectives(s)``) is counted by CollectiveClock, two
 clock reads per collective and no added synchronisation; compute and wait per rank are derived from it in
 zerogate.analysis.measures. GPU sources (allocator peaks, pinned host memory, NVML) sit behind small probes so
-the logic is tested
-on a CPU with fakes.
+the logic is tested on a CPU with fakes.
 """
 
 from __future__ import annotations
@@ -17,11 +16,14 @@ from __future__ import annotations
 import functools
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 import psutil
 import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
 
 from zerogate.contracts.base import line_of
 from zerogate.contracts.records import StepRecord
@@ -101,9 +103,6 @@ class CollectiveClock:
 
     def install(self, modules: tuple[Any, ...] | None = None) -> CollectiveClock:
         if modules is None:
-            import torch.distributed as dist
-            from torch.distributed import distributed_c10d
-
             modules = (dist, distributed_c10d)
         for module in modules:
             for name in COLLECTIVES:
@@ -190,6 +189,26 @@ class CudaProbe:
         torch.cuda.reset_peak_memory_stats(self.device)
 
 
+@dataclass(frozen=True)
+class ModelFlops:
+    """What a step's model FLOP/s and MFU are computed from: the training FLOPs per processed token
+    (zerogate.hardware.training_flops_per_token) and the device's peak FLOP/s (None: no MFU)."""
+
+    per_token: float | None = None
+    peak_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class MeasurementSources:
+    """Where the step metrics read what the clock and /proc do not give: the device's allocator peaks
+    (None: CudaProbe on a CUDA device, nothing elsewhere), NVML's process memory (None: not sampled) and
+    the collectives' blocked time (installed by the loop before DeepSpeed starts; None: not recorded)."""
+
+    probe: DeviceProbe | None = None
+    nvml: NvmlSampler | None = None
+    collectives: CollectiveClock | None = None
+
+
 class StepMetrics:
     """Writes one line per optimizer step for one rank."""
 
@@ -199,21 +218,19 @@ class StepMetrics:
         rank: int,
         device: torch.device,
         *,
-        flops_per_token: float | None = None,
-        peak_flops_per_s: float | None = None,
-        probe: DeviceProbe | None = None,
-        nvml: NvmlSampler | None = None,
+        flops: ModelFlops = ModelFlops(),
+        sources: MeasurementSources = MeasurementSources(),
         append: bool = False,
         placement: dict[str, Any] | None = None,
-        collectives: CollectiveClock | None = None,
     ) -> None:
         self.rank = rank
-        self.collectives = collectives  # installed by the loop before DeepSpeed starts; None: not recorded
+        self.collectives = sources.collectives
         self.placement = placement or {}  # where the rank runs: node, local_rank, host (several nodes)
         self.device = device
-        self.flops_per_token, self.peak_flops_per_s = flops_per_token, peak_flops_per_s
+        self.flops_per_token, self.peak_flops_per_s = flops.per_token, flops.peak_per_s
+        probe = sources.probe
         self.probe = probe if probe is not None else (CudaProbe(device) if device.type == "cuda" else None)
-        self.nvml = nvml
+        self.nvml = sources.nvml
         self.process = psutil.Process()
         # Line-buffered: a crash keeps finished lines. Append when resuming from a checkpoint's copy.
         self.handle: IO[str] = open(path, "a" if append else "w", buffering=1)
@@ -298,52 +315,35 @@ class StepMetrics:
             if self.collectives is not None:
                 blocked, calls = self.collectives.take()
                 extra = {**(extra or {}), "collectives_s": blocked, "collective_calls": calls}
-            return self._write(
-                step, loss, grad_norm, lr, tokens, micro_steps, processed_tokens, extra, now, step_time
-            )
+            micro_times = [b - a for a, b in zip(self.micro_marks, self.micro_marks[1:])]
+            fields: dict[str, Any] = {
+                "step": step,
+                "rank": self.rank,
+                "loss": float(loss),
+                "loss_finite": math.isfinite(loss),
+                "grad_norm": None if grad_norm is None else float(grad_norm),
+                "lr": float(lr),
+                "step_time_s": step_time,
+                "micro_step_time_s": step_time / micro_steps,
+                "micro_step_time_max_s": max(micro_times) if micro_times else None,
+                "tokens": int(tokens),
+                "tokens_per_s": tokens / step_time if step_time > 0 else None,
+                "elapsed_s": now - self.started,
+                "device": str(self.device),
+                **self.placement,
+            }
+            if self.flops_per_token is not None and processed_tokens is not None and step_time > 0:
+                flops_per_s = self.flops_per_token * processed_tokens / step_time
+                fields["model_flops_per_s"] = flops_per_s
+                fields["mfu"] = flops_per_s / self.peak_flops_per_s if self.peak_flops_per_s else None
+            fields.update(extra or {})
+            fields.update(self.memory())
+            record = StepRecord(**fields)
+            self.handle.write(line_of(record) + "\n")
+            self.reset_window()
+            return record
         finally:
             self.time_spent_s += time.perf_counter() - now
-
-    def _write(
-        self,
-        step: int,
-        loss: float,
-        grad_norm: float | None,
-        lr: float,
-        tokens: int,
-        micro_steps: int,
-        processed_tokens: int | None,
-        extra: dict[str, Any] | None,
-        now: float,
-        step_time: float,
-    ) -> StepRecord:
-        micro_times = [b - a for a, b in zip(self.micro_marks, self.micro_marks[1:])]
-        fields: dict[str, Any] = {
-            "step": step,
-            "rank": self.rank,
-            "loss": float(loss),
-            "loss_finite": math.isfinite(loss),
-            "grad_norm": None if grad_norm is None else float(grad_norm),
-            "lr": float(lr),
-            "step_time_s": step_time,
-            "micro_step_time_s": step_time / micro_steps,
-            "micro_step_time_max_s": max(micro_times) if micro_times else None,
-            "tokens": int(tokens),
-            "tokens_per_s": tokens / step_time if step_time > 0 else None,
-            "elapsed_s": now - self.started,
-            "device": str(self.device),
-            **self.placement,
-        }
-        if self.flops_per_token is not None and processed_tokens is not None and step_time > 0:
-            flops_per_s = self.flops_per_token * processed_tokens / step_time
-            fields["model_flops_per_s"] = flops_per_s
-            fields["mfu"] = flops_per_s / self.peak_flops_per_s if self.peak_flops_per_s else None
-        fields.update(extra or {})
-        fields.update(self.memory())
-        record = StepRecord(**fields)
-        self.handle.write(line_of(record) + "\n")
-        self.reset_window()
-        return record
 
     def reopen(self) -> None:
         """Append to the metrics file again after a rollback replaced it with the checkpoint's copy."""

@@ -17,7 +17,8 @@ Query = Callable[[], "int | None"]
 def nvml_query(device_index: int, pid: int | None = None) -> Query | None:
     """A query for this process's memory on one GPU, or None where NVML is unavailable."""
     try:
-        import pynvml  # nvidia-ml-py: present on most CUDA machines, not needed on CPUs
+        # Here, not at the top: nvidia-ml-py is present on most CUDA machines only, and not needed on CPUs.
+        import pynvml
 
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
