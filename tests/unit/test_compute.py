@@ -9,7 +9,7 @@ import textwrap
 
 from tests.unit.helpers import settings
 from tests.unit.test_ledger import rendered
-from zerogate.config.settings import ModelSettings
+from zerogate.config.model_data import ModelSettings
 from zerogate.contracts.plan import ModelComputeMeasurement
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import count_parameters

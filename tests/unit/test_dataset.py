@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from zerogate.config.settings import dataset_settings
+from zerogate.config.model_data import dataset_settings
 from zerogate.contracts.data import DatasetManifest
 from zerogate.data.dataset import (
     IGNORE_INDEX,

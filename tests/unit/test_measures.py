@@ -37,7 +37,8 @@ from zerogate.analysis.measures import STEP_TIME, TOKENS_PER_S, SpikeRule, summa
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
 from zerogate.analysis.variants import VariantRun
 from zerogate.analysis.variants import compare as variant_table
-from zerogate.config.settings import ConvergenceRuleSettings, stabiliser_settings
+from zerogate.config.judging import ConvergenceRuleSettings
+from zerogate.config.training import stabiliser_settings
 from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.run import DsConfig

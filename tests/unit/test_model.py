@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.unit.helpers import settings
 from tests.unit.test_ledger import rendered
-from zerogate.config.settings import ModelSettings
+from zerogate.config.model_data import ModelSettings
 from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.errors import InputError
 from zerogate.model.build import load_for_training, materialise

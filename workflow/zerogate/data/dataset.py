@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from zerogate.config.settings import DatasetSettings
+from zerogate.config.model_data import DatasetSettings
 from zerogate.contracts.data import DatasetManifest, ModelInfo
 from zerogate.data.templates import IGNORE_INDEX, encode_record, formatted_text, prompt_ids
 from zerogate.errors import InputError

@@ -16,7 +16,8 @@ from typing import Any
 
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel
 
-from zerogate.config.settings import ModelSettings, RunTraining
+from zerogate.config.model_data import ModelSettings
+from zerogate.config.training import RunTraining
 from zerogate.contracts.data import DatasetManifest, ModelInfo
 from zerogate.contracts.run import RunSpec
 from zerogate.model.sources import SHAPE, ModelSource, resolve_hub

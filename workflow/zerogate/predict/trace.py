@@ -65,7 +65,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from zerogate.config.settings import ATTENTIONS
+from zerogate.config.model_data import ATTENTIONS
 from zerogate.predict.setup import TORCH_DTYPES
 
 

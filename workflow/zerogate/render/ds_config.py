@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from zerogate.config.settings import ModelSettings, RunTraining
+from zerogate.config.model_data import ModelSettings
+from zerogate.config.training import RunTraining
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.run import Deviation, Deviations, DsConfig, NodesSpec, RunSpec
 from zerogate.errors import InputError
