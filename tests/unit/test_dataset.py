@@ -1,6 +1,5 @@
 """The built-in dataset: deterministic from its seed, correct answers, prompts masked, splits disjoint."""
 
-import dataclasses
 import json
 
 import numpy as np
@@ -43,7 +42,7 @@ def test_same_settings_give_identical_dataset(tmp_path, settings):
 
 
 def test_another_seed_gives_another_hash(tmp_path, settings):
-    other = dataclasses.replace(settings, seed=8)
+    other = settings.model_copy(update={"seed": 8})
     assert prepare(settings, tmp_path / "a").content_sha256 != prepare(other, tmp_path / "b").content_sha256
 
 

@@ -34,7 +34,7 @@ WARMUP = 5
 
 def gate(name, **changes):
     found = next(g for g in PROFILE.gates if g.name == name)
-    return dataclasses.replace(found, **changes)
+    return found.model_copy(update=changes)
 
 
 def judge(the_gate, steps, *repeats, rule=RULE):

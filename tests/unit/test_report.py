@@ -542,7 +542,7 @@ def test_the_report_shows_each_timings_interval_and_an_inconclusive_gate(tmp_pat
     rule = measures.IntervalRule()
     measured = measures.step_time(steps, 5).value
     gates = tuple(
-        dataclasses.replace(g, threshold=measured) if g.name == "optimizer_step_time" else g
+        g.model_copy(update={"threshold": measured}) if g.name == "optimizer_step_time" else g
         for g in settings(tiny_profile).gates
     )
     verdicts = evaluate(

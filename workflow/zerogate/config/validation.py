@@ -70,6 +70,8 @@ def settings_error(
         key = ".".join(part for part in (prefix, first["ctx"]["key"]) if part)
         return InputError(where(key), key, first["ctx"]["problem"])
     parts, field = located(cls, first["loc"])
+    if first["type"] in TAG_ERRORS:  # a tagged union's tag: the key is the tag's
+        parts.append(first["ctx"]["discriminator"].strip("'"))
     key = ".".join([prefix, *parts] if prefix else parts) or "(top level)"
     return InputError(where(key), key, problem_of(first, field))
 
@@ -133,9 +135,16 @@ BOUNDS = {
 }
 
 
+TAG_ERRORS = ("union_tag_invalid", "union_tag_not_found")
+
+
 def problem_of(error: Any, field: FieldInfo | None) -> str:
     """What is wrong, in the words of the old checks and of jsonschema."""
     kind, given, ctx = error["type"], error.get("input"), error.get("ctx") or {}
+    if kind == "union_tag_invalid":
+        return f"{ctx['tag']!r} is not one of {ctx['expected_tags']}"
+    if kind == "union_tag_not_found":
+        return "required (the kind of entry)"
     if kind == "extra_forbidden":
         return "unknown key (not in the schema; misspelt?)"
     if kind == "missing":
