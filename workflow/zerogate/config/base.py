@@ -1,10 +1,10 @@
 """The base of every settings model (a profile's sections, config/config.yaml, config/claims.yaml): one
 pydantic model per file or section, on the contracts' conventions (zerogate.contracts.base.Record: frozen,
-closed), whose fields carry their own description, constraints and profile rules, so that the JSON schemas
+closed), whose fields carry their own description, constraints and file rules, so that the JSON schemas
 Snakemake validates against are generated from them (zerogate.config.schemas).
 
 - :class:`Settings`: the base class. Subclasses list the JSON-schema conditions a file must meet beyond
-  its fields' types (``PROFILE_RULES``: ``if``/``then`` requirements, see :func:`require`).
+  its fields' types (``FILE_RULES``: ``if``/``then`` requirements, see :func:`require`).
 - :func:`setting`: a field with its description, default and constraints (``ge=1``, ``pattern=...``), and
   how a file treats it: ``stated`` (the file must state the key although the code has a default),
   ``filled`` (Snakemake's validate writes the default into the file's mapping, so it is part of the
@@ -75,8 +75,8 @@ Bool = Annotated[bool, Strict()]
 Str = Annotated[str, Strict()]
 # A real number: an int or a float in the file (never a bool or a string), dumped as held.
 Number = Annotated[float, Strict(), WrapValidator(_number_as_written), PlainSerializer(_as_is)]
-# A real number the file may leave out (None), dumped as a float: as pydantic dumps an optional float, so the
-# rule params built from it (model.parameters, say) are recorded as they always were.
+# A real number the file may leave out (None), dumped as a float (as pydantic dumps an optional float): the
+# rule params built from it (model.parameters, say) hold a float whatever the file wrote.
 OptionalNumber = Annotated[float, Strict(), WrapValidator(_number_as_written), PlainSerializer(float)] | None
 
 
@@ -168,18 +168,18 @@ def _schema_of_settings(schema: dict[str, Any], cls: type[Settings]) -> None:
     if required:
         schema["required"] = [name for name in cls.model_fields if name in required]
     schema.update(cls.SCHEMA_EXTRA)
-    if cls.PROFILE_RULES:
-        schema["allOf"] = list(cls.PROFILE_RULES)
+    if cls.FILE_RULES:
+        schema["allOf"] = list(cls.FILE_RULES)
 
 
 class Settings(Record):
     """A typed settings file or section: frozen, closed (a misspelt key is an error), each field
-    documented. ``PROFILE_RULES`` are JSON-schema ``if``/``then`` requirements of the file (:func:`require`);
+    documented. ``FILE_RULES`` are JSON-schema ``if``/``then`` requirements of the file (:func:`require`);
     ``SCHEMA_EXTRA`` other JSON-schema keywords of the model's object (e.g. ``minProperties``)."""
 
     model_config = ConfigDict(json_schema_extra=_schema_of_settings)
 
-    PROFILE_RULES: ClassVar[tuple[dict[str, Any], ...]] = ()
+    FILE_RULES: ClassVar[tuple[dict[str, Any], ...]] = ()
     SCHEMA_EXTRA: ClassVar[dict[str, Any]] = {}
 
 

@@ -35,7 +35,7 @@ GateStatistic = Literal[
 class GateSettings(Settings):
     """One of the profile's ``gates``: a claim, the metric and statistic that test it, and the threshold."""
 
-    PROFILE_RULES = (require(when({"statistic": "loss_convergence"}), ["convergence"]),)
+    FILE_RULES = (require(when({"statistic": "loss_convergence"}), ["convergence"]),)
 
     name: Str = setting("snake_case name", pattern=r"^[a-z0-9_]+$")
     claim: Str = setting("the claim's words")

@@ -51,7 +51,7 @@ class ModelSettings(Settings):
     ``config.json``. A config replaces the shape keys a parent profile states (they are not inherited
     beside it)."""
 
-    PROFILE_RULES = (
+    FILE_RULES = (
         require(when(absent=("config",)), ["hidden_size"]),
         require(
             when({"source": "shape"}, absent=("config",)),
@@ -166,7 +166,7 @@ class DatasetSettings(Settings):
     (generated offline), a local .jsonl/.json/.parquet/.csv/.txt file (relative to the repository), or
     hub:NAME (only when online). See zerogate.data.sources."""
 
-    PROFILE_RULES = (
+    FILE_RULES = (
         require(
             when({"source": "builtin-tasks"}), ["tasks", "seed", "num_train", "num_validation"], ["columns"]
         ),

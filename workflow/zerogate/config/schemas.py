@@ -5,7 +5,7 @@ when a committed one differs from what its model generates (a unit test does the
 :data:`SCHEMAS` maps each schema file to its model; another model is added there. The schema is pydantic's
 JSON schema of the model, made readable and made to say what the file may hold: the nested models
 inlined (no ``$ref``), no titles, descriptions on one line, each model's file rules
-(zerogate.config.base.Settings.PROFILE_RULES) as ``allOf``, a tagged union (pydantic's ``oneOf`` with a
+(zerogate.config.base.Settings.FILE_RULES) as ``allOf``, a tagged union (pydantic's ``oneOf`` with a
 ``discriminator``) as one object with an ``if``/``then`` per tag (so jsonschema names the key that is
 missing or misspelt), a field the file may set to null as ``type: [..., "null"]``, and only the defaults
 Snakemake is to fill in (``filled`` fields).

@@ -139,7 +139,7 @@ TAG_ERRORS = ("union_tag_invalid", "union_tag_not_found")
 
 
 def problem_of(error: Any, field: FieldInfo | None) -> str:
-    """What is wrong, in the words of the old checks and of jsonschema."""
+    """What is wrong: the field's own words (``refused``), else jsonschema's words for the same problem."""
     kind, given, ctx = error["type"], error.get("input"), error.get("ctx") or {}
     if kind == "union_tag_invalid":
         return f"{ctx['tag']!r} is not one of {ctx['expected_tags']}"
