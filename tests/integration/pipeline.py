@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -110,7 +109,7 @@ def shortened_launch(
     outputs (train/) and checkpoints go under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     spec = RunSpec.read(results / "deepspeed/run_spec.json")
-    spec.model_copy(update={"training": dataclasses.replace(spec.training, optimizer_steps=steps)}).write(
+    spec.model_copy(update={"training": spec.training.model_copy(update={"optimizer_steps": steps})}).write(
         out / "run_spec.json"
     )
     ds_config = DsConfig.read(results / "deepspeed/ds_config.json").raw
@@ -119,9 +118,9 @@ def shortened_launch(
     settings = TrainSettings.read(results / "train/settings.json")
     settings.model_copy(
         update={
-            "stabiliser": dataclasses.replace(settings.stabiliser, **(stabiliser or {})),
-            "checkpoint": dataclasses.replace(settings.checkpoint, **(checkpoint or {})),
-            "evaluation": dataclasses.replace(settings.evaluation, every_steps=steps, **SHORT_EVALUATION),
+            "stabiliser": settings.stabiliser.model_copy(update=stabiliser or {}),
+            "checkpoint": settings.checkpoint.model_copy(update=checkpoint or {}),
+            "evaluation": settings.evaluation.model_copy(update={"every_steps": steps, **SHORT_EVALUATION}),
         }
     ).write(out / "settings.json")
     return [

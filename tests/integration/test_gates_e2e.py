@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.unit.helpers import settings
 from zerogate.analysis.claims import Evidence
@@ -22,6 +21,7 @@ from zerogate.analysis.claims import judge as judge_claims
 from zerogate.analysis.gates import evaluate
 from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import parse_run
+from zerogate.config.claims import read_claims
 from zerogate.contracts.base import read_lines, write_lines
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Plan
@@ -126,8 +126,8 @@ def test_a_truncated_rank_fails_completion_and_measures_nothing(finished_run, tm
 
 def seed_convergence_claim(run: Path, verdicts: GateVerdicts):
     """The seed's convergence statement judged on these verdicts (judge_seed_claims' judge)."""
-    claims = yaml.safe_load((REPO / "config/claims.yaml").read_text())
-    claims["claims"] = [c for c in claims["claims"] if c["kind"] == "convergence"]
+    claims = read_claims(REPO / "config/claims.yaml")
+    claims = claims.model_copy(update={"claims": [c for c in claims.claims if c.kind == "convergence"]})
     evidence = Evidence(claimed_plan=Plan.read(run / "claims/claimed_box_plan.json"), gates=verdicts)
     return judge_claims(claims, evidence).claims[0].measured_here
 

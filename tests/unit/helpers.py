@@ -4,7 +4,6 @@ pipeline writes and nothing else."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -157,7 +156,7 @@ def render_profile(
     training = (
         typed.training.run
         if steps is None
-        else dataclasses.replace(typed.training.run, optimizer_steps=steps)
+        else typed.training.run.model_copy(update={"optimizer_steps": steps})
     )
     return Rendered(
         *render(
@@ -219,7 +218,7 @@ def run_spec_for(steps: int = 200, world_size: int = 2, on: str = "cpu") -> RunS
     return spec.model_copy(
         update={
             "world_size": world_size,
-            "training": dataclasses.replace(spec.training, optimizer_steps=steps),
+            "training": spec.training.model_copy(update={"optimizer_steps": steps}),
         }
     )
 

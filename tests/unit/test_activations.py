@@ -86,8 +86,8 @@ def test_a_cuda_target_traces_sdpa_without_the_attention_dropout_its_fused_kerne
 def test_checkpointing_drops_the_traced_activations_of_the_default_run():
     for checkpointing in (False, True):
         tiny = settings("cpu-tiny")
-        profile = dataclasses.replace(
-            tiny, training=dataclasses.replace(tiny.training, activation_checkpointing=checkpointing)
+        profile = tiny.model_copy(
+            update={"training": tiny.training.model_copy(update={"activation_checkpointing": checkpointing})}
         )
         ds, spec = rendered(profile)
         assert spec.training.activation_checkpointing is checkpointing

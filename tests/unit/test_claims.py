@@ -6,7 +6,6 @@ figure a test turns pinned by hand; the ledger table is compare_ledger's (zeroga
 over held bytes chosen by each test; the gates' verdicts are gates.evaluate's on synthetic runs."""
 
 import copy
-import dataclasses
 import functools
 import json
 import re
@@ -23,6 +22,7 @@ from zerogate.analysis.claims import Evidence, judge, rounding_tolerance, stated
 from zerogate.analysis.ledger_check import compare, with_peaks
 from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import run_metadata
+from zerogate.config.claims import claims_file
 from zerogate.config.machines import from_fingerprint
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.plan import Plan
@@ -41,12 +41,18 @@ from zerogate.predict.planner import peak_for_run, plan_for_run, run_setup, targ
 from zerogate.units import GB, GIB
 
 REPO = Path(__file__).resolve().parents[2]
-CLAIMS = yaml.safe_load((REPO / "config" / "claims.yaml").read_text())
-CLAIM = {claim["id"]: claim for claim in CLAIMS["claims"]}
-CLAIMED_MACHINE = yaml.safe_load((REPO / CLAIMS["claimed_box"]["machine"]).read_text())
+CLAIMS_DATA = yaml.safe_load((REPO / "config" / "claims.yaml").read_text())
+CLAIMS = claims_file(CLAIMS_DATA)
+CLAIM = {claim.id: claim for claim in CLAIMS.claims}
+CLAIMED_MACHINE = yaml.safe_load((REPO / CLAIMS.claimed_box.machine).read_text())
 PROFILE = settings("cpu-tiny")  # the run measured here
 RULE = SpikeRule.from_settings(PROFILE.stabiliser)
 CLAIM_BOX = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
+
+
+def with_stated(claim, **changes):
+    """``claim`` with its stated figure changed (a claim of the real file, varied where a test flips it)."""
+    return claim.model_copy(update={"stated": claim.stated.model_copy(update=changes)})
 
 
 # ---- the claimed box's plan, as plan_claimed_box makes it ------------------------------------------------
@@ -60,10 +66,10 @@ def _render(profile, fingerprint):
 @functools.cache
 @functools.cache
 def _claimed_plan() -> Plan:
-    profile = settings(CLAIMS["claimed_box"]["profile"])
-    machine, fingerprint = target_machine(str(REPO / CLAIMS["claimed_box"]["machine"]), None, "")
+    profile = settings(CLAIMS.claimed_box.profile)
+    machine, fingerprint = target_machine(str(REPO / CLAIMS.claimed_box.machine), None, "")
     ds_config, _, spec = _render(profile, fingerprint)
-    return plan_for_run(spec, ds_config, machine, profile.plan, CLAIMS["claimed_box"]["profile"])
+    return plan_for_run(spec, ds_config, machine, profile.plan, CLAIMS.claimed_box.profile)
 
 
 def claimed_plan() -> Plan:
@@ -168,7 +174,7 @@ def ledger_table(held_bytes_per_parameter_share: float, on: str = "cpu") -> Ledg
 
 def _run_spec(steps: int) -> RunSpec:
     spec = _run("cpu")[2]
-    return spec.model_copy(update={"training": dataclasses.replace(spec.training, optimizer_steps=steps)})
+    return spec.model_copy(update={"training": spec.training.model_copy(update={"optimizer_steps": steps})})
 
 
 @functools.cache
@@ -234,7 +240,7 @@ def test_stated_figures_round_at_the_written_precision():
 def test_arithmetic_holds_and_flips_on_a_wrong_term():
     claim = CLAIM["ddp_static_memory"]  # 2 + 2 + 12 bytes x 14e9: 28 + 28 + 168 = 224 GB
     assert c.judge_arithmetic(claim, Evidence(claimed_plan()))[0].verdict == HOLDS
-    wrong = {**claim, "stated": {**claim["stated"], "fp32 AdamW state": 160}}
+    wrong = claim.model_copy(update={"stated": {**claim.stated, "fp32 AdamW state": 160}})
     paper = c.judge_arithmetic(wrong, Evidence(claimed_plan()))[0]
     assert paper.verdict == DOES_NOT_HOLD and "fp32 AdamW state" in paper.evidence.split("wrong: ")[1]
 
@@ -243,7 +249,7 @@ def test_ledger_formula_on_paper_holds_flips_on_a_wrong_figure_and_on_another_ac
     claim = CLAIM["zero3_ledger"]  # 16 Phi / N, 104.3 GiB at Phi = 14e9, N = 2
     plan = claimed_plan()
     assert c.judge_ledger_formula(claim, Evidence(plan))[0].verdict == HOLDS
-    wrong = {**claim, "stated": {**claim["stated"], "value": 112.0}}  # 112 is the GB figure, not GiB
+    wrong = with_stated(claim, value=112.0)  # 112 is the GB figure, not GiB
     assert c.judge_ledger_formula(wrong, Evidence(plan))[0].verdict == DOES_NOT_HOLD
     # An accounting with fp32 parameters (twice the 16-bit bytes): the formula holds only for 16-bit ones.
     parameters = plan.ledger.schemes["zero3"].zerogate.device_terms_bytes["parameters"]
@@ -281,9 +287,7 @@ def test_offload_formula_holds_only_for_optimizer_offload_and_flips_on_arithmeti
     assert paper.verdict == HOLDS_ONLY_WHEN and "offload_param" in paper.condition
     assert here.verdict == CANNOT_JUDGE
     assert (
-        c.judge_offload_formula(
-            {**claim, "stated": {**claim["stated"], "unit": "GiB"}}, Evidence(claimed_plan())
-        )[0].verdict
+        c.judge_offload_formula(with_stated(claim, unit="GiB"), Evidence(claimed_plan()))[0].verdict
         == DOES_NOT_HOLD
     )
     plan = claimed_plan()
@@ -297,16 +301,14 @@ def test_communication_ratio_on_paper_and_not_measured():
     paper, here = c.judge_communication(claim, Evidence(claimed_plan()))
     assert paper.verdict == HOLDS and here.verdict == CANNOT_JUDGE and "not measured" in here.text
     assert (
-        c.judge_communication(
-            {**claim, "stated": {**claim["stated"], "value": 1.2}}, Evidence(claimed_plan())
-        )[0].verdict
+        c.judge_communication(with_stated(claim, value=1.2), Evidence(claimed_plan()))[0].verdict
         == DOES_NOT_HOLD
     )
 
 
 def test_step_time_on_the_floor_and_from_the_gate():
     claim = CLAIM["step_time"]  # 1.82 s, gate optimizer_step_time
-    assert claim["stated"]["value"] == 1.82 and claim["gate"] == "optimizer_step_time"
+    assert claim.stated.value == 1.82 and claim.gate == "optimizer_step_time"
     below_floor = with_floor(claimed_plan(), 1.0, 0.1)
     passed = verdicts(step_time=0.5)
     assert passed.gate("optimizer_step_time").verdict == g.PASS and passed.reproduction.faithful
@@ -340,23 +342,21 @@ def test_peak_memory_flips_with_the_prediction_and_the_unit():
 def test_convergence_from_the_gates_and_the_run_length():
     claim = CLAIM["convergence"]  # 1000 steps, gates loss_convergence and zero_nonfinite
     ok = Evidence(claimed_plan(), gates=verdicts(run_steps=40))
-    assert c.judge_convergence({**claim, "steps": 40}, ok)[1].verdict == HOLDS
+    assert c.judge_convergence(claim.model_copy(update={"steps": 40}), ok)[1].verdict == HOLDS
     assert c.judge_convergence(claim, ok)[1].verdict == HOLDS_ONLY_WHEN
     steps = synthetic_steps(steps=40)
     steps.loc[steps["step"] == 30, "loss"] = float("nan")
     bad = verdicts(steps, run_steps=40)
     assert bad.gate("zero_nonfinite").verdict == g.FAIL
-    assert (
-        c.judge_convergence({**claim, "steps": 40}, Evidence(claimed_plan(), gates=bad))[1].verdict
-        == DOES_NOT_HOLD
-    )
+    shorter = claim.model_copy(update={"steps": 40})
+    assert c.judge_convergence(shorter, Evidence(claimed_plan(), gates=bad))[1].verdict == DOES_NOT_HOLD
 
 
 def test_the_convergence_claim_counts_the_steps_each_rank_recorded():
     """A complete run of the claimed 1000 steps holds the convergence claim; a truncated one does not, and its
     evidence says how many optimizer steps each rank recorded (counted, never read off the highest step)."""
     claim = CLAIM["convergence"]
-    assert claim["steps"] == 1000
+    assert claim.steps == 1000
     complete = verdicts(run_steps=1000)
     assert complete.records.steps_per_rank == {0: 1000, 1: 1000}
     here = c.judge_convergence(claim, Evidence(claimed_plan(), gates=complete))[1]
@@ -395,12 +395,12 @@ def test_hardware_fact_flips_with_the_described_memory():
 
 
 def test_every_claim_of_the_real_file_is_judged_with_a_known_kind():
-    claims = copy.deepcopy(CLAIMS)
+    claims = copy.deepcopy(CLAIMS_DATA)
     from snakemake.utils import validate
 
     validate(copy.deepcopy(claims), str(REPO / "config" / "schemas" / "claims.schema.yaml"))
     judged = judge(
-        claims,
+        claims_file(claims),
         Evidence(
             claimed_plan(),
             ledger=ledger_table(20),

@@ -8,6 +8,7 @@ import pytest
 from tests.conftest import CPU_FINGERPRINT
 from zerogate.analysis import claims as c
 from zerogate.analysis.comms import claim_verdict, load_records, measured_per_step, scheme_ratio, tabulate
+from zerogate.config.claims import CommunicationClaim, StatedFigure
 from zerogate.config.machines import from_fingerprint
 from zerogate.contracts.comms import CommsRecord, HostDeviceCopies, KindVolume, LoggedCalls, TheorySettings
 from zerogate.contracts.run import DsConfig, ZeroView
@@ -240,11 +241,18 @@ def test_the_claim_verdict_from_the_measured_ratio(tmp_path):
         (4 * (1100 * 4 + PHI * 4) * 0.5 + 16 * 4 * 0.5 + 8) / ddp
     )
     assert claim_verdict(table, 1.5, 16)["at_claim_accumulation"]["measured"] is None
-    claim = {"ddp_volume": 2, "zero3_volume": 3, "stated": {"value": 1.5}}  # config/claims.yaml's entry
+    claim = CommunicationClaim(  # config/claims.yaml's entry
+        id="zero3_communication",
+        statement="ZeRO-3 communicates 1.5 x DDP's volume",
+        kind="communication",
+        ddp_volume=2,
+        zero3_volume=3,
+        stated=StatedFigure(value=1.5),
+    )
     evidence = c.Evidence(claimed_plan(), communication=table, claim_accumulation=4)
     _, here = c.judge_communication(claim, evidence)
     assert here.verdict == DOES_NOT_HOLD and "kept for reuse" in here.evidence
-    _, close = c.judge_communication({**claim, "stated": {"value": 1.0}}, evidence)
+    _, close = c.judge_communication(claim.model_copy(update={"stated": StatedFigure(value=1.0)}), evidence)
     assert close.verdict == c.HOLDS_ONLY_WHEN
 
 

@@ -1,7 +1,6 @@
 """predict/compute.py: the model's own forward + backward, timed through the run's DeepSpeed engine (the
 floor's measured compute term)."""
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -9,7 +8,7 @@ import textwrap
 
 from tests.unit.helpers import settings
 from tests.unit.test_ledger import rendered
-from zerogate.config.settings import ModelSettings
+from zerogate.config.model_data import ModelSettings
 from zerogate.contracts.plan import ModelComputeMeasurement
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import count_parameters
@@ -21,12 +20,13 @@ def _small_run():
     """cpu-tiny's run with a 16-wide one-layer model on 8-token rows, micro-batch 2 x accumulation 2,
     rendered for the test machine (ZeRO-3, both offloads, 2 ranks sharing its 2 cores: one thread each)."""
     tiny = settings("cpu-tiny")
-    training = dataclasses.replace(tiny.training, micro_batch_per_rank=2, gradient_accumulation_steps=2)
-    small = dataclasses.replace(
-        tiny,
-        model=SHAPE,
-        training=training,
-        dataset=dataclasses.replace(tiny.dataset, seq_len=8, vocab_size=50),
+    training = tiny.training.model_copy(update={"micro_batch_per_rank": 2, "gradient_accumulation_steps": 2})
+    small = tiny.model_copy(
+        update={
+            "model": SHAPE,
+            "training": training,
+            "dataset": tiny.dataset.model_copy(update={"seq_len": 8, "vocab_size": 50}),
+        }
     )
     return rendered(small)
 

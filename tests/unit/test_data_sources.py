@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from zerogate.config.settings import dataset_settings
+from zerogate.config.model_data import dataset_settings
 from zerogate.contracts.data import DatasetManifest
 from zerogate.data.dataset import load_split
 from zerogate.data.prepare import prepare

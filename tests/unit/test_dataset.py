@@ -1,12 +1,11 @@
 """The built-in dataset: deterministic from its seed, correct answers, prompts masked, splits disjoint."""
 
-import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from zerogate.config.settings import dataset_settings
+from zerogate.config.model_data import dataset_settings
 from zerogate.contracts.data import DatasetManifest
 from zerogate.data.builtin import TASKS, encode, generate_examples
 from zerogate.data.dataset import load_split
@@ -39,7 +38,7 @@ def test_same_settings_give_identical_dataset(tmp_path, settings):
 
 
 def test_another_seed_gives_another_hash(tmp_path, settings):
-    other = dataclasses.replace(settings, seed=8)
+    other = settings.model_copy(update={"seed": 8})
     assert prepare(settings, tmp_path / "a").content_sha256 != prepare(other, tmp_path / "b").content_sha256
 
 

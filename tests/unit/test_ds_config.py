@@ -1,8 +1,6 @@
 """Rendering the claim's DeepSpeed config for a machine and profile: every "auto" resolved, every
 difference recorded with why, and the run spec's geometry, world and precision."""
 
-import dataclasses
-
 import pytest
 
 from tests.conftest import gpu_fingerprint
@@ -24,8 +22,8 @@ def render_claim(claim, profile, fingerprint, template_file="claim.json"):
 def with_sections(profile, **sections):
     """The profile's settings with sections changed: ``training={"gradient_accumulation_steps": 4}``."""
     s = settings(profile)
-    return dataclasses.replace(
-        s, **{name: dataclasses.replace(getattr(s, name), **changes) for name, changes in sections.items()}
+    return s.model_copy(
+        update={name: getattr(s, name).model_copy(update=changes) for name, changes in sections.items()}
     )
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from zerogate.config.settings import EvaluationSettings
+from zerogate.config.training import EvaluationSettings
 from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.data.dataset import fit_rows
 from zerogate.data.templates import IGNORE_INDEX

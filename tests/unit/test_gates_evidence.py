@@ -5,7 +5,6 @@ Evidence keys carry units and are the product's user-visible contract (zerogate.
 whole evidence is asserted in the form gates/verdicts.json holds it; the boundary cases sit exactly at the
 thresholds the definitions name. Every run is built from StepRecords (tests.unit.helpers)."""
 
-import dataclasses
 import json
 import math
 
@@ -41,7 +40,7 @@ from zerogate.analysis.parse import (
     run_metadata,
     stabiliser_events,
 )
-from zerogate.config.settings import ConvergenceRuleSettings
+from zerogate.config.judging import ConvergenceRuleSettings
 from zerogate.contracts.base import ContractError, write_lines
 from zerogate.contracts.machine import NodeFingerprint
 from zerogate.contracts.parsed import Failure, RunMeta
@@ -422,11 +421,15 @@ def test_convergence_problems_at_the_rules_thresholds():
 def convergence_gate(initial_steps=2, final_fraction=0.25):
     """The profile's loss_convergence gate with its convergence block changed."""
     profile_gate = next(g for g in PROFILE.gates if g.statistic == "loss_convergence")
-    return dataclasses.replace(
-        profile_gate,
-        convergence=ConvergenceRuleSettings(
-            initial_steps=initial_steps, final_fraction=final_fraction, max_rebound=0.5, min_drop_sigmas=3.0
-        ),
+    return profile_gate.model_copy(
+        update={
+            "convergence": ConvergenceRuleSettings(
+                initial_steps=initial_steps,
+                final_fraction=final_fraction,
+                max_rebound=0.5,
+                min_drop_sigmas=3.0,
+            )
+        }
     )
 
 

@@ -39,7 +39,7 @@ from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate
 from zerogate.analysis.measures import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME, SpikeRule
 from zerogate.analysis.parse import run_metadata
-from zerogate.config.settings import GateStatistic
+from zerogate.config.judging import GateStatistic
 from zerogate.contracts.verdicts import GateVerdict
 
 # The profile is read once: hypothesis runs many examples per test, and the gates are data, never mutated.

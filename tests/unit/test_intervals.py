@@ -21,7 +21,7 @@ from zerogate.analysis.gates import (
 )
 from zerogate.analysis.measures import IntervalRule, SpikeRule
 from zerogate.analysis.parse import run_metadata
-from zerogate.config.settings import IntervalSettings
+from zerogate.config.judging import IntervalSettings
 from zerogate.contracts.intervals import Interval
 from zerogate.contracts.verdicts import CANNOT_JUDGE, FAIL, PASS, claim_from_gate
 from zerogate.errors import InputError
@@ -34,7 +34,7 @@ WARMUP = 5
 
 def gate(name, **changes):
     found = next(g for g in PROFILE.gates if g.name == name)
-    return dataclasses.replace(found, **changes)
+    return found.model_copy(update=changes)
 
 
 def judge(the_gate, steps, *repeats, rule=RULE):

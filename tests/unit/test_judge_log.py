@@ -4,7 +4,6 @@ the page (report.log_page), and the judge_log rule end to end in a copy of the w
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -316,7 +315,11 @@ def test_gates_a_log_cannot_support_are_not_measured_with_their_reason(tiny_prof
     }.items():
         assert gates[name].verdict == NOT_MEASURED and why in gates[name].reason, name
     assert {g.verdict for g in gates.values()} <= {PASS, FAIL, NOT_MEASURED}
-    odd = dataclasses.replace(settings(tiny_profile).gates[0], name="x", statistic="mean", metric="loss")
+    odd = (
+        settings(tiny_profile)
+        .gates[0]
+        .model_copy(update={"name": "x", "statistic": "mean", "metric": "loss"})
+    )
     (gate,) = judge_log_gates([odd], log_counts(parse_launcher_log("")), parse_launcher_log(""), 0)
     assert gate.reason == "zerogate cannot read statistic 'mean' of 'loss' from a launcher log"
 

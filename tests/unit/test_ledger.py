@@ -11,7 +11,8 @@ from transformers import GPT2Config
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
 from tests.unit.helpers import render_profile, settings, step_record, table_of
 from zerogate.analysis.ledger_check import compare, read_measurements
-from zerogate.config.settings import ModelSettings, ProfileSettings
+from zerogate.config.model_data import ModelSettings
+from zerogate.config.settings import ProfileSettings
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Ledger, PeakPrediction, PredictedPeak
 from zerogate.contracts.records import HeldBytes, LiveTensorPeak, column

@@ -7,7 +7,6 @@ registry, compare, the variant table and the figures. Every run is built from St
 (tests.unit.helpers), every file the consumers read by its producer.
 """
 
-import dataclasses
 import json
 import math
 import subprocess
@@ -37,7 +36,8 @@ from zerogate.analysis.measures import STEP_TIME, TOKENS_PER_S, SpikeRule, summa
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
 from zerogate.analysis.variants import VariantRun
 from zerogate.analysis.variants import compare as variant_table
-from zerogate.config.settings import ConvergenceRuleSettings, stabiliser_settings
+from zerogate.config.judging import ConvergenceRuleSettings
+from zerogate.config.training import stabiliser_settings
 from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.run import DsConfig
@@ -345,13 +345,13 @@ def test_the_spike_rule_is_the_stabilisers():
     rule = SpikeRule.from_settings(section)
     assert flagged and measures.loss_spikes(steps, rule).steps == flagged
     # The profile's threshold is the gates' threshold: a higher one counts fewer spikes.
-    strict = SpikeRule.from_settings(dataclasses.replace(section, spike_threshold=40.0))
+    strict = SpikeRule.from_settings(section.model_copy(update={"spike_threshold": 40.0}))
     assert measures.loss_spikes(steps, strict).count < len(flagged)
 
 
 def test_the_gates_read_the_profiles_spike_settings():
     steps = uneven_run()
-    loose = SpikeRule.from_settings(dataclasses.replace(STABILISER, spike_threshold=1000.0))
+    loose = SpikeRule.from_settings(STABILISER.model_copy(update={"spike_threshold": 1000.0}))
     verdicts = evaluate(
         PROFILE.gates,
         steps,
@@ -635,15 +635,16 @@ def test_loss_convergence_rebound_flat_and_nonfinite():
     # The rule is the gate's convergence block: cpu-tiny's loss_convergence gate states exactly RULE_10.
     gate = next(g for g in PROFILE.gates if g.statistic == "loss_convergence")
     assert measures.ConvergenceRule.from_gate(gate) == RULE_10
-    other = dataclasses.replace(
-        gate,
-        convergence=ConvergenceRuleSettings(
-            initial_steps=5, final_fraction=0.2, max_rebound=0.1, min_drop_sigmas=2
-        ),
+    other = gate.model_copy(
+        update={
+            "convergence": ConvergenceRuleSettings(
+                initial_steps=5, final_fraction=0.2, max_rebound=0.1, min_drop_sigmas=2
+            )
+        }
     )
     assert measures.ConvergenceRule.from_gate(other) == measures.ConvergenceRule(5, 0.2, 0.1, 2.0)
     with pytest.raises(ValueError, match="needs its convergence block"):
-        measures.ConvergenceRule.from_gate(dataclasses.replace(gate, convergence=None))
+        measures.ConvergenceRule.from_gate(gate.model_copy(update={"convergence": None}))
 
 
 def test_run_statistics_keys_and_values():

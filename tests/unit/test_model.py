@@ -1,14 +1,12 @@
 """prepare_model for a local Hugging Face directory, and loading its weights for training."""
 
-import dataclasses
-
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.unit.helpers import settings
 from tests.unit.test_ledger import rendered
-from zerogate.config.settings import ModelSettings
+from zerogate.config.model_data import ModelSettings
 from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.errors import InputError
 from zerogate.model.build import load_for_training
@@ -85,7 +83,7 @@ def test_pretrained_weights_are_loaded_not_reinitialised(hf_dir, tmp_path):
     stated = shape(source=str(hf_dir), hidden_size=16)
     info = materialise(parse_source(str(hf_dir)), tmp_path, "p.yaml", stated)
     tiny = settings("cpu-tiny")
-    _, run_spec = rendered(dataclasses.replace(tiny, model=stated))
+    _, run_spec = rendered(tiny.model_copy(update={"model": stated}))
     model = load_for_training(run_spec, manifest(info, vocab_size=40), {"zero_optimization": {"stage": 0}})
     saved = LlamaForCausalLM.from_pretrained(hf_dir)
     for (name, a), (_, b) in zip(model.state_dict().items(), saved.state_dict().items()):

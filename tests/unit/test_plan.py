@@ -1,6 +1,5 @@
 """Throughput floor, fit checks, refusal, and the profile's claims judged on paper against the plan."""
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -8,8 +7,8 @@ import pytest
 from tests.unit.helpers import settings
 from tests.unit.test_ledger import QWEN14B, claim_counts, claim_setup, oracle_counts, rendered
 from zerogate.analysis.on_paper import plan_claims
+from zerogate.config.launch import PlanSettings
 from zerogate.config.machines import from_fingerprint, load_description, to_fingerprint
-from zerogate.config.settings import PlanSettings
 from zerogate.contracts.plan import BaselineMeasurement, Floor, ModelComputeMeasurement, Plan
 from zerogate.contracts.records import column
 from zerogate.contracts.verdicts import DOES_NOT_HOLD
@@ -177,7 +176,9 @@ def test_a_fitting_run_is_not_refused(claim_box):
 def _claim_profile(tiny_profile):
     """cpu-tiny's settings with the claim's model (Qwen2.5-14B's shape) at the claim's 512 tokens."""
     tiny = settings(tiny_profile)
-    return dataclasses.replace(tiny, model=QWEN14B, dataset=dataclasses.replace(tiny.dataset, seq_len=512))
+    return tiny.model_copy(
+        update={"model": QWEN14B, "dataset": tiny.dataset.model_copy(update={"seq_len": 512})}
+    )
 
 
 def test_claim_profile_planned_for_the_claimed_box(claim_box, tiny_profile):

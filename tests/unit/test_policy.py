@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from zerogate.config.settings import StabiliserSettings
+from zerogate.config.training import StabiliserSettings
 from zerogate.contracts.base import read_lines
 from zerogate.contracts.records import OVERFLOW_REASON, StabiliserEvent
 from zerogate.train.policy import FaultInjector, StabiliserAbort, StepPolicy, skip_reason

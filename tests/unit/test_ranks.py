@@ -14,7 +14,7 @@ from tests.unit.helpers import no_events, step_record, table_of
 from zerogate.analysis import measures
 from zerogate.analysis.measures import COLLECTIVES_TIME
 from zerogate.analysis.parse import run_metadata
-from zerogate.config.settings import check_inject, stabiliser_settings
+from zerogate.config.training import check_inject, stabiliser_settings
 from zerogate.contracts.records import GitState, StabiliserSummary, TrainSummary
 from zerogate.errors import InputError
 from zerogate.train.metrics import CollectiveClock, MeasurementSources, StepMetrics

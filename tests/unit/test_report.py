@@ -18,7 +18,7 @@ from zerogate.analysis.ledger_check import read_measurements, with_peaks
 from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import event_table, parse_launcher_log, run_metadata, stabiliser_events
 from zerogate.config.machines import from_fingerprint
-from zerogate.config.settings import StabiliserSettings
+from zerogate.config.training import StabiliserSettings
 from zerogate.contracts.base import write_lines
 from zerogate.contracts.machine import NodeFingerprint
 from zerogate.contracts.plan import ModelComputeMeasurement, PeakPrediction, PredictedPeak
@@ -542,7 +542,7 @@ def test_the_report_shows_each_timings_interval_and_an_inconclusive_gate(tmp_pat
     rule = measures.IntervalRule()
     measured = measures.step_time(steps, 5).value
     gates = tuple(
-        dataclasses.replace(g, threshold=measured) if g.name == "optimizer_step_time" else g
+        g.model_copy(update={"threshold": measured}) if g.name == "optimizer_step_time" else g
         for g in settings(tiny_profile).gates
     )
     verdicts = evaluate(

@@ -1,22 +1,17 @@
 """Typed settings: defaults and cross-field checks in one place, errors naming the profile file and key."""
 
-import dataclasses
-
 import pytest
 import yaml
 
+from zerogate.config.model_data import DatasetSettings, ModelSettings, model_settings
 from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
-from zerogate.config.settings import (
+from zerogate.config.settings import ProfileSettings, profile_settings
+from zerogate.config.training import (
     CheckpointSettings,
-    DatasetSettings,
     EvaluationSettings,
-    ModelSettings,
-    ProfileSettings,
     StabiliserSettings,
     TrainingSettings,
     checkpoint_settings,
-    model_settings,
-    profile_settings,
     stabiliser_settings,
     training_settings,
 )
@@ -109,7 +104,7 @@ def test_write_train_settings_refuses_the_same_combinations():
     )
     with pytest.raises(InputError, match="checkpoint.export_fp32"):
         TrainSettings.from_profile(
-            dataclasses.replace(smoke, checkpoint=CheckpointSettings(every_steps=0, export_fp32=True))
+            smoke.model_copy(update={"checkpoint": CheckpointSettings(every_steps=0, export_fp32=True)})
         )
     # What the profile allows is written and read back unchanged.
     fine = _train_settings(
@@ -142,8 +137,8 @@ def test_every_field_documents_itself():
         EvaluationSettings,
         ModelSettings,
     ):
-        for f in dataclasses.fields(cls):
-            assert f.metadata.get("doc"), f"{cls.__name__}.{f.name} has no doc"
+        for name, f in cls.model_fields.items():
+            assert f.description, f"{cls.__name__}.{name} has no doc"
 
 
 def test_a_bad_value_names_the_dotted_key():

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from zerogate.config.settings import StabiliserSettings
+from zerogate.config.training import StabiliserSettings
 from zerogate.contracts.base import read_lines
 from zerogate.contracts.records import StabiliserEvent
 from zerogate.robust import robust_z

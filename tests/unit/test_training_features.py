@@ -2,7 +2,6 @@
 attention implementation, activation checkpointing under ZeRO-3, and the sampled step's live-tensor peak.
 Against REAL DeepSpeed ZeRO-3 engines in a one-rank world (gloo, CPU accelerator)."""
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -16,7 +15,7 @@ import torch
 from tests.unit.helpers import settings
 from tests.unit.test_ledger import rendered
 from tests.unit.test_model import manifest
-from zerogate.config.settings import ModelSettings
+from zerogate.config.model_data import ModelSettings
 from zerogate.contracts.data import ModelInfo
 from zerogate.model.build import load_for_training
 from zerogate.runtime import loop
@@ -51,12 +50,11 @@ def gpt2_run(checkpointing: bool = False, attention: str = "sdpa", loss_in_fp32:
     rendered config for one rank."""
     model = ModelSettings(config=str(TINY_GPT2), attention=attention)
     tiny = settings("cpu-tiny")
-    training = dataclasses.replace(
-        tiny.training, activation_checkpointing=checkpointing, loss_in_fp32=loss_in_fp32
+    training = tiny.training.model_copy(
+        update={"activation_checkpointing": checkpointing, "loss_in_fp32": loss_in_fp32}
     )
-    profile = dataclasses.replace(
-        tiny, model=model, training=training, dataset=dataclasses.replace(tiny.dataset, seq_len=SEQ)
-    )
+    dataset = tiny.dataset.model_copy(update={"seq_len": SEQ})
+    profile = tiny.model_copy(update={"model": model, "training": training, "dataset": dataset})
     from zerogate.config.profile import with_model_config
 
     ds, spec = rendered(with_model_config(profile))

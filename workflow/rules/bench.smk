@@ -131,7 +131,7 @@ rule bench_gloo_latency:
     resources:
         host_share=HOST_SHARE_POOL,
     params:
-        iterations=config["bench_gloo_iterations"],
+        iterations=RUN_CONFIG.bench_gloo_iterations,
     shell:
         "python -m zerogate.bench.gloo_latency --iterations {params.iterations} --out {output.table} > {log} 2>&1"
         " && cat {output.table} >&2"

@@ -3,7 +3,7 @@ rule judge_seed_claims:
     input:
         claims=CLAIMS_FILE,
         claimed_plan=rules.plan_claimed_box.output.plan,
-        description=CLAIMED_BOX["machine"],
+        description=CLAIMED_BOX.machine,
         plan=rules.replan_with_measured_compute.output.plan,
         ledger=rules.compare_ledger.output.table,
         gates=rules.check_gates.output.verdicts,

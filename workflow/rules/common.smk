@@ -7,8 +7,6 @@ import socket
 import sys
 from pathlib import Path
 
-import yaml
-
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -16,6 +14,7 @@ from zerogate import __version__ as PIPELINE_VERSION
 from zerogate.errors import InputError
 from zerogate.bench.grid_points import PROFILE_PREFIX, point_ids, profile_file_name
 from zerogate.hashing import sha256_json
+from zerogate.config.claims import CLAIMS_FILE, claims_file
 from zerogate.config.machine_id import machine_id_from_host
 from zerogate.config.profile import (
     check_profile,
@@ -24,6 +23,8 @@ from zerogate.config.profile import (
     profile_name,
     resolve_profile,
 )
+from zerogate.config.run_config import run_config
+from zerogate.config.tables import read_yaml
 from zerogate.config.validation import key_path, to_input_error
 from zerogate.contracts.base import plain
 from zerogate.data.sources import check_dataset_source
@@ -71,8 +72,9 @@ def validated(data, schema, chain=None):
 
 
 def load_profile(name):
-    """(the resolved profile as written, its typed settings: zerogate.config.settings.ProfileSettings,
-    what every rule's parameters come from), after the schema and the cross-field checks."""
+    """(the resolved profile as written, with the defaults the schema fills in: what the run's hash is
+    taken of; its typed settings, zerogate.config.settings.ProfileSettings: what every rule's parameters
+    come from), after the schema and the settings model's checks."""
     try:
         chain = load_profile_chain(PROFILES, name, CONFIG_FILE, "profile")
         profile = resolve_profile(chain)
@@ -87,8 +89,13 @@ def load_profile(name):
 
 
 validated(config, "config.schema.yaml")
+try:
+    # The run configuration, typed (zerogate.config.run_config.RunConfig): what the code below reads.
+    RUN_CONFIG = run_config(config, lambda key: config_source(key.split(".")))
+except InputError as error:
+    fail(error)
 # The profile as given (a name in config/profiles/, or a .yaml path) and the name its results are filed under.
-PROFILE_ARG = config["profile"]
+PROFILE_ARG = RUN_CONFIG.profile
 PROFILE_NAME = profile_name(PROFILE_ARG)
 PROFILE, SETTINGS = load_profile(PROFILE_ARG)
 # "auto" (the host name) and "today" (the report's date) are resolved once, by the invocation the user
@@ -96,11 +103,11 @@ PROFILE, SETTINGS = load_profile(PROFILE_ARG)
 # own node, perhaps after midnight, and must build the same paths (sbatch passes the environment on).
 MACHINE = (
     os.environ.setdefault("ZEROGATE_MACHINE", machine_id_from_host(socket.gethostname()))
-    if config["machine"] == "auto"
-    else config["machine"]
+    if RUN_CONFIG.machine == "auto"
+    else RUN_CONFIG.machine
 )
 # A described machine (config/machines/<name>.yaml) is planned for, never probed; "auto" takes its file name.
-MACHINE_DESCRIPTION = config.get("machine_description")
+MACHINE_DESCRIPTION = RUN_CONFIG.machine_description
 if MACHINE_DESCRIPTION:
     if not (REPO / MACHINE_DESCRIPTION).is_file():
         fail(
@@ -110,7 +117,7 @@ if MACHINE_DESCRIPTION:
                 f"no such file: {MACHINE_DESCRIPTION}",
             )
         )
-    if config["machine"] == "auto":
+    if RUN_CONFIG.machine == "auto":
         MACHINE = Path(MACHINE_DESCRIPTION).stem
 CONFIG_HASH = sha256_json({"profile": PROFILE, "pipeline_version": PIPELINE_VERSION})
 # A run is this pipeline version, this resolved profile, on this machine.
@@ -122,10 +129,10 @@ REPORT_DATE = (
     os.environ.setdefault(
         "ZEROGATE_REPORT_DATE", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     )
-    if config["report_date"] == "today"
-    else config["report_date"]
+    if RUN_CONFIG.report_date == "today"
+    else RUN_CONFIG.report_date
 )
-STRICT = config["strict"]
+STRICT = RUN_CONFIG.strict
 # Which optimizer steps the timing statistics leave out: an analysis setting, a param of the judging rules
 # only, so editing it re-judges and never retrains.
 WARMUP_STEPS = SETTINGS.training.warmup_steps_excluded
@@ -139,14 +146,21 @@ VARIANT_STEPS = SETTINGS.variant_steps
 
 
 # The seed's own statements (config/claims.yaml), judged on paper for the claimed box (plan_claimed_box,
-# judge_plan_claims) and measured on the machine that ran (judge_seed_claims): zerogate.analysis.claims.
-CLAIMS_FILE = "config/claims.yaml"
-CLAIMS = yaml.safe_load((REPO / CLAIMS_FILE).read_text())
-validated(CLAIMS, "claims.schema.yaml")
-CLAIMED_BOX = CLAIMS["claimed_box"]
-if not (REPO / CLAIMED_BOX["machine"]).is_file():
-    fail(InputError(CLAIMS_FILE, "claimed_box.machine", f"no such file: {CLAIMED_BOX['machine']}"))
-CLAIMED_PROFILE, CLAIMED_SETTINGS = load_profile(CLAIMED_BOX["profile"])
+# judge_plan_claims) and measured on the machine that ran (judge_seed_claims): zerogate.analysis.claims,
+# typed by zerogate.config.claims.ClaimsFile.
+try:
+    CLAIMS_DATA = read_yaml(REPO / CLAIMS_FILE, CLAIMS_FILE)
+except InputError as error:
+    fail(error)
+validated(CLAIMS_DATA, "claims.schema.yaml")
+try:
+    CLAIMS = claims_file(CLAIMS_DATA, CLAIMS_FILE)
+except InputError as error:
+    fail(error)
+CLAIMED_BOX = CLAIMS.claimed_box
+if not (REPO / CLAIMED_BOX.machine).is_file():
+    fail(InputError(CLAIMS_FILE, "claimed_box.machine", f"no such file: {CLAIMED_BOX.machine}"))
+CLAIMED_PROFILE, CLAIMED_SETTINGS = load_profile(CLAIMED_BOX.profile)
 
 
 def profile_file_setting(key):
@@ -202,7 +216,7 @@ BENCH_VARIANTS = ["zero0", "zero2-offload"]
 # The benchmarks' training runs besides DDP (bench_ds_config, bench_extra): zero3 as rendered, the same
 # without the CPU tuning, the same with the metrics layer off, and the two variants.
 BENCH_ROWS = ["zero3", "zero3-untuned", "zero3-no-metrics", *BENCH_VARIANTS]
-BENCH_REPEATS = list(range(config["bench_repeats"]))
+BENCH_REPEATS = list(range(RUN_CONFIG.bench_repeats))
 # The peers' benchmark (bench_peers_vs_zero3) trains these variants whatever the profile lists.
 PEER_BENCH_VARIANTS = list(PEERS_BENCHMARK)
 
@@ -257,10 +271,10 @@ def final_targets():
 
 
 def compare_registries():
-    """The run registries the compare target reads: config["compare"] run directories, or every
+    """The run registries the compare target reads: the run directories of the config's compare, or every
     results/*/*/registry.json present now."""
-    if config["compare"]:
-        return [d if d.endswith(".json") else str(Path(d) / "registry.json") for d in config["compare"]]
+    if RUN_CONFIG.compare:
+        return [d if d.endswith(".json") else str(Path(d) / "registry.json") for d in RUN_CONFIG.compare]
     return sorted(str(p) for p in Path("results").glob("*/*/registry.json"))
 
 
@@ -372,7 +386,7 @@ def bench_extra(wildcards):
 
 # The validate_planner target (workflow/rules/validate_planner.smk): the table of published setups it
 # judges the planner against, where its results go, and what computes the figures.
-PUBLISHED_SETUPS = config["published_setups"]
+PUBLISHED_SETUPS = RUN_CONFIG.published_setups
 PLANNER_VALIDATION = f"results/planner_validation/{Path(PUBLISHED_SETUPS).stem}"
 # What the figures are computed by: a change to any of these is a new planner to judge.
 PLANNER_SOURCES = sorted(
@@ -402,7 +416,7 @@ def published_setups_table(wildcards):
 # extends the grid's base (zerogate.bench.grid_points). The file's structure is checked when the workflow
 # loads (one line naming the file, the point and the key); each point's whole profile, model config
 # included, by write_grid_profiles, before any point trains.
-PLANNER_GRID = config["planner_grid"]
+PLANNER_GRID = RUN_CONFIG.planner_grid
 PLANNER_GRID_DIR = result("bench/planner_grid")
 
 

@@ -28,7 +28,7 @@ rule compare_runs:
         "../../envs/analysis.yaml"
     params:
         # A machine id: ratios are to that machine's run of each group (empty: the group's first machine).
-        reference=config["compare_reference"],
+        reference=RUN_CONFIG.compare_reference,
     script:
         "../scripts/compare_runs.py"
 

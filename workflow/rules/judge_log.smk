@@ -6,7 +6,7 @@
 # a missing, empty or binary log stops the invocation with one line before any job runs.
 from zerogate.analysis import log_input
 
-LOGS_TO_JUDGE = log_input.result_names(log_input.given_logs(config["log"]))
+LOGS_TO_JUDGE = log_input.result_names(log_input.given_logs(RUN_CONFIG.log))
 
 
 rule judge_log:

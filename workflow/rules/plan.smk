@@ -114,7 +114,7 @@ rule replan_with_measured_compute:
 # claims.yaml's statements: editing a statement re-judges without re-planning.
 rule plan_claimed_box:
     input:
-        description=CLAIMED_BOX["machine"],
+        description=CLAIMED_BOX.machine,
         template=CLAIMED_SETTINGS.deepspeed.template,
     output:
         plan=result("claims/claimed_box_plan.json"),
@@ -131,7 +131,7 @@ rule plan_claimed_box:
         seq_len=CLAIMED_SETTINGS.dataset.seq_len,
         vocab_size=CLAIMED_SETTINGS.vocab_size,
         plan=plain(CLAIMED_SETTINGS.plan),
-        profile_name=CLAIMED_BOX["profile"],
+        profile_name=CLAIMED_BOX.profile,
     script:
         "../scripts/plan_claimed_box.py"
 
@@ -143,7 +143,7 @@ rule judge_plan_claims:
         plan=rules.plan_run.output.plan,
         claims=CLAIMS_FILE,
         claimed_plan=rules.plan_claimed_box.output.plan,
-        description=CLAIMED_BOX["machine"],
+        description=CLAIMED_BOX.machine,
     output:
         claims=result("plan/claims.json"),
         summary=result("plan/plan.txt"),

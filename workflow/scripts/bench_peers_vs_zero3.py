@@ -6,7 +6,7 @@ from pathlib import Path
 
 from zerogate.analysis.measures import IntervalRule
 from zerogate.bench.peers_vs_zero3 import ROWS, table, text
-from zerogate.config.settings import IntervalSettings
+from zerogate.config.judging import IntervalSettings
 from zerogate.contracts.base import typed
 from zerogate.entry import logging_to
 from zerogate.io import write_json

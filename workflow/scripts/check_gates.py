@@ -3,7 +3,7 @@
 from zerogate.analysis.gates import evaluate
 from zerogate.analysis.measures import IntervalRule, SpikeRule
 from zerogate.analysis.parse import read_events, read_steps
-from zerogate.config.settings import GateSettings, IntervalSettings
+from zerogate.config.judging import GateSettings, IntervalSettings
 from zerogate.contracts.base import typed
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.parsed import RunMeta

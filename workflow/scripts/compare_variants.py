@@ -3,7 +3,7 @@
 from zerogate.analysis.measures import IntervalRule, SpikeRule
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.analysis.variants import VariantRun, compare
-from zerogate.config.settings import IntervalSettings
+from zerogate.config.judging import IntervalSettings
 from zerogate.contracts.base import typed
 from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.plan import PeakPrediction

@@ -5,7 +5,7 @@ one line naming it and leaves no summary behind."""
 from pathlib import Path
 
 from zerogate.analysis.log_gates import judge_log_file
-from zerogate.config.settings import GateSettings
+from zerogate.config.judging import GateSettings
 from zerogate.contracts.base import typed
 from zerogate.contracts.log_summary import LogSummary
 from zerogate.entry import fail, logging_to

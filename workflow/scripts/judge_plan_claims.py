@@ -8,7 +8,9 @@ import yaml
 
 from zerogate.analysis.claims import judge_on_paper
 from zerogate.analysis.on_paper import plan_claims
-from zerogate.config.settings import GateSettings, RunTraining
+from zerogate.config.claims import read_claims
+from zerogate.config.judging import GateSettings
+from zerogate.config.training import RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.plan import Plan
 from zerogate.entry import logging_to
@@ -20,7 +22,7 @@ with logging_to(snakemake.log[0]) as log:
     plan = Plan.read(inputs.plan)
     claims = plan_claims(plan, typed(tuple[GateSettings, ...], params.gates))
     seed = judge_on_paper(
-        yaml.safe_load(Path(inputs.claims).read_text()),
+        read_claims(inputs.claims),
         Plan.read(inputs.claimed_plan),
         yaml.safe_load(Path(inputs.description).read_text()),
     )

@@ -5,6 +5,7 @@ from pathlib import Path
 import yaml
 
 from zerogate.analysis.claims import Evidence, judge
+from zerogate.config.claims import read_claims
 from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.machine import Fingerprint
@@ -25,7 +26,7 @@ with logging_to(snakemake.log[0]) as log:
         communication=CommsVolume.read(inputs.communication),
         claim_accumulation=snakemake.params.claim_accumulation,
     )
-    verdicts = judge(yaml.safe_load(Path(inputs.claims).read_text()), evidence)
+    verdicts = judge(read_claims(inputs.claims), evidence)
     for claim in verdicts.claims:
         log.info("%s: on paper %s; measured here %s", claim.id, claim.on_paper.text, claim.measured_here.text)
     verdicts.write(snakemake.output.verdicts)

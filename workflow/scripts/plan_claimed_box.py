@@ -1,7 +1,9 @@
 """Entry point of the plan_claimed_box rule: the claimed profile rendered and planned for the claimed box
 in-process (zerogate.render.ds_config.render, zerogate.predict.planner.plan_for_run)."""
 
-from zerogate.config.settings import ModelSettings, PlanSettings, RunTraining
+from zerogate.config.launch import PlanSettings
+from zerogate.config.model_data import ModelSettings
+from zerogate.config.training import RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.run import DsConfig
 from zerogate.entry import fail, logging_to

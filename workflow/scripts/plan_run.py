@@ -2,7 +2,8 @@
 each
 change it suggests written as a profile."""
 
-from zerogate.config.settings import PlanSettings, RunTraining
+from zerogate.config.launch import PlanSettings
+from zerogate.config.training import RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import fail, logging_to

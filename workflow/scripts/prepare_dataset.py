@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from zerogate.config.settings import DatasetSettings
+from zerogate.config.model_data import DatasetSettings
 from zerogate.contracts.base import typed
 from zerogate.contracts.data import ModelInfo
 from zerogate.data.prepare import prepare

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from zerogate.config.settings import ModelSettings
+from zerogate.config.model_data import ModelSettings
 from zerogate.contracts.base import typed
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError

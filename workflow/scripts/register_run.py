@@ -2,7 +2,7 @@
 
 from zerogate.analysis.measures import IntervalRule, SpikeRule
 from zerogate.analysis.parse import read_steps
-from zerogate.config.settings import IntervalSettings
+from zerogate.config.judging import IntervalSettings
 from zerogate.contracts.base import typed
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.report import Provenance

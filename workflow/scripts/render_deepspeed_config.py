@@ -3,7 +3,8 @@
 import json
 from pathlib import Path
 
-from zerogate.config.settings import ModelSettings, RunTraining
+from zerogate.config.model_data import ModelSettings
+from zerogate.config.training import RunTraining
 from zerogate.contracts.base import typed
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError

@@ -1,8 +1,6 @@
 """Entry point of the write_repeat_run_spec rule: the run spec of one repeat (profile key ``repeats``), the
 run's own with the seed training.seed + the repeat's number; everything else, the data included, the same."""
 
-import dataclasses
-
 from zerogate.contracts.run import RunSpec
 from zerogate.entry import logging_to
 
@@ -10,7 +8,7 @@ with logging_to(snakemake.log[0]) as log:
     spec = RunSpec.read(snakemake.input.run_spec)
     repeat = int(snakemake.wildcards.repeat)
     seed = spec.training.seed + repeat
-    training = dataclasses.replace(spec.training, seed=seed)
+    training = spec.training.model_copy(update={"seed": seed})
     RunSpec.model_validate({**spec.model_dump(by_alias=False), "training": training}).write(
         snakemake.output.run_spec
     )

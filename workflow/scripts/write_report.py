@@ -4,7 +4,7 @@ from pathlib import Path
 
 from zerogate.analysis.measures import IntervalRule, SpikeRule
 from zerogate.analysis.parse import event_table, read_events, read_steps
-from zerogate.config.settings import IntervalSettings
+from zerogate.config.judging import IntervalSettings
 from zerogate.contracts.base import read_lines, typed
 from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.ledger import LedgerTable

@@ -1,5 +1,5 @@
 """Entry point of the write_train_settings rule: the profile's stabiliser, checkpoint and evaluation settings,
-every default filled in (zerogate.config.settings), as the training loop and the judging rules read them."""
+every default filled in (zerogate.config.training), as the training loop and the judging rules read them."""
 
 from zerogate.contracts.run import TrainSettings
 from zerogate.entry import logging_to

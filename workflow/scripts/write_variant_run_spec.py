@@ -4,15 +4,13 @@ run's own with ``variant_optimizer_steps`` optimizer steps; everything else, the
 the
 same."""
 
-import dataclasses
-
 from zerogate.contracts.run import RunSpec
 from zerogate.entry import logging_to
 
 with logging_to(snakemake.log[0]) as log:
     spec = RunSpec.read(snakemake.input.run_spec)
     steps = int(snakemake.params.optimizer_steps)
-    training = dataclasses.replace(spec.training, optimizer_steps=steps)
+    training = spec.training.model_copy(update={"optimizer_steps": steps})
     RunSpec.model_validate({**spec.model_dump(by_alias=False), "training": training}).write(
         snakemake.output.run_spec
     )

@@ -8,8 +8,8 @@ from. Torch-free: the
 plans are computed by the planner in their own rules; this module only reads and compares them.
 
 Units: GB = 10^9 bytes, GiB = 2^30 bytes (zerogate.units), always as the claim writes them. The claims
-themselves are config/claims.yaml's entries (validated against config/schemas/claims.schema.yaml), read
-as the mappings they are.
+themselves are config/claims.yaml's entries (validated against config/schemas/claims.schema.yaml), typed
+by zerogate.config.claims, one model per kind.
 """
 
 from __future__ import annotations
@@ -21,6 +21,18 @@ from typing import Any
 
 from zerogate.analysis import on_paper
 from zerogate.analysis.comms import claim_verdict
+from zerogate.config.claims import (
+    ArithmeticClaim,
+    ClaimsFile,
+    CommunicationClaim,
+    ConvergenceClaim,
+    HardwareClaim,
+    LedgerFormulaClaim,
+    NotTestedClaim,
+    OffloadFormulaClaim,
+    PeakMemoryClaim,
+    StepTimeClaim,
+)
 from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.machine import Fingerprint
@@ -124,26 +136,26 @@ def _not_measured_on_cpu(evidence: Evidence) -> str | None:
 Judged = tuple[ClaimVerdict, ClaimVerdict]
 
 
-def judge_arithmetic(claim: dict[str, Any], evidence: Evidence) -> Judged:
-    unit, phi = claim["unit"], claim["phi"]
+def judge_arithmetic(claim: ArithmeticClaim, evidence: Evidence) -> Judged:
+    unit, phi = claim.unit, claim.phi
     lines, wrong = [], []
     total = 0.0
-    for name, per_param in claim["terms"].items():
+    for name, per_param in claim.terms.items():
         computed = per_param * phi
         total += computed
-        stated = claim["stated"].get(name)
+        stated = claim.stated.get(name)
         lines.append(
             f"{name}: {per_param} B x {phi:.3g} = {computed / UNIT_BYTES[unit]:.4g} {unit}"
             + ("" if stated is None else f" (stated {stated} {unit})")
         )
         if stated is not None and not stated_figure_holds(computed, stated, unit):
             wrong.append(name)
-    if "total" in claim["stated"]:
+    if "total" in claim.stated:
         lines.append(
             f"total {total / UNIT_BYTES[unit]:.4g} {unit} = {format_bytes(total)} (stated "
-            f"{claim['stated']['total']} {unit})"
+            f"{claim.stated['total']} {unit})"
         )
-        if not stated_figure_holds(total, claim["stated"]["total"], unit):
+        if not stated_figure_holds(total, claim.stated["total"], unit):
             wrong.append("total")
     paper = verdict(
         DOES_NOT_HOLD if wrong else HOLDS,
@@ -167,24 +179,24 @@ def _model_state_bytes(row: SchemeLedger) -> int:
     return sum(v for k, v in merged.items() if k in states)
 
 
-def judge_ledger_formula(claim: dict[str, Any], evidence: Evidence) -> Judged:
+def judge_ledger_formula(claim: LedgerFormulaClaim, evidence: Evidence) -> Judged:
     plan = evidence.claimed_plan
     led = plan.ledger
     phi, ranks = led.parameters, led.ranks
-    a, k = claim["replicated"], claim["sharded"]
+    a, k = claim.replicated, claim.sharded
     notes, wrong = [], []
-    stated = claim.get("stated")
+    stated = claim.stated
     if stated:
-        at_stated = formula_bytes(a, k, stated["phi"], stated["ranks"])
-        ok = stated_figure_holds(at_stated, stated["value"], stated["unit"])
+        at_stated = formula_bytes(a, k, stated.phi, stated.ranks)
+        ok = stated_figure_holds(at_stated, stated.value, stated.unit)
         notes.append(
-            f"at Phi = {stated['phi']:.3g}, N = {stated['ranks']}: {format_bytes(at_stated)} "
-            f"(stated {stated['value']} {stated['unit']}{'' if ok else ': wrong'})"
+            f"at Phi = {stated.phi:.3g}, N = {stated.ranks}: {format_bytes(at_stated)} "
+            f"(stated {stated.value} {stated.unit}{'' if ok else ': wrong'})"
         )
         if not ok:
             wrong.append("the stated figure")
     predicted = formula_bytes(a, k, phi, ranks)
-    row = led.schemes[claim["scheme"]]
+    row = led.schemes[claim.scheme]
     accounted = _model_state_bytes(row)
     estimate = row.deepspeed
     notes.append(
@@ -195,7 +207,7 @@ def judge_ledger_formula(claim: dict[str, Any], evidence: Evidence) -> Judged:
             if estimate is None
             else f", DeepSpeed's estimator {format_bytes(estimate.device_per_rank_bytes)}"
             " (its ZeRO-3 line counts 18 Phi / N + 4 x the largest layer)"
-            if claim["scheme"] == "zero3"
+            if claim.scheme == "zero3"
             else f", DeepSpeed's estimator {format_bytes(estimate.device_per_rank_bytes)}"
         )
     )
@@ -214,18 +226,18 @@ def judge_ledger_formula(claim: dict[str, Any], evidence: Evidence) -> Judged:
     return paper, _measured_model_states(claim, evidence, a, k)
 
 
-def _measured_model_states(claim: dict[str, Any], evidence: Evidence, a: float, k: float) -> ClaimVerdict:
+def _measured_model_states(claim: LedgerFormulaClaim, evidence: Evidence, a: float, k: float) -> ClaimVerdict:
     """The formula against the model-state bytes each rank of this run held (the ledger table)."""
     source = "ledger table (ledger/ledger_vs_measured.json, held tensors)"
     if evidence.ledger is None:
         return verdict(CANNOT_JUDGE, "no ledger table", source, why="this run has no ledger table")
     scheme = evidence.ledger.scheme
-    if not scheme.startswith(claim["scheme"]):
+    if not scheme.startswith(claim.scheme):
         return verdict(
             CANNOT_JUDGE,
             f"this run trains {SCHEME_LABELS.get(scheme, scheme)}",
             source,
-            why=f"this run trains {SCHEME_LABELS.get(scheme, scheme)}, not {SCHEME_LABELS[claim['scheme']]}",
+            why=f"this run trains {SCHEME_LABELS.get(scheme, scheme)}, not {SCHEME_LABELS[claim.scheme]}",
         )
     phi, ranks, dtype = evidence.ledger.parameters, evidence.ledger.ranks, evidence.ledger.dtype
     held = evidence.ledger.held_totals()
@@ -250,13 +262,13 @@ def _measured_model_states(claim: dict[str, Any], evidence: Evidence, a: float, 
     return verdict(DOES_NOT_HOLD, text, source)
 
 
-def judge_offload_formula(claim: dict[str, Any], evidence: Evidence) -> Judged:
+def judge_offload_formula(claim: OffloadFormulaClaim, evidence: Evidence) -> Judged:
     plan = evidence.claimed_plan
     phi, ranks = plan.ledger.parameters, plan.ledger.ranks
-    stated = claim["stated"]
-    at_stated = formula_bytes(0, claim["sharded"], stated["phi"], stated["ranks"])
-    arithmetic_ok = stated_figure_holds(at_stated, stated["value"], stated["unit"])
-    formula = formula_bytes(0, claim["sharded"], phi, ranks)
+    stated = claim.stated
+    at_stated = formula_bytes(0, claim.sharded, stated.phi, stated.ranks)
+    arithmetic_ok = stated_figure_holds(at_stated, stated.value, stated.unit)
+    formula = formula_bytes(0, claim.sharded, phi, ranks)
     optimizer_only = plan.ledger.schemes["zero3_offload_optimizer"]
     everything = plan.ledger.schemes["zero3_offload_all"]
     params_on_device = optimizer_only.zerogate.device_terms_bytes.get("parameters", 0)
@@ -268,8 +280,8 @@ def judge_offload_formula(claim: dict[str, Any], evidence: Evidence) -> Judged:
     ds_opt = optimizer_only.deepspeed.device_per_rank_bytes
     ds_all = everything.deepspeed.device_per_rank_bytes
     text = (
-        f"at Phi = {stated['phi']:.3g}, N = {stated['ranks']}: 2 Phi / N = {format_bytes(at_stated)} "
-        f"(stated {stated['value']} {stated['unit']}{'' if arithmetic_ok else ': wrong'}); claimed box "
+        f"at Phi = {stated.phi:.3g}, N = {stated.ranks}: 2 Phi / N = {format_bytes(at_stated)} "
+        f"(stated {stated.value} {stated.unit}{'' if arithmetic_ok else ': wrong'}); claimed box "
         f"({phi:,} parameters): 2 Phi / N = {format_bytes(formula)}; optimizer offload only: zerogate's "
         f"parameters on the GPU {format_bytes(params_on_device)}, DeepSpeed's estimator "
         f"{format_bytes(ds_opt)} "
@@ -301,13 +313,13 @@ def judge_offload_formula(claim: dict[str, Any], evidence: Evidence) -> Judged:
     return paper, measured
 
 
-def judge_communication(claim: dict[str, Any], evidence: Evidence) -> Judged:
-    ratio = claim["zero3_volume"] / claim["ddp_volume"]
-    stated = claim["stated"]["value"]
+def judge_communication(claim: CommunicationClaim, evidence: Evidence) -> Judged:
+    ratio = claim.zero3_volume / claim.ddp_volume
+    stated = claim.stated.value
     text = (
         f"ZeRO-3: all-gather Phi (forward) + all-gather Phi (backward) + reduce-scatter Phi = "
-        f"{claim['zero3_volume']:g} Phi; DDP: all-reduce = reduce-scatter + all-gather = "
-        f"{claim['ddp_volume']:g} Phi; "
+        f"{claim.zero3_volume:g} Phi; DDP: all-reduce = reduce-scatter + all-gather = "
+        f"{claim.ddp_volume:g} Phi; "
         f"ratio {ratio:.2f} (stated {stated})"
     )
     paper = verdict(
@@ -318,13 +330,13 @@ def judge_communication(claim: dict[str, Any], evidence: Evidence) -> Judged:
     return paper, _measured_communication(claim, evidence)
 
 
-def _measured_communication(claim: dict[str, Any], evidence: Evidence) -> ClaimVerdict:
+def _measured_communication(claim: CommunicationClaim, evidence: Evidence) -> ClaimVerdict:
     source = "measured communication volume per scheme (comms/volume.json)"
     if evidence.communication is None or evidence.claim_accumulation is None:
         return verdict(
             CANNOT_JUDGE, "not measured", source, why="not measured: no communication table for this run"
         )
-    result = claim_verdict(evidence.communication, claim["stated"]["value"], evidence.claim_accumulation)
+    result = claim_verdict(evidence.communication, claim.stated.value, evidence.claim_accumulation)
     one, at_claim = result["at_accumulation_1"], result["at_claim_accumulation"]
     if one["measured"] is None:
         return verdict(
@@ -388,32 +400,32 @@ def _gate_verdict(gate: GateVerdict | None, name: str, evidence: Evidence) -> Cl
     )
 
 
-def judge_step_time(claim: dict[str, Any], evidence: Evidence) -> Judged:
-    paper = on_paper.judge_step_time(evidence.claimed_plan, claim["stated"]["value"])
-    return paper, _gate_verdict(evidence.gate(claim["gate"]), claim["gate"], evidence)
+def judge_step_time(claim: StepTimeClaim, evidence: Evidence) -> Judged:
+    paper = on_paper.judge_step_time(evidence.claimed_plan, claim.stated.value)
+    return paper, _gate_verdict(evidence.gate(claim.gate), claim.gate, evidence)
 
 
-def judge_peak_memory(claim: dict[str, Any], evidence: Evidence) -> Judged:
-    paper = on_paper.judge_memory(evidence.claimed_plan, claim["stated"]["value"], claim["stated"]["unit"])
-    return paper, _gate_verdict(evidence.gate(claim["gate"]), claim["gate"], evidence)
+def judge_peak_memory(claim: PeakMemoryClaim, evidence: Evidence) -> Judged:
+    paper = on_paper.judge_memory(evidence.claimed_plan, claim.stated.value, claim.stated.unit)
+    return paper, _gate_verdict(evidence.gate(claim.gate), claim.gate, evidence)
 
 
-def judge_convergence(claim: dict[str, Any], evidence: Evidence) -> Judged:
+def judge_convergence(claim: ConvergenceClaim, evidence: Evidence) -> Judged:
     paper = verdict(
         CANNOT_JUDGE, "a statement about a training run", "—", why="convergence is measured, not predicted"
     )
-    gates = [(name, evidence.gate(name)) for name in claim["gates"]]
-    source = "gates " + ", ".join(claim["gates"]) + " (gates/verdicts.json)"
+    gates = [(name, evidence.gate(name)) for name in claim.gates]
+    source = "gates " + ", ".join(claim.gates) + " (gates/verdicts.json)"
     missing = [name for name, gate in gates if gate is None]
     if missing or evidence.gates is None:
         return paper, verdict(
-            CANNOT_JUDGE, "—", source, why="this profile has no gate " + ", ".join(missing or claim["gates"])
+            CANNOT_JUDGE, "—", source, why="this profile has no gate " + ", ".join(missing or claim.gates)
         )
     # The optimizer steps each rank recorded, counted (the gates' record count, not the highest step).
     per_rank = evidence.gates.records.steps_per_rank
     ran = min(per_rank.values()) if per_rank else None
     text = "; ".join(f"{name}: {gate.verdict} (measured {gate.measured} {gate.unit})" for name, gate in gates)
-    text += f"; {ran if ran is not None else 'no'} optimizer steps per rank (claimed {claim['steps']})"
+    text += f"; {ran if ran is not None else 'no'} optimizer steps per rank (claimed {claim.steps})"
     verdicts = {gate.verdict for _, gate in gates}
     if FAIL in verdicts:
         return paper, verdict(DOES_NOT_HOLD, text, source)
@@ -424,37 +436,36 @@ def judge_convergence(claim: dict[str, Any], evidence: Evidence) -> Judged:
             else "a gate was not measured"
         )
         return paper, verdict(CANNOT_JUDGE, text, source, why=why)
-    if ran is None or ran < claim["steps"]:
+    if ran is None or ran < claim.steps:
         return paper, verdict(
             HOLDS_ONLY_WHEN,
             text,
             source,
-            condition=f"the run is {ran or 0} steps long: {claim['steps']} were claimed, not run here",
+            condition=f"the run is {ran or 0} steps long: {claim.steps} were claimed, not run here",
         )
     return paper, verdict(HOLDS, text, source)
 
 
-def judge_hardware(claim: dict[str, Any], evidence: Evidence) -> Judged:
+def judge_hardware(claim: HardwareClaim, evidence: Evidence) -> Judged:
     described = evidence.claimed_machine.get("gpus", [])
     notes, wrong = [], []
-    for stated in claim["gpus"]:
-        gpu = next((g for g in described if stated["name"] in g["name"]), None)
+    for stated in claim.gpus:
+        gpu = next((g for g in described if stated.name in g["name"]), None)
         if gpu is None:
-            notes.append(f"{stated['name']}: not in the claimed box's description")
-            wrong.append(stated["name"])
+            notes.append(f"{stated.name}: not in the claimed box's description")
+            wrong.append(stated.name)
             continue
         actual = gpu["memory_total_bytes"]
         # Vendors' "GB" of GPU memory are binary (chips of 2^30 bytes), so the stated figure is compared in
         # both readings: it holds when either matches.
         matches = any(
-            math.isclose(actual, stated["memory"] * UNIT_BYTES[u], rel_tol=0.05) for u in ("GB", "GiB")
+            math.isclose(actual, stated.memory * UNIT_BYTES[u], rel_tol=0.05) for u in ("GB", "GiB")
         )
         notes.append(
-            f"{gpu['name']}: {format_bytes(actual)} in the description (stated {stated['memory']} "
-            f"{stated['unit']})"
+            f"{gpu['name']}: {format_bytes(actual)} in the description (stated {stated.memory} {stated.unit})"
         )
         if not matches:
-            wrong.append(stated["name"])
+            wrong.append(stated.name)
     source = (
         f"the claimed box's description ({evidence.claimed_machine.get('name', '?')}: "
         f"{evidence.claimed_machine.get('description', '').strip()})"
@@ -470,12 +481,12 @@ def judge_hardware(claim: dict[str, Any], evidence: Evidence) -> Judged:
     return paper, measured
 
 
-def judge_not_tested(claim: dict[str, Any], evidence: Evidence) -> Judged:
-    untested = verdict(CANNOT_JUDGE, "—", "—", why=claim["why"])
+def judge_not_tested(claim: NotTestedClaim, evidence: Evidence) -> Judged:
+    untested = verdict(CANNOT_JUDGE, "—", "—", why=claim.why)
     return untested, untested
 
 
-JUDGES: dict[str, Callable[[dict[str, Any], Evidence], Judged]] = {
+JUDGES: dict[str, Callable[[Any, Evidence], Judged]] = {
     "arithmetic": judge_arithmetic,
     "ledger_formula": judge_ledger_formula,
     "offload_formula": judge_offload_formula,
@@ -488,31 +499,31 @@ JUDGES: dict[str, Callable[[dict[str, Any], Evidence], Judged]] = {
 }
 
 
-def judge(claims: dict[str, Any], evidence: Evidence) -> ClaimVerdicts:
+def judge(claims: ClaimsFile, evidence: Evidence) -> ClaimVerdicts:
     """Every claim of config/claims.yaml judged: claims/verdicts.json."""
     judged = []
-    for claim in claims["claims"]:
-        paper, measured = JUDGES[claim["kind"]](claim, evidence)
+    for claim in claims.claims:
+        paper, measured = JUDGES[claim.kind](claim, evidence)
         judged.append(
             JudgedClaim(
-                id=claim["id"],
-                statement=claim["statement"],
-                kind=claim["kind"],
+                id=claim.id,
+                statement=claim.statement,
+                kind=claim.kind,
                 on_paper=paper,
                 measured_here=measured,
             )
         )
     return ClaimVerdicts(
-        claimed_box=ClaimedBox(**claims["claimed_box"], machine_name=evidence.claimed_plan.machine),
+        claimed_box=ClaimedBox(**claims.claimed_box.model_dump(), machine_name=evidence.claimed_plan.machine),
         machine=evidence.machine,
         claims=judged,
     )
 
 
 def judge_on_paper(
-    claims: dict[str, Any], claimed_plan: Plan, claimed_machine: dict[str, Any]
+    claims: ClaimsFile, claimed_plan: Plan, claimed_machine: dict[str, Any]
 ) -> list[tuple[str, ClaimVerdict]]:
     """Each claim's verdict on paper for the claimed box: the judges' first verdict, which reads only the
     claimed box's plan and description (what plan.txt prints, in the report's words)."""
     evidence = Evidence(claimed_plan=claimed_plan, claimed_machine=claimed_machine)
-    return [(claim["id"], JUDGES[claim["kind"]](claim, evidence)[0]) for claim in claims["claims"]]
+    return [(claim.id, JUDGES[claim.kind](claim, evidence)[0]) for claim in claims.claims]

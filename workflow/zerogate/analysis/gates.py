@@ -21,7 +21,7 @@ import pandas as pd
 from zerogate.analysis import measures
 from zerogate.analysis.measures import Completion, ConvergenceRule, SpikeRule
 from zerogate.analysis.parse import event_table, run_metadata
-from zerogate.config.settings import GateSettings
+from zerogate.config.judging import GateSettings
 from zerogate.contracts.intervals import GateInterval, Interval
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.parsed import RunMeta

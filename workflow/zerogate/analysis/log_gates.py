@@ -22,7 +22,7 @@ from zerogate.analysis.launcher_log import FAILURE_KINDS
 from zerogate.analysis.log_input import read_log_text
 from zerogate.analysis.log_summary import BF16, FP16, FP32, config_value, log_counts
 from zerogate.analysis.parse import parse_launcher_log
-from zerogate.config.settings import GateSettings
+from zerogate.config.judging import GateSettings
 from zerogate.contracts.log_summary import ExitError, LogGate, LogSummary
 from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS
 

@@ -76,7 +76,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from zerogate.config.settings import GateSettings, IntervalSettings, StabiliserSettings
+from zerogate.config.judging import GateSettings, IntervalSettings
+from zerogate.config.training import StabiliserSettings
 from zerogate.contracts.intervals import Interval, TimingIntervals
 from zerogate.contracts.parsed import Failure, RunMeta
 from zerogate.contracts.records import OVERFLOW_REASON, column
@@ -276,7 +277,7 @@ def overflow_skips(steps: pd.DataFrame) -> OverflowSkips | None:
 @dataclass(frozen=True)
 class SpikeRule:
     """The loss stabiliser's spike rule, from the profile's ``stabiliser`` settings (defaults filled in by
-    zerogate.config.settings, the one place they live; the rules pass them in)."""
+    zerogate.config.training, the one place they live; the rules pass them in)."""
 
     window: int
     threshold: float
@@ -1000,7 +1001,7 @@ def pool(values: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class IntervalRule:
-    """The intervals' settings (profile key ``intervals``, zerogate.config.settings.IntervalSettings)."""
+    """The intervals' settings (profile key ``intervals``, zerogate.config.judging.IntervalSettings)."""
 
     confidence: float = 0.95
     resamples: int = 2000

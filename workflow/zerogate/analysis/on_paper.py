@@ -4,7 +4,7 @@ paper (plan/claims.json) and the seed's claims (claims/verdicts.json, the report
 
 from __future__ import annotations
 
-from zerogate.config.settings import GateSettings
+from zerogate.config.judging import GateSettings
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import column
 from zerogate.contracts.verdicts import (

@@ -49,6 +49,8 @@ from zerogate.analysis.planner_validation import (
     reported_peak,
     summarise,
 )
+from zerogate.config.launch import PlanSettings
+from zerogate.config.model_data import ATTENTIONS, model_settings
 from zerogate.config.published_setups import (
     CUDA_LEVEL_OF_METRIC,
     UNNAMED_METRIC,
@@ -59,7 +61,7 @@ from zerogate.config.published_setups import (
     level_of_metric,
     read_setups,
 )
-from zerogate.config.settings import ATTENTIONS, PlanSettings, RunTraining, model_settings
+from zerogate.config.training import RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.planner_validation import FigureCheck, PlannerValidation, RowCheck

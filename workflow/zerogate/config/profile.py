@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
+from zerogate.config.base import Where, anywhere
+from zerogate.config.model_data import SHAPE_KEYS, ModelSettings
+from zerogate.config.settings import ProfileSettings, profile_settings
 from zerogate.errors import InputError
-
-if TYPE_CHECKING:
-    from zerogate.config.settings import ModelSettings, ProfileSettings
+from zerogate.model.hf_config import config_file, load_config, shape_of
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -77,10 +78,8 @@ def resolve_profile(chain: list[tuple[Path, dict]]) -> dict[str, Any]:
     """Merge a chain from :func:`load_profile_chain`; ``extends`` is dropped from the result.
 
     A profile that names a ``model.config`` replaces the shape its ancestors state: their shape keys
-    (zerogate.config.settings.SHAPE_KEYS) are dropped before it is merged, so none leaks in beside the
+    (zerogate.config.model_data.SHAPE_KEYS) are dropped before it is merged, so none leaks in beside the
     config."""
-    from zerogate.config.settings import SHAPE_KEYS
-
     merged: dict[str, Any] = {}
     for _, raw in chain:
         model = raw.get("model")
@@ -96,7 +95,9 @@ def resolve_profile(chain: list[tuple[Path, dict]]) -> dict[str, Any]:
 
 
 def file_defining(chain: list[tuple[Path, dict]], key_path: list[str | int]) -> Path:
-    """The last file of the chain that sets ``key_path`` (or its nearest parent): the one to fix."""
+    """The last file of the chain that sets ``key_path`` (or its nearest parent): the one to fix. A
+    list's index may be given as its digits (``gates.0.name``)."""
+    key_path = [int(part) if isinstance(part, str) and part.isdigit() else part for part in key_path]
     for path, raw in reversed(chain):
         node: Any = raw
         found = True
@@ -119,9 +120,8 @@ def check_profile(
     """The profile's typed settings, after the checks the JSON schema cannot express; InputError naming
     the file that sets the key.
 
-    The cross-field checks and defaults live in zerogate.config.settings (one place); this adds the
-    checks that need the repository."""
-    from zerogate.config.settings import profile_settings
+    The cross-field checks and defaults live in the settings models (zerogate.config.settings); this adds
+    the checks that need the repository."""
 
     def where(key: str) -> str:
         return str(file_defining(chain, key.split(".")))
@@ -132,16 +132,13 @@ def check_profile(
     return with_model_config(profile_settings(profile, where), where)
 
 
-def with_model_config(settings: ProfileSettings, where: Any = None) -> ProfileSettings:
+def with_model_config(settings: ProfileSettings, where: Where = anywhere) -> ProfileSettings:
     """``settings`` with the shape keys of ``model.config`` filled in from the config file (read offline by
     zerogate.model.hf_config: any architecture transformers builds), so that every consumer reads one shape;
     unchanged without a config. InputError naming the profile key for a missing file, the config file and
     its key for a bad one, ``dataset.seq_len`` when the model has fewer positions."""
-    import dataclasses
-
     if settings.model.config is None:
         return settings
-    where = where or (lambda key: "profile")
     model, max_positions = model_with_config(settings.model, where)
     if settings.dataset.seq_len > max_positions:
         raise InputError(
@@ -149,33 +146,29 @@ def with_model_config(settings: ProfileSettings, where: Any = None) -> ProfileSe
             "dataset.seq_len",
             f"{settings.dataset.seq_len} exceeds the {max_positions} positions of {model.config}",
         )
-    return dataclasses.replace(settings, model=model)
+    return settings.model_copy(update={"model": model})
 
 
-def model_with_config(model: ModelSettings, where: Any = None) -> tuple[ModelSettings, int]:
+def model_with_config(model: ModelSettings, where: Where = anywhere) -> tuple[ModelSettings, int]:
     """(``model`` with its shape keys filled in from ``model.config``, the model's positions); ``model``
     unchanged without a config. InputError naming ``model.config`` for a missing file."""
-    import dataclasses
-
     if model.config is None:
         return model, 2**63
-    from zerogate.model.hf_config import config_file, load_config, shape_of
-
-    where = where or (lambda key: "profile")
     file = config_file(model.config)
     if not (file.is_file() or (file / "config.json").is_file()):
         raise InputError(where("model.config"), "model.config", f"no such config.json: {file}")
     shape = shape_of(load_config(file))
-    filled = dataclasses.replace(
-        model,
-        architecture=shape.model_type,
-        hidden_size=shape.hidden_size,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.attention_heads,
-        num_key_value_heads=shape.kv_heads,
-        intermediate_size=shape.intermediate_size,
-        vocab_size=shape.vocab_size,
-        tie_word_embeddings=shape.tied_embeddings,
+    filled = model.model_copy(
+        update={
+            "architecture": shape.model_type,
+            "hidden_size": shape.hidden_size,
+            "num_hidden_layers": shape.layers,
+            "num_attention_heads": shape.attention_heads,
+            "num_key_value_heads": shape.kv_heads,
+            "intermediate_size": shape.intermediate_size,
+            "vocab_size": shape.vocab_size,
+            "tie_word_embeddings": shape.tied_embeddings,
+        }
     )
     return filled, shape.max_positions
 

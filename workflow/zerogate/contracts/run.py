@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, model_validator
 
-from zerogate.config.settings import (
+from zerogate.config.model_data import ModelSettings
+from zerogate.config.settings import ProfileSettings
+from zerogate.config.training import (
     CheckpointSettings,
     EvaluationSettings,
-    ModelSettings,
-    ProfileSettings,
     RunTraining,
     StabiliserSettings,
     check_checkpoint_needs,
@@ -80,7 +80,7 @@ class TrainSettings(Artefact):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainSettings:
-        """The cross-field checks of zerogate.config.settings hold for the file too, however it is made
+        """The cross-field checks of zerogate.config.training hold for the file too, however it is made
         (write_train_settings builds it from the rule's params; the training loop reads it without the
         profile's schema): an export or a rollback needs saved checkpoints, an injection its keys."""
         try:

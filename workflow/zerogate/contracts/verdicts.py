@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, computed_field, model_validator
 
-from zerogate.config.settings import GateSettings
+from zerogate.config.judging import GateSettings
 from zerogate.contracts.base import Artefact, Record
 from zerogate.contracts.intervals import GateInterval
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from zerogate.config.settings import DatasetSettings
+from zerogate.config.model_data import DatasetSettings
 from zerogate.contracts.data import DatasetManifest, ModelInfo
 from zerogate.data.builtin import builtin_record, generate_examples
 from zerogate.data.dataset import fit_rows, split_to_table

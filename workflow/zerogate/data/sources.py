@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from zerogate.config.settings import DatasetSettings
+from zerogate.config.model_data import DatasetSettings
 from zerogate.errors import InputError
 from zerogate.hashing import sha256_file
 from zerogate.model.sources import HUB_PREFIX, hub_reachable

@@ -9,7 +9,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from zerogate.config.settings import DatasetSettings
+from zerogate.config.model_data import DatasetSettings
 from zerogate.data.templates import formatted_text
 from zerogate.errors import InputError
 

@@ -18,7 +18,8 @@ from transformers.initialization import no_init_weights
 from transformers.integrations import HfDeepSpeedConfig
 from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
-from zerogate.config.settings import ModelSettings, RunTraining
+from zerogate.config.model_data import ModelSettings
+from zerogate.config.training import RunTraining
 from zerogate.contracts.data import DatasetManifest
 from zerogate.contracts.run import RunSpec
 from zerogate.model.hf_config import config_file, load_config

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from zerogate.config.settings import ModelSettings
+from zerogate.config.model_data import ModelSettings
 from zerogate.contracts.data import ModelInfo
 from zerogate.errors import InputError
 from zerogate.model.sources import SHAPE, ModelSource, resolve_hub

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from zerogate.config.settings import PlanSettings
+from zerogate.config.launch import PlanSettings
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import (
     Floor,

@@ -76,7 +76,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_leaves
 from transformers import AutoModelForCausalLM
 
-from zerogate.config.settings import ATTENTIONS
+from zerogate.config.model_data import ATTENTIONS
 from zerogate.model.hf_config import ModelShape, load_config, shape_of
 from zerogate.model.loss import set_loss
 from zerogate.predict.setup import TORCH_DTYPES

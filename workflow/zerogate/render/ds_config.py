@@ -14,7 +14,8 @@ from typing import Any
 
 from deepspeed.runtime.config import DeepSpeedConfig
 
-from zerogate.config.settings import ModelSettings, RunTraining
+from zerogate.config.model_data import ModelSettings
+from zerogate.config.training import RunTraining
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.run import Deviation, Deviations, DsConfig, RunSpec
 from zerogate.errors import InputError

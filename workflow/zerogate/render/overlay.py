@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from zerogate.config.settings import RunTraining
+from zerogate.config.training import RunTraining
 from zerogate.contracts.plan import Plan, Suggestion
 
 OFFLOAD_PATHS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zerogate.config.settings import RunTraining
+from zerogate.config.training import RunTraining
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.run import NodesSpec
 from zerogate.runtime.nodes import NodeLayout, local_nodes

@@ -19,7 +19,6 @@ Rank 0 appends one JSON object per evaluation to ``<out_dir>/eval.jsonl``:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zerogate.config.settings import EvaluationSettings
+from zerogate.config.training import EvaluationSettings
 from zerogate.contracts.base import line_of
 from zerogate.contracts.data import DatasetManifest
 from zerogate.contracts.records import EvalRecord
@@ -37,14 +36,15 @@ from zerogate.data.templates import IGNORE_INDEX
 
 
 def settings_for(manifest: DatasetManifest, evaluation: EvaluationSettings, steps: int) -> EvaluationSettings:
-    """The evaluation settings (zerogate.config.settings.EvaluationSettings, from train/settings.json)
+    """The evaluation settings (zerogate.config.training.EvaluationSettings, from train/settings.json)
     resolved
     for a run of ``steps``: ``every_steps`` 0 becomes four times per run; a user dataset has no reference
     answers, so no exact match."""
-    return dataclasses.replace(
-        evaluation,
-        every_steps=evaluation.interval(steps),
-        exact_match_items=evaluation.exact_match_items if manifest.builtin else 0,
+    return evaluation.model_copy(
+        update={
+            "every_steps": evaluation.interval(steps),
+            "exact_match_items": evaluation.exact_match_items if manifest.builtin else 0,
+        }
     )
 
 

@@ -15,14 +15,13 @@ The optimizer steps are the one loop's (zerogate.runtime.loop); this module sets
 happens at each step's boundary (:class:`RunHooks`) and finishes it. Who does what: metrics
 (zerogate.train.metrics), the per-step policy -- stabiliser verdicts, skip, rollback, abort, fault
 injection (zerogate.train.policy, zerogate.train.stabiliser) --, checkpoints (zerogate.train.checkpoint),
-the checkpoint and evaluation cadences (zerogate.config.settings), evaluation (zerogate.train.evaluate),
+the checkpoint and evaluation cadences (zerogate.config.training), evaluation (zerogate.train.evaluate),
 the engines (zerogate.runtime.engines).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import os
 import socket
@@ -187,7 +186,7 @@ class Run:
             {
                 "ds_config": self.ds_config,
                 "run_spec": self.spec.as_json(),
-                "stabiliser": dataclasses.asdict(self.settings.stabiliser),
+                "stabiliser": self.settings.stabiliser.model_dump(),
                 "dataset": self.manifest.content_sha256,
                 "engine": args.engine,
             }

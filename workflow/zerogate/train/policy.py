@@ -3,7 +3,7 @@
 The loop computes a window's losses and asks :class:`StepPolicy`: apply the update or drop it; after
 the update, whether the gradient norm makes the step a fault; then whether the run continues, rolls
 back or aborts. Fault injection (config, off by default) is :class:`FaultInjector`; the checkpoint and
-evaluation cadences are zerogate.config.settings.CheckpointSettings.due and EvaluationSettings.interval.
+evaluation cadences are zerogate.config.training.CheckpointSettings.due and EvaluationSettings.interval.
 Pure logic apart from the prints: tested without DeepSpeed (tests/unit/test_policy.py).
 """
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from zerogate.config.settings import StabiliserSettings, stabiliser_settings
+from zerogate.config.training import StabiliserSettings, stabiliser_settings
 from zerogate.contracts.base import line_of
 from zerogate.contracts.records import StabiliserEvent
 from zerogate.robust import robust_z
@@ -36,7 +36,7 @@ class Stabiliser:
 
     def __init__(self, settings: StabiliserSettings | dict[str, Any] | None) -> None:
         """``settings``: typed, or the profile's ``stabiliser`` section (defaults from
-        zerogate.config.settings)."""
+        zerogate.config.training)."""
         self.settings = (
             settings if isinstance(settings, StabiliserSettings) else stabiliser_settings(settings)
         )

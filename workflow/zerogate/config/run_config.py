@@ -1,0 +1,99 @@
+"""The run configuration (config/config.yaml and ``--config`` overrides), typed: which profile, which machine,
+and the targets' own settings. config/schemas/config.schema.yaml is generated from :class:`RunConfig`;
+every default is filled into Snakemake's ``config`` when the workflow validates it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from zerogate.config.base import Bool, Int, Settings, Str, Where, setting
+from zerogate.config.validation import build
+
+NonEmpty = Annotated[Str, Field(min_length=1)]
+
+
+class RunConfig(Settings):
+    """zerogate run configuration (config/config.yaml and --config overrides)"""
+
+    profile: Str = setting(
+        "name of a profile file in config/profiles/ (without .yaml), or the path of a profile file ending in "
+        ".yaml (relative to the repository; the planner writes its suggestions as such files), whose name "
+        "without .yaml names its results directory",
+        pattern=r"^[A-Za-z0-9/][A-Za-z0-9_./-]*$",
+    )
+    machine: Str = setting(
+        'machine id used in result paths; "auto" takes the host name', pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+    )
+    strict: Bool = setting(
+        "exit non-zero when any gate FAILs (the verdicts and the report are still written)",
+        False,
+        filled=True,
+    )
+    report_date: Str = setting(
+        'UTC date in the report\'s file name; "today" = the date the DAG is built. Set it to rebuild an '
+        "earlier day's report under its own name.",
+        "today",
+        filled=True,
+        pattern=r"^(today|[0-9]{4}-[0-9]{2}-[0-9]{2})$",
+    )
+    compare: list[Str] = setting(
+        "run directories (results/<profile>/<machine>, or copies elsewhere) holding registry.json, for the "
+        "compare target; empty = every results/*/*/registry.json",
+        [],
+        filled=True,
+    )
+    compare_reference: Str = setting(
+        "machine id the compare target divides by: each group's run on that machine is the reference of its "
+        "ratios; empty, or a machine not in the group: the group's first machine",
+        "",
+        filled=True,
+    )
+    machine_description: Str | None = setting(
+        "optional: plan for a machine described in config/machines/<name>.yaml instead of this one "
+        "(`snakemake plan --config machine_description=...`); only the plan target can be built for it",
+        None,
+    )
+    bench_repeats: Int = setting(
+        "runs per row of the benchmarks (`make bench`); each row's figure is the median over them",
+        2,
+        filled=True,
+        ge=1,
+    )
+    bench_gloo_iterations: Int = setting(
+        "calls per collective and message size timed by the bench_gloo_latency benchmark",
+        500,
+        filled=True,
+        ge=1,
+    )
+    log: NonEmpty | Annotated[list[NonEmpty], Field(min_length=1)] | None = setting(
+        "launcher log(s) for the judge_log target (`snakemake --cores 1 judge_log --config log=PATH`, "
+        "several: log=[A,B]): each judged on its own against the profile's gates, results in "
+        "results/logs/<name>/",
+        None,
+        filled=True,
+        null=True,
+    )
+    published_setups: Str = setting(
+        "the table of published setups the validate_planner target judges the planner against (`snakemake "
+        "--cores 1 validate_planner`; another table: --config published_setups=PATH, same schema, "
+        "config/published_setups/README.md); results in results/planner_validation/<its file stem>/",
+        "config/published_setups/setups.yaml",
+        filled=True,
+        min_length=1,
+    )
+    planner_grid: Str = setting(
+        "the planner's validation grid the bench_planner_grid target trains and compares (`make "
+        "bench-planner-grid`; another grid: --config planner_grid=PATH, same format as "
+        "config/planner_grid.yaml)",
+        "config/planner_grid.yaml",
+        filled=True,
+        min_length=1,
+    )
+
+
+def run_config(config: dict[str, Any], where: Where) -> RunConfig:
+    """Snakemake's ``config`` (validated, its defaults filled) as :class:`RunConfig`; InputError naming
+    where the key was given (``where``: the command line or the config file)."""
+    return build(RunConfig, config, where)
