@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from zerogate.model.counts import ModelCounts
 from zerogate.predict.comms import (
     BOUNDARY,
     MICRO_STEP,
@@ -20,7 +21,6 @@ from zerogate.predict.comms import (
     volume_bytes,
 )
 from zerogate.predict.fetch_trace import fetch_units, zero3_gathers, zero3_most_gathered
-from zerogate.predict.ledger import ModelCounts
 from zerogate.render.variants import PEERS, VARIANTS
 
 

@@ -1,12 +1,14 @@
 """Entry point of the plan_claimed_box rule: the claimed profile rendered and planned for the claimed box
 in-process (zerogate.render.ds_config.render, zerogate.predict.planner.plan_for_run)."""
 
+from zerogate.config.machines import target_machine
 from zerogate.config.settings import ModelSettings, PlanSettings, RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.run import DsConfig
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
-from zerogate.predict.planner import plan_for_run, summary, target_machine
+from zerogate.predict.plan_text import summary
+from zerogate.predict.planner import plan_for_run
 from zerogate.render.ds_config import read_claim, render
 from zerogate.render.overlay import with_suggestion_profiles
 

@@ -3,11 +3,11 @@
 import json
 from pathlib import Path
 
+from zerogate.config.machines import target_machine
 from zerogate.config.settings import ModelSettings, RunTraining
 from zerogate.contracts.base import typed
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
-from zerogate.predict.planner import target_machine
 from zerogate.render.ds_config import read_claim, render
 from zerogate.runtime.nodes import layout
 

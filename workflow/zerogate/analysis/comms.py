@@ -5,7 +5,7 @@ Input: the per-rank records of zerogate.train.comms_volume (``<scheme>/g<accumul
 Per scheme, accumulation and rank, per optimizer step after warm-up: calls and bytes per collective kind.
 Measured records go through the same definition as the theory (zerogate.predict.comms.logged_tensor_bytes and
 volume_bytes); the theory comes from the run's own parameter count (the records carry
-zerogate.predict.ledger.count_parameters' ModelCounts, the planner's count). A record name with no volume
+zerogate.model.counts.count_parameters' ModelCounts, the planner's count). A record name with no volume
 definition is shown under its own name with its calls and logged bytes, and the rank's total is marked
 incomplete: it is never counted as zero. A scheme that did not run is a row with its reason; a rank
 without a record is listed as missing.
