@@ -44,8 +44,12 @@ def _whole(value: Any) -> Any:
 
 # A key that may be left out (then None) but not written null.
 Omittable = Annotated[T | None, BeforeValidator(_present), Field(json_schema_extra=_without_null)]
-# An integer as JSON schema has it.
+# Numbers as JSON schema has them (an integer includes 2.0), with their bounds.
 Integer = Annotated[int, BeforeValidator(_whole)]
+AtLeastOne = Annotated[int, Field(ge=1), BeforeValidator(_whole)]
+NotNegative = Annotated[int, Field(ge=0), BeforeValidator(_whole)]
+Positive = Annotated[float, Field(gt=0)]
+NotNegativeFloat = Annotated[float, Field(ge=0)]
 
 
 class Description(Record):
@@ -55,20 +59,20 @@ class Description(Record):
 
 
 class PcieLink(Description):
-    generation: Integer | None = Field(None, ge=1)
-    width: Integer | None = Field(None, ge=1)
-    max_generation: Integer | None = Field(None, ge=1)
-    max_width: Integer | None = Field(None, ge=1)
+    generation: AtLeastOne | None = None
+    width: AtLeastOne | None = None
+    max_generation: AtLeastOne | None = None
+    max_width: AtLeastOne | None = None
 
 
 class GpuDescription(Description):
     name: str
-    memory_total_bytes: Integer = Field(ge=1)
-    memory_free_bytes: Integer | None = Field(None, ge=0)
+    memory_total_bytes: AtLeastOne
+    memory_free_bytes: NotNegative | None = None
     compute_capability: str | None = None
     fp16_supported: Omittable[bool] = None
     bf16_supported: Omittable[bool] = None
-    memory_bandwidth_gbps: float | None = Field(None, gt=0)
+    memory_bandwidth_gbps: Positive | None = None
     pcie: Omittable[PcieLink] = None
 
 
@@ -93,25 +97,29 @@ class CollectiveKindDescription(Description):
     )
 
 
+# What a description's collectives section is (the floor's communication figures).
+COLLECTIVES = (
+    "Collectives between the ranks, the planner floor's communication terms (zerogate.predict.collectives): "
+    "measured by the probe (gloo between two local ranks on the CPU accelerator, NCCL between two GPUs), or "
+    "written in a description (published figures, each with its source). Per collective kind (the names of "
+    "zerogate.predict.comms: all_reduce, all_gather, reduce_scatter, broadcast, reduce) the latency in "
+    "seconds per call and the bandwidth in 10^9 bytes per second of a rank's volume. A figure that is absent "
+    "is unknown: on GPUs without NVLink the floor derives a bandwidth from the PCIe links (marked derived); "
+    "otherwise it lists the term as missing."
+)
+
+
 class CollectivesDescription(Description):
-    """Collectives between the ranks, the planner floor's communication terms (zerogate.predict.collectives):
-    measured by the probe (gloo between two local ranks on the CPU accelerator, NCCL between two GPUs), or
-    written in a description (published figures, each with its source). Per collective kind (the names of
-    zerogate.predict.comms: all_reduce, all_gather, reduce_scatter, broadcast, reduce) the latency in seconds
-    per call and the bandwidth in 10^9 bytes per second of a rank's volume. A figure that is absent is
-    unknown: on GPUs without NVLink the floor derives a bandwidth from the PCIe links (marked derived);
-    otherwise it lists the term as missing."""
+    """Collectives between the ranks (COLLECTIVES)."""
 
     backend: str = Field(description="the collective library: gloo, nccl")
-    world: Omittable[Integer] = Field(
-        None, ge=1, description="ranks the figures were measured or published for"
-    )
+    world: Omittable[AtLeastOne] = Field(None, description="ranks the figures were measured or published for")
     route: str | None = Field(
         None,
         description="how the bytes travel (loopback on one host; through host memory; peer-to-peer; NVLink)",
     )
     how: Omittable[str] = Field(None, description="how the figures were measured")
-    seconds: Omittable[float] = Field(None, ge=0, description="time the probe's measurement took")
+    seconds: Omittable[NotNegativeFloat] = Field(None, description="time the probe's measurement took")
     error: Omittable[str] = Field(
         None, description="why the probe's measurement failed (its figures are then absent)"
     )
@@ -121,18 +129,17 @@ class CollectivesDescription(Description):
 
 class HostDescription(Description):
     cpu_model: str | None = None
-    physical_cores: Integer | None = Field(None, ge=1)
-    logical_cores: Integer | None = Field(None, ge=1)
-    numa_nodes: Integer | None = Field(None, ge=1)
-    ram_total_bytes: Integer = Field(ge=1)
-    ram_available_bytes: Integer | None = Field(None, ge=0)
-    shm_bytes: Integer | None = Field(None, ge=0)
+    physical_cores: AtLeastOne | None = None
+    logical_cores: AtLeastOne | None = None
+    numa_nodes: AtLeastOne | None = None
+    ram_total_bytes: AtLeastOne
+    ram_available_bytes: NotNegative | None = None
+    shm_bytes: NotNegative | None = None
     pinned_memory_limit_bytes: Integer | None = Field(None, description="RLIMIT_MEMLOCK; null = unlimited")
-    memory_bandwidth_gbps: float | None = Field(None, gt=0)
-    cpu_peak_tflops_fp32: float | None = Field(None, gt=0)
-    nvme_bytes: Integer | None = Field(
+    memory_bandwidth_gbps: Positive | None = None
+    cpu_peak_tflops_fp32: Positive | None = None
+    nvme_bytes: NotNegative | None = Field(
         None,
-        ge=0,
         description="capacity of the NVMe space DeepSpeed may swap to (offload device nvme, its nvme_path), "
         "per node; null or absent = unknown: an NVMe-offloaded run is then planned without that check, and "
         "says so",
@@ -149,7 +156,7 @@ class MachineDescription(Description):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     source: Literal["described", "probed"]
     description: Omittable[str] = None
-    nodes: Integer = Field(ge=1)
+    nodes: AtLeastOne
     gpus: list[GpuDescription] = Field(
         description="one entry per device (a rank each); empty on a machine without GPUs"
     )
@@ -157,7 +164,7 @@ class MachineDescription(Description):
         None, description="true only if every pair of devices can access each other's memory directly"
     )
     nvlink: bool | None = None
-    collectives: CollectivesDescription | None = None
+    collectives: CollectivesDescription | None = Field(None, description=COLLECTIVES)
     host: HostDescription
 
     def plain(self) -> dict[str, Any]:
