@@ -6,11 +6,20 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+from deepspeed.accelerator import get_accelerator
 from transformers import GPT2Config
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
 from tests.unit.helpers import render_profile, settings, step_record, table_of
-from zerogate.analysis.ledger_check import compare, read_measurements
+from zerogate.analysis.ledger_check import (
+    BUCKETS_EXCLUDED,
+    compare,
+    level_rows,
+    peak_rows,
+    read_measurements,
+    with_peaks,
+)
 from zerogate.config.settings import ModelSettings, ProfileSettings
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import PeakPrediction, PredictedPeak
@@ -18,9 +27,12 @@ from zerogate.contracts.records import HeldBytes, LiveTensorPeak, column
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import ModelCounts, count_parameters
-from zerogate.predict.activation_figures import activation_bytes
+from zerogate.predict.activation_figures import ActivationFigures, activation_bytes
 from zerogate.predict.estimates import deepspeed_estimates, paper_ledger
+from zerogate.predict.host_memory import retained_heap_bytes
 from zerogate.predict.ledger import TERM_SOURCES, ledger
+from zerogate.predict.levels import peak_levels, peak_split, peak_terms
+from zerogate.predict.peak import peak_prediction
 from zerogate.predict.phases import PHASES, DeviceLevels, device_levels, phase_bytes
 from zerogate.predict.setup import Setup, installed_deepspeed, release, setup_from_config
 from zerogate.predict.zero_buffers import gathered_elements, reduction_bucket_factor
@@ -544,8 +556,6 @@ def test_zero_keeps_a_separate_fp32_master_even_in_fp32_and_zero0_only_in_16_bit
     zero0 = claim_setup(stage=0, offload_optimizer=False, offload_param=False)
     assert zerogate_terms(counts, dataclasses.replace(zero0, dtype="fp32")).device["master_parameters"] == 0
     assert zerogate_terms(counts, zero0).device["master_parameters"] == 4 * 14 * 10**9
-    import torch
-    from deepspeed.accelerator import get_accelerator
 
     assert torch.zeros(1).device != get_accelerator().current_device_name()  # stage3.py's comparison
 
@@ -665,8 +675,6 @@ def test_figures_show_binary_and_decimal_units():
 def test_gpu_peaks_are_compared_level_by_level():
     """GPU-shaped step records (no GPU here): each level's prediction against the max over steps of the
     column with its definition: max_allocated (tensors), max_reserved (allocator), NVML (device)."""
-    from zerogate.analysis.ledger_check import level_rows, with_peaks
-    from zerogate.predict.peak import peak_prediction
 
     steps = table_of(
         [
@@ -702,9 +710,6 @@ def test_gpu_peaks_are_compared_level_by_level():
 
 
 def test_the_cpu_tensor_peak_is_compared_with_the_sampled_step_and_without_the_buckets(tmp_path):
-    from zerogate.analysis.ledger_check import BUCKETS_EXCLUDED, level_rows
-    from zerogate.predict.peak import peak_prediction
-
     counts = recorded_counts()
     setup = setup_from_config(recorded_ds_config(), recorded_run_spec())
     prediction = peak_prediction(counts, setup, None)
@@ -749,8 +754,6 @@ def _peak_steps(peaks: list[float], ends: list[float], allocator_free: float | N
 
 
 def _prediction(persistent: float, transient: float, retained_heap: float = 0.0) -> PeakPrediction:
-    from zerogate.predict.levels import peak_split
-
     terms = {"runtime_baseline": int((persistent - retained_heap) * GIB), "activations": int(transient * GIB)}
     if retained_heap:
         terms["retained_heap"] = int(retained_heap * GIB)
@@ -775,8 +778,6 @@ def _prediction(persistent: float, transient: float, retained_heap: float = 0.0)
 
 
 def test_peak_rows_within_tolerance_and_outside_it_name_the_part_that_is_off():
-    from zerogate.analysis.ledger_check import peak_rows, with_peaks
-
     steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0])  # run peak 1.1 GiB at step 2, 1.0 held after it
     close = peak_rows(_prediction(1.0, 0.1), steps)
     assert [r["rank"] for r in close] == [0, 1]
@@ -802,8 +803,6 @@ def test_peak_rows_within_tolerance_and_outside_it_name_the_part_that_is_off():
 
 
 def test_a_persistent_miss_says_how_much_of_it_the_allocator_kept_free():
-    from zerogate.analysis.ledger_check import peak_rows
-
     # Of the 1.0 GiB held after step 2, 0.3 GiB freed and kept by the allocator.
     steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0], allocator_free=0.3)
     low = peak_rows(_prediction(0.6, 0.1), steps)[0]  # persistent 0.4 GiB short
@@ -838,8 +837,8 @@ def test_a_persistent_miss_says_how_much_of_it_the_allocator_kept_free():
 
 
 def test_the_cpu_peak_counts_what_zero3_keeps_gathered():
+    # test_floor_comms imports this module: importing it back at the top would be circular.
     from tests.unit.test_floor_comms import cpu_setup
-    from zerogate.predict.levels import peak_terms
 
     model = ModelCounts(
         total=1115,
@@ -878,8 +877,6 @@ def test_a_rendered_reuse_distance_reaches_the_setup():
 
 
 def test_peak_terms_on_gpus_are_the_device_terms():
-    from zerogate.predict.levels import peak_terms
-
     counts, setup = claim_counts(), claim_setup()
     terms = peak_terms(counts, setup, None)
     assert terms == zerogate_terms(counts, setup).device and "runtime_baseline" not in terms
@@ -889,10 +886,8 @@ def test_the_heap_keeps_the_per_parameter_copies_while_the_optimizers_mapped_cop
     """glibc keeps a freed storage of at most 32 MiB resident and unmaps a larger one (zerogate.runtime.heap):
     a phase of small storages and a later phase of a large one leave the resident set at the sum of the two
     size classes' peaks, the tensor peak at the larger phase."""
+    # test_floor_comms imports this module: importing it back at the top would be circular.
     from tests.unit.test_floor_comms import cpu_setup
-    from zerogate.predict.activation_figures import ActivationFigures
-    from zerogate.predict.host_memory import retained_heap_bytes
-    from zerogate.predict.levels import peak_levels, peak_terms
 
     mib = 2**20
     # Two parameters in fp32: 8 Mi elements (32 MiB, the heap's largest) and 16 Mi (64 MiB, mapped).

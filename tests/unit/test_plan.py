@@ -7,8 +7,9 @@ import pytest
 
 from tests.unit.helpers import described, settings
 from tests.unit.test_ledger import QWEN14B, claim_counts, claim_setup, oracle_counts, rendered
-from zerogate.analysis.on_paper import plan_claims
+from zerogate.analysis.on_paper import judge_memory, plan_claims
 from zerogate.config.machines import from_fingerprint, load_description, target_machine, to_fingerprint
+from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
 from zerogate.config.settings import PlanSettings
 from zerogate.contracts.plan import BaselineMeasurement, Floor, ModelComputeMeasurement, Plan
 from zerogate.contracts.records import column
@@ -16,10 +17,15 @@ from zerogate.contracts.verdicts import DOES_NOT_HOLD
 from zerogate.model.build import planned_model_config
 from zerogate.predict.fit import device_capacity
 from zerogate.predict.floor import floor, link_bytes, pcie_gbps
+from zerogate.predict.host_memory import PAGE_BYTES
+from zerogate.predict.levels import TRANSIENT_TERMS
 from zerogate.predict.peak import peak_for_run
+from zerogate.predict.phases import PERSISTENT, phase_bytes
 from zerogate.predict.plan_text import refusal, summary
 from zerogate.predict.planner import plan, plan_for_run, with_measured_compute
 from zerogate.predict.trace import trace_micro_step
+from zerogate.render.overlay import with_suggestion_profiles
+from zerogate.report.html import section
 from zerogate.units import format_bytes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -290,9 +296,6 @@ def _baseline(peak_rss_bytes: int) -> BaselineMeasurement:
 def test_peak_prediction_on_the_cpu_accelerator_adds_the_measured_baseline(
     tiny_profile, cpu_fingerprint, tmp_path
 ):
-    from zerogate.predict.host_memory import PAGE_BYTES
-    from zerogate.predict.levels import TRANSIENT_TERMS
-    from zerogate.predict.phases import PERSISTENT, phase_bytes
 
     _, fingerprint = target_machine(None, _probed(tmp_path, cpu_fingerprint), "testbox")
     ds, run_spec = rendered(tiny_profile, fingerprint)
@@ -325,9 +328,6 @@ def test_the_small_card_claim_shows_the_traced_terms_and_each_change_under_it_pl
     """The claim re-planned for the claimed box: the small-card verdict names the traced activation terms,
     and every change that brings the small card under 7.42 GB is a written profile whose one command plans
     it (here: the profile loaded as that command loads it, planned, and under the threshold)."""
-    from zerogate.analysis.on_paper import judge_memory
-    from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
-    from zerogate.render.overlay import with_suggestion_profiles
 
     claim = settings("claim-14b")
     machine, fingerprint = target_machine(str(CLAIM_BOX), None, "ignored")
@@ -414,8 +414,6 @@ def test_the_claimed_box_plan_says_what_fsdp2_would_need_there(claim_box):
 
 
 def test_the_reports_claimed_box_table_lists_the_peers_with_their_needs(claim_box):
-    from zerogate.report.html import section
-
     result = plan(claim_counts(), claim_setup(), claim_box)
     page = section("scheme_table", result, "The plan for the claimed box", "schemes-claimed")
     peers = page[page.index("id='schemes-claimed-peers'") :]
