@@ -30,7 +30,7 @@ from zerogate.model.counts import ModelCounts, count_parameters
 from zerogate.predict.activation_figures import ActivationFigures, activation_bytes
 from zerogate.predict.estimates import deepspeed_estimates, paper_ledger
 from zerogate.predict.host_memory import retained_heap_bytes
-from zerogate.predict.ledger import TERM_SOURCES, ledger
+from zerogate.predict.ledger import SOURCES_BY_MODULE, TERM_ORDER, TERM_SOURCES, ledger
 from zerogate.predict.levels import peak_levels, peak_split, peak_terms
 from zerogate.predict.peak import peak_prediction
 from zerogate.predict.phases import PHASES, DeviceLevels, device_levels, phase_bytes
@@ -498,6 +498,16 @@ def test_zero2_buckets_of_deepspeed_0_3_hold_four_and_a_half_buckets_from_the_ba
     assert device((0, 3, 13), stage=1)["gradient_reduction_buckets"] == 2 * 2 * 200
     # Every term a phase names says where it comes from.
     assert {name for names in PHASES.values() for name in names} <= set(TERM_SOURCES)
+
+
+def test_each_term_is_sourced_once_beside_its_terms_and_listed_once_in_the_plan():
+    names = [name for sources in SOURCES_BY_MODULE for name in sources]
+    assert len(names) == len(set(names))  # no term sourced in two modules
+    assert sorted(TERM_ORDER) == sorted(names) and list(TERM_SOURCES) == list(TERM_ORDER)
+    # Every term the ledger computes, for any scheme, says where it comes from.
+    for scheme in ("ddp", "zero1", "zero2_offload_optimizer", "zero3", "zero3_offload_all"):
+        terms = zerogate_terms(claim_counts(), claim_setup().with_scheme(scheme))
+        assert set(terms.device) | set(terms.host) | set(terms.nvme) <= set(TERM_SOURCES)
 
 
 def test_gathered_parameters_within_the_reuse_distance_and_the_live_limit():
