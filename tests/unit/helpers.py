@@ -18,6 +18,7 @@ import pandas as pd
 
 from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import parse_launcher_log, steps_table
+from zerogate.config.machines import MachineDescription, check
 from zerogate.config.profile import load_profile_chain, resolve_profile, with_model_config
 from zerogate.config.settings import ProfileSettings, profile_settings
 from zerogate.contracts.machine import Fingerprint
@@ -234,6 +235,16 @@ def planned_run() -> Plan:
     return plan_for_run(
         spec, ds_config, from_fingerprint(CPU_FINGERPRINT, "testbox"), settings("cpu-tiny").plan, "cpu-tiny"
     )
+
+
+def described(machine: MachineDescription, **changes: Any) -> MachineDescription:
+    """``machine`` with ``changes``, checked again as a description: a key's new value, or for a section
+    (``host``) a mapping of the keys that change in it."""
+    plain = machine.plain()
+    for key, value in changes.items():
+        section = plain.get(key)
+        plain[key] = {**section, **value} if isinstance(value, dict) and isinstance(section, dict) else value
+    return check(plain, "the test's machine")
 
 
 def with_optimizer_step_floor(plan: Plan, seconds: float | None) -> Plan:

@@ -6,13 +6,19 @@ from pathlib import Path
 
 from transformers import GPT2Config, LlamaConfig
 
-from tests.unit.helpers import settings
+from tests.conftest import CPU_FINGERPRINT
+from tests.unit.helpers import described, settings
 from tests.unit.test_ledger import claim_counts, claim_setup, rendered
-from zerogate.config.machines import load_description, to_fingerprint
+from zerogate.config.machines import from_fingerprint, load_description, to_fingerprint
+from zerogate.predict.activation_figures import activation_bytes
 from zerogate.predict.activations import TracedActivations, as_cuda_sdpa_runs
-from zerogate.predict.ledger import activation_bytes, device_levels, zerogate_terms
-from zerogate.predict.planner import checks, device_changes, largest_micro_batch, plan_for_run
+from zerogate.predict.fit import checks, largest_micro_batch
+from zerogate.predict.phases import device_levels
+from zerogate.predict.planned_run import run_setup
+from zerogate.predict.planner import plan_for_run
+from zerogate.predict.suggestions import device_changes
 from zerogate.predict.trace import MicroStep, trace_micro_step
+from zerogate.predict.zero_terms import zerogate_terms
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
@@ -50,7 +56,7 @@ def test_the_ledger_takes_the_trace_of_each_setup_once():
     assert activations.traces == 1
     checkpointed = activations(dataclasses.replace(setup, activation_checkpointing=True))
     assert activations.traces == 2 and checkpointed.saved_bytes < figures.saved_bytes
-    device = zerogate_terms(claim_counts(), setup, activations)["device"]
+    device = zerogate_terms(claim_counts(), setup, activations).device
     assert (
         device["activations"] == traced.total_bytes
         and device["backward_transient"] == traced.backward_transient_bytes
@@ -91,9 +97,6 @@ def test_checkpointing_drops_the_traced_activations_of_the_default_run():
         )
         ds, spec = rendered(profile)
         assert spec.training.activation_checkpointing is checkpointing
-        from tests.conftest import CPU_FINGERPRINT
-        from zerogate.config.machines import from_fingerprint
-
         result = plan_for_run(spec, ds, from_fingerprint(CPU_FINGERPRINT, "here"), profile.plan, "cpu-tiny")
         if not checkpointing:
             without = result.ledger.activations
@@ -108,22 +111,21 @@ def test_checkpointing_drops_the_traced_activations_of_the_default_run():
 
 def test_the_largest_micro_batch_is_the_last_that_fits():
     counts, box = claim_counts(), load_description(CLAIM_BOX)
-    box = {**box, "host": {**box["host"], "ram_total_bytes": 10**12}}
+    box = described(box, host={"ram_total_bytes": 10**12})
     setup = claim_setup(activation_checkpointing=True)
 
     def need(b):
-        return device_levels(zerogate_terms(counts, dataclasses.replace(setup, micro_batch=b))["device"])[
-            "device"
-        ]
+        return device_levels(zerogate_terms(counts, dataclasses.replace(setup, micro_batch=b)).device).device
 
     # The small card exactly as large as micro-batch 5 needs: 5 fits, 6 does not.
-    tight = {**box, "gpus": [{**box["gpus"][0], "memory_total_bytes": need(5)}, box["gpus"][1]]}
+    small, large = box.plain()["gpus"]
+    tight = described(box, gpus=[{**small, "memory_total_bytes": need(5)}, large])
     assert need(5) < need(6) and largest_micro_batch(counts, setup, tight) == 5
     # A card too small for one: none.
-    tiny = {**box, "gpus": [{**box["gpus"][0], "memory_total_bytes": need(1) - 1}, box["gpus"][1]]}
+    tiny = described(box, gpus=[{**small, "memory_total_bytes": need(1) - 1}, large])
     assert largest_micro_batch(counts, setup, tiny) == 0
-    huge = [{**g, "name": "a card of 1 PB", "memory_total_bytes": 10**15} for g in box["gpus"]]
-    assert largest_micro_batch(counts, setup, {**box, "gpus": huge}, limit=64) == 64
+    huge = [{**g, "name": "a card of 1 PB", "memory_total_bytes": 10**15} for g in box.plain()["gpus"]]
+    assert largest_micro_batch(counts, setup, described(box, gpus=huge), limit=64) == 64
 
 
 def test_device_changes_give_the_smallest_cards_need_after_each_change():
@@ -134,13 +136,11 @@ def test_device_changes_give_the_smallest_cards_need_after_each_change():
     assert checkpointed.settings.activation_checkpointing and checkpointed.settings.seq_len is None
     assert (
         checkpointed.smallest_device_need_bytes
-        == device_levels(zerogate_terms(counts, claim_setup(activation_checkpointing=True))["device"])[
-            "device"
-        ]
+        == device_levels(zerogate_terms(counts, claim_setup(activation_checkpointing=True)).device).device
     )
     assert not checkpointed.fits  # the claimed box's host RAM is still short
     assert changes["sequence length 128 instead of 512"].settings.seq_len == 128
-    assert device_changes(counts, claim_setup(device_kind="cpu"), {"gpus": [], "host": box["host"]}) == []
+    assert device_changes(counts, claim_setup(device_kind="cpu"), described(box, gpus=[])) == []
 
 
 def test_gpt2_xl_from_its_config_plans_for_the_claimed_box_with_fit_and_largest_micro_batch():
@@ -154,9 +154,7 @@ def test_gpt2_xl_from_its_config_plans_for_the_claimed_box_with_fit_and_largest_
     assert result.fits and result.largest_micro_batch_per_rank >= 1
     assert result.ledger.activations.basis == "traced" and result.ledger.activations.layers == 48
     assert "(attn_pdrop 0.1) traced as 0" in result.ledger.activations.how
-    from zerogate.predict.planner import run_setup
-
-    counts, setup, activations = run_setup(spec, ds, machine)
+    counts, setup, activations = run_setup(spec, ds, machine.nodes)
     largest = result.largest_micro_batch_per_rank
     assert all(
         c.fits for c in checks(counts, dataclasses.replace(setup, micro_batch=largest), machine, activations)

@@ -23,7 +23,7 @@ from zerogate.analysis.ledger_check import compare, with_peaks
 from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import run_metadata
 from zerogate.config.claims import claims_file
-from zerogate.config.machines import from_fingerprint
+from zerogate.config.machines import from_fingerprint, target_machine
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import HeldBytes
@@ -37,7 +37,9 @@ from zerogate.contracts.verdicts import (
     ClaimVerdict,
     GateVerdicts,
 )
-from zerogate.predict.planner import peak_for_run, plan_for_run, run_setup, target_machine
+from zerogate.predict.peak import peak_for_run
+from zerogate.predict.planned_run import run_setup
+from zerogate.predict.planner import plan_for_run
 from zerogate.units import GB, GIB
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,7 +133,7 @@ def _run(on: str) -> tuple[DsConfig, Deviations, RunSpec]:
 @functools.cache
 def _counts_and_setup(on: str):
     ds_config, _, spec = _run(on)
-    counts, setup, _ = run_setup(spec, ds_config, {"nodes": 1})
+    counts, setup, _ = run_setup(spec, ds_config)
     return counts, setup
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from zerogate.model.counts import ModelCounts
 from zerogate.predict.comms import TheoryInputs, theory
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term, step_totals, totals
 from zerogate.predict.fetch_trace import fetch_units, zero3_gathers, zero3_most_gathered
-from zerogate.predict.ledger import ModelCounts
 from zerogate.predict.volume import logged_kind, logged_tensor_bytes, ring_factor, volume_bytes
 from zerogate.render.comms_runs import SCHEMES, scheme_for, scheme_setup
 from zerogate.render.variants import PEERS, VARIANTS

@@ -94,14 +94,14 @@ def cpu_setup(**changes):
     return dataclasses.replace(base, **changes)
 
 
-def floor_of(*args) -> Floor:
-    """floor.floor's result as the plan carries it."""
-    return Floor.of(floor(*args), "the floor")
+def floor_of(counts, setup, machine, *rest) -> Floor:
+    """floor.floor's result as the plan carries it (the floor reads the description in its file's form)."""
+    return Floor.of(floor(counts, setup, machine.plain(), *rest), "the floor")
 
 
-def time_of(*args) -> CollectiveTime:
+def time_of(terms, per, world, machine) -> CollectiveTime:
     """floor.collective_time's result as the plan carries it."""
-    return CollectiveTime.of(collective_time(*args), "the collective time")
+    return CollectiveTime.of(collective_time(terms, per, world, machine.plain()), "the collective time")
 
 
 def measured_pass(seconds: float) -> ModelComputeMeasurement:
@@ -245,7 +245,7 @@ def test_gpu_ranks_ignore_a_cpu_measurement():
     gpus = [
         {"name": "RTX 4090", "memory_total_bytes": 24 * 10**9, "pcie": {"generation": 4, "width": 16}}
     ] * 2
-    machine = check({**cpu_machine(GLOO), "gpus": gpus}, "the test's machine")
+    machine = check({**cpu_machine(GLOO).plain(), "gpus": gpus}, "the test's machine")
     measured = floor_of(counts, setup, machine, measured_pass(5.0))
     assert measured == floor_of(counts, setup, machine).model_copy(
         update={"model_compute": measured_pass(5.0)}
@@ -274,7 +274,7 @@ def test_scheme_of_the_run_for_the_theory():
 
 def test_claimed_box_link_is_derived_from_the_slower_pcie_link_with_a_published_latency():
     box = load_description(CLAIM_BOX)
-    bandwidth = Figure.of(derived_bandwidth(box), "the derived bandwidth")
+    bandwidth = Figure.of(derived_bandwidth(box.plain()), "the derived bandwidth")
     assert bandwidth.basis == "derived" and bandwidth.value == pytest.approx(1.969 * 8)  # RTX 4090, 4.0 x8
     assert "through host memory" in bandwidth.source
     result = floor_of(oracle_counts(), claim_setup(), box)
@@ -292,16 +292,16 @@ def test_claimed_box_link_is_derived_from_the_slower_pcie_link_with_a_published_
 
 
 def test_nvlink_without_a_figure_is_missing_and_a_described_figure_wins():
-    box = {**load_description(CLAIM_BOX), "nvlink": True}
-    assert derived_bandwidth(box) is None
+    box = check({**load_description(CLAIM_BOX).plain(), "nvlink": True}, "the test's box")
+    assert derived_bandwidth(box.plain()) is None
     result = floor_of(oracle_counts(), claim_setup(), box)
     assert "collectives per micro_step: all_gather bandwidth (no figure)" in result.missing
-    kinds = box["collectives"]["kinds"]
+    kinds = box.plain()["collectives"]["kinds"]
     box = check(
         {
-            **box,
+            **box.plain(),
             "collectives": {
-                **box["collectives"],
+                **box.plain()["collectives"],
                 "kinds": {
                     **kinds,
                     "all_gather": {**kinds["all_gather"], "bandwidth_gbps": fig(50.0, "published")},
@@ -340,8 +340,8 @@ def test_the_probed_figures_reach_the_machine(cpu_fingerprint):
         }
     )
     machine = check(from_fingerprint(measured, "box"), "probe")
-    assert machine["collectives"]["kinds"]["all_gather"]["latency_s"]["value"] == 1e-3
-    assert machine["host"]["memory_bandwidth_gbps"] == 10.0
+    assert machine.collectives.kinds["all_gather"].latency_s.value == 1e-3
+    assert machine.host.memory_bandwidth_gbps == 10.0
 
 
 # --- the probe's figures from raw timings --------------------------------------------------------------
@@ -408,7 +408,7 @@ def test_gloo_probe_between_two_local_ranks_measures_every_kind():
             assert predicted is None or predicted <= sample.seconds * (1 + 1e-9)
     assert "gloo" in result.how and result.seconds < 60
     machine = cpu_machine(result.as_json()["kinds"])
-    assert machine["collectives"]["kinds"]
+    assert machine.collectives.kinds
 
 
 def test_a_failed_collective_measurement_reaches_the_machine_as_missing_figures(cpu_fingerprint):

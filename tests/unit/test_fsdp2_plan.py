@@ -1,4 +1,4 @@
-"""The planner's prediction for FSDP2 (zerogate.predict.ledger.fsdp2_terms): sharded model states like
+"""The planner's prediction for FSDP2 (zerogate.predict.fsdp2_terms): sharded model states like
 ZeRO-3's without its separate master copy, persistent parameters or reduce bucket; the root gathered whole
 plus two decoder layers; CPUOffloadPolicy taking the held terms off a GPU; and the figure the variants' table
 shows."""
@@ -11,8 +11,11 @@ from tests.unit.test_ledger import QWEN14B, TINY, claim_setup, rendered
 from zerogate.contracts.run import DsConfig
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import count_parameters
-from zerogate.predict.ledger import PERSISTENT, fsdp2_peak_levels, fsdp2_terms, peak_split, zerogate_terms
-from zerogate.predict.planner import fsdp2_peak_for_run
+from zerogate.predict.fsdp2_terms import fsdp2_terms
+from zerogate.predict.levels import fsdp2_peak_levels, peak_split
+from zerogate.predict.peak import fsdp2_peak_for_run
+from zerogate.predict.phases import PERSISTENT
+from zerogate.predict.zero_terms import zerogate_terms
 from zerogate.render.variants import variant_config
 from zerogate.units import GIB
 
@@ -33,7 +36,7 @@ def test_fsdp2_holds_a_shard_of_sixteen_bytes_per_parameter_and_no_zero3_extras(
     assert root > counts.largest_block  # Qwen's embeddings and head outweigh a decoder layer
     assert terms["unsharded_parameters"] == 2 * (root + 2 * counts.largest_block)  # bf16 on gathering
     assert terms["largest_layer_gradient"] == 2 * root
-    zero3 = zerogate_terms(counts, setup)["device"]
+    zero3 = zerogate_terms(counts, setup).device
     assert terms["activations"] == zero3["activations"]  # the same model, the same activations
 
 
@@ -56,10 +59,8 @@ def test_the_cpu_prediction_is_the_runtime_baseline_plus_the_tensor_terms():
     )
     resident, levels = fsdp2_peak_levels(counts, setup, runtime_baseline=500_000_000)
     tensors = fsdp2_terms(counts, setup)
-    assert (
-        levels["resident_set"]["predicted(bytes)"] == 500_000_000 + 4096 + peak_split(tensors)["total(bytes)"]
-    )
-    assert levels["tensor"]["predicted(bytes)"] == peak_split(tensors)["total(bytes)"]
+    assert levels["resident_set"].predicted_bytes == 500_000_000 + 4096 + peak_split(tensors).total
+    assert levels["tensor"].predicted_bytes == peak_split(tensors).total
     assert resident["runtime_baseline"] == 500_000_000
 
 

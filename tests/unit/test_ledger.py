@@ -6,37 +6,40 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+from deepspeed.accelerator import get_accelerator
 from transformers import GPT2Config
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
 from tests.unit.helpers import render_profile, settings, step_record, table_of
-from zerogate.analysis.ledger_check import compare, read_measurements
+from zerogate.analysis.ledger_check import (
+    BUCKETS_EXCLUDED,
+    compare,
+    level_rows,
+    peak_rows,
+    read_measurements,
+    with_peaks,
+)
 from zerogate.config.model_data import ModelSettings
 from zerogate.config.settings import ProfileSettings
 from zerogate.contracts.machine import Fingerprint
-from zerogate.contracts.plan import Ledger, PeakPrediction, PredictedPeak
+from zerogate.contracts.plan import PeakPrediction, PredictedPeak
 from zerogate.contracts.records import HeldBytes, LiveTensorPeak, column
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import ModelCounts, count_parameters
-from zerogate.predict.ledger import (
-    HOST_SETUP,
-    PHASES,
-    TERM_SOURCES,
-    activation_bytes,
-    deepspeed_estimates,
-    device_levels,
-    gathered_elements,
-    host_need_per_rank,
-    ledger,
-    model_state_bytes,
-    overflow_check_bytes_per_element,
-    paper_ledger,
-    phase_bytes,
-    reduction_bucket_factor,
-    zerogate_terms,
-)
+from zerogate.predict.activation_figures import ActivationFigures, activation_bytes
+from zerogate.predict.estimates import deepspeed_estimates, paper_ledger
+from zerogate.predict.host_memory import retained_heap_bytes
+from zerogate.predict.ledger import SOURCES_BY_MODULE, TERM_ORDER, TERM_SOURCES, ledger
+from zerogate.predict.levels import peak_levels, peak_split, peak_terms
+from zerogate.predict.peak import peak_prediction
+from zerogate.predict.phases import PHASES, DeviceLevels, device_levels, phase_bytes
 from zerogate.predict.setup import Setup, installed_deepspeed, release, setup_from_config
+from zerogate.predict.zero_buffers import gathered_elements, reduction_bucket_factor
+from zerogate.predict.zero_states import HOST_SETUP, overflow_check_bytes_per_element
+from zerogate.predict.zero_terms import host_need_per_rank, model_state_bytes, zerogate_terms
+from zerogate.render.deepspeed_defaults import deepspeed_defaults
 from zerogate.units import GB, GIB, format_bytes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -202,12 +205,12 @@ def claim_counts() -> ModelCounts:
 def test_deepspeed_estimator_matches_reference_oracles():
     estimates = deepspeed_estimates(oracle_counts(), gpus_per_node=2)
     full = estimates["zero3_offload_all"]
-    assert full["device"] / GB == pytest.approx(3.11, abs=0.01)  # 4L
-    assert full["host"] / GB == pytest.approx(378, abs=0.5)  # 18 Phi x 1.5
+    assert full.device / GB == pytest.approx(3.11, abs=0.01)  # 4L
+    assert full.host / GB == pytest.approx(378, abs=0.5)  # 18 Phi x 1.5
     # Same counts, DeepSpeed's formulas for the other schemes (docs/reference.md section 1).
-    assert estimates["zero3"]["device"] == 4 * 778_567_680 + 18 * 14 * 10**9 // 2
-    assert estimates["zero3_offload_optimizer"]["device"] == 4 * 778_567_680 + 2 * 14 * 10**9 // 2
-    assert estimates["zero2"]["device"] == 2 * 14 * 10**9 + 18 * 14 * 10**9 // 2
+    assert estimates["zero3"].device == 4 * 778_567_680 + 18 * 14 * 10**9 // 2
+    assert estimates["zero3_offload_optimizer"].device == 4 * 778_567_680 + 2 * 14 * 10**9 // 2
+    assert estimates["zero2"].device == 2 * 14 * 10**9 + 18 * 14 * 10**9 // 2
     assert estimates["ddp"] is None and estimates["zero1"] is None
 
 
@@ -215,7 +218,7 @@ def test_zerogate_host_is_24_bytes_per_parameter_with_accumulation():
     """docs/reference.md section 1's ~20 B/param (280 GB for 14e9) with accumulation, plus the fp32 gradient
     the ZeRO-3 optimizer steps on (4 B/param), which the smoke run's ranks were measured to hold."""
     terms = zerogate_terms(claim_counts(), claim_setup())
-    offloaded = {k: v for k, v in terms["host"].items() if k not in HOST_SETUP}
+    offloaded = {k: v for k, v in terms.host.items() if k not in HOST_SETUP}
     assert offloaded == {
         "parameters": 14 * 10**9,
         "gradients": 28 * 10**9,
@@ -225,12 +228,12 @@ def test_zerogate_host_is_24_bytes_per_parameter_with_accumulation():
         "gradient_accumulation": 14 * 10**9,
     }  # 2 + 4 + 4 + 8 + 4 + 2 bytes x Phi / 2
     assert sum(offloaded.values()) * 2 == 336 * 10**9
-    assert "parameters" not in terms["device"]  # offloaded
+    assert "parameters" not in terms.device  # offloaded
     single_step = zerogate_terms(claim_counts(), claim_setup(accumulation=1))
-    assert sum(v for k, v in single_step["host"].items() if k not in HOST_SETUP) * 2 == 22 * 14 * 10**9
+    assert sum(v for k, v in single_step.host.items() if k not in HOST_SETUP) * 2 == 22 * 14 * 10**9
     # Each rank's runtime (2 GiB with the CUDA libraries) beside the larger of its model build (4 x the
     # largest layer under zero.Init) and what it holds offloaded (168 GB).
-    assert terms["host"]["host_runtime"] == 2 * GIB and terms["host"]["model_build"] == 4 * 778_567_680
+    assert terms.host["host_runtime"] == 2 * GIB and terms.host["model_build"] == 4 * 778_567_680
     assert host_need_per_rank(terms, on_cpu=False) == 2 * GIB + 168 * 10**9
 
 
@@ -240,17 +243,17 @@ def test_host_ram_without_offload_is_the_runtime_and_the_model_as_built():
     counts = claim_counts()
     for stage in (0, 1, 2):
         terms = zerogate_terms(counts, claim_setup(stage=stage, offload_optimizer=False, offload_param=False))
-        assert terms["host"] == {"host_runtime": 2 * GIB, "model_build": 4 * 14 * 10**9}
+        assert terms.host == {"host_runtime": 2 * GIB, "model_build": 4 * 14 * 10**9}
         assert host_need_per_rank(terms, on_cpu=False) == 2 * GIB + 56 * 10**9
     zero3 = zerogate_terms(counts, claim_setup(offload_optimizer=False, offload_param=False))
     assert host_need_per_rank(zero3, on_cpu=False) == 2 * GIB + 4 * 778_567_680
-    full = Ledger.of(ledger(counts, claim_setup()), "the ledger")
+    full = ledger(counts, claim_setup())
     assert full.schemes["zero2"].zerogate.host_per_node_bytes == 2 * (2 * GIB + 56 * 10**9)
 
 
 def test_zerogate_adds_what_the_estimator_leaves_out():
     counts, setup = claim_counts(), claim_setup()
-    device = zerogate_terms(counts, setup)["device"]
+    device = zerogate_terms(counts, setup).device
     assert set(device) == {
         "persistent_parameters",
         "gathered_parameters",
@@ -306,26 +309,26 @@ def test_zerogate_adds_what_the_estimator_leaves_out():
             "backward_transient_after_first_gradient",
         )
     )
-    assert levels["tensor"] == device["persistent_parameters"] + device["reduce_bucket"] + backward
-    assert device["allocator_margin"] == int((21.0 / 19.52 - 1) * levels["tensor"])  # 7.6 %
-    assert levels["device"] == levels["allocator"] + int(0.6 * GIB) + device["communicator"]
-    assert levels["device"] > deepspeed_estimates(counts, 2)["zero3_offload_all"]["device"]
+    assert levels.tensor == device["persistent_parameters"] + device["reduce_bucket"] + backward
+    assert device["allocator_margin"] == int((21.0 / 19.52 - 1) * levels.tensor)  # 7.6 %
+    assert levels.device == levels.allocator + int(0.6 * GIB) + device["communicator"]
+    assert levels.device > deepspeed_estimates(counts, 2)["zero3_offload_all"].device
     # One rank has no communicator.
-    assert "communicator" not in zerogate_terms(counts, claim_setup(ranks=1))["device"]
+    assert "communicator" not in zerogate_terms(counts, claim_setup(ranks=1)).device
 
 
 def test_tied_embeddings_hold_the_output_embeddings_gradient_through_the_backward():
     """A tied weight's two gradient contributions coexist: the output embedding's, from the backward's start,
     and the input embedding's at its end (autograd sums them before the one AccumulateGrad)."""
-    untied = zerogate_terms(claim_counts(), claim_setup())["device"]
+    untied = zerogate_terms(claim_counts(), claim_setup()).device
     tied_counts = claim_counts().model_copy(update={"tied_embeddings": True})
     for stage in (0, 1, 2, 3):
-        tied = zerogate_terms(tied_counts, claim_setup(stage=stage, offload_param=stage == 3))["device"]
+        tied = zerogate_terms(tied_counts, claim_setup(stage=stage, offload_param=stage == 3)).device
         assert tied["tied_weight_gradient"] == 2 * 152064 * 5120  # fp16, the embedding's shape
-    tied = zerogate_terms(tied_counts, claim_setup())["device"]
+    tied = zerogate_terms(tied_counts, claim_setup()).device
     assert "tied_weight_gradient" not in untied
     assert (
-        device_levels(tied)["tensor"] - device_levels(untied)["tensor"] == tied["tied_weight_gradient"]
+        device_levels(tied).tensor - device_levels(untied).tensor == tied["tied_weight_gradient"]
     )  # micro-step
 
 
@@ -340,9 +343,9 @@ def test_the_tensor_peak_is_the_persistent_terms_and_the_larger_phase():
         "cuda_context": 1000,
         "communicator": 10,
     }
-    assert device_levels(device) == {"tensor": 380, "allocator": 389, "device": 1399}  # 300 + max(80, 70)
+    assert device_levels(device) == DeviceLevels(tensor=380, allocator=389, device=1399)  # 300 + max(80, 70)
     device["fp32_gradient_copy"] = 90
-    assert device_levels(device)["tensor"] == 390  # the optimizer step's copy outgrows the micro-step's terms
+    assert device_levels(device).tensor == 390  # the optimizer step's copy outgrows the micro-step's terms
 
 
 def test_fp32_gradient_copies_by_stage_and_precision():
@@ -351,7 +354,7 @@ def test_fp32_gradient_copies_by_stage_and_precision():
 
     def copy(**changes):
         setup = claim_setup(**{"offload_optimizer": False, "offload_param": False, **changes})
-        return zerogate_terms(counts, setup)["device"]["fp32_gradient_copy"]
+        return zerogate_terms(counts, setup).device["fp32_gradient_copy"]
 
     # ZeRO-0 in fp16: every gradient's fp32 copy (4 Phi) and their flat concatenation (4 Phi) at once.
     assert copy(stage=0) == 8 * 1000
@@ -377,28 +380,28 @@ def test_zero12_optimizer_offload_passes_gradients_through_buffers_of_the_larges
 
     for stage in (1, 2):
         offloaded = terms(stage=stage, offload_optimizer=True, dtype="fp16")
-        assert offloaded["device"]["offload_gradient_buffer"] == 2 * 600
-        assert offloaded["device"]["offload_gradient_conversion"] == 8 * 500  # the partition is 500 elements
-        assert offloaded["host"]["offload_gradient_staging"] == 2 * 600
-        assert "offload_gradient_staging" in offloaded["pinned"]
+        assert offloaded.device["offload_gradient_buffer"] == 2 * 600
+        assert offloaded.device["offload_gradient_conversion"] == 8 * 500  # the partition is 500 elements
+        assert offloaded.host["offload_gradient_staging"] == 2 * 600
+        assert "offload_gradient_staging" in offloaded.pinned
         # In fp32 the fp32 conversion is a no-op; the fp64 norm copy is not.
         assert (
-            terms(stage=stage, offload_optimizer=True, dtype="fp32")["device"]["offload_gradient_conversion"]
+            terms(stage=stage, offload_optimizer=True, dtype="fp32").device["offload_gradient_conversion"]
             == 8 * 500
         )
-        assert "offload_gradient_buffer" not in terms(stage=stage, offload_optimizer=False)["device"]
+        assert "offload_gradient_buffer" not in terms(stage=stage, offload_optimizer=False).device
         # The copies happen as a bucket is reduced: at the boundary beside the buckets (the last bucket, after
         # the backward), and inside the backward too only when the model is larger than one bucket.
-        boundary = phase_bytes(offloaded["device"])["boundary"]
-        assert boundary == offloaded["device"]["gradient_reduction_buckets"] + 8 * 500
+        boundary = phase_bytes(offloaded.device)["boundary"]
+        assert boundary == offloaded.device["gradient_reduction_buckets"] + 8 * 500
         assert (
-            "offload_gradient_conversion_in_backward" not in offloaded["device"]
+            "offload_gradient_conversion_in_backward" not in offloaded.device
         )  # 1000 elements, a 5120^2 bucket
-        small_bucket = terms(stage=stage, offload_optimizer=True, dtype="fp16", reduce_bucket=400)["device"]
+        small_bucket = terms(stage=stage, offload_optimizer=True, dtype="fp16", reduce_bucket=400).device
         assert small_bucket["offload_gradient_conversion_in_backward"] == 8 * 500
     zero3 = terms(stage=3, offload_optimizer=True)
-    assert not {"offload_gradient_buffer", "offload_gradient_conversion"} & set(zero3["device"])
-    assert "offload_gradient_staging" not in zero3["host"]
+    assert not {"offload_gradient_buffer", "offload_gradient_conversion"} & set(zero3.device)
+    assert "offload_gradient_staging" not in zero3.host
 
 
 def test_an_older_deepspeeds_elementwise_overflow_check_is_planned_for_that_release_only():
@@ -429,7 +432,7 @@ def test_an_older_deepspeeds_elementwise_overflow_check_is_planned_for_that_rele
             deepspeed_version=version,
             **changes,
         )
-        return zerogate_terms(counts, setup)["device"]
+        return zerogate_terms(counts, setup).device
 
     assert device((0, 18, 3))["offload_overflow_check"] == 11 * 600 - 8 * 500
     assert (
@@ -444,7 +447,7 @@ def test_an_older_deepspeeds_elementwise_overflow_check_is_planned_for_that_rele
     assert installed_deepspeed() >= (0, 19, 6)
     assert not {"offload_overflow_check", "offload_overflow_check_in_backward"} & set(device(None))
     assert not {"offload_overflow_check"} & set(
-        zerogate_terms(counts, claim_setup(deepspeed_version=(0, 18, 3)))["device"]
+        zerogate_terms(counts, claim_setup(deepspeed_version=(0, 18, 3))).device
     )
 
 
@@ -471,7 +474,7 @@ def test_zero2_buckets_of_deepspeed_0_3_hold_four_and_a_half_buckets_from_the_ba
                 **changes,
             }
         )
-        return zerogate_terms(counts, setup)["device"]
+        return zerogate_terms(counts, setup).device
 
     old, new = device((0, 3, 13)), device(None)
     assert (
@@ -498,6 +501,16 @@ def test_zero2_buckets_of_deepspeed_0_3_hold_four_and_a_half_buckets_from_the_ba
     assert {name for names in PHASES.values() for name in names} <= set(TERM_SOURCES)
 
 
+def test_each_term_is_sourced_once_beside_its_terms_and_listed_once_in_the_plan():
+    names = [name for sources in SOURCES_BY_MODULE for name in sources]
+    assert len(names) == len(set(names))  # no term sourced in two modules
+    assert sorted(TERM_ORDER) == sorted(names) and list(TERM_SOURCES) == list(TERM_ORDER)
+    # Every term the ledger computes, for any scheme, says where it comes from.
+    for scheme in ("ddp", "zero1", "zero2_offload_optimizer", "zero3", "zero3_offload_all"):
+        terms = zerogate_terms(claim_counts(), claim_setup().with_scheme(scheme))
+        assert set(terms.device) | set(terms.host) | set(terms.nvme) <= set(TERM_SOURCES)
+
+
 def test_gathered_parameters_within_the_reuse_distance_and_the_live_limit():
     counts = ModelCounts(
         total=1115,
@@ -513,7 +526,7 @@ def test_gathered_parameters_within_the_reuse_distance_and_the_live_limit():
     # DeepSpeed's default reuse distance (1e9 elements): both non-persistent parameters stay gathered, plus
     # the prefetch bucket.
     assert gathered_elements(counts, setup) == 1100 + 5
-    assert zerogate_terms(counts, setup)["device"]["gathered_parameters"] == 2 * (1100 + 5)
+    assert zerogate_terms(counts, setup).device["gathered_parameters"] == 2 * (1100 + 5)
     # A short distance releases each after use: the largest one plus the prefetch bucket.
     assert gathered_elements(counts, dataclasses.replace(setup, max_reuse_distance=10)) == 1000 + 5
     # stage3_max_live_parameters caps what is prefetched beyond what is held.
@@ -527,20 +540,17 @@ def test_nvme_offload_is_a_tier_of_its_own_with_pinned_swap_buffers():
     counts, setup = claim_counts(), claim_setup(nvme_optimizer=True, nvme_param=True)
     terms = zerogate_terms(counts, setup)
     share = 7 * 10**9
-    assert terms["nvme"] == {
+    assert terms.nvme == {
         "parameters": 2 * share,
         "master_parameters": 4 * share,
         "optimizer_states": 8 * share,
     }
-    assert "optimizer_states" not in terms["host"] and "parameters" not in terms["host"]
-    assert terms["host"]["gradients"] == 4 * share  # the flat fp32 gradient buffer stays in host RAM
+    assert "optimizer_states" not in terms.host and "parameters" not in terms.host
+    assert terms.host["gradients"] == 4 * share  # the flat fp32 gradient buffer stays in host RAM
     # offload_param: 5 buffers x 1e8 elements x 2 B; offload_optimizer: 4 buffers x a sub-group (1e9) x 4 B.
     swap = 5 * 10**8 * 2 + 4 * 10**9 * 4
-    assert terms["host"]["nvme_swap_buffers"] == swap and terms["pinned"]["nvme_swap_buffers"] == swap
-    assert (
-        ledger(counts, setup)["schemes"]["zero3_offload_all"]["zerogate"]["nvme_per_node(bytes)"]
-        == 2 * 14 * share
-    )
+    assert terms.host["nvme_swap_buffers"] == swap and terms.pinned["nvme_swap_buffers"] == swap
+    assert ledger(counts, setup).schemes["zero3_offload_all"].zerogate.nvme_per_node_bytes == 2 * 14 * share
 
 
 def test_zero_keeps_a_separate_fp32_master_even_in_fp32_and_zero0_only_in_16_bit():
@@ -552,15 +562,11 @@ def test_zero_keeps_a_separate_fp32_master_even_in_fp32_and_zero0_only_in_16_bit
         fp32 = zerogate_terms(
             counts, claim_setup(stage=stage, dtype="fp32", offload_optimizer=False, offload_param=False)
         )
-        share = fp32["device"]["optimizer_states"] // 8
-        assert fp32["device"]["master_parameters"] == 4 * share
+        share = fp32.device["optimizer_states"] // 8
+        assert fp32.device["master_parameters"] == 4 * share
     zero0 = claim_setup(stage=0, offload_optimizer=False, offload_param=False)
-    assert (
-        zerogate_terms(counts, dataclasses.replace(zero0, dtype="fp32"))["device"]["master_parameters"] == 0
-    )
-    assert zerogate_terms(counts, zero0)["device"]["master_parameters"] == 4 * 14 * 10**9
-    import torch
-    from deepspeed.accelerator import get_accelerator
+    assert zerogate_terms(counts, dataclasses.replace(zero0, dtype="fp32")).device["master_parameters"] == 0
+    assert zerogate_terms(counts, zero0).device["master_parameters"] == 4 * 14 * 10**9
 
     assert torch.zeros(1).device != get_accelerator().current_device_name()  # stage3.py's comparison
 
@@ -585,8 +591,8 @@ def test_leaf_decoder_layers_are_gathered_whole():
     # with leaf layers, the largest single parameter (the embedding) without.
     setup = claim_setup(max_reuse_distance=1, prefetch_bucket=0, persistence_threshold=0)
     leaf = dataclasses.replace(setup, leaf_blocks=True)
-    assert zerogate_terms(counts, leaf)["device"]["gathered_parameters"] == 2 * counts.largest_block
-    assert zerogate_terms(counts, setup)["device"]["gathered_parameters"] == 2 * counts.largest_layer
+    assert zerogate_terms(counts, leaf).device["gathered_parameters"] == 2 * counts.largest_block
+    assert zerogate_terms(counts, setup).device["gathered_parameters"] == 2 * counts.largest_layer
 
 
 def test_zero3_pads_each_parameter_to_the_ranks():
@@ -598,7 +604,7 @@ def test_zero3_pads_each_parameter_to_the_ranks():
 
 
 def test_every_scheme_has_all_three_ledgers():
-    full = Ledger.of(ledger(oracle_counts(), claim_setup()), "the ledger")
+    full = ledger(oracle_counts(), claim_setup())
     assert full.scheme == "zero3_offload_all"
     assert list(full.schemes) == [
         "ddp",
@@ -639,8 +645,8 @@ def test_setup_takes_the_precision_of_the_rendered_config():
     counts = count_parameters(planned_model_config(spec.model, spec.vocab_size, spec.seq_len))
     half = zerogate_terms(counts, setup_from_config(ds, spec))
     full = zerogate_terms(counts, setup_from_config(ds32, spec32))
-    assert full["host"]["parameters"] == 2 * half["host"]["parameters"]  # 4 bytes per parameter, not 2
-    assert full["device"]["gathered_parameters"] == 2 * half["device"]["gathered_parameters"]
+    assert full.host["parameters"] == 2 * half.host["parameters"]  # 4 bytes per parameter, not 2
+    assert full.device["gathered_parameters"] == 2 * half.device["gathered_parameters"]
     assert zerogate_terms(counts, setup_from_config(ds16, spec16)) == half  # bf16 and fp16: both 2 bytes
 
 
@@ -680,8 +686,6 @@ def test_figures_show_binary_and_decimal_units():
 def test_gpu_peaks_are_compared_level_by_level():
     """GPU-shaped step records (no GPU here): each level's prediction against the max over steps of the
     column with its definition: max_allocated (tensors), max_reserved (allocator), NVML (device)."""
-    from zerogate.analysis.ledger_check import level_rows, with_peaks
-    from zerogate.predict.planner import peak_prediction
 
     steps = table_of(
         [
@@ -698,13 +702,13 @@ def test_gpu_peaks_are_compared_level_by_level():
     )  # parse_logs' steps table: the peaks come from measures
     assert measured[0]["peaks"] == {"tensor": 10.5 * GIB, "allocator": 11.0 * GIB, "device": 12.5 * GIB}
     prediction = peak_prediction(claim_counts(), claim_setup(), None)
-    levels = device_levels(zerogate_terms(claim_counts(), claim_setup())["device"])
+    levels = device_levels(zerogate_terms(claim_counts(), claim_setup()).device)
     rows = level_rows(prediction, measured, steps)
     assert [r["level"] for r in rows] == ["tensor", "allocator", "device"]
     for row, level, measured_gib in zip(rows, ("tensor", "allocator", "device"), (10.5, 11.0, 12.5)):
-        assert row["predicted(bytes)"] == levels[level] == prediction.levels[level].predicted_bytes
+        assert row["predicted(bytes)"] == getattr(levels, level) == prediction.levels[level].predicted_bytes
         assert row["error(%)"] == pytest.approx(
-            100 * (levels[level] - measured_gib * GIB) / (measured_gib * GIB)
+            100 * (getattr(levels, level) - measured_gib * GIB) / (measured_gib * GIB)
         )
     table = with_peaks(compare(claim_counts(), claim_setup(), measured), prediction, steps, measured)
     assert table.within_5_percent is None  # no held tensors: nothing to judge the model states by
@@ -712,14 +716,11 @@ def test_gpu_peaks_are_compared_level_by_level():
     # The headline figure is the level its metric measures: max_reserved, the allocator's (not the device's,
     # which adds the CUDA context and the communicator).
     assert prediction.metric == column("max_reserved_gib")
-    assert prediction.total_bytes == levels["allocator"] < levels["device"]
+    assert prediction.total_bytes == levels.allocator < levels.device
     assert prediction.persistent_bytes + prediction.transient_bytes == prediction.total_bytes
 
 
 def test_the_cpu_tensor_peak_is_compared_with_the_sampled_step_and_without_the_buckets(tmp_path):
-    from zerogate.analysis.ledger_check import BUCKETS_EXCLUDED, level_rows
-    from zerogate.predict.planner import peak_prediction
-
     counts = recorded_counts()
     setup = setup_from_config(recorded_ds_config(), recorded_run_spec())
     prediction = peak_prediction(counts, setup, None)
@@ -764,8 +765,6 @@ def _peak_steps(peaks: list[float], ends: list[float], allocator_free: float | N
 
 
 def _prediction(persistent: float, transient: float, retained_heap: float = 0.0) -> PeakPrediction:
-    from zerogate.predict.ledger import peak_split
-
     terms = {"runtime_baseline": int((persistent - retained_heap) * GIB), "activations": int(transient * GIB)}
     if retained_heap:
         terms["retained_heap"] = int(retained_heap * GIB)
@@ -777,21 +776,19 @@ def _prediction(persistent: float, transient: float, retained_heap: float = 0.0)
         metric=column("peak_rss_gib"),
         what="resident-set peak of the rank's process (VmHWM)",
         terms_bytes=terms,
-        persistent_bytes=split["persistent(bytes)"],
-        transient_bytes=split["transient(bytes)"],
-        total_bytes=split["total(bytes)"],
+        persistent_bytes=split.persistent,
+        transient_bytes=split.transient,
+        total_bytes=split.total,
         runtime_baseline=None,
         levels={
             "resident_set": PredictedPeak(
-                predicted_bytes=split["total(bytes)"], terms_bytes=terms, what="resident-set peak"
+                predicted_bytes=split.total, terms_bytes=terms, what="resident-set peak"
             )
         },
     )
 
 
 def test_peak_rows_within_tolerance_and_outside_it_name_the_part_that_is_off():
-    from zerogate.analysis.ledger_check import peak_rows, with_peaks
-
     steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0])  # run peak 1.1 GiB at step 2, 1.0 held after it
     close = peak_rows(_prediction(1.0, 0.1), steps)
     assert [r["rank"] for r in close] == [0, 1]
@@ -817,8 +814,6 @@ def test_peak_rows_within_tolerance_and_outside_it_name_the_part_that_is_off():
 
 
 def test_a_persistent_miss_says_how_much_of_it_the_allocator_kept_free():
-    from zerogate.analysis.ledger_check import peak_rows
-
     # Of the 1.0 GiB held after step 2, 0.3 GiB freed and kept by the allocator.
     steps = _peak_steps([1.0, 1.1, 1.05], [0.9, 1.0, 1.0], allocator_free=0.3)
     low = peak_rows(_prediction(0.6, 0.1), steps)[0]  # persistent 0.4 GiB short
@@ -853,8 +848,8 @@ def test_a_persistent_miss_says_how_much_of_it_the_allocator_kept_free():
 
 
 def test_the_cpu_peak_counts_what_zero3_keeps_gathered():
+    # test_floor_comms imports this module: importing it back at the top would be circular.
     from tests.unit.test_floor_comms import cpu_setup
-    from zerogate.predict.ledger import peak_terms
 
     model = ModelCounts(
         total=1115,
@@ -880,11 +875,9 @@ def test_the_cpu_peak_counts_what_zero3_keeps_gathered():
 
 
 def test_a_rendered_reuse_distance_reaches_the_setup():
-    from zerogate.predict.setup import DEEPSPEED_MAX_REUSE_DISTANCE
-
     ds, spec = rendered()
     assert "stage3_max_reuse_distance" not in ds.raw["zero_optimization"]
-    assert setup_from_config(ds, spec).max_reuse_distance == DEEPSPEED_MAX_REUSE_DISTANCE
+    assert setup_from_config(ds, spec).max_reuse_distance == deepspeed_defaults().max_reuse_distance
     distance = {
         "path": "zero_optimization.stage3_max_reuse_distance",
         "value": 1234,
@@ -895,19 +888,17 @@ def test_a_rendered_reuse_distance_reaches_the_setup():
 
 
 def test_peak_terms_on_gpus_are_the_device_terms():
-    from zerogate.predict.ledger import peak_terms
-
     counts, setup = claim_counts(), claim_setup()
     terms = peak_terms(counts, setup, None)
-    assert terms == zerogate_terms(counts, setup)["device"] and "runtime_baseline" not in terms
+    assert terms == zerogate_terms(counts, setup).device and "runtime_baseline" not in terms
 
 
 def test_the_heap_keeps_the_per_parameter_copies_while_the_optimizers_mapped_copy_comes_and_goes():
     """glibc keeps a freed storage of at most 32 MiB resident and unmaps a larger one (zerogate.runtime.heap):
     a phase of small storages and a later phase of a large one leave the resident set at the sum of the two
     size classes' peaks, the tensor peak at the larger phase."""
+    # test_floor_comms imports this module: importing it back at the top would be circular.
     from tests.unit.test_floor_comms import cpu_setup
-    from zerogate.predict.ledger import ActivationFigures, peak_levels, peak_terms, retained_heap_bytes
 
     mib = 2**20
     # Two parameters in fp32: 8 Mi elements (32 MiB, the heap's largest) and 16 Mi (64 MiB, mapped).
@@ -956,7 +947,7 @@ def test_the_heap_keeps_the_per_parameter_copies_while_the_optimizers_mapped_cop
     resident = peak_terms(tiny, setup, 0, lambda _: traced)
     levels = peak_levels(tiny, setup, 0, lambda _: traced)
     assert resident["retained_heap"] == retained_heap_bytes(resident, tiny, setup, classes)
-    assert "retained_heap" in levels["resident_set"]["terms(bytes)"]
-    assert "retained_heap" not in levels["tensor"]["terms(bytes)"]
+    assert "retained_heap" in levels["resident_set"].terms_bytes
+    assert "retained_heap" not in levels["tensor"].terms_bytes
     untraced = dataclasses.replace(traced, size_classes=None)
     assert "retained_heap" not in peak_terms(tiny, setup, 0, lambda _: untraced)

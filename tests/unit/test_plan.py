@@ -4,36 +4,36 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.helpers import settings
+from tests.unit.helpers import described, settings
 from tests.unit.test_ledger import QWEN14B, claim_counts, claim_setup, oracle_counts, rendered
-from zerogate.analysis.on_paper import plan_claims
+from zerogate.analysis.on_paper import judge_memory, plan_claims
 from zerogate.config.launch import PlanSettings
-from zerogate.config.machines import from_fingerprint, load_description, to_fingerprint
+from zerogate.config.machines import from_fingerprint, load_description, target_machine, to_fingerprint
+from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
 from zerogate.contracts.plan import BaselineMeasurement, Floor, ModelComputeMeasurement, Plan
 from zerogate.contracts.records import column
 from zerogate.contracts.verdicts import DOES_NOT_HOLD
 from zerogate.model.build import planned_model_config
+from zerogate.predict.fit import device_capacity
 from zerogate.predict.floor import floor, link_bytes, pcie_gbps
-from zerogate.predict.planner import (
-    device_capacity,
-    peak_for_run,
-    plan,
-    plan_for_run,
-    refusal,
-    summary,
-    target_machine,
-    with_measured_compute,
-)
+from zerogate.predict.host_memory import PAGE_BYTES
+from zerogate.predict.levels import TRANSIENT_TERMS
+from zerogate.predict.peak import peak_for_run
+from zerogate.predict.phases import PERSISTENT, phase_bytes
+from zerogate.predict.plan_text import refusal, summary
+from zerogate.predict.planner import plan, plan_for_run, with_measured_compute
 from zerogate.predict.trace import MicroStep, trace_micro_step
+from zerogate.render.overlay import with_suggestion_profiles
+from zerogate.report.html import section
 from zerogate.units import format_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
 
 
-def _floor(*args) -> Floor:
-    """floor.floor's result as the plan carries it."""
-    return Floor.of(floor(*args), "the floor")
+def _floor(counts, setup, machine, *rest) -> Floor:
+    """floor.floor's result as the plan carries it (the floor reads the description in its file's form)."""
+    return Floor.of(floor(counts, setup, machine.plain(), *rest), "the floor")
 
 
 def _probed(tmp_path, fingerprint):
@@ -75,14 +75,12 @@ def test_floor_on_the_claimed_box_by_hand(claim_box):
 
 
 def test_floor_says_what_it_could_not_compute(claim_box):
-    box = {
-        **claim_box,
-        "gpus": [
-            {**claim_box["gpus"][0], "name": "Some GPU zerogate.hardware does not list"},
-            *claim_box["gpus"][1:],
-        ],
-        "host": {**claim_box["host"], "memory_bandwidth_gbps": None},
-    }
+    first, *others = claim_box.plain()["gpus"]
+    box = described(
+        claim_box,
+        gpus=[{**first, "name": "Some GPU zerogate.hardware does not list"}, *others],
+        host={"memory_bandwidth_gbps": None},
+    )
     result = _floor(oracle_counts(), claim_setup(), box)
     assert any("compute" in m for m in result.missing) and any("cpu_adam" in m for m in result.missing)
 
@@ -124,25 +122,24 @@ def test_claim_on_the_claimed_box_is_refused_with_rank_device_need_and_capacity(
 def test_a_described_card_is_checked_against_the_memory_cuda_gives_it_and_a_probed_one_as_probed(claim_box):
     # The claimed box states its RTX 4090 as NVML counts it (24564 MiB); CUDA gives a process 23.61-23.68 GiB
     # of it (published out-of-memory messages), the rest being the driver's. The RTX 5070 is not in the table.
-    four_ninety = next(g for g in claim_box["gpus"] if "4090" in g["name"])
-    assert four_ninety["memory_total_bytes"] == 24564 * 2**20
+    four_ninety = next(g for g in claim_box.gpus if "4090" in g.name)
+    assert four_ninety.memory_total_bytes == 24564 * 2**20
     assert device_capacity(four_ninety, claim_box) == round(23.645 * 2**30)
-    five_seventy = next(g for g in claim_box["gpus"] if "5070" in g["name"])
-    assert device_capacity(five_seventy, claim_box) == five_seventy["memory_total_bytes"]
+    five_seventy = next(g for g in claim_box.gpus if "5070" in g.name)
+    assert device_capacity(five_seventy, claim_box) == five_seventy.memory_total_bytes
     # A card stated below the table's figure keeps its own (a laptop RTX 4090 has 16 GB).
-    laptop = {**four_ninety, "name": "NVIDIA GeForce RTX 4090 Laptop GPU", "memory_total_bytes": 16 * 2**30}
+    laptop = four_ninety.model_copy(
+        update={"name": "NVIDIA GeForce RTX 4090 Laptop GPU", "memory_total_bytes": 16 * 2**30}
+    )
     assert device_capacity(laptop, claim_box) == 16 * 2**30
     # A probed machine's figure is what CUDA reported there: the table does not apply.
-    assert device_capacity(four_ninety, {**claim_box, "source": "probed"}) == 24564 * 2**20
+    assert device_capacity(four_ninety, described(claim_box, source="probed")) == 24564 * 2**20
     checks = plan(claim_counts(), claim_setup(), claim_box).checks
-    assert {c.capacity_bytes for c in checks if c.device == four_ninety["name"]} == {round(23.645 * 2**30)}
+    assert {c.capacity_bytes for c in checks if c.device == four_ninety.name} == {round(23.645 * 2**30)}
 
 
 def test_device_refusal_names_the_rank_and_lists_changes_that_fit(claim_box):
-    box = {
-        **claim_box,
-        "host": {**claim_box["host"], "ram_total_bytes": 10**12},
-    }  # plenty: only the devices can fail
+    box = described(claim_box, host={"ram_total_bytes": 10**12})  # plenty: only the devices can fail
     result = plan(claim_counts(), claim_setup(offload_optimizer=False, offload_param=False), box)
     assert result.refused
     failing = [c for c in result.checks if not c.fits]
@@ -167,7 +164,7 @@ def test_override_lets_an_infeasible_run_through_as_a_deviation(claim_box):
 
 
 def test_a_fitting_run_is_not_refused(claim_box):
-    box = {**claim_box, "host": {**claim_box["host"], "ram_total_bytes": 512 * 10**9}}
+    box = described(claim_box, host={"ram_total_bytes": 512 * 10**9})
     result = plan(claim_counts(), claim_setup(activation_checkpointing=True), box)
     assert result.fits and not result.refused and result.suggestions == []
     assert result.deciding_check.device == "NVIDIA GeForce RTX 5070"  # the smallest device decides
@@ -200,7 +197,7 @@ def test_a_profile_override_of_the_precision_is_what_the_plan_sizes(claim_box, t
     machine, fingerprint = target_machine(str(CLAIM_BOX), None, "ignored")
     # The claimed box's cards as a bf16-capable pair, so that bf16 stays bf16 when asked for.
     bf16_box = to_fingerprint(
-        {**claim_box, "gpus": [{**g, "bf16_supported": True} for g in claim_box["gpus"]]}
+        described(claim_box, gpus=[{**g, "bf16_supported": True} for g in claim_box.plain()["gpus"]])
     )
     fp16_off = {"path": "fp16.enabled", "value": False, "reason": "train in fp32"}
     bf16_on = {"path": "bf16.enabled", "value": True, "reason": "train in bf16"}
@@ -300,7 +297,6 @@ def _baseline(peak_rss_bytes: int) -> BaselineMeasurement:
 def test_peak_prediction_on_the_cpu_accelerator_adds_the_measured_baseline(
     tiny_profile, cpu_fingerprint, tmp_path
 ):
-    from zerogate.predict.ledger import PAGE_BYTES, PERSISTENT, TRANSIENT_TERMS, phase_bytes
 
     _, fingerprint = target_machine(None, _probed(tmp_path, cpu_fingerprint), "testbox")
     ds, run_spec = rendered(tiny_profile, fingerprint)
@@ -333,9 +329,6 @@ def test_the_small_card_claim_shows_the_traced_terms_and_each_change_under_it_pl
     """The claim re-planned for the claimed box: the small-card verdict names the traced activation terms,
     and every change that brings the small card under 7.42 GB is a written profile whose one command plans
     it (here: the profile loaded as that command loads it, planned, and under the threshold)."""
-    from zerogate.analysis.on_paper import judge_memory
-    from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
-    from zerogate.render.overlay import with_suggestion_profiles
 
     claim = settings("claim-14b")
     machine, fingerprint = target_machine(str(CLAIM_BOX), None, "ignored")
@@ -375,16 +368,13 @@ def test_the_small_card_claim_shows_the_traced_terms_and_each_change_under_it_pl
 
 
 def test_nvme_offload_is_checked_against_the_stated_capacity_or_noted(claim_box, tmp_path):
-    from zerogate.config.machines import check
-
     setup = claim_setup(nvme_optimizer=True, nvme_param=True)
-    described = {**claim_box, "host": {**claim_box["host"], "nvme_bytes": 2 * 10**12}}
-    check(described, "box.yaml")  # the schema takes the capacity
-    result = plan(claim_counts(), setup, described)
+    stated = described(claim_box, host={"nvme_bytes": 2 * 10**12})  # the schema takes the capacity
+    result = plan(claim_counts(), setup, stated)
     nvme = [c for c in result.checks if c.what == "NVMe"]
     # Per node: two ranks x (2 + 4 + 8 bytes) x Phi / 2 of parameters, master weights and Adam's moments.
     assert len(nvme) == 1 and nvme[0].need_bytes == 14 * 14 * 10**9 and nvme[0].fits and result.notes == []
-    small = {**claim_box, "host": {**claim_box["host"], "nvme_bytes": 10**11}}
+    small = described(claim_box, host={"nvme_bytes": 10**11})
     assert not [c for c in plan(claim_counts(), setup, small).checks if c.what == "NVMe"][0].fits
     unknown = plan(claim_counts(), setup, claim_box)
     assert [c.what for c in unknown.checks if c.rank is None] == ["host RAM"]
@@ -425,8 +415,6 @@ def test_the_claimed_box_plan_says_what_fsdp2_would_need_there(claim_box):
 
 
 def test_the_reports_claimed_box_table_lists_the_peers_with_their_needs(claim_box):
-    from zerogate.report.html import section
-
     result = plan(claim_counts(), claim_setup(), claim_box)
     page = section("scheme_table", result, "The plan for the claimed box", "schemes-claimed")
     peers = page[page.index("id='schemes-claimed-peers'") :]

@@ -29,6 +29,7 @@ from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.planner_grid import PlannerGridTable
 from zerogate.contracts.records import GitState, LiveTensorPeak
 from zerogate.errors import InputError
+from zerogate.predict.peak import peak_prediction
 from zerogate.predict.setup import setup_from_config
 from zerogate.render.variants import VARIANTS
 
@@ -221,7 +222,6 @@ def test_the_recorded_points_rows_are_its_ledger_tables_levels_unchanged():
 def built_point(tmp_path: Path, live_over: float) -> planner_grid.PointRun:
     """The recorded 2-rank default run (tests/data/held_bytes) through compare_ledger's own functions, its
     sampled step's live tensors ``live_over`` times the predicted tensor peak."""
-    from zerogate.predict.planner import peak_prediction
 
     counts, ds_config, run_spec = recorded_counts(), recorded_ds_config(), recorded_run_spec()
     setup = setup_from_config(ds_config, run_spec)

@@ -18,6 +18,7 @@ from zerogate.analysis.planner_validation import (
     ESTIMATOR_ROUNDING,
     LARGEST_WITHIN,
     VERDICT_AGREES,
+    PrintedFigure,
     Spread,
     judge_largest_micro_batch,
     judge_outcome,
@@ -25,12 +26,14 @@ from zerogate.analysis.planner_validation import (
     printed_interval,
     summarise,
 )
+from zerogate.bench import measured_rows
 from zerogate.bench import planner_validation as validation
 from zerogate.config.published_setups import read_setups
 from zerogate.contracts.planner_validation import PlannerValidation
 from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS
 from zerogate.errors import InputError
 from zerogate.model.hf_config import load_config
+from zerogate.predict.peak import peak_prediction
 
 REPO = Path(__file__).resolve().parents[2]
 SETUPS = REPO / validation.SETUPS_FILE
@@ -48,7 +51,7 @@ def row(table, row_id):
 
 def planned(table, row_id, micro_batch=None):
     found = row(table, row_id)
-    return validation.plan_measured(found, load_config(REPO / found.model.config), REPO, micro_batch)
+    return measured_rows.plan_measured(found, load_config(REPO / found.model.config), REPO, micro_batch)
 
 
 # ---- the table ---------------------------------------------------------------------------------------------
@@ -173,7 +176,7 @@ def test_a_measured_row_is_rendered_and_planned_with_its_stage_offloads_precisio
     assert (run.run_spec.dtype, run.run_spec.world_size, run.run_spec.seq_len) == ("fp16", 8, 1024)
     assert (run.plan.scheme, run.plan.ranks, run.plan.dtype) == ("zero3_offload_all", 8, "fp16")
     # The row states the 3090's 24 GB; the checks are against what CUDA gives a process on one (23.69 GiB).
-    assert run.machine["gpus"][0]["memory_total_bytes"] == 24 * GIB
+    assert run.machine.gpus[0].memory_total_bytes == 24 * GIB
     assert [c.capacity_bytes for c in run.plan.device_checks] == [round(23.69 * GIB)] * 8
     assert run.plan.ledger.parameters == 8_030_261_248  # Llama-3-8B counted on the meta device
     # The verdicts read the checks alone; the whole plan, built on demand, holds the same ones.
@@ -229,16 +232,9 @@ def test_an_estimator_row_passes_within_its_rounding_and_fails_outside_it(table)
     published = hand.published
 
     def judged(predicted_bytes):
+        printed = PrintedFigure(published.per_gpu_bytes, "MB", MIB, 1, "floor")
         return judge_printed(
-            "per-GPU memory",
-            ESTIMATOR_ROUNDING,
-            published.per_gpu_bytes,
-            "MB",
-            MIB,
-            1,
-            "floor",
-            Spread.exact(predicted_bytes),
-            "test",
+            "per-GPU memory", ESTIMATOR_ROUNDING, printed, Spread.exact(predicted_bytes), "test"
         ).verdict
 
     assert (judged(3291 * MIB + MIB - 1), judged(3292 * MIB), judged(3291 * MIB - 2)) == (PASS, FAIL, FAIL)
@@ -303,16 +299,16 @@ def test_a_largest_micro_batch_is_within_a_factor_1_25_or_not():
 
 
 def test_the_largest_micro_batch_search_finds_the_last_one_that_plans_to_fit(table):
-    assert [validation.largest_micro_batch(lambda m, t=t: m <= t) for t in (0, 1, 5, 64, 100)] == [
+    assert [measured_rows.largest_micro_batch(lambda m, t=t: m <= t) for t in (0, 1, 5, 64, 100)] == [
         0,
         1,
         5,
         64,
         100,
     ]
-    assert validation.largest_micro_batch(lambda m: True, limit=16) == 16
+    assert measured_rows.largest_micro_batch(lambda m: True, limit=16) == 16
     # On the planner: the row's run at the found micro-batch fits every GPU, one more does not.
-    found = validation.largest_micro_batch(
+    found = measured_rows.largest_micro_batch(
         lambda m: all(
             c.fits
             for c in planned(
@@ -435,7 +431,7 @@ def test_a_run_is_planned_for_the_deepspeed_it_states_on_the_memory_cuda_gives_i
     assert {c.capacity_bytes for c in device} == {round(23.645 * GIB)}  # CUDA's capacity of an RTX 4090
     assert not any(c.fits for c in device)
     installed = found.model_copy(update={"setup": found.setup.model_copy(update={"deepspeed_version": None})})
-    today = validation.plan_measured(installed, load_config(REPO / found.model.config), REPO)
+    today = measured_rows.plan_measured(installed, load_config(REPO / found.model.config), REPO)
     assert all(c.fits for c in today.checks if c.rank is not None)
     overflow_check = 3 * 102400 * 4096  # 11 bytes per element less the fp64 copy's 8
     assert run.checks[0].need_bytes - today.checks[0].need_bytes >= overflow_check
@@ -447,8 +443,6 @@ def test_a_run_is_planned_for_the_deepspeed_it_states_on_the_memory_cuda_gives_i
 
 
 def test_a_memory_reading_is_set_against_the_level_its_metric_measures(table):
-    from zerogate.predict.planner import peak_prediction
-
     named = row(table, "colossalai-lightning-gpt2-xl-4xa100-40g-z3-mb40-peak")
     checked = validation.check_measured_row(named, load_config(REPO / named.model.config), REPO)
     reading = next(c for c in checked.checks if c.quantity == "peak memory per GPU")

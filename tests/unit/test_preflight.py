@@ -3,7 +3,7 @@
 from tests.conftest import REPO, gpu_fingerprint
 from zerogate.config.profile import load_profile_chain, resolve_profile
 from zerogate.contracts.machine import Preflight, Ram
-from zerogate.predict.preflight import verdict
+from zerogate.predict.preflight import preflight_refusal, verdict
 
 
 def profile(name):
@@ -45,8 +45,6 @@ def test_profiles_without_needs_pass(cpu_fingerprint):
 
 
 def test_refusal_message_names_the_profile_each_shortfall_and_the_basis(cpu_fingerprint):
-    from zerogate.predict.preflight import preflight_refusal
-
     needs = profile("claim-14b")["preflight"]
     message = preflight_refusal(verdict(needs, cpu_fingerprint), "claim-14b")
     assert message.startswith("profile claim-14b refused by the pre-flight check: needs cuda devices")

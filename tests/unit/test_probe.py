@@ -87,7 +87,7 @@ def test_torch_view_completed_by_nvml_becomes_a_valid_machine(cpu_fingerprint):
         "the probe",
     )
     machine = check(from_fingerprint(fingerprint, "gpu-box"), "probe")
-    assert machine["gpus"][0]["pcie"]["generation"] == 5 and machine["peer_to_peer"] is False
+    assert machine.gpus[0].pcie.generation == 5 and machine.peer_to_peer is False
     assert "PCIe 5 x8" in summary(fingerprint) and "peer-to-peer no" in summary(fingerprint)
 
 
@@ -138,6 +138,6 @@ def test_this_machines_probe_becomes_a_fingerprint_and_a_valid_machine(tmp_path)
     assert Fingerprint.read(fingerprint.write(tmp_path / "hardware.json")) == fingerprint
     assert fingerprint.cores >= 1 and fingerprint.ram.total_bytes > 0
     machine = check(from_fingerprint(fingerprint, "this-box"), "probe")
-    assert machine["host"]["ram_total_bytes"] == fingerprint.ram.total_bytes
-    assert len(machine["gpus"]) == fingerprint.accelerator.count
+    assert machine.host.ram_total_bytes == fingerprint.ram.total_bytes
+    assert len(machine.gpus) == fingerprint.accelerator.count
     assert summary(fingerprint)

@@ -40,8 +40,10 @@ from zerogate.contracts.verdicts import (
     ClaimVerdicts,
     JudgedClaim,
 )
-from zerogate.predict.ledger import model_state_bytes
-from zerogate.predict.planner import peak_for_run, plan_for_run, run_setup
+from zerogate.predict.peak import peak_for_run
+from zerogate.predict.planned_run import run_setup
+from zerogate.predict.planner import plan_for_run
+from zerogate.predict.zero_terms import model_state_bytes
 from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
 from zerogate.report.html import render_html, section
 
@@ -248,7 +250,7 @@ def _page(
 def _held_as_planned(metrics_dir: Path) -> Path:
     """held_bytes_rank<N>.json of both ranks, each tensor holding exactly what the ledger predicts."""
     run = rendered()
-    counts, setup, activations = run_setup(run.run_spec, run.ds_config, {"nodes": 1})
+    counts, setup, activations = run_setup(run.run_spec, run.ds_config)
     predicted = model_state_bytes(counts, setup)
     tensor_peak = peak_for_run(run.run_spec, run.ds_config, None).levels["tensor"].predicted_bytes
     for rank in range(setup.ranks):
@@ -277,7 +279,7 @@ def _ledger_table(steps, metrics_dir: Path | None = None, prediction: PeakPredic
     """ledger/ledger_vs_measured.json as compare_ledger makes it: the held tensors of ``metrics_dir``
     against the ledger, and ``prediction`` (the planner's peak for the run by default) against the steps."""
     run = rendered()
-    counts, setup, _ = run_setup(run.run_spec, run.ds_config, {"nodes": 1})
+    counts, setup, _ = run_setup(run.run_spec, run.ds_config)
     measured = read_measurements(metrics_dir, steps) if metrics_dir is not None else {}
     table = ledger_compare(counts, setup, measured)
     return with_peaks(table, prediction or peak_for_run(run.run_spec, run.ds_config, None), steps, measured)

@@ -84,7 +84,7 @@ def _choices(tmp_path, tiny_profile):
     from tests.unit.test_report import rendered
     from zerogate.analysis.measures import IntervalRule
     from zerogate.analysis.variants import VariantRun, compare
-    from zerogate.predict.planner import peak_for_run
+    from zerogate.predict.peak import peak_for_run
     from zerogate.report.figures import variant_loss_figure
 
     runs = {

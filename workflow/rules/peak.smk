@@ -1,4 +1,4 @@
-# Each rank's predicted peak memory (zerogate.predict.planner.peak_prediction), beside the plan and not part
+# Each rank's predicted peak memory (zerogate.predict.peak.peak_prediction), beside the plan and not part
 # of it: training depends on the plan (approve_plan), and the runtime baseline is a noisy measurement, so
 # re-measuring it must re-predict and re-judge, never retrain. The ledger table (compare_ledger) sets the
 # prediction against the measured peaks.

@@ -62,7 +62,7 @@ use rule train as train_variant with:
 
 
 # The planner's peak for a variant's config (predict_peak_memory on it, the run's runtime baseline): the
-# table's predicted column; FSDP2's by its own terms (zerogate.predict.ledger.fsdp2_terms).
+# table's predicted column; FSDP2's by its own terms (zerogate.predict.fsdp2_terms.fsdp2_terms).
 use rule predict_peak_memory as predict_variant_peak_memory with:
     input:
         ds_config=rules.render_variant_config.output.ds_config,

@@ -4,7 +4,7 @@ fits (or the profile overrides the planner). Writes nothing when it refuses."""
 from zerogate.contracts.machine import Preflight
 from zerogate.contracts.plan import Approval, Plan
 from zerogate.entry import fail, logging_to
-from zerogate.predict.planner import refusal
+from zerogate.predict.plan_text import refusal
 from zerogate.predict.preflight import preflight_refusal
 
 with logging_to(snakemake.log[0]) as log:

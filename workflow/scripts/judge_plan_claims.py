@@ -14,7 +14,7 @@ from zerogate.config.training import RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.plan import Plan
 from zerogate.entry import logging_to
-from zerogate.predict.planner import summary
+from zerogate.predict.plan_text import summary
 from zerogate.render.overlay import overlay, overlay_text
 
 with logging_to(snakemake.log[0]) as log:

@@ -2,13 +2,15 @@
 in-process (zerogate.render.ds_config.render, zerogate.predict.planner.plan_for_run)."""
 
 from zerogate.config.launch import PlanSettings
+from zerogate.config.machines import target_machine
 from zerogate.config.model_data import ModelSettings
 from zerogate.config.training import RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.run import DsConfig
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
-from zerogate.predict.planner import plan_for_run, summary, target_machine
+from zerogate.predict.plan_text import summary
+from zerogate.predict.planner import plan_for_run
 from zerogate.render.claim import read_claim
 from zerogate.render.ds_config import RenderInputs, render
 from zerogate.render.overlay import with_suggestion_profiles

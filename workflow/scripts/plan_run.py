@@ -1,14 +1,15 @@
-"""Entry point of the plan_run rule (logic: zerogate.predict.planner): the plan, whether or not the run fits,
-each
-change it suggests written as a profile."""
+"""Entry point of the plan_run rule (logic: zerogate.predict.planner): the plan, whether or not the run
+fits, each change it suggests written as a profile."""
 
 from zerogate.config.launch import PlanSettings
+from zerogate.config.machines import target_machine
 from zerogate.config.training import RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
-from zerogate.predict.planner import plan_for_run, summary, target_machine
+from zerogate.predict.plan_text import summary
+from zerogate.predict.planner import plan_for_run
 from zerogate.render.overlay import with_suggestion_profiles
 
 with logging_to(snakemake.log[0]) as log:

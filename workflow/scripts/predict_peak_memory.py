@@ -1,11 +1,10 @@
-"""Entry point of the predict_peak_memory rule (logic: zerogate.predict.planner.peak_for_run, or
-fsdp2_peak_for_run
-for a variant that FSDP2 trains)."""
+"""Entry point of the predict_peak_memory rule (logic: zerogate.predict.peak.peak_for_run, or
+fsdp2_peak_for_run for a variant that FSDP2 trains)."""
 
 from zerogate.contracts.plan import RuntimeBaseline
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import logging_to
-from zerogate.predict.planner import fsdp2_peak_for_run, peak_for_run
+from zerogate.predict.peak import fsdp2_peak_for_run, peak_for_run
 from zerogate.units import format_bytes
 
 with logging_to(snakemake.log[0]) as log:

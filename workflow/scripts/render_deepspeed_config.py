@@ -3,12 +3,12 @@
 import json
 from pathlib import Path
 
+from zerogate.config.machines import target_machine
 from zerogate.config.model_data import ModelSettings
 from zerogate.config.training import RunTraining
 from zerogate.contracts.base import typed
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
-from zerogate.predict.planner import target_machine
 from zerogate.render.claim import read_claim
 from zerogate.render.ds_config import RenderInputs, render
 from zerogate.runtime.nodes import layout

@@ -2,11 +2,13 @@
 zerogate.predict.planner.with_measured_compute): plan_run's plan with the measured compute term in its
 floor."""
 
+from zerogate.config.machines import target_machine
 from zerogate.contracts.plan import ModelCompute, Plan
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
-from zerogate.predict.planner import summary, target_machine, with_measured_compute
+from zerogate.predict.plan_text import summary
+from zerogate.predict.planner import with_measured_compute
 
 with logging_to(snakemake.log[0]) as log:
     inputs, params = snakemake.input, snakemake.params

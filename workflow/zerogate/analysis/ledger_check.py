@@ -25,8 +25,9 @@ from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.plan import PeakPrediction
 from zerogate.contracts.records import HeldBytes, LiveTensorPeak, column
 from zerogate.model.counts import ModelCounts
-from zerogate.predict.ledger import TRANSIENT_TERMS, model_state_bytes
+from zerogate.predict.levels import TRANSIENT_TERMS
 from zerogate.predict.setup import Setup
+from zerogate.predict.zero_terms import MODEL_STATES, model_state_bytes
 from zerogate.units import GIB, format_bytes
 
 # The GPU peak levels and the step-record column that measures each (max over steps).
@@ -44,7 +45,6 @@ PEAK_RSS = column("peak_rss_gib")
 # resident-set garbage no prediction term counts, measured so that a persistent miss can be told apart from
 # it.
 ALLOCATOR_FREE = column("allocator_free_gib")
-TENSOR_TERMS = ("parameters", "master_parameters", "gradients", "optimizer_states")
 
 
 def error_percent(predicted: float, measured: float) -> float | None:
@@ -87,7 +87,7 @@ def compare(counts: ModelCounts, setup: Setup, measured: dict[int, dict[str, Any
     for rank in sorted(measured):
         held: HeldBytes | None = measured[rank].get("held")
         if held:
-            for term in TENSOR_TERMS:
+            for term in MODEL_STATES:
                 rows.append(
                     _row(rank, term, predicted_states[f"{term}(bytes)"], held.term(term), "held tensors")
                 )
@@ -96,7 +96,7 @@ def compare(counts: ModelCounts, setup: Setup, measured: dict[int, dict[str, Any
                     rank,
                     "model_states_total",
                     sum(predicted_states.values()),
-                    sum(held.term(t) for t in TENSOR_TERMS),
+                    sum(held.term(t) for t in MODEL_STATES),
                     "held tensors",
                 )
             )

@@ -16,7 +16,7 @@ from zerogate.contracts.verdicts import (
     PlanClaim,
     PlanClaims,
 )
-from zerogate.predict.ledger import ACTIVATION_TERMS
+from zerogate.predict.phases import ACTIVATION_TERMS
 from zerogate.units import UNIT_BYTES, format_bytes
 
 

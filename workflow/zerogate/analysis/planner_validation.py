@@ -69,39 +69,49 @@ def error_percent(predicted: float, published: float) -> float | None:
     return None if not published else 100.0 * (predicted - published) / published
 
 
-def _printed(published_bytes: float, unit: str, unit_bytes: float, resolution: float) -> str:
-    """The figure as it was printed, e.g. '15.93 GB as printed (15.93 GiB (17.10 GB))'."""
-    decimals = len(f"{resolution:g}".partition(".")[2])
-    return f"{published_bytes / unit_bytes:.{decimals}f} {unit} as printed ({format_bytes(published_bytes)})"
+@dataclass(frozen=True)
+class PrintedFigure:
+    """A figure as a table printed it: the bytes it stands for, and the unit and rounding it was printed
+    with (``resolution`` printed units of ``unit_bytes`` each, ``rounding`` nearest or floor)."""
+
+    published_bytes: float
+    unit: str
+    unit_bytes: float
+    resolution: float
+    rounding: str
+
+    def interval(self) -> tuple[float, float]:
+        """The whole bytes that print as this figure (:func:`printed_interval`)."""
+        return printed_interval(self.published_bytes, self.unit_bytes, self.resolution, self.rounding)
+
+    def shown(self) -> str:
+        """The figure as it was printed, e.g. '15.93 GB as printed (15.93 GiB (17.10 GB))'."""
+        decimals = len(f"{self.resolution:g}".partition(".")[2])
+        return (
+            f"{self.published_bytes / self.unit_bytes:.{decimals}f} {self.unit} as printed "
+            f"({format_bytes(self.published_bytes)})"
+        )
 
 
 def judge_printed(
-    quantity: str,
-    target: str,
-    published_bytes: float,
-    unit: str,
-    unit_bytes: float,
-    resolution: float,
-    rounding: str,
-    predicted: Spread,
-    predicted_by: str,
+    quantity: str, target: str, printed: PrintedFigure, predicted: Spread, predicted_by: str
 ) -> FigureCheck:
     """A printed figure against zerogate's: PASS when the prediction's interval overlaps the printed one."""
-    low, high = printed_interval(published_bytes, unit_bytes, resolution, rounding)
+    low, high = printed.interval()
     overlaps = predicted.high >= low and predicted.low <= high
     spread = "" if predicted.low == predicted.high else " over the printed counts' rounding"
     return FigureCheck(
         quantity=quantity,
-        published=_printed(published_bytes, unit, unit_bytes, resolution),
+        published=printed.shown(),
         predicted=f"{format_bytes(predicted.nominal)} ({predicted_by})",
-        published_value=published_bytes,
+        published_value=printed.published_bytes,
         predicted_value=predicted.nominal,
-        error_percent=error_percent(predicted.nominal, published_bytes),
+        error_percent=error_percent(predicted.nominal, printed.published_bytes),
         target=target,
         verdict=PASS if overlaps else FAIL,
         basis=(
-            f"printed to {resolution:g} {unit} ({rounding}): {low:.0f}..{high:.0f} B; "
-            f"predicted {predicted.low:.0f}..{predicted.high:.0f} B{spread}"
+            f"printed to {printed.resolution:g} {printed.unit} ({printed.rounding}): "
+            f"{low:.0f}..{high:.0f} B; predicted {predicted.low:.0f}..{predicted.high:.0f} B{spread}"
         ),
     )
 

@@ -14,10 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import jsonschema
 import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
+from zerogate.config.profile import check_profile, file_defining, load_profile_chain, resolve_profile
 from zerogate.config.tables import read_yaml, refuse_duplicate_ids
+from zerogate.config.validation import describe, dotted, key_path
 from zerogate.contracts.base import Record
 from zerogate.errors import InputError
 from zerogate.render.variants import VARIANTS, variant_overrides
@@ -118,9 +121,6 @@ def point_profile(
 
 
 def _schema_error(file: str, chain: list[tuple[Path, dict]], where: str, error: Any) -> InputError:
-    from zerogate.config.profile import file_defining
-    from zerogate.config.validation import describe, dotted, key_path
-
     path = key_path(error)
     defining = file_defining(chain, path)
     if defining == chain[-1][0]:
@@ -132,10 +132,6 @@ def check_grid(repo: Path, file: str = GRID_FILE) -> tuple[PlannerGrid, dict[str
     """(the grid, each point's profile mapping by id), every point checked as a profile is (the profile
     schema, zerogate.config.profile.check_profile: the settings and the model config) before anything is
     written; InputError naming ``file``, the point and the key, or the base's file for a key the base sets."""
-    import jsonschema
-
-    from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
-
     grid = read_grid(repo / file, file)
     profiles_dir = repo / "config" / "profiles"
     base_chain = load_profile_chain(profiles_dir, grid.base, file, "base")

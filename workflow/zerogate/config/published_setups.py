@@ -30,7 +30,7 @@ Offload = Literal["none", "cpu", "nvme"]
 Dtype = Literal["fp16", "bf16", "fp32"]
 Attention = Literal["sdpa", "eager", "flash_attention_2", "unknown"]
 Positive = Annotated[int, Field(ge=1)]
-# A DeepSpeed release as its numbers, "0.19.6" (zerogate.predict.ledger.release orders them).
+# A DeepSpeed release as its numbers, "0.19.6" (zerogate.predict.setup.release orders them).
 Release = Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]
 
 
@@ -219,7 +219,7 @@ class MeasuredSetup(Record):
 
 
 # What a published memory reading measured, with the planner's peak level
-# (zerogate.predict.ledger.PEAK_LEVELS) that predicts it: torch's tensor peak, its caching allocator's peak,
+# (zerogate.predict.levels.PEAK_LEVELS) that predicts it: torch's tensor peak, its caching allocator's peak,
 # the device's memory as nvidia-smi (NVML)
 # shows it. A reading of a tool not named is ``unknown``: set against the device's level, what must fit.
 CUDA_LEVEL_OF_METRIC = {

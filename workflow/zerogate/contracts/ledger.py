@@ -53,7 +53,7 @@ class PeakRow(LedgerRow):
 
 
 class LevelRow(LedgerRow):
-    """One rank's predicted peak at one level (zerogate.predict.ledger.peak_levels) against its
+    """One rank's predicted peak at one level (zerogate.predict.levels.peak_levels) against its
     measurement."""
 
     level: str  # tensor | allocator | device | resident_set, or "tensor without the gradient buckets"

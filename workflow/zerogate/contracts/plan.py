@@ -150,9 +150,9 @@ class EstimatorRow(Record):
 
 
 class ZerogateRow(Record):
-    """zerogate's terms for one scheme (zerogate.predict.ledger.zerogate_terms; each term's source in
+    """zerogate's terms for one scheme (zerogate.predict.zero_terms.zerogate_terms; each term's source in
     Ledger.term_sources). ``device_per_rank`` is the device level (what must fit the device's memory), the
-    tensor and allocator peaks are the levels below it (zerogate.predict.ledger.device_levels)."""
+    tensor and allocator peaks are the levels below it (zerogate.predict.phases.device_levels)."""
 
     device_terms_bytes: dict[str, int] = Field(alias="device_terms(bytes)")
     host_terms_per_rank_bytes: dict[str, int] = Field(alias="host_terms_per_rank(bytes)")
@@ -221,8 +221,8 @@ class Ledger(Record):
 class PeerPlan(Record):
     """A peer of ZeRO-3 planned for the same machine, model, batch and precision (torch FSDP2 as
     zerogate.runtime.engines.Fsdp2Engine wraps the model, with or without CPUOffloadPolicy): what each rank's
-    device and the host would need (zerogate.predict.ledger.fsdp2_terms, fsdp2_host_need_per_rank) and what
-    one rank would communicate per optimizer step (zerogate.predict.fsdp2_comms.fsdp2_theory)."""
+    device and the host would need (zerogate.predict.fsdp2_terms: fsdp2_terms, fsdp2_host_need_per_rank)
+    and what one rank would communicate per optimizer step (zerogate.predict.fsdp2_comms.fsdp2_theory)."""
 
     variant: str  # a zerogate.render.variants.PEERS name
     what: str
@@ -312,7 +312,7 @@ class RuntimeBaseline(Artefact):
 
 
 class PredictedPeak(Record):
-    """One level of a rank's predicted peak (zerogate.predict.ledger.peak_levels) and what measures it."""
+    """One level of a rank's predicted peak (zerogate.predict.levels.peak_levels) and what measures it."""
 
     predicted_bytes: int = Field(alias="predicted(bytes)")
     terms_bytes: dict[str, int] = Field(alias="terms(bytes)")  # the terms it sums (by phase: peak_split)
@@ -320,7 +320,7 @@ class PredictedPeak(Record):
 
 
 class PeakPrediction(Artefact):
-    """Each rank's predicted peak memory, term by term (zerogate.predict.ledger.peak_terms), and every level
+    """Each rank's predicted peak memory, term by term (zerogate.predict.levels.peak_terms), and every level
     the accelerator measures (``levels``: tensor, allocator and device on GPUs; tensor and resident set on
     the CPU accelerator)."""
 

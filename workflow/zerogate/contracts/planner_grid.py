@@ -19,7 +19,7 @@ class GridLevel(Record):
     point: str
     architecture: str
     parameters: int
-    scheme: str  # the ledger table's (zerogate.predict.ledger.setup_from_config)
+    scheme: str  # the ledger table's (zerogate.predict.setup.setup_from_config)
     stage: int
     offload: str  # none | optimizer | optimizer+parameters
     micro_batch: int

@@ -6,15 +6,17 @@ attention, checkpointing, the loss's precision) is traced once and kept. A trace
 layers under FakeTensorMode on the CPU and scales by the layer count where the config's layers are alike (the
 trace
 checks that on the full model built on the meta device, and traces every layer where they differ), so one
-costs about 0.2 s after the first (docs/planning.md).
+costs about 0.2 s after the first (docs/planning.md). What the figures are, and the formula for hand-made
+counts, is zerogate.predict.activation_figures'.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from zerogate.predict.ledger import ActivationFigures
+from zerogate.predict.activation_figures import ActivationFigures
 from zerogate.predict.setup import Setup
+from zerogate.predict.trace import MicroStep, trace_micro_step
 
 # The config keys transformers' architectures name their attention-probability dropout by.
 ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob")
@@ -42,7 +44,7 @@ def as_cuda_sdpa_runs(config: Any) -> tuple[Any, str]:
 
 class TracedActivations:
     """``activations(setup)``: the traced terms of ``config``'s causal LM for ``setup``
-    (zerogate.predict.ledger Activations), cached per distinct setting."""
+    (zerogate.predict.activation_figures.Activations), cached per distinct setting."""
 
     def __init__(self, config: Any) -> None:
         self.config = config
@@ -59,8 +61,6 @@ class TracedActivations:
             setup.device_kind,
         )
         if key not in self._traced:
-            from zerogate.predict.trace import MicroStep, trace_micro_step
-
             config, changed = self.config, ""
             if setup.device_kind == "cuda" and setup.attention == "sdpa":
                 config, changed = as_cuda_sdpa_runs(self.config)

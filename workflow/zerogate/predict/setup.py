@@ -1,24 +1,26 @@
 """What a prediction needs to know about a run: its setup (ranks, precision, geometry, ZeRO stage, offloads,
 buckets), read from the rendered DeepSpeed config and the run spec, with DeepSpeed's defaults where the
-config leaves a key out; and which DeepSpeed release the run is planned for."""
+config leaves a key out (zerogate.render.deepspeed_defaults, read from DeepSpeed's own config classes); and
+which DeepSpeed release the run is planned for."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Any
 
 from zerogate.contracts.run import DsConfig, RunSpec
+from zerogate.render.deepspeed_defaults import deepspeed_defaults
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000  # zero/config.py max_reuse_distance (elements)
-DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000  # zero/config.py max_live_parameters (elements)
-DEEPSPEED_SUB_GROUP_SIZE = 1_000_000_000  # zero/config.py sub_group_size (elements)
-ZERO0_ALLREDUCE_ELEMENTS = (
-    500_000_000  # engine.py MEMORY_OPT_ALLREDUCE_SIZE: ZeRO-0's all-reduce bucket (elements)
-)
+# zerogate.predict.comms still reads these two as constants when it is imported (on the torch-free analysis
+# side too, where the defaults table may not be kept yet); they are DeepSpeed's defaults
+# (deepspeed_defaults().max_reuse_distance and .zero0_allreduce_elements), which a unit test holds them to.
+DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000
+ZERO0_ALLREDUCE_ELEMENTS = 500_000_000
 TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # torch.<name> of each
 SCHEMES = (
     "ddp",
@@ -29,6 +31,12 @@ SCHEMES = (
     "zero3_offload_optimizer",
     "zero3_offload_all",
 )
+
+
+def deepspeed_default(name: str) -> Any:
+    """A Setup field whose default is DeepSpeed's (the DeepSpeedDefaults field ``name``), read when a Setup is
+    made, not when this module is imported."""
+    return field(default_factory=lambda: getattr(deepspeed_defaults(), name))
 
 
 @dataclass(frozen=True)
@@ -54,18 +62,20 @@ class Setup:
         True  # the cross-entropy on the logits upcast to fp32 (transformers' ForCausalLMLoss)
     )
     leaf_blocks: bool = False  # a leaf module class beyond DeepSpeed's defaults: whole blocks are gathered
-    max_reuse_distance: int = (
-        DEEPSPEED_MAX_REUSE_DISTANCE  # elements: a parameter used again sooner stays gathered
-    )
-    max_live_parameters: int = DEEPSPEED_MAX_LIVE_PARAMETERS  # elements gathered at most, prefetch included
-    sub_group_size: int = DEEPSPEED_SUB_GROUP_SIZE  # elements the ZeRO-3 optimizer steps at once
+    # elements: a parameter used again sooner stays gathered
+    max_reuse_distance: int = deepspeed_default("max_reuse_distance")
+    # elements gathered at most, prefetch included
+    max_live_parameters: int = deepspeed_default("max_live_parameters")
+    sub_group_size: int = deepspeed_default("sub_group_size")  # elements the ZeRO-3 optimizer steps at once
     overlap_comm: bool = False
     attention: str = "sdpa"  # the model's attn_implementation
     nvme_optimizer: bool = False  # the optimizer offload goes to NVMe, not host RAM
     nvme_param: bool = False
-    param_swap_buffer_count: int = 5  # offload_param.buffer_count (zero/offload_config.py default)
-    param_swap_buffer_size: int = 100_000_000  # offload_param.buffer_size, elements
-    optimizer_swap_buffer_count: int = 4  # offload_optimizer.buffer_count
+    param_swap_buffer_count: int = deepspeed_default("param_buffer_count")  # offload_param.buffer_count
+    param_swap_buffer_size: int = deepspeed_default(
+        "param_buffer_size"
+    )  # offload_param.buffer_size, elements
+    optimizer_swap_buffer_count: int = deepspeed_default("optimizer_buffer_count")
     # The DeepSpeed release whose allocations are planned, as release numbers; None: the installed one. Only
     # a published run made with an older DeepSpeed is planned with another
     # (zerogate.bench.planner_validation).
@@ -108,9 +118,9 @@ def setup_from_config(
     ds_config: DsConfig, run_spec: RunSpec, nodes: int = 1, activation_checkpointing: bool | None = None
 ) -> Setup:
     """The ledger's view of a rendered config (``ds_config.json``) and its ``run_spec.json``: seq_len,
-    attention and activation checkpointing are the run spec's (``activation_checkpointing`` overrides it)."""
-    from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
-
+    attention and activation checkpointing are the run spec's (``activation_checkpointing`` overrides it);
+    DeepSpeed's defaults where the config leaves a key out."""
+    defaults = deepspeed_defaults()
     zero = ds_config.zero_optimization
     extra = zero.model_extra or {}
     offloads = [o for o in (zero.offload_optimizer, zero.offload_param) if o is not None]
@@ -134,22 +144,28 @@ def setup_from_config(
         offload_optimizer=bool(zero.offload_optimizer and zero.offload_optimizer.on),
         offload_param=bool(zero.offload_param and zero.offload_param.on),
         pin_memory=any(o.pin_memory for o in offloads if o.on),
-        reduce_bucket=int(extra.get("reduce_bucket_size", 5e8)),
-        prefetch_bucket=int(extra.get("stage3_prefetch_bucket_size", 5e7)),
-        persistence_threshold=int(extra.get("stage3_param_persistence_threshold", 1e5)),
+        reduce_bucket=int(extra.get("reduce_bucket_size", defaults.reduce_bucket_size)),
+        prefetch_bucket=int(extra.get("stage3_prefetch_bucket_size", defaults.prefetch_bucket_size)),
+        persistence_threshold=int(
+            extra.get("stage3_param_persistence_threshold", defaults.param_persistence_threshold)
+        ),
         activation_checkpointing=checkpointing,
         loss_in_fp32=run_spec.training.loss_in_fp32,
-        leaf_blocks=any(c not in DEFAULT_LEAF_MODULE_CLASSES for c in leaf_classes),
-        max_reuse_distance=int(extra.get("stage3_max_reuse_distance", DEEPSPEED_MAX_REUSE_DISTANCE)),
-        max_live_parameters=int(extra.get("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_PARAMETERS)),
-        sub_group_size=int(extra.get("sub_group_size", DEEPSPEED_SUB_GROUP_SIZE)),
+        leaf_blocks=any(c not in defaults.leaf_module_classes for c in leaf_classes),
+        max_reuse_distance=int(extra.get("stage3_max_reuse_distance", defaults.max_reuse_distance)),
+        max_live_parameters=int(extra.get("stage3_max_live_parameters", defaults.max_live_parameters)),
+        sub_group_size=int(extra.get("sub_group_size", defaults.sub_group_size)),
+        # DeepSpeed leaves overlap_comm None and resolves it to its stage's default: off below stage 3,
+        # where the ledger reads it (ZeRO-1/2's buckets).
         overlap_comm=bool(extra.get("overlap_comm", False)),
         attention=run_spec.model.attention,
         nvme_optimizer=bool(zero.offload_optimizer and zero.offload_optimizer.device == "nvme"),
         nvme_param=bool(zero.offload_param and zero.offload_param.device == "nvme"),
-        param_swap_buffer_count=int(param_offload.get("buffer_count", 5)),
-        param_swap_buffer_size=int(param_offload.get("buffer_size", 1e8)),
-        optimizer_swap_buffer_count=int(optimizer_offload.get("buffer_count", 4)),
+        param_swap_buffer_count=int(param_offload.get("buffer_count", defaults.param_buffer_count)),
+        param_swap_buffer_size=int(param_offload.get("buffer_size", defaults.param_buffer_size)),
+        optimizer_swap_buffer_count=int(
+            optimizer_offload.get("buffer_count", defaults.optimizer_buffer_count)
+        ),
     )
 
 

@@ -9,10 +9,12 @@ Free-form sections (``optimizer.params``, ``scheduler.params``: the optimizer's 
 are not checked below their own level.
 
 What the classes accept is read once per DeepSpeed installation into a key table (:func:`key_table`) and kept
-beside the environment (``<sys.prefix>/zerogate-cache``), named after DeepSpeed's version and its installed
-files' record: every Snakemake invocation checks the claim's keys while it builds the DAG, and importing
-DeepSpeed (and torch) for that took most of a DAG's build. Another installation, or another table layout
-here, is another file; where the directory cannot be written, the table is read from DeepSpeed each time.
+beside the environment (``<sys.prefix>/zerogate-cache``, :func:`kept_table`, where
+zerogate.render.deepspeed_defaults keeps DeepSpeed's defaults the same way), named after DeepSpeed's version
+and its installed files' record: every Snakemake invocation checks the claim's keys while it builds the DAG,
+and importing DeepSpeed (and torch) for that took most of a DAG's build. Another installation, or another
+table layout here, is another file; where the directory cannot be written, the table is read from DeepSpeed
+each time.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import sys
 import types
 import typing
+from collections.abc import Callable
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -130,9 +133,9 @@ def table_from_deepspeed() -> dict[str, Any]:
 _TABLE_LAYOUT = repr((1, sorted(_SECTIONS.items()), _CONSTANT_MODULES))
 
 
-def cache_file(prefix: str = sys.prefix) -> Path | None:
-    """Where the key table of the installed DeepSpeed is kept (None when DeepSpeed's files are not
-    recorded)."""
+def cache_file(prefix: str = sys.prefix, table: str = "keys", layout: str = _TABLE_LAYOUT) -> Path | None:
+    """Where a table read from the installed DeepSpeed (``table``: its name, ``layout``: what it holds and
+    where it is read from) is kept; None when DeepSpeed's files are not recorded."""
     try:
         installed = metadata.distribution("deepspeed")
     except metadata.PackageNotFoundError:
@@ -140,29 +143,35 @@ def cache_file(prefix: str = sys.prefix) -> Path | None:
     record = installed.read_text("RECORD")
     if record is None:
         return None
-    stamp = hashlib.sha256((_TABLE_LAYOUT + record).encode()).hexdigest()[:16]
-    return Path(prefix) / "zerogate-cache" / f"deepspeed-{installed.version}-keys-{stamp}.json"
+    stamp = hashlib.sha256((layout + record).encode()).hexdigest()[:16]
+    return Path(prefix) / "zerogate-cache" / f"deepspeed-{installed.version}-{table}-{stamp}.json"
 
 
-@cache
-def key_table() -> dict[str, Any]:
-    """The key table (:func:`table_from_deepspeed`), from its cache file when there is one."""
-    cached = cache_file()
+def kept_table(table: str, layout: str, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The table ``build`` reads from DeepSpeed, from its cache file (:func:`cache_file`) when there is one;
+    read once and kept there otherwise, where the directory can be written."""
+    cached = cache_file(table=table, layout=layout)
     if cached is not None and cached.exists():
         try:
             return json.loads(cached.read_text())
         except (OSError, ValueError):
             pass
-    table = table_from_deepspeed()
+    found = build()
     if cached is not None:
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
             partial = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
-            partial.write_text(json.dumps(table, sort_keys=True))
+            partial.write_text(json.dumps(found, sort_keys=True))
             partial.replace(cached)  # whole or not at all: another process may be reading it
         except OSError:
             pass
-    return table
+    return found
+
+
+@cache
+def key_table() -> dict[str, Any]:
+    """The key table (:func:`table_from_deepspeed`), from its cache file when there is one."""
+    return kept_table("keys", _TABLE_LAYOUT, table_from_deepspeed)
 
 
 def _suggest(key: str, known: Any) -> str:

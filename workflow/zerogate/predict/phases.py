@@ -1,0 +1,178 @@
+"""The phases of a step's memory and a device's levels: which terms coexist, and what a device holds at its
+peak.
+
+A device's terms fall into phases that do not coexist (:data:`PHASES`): what is held for the whole run
+(``PERSISTENT``), then, one after the other, the forward's start (ZeRO-3's coalesced fetch and every
+parameter's copy out of it), the forward's end (the fetch, the running module's copy and the activations),
+the backward up to its first accumulated gradient (the activations and the backward's
+transient), the backward from then on (ZeRO-1/2's reduction buckets, allocated at that first gradient, beside
+what is left of the activations), the reduction at the accumulation boundary after the backward and the
+optimizer step. A term may sit in several phases (the activations in the forward and the backward). The
+gradients of a window of one micro-step (ZeRO-0's, and ZeRO-1/2's reduced partitions) exist only from the
+backward or the boundary to the step's end. The tensor peak is the persistent terms plus the largest phase
+(:func:`transient_bytes`). On GPUs what is not a tensor comes on top (:data:`OVERHEAD`: the caching
+allocator's margin, the CUDA context, the communicator's buffers; :func:`cuda_overhead`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerogate.predict.setup import Setup
+from zerogate.units import GIB
+
+PERSISTENT = (
+    "parameters",
+    "master_parameters",
+    "gradients",
+    "gradient_accumulation",
+    "optimizer_states",
+    "optimizer_gradients",
+    "persistent_parameters",
+    "reduce_bucket",
+    "offload_gradient_buffer",
+    "offload_gradient_staging",
+    "offload_parameter_buffer",
+)
+# ZeRO-3's forward starts with its coalesced fetch split into every parameter's copy, and ends with the
+# fetch's buffer, the running module's copy and the activations.
+FORWARD_START = ("gathered_parameters", "gathered_parameter_copies")
+FORWARD = ("gathered_parameters", "gathered_copy_in_use", "unsharded_parameters", "activations")
+BACKWARD = (
+    "unsharded_parameters",
+    "largest_layer_gradient",
+    "tied_weight_gradient",
+    "activations",
+    "backward_transient",
+    "gradient_reduction_buckets_per_backward",
+)
+# ZeRO-0's gradients accumulate in the backward (window_gradients); ZeRO-1/2/3 hand each to their buckets.
+BACKWARD_FROM_FIRST_GRADIENT = (
+    "gathered_parameters",
+    "unsharded_parameters",
+    "largest_layer_gradient",
+    "tied_weight_gradient",
+    "offload_gradient_conversion_in_backward",
+    "offload_overflow_check_in_backward",
+    "gradient_reduction_buckets",
+    "gradient_reduction_buckets_per_backward",
+    "window_gradients",
+    "reduce_scatter_in_backward",
+    "activations_at_first_gradient",
+    "backward_transient_after_first_gradient",
+)
+BOUNDARY = (
+    "window_gradients",
+    "window_gradient_partition",
+    "allreduce_flat_buffer",
+    "last_gradient",
+    "reduce_scatter_buffer",
+    "reduce_scatter_cpu_copy",
+    "gradient_reduction_buckets",
+    "gradient_reduction_buckets_per_backward",
+    "offload_gradient_conversion",
+    "offload_overflow_check",
+)
+OPTIMIZER_STEP = (
+    "window_gradients",
+    "window_gradient_partition",
+    "gradient_reduction_buckets",
+    "fp32_gradient_copy",
+)
+PHASES = {
+    "forward_start": FORWARD_START,
+    "forward": FORWARD,
+    "backward": BACKWARD,
+    "backward_from_first_gradient": BACKWARD_FROM_FIRST_GRADIENT,
+    "boundary": BOUNDARY,
+    "optimizer_step": OPTIMIZER_STEP,
+}
+# The terms an activation source (traced or the formula) gives: what one micro-step keeps and what its
+# backward adds.
+ACTIVATION_TERMS = (
+    "activations",
+    "backward_transient",
+    "activations_at_first_gradient",
+    "backward_transient_after_first_gradient",
+)
+# What is not a tensor: on GPUs, above the tensor peak.
+OVERHEAD = ("allocator_margin", "cuda_context", "communicator")
+
+# --- The terms that are not a model's tensors, each a measurement or a stated assumption -------------------
+# CUDA context + cuBLAS workspaces per GPU process: 0.3-0.6 GiB measured by users (docs/reference.md section
+# 1); the upper end, so that a "fits" verdict is not optimistic.
+CUDA_CONTEXT_BYTES = int(0.6 * GIB)
+# NCCL's communicator buffers on the device: 1.6 GB per GPU was published for one communicator after an
+# all-reduce, CUDA context included (NVIDIA/nccl issue 864); the buffers are that less the context term.
+# NCCL's memory grows with its channels (issue 986: linear in the channels), so a PCIe box likely needs less.
+NCCL_PUBLISHED_DEVICE_BYTES = int(1.6e9)
+COMMUNICATOR_BYTES = NCCL_PUBLISHED_DEVICE_BYTES - CUDA_CONTEXT_BYTES
+# The CUDA caching allocator reserves more than the tensors it holds (block rounding, fragmentation): a
+# DeepSpeed memory line of a real run reads Max_MA 19.52 GB, Max_CA 21 GB (docs/reference.md section 3),
+# 7.6 % above the tensor peak. A stated assumption from one published line, to be checked on a GPU run.
+ALLOCATOR_MARGIN = 21.0 / 19.52 - 1.0
+
+# Where each of the OVERHEAD terms comes from (the plan's Ledger.term_sources).
+OVERHEAD_SOURCES = {
+    "allocator_margin": (
+        f"the CUDA caching allocator's reserve above the tensor peak, {100 * ALLOCATOR_MARGIN:.1f} % "
+        "(assumed from one published DeepSpeed memory line, docs/reference.md section 3)"
+    ),
+    "cuda_context": (
+        "CUDA context and cuBLAS workspaces, 0.6 GiB (the upper end of users' 0.3-0.6 GiB, "
+        "docs/reference.md section 1)"
+    ),
+    "communicator": (
+        "NCCL's device buffers: 1.6 GB published per GPU for one communicator (NVIDIA/nccl issue "
+        "864) less the CUDA context term"
+    ),
+}
+
+
+def phase_bytes(terms: dict[str, int]) -> dict[str, int]:
+    """What each phase (PHASES) adds above the persistent terms, bytes."""
+    return {name: sum(v for k, v in terms.items() if k in names) for name, names in PHASES.items()}
+
+
+def transient_bytes(terms: dict[str, int]) -> int:
+    """What a step adds above the persistent terms at its peak, bytes: the largest of its phases (PHASES)."""
+    return max(phase_bytes(terms).values())
+
+
+@dataclass(frozen=True)
+class DeviceLevels:
+    """A device's peak at three levels, bytes (:func:`device_levels`)."""
+
+    tensor: int  # what torch.cuda.max_memory_allocated counts
+    allocator: int  # plus the caching allocator's margin: max_memory_reserved
+    device: int  # plus the CUDA context and the communicator: what NVML sees, and what must fit the device
+
+
+def device_levels(device: dict[str, int]) -> DeviceLevels:
+    """A device's peak at three levels, bytes: ``tensor`` (what torch.cuda.max_memory_allocated counts: the
+    persistent terms plus the larger of the micro-step's and the optimizer step's), ``allocator`` (plus the
+    caching allocator's margin: max_memory_reserved) and ``device`` (plus the CUDA context and the
+    communicator: what NVML sees, and what must fit the device)."""
+    persistent = sum(v for k, v in device.items() if k in PERSISTENT)
+    tensor = persistent + transient_bytes(device)
+    allocator = tensor + device.get("allocator_margin", 0)
+    return DeviceLevels(
+        tensor=tensor,
+        allocator=allocator,
+        device=allocator + device.get("cuda_context", 0) + device.get("communicator", 0),
+    )
+
+
+def cuda_overhead(tensors: dict[str, int], setup: Setup) -> dict[str, int]:
+    """What a GPU rank holds beside ``tensors`` (its tensor terms), bytes: the caching allocator's margin
+    above their peak, the CUDA context and, with more than one rank, the communicator's buffers
+    (OVERHEAD_SOURCES). None on the CPU accelerator."""
+    if setup.device_kind != "cuda":
+        return {}
+    overhead = {
+        "allocator_margin": int(ALLOCATOR_MARGIN * device_levels(tensors).tensor),
+        "cuda_context": CUDA_CONTEXT_BYTES,
+    }
+    if setup.ranks > 1:
+        overhead["communicator"] = COMMUNICATOR_BYTES
+    return overhead

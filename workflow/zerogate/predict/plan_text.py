@@ -1,0 +1,206 @@
+"""A plan in words: the human-readable summary (``plan/plan.txt``) and the refusal message approve_plan
+prints. Reads the plan contract only, so the light rules that print a plan load no model or DeepSpeed."""
+
+from __future__ import annotations
+
+from zerogate.contracts.machine import Figure
+from zerogate.contracts.plan import Floor, Ledger, MemoryCheck, Plan
+from zerogate.units import format_bytes
+
+
+def _rank(check: MemoryCheck) -> str:
+    return f"rank {check.rank} " if check.rank is not None else ""
+
+
+def refusal(result: Plan) -> str:
+    """The refusal message: each failing check with rank, device, need and capacity; what would fit."""
+    lines = [f"plan refused: the {result.scheme} run of {result.ranks} ranks does not fit {result.machine}:"]
+    for check in result.checks:
+        if not check.fits:
+            lines.append(
+                f"  {_rank(check)}{check.device}: {check.what} needs {format_bytes(check.need_bytes)}, "
+                f"capacity {format_bytes(check.capacity_bytes)}"
+            )
+    if result.suggestions:
+        lines.append("changes that would fit:")
+        lines += [
+            f"  - {s.change} ({s.tightest}: {format_bytes(s.need_bytes)} of {format_bytes(s.capacity_bytes)})"
+            + (f"; plan it: {s.command}" if s.command else "")
+            for s in result.suggestions
+        ]
+    else:
+        lines.append(
+            "no single change considered (offload, micro-batch 1, activation checkpointing, 2-8x ranks) fits"
+        )
+    lines.append(
+        "to train anyway, set `plan: {allow_infeasible: true, reason: ...}` in the profile (recorded as a "
+        "deviation)"
+    )
+    return "\n".join(lines)
+
+
+def scheme_lines(led: Ledger) -> list[str]:
+    """Per-rank device memory of every scheme: the paper's, DeepSpeed's estimator's and zerogate's."""
+    lines = []
+    for scheme, row in led.schemes.items():
+        ds, zg = row.deepspeed, row.zerogate
+        lines.append(
+            f"  {scheme:<24} paper {format_bytes(row.paper.device_per_rank_bytes)} | "
+            f"DeepSpeed {format_bytes(ds and ds.device_per_rank_bytes)}, host "
+            f"{format_bytes(ds and ds.host_per_node_bytes)} | "
+            f"zerogate {format_bytes(zg.device_per_rank_bytes)} "
+            f"({'with' if not led.activation_checkpointing else 'without'} "
+            f"checkpointing {format_bytes(zg.device_per_rank_other_checkpointing_bytes)}), host "
+            f"{format_bytes(zg.host_per_node_bytes)}"
+        )
+    return lines
+
+
+def activation_line(led: Ledger) -> str:
+    """The run's activations, how they were found, and the formula's figure beside them."""
+    acts = led.activations
+    shape = (
+        f"{format_bytes(acts.per_layer_bytes)} per layer x {acts.layers} layers + "
+        f"{format_bytes(acts.outside_layers_bytes)} outside"
+        if acts.per_layer_bytes is not None and acts.outside_layers_bytes is not None
+        else f"{acts.layers} layers"
+    )
+    after = (
+        ""
+        if acts.at_first_gradient_bytes is None
+        else f", alive at the first accumulated gradient {format_bytes(acts.at_first_gradient_bytes)} and "
+        f"the backward's peak after it {format_bytes(acts.after_first_gradient_bytes)} more"
+    )
+    return (
+        f"activations ({acts.basis}; micro-batch {led.micro_batch}, sequence {led.seq_len}, "
+        f"{led.attention} attention, checkpointing {'on' if led.activation_checkpointing else 'off'}): "
+        f"{format_bytes(acts.saved_bytes)} ({shape}), backward transient "
+        f"{format_bytes(acts.backward_transient_bytes)}{after}; the Korthikanti formula "
+        f"{format_bytes(acts.formula_bytes)}"
+    )
+
+
+def ledger_lines(result: Plan) -> list[str]:
+    """The machine, the model and the ledger: every scheme, the activations and this run's device terms."""
+    led = result.ledger
+    own = led.own.zerogate
+    return [
+        f"machine {result.machine} ({result.machine_source}); {led.parameters:,} parameters "
+        f"(largest layer {led.largest_layer_parameters:,}); {result.ranks} ranks, {result.dtype}; "
+        f"this run: {result.scheme}",
+        "per-rank device memory (paper | DeepSpeed estimator | zerogate incl. activations; host per node):",
+        *scheme_lines(led),
+        activation_line(led),
+        "this run's device terms per rank: "
+        + ", ".join(f"{k} {format_bytes(v)}" for k, v in own.device_terms_bytes.items())
+        + f"; tensor peak {format_bytes(own.device_tensor_peak_per_rank_bytes)}, allocator "
+        f"{format_bytes(own.device_allocator_peak_per_rank_bytes)}, device "
+        f"{format_bytes(own.device_per_rank_bytes)}",
+    ]
+
+
+def fit_lines(result: Plan) -> list[str]:
+    """Each check with its headroom, the notes, the largest micro-batch, and the changes that would fit or
+    lower the device need."""
+    lines = ["fit of this run:"]
+    for check in result.checks:
+        lines.append(
+            f"  {'fits' if check.fits else 'DOES NOT FIT'}: {_rank(check)}{check.device} {check.what}: need "
+            f"{format_bytes(check.need_bytes)}, capacity {format_bytes(check.capacity_bytes)}, headroom "
+            f"{format_bytes(check.headroom_bytes)}"
+        )
+    if result.pinned_memory:
+        lines.append(f"  note: {result.pinned_memory}")
+    lines += [f"  note: {note}" for note in result.notes]
+    lines.append(f"largest micro-batch per rank that fits: {result.largest_micro_batch_per_rank or 'none'}")
+    if not result.fits:
+        lines.append("changes that would fit:" + ("" if result.suggestions else " none of those considered"))
+        lines += [f"  - {s.change}" + (f": {s.command}" if s.command else "") for s in result.suggestions]
+    if result.device_changes:
+        lines.append("changes that lower the device need (smallest device after each):")
+        lines += [
+            f"  - {s.change}: {format_bytes(s.smallest_device_need_bytes)}"
+            + ("" if s.fits else " (the run still does not fit)")
+            + (f": {s.command}" if s.command else "")
+            for s in result.device_changes
+        ]
+    return lines
+
+
+def _seconds(value: float | None, digits: str = ".3f") -> str:
+    return "n/a" if value is None else f"{value:{digits}}"
+
+
+def floor_lines(steps: Floor) -> list[str]:
+    """The throughput floor: micro-step and optimizer step, each rank's terms, the optimizer update's and
+    the collectives'."""
+    micro, step = steps.micro_step_floor_s, steps.optimizer_step_floor_s
+    lines = [
+        f"throughput floor: micro-step {'n/a' if micro is None else f'{micro:.3f} s'}, optimizer step "
+        f"{'n/a' if step is None else f'{step:.3f} s'}"
+        + (f" (left out: {'; '.join(steps.missing)})" if steps.missing else "")
+    ]
+    for rank in steps.ranks:
+        terms = ", ".join(f"{k} {_seconds(v)}" for k, v in rank.terms.items())
+        lines.append(f"  rank {rank.rank} {rank.device}: {terms}")
+    for k, v in steps.optimizer_terms.items():
+        lines.append(f"  optimizer update: {k} {_seconds(v)}")
+    return lines + collective_lines(steps)
+
+
+def peer_lines(result: Plan) -> list[str]:
+    """ZeRO-3's peers on the machine: whether each fits, its needs and what it communicates."""
+    if not result.peers:
+        return []
+    lines = ["ZeRO-3's peers on this machine (the same model, batch, precision and ranks):"]
+    for peer in result.peers:
+        needs = "; ".join(
+            f"{_rank(c)}{c.device} {format_bytes(c.need_bytes)} of {format_bytes(c.capacity_bytes)}"
+            for c in peer.checks
+        )
+        lines.append(
+            f"  {peer.variant}: {'fits' if peer.fits else 'DOES NOT FIT'} ({needs}); communicates "
+            f"{format_bytes(peer.communicated_per_step_bytes)} per rank and optimizer step"
+            + (f" ({peer.note})" if peer.note else "")
+        )
+    return lines
+
+
+def summary(result: Plan, claims: list[tuple[str, str]] | None = None) -> str:
+    """The human-readable plan: per-rank memory of every scheme, the floor, and ``claims`` (name, verdict
+    text) as zerogate.analysis.on_paper judged them."""
+    lines = ledger_lines(result) + fit_lines(result) + floor_lines(result.floor) + peer_lines(result)
+    if claims:
+        lines.append("claims, on paper:")
+        lines += [f"  {name}: {text}" for name, text in claims]
+    return "\n".join(lines)
+
+
+def _figure(fig: Figure | None, unit: str, scale: float = 1.0) -> str:
+    return "n/a (missing)" if fig is None else f"{fig.value * scale:.4g} {unit} ({fig.basis}: {fig.source})"
+
+
+def collective_lines(steps: Floor) -> list[str]:
+    """The floor's collective terms as the plan prints them: per micro-step and per boundary, each kind's
+    calls x latency + volume / bandwidth, every figure with its basis and source."""
+    communication = steps.communication
+    lines = [
+        f"  collectives ({communication.scheme}, {communication.world} ranks, "
+        f"{communication.backend or 'backend n/a'}, {communication.route or 'route n/a'}):"
+    ]
+    for part, label in (
+        (communication.micro_step, "per micro-step"),
+        (communication.boundary, "per boundary"),
+    ):
+        total = "n/a" if part.seconds is None else f"{part.seconds:.4g} s"
+        lines.append(f"    {label}: {total}" + ("" if part.kinds else " (no collectives)"))
+        for kind, row in part.kinds.items():
+            latency = "n/a" if row.latency_time_s is None else f"{row.latency_time_s:.4g} s"
+            transfer = "n/a" if row.transfer_time_s is None else f"{row.transfer_time_s:.4g} s"
+            lines.append(
+                f"      {kind}: {row.calls:g} calls x latency = {latency}; {row.volume_bytes:.4g} B / "
+                f"bandwidth = {transfer}"
+            )
+            lines.append(f"        latency {_figure(row.latency, 'ms', 1e3)}")
+            lines.append(f"        bandwidth {_figure(row.bandwidth, 'GB/s')}")
+    return lines

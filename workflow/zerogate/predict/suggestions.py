@@ -1,0 +1,148 @@
+"""What would make a run fit, and what lowers a device's need: changes a user can make (offload, a smaller
+micro-batch, activation checkpointing, shorter sequences, more nodes), each checked on the machine with the
+need it leaves."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from zerogate.config.machines import MachineDescription
+from zerogate.contracts.plan import MemoryCheck, SuggestedSettings, Suggestion
+from zerogate.model.counts import ModelCounts
+from zerogate.predict.activation_figures import Activations
+from zerogate.predict.fit import checks
+from zerogate.predict.setup import Setup
+
+# A change in words and the setup it makes.
+Change = tuple[str, Setup]
+
+
+def micro_batch_one(setup: Setup) -> Change:
+    """Micro-batch 1, the accumulation keeping the batch."""
+    return (
+        f"micro-batch 1 instead of {setup.micro_batch} (accumulation x{setup.micro_batch} keeps the batch)",
+        dataclasses.replace(setup, micro_batch=1, accumulation=setup.accumulation * setup.micro_batch),
+    )
+
+
+def shorter_sequence(setup: Setup, shorter: int) -> Change:
+    return f"sequence length {shorter} instead of {setup.seq_len}", dataclasses.replace(
+        setup, seq_len=shorter
+    )
+
+
+def more_nodes(setup: Setup, factor: int, change: str) -> Change:
+    """``factor`` times the ranks on as many more nodes like this one, after ``change`` (words before)."""
+    return (
+        f"{change}{setup.ranks * factor} ranks ({setup.nodes * factor} nodes like this one)",
+        dataclasses.replace(setup, ranks=setup.ranks * factor, nodes=setup.nodes * factor),
+    )
+
+
+def changes_that_may_fit(setup: Setup) -> list[Change]:
+    """Changes a user could make, each alone and the strongest combined."""
+    options: list[Change] = []
+    if setup.scheme != "zero3_offload_optimizer" and not setup.offload_param:
+        options.append(("ZeRO-3 with optimizer offload to CPU", setup.with_scheme("zero3_offload_optimizer")))
+    if setup.scheme != "zero3_offload_all":
+        options.append(
+            ("ZeRO-3 with optimizer and parameter offload to CPU", setup.with_scheme("zero3_offload_all"))
+        )
+    if setup.micro_batch > 1:
+        options.append(micro_batch_one(setup))
+    if not setup.activation_checkpointing:
+        options.append(
+            ("activation checkpointing", dataclasses.replace(setup, activation_checkpointing=True))
+        )
+    for factor in (2, 4, 8):
+        if setup.seq_len // factor >= 64:
+            options.append(shorter_sequence(setup, setup.seq_len // factor))
+    options += [more_nodes(setup, factor, "") for factor in (2, 4, 8)]
+    strongest = dataclasses.replace(
+        setup.with_scheme("zero3_offload_all"), micro_batch=1, activation_checkpointing=True
+    )
+    options.append(("all of: full offload, micro-batch 1, activation checkpointing", strongest))
+    combined = "all of: full offload, micro-batch 1, activation checkpointing, "
+    options += [more_nodes(strongest, factor, combined) for factor in (2, 4, 8)]
+    return options
+
+
+def suggestion(change: str, setup: Setup, variant: Setup, result: list[MemoryCheck]) -> Suggestion:
+    """``change`` (``variant`` of ``setup``) with the need it leaves on the tightest of its checks
+    (``result``) and on the smallest device."""
+    tightest = min(result, key=lambda c: c.headroom_bytes)
+    devices = [c for c in result if c.rank is not None]
+    smallest = min(devices, key=lambda c: c.capacity_bytes) if devices else None
+    return Suggestion(
+        change=change,
+        tightest=tightest.what,
+        need_bytes=tightest.need_bytes,
+        capacity_bytes=tightest.capacity_bytes,
+        # The same change as settings (zerogate.render.overlay writes a runnable profile from them).
+        settings=SuggestedSettings(
+            nodes=variant.nodes,
+            ranks=variant.ranks,
+            micro_batch=variant.micro_batch,
+            accumulation=variant.accumulation,
+            offload_optimizer=variant.offload_optimizer,
+            offload_param=variant.offload_param,
+            activation_checkpointing=variant.activation_checkpointing,
+            seq_len=variant.seq_len if variant.seq_len != setup.seq_len else None,
+        ),
+        fits=all(c.fits for c in result),
+        smallest_device_need_bytes=None if smallest is None else smallest.need_bytes,
+    )
+
+
+def suggestions(
+    counts: ModelCounts, setup: Setup, machine: MachineDescription, activations: Activations | None = None
+) -> list[Suggestion]:
+    """The changes that would make the run fit, with the need they leave on the tightest check. Of the
+    shorter sequence lengths only the longest that fits is offered."""
+    found = []
+    shorter_found = False
+    for change, variant in changes_that_may_fit(setup):
+        if variant.seq_len != setup.seq_len and shorter_found:
+            continue
+        result = checks(counts, variant, machine, activations)
+        if all(c.fits for c in result):
+            shorter_found |= variant.seq_len != setup.seq_len
+            found.append(suggestion(change, setup, variant, result))
+    return found
+
+
+def changes_that_lower_the_device_need(setup: Setup) -> list[Change]:
+    """Activation checkpointing, micro-batch 1 with the accumulation keeping the batch, a sequence of 1/2,
+    1/4, 1/8 the length (at least 64), and checkpointing with each shorter sequence."""
+    options: list[Change] = []
+    checkpointed = dataclasses.replace(setup, activation_checkpointing=True)
+    if not setup.activation_checkpointing:
+        options.append(("activation checkpointing", checkpointed))
+    if setup.micro_batch > 1:
+        options.append(micro_batch_one(setup))
+    for factor in (2, 4, 8):
+        shorter = setup.seq_len // factor
+        if shorter >= 64:
+            options.append(shorter_sequence(setup, shorter))
+            if not setup.activation_checkpointing:
+                options.append(
+                    (
+                        f"activation checkpointing and sequence length {shorter} instead of {setup.seq_len}",
+                        dataclasses.replace(checkpointed, seq_len=shorter),
+                    )
+                )
+    return options
+
+
+def device_changes(
+    counts: ModelCounts, setup: Setup, machine: MachineDescription, activations: Activations | None = None
+) -> list[Suggestion]:
+    """The changes a profile expresses that lower a device's need
+    (:func:`changes_that_lower_the_device_need`), each with the smallest device's need after it, whether or
+    not the run then fits. Empty without GPUs."""
+    if not machine.gpus:
+        return []
+    return [
+        suggestion(change, setup, variant, checks(counts, variant, machine, activations))
+        for change, variant in changes_that_lower_the_device_need(setup)
+    ]
