@@ -20,7 +20,7 @@ from tests.unit.helpers import settings
 from zerogate.analysis.claims import Evidence
 from zerogate.analysis.claims import judge as judge_claims
 from zerogate.analysis.gates import evaluate
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import parse_run
 from zerogate.contracts.base import read_lines, write_lines
 from zerogate.contracts.machine import Fingerprint

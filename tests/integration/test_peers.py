@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.pipeline import env, shortened_launch
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.analysis.variants import TOLERANCE_FLOOR, VariantRun, compare, relative_differences
 from zerogate.contracts.base import read_lines

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import parse_launcher_log, steps_table
 from zerogate.config.profile import load_profile_chain, resolve_profile, with_model_config
 from zerogate.config.settings import ProfileSettings, profile_settings

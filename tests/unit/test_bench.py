@@ -81,7 +81,7 @@ def test_the_bisects_figures_are_the_pipelines_statistics_with_their_intervals(t
     its interval per run, the runs pooled, and each commit's ratio to the first, beyond noise or not."""
     import numpy as np
 
-    from zerogate.analysis import measures
+    from zerogate.analysis.intervals import IntervalRule
     from zerogate.bench import bisect_step_time
 
     rng = np.random.default_rng(0)
@@ -91,7 +91,7 @@ def test_the_bisects_figures_are_the_pipelines_statistics_with_their_intervals(t
                 tmp_path / sha / f"run{run}",
                 [list(level * (1 + 0.02 * rng.standard_normal(60))) for _ in range(2)],
             )
-    rows = bisect_step_time.analyse(["aaa", "bbb"], tmp_path, measures.IntervalRule())
+    rows = bisect_step_time.analyse(["aaa", "bbb"], tmp_path, IntervalRule())
     first = read_rank_metrics(tmp_path / "aaa/run0")
     assert rows[0]["runs"][0]["median(s)"] == step_time(first, bisect_step_time.WARMUP_STEPS).value
     assert rows[0]["beyond_noise"] is None and rows[1]["beyond_noise"] is True
@@ -108,7 +108,7 @@ def test_the_bisects_figures_are_the_pipelines_statistics_with_their_intervals(t
 def test_peers_vs_zero3_divides_the_pipelines_step_times_and_brackets_each_ratio(tmp_path):
     import numpy as np
 
-    from zerogate.analysis.measures import IntervalRule
+    from zerogate.analysis.intervals import IntervalRule
     from zerogate.bench import peers_vs_zero3
 
     rng = np.random.default_rng(0)

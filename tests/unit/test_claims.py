@@ -21,7 +21,7 @@ from zerogate.analysis import claims as c
 from zerogate.analysis import gates as g
 from zerogate.analysis.claims import Evidence, judge, rounding_tolerance, stated_figure_holds
 from zerogate.analysis.ledger_check import compare, with_peaks
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import run_metadata
 from zerogate.config.machines import from_fingerprint
 from zerogate.contracts.ledger import LedgerTable

@@ -9,6 +9,7 @@ import pytest
 from tests.unit.helpers import no_events, settings, spike_rule, synthetic_steps, train_summary
 from tests.unit.test_report import DEVIATION, provenance, verdicts_of
 from zerogate.analysis import measures
+from zerogate.analysis.intervals import IntervalRule
 from zerogate.analysis.parse import read_steps, run_metadata
 from zerogate.contracts.records import GitState
 from zerogate.contracts.report import GitAtStages, RunRegistry
@@ -250,7 +251,7 @@ NOISY = dict(step_time=0.5, time_noise=0.1, time_correlation=0.5)
 def same_and_slowed(tmp_path, tiny_profile):
     """Two runs of the tiny profile and a third with its straggler injection: a profile of its own (another
     config hash), the same measurement."""
-    rule = measures.IntervalRule()
+    rule = IntervalRule()
     runs = [
         write_run(
             tmp_path,
@@ -322,7 +323,7 @@ def test_a_rank_slowed_by_30_percent_is_beyond_noise_in_the_csv_and_the_page(tmp
 
 
 def test_the_history_orders_one_machines_runs_by_training_and_flags_a_regression(tmp_path, tiny_profile):
-    rule = measures.IntervalRule()
+    rule = IntervalRule()
     made = [
         ("aaa1111", 0.5, "2026-11-29T10:00:00+00:00"),
         ("bbb2222", 0.5, "2026-11-30T10:00:00+00:00"),

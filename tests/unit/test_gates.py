@@ -21,6 +21,7 @@ from tests.unit.helpers import (
     with_optimizer_step_floor,
 )
 from zerogate.analysis import measures
+from zerogate.analysis.columns import DEVICE_PEAK, STEP_TIME
 from zerogate.analysis.gates import (
     FAIL,
     INCONCLUSIVE,
@@ -32,7 +33,7 @@ from zerogate.analysis.gates import (
     smallest_device_ranks,
     unit_of,
 )
-from zerogate.analysis.measures import DEVICE_PEAK, STEP_TIME, SpikeRule
+from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import parse_launcher_log, run_metadata, stabiliser_events
 from zerogate.contracts.base import write_lines
 from zerogate.contracts.machine import Fingerprint

@@ -25,8 +25,9 @@ from tests.unit.helpers import (
     with_optimizer_step_floor,
 )
 from zerogate.analysis import measures
+from zerogate.analysis.columns import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate, unit_of
-from zerogate.analysis.measures import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME, SpikeRule
+from zerogate.analysis.loss_trend import SpikeRule, loss_spikes
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
 from zerogate.contracts.base import write_lines
 from zerogate.contracts.records import StabiliserEvent
@@ -256,7 +257,7 @@ def test_the_spike_rule_is_documented_as_upward_only_like_the_stabiliser():
     losses[40] = -20.0
     assert robust_z(losses[40], losses[:40]) < -rule.threshold
     steps = table_of([step_record(step=step, loss=loss) for step, loss in enumerate(losses, start=1)])
-    assert measures.loss_spikes(steps, rule).count == 0
+    assert loss_spikes(steps, rule).count == 0
     stabiliser = Stabiliser(PROFILE.stabiliser)
     for loss in losses:
         verdict = stabiliser.judge_loss([loss])

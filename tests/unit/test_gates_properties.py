@@ -36,8 +36,10 @@ from tests.unit.helpers import (
 )
 from tests.unit.helpers import settings as profile_settings
 from zerogate.analysis import measures
+from zerogate.analysis.columns import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate
-from zerogate.analysis.measures import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME, SpikeRule
+from zerogate.analysis.health import record_completeness
+from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import run_metadata
 from zerogate.config.settings import GateStatistic
 from zerogate.contracts.verdicts import GateVerdict
@@ -294,7 +296,7 @@ def test_completeness_counts_every_rank_and_step(ranks, steps, cut, data):
     )
     for rank, step in removed:
         frame = frame[~((frame["rank"] == rank) & (frame["step"] == step))]
-    found = measures.record_completeness(frame, ranks, steps)
+    found = record_completeness(frame, ranks, steps)
     expected_missing: dict[int, list[int]] = {}
     for rank, step in removed:
         expected_missing.setdefault(rank, []).append(step)

@@ -32,9 +32,19 @@ from tests.unit.helpers import (
     with_optimizer_step_floor,
 )
 from zerogate.analysis import measures
+from zerogate.analysis.columns import STEP_TIME, TOKENS_PER_S
 from zerogate.analysis.gates import FAIL, PASS, evaluate
-from zerogate.analysis.measures import STEP_TIME, TOKENS_PER_S, SpikeRule, summarise_run
+from zerogate.analysis.health import (
+    completion_of,
+    missing_values,
+    nonfinite_events,
+    record_completeness,
+    run_completion,
+    step_span,
+)
+from zerogate.analysis.loss_trend import ConvergenceRule, SpikeRule, loss_convergence, loss_spikes
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
+from zerogate.analysis.summary import run_statistics, summarise_run
 from zerogate.analysis.variants import VariantRun
 from zerogate.analysis.variants import compare as variant_table
 from zerogate.config.settings import ConvergenceRuleSettings, stabiliser_settings
@@ -46,6 +56,7 @@ from zerogate.provenance import provenance
 from zerogate.report.compare import comparison_table, group_runs, load_run, quantity_rows
 from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
 from zerogate.report.registry import registry_record
+from zerogate.robust import MAD_TO_SIGMA
 
 STEPS, WARMUP, SKIPPED, SPIKE = 30, 3, 8, 20
 # The spike rule as the rules pass it: the stabiliser section with its defaults filled in
@@ -174,7 +185,7 @@ def test_the_synthetic_run_separates_the_old_definitions():
     assert max_then_median > 2.5 and median_then_max < 1.2
     assert measures.step_time(steps, WARMUP).value == pytest.approx(median_then_max)
     assert measures.overflow_skips(steps).worst_count == 1
-    assert measures.loss_spikes(steps, RULE).steps == [SPIKE]
+    assert loss_spikes(steps, RULE).steps == [SPIKE]
 
 
 def test_every_consumer_gives_the_same_number(tmp_path):
@@ -265,7 +276,7 @@ def test_every_consumer_gives_the_same_number(tmp_path):
     ):
         assert value == skipped
     assert gates["optimizer_step_time"].evidence.overflow_skipped_steps_excluded == 1  # after the warm-up
-    spikes = measures.loss_spikes(steps, RULE)
+    spikes = loss_spikes(steps, RULE)
     for value in (
         gates["loss_convergence"].evidence.spikes,
         summary.loss_spikes,
@@ -293,7 +304,7 @@ def test_a_crashed_rank_fails_both_gates_through_the_one_completion():
     steps = uneven_run()
     steps = steps[~((steps["rank"] == 1) & (steps["step"] > 20))]
     gates, _, meta = judged(steps, parse_launcher_log(log), summary=train_summary(20, dtype="fp16"), log=log)
-    completion = measures.completion_of(meta)
+    completion = completion_of(meta)
     assert completion.failed_ranks == [1] and completion.stopped_early == {1: 20} and not completion.complete
     for name in ("ranks_completed", "zero_nonfinite"):
         assert gates[name].verdict == FAIL
@@ -307,16 +318,16 @@ def summary_of(steps, meta):
 
 
 def test_a_run_that_stopped_without_a_word_counts_one_unknown_rank():
-    completion = measures.run_completion({0: 30, 1: 30}, [], False, 30, 2)
+    completion = run_completion({0: 30, 1: 30}, [], False, 30, 2)
     assert completion.failed_rank_count == 1 and completion.problems == [
         "the training run did not finish (no summary)"
     ]
-    missing = measures.run_completion({0: 30}, [], True, 30, 2)  # rank 1 wrote no record at all
+    missing = run_completion({0: 30}, [], True, 30, 2)  # rank 1 wrote no record at all
     assert missing.stopped_early == {1: 0} and missing.failed_ranks == [1]
 
 
 def test_the_spike_rule_is_the_stabilisers():
-    """measures.loss_spikes replays zerogate.train.stabiliser on the recorded series: same steps flagged."""
+    """loss_spikes replays zerogate.train.stabiliser on the recorded series: same steps flagged."""
     from zerogate.train.stabiliser import Stabiliser
 
     rng = np.random.default_rng(3)
@@ -339,10 +350,10 @@ def test_the_spike_rule_is_the_stabilisers():
         ]
     )
     rule = SpikeRule.from_settings(section)
-    assert flagged and measures.loss_spikes(steps, rule).steps == flagged
+    assert flagged and loss_spikes(steps, rule).steps == flagged
     # The profile's threshold is the gates' threshold: a higher one counts fewer spikes.
     strict = SpikeRule.from_settings(dataclasses.replace(section, spike_threshold=40.0))
-    assert measures.loss_spikes(steps, strict).count < len(flagged)
+    assert loss_spikes(steps, strict).count < len(flagged)
 
 
 def test_the_gates_read_the_profiles_spike_settings():
@@ -382,7 +393,7 @@ def test_the_gates_read_the_profiles_spike_settings():
 def test_without_a_loss_scaler_skips_are_not_measured_never_zero():
     steps = uneven_run().assign(loss_scale=None)
     assert measures.overflow_skipped(steps) is None and measures.overflow_skips(steps) is None
-    assert measures.run_statistics(steps, WARMUP, RULE).overflow_skipped_steps is None
+    assert run_statistics(steps, WARMUP, RULE).overflow_skipped_steps is None
     # Without a loss scaler nothing was skipped by fp16: the timed steps keep the (fast) step 8.
     assert SKIPPED in set(measures.timed_steps(steps, WARMUP)["step"])
 
@@ -415,7 +426,7 @@ def test_analysis_and_report_never_load_torch():
 
 
 def test_a_run_no_longer_than_its_warmup_has_no_timing_statistics():
-    statistics = measures.run_statistics(uneven_run(), STEPS, RULE)
+    statistics = run_statistics(uneven_run(), STEPS, RULE)
     assert statistics.timed_steps == 0 and statistics.step_time_median_s is None
     assert statistics.tokens_per_s is None and statistics.peak_memory_per_rank_gib == {0: 0.5, 1: 0.7}
 
@@ -500,7 +511,7 @@ def test_record_completeness_names_missing_repeated_unexpected_and_extra():
     frame = table_of(
         [step_record(rank=rank, step=step) for rank, step in [(0, 1), (0, 2), (0, 2), (0, 4), (2, 1), (5, 1)]]
     )
-    found = measures.record_completeness(frame, 3, 3)
+    found = record_completeness(frame, 3, 3)
     assert found.missing_ranks == [1] and found.extra_ranks == [5] and found.ranks_present == [0, 2, 5]
     assert found.missing_steps == {0: [3], 2: [2, 3], 5: [2, 3]}
     assert found.repeated_steps == {0: [2]} and found.unexpected_steps == {0: [4]}
@@ -521,17 +532,17 @@ def test_record_completeness_names_missing_repeated_unexpected_and_extra():
     file_form = evidence.model_dump(by_alias=True)
     assert file_form["world_size(ranks)"] == 3 and file_form["expected_steps(steps)"] == 3
     assert file_form["missing_steps(step)"] == {0: "3", 2: "2, 3", 5: "2, 3"}
-    unknown = measures.record_completeness(frame, None, None)
+    unknown = record_completeness(frame, None, None)
     assert unknown.problems == [
         "world size unknown (no run spec or summary gives it): the ranks cannot be counted",
         "expected optimizer steps unknown: the steps cannot be counted",
         "rank 0: 1 steps recorded more than once (2)",
     ]
-    complete = measures.record_completeness(
+    complete = record_completeness(
         table_of([step_record(rank=r, step=s) for r in (0, 1) for s in (1, 2)]), 2, 2
     )
     assert complete.complete and complete.problems == [] and complete.incomplete_ranks == []
-    assert measures._span(list(range(1, 12))) == "1, 2, 3, 4, 5, 6, 7, 8 and 3 more"
+    assert step_span(list(range(1, 12))) == "1, 2, 3, 4, 5, 6, 7, 8 and 3 more"
 
 
 def test_missing_values_per_rank():
@@ -541,8 +552,8 @@ def test_missing_values_per_rank():
             for rank, step, v in [(0, 1, 1.0), (0, 2, None), (1, 1, np.inf), (1, 2, 2.0)]
         ]
     )
-    assert measures.missing_values(frame, TOKENS_PER_S) == {0: [2], 1: [1]}
-    assert measures.missing_values(frame.assign(**{TOKENS_PER_S: 1.0}), TOKENS_PER_S) == {}
+    assert missing_values(frame, TOKENS_PER_S) == {0: [2], 1: [1]}
+    assert missing_values(frame.assign(**{TOKENS_PER_S: 1.0}), TOKENS_PER_S) == {}
 
 
 def test_loss_scaler_comes_from_the_rendered_config():
@@ -575,7 +586,7 @@ def test_nonfinite_events_one_per_step_with_ranks_metrics_and_sources():
             ]
         ]
     )
-    events = measures.nonfinite_events(
+    events = nonfinite_events(
         frame, ["loss", "grad_norm", "absent"], [(2, 1, "nonfinite_grad_norm"), (9, None, "nonfinite_loss")]
     )
     assert [e.evidence().model_dump(by_alias=True) for e in events] == [
@@ -591,11 +602,11 @@ def test_nonfinite_events_one_per_step_with_ranks_metrics_and_sources():
     ]  # a null grad_norm (DeepSpeed returned none) is no fault; a non-finite loss is
 
 
-RULE_10 = measures.ConvergenceRule(initial_steps=3, final_fraction=0.1, max_rebound=0.25, min_drop_sigmas=3.0)
+RULE_10 = ConvergenceRule(initial_steps=3, final_fraction=0.1, max_rebound=0.25, min_drop_sigmas=3.0)
 
 
 def convergence_of(losses):
-    return measures.loss_convergence(
+    return loss_convergence(
         table_of([step_record(step=step, loss=loss) for step, loss in enumerate(losses, start=1)]), RULE_10
     )
 
@@ -605,9 +616,9 @@ def test_loss_convergence_figures_by_hand():
     found = convergence_of(losses)  # 20 steps: blocks of 2 from the end
     assert found.steps == 20 and found.nonfinite_steps == []
     assert found.initial == 5.0 and found.final == 1.0 and found.lowest_block == 1.0
-    assert found.final_spread == pytest.approx(0.5 * measures.MAD_TO_SIGMA)
+    assert found.final_spread == pytest.approx(0.5 * MAD_TO_SIGMA)
     assert found.ratio == 0.2 and found.rebound == 0.0
-    assert found.drop_sigmas == pytest.approx(4.0 / (0.5 * measures.MAD_TO_SIGMA))
+    assert found.drop_sigmas == pytest.approx(4.0 / (0.5 * MAD_TO_SIGMA))
     assert found.problems(RULE_10) == []
 
 
@@ -627,19 +638,19 @@ def test_loss_convergence_rebound_flat_and_nonfinite():
     broken = convergence_of([3.0] * 5 + [math.inf, math.nan] + [1.0] * 13)
     assert broken.nonfinite_steps == [6, 7] and math.isnan(broken.ratio)
     assert broken.problems(RULE_10) == ["non-finite loss at 2 steps (6, 7)"]
-    assert measures.loss_convergence(table_of([]), RULE_10).steps == 0
+    assert loss_convergence(table_of([]), RULE_10).steps == 0
     # The rule is the gate's convergence block: cpu-tiny's loss_convergence gate states exactly RULE_10.
     gate = next(g for g in PROFILE.gates if g.statistic == "loss_convergence")
-    assert measures.ConvergenceRule.from_gate(gate) == RULE_10
+    assert ConvergenceRule.from_gate(gate) == RULE_10
     other = dataclasses.replace(
         gate,
         convergence=ConvergenceRuleSettings(
             initial_steps=5, final_fraction=0.2, max_rebound=0.1, min_drop_sigmas=2
         ),
     )
-    assert measures.ConvergenceRule.from_gate(other) == measures.ConvergenceRule(5, 0.2, 0.1, 2.0)
+    assert ConvergenceRule.from_gate(other) == ConvergenceRule(5, 0.2, 0.1, 2.0)
     with pytest.raises(ValueError, match="needs its convergence block"):
-        measures.ConvergenceRule.from_gate(dataclasses.replace(gate, convergence=None))
+        ConvergenceRule.from_gate(dataclasses.replace(gate, convergence=None))
 
 
 def test_run_statistics_keys_and_values():
@@ -663,7 +674,7 @@ def test_run_statistics_keys_and_values():
             ]
         )
 
-    stats = measures.run_statistics(frame(), 1, RULE)
+    stats = run_statistics(frame(), 1, RULE)
     assert stats.model_dump(by_alias=True) == {
         "ranks": 2,
         "optimizer_steps": 4,
@@ -690,14 +701,12 @@ def test_run_statistics_keys_and_values():
     }
     timed = frame(collectives={0: [5.0, 0.9, 0.9, 0.9], 1: [5.0, 0.2, 0.2, 0.2]})
     straggling = {
-        k: v
-        for k, v in measures.run_statistics(timed, 1, RULE).model_dump(by_alias=True).items()
-        if "straggler" in k
+        k: v for k, v in run_statistics(timed, 1, RULE).model_dump(by_alias=True).items() if "straggler" in k
     }
     assert straggling == {
         "straggler_rank": 1,
         "straggler_compute_excess(s)": pytest.approx(1.7),
         "wait_for_straggler_median(s)": pytest.approx(0.7),
     }
-    bare = measures.run_statistics(frame().assign(**{STEP_TIME: np.nan}), 1, RULE)  # no step time recorded
+    bare = run_statistics(frame().assign(**{STEP_TIME: np.nan}), 1, RULE)  # no step time recorded
     assert bare.step_time_median_s is None and bare.step_time_p90_s is None and bare.slowest_rank is None

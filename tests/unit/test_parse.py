@@ -7,6 +7,7 @@ from tests.conftest import CPU_FINGERPRINT
 from tests.unit.helpers import settings, spike_rule, step_record, synthetic_steps, table_of, train_summary
 from zerogate.analysis import measures
 from zerogate.analysis.gates import FAIL, NOT_MEASURED, evaluate_gate
+from zerogate.analysis.health import record_completeness
 from zerogate.analysis.parse import (
     STEP_COLUMNS,
     event_table,
@@ -294,7 +295,6 @@ def test_parse_run_is_the_parse_logs_rules_work(tmp_path):
 
 def test_failed_gates_lists_the_fails_with_their_reasons():
     from tests.unit.helpers import settings, synthetic_steps
-    from zerogate.analysis import measures
     from zerogate.analysis.gates import failed_gates
     from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS, GateVerdict, GateVerdicts, Reproduction
 
@@ -310,7 +310,7 @@ def test_failed_gates_lists_the_fails_with_their_reasons():
         ],
         counts={PASS: 1, FAIL: 1, NOT_MEASURED: 1},
         reproduction=Reproduction(faithful=False, reasons=["no GPU"]),
-        records=measures.record_completeness(synthetic_steps(), 2, 200).evidence(),
+        records=record_completeness(synthetic_steps(), 2, 200).evidence(),
     )
     assert failed_gates(verdicts) == ["optimizer_step_time: too slow"]
 

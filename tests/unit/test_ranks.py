@@ -1,4 +1,4 @@
-"""Who waits for whom: compute, communication and wait per rank (zerogate.analysis.measures.rank_balance),
+"""Who waits for whom: compute, communication and wait per rank (zerogate.analysis.rank_balance),
 the collective clock that records the time each rank spends in collectives, and the `slow` injection."""
 
 import json
@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 
 from tests.unit.helpers import no_events, step_record, table_of
-from zerogate.analysis import measures
-from zerogate.analysis.measures import COLLECTIVES_TIME
+from zerogate.analysis import columns
+from zerogate.analysis.columns import COLLECTIVES_TIME, COMMUNICATION, STEP_TIME, WAIT
 from zerogate.analysis.parse import run_metadata
+from zerogate.analysis.rank_balance import STRAGGLER_MARGIN, rank_balance, rank_times
 from zerogate.config.settings import check_inject, stabiliser_settings
 from zerogate.contracts.records import GitState, StabiliserSummary, TrainSummary
 from zerogate.errors import InputError
@@ -69,7 +70,7 @@ def run_meta(steps: pd.DataFrame, world_size: int = 2):
 
 @pytest.mark.parametrize("straggler", [0, 1])
 def test_the_straggler_is_named_and_the_other_rank_waits_for_it(straggler):
-    balance = measures.rank_balance(ranks_run(straggler), WARMUP, world_size=2)
+    balance = rank_balance(ranks_run(straggler), WARMUP, world_size=2)
     other = 1 - straggler
     assert balance.measured and balance.problems == []
     assert balance.straggler == straggler == balance.slowest and balance.next_slowest == other
@@ -89,15 +90,15 @@ def test_the_straggler_is_named_and_the_other_rank_waits_for_it(straggler):
 
 
 def test_per_step_parts_add_up_to_the_step_time():
-    frame = measures.rank_times(ranks_run(1), WARMUP)
+    frame = rank_times(ranks_run(1), WARMUP)
     assert sorted(frame["step"].unique()) == list(range(WARMUP + 1, STEPS + 1))  # timed steps only
-    parts = frame[measures.COMPUTE] + frame[measures.COMMUNICATION] + frame[measures.WAIT]
-    assert parts.to_numpy() == pytest.approx(frame[measures.STEP_TIME].to_numpy())
-    assert (frame[measures.WAIT] >= 0).all()
+    parts = frame[columns.COMPUTE] + frame[COMMUNICATION] + frame[WAIT]
+    assert parts.to_numpy() == pytest.approx(frame[STEP_TIME].to_numpy())
+    assert (frame[WAIT] >= 0).all()
 
 
 def test_equal_ranks_have_no_straggler():
-    balance = measures.rank_balance(ranks_run(None), WARMUP, world_size=2)
+    balance = rank_balance(ranks_run(None), WARMUP, world_size=2)
     assert balance.measured and balance.straggler is None and balance.waiting_for_straggler == {}
     assert balance.excess == pytest.approx(0.0) and balance.slowest in (0, 1)
     assert balance.wait == {0: pytest.approx(0.0), 1: pytest.approx(0.0)}
@@ -106,14 +107,14 @@ def test_equal_ranks_have_no_straggler():
 
 def test_a_difference_within_the_margin_is_noise_not_a_straggler():
     pace = COMPUTE + 0.002 + TRANSFER
-    within = measures.rank_balance(ranks_run(1, delay=0.5 * measures.STRAGGLER_MARGIN * pace), WARMUP, 2)
-    beyond = measures.rank_balance(ranks_run(1, delay=2 * measures.STRAGGLER_MARGIN * pace), WARMUP, 2)
+    within = rank_balance(ranks_run(1, delay=0.5 * STRAGGLER_MARGIN * pace), WARMUP, 2)
+    beyond = rank_balance(ranks_run(1, delay=2 * STRAGGLER_MARGIN * pace), WARMUP, 2)
     assert within.straggler is None and within.slowest == 1
     assert beyond.straggler == 1
 
 
 def test_three_ranks_one_straggler_both_others_wait():
-    balance = measures.rank_balance(ranks_run(2, world=3), WARMUP, world_size=3)
+    balance = rank_balance(ranks_run(2, world=3), WARMUP, world_size=3)
     assert balance.straggler == 2 and balance.waiting_for_straggler == {
         0: pytest.approx(DELAY),
         1: pytest.approx(DELAY),
@@ -122,7 +123,7 @@ def test_three_ranks_one_straggler_both_others_wait():
 
 def test_a_missing_rank_measures_nothing_and_says_which():
     run = ranks_run(1)
-    balance = measures.rank_balance(run[run["rank"] == 0], WARMUP, world_size=2)
+    balance = rank_balance(run[run["rank"] == 0], WARMUP, world_size=2)
     assert not balance.measured and balance.straggler is None and balance.compute == {}
     assert "ranks with no timed step records: [1] of world size 2" in balance.problems
     assert balance.summary() == {
@@ -135,7 +136,7 @@ def test_a_missing_rank_measures_nothing_and_says_which():
 def test_a_truncated_rank_measures_nothing_and_names_its_missing_steps():
     run = ranks_run(1)
     truncated = run[~((run["rank"] == 1) & (run["step"] > 9))]
-    balance = measures.rank_balance(truncated, WARMUP, world_size=2)
+    balance = rank_balance(truncated, WARMUP, world_size=2)
     assert not balance.measured and balance.straggler is None and balance.wait == {}
     assert balance.problems == ["rank 1: 3 timed steps missing (10, 11, 12)"]
 
@@ -143,18 +144,18 @@ def test_a_truncated_rank_measures_nothing_and_names_its_missing_steps():
 def test_a_gap_in_the_collective_time_measures_nothing():
     run = ranks_run(0)
     run.loc[(run["rank"] == 1) & (run["step"] == 5), COLLECTIVES_TIME] = math.nan
-    balance = measures.rank_balance(run, WARMUP, world_size=2)
+    balance = rank_balance(run, WARMUP, world_size=2)
     assert balance.problems == [f"rank 1: {COLLECTIVES_TIME} missing or non-finite at 1 steps (5)"]
-    assert measures.rank_times(run, WARMUP).loc[lambda f: f["step"] == 5, measures.WAIT].isna().all()
+    assert rank_times(run, WARMUP).loc[lambda f: f["step"] == 5, WAIT].isna().all()
 
 
 def test_records_without_collective_times_or_on_cuda_are_not_measured():
     # The metrics layer's collective clock off: collectives(s) null in every record.
-    old = measures.rank_balance(ranks_run(1).assign(**{COLLECTIVES_TIME: None}), WARMUP, 2)
+    old = rank_balance(ranks_run(1).assign(**{COLLECTIVES_TIME: None}), WARMUP, 2)
     assert not old.measured and COLLECTIVES_TIME in old.problems[0]
-    cuda = measures.rank_balance(ranks_run(1, device="cuda:0"), WARMUP, 2)
+    cuda = rank_balance(ranks_run(1, device="cuda:0"), WARMUP, 2)
     assert not cuda.measured and "NCCL" in cuda.problems[0]
-    single = measures.rank_balance(ranks_run(None, world=1), WARMUP, 1)
+    single = rank_balance(ranks_run(None, world=1), WARMUP, 1)
     assert single.problems == ["a single rank waits for no other"]
 
 
@@ -330,7 +331,7 @@ def test_the_ranks_figure_draws_the_measures_numbers(tmp_path):
     from zerogate.report.figures import ranks_figure
 
     shown = ranks_figure(ranks_run(1), WARMUP, tmp_path / "ranks.png", world_size=2)
-    balance = measures.rank_balance(ranks_run(1), WARMUP, 2)
+    balance = rank_balance(ranks_run(1), WARMUP, 2)
     assert shown == {
         "ranks_measured": True,
         "straggler_rank": 1,

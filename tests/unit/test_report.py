@@ -12,11 +12,15 @@ import pytest
 from tests.conftest import CPU_FINGERPRINT
 from tests.unit.helpers import no_events, render_profile, settings, spike_rule, synthetic_steps, train_summary
 from zerogate.analysis import measures
+from zerogate.analysis.bootstrap import timing_intervals
+from zerogate.analysis.columns import STEP_TIME
 from zerogate.analysis.gates import evaluate
+from zerogate.analysis.intervals import IntervalRule
 from zerogate.analysis.ledger_check import compare as ledger_compare
 from zerogate.analysis.ledger_check import read_measurements, with_peaks
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import event_table, parse_launcher_log, run_metadata, stabiliser_events
+from zerogate.analysis.summary import summarise_repeats, summarise_run
 from zerogate.config.machines import from_fingerprint
 from zerogate.config.settings import StabiliserSettings
 from zerogate.contracts.base import write_lines
@@ -195,8 +199,8 @@ def test_report_opens_with_verdicts_and_names_its_provenance(tmp_path, tiny_prof
 
 def test_run_summary_reports_slowest_rank_median(tmp_path, tiny_profile):
     steps = synthetic_steps(step_time=1.0)
-    steps.loc[steps["rank"] == 1, measures.STEP_TIME] *= 2
-    summary = measures.summarise_run(steps, 5, spike_rule(tiny_profile))
+    steps.loc[steps["rank"] == 1, STEP_TIME] *= 2
+    summary = summarise_run(steps, 5, spike_rule(tiny_profile))
     assert 1.9 < summary.step_time_median_s < 2.1
     assert summary.ranks == 2 and summary.optimizer_steps == 200
     assert set(summary.peak_memory_per_rank_gib) == {0, 1}
@@ -476,7 +480,7 @@ def test_a_run_that_stopped_in_its_warmup_still_gets_its_figures_and_summary(tmp
     verdicts = verdicts_of(tiny_profile, steps, finished=False, run_meta=stopped)
     drawn = step_time_figure(steps, 5, verdicts, tmp_path / "step.png")
     assert drawn == {"step_time_median(s)": None, "timed_steps": 0}
-    summary = measures.summarise_run(steps, 5, spike_rule(tiny_profile))
+    summary = summarise_run(steps, 5, spike_rule(tiny_profile))
     assert summary.step_time_median_s is None and summary.timed_steps == 0
 
 
@@ -539,7 +543,7 @@ def test_the_report_shows_each_timings_interval_and_an_inconclusive_gate(tmp_pat
     value stand with their interval, what it covers is said once, and an INCONCLUSIVE gate is counted
     apart."""
     steps = synthetic_steps(step_time=0.5, time_noise=0.1, time_correlation=0.5)
-    rule = measures.IntervalRule()
+    rule = IntervalRule()
     measured = measures.step_time(steps, 5).value
     gates = tuple(
         dataclasses.replace(g, threshold=measured) if g.name == "optimizer_step_time" else g
@@ -569,7 +573,7 @@ def test_the_report_shows_each_timings_interval_and_an_inconclusive_gate(tmp_pat
         spike_rule=spike_rule(tiny_profile),
         interval_rule=rule,
     )
-    intervals = measures.timing_intervals([steps], 5, rule)
+    intervals = timing_intervals([steps], 5, rule)
     summary = page[page.index("<table id='summary'>") :]
     summary = summary[: summary.index("</table>")]
     for found in (
@@ -595,7 +599,7 @@ def test_the_report_pools_the_repeats_and_lists_each_with_its_memory(tmp_path, t
         synthetic_steps(step_time=level, memory_gib=0.6 + 0.01 * index, seed=index)
         for index, level in enumerate((0.5, 0.55, 0.6))
     ]
-    rule = measures.IntervalRule()
+    rule = IntervalRule()
     verdicts = evaluate(
         settings(tiny_profile).gates,
         runs[0],
@@ -625,7 +629,7 @@ def test_the_report_pools_the_repeats_and_lists_each_with_its_memory(tmp_path, t
     repeats = page[page.index("<table id='repeats'>") :]
     repeats = repeats[: repeats.index("</table>")]
     assert repeats.count("<tr>") == 1 + 3 and "class='pooled'" in repeats
-    pooled = measures.summarise_repeats(runs, 5, spike_rule(tiny_profile), [None] * 3, rule).pooled
+    pooled = summarise_repeats(runs, 5, spike_rule(tiny_profile), [None] * 3, rule).pooled
     assert f"<b>{pooled.step_time_median_s:.4g}</b>" in repeats
     assert "MLPerf" in page and "The run was trained 3 times" in page
     summary = page[page.index("<table id='summary'>") :]

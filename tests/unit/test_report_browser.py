@@ -82,7 +82,7 @@ def _choices(tmp_path, tiny_profile):
     """The variants' table as compare_variants makes it (zerogate.analysis.variants.compare on each variant's
     records, with intervals and the planner's prediction for a DeepSpeed one) and its loss figure."""
     from tests.unit.test_report import rendered
-    from zerogate.analysis.measures import IntervalRule
+    from zerogate.analysis.intervals import IntervalRule
     from zerogate.analysis.variants import VariantRun, compare
     from zerogate.predict.planner import peak_for_run
     from zerogate.report.figures import variant_loss_figure

@@ -8,6 +8,7 @@ import pytest
 
 from tests.unit.helpers import render_profile, settings, spike_rule, step_record, table_of, train_summary
 from zerogate.analysis import measures
+from zerogate.analysis.columns import STEP_TIME
 from zerogate.analysis.variants import TOLERANCE_FLOOR, VariantRun, compare
 from zerogate.render.cpu_tuning import cpu_comm_overrides, untuned_overrides
 from zerogate.render.ds_config import apply_overrides
@@ -265,7 +266,7 @@ def test_variant_table_takes_the_per_rank_median_then_the_slowest_rank(tiny_prof
         warmup_steps=0,
         spike_rule=spike_rule(tiny_profile),
     ).rows
-    assert steps.groupby("step")[measures.STEP_TIME].max().median() == 3.0  # the old definition
+    assert steps.groupby("step")[STEP_TIME].max().median() == 3.0  # the old definition
     assert row.statistics.step_time_median_s == measures.step_time(steps, 0).value == 1.0
 
 

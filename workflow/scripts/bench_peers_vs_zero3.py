@@ -4,7 +4,7 @@ printed."""
 import sys
 from pathlib import Path
 
-from zerogate.analysis.measures import IntervalRule
+from zerogate.analysis.intervals import IntervalRule
 from zerogate.bench.peers_vs_zero3 import ROWS, table, text
 from zerogate.config.settings import IntervalSettings
 from zerogate.contracts.base import typed

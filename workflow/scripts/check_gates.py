@@ -1,7 +1,8 @@
 """Entry point of the check_gates rule (logic: zerogate.analysis.gates)."""
 
 from zerogate.analysis.gates import evaluate
-from zerogate.analysis.measures import IntervalRule, SpikeRule
+from zerogate.analysis.intervals import IntervalRule
+from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import read_events, read_steps
 from zerogate.config.settings import GateSettings, IntervalSettings
 from zerogate.contracts.base import typed

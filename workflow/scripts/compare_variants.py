@@ -1,6 +1,7 @@
 """Entry point of the compare_variants rule (logic: zerogate.analysis.variants)."""
 
-from zerogate.analysis.measures import IntervalRule, SpikeRule
+from zerogate.analysis.intervals import IntervalRule
+from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.analysis.variants import VariantRun, compare
 from zerogate.config.settings import IntervalSettings

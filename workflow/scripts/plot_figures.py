@@ -1,6 +1,6 @@
 """Entry point of the plot_figures rule (logic: zerogate.report.figures)."""
 
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import event_table, read_events, read_steps
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.run import TrainSettings

@@ -1,6 +1,7 @@
 """Entry point of the register_run rule (logic: zerogate.report.registry)."""
 
-from zerogate.analysis.measures import IntervalRule, SpikeRule
+from zerogate.analysis.intervals import IntervalRule
+from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import read_steps
 from zerogate.config.settings import IntervalSettings
 from zerogate.contracts.base import typed

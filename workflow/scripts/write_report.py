@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from zerogate.analysis.measures import IntervalRule, SpikeRule
+from zerogate.analysis.intervals import IntervalRule
+from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import event_table, read_events, read_steps
 from zerogate.config.settings import IntervalSettings
 from zerogate.contracts.base import read_lines, typed

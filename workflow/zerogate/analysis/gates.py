@@ -18,8 +18,21 @@ from typing import Any
 
 import pandas as pd
 
-from zerogate.analysis import measures
-from zerogate.analysis.measures import Completion, ConvergenceRule, SpikeRule
+from zerogate.analysis import loss_trend, measures
+from zerogate.analysis.bootstrap import timing_replicates
+from zerogate.analysis.columns import LOSS, STEP_TIME
+from zerogate.analysis.health import (
+    Completion,
+    RecordCompleteness,
+    completion_of,
+    missing_values,
+    nonfinite_events,
+    record_completeness,
+    run_completion,
+    step_span,
+)
+from zerogate.analysis.intervals import TIMING_STATISTICS, IntervalRule, TimingReplicates
+from zerogate.analysis.loss_trend import ConvergenceRule, SpikeRule, loss_spikes
 from zerogate.analysis.parse import event_table, run_metadata
 from zerogate.config.settings import GateSettings
 from zerogate.contracts.intervals import GateInterval, Interval
@@ -93,12 +106,12 @@ def loss_convergence(
 ) -> tuple[float | None, list[str], ConvergenceEvidence]:
     """(final/initial loss ratio, problems that fail the gate outright, evidence): measures.loss_convergence
     under the gate's ``convergence`` settings, over every step's loss."""
-    _column(steps, measures.LOSS)
+    _column(steps, LOSS)
     rule = ConvergenceRule.from_gate(gate)
-    found = measures.loss_convergence(steps, rule)
+    found = loss_trend.loss_convergence(steps, rule)
     if not found.nonfinite_steps and found.steps < 2 * max(rule.initial_steps, 1):
         raise NotMeasured(f"only {found.steps} loss values: too few to tell a trend")
-    spikes = measures.loss_spikes(steps, spike_rule)
+    spikes = loss_spikes(steps, spike_rule)
     evidence = ConvergenceEvidence(
         steps=found.steps,
         nonfinite_loss_steps=found.nonfinite_steps,
@@ -131,14 +144,14 @@ def nonfinite(
     events: pd.DataFrame,
     completion: Completion,
     metrics: list[str],
-    records: measures.RecordCompleteness,
+    records: RecordCompleteness,
 ) -> tuple[float, list[str], NonfiniteEvidence]:
     """(faults: one per optimizer step with a non-finite value, plus one for a fatal loss-scale abort;
     problems that fail the gate outright; evidence)."""
     present = [m for m in metrics if m in steps.columns]
     if not present and completion.complete:
         raise NotMeasured(f"none of {metrics} in the run's step records")
-    faults = measures.nonfinite_events(steps, present, stabiliser_nonfinite(events))
+    faults = nonfinite_events(steps, present, stabiliser_nonfinite(events))
     fatal = events[events["kind"] == "fatal_loss_scale"] if len(events) else events
     fatal_ranks = sorted({int(r) for r in fatal["rank"].dropna()}) if len(fatal) else []
     evidence = NonfiniteEvidence(
@@ -175,10 +188,10 @@ def _in_unit(value: float, metric: str, unit: str) -> float:
 
 def require_values(pool: pd.DataFrame, metric: str) -> None:
     """NOT MEASURED when ``metric`` is missing or non-finite at any step of ``pool``, naming where."""
-    gaps = measures.missing_values(pool, metric)
+    gaps = missing_values(pool, metric)
     if gaps:
         where = "; ".join(
-            f"rank {rank}: {len(listed)} steps ({measures._span(listed)})" for rank, listed in gaps.items()
+            f"rank {rank}: {len(listed)} steps ({step_span(listed)})" for rank, listed in gaps.items()
         )
         raise NotMeasured(f"'{metric}' missing or non-finite at {where}")
 
@@ -192,8 +205,8 @@ def floor_ratio(
         raise NotMeasured("no physical floor: the planner's plan.json is absent or gives none")
     if floor <= 0:
         raise NotMeasured(f"the planner's floor is {floor} s, not a positive time")
-    if metric != measures.STEP_TIME:
-        raise NotMeasured(f"a floor bounds the optimizer step ({measures.STEP_TIME}), not {metric}")
+    if metric != STEP_TIME:
+        raise NotMeasured(f"a floor bounds the optimizer step ({STEP_TIME}), not {metric}")
     _column(steps, metric)
     pool = measures.timed_steps(steps, warmup_steps)
     require_values(pool, metric)
@@ -282,11 +295,9 @@ def completion_evidence(completion: Completion) -> CompletionEvidence:
     )
 
 
-def failed_ranks(
-    completion: Completion, records: measures.RecordCompleteness
-) -> tuple[float, FailedRanksEvidence]:
+def failed_ranks(completion: Completion, records: RecordCompleteness) -> tuple[float, FailedRanksEvidence]:
     """Ranks that crashed, exited non-zero, stopped before the last step or lack step records
-    (measures.run_completion with the record counts), with their last log lines."""
+    (run_completion with the record counts), with their last log lines."""
     return float(completion.failed_rank_count), FailedRanksEvidence(
         records=records.evidence(), **completion_evidence(completion).model_dump()
     )
@@ -298,17 +309,17 @@ def completion_for(
     summary: TrainSummary | None,
     expected_steps: int,
     run_meta: RunMeta | None,
-    records: measures.RecordCompleteness | None = None,
+    records: RecordCompleteness | None = None,
 ) -> Completion:
     """The run's completion from parse_logs' metadata, or, without it, from the same parse over the step
     records and events (no launcher log text: the failures then lack their last lines); with the record
     counts of ``records``."""
     if run_meta is None:
         run_meta = run_metadata(steps, events, summary, "", expected_steps)
-    completion = measures.completion_of(run_meta)
+    completion = completion_of(run_meta)
     if records is None:
         return completion
-    return measures.run_completion(
+    return run_completion(
         completion.steps_per_rank,
         completion.failures,
         completion.finished,
@@ -319,14 +330,14 @@ def completion_for(
 
 
 def timed_statistic(gate: GateSettings) -> str | None:
-    """The timing statistic (measures.TIMING_STATISTICS) whose interval a time gate judges: a slowest-rank
+    """The timing statistic (TIMING_STATISTICS) whose interval a time gate judges: a slowest-rank
     median or p90 of a timed metric, or the median step time a floor ratio divides; None for other gates."""
     if gate.statistic == "floor_ratio":
         return "step_time_median_s"
     return next(
         (
             name
-            for name, (metric, statistic, over) in measures.TIMING_STATISTICS.items()
+            for name, (metric, statistic, over) in TIMING_STATISTICS.items()
             if metric == gate.metric and statistic == gate.statistic and over == "slowest rank"
         ),
         None,
@@ -352,7 +363,7 @@ class Repeats:
 
     def __init__(self, tables: list[pd.DataFrame], world_size: int, expected_steps: int):
         self.tables = list(tables)
-        self.records = [measures.record_completeness(t, world_size, expected_steps) for t in self.tables]
+        self.records = [record_completeness(t, world_size, expected_steps) for t in self.tables]
 
     def problems(self) -> list[str]:
         return [
@@ -376,10 +387,10 @@ def evaluate_gate(
     *,
     world_size: int,
     ds_config: DsConfig | None = None,
-    records: measures.RecordCompleteness | None = None,
-    interval_rule: measures.IntervalRule | None = None,
+    records: RecordCompleteness | None = None,
+    interval_rule: IntervalRule | None = None,
     repeats: Repeats | None = None,
-    timings: measures.TimingReplicates | None = None,
+    timings: TimingReplicates | None = None,
 ) -> GateVerdict:
     """One gate's verdict. The records' completeness is established first, from counts: a statistic over
     an incomplete run is NOT MEASURED (the completion and non-finite gates, whose claims are about
@@ -387,9 +398,9 @@ def evaluate_gate(
 
     A time gate (``timed_statistic``) with ``interval_rule`` judges its value's interval
     (``interval_outcome``); with ``repeats`` its value pools them (measures.pool) and so does the interval.
-    ``timings`` (measures.timing_replicates of all repeats) is computed here when not given. Without
+    ``timings`` (timing_replicates of all repeats) is computed here when not given. Without
     ``interval_rule``, or for a run too short for an interval, the value alone is compared."""
-    records = records or measures.record_completeness(steps, world_size, expected_steps)
+    records = records or record_completeness(steps, world_size, expected_steps)
     extra_failures: list[str] = []
     measured: float | None
     evidence: Any
@@ -401,7 +412,7 @@ def evaluate_gate(
         if timed and repeats is not None and repeats.problems():
             raise NotMeasured("a repeat's step records are incomplete: " + "; ".join(repeats.problems()))
         if timed and timings is None:
-            timings = measures.timing_replicates(
+            timings = timing_replicates(
                 [steps, *(repeats.tables if repeats else [])], warmup_steps, interval_rule
             )
         if statistic in ("median", "p90", "max"):
@@ -466,12 +477,12 @@ def evaluate_gate(
 
 
 def _pooled(
-    gate: GateSettings, timed: str, timings: measures.TimingReplicates, measured: float, evidence: Any
+    gate: GateSettings, timed: str, timings: TimingReplicates, measured: float, evidence: Any
 ) -> tuple[float, GateInterval | None, Any]:
     """A time gate's value (pooled over the repeats), its interval in the gate's unit, and its evidence
-    with each repeat's value: the interval is the timing statistic's (measures.timing_replicates), scaled
+    with each repeat's value: the interval is the timing statistic's (timing_replicates), scaled
     as the value is (to the gate's unit, or over the floor)."""
-    column = list(measures.TIMING_STATISTICS).index(timed)
+    column = list(TIMING_STATISTICS).index(timed)
     found = timings.interval(timed)
     scale = 1 / evidence.floor if gate.statistic == "floor_ratio" else _in_unit(1.0, gate.metric, gate.unit)
     per_repeat = [float(v) for v in timings.per_repeat[:, column]]
@@ -520,7 +531,7 @@ def slowest_rank_gate(
         in_gate_unit = {rank: _in_unit(v, metric, gate.unit) for rank, v in result.per_rank.items()}
     p90 = (
         measures.slowest_rank(pool, metric, "p90").value
-        if statistic == "median" and metric == measures.STEP_TIME
+        if statistic == "median" and metric == STEP_TIME
         else None
     )
     evidence = SlowestRankEvidence(
@@ -568,7 +579,7 @@ def evaluate(
     plan: Plan | None = None,
     run_meta: RunMeta | None = None,
     ds_config: DsConfig | None = None,
-    interval_rule: measures.IntervalRule | None = None,
+    interval_rule: IntervalRule | None = None,
     repeat_steps: list[pd.DataFrame] = (),
 ) -> GateVerdicts:
     """All gates of the profile. ``warmup_steps`` is the profile's ``training.warmup_steps_excluded`` and
@@ -579,11 +590,11 @@ def evaluate(
     ``intervals``) gives the time gates their intervals; ``repeat_steps`` are the other repeats' steps
     tables (profile key ``repeats``), which the time gates pool with ``steps``."""
     expected = run_spec.training.optimizer_steps
-    records = measures.record_completeness(steps, run_spec.world_size, expected)
+    records = record_completeness(steps, run_spec.world_size, expected)
     repeats = Repeats(list(repeat_steps), run_spec.world_size, expected)
     timings = None
     if interval_rule is not None and records.complete and not repeats.problems():
-        timings = measures.timing_replicates([steps, *repeats.tables], warmup_steps, interval_rule)
+        timings = timing_replicates([steps, *repeats.tables], warmup_steps, interval_rule)
     results = [
         evaluate_gate(
             g,

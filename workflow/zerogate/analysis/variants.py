@@ -16,7 +16,10 @@ import numpy as np
 import pandas as pd
 
 from zerogate.analysis import measures
-from zerogate.analysis.measures import IntervalRule, SpikeRule
+from zerogate.analysis.health import run_completion
+from zerogate.analysis.intervals import IntervalRule
+from zerogate.analysis.loss_trend import SpikeRule
+from zerogate.analysis.summary import run_statistics
 from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.plan import PeakPrediction
 from zerogate.contracts.records import TrainSummary
@@ -81,12 +84,12 @@ def variant_row(
     communication: CommsVolume | None = None,
     accumulation: int | None = None,
 ) -> VariantRow:
-    """One trained variant: what trained it, then measures.run_statistics of its step records."""
+    """One trained variant: what trained it, then run_statistics of its step records."""
     stage, offload_optimizer, offload_param = zero_setup(name)
     steps = run.steps
     per_rank = {int(rank): int(step) for rank, step in steps.groupby("rank")["step"].max().items()}
     # A variant's summary exists only when its run finished; its launcher log is not parsed, so no failures.
-    completion = measures.run_completion(per_rank, [], True, expected_steps, run.summary.world_size)
+    completion = run_completion(per_rank, [], True, expected_steps, run.summary.world_size)
     volume = None if communication is None or accumulation is None else communication.row(name, accumulation)
     return VariantRow(
         variant=name,
@@ -95,7 +98,7 @@ def variant_row(
         stage=stage,
         offload_optimizer=offload_optimizer,
         offload_param=offload_param,
-        statistics=measures.run_statistics(steps, warmup_steps, spike_rule, completion, interval_rule),
+        statistics=run_statistics(steps, warmup_steps, spike_rule, completion, interval_rule),
         wall_time_s=run.summary.wall_time_s,
         predicted_peak_gib=None if prediction is None else prediction.total_bytes / GIB,
         predicted_peak_metric=None if prediction is None else prediction.metric,

@@ -1,9 +1,9 @@
 """Step time of ZeRO's peers against DeepSpeed ZeRO-3, same model, data, seed and loop, in one invocation
 (`make bench-peers`, target bench_peers_vs_zero3): each row's median step time (the slowest rank's,
 zerogate.analysis.measures.step_time) with its interval, and its ratio to ZeRO-3 with the ratio's interval
-(measures.ratio_interval: each run's stationary-bootstrap replicates divided), then the peers' loss curves
-against the ZeRO variants they train from (zerogate.analysis.variants.loss_agreement, its tolerance from
-ZeRO-1 and ZeRO-2).
+(zerogate.analysis.intervals.ratio_interval: each run's stationary-bootstrap replicates divided), then the
+peers' loss curves against the ZeRO variants they train from (zerogate.analysis.variants.loss_agreement, its
+tolerance from ZeRO-1 and ZeRO-2).
 
 The runs are the variants' own (rule train_variant on the profile's data): one run per row, so the
 intervals cover the step-to-step variation within each run, not what differs from one run to the next.
@@ -14,7 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from zerogate.analysis.measures import IntervalRule, ratio_interval, step_time, timing_replicates
+from zerogate.analysis.bootstrap import timing_replicates
+from zerogate.analysis.intervals import IntervalRule, ratio_interval
+from zerogate.analysis.measures import step_time
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.analysis.variants import VariantRun, loss_agreement
 from zerogate.contracts.records import TrainSummary

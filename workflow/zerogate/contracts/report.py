@@ -1,4 +1,4 @@
-"""What the run is, as a whole: its statistics (zerogate.analysis.measures.run_statistics), its provenance
+"""What the run is, as a whole: its statistics (zerogate.analysis.summary.run_statistics), its provenance
 (``provenance.json``), the run registry (``registry.json``: what ``compare`` reads) and the variants'
 table (``variants/comparison.json``)."""
 
@@ -19,8 +19,9 @@ from zerogate.contracts.verdicts import GateOutcome, JudgedGate, Reproduction
 
 
 class RunStatistics(Record):
-    """The headline statistics of one run, each one of measures' definitions; None where the records do
-    not hold it. What the report's run summary, the registry, ``compare`` and the variants' table show."""
+    """The headline statistics of one run, each one of zerogate.analysis' definitions; None where the
+    records do not hold it. What the report's run summary, the registry, ``compare`` and the variants'
+    table show."""
 
     ranks: int
     optimizer_steps: int
@@ -41,7 +42,7 @@ class RunStatistics(Record):
     straggler_rank: int | None
     straggler_compute_excess_s: float | None = Field(alias="straggler_compute_excess(s)")
     wait_for_straggler_median_s: float | None = Field(alias="wait_for_straggler_median(s)")
-    # The timing statistics' intervals (zerogate.analysis.measures, "Intervals"); None when not asked for or
+    # The timing statistics' intervals (zerogate.analysis.intervals); None when not asked for or
     # the run has too few timed steps. With repeats, the timing values above are the repeats' pooled ones.
     intervals: TimingIntervals | None = None
     repeats: int = Field(1, alias="repeats(runs)")
@@ -139,7 +140,7 @@ class RunRegistry(Artefact):
 
 
 class VariantRow(Record):
-    """One variant of the table: what trained it and its run statistics (measures.run_statistics, with the
+    """One variant of the table: what trained it and its run statistics (summary.run_statistics, with the
     timing intervals), beside its predicted peak and its measured communication where those exist. A variant
     that cannot run on this machine has no statistics and says why (``not_run``)."""
 

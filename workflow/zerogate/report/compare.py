@@ -13,8 +13,8 @@ Every number is read from the registries' ``summary`` (zerogate.contracts.report
 zerogate.analysis.measures.run_statistics: the same definitions as each run's report); the curves are
 measures.loss_series and measures.step_time_per_step.
 
-Noise: each timing statistic (measures.TIMING_STATISTICS) stands with its interval, and its ratio to the
-reference with the ratio's interval: both runs resampled on their own (measures.timing_replicates over
+Noise: each timing statistic (TIMING_STATISTICS) stands with its interval, and its ratio to the
+reference with the ratio's interval: both runs resampled on their own (timing_replicates over
 each run's steps and repeats, with the run's own interval settings) and the replicates divided
 (measures.ratio_interval). A ratio is **beyond noise** when its interval excludes 1. The other quantities
 (losses, counts, memory) have no interval here, so they say nothing about noise (``beyond_noise`` empty).
@@ -36,7 +36,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from zerogate.analysis import measures  # noqa: E402
+from zerogate.analysis import intervals, measures  # noqa: E402
+from zerogate.analysis.bootstrap import timing_replicates
+from zerogate.analysis.intervals import TIMING_STATISTICS, IntervalRule, TimingReplicates
 from zerogate.analysis.parse import read_steps as read_steps_table  # noqa: E402
 from zerogate.contracts.base import ContractError  # noqa: E402
 from zerogate.contracts.report import RunRegistry, RunStatistics  # noqa: E402
@@ -140,7 +142,7 @@ def read_steps(run: Run) -> pd.DataFrame:
 _TIMINGS: dict[tuple[Path, str], Any] = {}
 
 
-def timings(run: Run) -> measures.TimingReplicates | None:
+def timings(run: Run) -> TimingReplicates | None:
     """The run's timing statistics with their bootstrap replicates, from its steps and its repeats' (the
     registry's files) under the interval settings its summary records; None without them."""
     summary = run.registry.summary if run.registry else None
@@ -149,11 +151,11 @@ def timings(run: Run) -> measures.TimingReplicates | None:
     key = (run.directory, run.registry.registered_at)
     if key not in _TIMINGS:
         basis = summary.intervals
-        rule = measures.IntervalRule(basis.confidence, basis.resamples, basis.seed)
+        rule = IntervalRule(basis.confidence, basis.resamples, basis.seed)
         tables = [read_steps(run)] + [
             read_steps_table(_local(run, path)) for path in run.registry.files.repeat_steps
         ]
-        _TIMINGS[key] = measures.timing_replicates(tables, summary.warmup_steps_excluded, rule)
+        _TIMINGS[key] = timing_replicates(tables, summary.warmup_steps_excluded, rule)
     return _TIMINGS[key]
 
 
@@ -162,11 +164,11 @@ def ratio_with_noise(run: Run, reference: Run, name: str) -> dict[str, Any]:
     and whether it is beyond noise (the interval excludes 1; None without an interval)."""
     ratio = _ratio(run.statistic(name), reference.statistic(name))
     interval = None
-    if name in measures.TIMING_STATISTICS and ratio is not None:
+    if name in TIMING_STATISTICS and ratio is not None:
         mine, theirs = timings(run), timings(reference)
         if mine is not None and theirs is not None and run.directory != reference.directory:
-            interval = measures.ratio_interval(mine, theirs, name)
-    if run.directory == reference.directory and ratio is not None and name in measures.TIMING_STATISTICS:
+            interval = intervals.ratio_interval(mine, theirs, name)
+    if run.directory == reference.directory and ratio is not None and name in TIMING_STATISTICS:
         return {"ratio": ratio, "ratio_interval": None, "beyond_noise": False}
     beyond = None if interval is None else not interval.contains(1.0)
     return {"ratio": ratio, "ratio_interval": interval, "beyond_noise": beyond}

@@ -19,7 +19,9 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from zerogate.analysis import measures  # noqa: E402
-from zerogate.analysis.measures import SpikeRule  # noqa: E402
+from zerogate.analysis.columns import DEVICE_PEAK, LOSS_SCALE, STEP_TIME, WAIT
+from zerogate.analysis.loss_trend import SpikeRule, loss_spikes
+from zerogate.analysis.rank_balance import rank_balance, rank_times
 from zerogate.contracts.records import column  # noqa: E402
 from zerogate.contracts.verdicts import GateVerdict, GateVerdicts  # noqa: E402
 from zerogate.units import GIB, UNIT_BYTES  # noqa: E402
@@ -48,7 +50,7 @@ def loss_figure(
     spike_rule: SpikeRule,
     stabiliser: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """Loss raw and smoothed, the loss spikes (measures.loss_spikes) circled; launcher events (overflow,
+    """Loss raw and smoothed, the loss spikes (loss_spikes) circled; launcher events (overflow,
     crash) as dotted lines and, when given, the training loop's stabiliser events (rows with step, rank,
     kind, value, action) as markers. Returns the spikes it marked."""
     loss = measures.loss_series(steps)
@@ -67,7 +69,7 @@ def loss_figure(
         linewidth=2,
         label="smoothed (rolling median)",
     )
-    spikes = measures.loss_spikes(steps, spike_rule)
+    spikes = loss_spikes(steps, spike_rule)
     if spikes.count:
         ax.scatter(
             spikes.steps,
@@ -116,10 +118,10 @@ def step_time_figure(
     with the slowest-rank median (measures.step_time). Returns the median and the timed-step count."""
     fig, (ax_line, ax_hist) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [2, 1]})
     data = steps.assign(rank=steps["rank"].astype(str))
-    sns.lineplot(data=data, x="step", y=measures.STEP_TIME, hue="rank", ax=ax_line, linewidth=0.8)
+    sns.lineplot(data=data, x="step", y=STEP_TIME, hue="rank", ax=ax_line, linewidth=0.8)
     timed = measures.timed_steps(data, warmup_steps)
     if len(timed):
-        sns.histplot(data=timed, x=measures.STEP_TIME, hue="rank", ax=ax_hist, bins=40, element="step")
+        sns.histplot(data=timed, x=STEP_TIME, hue="rank", ax=ax_hist, bins=40, element="step")
     else:
         ax_hist.text(
             0.5,
@@ -138,7 +140,7 @@ def step_time_figure(
             linestyle=":",
             label=f"median, slowest rank ({median.rank}): {median.value:.3g} s",
         )
-    gate = _gate(verdicts, measures.STEP_TIME)
+    gate = _gate(verdicts, STEP_TIME)
     if gate is not None:
         for ax, line in ((ax_line, ax_line.axhline), (ax_hist, ax_hist.axvline)):
             line(gate.threshold, color="C3", linestyle="--", label=f"claim {gate.threshold:g} s")
@@ -164,7 +166,7 @@ def memory_figure(steps: pd.DataFrame, verdicts: GateVerdicts, path: str | Path)
     data = steps.assign(
         rank=[f"{rank} (peak {peaks.get(int(rank), float('nan')):.3g} GiB)" for rank in steps["rank"]]
     )
-    sns.lineplot(data=data, x="step", y=measures.DEVICE_PEAK, hue="rank", ax=ax)
+    sns.lineplot(data=data, x="step", y=DEVICE_PEAK, hue="rank", ax=ax)
     source = ", ".join(
         sorted(steps.get(column("device_peak_source"), pd.Series(dtype=str)).dropna().unique())
     )
@@ -192,21 +194,20 @@ def loss_scale_series(steps: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame
     A picture of the scale only: the skipped-step statistics come from measures.overflow_skips."""
     if measures.loss_scaler_present(steps):
         first = steps[steps["rank"] == steps["rank"].min()]
-        return first[["step", measures.LOSS_SCALE]].dropna()
+        return first[["step", LOSS_SCALE]].dropna()
     if not len(events):
         return None
     changes = events[events["kind"].isin(["overflow", "loss_scale_reduced"])]
     rows = [
-        {"step": s, measures.LOSS_SCALE: json.loads(d).get("new")}
-        for s, d in zip(changes["step"], changes["detail"])
+        {"step": s, LOSS_SCALE: json.loads(d).get("new")} for s, d in zip(changes["step"], changes["detail"])
     ]
-    rows = [r for r in rows if r[measures.LOSS_SCALE] is not None and not pd.isna(r["step"])]
+    rows = [r for r in rows if r[LOSS_SCALE] is not None and not pd.isna(r["step"])]
     return pd.DataFrame(rows) if rows else None
 
 
 def loss_scale_figure(series: pd.DataFrame, path: str | Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    ax.step(series["step"], series[measures.LOSS_SCALE], where="post", color="C2")
+    ax.step(series["step"], series[LOSS_SCALE], where="post", color="C2")
     ax.set_yscale("log", base=2)
     ax.set(xlabel="optimizer step", ylabel="fp16 loss scale (log2 axis)", title="Dynamic loss scale")
     fig.tight_layout()
@@ -233,9 +234,9 @@ def ranks_figure(
     steps: pd.DataFrame, warmup_steps: int, path: str | Path, world_size: int | None = None
 ) -> dict[str, Any]:
     """Who waits for whom: each rank's median compute, communication and wait per optimizer step as stacked
-    bars (measures.rank_balance), and each rank's wait per timed step (measures.rank_times). A run whose
-    records cannot say (measures.RankBalance.problems) gets the reasons instead. Returns what it drew."""
-    balance = measures.rank_balance(steps, warmup_steps, world_size)
+    bars (rank_balance), and each rank's wait per timed step (rank_times). A run whose
+    records cannot say (RankBalance.problems) gets the reasons instead. Returns what it drew."""
+    balance = rank_balance(steps, warmup_steps, world_size)
     if not balance.measured:
         fig, ax = plt.subplots(figsize=(9, 1.8))
         ax.axis("off")
@@ -266,11 +267,11 @@ def ranks_figure(
     ax_bar.set_ylim(0, 1.45 * max(bottom))  # room for the legend above the bars
     ax_bar.set(ylabel="s per optimizer step (medians)", title="Compute vs wait per rank")
     ax_bar.legend(loc="upper center", fontsize="small", ncol=1)
-    times = measures.rank_times(steps, warmup_steps)
+    times = rank_times(steps, warmup_steps)
     sns.lineplot(
         data=times.assign(rank=times["rank"].astype(str)),
         x="step",
-        y=measures.WAIT,
+        y=WAIT,
         hue="rank",
         ax=ax_wait,
         linewidth=0.9,

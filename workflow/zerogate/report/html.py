@@ -20,8 +20,10 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from zerogate.analysis import measures
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.intervals import IntervalRule, pooling_rule
+from zerogate.analysis.loss_trend import SpikeRule
+from zerogate.analysis.rank_balance import rank_balance
+from zerogate.analysis.summary import RepeatedRun, summarise_repeats, summarise_run
 from zerogate.contracts.base import Record
 from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.ledger import LedgerTable
@@ -134,7 +136,7 @@ REPEAT_COLUMNS = {
 }
 
 
-def repeats_context(repeated: measures.RepeatedRun, seed: int | None) -> dict[str, Any] | None:
+def repeats_context(repeated: RepeatedRun, seed: int | None) -> dict[str, Any] | None:
     """The "Repeats" section: each repeat's statistics and peak memory beside the pooled ones; None for a
     run trained once."""
     if len(repeated.each) < 2 or repeated.pooled is None:
@@ -161,7 +163,7 @@ def repeats_context(repeated: measures.RepeatedRun, seed: int | None) -> dict[st
         "memory_spread": spread,
         "pooling": repeated.pooled.intervals.pooling
         if repeated.pooled.intervals
-        else measures.pooling_rule(len(repeated.each)),
+        else pooling_rule(len(repeated.each)),
     }
 
 
@@ -229,7 +231,7 @@ def render_html(
     claimed_plan: Plan | None = None,
     ranks_figure: str | Path | None = None,
     communication: CommsVolume | None = None,
-    interval_rule: measures.IntervalRule | None = None,
+    interval_rule: IntervalRule | None = None,
     repeat_steps: list[pd.DataFrame] = (),
     repeat_run_metas: list[RunMeta] = (),
     variants: VariantsTable | None = None,
@@ -240,19 +242,17 @@ def render_html(
     summary then pools them and a Repeats section lists each."""
     title = f"zerogate report — {provenance.profile} on {provenance.machine.hostname}"
     repeated = (
-        measures.summarise_repeats(
+        summarise_repeats(
             [steps, *repeat_steps],
             warmup_steps,
             spike_rule,
             [run_meta, *repeat_run_metas],
-            interval_rule or measures.IntervalRule(),
+            interval_rule or IntervalRule(),
         )
         if interval_rule is not None or repeat_steps
         else None
     )
-    pooled = (
-        repeated.pooled if repeated else measures.summarise_run(steps, warmup_steps, spike_rule, run_meta)
-    )
+    pooled = repeated.pooled if repeated else summarise_run(steps, warmup_steps, spike_rule, run_meta)
     seed = provenance.resolved_profile.get("training", {}).get("seed")
     return (
         environment()
@@ -292,9 +292,9 @@ RANKS_CAPTION = (
 def ranks_context(
     steps: pd.DataFrame, warmup_steps: int, run_meta: RunMeta | None, figure: str | Path | None = None
 ) -> dict[str, Any]:
-    """The "Ranks" section's content: measures.rank_balance over the run's world size (parse_logs' metadata),
+    """The "Ranks" section's content: rank_balance over the run's world size (parse_logs' metadata),
     its per-rank table, and the compute-vs-wait figure when given."""
-    balance = measures.rank_balance(steps, warmup_steps, run_meta.world_size if run_meta else None)
+    balance = rank_balance(steps, warmup_steps, run_meta.world_size if run_meta else None)
     rows = (
         [
             {

@@ -9,7 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from zerogate.analysis.measures import IntervalRule, SpikeRule, summarise_repeats, summarise_run
+from zerogate.analysis.intervals import IntervalRule
+from zerogate.analysis.loss_trend import SpikeRule
+from zerogate.analysis.summary import summarise_repeats, summarise_run
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.report import Provenance, RegistryFiles, RegistryProvenance, RunRegistry
 from zerogate.contracts.run import Deviations
