@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.integration.pipeline import env, shortened_launch
-from zerogate.analysis.loss_trend import SpikeRule
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.analysis.variants import TOLERANCE_FLOOR, VariantRun, compare, relative_differences
 from zerogate.contracts.base import read_lines
 from zerogate.contracts.records import HeldBytes, StepRecord, TrainSummary
 from zerogate.contracts.run import DsConfig, TrainSettings
+from zerogate.contracts.summary import SpikeRule
 from zerogate.render.variants import engine_of, variant_config
 
 pytestmark = pytest.mark.integration

@@ -81,8 +81,8 @@ def test_the_bisects_figures_are_the_pipelines_statistics_with_their_intervals(t
     its interval per run, the runs pooled, and each commit's ratio to the first, beyond noise or not."""
     import numpy as np
 
-    from zerogate.analysis.intervals import IntervalRule
     from zerogate.bench import bisect_step_time
+    from zerogate.contracts.summary import IntervalRule
 
     rng = np.random.default_rng(0)
     for sha, level in (("aaa", 0.20), ("bbb", 0.30)):
@@ -108,8 +108,8 @@ def test_the_bisects_figures_are_the_pipelines_statistics_with_their_intervals(t
 def test_peers_vs_zero3_divides_the_pipelines_step_times_and_brackets_each_ratio(tmp_path):
     import numpy as np
 
-    from zerogate.analysis.intervals import IntervalRule
     from zerogate.bench import peers_vs_zero3
+    from zerogate.contracts.summary import IntervalRule
 
     rng = np.random.default_rng(0)
     metrics, summaries = {}, {}

@@ -6,29 +6,28 @@ import re
 
 import pytest
 
-from tests.unit.helpers import no_events, settings, spike_rule, synthetic_steps, train_summary
+from tests.unit.helpers import no_events, settings, spike_rule, summarised, synthetic_steps, train_summary
 from tests.unit.test_report import DEVIATION, provenance, verdicts_of
 from zerogate.analysis import measures
-from zerogate.analysis.intervals import IntervalRule
+from zerogate.analysis.compare import (
+    gate_rows,
+    group_runs,
+    histories,
+    history_rows,
+    load_run,
+    noise_summary,
+    quantity_rows,
+)
+from zerogate.analysis.compare_table import comparison_table
+from zerogate.analysis.evidence import RunEvidence
 from zerogate.analysis.parse import read_steps, run_metadata
 from zerogate.contracts.records import GitState
 from zerogate.contracts.report import GitAtStages, RunRegistry
 from zerogate.contracts.run import Deviations
+from zerogate.contracts.summary import IntervalRule
 from zerogate.errors import InputError
 from zerogate.provenance import measurement_hash
-from zerogate.report.compare import (
-    comparison_table,
-    gate_rows,
-    group_runs,
-    histories,
-    history_figure,
-    history_rows,
-    load_run,
-    noise_summary,
-    overlay_figure,
-    quantity_rows,
-    render_comparison,
-)
+from zerogate.report.compare import history_figure, overlay_figure, render_comparison
 from zerogate.report.registry import registry_record
 
 
@@ -46,8 +45,8 @@ def registry_of(
     recorded_at=None,
     resolved=None,
 ):
-    """(registry.json's record, the steps table) of a synthetic run (or of ``steps``), as register_run makes
-    it."""
+    """(registry.json's record, the steps table, the run summary) of a synthetic run (or of ``steps``), as
+    summarise_run and register_run make them."""
     steps = synthetic_steps(step_time=step_time, memory_gib=memory_gib) if steps is None else steps
     verdicts = verdicts_of(tiny_profile, steps)
     base = f"results/{profile}/{machine}"
@@ -66,17 +65,19 @@ def registry_of(
             "recorded_at": recorded_at or made.recorded_at,
         }
     )
-    record = registry_record(
-        machine=machine,
+    meta = run_metadata(steps, no_events(), train_summary(), "", 200)
+    summary = summarised(steps, 5, spike_rule(tiny_profile), run_meta=meta, interval_rule=interval_rule)
+    run = RunEvidence(
+        run_summary=summary,
         verdicts=verdicts,
-        steps=steps,
-        run_meta=run_metadata(steps, no_events(), train_summary(), "", 200),
+        run_meta=meta,
         provenance=made,
-        interval_rule=interval_rule,
         deviations=Deviations(deviations=[DEVIATION]),
-        warmup_steps=5,
-        spike_rule=spike_rule(tiny_profile),
-        files={
+    )
+    record = registry_record(
+        machine,
+        run,
+        {
             "report": f"{base}/report/x.html",
             "verdicts": f"{base}/gates/verdicts.json",
             "steps": f"{base}/parsed/steps.parquet",
@@ -87,16 +88,17 @@ def registry_of(
             },
         },
     )
-    return record, steps
+    return record, steps, summary
 
 
 def write_run(root, tiny_profile, machine, registry=RunRegistry, **run):
     """A run directory as the pipeline leaves it: registry.json (written as ``registry``, the contract of
-    this or an older version) plus parsed/steps.parquet."""
-    record, steps = registry_of(tiny_profile, machine, **run)
+    this or an older version) plus parsed/steps.parquet and summary/run.json."""
+    record, steps, summary = registry_of(tiny_profile, machine, **run)
     run_dir = root / "results" / record.profile / machine
     (run_dir / "parsed").mkdir(parents=True)
     steps.to_parquet(run_dir / "parsed/steps.parquet")
+    summary.write(run_dir / "summary/run.json")
     registry.model_validate(record.model_dump()).write(run_dir / "registry.json")
     return run_dir
 

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
 from tests.unit.helpers import (
+    judged_run,
     no_events,
     planned_run,
     run_spec_for,
@@ -24,7 +25,7 @@ from tests.unit.helpers import (
     table_of,
     train_summary,
 )
-from zerogate.analysis import gates, measures
+from zerogate.analysis import gate_measures, gates, measures
 from zerogate.analysis.columns import (
     COLLECTIVES_TIME,
     COMMUNICATION,
@@ -41,7 +42,7 @@ from zerogate.analysis.health import (
     run_completion,
     step_span,
 )
-from zerogate.analysis.loss_trend import Convergence, ConvergenceRule, SpikeRule, loss_convergence
+from zerogate.analysis.loss_trend import Convergence, ConvergenceRule, loss_convergence, loss_spikes
 from zerogate.analysis.parse import (
     STEP_COLUMNS,
     parse_launcher_log,
@@ -59,6 +60,7 @@ from zerogate.contracts.parsed import Failure, RunMeta
 from zerogate.contracts.plan import FloorRank, Plan
 from zerogate.contracts.records import StabiliserEvent
 from zerogate.contracts.run import Deviation, Deviations
+from zerogate.contracts.summary import SpikeRule
 from zerogate.contracts.verdicts import NonfiniteEventEvidence, Reproduction
 
 RULE = SpikeRule(window=16, threshold=6.0, min_history=5)
@@ -439,9 +441,14 @@ def convergence_gate(initial_steps=2, final_fraction=0.25):
     )
 
 
+def convergence_with_spikes(steps, gate):
+    """The loss_convergence gate's measurement, with the run's loss spikes as its summary counts them."""
+    return gate_measures.loss_convergence_gate(steps, gate, loss_spikes(steps, RULE))
+
+
 def test_loss_convergence_gate_evidence_by_hand():
     values = [4.0, 6.0, 1.0, 1.0, 2.0, 2.5, 1.5, 2.5]  # the figures of the two-step-block test above
-    ratio, problems, evidence = gates.loss_convergence(loss_run(values), convergence_gate(), RULE)
+    ratio, problems, evidence = convergence_with_spikes(loss_run(values), convergence_gate())
     assert ratio == 2.0 / 5.0 and problems == []
     assert file_form(evidence) == {
         "kind": "loss_convergence",
@@ -466,8 +473,8 @@ def test_loss_convergence_gate_evidence_by_hand():
 
 
 def test_loss_convergence_gate_evidence_of_a_non_finite_loss_is_none_not_nan():
-    _, problems, evidence = gates.loss_convergence(
-        loss_run([3.0, float("nan"), 2.0, 1.0]), convergence_gate(), RULE
+    _, problems, evidence = convergence_with_spikes(
+        loss_run([3.0, float("nan"), 2.0, 1.0]), convergence_gate()
     )
     assert problems == ["non-finite loss at 1 steps (2)"]
     assert evidence.nonfinite_loss_steps == [2]
@@ -482,23 +489,23 @@ def test_loss_convergence_gate_evidence_of_a_non_finite_loss_is_none_not_nan():
     assert (
         json.loads(json.dumps(evidence.as_json()))["initial_loss(nats/token)"] is None
     )  # valid JSON, no NaN
-    assert gates._finite_or_none(None) is None and gates._finite_or_none(math.inf) is None
-    assert gates._finite_or_none(np.float64(2.5)) == 2.5
+    assert gate_measures._finite_or_none(None) is None and gate_measures._finite_or_none(math.inf) is None
+    assert gate_measures._finite_or_none(np.float64(2.5)) == 2.5
 
 
 def test_loss_convergence_gate_spike_steps():
     values = [3.0, 3.01, 2.99, 3.0, 3.02, 2.98, 3.0, 9.0, 3.0, 2.99, 3.01, 3.0]
-    _, _, evidence = gates.loss_convergence(loss_run(values), convergence_gate(), RULE)
+    _, _, evidence = convergence_with_spikes(loss_run(values), convergence_gate())
     assert evidence.spikes == 1 and evidence.spike_steps == [8]
 
 
 def test_loss_convergence_needs_twice_the_initial_steps_and_at_least_two():
-    ratio, _, evidence = gates.loss_convergence(
-        loss_run([2.0, 1.0]), convergence_gate(initial_steps=1, final_fraction=0.5), RULE
+    ratio, _, evidence = convergence_with_spikes(
+        loss_run([2.0, 1.0]), convergence_gate(initial_steps=1, final_fraction=0.5)
     )
     assert evidence.steps == 2 and ratio == 0.5
-    with pytest.raises(gates.NotMeasured, match="only 1 loss values: too few to tell a trend"):
-        gates.loss_convergence(loss_run([2.0]), convergence_gate(initial_steps=1), RULE)
+    with pytest.raises(gate_measures.NotMeasured, match="only 1 loss values: too few to tell a trend"):
+        convergence_with_spikes(loss_run([2.0]), convergence_gate(initial_steps=1))
 
 
 # ---- the non-finite gate and the completion evidence -----------------------------------------------
@@ -517,7 +524,7 @@ def test_nonfinite_gate_evidence_with_a_fatal_loss_scale_abort():
         4,
         2,
     )
-    measured, problems, evidence = gates.nonfinite(
+    measured, problems, evidence = gate_measures.nonfinite(
         steps, events, completion, ["loss", "grad_norm", "absent"], records
     )
     assert measured == 2.0  # one non-finite step + the abort
@@ -555,8 +562,8 @@ def test_nonfinite_gate_without_its_metrics_is_not_measured():
     # A gate naming metrics the step records do not hold (the table holds every StepRecord key, not these).
     steps = table_of([step_record()])
     completion = run_completion({0: 1}, [], True, 1, 1)
-    with pytest.raises(gates.NotMeasured) as reason:
-        gates.nonfinite(
+    with pytest.raises(gate_measures.NotMeasured) as reason:
+        gate_measures.nonfinite(
             steps,
             no_events(),
             completion,
@@ -569,7 +576,7 @@ def test_nonfinite_gate_without_its_metrics_is_not_measured():
 def test_failed_ranks_evidence_holds_the_record_counts():
     records = record_completeness(synthetic_steps(steps=3), 2, 3)
     completion = run_completion({0: 3, 1: 3}, [], True, 3, 2, records)
-    measured, evidence = gates.failed_ranks(completion, records)
+    measured, evidence = gate_measures.failed_ranks(completion, records)
     assert measured == 0.0 and evidence.records == records.evidence()
     assert set(file_form(evidence)) == {
         "kind",
@@ -594,10 +601,13 @@ def test_stabiliser_nonfinite_keeps_the_rank_or_none(tmp_path):
         ],
     )
     events = stabiliser_events(path)
-    assert gates.stabiliser_nonfinite(events) == [(12, 1, "nonfinite_loss"), (13, 0, "nonfinite_grad_norm")]
+    assert gate_measures.stabiliser_nonfinite(events) == [
+        (12, 1, "nonfinite_loss"),
+        (13, 0, "nonfinite_grad_norm"),
+    ]
     # The events table's rank is nullable (a launcher line may name no rank): a row without one keeps None.
     events.loc[events["step"] == 13, "rank"] = pd.NA
-    assert gates.stabiliser_nonfinite(events) == [
+    assert gate_measures.stabiliser_nonfinite(events) == [
         (12, 1, "nonfinite_loss"),
         (13, None, "nonfinite_grad_norm"),
     ]
@@ -607,8 +617,8 @@ def test_require_values_names_every_rank_with_a_gap():
     steps = synthetic_steps(steps=10)
     steps.loc[(steps["rank"] == 0) & (steps["step"] == 7), STEP_TIME] = np.nan
     steps.loc[(steps["rank"] == 1) & (steps["step"].isin([8, 9])), STEP_TIME] = np.inf
-    with pytest.raises(gates.NotMeasured) as reason:
-        gates.require_values(steps, STEP_TIME)
+    with pytest.raises(gate_measures.NotMeasured) as reason:
+        gate_measures.require_values(steps, STEP_TIME)
     assert (
         str(reason.value)
         == "'step_time(s)' missing or non-finite at rank 0: 1 steps (7); rank 1: 2 steps (8, 9)"
@@ -645,14 +655,14 @@ def floor_plan(**changes) -> Plan:
 
 def test_floor_terms_of_the_deciding_rank_times_the_accumulation():
     # The deciding rank: the largest micro-step floor (0.75 s, the second); a rank without one is left out.
-    assert gates.floor_terms(floor_plan()) == {
+    assert gate_measures.floor_terms(floor_plan()) == {
         "micro_step compute x 4(s)": 4 * 0.75,
         "micro_step collectives x 4(s)": 4 * 0.125,
         "micro_step memory x 4(s)": None,
         "boundary collectives(s)": 0.5,
         "optimizer cpu_adam(s)": 1.0,
     }
-    assert gates.floor_terms(floor_plan(boundary_terms={}, optimizer_terms={})) == {
+    assert gate_measures.floor_terms(floor_plan(boundary_terms={}, optimizer_terms={})) == {
         "micro_step compute x 4(s)": 3.0,
         "micro_step collectives x 4(s)": 0.5,
         "micro_step memory x 4(s)": None,
@@ -663,10 +673,10 @@ def test_floor_terms_are_empty_without_a_ranks_floor_and_need_a_plan():
     # The plan of this machine, probed without measurements: no rank has a micro-step floor.
     planned = planned_run()
     assert planned.floor.ranks and all(r.micro_step_floor_s is None for r in planned.floor.ranks)
-    assert gates.floor_terms(planned) == {}
-    assert gates.floor_terms(floor_plan(ranks=[])) == {}
+    assert gate_measures.floor_terms(planned) == {}
+    assert gate_measures.floor_terms(floor_plan(ranks=[])) == {}
     assert (
-        gates.floor_terms(
+        gate_measures.floor_terms(
             floor_plan(
                 ranks=[FloorRank(rank=0, device="cpu", terms={"compute(s)": 1.0}, micro_step_floor_s=None)]
             )
@@ -674,8 +684,8 @@ def test_floor_terms_are_empty_without_a_ranks_floor_and_need_a_plan():
         == {}
     )
     # No plan, no floor and no terms: the gate is not measured.
-    with pytest.raises(gates.NotMeasured, match="no physical floor"):
-        gates.floor_ratio(synthetic_steps(steps=20), STEP_TIME, 5, None)
+    with pytest.raises(gate_measures.NotMeasured, match="no physical floor"):
+        gate_measures.floor_ratio(synthetic_steps(steps=20), STEP_TIME, 5, None)
     # A plan whose floor lacks its accumulation is refused when it is read, naming the field.
     data = json.loads(json.dumps(floor_plan().as_json()))
     del data["floor"]["accumulation"]
@@ -686,10 +696,10 @@ def test_floor_terms_are_empty_without_a_ranks_floor_and_need_a_plan():
 
 def test_floor_ratio_evidence_carries_the_floor_terms():
     plan = floor_plan(optimizer_step_floor_s=0.25)
-    ratio, evidence = gates.floor_ratio(
+    ratio, evidence = gate_measures.floor_ratio(
         synthetic_steps(steps=20, step_time=0.5, noise=0.0), STEP_TIME, 5, plan
     )
-    assert evidence.floor == 0.25 and evidence.floor_terms == gates.floor_terms(plan) != {}
+    assert evidence.floor == 0.25 and evidence.floor_terms == gate_measures.floor_terms(plan) != {}
     assert ratio == evidence.median_step_time / 0.25
 
 
@@ -728,7 +738,7 @@ def test_evaluate_counts_the_ranks_of_the_run_specs_world_size():
     step_gates = tuple(g for g in PROFILE.gates if g.name in ("optimizer_step_time", "zero_nonfinite"))
     none = Deviations(deviations=[])
     summary = train_summary(200)
-    judged = gates.evaluate(
+    judged = judged_run(
         step_gates, steps, no_events(), summary, run_spec_for(200), none, CPU_FINGERPRINT, 5, RULE
     )
     assert [g.verdict for g in judged.gates] == [gates.PASS, gates.PASS]
@@ -737,7 +747,7 @@ def test_evaluate_counts_the_ranks_of_the_run_specs_world_size():
     assert judged.records.steps_per_rank == {0: 200, 1: 200}
     # Without a summary (the run did not say how many ranks it had) the run spec still does.
     meta = run_metadata(steps, no_events(), summary, "", 200)
-    from_meta = gates.evaluate(
+    from_meta = judged_run(
         step_gates[:1],
         steps,
         no_events(),
@@ -751,7 +761,7 @@ def test_evaluate_counts_the_ranks_of_the_run_specs_world_size():
     )
     assert from_meta.gates[0].verdict == gates.PASS
     # A run spec of three ranks: rank 2 left no records, whatever the summary says.
-    three = gates.evaluate(
+    three = judged_run(
         step_gates,
         steps,
         no_events(),

@@ -13,6 +13,7 @@ import yaml
 from tests.conftest import CPU_FINGERPRINT, REPO
 from tests.unit.helpers import (
     claim_box,
+    judged_run,
     no_events,
     planned_run,
     rendered_run,
@@ -26,11 +27,13 @@ from tests.unit.helpers import (
 )
 from zerogate.analysis import measures
 from zerogate.analysis.columns import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME
-from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate, unit_of
-from zerogate.analysis.loss_trend import SpikeRule, loss_spikes
+from zerogate.analysis.gate_measures import unit_of
+from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS
+from zerogate.analysis.loss_trend import loss_spikes
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
 from zerogate.contracts.base import write_lines
 from zerogate.contracts.records import StabiliserEvent
+from zerogate.contracts.summary import SpikeRule
 from zerogate.contracts.verdicts import GateVerdict, SlowestRankEvidence
 from zerogate.robust import robust_z
 
@@ -50,7 +53,7 @@ def verdicts(
     summary = train_summary(steps_run) if summary == "finished" else summary
     meta = run_metadata(steps, events, summary, log, steps_run)
     config = rendered_run("cpu" if ds_config == "fp32" else "claim box")[0]
-    result = evaluate(
+    result = judged_run(
         PROFILE.gates,
         steps,
         events,

@@ -8,25 +8,25 @@ import pytest
 from arch.bootstrap import IIDBootstrap, StationaryBootstrap
 
 from tests.conftest import CPU_FINGERPRINT
-from tests.unit.helpers import no_events, render_profile, settings, synthetic_steps, train_summary
+from tests.unit.helpers import (
+    judged_gate,
+    judged_run,
+    no_events,
+    render_profile,
+    settings,
+    synthetic_steps,
+    train_summary,
+)
 from zerogate.analysis import measures
 from zerogate.analysis.bootstrap import MIN_TIMED_STEPS, timing_intervals, timing_replicates, timing_sample
 from zerogate.analysis.columns import MICRO_STEP_TIME
-from zerogate.analysis.gates import (
-    INCONCLUSIVE,
-    Repeats,
-    evaluate,
-    evaluate_gate,
-    inconclusive_gates,
-    interval_outcome,
-    timed_statistic,
-)
-from zerogate.analysis.intervals import IntervalRule, pool, pooling_rule
-from zerogate.analysis.loss_trend import SpikeRule
+from zerogate.analysis.gates import INCONCLUSIVE, inconclusive_gates, interval_outcome, timed_statistic
+from zerogate.analysis.intervals import pool, pooling_rule
 from zerogate.analysis.parse import run_metadata
 from zerogate.analysis.summary import run_statistics, summarise_repeats
 from zerogate.config.settings import IntervalSettings
 from zerogate.contracts.intervals import Interval
+from zerogate.contracts.summary import IntervalRule, SpikeRule
 from zerogate.contracts.verdicts import CANNOT_JUDGE, FAIL, PASS, claim_from_gate
 from zerogate.errors import InputError
 
@@ -42,7 +42,7 @@ def gate(name, **changes):
 
 
 def judge(the_gate, steps, *repeats, rule=RULE):
-    return evaluate_gate(
+    return judged_gate(
         the_gate,
         steps,
         no_events(),
@@ -53,7 +53,7 @@ def judge(the_gate, steps, *repeats, rule=RULE):
         SPIKES,
         world_size=2,
         interval_rule=rule,
-        repeats=Repeats(list(repeats), 2, 200),
+        repeat_steps=list(repeats),
     )
 
 
@@ -92,7 +92,7 @@ def test_intervals_are_seeded_and_reproducible():
     steps = synthetic_steps(time_noise=0.1)
     first = timing_intervals([steps], WARMUP, RULE)
     assert timing_intervals([steps], WARMUP, RULE) == first
-    other = timing_intervals([steps], WARMUP, dataclasses.replace(RULE, seed=1))
+    other = timing_intervals([steps], WARMUP, RULE.model_copy(update={"seed": 1}))
     assert other.step_time_median_s != first.step_time_median_s
 
 
@@ -237,7 +237,7 @@ def test_evaluate_counts_inconclusive_apart_and_strict_lists_it():
     measured = measures.step_time(steps, WARMUP).value
     rendered = render_profile(PROFILE, CPU_FINGERPRINT, steps=200)
     gates = (gate("optimizer_step_time", threshold=measured), gate("micro_step_time"))
-    result = evaluate(
+    result = judged_run(
         gates,
         steps,
         no_events(),

@@ -20,20 +20,27 @@ import pytest
 
 from tests.conftest import CPU_FINGERPRINT
 from tests.unit.helpers import (
+    Trained,
     claim_box,
+    judged_run,
     no_events,
     planned_run,
     rendered_run,
     run_spec_for,
     settings,
     step_record,
+    summarised,
     table_of,
     train_summary,
+    variants_table,
     with_optimizer_step_floor,
 )
 from zerogate.analysis import measures
 from zerogate.analysis.columns import STEP_TIME, TOKENS_PER_S
-from zerogate.analysis.gates import FAIL, PASS, evaluate
+from zerogate.analysis.compare import group_runs, load_run, quantity_rows
+from zerogate.analysis.compare_table import comparison_table
+from zerogate.analysis.evidence import RunEvidence
+from zerogate.analysis.gates import FAIL, PASS
 from zerogate.analysis.health import (
     completion_of,
     missing_values,
@@ -42,18 +49,16 @@ from zerogate.analysis.health import (
     run_completion,
     step_span,
 )
-from zerogate.analysis.loss_trend import ConvergenceRule, SpikeRule, loss_convergence, loss_spikes
+from zerogate.analysis.loss_trend import ConvergenceRule, loss_convergence, loss_spikes
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
 from zerogate.analysis.summary import run_statistics, summarise_run
-from zerogate.analysis.variants import VariantRun
-from zerogate.analysis.variants import compare as variant_table
 from zerogate.config.settings import ConvergenceRuleSettings, stabiliser_settings
 from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.run import DsConfig
+from zerogate.contracts.summary import SpikeRule
 from zerogate.errors import InputError
 from zerogate.provenance import provenance
-from zerogate.report.compare import comparison_table, group_runs, load_run, quantity_rows
 from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
 from zerogate.report.registry import registry_record
 from zerogate.robust import MAD_TO_SIGMA
@@ -105,7 +110,7 @@ def judged(steps, events=None, summary=None, log=""):
     meta = run_metadata(steps, events, summary, log, STEPS)
     meta = RunMeta.parse(json.loads(json.dumps(meta.as_json())), "parsed/run.json")  # as run.json holds it
     ds_config, deviations, _ = rendered_run("claim box")
-    verdicts = evaluate(
+    verdicts = judged_run(
         PROFILE.gates,
         steps,
         events,
@@ -155,16 +160,15 @@ def registry(tmp_path, machine, steps, verdicts, meta):
         summary=train_summary(STEPS, dtype="fp16"),
     )
     within = f"results/smoke/{machine}"
+    summary = summarised(steps, WARMUP, RULE, run_meta=meta)
+    summary.write(run_dir / "summary/run.json")
+    run = RunEvidence(
+        run_summary=summary, verdicts=verdicts, run_meta=meta, provenance=recorded, deviations=deviations
+    )
     record = registry_record(
-        machine=machine,
-        verdicts=verdicts,
-        steps=steps,
-        run_meta=meta,
-        provenance=recorded,
-        deviations=deviations,
-        warmup_steps=WARMUP,
-        spike_rule=RULE,
-        files={
+        machine,
+        run,
+        {
             "steps": f"{within}/parsed/steps.parquet",
             "report": f"{within}/report.html",
             "verdicts": f"{within}/gates/verdicts.json",
@@ -201,16 +205,17 @@ def test_every_consumer_gives_the_same_number(tmp_path):
     csv = table[table["machine"] == "lab-b"].set_index("statistic")[
         "value"
     ]  # the long CSV: one row per statistic
-    (variant,) = variant_table(
-        {"zero3": VariantRun(steps, train_summary(STEPS, dtype="fp16"))},
+    (variant,) = variants_table(
+        {"zero3": Trained(steps, train_summary(STEPS, dtype="fp16"))},
         warmup_steps=WARMUP,
         spike_rule=RULE,
         expected_steps=STEPS,
     ).rows
     statistics = variant.statistics
-    drawn = loss_figure(steps, no_events(), WARMUP, tmp_path / "loss.png", RULE)
-    drawn |= step_time_figure(steps, WARMUP, verdicts, tmp_path / "step.png")
-    drawn |= memory_figure(steps, verdicts, tmp_path / "memory.png")
+    run_summary = summarised(steps, WARMUP, RULE, run_meta=meta)  # what plot_figures reads
+    drawn = loss_figure(steps, no_events(), run_summary, tmp_path / "loss.png")
+    drawn |= step_time_figure(steps, run_summary, verdicts, tmp_path / "step.png")
+    drawn |= memory_figure(steps, run_summary, verdicts, tmp_path / "memory.png")
 
     median = measures.step_time(steps, WARMUP).value
     for value in (
@@ -359,7 +364,7 @@ def test_the_spike_rule_is_the_stabilisers():
 def test_the_gates_read_the_profiles_spike_settings():
     steps = uneven_run()
     loose = SpikeRule.from_settings(dataclasses.replace(STABILISER, spike_threshold=1000.0))
-    verdicts = evaluate(
+    verdicts = judged_run(
         PROFILE.gates,
         steps,
         no_events(),
@@ -373,7 +378,7 @@ def test_the_gates_read_the_profiles_spike_settings():
     convergence = verdicts.gate("loss_convergence")
     assert convergence.evidence.spikes == 0 and "1000" in convergence.evidence.spike_rule
     assert (
-        evaluate(
+        judged_run(
             PROFILE.gates,
             steps,
             no_events(),

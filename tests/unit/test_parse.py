@@ -4,9 +4,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT
-from tests.unit.helpers import settings, spike_rule, step_record, synthetic_steps, table_of, train_summary
+from tests.unit.helpers import (
+    judged_gate,
+    settings,
+    spike_rule,
+    step_record,
+    synthetic_steps,
+    table_of,
+    train_summary,
+)
 from zerogate.analysis import measures
-from zerogate.analysis.gates import FAIL, NOT_MEASURED, evaluate_gate
+from zerogate.analysis.gates import FAIL, NOT_MEASURED
 from zerogate.analysis.health import record_completeness
 from zerogate.analysis.parse import (
     STEP_COLUMNS,
@@ -135,7 +143,7 @@ def test_real_killed_rank_log_is_a_failure_with_its_last_lines(tiny_profile):
     traceback = next(f for f in meta.failures if f.kind == "traceback")
     assert "Connection reset by peer" in traceback.message and len(traceback.last_lines) > 3
     gate = next(g for g in settings(tiny_profile).gates if g.name == "ranks_completed")
-    result = evaluate_gate(
+    result = judged_gate(
         gate,
         steps,
         events,
@@ -177,7 +185,7 @@ def test_training_loop_skip_reasons_become_overflow_flags_only_under_a_loss_scal
         {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "fp16": {"enabled": False}},
         "ds_config.json",
     )
-    result = evaluate_gate(
+    result = judged_gate(
         gate,
         fp32,
         parse_launcher_log(""),

@@ -10,13 +10,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.unit.helpers import no_events, step_record, table_of
+from tests.unit.helpers import no_events, step_record, summarised, table_of
 from zerogate.analysis import columns
 from zerogate.analysis.columns import COLLECTIVES_TIME, COMMUNICATION, STEP_TIME, WAIT
 from zerogate.analysis.parse import run_metadata
 from zerogate.analysis.rank_balance import STRAGGLER_MARGIN, rank_balance, rank_times
 from zerogate.config.settings import check_inject, stabiliser_settings
 from zerogate.contracts.records import GitState, StabiliserSummary, TrainSummary
+from zerogate.contracts.summary import RunSummary, SpikeRule
 from zerogate.errors import InputError
 from zerogate.train.metrics import CollectiveClock, StepMetrics
 from zerogate.train.policy import FaultInjector
@@ -295,11 +296,16 @@ def test_good_injections_pass():
 # ---- the report's "Ranks" section and figure ------------------------------------------------------
 
 
+def summary_of(steps: pd.DataFrame, meta) -> RunSummary:
+    """The run's summary as summarise_run makes it (the report and the figures read its rank balance)."""
+    return summarised(steps, WARMUP, SpikeRule(window=16, threshold=6.0, min_history=5), run_meta=meta)
+
+
 def ranks_section(steps: pd.DataFrame, meta) -> str:
     """The report's "Ranks" section as render_html renders it."""
     from zerogate.report.html import ranks_context, section
 
-    return section("ranks", ranks_context(steps, WARMUP, meta))
+    return section("ranks", ranks_context(summary_of(steps, meta).rank_balance))
 
 
 def verdict_line(page: str) -> str:
@@ -330,7 +336,9 @@ def test_the_ranks_section_without_a_straggler_or_without_records(tmp_path):
 def test_the_ranks_figure_draws_the_measures_numbers(tmp_path):
     from zerogate.report.figures import ranks_figure
 
-    shown = ranks_figure(ranks_run(1), WARMUP, tmp_path / "ranks.png", world_size=2)
+    shown = ranks_figure(
+        ranks_run(1), summary_of(ranks_run(1), run_meta(ranks_run(1))), tmp_path / "ranks.png"
+    )
     balance = rank_balance(ranks_run(1), WARMUP, 2)
     assert shown == {
         "ranks_measured": True,
@@ -340,7 +348,11 @@ def test_the_ranks_figure_draws_the_measures_numbers(tmp_path):
     }
     assert (tmp_path / "ranks.png").stat().st_size > 10_000
     run = ranks_run(1)
-    assert ranks_figure(run[run["rank"] == 0], WARMUP, tmp_path / "none.png", 2)["ranks_measured"] is False
+    alone = run[run["rank"] == 0]
+    assert (
+        ranks_figure(alone, summary_of(alone, run_meta(alone)), tmp_path / "none.png")["ranks_measured"]
+        is False
+    )
     assert (tmp_path / "none.png").exists()
 
 

@@ -4,10 +4,10 @@ printed."""
 import sys
 from pathlib import Path
 
-from zerogate.analysis.intervals import IntervalRule
 from zerogate.bench.peers_vs_zero3 import ROWS, table, text
 from zerogate.config.settings import IntervalSettings
 from zerogate.contracts.base import typed
+from zerogate.contracts.summary import IntervalRule
 from zerogate.entry import logging_to
 from zerogate.io import write_json
 

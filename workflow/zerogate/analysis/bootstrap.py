@@ -11,9 +11,10 @@ import pandas as pd
 from arch.bootstrap import StationaryBootstrap, optimal_block_length
 
 from zerogate.analysis.columns import STEP_TIME
-from zerogate.analysis.intervals import TIMING_STATISTICS, IntervalRule, TimingReplicates, pool
+from zerogate.analysis.intervals import TIMING_STATISTICS, TimingReplicates, pool
 from zerogate.analysis.measures import ARRAY_STATISTICS, timed_steps
 from zerogate.contracts.intervals import TimingIntervals
+from zerogate.contracts.summary import IntervalRule
 
 # Fewer timed steps than this give no interval: the block-length estimate and the bootstrap's tails need
 # several blocks' worth of steps.

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ import pandas as pd
 
 from zerogate.analysis.columns import LOSS
 from zerogate.contracts.parsed import Failure, RunMeta
+from zerogate.contracts.summary import RecordCounts
 from zerogate.contracts.verdicts import NonfiniteEventEvidence, RecordEvidence
 
 
@@ -44,6 +46,14 @@ class RecordCompleteness:
     steps_per_rank: dict[int, int] = field(
         default_factory=dict
     )  # distinct optimizer steps each rank recorded
+
+    @classmethod
+    def of(cls, counts: RecordCounts) -> RecordCompleteness:
+        """The counts as the run's summary holds them."""
+        return cls(**counts.model_dump(by_alias=False))
+
+    def counts(self) -> RecordCounts:
+        return RecordCounts.model_validate(dataclasses.asdict(self))
 
     @property
     def incomplete_ranks(self) -> list[int]:
@@ -245,6 +255,15 @@ def run_completion(
     return Completion(
         bool(finished), expected_steps, per_rank, stopped, list(failures), failed, count, problems
     )
+
+
+def finished_run_completion(
+    steps: pd.DataFrame, expected_steps: int | None, world_size: int | None
+) -> Completion:
+    """Completion of a run that wrote its summary (so it finished) and whose launcher log is not parsed (so
+    no failures are known): from the last step each rank recorded."""
+    per_rank = {int(rank): int(step) for rank, step in steps.groupby("rank")["step"].max().items()}
+    return run_completion(per_rank, [], True, expected_steps, world_size)
 
 
 def completion_of(run_meta: RunMeta) -> Completion:

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from zerogate.analysis.columns import MICRO_STEP_TIME, STEP_TIME, TOKENS_PER_S
-from zerogate.config.settings import IntervalSettings
 from zerogate.contracts.intervals import Interval, TimingIntervals
+from zerogate.contracts.summary import IntervalRule, RunSummary, TimingDraws
 
 # The timing statistics that carry an interval (RunStatistics field -> metric, statistic, how the ranks
 # combine): the slowest rank's statistic of its own series, or the per-step sum over ranks.
@@ -71,19 +71,6 @@ def pool(values: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class IntervalRule:
-    """The intervals' settings (profile key ``intervals``, zerogate.config.settings.IntervalSettings)."""
-
-    confidence: float = 0.95
-    resamples: int = 2000
-    seed: int = 0
-
-    @classmethod
-    def from_settings(cls, settings: IntervalSettings) -> IntervalRule:
-        return cls(float(settings.confidence), int(settings.resamples), int(settings.seed))
-
-
-@dataclass(frozen=True)
 class TimingReplicates:
     """The pooled timing statistics of one or more repeats and their bootstrap replicates: what the
     intervals are read from, and what ``compare`` divides to bracket a ratio between two runs."""
@@ -119,6 +106,36 @@ class TimingReplicates:
 
     def intervals(self) -> TimingIntervals:
         return TimingIntervals(**self.basis(), **{name: self.interval(name) for name in TIMING_STATISTICS})
+
+    def draws(self) -> TimingDraws:
+        """As the run's summary holds them (every value and replicate exact: JSON keeps a float's digits)."""
+        names = list(TIMING_STATISTICS)
+        return TimingDraws(
+            values={name: float(value) for name, value in zip(names, self.values)},
+            per_repeat=[{name: float(v) for name, v in zip(names, row)} for row in self.per_repeat],
+            block_lengths=[float(length) for length in self.block_lengths],
+            replicates={name: self.replicates[:, column].tolist() for column, name in enumerate(names)},
+        )
+
+    @classmethod
+    def of_summary(cls, summary: RunSummary) -> TimingReplicates | None:
+        """The run summary's bootstrap (None when it has none), under the interval settings it was drawn
+        with (the defaults where the summary pooled repeats without settings of its own)."""
+        if summary.timing is None:
+            return None
+        return cls.from_draws(summary.timing, summary.interval_rule or IntervalRule())
+
+    @classmethod
+    def from_draws(cls, draws: TimingDraws, rule: IntervalRule) -> TimingReplicates:
+        """The replicates the run's summary holds, drawn under ``rule`` (the summary's interval rule)."""
+        names = list(TIMING_STATISTICS)
+        return cls(
+            np.array([draws.values[name] for name in names], dtype=float),
+            np.column_stack([np.asarray(draws.replicates[name], dtype=float) for name in names]),
+            np.array([[row[name] for name in names] for row in draws.per_repeat], dtype=float),
+            list(draws.block_lengths),
+            rule,
+        )
 
 
 def ratio_interval(value: TimingReplicates, reference: TimingReplicates, name: str) -> Interval | None:

@@ -21,43 +21,12 @@ import pandas as pd
 from zerogate.analysis.columns import UPDATE_APPLIED
 from zerogate.analysis.health import step_span
 from zerogate.analysis.measures import loss_series
-from zerogate.config.settings import GateSettings, StabiliserSettings
+from zerogate.config.settings import GateSettings
+from zerogate.contracts.summary import LossSpikes, SpikeRule
 from zerogate.robust import MAD_TO_SIGMA, robust_z
 
 
-@dataclass(frozen=True)
-class SpikeRule:
-    """The loss stabiliser's spike rule, from the profile's ``stabiliser`` settings (defaults filled in by
-    zerogate.config.settings, the one place they live; the rules pass them in)."""
-
-    window: int
-    threshold: float
-    min_history: int
-
-    @classmethod
-    def from_settings(cls, stabiliser: StabiliserSettings) -> SpikeRule:
-        """From the run's ``stabiliser`` settings (train/settings.json)."""
-        return cls(
-            int(stabiliser.spike_window), float(stabiliser.spike_threshold), int(stabiliser.spike_min_history)
-        )
-
-    def describe(self) -> str:
-        return (
-            f"upward only: robust z > {self.threshold:g} against the last {self.window} applied, non-spike "
-            f"losses (judged from {self.min_history} of them on); a sudden drop is not a spike"
-        )
-
-
-@dataclass(frozen=True)
-class Spikes:
-    """The loss spikes of a run under ``rule``: how many, and at which optimizer steps."""
-
-    count: int
-    steps: list[int]
-    rule: SpikeRule
-
-
-def loss_spikes(steps: pd.DataFrame, rule: SpikeRule) -> Spikes:
+def loss_spikes(steps: pd.DataFrame, rule: SpikeRule) -> LossSpikes:
     """Replay the loss stabiliser's spike rule over the recorded loss series (see the module's
     definitions)."""
     series = loss_series(steps)
@@ -82,7 +51,7 @@ def loss_spikes(steps: pd.DataFrame, rule: SpikeRule) -> Spikes:
             or bool(applied[position])
         ):
             history.append(float(loss))
-    return Spikes(len(found), found, rule)
+    return LossSpikes(count=len(found), steps=found, rule=rule.describe())
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,12 @@ over the timed steps).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import pandas as pd
 
 from zerogate.analysis.columns import COLLECTIVES_TIME, COMMUNICATION, COMPUTE, STEP_TIME, WAIT
 from zerogate.analysis.health import missing_values, step_span
 from zerogate.analysis.measures import median_of, per_rank, step_time, timed_steps
+from zerogate.contracts.summary import RankBalance
 
 # A straggler is named when its median compute exceeds every other rank's by more than this share of the
 # median optimizer-step time: smaller differences are the machine's noise (two identical ranks on a shared
@@ -57,67 +55,6 @@ def rank_times(steps: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
     frame[WAIT] = frame[COLLECTIVES_TIME] - frame[COMMUNICATION]
     frame[COMPUTE] = frame[STEP_TIME] - frame[COLLECTIVES_TIME]
     return frame.sort_values(["rank", "step"]).reset_index(drop=True)
-
-
-@dataclass(frozen=True)
-class RankBalance:
-    """Who waits for whom: compute, communication and wait per rank, and the straggler if there is one.
-
-    Every statistic is None (and ``problems`` says why) when the records cannot define it."""
-
-    ranks: list[int]
-    timed_steps: int
-    compute: dict[int, float]  # median compute(s) per rank
-    wait: dict[int, float]  # median wait(s) per rank
-    wait_total: dict[int, float]  # wait(s) summed over the timed steps, per rank
-    wait_share: dict[int, float]  # summed wait(s) / summed step_time(s), per rank
-    step_time: dict[int, float]  # median step_time(s) per rank
-    communication: float | None  # median communication(s) per step
-    slowest: int | None  # the rank with the largest median compute, named or not
-    straggler: int | None  # the slowest rank, when it exceeds the others by more than the margin
-    excess: float | None  # slowest's median compute - the next slowest rank's (s)
-    excess_ratio: float | None  # excess / the next slowest rank's median compute
-    next_slowest: int | None
-    pace: float | None  # median optimizer-step time, slowest rank (the margin's base)
-    margin: float = STRAGGLER_MARGIN
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def measured(self) -> bool:
-        return not self.problems
-
-    @property
-    def waiting_for_straggler(self) -> dict[int, float]:
-        """Each other rank's median wait(s) per step; empty without a straggler."""
-        return {} if self.straggler is None else {r: w for r, w in self.wait.items() if r != self.straggler}
-
-    def summary(self) -> dict[str, Any]:
-        """The run statistics' straggler fields (run_statistics, zerogate.contracts.report.RunStatistics)."""
-        waits = self.waiting_for_straggler
-        return {
-            "straggler_rank": self.straggler,
-            "straggler_compute_excess_s": self.excess if self.straggler is not None else None,
-            "wait_for_straggler_median_s": max(waits.values()) if waits else None,
-        }
-
-    def evidence(self) -> dict[str, Any]:
-        return {
-            "ranks(rank)": self.ranks,
-            "timed_steps(steps)": self.timed_steps,
-            "compute_median(s)": self.compute,
-            "wait_median(s)": self.wait,
-            "wait_total(s)": self.wait_total,
-            "wait_share(ratio)": self.wait_share,
-            "step_time_median(s)": self.step_time,
-            "communication_median(s)": self.communication,
-            "slowest_rank": self.slowest,
-            "straggler_rank": self.straggler,
-            "next_slowest_rank": self.next_slowest,
-            "compute_excess(s)": self.excess,
-            "compute_excess(ratio)": self.excess_ratio,
-            "straggler_margin(ratio of step time)": self.margin,
-            "problems": self.problems,
-        }
 
 
 def _rank_time_problems(steps: pd.DataFrame, timed: pd.DataFrame, world_size: int | None) -> list[str]:
@@ -169,20 +106,21 @@ def rank_balance(steps: pd.DataFrame, warmup_steps: int, world_size: int | None 
     ranks = sorted(int(r) for r in timed["rank"].unique()) if len(timed) else []
     if problems:
         return RankBalance(
-            ranks,
-            int(timed["step"].nunique()) if len(timed) else 0,
-            {},
-            {},
-            {},
-            {},
-            {},
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
+            ranks=ranks,
+            timed_steps=int(timed["step"].nunique()) if len(timed) else 0,
+            compute={},
+            wait={},
+            wait_total={},
+            wait_share={},
+            step_time={},
+            communication=None,
+            slowest=None,
+            straggler=None,
+            excess=None,
+            excess_ratio=None,
+            next_slowest=None,
+            pace=None,
+            margin=STRAGGLER_MARGIN,
             problems=problems,
         )
     frame = rank_times(steps, warmup_steps)
@@ -204,18 +142,19 @@ def rank_balance(steps: pd.DataFrame, warmup_steps: int, world_size: int | None 
     pace = step_time(steps, warmup_steps).value
     straggler = slowest if excess > STRAGGLER_MARGIN * pace else None
     return RankBalance(
-        ranks,
-        int(frame["step"].nunique()),
-        compute,
-        wait,
-        wait_total,
-        wait_share,
-        step_medians,
-        communication,
-        slowest,
-        straggler,
-        excess,
-        ratio,
-        next_slowest,
-        pace,
+        ranks=ranks,
+        timed_steps=int(frame["step"].nunique()),
+        compute=compute,
+        wait=wait,
+        wait_total=wait_total,
+        wait_share=wait_share,
+        step_time=step_medians,
+        communication=communication,
+        slowest=slowest,
+        straggler=straggler,
+        excess=excess,
+        excess_ratio=ratio,
+        next_slowest=next_slowest,
+        pace=pace,
+        margin=STRAGGLER_MARGIN,
     )

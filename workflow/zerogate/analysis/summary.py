@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from zerogate.analysis.bootstrap import timing_intervals, timing_replicates
+from zerogate.analysis.bootstrap import timing_replicates
 from zerogate.analysis.columns import MICRO_STEP_TIME, STEP_TIME, TOKENS_PER_S
-from zerogate.analysis.health import Completion, completion_of
-from zerogate.analysis.intervals import TIMING_STATISTICS, IntervalRule, pool
-from zerogate.analysis.loss_trend import SpikeRule, loss_spikes
+from zerogate.analysis.health import Completion, completion_of, record_completeness
+from zerogate.analysis.intervals import TIMING_STATISTICS, TimingReplicates, pool
+from zerogate.analysis.loss_trend import loss_spikes
 from zerogate.analysis.measures import (
     loss_series,
     micro_step_time,
@@ -25,9 +25,11 @@ from zerogate.analysis.measures import (
     timed_steps,
     tokens_per_second,
 )
+from zerogate.analysis.parse import event_table
 from zerogate.analysis.rank_balance import rank_balance
+from zerogate.config.settings import IntervalSettings, StabiliserSettings
 from zerogate.contracts.parsed import RunMeta
-from zerogate.contracts.report import RunStatistics
+from zerogate.contracts.summary import IntervalRule, RunStatistics, RunSummary, SpikeRule
 
 
 def _or_none(compute: Callable[[], float], *columns: str, steps: pd.DataFrame) -> float | None:
@@ -46,9 +48,21 @@ def run_statistics(
     interval_rule: IntervalRule | None = None,
 ) -> RunStatistics:
     """The headline statistics of one run: what the report's run summary, the run registry, ``compare`` and
-    the variant table show. Each value is one of the definitions above; None where the records do not hold
-    it (``overflow_skipped_steps`` without a loss scaler, the completion without the run's metadata). With
-    ``interval_rule``, the timing statistics' intervals (see "Intervals")."""
+    the variant table show. Each value is one of zerogate.analysis' definitions; None where the records do
+    not hold it (``overflow_skipped_steps`` without a loss scaler, the completion without the run's
+    metadata). With ``interval_rule``, the timing statistics' intervals (zerogate.analysis.intervals)."""
+    timing = None if interval_rule is None else timing_replicates([steps], warmup_steps, interval_rule)
+    return statistics_with(steps, warmup_steps, spike_rule, completion, timing)
+
+
+def statistics_with(
+    steps: pd.DataFrame,
+    warmup_steps: int,
+    spike_rule: SpikeRule,
+    completion: Completion | None,
+    timing: TimingReplicates | None,
+) -> RunStatistics:
+    """run_statistics with the run's bootstrap already drawn (``timing``: its intervals, None for none)."""
     skips = overflow_skips(steps)
     loss = loss_series(steps)
     finite = loss[np.isfinite(loss)]
@@ -73,7 +87,7 @@ def run_statistics(
         run_complete=None if completion is None else completion.complete,
         failed_ranks=None if completion is None else completion.failed_rank_count,
         **rank_balance(steps, warmup_steps).summary(),
-        intervals=None if interval_rule is None else timing_intervals([steps], warmup_steps, interval_rule),
+        intervals=None if timing is None else timing.intervals(),
     )
 
 
@@ -84,8 +98,8 @@ def summarise_run(
     run_meta: RunMeta | None = None,
     interval_rule: IntervalRule | None = None,
 ) -> RunStatistics | None:
-    """The run's statistics (run_statistics) with its completion from parse_logs' metadata when given: the
-    report's run summary and the registry's ``summary``; None for a run that recorded no step."""
+    """The run's statistics (run_statistics) with its completion from parse_logs' metadata when given;
+    None for a run that recorded no step."""
     if not len(steps):
         return None
     return run_statistics(
@@ -95,31 +109,39 @@ def summarise_run(
 
 @dataclass(frozen=True)
 class RepeatedRun:
-    """A run trained ``repeats`` times: the pooled statistics and each repeat's own (the first is the run
-    whose records the figures and the other gates read)."""
+    """A run trained ``repeats`` times: the pooled statistics, each repeat's own (the first is the run whose
+    records the figures and the other gates read) and the pooled statistics' bootstrap (the time gates'
+    intervals and ``compare``'s ratios are read from it; None when some repeat has none)."""
 
     pooled: RunStatistics | None
     each: list[RunStatistics | None]
+    timing: TimingReplicates | None = None
 
 
 def summarise_repeats(
     tables: list[pd.DataFrame],
     warmup_steps: int,
     spike_rule: SpikeRule,
-    run_metas: list[RunMeta | None],
+    completions: list[Completion | None],
     interval_rule: IntervalRule,
 ) -> RepeatedRun:
-    """The statistics of a run's repeats (``tables``: each repeat's steps, the first run first) and their
-    pooling: each timing statistic pooled by ``pooling_rule`` with the interval over all repeats; the peak
-    memory per rank the largest over the repeats (a peak); complete only when every repeat is; failed ranks
-    the most of any repeat; every other field is the first repeat's. One table: that run's statistics."""
-    metas = [*run_metas, *[None] * (len(tables) - len(run_metas))]  # a repeat without metadata: no completion
+    """The statistics of a run's repeats (``tables``: each repeat's steps, the first run first;
+    ``completions``: theirs, None where not known) and their pooling: each timing statistic pooled by
+    ``pooling_rule`` with the interval over all repeats; the peak memory per rank the largest over the
+    repeats (a peak); complete only when every repeat is; failed ranks the most of any repeat; every other
+    field is the first repeat's. One table: that run's statistics."""
+    known = [*completions, *[None] * (len(tables) - len(completions))]  # a repeat without metadata: none
+    drawn = [
+        timing_replicates([table], warmup_steps, interval_rule) if len(table) else None for table in tables
+    ]
     each = [
-        summarise_run(table, warmup_steps, spike_rule, meta, interval_rule)
-        for table, meta in zip(tables, metas)
+        statistics_with(table, warmup_steps, spike_rule, completion, timing) if len(table) else None
+        for table, completion, timing in zip(tables, known, drawn)
     ]
     first = each[0]
-    if len(tables) == 1 or first is None or any(stats is None for stats in each):
+    if len(tables) == 1:
+        return RepeatedRun(first, each, drawn[0])
+    if first is None or any(stats is None for stats in each):
         return RepeatedRun(first, each)
     found = timing_replicates(tables, warmup_steps, interval_rule)
     pooled: dict[str, Any] = {}
@@ -141,4 +163,84 @@ def summarise_repeats(
         failed_ranks=None if None in failed else max(failed),
         intervals=None if found is None else found.intervals(),
     )
-    return RepeatedRun(RunStatistics.model_validate({**first.model_dump(by_alias=False), **pooled}), each)
+    statistics = RunStatistics.model_validate({**first.model_dump(by_alias=False), **pooled})
+    return RepeatedRun(statistics, each, found)
+
+
+def deepspeed_timer_medians(events: pd.DataFrame | None) -> dict[str, float]:
+    """DeepSpeed's own wall-clock breakdown (rank 0), median per timer, when the run logged it."""
+    timers = None if events is None else event_table(events, "wall_clock")
+    if timers is None or not len(timers):
+        return {}
+    numbers = timers.drop(columns=["rank", "step", "line"], errors="ignore")
+    return {
+        f"{name} (ms, median of {int(col.notna().sum())})": float(col.median())
+        for name, col in numbers.items()
+        if col.notna().any()
+    }
+
+
+@dataclass(frozen=True)
+class AnalysisSettings:
+    """The settings the statistics depend on: the warm-up left out of timing and the intervals (the summary
+    rules' params) and the spike rule (the run's ``stabiliser`` settings, train/settings.json)."""
+
+    warmup_steps: int
+    spike_rule: SpikeRule
+    interval_rule: IntervalRule | None = None
+
+    @classmethod
+    def of(
+        cls, warmup_steps: int, intervals: IntervalSettings, stabiliser: StabiliserSettings
+    ) -> AnalysisSettings:
+        """From the profile's ``training.warmup_steps_excluded`` and ``intervals`` and the run's
+        ``stabiliser`` settings."""
+        return cls(
+            int(warmup_steps), SpikeRule.from_settings(stabiliser), IntervalRule.from_settings(intervals)
+        )
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """A run's records as the summary reads them: each repeat's steps table and completion (repeat 0, the
+    run itself, first; a completion None where not known), what the records are counted against (the run
+    spec's world size and optimizer steps), the finished run's world size (parse_logs' metadata: what the
+    rank balance counts the ranks against; None when the run did not finish) and its parsed events."""
+
+    tables: list[pd.DataFrame]
+    completions: list[Completion | None]
+    world_size: int | None = None
+    expected_steps: int | None = None
+    finished_world_size: int | None = None
+    events: pd.DataFrame | None = None
+
+
+def summarise(records: RunRecords, settings: AnalysisSettings) -> RunSummary:
+    """The run's summary: every statistic the gates, the report, the figures, the registry, the variants'
+    table and ``compare`` show, each computed here once (zerogate.contracts.summary names the function
+    behind each field). Without interval settings a run trained once gets no intervals; repeats are pooled
+    under the default settings then, as the registry always pooled them."""
+    steps, warmup, rule = records.tables[0], settings.warmup_steps, settings.interval_rule
+    if rule is None and len(records.tables) == 1:
+        completion = records.completions[0] if records.completions else None
+        alone = run_statistics(steps, warmup, settings.spike_rule, completion) if len(steps) else None
+        repeated = RepeatedRun(alone, [alone])
+    else:
+        repeated = summarise_repeats(
+            records.tables, warmup, settings.spike_rule, records.completions, rule or IntervalRule()
+        )
+    return RunSummary(
+        warmup_steps_excluded=warmup,
+        spike_rule=settings.spike_rule,
+        interval_rule=rule,
+        statistics=repeated.pooled,
+        repeats=repeated.each,
+        records=[
+            record_completeness(table, records.world_size, records.expected_steps).counts()
+            for table in records.tables
+        ],
+        loss_spikes=loss_spikes(steps, settings.spike_rule),
+        rank_balance=rank_balance(steps, warmup, records.finished_world_size),
+        deepspeed_timers=deepspeed_timer_medians(records.events),
+        timing=None if repeated.timing is None else repeated.timing.draws(),
+    )

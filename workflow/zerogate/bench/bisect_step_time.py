@@ -32,7 +32,8 @@ import pandas as pd
 
 from zerogate.analysis.bootstrap import timing_replicates
 from zerogate.analysis.columns import LOSS_SCALE, MICRO_STEP_TIME, SKIP_REASON, STEP_TIME, TOKENS_PER_S
-from zerogate.analysis.intervals import TIMING_STATISTICS, IntervalRule, ratio_interval
+from zerogate.analysis.intervals import TIMING_STATISTICS, ratio_interval
+from zerogate.contracts.summary import IntervalRule
 
 PROFILE = (
     "extends: cpu-tiny\ndescription: The default profile in 60 optimizer steps, no checkpoints (the bisect "

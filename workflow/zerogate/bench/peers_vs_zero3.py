@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from zerogate.analysis.bootstrap import timing_replicates
-from zerogate.analysis.intervals import IntervalRule, ratio_interval
+from zerogate.analysis.intervals import ratio_interval
 from zerogate.analysis.measures import step_time
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.analysis.variants import VariantRun, loss_agreement
 from zerogate.contracts.records import TrainSummary
+from zerogate.contracts.summary import IntervalRule
 from zerogate.render.variants import PEERS_BENCHMARK as ROWS
 from zerogate.render.variants import what_of
 
