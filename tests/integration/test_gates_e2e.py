@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.unit.helpers import judged_run, settings
-from zerogate.analysis.claims import Evidence
+from zerogate.analysis.claim_evidence import Evidence
 from zerogate.analysis.claims import judge as judge_claims
 from zerogate.analysis.parse import parse_run
 from zerogate.contracts.base import read_lines, write_lines

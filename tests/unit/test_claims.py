@@ -19,7 +19,8 @@ from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
 from tests.unit.helpers import judged_run, no_events, render_profile, settings, synthetic_steps, train_summary
 from zerogate.analysis import claims as c
 from zerogate.analysis import gates as g
-from zerogate.analysis.claims import Evidence, judge, rounding_tolerance, stated_figure_holds
+from zerogate.analysis.claim_evidence import Evidence
+from zerogate.analysis.claims import judge, rounding_tolerance, stated_figure_holds
 from zerogate.analysis.ledger_check import compare, with_peaks
 from zerogate.analysis.parse import run_metadata
 from zerogate.config.machines import from_fingerprint
