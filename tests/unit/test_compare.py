@@ -244,6 +244,18 @@ def test_missing_registry_is_one_line_naming_the_file(tmp_path):
         load_run(tmp_path / "nowhere")
 
 
+def test_a_registry_without_its_run_summary_is_one_line_naming_the_file_and_the_command(
+    tmp_path, tiny_profile
+):
+    run_dir = write_run(tmp_path, tiny_profile, "lab-a")
+    (run_dir / "summary/run.json").unlink()
+    with pytest.raises(InputError) as found:
+        load_run(run_dir)
+    assert str(found.value).count("\n") == 0
+    assert "lab-a/summary/run.json: no run summary beside the registry" in str(found.value)
+    assert "profile=smoke machine=lab-a" in str(found.value)
+
+
 # Two runs of one setting on one machine (the same 0.5 s step, each its own noise: consecutive steps alike),
 # and the same run with rank 1 slowed by 30 % (the straggler injection's effect on the records).
 NOISY = dict(step_time=0.5, time_noise=0.1, time_correlation=0.5)

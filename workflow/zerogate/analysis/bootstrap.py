@@ -100,7 +100,7 @@ def timing_replicates(
     tables: list[pd.DataFrame], warmup_steps: int, rule: IntervalRule
 ) -> TimingReplicates | None:
     """The timing statistics of the repeats ``tables`` (each one repeat's steps table), pooled, with their
-    bootstrap replicates (see "Intervals" in the definitions); None when some repeat has too few timed
+    bootstrap replicates (zerogate.analysis.intervals); None when some repeat has too few timed
     steps for an interval."""
     samples = [timing_sample(table, warmup_steps) for table in tables]
     if not samples or any(sample is None for sample in samples):

@@ -106,9 +106,10 @@ class RunRegistry(Artefact):
 
 
 class VariantRow(Record):
-    """One variant of the table: what trained it and its run statistics (summary.run_statistics, with the
-    timing intervals), beside its predicted peak and its measured communication where those exist. A variant
-    that cannot run on this machine has no statistics and says why (``not_run``)."""
+    """One variant of the table: what trained it and its run statistics (its run summary's,
+    zerogate.analysis.summary.run_statistics, with the timing intervals), beside its predicted peak and its
+    measured communication where those exist. A variant that cannot run on this machine has no statistics
+    and says why (``not_run``)."""
 
     variant: str
     engine: str  # what trained it: zerogate.runtime.engines' name, or the peer's (zerogate.render.variants)
