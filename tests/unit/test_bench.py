@@ -112,15 +112,13 @@ def test_peers_vs_zero3_divides_the_pipelines_step_times_and_brackets_each_ratio
     from zerogate.contracts.summary import IntervalRule
 
     rng = np.random.default_rng(0)
-    metrics, summaries = {}, {}
+    metrics = {}
     for index, name in enumerate(peers_vs_zero3.ROWS):
         scale = 1.0 + 0.25 * index  # zero3 1.0 s, the next row 1.25 s, ...
         metrics[name] = write_run(
             tmp_path / name, [list(scale * (1 + 0.01 * rng.standard_normal(30))) for _ in (0, 1)]
         )
-        summaries[name] = tmp_path / f"{name}.json"
-        summary(60.0).write(summaries[name])
-    result = peers_vs_zero3.table(metrics, summaries, warmup_steps=2, rule=IntervalRule(resamples=200))
+    result = peers_vs_zero3.table(metrics, warmup_steps=2, rule=IntervalRule(resamples=200))
     rows = {row["run"]: row for row in result["rows"]}
     assert rows["zero3"]["ratio_to_zero3"] == 1.0
     fsdp2 = rows["fsdp2"]

@@ -146,14 +146,13 @@ def relative_differences(steps: pd.DataFrame, reference: pd.DataFrame) -> pd.Ser
     return ((loss[common] - ref[common]).abs() / ref[common].abs()).sort_index()
 
 
-def tolerance(runs: dict[str, VariantRun]) -> tuple[float | None, list[str]]:
+def tolerance(curves: dict[str, pd.DataFrame]) -> tuple[float | None, list[str]]:
     """(TOLERANCE_RULE's tolerance, the variants it came from); None with fewer than two of TOLERANCE_FROM."""
-    names = [name for name in TOLERANCE_FROM if name in runs]
+    names = [name for name in TOLERANCE_FROM if name in curves]
     if len(names) < 2:
         return None, names
     gaps = [
-        float(relative_differences(runs[a].steps, runs[b].steps).max())
-        for a, b in itertools.combinations(names, 2)
+        float(relative_differences(curves[a], curves[b]).max()) for a, b in itertools.combinations(names, 2)
     ]
     return max(TOLERANCE_FLOOR, *gaps), names
 
@@ -172,14 +171,14 @@ def diagnosis(first: float, worst: float, limit: float | None) -> str:
     return "start together and part during training: the updates differ"
 
 
-def loss_agreement(runs: dict[str, VariantRun]) -> list[LossAgreement]:
+def loss_agreement(curves: dict[str, pd.DataFrame]) -> list[LossAgreement]:
     """Each trained peer against the ZeRO variant whose config it trains from, where that was trained,
     judged on the tolerance."""
-    limit, sources = tolerance(runs)
+    limit, sources = tolerance(curves)
     found = []
-    for peer in (name for name in PEERS if name in runs):
+    for peer in (name for name in PEERS if name in curves):
         reference = PEERS[peer].config_of
-        gaps = relative_differences(runs[peer].steps, runs[reference].steps) if reference in runs else []
+        gaps = relative_differences(curves[peer], curves[reference]) if reference in curves else []
         if not len(gaps):
             continue
         worst, first = float(gaps.max()), float(gaps.iloc[0])
@@ -212,7 +211,7 @@ def compare(variants: VariantRuns) -> VariantsTable:
         rows=rows,
         fastest=best(rows, lambda s: s.step_time_median_s),
         smallest=best(rows, peak_of_largest_rank),
-        agreement=loss_agreement(variants.runs),
+        agreement=loss_agreement({name: run.steps for name, run in variants.runs.items()}),
     )
 
 

@@ -18,8 +18,7 @@ from zerogate.analysis.bootstrap import timing_replicates
 from zerogate.analysis.intervals import ratio_interval
 from zerogate.analysis.measures import step_time
 from zerogate.analysis.parse import read_rank_metrics
-from zerogate.analysis.variants import VariantRun, loss_agreement
-from zerogate.contracts.records import TrainSummary
+from zerogate.analysis.variants import loss_agreement
 from zerogate.contracts.summary import IntervalRule
 from zerogate.render.variants import PEERS_BENCHMARK as ROWS
 from zerogate.render.variants import what_of
@@ -28,10 +27,8 @@ REFERENCE = ROWS[0]  # ZeRO-3: what every ratio divides by
 STATISTIC = "step_time_median_s"
 
 
-def table(
-    metrics: dict[str, str | Path], summaries: dict[str, str | Path], warmup_steps: int, rule: IntervalRule
-) -> dict[str, Any]:
-    """``metrics``/``summaries``: row -> its run's metrics directory and summary.json."""
+def table(metrics: dict[str, str | Path], warmup_steps: int, rule: IntervalRule) -> dict[str, Any]:
+    """``metrics``: row -> its run's metrics directory."""
     steps = {name: read_rank_metrics(metrics[name]) for name in ROWS}
     replicates = {name: timing_replicates([steps[name]], warmup_steps, rule) for name in ROWS}
     reference = replicates[REFERENCE]
@@ -51,8 +48,7 @@ def table(
                 "ratio_interval": None if ratio is None else [ratio.low, ratio.high],
             }
         )
-    runs = {name: VariantRun(steps[name], TrainSummary.read(summaries[name])) for name in ROWS}
-    agreement = [a.model_dump(by_alias=True) for a in loss_agreement(runs)]
+    agreement = [a.model_dump(by_alias=True) for a in loss_agreement(steps)]
     return {
         "warmup_steps": warmup_steps,
         "confidence": rule.confidence,
