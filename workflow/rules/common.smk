@@ -289,7 +289,7 @@ def run_summary_beside(registry):
     if summary != rules.summarise_run.output.summary and not Path(summary).exists():
         fail(
             f"{config_source(['compare'])}: compare: no run summary at {summary} (make it: snakemake "
-            "--cores all --config profile=<its profile> machine=<its machine> -- " + summary + ")"
+            f"--cores all --config profile=<its profile> machine=<its machine> -- {summary})"
         )
     return summary
 
