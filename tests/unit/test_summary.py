@@ -88,3 +88,13 @@ def test_evidence_is_read_once_by_the_name_of_each_input(tmp_path):
     assert run.variants is None and run.steps is None  # an empty list input, an input the rule lacks
     with pytest.raises(ContractError, match=r"run_spec\.json: contract: a run_spec file, not run_summary"):
         load_evidence({"run_summary": str(spec)})
+
+
+def test_the_repeats_peak_memory_spread_is_the_largest_less_the_smallest():
+    runs = [synthetic_steps(steps=30, memory_gib=gib) for gib in (0.60, 0.64, 0.62)]
+    summary = summarised(runs[0], WARMUP, RULE, interval_rule=INTERVALS, repeat_steps=runs[1:])
+    peaks = [stats.peak_memory_per_rank_gib for stats in summary.repeats]
+    assert summary.peak_memory_spread_gib == {
+        rank: pytest.approx(max(p[rank] for p in peaks) - min(p[rank] for p in peaks)) for rank in (0, 1)
+    }
+    assert summary.peak_memory_spread_gib[0] == pytest.approx(0.04)

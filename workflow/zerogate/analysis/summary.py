@@ -167,6 +167,18 @@ def summarise_repeats(
     return RepeatedRun(statistics, each, found)
 
 
+def peak_memory_spread(each: list[RunStatistics | None]) -> dict[int, float | None]:
+    """Per rank, how far the repeats' peak memory spreads: the largest repeat's peak less the smallest's
+    (None for a rank no repeat measured)."""
+    ranks = sorted({rank for stats in each if stats for rank in stats.peak_memory_per_rank_gib})
+    spread: dict[int, float | None] = {}
+    for rank in ranks:
+        values = [stats.peak_memory_per_rank_gib.get(rank) for stats in each if stats]
+        values = [v for v in values if v is not None]
+        spread[rank] = (max(values) - min(values)) if values else None
+    return spread
+
+
 def deepspeed_timer_medians(events: pd.DataFrame | None) -> dict[str, float]:
     """DeepSpeed's own wall-clock breakdown (rank 0), median per timer, when the run logged it."""
     timers = None if events is None else event_table(events, "wall_clock")
@@ -235,6 +247,7 @@ def summarise(records: RunRecords, settings: AnalysisSettings) -> RunSummary:
         interval_rule=rule,
         statistics=repeated.pooled,
         repeats=repeated.each,
+        peak_memory_spread_gib=peak_memory_spread(repeated.each),
         records=[
             record_completeness(table, records.world_size, records.expected_steps).counts()
             for table in records.tables

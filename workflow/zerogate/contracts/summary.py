@@ -201,6 +201,8 @@ class RunSummary(Artefact):
     # own statistics); None when the run recorded no step.
     statistics: RunStatistics | None
     repeats: list[RunStatistics | None]  # each repeat's own statistics, repeat 0 (the run itself) first
+    # Per rank, the largest repeat's peak less the smallest's (zerogate.analysis.summary.peak_memory_spread).
+    peak_memory_spread_gib: dict[int, float | None] = Field(alias="peak_memory_spread(GiB)")
     records: list[RecordCounts]  # each repeat's step records counted against the run spec, repeat 0 first
     loss_spikes: LossSpikes  # the run's (repeat 0's)
     rank_balance: RankBalance  # the run's (repeat 0's), over the finished run's world size

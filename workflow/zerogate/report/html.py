@@ -142,18 +142,12 @@ def repeats_context(summary: RunSummary, seed: int | None) -> dict[str, Any] | N
         {"repeat": index, "seed": None if seed is None else seed + index, "statistics": stats}
         for index, stats in enumerate(each)
     ]
-    ranks = sorted({rank for stats in each if stats for rank in stats.peak_memory_per_rank_gib})
-    spread = {}
-    for rank in ranks:
-        values = [stats.peak_memory_per_rank_gib.get(rank) for stats in each if stats]
-        values = [v for v in values if v is not None]
-        spread[rank] = (max(values) - min(values)) if values else None
     return {
         "columns": columns,
         "rows": rows,
         "pooled": pooled,
-        "ranks": ranks,
-        "memory_spread": spread,
+        "ranks": list(summary.peak_memory_spread_gib),
+        "memory_spread": summary.peak_memory_spread_gib,
         "pooling": pooled.intervals.pooling if pooled.intervals else pooling_rule(len(each)),
     }
 
