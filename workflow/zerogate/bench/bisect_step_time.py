@@ -13,8 +13,9 @@ packages, and DeepSpeed's CPU ops prebuilt in its ``torch_extensions``), so only
 Each run's step records are copied to ``<out>/<sha>/run<k>/`` and read back as a steps table (the timing
 columns only: records of older pipelines hold other fields too); the figures are today's definitions
 (zerogate.analysis.measures): each run's slowest-rank median optimizer step with its interval, the runs
-of a commit pooled (pool, the two-stage interval), and each commit's ratio to the first commit
-with the ratio's interval. Printed, and written to ``<out>/bisect.json``. Not a test: a measurement.
+of a commit pooled (zerogate.analysis.intervals.pool, the two-stage interval), and each commit's ratio to
+the first commit with the ratio's interval. Printed, and written to ``<out>/bisect.json``. Not a test: a
+measurement.
 """
 
 from __future__ import annotations
