@@ -6,7 +6,7 @@
 #   snakemake --cores all --config profile=bench -- bench   # the benchmarks (make bench)
 #
 # Stages: probe_hardware -> render_deepspeed_config -> plan_run, check_preflight -> approve_plan
-#         -> prepare_model -> prepare_dataset -> train -> parse_logs
+#         -> prepare_model -> prepare_dataset -> train -> parse_logs -> summarise_run
 #         -> check_gates -> plot_figures / record_provenance -> write_report -> register_run
 # Each .smk cites rules of the files included before it (rules.X.output.Y), hence this order.
 from snakemake.utils import min_version
@@ -28,6 +28,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/comms.smk"
 include: "workflow/rules/variants.smk"
 include: "workflow/rules/parse.smk"
+include: "workflow/rules/summary.smk"
 include: "workflow/rules/ledger.smk"
 include: "workflow/rules/gates.smk"
 include: "workflow/rules/claims.smk"

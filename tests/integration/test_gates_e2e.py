@@ -15,11 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.helpers import settings
-from zerogate.analysis.claims import Evidence
+from tests.unit.helpers import judged_run, settings
+from zerogate.analysis.claim_evidence import Evidence
 from zerogate.analysis.claims import judge as judge_claims
-from zerogate.analysis.gates import evaluate
-from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import parse_run
 from zerogate.config.claims import read_claims
 from zerogate.contracts.base import read_lines, write_lines
@@ -27,6 +25,7 @@ from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import StepRecord, TrainSummary
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec, TrainSettings
+from zerogate.contracts.summary import SpikeRule
 from zerogate.contracts.verdicts import (
     DOES_NOT_HOLD,
     FAIL,
@@ -68,7 +67,7 @@ def verdicts_of(run: Path, metrics_dir: Path, profile: dict) -> GateVerdicts:
         run / "train/events.jsonl",
         typed.training.optimizer_steps,
     )
-    return evaluate(
+    return judged_run(
         typed.gates,
         steps,
         events,

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests.integration.pipeline import env, shortened_launch
-from zerogate.analysis.measures import SpikeRule
+from tests.unit.helpers import Trained, variants_table
 from zerogate.analysis.parse import read_rank_metrics
-from zerogate.analysis.variants import TOLERANCE_FLOOR, VariantRun, compare, relative_differences
+from zerogate.analysis.variants import TOLERANCE_FLOOR, relative_differences
 from zerogate.contracts.base import read_lines
 from zerogate.contracts.records import HeldBytes, StepRecord, TrainSummary
 from zerogate.contracts.run import DsConfig, TrainSettings
+from zerogate.contracts.summary import SpikeRule
 from zerogate.render.variants import engine_of, variant_config
 
 pytestmark = pytest.mark.integration
@@ -86,13 +87,13 @@ def test_fsdp2_resumes_from_its_own_checkpoint(peer_runs, smoke_run):
 
 def test_the_variants_table_sets_fsdp2_against_zero(peer_runs, smoke_run):
     runs = {
-        name: VariantRun(
+        name: Trained(
             read_rank_metrics(path / "train/metrics"), TrainSummary.read(path / "train/summary.json")
         )
         for name, path in peer_runs.items()
     }
     settings = TrainSettings.read(smoke_run.results / "train/settings.json")
-    table = compare(
+    table = variants_table(
         runs, warmup_steps=2, spike_rule=SpikeRule.from_settings(settings.stabiliser), expected_steps=STEPS
     )
     assert [row.engine for row in table.rows] == ["deepspeed", "fsdp2", "fsdp2"]

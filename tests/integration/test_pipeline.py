@@ -16,8 +16,9 @@ import pytest
 from tests.integration.pipeline import MACHINE, STRAGGLER_DELAY_S, copy_repo, env, refused, snakemake
 from tests.unit.helpers import settings
 from zerogate import __version__
-from zerogate.analysis import measures
+from zerogate.analysis.columns import COLLECTIVES_TIME, DEVICE_PEAK, LOSS, STEP_TIME
 from zerogate.analysis.parse import read_steps
+from zerogate.analysis.rank_balance import rank_balance
 from zerogate.config.profile import load_profile_chain, resolve_profile
 from zerogate.contracts.data import DatasetManifest
 from zerogate.contracts.ledger import LedgerTable
@@ -55,10 +56,10 @@ def test_both_ranks_trained_every_step_and_loss_fell(smoke_run):
     steps = read_steps(results / "parsed/steps.parquet")
     assert sorted(steps["rank"].unique()) == [0, 1]
     assert (steps.groupby("rank")["step"].apply(sorted).apply(list) == [list(range(1, 41))] * 2).all()
-    loss = steps[steps["rank"] == 0].sort_values("step")[measures.LOSS]
+    loss = steps[steps["rank"] == 0].sort_values("step")[LOSS]
     assert loss.notna().all() and (loss < float("inf")).all()
     assert loss.tail(5).mean() < loss.head(5).mean()
-    assert (steps[measures.STEP_TIME] > 0).all() and (steps[measures.DEVICE_PEAK] > 0).all()
+    assert (steps[STEP_TIME] > 0).all() and (steps[DEVICE_PEAK] > 0).all()
 
 
 def test_every_step_records_its_collective_time_and_the_report_says_who_waits(smoke_run, smoke_profile):
@@ -69,12 +70,12 @@ def test_every_step_records_its_collective_time_and_the_report_says_who_waits(sm
     steps = read_steps(results / "parsed/steps.parquet")
     training = settings(smoke_profile).training
     accumulation = training.gradient_accumulation_steps
-    assert (steps[measures.COLLECTIVES_TIME] > 0).all()
-    assert (steps[measures.COLLECTIVES_TIME] < steps[measures.STEP_TIME]).all()
+    assert (steps[COLLECTIVES_TIME] > 0).all()
+    assert (steps[COLLECTIVES_TIME] < steps[STEP_TIME]).all()
     assert (
         steps["collective_calls"] > accumulation
     ).all()  # more than the boundary: inside the micro-steps too
-    balance = measures.rank_balance(steps, training.warmup_steps_excluded, world_size=2)
+    balance = rank_balance(steps, training.warmup_steps_excluded, world_size=2)
     assert balance.measured and balance.ranks == [0, 1], balance.problems
     assert all(wait >= 0 for wait in balance.wait.values())
     assert balance.excess < STRAGGLER_DELAY_S * accumulation / 2, balance.evidence()  # half the straggler's

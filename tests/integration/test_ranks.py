@@ -10,8 +10,8 @@ import re
 import pytest
 
 from tests.unit.helpers import settings
-from zerogate.analysis import measures
 from zerogate.analysis.parse import read_steps
+from zerogate.analysis.rank_balance import rank_balance
 from zerogate.contracts.report import RunRegistry
 from zerogate.contracts.run import TrainSettings
 
@@ -33,7 +33,7 @@ def test_a_slow_rank_is_named_the_straggler_and_the_other_waits_for_it(two_node_
     assert inject == {"kind": "slow", "rank": 1, "seconds": two_node_run.delay_s}
 
     steps = read_steps(results / "parsed/steps.parquet")
-    balance = measures.rank_balance(steps, warmup, world_size=2)
+    balance = rank_balance(steps, warmup, world_size=2)
     assert balance.measured, balance.problems
     assert balance.straggler == 1 and balance.next_slowest == 0
     # The injected time is rank 1's compute, and rank 0 spends it waiting in collectives.

@@ -16,15 +16,25 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.evidence import RunEvidence
+from zerogate.analysis.gates import evaluate, evaluate_gate
+from zerogate.analysis.health import completion_of, finished_run_completion
 from zerogate.analysis.parse import parse_launcher_log, steps_table
+from zerogate.analysis.summary import AnalysisSettings, RunRecords, summarise
+from zerogate.analysis.variants import VariantRun, VariantRuns
+from zerogate.analysis.variants import compare as compare_variants
+from zerogate.config.judging import GateSettings
 from zerogate.config.machines import MachineDescription, check
 from zerogate.config.profile import load_profile_chain, resolve_profile, with_model_config
 from zerogate.config.settings import ProfileSettings, profile_settings
 from zerogate.contracts.machine import Fingerprint
+from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import GitState, StabiliserSummary, StepRecord, TrainSummary
+from zerogate.contracts.report import VariantsTable
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec
+from zerogate.contracts.summary import IntervalRule, RunSummary, SpikeRule
+from zerogate.contracts.verdicts import GateVerdict, GateVerdicts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -281,3 +291,156 @@ def run_snakemake(checkout: Path, *args: str, timeout: int = 300) -> subprocess.
         text=True,
         timeout=timeout,
     )
+
+
+def summarised(
+    steps: pd.DataFrame,
+    warmup_steps: int,
+    rule: SpikeRule,
+    *,
+    run_spec: RunSpec | None = None,
+    run_meta: RunMeta | None = None,
+    interval_rule: IntervalRule | None = None,
+    repeat_steps: list[pd.DataFrame] = (),
+    repeat_run_metas: list[RunMeta | None] = (),
+    events: pd.DataFrame | None = None,
+) -> RunSummary:
+    """The run's summary as the summarise_run rule writes it, from the same inputs (read back from JSON)."""
+    metas = [run_meta, *repeat_run_metas]
+    records = RunRecords(
+        tables=[steps, *repeat_steps],
+        completions=[None if meta is None else completion_of(meta) for meta in metas],
+        world_size=None if run_spec is None else run_spec.world_size,
+        expected_steps=None if run_spec is None else run_spec.training.optimizer_steps,
+        finished_world_size=None if run_meta is None else run_meta.world_size,
+        events=events,
+    )
+    summary = summarise(records, AnalysisSettings(warmup_steps, rule, interval_rule))
+    return RunSummary.parse(json.loads(json.dumps(summary.as_json())), "summary/run.json")
+
+
+def judged_run(
+    gates: tuple,
+    steps: pd.DataFrame,
+    events: pd.DataFrame,
+    summary: TrainSummary | None,
+    run_spec: RunSpec,
+    deviations: Deviations,
+    fingerprint: Fingerprint,
+    warmup_steps: int,
+    rule: SpikeRule,
+    plan: Plan | None = None,
+    run_meta: RunMeta | None = None,
+    ds_config: DsConfig | None = None,
+    interval_rule: IntervalRule | None = None,
+    repeat_steps: list[pd.DataFrame] = (),
+) -> GateVerdicts:
+    """check_gates on these inputs: the run summarised (summarise_run), then every gate judged."""
+    run = RunEvidence(
+        run_summary=summarised(
+            steps,
+            warmup_steps,
+            rule,
+            run_spec=run_spec,
+            run_meta=run_meta,
+            interval_rule=interval_rule,
+            repeat_steps=repeat_steps,
+            events=events,
+        ),
+        steps=steps,
+        events=events,
+        run_meta=run_meta,
+        train_summary=summary,
+        run_spec=run_spec,
+        deviations=deviations,
+        fingerprint=fingerprint,
+        ds_config=ds_config,
+        plan=plan,
+    )
+    return evaluate(gates, run)
+
+
+def judged_gate(
+    gate: GateSettings,
+    steps: pd.DataFrame,
+    events: pd.DataFrame,
+    summary: TrainSummary | None,
+    fingerprint: Fingerprint,
+    warmup_steps: int,
+    expected_steps: int,
+    rule: SpikeRule,
+    plan: Plan | None = None,
+    run_meta: RunMeta | None = None,
+    *,
+    world_size: int,
+    ds_config: DsConfig | None = None,
+    interval_rule: IntervalRule | None = None,
+    repeat_steps: list[pd.DataFrame] = (),
+) -> GateVerdict:
+    """One gate judged on these inputs, as check_gates judges it (the run spec: cpu-tiny's with this
+    world size and optimizer steps)."""
+    spec = run_spec_for(expected_steps, world_size)
+    run = RunEvidence(
+        run_summary=summarised(
+            steps,
+            warmup_steps,
+            rule,
+            run_spec=spec,
+            run_meta=run_meta,
+            interval_rule=interval_rule,
+            repeat_steps=repeat_steps,
+            events=events,
+        ),
+        steps=steps,
+        events=events,
+        run_meta=run_meta,
+        train_summary=summary,
+        run_spec=spec,
+        fingerprint=fingerprint,
+        ds_config=ds_config,
+        plan=plan,
+    )
+    return evaluate_gate(gate, run)
+
+
+class Trained(NamedTuple):
+    """A trained variant's records (parse.read_rank_metrics) and its training run's summary."""
+
+    steps: pd.DataFrame
+    summary: TrainSummary
+
+
+def variant_run(
+    trained: Trained,
+    warmup_steps: int,
+    rule: SpikeRule,
+    expected_steps: int | None = None,
+    interval_rule: IntervalRule | None = None,
+) -> VariantRun:
+    """The variant as compare_variants reads it: its run summarised as summarise_variant summarises it."""
+    steps, summary = trained
+    records = RunRecords(
+        tables=[steps],
+        completions=[finished_run_completion(steps, expected_steps, summary.world_size)],
+        expected_steps=expected_steps,
+        finished_world_size=summary.world_size,
+    )
+    made = summarise(records, AnalysisSettings(warmup_steps, rule, interval_rule))
+    return VariantRun(steps, summary, RunSummary.parse(json.loads(json.dumps(made.as_json())), "run.json"))
+
+
+def variants_table(
+    runs: dict[str, Trained],
+    *,
+    warmup_steps: int,
+    spike_rule: SpikeRule,
+    expected_steps: int | None = None,
+    interval_rule: IntervalRule | None = None,
+    **table: Any,
+) -> VariantsTable:
+    """compare_variants on these trained variants (``table``: VariantRuns' other fields)."""
+    summarised_runs = {
+        name: variant_run(trained, warmup_steps, spike_rule, expected_steps, interval_rule)
+        for name, trained in runs.items()
+    }
+    return compare_variants(VariantRuns(summarised_runs, **table))

@@ -81,8 +81,8 @@ def test_the_bisects_figures_are_the_pipelines_statistics_with_their_intervals(t
     its interval per run, the runs pooled, and each commit's ratio to the first, beyond noise or not."""
     import numpy as np
 
-    from zerogate.analysis import measures
     from zerogate.bench import bisect_step_time
+    from zerogate.contracts.summary import IntervalRule
 
     rng = np.random.default_rng(0)
     for sha, level in (("aaa", 0.20), ("bbb", 0.30)):
@@ -91,7 +91,7 @@ def test_the_bisects_figures_are_the_pipelines_statistics_with_their_intervals(t
                 tmp_path / sha / f"run{run}",
                 [list(level * (1 + 0.02 * rng.standard_normal(60))) for _ in range(2)],
             )
-    rows = bisect_step_time.analyse(["aaa", "bbb"], tmp_path, measures.IntervalRule())
+    rows = bisect_step_time.analyse(["aaa", "bbb"], tmp_path, IntervalRule())
     first = read_rank_metrics(tmp_path / "aaa/run0")
     assert rows[0]["runs"][0]["median(s)"] == step_time(first, bisect_step_time.WARMUP_STEPS).value
     assert rows[0]["beyond_noise"] is None and rows[1]["beyond_noise"] is True
@@ -108,19 +108,17 @@ def test_the_bisects_figures_are_the_pipelines_statistics_with_their_intervals(t
 def test_peers_vs_zero3_divides_the_pipelines_step_times_and_brackets_each_ratio(tmp_path):
     import numpy as np
 
-    from zerogate.analysis.measures import IntervalRule
     from zerogate.bench import peers_vs_zero3
+    from zerogate.contracts.summary import IntervalRule
 
     rng = np.random.default_rng(0)
-    metrics, summaries = {}, {}
+    metrics = {}
     for index, name in enumerate(peers_vs_zero3.ROWS):
         scale = 1.0 + 0.25 * index  # zero3 1.0 s, the next row 1.25 s, ...
         metrics[name] = write_run(
             tmp_path / name, [list(scale * (1 + 0.01 * rng.standard_normal(30))) for _ in (0, 1)]
         )
-        summaries[name] = tmp_path / f"{name}.json"
-        summary(60.0).write(summaries[name])
-    result = peers_vs_zero3.table(metrics, summaries, warmup_steps=2, rule=IntervalRule(resamples=200))
+    result = peers_vs_zero3.table(metrics, warmup_steps=2, rule=IntervalRule(resamples=200))
     rows = {row["run"]: row for row in result["rows"]}
     assert rows["zero3"]["ratio_to_zero3"] == 1.0
     fsdp2 = rows["fsdp2"]

@@ -15,12 +15,12 @@ import pytest
 import yaml
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
-from tests.unit.helpers import no_events, render_profile, settings, synthetic_steps, train_summary
+from tests.unit.helpers import judged_run, no_events, render_profile, settings, synthetic_steps, train_summary
 from zerogate.analysis import claims as c
 from zerogate.analysis import gates as g
-from zerogate.analysis.claims import Evidence, judge, rounding_tolerance, stated_figure_holds
+from zerogate.analysis.claim_evidence import Evidence
+from zerogate.analysis.claims import judge, rounding_tolerance, stated_figure_holds
 from zerogate.analysis.ledger_check import compare, with_peaks
-from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import run_metadata
 from zerogate.config.claims import claims_file
 from zerogate.config.machines import from_fingerprint, target_machine
@@ -28,6 +28,7 @@ from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import HeldBytes
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec
+from zerogate.contracts.summary import SpikeRule
 from zerogate.contracts.verdicts import (
     CANNOT_JUDGE,
     CLAIM_VERDICTS,
@@ -199,7 +200,7 @@ def verdicts(
     on, fingerprint = ("claim box", CLAIM_BOX) if faithful else ("cpu", CPU_FINGERPRINT)
     ds_config, deviations, spec = _run(on)
     plan = _tiny_plan(on).model_copy(deep=True)
-    return g.evaluate(
+    return judged_run(
         PROFILE.gates,
         steps,
         no_events(),

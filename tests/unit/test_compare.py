@@ -6,28 +6,28 @@ import re
 
 import pytest
 
-from tests.unit.helpers import no_events, settings, spike_rule, synthetic_steps, train_summary
+from tests.unit.helpers import no_events, settings, spike_rule, summarised, synthetic_steps, train_summary
 from tests.unit.test_report import DEVIATION, provenance, verdicts_of
 from zerogate.analysis import measures
+from zerogate.analysis.compare import (
+    gate_rows,
+    group_runs,
+    histories,
+    history_rows,
+    load_run,
+    noise_summary,
+    quantity_rows,
+)
+from zerogate.analysis.compare_table import comparison_table
+from zerogate.analysis.evidence import RunEvidence
 from zerogate.analysis.parse import read_steps, run_metadata
 from zerogate.contracts.records import GitState
 from zerogate.contracts.report import GitAtStages, RunRegistry
 from zerogate.contracts.run import Deviations
+from zerogate.contracts.summary import IntervalRule
 from zerogate.errors import InputError
 from zerogate.provenance import measurement_hash
-from zerogate.report.compare import (
-    comparison_table,
-    gate_rows,
-    group_runs,
-    histories,
-    history_figure,
-    history_rows,
-    load_run,
-    noise_summary,
-    overlay_figure,
-    quantity_rows,
-    render_comparison,
-)
+from zerogate.report.compare import history_figure, overlay_figure, render_comparison
 from zerogate.report.registry import registry_record
 
 
@@ -45,8 +45,8 @@ def registry_of(
     recorded_at=None,
     resolved=None,
 ):
-    """(registry.json's record, the steps table) of a synthetic run (or of ``steps``), as register_run makes
-    it."""
+    """(registry.json's record, the steps table, the run summary) of a synthetic run (or of ``steps``), as
+    summarise_run and register_run make them."""
     steps = synthetic_steps(step_time=step_time, memory_gib=memory_gib) if steps is None else steps
     verdicts = verdicts_of(tiny_profile, steps)
     base = f"results/{profile}/{machine}"
@@ -65,17 +65,19 @@ def registry_of(
             "recorded_at": recorded_at or made.recorded_at,
         }
     )
-    record = registry_record(
-        machine=machine,
+    meta = run_metadata(steps, no_events(), train_summary(), "", 200)
+    summary = summarised(steps, 5, spike_rule(tiny_profile), run_meta=meta, interval_rule=interval_rule)
+    run = RunEvidence(
+        run_summary=summary,
         verdicts=verdicts,
-        steps=steps,
-        run_meta=run_metadata(steps, no_events(), train_summary(), "", 200),
+        run_meta=meta,
         provenance=made,
-        interval_rule=interval_rule,
         deviations=Deviations(deviations=[DEVIATION]),
-        warmup_steps=5,
-        spike_rule=spike_rule(tiny_profile),
-        files={
+    )
+    record = registry_record(
+        machine,
+        run,
+        {
             "report": f"{base}/report/x.html",
             "verdicts": f"{base}/gates/verdicts.json",
             "steps": f"{base}/parsed/steps.parquet",
@@ -86,16 +88,17 @@ def registry_of(
             },
         },
     )
-    return record, steps
+    return record, steps, summary
 
 
 def write_run(root, tiny_profile, machine, registry=RunRegistry, **run):
     """A run directory as the pipeline leaves it: registry.json (written as ``registry``, the contract of
-    this or an older version) plus parsed/steps.parquet."""
-    record, steps = registry_of(tiny_profile, machine, **run)
+    this or an older version) plus parsed/steps.parquet and summary/run.json."""
+    record, steps, summary = registry_of(tiny_profile, machine, **run)
     run_dir = root / "results" / record.profile / machine
     (run_dir / "parsed").mkdir(parents=True)
     steps.to_parquet(run_dir / "parsed/steps.parquet")
+    summary.write(run_dir / "summary/run.json")
     registry.model_validate(record.model_dump()).write(run_dir / "registry.json")
     return run_dir
 
@@ -241,6 +244,18 @@ def test_missing_registry_is_one_line_naming_the_file(tmp_path):
         load_run(tmp_path / "nowhere")
 
 
+def test_a_registry_without_its_run_summary_is_one_line_naming_the_file_and_the_command(
+    tmp_path, tiny_profile
+):
+    run_dir = write_run(tmp_path, tiny_profile, "lab-a")
+    (run_dir / "summary/run.json").unlink()
+    with pytest.raises(InputError) as found:
+        load_run(run_dir)
+    assert str(found.value).count("\n") == 0
+    assert "lab-a/summary/run.json: no run summary beside the registry" in str(found.value)
+    assert "profile=smoke machine=lab-a" in str(found.value)
+
+
 # Two runs of one setting on one machine (the same 0.5 s step, each its own noise: consecutive steps alike),
 # and the same run with rank 1 slowed by 30 % (the straggler injection's effect on the records).
 NOISY = dict(step_time=0.5, time_noise=0.1, time_correlation=0.5)
@@ -250,7 +265,7 @@ NOISY = dict(step_time=0.5, time_noise=0.1, time_correlation=0.5)
 def same_and_slowed(tmp_path, tiny_profile):
     """Two runs of the tiny profile and a third with its straggler injection: a profile of its own (another
     config hash), the same measurement."""
-    rule = measures.IntervalRule()
+    rule = IntervalRule()
     runs = [
         write_run(
             tmp_path,
@@ -322,7 +337,7 @@ def test_a_rank_slowed_by_30_percent_is_beyond_noise_in_the_csv_and_the_page(tmp
 
 
 def test_the_history_orders_one_machines_runs_by_training_and_flags_a_regression(tmp_path, tiny_profile):
-    rule = measures.IntervalRule()
+    rule = IntervalRule()
     made = [
         ("aaa1111", 0.5, "2026-11-29T10:00:00+00:00"),
         ("bbb2222", 0.5, "2026-11-30T10:00:00+00:00"),

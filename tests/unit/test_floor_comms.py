@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.helpers import judged_gate
 from tests.unit.test_ledger import claim_setup, oracle_counts
 from zerogate.config.machines import check, from_fingerprint, load_description
 from zerogate.contracts.machine import CollectiveKindFigures, Collectives, CollectiveSample, Figure, Host
@@ -471,9 +472,8 @@ def _hand_plan():
 def _judge_floor(tiny_profile, step_time, plan):
     from tests.conftest import CPU_FINGERPRINT
     from tests.unit.helpers import no_events, spike_rule, synthetic_steps
-    from zerogate.analysis.gates import evaluate_gate
 
-    return evaluate_gate(
+    return judged_gate(
         _floor_gate(tiny_profile),
         synthetic_steps(step_time=step_time),
         no_events(),

@@ -9,6 +9,8 @@ import pytest
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
 from tests.unit.helpers import (
     claim_box,
+    judged_gate,
+    judged_run,
     no_events,
     planned_run,
     rendered_run,
@@ -21,24 +23,16 @@ from tests.unit.helpers import (
     with_optimizer_step_floor,
 )
 from zerogate.analysis import measures
-from zerogate.analysis.gates import (
-    FAIL,
-    INCONCLUSIVE,
-    NOT_MEASURED,
-    PASS,
-    evaluate,
-    evaluate_gate,
-    faithfulness,
-    smallest_device_ranks,
-    unit_of,
-)
-from zerogate.analysis.measures import DEVICE_PEAK, STEP_TIME, SpikeRule
+from zerogate.analysis.columns import DEVICE_PEAK, STEP_TIME
+from zerogate.analysis.gate_measures import smallest_device_ranks, to_gate_unit, unit_of
+from zerogate.analysis.gates import FAIL, INCONCLUSIVE, NOT_MEASURED, PASS, faithfulness
 from zerogate.analysis.parse import parse_launcher_log, run_metadata, stabiliser_events
 from zerogate.contracts.base import write_lines
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import StabiliserEvent
 from zerogate.contracts.run import Deviations, DsConfig
+from zerogate.contracts.summary import SpikeRule
 from zerogate.contracts.verdicts import NonfiniteEventEvidence, OverflowEvidence, ProgressLineEvidence
 
 PROFILE = settings("cpu-tiny")
@@ -77,7 +71,7 @@ def judge(
     plan=None,
 ):
     config = {"fp16": _fp16, "fp32": _fp32}[ds_config]() if isinstance(ds_config, str) else ds_config
-    return evaluate_gate(
+    return judged_gate(
         gate(name),
         steps,
         no_events() if events is None else events,
@@ -254,7 +248,7 @@ def test_evaluate_counts_verdicts():
     _, deviations, _ = rendered_run("cpu")
     steps = fp16(synthetic_steps())
     meta = run_metadata(steps, no_events(), SUMMARY, "", 200)
-    result = evaluate(
+    result = judged_run(
         PROFILE.gates,
         steps,
         no_events(),
@@ -270,7 +264,7 @@ def test_evaluate_counts_verdicts():
     )
     assert result.counts == {PASS: len(PROFILE.gates), FAIL: 0, INCONCLUSIVE: 0, NOT_MEASURED: 0}
     # Without the planner's floor, fp16 skip records and run metadata, those gates are not measured.
-    bare = evaluate(
+    bare = judged_run(
         PROFILE.gates, synthetic_steps(), no_events(), SUMMARY, spec, deviations, CPU_FINGERPRINT, 5, RULE
     )
     assert {g.name for g in bare.gates if g.verdict == NOT_MEASURED} == {
@@ -491,7 +485,7 @@ def test_convergence_needs_twice_the_initial_steps():
     assert gate("loss_convergence").convergence.initial_steps == 3
 
     def judged(steps, n):
-        return evaluate_gate(
+        return judged_gate(
             gate("loss_convergence"),
             steps,
             no_events(),
@@ -519,8 +513,7 @@ def test_memory_gate_gives_per_rank_values_in_the_gates_unit():
         1: pytest.approx(1.01 * 1024**3 / 1e9),
     }
     assert result.evidence.per_rank == {0: pytest.approx(1.0), 1: pytest.approx(1.01)}
-    from zerogate.analysis.gates import _in_unit
-
     assert (
-        _in_unit(1.0, "memory/device_peak(GiB)", "GiB") == 1.0 and _in_unit(1.0, "step_time(s)", "GB") == 1.0
+        to_gate_unit(1.0, "memory/device_peak(GiB)", "GiB") == 1.0
+        and to_gate_unit(1.0, "step_time(s)", "GB") == 1.0
     )

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import CPU_FINGERPRINT, gpu_fingerprint
 from tests.unit.helpers import (
+    judged_run,
     no_events,
     planned_run,
     run_spec_for,
@@ -23,15 +24,24 @@ from tests.unit.helpers import (
     table_of,
     train_summary,
 )
-from zerogate.analysis import gates, measures
-from zerogate.analysis.measures import (
+from zerogate.analysis import gate_measures, gates, measures
+from zerogate.analysis.columns import (
     COLLECTIVES_TIME,
+    COMMUNICATION,
+    COMPUTE,
     MICRO_STEP_TIME,
     STEP_TIME,
-    Convergence,
-    ConvergenceRule,
-    SpikeRule,
+    WAIT,
 )
+from zerogate.analysis.health import (
+    completion_of,
+    missing_values,
+    nonfinite_events,
+    record_completeness,
+    run_completion,
+    step_span,
+)
+from zerogate.analysis.loss_trend import Convergence, ConvergenceRule, loss_convergence, loss_spikes
 from zerogate.analysis.parse import (
     STEP_COLUMNS,
     parse_launcher_log,
@@ -40,6 +50,8 @@ from zerogate.analysis.parse import (
     run_metadata,
     stabiliser_events,
 )
+from zerogate.analysis.rank_balance import rank_balance, rank_times
+from zerogate.analysis.summary import run_statistics
 from zerogate.config.judging import ConvergenceRuleSettings
 from zerogate.contracts.base import ContractError, write_lines
 from zerogate.contracts.machine import NodeFingerprint
@@ -47,6 +59,7 @@ from zerogate.contracts.parsed import Failure, RunMeta
 from zerogate.contracts.plan import FloorRank, Plan
 from zerogate.contracts.records import StabiliserEvent
 from zerogate.contracts.run import Deviation, Deviations
+from zerogate.contracts.summary import SpikeRule
 from zerogate.contracts.verdicts import NonfiniteEventEvidence, Reproduction
 
 RULE = SpikeRule(window=16, threshold=6.0, min_history=5)
@@ -76,7 +89,7 @@ def timed_run(rows: dict[int, list[tuple[float, float | None]]], device: str = "
     )
 
 
-# ---- who waits for whom: measures.rank_balance, its evidence and its problems ------------------------
+# ---- who waits for whom: rank_balance, its evidence and its problems ------------------------
 
 # Step 1 is the warm-up (wild values, left out). Steps 2 and 3, both ranks finishing together:
 #   step 2: T = 1.0; compute 0.5 (rank 0), 0.75 (rank 1) -> collectives 0.5, 0.25; communication 0.25;
@@ -86,7 +99,7 @@ STRAGGLING = {0: [(9.0, 8.0), (1.0, 0.5), (2.0, 1.5)], 1: [(9.0, 1.0), (1.0, 0.2
 
 
 def test_rank_balance_evidence_by_hand():
-    balance = measures.rank_balance(timed_run(STRAGGLING), 1, world_size=2)
+    balance = rank_balance(timed_run(STRAGGLING), 1, world_size=2)
     assert balance.evidence() == {
         "ranks(rank)": [0, 1],
         "timed_steps(steps)": 2,
@@ -109,14 +122,14 @@ def test_rank_balance_evidence_by_hand():
 
 def test_rank_balance_names_rank_0_when_it_is_the_straggler():
     swapped = {0: STRAGGLING[1], 1: STRAGGLING[0]}
-    balance = measures.rank_balance(timed_run(swapped), 1, world_size=2)
+    balance = rank_balance(timed_run(swapped), 1, world_size=2)
     assert (balance.slowest, balance.straggler, balance.next_slowest) == (0, 0, 1)
     assert balance.compute == {0: 1.0, 1: 0.5} and balance.wait == {0: 0.0, 1: 0.5}
 
 
 def test_a_difference_of_exactly_the_margin_names_no_straggler():
     # Both steps: T = 10 s; compute 2 s (rank 0) and 3 s (rank 1). Excess 1 s = 0.10 x 10 s: not more.
-    exact = measures.rank_balance(timed_run({0: [(10.0, 8.0)] * 3, 1: [(10.0, 7.0)] * 3}), 1, world_size=2)
+    exact = rank_balance(timed_run({0: [(10.0, 8.0)] * 3, 1: [(10.0, 7.0)] * 3}), 1, world_size=2)
     assert exact.excess == 1.0 and exact.pace == 10.0 and 0.10 * 10.0 == 1.0
     assert exact.slowest == 1 and exact.straggler is None and exact.waiting_for_straggler == {}
     # Noise, not a straggler: the run statistics' straggler fields report no excess either.
@@ -125,13 +138,13 @@ def test_a_difference_of_exactly_the_margin_names_no_straggler():
         "straggler_compute_excess_s": None,
         "wait_for_straggler_median_s": None,
     }
-    beyond = measures.rank_balance(timed_run({0: [(10.0, 7.75)] * 3, 1: [(10.0, 6.5)] * 3}), 1, world_size=2)
+    beyond = rank_balance(timed_run({0: [(10.0, 7.75)] * 3, 1: [(10.0, 6.5)] * 3}), 1, world_size=2)
     assert beyond.excess == 3.5 - 2.25 and beyond.straggler == 1
 
 
 def test_a_next_slowest_rank_with_no_compute_gives_an_infinite_excess_ratio():
     # Rank 0 spent its whole step in collectives (compute 0): the excess over it is no finite share of it.
-    balance = measures.rank_balance(timed_run({0: [(1.0, 1.0)] * 2, 1: [(1.0, 0.5)] * 2}), 0, world_size=2)
+    balance = rank_balance(timed_run({0: [(1.0, 1.0)] * 2, 1: [(1.0, 0.5)] * 2}), 0, world_size=2)
     assert balance.compute == {0: 0.0, 1: 0.5} and balance.next_slowest == 0
     assert balance.excess == 0.5 and balance.excess_ratio == math.inf
 
@@ -139,14 +152,14 @@ def test_a_next_slowest_rank_with_no_compute_gives_an_infinite_excess_ratio():
 def test_wait_share_of_a_rank_with_sub_second_or_no_step_time():
     # One step: rank 0's record says 0 s (and 0.5 s in collectives), rank 1's 0.5 s with 0.25 s in them.
     # communication 0.25; wait 0.25 (rank 0), 0 (rank 1); rank 0's share has no base: NaN, never inf.
-    balance = measures.rank_balance(timed_run({0: [(0.0, 0.5)], 1: [(0.5, 0.25)]}), 0, world_size=2)
+    balance = rank_balance(timed_run({0: [(0.0, 0.5)], 1: [(0.5, 0.25)]}), 0, world_size=2)
     assert balance.wait_total == {0: 0.25, 1: 0.0}
     assert math.isnan(balance.wait_share[0]) and balance.wait_share[1] == 0.0 / 0.5
 
 
 def test_rank_balance_not_measured_keeps_its_ranks_and_counts_and_says_why():
     run = timed_run(STRAGGLING)
-    balance = measures.rank_balance(run[run["rank"] == 0], 1, world_size=2)
+    balance = rank_balance(run[run["rank"] == 0], 1, world_size=2)
     assert balance.evidence() == {
         "ranks(rank)": [0],
         "timed_steps(steps)": 2,
@@ -168,13 +181,13 @@ def test_rank_balance_not_measured_keeps_its_ranks_and_counts_and_says_why():
 
 
 def test_a_run_within_its_warmup_has_no_timed_step_to_balance():
-    balance = measures.rank_balance(timed_run(STRAGGLING), 3, world_size=2)
+    balance = rank_balance(timed_run(STRAGGLING), 3, world_size=2)
     assert balance.ranks == [] and balance.timed_steps == 0
     assert balance.problems == [
         "ranks with no timed step records: [0, 1] of world size 2",
         "no timed step (the run stopped within its warm-up)",
     ]
-    one = measures.rank_balance(timed_run({0: [(1.0, 0.5)] * 2}), 2)
+    one = rank_balance(timed_run({0: [(1.0, 0.5)] * 2}), 2)
     assert one.problems == [
         "a single rank waits for no other",
         "no timed step (the run stopped within its warm-up)",
@@ -185,20 +198,20 @@ def test_rank_time_problems_exactly():
     run = timed_run(STRAGGLING)
     # The records of a run with the metrics layer's collective clock off: collectives(s) null at every step.
     unclocked = timed_run({rank: [(t, None) for t, _ in series] for rank, series in STRAGGLING.items()})
-    old = measures.rank_balance(unclocked, 1, 2)
+    old = rank_balance(unclocked, 1, 2)
     assert old.problems == [
         "the step records hold no collectives(s) (zerogate.train.metrics records it; a run with "
         "the metrics layer off, or from before it, has none)"
     ]
-    empty = measures.rank_balance(run.assign(**{COLLECTIVES_TIME: None}), 1, 2)
+    empty = rank_balance(run.assign(**{COLLECTIVES_TIME: None}), 1, 2)
     assert empty.problems == old.problems
     mixed = run.assign(device=["cpu", "cuda:1", "cuda:0", "cpu", None, "cuda:1"])
-    assert measures.rank_balance(mixed, 1, 2).problems == [
+    assert rank_balance(mixed, 1, 2).problems == [
         "collectives(s) is host time, and on cuda:0 NCCL returns once a collective is queued: "
         "the device's wait is not measured"
     ]
     # Every record on the CPU accelerator: the host time is the wait.
-    assert set(run["device"]) == {"cpu"} and measures.rank_balance(run, 1, 2).problems == []
+    assert set(run["device"]) == {"cpu"} and rank_balance(run, 1, 2).problems == []
 
 
 def test_rank_time_problems_name_each_ranks_missing_steps_and_gaps():
@@ -206,7 +219,7 @@ def test_rank_time_problems_name_each_ranks_missing_steps_and_gaps():
     run = run[~((run["rank"] == 2) & (run["step"].isin([3, 4])))]
     run.loc[(run["rank"] == 1) & (run["step"] == 5), STEP_TIME] = np.nan
     run.loc[(run["rank"] == 0) & (run["step"] > 2), COLLECTIVES_TIME] = np.inf
-    balance = measures.rank_balance(run, 0, world_size=3)
+    balance = rank_balance(run, 0, world_size=3)
     assert balance.problems == [
         "rank 2: 2 timed steps missing (3, 4)",
         "rank 1: step_time(s) missing or non-finite at 1 steps (5)",
@@ -217,45 +230,43 @@ def test_rank_time_problems_name_each_ranks_missing_steps_and_gaps():
 
 def test_rank_times_table_columns_and_types():
     run = timed_run(STRAGGLING).astype({"rank": float, "step": float})  # as a table with gaps holds them
-    frame = measures.rank_times(run, 1)
+    frame = rank_times(run, 1)
     assert list(frame.columns) == [
         "rank",
         "step",
         STEP_TIME,
         COLLECTIVES_TIME,
-        measures.COMMUNICATION,
-        measures.WAIT,
-        measures.COMPUTE,
+        COMMUNICATION,
+        WAIT,
+        COMPUTE,
     ]
     assert frame["rank"].dtype.kind == "i" and frame["step"].dtype.kind == "i"
     assert list(frame.index) == [0, 1, 2, 3]
-    assert frame[measures.WAIT].tolist() == [0.25, 0.75, 0.0, 0.0]
-    assert frame[measures.COMPUTE].tolist() == [0.5, 0.5, 0.75, 1.25]
+    assert frame[WAIT].tolist() == [0.25, 0.75, 0.0, 0.0]
+    assert frame[COMPUTE].tolist() == [0.5, 0.5, 0.75, 1.25]
     # Records without collective times: every derived column is NaN, the step time is kept.
-    bare = measures.rank_times(timed_run(STRAGGLING).assign(**{COLLECTIVES_TIME: None}), 1)
+    bare = rank_times(timed_run(STRAGGLING).assign(**{COLLECTIVES_TIME: None}), 1)
     assert bare[STEP_TIME].tolist() == [1.0, 2.0, 1.0, 2.0]
-    assert (
-        bare[[COLLECTIVES_TIME, measures.COMMUNICATION, measures.WAIT, measures.COMPUTE]].isna().all().all()
-    )
+    assert bare[[COLLECTIVES_TIME, COMMUNICATION, WAIT, COMPUTE]].isna().all().all()
 
 
 def test_a_value_that_is_no_number_counts_as_missing():
     run = timed_run(STRAGGLING).astype({STEP_TIME: object, COLLECTIVES_TIME: object})
     run.loc[(run["rank"] == 1) & (run["step"] == 3), [STEP_TIME, COLLECTIVES_TIME]] = "n/a"
-    frame = measures.rank_times(run, 1)
+    frame = rank_times(run, 1)
     assert frame[STEP_TIME].isna().sum() == 1 and frame[COLLECTIVES_TIME].isna().sum() == 1
-    assert measures.missing_values(run, STEP_TIME) == {1: [3]}
+    assert missing_values(run, STEP_TIME) == {1: [3]}
     lossy = table_of([step_record(step=1, loss=1.0), step_record(step=2, loss=1.0)]).astype({"loss": object})
     lossy.loc[lossy["step"] == 2, "loss"] = "n/a"
-    assert [e.step for e in measures.nonfinite_events(lossy, ["loss"], [])] == [2]
+    assert [e.step for e in nonfinite_events(lossy, ["loss"], [])] == [2]
 
 
 # ---- small definitions at their boundaries -------------------------------------------------------
 
 
 def test_span_shows_eight_numbers_then_how_many_more():
-    assert measures._span(list(range(1, 9))) == "1, 2, 3, 4, 5, 6, 7, 8"
-    assert measures._span(list(range(1, 10))) == "1, 2, 3, 4, 5, 6, 7, 8 and 1 more"
+    assert step_span(list(range(1, 9))) == "1, 2, 3, 4, 5, 6, 7, 8"
+    assert step_span(list(range(1, 10))) == "1, 2, 3, 4, 5, 6, 7, 8 and 1 more"
 
 
 def test_overflow_skipped_count_at_the_warmup_boundary():
@@ -282,7 +293,7 @@ def test_nonfinite_events_read_every_listed_metric_present():
             step_record(step=2, loss=float("nan"), grad_norm=None),
         ]
     )
-    found = measures.nonfinite_events(steps, ["grad_norm", "loss"], [])
+    found = nonfinite_events(steps, ["grad_norm", "loss"], [])
     assert [e.evidence() for e in found] == [
         NonfiniteEventEvidence(step=2, ranks=[0], metrics=["loss"], sources=["step records"])
     ]
@@ -299,7 +310,7 @@ def test_completion_of_counts_the_ranks_of_the_world_size():
     meta = run_metadata(only_rank0, no_events(), train_summary(10, world_size=2), "", 10)
     meta = RunMeta.parse(json.loads(json.dumps(meta.as_json())), "parsed/run.json")  # as run.json holds it
     assert meta.steps_completed_per_rank == {0: 10} and meta.world_size == 2
-    completion = measures.completion_of(meta)
+    completion = completion_of(meta)
     assert completion.steps_per_rank == {0: 10, 1: 0} and completion.stopped_early == {1: 0}
     assert completion.failed_ranks == [1] and not completion.complete
 
@@ -318,7 +329,7 @@ def test_run_statistics_under_fp16_and_without_micro_steps_or_losses():
         ]
     )
     frame[MICRO_STEP_TIME] = None  # a table whose micro-step column holds no value
-    stats = measures.run_statistics(frame, 0, RULE)
+    stats = run_statistics(frame, 0, RULE)
     # Timed steps 1..10 (step 11 skipped): median 5.5; p90 = 9 + 0.1 x (10 - 9) by linear interpolation.
     assert stats.step_time_median_s == 5.5 and stats.step_time_p90_s == pytest.approx(9.1)
     assert stats.overflow_skipped_steps == 1 and stats.micro_step_time_median_s is None
@@ -351,7 +362,7 @@ def test_convergence_figures_one_step_blocks():
     # Rising: block 1 (4 x 0.25); initial = the first loss 1; blocks (from the end) 4, 3, 2, 1; final 4,
     # lowest 1; a one-loss final block has no spread; nothing dropped: drop 0 sigmas, rebound inf; ratio 4 /
     # 1.
-    assert figures(measures.loss_convergence(loss_run([1.0, 2.0, 3.0, 4.0]), rule)) == (
+    assert figures(loss_convergence(loss_run([1.0, 2.0, 3.0, 4.0]), rule)) == (
         4,
         [],
         1.0,
@@ -364,7 +375,7 @@ def test_convergence_figures_one_step_blocks():
     )
     # Falling by less than 1: initial 1, final 0.75, lowest 0.25; spread 0 and a drop: inf sigmas;
     # rebound (0.75 - 0.25) / (1 - 0.25).
-    assert figures(measures.loss_convergence(loss_run([1.0, 0.25, 0.5, 0.75]), rule)) == (
+    assert figures(loss_convergence(loss_run([1.0, 0.25, 0.5, 0.75]), rule)) == (
         4,
         [],
         1.0,
@@ -381,26 +392,26 @@ def test_convergence_figures_two_step_blocks_and_a_partial_first_block():
     rule = ConvergenceRule(initial_steps=2, final_fraction=0.25, max_rebound=0.5, min_drop_sigmas=3.0)
     # n = 8, block 2: initial median(4, 6) = 5; blocks [1.5, 2.5] 2, [2, 2.5] 2.25, [1, 1] 1, [4, 6] 5;
     # spread: median |tail - 2| = 0.5, x 1.4826; drop 3; rebound (2 - 1) / (5 - 1); ratio 2 / 5.
-    found = measures.loss_convergence(loss_run([4.0, 6.0, 1.0, 1.0, 2.0, 2.5, 1.5, 2.5]), rule)
+    found = loss_convergence(loss_run([4.0, 6.0, 1.0, 1.0, 2.0, 2.5, 1.5, 2.5]), rule)
     assert figures(found)[:6] == (8, [], 5.0, 2.0, 1.0, 0.5 * 1.4826)
     assert (found.ratio, found.rebound) == (2.0 / 5.0, 0.25)
     assert found.drop_sigmas == pytest.approx(3.0 / (0.5 * 1.4826))
     # n = 5, final_fraction 0.4: block 2; blocks from the end [2, 2] 2, [3, 3] 3, then the first loss alone:
     # 1; nothing fell below the initial loss 1, and the final block is above it: rebound inf.
     rule = ConvergenceRule(initial_steps=1, final_fraction=0.4, max_rebound=0.5, min_drop_sigmas=3.0)
-    found = measures.loss_convergence(loss_run([1.0, 3.0, 3.0, 2.0, 2.0]), rule)
+    found = loss_convergence(loss_run([1.0, 3.0, 3.0, 2.0, 2.0]), rule)
     assert (found.initial, found.final, found.lowest_block, found.rebound) == (1.0, 2.0, 1.0, math.inf)
 
 
 def test_convergence_without_a_positive_initial_loss_has_no_ratio():
     rule = ConvergenceRule(initial_steps=1, final_fraction=0.25, max_rebound=0.5, min_drop_sigmas=3.0)
-    found = measures.loss_convergence(loss_run([0.0, 0.0, 0.0, 0.0]), rule)
+    found = loss_convergence(loss_run([0.0, 0.0, 0.0, 0.0]), rule)
     assert math.isnan(found.ratio) and found.rebound == 0.0 and found.drop_sigmas == 0.0
 
 
 def test_convergence_over_a_non_finite_loss_is_nan_throughout():
     rule = ConvergenceRule(initial_steps=1, final_fraction=0.25, max_rebound=0.5, min_drop_sigmas=3.0)
-    found = measures.loss_convergence(loss_run([3.0, float("inf"), 1.0, float("nan")]), rule)
+    found = loss_convergence(loss_run([3.0, float("inf"), 1.0, float("nan")]), rule)
     assert found.steps == 4 and found.nonfinite_steps == [2, 4]
     assert all(math.isnan(v) for v in figures(found)[2:])
 
@@ -433,9 +444,14 @@ def convergence_gate(initial_steps=2, final_fraction=0.25):
     )
 
 
+def convergence_with_spikes(steps, gate):
+    """The loss_convergence gate's measurement, with the run's loss spikes as its summary counts them."""
+    return gate_measures.loss_convergence_gate(steps, gate, loss_spikes(steps, RULE))
+
+
 def test_loss_convergence_gate_evidence_by_hand():
     values = [4.0, 6.0, 1.0, 1.0, 2.0, 2.5, 1.5, 2.5]  # the figures of the two-step-block test above
-    ratio, problems, evidence = gates.loss_convergence(loss_run(values), convergence_gate(), RULE)
+    ratio, problems, evidence = convergence_with_spikes(loss_run(values), convergence_gate())
     assert ratio == 2.0 / 5.0 and problems == []
     assert file_form(evidence) == {
         "kind": "loss_convergence",
@@ -460,8 +476,8 @@ def test_loss_convergence_gate_evidence_by_hand():
 
 
 def test_loss_convergence_gate_evidence_of_a_non_finite_loss_is_none_not_nan():
-    _, problems, evidence = gates.loss_convergence(
-        loss_run([3.0, float("nan"), 2.0, 1.0]), convergence_gate(), RULE
+    _, problems, evidence = convergence_with_spikes(
+        loss_run([3.0, float("nan"), 2.0, 1.0]), convergence_gate()
     )
     assert problems == ["non-finite loss at 1 steps (2)"]
     assert evidence.nonfinite_loss_steps == [2]
@@ -476,23 +492,23 @@ def test_loss_convergence_gate_evidence_of_a_non_finite_loss_is_none_not_nan():
     assert (
         json.loads(json.dumps(evidence.as_json()))["initial_loss(nats/token)"] is None
     )  # valid JSON, no NaN
-    assert gates._finite_or_none(None) is None and gates._finite_or_none(math.inf) is None
-    assert gates._finite_or_none(np.float64(2.5)) == 2.5
+    assert gate_measures._finite_or_none(None) is None and gate_measures._finite_or_none(math.inf) is None
+    assert gate_measures._finite_or_none(np.float64(2.5)) == 2.5
 
 
 def test_loss_convergence_gate_spike_steps():
     values = [3.0, 3.01, 2.99, 3.0, 3.02, 2.98, 3.0, 9.0, 3.0, 2.99, 3.01, 3.0]
-    _, _, evidence = gates.loss_convergence(loss_run(values), convergence_gate(), RULE)
+    _, _, evidence = convergence_with_spikes(loss_run(values), convergence_gate())
     assert evidence.spikes == 1 and evidence.spike_steps == [8]
 
 
 def test_loss_convergence_needs_twice_the_initial_steps_and_at_least_two():
-    ratio, _, evidence = gates.loss_convergence(
-        loss_run([2.0, 1.0]), convergence_gate(initial_steps=1, final_fraction=0.5), RULE
+    ratio, _, evidence = convergence_with_spikes(
+        loss_run([2.0, 1.0]), convergence_gate(initial_steps=1, final_fraction=0.5)
     )
     assert evidence.steps == 2 and ratio == 0.5
-    with pytest.raises(gates.NotMeasured, match="only 1 loss values: too few to tell a trend"):
-        gates.loss_convergence(loss_run([2.0]), convergence_gate(initial_steps=1), RULE)
+    with pytest.raises(gate_measures.NotMeasured, match="only 1 loss values: too few to tell a trend"):
+        convergence_with_spikes(loss_run([2.0]), convergence_gate(initial_steps=1))
 
 
 # ---- the non-finite gate and the completion evidence -----------------------------------------------
@@ -503,15 +519,15 @@ def test_nonfinite_gate_evidence_with_a_fatal_loss_scale_abort():
     steps.loc[(steps["step"] == 3) & (steps["rank"] == 0), "loss"] = float("nan")
     text = "[rank1]: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.\n"
     events = parse_launcher_log(text)
-    records = measures.record_completeness(steps, 2, 4)
-    completion = measures.run_completion(
+    records = record_completeness(steps, 2, 4)
+    completion = run_completion(
         {0: 4, 1: 4},
         [Failure(rank=1, kind="fatal_loss_scale", message="m", exit_code=None, last_lines=["l"])],
         True,
         4,
         2,
     )
-    measured, problems, evidence = gates.nonfinite(
+    measured, problems, evidence = gate_measures.nonfinite(
         steps, events, completion, ["loss", "grad_norm", "absent"], records
     )
     assert measured == 2.0  # one non-finite step + the abort
@@ -548,22 +564,22 @@ def test_nonfinite_gate_evidence_with_a_fatal_loss_scale_abort():
 def test_nonfinite_gate_without_its_metrics_is_not_measured():
     # A gate naming metrics the step records do not hold (the table holds every StepRecord key, not these).
     steps = table_of([step_record()])
-    completion = measures.run_completion({0: 1}, [], True, 1, 1)
-    with pytest.raises(gates.NotMeasured) as reason:
-        gates.nonfinite(
+    completion = run_completion({0: 1}, [], True, 1, 1)
+    with pytest.raises(gate_measures.NotMeasured) as reason:
+        gate_measures.nonfinite(
             steps,
             no_events(),
             completion,
             ["loss_sum", "grad_norm_sum"],
-            measures.record_completeness(steps, 1, 1),
+            record_completeness(steps, 1, 1),
         )
     assert str(reason.value) == "none of ['loss_sum', 'grad_norm_sum'] in the run's step records"
 
 
 def test_failed_ranks_evidence_holds_the_record_counts():
-    records = measures.record_completeness(synthetic_steps(steps=3), 2, 3)
-    completion = measures.run_completion({0: 3, 1: 3}, [], True, 3, 2, records)
-    measured, evidence = gates.failed_ranks(completion, records)
+    records = record_completeness(synthetic_steps(steps=3), 2, 3)
+    completion = run_completion({0: 3, 1: 3}, [], True, 3, 2, records)
+    measured, evidence = gate_measures.failed_ranks(completion, records)
     assert measured == 0.0 and evidence.records == records.evidence()
     assert set(file_form(evidence)) == {
         "kind",
@@ -588,10 +604,13 @@ def test_stabiliser_nonfinite_keeps_the_rank_or_none(tmp_path):
         ],
     )
     events = stabiliser_events(path)
-    assert gates.stabiliser_nonfinite(events) == [(12, 1, "nonfinite_loss"), (13, 0, "nonfinite_grad_norm")]
+    assert gate_measures.stabiliser_nonfinite(events) == [
+        (12, 1, "nonfinite_loss"),
+        (13, 0, "nonfinite_grad_norm"),
+    ]
     # The events table's rank is nullable (a launcher line may name no rank): a row without one keeps None.
     events.loc[events["step"] == 13, "rank"] = pd.NA
-    assert gates.stabiliser_nonfinite(events) == [
+    assert gate_measures.stabiliser_nonfinite(events) == [
         (12, 1, "nonfinite_loss"),
         (13, None, "nonfinite_grad_norm"),
     ]
@@ -601,8 +620,8 @@ def test_require_values_names_every_rank_with_a_gap():
     steps = synthetic_steps(steps=10)
     steps.loc[(steps["rank"] == 0) & (steps["step"] == 7), STEP_TIME] = np.nan
     steps.loc[(steps["rank"] == 1) & (steps["step"].isin([8, 9])), STEP_TIME] = np.inf
-    with pytest.raises(gates.NotMeasured) as reason:
-        gates.require_values(steps, STEP_TIME)
+    with pytest.raises(gate_measures.NotMeasured) as reason:
+        gate_measures.require_values(steps, STEP_TIME)
     assert (
         str(reason.value)
         == "'step_time(s)' missing or non-finite at rank 0: 1 steps (7); rank 1: 2 steps (8, 9)"
@@ -639,14 +658,14 @@ def floor_plan(**changes) -> Plan:
 
 def test_floor_terms_of_the_deciding_rank_times_the_accumulation():
     # The deciding rank: the largest micro-step floor (0.75 s, the second); a rank without one is left out.
-    assert gates.floor_terms(floor_plan()) == {
+    assert gate_measures.floor_terms(floor_plan()) == {
         "micro_step compute x 4(s)": 4 * 0.75,
         "micro_step collectives x 4(s)": 4 * 0.125,
         "micro_step memory x 4(s)": None,
         "boundary collectives(s)": 0.5,
         "optimizer cpu_adam(s)": 1.0,
     }
-    assert gates.floor_terms(floor_plan(boundary_terms={}, optimizer_terms={})) == {
+    assert gate_measures.floor_terms(floor_plan(boundary_terms={}, optimizer_terms={})) == {
         "micro_step compute x 4(s)": 3.0,
         "micro_step collectives x 4(s)": 0.5,
         "micro_step memory x 4(s)": None,
@@ -657,10 +676,10 @@ def test_floor_terms_are_empty_without_a_ranks_floor_and_need_a_plan():
     # The plan of this machine, probed without measurements: no rank has a micro-step floor.
     planned = planned_run()
     assert planned.floor.ranks and all(r.micro_step_floor_s is None for r in planned.floor.ranks)
-    assert gates.floor_terms(planned) == {}
-    assert gates.floor_terms(floor_plan(ranks=[])) == {}
+    assert gate_measures.floor_terms(planned) == {}
+    assert gate_measures.floor_terms(floor_plan(ranks=[])) == {}
     assert (
-        gates.floor_terms(
+        gate_measures.floor_terms(
             floor_plan(
                 ranks=[FloorRank(rank=0, device="cpu", terms={"compute(s)": 1.0}, micro_step_floor_s=None)]
             )
@@ -668,8 +687,8 @@ def test_floor_terms_are_empty_without_a_ranks_floor_and_need_a_plan():
         == {}
     )
     # No plan, no floor and no terms: the gate is not measured.
-    with pytest.raises(gates.NotMeasured, match="no physical floor"):
-        gates.floor_ratio(synthetic_steps(steps=20), STEP_TIME, 5, None)
+    with pytest.raises(gate_measures.NotMeasured, match="no physical floor"):
+        gate_measures.floor_ratio(synthetic_steps(steps=20), STEP_TIME, 5, None)
     # A plan whose floor lacks its accumulation is refused when it is read, naming the field.
     data = json.loads(json.dumps(floor_plan().as_json()))
     del data["floor"]["accumulation"]
@@ -680,10 +699,10 @@ def test_floor_terms_are_empty_without_a_ranks_floor_and_need_a_plan():
 
 def test_floor_ratio_evidence_carries_the_floor_terms():
     plan = floor_plan(optimizer_step_floor_s=0.25)
-    ratio, evidence = gates.floor_ratio(
+    ratio, evidence = gate_measures.floor_ratio(
         synthetic_steps(steps=20, step_time=0.5, noise=0.0), STEP_TIME, 5, plan
     )
-    assert evidence.floor == 0.25 and evidence.floor_terms == gates.floor_terms(plan) != {}
+    assert evidence.floor == 0.25 and evidence.floor_terms == gate_measures.floor_terms(plan) != {}
     assert ratio == evidence.median_step_time / 0.25
 
 
@@ -722,7 +741,7 @@ def test_evaluate_counts_the_ranks_of_the_run_specs_world_size():
     step_gates = tuple(g for g in PROFILE.gates if g.name in ("optimizer_step_time", "zero_nonfinite"))
     none = Deviations(deviations=[])
     summary = train_summary(200)
-    judged = gates.evaluate(
+    judged = judged_run(
         step_gates, steps, no_events(), summary, run_spec_for(200), none, CPU_FINGERPRINT, 5, RULE
     )
     assert [g.verdict for g in judged.gates] == [gates.PASS, gates.PASS]
@@ -731,7 +750,7 @@ def test_evaluate_counts_the_ranks_of_the_run_specs_world_size():
     assert judged.records.steps_per_rank == {0: 200, 1: 200}
     # Without a summary (the run did not say how many ranks it had) the run spec still does.
     meta = run_metadata(steps, no_events(), summary, "", 200)
-    from_meta = gates.evaluate(
+    from_meta = judged_run(
         step_gates[:1],
         steps,
         no_events(),
@@ -745,7 +764,7 @@ def test_evaluate_counts_the_ranks_of_the_run_specs_world_size():
     )
     assert from_meta.gates[0].verdict == gates.PASS
     # A run spec of three ranks: rank 2 left no records, whatever the summary says.
-    three = gates.evaluate(
+    three = judged_run(
         step_gates,
         steps,
         no_events(),

@@ -13,6 +13,7 @@ import yaml
 from tests.conftest import CPU_FINGERPRINT, REPO
 from tests.unit.helpers import (
     claim_box,
+    judged_run,
     no_events,
     planned_run,
     rendered_run,
@@ -25,11 +26,14 @@ from tests.unit.helpers import (
     with_optimizer_step_floor,
 )
 from zerogate.analysis import measures
-from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate, unit_of
-from zerogate.analysis.measures import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME, SpikeRule
+from zerogate.analysis.columns import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME
+from zerogate.analysis.gate_measures import unit_of
+from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS
+from zerogate.analysis.loss_trend import loss_spikes
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
 from zerogate.contracts.base import write_lines
 from zerogate.contracts.records import StabiliserEvent
+from zerogate.contracts.summary import SpikeRule
 from zerogate.contracts.verdicts import GateVerdict, SlowestRankEvidence
 from zerogate.robust import robust_z
 
@@ -49,7 +53,7 @@ def verdicts(
     summary = train_summary(steps_run) if summary == "finished" else summary
     meta = run_metadata(steps, events, summary, log, steps_run)
     config = rendered_run("cpu" if ds_config == "fp32" else "claim box")[0]
-    result = evaluate(
+    result = judged_run(
         PROFILE.gates,
         steps,
         events,
@@ -256,7 +260,7 @@ def test_the_spike_rule_is_documented_as_upward_only_like_the_stabiliser():
     losses[40] = -20.0
     assert robust_z(losses[40], losses[:40]) < -rule.threshold
     steps = table_of([step_record(step=step, loss=loss) for step, loss in enumerate(losses, start=1)])
-    assert measures.loss_spikes(steps, rule).count == 0
+    assert loss_spikes(steps, rule).count == 0
     stabiliser = Stabiliser(PROFILE.stabiliser)
     for loss in losses:
         verdict = stabiliser.judge_loss([loss])

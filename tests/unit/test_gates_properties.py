@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from tests.conftest import CPU_FINGERPRINT, REPO
 from tests.unit.helpers import (
     claim_box,
+    judged_run,
     no_events,
     planned_run,
     rendered_run,
@@ -36,10 +37,12 @@ from tests.unit.helpers import (
 )
 from tests.unit.helpers import settings as profile_settings
 from zerogate.analysis import measures
-from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS, evaluate
-from zerogate.analysis.measures import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME, SpikeRule
+from zerogate.analysis.columns import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME
+from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS
+from zerogate.analysis.health import record_completeness
 from zerogate.analysis.parse import run_metadata
 from zerogate.config.judging import GateStatistic
+from zerogate.contracts.summary import SpikeRule
 from zerogate.contracts.verdicts import GateVerdict
 
 # The profile is read once: hypothesis runs many examples per test, and the gates are data, never mutated.
@@ -192,7 +195,7 @@ def judge(run: dict) -> dict[str, GateVerdict]:
     summary = train_summary(run["steps"], run["ranks"])
     meta = run_metadata(steps, no_events(), summary, "", run["steps"])
     ds_config, deviations, _ = rendered_run("claim box" if run["fp16"] else "cpu")
-    result = evaluate(
+    result = judged_run(
         PROFILE.gates,
         steps,
         no_events(),
@@ -294,7 +297,7 @@ def test_completeness_counts_every_rank_and_step(ranks, steps, cut, data):
     )
     for rank, step in removed:
         frame = frame[~((frame["rank"] == rank) & (frame["step"] == step))]
-    found = measures.record_completeness(frame, ranks, steps)
+    found = record_completeness(frame, ranks, steps)
     expected_missing: dict[int, list[int]] = {}
     for rank, step in removed:
         expected_missing.setdefault(rank, []).append(step)

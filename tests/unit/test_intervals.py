@@ -1,28 +1,30 @@
 """Intervals on the timing statistics: a seeded stationary block bootstrap (arch) over each run's timed steps,
 the repeats pooled, and the time gates' three-way verdict on synthetic runs whose truth is known."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 from arch.bootstrap import IIDBootstrap, StationaryBootstrap
 
 from tests.conftest import CPU_FINGERPRINT
-from tests.unit.helpers import no_events, render_profile, settings, synthetic_steps, train_summary
-from zerogate.analysis import measures
-from zerogate.analysis.gates import (
-    INCONCLUSIVE,
-    Repeats,
-    evaluate,
-    evaluate_gate,
-    inconclusive_gates,
-    interval_outcome,
-    timed_statistic,
+from tests.unit.helpers import (
+    judged_gate,
+    judged_run,
+    no_events,
+    render_profile,
+    settings,
+    synthetic_steps,
+    train_summary,
 )
-from zerogate.analysis.measures import IntervalRule, SpikeRule
+from zerogate.analysis import measures
+from zerogate.analysis.bootstrap import MIN_TIMED_STEPS, timing_intervals, timing_replicates, timing_sample
+from zerogate.analysis.columns import MICRO_STEP_TIME
+from zerogate.analysis.gates import INCONCLUSIVE, inconclusive_gates, interval_outcome, timed_statistic
+from zerogate.analysis.intervals import pool, pooling_rule
 from zerogate.analysis.parse import run_metadata
+from zerogate.analysis.summary import run_statistics, summarise_repeats
 from zerogate.config.judging import IntervalSettings
 from zerogate.contracts.intervals import Interval
+from zerogate.contracts.summary import IntervalRule, SpikeRule
 from zerogate.contracts.verdicts import CANNOT_JUDGE, FAIL, PASS, claim_from_gate
 from zerogate.errors import InputError
 
@@ -38,7 +40,7 @@ def gate(name, **changes):
 
 
 def judge(the_gate, steps, *repeats, rule=RULE):
-    return evaluate_gate(
+    return judged_gate(
         the_gate,
         steps,
         no_events(),
@@ -49,15 +51,15 @@ def judge(the_gate, steps, *repeats, rule=RULE):
         SPIKES,
         world_size=2,
         interval_rule=rule,
-        repeats=Repeats(list(repeats), 2, 200),
+        repeat_steps=list(repeats),
     )
 
 
 def test_the_bootstraps_values_are_the_run_statistics():
     """One definition: the statistics the bootstrap resamples are run_statistics' own, to the last bit."""
     steps = synthetic_steps(time_noise=0.1, time_correlation=0.5)
-    stats = measures.run_statistics(steps, WARMUP, SPIKES)
-    found = measures.timing_replicates([steps], WARMUP, RULE)
+    stats = run_statistics(steps, WARMUP, SPIKES)
+    found = timing_replicates([steps], WARMUP, RULE)
     assert list(found.values) == [
         stats.step_time_median_s,
         stats.step_time_p90_s,
@@ -70,8 +72,8 @@ def test_a_single_runs_interval_is_arch_s_percentile_interval():
     """The interval is arch's stationary-bootstrap percentile interval on the run's timed steps (every rank's
     value of a step kept together), with the seed the rule states."""
     steps = synthetic_steps(time_noise=0.1, time_correlation=0.7)
-    sample = measures.timing_sample(steps, WARMUP)
-    ours = measures.timing_intervals([steps], WARMUP, RULE)
+    sample = timing_sample(steps, WARMUP)
+    ours = timing_intervals([steps], WARMUP, RULE)
     bootstrap = StationaryBootstrap(
         sample.block_length, sample.data, seed=np.random.default_rng([RULE.seed, 0])
     )
@@ -86,9 +88,9 @@ def test_a_single_runs_interval_is_arch_s_percentile_interval():
 
 def test_intervals_are_seeded_and_reproducible():
     steps = synthetic_steps(time_noise=0.1)
-    first = measures.timing_intervals([steps], WARMUP, RULE)
-    assert measures.timing_intervals([steps], WARMUP, RULE) == first
-    other = measures.timing_intervals([steps], WARMUP, dataclasses.replace(RULE, seed=1))
+    first = timing_intervals([steps], WARMUP, RULE)
+    assert timing_intervals([steps], WARMUP, RULE) == first
+    other = timing_intervals([steps], WARMUP, RULE.model_copy(update={"seed": 1}))
     assert other.step_time_median_s != first.step_time_median_s
 
 
@@ -96,35 +98,30 @@ def test_correlated_steps_widen_the_interval_as_an_iid_bootstrap_would_not():
     """Consecutive steps alike (AR(1), correlation 0.9): the block bootstrap's interval is wider than an IID
     bootstrap's on the same steps, whose independence assumption understates the median's uncertainty."""
     steps = synthetic_steps(steps=400, time_noise=0.1, time_correlation=0.9)
-    sample = measures.timing_sample(steps, WARMUP)
+    sample = timing_sample(steps, WARMUP)
     assert sample.block_length > 5  # the estimate sees the correlation
-    block = measures.timing_intervals([steps], WARMUP, RULE).step_time_median_s
+    block = timing_intervals([steps], WARMUP, RULE).step_time_median_s
     iid = IIDBootstrap(sample.data, seed=np.random.default_rng(0))
     low, high = iid.conf_int(sample.values, reps=RULE.resamples, method="percentile")
     assert block.high - block.low > 1.5 * (high[0] - low[0])
-    plain = measures.timing_sample(synthetic_steps(steps=400, time_noise=0.1), WARMUP)
+    plain = timing_sample(synthetic_steps(steps=400, time_noise=0.1), WARMUP)
     assert plain.block_length < sample.block_length
 
 
 def test_too_few_timed_steps_give_no_interval_and_a_gap_gives_none_for_its_statistic():
-    assert (
-        measures.timing_intervals(
-            [synthetic_steps(steps=measures.MIN_TIMED_STEPS + WARMUP - 1)], WARMUP, RULE
-        )
-        is None
-    )
+    assert timing_intervals([synthetic_steps(steps=MIN_TIMED_STEPS + WARMUP - 1)], WARMUP, RULE) is None
     steps = synthetic_steps()
-    steps.loc[steps.index[7], measures.MICRO_STEP_TIME] = np.nan
-    found = measures.timing_intervals([steps], WARMUP, RULE)
+    steps.loc[steps.index[7], MICRO_STEP_TIME] = np.nan
+    found = timing_intervals([steps], WARMUP, RULE)
     assert found.micro_step_time_median_s is None and found.step_time_median_s is not None
 
 
 def test_pooling_drops_the_fastest_and_slowest_from_three_repeats_on():
-    assert measures.pool(np.array([5.0])) == 5.0
-    assert measures.pool(np.array([1.0, 3.0])) == 2.0
-    assert measures.pool(np.array([9.0, 1.0, 2.0])) == 2.0
-    assert measures.pool(np.array([1.0, 2.0, 4.0, 10.0])) == 3.0
-    assert "MLPerf" in measures.pooling_rule(3) and "nothing dropped" in measures.pooling_rule(2)
+    assert pool(np.array([5.0])) == 5.0
+    assert pool(np.array([1.0, 3.0])) == 2.0
+    assert pool(np.array([9.0, 1.0, 2.0])) == 2.0
+    assert pool(np.array([1.0, 2.0, 4.0, 10.0])) == 3.0
+    assert "MLPerf" in pooling_rule(3) and "nothing dropped" in pooling_rule(2)
 
 
 def test_repeats_cover_the_run_to_run_variation_one_run_cannot_see():
@@ -134,9 +131,9 @@ def test_repeats_cover_the_run_to_run_variation_one_run_cannot_see():
         synthetic_steps(step_time=level, time_noise=0.01, seed=index)
         for index, level in enumerate((0.50, 0.55, 0.60))
     ]
-    one = measures.timing_intervals(runs[:1], WARMUP, RULE).step_time_median_s
+    one = timing_intervals(runs[:1], WARMUP, RULE).step_time_median_s
     assert not one.contains(0.55)
-    pooled = measures.summarise_repeats(runs, WARMUP, SPIKES, [None] * 3, RULE)
+    pooled = summarise_repeats(runs, WARMUP, SPIKES, [None] * 3, RULE)
     assert pooled.pooled.repeats == 3 and pooled.pooled.intervals.repeats == 3
     assert pooled.pooled.step_time_median_s == pytest.approx(0.55, rel=0.01)  # the middle repeat
     interval = pooled.pooled.intervals.step_time_median_s
@@ -149,7 +146,7 @@ def test_repeats_cover_the_run_to_run_variation_one_run_cannot_see():
 
 def test_memory_per_repeat_is_kept_and_the_pooled_peak_is_the_largest():
     runs = [synthetic_steps(memory_gib=m, seed=i) for i, m in enumerate((0.60, 0.62))]
-    pooled = measures.summarise_repeats(runs, WARMUP, SPIKES, [None, None], RULE)
+    pooled = summarise_repeats(runs, WARMUP, SPIKES, [None, None], RULE)
     assert [s.peak_memory_per_rank_gib[0] for s in pooled.each] == pytest.approx([0.60, 0.62])
     assert pooled.pooled.peak_memory_per_rank_gib[0] == pytest.approx(0.62)
 
@@ -203,7 +200,7 @@ def test_the_p90_and_micro_step_gates_judge_their_own_intervals():
     steps = synthetic_steps(**TRUTH)
     p90 = judge(gate("optimizer_step_time_p90"), steps)
     micro = judge(gate("micro_step_time"), steps)
-    found = measures.timing_intervals([steps], WARMUP, RULE)
+    found = timing_intervals([steps], WARMUP, RULE)
     assert (p90.interval.low, p90.interval.high) == (found.step_time_p90_s.low, found.step_time_p90_s.high)
     assert (micro.interval.low, micro.interval.high) == (
         found.micro_step_time_median_s.low,
@@ -238,7 +235,7 @@ def test_evaluate_counts_inconclusive_apart_and_strict_lists_it():
     measured = measures.step_time(steps, WARMUP).value
     rendered = render_profile(PROFILE, CPU_FINGERPRINT, steps=200)
     gates = (gate("optimizer_step_time", threshold=measured), gate("micro_step_time"))
-    result = evaluate(
+    result = judged_run(
         gates,
         steps,
         no_events(),

@@ -19,33 +19,49 @@ import pytest
 
 from tests.conftest import CPU_FINGERPRINT
 from tests.unit.helpers import (
+    Trained,
     claim_box,
+    judged_run,
     no_events,
     planned_run,
     rendered_run,
     run_spec_for,
     settings,
     step_record,
+    summarised,
     table_of,
     train_summary,
+    variants_table,
     with_optimizer_step_floor,
 )
 from zerogate.analysis import measures
-from zerogate.analysis.gates import FAIL, PASS, evaluate
-from zerogate.analysis.measures import STEP_TIME, TOKENS_PER_S, SpikeRule, summarise_run
+from zerogate.analysis.columns import STEP_TIME, TOKENS_PER_S
+from zerogate.analysis.compare import group_runs, load_run, quantity_rows
+from zerogate.analysis.compare_table import comparison_table
+from zerogate.analysis.evidence import RunEvidence
+from zerogate.analysis.gates import FAIL, PASS
+from zerogate.analysis.health import (
+    completion_of,
+    missing_values,
+    nonfinite_events,
+    record_completeness,
+    run_completion,
+    step_span,
+)
+from zerogate.analysis.loss_trend import ConvergenceRule, loss_convergence, loss_spikes
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
-from zerogate.analysis.variants import VariantRun
-from zerogate.analysis.variants import compare as variant_table
+from zerogate.analysis.summary import run_statistics, summarise_run
 from zerogate.config.judging import ConvergenceRuleSettings
 from zerogate.config.training import stabiliser_settings
 from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.run import DsConfig
+from zerogate.contracts.summary import SpikeRule
 from zerogate.errors import InputError
 from zerogate.provenance import RunIdentity, RunRecords, provenance
-from zerogate.report.compare import comparison_table, group_runs, load_run, quantity_rows
 from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
 from zerogate.report.registry import registry_record
+from zerogate.robust import MAD_TO_SIGMA
 
 STEPS, WARMUP, SKIPPED, SPIKE = 30, 3, 8, 20
 # The spike rule as the rules pass it: the stabiliser section with its defaults filled in
@@ -94,7 +110,7 @@ def judged(steps, events=None, summary=None, log=""):
     meta = run_metadata(steps, events, summary, log, STEPS)
     meta = RunMeta.parse(json.loads(json.dumps(meta.as_json())), "parsed/run.json")  # as run.json holds it
     ds_config, deviations, _ = rendered_run("claim box")
-    verdicts = evaluate(
+    verdicts = judged_run(
         PROFILE.gates,
         steps,
         events,
@@ -148,16 +164,15 @@ def registry(tmp_path, machine, steps, verdicts, meta):
         repo=tmp_path,
     )
     within = f"results/smoke/{machine}"
+    summary = summarised(steps, WARMUP, RULE, run_meta=meta)
+    summary.write(run_dir / "summary/run.json")
+    run = RunEvidence(
+        run_summary=summary, verdicts=verdicts, run_meta=meta, provenance=recorded, deviations=deviations
+    )
     record = registry_record(
-        machine=machine,
-        verdicts=verdicts,
-        steps=steps,
-        run_meta=meta,
-        provenance=recorded,
-        deviations=deviations,
-        warmup_steps=WARMUP,
-        spike_rule=RULE,
-        files={
+        machine,
+        run,
+        {
             "steps": f"{within}/parsed/steps.parquet",
             "report": f"{within}/report.html",
             "verdicts": f"{within}/gates/verdicts.json",
@@ -178,7 +193,7 @@ def test_the_synthetic_run_separates_the_old_definitions():
     assert max_then_median > 2.5 and median_then_max < 1.2
     assert measures.step_time(steps, WARMUP).value == pytest.approx(median_then_max)
     assert measures.overflow_skips(steps).worst_count == 1
-    assert measures.loss_spikes(steps, RULE).steps == [SPIKE]
+    assert loss_spikes(steps, RULE).steps == [SPIKE]
 
 
 def test_every_consumer_gives_the_same_number(tmp_path):
@@ -194,16 +209,17 @@ def test_every_consumer_gives_the_same_number(tmp_path):
     csv = table[table["machine"] == "lab-b"].set_index("statistic")[
         "value"
     ]  # the long CSV: one row per statistic
-    (variant,) = variant_table(
-        {"zero3": VariantRun(steps, train_summary(STEPS, dtype="fp16"))},
+    (variant,) = variants_table(
+        {"zero3": Trained(steps, train_summary(STEPS, dtype="fp16"))},
         warmup_steps=WARMUP,
         spike_rule=RULE,
         expected_steps=STEPS,
     ).rows
     statistics = variant.statistics
-    drawn = loss_figure(steps, no_events(), WARMUP, tmp_path / "loss.png", RULE)
-    drawn |= step_time_figure(steps, WARMUP, verdicts, tmp_path / "step.png")
-    drawn |= memory_figure(steps, verdicts, tmp_path / "memory.png")
+    run_summary = summarised(steps, WARMUP, RULE, run_meta=meta)  # what plot_figures reads
+    drawn = loss_figure(steps, no_events(), run_summary, tmp_path / "loss.png")
+    drawn |= step_time_figure(steps, run_summary, verdicts, tmp_path / "step.png")
+    drawn |= memory_figure(steps, run_summary, verdicts, tmp_path / "memory.png")
 
     median = measures.step_time(steps, WARMUP).value
     for value in (
@@ -269,7 +285,7 @@ def test_every_consumer_gives_the_same_number(tmp_path):
     ):
         assert value == skipped
     assert gates["optimizer_step_time"].evidence.overflow_skipped_steps_excluded == 1  # after the warm-up
-    spikes = measures.loss_spikes(steps, RULE)
+    spikes = loss_spikes(steps, RULE)
     for value in (
         gates["loss_convergence"].evidence.spikes,
         summary.loss_spikes,
@@ -297,7 +313,7 @@ def test_a_crashed_rank_fails_both_gates_through_the_one_completion():
     steps = uneven_run()
     steps = steps[~((steps["rank"] == 1) & (steps["step"] > 20))]
     gates, _, meta = judged(steps, parse_launcher_log(log), summary=train_summary(20, dtype="fp16"), log=log)
-    completion = measures.completion_of(meta)
+    completion = completion_of(meta)
     assert completion.failed_ranks == [1] and completion.stopped_early == {1: 20} and not completion.complete
     for name in ("ranks_completed", "zero_nonfinite"):
         assert gates[name].verdict == FAIL
@@ -311,16 +327,16 @@ def summary_of(steps, meta):
 
 
 def test_a_run_that_stopped_without_a_word_counts_one_unknown_rank():
-    completion = measures.run_completion({0: 30, 1: 30}, [], False, 30, 2)
+    completion = run_completion({0: 30, 1: 30}, [], False, 30, 2)
     assert completion.failed_rank_count == 1 and completion.problems == [
         "the training run did not finish (no summary)"
     ]
-    missing = measures.run_completion({0: 30}, [], True, 30, 2)  # rank 1 wrote no record at all
+    missing = run_completion({0: 30}, [], True, 30, 2)  # rank 1 wrote no record at all
     assert missing.stopped_early == {1: 0} and missing.failed_ranks == [1]
 
 
 def test_the_spike_rule_is_the_stabilisers():
-    """measures.loss_spikes replays zerogate.train.stabiliser on the recorded series: same steps flagged."""
+    """loss_spikes replays zerogate.train.stabiliser on the recorded series: same steps flagged."""
     from zerogate.train.stabiliser import Stabiliser
 
     rng = np.random.default_rng(3)
@@ -343,16 +359,16 @@ def test_the_spike_rule_is_the_stabilisers():
         ]
     )
     rule = SpikeRule.from_settings(section)
-    assert flagged and measures.loss_spikes(steps, rule).steps == flagged
+    assert flagged and loss_spikes(steps, rule).steps == flagged
     # The profile's threshold is the gates' threshold: a higher one counts fewer spikes.
     strict = SpikeRule.from_settings(section.model_copy(update={"spike_threshold": 40.0}))
-    assert measures.loss_spikes(steps, strict).count < len(flagged)
+    assert loss_spikes(steps, strict).count < len(flagged)
 
 
 def test_the_gates_read_the_profiles_spike_settings():
     steps = uneven_run()
     loose = SpikeRule.from_settings(STABILISER.model_copy(update={"spike_threshold": 1000.0}))
-    verdicts = evaluate(
+    verdicts = judged_run(
         PROFILE.gates,
         steps,
         no_events(),
@@ -366,7 +382,7 @@ def test_the_gates_read_the_profiles_spike_settings():
     convergence = verdicts.gate("loss_convergence")
     assert convergence.evidence.spikes == 0 and "1000" in convergence.evidence.spike_rule
     assert (
-        evaluate(
+        judged_run(
             PROFILE.gates,
             steps,
             no_events(),
@@ -386,7 +402,7 @@ def test_the_gates_read_the_profiles_spike_settings():
 def test_without_a_loss_scaler_skips_are_not_measured_never_zero():
     steps = uneven_run().assign(loss_scale=None)
     assert measures.overflow_skipped(steps) is None and measures.overflow_skips(steps) is None
-    assert measures.run_statistics(steps, WARMUP, RULE).overflow_skipped_steps is None
+    assert run_statistics(steps, WARMUP, RULE).overflow_skipped_steps is None
     # Without a loss scaler nothing was skipped by fp16: the timed steps keep the (fast) step 8.
     assert SKIPPED in set(measures.timed_steps(steps, WARMUP)["step"])
 
@@ -419,7 +435,7 @@ def test_analysis_and_report_never_load_torch():
 
 
 def test_a_run_no_longer_than_its_warmup_has_no_timing_statistics():
-    statistics = measures.run_statistics(uneven_run(), STEPS, RULE)
+    statistics = run_statistics(uneven_run(), STEPS, RULE)
     assert statistics.timed_steps == 0 and statistics.step_time_median_s is None
     assert statistics.tokens_per_s is None and statistics.peak_memory_per_rank_gib == {0: 0.5, 1: 0.7}
 
@@ -504,7 +520,7 @@ def test_record_completeness_names_missing_repeated_unexpected_and_extra():
     frame = table_of(
         [step_record(rank=rank, step=step) for rank, step in [(0, 1), (0, 2), (0, 2), (0, 4), (2, 1), (5, 1)]]
     )
-    found = measures.record_completeness(frame, 3, 3)
+    found = record_completeness(frame, 3, 3)
     assert found.missing_ranks == [1] and found.extra_ranks == [5] and found.ranks_present == [0, 2, 5]
     assert found.missing_steps == {0: [3], 2: [2, 3], 5: [2, 3]}
     assert found.repeated_steps == {0: [2]} and found.unexpected_steps == {0: [4]}
@@ -525,17 +541,17 @@ def test_record_completeness_names_missing_repeated_unexpected_and_extra():
     file_form = evidence.model_dump(by_alias=True)
     assert file_form["world_size(ranks)"] == 3 and file_form["expected_steps(steps)"] == 3
     assert file_form["missing_steps(step)"] == {0: "3", 2: "2, 3", 5: "2, 3"}
-    unknown = measures.record_completeness(frame, None, None)
+    unknown = record_completeness(frame, None, None)
     assert unknown.problems == [
         "world size unknown (no run spec or summary gives it): the ranks cannot be counted",
         "expected optimizer steps unknown: the steps cannot be counted",
         "rank 0: 1 steps recorded more than once (2)",
     ]
-    complete = measures.record_completeness(
+    complete = record_completeness(
         table_of([step_record(rank=r, step=s) for r in (0, 1) for s in (1, 2)]), 2, 2
     )
     assert complete.complete and complete.problems == [] and complete.incomplete_ranks == []
-    assert measures._span(list(range(1, 12))) == "1, 2, 3, 4, 5, 6, 7, 8 and 3 more"
+    assert step_span(list(range(1, 12))) == "1, 2, 3, 4, 5, 6, 7, 8 and 3 more"
 
 
 def test_missing_values_per_rank():
@@ -545,8 +561,8 @@ def test_missing_values_per_rank():
             for rank, step, v in [(0, 1, 1.0), (0, 2, None), (1, 1, np.inf), (1, 2, 2.0)]
         ]
     )
-    assert measures.missing_values(frame, TOKENS_PER_S) == {0: [2], 1: [1]}
-    assert measures.missing_values(frame.assign(**{TOKENS_PER_S: 1.0}), TOKENS_PER_S) == {}
+    assert missing_values(frame, TOKENS_PER_S) == {0: [2], 1: [1]}
+    assert missing_values(frame.assign(**{TOKENS_PER_S: 1.0}), TOKENS_PER_S) == {}
 
 
 def test_loss_scaler_comes_from_the_rendered_config():
@@ -579,7 +595,7 @@ def test_nonfinite_events_one_per_step_with_ranks_metrics_and_sources():
             ]
         ]
     )
-    events = measures.nonfinite_events(
+    events = nonfinite_events(
         frame, ["loss", "grad_norm", "absent"], [(2, 1, "nonfinite_grad_norm"), (9, None, "nonfinite_loss")]
     )
     assert [e.evidence().model_dump(by_alias=True) for e in events] == [
@@ -595,11 +611,11 @@ def test_nonfinite_events_one_per_step_with_ranks_metrics_and_sources():
     ]  # a null grad_norm (DeepSpeed returned none) is no fault; a non-finite loss is
 
 
-RULE_10 = measures.ConvergenceRule(initial_steps=3, final_fraction=0.1, max_rebound=0.25, min_drop_sigmas=3.0)
+RULE_10 = ConvergenceRule(initial_steps=3, final_fraction=0.1, max_rebound=0.25, min_drop_sigmas=3.0)
 
 
 def convergence_of(losses):
-    return measures.loss_convergence(
+    return loss_convergence(
         table_of([step_record(step=step, loss=loss) for step, loss in enumerate(losses, start=1)]), RULE_10
     )
 
@@ -609,9 +625,9 @@ def test_loss_convergence_figures_by_hand():
     found = convergence_of(losses)  # 20 steps: blocks of 2 from the end
     assert found.steps == 20 and found.nonfinite_steps == []
     assert found.initial == 5.0 and found.final == 1.0 and found.lowest_block == 1.0
-    assert found.final_spread == pytest.approx(0.5 * measures.MAD_TO_SIGMA)
+    assert found.final_spread == pytest.approx(0.5 * MAD_TO_SIGMA)
     assert found.ratio == 0.2 and found.rebound == 0.0
-    assert found.drop_sigmas == pytest.approx(4.0 / (0.5 * measures.MAD_TO_SIGMA))
+    assert found.drop_sigmas == pytest.approx(4.0 / (0.5 * MAD_TO_SIGMA))
     assert found.problems(RULE_10) == []
 
 
@@ -631,10 +647,10 @@ def test_loss_convergence_rebound_flat_and_nonfinite():
     broken = convergence_of([3.0] * 5 + [math.inf, math.nan] + [1.0] * 13)
     assert broken.nonfinite_steps == [6, 7] and math.isnan(broken.ratio)
     assert broken.problems(RULE_10) == ["non-finite loss at 2 steps (6, 7)"]
-    assert measures.loss_convergence(table_of([]), RULE_10).steps == 0
+    assert loss_convergence(table_of([]), RULE_10).steps == 0
     # The rule is the gate's convergence block: cpu-tiny's loss_convergence gate states exactly RULE_10.
     gate = next(g for g in PROFILE.gates if g.statistic == "loss_convergence")
-    assert measures.ConvergenceRule.from_gate(gate) == RULE_10
+    assert ConvergenceRule.from_gate(gate) == RULE_10
     other = gate.model_copy(
         update={
             "convergence": ConvergenceRuleSettings(
@@ -642,9 +658,9 @@ def test_loss_convergence_rebound_flat_and_nonfinite():
             )
         }
     )
-    assert measures.ConvergenceRule.from_gate(other) == measures.ConvergenceRule(5, 0.2, 0.1, 2.0)
+    assert ConvergenceRule.from_gate(other) == ConvergenceRule(5, 0.2, 0.1, 2.0)
     with pytest.raises(ValueError, match="needs its convergence block"):
-        measures.ConvergenceRule.from_gate(gate.model_copy(update={"convergence": None}))
+        ConvergenceRule.from_gate(gate.model_copy(update={"convergence": None}))
 
 
 def test_run_statistics_keys_and_values():
@@ -668,7 +684,7 @@ def test_run_statistics_keys_and_values():
             ]
         )
 
-    stats = measures.run_statistics(frame(), 1, RULE)
+    stats = run_statistics(frame(), 1, RULE)
     assert stats.model_dump(by_alias=True) == {
         "ranks": 2,
         "optimizer_steps": 4,
@@ -695,14 +711,12 @@ def test_run_statistics_keys_and_values():
     }
     timed = frame(collectives={0: [5.0, 0.9, 0.9, 0.9], 1: [5.0, 0.2, 0.2, 0.2]})
     straggling = {
-        k: v
-        for k, v in measures.run_statistics(timed, 1, RULE).model_dump(by_alias=True).items()
-        if "straggler" in k
+        k: v for k, v in run_statistics(timed, 1, RULE).model_dump(by_alias=True).items() if "straggler" in k
     }
     assert straggling == {
         "straggler_rank": 1,
         "straggler_compute_excess(s)": pytest.approx(1.7),
         "wait_for_straggler_median(s)": pytest.approx(0.7),
     }
-    bare = measures.run_statistics(frame().assign(**{STEP_TIME: np.nan}), 1, RULE)  # no step time recorded
+    bare = run_statistics(frame().assign(**{STEP_TIME: np.nan}), 1, RULE)  # no step time recorded
     assert bare.step_time_median_s is None and bare.step_time_p90_s is None and bare.slowest_rank is None

@@ -4,9 +4,18 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT
-from tests.unit.helpers import settings, spike_rule, step_record, synthetic_steps, table_of, train_summary
+from tests.unit.helpers import (
+    judged_gate,
+    settings,
+    spike_rule,
+    step_record,
+    synthetic_steps,
+    table_of,
+    train_summary,
+)
 from zerogate.analysis import measures
-from zerogate.analysis.gates import FAIL, NOT_MEASURED, evaluate_gate
+from zerogate.analysis.gates import FAIL, NOT_MEASURED
+from zerogate.analysis.health import record_completeness
 from zerogate.analysis.parse import (
     STEP_COLUMNS,
     event_table,
@@ -134,7 +143,7 @@ def test_real_killed_rank_log_is_a_failure_with_its_last_lines(tiny_profile):
     traceback = next(f for f in meta.failures if f.kind == "traceback")
     assert "Connection reset by peer" in traceback.message and len(traceback.last_lines) > 3
     gate = next(g for g in settings(tiny_profile).gates if g.name == "ranks_completed")
-    result = evaluate_gate(
+    result = judged_gate(
         gate,
         steps,
         events,
@@ -176,7 +185,7 @@ def test_training_loop_skip_reasons_become_overflow_flags_only_under_a_loss_scal
         {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "fp16": {"enabled": False}},
         "ds_config.json",
     )
-    result = evaluate_gate(
+    result = judged_gate(
         gate,
         fp32,
         parse_launcher_log(""),
@@ -294,7 +303,6 @@ def test_parse_run_is_the_parse_logs_rules_work(tmp_path):
 
 def test_failed_gates_lists_the_fails_with_their_reasons():
     from tests.unit.helpers import settings, synthetic_steps
-    from zerogate.analysis import measures
     from zerogate.analysis.gates import failed_gates
     from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS, GateVerdict, GateVerdicts, Reproduction
 
@@ -310,7 +318,7 @@ def test_failed_gates_lists_the_fails_with_their_reasons():
         ],
         counts={PASS: 1, FAIL: 1, NOT_MEASURED: 1},
         reproduction=Reproduction(faithful=False, reasons=["no GPU"]),
-        records=measures.record_completeness(synthetic_steps(), 2, 200).evidence(),
+        records=record_completeness(synthetic_steps(), 2, 200).evidence(),
     )
     assert failed_gates(verdicts) == ["optimizer_step_time: too slow"]
 

@@ -1,4 +1,4 @@
-"""Who waits for whom: compute, communication and wait per rank (zerogate.analysis.measures.rank_balance),
+"""Who waits for whom: compute, communication and wait per rank (zerogate.analysis.rank_balance),
 the collective clock that records the time each rank spends in collectives, and the `slow` injection."""
 
 import json
@@ -10,12 +10,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.unit.helpers import no_events, step_record, table_of
-from zerogate.analysis import measures
-from zerogate.analysis.measures import COLLECTIVES_TIME
+from tests.unit.helpers import no_events, step_record, summarised, table_of
+from zerogate.analysis import columns
+from zerogate.analysis.columns import COLLECTIVES_TIME, COMMUNICATION, STEP_TIME, WAIT
 from zerogate.analysis.parse import run_metadata
+from zerogate.analysis.rank_balance import STRAGGLER_MARGIN, rank_balance, rank_times
 from zerogate.config.training import check_inject, stabiliser_settings
 from zerogate.contracts.records import GitState, StabiliserSummary, TrainSummary
+from zerogate.contracts.summary import RunSummary, SpikeRule
 from zerogate.errors import InputError
 from zerogate.train.metrics import CollectiveClock, MeasurementSources, StepMetrics
 from zerogate.train.policy import FaultInjector
@@ -69,7 +71,7 @@ def run_meta(steps: pd.DataFrame, world_size: int = 2):
 
 @pytest.mark.parametrize("straggler", [0, 1])
 def test_the_straggler_is_named_and_the_other_rank_waits_for_it(straggler):
-    balance = measures.rank_balance(ranks_run(straggler), WARMUP, world_size=2)
+    balance = rank_balance(ranks_run(straggler), WARMUP, world_size=2)
     other = 1 - straggler
     assert balance.measured and balance.problems == []
     assert balance.straggler == straggler == balance.slowest and balance.next_slowest == other
@@ -89,15 +91,15 @@ def test_the_straggler_is_named_and_the_other_rank_waits_for_it(straggler):
 
 
 def test_per_step_parts_add_up_to_the_step_time():
-    frame = measures.rank_times(ranks_run(1), WARMUP)
+    frame = rank_times(ranks_run(1), WARMUP)
     assert sorted(frame["step"].unique()) == list(range(WARMUP + 1, STEPS + 1))  # timed steps only
-    parts = frame[measures.COMPUTE] + frame[measures.COMMUNICATION] + frame[measures.WAIT]
-    assert parts.to_numpy() == pytest.approx(frame[measures.STEP_TIME].to_numpy())
-    assert (frame[measures.WAIT] >= 0).all()
+    parts = frame[columns.COMPUTE] + frame[COMMUNICATION] + frame[WAIT]
+    assert parts.to_numpy() == pytest.approx(frame[STEP_TIME].to_numpy())
+    assert (frame[WAIT] >= 0).all()
 
 
 def test_equal_ranks_have_no_straggler():
-    balance = measures.rank_balance(ranks_run(None), WARMUP, world_size=2)
+    balance = rank_balance(ranks_run(None), WARMUP, world_size=2)
     assert balance.measured and balance.straggler is None and balance.waiting_for_straggler == {}
     assert balance.excess == pytest.approx(0.0) and balance.slowest in (0, 1)
     assert balance.wait == {0: pytest.approx(0.0), 1: pytest.approx(0.0)}
@@ -106,14 +108,14 @@ def test_equal_ranks_have_no_straggler():
 
 def test_a_difference_within_the_margin_is_noise_not_a_straggler():
     pace = COMPUTE + 0.002 + TRANSFER
-    within = measures.rank_balance(ranks_run(1, delay=0.5 * measures.STRAGGLER_MARGIN * pace), WARMUP, 2)
-    beyond = measures.rank_balance(ranks_run(1, delay=2 * measures.STRAGGLER_MARGIN * pace), WARMUP, 2)
+    within = rank_balance(ranks_run(1, delay=0.5 * STRAGGLER_MARGIN * pace), WARMUP, 2)
+    beyond = rank_balance(ranks_run(1, delay=2 * STRAGGLER_MARGIN * pace), WARMUP, 2)
     assert within.straggler is None and within.slowest == 1
     assert beyond.straggler == 1
 
 
 def test_three_ranks_one_straggler_both_others_wait():
-    balance = measures.rank_balance(ranks_run(2, world=3), WARMUP, world_size=3)
+    balance = rank_balance(ranks_run(2, world=3), WARMUP, world_size=3)
     assert balance.straggler == 2 and balance.waiting_for_straggler == {
         0: pytest.approx(DELAY),
         1: pytest.approx(DELAY),
@@ -122,7 +124,7 @@ def test_three_ranks_one_straggler_both_others_wait():
 
 def test_a_missing_rank_measures_nothing_and_says_which():
     run = ranks_run(1)
-    balance = measures.rank_balance(run[run["rank"] == 0], WARMUP, world_size=2)
+    balance = rank_balance(run[run["rank"] == 0], WARMUP, world_size=2)
     assert not balance.measured and balance.straggler is None and balance.compute == {}
     assert "ranks with no timed step records: [1] of world size 2" in balance.problems
     assert balance.summary() == {
@@ -135,7 +137,7 @@ def test_a_missing_rank_measures_nothing_and_says_which():
 def test_a_truncated_rank_measures_nothing_and_names_its_missing_steps():
     run = ranks_run(1)
     truncated = run[~((run["rank"] == 1) & (run["step"] > 9))]
-    balance = measures.rank_balance(truncated, WARMUP, world_size=2)
+    balance = rank_balance(truncated, WARMUP, world_size=2)
     assert not balance.measured and balance.straggler is None and balance.wait == {}
     assert balance.problems == ["rank 1: 3 timed steps missing (10, 11, 12)"]
 
@@ -143,18 +145,18 @@ def test_a_truncated_rank_measures_nothing_and_names_its_missing_steps():
 def test_a_gap_in_the_collective_time_measures_nothing():
     run = ranks_run(0)
     run.loc[(run["rank"] == 1) & (run["step"] == 5), COLLECTIVES_TIME] = math.nan
-    balance = measures.rank_balance(run, WARMUP, world_size=2)
+    balance = rank_balance(run, WARMUP, world_size=2)
     assert balance.problems == [f"rank 1: {COLLECTIVES_TIME} missing or non-finite at 1 steps (5)"]
-    assert measures.rank_times(run, WARMUP).loc[lambda f: f["step"] == 5, measures.WAIT].isna().all()
+    assert rank_times(run, WARMUP).loc[lambda f: f["step"] == 5, WAIT].isna().all()
 
 
 def test_records_without_collective_times_or_on_cuda_are_not_measured():
     # The metrics layer's collective clock off: collectives(s) null in every record.
-    old = measures.rank_balance(ranks_run(1).assign(**{COLLECTIVES_TIME: None}), WARMUP, 2)
+    old = rank_balance(ranks_run(1).assign(**{COLLECTIVES_TIME: None}), WARMUP, 2)
     assert not old.measured and COLLECTIVES_TIME in old.problems[0]
-    cuda = measures.rank_balance(ranks_run(1, device="cuda:0"), WARMUP, 2)
+    cuda = rank_balance(ranks_run(1, device="cuda:0"), WARMUP, 2)
     assert not cuda.measured and "NCCL" in cuda.problems[0]
-    single = measures.rank_balance(ranks_run(None, world=1), WARMUP, 1)
+    single = rank_balance(ranks_run(None, world=1), WARMUP, 1)
     assert single.problems == ["a single rank waits for no other"]
 
 
@@ -299,11 +301,16 @@ def test_good_injections_pass():
 # ---- the report's "Ranks" section and figure ------------------------------------------------------
 
 
+def summary_of(steps: pd.DataFrame, meta) -> RunSummary:
+    """The run's summary as summarise_run makes it (the report and the figures read its rank balance)."""
+    return summarised(steps, WARMUP, SpikeRule(window=16, threshold=6.0, min_history=5), run_meta=meta)
+
+
 def ranks_section(steps: pd.DataFrame, meta) -> str:
     """The report's "Ranks" section as render_html renders it."""
     from zerogate.report.html import ranks_context, section
 
-    return section("ranks", ranks_context(steps, WARMUP, meta))
+    return section("ranks", ranks_context(summary_of(steps, meta).rank_balance))
 
 
 def verdict_line(page: str) -> str:
@@ -334,8 +341,10 @@ def test_the_ranks_section_without_a_straggler_or_without_records(tmp_path):
 def test_the_ranks_figure_draws_the_measures_numbers(tmp_path):
     from zerogate.report.figures import ranks_figure
 
-    shown = ranks_figure(ranks_run(1), WARMUP, tmp_path / "ranks.png", world_size=2)
-    balance = measures.rank_balance(ranks_run(1), WARMUP, 2)
+    shown = ranks_figure(
+        ranks_run(1), summary_of(ranks_run(1), run_meta(ranks_run(1))), tmp_path / "ranks.png"
+    )
+    balance = rank_balance(ranks_run(1), WARMUP, 2)
     assert shown == {
         "ranks_measured": True,
         "straggler_rank": 1,
@@ -344,7 +353,11 @@ def test_the_ranks_figure_draws_the_measures_numbers(tmp_path):
     }
     assert (tmp_path / "ranks.png").stat().st_size > 10_000
     run = ranks_run(1)
-    assert ranks_figure(run[run["rank"] == 0], WARMUP, tmp_path / "none.png", 2)["ranks_measured"] is False
+    alone = run[run["rank"] == 0]
+    assert (
+        ranks_figure(alone, summary_of(alone, run_meta(alone)), tmp_path / "none.png")["ranks_measured"]
+        is False
+    )
     assert (tmp_path / "none.png").exists()
 
 

@@ -10,13 +10,24 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT
-from tests.unit.helpers import no_events, render_profile, settings, spike_rule, synthetic_steps, train_summary
+from tests.unit.helpers import (
+    judged_run,
+    no_events,
+    render_profile,
+    settings,
+    spike_rule,
+    summarised,
+    synthetic_steps,
+    train_summary,
+)
 from zerogate.analysis import measures
-from zerogate.analysis.gates import evaluate
+from zerogate.analysis.bootstrap import timing_intervals
+from zerogate.analysis.columns import STEP_TIME
+from zerogate.analysis.evidence import RunEvidence
 from zerogate.analysis.ledger_check import compare as ledger_compare
 from zerogate.analysis.ledger_check import read_measurements, with_peaks
-from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import event_table, parse_launcher_log, run_metadata, stabiliser_events
+from zerogate.analysis.summary import summarise_repeats, summarise_run
 from zerogate.config.machines import from_fingerprint
 from zerogate.config.training import StabiliserSettings
 from zerogate.contracts.base import write_lines
@@ -32,6 +43,7 @@ from zerogate.contracts.records import (
 )
 from zerogate.contracts.report import DatasetFacts, GitAtStages, MachineFacts, Provenance
 from zerogate.contracts.run import Deviation, Deviations, DsConfig, RunSpec
+from zerogate.contracts.summary import IntervalRule, SpikeRule
 from zerogate.contracts.verdicts import (
     CANNOT_JUDGE,
     DOES_NOT_HOLD,
@@ -45,7 +57,7 @@ from zerogate.predict.planned_run import run_setup
 from zerogate.predict.planner import plan_for_run
 from zerogate.predict.zero_terms import model_state_bytes
 from zerogate.report.figures import loss_figure, memory_figure, step_time_figure
-from zerogate.report.html import render_html, section
+from zerogate.report.html import ReportFigures, render_html, section
 
 PROFILE = "cpu-tiny"  # the tiny_profile fixture's profile
 STEPS = 200  # synthetic_steps' optimizer steps
@@ -121,7 +133,7 @@ def verdicts_of(
 ):
     """gates.evaluate on a synthetic run of the rendered tiny profile, as check_gates judges it (a run that
     did not finish wrote no summary)."""
-    return evaluate(
+    return judged_run(
         settings(profile).gates,
         steps,
         no_events() if events is None else events,
@@ -134,6 +146,43 @@ def verdicts_of(
         plan=plan,
         run_meta=run_meta,
     )
+
+
+def report_page(
+    *,
+    verdicts,
+    steps,
+    provenance,
+    deviations,
+    figures,
+    warmup_steps,
+    spike_rule,
+    run_meta=None,
+    interval_rule=None,
+    repeat_steps=(),
+    variants_figure=None,
+    **tables,
+) -> str:
+    """write_report's page on these inputs, the run summarised first as summarise_run summarises it
+    (``tables``: the other evidence the rule reads: ledger, plan, claims, evaluation, variants)."""
+    summary = summarised(
+        steps,
+        warmup_steps,
+        spike_rule,
+        run_meta=run_meta,
+        interval_rule=interval_rule,
+        repeat_steps=repeat_steps,
+    )
+    run = RunEvidence(
+        run_summary=summary,
+        steps=steps,
+        verdicts=verdicts,
+        provenance=provenance,
+        deviations=deviations,
+        run_meta=run_meta,
+        **tables,
+    )
+    return render_html(run, ReportFigures(run=figures, variants=variants_figure))
 
 
 def measured_plan():
@@ -169,12 +218,12 @@ def test_report_opens_with_verdicts_and_names_its_provenance(tmp_path, tiny_prof
         "step_time": tmp_path / "step.png",
         "memory": tmp_path / "mem.png",
     }
-    loss_figure(steps, no_events(), 5, figures["loss"], spike_rule(tiny_profile))
-    step_time_figure(steps, 5, verdicts, figures["step_time"])
-    memory_figure(steps, verdicts, figures["memory"])
+    loss_figure(steps, no_events(), summarised(steps, 5, spike_rule(tiny_profile)), figures["loss"])
+    step_time_figure(steps, summarised(steps, 5, spike_rule(tiny_profile)), verdicts, figures["step_time"])
+    memory_figure(steps, summarised(steps, 5, spike_rule(tiny_profile)), verdicts, figures["memory"])
     for path in figures.values():
         assert path.read_bytes()[:4] == b"\x89PNG"
-    page = render_html(
+    page = report_page(
         verdicts=verdicts,
         steps=steps,
         provenance=provenance(),
@@ -197,8 +246,8 @@ def test_report_opens_with_verdicts_and_names_its_provenance(tmp_path, tiny_prof
 
 def test_run_summary_reports_slowest_rank_median(tmp_path, tiny_profile):
     steps = synthetic_steps(step_time=1.0)
-    steps.loc[steps["rank"] == 1, measures.STEP_TIME] *= 2
-    summary = measures.summarise_run(steps, 5, spike_rule(tiny_profile))
+    steps.loc[steps["rank"] == 1, STEP_TIME] *= 2
+    summary = summarise_run(steps, 5, spike_rule(tiny_profile))
     assert 1.9 < summary.step_time_median_s < 2.1
     assert summary.ranks == 2 and summary.optimizer_steps == 200
     assert set(summary.peak_memory_per_rank_gib) == {0, 1}
@@ -227,10 +276,10 @@ def _page(
         "step_time": tmp_path / "step.png",
         "memory": tmp_path / "mem.png",
     }
-    loss_figure(steps, events, 5, figures["loss"], spike_rule(tiny_profile))
-    step_time_figure(steps, 5, verdicts, figures["step_time"])
-    memory_figure(steps, verdicts, figures["memory"])
-    return render_html(
+    loss_figure(steps, events, summarised(steps, 5, spike_rule(tiny_profile)), figures["loss"])
+    step_time_figure(steps, summarised(steps, 5, spike_rule(tiny_profile)), verdicts, figures["step_time"])
+    memory_figure(steps, summarised(steps, 5, spike_rule(tiny_profile)), verdicts, figures["memory"])
+    return report_page(
         verdicts=verdicts,
         steps=steps,
         provenance=provenance(),
@@ -367,8 +416,8 @@ def test_stabiliser_events_are_marked_on_the_loss_figure(tmp_path):
     write_lines(events_file, [StabiliserEvent(step=50, rank=0, kind="loss_spike", value=9.0, action="skip")])
     stabiliser = event_table(stabiliser_events(events_file), "stabiliser")  # what plot_figures passes
     plain, marked = tmp_path / "plain.png", tmp_path / "marked.png"
-    loss_figure(steps, no_events(), 5, plain, spike_rule_of_defaults())
-    loss_figure(steps, no_events(), 5, marked, spike_rule_of_defaults(), stabiliser)
+    loss_figure(steps, no_events(), summarised(steps, 5, spike_rule_of_defaults()), plain)
+    loss_figure(steps, no_events(), summarised(steps, 5, spike_rule_of_defaults()), marked, stabiliser)
     assert plain.read_bytes() != marked.read_bytes()
 
 
@@ -476,9 +525,11 @@ def test_a_run_that_stopped_in_its_warmup_still_gets_its_figures_and_summary(tmp
     steps = synthetic_steps(steps=4)
     stopped = run_metadata(steps, no_events(), None, "", STEPS)  # no summary: the run did not finish
     verdicts = verdicts_of(tiny_profile, steps, finished=False, run_meta=stopped)
-    drawn = step_time_figure(steps, 5, verdicts, tmp_path / "step.png")
+    drawn = step_time_figure(
+        steps, summarised(steps, 5, spike_rule(tiny_profile)), verdicts, tmp_path / "step.png"
+    )
     assert drawn == {"step_time_median(s)": None, "timed_steps": 0}
-    summary = measures.summarise_run(steps, 5, spike_rule(tiny_profile))
+    summary = summarise_run(steps, 5, spike_rule(tiny_profile))
     assert summary.step_time_median_s is None and summary.timed_steps == 0
 
 
@@ -517,7 +568,7 @@ def test_report_opens_with_the_seeds_claims_and_shows_the_peak_table(tmp_path, t
     steps = synthetic_steps(memory_gib=2.0)
     ledger = _ledger_table(steps, prediction=prediction)
     verdicts = verdicts_of(tiny_profile, steps, deviations=())
-    page = render_html(
+    page = report_page(
         verdicts=verdicts,
         steps=steps,
         provenance=provenance(),
@@ -541,13 +592,13 @@ def test_the_report_shows_each_timings_interval_and_an_inconclusive_gate(tmp_pat
     value stand with their interval, what it covers is said once, and an INCONCLUSIVE gate is counted
     apart."""
     steps = synthetic_steps(step_time=0.5, time_noise=0.1, time_correlation=0.5)
-    rule = measures.IntervalRule()
+    rule = IntervalRule()
     measured = measures.step_time(steps, 5).value
     gates = tuple(
         g.model_copy(update={"threshold": measured}) if g.name == "optimizer_step_time" else g
         for g in settings(tiny_profile).gates
     )
-    verdicts = evaluate(
+    verdicts = judged_run(
         gates,
         steps,
         no_events(),
@@ -560,8 +611,8 @@ def test_the_report_shows_each_timings_interval_and_an_inconclusive_gate(tmp_pat
         interval_rule=rule,
     )
     figures = {"loss": tmp_path / "loss.png"}
-    loss_figure(steps, no_events(), 5, figures["loss"], spike_rule(tiny_profile))
-    page = render_html(
+    loss_figure(steps, no_events(), summarised(steps, 5, spike_rule(tiny_profile)), figures["loss"])
+    page = report_page(
         verdicts=verdicts,
         steps=steps,
         provenance=provenance(),
@@ -571,7 +622,7 @@ def test_the_report_shows_each_timings_interval_and_an_inconclusive_gate(tmp_pat
         spike_rule=spike_rule(tiny_profile),
         interval_rule=rule,
     )
-    intervals = measures.timing_intervals([steps], 5, rule)
+    intervals = timing_intervals([steps], 5, rule)
     summary = page[page.index("<table id='summary'>") :]
     summary = summary[: summary.index("</table>")]
     for found in (
@@ -597,8 +648,8 @@ def test_the_report_pools_the_repeats_and_lists_each_with_its_memory(tmp_path, t
         synthetic_steps(step_time=level, memory_gib=0.6 + 0.01 * index, seed=index)
         for index, level in enumerate((0.5, 0.55, 0.6))
     ]
-    rule = measures.IntervalRule()
-    verdicts = evaluate(
+    rule = IntervalRule()
+    verdicts = judged_run(
         settings(tiny_profile).gates,
         runs[0],
         no_events(),
@@ -612,8 +663,8 @@ def test_the_report_pools_the_repeats_and_lists_each_with_its_memory(tmp_path, t
         repeat_steps=runs[1:],
     )
     figures = {"loss": tmp_path / "loss.png"}
-    loss_figure(runs[0], no_events(), 5, figures["loss"], spike_rule(tiny_profile))
-    page = render_html(
+    loss_figure(runs[0], no_events(), summarised(runs[0], 5, spike_rule(tiny_profile)), figures["loss"])
+    page = report_page(
         verdicts=verdicts,
         steps=runs[0],
         provenance=provenance(),
@@ -627,7 +678,7 @@ def test_the_report_pools_the_repeats_and_lists_each_with_its_memory(tmp_path, t
     repeats = page[page.index("<table id='repeats'>") :]
     repeats = repeats[: repeats.index("</table>")]
     assert repeats.count("<tr>") == 1 + 3 and "class='pooled'" in repeats
-    pooled = measures.summarise_repeats(runs, 5, spike_rule(tiny_profile), [None] * 3, rule).pooled
+    pooled = summarise_repeats(runs, 5, spike_rule(tiny_profile), [None] * 3, rule).pooled
     assert f"<b>{pooled.step_time_median_s:.4g}</b>" in repeats
     assert "MLPerf" in page and "The run was trained 3 times" in page
     summary = page[page.index("<table id='summary'>") :]

@@ -11,7 +11,8 @@ from tests.browser import _run, chromium, dump_dom, screenshot
 from tests.unit.helpers import spike_rule, synthetic_steps, train_summary
 from tests.unit.test_compare import seven  # noqa: F401  (fixture)
 from tests.unit.test_report import DEVIATION, LONG_DEVIATION, _page
-from zerogate.report.compare import group_runs, overlay_figure, render_comparison
+from zerogate.analysis.compare import group_runs
+from zerogate.report.compare import overlay_figure, render_comparison
 
 pytestmark = pytest.mark.skipif(chromium() is None, reason="needs Debian's chromium (.ci/run installs it)")
 
@@ -81,14 +82,14 @@ def test_the_comparison_fits_a_1400_px_window(tmp_path, seven):  # noqa: F811
 def _choices(tmp_path, tiny_profile):
     """The variants' table as compare_variants makes it (zerogate.analysis.variants.compare on each variant's
     records, with intervals and the planner's prediction for a DeepSpeed one) and its loss figure."""
+    from tests.unit.helpers import Trained, variants_table
     from tests.unit.test_report import rendered
-    from zerogate.analysis.measures import IntervalRule
-    from zerogate.analysis.variants import VariantRun, compare
+    from zerogate.contracts.summary import IntervalRule
     from zerogate.predict.peak import peak_for_run
     from zerogate.report.figures import variant_loss_figure
 
     runs = {
-        name: VariantRun(
+        name: Trained(
             synthetic_steps(steps=60, step_time=time, memory_gib=memory, seed=seed, noise=noise),
             train_summary(60),
         )
@@ -100,7 +101,7 @@ def _choices(tmp_path, tiny_profile):
         )
     }
     run = rendered()
-    table = compare(
+    table = variants_table(
         runs,
         warmup_steps=5,
         spike_rule=spike_rule(tiny_profile),

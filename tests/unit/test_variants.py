@@ -6,9 +6,19 @@ import copy
 
 import pytest
 
-from tests.unit.helpers import render_profile, settings, spike_rule, step_record, table_of, train_summary
+from tests.unit.helpers import (
+    Trained,
+    render_profile,
+    settings,
+    spike_rule,
+    step_record,
+    table_of,
+    train_summary,
+    variants_table,
+)
 from zerogate.analysis import measures
-from zerogate.analysis.variants import TOLERANCE_FLOOR, VariantRun, compare
+from zerogate.analysis.columns import STEP_TIME
+from zerogate.analysis.variants import TOLERANCE_FLOOR
 from zerogate.render.cpu_tuning import cpu_comm_overrides, untuned_overrides
 from zerogate.render.overrides import apply_overrides
 from zerogate.render.variants import (
@@ -104,14 +114,14 @@ def test_fsdp2_offload_reads_the_parameter_offload_of_its_config(rendered):
 
 def test_a_variant_that_cannot_run_is_not_trained_and_says_why(tiny_profile):
     assert trained(["zero3", "hf-trainer", "fsdp2"]) == ["zero3", "fsdp2"]
-    table = compare(
+    table = variants_table(
         {}, warmup_steps=0, spike_rule=spike_rule(tiny_profile), not_run=["hf-trainer"], accelerator="cpu"
     )
     (row,) = table.rows
     assert row.statistics is None and row.not_run == NOT_RUNNABLE["hf-trainer"].on_cpu
     assert "num_processes=1" in row.not_run and table.fastest is None
     assert (
-        compare(
+        variants_table(
             {},
             warmup_steps=0,
             spike_rule=spike_rule(tiny_profile),
@@ -143,7 +153,7 @@ def test_accelerate_gives_no_backend_to_a_deepspeed_rank_on_the_cpu():
 
 
 def _run(records, wall_time_s=60.0):
-    return VariantRun(table_of(records), train_summary(max(r.step for r in records), wall_time_s=wall_time_s))
+    return Trained(table_of(records), train_summary(max(r.step for r in records), wall_time_s=wall_time_s))
 
 
 def _curve(losses, step_time=1.0, peak=0.5):
@@ -161,7 +171,7 @@ def test_the_table_names_the_fastest_and_the_smallest_variant(tiny_profile):
         "zero3": _run(_curve(losses, step_time=2.0, peak=0.5)),
         "fsdp2": _run(_curve(losses, step_time=1.5, peak=0.6)),
     }
-    table = compare(runs, warmup_steps=0, spike_rule=spike_rule(tiny_profile))
+    table = variants_table(runs, warmup_steps=0, spike_rule=spike_rule(tiny_profile))
     assert (table.fastest, table.smallest) == ("zero2", "zero3")
     assert [row.engine for row in table.rows] == ["deepspeed", "deepspeed", "fsdp2"]
     assert table.rows[2].stage == 3 and table.rows[2].predicted_peak_gib is None
@@ -178,7 +188,7 @@ def test_a_peer_within_the_zero_stages_own_differences_agrees_and_a_larger_gap_i
         "fsdp2": _run(_curve(base)),
         "fsdp2-offload": _run(_curve(base)),
     }
-    table = compare(runs, warmup_steps=0, spike_rule=spike_rule(tiny_profile))
+    table = variants_table(runs, warmup_steps=0, spike_rule=spike_rule(tiny_profile))
     # Each peer against the ZeRO variant whose config it trains from, and only that one.
     by_peer = {a.peer: a for a in table.agreement}
     assert [(a.peer, a.reference) for a in table.agreement] == [
@@ -197,14 +207,14 @@ def test_a_peer_within_the_zero_stages_own_differences_agrees_and_a_larger_gap_i
 
 def test_without_two_zero_stages_of_the_same_start_the_agreement_is_not_judged(tiny_profile):
     base = [5.0, 4.0, 3.0]
-    table = compare(
+    table = variants_table(
         {"zero3": _run(_curve(base)), "fsdp2": _run(_curve(base))},
         warmup_steps=0,
         spike_rule=spike_rule(tiny_profile),
     )
     (agreement,) = table.agreement
     assert agreement.tolerance is None and agreement.within is None and agreement.max_relative_difference == 0
-    identical = compare(
+    identical = variants_table(
         {
             "zero1": _run(_curve(base)),
             "zero2": _run(_curve(base)),
@@ -217,7 +227,7 @@ def test_without_two_zero_stages_of_the_same_start_the_agreement_is_not_judged(t
     assert identical.agreement[0].tolerance == TOLERANCE_FLOOR  # bit-identical stages: the floor
     # A peer whose ZeRO variant was not trained has nothing to be set against.
     assert (
-        compare(
+        variants_table(
             {"zero1": _run(_curve(base)), "fsdp2": _run(_curve(base))},
             warmup_steps=0,
             spike_rule=spike_rule(tiny_profile),
@@ -236,8 +246,8 @@ def test_compare_takes_slowest_rank_and_skips_warmup(tiny_profile):
             for r in (0, 1)
         ]
     )
-    (row,) = compare(
-        {"zero2": VariantRun(steps, train_summary(3, wall_time_s=7))},
+    (row,) = variants_table(
+        {"zero2": Trained(steps, train_summary(3, wall_time_s=7))},
         warmup_steps=1,
         spike_rule=spike_rule(tiny_profile),
         expected_steps=3,
@@ -260,12 +270,12 @@ def test_variant_table_takes_the_per_rank_median_then_the_slowest_rank(tiny_prof
         step_record(step=11, rank=0, step_time_s=1.0, loss=1.0, device_peak_gib=0.5)
     ]
     steps = table_of(records)
-    (row,) = compare(
-        {"zero3": VariantRun(steps, train_summary(3, wall_time_s=60.0))},
+    (row,) = variants_table(
+        {"zero3": Trained(steps, train_summary(3, wall_time_s=60.0))},
         warmup_steps=0,
         spike_rule=spike_rule(tiny_profile),
     ).rows
-    assert steps.groupby("step")[measures.STEP_TIME].max().median() == 3.0  # the old definition
+    assert steps.groupby("step")[STEP_TIME].max().median() == 3.0  # the old definition
     assert row.statistics.step_time_median_s == measures.step_time(steps, 0).value == 1.0
 
 

@@ -290,7 +290,22 @@ def compare_inputs(wildcards):
             f"{config_source(['compare'])}: compare: {len(registries)} run(s) found, need two "
             "(list run directories under compare, or run the pipeline for another profile or machine)"
         )
-    return {"registries": [ancient(r) for r in registries]}
+    return {
+        "registries": [ancient(r) for r in registries],
+        "summaries": [ancient(run_summary_beside(r)) for r in registries],
+    }
+
+
+def run_summary_beside(registry):
+    """The run summary (summarise_run's summary/run.json) beside a run's registry: what compare reads the
+    bootstrap replicates of. This run's is made by summarise_run; another run's must be there already."""
+    summary = str(Path(registry).parent / "summary" / "run.json")
+    if summary != rules.summarise_run.output.summary and not Path(summary).exists():
+        fail(
+            f"{config_source(['compare'])}: compare: no run summary at {summary} (make it: snakemake "
+            f"--cores all --config profile=<its profile> machine=<its machine> -- {summary})"
+        )
+    return summary
 
 
 def _compare_id():
@@ -333,6 +348,11 @@ def repeat_outputs(name):
 def variant_summaries(wildcards):
     """Every comparison run the profile lists (key `variants`) that this pipeline trains."""
     return expand(rules.train_variant.output.summary, variant=trained(PROFILE.get("variants", [])))
+
+
+def variant_run_summaries(wildcards):
+    """The run summary of every comparison run (summarise_variant), in the order of variant_summaries."""
+    return expand(rules.summarise_variant.output.summary, variant=trained(PROFILE.get("variants", [])))
 
 
 def variant_metrics(wildcards):

@@ -1,10 +1,9 @@
 rule plot_figures:
     input:
+        run_summary=rules.summarise_run.output.summary,
         steps=rules.parse_logs.output.steps,
         events=rules.parse_logs.output.events,
         verdicts=rules.check_gates.output.verdicts,
-        run_meta=rules.parse_logs.output.run_meta,
-        settings=rules.write_train_settings.output.settings,
     output:
         loss=report(
             result("report/figures/loss.png"),
@@ -40,8 +39,6 @@ rule plot_figures:
         result("logs/plot_figures.log"),
     conda:
         "../../envs/analysis.yaml"
-    params:
-        warmup_steps=WARMUP_STEPS,
     script:
         "../scripts/plot_figures.py"
 
@@ -72,6 +69,7 @@ rule record_provenance:
 # beside each other.
 rule write_report:
     input:
+        run_summary=rules.summarise_run.output.summary,
         verdicts=rules.check_gates.output.verdicts,
         steps=rules.parse_logs.output.steps,
         events=rules.parse_logs.output.events,
@@ -84,14 +82,11 @@ rule write_report:
         claimed_plan=rules.plan_claimed_box.output.plan,
         communication=rules.tabulate_comms_volume.output.table,
         evaluation=rules.train.output.evaluation,
-        settings=rules.write_train_settings.output.settings,
         loss=rules.plot_figures.output.loss,
         step_time=rules.plot_figures.output.step_time,
         memory=rules.plot_figures.output.memory,
         loss_scale=rules.plot_figures.output.loss_scale,
         ranks=rules.plot_figures.output.ranks,
-        repeat_steps=repeat_outputs("steps"),
-        repeat_run_meta=repeat_outputs("run_meta"),
         variants=variants_inputs("table"),
         variants_figure=variants_inputs("figure"),
     output:
@@ -104,15 +99,13 @@ rule write_report:
         result(f"logs/write_report-{RUN_LABEL}.log"),
     conda:
         "../../envs/analysis.yaml"
-    params:
-        warmup_steps=WARMUP_STEPS,
-        intervals=INTERVALS,
     script:
         "../scripts/write_report.py"
 
 
 rule register_run:
     input:
+        run_summary=rules.summarise_run.output.summary,
         verdicts=rules.check_gates.output.verdicts,
         steps=rules.parse_logs.output.steps,
         events=rules.parse_logs.output.events,
@@ -120,13 +113,11 @@ rule register_run:
         provenance=rules.record_provenance.output.provenance,
         deviations=rules.render_deepspeed_config.output.deviations,
         report=rules.write_report.output.html,
-        settings=rules.write_train_settings.output.settings,
         loss=rules.plot_figures.output.loss,
         step_time=rules.plot_figures.output.step_time,
         memory=rules.plot_figures.output.memory,
         loss_scale=rules.plot_figures.output.loss_scale,
-        repeat_steps=repeat_outputs("steps"),
-        repeat_run_meta=repeat_outputs("run_meta"),
+        repeat_steps=repeat_outputs("steps"),  # listed in the registry, for compare's curves
     output:
         registry=result("registry.json"),
     log:
@@ -135,8 +126,6 @@ rule register_run:
         "../../envs/analysis.yaml"
     params:
         machine=MACHINE,
-        warmup_steps=WARMUP_STEPS,
-        intervals=INTERVALS,
     script:
         "../scripts/register_run.py"
 

@@ -80,10 +80,10 @@ rule compare_variants:
     input:
         summaries=variant_summaries,
         metrics=variant_metrics,
+        run_summaries=variant_run_summaries,
         peaks=variant_peaks,
         communication=rules.tabulate_comms_volume.output.table,
         run_spec=rules.write_variant_run_spec.output.run_spec,
-        settings=rules.write_train_settings.output.settings,
     output:
         table=result("variants/comparison.json"),
     log:
@@ -94,8 +94,6 @@ rule compare_variants:
         variants=trained(PROFILE.get("variants", [])),
         not_run=[v for v in PROFILE.get("variants", []) if v not in trained([v])],
         predicted=predicted_variants(),
-        warmup_steps=WARMUP_STEPS,
-        intervals=INTERVALS,
     script:
         "../scripts/compare_variants.py"
 

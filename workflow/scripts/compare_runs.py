@@ -1,18 +1,12 @@
-"""Entry point of the compare_runs rule (logic: zerogate.report.compare)."""
+"""Entry point of the compare_runs rule (logic: zerogate.analysis.compare; drawn and rendered by
+zerogate.report.compare)."""
 
 from pathlib import Path
 
+from zerogate.analysis.compare import group_runs, histories, load_run, noise_summary
+from zerogate.analysis.compare_table import comparison_table
 from zerogate.entry import logging_to
-from zerogate.report.compare import (
-    comparison_table,
-    group_runs,
-    histories,
-    history_figure,
-    load_run,
-    noise_summary,
-    overlay_figure,
-    render_comparison,
-)
+from zerogate.report.compare import history_figure, overlay_figure, render_comparison
 
 with logging_to(snakemake.log[0]) as log:
     reference = snakemake.params.get("reference") or None  # config compare_reference: a machine id

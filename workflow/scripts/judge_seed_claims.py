@@ -4,7 +4,8 @@ from pathlib import Path
 
 import yaml
 
-from zerogate.analysis.claims import Evidence, judge
+from zerogate.analysis.claim_evidence import Evidence
+from zerogate.analysis.claims import judge
 from zerogate.config.claims import read_claims
 from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.ledger import LedgerTable

@@ -1,9 +1,7 @@
 """Entry point of the plot_figures rule (logic: zerogate.report.figures)."""
 
-from zerogate.analysis.measures import SpikeRule
 from zerogate.analysis.parse import event_table, read_events, read_steps
-from zerogate.contracts.parsed import RunMeta
-from zerogate.contracts.run import TrainSettings
+from zerogate.contracts.summary import RunSummary
 from zerogate.contracts.verdicts import GateVerdicts
 from zerogate.entry import logging_to
 from zerogate.report.figures import (
@@ -20,14 +18,13 @@ with logging_to(snakemake.log[0]) as log:
     inputs, output = snakemake.input, snakemake.output
     steps, events = read_steps(inputs.steps), read_events(inputs.events)
     verdicts = GateVerdicts.read(inputs.verdicts)
-    warmup = snakemake.params.warmup_steps  # the profile's training.warmup_steps_excluded (analysis only)
-    spike_rule = SpikeRule.from_settings(TrainSettings.read(inputs.settings).stabiliser)
+    summary = RunSummary.read(inputs.run_summary)  # the statistics a figure marks, computed once
     # The loss stabiliser's events came in with parse_logs (kind "stabiliser": step, rank, kind, value,
     # action).
-    shown = loss_figure(steps, events, warmup, output.loss, spike_rule, event_table(events, "stabiliser"))
-    shown |= step_time_figure(steps, warmup, verdicts, output.step_time)
-    shown |= memory_figure(steps, verdicts, output.memory)
-    shown |= ranks_figure(steps, warmup, output.ranks, RunMeta.read(inputs.run_meta).world_size)
+    shown = loss_figure(steps, events, summary, output.loss, event_table(events, "stabiliser"))
+    shown |= step_time_figure(steps, summary, verdicts, output.step_time)
+    shown |= memory_figure(steps, summary, verdicts, output.memory)
+    shown |= ranks_figure(steps, summary, output.ranks)
     series = loss_scale_series(steps, events)
     if series is None:
         no_loss_scale_figure(output.loss_scale)

@@ -4,8 +4,9 @@ Each statement is data (config/claims.yaml: an id, the statement with its origin
 kind of check). A judge per kind turns it and the evidence (:class:`Evidence`: the plan of the claimed box,
 this run's plan, the ledger table, the gates' verdicts, the two machines) into two verdicts from a fixed
 vocabulary (zerogate.contracts.verdicts.ClaimVerdict), each with its evidence and the gate or table it comes
-from. Torch-free: the
-plans are computed by the planner in their own rules; this module only reads and compares them.
+from. Torch-free: the plans are computed by the planner in their own rules; this module only reads and
+compares them. The judges of what the run measures (communication, the gates' claims) are
+zerogate.analysis.measured_claims'; :class:`Evidence` is zerogate.analysis.claim_evidence's.
 
 Units: GB = 10^9 bytes, GiB = 2^30 bytes (zerogate.units), always as the claim writes them. The claims
 themselves are config/claims.yaml's entries (validated against config/schemas/claims.schema.yaml), typed
@@ -16,42 +17,33 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from zerogate.analysis import on_paper
-from zerogate.analysis.comms import claim_verdict
+from zerogate.analysis.claim_evidence import Evidence, Judged, gpus_here, not_measured_on_cpu, verdict
+from zerogate.analysis.measured_claims import (
+    judge_communication,
+    judge_convergence,
+    judge_peak_memory,
+    judge_step_time,
+)
 from zerogate.config.claims import (
     ArithmeticClaim,
     ClaimsFile,
-    CommunicationClaim,
-    ConvergenceClaim,
     HardwareClaim,
     LedgerFormulaClaim,
     NotTestedClaim,
     OffloadFormulaClaim,
-    PeakMemoryClaim,
-    StepTimeClaim,
 )
-from zerogate.contracts.comms import CommsVolume
-from zerogate.contracts.ledger import LedgerTable
-from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Plan, SchemeLedger
 from zerogate.contracts.verdicts import (
     CANNOT_JUDGE,
     DOES_NOT_HOLD,
-    FAIL,
     HOLDS,
     HOLDS_ONLY_WHEN,
-    INCONCLUSIVE,
-    PASS,
     ClaimedBox,
     ClaimVerdict,
     ClaimVerdicts,
-    GateVerdict,
-    GateVerdicts,
     JudgedClaim,
-    claim_from_gate,
 )
 from zerogate.units import UNIT_BYTES, format_bytes
 
@@ -66,34 +58,6 @@ SCHEME_LABELS = {
     "zero3_offload_optimizer": "ZeRO-3 + optimizer offload",
     "zero3_offload_all": "ZeRO-3 + full offload",
 }
-
-
-def verdict(
-    word: str, evidence: str, source: str, condition: str | None = None, why: str | None = None
-) -> ClaimVerdict:
-    return ClaimVerdict(verdict=word, evidence=evidence, source=source, condition=condition, why=why)
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the judges read: the planner's plan for the claimed box (``claimed_plan``), this run's plan
-    (``run_plan``), the ledger table, the gates' verdicts, the claimed box's description
-    (``claimed_machine``, the YAML mapping), this machine's probe (None for a described machine), the
-    communication table and the claimed profile's gradient accumulation. Only the claimed plan and box are
-    needed on paper."""
-
-    claimed_plan: Plan
-    run_plan: Plan | None = None
-    ledger: LedgerTable | None = None
-    gates: GateVerdicts | None = None
-    claimed_machine: dict[str, Any] = field(default_factory=dict)
-    fingerprint: Fingerprint | None = None
-    machine: str = "this machine"
-    communication: CommsVolume | None = None
-    claim_accumulation: int | None = None
-
-    def gate(self, name: str) -> GateVerdict | None:
-        return None if self.gates is None else self.gates.gate(name)
 
 
 def rounding_tolerance(stated: float) -> float:
@@ -117,23 +81,8 @@ def _on_paper_source(evidence: Evidence) -> str:
     return f"plan of the claimed box ({evidence.claimed_plan.machine}, claims/claimed_box_plan.json)"
 
 
-def gpus_here(fingerprint: Fingerprint | None) -> list[str]:
-    """Names of the GPUs the probe found (probe/hardware.json); none on the CPU accelerator."""
-    if fingerprint is None or fingerprint.accelerator.kind != "cuda":
-        return []
-    return [d.name for d in fingerprint.accelerator.devices]
-
-
-def _not_measured_on_cpu(evidence: Evidence) -> str | None:
-    """Why a per-GPU statement cannot be measured on this machine, or None when it has GPUs."""
-    if gpus_here(evidence.fingerprint):
-        return None
-    return f"{evidence.machine} has no GPU: what the claim puts in GPU memory is host RAM here"
-
-
-# --- judges: each returns (on paper for the claimed box, measured on the machine that ran) -----------
-
-Judged = tuple[ClaimVerdict, ClaimVerdict]
+# --- judges: each returns (on paper for the claimed box, measured on the machine that ran); those of what
+# the run measures are zerogate.analysis.measured_claims' -------------------------------------------------
 
 
 def judge_arithmetic(claim: ArithmeticClaim, evidence: Evidence) -> Judged:
@@ -302,7 +251,7 @@ def judge_offload_formula(claim: OffloadFormulaClaim, evidence: Evidence) -> Jud
         )
     else:
         paper = verdict(DOES_NOT_HOLD, text, _on_paper_source(evidence))
-    why = _not_measured_on_cpu(evidence)
+    why = not_measured_on_cpu(evidence)
     measured = (
         verdict(CANNOT_JUDGE, "per-GPU bytes", "—", why=why)
         if why
@@ -311,139 +260,6 @@ def judge_offload_formula(claim: OffloadFormulaClaim, evidence: Evidence) -> Jud
         )
     )
     return paper, measured
-
-
-def judge_communication(claim: CommunicationClaim, evidence: Evidence) -> Judged:
-    ratio = claim.zero3_volume / claim.ddp_volume
-    stated = claim.stated.value
-    text = (
-        f"ZeRO-3: all-gather Phi (forward) + all-gather Phi (backward) + reduce-scatter Phi = "
-        f"{claim.zero3_volume:g} Phi; DDP: all-reduce = reduce-scatter + all-gather = "
-        f"{claim.ddp_volume:g} Phi; "
-        f"ratio {ratio:.2f} (stated {stated})"
-    )
-    paper = verdict(
-        HOLDS if math.isclose(ratio, stated) else DOES_NOT_HOLD,
-        text,
-        "the ZeRO paper's volumes (Rajbhandari et al. 2020, section 7)",
-    )
-    return paper, _measured_communication(claim, evidence)
-
-
-def _measured_communication(claim: CommunicationClaim, evidence: Evidence) -> ClaimVerdict:
-    source = "measured communication volume per scheme (comms/volume.json)"
-    if evidence.communication is None or evidence.claim_accumulation is None:
-        return verdict(
-            CANNOT_JUDGE, "not measured", source, why="not measured: no communication table for this run"
-        )
-    result = claim_verdict(evidence.communication, claim.stated.value, evidence.claim_accumulation)
-    one, at_claim = result["at_accumulation_1"], result["at_claim_accumulation"]
-    if one["measured"] is None:
-        return verdict(
-            CANNOT_JUDGE, "no measured ratio at accumulation 1", source, why=one["why"] or "not measured"
-        )
-    g = result["claim_accumulation"]
-    later = (
-        f"measured {at_claim['measured']:.3f} at the claim's accumulation {g}"
-        if at_claim["measured"] is not None
-        else f"accumulation {g} not measured here ({at_claim['why']})"
-    )
-    text = (
-        f"{evidence.machine}, this profile's model ({evidence.communication.parameters:,} parameters): "
-        "ZeRO-3 / "
-        f"DDP volume per optimizer step measured {one['measured']:.3f} at accumulation 1 (stated "
-        f"{result['stated']:g}, +-{result['tolerance']:.0%}); {later} (the paper's reading gives "
-        f"{result['stated_at_claim_accumulation']:g})"
-    )
-    if result["holds_at_accumulation_1"]:
-        return verdict(
-            HOLDS_ONLY_WHEN,
-            text,
-            source,
-            condition=f"the model is this run's ({evidence.communication.parameters:,} parameters)",
-        )
-    named = ", ".join(t["name"] for t in result["departures"][:3])
-    return verdict(
-        DOES_NOT_HOLD, text + (f"; the difference is DeepSpeed's: {named}" if named else ""), source
-    )
-
-
-def _gate_verdict(gate: GateVerdict | None, name: str, evidence: Evidence) -> ClaimVerdict:
-    """The claim measured here by its gate (claim_from_gate: the one mapping of a gate's outcome)."""
-    source = f"gate {name} (gates/verdicts.json)"
-    if gate is None:
-        return verdict(
-            CANNOT_JUDGE, "the profile has no such gate", source, why=f"this profile has no gate {name}"
-        )
-    measured = "—" if gate.measured is None else f"{gate.measured:.4g}"
-    text = (
-        f"{evidence.machine}, this profile's model: measured {measured} {gate.unit} {gate.comparison} "
-        f"{gate.threshold:g} {gate.unit}: {gate.verdict}"
-    )
-    reproduction = evidence.gates.reproduction if evidence.gates is not None else None
-    faithful = bool(reproduction and reproduction.faithful)
-    if gate.verdict == PASS and not faithful:
-        text += "; not a faithful reproduction: " + "; ".join(reproduction.reasons if reproduction else [])
-    parameters = evidence.ledger.parameters if evidence.ledger is not None else None
-    condition = (
-        f"the model and machine are this run's ({evidence.machine}"
-        + (f", {parameters:,} parameters" if parameters else "")
-        + "), not the claim's 14B model on the claimed box"
-    )
-    return claim_from_gate(
-        gate.verdict,
-        text,
-        source,
-        faithful=faithful,
-        condition=condition,
-        why=gate.reason or "the gate was not measured",
-    )
-
-
-def judge_step_time(claim: StepTimeClaim, evidence: Evidence) -> Judged:
-    paper = on_paper.judge_step_time(evidence.claimed_plan, claim.stated.value)
-    return paper, _gate_verdict(evidence.gate(claim.gate), claim.gate, evidence)
-
-
-def judge_peak_memory(claim: PeakMemoryClaim, evidence: Evidence) -> Judged:
-    paper = on_paper.judge_memory(evidence.claimed_plan, claim.stated.value, claim.stated.unit)
-    return paper, _gate_verdict(evidence.gate(claim.gate), claim.gate, evidence)
-
-
-def judge_convergence(claim: ConvergenceClaim, evidence: Evidence) -> Judged:
-    paper = verdict(
-        CANNOT_JUDGE, "a statement about a training run", "—", why="convergence is measured, not predicted"
-    )
-    gates = [(name, evidence.gate(name)) for name in claim.gates]
-    source = "gates " + ", ".join(claim.gates) + " (gates/verdicts.json)"
-    missing = [name for name, gate in gates if gate is None]
-    if missing or evidence.gates is None:
-        return paper, verdict(
-            CANNOT_JUDGE, "—", source, why="this profile has no gate " + ", ".join(missing or claim.gates)
-        )
-    # The optimizer steps each rank recorded, counted (the gates' record count, not the highest step).
-    per_rank = evidence.gates.records.steps_per_rank
-    ran = min(per_rank.values()) if per_rank else None
-    text = "; ".join(f"{name}: {gate.verdict} (measured {gate.measured} {gate.unit})" for name, gate in gates)
-    text += f"; {ran if ran is not None else 'no'} optimizer steps per rank (claimed {claim.steps})"
-    verdicts = {gate.verdict for _, gate in gates}
-    if FAIL in verdicts:
-        return paper, verdict(DOES_NOT_HOLD, text, source)
-    if verdicts != {PASS}:
-        why = (
-            "a gate's interval straddles its threshold"
-            if INCONCLUSIVE in verdicts
-            else "a gate was not measured"
-        )
-        return paper, verdict(CANNOT_JUDGE, text, source, why=why)
-    if ran is None or ran < claim.steps:
-        return paper, verdict(
-            HOLDS_ONLY_WHEN,
-            text,
-            source,
-            condition=f"the run is {ran or 0} steps long: {claim.steps} were claimed, not run here",
-        )
-    return paper, verdict(HOLDS, text, source)
 
 
 def judge_hardware(claim: HardwareClaim, evidence: Evidence) -> Judged:

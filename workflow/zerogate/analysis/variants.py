@@ -1,7 +1,8 @@
 """The variant comparison table: one row per ZeRO stage / offload variant and per peer of ZeRO (FSDP2, with
 and without its offload) trained on the same model and data through the same loop (zerogate.render.variants
-renders them), each statistic from zerogate.analysis.measures, so the table and a run's report mean the
-same thing by "median step time" (the per-rank median, then the slowest rank). Beside each: the planner's
+renders them), each row's statistics its run summary's (the summarise_variant rule, the same
+zerogate.analysis.summary.summarise as the run's), so the table and a run's report mean the same thing by
+"median step time" (the per-rank median, then the slowest rank). Beside each: the planner's
 predicted peak for its config and the bytes measured for its scheme (zerogate.train.comms_volume: DeepSpeed's
 comms logger, FSDP2's collectives), where those exist; then which variant is fastest and which smallest, and
 each peer's loss curve against the ZeRO variant it trains from.
@@ -10,17 +11,17 @@ each peer's loss curve against the ZeRO variant it trains from.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from zerogate.analysis import measures
-from zerogate.analysis.measures import IntervalRule, SpikeRule
-from zerogate.contracts.comms import CommsVolume
+from zerogate.contracts.comms import CommsVolume, VolumeRow
 from zerogate.contracts.plan import PeakPrediction
 from zerogate.contracts.records import TrainSummary
-from zerogate.contracts.report import LossAgreement, RunStatistics, VariantRow, VariantsTable
+from zerogate.contracts.report import LossAgreement, VariantRow, VariantsTable
+from zerogate.contracts.summary import RunStatistics, RunSummary
 from zerogate.render.variants import NOT_RUNNABLE, PEERS, engine_of, what_of, zero_setup
 from zerogate.units import GIB
 
@@ -43,10 +44,26 @@ TOLERANCE_RULE = (
 
 @dataclass(frozen=True)
 class VariantRun:
-    """One trained variant's records (parse.read_rank_metrics) and summary."""
+    """One trained variant: its records (parse.read_rank_metrics: its loss curve), its training run's summary
+    and its run summary (the summarise_variant rule: its statistics)."""
 
     steps: pd.DataFrame
     summary: TrainSummary
+    run_summary: RunSummary
+
+
+@dataclass(frozen=True)
+class VariantRuns:
+    """What compare_variants reads: each trained variant's run, the planner's predicted peaks (by variant),
+    the communication table with the accumulation its rows are read at, the listed variants this machine
+    cannot train, and the accelerator they would have trained on."""
+
+    runs: dict[str, VariantRun]
+    predictions: dict[str, PeakPrediction] = field(default_factory=dict)
+    communication: CommsVolume | None = None
+    accumulation: int | None = None
+    not_run: list[str] = field(default_factory=list)
+    accelerator: str = "cpu"
 
 
 def offload_note(name: str, accelerator: str) -> str | None:
@@ -70,24 +87,11 @@ def offload_note(name: str, accelerator: str) -> str | None:
 
 
 def variant_row(
-    name: str,
-    run: VariantRun,
-    *,
-    warmup_steps: int,
-    spike_rule: SpikeRule,
-    expected_steps: int | None,
-    interval_rule: IntervalRule | None = None,
-    prediction: PeakPrediction | None = None,
-    communication: CommsVolume | None = None,
-    accumulation: int | None = None,
+    name: str, run: VariantRun, prediction: PeakPrediction | None = None, volume: VolumeRow | None = None
 ) -> VariantRow:
-    """One trained variant: what trained it, then measures.run_statistics of its step records."""
+    """One trained variant: what trained it, then its run summary's statistics, its predicted peak and the
+    bytes measured for its scheme (``volume``: the communication table's row at the run's accumulation)."""
     stage, offload_optimizer, offload_param = zero_setup(name)
-    steps = run.steps
-    per_rank = {int(rank): int(step) for rank, step in steps.groupby("rank")["step"].max().items()}
-    # A variant's summary exists only when its run finished; its launcher log is not parsed, so no failures.
-    completion = measures.run_completion(per_rank, [], True, expected_steps, run.summary.world_size)
-    volume = None if communication is None or accumulation is None else communication.row(name, accumulation)
     return VariantRow(
         variant=name,
         engine=engine_of(name),
@@ -95,7 +99,7 @@ def variant_row(
         stage=stage,
         offload_optimizer=offload_optimizer,
         offload_param=offload_param,
-        statistics=measures.run_statistics(steps, warmup_steps, spike_rule, completion, interval_rule),
+        statistics=run.run_summary.statistics,
         wall_time_s=run.summary.wall_time_s,
         predicted_peak_gib=None if prediction is None else prediction.total_bytes / GIB,
         predicted_peak_metric=None if prediction is None else prediction.metric,
@@ -142,14 +146,13 @@ def relative_differences(steps: pd.DataFrame, reference: pd.DataFrame) -> pd.Ser
     return ((loss[common] - ref[common]).abs() / ref[common].abs()).sort_index()
 
 
-def tolerance(runs: dict[str, VariantRun]) -> tuple[float | None, list[str]]:
+def tolerance(curves: dict[str, pd.DataFrame]) -> tuple[float | None, list[str]]:
     """(TOLERANCE_RULE's tolerance, the variants it came from); None with fewer than two of TOLERANCE_FROM."""
-    names = [name for name in TOLERANCE_FROM if name in runs]
+    names = [name for name in TOLERANCE_FROM if name in curves]
     if len(names) < 2:
         return None, names
     gaps = [
-        float(relative_differences(runs[a].steps, runs[b].steps).max())
-        for a, b in itertools.combinations(names, 2)
+        float(relative_differences(curves[a], curves[b]).max()) for a, b in itertools.combinations(names, 2)
     ]
     return max(TOLERANCE_FLOOR, *gaps), names
 
@@ -168,14 +171,14 @@ def diagnosis(first: float, worst: float, limit: float | None) -> str:
     return "start together and part during training: the updates differ"
 
 
-def loss_agreement(runs: dict[str, VariantRun]) -> list[LossAgreement]:
+def loss_agreement(curves: dict[str, pd.DataFrame]) -> list[LossAgreement]:
     """Each trained peer against the ZeRO variant whose config it trains from, where that was trained,
     judged on the tolerance."""
-    limit, sources = tolerance(runs)
+    limit, sources = tolerance(curves)
     found = []
-    for peer in (name for name in PEERS if name in runs):
+    for peer in (name for name in PEERS if name in curves):
         reference = PEERS[peer].config_of
-        gaps = relative_differences(runs[peer].steps, runs[reference].steps) if reference in runs else []
+        gaps = relative_differences(curves[peer], curves[reference]) if reference in curves else []
         if not len(gaps):
             continue
         worst, first = float(gaps.max()), float(gaps.iloc[0])
@@ -196,40 +199,24 @@ def loss_agreement(runs: dict[str, VariantRun]) -> list[LossAgreement]:
     return found
 
 
-def compare(
-    runs: dict[str, VariantRun],
-    *,
-    warmup_steps: int,
-    spike_rule: SpikeRule,
-    expected_steps: int | None = None,
-    interval_rule: IntervalRule | None = None,
-    predictions: dict[str, PeakPrediction] | None = None,
-    communication: CommsVolume | None = None,
-    accumulation: int | None = None,
-    not_run: list[str] = (),
-    accelerator: str = "cpu",
-) -> VariantsTable:
-    """One row per variant (``runs``: each trained variant's records of every rank and summary; ``not_run``:
-    listed variants this machine cannot train), the fastest and the smallest, and the peers' agreement."""
-    predictions = predictions or {}
+def compare(variants: VariantRuns) -> VariantsTable:
+    """One row per variant (each trained variant's statistics from its run summary; the listed variants this
+    machine cannot train with their reason), the fastest and the smallest, and the peers' agreement."""
     rows = [
-        variant_row(
-            name,
-            run,
-            warmup_steps=warmup_steps,
-            spike_rule=spike_rule,
-            expected_steps=expected_steps,
-            interval_rule=interval_rule,
-            prediction=predictions.get(name),
-            communication=communication,
-            accumulation=accumulation,
-        )
-        for name, run in runs.items()
+        variant_row(name, run, variants.predictions.get(name), volume_of(variants, name))
+        for name, run in variants.runs.items()
     ]
-    rows += [not_run_row(name, accelerator) for name in not_run]
+    rows += [not_run_row(name, variants.accelerator) for name in variants.not_run]
     return VariantsTable(
         rows=rows,
         fastest=best(rows, lambda s: s.step_time_median_s),
         smallest=best(rows, peak_of_largest_rank),
-        agreement=loss_agreement(runs),
+        agreement=loss_agreement({name: run.steps for name, run in variants.runs.items()}),
     )
+
+
+def volume_of(variants: VariantRuns, name: str) -> VolumeRow | None:
+    """The communication table's row of variant ``name`` at the run's accumulation (None without them)."""
+    if variants.communication is None or variants.accumulation is None:
+        return None
+    return variants.communication.row(name, variants.accumulation)

@@ -13,8 +13,9 @@ packages, and DeepSpeed's CPU ops prebuilt in its ``torch_extensions``), so only
 Each run's step records are copied to ``<out>/<sha>/run<k>/`` and read back as a steps table (the timing
 columns only: records of older pipelines hold other fields too); the figures are today's definitions
 (zerogate.analysis.measures): each run's slowest-rank median optimizer step with its interval, the runs
-of a commit pooled (measures.pool, the two-stage interval), and each commit's ratio to the first commit
-with the ratio's interval. Printed, and written to ``<out>/bisect.json``. Not a test: a measurement.
+of a commit pooled (zerogate.analysis.intervals.pool, the two-stage interval), and each commit's ratio to
+the first commit with the ratio's interval. Printed, and written to ``<out>/bisect.json``. Not a test: a
+measurement.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from zerogate.analysis import measures
+from zerogate.analysis.bootstrap import timing_replicates
+from zerogate.analysis.columns import LOSS_SCALE, MICRO_STEP_TIME, SKIP_REASON, STEP_TIME, TOKENS_PER_S
+from zerogate.analysis.intervals import TIMING_STATISTICS, ratio_interval
+from zerogate.contracts.summary import IntervalRule
 
 PROFILE = (
     "extends: cpu-tiny\ndescription: The default profile in 60 optimizer steps, no checkpoints (the bisect "
@@ -43,11 +47,11 @@ RESULTS = Path("results") / "bisect" / MACHINE
 COLUMNS = [
     "step",
     "rank",
-    measures.STEP_TIME,
-    measures.MICRO_STEP_TIME,
-    measures.TOKENS_PER_S,
-    measures.SKIP_REASON,
-    measures.LOSS_SCALE,
+    STEP_TIME,
+    MICRO_STEP_TIME,
+    TOKENS_PER_S,
+    SKIP_REASON,
+    LOSS_SCALE,
 ]
 WARMUP_STEPS = 10  # the default profile's training.warmup_steps_excluded
 
@@ -155,14 +159,14 @@ def measure(repo: Path, commits: list[str], runs: int, out: Path) -> list[dict]:
     return log
 
 
-def analyse(commits: list[str], out: Path, rule: measures.IntervalRule) -> list[dict]:
+def analyse(commits: list[str], out: Path, rule: IntervalRule) -> list[dict]:
     found, rows = {}, []
     for sha in commits:
         tables = [read_records(path) for path in sorted((out / sha).glob("run*"))]
-        each = [measures.timing_replicates([table], WARMUP_STEPS, rule) for table in tables]
-        found[sha] = measures.timing_replicates(tables, WARMUP_STEPS, rule)
+        each = [timing_replicates([table], WARMUP_STEPS, rule) for table in tables]
+        found[sha] = timing_replicates(tables, WARMUP_STEPS, rule)
         name = "step_time_median_s"
-        column = list(measures.TIMING_STATISTICS).index(name)
+        column = list(TIMING_STATISTICS).index(name)
         row = {
             "commit": sha,
             "runs": [
@@ -172,7 +176,7 @@ def analyse(commits: list[str], out: Path, rule: measures.IntervalRule) -> list[
             "pooled_median(s)": float(found[sha].values[column]),
             "pooled_interval(s)": found[sha].interval(name).model_dump(),
         }
-        ratio = measures.ratio_interval(found[sha], found[commits[0]], name)
+        ratio = ratio_interval(found[sha], found[commits[0]], name)
         row["ratio_to_first"] = float(found[sha].values[column] / found[commits[0]].values[column])
         row["ratio_interval"] = ratio.model_dump() if ratio else None
         row["beyond_noise"] = None if ratio is None or sha == commits[0] else not ratio.contains(1.0)
@@ -207,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         for c in args.commits
     ]
     log = [] if args.analyse_only else measure(Path(args.repo).resolve(), commits, args.runs, out)
-    rows = analyse(commits, out, measures.IntervalRule())
+    rows = analyse(commits, out, IntervalRule())
     previous = (
         json.loads((out / "bisect.json").read_text()) if (out / "bisect.json").exists() else {"runs": []}
     )

@@ -27,6 +27,7 @@ from zerogate.analysis.planner_validation import (
     reported_peak,
 )
 from zerogate.bench.printed_rows import row_check
+from zerogate.config.launch import PlanSettings
 from zerogate.config.machines import MachineDescription, check, to_fingerprint
 from zerogate.config.model_data import ATTENTIONS, model_settings
 from zerogate.config.profile import model_with_config
@@ -36,7 +37,6 @@ from zerogate.config.published_setups import (
     MeasuredRow,
     level_of_metric,
 )
-from zerogate.config.settings import PlanSettings
 from zerogate.config.training import RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.plan import MemoryCheck, Plan

@@ -1,9 +1,9 @@
 """Step time of ZeRO's peers against DeepSpeed ZeRO-3, same model, data, seed and loop, in one invocation
 (`make bench-peers`, target bench_peers_vs_zero3): each row's median step time (the slowest rank's,
 zerogate.analysis.measures.step_time) with its interval, and its ratio to ZeRO-3 with the ratio's interval
-(measures.ratio_interval: each run's stationary-bootstrap replicates divided), then the peers' loss curves
-against the ZeRO variants they train from (zerogate.analysis.variants.loss_agreement, its tolerance from
-ZeRO-1 and ZeRO-2).
+(zerogate.analysis.intervals.ratio_interval: each run's stationary-bootstrap replicates divided), then the
+peers' loss curves against the ZeRO variants they train from (zerogate.analysis.variants.loss_agreement, its
+tolerance from ZeRO-1 and ZeRO-2).
 
 The runs are the variants' own (rule train_variant on the profile's data): one run per row, so the
 intervals cover the step-to-step variation within each run, not what differs from one run to the next.
@@ -14,10 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from zerogate.analysis.measures import IntervalRule, ratio_interval, step_time, timing_replicates
+from zerogate.analysis.bootstrap import timing_replicates
+from zerogate.analysis.intervals import ratio_interval
+from zerogate.analysis.measures import step_time
 from zerogate.analysis.parse import read_rank_metrics
-from zerogate.analysis.variants import VariantRun, loss_agreement
-from zerogate.contracts.records import TrainSummary
+from zerogate.analysis.variants import loss_agreement
+from zerogate.contracts.summary import IntervalRule
 from zerogate.render.variants import PEERS_BENCHMARK as ROWS
 from zerogate.render.variants import what_of
 
@@ -25,10 +27,8 @@ REFERENCE = ROWS[0]  # ZeRO-3: what every ratio divides by
 STATISTIC = "step_time_median_s"
 
 
-def table(
-    metrics: dict[str, str | Path], summaries: dict[str, str | Path], warmup_steps: int, rule: IntervalRule
-) -> dict[str, Any]:
-    """``metrics``/``summaries``: row -> its run's metrics directory and summary.json."""
+def table(metrics: dict[str, str | Path], warmup_steps: int, rule: IntervalRule) -> dict[str, Any]:
+    """``metrics``: row -> its run's metrics directory."""
     steps = {name: read_rank_metrics(metrics[name]) for name in ROWS}
     replicates = {name: timing_replicates([steps[name]], warmup_steps, rule) for name in ROWS}
     reference = replicates[REFERENCE]
@@ -48,8 +48,7 @@ def table(
                 "ratio_interval": None if ratio is None else [ratio.low, ratio.high],
             }
         )
-    runs = {name: VariantRun(steps[name], TrainSummary.read(summaries[name])) for name in ROWS}
-    agreement = [a.model_dump(by_alias=True) for a in loss_agreement(runs)]
+    agreement = [a.model_dump(by_alias=True) for a in loss_agreement(steps)]
     return {
         "warmup_steps": warmup_steps,
         "confidence": rule.confidence,

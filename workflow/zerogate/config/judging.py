@@ -10,7 +10,7 @@ from zerogate.config.base import Int, Number, Settings, Str, require, setting, w
 
 
 class ConvergenceRuleSettings(Settings):
-    """A loss_convergence gate's ``convergence`` block (zerogate.analysis.measures.loss_convergence)."""
+    """A loss_convergence gate's ``convergence`` block (zerogate.analysis.loss_trend.loss_convergence)."""
 
     initial_steps: Int = setting("the initial loss is the median of this many first steps", ge=1)
     final_fraction: Number = setting(

@@ -1,4 +1,4 @@
-"""Intervals on the timing statistics (zerogate.analysis.measures, "Intervals"): what the run statistics,
+"""Intervals on the timing statistics (zerogate.analysis.intervals): what the run statistics,
 the gates' verdicts, the registry and ``compare`` carry beside a timing value."""
 
 from __future__ import annotations

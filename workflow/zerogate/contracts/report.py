@@ -1,6 +1,6 @@
-"""What the run is, as a whole: its statistics (zerogate.analysis.measures.run_statistics), its provenance
-(``provenance.json``), the run registry (``registry.json``: what ``compare`` reads) and the variants'
-table (``variants/comparison.json``)."""
+"""What the run is, as a whole: its provenance (``provenance.json``), the run registry (``registry.json``:
+what ``compare`` reads) and the variants' table (``variants/comparison.json``). The run's statistics are
+zerogate.contracts.summary's."""
 
 from __future__ import annotations
 
@@ -10,45 +10,12 @@ from pydantic import Field
 
 from zerogate.contracts.base import Artefact, Record
 from zerogate.contracts.data import SplitStats
-from zerogate.contracts.intervals import Interval, TimingIntervals
 from zerogate.contracts.machine import Accelerator, Cpu, Ram
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.records import GitState
 from zerogate.contracts.run import Deviation
+from zerogate.contracts.summary import RunStatistics
 from zerogate.contracts.verdicts import GateOutcome, JudgedGate, Reproduction
-
-
-class RunStatistics(Record):
-    """The headline statistics of one run, each one of measures' definitions; None where the records do
-    not hold it. What the report's run summary, the registry, ``compare`` and the variants' table show."""
-
-    ranks: int
-    optimizer_steps: int
-    warmup_steps_excluded: int
-    timed_steps: int
-    step_time_median_s: float | None = Field(alias="step_time_median(s)")
-    step_time_p90_s: float | None = Field(alias="step_time_p90(s)")
-    slowest_rank: int | None
-    micro_step_time_median_s: float | None = Field(alias="micro_step_time_median(s)")
-    tokens_per_s: float | None
-    first_loss: float | None
-    final_loss: float | None
-    loss_spikes: int
-    overflow_skipped_steps: int | None
-    peak_memory_per_rank_gib: dict[int, float] = Field(alias="peak_memory_per_rank(GiB)")
-    run_complete: bool | None
-    failed_ranks: int | None
-    straggler_rank: int | None
-    straggler_compute_excess_s: float | None = Field(alias="straggler_compute_excess(s)")
-    wait_for_straggler_median_s: float | None = Field(alias="wait_for_straggler_median(s)")
-    # The timing statistics' intervals (zerogate.analysis.measures, "Intervals"); None when not asked for or
-    # the run has too few timed steps. With repeats, the timing values above are the repeats' pooled ones.
-    intervals: TimingIntervals | None = None
-    repeats: int = Field(1, alias="repeats(runs)")
-
-    def interval_of(self, name: str) -> Interval | None:
-        """The interval of timing statistic ``name`` (a field of this class), None for others."""
-        return None if self.intervals is None else self.intervals.of(name)
 
 
 class MachineFacts(Record):
@@ -139,9 +106,10 @@ class RunRegistry(Artefact):
 
 
 class VariantRow(Record):
-    """One variant of the table: what trained it and its run statistics (measures.run_statistics, with the
-    timing intervals), beside its predicted peak and its measured communication where those exist. A variant
-    that cannot run on this machine has no statistics and says why (``not_run``)."""
+    """One variant of the table: what trained it and its run statistics (its run summary's,
+    zerogate.analysis.summary.run_statistics, with the timing intervals), beside its predicted peak and its
+    measured communication where those exist. A variant that cannot run on this machine has no statistics
+    and says why (``not_run``)."""
 
     variant: str
     engine: str  # what trained it: zerogate.runtime.engines' name, or the peer's (zerogate.render.variants)

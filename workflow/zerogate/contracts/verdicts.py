@@ -5,7 +5,7 @@
 Two kinds of verdict, each from one fixed vocabulary, defined here and nowhere else:
 - a **gate** is a measurement against a threshold: ``PASS``, ``FAIL``, ``INCONCLUSIVE`` or ``NOT
   MEASURED`` (never PASS for a metric that was not measured). A time gate judges its value's interval
-  (zerogate.analysis.measures, "Intervals"): PASS when the whole interval meets the threshold, FAIL when
+  (zerogate.analysis.intervals): PASS when the whole interval meets the threshold, FAIL when
   none of it does, INCONCLUSIVE when it straddles the threshold (the run cannot tell which side it is on);
 - a **claim** is a statement judged on the evidence, on paper (a plan) or measured (the gates, the
   tables): ``holds``, ``holds only when <condition>``, ``does not hold`` or ``cannot be judged here
@@ -116,7 +116,7 @@ def claim_from_gate(
 
 
 class RecordEvidence(Record):
-    """The step records counted (zerogate.analysis.measures.record_completeness)."""
+    """The step records counted (zerogate.analysis.health.record_completeness)."""
 
     world_size: int | None = Field(alias="world_size(ranks)")
     expected_steps: int | None = Field(alias="expected_steps(steps)")

@@ -38,7 +38,7 @@ Two quantities, in bytes:
   live bytes in each of the C allocator's size classes (``heap``: storages of at most 32 MiB, whose pages
   glibc
   keeps resident once freed; ``mapped``: larger ones, unmapped when freed; zerogate.runtime.heap): what the
-  CPU resident-set prediction needs (zerogate.predict.ledger.retained_heap_bytes).
+  CPU resident-set prediction needs (zerogate.predict.host_memory.retained_heap_bytes).
 
 Dtypes as DeepSpeed's fp16/bf16 modes run them: the weights are 16-bit, and what the modelling code upcasts
 stays fp32 (RMSNorm's hidden.to(float32) and its rsqrt, eager attention's softmax(dtype=float32), the loss's

@@ -24,7 +24,7 @@ BUFFER_SOURCES = {
         "first accumulated gradient (measured: released at the forward's end, not alive at the "
         "loss's backward): what its fetch trace keeps gathered at once (parameters used again within "
         "stage3_max_reuse_distance stay gathered, partitioned_param_coordinator.py "
-        "__params_to_release; zerogate.predict.comms.zero3_trace) plus the prefetch bucket, which "
+        "__params_to_release; zerogate.predict.fetch_trace.zero3_trace) plus the prefetch bucket, which "
         "stage3_max_live_parameters caps (partitioned_param_coordinator.py fetch_sub_module), at "
         "most the model"
     ),

@@ -1,8 +1,9 @@
-"""Seaborn figures of a run: loss, step time and memory per rank.
+"""Seaborn figures of a run: loss, step time and memory per rank, compute and wait per rank.
 
-What a figure marks as a statistic (the timed steps, the slowest-rank median, each rank's peak, the loss
-spikes) comes from zerogate.analysis.measures; each figure function returns those numbers, so a test can
-check that the picture shows what the gates and the report say.
+What a figure marks as a statistic (the slowest-rank median, each rank's peak, the loss spikes, the warm-up,
+the rank balance) is the run summary's (zerogate.contracts.summary); the curves are the step records' (the
+definitions of zerogate.analysis.measures). Each figure function returns the numbers it marked, so a test
+can check that the picture shows what the gates and the report say.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from zerogate.analysis import measures  # noqa: E402
-from zerogate.analysis.measures import SpikeRule  # noqa: E402
+from zerogate.analysis.columns import DEVICE_PEAK, LOSS_SCALE, STEP_TIME, WAIT  # noqa: E402
+from zerogate.analysis.rank_balance import rank_times  # noqa: E402
 from zerogate.contracts.records import column  # noqa: E402
+from zerogate.contracts.summary import RunSummary  # noqa: E402
 from zerogate.contracts.verdicts import GateVerdict, GateVerdicts  # noqa: E402
 from zerogate.units import GIB, UNIT_BYTES  # noqa: E402
 
@@ -43,14 +46,14 @@ def _gate(verdicts: GateVerdicts, metric: str) -> GateVerdict | None:
 def loss_figure(
     steps: pd.DataFrame,
     events: pd.DataFrame,
-    warmup_steps: int,
+    summary: RunSummary,
     path: str | Path,
-    spike_rule: SpikeRule,
     stabiliser: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """Loss raw and smoothed, the loss spikes (measures.loss_spikes) circled; launcher events (overflow,
-    crash) as dotted lines and, when given, the training loop's stabiliser events (rows with step, rank,
-    kind, value, action) as markers. Returns the spikes it marked."""
+    """Loss raw and smoothed, the run summary's loss spikes circled and its warm-up shaded; launcher events
+    (overflow, crash) as dotted lines and, when given, the training loop's stabiliser events (rows with
+    step, rank, kind, value, action) as markers. Returns the spikes it marked."""
+    warmup_steps, spikes = summary.warmup_steps_excluded, summary.loss_spikes
     loss = measures.loss_series(steps)
     fig, ax = plt.subplots(figsize=(9, 4.5))
     ax.plot(
@@ -67,7 +70,6 @@ def loss_figure(
         linewidth=2,
         label="smoothed (rolling median)",
     )
-    spikes = measures.loss_spikes(steps, spike_rule)
     if spikes.count:
         ax.scatter(
             spikes.steps,
@@ -76,7 +78,7 @@ def loss_figure(
             facecolors="none",
             edgecolors="C3",
             zorder=4,
-            label=f"loss spikes ({spikes.count}: {spike_rule.describe()})",
+            label=f"loss spikes ({spikes.count}: {spikes.rule})",
         )
     if warmup_steps:
         ax.axvspan(0, warmup_steps, color="C1", alpha=0.12, label=f"warm-up ({warmup_steps} steps)")
@@ -110,16 +112,18 @@ def loss_figure(
 
 
 def step_time_figure(
-    steps: pd.DataFrame, warmup_steps: int, verdicts: GateVerdicts, path: str | Path
+    steps: pd.DataFrame, summary: RunSummary, verdicts: GateVerdicts, path: str | Path
 ) -> dict[str, Any]:
     """Step time per rank over the run, and the distribution over the timed steps (measures.timed_steps)
-    with the slowest-rank median (measures.step_time). Returns the median and the timed-step count."""
+    with the run's slowest-rank median (its own statistics in the run summary). Returns the median and the
+    timed-step count."""
+    warmup_steps, own = summary.warmup_steps_excluded, summary.repeats[0]
     fig, (ax_line, ax_hist) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [2, 1]})
     data = steps.assign(rank=steps["rank"].astype(str))
-    sns.lineplot(data=data, x="step", y=measures.STEP_TIME, hue="rank", ax=ax_line, linewidth=0.8)
+    sns.lineplot(data=data, x="step", y=STEP_TIME, hue="rank", ax=ax_line, linewidth=0.8)
     timed = measures.timed_steps(data, warmup_steps)
     if len(timed):
-        sns.histplot(data=timed, x=measures.STEP_TIME, hue="rank", ax=ax_hist, bins=40, element="step")
+        sns.histplot(data=timed, x=STEP_TIME, hue="rank", ax=ax_hist, bins=40, element="step")
     else:
         ax_hist.text(
             0.5,
@@ -130,15 +134,15 @@ def step_time_figure(
             transform=ax_hist.transAxes,
         )
     # A run that stopped within its warm-up has no timed step, and so no median to draw.
-    median = measures.step_time(steps, warmup_steps) if len(timed) else None
+    median = own.step_time_median_s if own is not None and len(timed) else None
     if median is not None:
         ax_hist.axvline(
-            median.value,
+            median,
             color="k",
             linestyle=":",
-            label=f"median, slowest rank ({median.rank}): {median.value:.3g} s",
+            label=f"median, slowest rank ({own.slowest_rank}): {median:.3g} s",
         )
-    gate = _gate(verdicts, measures.STEP_TIME)
+    gate = _gate(verdicts, STEP_TIME)
     if gate is not None:
         for ax, line in ((ax_line, ax_line.axhline), (ax_hist, ax_hist.axvline)):
             line(gate.threshold, color="C3", linestyle="--", label=f"claim {gate.threshold:g} s")
@@ -151,20 +155,23 @@ def step_time_figure(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return {
-        "step_time_median(s)": None if median is None else median.value,
+        "step_time_median(s)": median,
         "timed_steps": int(timed["step"].nunique()),
     }
 
 
-def memory_figure(steps: pd.DataFrame, verdicts: GateVerdicts, path: str | Path) -> dict[str, Any]:
-    """Peak memory per rank per step, each rank's peak (measures.peak_memory_per_rank) in the legend.
+def memory_figure(
+    steps: pd.DataFrame, summary: RunSummary, verdicts: GateVerdicts, path: str | Path
+) -> dict[str, Any]:
+    """Peak memory per rank per step, each rank's peak (the run summary's) in the legend.
     Returns the peaks it labelled."""
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    peaks = measures.peak_memory_per_rank(steps)
+    own = summary.repeats[0]
+    peaks = own.peak_memory_per_rank_gib if own is not None else {}
     data = steps.assign(
         rank=[f"{rank} (peak {peaks.get(int(rank), float('nan')):.3g} GiB)" for rank in steps["rank"]]
     )
-    sns.lineplot(data=data, x="step", y=measures.DEVICE_PEAK, hue="rank", ax=ax)
+    sns.lineplot(data=data, x="step", y=DEVICE_PEAK, hue="rank", ax=ax)
     source = ", ".join(
         sorted(steps.get(column("device_peak_source"), pd.Series(dtype=str)).dropna().unique())
     )
@@ -192,21 +199,20 @@ def loss_scale_series(steps: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame
     A picture of the scale only: the skipped-step statistics come from measures.overflow_skips."""
     if measures.loss_scaler_present(steps):
         first = steps[steps["rank"] == steps["rank"].min()]
-        return first[["step", measures.LOSS_SCALE]].dropna()
+        return first[["step", LOSS_SCALE]].dropna()
     if not len(events):
         return None
     changes = events[events["kind"].isin(["overflow", "loss_scale_reduced"])]
     rows = [
-        {"step": s, measures.LOSS_SCALE: json.loads(d).get("new")}
-        for s, d in zip(changes["step"], changes["detail"])
+        {"step": s, LOSS_SCALE: json.loads(d).get("new")} for s, d in zip(changes["step"], changes["detail"])
     ]
-    rows = [r for r in rows if r[measures.LOSS_SCALE] is not None and not pd.isna(r["step"])]
+    rows = [r for r in rows if r[LOSS_SCALE] is not None and not pd.isna(r["step"])]
     return pd.DataFrame(rows) if rows else None
 
 
 def loss_scale_figure(series: pd.DataFrame, path: str | Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    ax.step(series["step"], series[measures.LOSS_SCALE], where="post", color="C2")
+    ax.step(series["step"], series[LOSS_SCALE], where="post", color="C2")
     ax.set_yscale("log", base=2)
     ax.set(xlabel="optimizer step", ylabel="fp16 loss scale (log2 axis)", title="Dynamic loss scale")
     fig.tight_layout()
@@ -229,13 +235,11 @@ def no_loss_scale_figure(path: str | Path) -> None:
     plt.close(fig)
 
 
-def ranks_figure(
-    steps: pd.DataFrame, warmup_steps: int, path: str | Path, world_size: int | None = None
-) -> dict[str, Any]:
+def ranks_figure(steps: pd.DataFrame, summary: RunSummary, path: str | Path) -> dict[str, Any]:
     """Who waits for whom: each rank's median compute, communication and wait per optimizer step as stacked
-    bars (measures.rank_balance), and each rank's wait per timed step (measures.rank_times). A run whose
-    records cannot say (measures.RankBalance.problems) gets the reasons instead. Returns what it drew."""
-    balance = measures.rank_balance(steps, warmup_steps, world_size)
+    bars (the run summary's rank balance), and each rank's wait per timed step (rank_balance.rank_times). A
+    run whose records cannot say (RankBalance.problems) gets the reasons instead. Returns what it drew."""
+    balance = summary.rank_balance
     if not balance.measured:
         fig, ax = plt.subplots(figsize=(9, 1.8))
         ax.axis("off")
@@ -266,11 +270,11 @@ def ranks_figure(
     ax_bar.set_ylim(0, 1.45 * max(bottom))  # room for the legend above the bars
     ax_bar.set(ylabel="s per optimizer step (medians)", title="Compute vs wait per rank")
     ax_bar.legend(loc="upper center", fontsize="small", ncol=1)
-    times = measures.rank_times(steps, warmup_steps)
+    times = rank_times(steps, summary.warmup_steps_excluded)
     sns.lineplot(
         data=times.assign(rank=times["rank"].astype(str)),
         x="step",
-        y=measures.WAIT,
+        y=WAIT,
         hue="rank",
         ax=ax_wait,
         linewidth=0.9,

@@ -1,10 +1,10 @@
 """The self-contained HTML report of one run: the seed's claims judged (when given), the gates' verdicts, then
-the run summary, figures, evaluation,
-ledger, deviations, evidence and provenance.
+the run summary, figures, evaluation, ledger, deviations, evidence and provenance.
 
 The page is rendered with jinja2 from ``templates/`` beside this module (``report.html.j2``; the sections
-are macros in ``sections.html.j2``, the style in ``style.css``); every number in it comes from
-zerogate.analysis.measures or the gates' verdicts, nothing is computed here.
+are macros in ``sections.html.j2``, the style in ``style.css``); every number in it comes from the run's
+summary (zerogate.contracts.summary, the summarise_run rule), the gates' or the claims' verdicts or another
+rule's table: nothing is computed here.
 """
 
 from __future__ import annotations
@@ -13,24 +13,18 @@ import base64
 import json
 import math
 import re
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import jinja2
-import pandas as pd
 
-from zerogate.analysis import measures
-from zerogate.analysis.measures import SpikeRule
+from zerogate.analysis.evidence import RunEvidence
+from zerogate.analysis.intervals import pooling_rule
 from zerogate.contracts.base import Record
-from zerogate.contracts.comms import CommsVolume
-from zerogate.contracts.ledger import LedgerTable
-from zerogate.contracts.parsed import RunMeta
-from zerogate.contracts.plan import Plan
-from zerogate.contracts.records import EvalRecord
-from zerogate.contracts.report import Provenance, RunStatistics, VariantsTable
-from zerogate.contracts.run import Deviations
-from zerogate.contracts.verdicts import ClaimVerdicts, GateVerdicts
+from zerogate.contracts.report import Provenance, VariantsTable
+from zerogate.contracts.summary import RankBalance, RunStatistics, RunSummary
 from zerogate.units import format_bytes
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -134,10 +128,11 @@ REPEAT_COLUMNS = {
 }
 
 
-def repeats_context(repeated: measures.RepeatedRun, seed: int | None) -> dict[str, Any] | None:
+def repeats_context(summary: RunSummary, seed: int | None) -> dict[str, Any] | None:
     """The "Repeats" section: each repeat's statistics and peak memory beside the pooled ones; None for a
     run trained once."""
-    if len(repeated.each) < 2 or repeated.pooled is None:
+    each, pooled = summary.repeats, summary.statistics
+    if len(each) < 2 or pooled is None:
         return None
     columns = [
         {"name": name, "label": label, "unit": unit_of(RunStatistics.key(name))}
@@ -145,41 +140,21 @@ def repeats_context(repeated: measures.RepeatedRun, seed: int | None) -> dict[st
     ]
     rows = [
         {"repeat": index, "seed": None if seed is None else seed + index, "statistics": stats}
-        for index, stats in enumerate(repeated.each)
+        for index, stats in enumerate(each)
     ]
-    ranks = sorted({rank for stats in repeated.each if stats for rank in stats.peak_memory_per_rank_gib})
-    spread = {}
-    for rank in ranks:
-        values = [stats.peak_memory_per_rank_gib.get(rank) for stats in repeated.each if stats]
-        values = [v for v in values if v is not None]
-        spread[rank] = (max(values) - min(values)) if values else None
     return {
         "columns": columns,
         "rows": rows,
-        "pooled": repeated.pooled,
-        "ranks": ranks,
-        "memory_spread": spread,
-        "pooling": repeated.pooled.intervals.pooling
-        if repeated.pooled.intervals
-        else measures.pooling_rule(len(repeated.each)),
+        "pooled": pooled,
+        "ranks": list(summary.peak_memory_spread_gib),
+        "memory_spread": summary.peak_memory_spread_gib,
+        "pooling": pooled.intervals.pooling if pooled.intervals else pooling_rule(len(each)),
     }
 
 
 def image(path: str | Path, caption: str) -> dict[str, str]:
     """A PNG inlined into the page (the report is one self-contained file)."""
     return {"caption": caption, "data": base64.b64encode(Path(path).read_bytes()).decode()}
-
-
-def timer_medians(timers: pd.DataFrame | None) -> dict[str, float]:
-    """DeepSpeed's own wall-clock breakdown (rank 0), median per timer, when the run logged it."""
-    if timers is None or not len(timers):
-        return {}
-    numbers = timers.drop(columns=["rank", "step", "line"], errors="ignore")
-    return {
-        f"{name} (ms, median of {int(col.notna().sum())})": float(col.median())
-        for name, col in numbers.items()
-        if col.notna().any()
-    }
 
 
 FIGURE_CAPTIONS = {
@@ -211,75 +186,51 @@ def key_facts(provenance: Provenance) -> dict[str, Any]:
     }
 
 
-def render_html(
-    *,
-    verdicts: GateVerdicts,
-    steps: pd.DataFrame,
-    provenance: Provenance,
-    deviations: Deviations,
-    figures: dict[str, str | Path],
-    warmup_steps: int,
-    spike_rule: SpikeRule,
-    run_meta: RunMeta | None = None,
-    ledger: LedgerTable | None = None,
-    evaluation: list[EvalRecord] | None = None,
-    timers: pd.DataFrame | None = None,
-    claims: ClaimVerdicts | None = None,
-    plan: Plan | None = None,
-    claimed_plan: Plan | None = None,
-    ranks_figure: str | Path | None = None,
-    communication: CommsVolume | None = None,
-    interval_rule: measures.IntervalRule | None = None,
-    repeat_steps: list[pd.DataFrame] = (),
-    repeat_run_metas: list[RunMeta] = (),
-    variants: VariantsTable | None = None,
-    variants_figure: str | Path | None = None,
-) -> str:
-    """The report's page. ``interval_rule`` puts the timing statistics' intervals beside them;
-    ``repeat_steps`` and ``repeat_run_metas`` are the other repeats' (profile key ``repeats``): the run
-    summary then pools them and a Repeats section lists each."""
-    title = f"zerogate report — {provenance.profile} on {provenance.machine.hostname}"
-    repeated = (
-        measures.summarise_repeats(
-            [steps, *repeat_steps],
-            warmup_steps,
-            spike_rule,
-            [run_meta, *repeat_run_metas],
-            interval_rule or measures.IntervalRule(),
-        )
-        if interval_rule is not None or repeat_steps
-        else None
-    )
-    pooled = (
-        repeated.pooled if repeated else measures.summarise_run(steps, warmup_steps, spike_rule, run_meta)
-    )
+@dataclass(frozen=True)
+class ReportFigures:
+    """The figures the report inlines: the run's (FIGURE_CAPTIONS' names; the loss scale only for a run
+    that had one), the ranks figure, and the variants' loss figure with profile key ``variants``."""
+
+    run: dict[str, str | Path] = field(default_factory=dict)
+    ranks: str | Path | None = None
+    variants: str | Path | None = None
+
+
+def render_html(run: RunEvidence, figures: ReportFigures) -> str:
+    """The report's page, from what write_report reads of the run (zerogate.analysis.evidence: the run
+    summary, the gates' and the claims' verdicts, the provenance, the plans and the other tables) and the
+    figures. With repeats (profile key ``repeats``) the run summary is the pooled one and a Repeats section
+    lists each repeat's own."""
+    provenance, verdicts, summary = run.provenance, run.verdicts, run.run_summary
+    meta = run.run_meta
     seed = provenance.resolved_profile.get("training", {}).get("seed")
+    pooled = summary.statistics
     return (
         environment()
         .get_template("report.html.j2")
         .render(
-            title=title,
+            title=f"zerogate report — {provenance.profile} on {provenance.machine.hostname}",
             provenance=provenance,
             counts=verdicts.counts,
             verdicts=verdicts,
             reproduction=verdicts.reproduction,
-            failures=run_meta.failures if run_meta else [],
-            nodes=run_meta.nodes if run_meta else [],
+            failures=meta.failures if meta else [],
+            nodes=meta.nodes if meta else [],
             summary=summary_rows(pooled),
             intervals=pooled.intervals if pooled else None,
-            repeats=repeats_context(repeated, seed) if repeated else None,
-            images=[image(path, FIGURE_CAPTIONS[name]) for name, path in figures.items() if path],
-            evaluation=evaluation or [],
-            ledger=ledger,
-            claims=claims,
-            plan=plan,
-            claimed_plan=claimed_plan,
-            communication=communication,
-            timers=timer_medians(timers),
-            deviations=deviations.deviations,
+            repeats=repeats_context(summary, seed),
+            images=[image(path, FIGURE_CAPTIONS[name]) for name, path in figures.run.items() if path],
+            evaluation=run.evaluation or [],
+            ledger=run.ledger,
+            claims=run.claims,
+            plan=run.plan,
+            claimed_plan=run.claimed_plan,
+            communication=run.communication,
+            timers=summary.deepspeed_timers,
+            deviations=run.deviations.deviations,
             key_facts=key_facts(provenance),
-            ranks=ranks_context(steps, warmup_steps, run_meta, ranks_figure),
-            choices=choices_context(variants, variants_figure) if variants is not None else None,
+            ranks=ranks_context(summary.rank_balance, figures.ranks),
+            choices=None if run.variants is None else choices_context(run.variants, figures.variants),
         )
     )
 
@@ -289,12 +240,9 @@ RANKS_CAPTION = (
 )
 
 
-def ranks_context(
-    steps: pd.DataFrame, warmup_steps: int, run_meta: RunMeta | None, figure: str | Path | None = None
-) -> dict[str, Any]:
-    """The "Ranks" section's content: measures.rank_balance over the run's world size (parse_logs' metadata),
-    its per-rank table, and the compute-vs-wait figure when given."""
-    balance = measures.rank_balance(steps, warmup_steps, run_meta.world_size if run_meta else None)
+def ranks_context(balance: RankBalance, figure: str | Path | None = None) -> dict[str, Any]:
+    """The "Ranks" section's content: the run summary's rank balance (over the run's world size), its
+    per-rank table, and the compute-vs-wait figure when given."""
     rows = (
         [
             {

@@ -1,50 +1,24 @@
 """The run registry: one machine-readable JSON summary per run (zerogate.contracts.report.RunRegistry), for
-diffing and collecting runs; ``compare`` reads nothing else. Every path in it is relative to the repository
-root; the gates' evidence stays in gates/verdicts.json."""
+diffing and collecting runs; ``compare`` reads it (and the run summary beside it). Every path in it is
+relative to the repository root; the gates' evidence stays in gates/verdicts.json, the statistics are the
+run summary's (summary/run.json)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
-import pandas as pd
-
-from zerogate.analysis.measures import IntervalRule, SpikeRule, summarise_repeats, summarise_run
-from zerogate.contracts.parsed import RunMeta
-from zerogate.contracts.report import Provenance, RegistryFiles, RegistryProvenance, RunRegistry
-from zerogate.contracts.run import Deviations
-from zerogate.contracts.verdicts import GateVerdicts, JudgedGate
+from zerogate.analysis.evidence import RunEvidence
+from zerogate.contracts.report import RegistryFiles, RegistryProvenance, RunRegistry
+from zerogate.contracts.verdicts import JudgedGate
 from zerogate.hashing import sha256_json
 
 
-def registry_record(
-    *,
-    machine: str,
-    verdicts: GateVerdicts,
-    steps: pd.DataFrame,
-    run_meta: RunMeta,
-    provenance: Provenance,
-    deviations: Deviations,
-    files: dict[str, Any],
-    warmup_steps: int,
-    spike_rule: SpikeRule,
-    interval_rule: IntervalRule | None = None,
-    repeat_steps: list[pd.DataFrame] = (),
-    repeat_run_metas: list[RunMeta] = (),
-) -> RunRegistry:
-    """The run's registry: ``summary`` pools the repeats (``repeat_steps``, the other repeats' steps) with the
-    intervals of ``interval_rule``; ``repeats`` lists each repeat's own statistics (empty for one run)."""
-    repeated = (
-        summarise_repeats(
-            [steps, *repeat_steps],
-            warmup_steps,
-            spike_rule,
-            [run_meta, *repeat_run_metas],
-            interval_rule or IntervalRule(),
-        )
-        if interval_rule is not None or repeat_steps
-        else None
-    )
+def registry_record(machine: str, run: RunEvidence, files: dict[str, Any]) -> RunRegistry:
+    """The run's registry from what register_run reads of it (zerogate.analysis.evidence): ``summary`` is the
+    run summary's statistics (the repeats pooled), ``repeats`` each repeat's own (empty for one run)."""
+    provenance, verdicts, summary = run.provenance, run.verdicts, run.run_summary
+    each = summary.repeats
     return RunRegistry(
         pipeline_version=provenance.pipeline_version,
         run_id=provenance.run_id,
@@ -54,11 +28,9 @@ def registry_record(
         verdict_counts=verdicts.counts,
         reproduction=verdicts.reproduction,
         gates=[JudgedGate(**gate.model_dump(exclude={"evidence"})) for gate in verdicts.gates],
-        summary=repeated.pooled if repeated else summarise_run(steps, warmup_steps, spike_rule, run_meta),
-        repeats=[stats for stats in repeated.each if stats is not None]
-        if repeated and len(repeated.each) > 1
-        else [],
-        run=run_meta,
+        summary=summary.statistics,
+        repeats=[stats for stats in each if stats is not None] if len(each) > 1 else [],
+        run=run.run_meta,
         provenance=RegistryProvenance(
             config_hash=provenance.config_hash,
             measurement_hash=provenance.measurement_hash,
@@ -70,6 +42,6 @@ def registry_record(
             machine=provenance.machine,
             recorded_at=provenance.recorded_at,
         ),
-        deviations=deviations.deviations,
+        deviations=run.deviations.deviations,
         files=RegistryFiles(**files),
     )
