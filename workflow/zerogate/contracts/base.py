@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from zerogate.errors import InputError
 
@@ -172,16 +172,12 @@ def plain(value: Any) -> Any:
     """Typed settings (dataclasses, contracts) as plain JSON-ready values: what a rule's ``params`` hold,
     because Snakemake notices a changed param (and reruns the rule) only for builtin values
     (snakemake.persistence's param serialisation skips any other object)."""
-    from pydantic import TypeAdapter
-
     return TypeAdapter(type(value)).dump_python(value, mode="json", by_alias=True)
 
 
 def typed(cls: Any, value: Any, source: str = "rule params") -> Any:
     """``value`` (plain, as :func:`plain` made it) as ``cls`` again, validated: how a script reads its
     params."""
-    from pydantic import TypeAdapter
-
     try:
         return TypeAdapter(cls).validate_python(value)
     except ValidationError as error:

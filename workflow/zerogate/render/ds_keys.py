@@ -88,6 +88,8 @@ def _top_level_from_deepspeed() -> list[str]:
 def _nested_model(annotation: Any) -> Any:
     """The DeepSpeed config class inside an annotation such as
     ``Optional[DeepSpeedZeroOffloadParamConfig]``."""
+    # Read only when the key table is made from DeepSpeed: the Snakefile imports this module to check a
+    # claim's keys against the kept table, without loading DeepSpeed (and torch).
     from deepspeed.runtime.config_utils import DeepSpeedConfigModel
 
     if isinstance(annotation, type) and issubclass(annotation, DeepSpeedConfigModel):
