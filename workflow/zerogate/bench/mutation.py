@@ -1,6 +1,6 @@
-"""Mutation score of the judging code: mutmut over zerogate.analysis.{gates,measures,parse,
-launcher_log}, killed by the gate, measures, parse and launcher-log unit tests (property-based ones and the
-real-log corpus included). A benchmark, not a test: minutes to tens of minutes, printed as figures; not on
+"""Mutation score of the judging code: mutmut over the modules of zerogate.analysis that define the run's
+statistics and gates and read its logs (MUTATED), killed by the gate, measures, summary, parse and launcher-log
+unit tests (property-based ones and the real-log corpus included). A benchmark, not a test: minutes to tens of minutes, printed as figures; not on
 CI's default path.
 
     make bench-mutation            # or: PYTHONPATH=workflow python -m zerogate.bench.mutation [--max-children
@@ -27,10 +27,23 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 STAGE = REPO / "build" / "mutation"
 MUTATED = [
-    "src/zerogate/analysis/gates.py",
-    "src/zerogate/analysis/measures.py",
-    "src/zerogate/analysis/parse.py",
-    "src/zerogate/analysis/launcher_log.py",
+    f"src/zerogate/analysis/{module}.py"
+    for module in (
+        "gates",
+        "gate_measures",
+        "measures",
+        "health",
+        "loss_trend",
+        "rank_balance",
+        "intervals",
+        "summary",
+        "parse",
+        "launcher_log",
+        "launcher_messages",
+        "launcher_events",
+        "launcher_failures",
+        "launcher_skips",
+    )
 ]
 TESTS = [
     "tests/unit/test_gates.py",
@@ -38,6 +51,8 @@ TESTS = [
     "tests/unit/test_gates_properties.py",
     "tests/unit/test_gates_evidence.py",
     "tests/unit/test_measures.py",
+    "tests/unit/test_summary.py",
+    "tests/unit/test_intervals.py",
     "tests/unit/test_parse.py",
     "tests/unit/test_ranks.py",
     "tests/unit/test_floor_comms.py",
