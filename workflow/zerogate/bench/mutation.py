@@ -1,7 +1,7 @@
 """Mutation score of the judging code: mutmut over the modules of zerogate.analysis that define the run's
-statistics and gates and read its logs (MUTATED), killed by the gate, measures, summary, parse and launcher-log
-unit tests (property-based ones and the real-log corpus included). A benchmark, not a test: minutes to tens of minutes, printed as figures; not on
-CI's default path.
+statistics and gates and read its logs (MUTATED), killed by the gate, measures, summary, parse and
+launcher-log unit tests (property-based ones and the real-log corpus included). A benchmark, not a test:
+minutes to tens of minutes, printed as figures; not on CI's default path.
 
     make bench-mutation            # or: PYTHONPATH=workflow python -m zerogate.bench.mutation [--max-children
     N]
