@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,30 +29,18 @@ from zerogate.contracts.summary import RecordCounts
 from zerogate.contracts.verdicts import NonfiniteEventEvidence, RecordEvidence
 
 
-@dataclass(frozen=True)
-class RecordCompleteness:
+class RecordCompleteness(RecordCounts):
     """Whether the step records hold the whole run, from counts (never from the highest step): every rank
-    of the world size present, and each expected optimizer step exactly once per rank."""
-
-    world_size: int | None
-    expected_steps: int | None
-    ranks_present: list[int]
-    missing_ranks: list[int]
-    missing_steps: dict[int, list[int]]
-    repeated_steps: dict[int, list[int]]
-    unexpected_steps: dict[int, list[int]]
-    extra_ranks: list[int]
-    steps_per_rank: dict[int, int] = field(
-        default_factory=dict
-    )  # distinct optimizer steps each rank recorded
+    of the world size present, and each expected optimizer step exactly once per rank. The counts are the
+    run summary's (RecordCounts); this adds what they mean."""
 
     @classmethod
     def of(cls, counts: RecordCounts) -> RecordCompleteness:
         """The counts as the run's summary holds them."""
-        return cls(**counts.model_dump(by_alias=False))
+        return cls.model_validate(counts.model_dump())
 
     def counts(self) -> RecordCounts:
-        return RecordCounts.model_validate(dataclasses.asdict(self))
+        return RecordCounts.model_validate(self.model_dump())
 
     @property
     def incomplete_ranks(self) -> list[int]:
@@ -136,15 +123,15 @@ def record_completeness(
             repeated[rank] = sorted(int(n) for n in counts[counts > 1].index)
     extra = [r for r in present if world_size and not 0 <= r < int(world_size)]
     return RecordCompleteness(
-        int(world_size) if world_size else None,
-        int(expected_steps) if expected_steps else None,
-        present,
-        missing_ranks,
-        missing,
-        repeated,
-        unexpected,
-        extra,
-        distinct,
+        world_size=int(world_size) if world_size else None,
+        expected_steps=int(expected_steps) if expected_steps else None,
+        ranks_present=present,
+        missing_ranks=missing_ranks,
+        missing_steps=missing,
+        repeated_steps=repeated,
+        unexpected_steps=unexpected,
+        extra_ranks=extra,
+        steps_per_rank=distinct,
     )
 
 
