@@ -23,7 +23,7 @@ from zerogate.analysis.claims import judge, rounding_tolerance, stated_figure_ho
 from zerogate.analysis.ledger_check import compare, with_peaks
 from zerogate.analysis.parse import run_metadata
 from zerogate.config.claims import claims_file
-from zerogate.config.machines import from_fingerprint, target_machine
+from zerogate.config.machines import from_fingerprint, load_description, target_machine
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import HeldBytes
@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 CLAIMS_DATA = yaml.safe_load((REPO / "config" / "claims.yaml").read_text())
 CLAIMS = claims_file(CLAIMS_DATA)
 CLAIM = {claim.id: claim for claim in CLAIMS.claims}
-CLAIMED_MACHINE = yaml.safe_load((REPO / CLAIMS.claimed_box.machine).read_text())
+CLAIMED_MACHINE = load_description(REPO / CLAIMS.claimed_box.machine)
 PROFILE = settings("cpu-tiny")  # the run measured here
 RULE = SpikeRule.from_settings(PROFILE.stabiliser)
 CLAIM_BOX = gpu_fingerprint(("NVIDIA GeForce RTX 5070", 12), ("NVIDIA GeForce RTX 4090", 24))
@@ -390,8 +390,14 @@ def test_the_convergence_claim_counts_the_steps_each_rank_recorded():
 def test_hardware_fact_flips_with_the_described_memory():
     claim = CLAIM["hardware"]  # an RTX 5070 8 GB and an RTX 4090 24 GB
     twelve = CLAIMED_MACHINE  # the desktop RTX 5070 has 12 GB
-    eight = copy.deepcopy(CLAIMED_MACHINE)
-    next(gpu for gpu in eight["gpus"] if "RTX 5070" in gpu["name"])["memory_total_bytes"] = 8 * GIB
+    eight = CLAIMED_MACHINE.model_copy(
+        update={
+            "gpus": [
+                gpu.model_copy(update={"memory_total_bytes": 8 * GIB}) if "RTX 5070" in gpu.name else gpu
+                for gpu in CLAIMED_MACHINE.gpus
+            ]
+        }
+    )
     paper = c.judge_hardware(claim, Evidence(claimed_plan(), claimed_machine=twelve))[0]
     assert paper.verdict == DOES_NOT_HOLD and "stated 8 GB" in paper.evidence
     assert c.judge_hardware(claim, Evidence(claimed_plan(), claimed_machine=eight))[0].verdict == HOLDS

@@ -13,8 +13,11 @@ from deepspeed.runtime.zero.offload_config import (
     DeepSpeedZeroOffloadParamConfig,
 )
 
+from zerogate.model.counts import ModelCounts
 from zerogate.predict import setup as predict_setup
+from zerogate.predict.comms import TheoryInputs, theory
 from zerogate.render import ds_keys
+from zerogate.render.cpu_tuning import cpu_comm_overrides, untuned_overrides
 from zerogate.render.deepspeed_defaults import (
     _TABLE_LAYOUT,
     deepspeed_defaults,
@@ -45,9 +48,37 @@ def test_the_defaults_are_deepspeeds_own():
     assert defaults.zero0_allreduce_elements == MEMORY_OPT_ALLREDUCE_SIZE
 
 
-def test_the_constants_predict_comms_still_imports_are_deepspeeds_defaults():
-    assert predict_setup.DEEPSPEED_MAX_REUSE_DISTANCE == deepspeed_defaults().max_reuse_distance
-    assert predict_setup.ZERO0_ALLREDUCE_ELEMENTS == deepspeed_defaults().zero0_allreduce_elements
+def test_the_theory_and_the_cpu_tuning_take_deepspeeds_defaults():
+    zero = DeepSpeedZeroConfig()
+    inputs = TheoryInputs(accumulation=1, world=2, dtype_bytes=4, persistence_threshold=0)
+    assert (inputs.reduce_bucket_elements, inputs.prefetch_bucket_elements, inputs.max_reuse_distance) == (
+        zero.reduce_bucket_size,
+        zero.prefetch_bucket_size,
+        zero.max_reuse_distance,
+    )
+    # ZeRO-0 all-reduces the flat gradients in buckets of MEMORY_OPT_ALLREDUCE_SIZE elements.
+    numels = (MEMORY_OPT_ALLREDUCE_SIZE, 1)
+    over_one_bucket = ModelCounts(
+        total=sum(numels),
+        largest_layer=max(numels),
+        numels=numels,
+        hidden=1,
+        layers=1,
+        heads=1,
+        vocab=1,
+        tied_embeddings=False,
+    )
+    reduced = next(t for t in theory(over_one_bucket, "zero0", inputs) if t.name == "gradient all-reduce")
+    assert reduced.calls == 2
+    tuned = {o["path"]: o["value"] for o in cpu_comm_overrides("llama")}
+    assert tuned["zero_optimization.reduce_bucket_size"] == zero.reduce_bucket_size
+    assert tuned["zero_optimization.stage3_prefetch_bucket_size"] == zero.prefetch_bucket_size
+    assert tuned["zero_optimization.leaf_module.classes"] == [
+        *DEFAULT_LEAF_MODULE_CLASSES,
+        "LlamaDecoderLayer",
+    ]
+    untuned = {o["path"]: o["value"] for o in untuned_overrides(64)}
+    assert untuned["zero_optimization.leaf_module.classes"] == list(DEFAULT_LEAF_MODULE_CLASSES)
 
 
 def test_a_setup_left_without_them_takes_deepspeeds_defaults():

@@ -10,7 +10,7 @@ from tests.unit.helpers import judged_gate
 from tests.unit.test_ledger import claim_setup, oracle_counts
 from zerogate.config.machines import check, from_fingerprint, load_description
 from zerogate.contracts.machine import CollectiveKindFigures, Collectives, CollectiveSample, Figure, Host
-from zerogate.contracts.plan import CollectiveTime, Floor, ModelComputeMeasurement
+from zerogate.contracts.plan import ModelComputeMeasurement
 from zerogate.errors import InputError
 from zerogate.model.counts import ModelCounts
 from zerogate.predict import collectives
@@ -95,16 +95,6 @@ def cpu_setup(**changes):
     return dataclasses.replace(base, **changes)
 
 
-def floor_of(counts, setup, machine, *rest) -> Floor:
-    """floor.floor's result as the plan carries it (the floor reads the description in its file's form)."""
-    return Floor.of(floor(counts, setup, machine.plain(), *rest), "the floor")
-
-
-def time_of(terms, per, world, machine) -> CollectiveTime:
-    """floor.collective_time's result as the plan carries it."""
-    return CollectiveTime.of(collective_time(terms, per, world, machine.plain()), "the collective time")
-
-
 def measured_pass(seconds: float) -> ModelComputeMeasurement:
     """measure_model_compute's measurement: the model's forward + backward on one rank took ``seconds``."""
     return ModelComputeMeasurement(
@@ -135,13 +125,13 @@ def test_collective_time_is_calls_times_latency_plus_volume_over_bandwidth():
             "reduce_scatter": {"latency_s": fig(2e-3), "bandwidth_gbps": fig(1.0)},
         }
     )
-    micro = time_of(terms, MICRO_STEP, 2, machine)
+    micro = collective_time(terms, MICRO_STEP, 2, machine)
     # all_gather: 3 calls x 1 ms + 8e6 x 1/2 (ring factor) / 2e9; reduce_scatter: 2 ms + 4e6 x 1/2 / 1e9.
     assert micro.kinds["all_gather"].latency_time_s == pytest.approx(3e-3)
     assert micro.kinds["all_gather"].transfer_time_s == pytest.approx(4e6 / 2e9)
     assert micro.seconds == pytest.approx(3e-3 + 2e-3 + 4e6 / 2e9 + 2e6 / 1e9)
     assert micro.missing == []
-    boundary = time_of(terms, BOUNDARY, 2, machine)
+    boundary = collective_time(terms, BOUNDARY, 2, machine)
     assert boundary.seconds == pytest.approx(1e-3 + 500 / 2e9) and list(boundary.kinds) == ["all_gather"]
 
 
@@ -158,16 +148,16 @@ def test_only_a_single_gather_or_reduction_per_micro_step_is_on_the_dependency_p
         Term("scatter", "reduce_scatter", MICRO_STEP, 1, 4e6),
         Term("other", "broadcast", MICRO_STEP, 1, 0.0),
     ]
-    result = time_of(one_each, MICRO_STEP, 2, machine)
+    result = collective_time(one_each, MICRO_STEP, 2, machine)
     assert result.dependent_kinds == ["all_gather", "reduce_scatter"]  # a broadcast is neither
     assert result.dependent_s == pytest.approx(1e-3 + 2e6 / 1e9 + 2e-3 + 2e6 / 1e9)
     several = [
         Term("gather", "all_gather", MICRO_STEP, 3, 4e6),
         Term("scatter", "reduce_scatter", MICRO_STEP, 2, 4e6),
     ]
-    assert time_of(several, MICRO_STEP, 2, machine).dependent_s == 0  # prefetched calls may overlap
+    assert collective_time(several, MICRO_STEP, 2, machine).dependent_s == 0  # prefetched calls may overlap
     boundary = [Term("gather", "all_gather", BOUNDARY, 1, 4e6)]
-    assert time_of(boundary, BOUNDARY, 2, machine).dependent_s == 0  # the boundary adds anyway
+    assert collective_time(boundary, BOUNDARY, 2, machine).dependent_s == 0  # the boundary adds anyway
 
 
 def test_a_missing_bandwidth_is_marked_missing_and_left_out():
@@ -176,7 +166,7 @@ def test_a_missing_bandwidth_is_marked_missing_and_left_out():
         Term("reduce", "all_reduce", MICRO_STEP, 1, 4e6),
     ]
     machine = cpu_machine({"all_gather": {"latency_s": fig(1e-3)}})  # no bandwidth; no all_reduce at all
-    result = time_of(terms, MICRO_STEP, 2, machine)
+    result = collective_time(terms, MICRO_STEP, 2, machine)
     assert result.missing == [
         "collectives per micro_step: all_gather bandwidth (no figure)",
         "collectives per micro_step: all_reduce latency (no figure)",
@@ -184,12 +174,12 @@ def test_a_missing_bandwidth_is_marked_missing_and_left_out():
     ]
     assert result.kinds["all_gather"].transfer_time_s is None
     assert result.seconds == pytest.approx(2e-3)  # what is known, a lower bound
-    assert time_of(terms, MICRO_STEP, 2, cpu_machine({})).seconds is None  # nothing known
+    assert collective_time(terms, MICRO_STEP, 2, cpu_machine({})).seconds is None  # nothing known
 
 
 def test_a_collective_without_payload_needs_no_bandwidth():
     terms = [Term("sync", "barrier", BOUNDARY, 2, 0.0)]
-    result = time_of(terms, BOUNDARY, 2, cpu_machine({"barrier": {"latency_s": fig(5e-4)}}))
+    result = collective_time(terms, BOUNDARY, 2, cpu_machine({"barrier": {"latency_s": fig(5e-4)}}))
     assert result.seconds == pytest.approx(1e-3) and result.missing == []
 
 
@@ -198,7 +188,7 @@ def test_a_collective_without_payload_needs_no_bandwidth():
 
 def test_cpu_floor_takes_the_largest_term_and_adds_the_boundary():
     counts, setup = tiny_counts(), cpu_setup()
-    result = floor_of(counts, setup, cpu_machine(GLOO))
+    result = floor(counts, setup, cpu_machine(GLOO))
     terms = theory_terms(counts, setup)
     micro_calls, micro_volume = totals(terms, MICRO_STEP, 2)
     boundary_calls, boundary_volume = totals(terms, BOUNDARY, 2)
@@ -226,18 +216,18 @@ def test_cpu_floor_takes_the_largest_term_and_adds_the_boundary():
 
 def test_a_measured_forward_backward_bounds_the_compute_where_it_exceeds_the_arithmetic():
     counts, setup = tiny_counts(), cpu_setup()
-    arithmetic = floor_of(counts, setup, cpu_machine(GLOO))
+    arithmetic = floor(counts, setup, cpu_machine(GLOO))
     compute = arithmetic.ranks[0].terms["compute(s)"]
     dependent = arithmetic.ranks[0].terms["collectives(s)"]  # both calls of the micro-step are dependent
     # Operator overheads: the measured pass takes far longer than the arithmetic at peak.
-    slow = floor_of(counts, setup, cpu_machine(GLOO), measured_pass(0.05))
+    slow = floor(counts, setup, cpu_machine(GLOO), measured_pass(0.05))
     rank = slow.ranks[0].terms
     assert rank[EAGER_PASS] == 0.05 and rank["compute(s)"] == pytest.approx(compute)
     assert rank["compute + dependent collectives(s)"] == pytest.approx(0.05 + dependent)
     assert slow.micro_step_floor_s == pytest.approx(0.05 + dependent)
     assert slow.model_compute == measured_pass(0.05)
     # A pass faster than the arithmetic (a big model at peak) changes nothing: the larger one bounds it.
-    fast = floor_of(counts, setup, cpu_machine(GLOO), measured_pass(compute / 10))
+    fast = floor(counts, setup, cpu_machine(GLOO), measured_pass(compute / 10))
     assert fast.micro_step_floor_s == pytest.approx(arithmetic.micro_step_floor_s)
 
 
@@ -247,17 +237,15 @@ def test_gpu_ranks_ignore_a_cpu_measurement():
         {"name": "RTX 4090", "memory_total_bytes": 24 * 10**9, "pcie": {"generation": 4, "width": 16}}
     ] * 2
     machine = check({**cpu_machine(GLOO).plain(), "gpus": gpus}, "the test's machine")
-    measured = floor_of(counts, setup, machine, measured_pass(5.0))
-    assert measured == floor_of(counts, setup, machine).model_copy(
-        update={"model_compute": measured_pass(5.0)}
-    )
+    measured = floor(counts, setup, machine, measured_pass(5.0))
+    assert measured == floor(counts, setup, machine).model_copy(update={"model_compute": measured_pass(5.0)})
     assert EAGER_PASS not in measured.ranks[0].terms
 
 
 def test_floor_without_collective_figures_lists_them_missing_and_stays_below():
     counts, setup = tiny_counts(), cpu_setup()
-    known = floor_of(counts, setup, cpu_machine(GLOO))
-    unknown = floor_of(counts, setup, cpu_machine({}))
+    known = floor(counts, setup, cpu_machine(GLOO))
+    unknown = floor(counts, setup, cpu_machine({}))
     assert "rank 0 (cpu): collectives(s)" in unknown.missing
     assert any("all_gather latency" in m for m in unknown.missing)
     assert unknown.optimizer_step_floor_s < known.optimizer_step_floor_s
@@ -275,10 +263,11 @@ def test_scheme_of_the_run_for_the_theory():
 
 def test_claimed_box_link_is_derived_from_the_slower_pcie_link_with_a_published_latency():
     box = load_description(CLAIM_BOX)
-    bandwidth = Figure.of(derived_bandwidth(box.plain()), "the derived bandwidth")
+    bandwidth = derived_bandwidth(box)
+    assert bandwidth is not None
     assert bandwidth.basis == "derived" and bandwidth.value == pytest.approx(1.969 * 8)  # RTX 4090, 4.0 x8
     assert "through host memory" in bandwidth.source
-    result = floor_of(oracle_counts(), claim_setup(), box)
+    result = floor(oracle_counts(), claim_setup(), box)
     gather = result.communication.micro_step.kinds["all_gather"]
     assert gather.latency.basis == "published" and gather.latency.value == pytest.approx(11.27e-6)
     # The theory's all-gather volume per micro-step (predict/comms owns it), over the derived bandwidth.
@@ -294,8 +283,8 @@ def test_claimed_box_link_is_derived_from_the_slower_pcie_link_with_a_published_
 
 def test_nvlink_without_a_figure_is_missing_and_a_described_figure_wins():
     box = check({**load_description(CLAIM_BOX).plain(), "nvlink": True}, "the test's box")
-    assert derived_bandwidth(box.plain()) is None
-    result = floor_of(oracle_counts(), claim_setup(), box)
+    assert derived_bandwidth(box) is None
+    result = floor(oracle_counts(), claim_setup(), box)
     assert "collectives per micro_step: all_gather bandwidth (no figure)" in result.missing
     kinds = box.plain()["collectives"]["kinds"]
     box = check(
@@ -311,7 +300,7 @@ def test_nvlink_without_a_figure_is_missing_and_a_described_figure_wins():
         },
         "the test's box",
     )
-    gather = floor_of(oracle_counts(), claim_setup(), box).communication.micro_step.kinds["all_gather"]
+    gather = floor(oracle_counts(), claim_setup(), box).communication.micro_step.kinds["all_gather"]
     assert gather.bandwidth.value == 50.0 and gather.bandwidth.basis == "published"
 
 
@@ -431,7 +420,7 @@ def test_a_failed_collective_measurement_reaches_the_machine_as_missing_figures(
         failed.collectives.error == "TimeoutError: no result within 60 s" and failed.collectives.kinds == {}
     )
     machine = check(from_fingerprint(failed, "box"), "probe")
-    assert "rank 0 (cpu): collectives(s)" in floor_of(tiny_counts(), cpu_setup(), machine).missing
+    assert "rank 0 (cpu): collectives(s)" in floor(tiny_counts(), cpu_setup(), machine).missing
 
 
 # --- the gate: measured / floor, with the floor's terms; a floor above the measurement is a bug -------
@@ -491,7 +480,7 @@ def test_floor_gate_shows_the_floor_terms_and_reports_a_floor_above_the_measurem
     from zerogate.contracts.verdicts import FAIL, PASS
 
     plan = _hand_plan()
-    steps_floor = floor_of(tiny_counts(), cpu_setup(), cpu_machine(GLOO))
+    steps_floor = floor(tiny_counts(), cpu_setup(), cpu_machine(GLOO))
     assert plan.floor == steps_floor
     above = steps_floor.optimizer_step_floor_s * 2
     judged = _judge_floor(tiny_profile, above, plan)

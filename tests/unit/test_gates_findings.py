@@ -280,7 +280,7 @@ def test_one_peak_flops_basis_for_mfu_and_the_floor():
     for card in ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 5070"):
         for dtype in ("fp16", "bf16", "fp32"):
             assert hardware.peak_flops(card, dtype) is not None
-            assert _peak({"name": card}, dtype) * 1e12 == pytest.approx(hardware.peak_flops(card, dtype))
+            assert _peak(card, dtype) * 1e12 == pytest.approx(hardware.peak_flops(card, dtype))
     # Both cards' fp16 figures on the same (fp16-accumulate) basis: 4090 / 5070 = 330.3 / 123.5.
     assert hardware.peak_flops("NVIDIA GeForce RTX 4090", "fp16") / hardware.peak_flops(
         "NVIDIA GeForce RTX 5070", "fp16"

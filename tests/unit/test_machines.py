@@ -14,6 +14,7 @@ from zerogate.config.machines import (
     load_description,
     to_fingerprint,
 )
+from zerogate.config.schemas import json_schema
 from zerogate.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,9 +112,15 @@ def _model_accepts(raw: dict) -> bool:
 def test_a_description_is_accepted_exactly_where_the_schema_accepts_it(change):
     box = yaml.safe_load((REPO / "config/machines/claim-rtx5070-rtx4090.yaml").read_text())
     change(box)
-    # The model, the committed schema and the schema generated from the model agree.
-    generated = MachineDescription.model_json_schema()
-    assert _model_accepts(box) == _schema_accepts(box) == _schema_accepts(box, generated)
+    # The model, the committed schema, the one generated from the model and pydantic's own agree.
+    generated = json_schema(MachineDescription)
+    raw = MachineDescription.model_json_schema()
+    assert (
+        _model_accepts(box)
+        == _schema_accepts(box)
+        == _schema_accepts(box, generated)
+        == _schema_accepts(box, raw)
+    )
 
 
 def test_a_description_error_names_the_file_and_the_dotted_key(tmp_path):

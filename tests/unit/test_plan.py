@@ -8,9 +8,15 @@ from tests.unit.helpers import described, settings
 from tests.unit.test_ledger import QWEN14B, claim_counts, claim_setup, oracle_counts, rendered
 from zerogate.analysis.on_paper import judge_memory, plan_claims
 from zerogate.config.launch import PlanSettings
-from zerogate.config.machines import from_fingerprint, load_description, target_machine, to_fingerprint
+from zerogate.config.machines import (
+    PcieLink,
+    from_fingerprint,
+    load_description,
+    target_machine,
+    to_fingerprint,
+)
 from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
-from zerogate.contracts.plan import BaselineMeasurement, Floor, ModelComputeMeasurement, Plan
+from zerogate.contracts.plan import BaselineMeasurement, ModelComputeMeasurement, Plan
 from zerogate.contracts.records import column
 from zerogate.contracts.verdicts import DOES_NOT_HOLD
 from zerogate.model.build import planned_model_config
@@ -31,11 +37,6 @@ REPO = Path(__file__).resolve().parents[2]
 CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
 
 
-def _floor(counts, setup, machine, *rest) -> Floor:
-    """floor.floor's result as the plan carries it (the floor reads the description in its file's form)."""
-    return Floor.of(floor(counts, setup, machine.plain(), *rest), "the floor")
-
-
 def _probed(tmp_path, fingerprint):
     """The probe's file for ``fingerprint`` (probe/hardware.json), as target_machine reads it."""
     return str(fingerprint.write(tmp_path / "hardware.json"))
@@ -47,11 +48,12 @@ def claim_box():
 
 
 def test_pcie_bandwidth_per_generation_and_width():
-    assert pcie_gbps({"generation": 4, "width": 16}) == pytest.approx(
+    assert pcie_gbps(PcieLink(generation=4, width=16)) == pytest.approx(
         31.5, abs=0.1
     )  # docs/reference.md section 2
-    assert pcie_gbps({"generation": 4, "width": 8}) == pytest.approx(15.75, abs=0.1)
-    assert pcie_gbps({"generation": None, "width": 16}) is None
+    assert pcie_gbps(PcieLink(generation=4, width=8)) == pytest.approx(15.75, abs=0.1)
+    assert pcie_gbps(PcieLink(generation=None, width=16)) is None
+    assert pcie_gbps(None) is None
 
 
 def test_parameter_offload_streams_the_full_model_twice_per_micro_step():
@@ -62,7 +64,7 @@ def test_parameter_offload_streams_the_full_model_twice_per_micro_step():
 
 
 def test_floor_on_the_claimed_box_by_hand(claim_box):
-    result = _floor(oracle_counts(), claim_setup(), claim_box)
+    result = floor(oracle_counts(), claim_setup(), claim_box)
     rtx4090 = result.ranks[1]
     assert rtx4090.device == "NVIDIA GeForce RTX 4090"
     # 6 FLOPs per parameter and token, plus the attention scores and values, 12 x layers x hidden x seq_len.
@@ -81,7 +83,7 @@ def test_floor_says_what_it_could_not_compute(claim_box):
         gpus=[{**first, "name": "Some GPU zerogate.hardware does not list"}, *others],
         host={"memory_bandwidth_gbps": None},
     )
-    result = _floor(oracle_counts(), claim_setup(), box)
+    result = floor(oracle_counts(), claim_setup(), box)
     assert any("compute" in m for m in result.missing) and any("cpu_adam" in m for m in result.missing)
 
 

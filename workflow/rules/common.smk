@@ -408,15 +408,22 @@ def bench_extra(wildcards):
 # judges the planner against, where its results go, and what computes the figures.
 PUBLISHED_SETUPS = RUN_CONFIG.published_setups
 PLANNER_VALIDATION = f"results/planner_validation/{Path(PUBLISHED_SETUPS).stem}"
-# What the figures are computed by: a change to any of these is a new planner to judge.
+# What the figures are computed by (what validate_planner imports): a change to any of these is a new planner
+# to judge.
 PLANNER_SOURCES = sorted(
     str(path.relative_to(REPO))
-    for folder in ("plan", "model", "config", "contracts")
+    for folder in ("predict", "render", "model", "config", "contracts")
     for path in (REPO / "workflow" / "zerogate" / folder).glob("*.py")
 ) + [
     "workflow/zerogate/bench/planner_validation.py",
+    "workflow/zerogate/bench/printed_rows.py",
+    "workflow/zerogate/bench/measured_rows.py",
     "workflow/zerogate/analysis/planner_validation.py",
     "workflow/zerogate/runtime/nodes.py",
+    "workflow/zerogate/runtime/collectives.py",
+    "workflow/zerogate/runtime/heap.py",
+    "workflow/zerogate/runtime/live_tensors.py",
+    "workflow/zerogate/hardware.py",
     "workflow/zerogate/units.py",
 ]
 

@@ -4,12 +4,11 @@
 import sys
 from pathlib import Path
 
-import yaml
-
 from zerogate.analysis.claims import judge_on_paper
 from zerogate.analysis.on_paper import plan_claims
 from zerogate.config.claims import read_claims
 from zerogate.config.judging import GateSettings
+from zerogate.config.machines import load_description
 from zerogate.config.training import RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.plan import Plan
@@ -24,7 +23,7 @@ with logging_to(snakemake.log[0]) as log:
     seed = judge_on_paper(
         read_claims(inputs.claims),
         Plan.read(inputs.claimed_plan),
-        yaml.safe_load(Path(inputs.description).read_text()),
+        load_description(inputs.description),
     )
     lines = [(c.gate, c.verdict.text) for c in claims.claims]
     lines += [(f"seed claim {claim_id} (for the claimed box)", verdict.text) for claim_id, verdict in seed]

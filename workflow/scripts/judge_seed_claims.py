@@ -1,12 +1,9 @@
 """Entry point of the judge_seed_claims rule (logic: zerogate.analysis.claims)."""
 
-from pathlib import Path
-
-import yaml
-
 from zerogate.analysis.claim_evidence import Evidence
 from zerogate.analysis.claims import judge
 from zerogate.config.claims import read_claims
+from zerogate.config.machines import load_description
 from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.machine import Fingerprint
@@ -21,7 +18,7 @@ with logging_to(snakemake.log[0]) as log:
         run_plan=Plan.read(inputs.plan),
         ledger=LedgerTable.read(inputs.ledger),
         gates=GateVerdicts.read(inputs.gates),
-        claimed_machine=yaml.safe_load(Path(inputs.description).read_text()),
+        claimed_machine=load_description(inputs.description),
         fingerprint=Fingerprint.read(inputs.fingerprint),
         machine=snakemake.params.machine,
         communication=CommsVolume.read(inputs.communication),

@@ -3,9 +3,9 @@ with its evidence and source, and the GPUs the probe found."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
+from zerogate.config.machines import MachineDescription
 from zerogate.contracts.comms import CommsVolume
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.machine import Fingerprint
@@ -23,7 +23,7 @@ def verdict(
 class Evidence:
     """What the judges read: the planner's plan for the claimed box (``claimed_plan``), this run's plan
     (``run_plan``), the ledger table, the gates' verdicts, the claimed box's description
-    (``claimed_machine``, the YAML mapping), this machine's probe (None for a described machine), the
+    (``claimed_machine``; None: none at hand), this machine's probe (None for a described machine), the
     communication table and the claimed profile's gradient accumulation. Only the claimed plan and box are
     needed on paper."""
 
@@ -31,7 +31,7 @@ class Evidence:
     run_plan: Plan | None = None
     ledger: LedgerTable | None = None
     gates: GateVerdicts | None = None
-    claimed_machine: dict[str, Any] = field(default_factory=dict)
+    claimed_machine: MachineDescription | None = None
     fingerprint: Fingerprint | None = None
     machine: str = "this machine"
     communication: CommsVolume | None = None

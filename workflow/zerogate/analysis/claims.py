@@ -34,6 +34,7 @@ from zerogate.config.claims import (
     NotTestedClaim,
     OffloadFormulaClaim,
 )
+from zerogate.config.machines import MachineDescription
 from zerogate.contracts.plan import Plan, SchemeLedger
 from zerogate.contracts.verdicts import (
     CANNOT_JUDGE,
@@ -263,29 +264,28 @@ def judge_offload_formula(claim: OffloadFormulaClaim, evidence: Evidence) -> Jud
 
 
 def judge_hardware(claim: HardwareClaim, evidence: Evidence) -> Judged:
-    described = evidence.claimed_machine.get("gpus", [])
+    box = evidence.claimed_machine
+    described = [] if box is None else box.gpus
     notes, wrong = [], []
     for stated in claim.gpus:
-        gpu = next((g for g in described if stated.name in g["name"]), None)
+        gpu = next((g for g in described if stated.name in g.name), None)
         if gpu is None:
             notes.append(f"{stated.name}: not in the claimed box's description")
             wrong.append(stated.name)
             continue
-        actual = gpu["memory_total_bytes"]
+        actual = gpu.memory_total_bytes
         # Vendors' "GB" of GPU memory are binary (chips of 2^30 bytes), so the stated figure is compared in
         # both readings: it holds when either matches.
         matches = any(
             math.isclose(actual, stated.memory * UNIT_BYTES[u], rel_tol=0.05) for u in ("GB", "GiB")
         )
         notes.append(
-            f"{gpu['name']}: {format_bytes(actual)} in the description (stated {stated.memory} {stated.unit})"
+            f"{gpu.name}: {format_bytes(actual)} in the description (stated {stated.memory} {stated.unit})"
         )
         if not matches:
             wrong.append(stated.name)
-    source = (
-        f"the claimed box's description ({evidence.claimed_machine.get('name', '?')}: "
-        f"{evidence.claimed_machine.get('description', '').strip()})"
-    )
+    name, about = ("?", "") if box is None else (box.name, box.description or "")
+    source = f"the claimed box's description ({name}: {about.strip()})"
     paper = verdict(DOES_NOT_HOLD if wrong else HOLDS, "; ".join(notes), source)
     here = gpus_here(evidence.fingerprint)
     measured = verdict(
@@ -337,7 +337,7 @@ def judge(claims: ClaimsFile, evidence: Evidence) -> ClaimVerdicts:
 
 
 def judge_on_paper(
-    claims: ClaimsFile, claimed_plan: Plan, claimed_machine: dict[str, Any]
+    claims: ClaimsFile, claimed_plan: Plan, claimed_machine: MachineDescription
 ) -> list[tuple[str, ClaimVerdict]]:
     """Each claim's verdict on paper for the claimed box: the judges' first verdict, which reads only the
     claimed box's plan and description (what plan.txt prints, in the report's words)."""

@@ -1,7 +1,7 @@
 """Machine descriptions: hand-written (config/machines/*.yaml) or derived from the probe's fingerprint, both
-a :class:`MachineDescription`, so the planner reads one typed format. The model accepts exactly what
-config/schemas/machine.schema.yaml accepts (its JSON schema can stand in for that file); a description that
-breaks it is refused with one line naming the file and the dotted key."""
+a :class:`MachineDescription`, so the planner reads one typed format. config/schemas/machine.schema.yaml is
+generated from the model (zerogate.config.schemas) and accepts exactly what the model accepts; a description
+that breaks it is refused with one line naming the file and the dotted key."""
 
 from __future__ import annotations
 
@@ -52,10 +52,16 @@ Positive = Annotated[float, Field(gt=0)]
 NotNegativeFloat = Annotated[float, Field(ge=0)]
 
 
+def _no_defaults(schema: dict[str, Any]) -> None:
+    """A description's JSON schema fills nothing in: a key left out is unknown (None), not a default."""
+    for field in schema.get("properties", {}).values():
+        field.pop("default", None)
+
+
 class Description(Record):
     """A part of a machine description: closed, and typed strictly (a string is not a number, 1 not true)."""
 
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, json_schema_extra=_no_defaults)
 
 
 class PcieLink(Description):

@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel
 
 from zerogate.config.claims import ClaimsFile
+from zerogate.config.machines import MachineDescription
 from zerogate.config.run_config import RunConfig
 from zerogate.config.settings import ProfileSettings
 
@@ -35,6 +36,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "profile.schema.yaml": ProfileSettings,
     "config.schema.yaml": RunConfig,
     "claims.schema.yaml": ClaimsFile,
+    "machine.schema.yaml": MachineDescription,
 }
 
 # Keywords whose value is a schema, a list of schemas, or a mapping of names to schemas.

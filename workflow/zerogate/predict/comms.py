@@ -39,13 +39,10 @@ from zerogate.model.counts import ModelCounts
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term
 from zerogate.predict.fetch_trace import padded, zero3_gathers
 from zerogate.predict.fsdp2_comms import fsdp2_theory
-from zerogate.predict.setup import DEEPSPEED_MAX_REUSE_DISTANCE, ZERO0_ALLREDUCE_ELEMENTS
 from zerogate.render.comms_runs import FSDP2, scheme_setup
+from zerogate.render.deepspeed_defaults import deepspeed_default, deepspeed_defaults
 
-# DeepSpeed's default reduce bucket (zero/config.py; ZeRO-0's all-reduce bucket is the ledger's
-# ZERO0_ALLREDUCE_ELEMENTS); torch DDP's bucket caps (bytes).
-DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
-DEEPSPEED_PREFETCH_BUCKET_ELEMENTS = 50_000_000  # zero/config.py prefetch_bucket_size
+# torch DDP's bucket caps (bytes).
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024
 
@@ -55,15 +52,16 @@ class TheoryInputs:
     """What the theory needs of a run besides its model and scheme: the geometry (``accumulation``,
     ``world`` ranks, ``dtype_bytes`` per parameter and gradient), the rendered config's settings as
     DeepSpeed resolves them (zerogate.contracts.comms.TheorySettings; DeepSpeed's defaults where a caller
-    gives none) and the model's buffers (``buffer_bytes``, which torch DDP broadcasts)."""
+    gives none, read when the inputs are made) and the model's buffers (``buffer_bytes``, which torch DDP
+    broadcasts)."""
 
     accumulation: int
     world: int
     dtype_bytes: int
     persistence_threshold: int
-    reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
-    prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS
-    max_reuse_distance: int = DEEPSPEED_MAX_REUSE_DISTANCE
+    reduce_bucket_elements: int = deepspeed_default("reduce_bucket_size")
+    prefetch_bucket_elements: int = deepspeed_default("prefetch_bucket_size")
+    max_reuse_distance: int = deepspeed_default("max_reuse_distance")
     leaf_blocks: bool = False
     multi_rank_bucket_allreduce: bool = True
     gradient_clipping: float = 0.0
@@ -147,7 +145,7 @@ def _zero0_terms(counts: ModelCounts, run: TheoryInputs) -> list[Term]:
             "gradient all-reduce",
             "all_reduce",
             BOUNDARY,
-            _buckets(counts.total, ZERO0_ALLREDUCE_ELEMENTS),
+            _buckets(counts.total, deepspeed_defaults().zero0_allreduce_elements),
             counts.total * run.dtype_bytes,
             "engine.buffered_allreduce_fallback at the boundary",
         )

@@ -33,12 +33,21 @@ listed in ``missing``, never assumed.
 
 from __future__ import annotations
 
-from typing import Any
-
 from zerogate import hardware
-from zerogate.contracts.plan import ModelComputeMeasurement
+from zerogate.config.machines import FigureDescription, MachineDescription, PcieLink
+from zerogate.contracts.machine import CollectiveKindFigures, Figure
+from zerogate.contracts.plan import (
+    CollectivePart,
+    CollectiveTime,
+    Floor,
+    FloorCommunication,
+    FloorRank,
+    LinkBytes,
+    ModelComputeMeasurement,
+    TheoryTermRow,
+)
 from zerogate.model.counts import ModelCounts
-from zerogate.predict.collectives import DERIVED, figure
+from zerogate.predict.collectives import DERIVED
 from zerogate.predict.comms import TheoryInputs, theory
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term, totals
 from zerogate.predict.setup import Setup
@@ -62,10 +71,11 @@ def adam_bytes_per_param(dtype_bytes: int) -> int:
     return ADAM_STATE_BYTES_PER_PARAM + (dtype_bytes if dtype_bytes < 4 else 0)
 
 
-def pcie_gbps(pcie: dict[str, Any] | None) -> float | None:
-    if not pcie or not pcie.get("generation") or not pcie.get("width"):
+def pcie_gbps(pcie: PcieLink | None) -> float | None:
+    """A PCIe link's bandwidth per direction in GB/s (None where its generation or width is unknown)."""
+    if pcie is None or not pcie.generation or not pcie.width:
         return None
-    return PCIE_LANE_GBPS.get(pcie["generation"], max(PCIE_LANE_GBPS.values())) * pcie["width"]
+    return PCIE_LANE_GBPS.get(pcie.generation, max(PCIE_LANE_GBPS.values())) * pcie.width
 
 
 def link_bytes(counts: ModelCounts, setup: Setup) -> dict[str, float]:
@@ -113,38 +123,45 @@ def theory_terms(counts: ModelCounts, setup: Setup) -> list[Term]:
     return theory(counts, theory_scheme(setup), inputs)
 
 
-def derived_bandwidth(machine: dict[str, Any]) -> dict[str, Any] | None:
+def derived_bandwidth(machine: MachineDescription) -> Figure | None:
     """A collective bandwidth derived from the GPUs' PCIe links when nothing better is given: through host
     memory (no peer-to-peer) each byte crosses the sender's link to host memory and the receiver's from it,
     peer-to-peer it crosses both links directly; either way a rank's ring traffic, sent and received at
     once, is bounded by the slowest link's per-direction bandwidth. None without GPUs, with NVLink (its
     bandwidth depends on the generation: give it in the description) or without link figures."""
-    gpus = machine.get("gpus") or []
-    if not gpus or machine.get("nvlink"):
+    gpus = machine.gpus
+    if not gpus or machine.nvlink:
         return None
-    links = [(pcie_gbps(g.get("pcie")), g) for g in gpus]
-    if any(rate is None for rate, _ in links):
+    links = [(pcie_gbps(g.pcie), g) for g in gpus]
+    known = [(rate, gpu) for rate, gpu in links if rate is not None]
+    if len(known) < len(links):
         return None
-    rate, slowest = min(links, key=lambda item: item[0])
-    route = (
-        "peer-to-peer over PCIe" if machine.get("peer_to_peer") else "through host memory (no peer-to-peer)"
-    )
-    return figure(
-        rate,
-        DERIVED,
-        f"{route}: the slowest rank's link, {slowest['name']} PCIe "
-        f"{slowest['pcie']['generation']}.0 x{slowest['pcie']['width']} = {rate:.4g} GB/s "
+    rate, slowest = min(known, key=lambda item: item[0])
+    assert slowest.pcie is not None  # its rate is known
+    route = "peer-to-peer over PCIe" if machine.peer_to_peer else "through host memory (no peer-to-peer)"
+    return Figure(
+        value=rate,
+        basis=DERIVED,
+        source=f"{route}: the slowest rank's link, {slowest.name} PCIe "
+        f"{slowest.pcie.generation}.0 x{slowest.pcie.width} = {rate:.4g} GB/s "
         "per direction (PCI-SIG lane rate after encoding)",
     )
 
 
-def collective_figures(machine: dict[str, Any], kind: str) -> dict[str, dict[str, Any] | None]:
-    """latency_s and bandwidth_gbps figures of one collective kind on ``machine`` (None where unknown)."""
-    given = ((machine.get("collectives") or {}).get("kinds") or {}).get(kind) or {}
-    return {
-        "latency_s": given.get("latency_s"),
-        "bandwidth_gbps": given.get("bandwidth_gbps") or derived_bandwidth(machine),
-    }
+def given_figure(described: FigureDescription | None) -> Figure | None:
+    """A figure of the machine's description as the plan writes it (value, basis, source)."""
+    return None if described is None else Figure.model_validate(described.model_dump(mode="json"))
+
+
+def collective_figures(machine: MachineDescription, kind: str) -> CollectiveKindFigures:
+    """latency_s and bandwidth_gbps figures of one collective kind on ``machine`` (None where unknown): the
+    description's, the bandwidth else derived from the PCIe links."""
+    given = None if machine.collectives is None else machine.collectives.kinds.get(kind)
+    latency = None if given is None else given_figure(given.latency_s)
+    bandwidth = None if given is None else given_figure(given.bandwidth_gbps)
+    return CollectiveKindFigures(
+        latency_s=latency, bandwidth_gbps=bandwidth if bandwidth is not None else derived_bandwidth(machine)
+    )
 
 
 # The measured term of a CPU rank's compute: the model's own forward + backward through the run's DeepSpeed
@@ -158,13 +175,13 @@ BEFORE_COMPUTE = ("all_gather",)
 AFTER_COMPUTE = ("reduce_scatter", "all_reduce", "reduce")
 
 
-def collective_time(terms: list[Term], per: str, world: int, machine: dict[str, Any]) -> dict[str, Any]:
+def collective_time(terms: list[Term], per: str, world: int, machine: MachineDescription) -> CollectiveTime:
     """Seconds the ``per`` (micro_step | boundary) collectives of ``terms`` take at least on ``machine``:
     per kind totals' calls x latency + volume / bandwidth, each part with its figure; ``missing``
     lists the parts without a figure (left out of ``seconds``, which is None when nothing is known).
     ``dependent(s)``: the kinds of a single call per micro-step that compute must wait for (BEFORE_COMPUTE)
     or that wait for compute (AFTER_COMPUTE), their known seconds summed (0 when there are none)."""
-    kinds: dict[str, Any] = {}
+    kinds: dict[str, CollectivePart] = {}
     missing: list[str] = []
     known: list[float] = []
     dependent: dict[str, float] = {}
@@ -173,41 +190,42 @@ def collective_time(terms: list[Term], per: str, world: int, machine: dict[str, 
         if not calls and not volume:
             continue
         figures = collective_figures(machine, kind)
-        latency, bandwidth = figures["latency_s"], figures["bandwidth_gbps"]
-        row = {
-            "calls": calls,
-            "volume(bytes)": volume,
-            "latency": latency,
-            "bandwidth": bandwidth,
-            "latency_time(s)": None if latency is None else calls * latency["value"],
-            "transfer_time(s)": 0.0
+        latency, bandwidth = figures.latency_s, figures.bandwidth_gbps
+        parts = {
+            "latency": None if latency is None else calls * latency.value,
+            "bandwidth": 0.0
             if not volume
             else None
             if bandwidth is None
-            else volume / (bandwidth["value"] * 1e9),
+            else volume / (bandwidth.value * 1e9),
         }
-        for part, figure_name in (("latency_time(s)", "latency"), ("transfer_time(s)", "bandwidth")):
-            if row[part] is None:
+        for figure_name, seconds in parts.items():
+            if seconds is None:
                 missing.append(f"collectives per {per}: {kind} {figure_name} (no figure)")
             else:
-                known.append(row[part])
-        kinds[kind] = row
+                known.append(seconds)
+        kinds[kind] = CollectivePart(
+            calls=calls,
+            volume_bytes=volume,
+            latency=latency,
+            bandwidth=bandwidth,
+            latency_time_s=parts["latency"],
+            transfer_time_s=parts["bandwidth"],
+        )
         if per == MICRO_STEP and calls == 1 and kind in BEFORE_COMPUTE + AFTER_COMPUTE:
-            dependent[kind] = sum(
-                row[p] for p in ("latency_time(s)", "transfer_time(s)") if row[p] is not None
-            )
-    return {
-        "kinds": kinds,
-        "seconds": sum(known) if known or not kinds else None,
-        "missing": missing,
-        "dependent_kinds": list(dependent),
-        "dependent(s)": sum(dependent.values()),
-    }
+            dependent[kind] = sum(seconds for seconds in parts.values() if seconds is not None)
+    return CollectiveTime(
+        kinds=kinds,
+        seconds=sum(known) if known or not kinds else None,
+        missing=missing,
+        dependent_kinds=list(dependent),
+        dependent_s=sum(dependent.values()),
+    )
 
 
-def _peak(gpu: dict[str, Any], dtype: str) -> float | None:
+def _peak(card: str, dtype: str) -> float | None:
     """The card's peak in TFLOP/s from zerogate.hardware (the table MFU uses too)."""
-    flops = hardware.peak_flops(gpu.get("name"), dtype)
+    flops = hardware.peak_flops(card, dtype)
     return None if flops is None else flops / hardware.TFLOPS
 
 
@@ -227,24 +245,24 @@ def _flop_per_micro_step(counts: ModelCounts, setup: Setup) -> float:
 def _compute_terms(
     rank: int,
     setup: Setup,
-    machine: dict[str, Any],
+    machine: MachineDescription,
     flop: float,
     moved: dict[str, float],
     model_compute: ModelComputeMeasurement | None,
 ) -> tuple[str, dict[str, float | None]]:
     """(the rank's device, its compute and host-link terms in seconds, None where a figure is missing)."""
-    gpus = machine.get("gpus", [])
+    gpus = machine.gpus
     terms: dict[str, float | None] = {}
     if gpus:
         gpu = gpus[rank % len(gpus)]
-        device = gpu["name"]
-        peak = _peak(gpu, setup.dtype)
+        device = gpu.name
+        peak = _peak(gpu.name, setup.dtype)
         terms["compute(s)"] = flop / (peak * 1e12) if peak else None
-        link = pcie_gbps(gpu.get("pcie"))
+        link = pcie_gbps(gpu.pcie)
         terms["pcie_h2d(s)"] = moved["h2d"] / (link * 1e9) if link else (None if moved["h2d"] else 0.0)
         terms["pcie_d2h(s)"] = moved["d2h"] / (link * 1e9) if link else (None if moved["d2h"] else 0.0)
         return device, terms
-    peak = machine.get("host", {}).get("cpu_peak_tflops_fp32")
+    peak = machine.host.cpu_peak_tflops_fp32
     # The ranks share the host's cores: each gets its share of the measured peak.
     terms["compute(s)"] = flop / (peak * 1e12 / setup.ranks) if peak else None
     if model_compute is not None:
@@ -255,46 +273,44 @@ def _compute_terms(
 
 def _rank_floors(
     setup: Setup,
-    machine: dict[str, Any],
+    machine: MachineDescription,
     flop: float,
     moved: dict[str, float],
-    micro_comms: dict[str, Any],
+    micro_comms: CollectiveTime,
     model_compute: ModelComputeMeasurement | None,
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[list[FloorRank], list[str]]:
     """Each rank's micro-step terms and floor (the largest known term), and the terms without a figure."""
-    ranks: list[dict[str, Any]] = []
+    ranks: list[FloorRank] = []
     missing: list[str] = []
     for rank in range(setup.ranks):
         device, terms = _compute_terms(rank, setup, machine, flop, moved, model_compute)
         # Every rank takes part in every collective, so each waits at least this long for them.
-        terms["collectives(s)"] = micro_comms["seconds"]
-        computed = [terms[k] for k in ("compute(s)", EAGER_PASS) if terms.get(k) is not None]
-        if micro_comms["dependent(s)"] and computed:
+        terms["collectives(s)"] = micro_comms.seconds
+        computed = [v for k in ("compute(s)", EAGER_PASS) if (v := terms.get(k)) is not None]
+        if micro_comms.dependent_s and computed:
             # One gather of every parameter before the compute, one reduction of every gradient after it.
-            terms["compute + dependent collectives(s)"] = max(computed) + micro_comms["dependent(s)"]
+            terms["compute + dependent collectives(s)"] = max(computed) + micro_comms.dependent_s
         missing += [f"rank {rank} ({device}): {k}" for k, v in terms.items() if v is None]
         known = [v for v in terms.values() if v is not None]
         ranks.append(
-            {
-                "rank": rank,
-                "device": device,
-                "terms": terms,
-                "micro_step_floor(s)": max(known) if known else None,
-            }
+            FloorRank(rank=rank, device=device, terms=terms, micro_step_floor_s=max(known) if known else None)
         )
     return ranks, missing
 
 
-def _optimizer_terms(counts: ModelCounts, setup: Setup, machine: dict[str, Any]) -> dict[str, float | None]:
+def _optimizer_terms(
+    counts: ModelCounts, setup: Setup, machine: MachineDescription
+) -> dict[str, float | None]:
     """The optimizer update's seconds, bound by memory traffic: CPU Adam on the host (offloaded, or no
     GPUs), else each device's Adam on its share, the slowest device deciding."""
-    gpus = machine.get("gpus", [])
+    gpus = machine.gpus
     per_param = adam_bytes_per_param(setup.dtype_bytes)
     if setup.offload_optimizer or not gpus:
-        bandwidth = machine.get("host", {}).get("memory_bandwidth_gbps")
+        bandwidth = machine.host.memory_bandwidth_gbps
         return {"cpu_adam(s)": per_param * counts.total / (bandwidth * 1e9) if bandwidth else None}
-    bandwidths = [g.get("memory_bandwidth_gbps") for g in gpus]
-    slowest = min(bandwidths) if all(bandwidths) else None
+    bandwidths = [g.memory_bandwidth_gbps for g in gpus]
+    known = [b for b in bandwidths if b]
+    slowest = min(known) if len(known) == len(bandwidths) else None
     share = counts.partition_numel(setup.ranks) if setup.stage >= 1 else counts.total
     return {"device_adam(s)": per_param * share / (slowest * 1e9) if slowest else None}
 
@@ -302,38 +318,38 @@ def _optimizer_terms(counts: ModelCounts, setup: Setup, machine: dict[str, Any])
 def _communication(
     terms: list[Term],
     setup: Setup,
-    machine: dict[str, Any],
-    micro_comms: dict[str, Any],
-    boundary_comms: dict[str, Any],
-) -> dict[str, Any]:
+    machine: MachineDescription,
+    micro_comms: CollectiveTime,
+    boundary_comms: CollectiveTime,
+) -> FloorCommunication:
     """The floor's ``communication``: the theory's terms for the run and their times on ``machine``."""
-    return {
-        "scheme": theory_scheme(setup),
-        "world": setup.ranks,
-        "route": (machine.get("collectives") or {}).get("route"),
-        "backend": (machine.get("collectives") or {}).get("backend"),
-        "terms": [
-            {
-                "name": t.name,
-                "kind": t.kind,
-                "per": t.per,
-                "calls": t.calls,
-                "tensor_bytes": t.tensor_bytes,
-                "volume(bytes)": t.volume(setup.ranks),
-            }
+    return FloorCommunication(
+        scheme=theory_scheme(setup),
+        world=setup.ranks,
+        route=None if machine.collectives is None else machine.collectives.route,
+        backend=None if machine.collectives is None else machine.collectives.backend,
+        terms=[
+            TheoryTermRow(
+                name=t.name,
+                kind=t.kind,
+                per=t.per,
+                calls=t.calls,
+                tensor_bytes=t.tensor_bytes,
+                volume_bytes=t.volume(setup.ranks),
+            )
             for t in terms
         ],
-        "micro_step": micro_comms,
-        "boundary": boundary_comms,
-    }
+        micro_step=micro_comms,
+        boundary=boundary_comms,
+    )
 
 
 def floor(
     counts: ModelCounts,
     setup: Setup,
-    machine: dict[str, Any],
+    machine: MachineDescription,
     model_compute: ModelComputeMeasurement | None = None,
-) -> dict[str, Any]:
+) -> Floor:
     """Micro-step and optimizer-step floors (seconds) for ``setup`` on ``machine``, with every term.
     ``model_compute``: the model's own forward + backward timed on this machine (zerogate.predict.compute;
     CPU accelerator only), which bounds a rank's compute from below where operator overheads, not
@@ -345,30 +361,30 @@ def floor(
     moved = link_bytes(counts, setup)
     ranks, missing = _rank_floors(setup, machine, flop, moved, micro_comms, model_compute)
 
-    micro = [r["micro_step_floor(s)"] for r in ranks if r["micro_step_floor(s)"] is not None]
+    micro = [r.micro_step_floor_s for r in ranks if r.micro_step_floor_s is not None]
     micro_floor = max(micro) if micro else None
     optimizer_terms = _optimizer_terms(counts, setup, machine)
     missing += [f"optimizer: {k}" for k, v in optimizer_terms.items() if v is None]
     known_opt = [v for v in optimizer_terms.values() if v is not None]
-    boundary_terms = {"collectives(s)": boundary_comms["seconds"]}
+    boundary_terms = {"collectives(s)": boundary_comms.seconds}
     missing += [f"boundary: {k}" for k, v in boundary_terms.items() if v is None]
-    missing += micro_comms["missing"] + boundary_comms["missing"]
+    missing += micro_comms.missing + boundary_comms.missing
     known_boundary = [v for v in boundary_terms.values() if v is not None]
     step = (
         None
         if micro_floor is None
         else setup.accumulation * micro_floor + sum(known_boundary) + sum(known_opt)
     )
-    return {
-        "flop_per_micro_step_per_rank": flop,
-        "link_bytes_per_micro_step_per_rank": moved,
-        "ranks": ranks,
-        "micro_step_floor(s)": micro_floor,
-        "optimizer_terms": optimizer_terms,
-        "boundary_terms": boundary_terms,
-        "accumulation": setup.accumulation,
-        "communication": _communication(terms_theory, setup, machine, micro_comms, boundary_comms),
-        "optimizer_step_floor(s)": step,
-        "model_compute": model_compute,
-        "missing": missing,  # terms left out for lack of a figure: the floor is then lower than it could be
-    }
+    return Floor(
+        flop_per_micro_step_per_rank=flop,
+        link_bytes_per_micro_step_per_rank=LinkBytes(**moved),
+        ranks=ranks,
+        micro_step_floor_s=micro_floor,
+        optimizer_terms=optimizer_terms,
+        boundary_terms=boundary_terms,
+        accumulation=setup.accumulation,
+        communication=_communication(terms_theory, setup, machine, micro_comms, boundary_comms),
+        optimizer_step_floor_s=step,
+        model_compute=model_compute,
+        missing=missing,  # terms left out for lack of a figure: the floor is then lower than it could be
+    )

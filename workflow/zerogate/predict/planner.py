@@ -11,7 +11,6 @@ import dataclasses
 from zerogate.config.launch import PlanSettings
 from zerogate.config.machines import MachineDescription
 from zerogate.contracts.plan import (
-    Floor,
     ModelComputeMeasurement,
     PeerPlan,
     Plan,
@@ -86,16 +85,6 @@ def deviations(fits: bool, override: PlanSettings | None) -> list[Deviation]:
     ]
 
 
-def machine_floor(
-    counts: ModelCounts,
-    setup: Setup,
-    machine: MachineDescription,
-    model_compute: ModelComputeMeasurement | None,
-) -> Floor:
-    """The floor (zerogate.predict.floor, which reads the description in its file's form)."""
-    return Floor.of(floor(counts, setup, machine.plain(), model_compute), "the floor")
-
-
 def plan(
     counts: ModelCounts,
     setup: Setup,
@@ -129,7 +118,7 @@ def plan(
         suggestions=[] if fits else suggestions(counts, setup, machine, activations),
         device_changes=device_changes(counts, setup, machine, activations),
         pinned_memory=pinned_note(counts, setup, machine),
-        floor=machine_floor(counts, setup, machine, model_compute),
+        floor=floor(counts, setup, machine, model_compute),
         ledger=ledger(counts, setup, activations),
         deviations=deviations(fits, override),
         peers=peer_plans(counts, setup, machine, activations),
@@ -164,4 +153,4 @@ def with_measured_compute(
     ``model_compute``: the floor is the one part of a plan that depends on it (see plan), so nothing is
     traced again."""
     counts, setup, _ = run_setup(run_spec, ds_config, machine.nodes)
-    return first.model_copy(update={"floor": machine_floor(counts, setup, machine, model_compute)})
+    return first.model_copy(update={"floor": floor(counts, setup, machine, model_compute)})

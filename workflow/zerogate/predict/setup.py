@@ -8,19 +8,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
 
 from zerogate.contracts.run import DsConfig, RunSpec
-from zerogate.render.deepspeed_defaults import deepspeed_defaults
+from zerogate.render.deepspeed_defaults import deepspeed_default, deepspeed_defaults
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-# zerogate.predict.comms still reads these two as constants when it is imported (on the torch-free analysis
-# side too, where the defaults table may not be kept yet); they are DeepSpeed's defaults
-# (deepspeed_defaults().max_reuse_distance and .zero0_allreduce_elements), which a unit test holds them to.
-DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000
-ZERO0_ALLREDUCE_ELEMENTS = 500_000_000
 TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # torch.<name> of each
 SCHEMES = (
     "ddp",
@@ -31,12 +25,6 @@ SCHEMES = (
     "zero3_offload_optimizer",
     "zero3_offload_all",
 )
-
-
-def deepspeed_default(name: str) -> Any:
-    """A Setup field whose default is DeepSpeed's (the DeepSpeedDefaults field ``name``), read when a Setup is
-    made, not when this module is imported."""
-    return field(default_factory=lambda: getattr(deepspeed_defaults(), name))
 
 
 @dataclass(frozen=True)

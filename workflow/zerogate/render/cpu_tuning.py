@@ -15,8 +15,9 @@ layer the unit a rank holds gathered (a working set the ledger counts) and moved
 
 Applied by zerogate.render.ds_config.render on the CPU accelerator, each recorded as a deviation that does not
 change the experiment; GPU runs keep the claim's settings. zerogate.bench.ddp_vs_zero3 measures the
-config with and without them. The leaf classes are transformers' and DeepSpeed's own, so this module loads
-both (the DAG build never imports it).
+config with and without them. The decoder layer classes are transformers' own, so this module loads
+transformers (the DAG build never imports it); the bucket sizes and the default leaf classes are DeepSpeed's
+(zerogate.render.deepspeed_defaults).
 """
 
 from __future__ import annotations
@@ -24,12 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 import transformers
-from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-# DeepSpeed's own defaults (deepspeed/runtime/zero/config.py) for the two bucket sizes.
-REDUCE_BUCKET_ELEMENTS = 500_000_000
-PREFETCH_BUCKET_ELEMENTS = 50_000_000
+from zerogate.render.deepspeed_defaults import deepspeed_defaults
 
 
 def decoder_layer_classes(architecture: str) -> list[str]:
@@ -42,24 +40,25 @@ def decoder_layer_classes(architecture: str) -> list[str]:
 
 def leaf_module_classes(architecture: str) -> list[str]:
     """DeepSpeed's own default leaf classes (MoE blocks) plus the family's decoder layer."""
-    return [*DEFAULT_LEAF_MODULE_CLASSES, *decoder_layer_classes(architecture)]
+    return [*deepspeed_defaults().leaf_module_classes, *decoder_layer_classes(architecture)]
 
 
 def cpu_comm_overrides(architecture: str | None) -> list[dict[str, Any]]:
     """The CPU tuning for a model of ``architecture`` (a transformers model type: llama, qwen2, gpt2...); None
     (a model whose family the profile does not state) leaves out the leaf-module setting, which names the
     family's layer class."""
+    defaults = deepspeed_defaults()
     overrides = [
         {
             "path": "zero_optimization.reduce_bucket_size",
-            "value": REDUCE_BUCKET_ELEMENTS,
+            "value": defaults.reduce_bucket_size,
             "reason": "DeepSpeed's default 5e8 elements: one gloo reduce-scatter per micro-step instead of "
             "one per "
             "hidden_size^2 elements",
         },
         {
             "path": "zero_optimization.stage3_prefetch_bucket_size",
-            "value": PREFETCH_BUCKET_ELEMENTS,
+            "value": defaults.prefetch_bucket_size,
             "reason": "DeepSpeed's default 5e7 elements: fewer, larger all-gathers",
         },
         {
@@ -92,5 +91,8 @@ def untuned_overrides(hidden_size: int) -> list[dict[str, Any]]:
             "value": int(0.9 * hidden_size * hidden_size),
         },
         {"path": "zero_optimization.overlap_comm", "value": True},
-        {"path": "zero_optimization.leaf_module.classes", "value": list(DEFAULT_LEAF_MODULE_CLASSES)},
+        {
+            "path": "zero_optimization.leaf_module.classes",
+            "value": list(deepspeed_defaults().leaf_module_classes),
+        },
     ]

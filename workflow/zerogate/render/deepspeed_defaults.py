@@ -13,7 +13,7 @@ DeepSpeed nor torch: the DAG's build and the torch-free analysis side import the
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -112,3 +112,10 @@ def deepspeed_defaults() -> DeepSpeedDefaults:
         ),
         zero0_allreduce_elements=constants["deepspeed.runtime.engine.MEMORY_OPT_ALLREDUCE_SIZE"],
     )
+
+
+def deepspeed_default(name: str) -> Any:
+    """A dataclass field whose default is DeepSpeed's (the DeepSpeedDefaults field ``name``), read when an
+    instance is made, not when the module is imported (the torch-free analysis side imports the dataclasses
+    that use it, where the defaults table may not be kept yet and reading it would load DeepSpeed)."""
+    return field(default_factory=lambda: getattr(deepspeed_defaults(), name))
