@@ -20,6 +20,7 @@ from zerogate.render import ds_keys
 from zerogate.render.cpu_tuning import cpu_comm_overrides, untuned_overrides
 from zerogate.render.deepspeed_defaults import (
     _TABLE_LAYOUT,
+    ZERO0_ALLREDUCE_ELEMENTS,
     deepspeed_defaults,
     defaults_table,
     table_from_deepspeed,
@@ -45,7 +46,7 @@ def test_the_defaults_are_deepspeeds_own():
     )
     assert defaults.optimizer_buffer_count == optimizer.buffer_count
     assert defaults.leaf_module_classes == tuple(DEFAULT_LEAF_MODULE_CLASSES)
-    assert defaults.zero0_allreduce_elements == MEMORY_OPT_ALLREDUCE_SIZE
+    assert ZERO0_ALLREDUCE_ELEMENTS == MEMORY_OPT_ALLREDUCE_SIZE
 
 
 def test_the_theory_and_the_cpu_tuning_take_deepspeeds_defaults():

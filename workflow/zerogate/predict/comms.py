@@ -40,7 +40,7 @@ from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term
 from zerogate.predict.fetch_trace import padded, zero3_gathers
 from zerogate.predict.fsdp2_comms import fsdp2_theory
 from zerogate.render.comms_runs import FSDP2, scheme_setup
-from zerogate.render.deepspeed_defaults import deepspeed_default, deepspeed_defaults
+from zerogate.render.deepspeed_defaults import ZERO0_ALLREDUCE_ELEMENTS, deepspeed_default
 
 # torch DDP's bucket caps (bytes).
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
@@ -145,7 +145,7 @@ def _zero0_terms(counts: ModelCounts, run: TheoryInputs) -> list[Term]:
             "gradient all-reduce",
             "all_reduce",
             BOUNDARY,
-            _buckets(counts.total, deepspeed_defaults().zero0_allreduce_elements),
+            _buckets(counts.total, ZERO0_ALLREDUCE_ELEMENTS),
             counts.total * run.dtype_bytes,
             "engine.buffered_allreduce_fallback at the boundary",
         )

@@ -11,7 +11,7 @@ from zerogate.model.counts import ModelCounts
 from zerogate.predict.activation_figures import ActivationFigures
 from zerogate.predict.fetch_trace import zero3_most_gathered
 from zerogate.predict.setup import Setup, planned_deepspeed
-from zerogate.render.deepspeed_defaults import deepspeed_defaults
+from zerogate.render.deepspeed_defaults import ZERO0_ALLREDUCE_ELEMENTS
 
 # Where each of these terms comes from (the plan's Ledger.term_sources).
 BUFFER_SOURCES = {
@@ -159,7 +159,7 @@ def reduction_terms(counts: ModelCounts, setup: Setup) -> dict[str, int]:
     if setup.stage == 3:
         return stage3_terms(counts, setup)
     if setup.stage == 0:
-        return {"allreduce_flat_buffer": b * min(counts.total, deepspeed_defaults().zero0_allreduce_elements)}
+        return {"allreduce_flat_buffer": b * min(counts.total, ZERO0_ALLREDUCE_ELEMENTS)}
     buckets = 2 if setup.overlap_comm else 1
     factor = reduction_bucket_factor(planned_deepspeed(setup)) if setup.stage == 2 else 1.0
     if factor == 1.0:

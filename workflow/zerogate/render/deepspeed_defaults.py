@@ -1,9 +1,9 @@
 """DeepSpeed's defaults for the settings zerogate renders and predicts with, taken from DeepSpeed itself: the
 fields' defaults of its ZeRO config classes (deepspeed/runtime/zero/config.py ``DeepSpeedZeroConfig``,
 offload_config.py ``DeepSpeedZeroOffloadParamConfig`` and ``DeepSpeedZeroOffloadOptimizerConfig``), the
-default leaf-module classes (zero/leaf_module_config.py ``DEFAULT_LEAF_MODULE_CLASSES``) and ZeRO-0's
-all-reduce bucket (engine.py ``MEMORY_OPT_ALLREDUCE_SIZE``, the default of ``allreduce_gradients``'
-bucket_size).
+default leaf-module classes (zero/leaf_module_config.py ``DEFAULT_LEAF_MODULE_CLASSES``); and ZeRO-0's
+all-reduce bucket (engine.py ``MEMORY_OPT_ALLREDUCE_SIZE``), a constant of DeepSpeed's engine kept here as a
+number.
 
 They are read once per DeepSpeed installation into a table kept beside the key table
 (zerogate.render.ds_keys.kept_table, ``<sys.prefix>/zerogate-cache``), so that reading them loads neither
@@ -26,10 +26,13 @@ _CLASSES = (
     ("deepspeed.runtime.zero.offload_config", "DeepSpeedZeroOffloadOptimizerConfig"),
 )
 # DeepSpeed's module-level constants the table keeps, by module and name.
-_CONSTANTS = (
-    ("deepspeed.runtime.engine", "MEMORY_OPT_ALLREDUCE_SIZE"),
-    ("deepspeed.runtime.zero.leaf_module_config", "DEFAULT_LEAF_MODULE_CLASSES"),
-)
+_CONSTANTS = (("deepspeed.runtime.zero.leaf_module_config", "DEFAULT_LEAF_MODULE_CLASSES"),)
+# ZeRO-0's all-reduce bucket in elements: deepspeed/runtime/engine.py MEMORY_OPT_ALLREDUCE_SIZE, the default
+# bucket_size of the engine's allreduce_gradients. Kept as a number, not read through the table: the
+# communication table (tabulate_comms_volume, whose environment envs/analysis.yaml has no DeepSpeed) counts
+# ZeRO-0's all-reduce calls with it. tests/unit/test_deepspeed_defaults.py holds it equal to the installed
+# DeepSpeed's.
+ZERO0_ALLREDUCE_ELEMENTS = 500_000_000
 # The table's layout and what it is read from: a change to either names another cache file.
 _TABLE_LAYOUT = repr((1, _CLASSES, _CONSTANTS))
 
@@ -86,7 +89,6 @@ class DeepSpeedDefaults:
     param_buffer_size: int  # DeepSpeedZeroOffloadParamConfig, key offload_param.buffer_size
     optimizer_buffer_count: int  # DeepSpeedZeroOffloadOptimizerConfig, key offload_optimizer.buffer_count
     leaf_module_classes: tuple[str, ...]  # leaf_module_config.py DEFAULT_LEAF_MODULE_CLASSES
-    zero0_allreduce_elements: int  # engine.py MEMORY_OPT_ALLREDUCE_SIZE: ZeRO-0's all-reduce bucket
 
 
 @cache
@@ -110,7 +112,6 @@ def deepspeed_defaults() -> DeepSpeedDefaults:
         leaf_module_classes=tuple(
             constants["deepspeed.runtime.zero.leaf_module_config.DEFAULT_LEAF_MODULE_CLASSES"]
         ),
-        zero0_allreduce_elements=constants["deepspeed.runtime.engine.MEMORY_OPT_ALLREDUCE_SIZE"],
     )
 
 
