@@ -32,11 +32,17 @@ import pandas as pd
 # reading: times (seconds, milliseconds), rates per second, bandwidths, latencies, waits, moments.
 CLOCK_WORDS = frozenset(
     "time times s ms us seconds elapsed latency latencies bandwidth bandwidths wall duration at date dates"
-    " timestamp wait waits throughput sec gbps".split()
+    " timestamp wait waits throughput sec gbps intervals".split()
 )
 # Words that make a key provenance: where and when, with which code and packages, a file was made.
 PROVENANCE_WORDS = frozenset(
-    "git commit dirty packages versions hostname pid recorded registered provenance fingerprint".split()
+    "git commit dirty packages versions hostname pid recorded registered provenance fingerprint machine".split()
+)
+# An object (a gate's verdict) whose unit is a time or a rate, or whose statistic is a time over the floor:
+# what it measured, its interval, evidence and verdict all follow the clock; its definition does not.
+TIME_UNITS = frozenset({"s", "ms", "tokens/s", "steps/s", "samples/s"})
+DEFINITION_KEYS = frozenset(
+    {"name", "claim", "definition", "metric", "statistic", "comparison", "threshold", "unit"}
 )
 # Files that are the machine's own measurements (the probe) or run logs: provenance as a whole.
 PROVENANCE_FILES = re.compile(r"(^|/)(probe/|logs/|benchmarks/|\.snakemake)")
@@ -72,9 +78,12 @@ class FileResult:
     path: str
     differences: dict[str, str] = field(default_factory=dict)  # value path -> what differs
     set_aside: dict[str, str] = field(default_factory=dict)  # value path -> why it is not compared
+    # value path -> |before - after| where both are numbers (None where the values are not two numbers)
+    deltas: dict[str, float | None] = field(default_factory=dict)
 
-    def differ(self, where: str, what: str) -> None:
+    def differ(self, where: str, what: str, delta: float | None = None) -> None:
         self.differences.setdefault(where or ".", what)
+        self.deltas.setdefault(where or ".", delta)
 
 
 def _same_number(a: Any, b: Any) -> bool:
@@ -92,6 +101,13 @@ def compare_values(a: Any, b: Any, path: tuple[str, ...], result: FileResult) ->
             result.set_aside.setdefault("/".join(path), reason)
         return
     if isinstance(a, dict) and isinstance(b, dict):
+        timed = a.get("unit") in TIME_UNITS or a.get("statistic") == "floor_ratio"
+        if timed and a.get("unit") == b.get("unit"):
+            for key in a:
+                if key not in DEFINITION_KEYS and a[key] != b.get(key):
+                    result.set_aside.setdefault("/".join((*path, str(key))), "clock")
+            a = {k: v for k, v in a.items() if k in DEFINITION_KEYS}
+            b = {k: v for k, v in b.items() if k in DEFINITION_KEYS}
         if list(a) != list(b):
             result.differ("/".join(path), f"keys {list(a)} != {list(b)}")
         for key in a:
@@ -105,7 +121,8 @@ def compare_values(a: Any, b: Any, path: tuple[str, ...], result: FileResult) ->
             compare_values(x, y, (*path, str(index)), result)
         return
     if not _same_number(a, b):
-        result.differ("/".join(path), f"{a!r} != {b!r}")
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (a, b))
+        result.differ("/".join(path), f"{a!r} != {b!r}", abs(a - b) if numbers else None)
 
 
 def _json_lines(path: Path) -> list[Any]:
@@ -190,22 +207,49 @@ class TreeComparison:
 NOISE = "varies between two runs of the same code"
 
 
+def field_of(where: str) -> str:
+    """A value's path with its list positions left out: ``12/memory/rss(GiB)`` -> ``*/memory/rss(GiB)``."""
+    return "/".join("*" if part.isdigit() else part for part in where.split("/"))
+
+
+def variation(result: FileResult) -> dict[str, float | None]:
+    """How much each field of a file varied between two runs of the same code: the largest difference of
+    its numbers at any position (``12/memory/rss(GiB)`` and ``13/...`` are one field), None where a
+    non-number varied (any change of it then counts as that variation)."""
+    spread: dict[str, float | None] = {}
+    for where in [*result.differences, *result.set_aside]:
+        name, delta = field_of(where), result.deltas.get(where)
+        if delta is None or spread.get(name, 0.0) is None:
+            spread[name] = None
+        else:
+            spread[name] = max(spread.get(name, 0.0), delta)
+    return spread
+
+
+def within(delta: float | None, spread: float | None) -> bool:
+    """Whether a difference lies within a field's variation between two runs of the same code: a number
+    no further than the largest difference seen; anything where a non-number varied."""
+    return spread is None or (delta is not None and delta <= spread)
+
+
 def compare_trees(before: Path, after: Path, noise: Path | None = None) -> TreeComparison:
     """``noise``: a second run of ``before``'s code (same profiles, same seed); a value that differs between
     ``before`` and it varies from run to run (a clock reading, the resident set) and is set aside."""
     left, right = set(tree_files(before)), set(tree_files(after))
     varying = {}
     if noise is not None:
-        varying = {r.path: set(r.differences) for r in compare_trees(before, noise).compared}
+        varying = {r.path: variation(r) for r in compare_trees(before, noise).compared}
     compared, not_compared = [], []
     for name in sorted(left & right):
         if NOT_COMPARED.search(name) or not name.endswith(COMPARED_SUFFIXES):
             not_compared.append(name)
             continue
         result = compare_file(before / name, after / name, name)
-        for where in set(result.differences) & varying.get(name, set()):
-            del result.differences[where]
-            result.set_aside[where] = NOISE
+        spreads = varying.get(name, {})
+        for where in [w for w in result.differences if field_of(w) in spreads]:
+            if within(result.deltas.get(where), spreads[field_of(where)]):
+                del result.differences[where]
+                result.set_aside[where] = NOISE
         compared.append(result)
     return TreeComparison(
         compared=compared,
