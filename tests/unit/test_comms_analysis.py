@@ -11,6 +11,7 @@ from zerogate.analysis.comms import claim_verdict, load_records, measured_per_st
 from zerogate.config.claims import CommunicationClaim, StatedFigure
 from zerogate.config.machines import from_fingerprint
 from zerogate.contracts.comms import CommsRecord, HostDeviceCopies, KindVolume, LoggedCalls, TheorySettings
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.run import DsConfig, ZeroView
 from zerogate.contracts.verdicts import (
     DOES_NOT_HOLD,
@@ -20,7 +21,6 @@ from zerogate.contracts.verdicts import (
     ClaimVerdicts,
     JudgedClaim,
 )
-from zerogate.model.counts import ModelCounts
 from zerogate.predict.planner import plan
 from zerogate.predict.setup import Setup
 from zerogate.render.comms_runs import SCHEMES, scheme_setup

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.model import ModelCounts
 from zerogate.predict.comms import TheoryInputs, theory
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term, step_totals, totals
 from zerogate.predict.fetch_trace import fetch_units, zero3_gathers, zero3_most_gathered

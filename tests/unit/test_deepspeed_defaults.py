@@ -13,7 +13,7 @@ from deepspeed.runtime.zero.offload_config import (
     DeepSpeedZeroOffloadParamConfig,
 )
 
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.model import ModelCounts
 from zerogate.predict import setup as predict_setup
 from zerogate.predict.comms import TheoryInputs, theory
 from zerogate.render import ds_keys

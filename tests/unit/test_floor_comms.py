@@ -10,9 +10,9 @@ from tests.unit.helpers import judged_gate
 from tests.unit.test_ledger import claim_setup, oracle_counts
 from zerogate.config.machines import check, from_fingerprint, load_description
 from zerogate.contracts.machine import CollectiveKindFigures, Collectives, CollectiveSample, Figure, Host
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import ModelComputeMeasurement
 from zerogate.errors import InputError
-from zerogate.model.counts import ModelCounts
 from zerogate.predict import collectives
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term, totals
 from zerogate.predict.floor import (

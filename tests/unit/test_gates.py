@@ -25,7 +25,7 @@ from tests.unit.helpers import (
 from zerogate.analysis import measures
 from zerogate.analysis.columns import DEVICE_PEAK, STEP_TIME
 from zerogate.analysis.gate_measures import smallest_device_ranks, to_gate_unit, unit_of
-from zerogate.analysis.gates import FAIL, INCONCLUSIVE, NOT_MEASURED, PASS, faithfulness
+from zerogate.analysis.gates import faithfulness
 from zerogate.analysis.parse import parse_launcher_log, run_metadata, stabiliser_events
 from zerogate.contracts.base import write_lines
 from zerogate.contracts.machine import Fingerprint
@@ -33,7 +33,15 @@ from zerogate.contracts.plan import Plan
 from zerogate.contracts.records import StabiliserEvent
 from zerogate.contracts.run import Deviations, DsConfig
 from zerogate.contracts.summary import SpikeRule
-from zerogate.contracts.verdicts import NonfiniteEventEvidence, OverflowEvidence, ProgressLineEvidence
+from zerogate.contracts.verdicts import (
+    FAIL,
+    INCONCLUSIVE,
+    NOT_MEASURED,
+    PASS,
+    NonfiniteEventEvidence,
+    OverflowEvidence,
+    ProgressLineEvidence,
+)
 
 PROFILE = settings("cpu-tiny")
 RULE = SpikeRule.from_settings(PROFILE.stabiliser)  # the spike rule as train/settings.json carries it

@@ -28,13 +28,12 @@ from tests.unit.helpers import (
 from zerogate.analysis import measures
 from zerogate.analysis.columns import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME
 from zerogate.analysis.gate_measures import unit_of
-from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS
 from zerogate.analysis.loss_trend import loss_spikes
 from zerogate.analysis.parse import parse_launcher_log, run_metadata
 from zerogate.contracts.base import write_lines
 from zerogate.contracts.records import StabiliserEvent
 from zerogate.contracts.summary import SpikeRule
-from zerogate.contracts.verdicts import GateVerdict, SlowestRankEvidence
+from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS, GateVerdict, SlowestRankEvidence
 from zerogate.robust import robust_z
 
 PROFILE = settings("cpu-tiny")

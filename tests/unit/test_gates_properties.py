@@ -38,12 +38,11 @@ from tests.unit.helpers import (
 from tests.unit.helpers import settings as profile_settings
 from zerogate.analysis import measures
 from zerogate.analysis.columns import DEVICE_PEAK, MICRO_STEP_TIME, STEP_TIME
-from zerogate.analysis.gates import FAIL, NOT_MEASURED, PASS
 from zerogate.analysis.health import record_completeness
 from zerogate.analysis.parse import run_metadata
 from zerogate.config.judging import GateStatistic
 from zerogate.contracts.summary import SpikeRule
-from zerogate.contracts.verdicts import GateVerdict
+from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS, GateVerdict
 
 # The profile is read once: hypothesis runs many examples per test, and the gates are data, never mutated.
 PROFILE = profile_settings("cpu-tiny")

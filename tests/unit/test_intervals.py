@@ -18,14 +18,14 @@ from tests.unit.helpers import (
 from zerogate.analysis import measures
 from zerogate.analysis.bootstrap import MIN_TIMED_STEPS, timing_intervals, timing_replicates, timing_sample
 from zerogate.analysis.columns import MICRO_STEP_TIME
-from zerogate.analysis.gates import INCONCLUSIVE, inconclusive_gates, interval_outcome, timed_statistic
+from zerogate.analysis.gates import inconclusive_gates, interval_outcome, timed_statistic
 from zerogate.analysis.intervals import pool, pooling_rule
 from zerogate.analysis.parse import run_metadata
 from zerogate.analysis.summary import run_statistics, summarise_repeats
 from zerogate.config.judging import IntervalSettings
 from zerogate.contracts.intervals import Interval
 from zerogate.contracts.summary import IntervalRule, SpikeRule
-from zerogate.contracts.verdicts import CANNOT_JUDGE, FAIL, PASS, claim_from_gate
+from zerogate.contracts.verdicts import CANNOT_JUDGE, FAIL, INCONCLUSIVE, PASS, claim_from_gate
 from zerogate.errors import InputError
 
 PROFILE = settings("cpu-tiny")

@@ -4,21 +4,20 @@ are in the shapes DeepSpeed, torch, NCCL and the schedulers print (most taken fr
 from __future__ import annotations
 
 from zerogate.analysis import launcher_log
-from zerogate.analysis.launcher_log import (
-    FRAMEWORK_TIMERS_UNMARKED,
+from zerogate.analysis.launcher_failures import (
     INTERLEAVED,
     LOCAL_RANK_ON_SEVERAL_NODES,
     NO_LOCAL_RANK,
-    OLD_THROUGHPUT_COUNT,
-    REPEATED_SKIP,
-    PrefixStyle,
     is_exception_line,
-    messages,
-    read_events,
-    split_glued,
-    timers,
-    wrap_width,
 )
+from zerogate.analysis.launcher_log import (
+    FRAMEWORK_TIMERS_UNMARKED,
+    OLD_THROUGHPUT_COUNT,
+    read_events,
+    timers,
+)
+from zerogate.analysis.launcher_messages import PrefixStyle, messages, split_glued, wrap_width
+from zerogate.analysis.launcher_skips import REPEATED_SKIP
 
 HEADER = "[2023-04-28 06:51:29,903] [INFO] [loss_scaler.py:188:update_scale] "
 

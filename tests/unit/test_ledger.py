@@ -23,11 +23,12 @@ from zerogate.analysis.ledger_check import (
 from zerogate.config.model_data import ModelSettings
 from zerogate.config.settings import ProfileSettings
 from zerogate.contracts.machine import Fingerprint
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import PeakPrediction, PredictedPeak
 from zerogate.contracts.records import HeldBytes, LiveTensorPeak, column
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.build import planned_model_config
-from zerogate.model.counts import ModelCounts, count_parameters
+from zerogate.model.counts import count_parameters
 from zerogate.predict.activation_figures import ActivationFigures, activation_bytes
 from zerogate.predict.estimates import deepspeed_estimates, paper_ledger
 from zerogate.predict.host_memory import retained_heap_bytes

@@ -39,7 +39,6 @@ from zerogate.analysis.columns import STEP_TIME, TOKENS_PER_S
 from zerogate.analysis.compare import group_runs, load_run, quantity_rows
 from zerogate.analysis.compare_table import comparison_table
 from zerogate.analysis.evidence import RunEvidence
-from zerogate.analysis.gates import FAIL, PASS
 from zerogate.analysis.health import (
     completion_of,
     missing_values,
@@ -57,6 +56,7 @@ from zerogate.contracts.data import DatasetManifest, ModelInfo, SplitStats
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.run import DsConfig
 from zerogate.contracts.summary import SpikeRule
+from zerogate.contracts.verdicts import FAIL, PASS
 from zerogate.errors import InputError
 from zerogate.provenance import RunIdentity, RunRecords, provenance
 from zerogate.report.figures import loss_figure, memory_figure, step_time_figure

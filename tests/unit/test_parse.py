@@ -14,7 +14,6 @@ from tests.unit.helpers import (
     train_summary,
 )
 from zerogate.analysis import measures
-from zerogate.analysis.gates import FAIL, NOT_MEASURED
 from zerogate.analysis.health import record_completeness
 from zerogate.analysis.parse import (
     STEP_COLUMNS,
@@ -27,6 +26,7 @@ from zerogate.contracts.base import ContractError, write_lines
 from zerogate.contracts.parsed import ProgressSkips
 from zerogate.contracts.records import StabiliserEvent
 from zerogate.contracts.run import DsConfig
+from zerogate.contracts.verdicts import FAIL, NOT_MEASURED
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -211,7 +211,8 @@ def read_back(records):
 
 
 def test_stabiliser_events_become_event_rows(tmp_path):
-    from zerogate.analysis.parse import EVENT_COLUMNS, stabiliser_events
+    from zerogate.analysis.parse import stabiliser_events
+    from zerogate.contracts.parsed import EVENT_COLUMNS
 
     path = tmp_path / "events.jsonl"
     write_lines(

@@ -51,8 +51,8 @@ def test_a_changed_loss_differs_and_a_changed_step_time_is_set_aside(tmp_path):
 
 def test_what_varies_between_two_runs_of_the_same_code_is_set_aside_and_nothing_else(tmp_path):
     before = write_run(tmp_path / "a")
-    noise = write_run(tmp_path / "n", rss_gib=0.61)  # the resident set moved between two runs
-    after = write_run(tmp_path / "b", rss_gib=0.62, grad_norm=2.0)
+    noise = write_run(tmp_path / "n", rss_gib=0.61)  # the resident set moved by 0.01 GiB between two runs
+    after = write_run(tmp_path / "b", rss_gib=0.605, grad_norm=2.0)
     comparison = compare_trees(before, after, noise)
     rank0 = next(r for r in comparison.compared if r.path.endswith("rank0.jsonl"))
     assert rank0.set_aside == {"2/memory/rss(GiB)": "varies between two runs of the same code"}
@@ -62,6 +62,10 @@ def test_what_varies_between_two_runs_of_the_same_code_is_set_aside_and_nothing_
         "2/memory/rss(GiB)",
         "2/grad_norm",
     }
+    # A move larger than the two runs of the same code showed is a difference.
+    further = compare_trees(before, write_run(tmp_path / "c", rss_gib=0.62), noise)
+    rank0 = next(r for r in further.compared if r.path.endswith("rank0.jsonl"))
+    assert list(rank0.differences) == ["2/memory/rss(GiB)"]
 
 
 def test_a_file_in_one_tree_only_is_a_difference_and_the_command_says_so(tmp_path, capsys):

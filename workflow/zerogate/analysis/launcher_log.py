@@ -26,41 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from zerogate.analysis.launcher_events import FAILURE_KINDS, STEP_BOUNDARY_KINDS, EventLog
+from zerogate.analysis.launcher_events import EventLog
 from zerogate.analysis.launcher_failures import (
-    INTERLEAVED,
     LOCAL_RANK_ON_SEVERAL_NODES,
-    NO_LOCAL_RANK,
     FailureReader,
-    is_exception_line,
     merge_exits,
     merge_timeouts,
 )
-from zerogate.analysis.launcher_messages import Message, PrefixStyle, messages, split_glued, wrap_width
-from zerogate.analysis.launcher_skips import REPEATED_SKIP, skip_events
-
-# The reading's names, wherever they are defined: the parser and its tests import them from here.
-__all__ = [
-    "FAILURE_KINDS",
-    "FORMATS",
-    "FRAMEWORK_TIMERS_UNMARKED",
-    "INTERLEAVED",
-    "LOCAL_RANK_ON_SEVERAL_NODES",
-    "NO_LOCAL_RANK",
-    "OLD_THROUGHPUT_COUNT",
-    "REPEATED_SKIP",
-    "STEP_BOUNDARY_KINDS",
-    "Format",
-    "Message",
-    "PrefixStyle",
-    "is_exception_line",
-    "messages",
-    "read_events",
-    "skip_events",
-    "split_glued",
-    "timers",
-    "wrap_width",
-]
+from zerogate.analysis.launcher_messages import Message, messages
+from zerogate.analysis.launcher_skips import skip_events
 
 NUMBER = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 

@@ -22,9 +22,9 @@ import pandas as pd
 
 from zerogate.analysis import measures
 from zerogate.contracts.ledger import LedgerTable
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import PeakPrediction
 from zerogate.contracts.records import HeldBytes, LiveTensorPeak, column
-from zerogate.model.counts import ModelCounts
 from zerogate.predict.levels import TRANSIENT_TERMS
 from zerogate.predict.setup import Setup
 from zerogate.predict.zero_terms import MODEL_STATES, model_state_bytes

@@ -19,7 +19,7 @@ import pandas as pd
 from zerogate.analysis import measures
 from zerogate.analysis.gate_measures import NotMeasured, unit_of
 from zerogate.analysis.gates import COMPARE
-from zerogate.analysis.launcher_log import FAILURE_KINDS
+from zerogate.analysis.launcher_events import FAILURE_KINDS
 from zerogate.analysis.log_input import read_log_text
 from zerogate.analysis.log_summary import BF16, FP16, FP32, config_value, log_counts
 from zerogate.analysis.parse import parse_launcher_log

@@ -23,8 +23,8 @@ from zerogate.analysis.planner_validation import (
     printed_by_another_formula,
 )
 from zerogate.config.published_setups import EstimatorRow, EstimatorSetup, PaperRow
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.planner_validation import FigureCheck, RowCheck
-from zerogate.model.counts import ModelCounts
 from zerogate.predict.estimates import deepspeed_estimates, paper_ledger
 from zerogate.predict.setup import installed_deepspeed, release
 

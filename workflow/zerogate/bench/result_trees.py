@@ -36,7 +36,8 @@ CLOCK_WORDS = frozenset(
 )
 # Words that make a key provenance: where and when, with which code and packages, a file was made.
 PROVENANCE_WORDS = frozenset(
-    "git commit dirty packages versions hostname pid recorded registered provenance fingerprint machine".split()
+    "git commit dirty packages versions hostname pid recorded registered provenance fingerprint"
+    " machine".split()
 )
 # An object (a gate's verdict) whose unit is a time or a rate, or whose statistic is a time over the floor:
 # what it measured, its interval, evidence and verdict all follow the clock; its definition does not.

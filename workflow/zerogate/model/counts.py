@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from transformers import AutoModelForCausalLM
+
 from zerogate.contracts.model import ModelCounts
 
 
@@ -15,10 +18,6 @@ def count_parameters(config: Any) -> ModelCounts:
     DeepSpeed's ``model_to_params`` deduplicates tied weights by ``data_ptr``, which is 0 for every meta
     tensor; parameters are deduplicated by identity here instead (``Module.parameters`` does that).
     """
-    # Here, not at the top: the planner and the torch-free analysis side import ModelCounts from here.
-    import torch
-    from transformers import AutoModelForCausalLM
-
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     parameters = list(model.parameters())

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.model import ModelCounts
 from zerogate.predict.setup import Setup
 
 # Where each activation term comes from (the plan's Ledger.term_sources).

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.model import ModelCounts
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term
 from zerogate.predict.fetch_trace import padded, zero3_gathers
 from zerogate.predict.fsdp2_comms import fsdp2_theory

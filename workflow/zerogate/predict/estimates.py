@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
 from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.model import ModelCounts
 
 
 def paper_ledger(phi: int, ranks: int) -> dict[str, int | None]:

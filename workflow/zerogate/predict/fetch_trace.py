@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.model import ModelCounts
 
 
 def padded(numel: int, world: int) -> int:

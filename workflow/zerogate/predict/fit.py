@@ -8,9 +8,9 @@ import dataclasses
 from collections.abc import Callable
 
 from zerogate.config.machines import GpuDescription, MachineDescription
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import MemoryCheck
 from zerogate.hardware import cuda_capacity
-from zerogate.model.counts import ModelCounts
 from zerogate.predict.activation_figures import Activations
 from zerogate.predict.phases import device_levels
 from zerogate.predict.setup import Setup

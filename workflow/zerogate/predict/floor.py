@@ -36,6 +36,7 @@ from __future__ import annotations
 from zerogate import hardware
 from zerogate.config.machines import FigureDescription, MachineDescription, PcieLink
 from zerogate.contracts.machine import CollectiveKindFigures, Figure
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import (
     CollectivePart,
     CollectiveTime,
@@ -46,7 +47,6 @@ from zerogate.contracts.plan import (
     ModelComputeMeasurement,
     TheoryTermRow,
 )
-from zerogate.model.counts import ModelCounts
 from zerogate.predict.collectives import DERIVED
 from zerogate.predict.comms import TheoryInputs, theory
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term, totals

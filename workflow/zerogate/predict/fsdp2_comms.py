@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.model import ModelCounts
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term
 
 # FSDP2 reduce-scatters gradients in fp32 whatever the compute dtype (Fsdp2Engine: no policy in fp32,

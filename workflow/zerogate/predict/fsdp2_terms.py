@@ -3,7 +3,7 @@ FSDP2 holds them for the same model, batch and precision."""
 
 from __future__ import annotations
 
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.model import ModelCounts
 from zerogate.predict.activation_figures import Activations, formula_activations
 from zerogate.predict.host_memory import host_runtime_bytes
 from zerogate.predict.phases import cuda_overhead, device_levels

@@ -4,7 +4,7 @@ accelerator's resident set: zerogate.predict.levels)."""
 
 from __future__ import annotations
 
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.model import ModelCounts
 from zerogate.predict.phases import ACTIVATION_TERMS, PHASES, transient_bytes
 from zerogate.predict.setup import Setup
 from zerogate.runtime.heap import size_class_of

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import (
     ActivationTerms,
     EstimatorRow,
@@ -32,7 +33,6 @@ from zerogate.contracts.plan import (
     SchemeLedger,
     ZerogateRow,
 )
-from zerogate.model.counts import ModelCounts
 from zerogate.predict.activation_figures import (
     ACTIVATION_SOURCES,
     ActivationFigures,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import PredictedPeak
-from zerogate.model.counts import ModelCounts
 from zerogate.predict.activation_figures import Activations
 from zerogate.predict.fsdp2_terms import fsdp2_terms
 from zerogate.predict.host_memory import retained_heap_bytes, runtime_terms

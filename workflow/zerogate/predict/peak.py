@@ -4,10 +4,10 @@ for FSDP2."""
 
 from __future__ import annotations
 
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import BaselineMeasurement, PeakPrediction, PredictedPeak
 from zerogate.contracts.records import column
 from zerogate.contracts.run import DsConfig, RunSpec
-from zerogate.model.counts import ModelCounts
 from zerogate.predict.activation_figures import Activations
 from zerogate.predict.levels import HEADLINE_LEVEL, fsdp2_peak_levels, peak_levels, peak_terms
 from zerogate.predict.phases import transient_bytes

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.build import planned_model_config
-from zerogate.model.counts import ModelCounts, count_parameters
+from zerogate.model.counts import count_parameters
 from zerogate.predict.activations import TracedActivations, traced_activations
 from zerogate.predict.setup import Setup, setup_from_config
 

@@ -10,18 +10,18 @@ import dataclasses
 
 from zerogate.config.launch import PlanSettings
 from zerogate.config.machines import MachineDescription
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import (
     ModelComputeMeasurement,
     PeerPlan,
     Plan,
 )
 from zerogate.contracts.run import Deviation, DsConfig, RunSpec
-from zerogate.model.counts import ModelCounts
 from zerogate.predict.activation_figures import Activations
-from zerogate.predict.comms import fsdp2_theory
 from zerogate.predict.comms_terms import step_totals
 from zerogate.predict.fit import checks, device_and_host_checks, largest_micro_batch, notes, pinned_note
 from zerogate.predict.floor import floor
+from zerogate.predict.fsdp2_comms import fsdp2_theory
 from zerogate.predict.fsdp2_terms import fsdp2_host_need_per_rank, fsdp2_terms
 from zerogate.predict.ledger import ledger
 from zerogate.predict.phases import device_levels

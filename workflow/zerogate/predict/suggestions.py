@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from zerogate.config.machines import MachineDescription
+from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import MemoryCheck, SuggestedSettings, Suggestion
-from zerogate.model.counts import ModelCounts
 from zerogate.predict.activation_figures import Activations
 from zerogate.predict.fit import checks
 from zerogate.predict.setup import Setup

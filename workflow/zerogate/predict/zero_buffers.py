@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.model import ModelCounts
 from zerogate.predict.activation_figures import ActivationFigures
 from zerogate.predict.fetch_trace import zero3_most_gathered
 from zerogate.predict.setup import Setup, planned_deepspeed

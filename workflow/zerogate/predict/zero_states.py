@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.model import ModelCounts
 from zerogate.predict.host_memory import host_runtime_bytes
 from zerogate.predict.setup import Setup, planned_deepspeed
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zerogate.model.counts import ModelCounts
+from zerogate.contracts.model import ModelCounts
 from zerogate.predict.activation_figures import (
     ActivationFigures,
     Activations,
