@@ -27,6 +27,7 @@ from zerogate.contracts.records import (
 )
 from zerogate.contracts.report import Provenance, RunRegistry
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec, TrainSettings
+from zerogate.contracts.summary import RunSummary
 from zerogate.contracts.verdicts import ClaimVerdicts, GateVerdicts, PlanClaims
 
 pytestmark = pytest.mark.integration
@@ -55,6 +56,7 @@ ARTEFACTS: dict[str, type[Artefact]] = {
     "comms/records/*/g*/rank*.json": CommsRecord,
     "comms/volume.json": CommsVolume,
     "parsed/run.json": RunMeta,
+    "summary/run.json": RunSummary,
     "ledger/ledger_vs_measured.json": LedgerTable,
     "gates/verdicts.json": GateVerdicts,
     "claims/verdicts.json": ClaimVerdicts,
