@@ -10,10 +10,11 @@ A rank failed when the log shows, for that rank,
 - a kill: the launcher killing its subprocess, in a log of one process;
 - or an abort it printed: a fatal loss-scale abort, a C++ ``terminate called``.
 
-A failure whose rank the log does not tell (a traceback without a prefix among several processes, a kill
-or an exit report that names a process but no rank) is a failure naming no rank. A traceback through a
-launcher's frames is the launcher's report of a child's exit, never a failure of its own: it counts as a
-failure naming no rank only when nothing else in the log reports one.
+A failure whose rank the log does not tell (a traceback without a prefix among several processes, an exit
+report that names a process but no rank) is a failure naming no rank. A traceback through a launcher's
+frames is the launcher's report of a child's exit, and the launcher killing its subprocesses after one
+failed is its teardown: neither is a failure of its own, and they count as a failure naming no rank only
+when nothing else in the log reports one.
 
 A log shows one process when a launcher, ZeRO or NCCL states one (``dist_world_size=1``, ``partition count
 [1]``, DeepSpeed's exit line for ``--local_rank=0``, the last and only process it started) and nothing
@@ -150,13 +151,13 @@ def _signal_exit_rank(row: dict[str, Any], traced: set[int]) -> int | None:
 
 def attribute(rows: list[dict[str, Any]]) -> Attribution:
     """The failures of a log's events (dicts with kind, rank, line, message and detail as a dict)."""
+    single = _shows_one_process(rows)
     own: list[dict[str, Any]] = []
-    launcher: list[dict[str, Any]] = []
+    launcher: list[dict[str, Any]] = []  # the launcher's reports: its tracebacks, its kills of several
     for row in rows:
         if row["kind"] in FAILURE_KINDS:
             by_launcher = row["kind"] == "traceback" and row["detail"].get("launcher")
-            (launcher if by_launcher else own).append(row)
-    single = _shows_one_process(rows)
+            (launcher if by_launcher or (row["kind"] == "launcher_kill" and not single) else own).append(row)
     several_nodes = any(
         r["detail"].get("source") == SEVERAL_HOSTS
         or r["detail"].get("ambiguous") == LOCAL_RANK_ON_SEVERAL_NODES

@@ -2,10 +2,10 @@
 lose the prefixes launchers, schedulers and shells put before them (a pdsh host ``10.141.250.231: ``,
 torch's ``[rank6]:``, torchrun's ``[default0]:``, OpenMPI's ``[1,3]<stdout>:``, Slurm's ``12: `` task
 label, a captured ``stderr: ``, a paste's ``> `` quote), stacked in any order, keeping the host and rank
-they name. A line a terminal wrapped at its
-width is joined again (and a word it split with padding), and so is a launcher line a paste broke before
-its end; a line that holds several messages (a progress bar with the next log line glued to it, two ranks'
-lines written into one) is split where each message starts."""
+they name. A line a terminal wrapped at its width is joined again (and a word it split with padding), and
+so is a launcher line a paste broke before its end; a line that holds several messages (a progress bar
+with the next log line glued to it, two ranks' lines written into one) is split where each message
+starts."""
 
 from __future__ import annotations
 
