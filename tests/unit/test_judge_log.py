@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.helpers import clean_checkout, run_snakemake, settings
+from zerogate.analysis.failure_attribution import Attribution, attribute_events
 from zerogate.analysis.log_gates import judge_log_file, judge_log_gates, step_times
 from zerogate.analysis.log_input import check_log_file, given_logs, read_log_text, result_names, rule_inputs
 from zerogate.analysis.log_summary import last_loss_scale, log_counts, precision
@@ -251,6 +252,80 @@ def test_failed_ranks_from_the_log(tiny_profile):
     assert silent.verdict == NOT_MEASURED and "does not show how the ranks ended" in silent.reason
 
 
+def attributed(text: str) -> Attribution:
+    return attribute_events(parse_launcher_log(text))
+
+
+TRACEBACK = 'Traceback (most recent call last):\n  File "a.py", line 1\nRuntimeError: boom'
+
+
+def test_an_unprefixed_traceback_is_rank_zeros_only_in_a_log_of_one_process():
+    one_process = attributed(f"[launch.py:100:main] dist_world_size=1\n{TRACEBACK}")
+    assert one_process.ranks == [0] and one_process.failed[0].causes == ["traceback"]
+    partitions = attributed(f"Rank: 0 partition count [1] and sizes[(2601517056, False)]\n{TRACEBACK}")
+    assert partitions.ranks == [0]
+    for several in (
+        "dist_world_size=2",
+        "[Rank 1] step=1, skipped=0",
+        "Killing subprocess 1\nKilling subprocess 2",
+    ):
+        found = attributed(f"dist_world_size=1\n{several}\n{TRACEBACK}")
+        assert found.ranks == [] and found.rank_count == 1, several
+    assert attributed(TRACEBACK).ranks == []  # nothing says how many processes there were
+
+
+def test_a_kill_or_an_exit_by_signal_of_the_only_process_is_rank_zeros():
+    killed = attributed(
+        "Rank: 0 partition count [1] and sizes[(6049711186, False)]\n"
+        "[launch.py:318:sigkill_handler] Killing subprocess 80"
+    )
+    assert killed.ranks == [0] and killed.failed[0].causes == ["kill"]
+    exit_only = attributed(
+        "[launch.py:325:sigkill_handler] ['python', '--local_rank=0'] exits with return code = -9"
+    )
+    assert exit_only.ranks == [0] and exit_only.exits == ((0, -9),)
+
+
+def test_an_exit_by_signal_is_the_one_started_process_without_a_traceback_of_its_own():
+    kills = "Killing subprocess 10\nKilling subprocess 11\n"
+    exit_line = "['python', '--local_rank=1'] exits with return code = {code}"
+    traced = "[rank0]: Traceback (most recent call last):\n[rank0]: RuntimeError: gloo\n"
+    assert attributed(traced + kills + exit_line.format(code=-9)).exits == ((1, -9),)
+    # An exit with 1 may be rank 0's own; a signal with no traceback to rule out names no rank.
+    assert attributed(traced + kills + exit_line.format(code=1)).exits == ((None, 1),)
+    untraced = attributed(kills + exit_line.format(code=-9))
+    assert untraced.ranks == [] and untraced.exits == ((None, -9),) and untraced.rank_count == 1
+
+
+def test_a_launchers_traceback_is_no_failure_of_its_own():
+    agent = (
+        "failed (exitcode: 1) local_rank: 1 (pid: 355716) of binary: python\n"
+        'Traceback (most recent call last):\n  File "/x/torch/distributed/run.py", line 910, in run\n'
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
+    )
+    found = attributed(agent)
+    assert (
+        found.ranks == [1]
+        and found.unnamed is None
+        and [f.kind for f in found.lines()] == ["rank_exit_error"]
+    )
+    alone = attributed(agent.split("\n", 1)[1])
+    assert alone.ranks == [] and [f.kind for f in alone.unnamed.lines] == ["traceback"]
+
+
+def test_the_summary_lists_each_failed_rank_with_its_lines():
+    summary = judge_log_file(
+        corpus("msswift6301-watchdog-timeout-failure-and-dump-signal-three-ranks"), "m", [], 0
+    )
+    assert [(f.rank, f.causes, [line.line for line in f.lines]) for f in summary.failures] == [
+        (2, ["watchdog"], [1, 2]),
+        (4, ["watchdog"], [6]),
+        (5, ["watchdog"], [3, 4, 5]),
+    ]
+    data = json.loads(summary.model_dump_json(by_alias=True))
+    assert list(data)[-1] == "failures" and data["failures"][1]["lines"][0]["kind"] == "nccl_timeout"
+
+
 def test_step_time_from_the_pipeline_engine_after_the_warmup(tiny_profile):
     gates = judged(tiny_profile, corpus("diffusionpipe410-pipeline-engine-steps"), warmup=1)
     median, p90 = gates["optimizer_step_time"], gates["optimizer_step_time_p90"]
@@ -352,7 +427,11 @@ def test_the_page_shows_the_verdicts_counts_exits_and_ambiguities(tiny_profile, 
     assert page.startswith("<!DOCTYPE html>") and "body{font-family" in page  # the main report's style sheet
     assert "<table id='verdicts'>" in page and "<td class='FAIL'>FAIL</td>" in page and "NOT MEASURED" in page
     assert "<table id='exit-errors'" in page and "<td>—</td><td>1</td>" in page
-    assert "profile <code>cpu-tiny</code>" in page and "ranks a failure line names" in page
+    assert "profile <code>cpu-tiny</code>" in page and "ranks that failed" in page
+    assert (
+        "rank 0: exit (line 22); rank 6: exit (line 6); rank 7: exit (line 13); no rank named: exit (line 26)"
+        in page
+    )
     ambiguous = judge_log_file(corpus("neox1306-two-unprefixed-tracebacks-interleaved"), "n", [], 0)
     assert "<ul id='ambiguities'><li>traceback: interleaved" in render_log_page(ambiguous, "cpu-tiny")
     assert "id='ambiguities'" not in page

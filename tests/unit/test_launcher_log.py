@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from zerogate.analysis import launcher_log
 from zerogate.analysis.launcher_failures import (
-    INTERLEAVED,
+    LAST_STARTED,
     LOCAL_RANK_ON_SEVERAL_NODES,
     NO_LOCAL_RANK,
-    is_exception_line,
 )
 from zerogate.analysis.launcher_log import (
     FRAMEWORK_TIMERS_UNMARKED,
@@ -18,6 +17,7 @@ from zerogate.analysis.launcher_log import (
 )
 from zerogate.analysis.launcher_messages import PrefixStyle, messages, split_glued, wrap_width
 from zerogate.analysis.launcher_skips import REPEATED_SKIP
+from zerogate.analysis.launcher_tracebacks import INTERLEAVED, is_exception_line
 
 HEADER = "[2023-04-28 06:51:29,903] [INFO] [loss_scaler.py:188:update_scale] "
 
@@ -182,13 +182,19 @@ def test_a_launcher_line_broken_by_a_paste_is_joined_until_its_end():
         "t', '1'] exits with return code = -9\nnext"
     )
     exit_error = one("rank_exit_error", text)
-    assert (exit_error["rank"], exit_error["detail"], exit_error["line"]) == (7, {"code": -9.0}, 1)
+    # The launcher prints the command of the last process it started: local rank 7 of 8 (which exited is
+    # not in the line).
+    assert (exit_error["rank"], exit_error["detail"], exit_error["line"]) == (
+        None,
+        {"code": -9.0, "started_local_ranks": 8, "ambiguous": LAST_STARTED.format(local_rank=7)},
+        1,
+    )
     assert [m.text for m in messages(text)][-1] == "next"
     called = (
         "subprocess.CalledProcessError: Command '['python', '-u', 'a.py', \n'--local_rank=2']' returned "
         "non-zero exit status 1."
     )
-    assert one("rank_exit_error", called)["rank"] == 2
+    assert one("rank_exit_error", called)["detail"]["started_local_ranks"] == 3
 
 
 def test_a_broken_line_whose_end_never_comes_is_left_alone():
@@ -594,7 +600,21 @@ def test_deepspeed_launcher_exit_with_and_without_a_local_rank():
         "[launch.py:434:sigkill_handler] ['python', '-u', 'main.py', '--local_rank=0', "
         "'--x'] exits with return code = -9",
     )
-    assert (ranked["rank"], ranked["detail"], ranked["step"]) == (0, {"code": -9.0}, None)
+    # Local rank 0 is the last and only process the launcher started: the one that exited.
+    assert (ranked["rank"], ranked["detail"], ranked["step"]) == (
+        0,
+        {"code": -9.0, "started_local_ranks": 1},
+        None,
+    )
+    later = one(
+        "rank_exit_error",
+        "[launch.py:325:sigkill_handler] ['python', '-u', 'main.py', '--local_rank=4'] exits with return "
+        "code = -6",
+    )
+    assert (later["rank"], later["detail"]) == (
+        None,
+        {"code": -6.0, "started_local_ranks": 5, "ambiguous": LAST_STARTED.format(local_rank=4)},
+    )
     bare = one(
         "launcher_exit_error",
         "[2023] [ERROR] [launch.py:321:sigkill_handler] ['bash', '-c', 'run.sh'] exits with return code = 1",
@@ -655,7 +675,15 @@ def test_called_process_error_is_an_exit_when_a_launcher_raised_it_or_it_ran_pyt
         "subprocess.CalledProcessError: Command '['/usr/bin/python3', '-u', 'main.py', "
         "'--local_rank=3']' returned non-zero exit status 1.",
     )
-    assert (ranked["rank"], ranked["detail"]) == (3, {"code": 1.0, "source": "CalledProcessError"})
+    assert (ranked["rank"], ranked["detail"]) == (
+        None,  # torch's old launcher, like DeepSpeed's, raises with the last command it started
+        {
+            "code": 1.0,
+            "source": "CalledProcessError",
+            "started_local_ranks": 4,
+            "ambiguous": LAST_STARTED.format(local_rank=3),
+        },
+    )
     ninja = "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1."
     assert [e["kind"] for e in read_events(ninja)] == []
     windows = (
@@ -871,7 +899,7 @@ def test_a_terminal_wrap_of_a_line_no_launcher_format_opens():
 
 def test_one_host_is_not_several_nodes():
     text = "node-1: x\nnode-1: ['python', '--local_rank=0'] exits with return code = 1"
-    assert one("rank_exit_error", text)["detail"] == {"code": 1.0}
+    assert one("rank_exit_error", text)["detail"] == {"code": 1.0, "started_local_ranks": 1}
 
 
 def test_an_exit_reported_three_times_is_one_with_every_other_line():
@@ -1018,3 +1046,189 @@ def test_a_skip_without_an_iteration_takes_the_last_step_and_a_bf16_skip_keeps_n
 def test_two_headers_in_a_row_are_two_tracebacks():
     text = "Traceback (most recent call last):\nTraceback (most recent call last):\nOSError: a\nKeyError: b"
     assert [e["message"] for e in of("traceback", text)] == ["OSError: a", "KeyError: b"]
+
+
+# ---- which rank failed: prefixes, headless and reprinted tracebacks, newer watchdog lines, kills ---------
+
+
+PREFIXES = ("> ", "worker-5: ", "[rank3]: ", "[default3]:")
+
+
+def under(prefixes: tuple[str, ...], lines: list[str]) -> str:
+    """The lines as a launcher would print them with ``prefixes`` stacked in that order (each line twice,
+    so that the log-wide prefixes are recognised)."""
+    return "\n".join("".join(prefixes) + line for line in lines)
+
+
+def test_every_failure_pattern_is_read_under_prefixes_stacked_in_any_order():
+    orders = [PREFIXES, PREFIXES[::-1], (PREFIXES[1], PREFIXES[0], PREFIXES[2]), (PREFIXES[0], PREFIXES[3])]
+    for order in orders:
+        traceback = one(
+            "traceback",
+            under(order, ["Traceback (most recent call last):", '  File "a.py", line 1', "OSError: x"]),
+        )
+        assert traceback["message"] == "OSError: x", order
+        named = dict(traceback["detail"], rank=traceback["rank"])
+        assert named.get("rank") == (3 if "[rank3]: " in order else None), order
+        assert named.get("host") == ("worker-5" if "worker-5: " in order else None), order
+        watchdog = under(
+            order,
+            [
+                "[E901 1 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective operation timeout: "
+                "WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 9 milliseconds before timing out.",
+                "x",
+            ],
+        )
+        assert one("nccl_timeout", watchdog)["rank"] == 3, order
+        exits = under(order, ["['python', '-u', 'a.py', '--local_rank=0'] exits with return code = -9", "x"])
+        assert one("rank_exit_error", exits)["detail"]["code"] == -9.0, order
+        overflow = under(
+            order, ["[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 8, reducing to 4", "x"]
+        )
+        assert one("overflow_skip", overflow)["detail"]["scale_after"] == 4.0, order
+
+
+def test_a_quote_is_a_prefix_only_when_it_leads_the_log_s_lines():
+    assert PrefixStyle.of(["> a", ">", "> b"]).quoted and not PrefixStyle.of(["> a", "b"]).quoted
+    quoted = "> [rank1]: Traceback (most recent call last):\n> \n> [rank1]: KeyError: k"
+    assert one("traceback", quoted)["rank"] == 1
+
+
+def test_a_traceback_without_its_header_starts_at_its_first_frame():
+    frames = one(
+        "traceback",
+        'worker-5: [rank22]:   File "main.py", line 307, in <module>\nworker-5: [rank22]:     main()\n'
+        "worker-5: [rank22]: RuntimeError: CUDA out of memory",
+    )
+    assert (frames["rank"], frames["detail"]["host"], frames["detail"]["header_cut"]) == (
+        22,
+        "worker-5",
+        True,
+    )
+    caret = one("traceback", "                 ^^^^^^^^^^\ntorch.OutOfMemoryError: CUDA out of memory.")
+    assert caret["message"] == "torch.OutOfMemoryError: CUDA out of memory." and caret["detail"]["header_cut"]
+    rich = one("traceback", "│   113 │   x = f()   │\n╰───────────────╯\nException: expected value")
+    assert rich["line"] == 3 and rich["detail"]["last_lines"][0] == "│   113 │   x = f()   │"
+    # Lines that prove no traceback, followed by anything but an exception, are none.
+    assert of("traceback", "^^^^\nnot an exception\nRuntimeError: later") == []
+    assert of("traceback", "│ a table │\n╰─────────╯\n") == []
+
+
+def test_the_traceback_a_childfailederror_summary_prints_again_is_not_read_again():
+    child = [
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "train.py", line 9, in main',
+        "[rank0]: Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
+        "Exiting run.",
+    ]
+    summary = [
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2021-10-05_17:37:22",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : 1 (pid: 3296201)",
+        "  error_file: /tmp/torchelastic_x/none_3/attempt_0/0/error.json",
+        "  traceback :",
+        "  Traceback (most recent call last):",
+        '    File "train.py", line 9, in main',
+        "      raise Exception(msg)",
+        "  Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+        "",
+        "============================================================",
+    ]
+    events = read_events("\n".join(child + summary))
+    assert [(e["kind"], e["rank"]) for e in events] == [
+        ("traceback", 0),
+        ("fatal_loss_scale", 0),
+        ("rank_exit_error", 0),
+    ]
+
+
+def test_a_chained_exception_under_a_rank_prefix_is_one_traceback():
+    text = "\n".join(
+        [
+            "[rank1]: Traceback (most recent call last):",
+            '[rank1]:   File "a.py", line 1, in f',
+            "[rank1]: OSError: disk",
+            "",  # torch's excepthook leaves empty lines without the prefix
+            "[rank1]: The above exception was the direct cause of the following exception:",
+            "",
+            "[rank1]: Traceback (most recent call last):",
+            '[rank1]:   File "b.py", line 2, in g',
+            "[rank1]: RuntimeError: save failed",
+        ]
+    )
+    event = one("traceback", text)
+    assert (event["rank"], event["message"]) == (1, "RuntimeError: save failed")
+
+
+def test_a_traceback_through_a_launcher_says_so():
+    agent = one(
+        "traceback",
+        'Traceback (most recent call last):\n  File "/x/torch/distributed/run.py", line 1, in main\n'
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    )
+    assert agent["detail"]["launcher"] is True
+    rich = one(
+        "traceback",
+        "╭──── Traceback (most recent call last) ────╮\n│ /x/bin/accelerate-launch:8 in <module> │\n"
+        "╰──────────────────────────────────────────╯\nSystemExit: 1",
+    )
+    assert rich["detail"]["launcher"] is True
+    assert "launcher" not in one("traceback", "Traceback (most recent call last):\nOSError: x")["detail"]
+
+
+def test_newer_watchdog_lines_name_the_ranks_that_failed():
+    text = "\n".join(
+        [
+            "[rank5]:[E1026 1 ProcessGroupNCCL.cpp:2241] [PG ID 1 PG GUID 1 Rank 5]  failure detected by "
+            "watchdog at work sequence id: 55485 PG status: last enqueued work: 55487, last completed "
+            "work: 55484",
+            "[rank1]:[E521 1 ProcessGroupNCCL.cpp:1834] [PG ID 0 PG GUID 0(default_pg) Rank 1] Timeout at "
+            "NCCL work: 131, last enqueued NCCL work: 131, last completed NCCL work: 130.",
+            "[rank2]:[E1026 1 ProcessGroupNCCL.cpp:730] Stack trace of the failed collective not found, "
+            "potentially because FlightRecorder is disabled.",
+            "[rank2]:[E1026 1 ProcessGroupNCCL.cpp:2573] [PG ID 1 PG GUID 1 Rank 2] First PG on this rank to "
+            "signal dumping.",
+            "[rank6]:[E429 1 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 6] "
+            "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress",
+            "[rank7]:[E430 1 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 7] Received a "
+            "dump signal due to a collective timeout from this local rank and we will try our best to dump",
+            "[rank0]:[E418 1 ProcessGroupNCCL.cpp:1890] [PG ID 0 PG GUID 0(default_pg) Rank 0] Received a "
+            "dump signal due to a collective timeout from  rank 1 and we will try our best to dump",
+            "[rank6]:[F429 1 ProcessGroupNCCL.cpp:1554] [PG ID 0 PG GUID 0(default_pg) Rank 6] [PG ID 0 PG "
+            "GUID 0(default_pg) Rank 6] Terminating the process after attempting to dump debug info, "
+            "due to x",
+            "[rank4]:[E210 1 ProcessGroupNCCL.cpp:630] [Rank 4] Some NCCL operations have failed or timed "
+            "out.",
+            "[E ProcessGroupNCCL.cpp:456] Some NCCL operations have failed or timed out.",
+        ]
+    )
+    assert [(e["rank"], e["detail"]) for e in of("nccl_timeout", text)] == [
+        (5, {"seq": 55485.0}),
+        (1, {"seq": 131.0}),
+    ]
+    assert [(e["rank"], e["detail"]) for e in of("watchdog_failure", text)] == [
+        (2, {}),
+        (2, {}),
+        (6, {}),
+        (7, {}),
+        (1, {"reported_by": 0}),  # the rank whose timeout sent the signal
+        (6, {}),
+        (4, {}),
+        (None, {}),
+    ]
+    # The [rankN]: prefix is the global rank; a subgroup's rank stays in the detail.
+    sub = one("nccl_timeout", "[rank9]:[E1 1 x.cpp:1] [PG ID 3 PG GUID 5 Rank 1] Timeout at NCCL work: 8, x")
+    assert (sub["rank"], sub["detail"]) == (9, {"seq": 8.0, "group_rank": 1})
+
+
+def test_launcher_kills_and_zero_s_partition_count():
+    assert one("launcher_kill", "[launch.py:318:sigkill_handler] Killing subprocess 80")["detail"] == {
+        "pid": 80
+    }
+    assert one("processes", "Rank: 0 partition count [1, 1] and sizes[(6049711186, False), (1, False)]")[
+        "detail"
+    ] == {"processes": 1.0, "source": "ZeRO partition count"}
+    several = "a-1: x\na-1: y\nb-2: z\nb-2: w"
+    assert one("processes", several)["detail"]["processes"] == 2.0

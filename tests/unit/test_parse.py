@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.conftest import CPU_FINGERPRINT
@@ -15,6 +16,7 @@ from tests.unit.helpers import (
 )
 from zerogate.analysis import measures
 from zerogate.analysis.health import record_completeness
+from zerogate.analysis.launcher_failures import LAST_STARTED
 from zerogate.analysis.parse import (
     STEP_COLUMNS,
     event_table,
@@ -60,7 +62,10 @@ def test_crashed_rank_is_reported_with_its_traceback():
     assert "engine.step()" in crash["detail"]
     assert (events["kind"] == "fatal_loss_scale").sum() == 1
     exit_error = events[events["kind"] == "rank_exit_error"].iloc[0]
-    assert exit_error["rank"] == 0 and json.loads(exit_error["detail"]) == {"code": 1.0}
+    assert exit_error["rank"] == 0 and json.loads(exit_error["detail"]) == {
+        "code": 1.0,
+        "started_local_ranks": 1,
+    }
 
 
 def test_rank_metrics_are_read_sorted_with_nan_kept(tmp_path):
@@ -136,10 +141,19 @@ def test_real_killed_rank_log_is_a_failure_with_its_last_lines(tiny_profile):
     text = (DATA / "deepspeed_0.19.8_cpu_fp32_rank1_killed.log").read_text()
     events = parse_launcher_log(text)
     exit_error = events[events["kind"] == "rank_exit_error"].iloc[0]
-    assert exit_error["rank"] == 1 and json.loads(exit_error["detail"]) == {"code": -9.0}
+    # DeepSpeed's launcher prints the last command it started ('--local_rank=1' of two), whichever exited:
+    # the line alone names no rank.
+    assert pd.isna(exit_error["rank"]) and json.loads(exit_error["detail"]) == {
+        "code": -9.0,
+        "started_local_ranks": 2,
+        "ambiguous": LAST_STARTED.format(local_rank=1),
+    }
     steps = synthetic_steps(steps=3)
     meta = run_metadata(steps, events, None, text, expected_steps=12)
+    # Rank 0 raised (its traceback), so the exit by SIGKILL is the other one's: rank 1.
     assert meta.failed_ranks == [0, 1] and not meta.finished
+    killed = next(f for f in meta.failures if f.kind == "rank_exit_error")
+    assert (killed.rank, killed.exit_code, killed.line) == (1, -9, exit_error["line"])
     traceback = next(f for f in meta.failures if f.kind == "traceback")
     assert "Connection reset by peer" in traceback.message and len(traceback.last_lines) > 3
     gate = next(g for g in settings(tiny_profile).gates if g.name == "ranks_completed")

@@ -9,8 +9,8 @@ from typing import Any
 
 from zerogate.analysis.launcher_messages import Message
 
-# Kinds that mean a rank (or the launcher) failed: they never take an attributed step, and
-# zerogate.analysis.parse.run_metadata lists each as a failure.
+# Kinds that report a failure (a rank's or the launcher's): they never take an attributed step;
+# zerogate.analysis.failure_attribution decides which rank each one is about.
 FAILURE_KINDS = (
     "traceback",
     "rank_exit_error",
@@ -18,7 +18,11 @@ FAILURE_KINDS = (
     "nccl_timeout",
     "launcher_exit_error",
     "process_abort",
+    "watchdog_failure",
+    "launcher_kill",
 )
+# The NCCL watchdog's kinds: a timeout of a named collective, and the failures that name none.
+WATCHDOG_KINDS = ("nccl_timeout", "watchdog_failure")
 # Kinds that mark an optimizer-step boundary: two overflow lines on either side of one are two steps.
 STEP_BOUNDARY_KINDS = ("ds_progress", "throughput")
 

@@ -9,10 +9,14 @@ The text is read in three passes:
    schedulers add, keeping the host and rank they name; wrapped and broken lines are joined again, glued
    messages split.
 2. **Events.** Each message is matched against the formats below (:data:`FORMATS`, first match wins).
-   Python tracebacks and the launchers' exit reports are read by zerogate.analysis.launcher_failures.
+   Python tracebacks are read by zerogate.analysis.launcher_tracebacks, the launchers' exit reports by
+   zerogate.analysis.launcher_failures.
 3. **De-duplication.** A failure reported twice is one (zerogate.analysis.launcher_failures); the
    per-line ``overflow`` events stay as they are, and zerogate.analysis.launcher_skips adds one
    ``overflow_skip`` event per optimizer step the fp16 loss scaler skipped.
+
+Which rank each failure event is about is decided afterwards, from the events alone, by
+zerogate.analysis.failure_attribution.
 
 Where a format cannot tell (which rank an unprefixed line came from, whether identical lines are ranks
 or successive steps, a local rank on a multi-node run), the event's detail carries an ``ambiguous``
@@ -26,15 +30,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from zerogate.analysis.launcher_events import EventLog
+from zerogate.analysis.launcher_events import WATCHDOG_KINDS, EventLog
 from zerogate.analysis.launcher_failures import (
     LOCAL_RANK_ON_SEVERAL_NODES,
-    FailureReader,
+    ExitReader,
     merge_exits,
     merge_timeouts,
 )
 from zerogate.analysis.launcher_messages import Message, messages
 from zerogate.analysis.launcher_skips import skip_events
+from zerogate.analysis.launcher_tracebacks import TracebackReader
 
 NUMBER = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 
@@ -167,10 +172,6 @@ def _nothing(m: re.Match[str]) -> Built:
     return _rank(m), None, {}
 
 
-def _exit_code(m: re.Match[str]) -> Built:
-    return _rank(m), None, {"code": float(m["code"])}
-
-
 def _elastic_exit(m: re.Match[str]) -> Built:
     local = int(m["local_rank"])
     return (
@@ -193,6 +194,24 @@ def _watchdog(m: re.Match[str]) -> Built:
         "ran_for_ms": _number(m["ran_for"]),
     }
     return _rank(m), None, {k: v for k, v in fields.items() if v is not None}
+
+
+def _watchdog_seq(m: re.Match[str]) -> Built:
+    return _rank(m), None, {"seq": float(m["seq"])}
+
+
+def _watchdog_failure(m: re.Match[str]) -> Built:
+    """A rank's watchdog reporting a failure that names no collective; a dump signal from another rank's
+    timeout names that rank (the one whose watchdog timed out), the reporting one in ``reported_by``."""
+    if m.groupdict().get("source") is not None:
+        return int(m["source"]), None, {"reported_by": _rank(m)}
+    return _rank(m), None, {}
+
+
+def _partitions(m: re.Match[str]) -> Built:
+    # ZeRO stages 1 and 2 print their partition count per parameter group: the data-parallel ranks.
+    counts = [int(c) for c in re.findall(r"\d+", m["partitions"])]
+    return None, None, {"processes": float(max(counts)), "source": "ZeRO partition count"}
 
 
 def _world(m: re.Match[str]) -> Built:
@@ -231,6 +250,9 @@ def _config(m: re.Match[str]) -> Built | None:
         return None
     return None, None, {"bfloat16_enabled" if key == "bf16_enabled" else key: _config_value(m["value"])}
 
+
+# torch's rank marker in NCCL lines: "[Rank 6]", "[PG 1 Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 2]".
+_PG_RANK = r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]"
 
 FORMATS: tuple[Format, ...] = (
     Format(
@@ -320,29 +342,48 @@ FORMATS: tuple[Format, ...] = (
     Format(
         "nccl_timeout",
         re.compile(
-            r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]\s*Watchdog caught collective operation timeout"
+            rf"{_PG_RANK}\s*Watchdog caught collective operation timeout"
             r"(?:: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:[^)]*?Timeout\(ms\)=(?P<timeout>\d+))?"
             r"[^)]*\)(?:\s*ran for (?P<ran_for>\d+) milliseconds)?)?"
         ),
         _watchdog,
     ),
+    # The watchdog's report of the same collective: torch 2.3-2.6, torch 2.7 and later, the abort path.
     Format(
         "nccl_timeout",
         re.compile(
-            r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]\s*Exception \(either an error or timeout\) detected by "
-            r"watchdog "
-            r"at work: (?P<seq>\d+)"
+            rf"{_PG_RANK}\s*(?:Exception \(either an error or timeout\) detected by watchdog at work: "
+            r"|failure detected by watchdog at work sequence id: |Timeout at NCCL work: )(?P<seq>\d+)"
         ),
-        lambda m: (_rank(m), None, {"seq": float(m["seq"])}),
+        _watchdog_seq,
+    ),
+    # Newer torch's watchdog failures that name no collective; a rank signalling the dump for its own
+    # failure; the heartbeat monitor finding the watchdog stuck; the abort after the dump.
+    Format(
+        "watchdog_failure",
+        re.compile(
+            rf"{_PG_RANK}\s*(?:\[PG [^\]]*\]\s*)?(?:First PG on this rank to signal dumping"
+            r"|ProcessGroupNCCL's watchdog got stuck"
+            r"|Received a dump signal due to a collective timeout from "
+            r"(?:this local rank|\s*rank (?P<source>\d+))"
+            r"|Terminating the process after attempting to dump debug info"
+            r"|Some NCCL operations have failed or timed out)"
+        ),
+        _watchdog_failure,
+    ),
+    Format(
+        "watchdog_failure",
+        re.compile(r"Stack trace of the failed collective|Some NCCL operations have failed or timed out"),
+        _nothing,
     ),
     Format("process_abort", re.compile(r"terminate called after throwing an instance of"), _nothing),
     Format(
         "rank_exit_ok", re.compile(r"Process (?P<pid>\d+) exits successfully"), lambda m: (None, None, {})
     ),
     Format(
-        "rank_exit_error",
-        re.compile(r"--local_rank[= ](?P<rank>\d+)'.*exits with return code = (?P<code>-?\d+)"),
-        _exit_code,
+        "launcher_kill",
+        re.compile(r"Killing subprocess (?P<pid>\d+)"),
+        lambda m: (None, None, {"pid": int(m["pid"])}),
     ),
     Format(
         "rank_exit_error",
@@ -358,6 +399,7 @@ FORMATS: tuple[Format, ...] = (
         ),
         lambda m: _world(m) if m["size2"] is None else (None, None, {"world_size": float(m["size2"])}),
     ),
+    Format("processes", re.compile(r"partition count \[(?P<partitions>[\d, ]+)\]"), _partitions),
     Format(
         "ds_config",
         re.compile(
@@ -373,17 +415,44 @@ FORMATS: tuple[Format, ...] = (
 # ---- the whole reading ----------------------------------------------------------------------------------
 
 
+def _watchdog_rank(message: Message, rank: int | None, detail: dict[str, Any]) -> int | None:
+    """The global rank a watchdog line is about: the ``[rankN]:`` prefix torch puts before it, where it has
+    one, over the rank in the process group the line names (``group_rank`` in the detail when they differ);
+    a dump signal from another rank's timeout stays that rank's."""
+    if message.rank is None or rank == message.rank or "reported_by" in detail:
+        return rank
+    if rank is not None:
+        detail["group_rank"] = rank
+    return message.rank
+
+
 def _match(log: EventLog, message: Message, multi_node: bool) -> None:
     """The first format the message matches; every occurrence of it is an event (two ranks' messages
     written into one line without a break are two)."""
     for fmt in FORMATS:
         built = [b for b in map(fmt.build, fmt.pattern.finditer(message.text)) if b is not None]
         for rank, step, detail in built:
-            if fmt.kind == "rank_exit_error" and multi_node:  # both line formats print a local rank
+            if fmt.kind == "rank_exit_error" and multi_node:  # torch elastic's agent prints a local rank
                 detail = {**detail, "ambiguous": LOCAL_RANK_ON_SEVERAL_NODES}
+            if fmt.kind in WATCHDOG_KINDS:
+                rank = _watchdog_rank(message, rank, detail)
             log.emit(fmt.kind, message, rank, step, detail)
         if built:
             return
+
+
+SEVERAL_HOSTS = "pdsh host prefixes: one node each, so at least as many processes"
+
+
+def _emit_nodes(log: EventLog, all_messages: list[Message]) -> None:
+    """A ``processes`` event where a log's second host first writes: several nodes, several processes."""
+    hosts: list[str] = []
+    for message in all_messages:
+        if message.host is not None and message.host not in hosts:
+            hosts.append(message.host)
+            if len(hosts) == 2:
+                log.emit("processes", message, None, None, {"processes": 2.0, "source": SEVERAL_HOSTS})
+                return
 
 
 def read_events(text: str) -> list[dict[str, Any]]:
@@ -392,14 +461,17 @@ def read_events(text: str) -> list[dict[str, Any]]:
     all_messages = list(messages(text))
     multi_node = len({m.host for m in all_messages if m.host is not None}) > 1
     log = EventLog()
-    failures = FailureReader(log)
+    tracebacks = TracebackReader(log)
+    exits = ExitReader(log, tracebacks, multi_node)
     for index, message in enumerate(all_messages):
-        if failures.traceback_line(message, index):
+        if tracebacks.feed(message, index):
             continue
-        failures.chain_marker(message)
-        failures.launcher_report(message)
+        tracebacks.chain_marker(message)
+        exits.read(message)
         _match(log, message, multi_node)
-    failures.finish()
+    tracebacks.finish()
+    if multi_node:
+        _emit_nodes(log, all_messages)
     events = merge_timeouts(merge_exits(log.events))
     events += skip_events(events)
     events.sort(key=lambda e: (e["line"], e["order"]))

@@ -1,10 +1,11 @@
 """Pass 1 of reading a launcher log (zerogate.analysis.launcher_log): its text as messages. Physical lines
 lose the prefixes launchers, schedulers and shells put before them (a pdsh host ``10.141.250.231: ``,
 torch's ``[rank6]:``, torchrun's ``[default0]:``, OpenMPI's ``[1,3]<stdout>:``, Slurm's ``12: `` task
-label, a captured ``stderr: ``), keeping the host and rank they name. A line a terminal wrapped at its
-width is joined again (and a word it split with padding), and so is a launcher line a paste broke before
-its end; a line that holds several messages (a progress bar with the next log line glued to it, two ranks'
-lines written into one) is split where each message starts."""
+label, a captured ``stderr: ``, a paste's ``> `` quote), stacked in any order, keeping the host and rank
+they name. A line a terminal wrapped at its width is joined again (and a word it split with padding), and
+so is a launcher line a paste broke before its end; a line that holds several messages (a progress bar
+with the next log line glued to it, two ranks' lines written into one) is split where each message
+starts."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ _IPV4 = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 _HOST_PREFIX = re.compile(r"([A-Za-z0-9][A-Za-z0-9.-]*): ")
 _TASK_PREFIX = re.compile(r" {0,3}(\d+): ")
 _NUMBERED_PREFIX = re.compile(r"\[(\d+)\] (?=\S)")
+# A Markdown quote a paste put before every line ("> " or a bare ">" on an empty line).
+_QUOTE_PREFIX = re.compile(r">(?: |$)")
 # The end of a name that reads as an exception's: such a name is never a host, and ends a traceback.
 EXCEPTION_NAME = re.compile(r"(?:Error|Exception|Warning|Interrupt|Exit|Failure)$")
 # Prefixes that name their writer on every line, checked in this order after the host and task label.
@@ -55,6 +58,20 @@ def _looks_like_host(token: str) -> bool:
     return token == "localhost" or any(c.isdigit() or c == "-" for c in token)
 
 
+def _host_candidates(line: str) -> list[str]:
+    """The names that lead a line as pdsh's ``host: `` would, among its other prefixes (a quote, a rank
+    marker may come before or after it)."""
+    found = []
+    while True:
+        prefix = next((m for p in (_QUOTE_PREFIX, *_WRITER_PREFIXES) if (m := p.match(line))), None)
+        host = _HOST_PREFIX.match(line) if prefix is None else None
+        if host and _looks_like_host(host.group(1)):
+            found.append(host.group(1))
+        elif prefix is None or not prefix.end():
+            return found
+        line = line[(prefix or host).end() :]
+
+
 @dataclass(frozen=True)
 class PrefixStyle:
     """The log-wide prefixes: which host names pdsh put before lines, and whether Slurm's task labels or a
@@ -64,21 +81,29 @@ class PrefixStyle:
     hosts: frozenset[str]
     task_labels: bool
     numbered: bool
+    quoted: bool = False
 
     @classmethod
     def of(cls, lines: list[str]) -> PrefixStyle:
-        tokens = Counter(m.group(1) for line in lines if (m := _HOST_PREFIX.match(line)))
+        tokens = Counter(token for line in lines for token in _host_candidates(line))
         hosts = frozenset(
             t for t, n in tokens.items() if _looks_like_host(t) and (n >= 2 or _IPV4.fullmatch(t))
         )
         tasks = sum(1 for line in lines if _TASK_PREFIX.match(line))
         numbered = sum(1 for line in lines if _NUMBERED_PREFIX.match(line))
-        return cls(hosts, tasks >= 2, numbered >= 2)
+        provisional = cls(hosts, tasks >= 2, numbered >= 2, quoted=True)
+        quoted = sum(1 for line in lines if "quoted" in provisional.strip(line)[1])
+        return cls(hosts, tasks >= 2, numbered >= 2, quoted >= 2)
 
     def strip(self, line: str) -> tuple[str, dict[str, Any]]:
-        """The line without its prefixes, and the writer they name (host, rank, local_rank)."""
+        """The line without its prefixes, and the writer they name (host, rank, local_rank; ``quoted`` when a
+        quote was among them)."""
         writer: dict[str, Any] = {}
-        while True:  # prefixes nest: "worker-5: [rank22]: ..."; each one removed is at least ": " long
+        while True:  # prefixes nest: "> worker-5: [rank22]: ..."; each one removed is at least one character
+            quote = _QUOTE_PREFIX.match(line) if self.quoted else None
+            if quote:
+                writer["quoted"], line = True, line[quote.end() :]
+                continue
             host = _HOST_PREFIX.match(line)
             if host and host.group(1) in self.hosts:
                 writer["host"], line = host.group(1), line[host.end() :]
@@ -173,7 +198,8 @@ def messages(text: str) -> Iterator[Message]:
         index += 1
         for piece in split_glued(body):
             inner, more = style.strip(piece)
-            yield Message(line=start + 1, text=inner, **{**writer, **more})
+            named = {k: v for k, v in {**writer, **more}.items() if k != "quoted"}
+            yield Message(line=start + 1, text=inner, **named)
 
 
 def _join_open_line(body: str, lines: list[str], index: int) -> tuple[str, int]:

@@ -17,14 +17,14 @@ from typing import Any
 import pandas as pd
 
 from zerogate.analysis import measures
+from zerogate.analysis.failure_attribution import attribute_events
 from zerogate.analysis.gate_measures import NotMeasured, unit_of
 from zerogate.analysis.gates import COMPARE
-from zerogate.analysis.launcher_events import FAILURE_KINDS
 from zerogate.analysis.log_input import read_log_text
-from zerogate.analysis.log_summary import BF16, FP16, FP32, config_value, log_counts
+from zerogate.analysis.log_summary import BF16, FP16, FP32, config_value, failures, log_counts
 from zerogate.analysis.parse import parse_launcher_log
 from zerogate.config.judging import GateSettings
-from zerogate.contracts.log_summary import ExitError, LogGate, LogSummary
+from zerogate.contracts.log_summary import ExitError, LogGate, LogSummary, RankFailure
 from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS
 
 STEP_TIME_DEFINITION = (
@@ -48,14 +48,13 @@ FATAL_DEFINITION = (
     "per-step records, not in a launcher log)."
 )
 FAILED_RANKS_DEFINITION = (
-    "Ranks a failure line names: a traceback under a [rankN]: prefix, an exit a launcher reports "
-    "(DeepSpeed's "
-    "launcher, torch's elastic agent and its ChildFailedError summary, CalledProcessError, Slurm), an NCCL "
-    "watchdog timeout, a fatal loss-scale abort, a C++ abort; a failure that names no rank counts as one "
-    "rank. "
-    "With no failure line, PASS needs the launcher's 'exits successfully' lines; whether every rank reached "
-    "the "
-    "last step is not in a log."
+    "Ranks that failed, as zerogate.analysis.failure_attribution defines it: a rank with a traceback of its "
+    "own (under its [rankN]: prefix, or without one in a log of one process), an exit a launcher or "
+    "scheduler reports for it (DeepSpeed's launcher, torch's elastic agent and its ChildFailedError "
+    "summary, CalledProcessError, Slurm), a watchdog failure (an NCCL timeout, a watchdog that got stuck "
+    "or signalled), a kill of the only process, or an abort it printed; failures that name no rank count "
+    "as one rank, and a launcher's traceback is no failure of its own. With no failure line, PASS needs "
+    "the launcher's 'exits successfully' lines; whether every rank reached the last step is not in a log."
 )
 NOT_IN_A_LOG = {
     "loss_convergence": "a launcher log holds no per-step loss (the pipeline engine prints a mean over "
@@ -132,32 +131,26 @@ def overflow_fraction(counts: dict[str, Any], events: pd.DataFrame) -> tuple[flo
 
 
 def failed_rank_count(counts: dict[str, Any], events: pd.DataFrame) -> tuple[float, dict[str, Any]]:
-    """(failed ranks, evidence): the ranks failure lines name, one for failures that name none; NotMeasured
-    when the log shows neither a failure nor a successful exit."""
-    failures = events[events["kind"].isin(FAILURE_KINDS)]
-    unnamed = failures["rank"].isna().any()
+    """(failed ranks, evidence): the attribution's failed ranks, one for failures that name none;
+    NotMeasured when the log shows neither a failure nor a successful exit."""
+    attribution = attribute_events(events)
+    lines = attribution.lines()
     exits_ok = int((events["kind"] == "rank_exit_ok").sum())
-    if not len(failures) and not exits_ok:
+    if not lines and not exits_ok:
         raise NotMeasured(
             "no failure line and no 'exits successfully' line: the log does not show how the ranks ended"
         )
     evidence = {
         "failed_ranks(rank)": counts["failed_ranks"],
-        "failures_naming_no_rank(count)": int(failures["rank"].isna().sum()),
+        "failures_naming_no_rank(count)": len(attribution.unnamed.lines) if attribution.unnamed else 0,
         "exit_errors": counts["exit_errors"],
         "successful_exits(count)": exits_ok,
         "world_size(ranks)": counts["world_size"],
         "failures": [
-            {
-                "kind": k,
-                "rank(rank)": None if pd.isna(r) else int(r),
-                "line(line)": None if pd.isna(n) else int(n),
-                "message": m,
-            }
-            for k, r, n, m in zip(failures["kind"], failures["rank"], failures["line"], failures["message"])
+            {"kind": f.kind, "rank(rank)": f.rank, "line(line)": f.line, "message": f.message} for f in lines
         ][:20],
     }
-    return float(len(counts["failed_ranks"]) or (1 if unnamed else 0)), evidence
+    return float(attribution.rank_count), evidence
 
 
 def step_times(events: pd.DataFrame, warmup_steps: int) -> tuple[list[float], str]:
@@ -274,7 +267,8 @@ def judge_log_file(
     parse its events, count them and judge the profile's gates on them."""
     text = read_log_text(path)
     events = parse_launcher_log(text)
-    counts = log_counts(events)
+    attribution = attribute_events(events)
+    counts = log_counts(events, attribution)
     judged = judge_log_gates(gates, counts, events, warmup_steps)
     exits = [ExitError(**e) for e in counts["exit_errors"]]
     return LogSummary(
@@ -283,4 +277,5 @@ def judge_log_file(
         lines=len(text.splitlines()),
         **{**counts, "exit_errors": exits},
         gates=judged,
+        failures=[RankFailure(**failed) for failed in failures(attribution)],
     )

@@ -7,8 +7,10 @@ judge_log rule's summary (zerogate.contracts.log_summary.LogSummary). Each count
   hysteresis skip);
 - ``*_lines``: one per message of that kind (two ranks' messages written into one line are two);
 - ``tracebacks``, ``fatal_loss_scale``, ``nccl_timeouts``: one per event of the kind;
-- ``failed_ranks``: every rank a failure event names (zerogate.analysis.launcher_events.FAILURE_KINDS);
-- ``exit_errors``: the exits the launchers and schedulers report, one per process;
+- ``failed_ranks``: the ranks that failed (zerogate.analysis.failure_attribution's one definition), each
+  with the lines that show it in ``failures``;
+- ``exit_errors``: the exits the launchers and schedulers report, one per process, with the rank the
+  attribution gives it (None where the log does not tell);
 - ``world_size``: the largest the launcher (``dist_world_size``, ``WORLD INFO DICT``) or NCCL states;
 - ``optimizer_steps``: the highest step a progress or throughput line names; ``progress_skipped``: DeepSpeed's
   own ``skipped=`` at its last progress line.
@@ -21,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from zerogate.analysis.launcher_events import FAILURE_KINDS
+from zerogate.analysis.failure_attribution import Attribution, attribute_events
 
 # Precision as the DeepSpeed config print or the optimizer's creation line states it.
 FP16, BF16, FP32 = "fp16", "bf16", "fp32"
@@ -81,16 +83,24 @@ def progress_skipped(events: pd.DataFrame) -> int | None:
     return int(progress[-1]["skipped"]) if progress else None
 
 
-def failed_ranks(events: pd.DataFrame) -> list[int]:
-    ranks = events.loc[events["kind"].isin(FAILURE_KINDS), "rank"].dropna()
-    return sorted({int(r) for r in ranks if r >= 0})
+def failed_ranks(attribution: Attribution) -> list[int]:
+    return [rank for rank in attribution.ranks if rank >= 0]
 
 
-def exit_errors(events: pd.DataFrame) -> list[dict[str, Any]]:
-    exits = events[events["kind"].isin(["rank_exit_error", "launcher_exit_error"])]
+def exit_errors(attribution: Attribution) -> list[dict[str, Any]]:
+    return [{"rank": rank, "code": code} for rank, code in attribution.exits]
+
+
+def failures(attribution: Attribution) -> list[dict[str, Any]]:
+    """Each failed rank (and the failures naming none) with how it failed and the lines that show it."""
+    groups = [*attribution.failed, *([attribution.unnamed] if attribution.unnamed else [])]
     return [
-        {"rank": None if pd.isna(rank) else int(rank), "code": int(json.loads(detail)["code"])}
-        for rank, detail in zip(exits["rank"], exits["detail"])
+        {
+            "rank": group.rank,
+            "causes": group.causes,
+            "lines": [{"line": f.line, "kind": f.kind, "message": f.message} for f in group.lines],
+        }
+        for group in groups
     ]
 
 
@@ -104,8 +114,10 @@ def ambiguities(events: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(notes))
 
 
-def log_counts(events: pd.DataFrame) -> dict[str, Any]:
-    """The counts of the module docstring, keyed as zerogate.contracts.log_summary.LogSummary names them."""
+def log_counts(events: pd.DataFrame, attribution: Attribution | None = None) -> dict[str, Any]:
+    """The counts of the module docstring, keyed as zerogate.contracts.log_summary.LogSummary names them
+    (``attribution``: the events' failures, when the caller has them already)."""
+    attribution = attribution or attribute_events(events)
     skips = details(events, "overflow_skip")
     world = [d["world_size"] for d in details(events, "world_info")]
     return {
@@ -123,8 +135,8 @@ def log_counts(events: pd.DataFrame) -> dict[str, Any]:
         "tracebacks": count(events, "traceback"),
         "fatal_loss_scale": count(events, "fatal_loss_scale"),
         "nccl_timeouts": count(events, "nccl_timeout"),
-        "failed_ranks": failed_ranks(events),
-        "exit_errors": exit_errors(events),
+        "failed_ranks": failed_ranks(attribution),
+        "exit_errors": exit_errors(attribution),
         "world_size": int(max(world)) if world else None,
         "ambiguities": ambiguities(events),
     }

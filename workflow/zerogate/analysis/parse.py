@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from zerogate.analysis import launcher_log
-from zerogate.analysis.launcher_events import FAILURE_KINDS
+from zerogate.analysis.failure_attribution import attribute_events
 from zerogate.contracts.base import ContractError, read_lines
 from zerogate.contracts.machine import NodeFingerprint
 from zerogate.contracts.parsed import EVENT_COLUMNS, Failure, ProgressSkips, RunMeta, missing_columns
@@ -130,20 +130,22 @@ def run_metadata(
     expected_steps: int | None = None,
     nodes: list[NodeFingerprint] | None = None,
 ) -> RunMeta:
-    """What the run did as a whole: ranks, steps each completed, which ranks failed and how."""
+    """What the run did as a whole: ranks, steps each completed, which ranks failed and how (one failure per
+    line that shows one, with the rank zerogate.analysis.failure_attribution gives it)."""
     completed = {int(r): int(g["step"].max()) for r, g in steps.groupby("rank")} if len(steps) else {}
+    launcher_events = events[events["line"].notna()] if len(events) else events
+    attribution = attribute_events(launcher_events)
     failures: list[Failure] = []
-    for _, event in events[events["kind"].isin(FAILURE_KINDS)].iterrows():
-        rank = None if pd.isna(event["rank"]) else int(event["rank"])
-        detail = json.loads(event["detail"])
-        code = detail.get("code")
+    for found in attribution.lines():
+        code = found.detail.get("code")
         failures.append(
             Failure(
-                rank=rank,
-                kind=event["kind"],
-                message=event["message"],
+                rank=found.rank,
+                kind=found.kind,
+                message=found.message,
                 exit_code=None if code is None else int(code),
-                last_lines=detail.get("last_lines") or last_log_lines(log_text, rank),
+                last_lines=found.detail.get("last_lines") or last_log_lines(log_text, found.rank),
+                line=found.line,
             )
         )
     counts = events["kind"].value_counts().to_dict() if len(events) else {}
@@ -153,7 +155,7 @@ def run_metadata(
         finished=summary is not None,
         expected_steps=expected_steps,
         steps_completed_per_rank=completed,
-        failed_ranks=sorted({f.rank for f in failures if f.rank is not None}),
+        failed_ranks=attribution.ranks,
         failures=failures,
         event_counts={k: int(v) for k, v in counts.items()},
         deepspeed_skipped_steps=_last_skipped(events),

@@ -24,6 +24,24 @@ class ExitError(Record):
     code: int
 
 
+class FailureLine(Record):
+    """A line that shows a failure: where it is, its event kind (zerogate.analysis.parse.EVENT_COLUMNS) and
+    its text."""
+
+    line: int | None
+    kind: str
+    message: str
+
+
+class RankFailure(Record):
+    """A failed rank (None: the failures whose rank the log does not tell), how it failed (traceback, exit,
+    watchdog, kill, abort) and the lines that make it so."""
+
+    rank: int | None
+    causes: list[str]
+    lines: list[FailureLine]
+
+
 class LogGate(JudgedGate):
     """One gate of the profile as the log can judge it: the same name, claim, metric, comparison and
     threshold,
@@ -58,8 +76,9 @@ class LogSummary(Artefact):
     tracebacks: int  # Python tracebacks (a chained exception is one)
     fatal_loss_scale: int  # "Current loss scale already at minimum" aborts
     nccl_timeouts: int  # NCCL watchdog timeouts, one per rank and collective
-    failed_ranks: list[int]  # ranks a failure line names
+    failed_ranks: list[int]  # ranks that failed (zerogate.analysis.failure_attribution)
     exit_errors: list[ExitError]
     world_size: int | None  # as the launcher or NCCL states it
     ambiguities: list[str]  # what the formats could not tell, once each
     gates: list[LogGate]
+    failures: list[RankFailure] = Field(default_factory=list)  # each failed rank with its lines

@@ -14,14 +14,15 @@ EVENT_COLUMNS = ("kind", "rank", "step", "line", "message", "detail")  # detail:
 
 
 class Failure(Record):
-    """One rank's failure read from the launcher log: a traceback, a non-zero exit, a fatal loss-scale
-    abort."""
+    """One line of the launcher log that shows a rank's failure (zerogate.analysis.failure_attribution): a
+    traceback, a non-zero exit, a watchdog failure, a kill, an abort."""
 
     rank: int | None  # None: the log does not say which rank
     kind: str
     message: str
     exit_code: int | None = None
     last_lines: list[str] = []
+    line: int | None = None  # the launcher log's line that shows it
 
 
 class ProgressSkips(Record):

@@ -4,7 +4,7 @@ main report's style (templates/log_summary.html.j2 extends its base template and
 from __future__ import annotations
 
 from zerogate import __version__
-from zerogate.contracts.log_summary import LogSummary
+from zerogate.contracts.log_summary import LogSummary, RankFailure
 from zerogate.contracts.verdicts import GATE_OUTCOMES
 from zerogate.report.html import environment
 
@@ -25,14 +25,31 @@ COUNT_LABELS = {
     "tracebacks": "Python tracebacks",
     "fatal_loss_scale": "fatal loss-scale aborts",
     "nccl_timeouts": "NCCL watchdog timeouts",
-    "failed_ranks": "ranks a failure line names",
+    "failed_ranks": "ranks that failed",
 }
+
+
+FAILURES_LABEL = "how each failed rank failed (the lines that show it)"
+
+
+def failures_row(summary: LogSummary) -> str:
+    """``rank 0: exit, traceback (lines 3, 11); no rank named: exit (line 12)``, or an empty string."""
+
+    def one(failure: RankFailure) -> str:
+        who = "no rank named" if failure.rank is None else f"rank {failure.rank}"
+        lines = [str(line.line) for line in failure.lines if line.line is not None]
+        where = f" (line{'s' if len(lines) > 1 else ''} {', '.join(lines)})" if lines else ""
+        return f"{who}: {', '.join(failure.causes)}{where}"
+
+    return "; ".join(one(failure) for failure in summary.failures)
 
 
 def render_log_page(summary: LogSummary, profile: str) -> str:
     """The page of one judged log; ``profile`` names the profile whose gates it was judged against."""
     counts = {verdict: sum(g.verdict == verdict for g in summary.gates) for verdict in GATE_OUTCOMES}
     rows = {label: getattr(summary, field) for field, label in COUNT_LABELS.items()}
+    if summary.failures:
+        rows[FAILURES_LABEL] = failures_row(summary)
     return (
         environment()
         .get_template("log_summary.html.j2")
