@@ -407,7 +407,7 @@ def test_every_claim_of_the_real_file_is_judged_with_a_known_kind():
     claims = copy.deepcopy(CLAIMS_DATA)
     from snakemake.utils import validate
 
-    validate(copy.deepcopy(claims), str(REPO / "config" / "schemas" / "claims.schema.yaml"))
+    validate(copy.deepcopy(claims), str(REPO / "config" / "schemas" / "claims.schema.json"))
     judged = judge(
         claims_file(claims),
         Evidence(

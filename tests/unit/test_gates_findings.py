@@ -6,9 +6,10 @@ cpu-tiny profile's, judged as check_gates judges them: with the rendered run spe
 deviations and the planner's plan.
 """
 
+import json
+
 import numpy as np
 import pytest
-import yaml
 
 from tests.conftest import CPU_FINGERPRINT, REPO
 from tests.unit.helpers import (
@@ -252,7 +253,7 @@ def test_the_spike_rule_is_documented_as_upward_only_like_the_stabiliser():
     rule = RULE
     assert "upward only" in rule.describe()
     assert "|z|" not in (REPO / "config/profiles/cpu-tiny.yaml").read_text()
-    schema = yaml.safe_load((REPO / "config/schemas/profile.schema.yaml").read_text())
+    schema = json.loads((REPO / "config/schemas/profile.schema.json").read_text())
     assert "upward only" in schema["properties"]["stabiliser"]["properties"]["spike_threshold"]["description"]
     # And the code agrees with the words: a sudden drop is no spike, for the gates and the stabiliser.
     losses = [3.0 + 0.01 * np.sin(i) for i in range(60)]

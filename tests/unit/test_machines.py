@@ -1,5 +1,6 @@
 """Machine descriptions: the shipped claim box, schema errors, and the probe's fingerprint in that shape."""
 
+import json
 from pathlib import Path
 
 import jsonschema
@@ -54,7 +55,7 @@ def test_every_shipped_description_follows_the_schema():
 
 
 def _schema_accepts(raw: dict, schema: dict | None = None) -> bool:
-    schema = schema or yaml.safe_load((REPO / "config/schemas/machine.schema.yaml").read_text())
+    schema = schema or json.loads((REPO / "config/schemas/machine.schema.json").read_text())
     return not list(jsonschema.Draft202012Validator(schema).iter_errors(raw))
 
 

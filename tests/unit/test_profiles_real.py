@@ -4,12 +4,11 @@ import json
 
 import jsonschema
 import pytest
-import yaml
 
 from tests.conftest import REPO
 from zerogate.config.profile import available_profiles, check_profile, load_profile_chain, resolve_profile
 
-SCHEMA = yaml.safe_load((REPO / "config/schemas/profile.schema.yaml").read_text())
+SCHEMA = json.loads((REPO / "config/schemas/profile.schema.json").read_text())
 
 
 def resolved(name):

@@ -366,7 +366,7 @@ def test_the_profile_schema_and_the_settings_check_agree_on_injections():
     import yaml
 
     schema = yaml.safe_load(
-        (Path(__file__).resolve().parents[2] / "config/schemas/profile.schema.yaml").read_text()
+        (Path(__file__).resolve().parents[2] / "config/schemas/profile.schema.json").read_text()
     )
     validator = jsonschema.Draft7Validator(schema["properties"]["stabiliser"]["properties"]["inject"])
     cases = [

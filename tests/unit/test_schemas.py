@@ -5,6 +5,7 @@ schema and the model refuse the same files (the model's errors one line naming t
 from __future__ import annotations
 
 import copy
+import json
 
 import jsonschema
 import pytest
@@ -35,18 +36,18 @@ def test_a_stale_schema_is_found_and_a_model_is_added_to_the_registry(tmp_path, 
 
         runs: Int = setting("how many", 1, filled=True, ge=1)
 
-    monkeypatch.setitem(schemas.SCHEMAS, "extra.schema.yaml", Extra)
+    monkeypatch.setitem(schemas.SCHEMAS, "extra.schema.json", Extra)
     assert schemas.main(["--write", "--directory", str(tmp_path)]) == 0
     assert schemas.stale(tmp_path) == []
-    extra = yaml.safe_load((tmp_path / "extra.schema.yaml").read_text())
+    extra = json.loads((tmp_path / "extra.schema.json").read_text())
     assert extra["properties"]["runs"] == {
         "description": "how many",
         "type": "integer",
         "minimum": 1,
         "default": 1,
     }
-    (tmp_path / "profile.schema.yaml").write_text("# edited by hand\n")
-    assert schemas.stale(tmp_path) == ["profile.schema.yaml"]
+    (tmp_path / "profile.schema.json").write_text("# edited by hand\n")
+    assert schemas.stale(tmp_path) == ["profile.schema.json"]
     assert schemas.main(["--check", "--directory", str(tmp_path)]) == 1
 
 
@@ -176,7 +177,7 @@ def test_a_whole_number_keeps_its_type_where_the_profile_is_read_and_is_a_float_
 
 def test_the_run_config_is_typed_with_its_defaults_and_errors_name_where_the_key_was_given():
     config = {"profile": "smoke", "machine": "auto"}
-    validate(config, str(schemas.SCHEMA_DIR / "config.schema.yaml"))
+    validate(config, str(schemas.SCHEMA_DIR / "config.schema.json"))
     typed = run_config(config, lambda key: "config/config.yaml")
     # Every default the schema filled is the model's.
     assert typed.model_dump(exclude_none=True) == {k: v for k, v in config.items() if v is not None}

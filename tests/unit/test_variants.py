@@ -3,6 +3,7 @@ config of the ZeRO variant they stand beside; the table per variant (zerogate.an
 statistics from zerogate.analysis.measures), its fastest and smallest, and the peers' loss agreement."""
 
 import copy
+import json
 
 import pytest
 
@@ -75,12 +76,11 @@ def test_profile_variants_are_known(tiny_profile):
 
 
 def test_the_default_profile_lists_zeros_peers_and_the_schema_allows_every_variant(tiny_profile):
-    import yaml
 
     from tests.unit.test_workflow import REPO
 
     assert {"fsdp2", "fsdp2-offload", "hf-trainer", "zero3"} <= set(tiny_profile["variants"])
-    schema = yaml.safe_load((REPO / "config/schemas/profile.schema.yaml").read_text())
+    schema = json.loads((REPO / "config/schemas/profile.schema.json").read_text())
     assert schema["properties"]["variants"]["items"]["enum"] == list(ALL_VARIANTS)
 
 

@@ -80,7 +80,7 @@ def load_profile(name):
         profile = resolve_profile(chain)
     except InputError as error:
         fail(error)
-    validated(profile, "profile.schema.yaml", chain)
+    validated(profile, "profile.schema.json", chain)
     try:
         settings = check_profile(profile, chain, REPO)
     except InputError as error:
@@ -88,7 +88,7 @@ def load_profile(name):
     return profile, settings
 
 
-validated(config, "config.schema.yaml")
+validated(config, "config.schema.json")
 try:
     # The run configuration, typed (zerogate.config.run_config.RunConfig): what the code below reads.
     RUN_CONFIG = run_config(config, lambda key: config_source(key.split(".")))
@@ -152,7 +152,7 @@ try:
     CLAIMS_DATA = read_yaml(REPO / CLAIMS_FILE, CLAIMS_FILE)
 except InputError as error:
     fail(error)
-validated(CLAIMS_DATA, "claims.schema.yaml")
+validated(CLAIMS_DATA, "claims.schema.json")
 try:
     CLAIMS = claims_file(CLAIMS_DATA, CLAIMS_FILE)
 except InputError as error:

@@ -9,7 +9,7 @@ compares them. The judges of what the run measures (communication, the gates' cl
 zerogate.analysis.measured_claims'; :class:`Evidence` is zerogate.analysis.claim_evidence's.
 
 Units: GB = 10^9 bytes, GiB = 2^30 bytes (zerogate.units), always as the claim writes them. The claims
-themselves are config/claims.yaml's entries (validated against config/schemas/claims.schema.yaml), typed
+themselves are config/claims.yaml's entries (validated against config/schemas/claims.schema.json), typed
 by zerogate.config.claims, one model per kind.
 """
 

@@ -63,7 +63,7 @@ def _stem(path: str) -> str:
 
 
 def given_logs(value: str | list[str] | None) -> list[str]:
-    """config["log"] as a list: a path, a list of paths, or none (schema: config.schema.yaml ``log``)."""
+    """config["log"] as a list: a path, a list of paths, or none (schema: config.schema.json ``log``)."""
     return [value] if isinstance(value, str) else list(value or [])
 
 

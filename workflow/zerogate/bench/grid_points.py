@@ -11,6 +11,7 @@ the key (or the base profile's file, where the base sets the bad key).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -136,7 +137,7 @@ def check_grid(repo: Path, file: str = GRID_FILE) -> tuple[PlannerGrid, dict[str
     profiles_dir = repo / "config" / "profiles"
     base_chain = load_profile_chain(profiles_dir, grid.base, file, "base")
     base_overrides = list(resolve_profile(base_chain).get("deepspeed", {}).get("overrides", []))
-    schema = yaml.safe_load((repo / "config" / "schemas" / "profile.schema.yaml").read_text())
+    schema = json.loads((repo / "config" / "schemas" / "profile.schema.json").read_text())
     validator = jsonschema.Draft202012Validator(schema)
     profiles = {}
     for index, point in enumerate(grid.points):

@@ -1,6 +1,6 @@
 """The seed's statements as data (config/claims.yaml), typed: the claimed box planned on paper, and one entry
 per claim, of one of the kinds zerogate.analysis.claims judges (discriminated on ``kind``), each with the
-keys its judge reads. config/schemas/claims.schema.yaml is generated from :class:`ClaimsFile`.
+keys its judge reads. config/schemas/claims.schema.json is generated from :class:`ClaimsFile`.
 
 Numbers keep the type the file gives them (an int stays an int: zerogate.config.base.Number), so a verdict
 quotes a stated figure as the claim writes it."""

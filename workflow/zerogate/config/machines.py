@@ -1,5 +1,5 @@
 """Machine descriptions: hand-written (config/machines/*.yaml) or derived from the probe's fingerprint, both
-a :class:`MachineDescription`, so the planner reads one typed format. config/schemas/machine.schema.yaml is
+a :class:`MachineDescription`, so the planner reads one typed format. config/schemas/machine.schema.json is
 generated from the model (zerogate.config.schemas) and accepts exactly what the model accepts; a description
 that breaks it is refused with one line naming the file and the dotted key."""
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import yaml
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
+from zerogate.config.tables import read_yaml
 from zerogate.config.validation import dotted
 from zerogate.contracts.base import Record
 from zerogate.contracts.machine import Fingerprint
@@ -207,10 +207,7 @@ def load_description(path: str | Path) -> MachineDescription:
     path = Path(path)
     if not path.is_file():
         raise InputError(str(path), "", "no such machine description")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise InputError(str(path), "", f"not valid YAML: {str(error).splitlines()[0]}") from None
+    raw = read_yaml(path, str(path))
     if not isinstance(raw, dict):
         raise InputError(str(path), "", "a machine description must be a mapping")
     return check(raw, str(path))

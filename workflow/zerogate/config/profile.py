@@ -6,11 +6,10 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from zerogate.config.base import Where, anywhere
 from zerogate.config.model_data import SHAPE_KEYS, ModelSettings
 from zerogate.config.settings import ProfileSettings, profile_settings
+from zerogate.config.tables import read_yaml
 from zerogate.errors import InputError
 from zerogate.model.hf_config import config_file, load_config, shape_of
 
@@ -61,10 +60,7 @@ def load_profile_chain(
         if not path.is_file():
             known = ", ".join(available_profiles(profiles_dir)) or "none"
             raise InputError(asked_by, key, f"unknown profile '{name}' (no {path}; known: {known})")
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as error:
-            raise InputError(str(path), "", f"not valid YAML: {str(error).splitlines()[0]}") from None
+        raw = read_yaml(path, str(path)) or {}
         if not isinstance(raw, dict):
             raise InputError(str(path), "", "a profile must be a mapping of keys to values")
         chain.insert(0, (path, raw))

@@ -1,5 +1,5 @@
 """The run configuration (config/config.yaml and ``--config`` overrides), typed: which profile, which machine,
-and the targets' own settings. config/schemas/config.schema.yaml is generated from :class:`RunConfig`;
+and the targets' own settings. config/schemas/config.schema.json is generated from :class:`RunConfig`;
 every default is filled into Snakemake's ``config`` when the workflow validates it."""
 
 from __future__ import annotations

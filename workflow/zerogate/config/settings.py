@@ -1,6 +1,6 @@
 """A whole profile, typed: :class:`ProfileSettings` holds every section (zerogate.config.training,
 model_data, judging, launch), its defaults, and the checks that involve more than one section; what every
-rule's parameters are taken from. config/schemas/profile.schema.yaml is generated from it
+rule's parameters are taken from. config/schemas/profile.schema.json is generated from it
 (zerogate.config.schemas).
 
 A bad value raises InputError naming the profile file that sets the key and the dotted key, e.g.

@@ -1,4 +1,5 @@
-"""Reading a YAML table a user edits (published setups, the planner grid) with one-line errors."""
+"""Reading a YAML file a user edits (profiles, machine descriptions, published setups, the planner grid) with
+one-line errors."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import yaml
 
 from zerogate.errors import InputError
 
+# libyaml's loader where PyYAML was built with it (its wheels are): the same safe subset of YAML, parsed in C.
+# Every Snakemake invocation reads the profile chain while it builds the DAG.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def read_yaml(path: str | Path, shown: str) -> object:
     """The parsed YAML at ``path``; InputError naming ``shown`` (the file as the user wrote it) when it
     cannot be read or is not YAML."""
     try:
-        return yaml.safe_load(Path(path).read_text())
+        return yaml.load(Path(path).read_text(), Loader=SAFE_LOADER)
     except OSError as error:
         raise InputError(shown, "", f"cannot be read ({error.strerror})") from None
     except yaml.YAMLError as error:
