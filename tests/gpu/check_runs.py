@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -208,9 +209,10 @@ class Launch:
     log: str
 
 
-def launch(point: Point, dataset: Path, out: Path, cap_bytes: int | None = None) -> Launch:
+def launch(point: Point, dataset: Path, out: Path, deadline: float, cap_bytes: int | None = None) -> Launch:
     """One run of the point through zerogate.runtime.launch (DeepSpeed's launcher, one rank) on
-    tests/gpu/capped_loop.py, the device capped at ``cap_bytes`` if given."""
+    tests/gpu/capped_loop.py, the device capped at ``cap_bytes`` if given; killed, with every process it
+    started, at ``deadline`` (a hung collective must not take the call's results with it)."""
     env = {**os.environ, **build_env()}
     env.pop(CAP_VARIABLE, None)
     if cap_bytes is not None:
@@ -222,18 +224,34 @@ def launch(point: Point, dataset: Path, out: Path, cap_bytes: int | None = None)
     command += ["--dataset-dir", str(dataset), "--out-dir", str(out / "train")]
     command += ["--checkpoint-dir", str(out / "checkpoints")]
     started = time.monotonic()
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    process = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=max(1.0, deadline - time.time()))
+        code = process.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        code = None
     seconds = time.monotonic() - started
-    text = log.read_text() if log.is_file() else ""
-    text += done.stdout + done.stderr
+    text = (log.read_text() if log.is_file() else "") + output
     metrics = out / "train/metrics/rank0.jsonl"
-    records = read_lines(StepRecord, metrics) if metrics.is_file() and done.returncode == 0 else []
-    if done.returncode == 0:
+    records = read_lines(StepRecord, metrics) if metrics.is_file() and code == 0 else []
+    if code == 0:
         outcome = "trained"
+    elif code is None:
+        outcome = "killed at the deadline"
     elif any(marker in text for marker in OUT_OF_MEMORY):
         outcome = "out of memory"
     else:
-        outcome = f"failed (exit {done.returncode})"
+        outcome = f"failed (exit {code})"
     return Launch(outcome, seconds, records, text)
 
 
@@ -362,7 +380,7 @@ def train_points(points: dict[str, Point], dataset: Path, work: Path, budget: Bu
         if not budget.allows(f"run {name}"):
             runs.append({**run, "launch": None, "not_run": "not launched: out of budget"})
             continue
-        done = launch(point, dataset, work / "runs" / name)
+        done = launch(point, dataset, work / "runs" / name, budget.deadline)
         budget.launch_s = done.seconds
         runs.append({**run, "launch": done})
         print(f"check_runs: {name}: {done.outcome} in {done.seconds:.0f} s ({len(done.records)} steps)")

@@ -234,10 +234,28 @@ def differences(
     }
 
 
-def check(kit: Path, image: dict[str, str | None], tree_bytes: int, pins: dict[str, str]) -> dict:
+def stale_roots(wheels: dict[str, Wheel], roots: Iterable[str], pins: dict[str, str]) -> list[str]:
+    """The kit's packages named in envs/gpu-kit.txt at another version than the project's pin (a pin moved
+    since the kit was fetched)."""
+    return [
+        name
+        for name in roots
+        if name in wheels and name in pins and wheels[name].version != Version(pins[name])
+    ]
+
+
+def check(
+    kit: Path, image: dict[str, str | None], tree_bytes: int, pins: dict[str, str], roots: Iterable[str] = ()
+) -> dict:
     """The kit's record: its wheels, the size against the limit, the assumptions, the differences from the
-    project's pins, and the problems (none: the kit installs on the image and fits one call)."""
+    project's pins, and the problems (none: the kit installs on the image, carries the pinned versions of
+    ``roots`` and fits one call)."""
     wheels, problems = read_kit(kit)
+    for name in stale_roots(wheels, roots, pins):
+        carried = wheels[name].version
+        problems.append(
+            f"{name}: the kit carries {carried}, the project pins {pins[name]} (make gpu-kit fetches it)"
+        )
     resolution = resolve(wheels, image)
     total = tree_bytes + kit_bytes(kit)
     if total > CARRY_LIMIT_BYTES:
@@ -282,6 +300,8 @@ def fetch_closure(
     require that neither the kit nor the image meets; each package is asked for once."""
     kit.mkdir(parents=True, exist_ok=True)
     wheels, _ = read_kit(kit)
+    for name in stale_roots(wheels, roots, pins):  # a pin moved: its old wheel goes
+        wheels.pop(name).path.unlink()
     wanted = {name: None for name in roots if name not in wheels}
     asked: set[str] = set()
     while wanted:
@@ -332,10 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kit", type=Path, default=KIT_DIR)
     parser.add_argument("--check", action="store_true", help="check the kit as it is, fetch nothing")
     args = parser.parse_args(argv)
-    image, pins = read_listing(IMAGE_FILE), project_pins()
+    image, pins, roots = read_listing(IMAGE_FILE), project_pins(), list(read_listing(ROOTS_FILE))
     if not args.check:
-        fetch_closure(read_listing(ROOTS_FILE), args.kit, image, pins, pip_fetch)
-    record = check(args.kit, image, carried_bytes(), pins)
+        fetch_closure(roots, args.kit, image, pins, pip_fetch)
+    record = check(args.kit, image, carried_bytes(), pins, roots)
     (args.kit / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     print(
         f"gpu-kit: {len(record['wheels'])} wheels, {record['kit_bytes'] / 2**20:.1f} MiB with a "

@@ -100,6 +100,19 @@ def test_the_closure_fetches_pins_then_what_the_image_lacks_each_once(tmp_path):
     assert problems_of(tmp_path)["problems"] == ["alpha 1.0 requires ghost: nothing has it"]
 
 
+def test_a_root_left_behind_by_a_moved_pin_is_a_problem_and_fetched_again(tmp_path):
+    old = make_wheel(tmp_path, "alpha", "1.0")
+    record = kit.check(tmp_path, IMAGE, 1000, {"alpha": "1.1"}, ["alpha"])
+    assert record["problems"] == [
+        "alpha: the kit carries 1.0, the project pins 1.1 (make gpu-kit fetches it)"
+    ]
+    kit.fetch_closure(
+        ["alpha"], tmp_path, IMAGE, {"alpha": "1.1"}, lambda specs, folder: make_wheel(folder, "alpha", "1.1")
+    )
+    assert not old.exists()
+    assert kit.check(tmp_path, IMAGE, 1000, {"alpha": "1.1"}, ["alpha"])["problems"] == []
+
+
 def test_a_pin_that_does_not_meet_the_requirement_gives_way_to_the_requirement():
     requirement = kit.Requirement("huggingface-hub>=3")
     assert kit.requirement_to_fetch("huggingface-hub", requirement, {"huggingface-hub": "2.4.0"}) == (
