@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -431,7 +432,19 @@ def search_points(points: dict[str, Point], dataset: Path, work: Path, budget: B
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The check; whatever breaks it still leaves check.json in ``--out`` with the traceback, since a device
+    call returns only what its command wrote."""
     args = parse_args(argv)
+    try:
+        return check(args)
+    except Exception:
+        args.out.mkdir(parents=True, exist_ok=True)
+        failure = {"mode": "cpu" if args.cpu else "cuda", "problems": [traceback.format_exc()]}
+        (args.out / "check.json").write_text(json.dumps(failure, indent=2) + "\n")
+        raise
+
+
+def check(args: argparse.Namespace) -> int:
     kind = "cpu" if args.cpu else "cuda"
     if kind == "cpu":
         os.environ["DS_ACCELERATOR"] = "cpu"
