@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,10 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="CPU mode: tiny model, fp32, gloo, no CUDA")
     parser.add_argument("--kit", type=Path, help="the kit's folder, installed first (GPU machine)")
     parser.add_argument("--budget-s", type=float, help="wall-clock budget (default: BUDGET_S)")
+    parser.add_argument(
+        "--keep-work", action="store_true", help="keep the runs' folder (its path is printed)"
+    )
     args, rest = parser.parse_known_args(argv)
     budget = args.budget_s or BUDGET_S["cpu" if args.cpu else "cuda"]
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="zerogate-gpu-check-"))
+    print(f"gpu_check: rendered files, dataset and run outputs in {work}")
     site, install = None, None
     if args.kit is not None:
         site = work / "site"
@@ -86,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     command += ["--install-record", str(work / "install.json")] + ["--cpu"] * args.cpu
     if args.kit is not None:
         command += ["--kit-record", str(args.kit / "kit.json")]
-    return subprocess.run([*command, *rest], cwd=REPO, env=runs_env(site)).returncode
+    try:
+        return subprocess.run([*command, *rest], cwd=REPO, env=runs_env(site)).returncode
+    finally:
+        if not args.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
