@@ -11,7 +11,8 @@ and trained a few optimizer steps by zerogate.runtime.launch on tests/gpu/capped
 zerogate.train.loop), whose step records (zerogate.contracts.records.StepRecord) give each step's tensor
 peak, allocator peak, NVML device peak, step time and loss scale. Then, per point and per consumer card of
 the claimed box (config/machines/, the small card first), the card's capacity caps the device and the
-largest micro-batch that trains is searched from the plan's own largest, against it (:func:`search_largest`).
+largest micro-batch that trains is searched from the plan's own largest, against it
+(tests/gpu/micro_batch_search.py).
 
 Everything runs against a wall-clock deadline: a launch that would not end before it is skipped and
 recorded as such. Results (at most 8 files) go to ``--out``: see :mod:`tests.gpu.check_results`.
@@ -37,6 +38,7 @@ import yaml
 
 from tests.gpu.capped_loop import CAP_VARIABLE
 from tests.gpu.check_results import write_results
+from tests.gpu.micro_batch_search import Search
 from zerogate.bench.grid_points import write_profiles
 from zerogate.config.launch import PlanSettings
 from zerogate.config.machines import GpuDescription, from_fingerprint, load_description
@@ -79,7 +81,6 @@ BASES = {
 }
 STEPS = {"cuda": 4, "cpu": 2}  # optimizer steps of each point's run
 PROBE_STEPS = 2  # optimizer steps of each micro-batch the search tries
-SEARCH_UPPER = 512  # the largest micro-batch the search tries
 FIRST_LAUNCH_S = {"cuda": 60.0, "cpu": 20.0}  # what a launch is expected to take before one was timed
 CPU_NO_SEARCH = "not run: CPU mode (no CUDA device to cap)"
 OUT_OF_MEMORY = ("OutOfMemoryError", "CUDA out of memory")
@@ -254,64 +255,6 @@ def launch(point: Point, dataset: Path, out: Path, deadline: float, cap_bytes: i
     else:
         outcome = f"failed (exit {code})"
     return Launch(outcome, seconds, records, text)
-
-
-@dataclass
-class Search:
-    """The search for the largest micro-batch in 1..``upper`` that trains, from ``start`` (the plan's
-    largest): doubling up from a fit or halving down from a refusal until both bounds are known, then
-    bisecting. It can stop after some probes and go on later (:meth:`run`)."""
-
-    start: int
-    upper: int = SEARCH_UPPER
-    fits: int = 0  # the largest known to train
-    refused: int | None = None  # the smallest known not to (None: none yet)
-    probes: list[dict[str, Any]] = field(default_factory=list)
-    stopped: str | None = None  # why it ended unfinished
-
-    @property
-    def done(self) -> bool:
-        return self.stopped is not None or self.fits + 1 >= (self.refused or self.upper + 1)
-
-    def next_batch(self) -> int:
-        if not self.probes:
-            return min(max(self.start, 1), self.upper)
-        if self.refused is None:
-            return min(self.upper, 2 * self.fits)
-        return max(1, self.refused // 2) if self.fits == 0 else (self.fits + self.refused) // 2
-
-    def run(self, try_batch: Callable[[int], str], probes: int | None = None) -> Search:
-        """Probe with ``try_batch`` ("trained"; "out of memory"; anything else stops the search unfinished)
-        until done, or ``probes`` more were made."""
-        made = 0
-        while not self.done and (probes is None or made < probes):
-            batch = self.next_batch()
-            outcome = try_batch(batch)
-            self.probes.append({"micro_batch": batch, "outcome": outcome})
-            made += 1
-            if outcome == "trained":
-                self.fits = batch
-            elif outcome == "out of memory":
-                self.refused = batch
-            else:
-                self.stopped = outcome
-        return self
-
-    def result(self) -> dict[str, Any]:
-        if not self.done:
-            status = "unfinished: out of budget"
-        elif self.stopped is not None:
-            status = f"unfinished: {self.stopped}"
-        elif self.fits == 0:
-            status = "none fits"
-        else:
-            status = f"at the search's upper bound {self.upper}" if self.fits == self.upper else "found"
-        return {"largest": self.fits or None, "status": status, "probes": self.probes}
-
-
-def search_largest(try_batch: Callable[[int], str], start: int, upper: int = SEARCH_UPPER) -> dict[str, Any]:
-    """The whole search (:class:`Search`) at once: the largest micro-batch, the status and the probes."""
-    return Search(start, upper).run(try_batch).result()
 
 
 # --- the check ---------------------------------------------------------------------------------------------

@@ -9,13 +9,12 @@ from tests.gpu.check_gpu_1x import check_results
 from tests.gpu.check_runs import (
     CLAIMED_BOX,
     STEPS,
-    Search,
     capped_machine,
     plan_point,
     render_point,
-    search_largest,
     write_grid,
 )
+from tests.gpu.micro_batch_search import Search, search_largest
 from tests.unit.helpers import step_record
 from zerogate.config.machines import from_fingerprint, load_description
 from zerogate.contracts.base import write_lines
