@@ -1,6 +1,7 @@
 # make run   — create .venv (pinned versions) and run the default pipeline end to end
 # make test  — create .venv and run the test suite
 # make compare — compare the runs under results/ (machines and profiles side by side)
+# make gpu-kit — fetch and check the wheels a lent GPU machine lacks (docs/gpu-kit.md)
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
@@ -94,3 +95,13 @@ bench-planner-grid: setup
 bench-mutation: setup
 	$(PIP_PINNED) -r envs/requirements-bench.txt
 	PYTHONPATH=workflow python -m zerogate.bench.mutation
+
+# The GPU check's kit (docs/gpu-kit.md): the wheels the lent GPU machine's image lacks, into build/gpu-kit/,
+# then checked (they resolve against the image's packages, envs/gpu-image.txt, and fit one device call with
+# the repository). Downloads: CI never runs it. gpu-check-cpu runs the check's CPU mode, as its test does.
+.PHONY: gpu-kit gpu-check-cpu
+gpu-kit: setup
+	python -m tests.gpu.kit
+
+gpu-check-cpu: setup
+	python tests/gpu/gpu_check.py --cpu --out results/gpu-check-cpu

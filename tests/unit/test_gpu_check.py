@@ -1,9 +1,26 @@
-"""The GPU check's judging logic on hand-made results (the check itself needs a GPU: tests/gpu/)."""
+"""The GPU checks' judging logic on hand-made results and the micro-batch search on a fake card (the checks
+themselves need a GPU: tests/gpu/; the runs' CPU mode is tests/integration/test_gpu_check_cpu.py)."""
 
+import json
+
+from tests.conftest import gpu_fingerprint
+from tests.gpu.capped_loop import cap_device
 from tests.gpu.check_gpu_1x import check_results
+from tests.gpu.check_runs import (
+    CLAIMED_BOX,
+    STEPS,
+    capped_machine,
+    plan_point,
+    render_point,
+    write_grid,
+)
+from tests.gpu.micro_batch_search import Search, search_largest
 from tests.unit.helpers import step_record
+from zerogate.config.machines import from_fingerprint, load_description
 from zerogate.contracts.base import write_lines
 from zerogate.contracts.records import EvalRecord
+from zerogate.contracts.run import DsConfig, RunSpec
+from zerogate.predict.setup import setup_from_config
 
 GIB = 1024**3
 
@@ -56,3 +73,85 @@ def test_peak_beyond_the_card_and_missing_final_eval_are_reported(tmp_path):
     problems = check_results(make_results(tmp_path, reserved=90.0, phases=("before",)), 3, 80 * GIB)
     assert any("device 80.0 GiB" in p for p in problems)
     assert any("expected before ... after" in p for p in problems)
+
+
+# --- the GPU check's micro-batch search (tests/gpu/check_runs.py) ------------------------------------------
+
+
+def fitting_up_to(largest: int, tried: list[int]):
+    def try_batch(micro_batch: int) -> str:
+        tried.append(micro_batch)
+        return "trained" if micro_batch <= largest else "out of memory"
+
+    return try_batch
+
+
+def test_the_search_finds_the_largest_fit_from_below_and_from_above():
+    for start, largest in ((8, 37), (100, 37), (37, 37), (1, 1), (512, 300)):
+        tried = []
+        found = search_largest(fitting_up_to(largest, tried), start)
+        assert (found["largest"], found["status"]) == (largest, "found"), (start, largest)
+        assert [p["micro_batch"] for p in found["probes"]] == tried
+        assert len(tried) == len(set(tried)) <= 20
+
+
+def test_the_search_says_when_nothing_fits_or_everything_does():
+    assert search_largest(fitting_up_to(0, []), 4) | {"probes": []} == {
+        "largest": None,
+        "status": "none fits",
+        "probes": [],
+    }
+    found = search_largest(fitting_up_to(10_000, []), 4, upper=64)
+    assert (found["largest"], found["status"]) == (64, "at the search's upper bound 64")
+
+
+def test_a_failure_or_the_budget_ends_the_search_unfinished_with_what_it_knew():
+    answers = iter(["trained", "out of budget"])
+    found = search_largest(lambda micro_batch: next(answers), 4)
+    assert found == {
+        "largest": 4,
+        "status": "unfinished: out of budget",
+        "probes": [{"micro_batch": 4, "outcome": "trained"}, {"micro_batch": 8, "outcome": "out of budget"}],
+    }
+
+
+def test_a_search_stopped_after_its_first_probe_goes_on_where_it_stopped():
+    tried = []
+    search = Search(8).run(fitting_up_to(37, tried), probes=1)
+    assert tried == [8] and not search.done
+    assert search.result()["status"] == "unfinished: out of budget"
+    assert search.run(fitting_up_to(37, tried)).result() == search_largest(fitting_up_to(37, []), 8)
+
+
+def test_no_cap_without_the_variable():
+    assert cap_device({}) is None
+
+
+def test_the_gpu_mode_renders_a_half_billion_model_in_fp16_with_dynamic_loss_scaling(tmp_path):
+    """What the lent GPU will train, rendered here for an H200's fingerprint: each point its own scheme, fp16
+    with DeepSpeed's dynamic loss scale, one rank at micro-batch 1; the claim's small card planned."""
+    fingerprint = gpu_fingerprint(("NVIDIA H200", 139.8))
+    machine = from_fingerprint(fingerprint, "h200")
+    small_card = min(load_description(CLAIMED_BOX).gpus, key=lambda card: card.memory_total_bytes)
+    schemes = {}
+    for name, path in write_grid(tmp_path, "cuda").items():
+        point = render_point(name, path, fingerprint, tmp_path / name)
+        ds_config = json.loads(point.ds_config.read_text())
+        assert ds_config["fp16"]["enabled"] is True and ds_config["fp16"]["loss_scale"] == 0, name
+        assert (
+            ds_config["train_micro_batch_size_per_gpu"] == 1 and ds_config["gradient_accumulation_steps"] == 1
+        )
+        assert RunSpec.read(point.run_spec).world_size == 1
+        assert point.settings.training.optimizer_steps == STEPS["cuda"]
+        schemes[name] = setup_from_config(DsConfig.read(point.ds_config), RunSpec.read(point.run_spec)).scheme
+    assert schemes == {
+        "zero3": "zero3",
+        "zero3-offload": "zero3_offload_optimizer",
+        "zero3-offload-all": "zero3_offload_all",
+        "zero2-offload": "zero2_offload_optimizer",
+    }
+    plan = plan_point(
+        point, capped_machine(machine, small_card)
+    )  # the last point: ZeRO-2, optimizer offloaded
+    assert 5e8 > plan.ledger.parameters > 4.9e8
+    assert plan.machine.endswith(small_card.name) and plan.largest_micro_batch_per_rank >= 1

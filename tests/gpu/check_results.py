@@ -1,0 +1,179 @@
+"""The GPU check's result files (tests/gpu/check_runs.py), seven, in the folder given:
+
+- ``check.json``: the mode, budget and what was skipped, the kit's record and install, the ops build, the
+  machine's fingerprint, each run's outcome, and the problems found (none: the check passed);
+- ``steps.jsonl``: each run's steps, one line each: the tensor peak (``torch.cuda.max_memory_allocated``),
+  the allocator's (``max_memory_reserved``), the device's (NVML), the step time, the loss and loss scale;
+  a reading the machine cannot take is null, its reason under ``absent``;
+- ``levels.json``: per run and level (tensor, allocator, device) the plan's figure, the largest measured
+  over the run's steps and the error (zerogate.analysis.ledger_check.error_percent);
+- ``micro_batch.json``: per consumer card and point, the plan's largest micro-batch and the one measured;
+- ``plans.json``: each point's plan on this machine, as plan.json holds it;
+- ``tables.md``: the levels and micro-batch tables, for docs/measurements.md;
+- ``runs.log``: each launch's log (its tail).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from zerogate.analysis.ledger_check import error_percent
+from zerogate.contracts.records import StepRecord
+
+GIB = 1024**3
+# Each level the planner predicts on a GPU (zerogate.predict.levels.PEAK_LEVELS["cuda"]), the plan's field
+# of the run's scheme that holds it, and the step record's reading that measures it.
+LEVELS = (
+    ("tensor", "device_tensor_peak_per_rank_bytes", "tensor_peak(bytes)"),
+    ("allocator", "device_allocator_peak_per_rank_bytes", "allocator_peak(bytes)"),
+    ("device", "device_per_rank_bytes", "device_peak_nvml(bytes)"),
+)
+CPU_ABSENT = "CPU mode: DeepSpeed's CPU accelerator has no CUDA allocator or NVML"
+LOG_TAIL_CHARS = 100_000
+
+
+def _bytes(gib: float | None) -> int | None:
+    return None if gib is None else int(gib * GIB)
+
+
+def step_rows(point: str, records: list[StepRecord], on_cpu: bool) -> list[dict[str, Any]]:
+    """The run's steps as steps.jsonl lines, what was not measured null with its reason."""
+    rows = []
+    for record in records:
+        row = {
+            "point": point,
+            "step": record.step,
+            "tensor_peak(bytes)": _bytes(record.max_allocated_gib),
+            "allocator_peak(bytes)": _bytes(record.max_reserved_gib),
+            "device_peak_nvml(bytes)": _bytes(record.nvml_process_peak_gib),
+            "resident_peak(bytes)": _bytes(record.peak_rss_gib),
+            "step_time(s)": record.step_time_s,
+            "loss": record.loss,
+            "loss_scale": record.loss_scale,
+            "skip_reason": record.skip_reason,
+        }
+        absent = {key: CPU_ABSENT for key in [level[2] for level in LEVELS] if on_cpu and row[key] is None}
+        if record.loss_scale is None:
+            absent["loss_scale"] = "no loss scaler: the run trains in fp32 or bf16"
+        rows.append({**row, "absent": absent})
+    return rows
+
+
+def run_levels(point: str, plan: Any, rows: list[dict[str, Any]], unmeasured: str) -> list[dict[str, Any]]:
+    """Per level: the plan's figure for the run's scheme against the largest reading over the run's steps
+    (none: ``unmeasured`` says why)."""
+    zerogate = plan.ledger.schemes[plan.scheme].zerogate
+    found = []
+    for level, predicted_field, reading in LEVELS:
+        predicted = getattr(zerogate, predicted_field)
+        readings = [row[reading] for row in rows if row[reading] is not None]
+        measured = max(readings) if readings else None
+        found.append(
+            {
+                "point": point,
+                "scheme": plan.scheme,
+                "level": level,
+                "predicted(bytes)": predicted,
+                "measured(bytes)": measured,
+                "error(%)": None if measured is None else error_percent(predicted, measured),
+                "absent": None if measured is not None else unmeasured,
+            }
+        )
+    return found
+
+
+def run_problems(point: str, launch: Any, rows: list[dict[str, Any]], steps: int, on_cpu: bool) -> list[str]:
+    """What is wrong with a run that was started: it did not train, missed steps, or recorded nonsense."""
+    if launch.outcome != "trained":
+        return [f"{point}: {launch.outcome} (see runs.log)"]
+    problems = []
+    if [row["step"] for row in rows] != list(range(1, steps + 1)):
+        problems.append(f"{point}: steps {[row['step'] for row in rows]}, expected 1..{steps}")
+    for row in rows:
+        where = f"{point} step {row['step']}"
+        if not math.isfinite(row["loss"]) or not row["step_time(s)"] > 0:
+            problems.append(f"{where}: loss {row['loss']}, step time {row['step_time(s)']}")
+        if on_cpu:
+            continue
+        tensor, allocator, device = (row[level[2]] for level in LEVELS)
+        if None in (tensor, allocator, device):
+            problems.append(
+                f"{where}: a CUDA reading is missing ({row['absent'] or 'tensor/allocator/NVML'})"
+            )
+        elif not 0 < tensor <= allocator:
+            problems.append(f"{where}: want 0 < tensor peak {tensor} <= allocator peak {allocator}")
+        if row["loss_scale"] is None:
+            problems.append(f"{where}: fp16 without a loss scale")
+    return problems
+
+
+def _mib(value: int | None) -> str:
+    return "—" if value is None else f"{value / 2**20:,.0f} MiB"
+
+
+def tables(levels: list[dict[str, Any]], searches: list[dict[str, Any]], mode: str) -> str:
+    lines = [f"Planner against the GPU check ({mode} mode): each level predicted and measured", ""]
+    lines += [
+        "| point | scheme | level | predicted | measured | error % |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in levels:
+        error = "—" if row["error(%)"] is None else f"{row['error(%)']:+.1f}"
+        lines.append(
+            f"| {row['point']} | {row['scheme']} | {row['level']} | {_mib(row['predicted(bytes)'])} | "
+            f"{_mib(row['measured(bytes)'])} | {error} |"
+        )
+    lines += ["", "Largest micro-batch on a consumer card's capacity", ""]
+    lines += [
+        "| point | card | capacity | plan | measured | status |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in searches:
+        lines.append(
+            f"| {row['point']} | {row['card']} | {row['cap_bytes'] / 1e9:.2f} GB | {row['plan']} | "
+            f"{row['largest'] if row['largest'] is not None else '—'} | {row['status']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_results(out: Path, context: dict[str, Any], runs: list[dict], searches: list[dict]) -> list[str]:
+    """The seven files (module docstring); the problems found, also in check.json."""
+    on_cpu = context["mode"] == "cpu"
+    problems = []
+    install = context.get("install")
+    if install and install["returncode"] != 0:
+        problems.append(f"the kit did not install: {install['output_tail'][-300:]}")
+    if context["ops"].get("error"):
+        problems.append(f"DeepSpeed's ops did not build: {context['ops']['error']}")
+    steps, levels, logs, outcomes = [], [], [], {}
+    for run in runs:
+        point, launch = run["point"], run["launch"]
+        if launch is None:
+            outcomes[point] = {"outcome": run["not_run"]}
+            levels += run_levels(point, run["plan"], [], run["not_run"])
+            continue
+        rows = step_rows(point, launch.records, on_cpu)
+        steps += rows
+        levels += run_levels(point, run["plan"], rows, CPU_ABSENT if on_cpu else "no step recorded it")
+        problems += run_problems(point, launch, rows, run["steps"], on_cpu)
+        outcomes[point] = {"outcome": launch.outcome, "seconds": round(launch.seconds, 1), "steps": len(rows)}
+        logs.append(f"===== {point}: {launch.outcome} =====\n{launch.log[-LOG_TAIL_CHARS:]}")
+    out.mkdir(parents=True, exist_ok=True)
+    check = {
+        **{k: v for k, v in context.items() if k != "fingerprint"},
+        "fingerprint": context["fingerprint"].as_json(),
+        "runs": outcomes,
+        "problems": problems,
+    }
+    (out / "check.json").write_text(json.dumps(check, indent=2) + "\n")
+    (out / "steps.jsonl").write_text("".join(json.dumps(row) + "\n" for row in steps))
+    (out / "levels.json").write_text(json.dumps(levels, indent=2) + "\n")
+    (out / "micro_batch.json").write_text(json.dumps(searches, indent=2) + "\n")
+    plans = {run["point"]: run["plan"].as_json() for run in runs}
+    (out / "plans.json").write_text(json.dumps(plans) + "\n")
+    (out / "tables.md").write_text(tables(levels, searches, context["mode"]))
+    (out / "runs.log").write_text("\n".join(logs))
+    return problems

@@ -1,0 +1,442 @@
+"""The GPU check's runs (started by tests/gpu/gpu_check.py, which installs the kit first): short training
+runs of one rank through zerogate's own launcher and loop, each beside the planner's prediction of it.
+
+The settings are a planner grid (zerogate.bench.grid_points: each point a ZeRO variant of
+zerogate.render.variants on one base profile, checked as the pipeline checks a profile): ZeRO-3 without
+offload, with the optimizer offloaded, with both offloads, and ZeRO-2 with the optimizer offloaded. On a GPU
+the base is gpu-1x (Qwen2.5-0.5B's shape, randomly initialised, fp16 with dynamic loss scaling); in CPU mode
+cpu-tiny (a tiny Llama, fp32 on DeepSpeed's CPU accelerator over gloo). Each point is rendered
+(zerogate.render.ds_config.render), planned (zerogate.predict.planner.plan_for_run, what plan.json holds)
+and trained a few optimizer steps by zerogate.runtime.launch on tests/gpu/capped_loop.py (the loop of
+zerogate.train.loop), whose step records (zerogate.contracts.records.StepRecord) give each step's tensor
+peak, allocator peak, NVML device peak, step time and loss scale. Then, per point and per consumer card of
+the claimed box (config/machines/, the small card first), the card's capacity caps the device and the
+largest micro-batch that trains is searched from the plan's own largest, against it
+(tests/gpu/micro_batch_search.py).
+
+Everything runs against a wall-clock deadline: a launch that would not end before it is skipped and
+recorded as such. Results (at most 8 files) go to ``--out``: see :mod:`tests.gpu.check_results`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from tests.gpu.capped_loop import CAP_VARIABLE
+from tests.gpu.check_results import write_results
+from tests.gpu.micro_batch_search import Search
+from zerogate.bench.grid_points import write_profiles
+from zerogate.config.launch import PlanSettings
+from zerogate.config.machines import GpuDescription, from_fingerprint, load_description
+from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
+from zerogate.config.settings import ProfileSettings
+from zerogate.contracts.base import plain, read_lines
+from zerogate.contracts.machine import Fingerprint
+from zerogate.contracts.records import StepRecord
+from zerogate.contracts.run import DsConfig, RunSpec, TrainSettings
+from zerogate.data.prepare import prepare
+from zerogate.predict.planner import plan_for_run
+from zerogate.render.claim import read_claim
+from zerogate.render.ds_config import RenderInputs, render
+from zerogate.runtime.ops import build_cpu_ops, build_env
+from zerogate.runtime.probe import probe
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILES = REPO / "config/profiles"
+# The claimed box as the claim states it: its cards' capacities cap the device in the micro-batch search.
+CLAIMED_BOX = REPO / "config/machines/claim-as-stated-rtx5070-8gb-rtx4090.yaml"
+# The grid's points: ZeRO variants (zerogate.render.variants), in the order they run.
+POINTS = ("zero3", "zero3-offload", "zero3-offload-all", "zero2-offload")
+# What each mode trains on: the base profile and what every point sets on top of it (short runs, one rank,
+# no accumulation, no checkpoints, evaluation on two rows before and after).
+SHORT_RUN = {
+    "dataset": {"num_train": 256, "num_validation": 8},
+    "training": {
+        "cpu_ranks": 1,
+        "gradient_accumulation_steps": 1,
+        "warmup_steps_excluded": 0,
+        "lr_warmup_steps": 1,
+    },
+    "evaluation": {"every_steps": 1000, "validation_rows": 2, "exact_match_items": 0},
+    "checkpoint": {"every_steps": 0},
+}
+BASES = {
+    # gpu-1x's Qwen2.5-0.5B shape, built from its numbers (random weights: nothing to download).
+    "cuda": ("gpu-1x", {"model": {"source": "shape"}, "dataset": {"template": "plain"}}),
+    "cpu": ("cpu-tiny", {}),
+}
+STEPS = {"cuda": 4, "cpu": 2}  # optimizer steps of each point's run
+PROBE_STEPS = 2  # optimizer steps of each micro-batch the search tries
+FIRST_LAUNCH_S = {"cuda": 60.0, "cpu": 20.0}  # what a launch is expected to take before one was timed
+CPU_NO_SEARCH = "not run: CPU mode (no CUDA device to cap)"
+OUT_OF_MEMORY = ("OutOfMemoryError", "CUDA out of memory")
+
+
+@dataclass
+class Budget:
+    """The wall-clock deadline, and what a launch took last (the estimate of the next)."""
+
+    deadline: float
+    launch_s: float
+    skipped: list[str] = field(default_factory=list)
+
+    def allows(self, what: str, needed: float | None = None) -> bool:
+        left = self.deadline - time.time()
+        if left >= (needed or self.launch_s):
+            return True
+        self.skipped.append(f"{what}: {left:.0f} s left, a launch takes about {self.launch_s:.0f} s")
+        return False
+
+
+@dataclass(frozen=True)
+class Point:
+    """One setting: its grid point (ZeRO variant), profile file, settings and rendered files."""
+
+    name: str
+    profile: Path
+    settings: ProfileSettings
+    ds_config: Path
+    run_spec: Path
+    train_settings: Path
+
+
+# --- setting up ------------------------------------------------------------------------------------------
+
+
+def write_grid(work: Path, kind: str) -> dict[str, Path]:
+    """The points' profiles (zerogate.bench.grid_points.write_profiles on a grid written here): variant ->
+    profile file."""
+    base, base_overrides = BASES[kind]
+    keys = dict.fromkeys([*SHORT_RUN, *base_overrides])
+    shared = {key: {**SHORT_RUN.get(key, {}), **base_overrides.get(key, {})} for key in keys}
+    shared["training"] = {**shared["training"], "optimizer_steps": STEPS[kind]}
+    grid = {"base": base, "points": [{"id": name, "zero": name, "overrides": shared} for name in POINTS]}
+    grid_file = work / "gpu_check_grid.yaml"
+    grid_file.write_text(yaml.safe_dump(grid, sort_keys=False))
+    written = write_profiles(REPO, work / "profiles", str(grid_file))
+    return dict(zip(POINTS, written, strict=True))
+
+
+def load_settings(profile: Path) -> ProfileSettings:
+    chain = load_profile_chain(PROFILES, str(profile), "the GPU check", "profile")
+    return check_profile(resolve_profile(chain), chain, REPO)
+
+
+def with_micro_batch(profile: Path, micro_batch: int, steps: int) -> Path:
+    """A profile extending ``profile`` with another micro-batch and step count (the search's)."""
+    path = profile.with_name(f"{profile.stem}-mb{micro_batch}.yaml")
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "extends": str(profile),
+                "training": {"micro_batch_per_rank": micro_batch, "optimizer_steps": steps},
+            }
+        )
+    )
+    return path
+
+
+def render_point(name: str, profile: Path, fingerprint: Fingerprint, out: Path) -> Point:
+    """The point's DeepSpeed config, run spec and training settings, rendered for this machine as the
+    render_deepspeed_config and write_train_settings rules render them."""
+    settings = load_settings(profile)
+    out.mkdir(parents=True, exist_ok=True)
+    ds_config, _, run_spec = render(
+        read_claim(REPO / settings.deepspeed.template),
+        RenderInputs(
+            model=settings.model,
+            training=settings.training.run,
+            overrides=settings.deepspeed.overrides,
+            seq_len=settings.dataset.seq_len,
+            vocab_size=settings.vocab_size,
+            fingerprint=fingerprint,
+            template_file=settings.deepspeed.template,
+            profile_file=str(profile),
+        ),
+    )
+    (out / "ds_config.json").write_text(json.dumps(ds_config, indent=2) + "\n")
+    run_spec.write(out / "run_spec.json")
+    TrainSettings.of(
+        {
+            "stabiliser": plain(settings.stabiliser),
+            "checkpoint": plain(settings.checkpoint),
+            "evaluation": plain(settings.evaluation),
+        },
+        "the profile's settings",
+    ).write(out / "settings.json")
+    return Point(
+        name, profile, settings, out / "ds_config.json", out / "run_spec.json", out / "settings.json"
+    )
+
+
+def plan_point(point: Point, machine: Any, share_traces: bool = True) -> Any:
+    """The planner's plan of the point on ``machine`` (plan_run's function, so plan.json's figures)."""
+    return plan_for_run(
+        RunSpec.read(point.run_spec),
+        DsConfig.read(point.ds_config),
+        machine,
+        point.settings.plan or PlanSettings(),
+        point.name,
+        share_traces=share_traces,
+    )
+
+
+def capped_machine(machine: Any, card: GpuDescription) -> Any:
+    """``machine`` with its GPU replaced by ``card`` (a consumer card of the claimed box)."""
+    return machine.model_copy(update={"gpus": [card], "name": f"{machine.name}-as-{card.name}"})
+
+
+# --- training ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    outcome: str  # "trained" | "out of memory" | "failed (exit N)"
+    seconds: float
+    records: list[StepRecord]
+    log: str
+
+
+def launch(point: Point, dataset: Path, out: Path, deadline: float, cap_bytes: int | None = None) -> Launch:
+    """One run of the point through zerogate.runtime.launch (DeepSpeed's launcher, one rank) on
+    tests/gpu/capped_loop.py, the device capped at ``cap_bytes`` if given; killed, with every process it
+    started, at ``deadline`` (a hung collective must not take the call's results with it)."""
+    env = {**os.environ, **build_env()}
+    env.pop(CAP_VARIABLE, None)
+    if cap_bytes is not None:
+        env[CAP_VARIABLE] = str(cap_bytes)
+    log = out / "train.log"
+    command = [sys.executable, "-m", "zerogate.runtime.launch", "--run-spec", str(point.run_spec)]
+    command += ["--log", str(log), "--module", "tests.gpu.capped_loop", "--"]
+    command += ["--ds-config", str(point.ds_config), "--settings", str(point.train_settings)]
+    command += ["--dataset-dir", str(dataset), "--out-dir", str(out / "train")]
+    command += ["--checkpoint-dir", str(out / "checkpoints")]
+    started = time.monotonic()
+    process = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=max(1.0, deadline - time.time()))
+        code = process.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        code = None
+    seconds = time.monotonic() - started
+    text = (log.read_text() if log.is_file() else "") + output
+    metrics = out / "train/metrics/rank0.jsonl"
+    records = read_lines(StepRecord, metrics) if metrics.is_file() and code == 0 else []
+    if code == 0:
+        outcome = "trained"
+    elif code is None:
+        outcome = "killed at the deadline"
+    elif any(marker in text for marker in OUT_OF_MEMORY):
+        outcome = "out of memory"
+    else:
+        outcome = f"failed (exit {code})"
+    return Launch(outcome, seconds, records, text)
+
+
+# --- the check ---------------------------------------------------------------------------------------------
+
+
+def build_ops(kind: str) -> dict[str, Any]:
+    """Build (or load, when built) the DeepSpeed ops the runs use: on the CPU accelerator
+    zerogate.runtime.ops's; on CUDA the fused Adam (ZeRO without optimizer offload) and the CPU Adam
+    (optimizer offload), for this card's architecture only. Seconds per op, or the error."""
+    os.environ.update(build_env())
+    if kind == "cpu":
+        return {"seconds": build_cpu_ops()}
+    major, minor = torch.cuda.get_device_capability(0)
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
+    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 4))
+    # Here, not at the top: DeepSpeed picks its accelerator's builders on import, and in CPU mode
+    # DS_ACCELERATOR is set only once main runs.
+    from deepspeed.ops.op_builder import CPUAdamBuilder, FusedAdamBuilder
+
+    seconds = {}
+    for builder in (FusedAdamBuilder, CPUAdamBuilder):
+        started = time.monotonic()
+        try:
+            builder().load(verbose=False)
+        except Exception as error:  # recorded: the runs that need the op then fail on their own
+            return {"seconds": seconds, "error": f"{builder.__name__}: {error}"}
+        seconds[builder.__name__] = round(time.monotonic() - started, 1)
+    return {"seconds": seconds}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--work", type=Path, required=True, help="rendered files, datasets, run outputs")
+    parser.add_argument("--cpu", action="store_true")
+    parser.add_argument("--deadline", type=float, required=True, help="epoch seconds: nothing starts after")
+    parser.add_argument("--budget-s", type=float, required=True)
+    parser.add_argument("--install-record", type=Path)
+    parser.add_argument("--kit-record", type=Path)
+    parser.add_argument("--no-search", action="store_true", help="leave the micro-batch search out")
+    parser.add_argument(
+        "--launch",
+        nargs="+",
+        choices=POINTS,
+        default=POINTS,
+        help="the points trained (default all); the others are rendered and planned only",
+    )
+    return parser.parse_args(argv)
+
+
+def train_points(points: dict[str, Point], dataset: Path, work: Path, budget: Budget, launched: list) -> list:
+    """Each point planned on this machine and, if among ``launched`` and within the budget, trained once at
+    its own micro-batch."""
+    runs = []
+    machine = from_fingerprint(Fingerprint.read(work / "fingerprint.json"), "gpu-check")
+    for name, point in points.items():
+        run = {
+            "point": name,
+            "plan": plan_point(point, machine),
+            "steps": point.settings.training.optimizer_steps,
+        }
+        if name not in launched:
+            runs.append({**run, "launch": None, "not_run": "not launched: left out by --launch"})
+            continue
+        if not budget.allows(f"run {name}"):
+            runs.append({**run, "launch": None, "not_run": "not launched: out of budget"})
+            continue
+        done = launch(point, dataset, work / "runs" / name, budget.deadline)
+        budget.launch_s = done.seconds
+        runs.append({**run, "launch": done})
+        print(f"check_runs: {name}: {done.outcome} in {done.seconds:.0f} s ({len(done.records)} steps)")
+    return runs
+
+
+def search_points(points: dict[str, Point], dataset: Path, work: Path, budget: Budget, kind: str) -> list:
+    """Per consumer card of the claimed box (the small one first) and per point: the plan's largest
+    micro-batch on that card and, on a GPU, the largest that trains with the device capped to it. Every
+    search first tries the plan's own figure, then each goes on to its end while the budget lasts."""
+    fingerprint = Fingerprint.read(work / "fingerprint.json")
+    machine = from_fingerprint(fingerprint, "gpu-check")
+    cards = sorted(load_description(CLAIMED_BOX).gpus, key=lambda card: card.memory_total_bytes)
+    rows, searches = [], []
+    for card in cards:
+        for name, point in points.items():
+            planned = plan_point(point, capped_machine(machine, card)).largest_micro_batch_per_rank
+            rows.append(
+                {"point": name, "card": card.name, "cap_bytes": card.memory_total_bytes, "plan": planned}
+            )
+            searches.append(Search(planned))
+    if kind == "cpu":
+        return [{**row, "largest": None, "status": CPU_NO_SEARCH, "probes": []} for row in rows]
+
+    def trying(row: dict[str, Any]) -> Callable[[int], str]:
+        def try_batch(micro_batch: int) -> str:
+            what = f"search {row['point']} on {row['card']} at micro-batch {micro_batch}"
+            if not budget.allows(what):
+                return "out of budget"
+            profile = with_micro_batch(points[row["point"]].profile, micro_batch, PROBE_STEPS)
+            where = work / "search" / f"{row['point']}-{row['cap_bytes']}-mb{micro_batch}"
+            done = launch(
+                render_point(row["point"], profile, fingerprint, where), dataset, where, row["cap_bytes"]
+            )
+            budget.launch_s = done.seconds
+            return done.outcome
+
+        return try_batch
+
+    for probes in (1, None):  # the plan's figure for every search first, then each to its end
+        for row, search in zip(rows, searches, strict=True):
+            search.run(trying(row), probes)
+    found = [{**row, **search.result()} for row, search in zip(rows, searches, strict=True)]
+    for row in found:
+        where = f"{row['point']} on {row['card']}"
+        print(f"check_runs: search {where}: plan {row['plan']}, measured {row['largest']} ({row['status']})")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The check; whatever breaks it still leaves check.json in ``--out`` with the traceback, since a device
+    call returns only what its command wrote."""
+    args = parse_args(argv)
+    try:
+        return check(args)
+    except Exception:
+        args.out.mkdir(parents=True, exist_ok=True)
+        failure = {"mode": "cpu" if args.cpu else "cuda", "problems": [traceback.format_exc()]}
+        (args.out / "check.json").write_text(json.dumps(failure, indent=2) + "\n")
+        raise
+
+
+def check(args: argparse.Namespace) -> int:
+    kind = "cpu" if args.cpu else "cuda"
+    if kind == "cpu":
+        os.environ["DS_ACCELERATOR"] = "cpu"
+    phases: dict[str, float] = {}
+    clock = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        phases[name] = round(time.monotonic() - clock, 1)
+        clock = time.monotonic()
+
+    ops = build_ops(kind)
+    phase("ops")
+    fingerprint = Fingerprint.of(probe(measure=False), "the probe")
+    fingerprint.write(args.work / "fingerprint.json")
+    if (kind == "cuda") == fingerprint.on_cpu:
+        print(f"check_runs: this machine's accelerator is not {kind}", file=sys.stderr)
+        return 2
+    profiles = write_grid(args.work, kind)
+    points = {
+        name: render_point(name, path, fingerprint, args.work / "rendered" / name)
+        for name, path in profiles.items()
+    }
+    phase("probe and render")
+    dataset = args.work / "dataset"
+    prepare(next(iter(points.values())).settings.dataset, dataset, profile_file="the GPU check's grid")
+    phase("dataset")
+    budget = Budget(args.deadline, FIRST_LAUNCH_S[kind])
+    runs = train_points(points, dataset, args.work, budget, args.launch)
+    phase("runs")
+    searches = [] if args.no_search else search_points(points, dataset, args.work, budget, kind)
+    phase("micro-batch search")
+    context = {
+        "mode": kind,
+        "budget_s": args.budget_s,
+        "spent_s": round(time.time() - (args.deadline - args.budget_s), 1),
+        "phases_s": phases,
+        "skipped": budget.skipped,
+        "ops": ops,
+        "fingerprint": fingerprint,
+        "install": json.loads(args.install_record.read_text()) if args.install_record else None,
+        "kit": json.loads(args.kit_record.read_text()) if args.kit_record else None,
+    }
+    problems = write_results(args.out, context, runs, searches)
+    for problem in problems:
+        print(f"check_runs: problem: {problem}")
+    print(f"check_runs: {'PASS' if not problems else f'{len(problems)} problem(s)'}; results in {args.out}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
