@@ -10,6 +10,10 @@ the background the moment the smoke run has ended (tests/conftest.py), through t
 cluster answers. Its rank 1
 is made a straggler, so it serves tests/integration/test_two_nodes.py, test_ranks.py and test_slurm.py,
 which run last.
+
+The heaviest fixtures that read nothing a test changes (the GPU check's CPU mode, the claimed box's plans, the
+user's dataset trained) are built in the background from the first integration test on, one after the other,
+while the tests before them run (tests/integration/prefetch.py).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration import prefetch
 from tests.integration.background import BackgroundRun, TwoNodeRun
 from tests.integration.pipeline import MACHINE, copy_workdir, share_probe
 
@@ -60,8 +65,9 @@ class SmokeRun:
 
 
 @pytest.fixture(scope="session")
-def smoke_run(smoke_run_started: BackgroundRun) -> SmokeRun:
-    """The smoke profile end to end on machine ``ci-box``. Tests must not change it: copy it first."""
+def smoke_run(request, smoke_run_started: BackgroundRun, tmp_path_factory) -> SmokeRun:
+    """The smoke profile end to end on machine ``ci-box``. Tests must not change it: copy it first. Once it
+    is done, the prefetched fixtures start building in the background (tests/integration/prefetch.py)."""
     code, output = smoke_run_started.wait(timeout=1500)
     assert code == 0, output[-4000:]
     print(
@@ -78,7 +84,10 @@ def smoke_run(smoke_run_started: BackgroundRun) -> SmokeRun:
     # The two-node run started once this run had ended (tests/conftest.py): its copy of this directory is
     # taken before any test here can borrow the directory.
     two_node = None if smoke_run_started.follower is None else smoke_run_started.follower.result(timeout=300)
-    return SmokeRun(workdir, results, two_node)
+    run = SmokeRun(workdir, results, two_node)
+    request.addfinalizer(prefetch.stop)
+    prefetch.start(request.session, tmp_path_factory, run)
+    return run
 
 
 @pytest.fixture(scope="session")

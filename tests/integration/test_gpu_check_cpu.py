@@ -16,6 +16,7 @@ import pytest
 
 from tests.gpu.check_results import CPU_ABSENT, LEVELS
 from tests.gpu.check_runs import POINTS, STEPS
+from tests.integration import prefetch
 from tests.integration.pipeline import REPO, env
 
 pytestmark = pytest.mark.integration
@@ -39,21 +40,33 @@ FILES = {
 }
 
 
+@prefetch.prefetched
+def prepare_cpu_check(tmp_path_factory, smoke_run):
+    """The check's CPU mode into a folder of its own (it needs nothing of the smoke run)."""
+    out = tmp_path_factory.mktemp("gpu-check-cpu")
+
+    def build():
+        started = time.monotonic()
+        # A budget no CI machine reaches: here every point must run (the budget's skipping is the GPU's
+        # concern).
+        done = subprocess.run(
+            [sys.executable, "tests/gpu/gpu_check.py", "--cpu", "--out", str(out), "--budget-s", "1200"]
+            + ["--launch", *LAUNCHED],
+            cwd=REPO,
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+        return out, done, time.monotonic() - started
+
+    return build
+
+
 @pytest.fixture(scope="module")
 def cpu_check(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gpu-check-cpu")
-    started = time.monotonic()
-    # A budget no CI machine reaches: here every point must run (the budget's skipping is the GPU's concern).
-    done = subprocess.run(
-        [sys.executable, "tests/gpu/gpu_check.py", "--cpu", "--out", str(out), "--budget-s", "1200"]
-        + ["--launch", *LAUNCHED],
-        cwd=REPO,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    print(f"GPU check, CPU mode: {time.monotonic() - started:.1f} s")
+    out, done, seconds = prefetch.result(__name__, prepare_cpu_check, tmp_path_factory, None)
+    print(f"GPU check, CPU mode: {seconds:.1f} s")
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     return out
 

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.integration import prefetch
 from tests.integration.pipeline import copy_repo, env, refused
 from zerogate.contracts.plan import Plan
 
@@ -55,18 +56,28 @@ def refuse_infeasible(workdir):
     return done, time.monotonic() - started
 
 
-@pytest.fixture(scope="module")
-def plans(tmp_path_factory, smoke_run):
-    """Both planning runs side by side, each in its own copy (each is mostly one process at a time starting
-    up): {"claimed": (workdir, (first, second)), "refused": (workdir, (done, seconds))}."""
+@prefetch.prefetched
+def prepare_plans(tmp_path_factory, smoke_run):
+    """Both planning runs, each in its own copy (the refused one with the smoke run's probe), side by side
+    (each is mostly one process at a time starting up)."""
     claimed, refused_ = (
         copy_repo(tmp_path_factory.mktemp(name)) for name in ("zerogate-claimed", "zerogate-refuse")
     )
     smoke_run.share_probe(refused_, "claim-14b", "ci-refuse")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        first = pool.submit(plan_claimed_box, claimed)
-        second = pool.submit(refuse_infeasible, refused_)
-        return {"claimed": (claimed, first.result()), "refused": (refused_, second.result())}
+
+    def build():
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            first = pool.submit(plan_claimed_box, claimed)
+            second = pool.submit(refuse_infeasible, refused_)
+            return {"claimed": (claimed, first.result()), "refused": (refused_, second.result())}
+
+    return build
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory, smoke_run):
+    """{"claimed": (workdir, (first, second)), "refused": (workdir, (done, seconds))}."""
+    return prefetch.result(__name__, prepare_plans, tmp_path_factory, smoke_run)
 
 
 def test_plan_for_the_claimed_box_gives_the_on_paper_verdict(plans):

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from tests.integration import prefetch
 from tests.integration.pipeline import MACHINE, copy_repo, snakemake
 from zerogate.contracts.base import read_lines
 from zerogate.contracts.data import DatasetManifest
@@ -48,14 +49,21 @@ def user_rows(count: int) -> list[dict]:
 TRAINED = tuple(f"results/user-jsonl/{MACHINE}/train/{name}" for name in ("summary.json", "eval.jsonl"))
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory, smoke_run):
+@prefetch.prefetched
+def prepare_user_run(tmp_path_factory, smoke_run):
+    """A copy of the repository with the user's file, its profile and the smoke run's probe; the build trains
+    it."""
     workdir = copy_repo(tmp_path_factory.mktemp("zerogate-user"))
     smoke_run.share_probe(workdir, "user-jsonl", MACHINE)
     (workdir / "data").mkdir()
     (workdir / "data/mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in user_rows(1500)))
     (workdir / "config/profiles/user-jsonl.yaml").write_text(PROFILE)
-    done = snakemake(workdir, profile="user-jsonl", targets=TRAINED)
+    return lambda: (workdir, snakemake(workdir, profile="user-jsonl", targets=TRAINED))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, smoke_run):
+    workdir, done = prefetch.result(__name__, prepare_user_run, tmp_path_factory, smoke_run)
     assert done.returncode == 0, done.stderr[-4000:]
     return workdir
 

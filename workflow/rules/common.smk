@@ -23,6 +23,7 @@ from zerogate.config.profile import (
     profile_name,
     resolve_profile,
 )
+from zerogate.config.published_setups import read_setups
 from zerogate.config.run_config import run_config
 from zerogate.config.tables import read_yaml
 from zerogate.config.validation import key_path, to_input_error
@@ -429,13 +430,19 @@ PLANNER_SOURCES = sorted(
 
 
 def published_setups_table(wildcards):
-    """The table to judge; one line before any job when it is not there."""
+    """The table to judge, checked whole (zerogate.config.published_setups.read_setups): one line before any
+    job when it is not there or a row is malformed. What needs the planner (a row's model config) is checked
+    by the rule, still before any row is planned."""
     if not (REPO / PUBLISHED_SETUPS).is_file():
         fail(
             InputError(
                 config_source(["published_setups"]), "published_setups", f"no such file: {PUBLISHED_SETUPS}"
             )
         )
+    try:
+        read_setups(REPO / PUBLISHED_SETUPS, PUBLISHED_SETUPS)
+    except InputError as error:
+        fail(error)
     return PUBLISHED_SETUPS
 
 
