@@ -11,9 +11,10 @@ cluster answers. Its rank 1
 is made a straggler, so it serves tests/integration/test_two_nodes.py, test_ranks.py and test_slurm.py,
 which run last.
 
-The heaviest fixtures that read nothing a test changes (the GPU check's CPU mode, the claimed box's plans, the
-user's dataset trained) are built in the background from the first integration test on, one after the other,
-while the tests before them run (tests/integration/prefetch.py).
+The heaviest fixtures that read nothing a test changes (the GPU check's CPU mode, the peers' and the
+stabiliser policies' launches, the claimed box's plans, the user's dataset trained) are built in the
+background from the first integration test on, one after the other, while the tests before them run
+(tests/integration/prefetch.py).
 """
 
 from __future__ import annotations

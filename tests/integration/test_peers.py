@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.pipeline import env, shortened_launch
+from tests.integration import prefetch
+from tests.integration.pipeline import copy_launch_inputs, env, shortened_launch
 from tests.unit.helpers import Trained, variants_table
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.analysis.variants import TOLERANCE_FLOOR, relative_differences
@@ -40,15 +41,23 @@ def launch(workdir: Path, results: Path, out: Path, name: str) -> subprocess.Com
     return subprocess.run(command, cwd=workdir, env=env(), capture_output=True, text=True, timeout=900)
 
 
+@prefetch.prefetched
+def prepare_peer_runs(tmp_path_factory, smoke_run):
+    """The three launches side by side, on a copy of the smoke run's rendered files and dataset."""
+    root = tmp_path_factory.mktemp("zerogate-peers")
+    inputs = copy_launch_inputs(smoke_run.results, root / "inputs")
+
+    def build():
+        with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:
+            futures = {name: pool.submit(launch, root, inputs, root / name, name) for name in VARIANTS}
+            return root, {name: future.result() for name, future in futures.items()}
+
+    return build
+
+
 @pytest.fixture(scope="module")
 def peer_runs(smoke_run, tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("zerogate-peers")
-    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:
-        futures = {
-            name: pool.submit(launch, smoke_run.workdir, smoke_run.results, root / name, name)
-            for name in VARIANTS
-        }
-        done = {name: future.result() for name, future in futures.items()}
+    root, done = prefetch.result(__name__, prepare_peer_runs, tmp_path_factory, smoke_run)
     for name, result in done.items():
         assert result.returncode == 0, (name, result.stderr[-3000:])
     return {name: root / name for name in VARIANTS}

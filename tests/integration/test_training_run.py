@@ -24,7 +24,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.integration.pipeline import MACHINE, env, shortened_launch, snakemake, snakemake_command
+from tests.integration import prefetch
+from tests.integration.pipeline import (
+    MACHINE,
+    copy_launch_inputs,
+    env,
+    shortened_launch,
+    snakemake,
+    snakemake_command,
+)
 from zerogate.contracts.base import read_lines
 from zerogate.contracts.records import StabiliserEvent, StepRecord, TrainSummary
 
@@ -143,19 +151,18 @@ def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, li
 
 
 def run_policy(
-    smoke_run, out: Path, policy: str, inject_step: int, steps: int = 8, every: int = 3
+    workdir: Path, results: Path, out: Path, policy: str, inject_step: int, steps: int = 8, every: int = 3
 ) -> tuple[subprocess.CompletedProcess, Path]:
-    """zerogate.train.loop through the launcher, on the smoke run's data, with a NaN injected on rank 1."""
+    """zerogate.train.loop through the launcher, on the finished run's files in ``results``, with a NaN
+    injected on rank 1."""
     command = shortened_launch(
-        smoke_run.results,
+        results,
         out,
         steps,
         stabiliser={"policy": policy, "inject": {"step": inject_step, "rank": 1, "kind": "nan_loss"}},
         checkpoint={"every_steps": every, "keep": 2, "export_fp32": True},
     )
-    done = subprocess.run(
-        command, cwd=smoke_run.workdir, env=env(), capture_output=True, text=True, timeout=600
-    )
+    done = subprocess.run(command, cwd=workdir, env=env(), capture_output=True, text=True, timeout=600)
     return done, out
 
 
@@ -173,15 +180,26 @@ def final_weights_finite(out: Path) -> bool:
 POLICY_RUNS = {"abort": 3, "skip": 5, "rollback": 5}
 
 
+@prefetch.prefetched
+def prepare_policy_runs(tmp_path_factory, smoke_run):
+    """The three launches side by side, on a copy of the smoke run's rendered files and dataset."""
+    root = tmp_path_factory.mktemp("zerogate-policies")
+    inputs = copy_launch_inputs(smoke_run.results, root / "inputs")
+
+    def build():
+        with ThreadPoolExecutor(max_workers=len(POLICY_RUNS)) as pool:
+            futures = {
+                policy: pool.submit(run_policy, root, inputs, root / policy, policy, inject_step=step)
+                for policy, step in POLICY_RUNS.items()
+            }
+            return {policy: future.result() for policy, future in futures.items()}
+
+    return build
+
+
 @pytest.fixture(scope="module")
 def policy_runs(smoke_run, tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
-    root = tmp_path_factory.mktemp("zerogate-policies")
-    with ThreadPoolExecutor(max_workers=len(POLICY_RUNS)) as pool:
-        futures = {
-            policy: pool.submit(run_policy, smoke_run, root / policy, policy, inject_step=step)
-            for policy, step in POLICY_RUNS.items()
-        }
-        return {policy: future.result() for policy, future in futures.items()}
+    return prefetch.result(__name__, prepare_policy_runs, tmp_path_factory, smoke_run)
 
 
 def test_abort_stops_at_the_step_and_says_so(policy_runs):

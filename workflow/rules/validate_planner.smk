@@ -4,7 +4,7 @@
 # Nothing is trained, probed or downloaded: each measured row's run is rendered and planned in-process for
 # the hardware the row states, as plan_claimed_box plans the claimed box; estimator and paper rows go to
 # the planner's DeepSpeed and paper columns. The table is checked whole (one line naming the file, the row
-# and the key) before any row is planned. The planner's own modules are inputs, so a changed planner
+# and the key) while the workflow loads, its rows' model configs before any row is planned. The planner's own modules are inputs, so a changed planner
 # re-judges the table. Results in results/planner_validation/<table's file stem>/; the table is also
 # printed. Its helpers (the table, the planner's sources) are in common.smk.
 rule validate_planner:
