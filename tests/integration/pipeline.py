@@ -100,19 +100,14 @@ def refused(done: subprocess.CompletedProcess) -> str:
 SHORT_EVALUATION = {"validation_rows": 8, "exact_match_items": 2}
 
 
-# What a shortened launch reads from a finished run: its rendered files, training settings and dataset.
-LAUNCH_INPUTS = ("deepspeed/run_spec.json", "deepspeed/ds_config.json", "train/settings.json", "dataset")
-
-
-def copy_launch_inputs(results: Path, target: Path) -> Path:
-    """The files a shortened launch reads from the finished run in ``results``, copied into a results
-    directory of its own at ``target``: a launch from the copy no longer reads the run's directory, which a
-    test may have borrowed meanwhile."""
-    for name in LAUNCH_INPUTS:
-        source, copy = results / name, target / name
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(source, copy) if source.is_dir() else shutil.copy2(source, copy)
-    return target
+def copy_run_results(workdir: Path, results: Path, target: Path) -> Path:
+    """The finished run's results (``results``, under ``workdir``) copied to the same place under ``target``,
+    its checkpoints left out; returns the copy's results directory. A launch with ``target`` as its working
+    directory reads only the copy (the dataset's manifest names its tokenizer relative to the working
+    directory), never the run's directory, which a test may have borrowed meanwhile."""
+    copy = target / results.relative_to(workdir)
+    shutil.copytree(results, copy, ignore=shutil.ignore_patterns("checkpoints"))
+    return copy
 
 
 def shortened_launch(

@@ -3,8 +3,8 @@
 The integration tests are mostly one process at a time starting up, which leaves a core. So, from the first
 integration test on (tests/integration/conftest.py: smoke_run), one thread builds these fixtures one after
 the other, in the order their test files run, while the tests before them run. A test module registers its
-fixture's preparation with :func:`prefetched`: it copies what it needs from the smoke run (its probe, or the
-files a launch reads) in the main thread, before any test has borrowed the smoke run's directory, and
+fixture's preparation with :func:`prefetched`: it copies what it needs from the smoke run (its probe, or its
+results for a launch) in the main thread, before any test has borrowed the smoke run's directory, and
 returns the build, which works only in its own directories. The module's fixture takes the build's result
 with :func:`result`, which builds it there and then when it was not started (a test file run alone, the
 smoke run not selected).

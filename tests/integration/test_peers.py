@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration import prefetch
-from tests.integration.pipeline import copy_launch_inputs, env, shortened_launch
+from tests.integration.pipeline import copy_run_results, env, shortened_launch
 from tests.unit.helpers import Trained, variants_table
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.analysis.variants import TOLERANCE_FLOOR, relative_differences
@@ -45,11 +45,13 @@ def launch(workdir: Path, results: Path, out: Path, name: str) -> subprocess.Com
 def prepare_peer_runs(tmp_path_factory, smoke_run):
     """The three launches side by side, on a copy of the smoke run's rendered files and dataset."""
     root = tmp_path_factory.mktemp("zerogate-peers")
-    inputs = copy_launch_inputs(smoke_run.results, root / "inputs")
+    inputs = copy_run_results(smoke_run.workdir, smoke_run.results, root / "inputs")
 
     def build():
         with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:
-            futures = {name: pool.submit(launch, root, inputs, root / name, name) for name in VARIANTS}
+            futures = {
+                name: pool.submit(launch, root / "inputs", inputs, root / name, name) for name in VARIANTS
+            }
             return root, {name: future.result() for name, future in futures.items()}
 
     return build

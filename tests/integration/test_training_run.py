@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 from tests.integration import prefetch
 from tests.integration.pipeline import (
     MACHINE,
-    copy_launch_inputs,
+    copy_run_results,
     env,
     shortened_launch,
     snakemake,
@@ -184,12 +184,14 @@ POLICY_RUNS = {"abort": 3, "skip": 5, "rollback": 5}
 def prepare_policy_runs(tmp_path_factory, smoke_run):
     """The three launches side by side, on a copy of the smoke run's rendered files and dataset."""
     root = tmp_path_factory.mktemp("zerogate-policies")
-    inputs = copy_launch_inputs(smoke_run.results, root / "inputs")
+    inputs = copy_run_results(smoke_run.workdir, smoke_run.results, root / "inputs")
 
     def build():
         with ThreadPoolExecutor(max_workers=len(POLICY_RUNS)) as pool:
             futures = {
-                policy: pool.submit(run_policy, root, inputs, root / policy, policy, inject_step=step)
+                policy: pool.submit(
+                    run_policy, root / "inputs", inputs, root / policy, policy, inject_step=step
+                )
                 for policy, step in POLICY_RUNS.items()
             }
             return {policy: future.result() for policy, future in futures.items()}
