@@ -7,7 +7,10 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from zerogate.contracts.run import DsConfig, RunSpec, TrainSettings
 
@@ -108,6 +111,28 @@ def copy_run_results(workdir: Path, results: Path, target: Path) -> Path:
     copy = target / results.relative_to(workdir)
     shutil.copytree(results, copy, ignore=shutil.ignore_patterns("checkpoints"))
     return copy
+
+
+Launched = TypeVar("Launched")
+
+
+def side_by_side(
+    root: Path, workdir: Path, results: Path, launches: Mapping[str, Callable[[Path, Path, Path], Launched]]
+) -> Callable[[], dict[str, Launched]]:
+    """Launches that run at once, each ``launch(inputs_dir, inputs_results, out)`` on one copy (under
+    ``root``) of a finished run's rendered files and dataset, into ``root / name``: the copy is made now, the
+    launches when the returned function is called (a prefetched fixture's build)."""
+    inputs = copy_run_results(workdir, results, root / "inputs")
+
+    def build() -> dict[str, Launched]:
+        with ThreadPoolExecutor(max_workers=len(launches)) as pool:
+            futures = {
+                name: pool.submit(launch, root / "inputs", inputs, root / name)
+                for name, launch in launches.items()
+            }
+            return {name: future.result() for name, future in futures.items()}
+
+    return build
 
 
 def shortened_launch(

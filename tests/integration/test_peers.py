@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests.integration import prefetch
-from tests.integration.pipeline import copy_run_results, env, shortened_launch
+from tests.integration.pipeline import env, shortened_launch, side_by_side
 from tests.unit.helpers import Trained, variants_table
 from zerogate.analysis.parse import read_rank_metrics
 from zerogate.analysis.variants import TOLERANCE_FLOOR, relative_differences
@@ -45,16 +44,11 @@ def launch(workdir: Path, results: Path, out: Path, name: str) -> subprocess.Com
 def prepare_peer_runs(tmp_path_factory, smoke_run):
     """The three launches side by side, on a copy of the smoke run's rendered files and dataset."""
     root = tmp_path_factory.mktemp("zerogate-peers")
-    inputs = copy_run_results(smoke_run.workdir, smoke_run.results, root / "inputs")
-
-    def build():
-        with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:
-            futures = {
-                name: pool.submit(launch, root / "inputs", inputs, root / name, name) for name in VARIANTS
-            }
-            return root, {name: future.result() for name, future in futures.items()}
-
-    return build
+    launches = {
+        name: lambda workdir, inputs, out, name=name: launch(workdir, inputs, out, name) for name in VARIANTS
+    }
+    build = side_by_side(root, smoke_run.workdir, smoke_run.results, launches)
+    return lambda: (root, build())
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -27,9 +26,9 @@ from safetensors.torch import load_file
 from tests.integration import prefetch
 from tests.integration.pipeline import (
     MACHINE,
-    copy_run_results,
     env,
     shortened_launch,
+    side_by_side,
     snakemake,
     snakemake_command,
 )
@@ -183,20 +182,15 @@ POLICY_RUNS = {"abort": 3, "skip": 5, "rollback": 5}
 @prefetch.prefetched
 def prepare_policy_runs(tmp_path_factory, smoke_run):
     """The three launches side by side, on a copy of the smoke run's rendered files and dataset."""
-    root = tmp_path_factory.mktemp("zerogate-policies")
-    inputs = copy_run_results(smoke_run.workdir, smoke_run.results, root / "inputs")
-
-    def build():
-        with ThreadPoolExecutor(max_workers=len(POLICY_RUNS)) as pool:
-            futures = {
-                policy: pool.submit(
-                    run_policy, root / "inputs", inputs, root / policy, policy, inject_step=step
-                )
-                for policy, step in POLICY_RUNS.items()
-            }
-            return {policy: future.result() for policy, future in futures.items()}
-
-    return build
+    launches = {
+        policy: lambda workdir, inputs, out, policy=policy, step=step: run_policy(
+            workdir, inputs, out, policy, inject_step=step
+        )
+        for policy, step in POLICY_RUNS.items()
+    }
+    return side_by_side(
+        tmp_path_factory.mktemp("zerogate-policies"), smoke_run.workdir, smoke_run.results, launches
+    )
 
 
 @pytest.fixture(scope="module")
