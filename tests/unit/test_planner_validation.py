@@ -62,7 +62,7 @@ def test_the_shipped_table_reads_with_every_kind_and_at_least_six_measured_resul
     assert {k: kinds.count(k) for k in set(kinds)} == {
         "estimator_table": 41,
         "paper_figure": 22,
-        "measured": 23,
+        "measured": 33,
     }
     assert sum(1 for r in table.setups if r.kind == "measured" and r.published.largest_micro_batch) == 2
     assert (
