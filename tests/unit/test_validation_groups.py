@@ -22,6 +22,7 @@ from zerogate.analysis.planner_validation import (
     grid_rows,
     judge_outcome,
     judge_reading,
+    not_judged,
     summarise,
     summary_line,
     table_text,
@@ -141,6 +142,14 @@ def test_a_grid_level_is_judged_as_bench_planner_grid_judged_it_and_an_unrun_gri
     assert {c.target for c in row.checks} == {GRID_WITHIN}
     line = summary_line(summarise([measured("a", FITS)]), [measured("a", FITS)], None)
     assert f"{THIS_MACHINE}: not run here" in line
+
+
+def test_a_reading_without_a_prediction_is_counted_apart_from_one_without_an_interval():
+    row = measured("a", FITS)
+    row.checks.append(judge_reading("peak", 10 * GIB, "unknown", Spread.exact(9 * GIB), "x", False))
+    row.checks.append(not_judged("host memory", "900 GiB (host_rss)", None, "the source does not state ..."))
+    line = summary_line(summarise([row]), [row])
+    assert "readings inside 0/0, 1 without an interval (errors -10 %), 1 not predicted" in line
 
 
 def test_held_out_rows_are_counted_again_on_their_own():

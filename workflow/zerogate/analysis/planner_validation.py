@@ -357,12 +357,15 @@ def independent_part(rows: list[RowCheck]) -> str:
         _count([c for c in checks if c.target == LARGEST_WITHIN], "largest micro-batch within 1.25"),
         _count([c for c in checks if c.target == READING_INSIDE], "readings inside"),
     ]
-    unjudged = [c for c in checks if c.target is None]
-    if unjudged:
-        errors = [f"{c.error_percent:+.0f} %" for c in unjudged if c.error_percent is not None]
-        parts[-1] += f", {len(unjudged)} without an interval" + (
+    bare = [c for c in checks if c.target is None and c.predicted_value is not None]
+    if bare:
+        errors = [f"{c.error_percent:+.0f} %" for c in bare if c.error_percent is not None]
+        parts[-1] += f", {len(bare)} without an interval" + (
             f" (errors {', '.join(errors)})" if errors else ""
         )
+    unplanned = sum(1 for c in checks if c.target is None and c.predicted_value is None)
+    if unplanned:
+        parts[-1] += f", {unplanned} not predicted (the row leaves unstated what the plan needs)"
     return ", ".join(parts)
 
 
