@@ -27,6 +27,7 @@ def matmul(kind: str, m: int, n: int, k: int, count: int, rates: list[float]) ->
         m=m,
         n=n,
         k=k,
+        timed_rows=64,
         layers=["model.layers.*.mlp.up_proj"],
         count=count,
         flop_per_call=flop,

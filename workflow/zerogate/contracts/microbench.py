@@ -44,13 +44,18 @@ class MatmulRate(Record):
     m: int
     n: int
     k: int
+    # Rows (tokens) the product was timed on: the run's micro-batch x sequence length, fewer where a CPU
+    # product would outlast the budget (zerogate.predict.microbench.timed_rows); its rate then stands for
+    # the run's shape.
+    timed_rows: int
     # The linear layers this product stands for (module names, layer indices folded into ``*``) and how
     # many modules of the model have it: each runs once per pass per micro-step.
     layers: list[str]
     count: int
     flop_per_call: float = Field(alias="flop_per_call(flop)")  # 2 m n k
     rate: Spread = Field(alias="matmul_rate(flop/s)")
-    seconds_per_call: float = Field(alias="seconds_per_call(s)")  # flop_per_call / the median rate
+    # flop_per_call / the median rate: the run's shape at the rate measured
+    seconds_per_call: float = Field(alias="seconds_per_call(s)")
 
 
 class CopyRate(Record):
