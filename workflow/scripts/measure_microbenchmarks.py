@@ -8,6 +8,7 @@ from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import logging_to
 
 with logging_to(snakemake.log[0]) as log:
+    log.info("started")
     run_spec, ds_config = RunSpec.read(snakemake.input.run_spec), DsConfig.read(snakemake.input.ds_config)
     fingerprint = Fingerprint.read(snakemake.input.fingerprint)
     os.environ.update(run_spec.env)
@@ -58,3 +59,4 @@ with logging_to(snakemake.log[0]) as log:
         )
     log.info("measured in %.1f s: %s", bench.seconds_s, bench.how)
     bench.write(snakemake.output.microbench)
+    log.info("written")

@@ -1,11 +1,11 @@
 """Micro-benchmarks of this machine: matrix products, memory copies and the optimizer's update, each timed
 on plain tensors (no model is built), each rate with its spread over repeats.
 
-One timing loop (:func:`rate_samples`): a warm-up call, one call timed to size a batch, then a few repeats,
-each a batch of back-to-back calls of about ``REPEAT_S`` (sub-millisecond calls are averaged over the
-batch, so the clock's resolution and the loop's own cost do not count), the device synchronised after
-each batch. Each repeat gives one rate; :func:`spread_of` turns them into the contract's median and
-quartiles (zerogate.robust.quartiles). What shapes and sizes to time is the caller's
+One timing loop (:func:`rate_samples`): a warm-up call, one call timed to size a batch, one untimed batch,
+then a few repeats, each a batch of back-to-back calls of about ``REPEAT_S`` (sub-millisecond calls are
+averaged over the batch, so the clock's resolution and the loop's own cost do not count), the device
+synchronised after each batch. Each repeat gives one rate; :func:`spread_of` turns them into the
+contract's median and quartiles (zerogate.robust.quartiles). What shapes and sizes to time is the caller's
 (zerogate.predict.microbench); this module knows nothing of the run.
 """
 
@@ -38,7 +38,8 @@ def rate_samples(
     operation: Callable[[], Any], work: float, budget_s: float, device: str = "cpu", repeats: int = REPEATS
 ) -> list[float]:
     """``work`` per second of ``operation``, one rate per repeat: between MIN_REPEATS and ``repeats``
-    repeats, as many as ``budget_s`` allows, each a batch of calls of about REPEAT_S."""
+    repeats, as many as ``budget_s`` allows after the warm-up batch, each a batch of calls of about
+    REPEAT_S."""
     synchronize = synchronizer(device)
     operation()  # warm-up: thread pool, kernels, first-touch pages, optimizer state
     synchronize()
@@ -47,7 +48,10 @@ def rate_samples(
     synchronize()
     one = max(time.perf_counter() - started, 1e-7)
     calls = max(1, math.floor(REPEAT_S / one))
-    count = min(repeats, max(MIN_REPEATS, math.floor(budget_s / (calls * one))))
+    count = min(repeats, max(MIN_REPEATS, math.floor(budget_s / (calls * one)) - 1))
+    for _ in range(calls):  # one untimed batch: a cold first call sized the batch, the rest are warm
+        operation()
+    synchronize()
     samples = []
     for _ in range(count):
         started = time.perf_counter()
