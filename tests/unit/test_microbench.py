@@ -100,6 +100,7 @@ def bench() -> Microbench:
         collectives_source="probe/hardware.json",
         how="test",
         seconds_s=1.0,
+        cpu_share=0.9,
     )
 
 
@@ -137,6 +138,7 @@ def test_rates_weigh_products_by_their_time():
     assert rates.cpu_update_param_per_s.median == 2e8 and rates.device_update_param_per_s is None
     assert "deepspeed_cpu_adam" in rates.cpu_update_param_per_s.source
     assert copy_key("host_to_device", True) == "host_to_device_pinned"
+    assert rates.cpu_share == 0.9
 
 
 def test_rates_refuse_a_file_without_backward_products():

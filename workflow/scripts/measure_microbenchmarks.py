@@ -57,6 +57,12 @@ with logging_to(snakemake.log[0]) as log:
             row.rate.q3,
             row.why,
         )
-    log.info("measured in %.1f s: %s", bench.seconds_s, bench.how)
+    log.info(
+        "measured in %.1f s with %.0f %% of %d core(s): %s",
+        bench.seconds_s,
+        100 * (bench.cpu_share or 0),
+        bench.threads,
+        bench.how,
+    )
     bench.write(snakemake.output.microbench)
     log.info("written")

@@ -101,3 +101,7 @@ class Microbench(Artefact):
     collectives_source: str
     how: str
     seconds_s: float = Field(alias="seconds(s)")  # wall time of the whole measurement
+    # The process's CPU seconds over wall seconds x threads while it timed: near 1 when it had its cores,
+    # well below when other processes took turns on them (a shared machine), its rates then lower than the
+    # machine's. None: not recorded.
+    cpu_share: float | None = None

@@ -45,6 +45,8 @@ class MeasuredRates:
       torch's AdamW where its op does not load; ``source`` says which), over one rank's partition;
       ``device_update_param_per_s``: torch's fused AdamW on the device (None without one).
     - ``collectives``: the probe's figures between two ranks (latency and bandwidth per kind), as measured.
+    - ``cpu_share``: the measuring process's CPU seconds over wall seconds x ``threads`` (None: not
+      recorded); well below 1, other processes shared its cores and the rates are lower than the machine's.
     """
 
     forward_flop_per_s: Rate
@@ -57,6 +59,7 @@ class MeasuredRates:
     collectives: Collectives | None
     threads: int
     dtype: str
+    cpu_share: float | None
 
 
 def copy_key(route: str, pinned: bool | None) -> str:
@@ -121,4 +124,5 @@ def rates_from_microbench(bench: Microbench, where: str = "plan/microbench.json"
         collectives=bench.collectives,
         threads=bench.threads,
         dtype=bench.dtype,
+        cpu_share=bench.cpu_share,
     )
