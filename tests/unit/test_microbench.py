@@ -221,6 +221,7 @@ def check_spread(spread: Spread) -> None:
     assert len(spread.samples) >= MIN_REPEATS
     assert all(s > 0 for s in spread.samples)
     assert 0 < spread.q1 <= spread.median <= spread.q3
+    assert spread.cpu_share is not None and spread.cpu_share > 0
 
 
 def test_the_products_of_every_shape_are_timed_at_the_runs_rows(short_batches):

@@ -15,7 +15,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -34,9 +34,18 @@ def synchronizer(device: str) -> Callable[[], None]:
     return lambda: None
 
 
+class Samples(NamedTuple):
+    """Each repeat's rate, and the share of its threads' cores the process had meanwhile (its CPU seconds
+    over wall seconds x torch's threads: near 1 alone on the cores, lower when other processes took turns
+    on them)."""
+
+    rates: list[float]
+    cpu_shares: list[float]
+
+
 def rate_samples(
     operation: Callable[[], Any], work: float, budget_s: float, device: str = "cpu", repeats: int = REPEATS
-) -> list[float]:
+) -> Samples:
     """``work`` per second of ``operation``, one rate per repeat: between MIN_REPEATS and ``repeats``
     repeats, as many as ``budget_s`` allows after the warm-up batch, each a batch of calls of about
     REPEAT_S."""
@@ -52,19 +61,29 @@ def rate_samples(
     for _ in range(calls):  # one untimed batch: a cold first call sized the batch, the rest are warm
         operation()
     synchronize()
-    samples = []
+    samples = Samples([], [])
+    threads = torch.get_num_threads()
     for _ in range(count):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         for _ in range(calls):
             operation()
         synchronize()
-        samples.append(work * calls / (time.perf_counter() - started))
+        seconds = time.perf_counter() - started
+        samples.rates.append(work * calls / seconds)
+        samples.cpu_shares.append((time.process_time() - cpu_started) / (seconds * threads))
     return samples
 
 
-def spread_of(samples: list[float]) -> Spread:
-    q1, median, q3 = quartiles(samples)
-    return Spread(median=median, q1=q1, q3=q3, samples=samples)
+def spread_of(samples: Samples) -> Spread:
+    """The contract's spread of the repeats' rates, with the median share of the cores they had."""
+    q1, median, q3 = quartiles(samples.rates)
+    return Spread(
+        median=median,
+        q1=q1,
+        q3=q3,
+        samples=samples.rates,
+        cpu_share=round(quartiles(samples.cpu_shares)[1], 3),
+    )
 
 
 # --- matrix products ----------------------------------------------------------------------------------
