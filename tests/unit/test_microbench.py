@@ -139,6 +139,29 @@ def test_rates_weigh_products_by_their_time():
     assert "deepspeed_cpu_adam" in rates.cpu_update_param_per_s.source
     assert copy_key("host_to_device", True) == "host_to_device_pinned"
     assert rates.cpu_share == 0.9
+    # on the CPU accelerator the device is host memory: an offload copy either way is a host copy
+    assert (
+        rates.copy("host_to_device", True)
+        == rates.copy("device_to_host", False)
+        == rates.copies["host_to_host"]
+    )
+
+
+def test_on_a_gpu_a_copy_is_looked_up_by_direction_and_pinning():
+    rows = [
+        CopyRate(route=route, pinned=pinned, size_bytes=1 << 20, rate=spread([rate, rate, rate]))
+        for route, pinned, rate in [
+            ("host_to_host", None, 5e9),
+            ("host_to_device", True, 20e9),
+            ("host_to_device", False, 8e9),
+            ("device_to_host", True, 19e9),
+        ]
+    ]
+    rates = rates_from_microbench(bench().model_copy(update={"accelerator": "cuda", "copies": rows}))
+    assert rates.copy("host_to_device", True).median == 20e9
+    assert rates.copy("host_to_device", False).median == 8e9
+    assert rates.copy("device_to_host", False) is None  # not timed: the ledger says so
+    assert rates.copy("host_to_host", True).median == 5e9
 
 
 def test_rates_refuse_a_file_without_backward_products():

@@ -60,6 +60,16 @@ class MeasuredRates:
     threads: int
     dtype: str
     cpu_share: float | None
+    accelerator: str = "cpu"
+
+    def copy(self, route: str, pinned: bool | None) -> Rate | None:
+        """The rate of a copy in ``route``'s direction (``host_to_device``, ``device_to_host``,
+        ``host_to_host``), page-locked or not (None where nothing was timed for it). On DeepSpeed's CPU
+        accelerator the device is host memory (its offload copies one host buffer into another), so
+        both directions are the host-to-host copy, pinned or not."""
+        if self.accelerator == "cpu":
+            return self.copies.get("host_to_host")
+        return self.copies.get(copy_key(route, None if route == "host_to_host" else pinned))
 
 
 def copy_key(route: str, pinned: bool | None) -> str:
@@ -125,4 +135,5 @@ def rates_from_microbench(bench: Microbench, where: str = "plan/microbench.json"
         threads=bench.threads,
         dtype=bench.dtype,
         cpu_share=bench.cpu_share,
+        accelerator=bench.accelerator,
     )
