@@ -59,7 +59,7 @@ class MeasuredRates:
     collectives: Collectives | None
     threads: int
     dtype: str
-    cpu_share: float | None
+    cpu_share: float | None = None
     accelerator: str = "cpu"
 
     def copy(self, route: str, pinned: bool | None) -> Rate | None:
