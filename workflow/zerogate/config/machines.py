@@ -215,14 +215,16 @@ def load_description(path: str | Path) -> MachineDescription:
     return check(raw, str(path))
 
 
-def described_machine(path: str, asked_by: str, repo: str | Path) -> MachineDescription:
-    """The description ``--config machine_description`` names (``path``, relative to the repository ``repo``
-    or absolute), checked whole when the workflow loads, so a bad one stops even a dry run before any job:
-    InputError naming ``asked_by`` (where the key was given) for a missing file, else the description's
-    file and the dotted key of the first bad value."""
+def described_machine(
+    path: str, asked_by: str, repo: str | Path, key: str = "machine_description"
+) -> MachineDescription:
+    """The description a file names (``path``, relative to the repository ``repo`` or absolute: ``--config
+    machine_description``'s, say), checked whole when the workflow loads, so a bad one stops even a dry run
+    before any job: InputError naming ``asked_by`` and ``key`` (where the path was given) for a missing
+    file, else the description's file and the dotted key of the first bad value."""
     file = Path(repo) / path
     if not file.is_file():
-        raise InputError(asked_by, "machine_description", f"no such file: {path}")
+        raise InputError(asked_by, key, f"no such file: {path}")
     return load_description(file)
 
 
