@@ -7,6 +7,7 @@ from tests.conftest import gpu_fingerprint
 from tests.unit.helpers import render_profile, settings
 from zerogate.contracts.run import DsConfig
 from zerogate.errors import InputError
+from zerogate.render.ds_config import RenderInputs, render
 from zerogate.render.overrides import find_auto
 
 
@@ -110,6 +111,29 @@ def test_explicit_batch_size_that_does_not_multiply_out_is_refused(
     profile = with_sections(tiny_profile, training={"train_batch_size": 24})
     with pytest.raises(InputError, match="training.train_batch_size"):
         render_claim(claim_config, profile, cpu_fingerprint, "claim.json")
+
+
+def test_a_batch_the_ranks_cannot_make_names_the_file_that_sets_it_not_the_overrides_file(claim_config):
+    # claim-14b sets train_batch_size 16 (1 x 8 x 2 ranks); cpu-tiny, its parent, sets deepspeed.overrides.
+    claimed = settings("claim-14b")
+    four = gpu_fingerprint(*[("NVIDIA A100-SXM4-40GB", 40.0)] * 4)
+    inputs = RenderInputs(
+        model=claimed.model,
+        training=claimed.training.run,
+        overrides=list(claimed.deepspeed.overrides),
+        seq_len=claimed.dataset.seq_len,
+        vocab_size=claimed.vocab_size,
+        fingerprint=four,
+        template_file="claim.json",
+        profile_file="config/profiles/cpu-tiny.yaml",
+        batch_file="config/profiles/claim-14b.yaml",
+    )
+    with pytest.raises(InputError) as error:
+        render(claim_config, inputs)
+    assert str(error.value) == (
+        "config/profiles/claim-14b.yaml: training.train_batch_size: 16 != micro_batch_per_rank 1 x "
+        "gradient_accumulation_steps 8 x 4 ranks"
+    )
 
 
 def test_threads_per_rank_never_oversubscribe(claim_config, tiny_profile, cpu_fingerprint):

@@ -16,6 +16,7 @@ from zerogate.bench.grid_points import PROFILE_PREFIX, point_ids, profile_file_n
 from zerogate.hashing import sha256_json
 from zerogate.config.claims import CLAIMS_FILE, claims_file
 from zerogate.config.machine_id import machine_id_from_host
+from zerogate.config.machines import described_machine
 from zerogate.config.profile import (
     check_profile,
     file_defining,
@@ -32,6 +33,7 @@ from zerogate.data.sources import check_dataset_source
 from zerogate.model.sources import check_model_source
 from zerogate.render.claim import read_claim
 from zerogate.render.variants import PEERS_BENCHMARK, engine_of, trained
+from zerogate.render.world import check_described_world
 from zerogate.runtime.ops import build_env
 
 # DeepSpeed's compiled ops build into, and load from, this environment's own directory with its own ninja
@@ -108,16 +110,16 @@ MACHINE = (
     else RUN_CONFIG.machine
 )
 # A described machine (config/machines/<name>.yaml) is planned for, never probed; "auto" takes its file name.
+# It is checked whole here (zerogate.config.machines.described_machine), so a bad one stops a dry run too.
 MACHINE_DESCRIPTION = RUN_CONFIG.machine_description
+DESCRIBED_MACHINE = None
 if MACHINE_DESCRIPTION:
-    if not (REPO / MACHINE_DESCRIPTION).is_file():
-        fail(
-            InputError(
-                config_source(["machine_description"]),
-                "machine_description",
-                f"no such file: {MACHINE_DESCRIPTION}",
-            )
+    try:
+        DESCRIBED_MACHINE = described_machine(
+            MACHINE_DESCRIPTION, config_source(["machine_description"]), REPO
         )
+    except InputError as error:
+        fail(error)
     if RUN_CONFIG.machine == "auto":
         MACHINE = Path(MACHINE_DESCRIPTION).stem
 CONFIG_HASH = sha256_json({"profile": PROFILE, "pipeline_version": PIPELINE_VERSION})
@@ -172,8 +174,9 @@ def profile_file_setting(key):
 
 def check_inputs():
     """A model path that does not exist or a GGUF transformers cannot load, a dataset file that does not
-    parse or lacks a mapped column, and a claim's DeepSpeed config that does not parse or has a key DeepSpeed
-    would ignore (the run's and the claimed box's, which several rules read) stop here: before any job runs.
+    parse or lacks a mapped column, a claim's DeepSpeed config that does not parse or has a key DeepSpeed
+    would ignore (the run's and the claimed box's, which several rules read), and a global batch the
+    described machine's ranks cannot make stop here: before any job runs.
     """
     try:
         check_model_source(SETTINGS.model.source, profile_file_setting("model.source"), REPO)
@@ -181,6 +184,13 @@ def check_inputs():
         check_dataset_source(dataset.source, dataset.columns, dataset.format, REPO)
         for template in dict.fromkeys([SETTINGS.deepspeed.template, CLAIMED_SETTINGS.deepspeed.template]):
             read_claim(REPO / template, template)
+        if DESCRIBED_MACHINE is not None:
+            check_described_world(
+                SETTINGS.training.run,
+                DESCRIBED_MACHINE,
+                PROFILE.get("nodes"),
+                profile_file_setting("training.train_batch_size"),
+            )
     except InputError as error:
         fail(error)
 

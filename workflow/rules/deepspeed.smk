@@ -24,5 +24,6 @@ rule render_deepspeed_config:
         nodes=PROFILE.get("nodes"),
         nodes_file=profile_file_setting("nodes"),
         profile_file=profile_file_setting("deepspeed.overrides"),
+        batch_file=profile_file_setting("training.train_batch_size"),
     script:
         "../scripts/render_deepspeed_config.py"

@@ -1,7 +1,8 @@
-"""Entry point of the judge_log rule (logic: zerogate.analysis.log_gates.judge_log_file, page:
-zerogate.report.log_page). Every log is judged before anything is written: a bad one stops the rule with
-one line naming it and leaves no summary behind."""
+"""Entry point of the judge_log rule (logic: zerogate.analysis.log_gates.judge_log_file, page and console
+text: zerogate.report.log_page). Every log is judged before anything is written: a bad one stops the rule
+with one line naming it and leaves no summary behind. Each log's verdicts are printed on the console."""
 
+import sys
 from pathlib import Path
 
 from zerogate.analysis.log_gates import judge_log_file
@@ -10,7 +11,7 @@ from zerogate.contracts.base import typed
 from zerogate.contracts.log_summary import LogSummary
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
-from zerogate.report.log_page import render_log_page
+from zerogate.report.log_page import log_verdicts_text, render_log_page
 
 with logging_to(snakemake.log[0]) as log:
     params = snakemake.params
@@ -33,3 +34,5 @@ with logging_to(snakemake.log[0]) as log:
             summary.failed_ranks,
             summary.skipped_steps,
         )
+        # The verdicts on the console too (the log file above is the rule's own record).
+        print(log_verdicts_text(summary, summary_path), file=sys.__stderr__)

@@ -37,6 +37,7 @@ with logging_to(snakemake.log[0]) as log:
                 fingerprint=fingerprint,
                 template_file=inputs.template,
                 profile_file=params.profile_file,
+                batch_file=params.batch_file,
                 nodes=nodes,
                 nodes_section=params.nodes,
             ),

@@ -186,6 +186,8 @@ def _problem(error: dict[str, Any]) -> tuple[str, str]:
     if error["type"] == "missing":
         return dotted(location[:-1]), f"'{location[-1]}' is a required property"
     given = error.get("input")
+    if isinstance(given, str) and str(location[-1]).endswith("_bytes"):  # "24GB" for 25769803776
+        return dotted(location), f"{given!r} is not a whole number of bytes (24 GiB is {24 * 2**30})"
     shown = "" if isinstance(given, (dict, list)) else f", got {given!r}"
     return dotted(location), f"{error['msg']}{shown}"
 
@@ -211,6 +213,19 @@ def load_description(path: str | Path) -> MachineDescription:
     if not isinstance(raw, dict):
         raise InputError(str(path), "", "a machine description must be a mapping")
     return check(raw, str(path))
+
+
+def described_machine(
+    path: str, asked_by: str, repo: str | Path, key: str = "machine_description"
+) -> MachineDescription:
+    """The description a file names (``path``, relative to the repository ``repo`` or absolute: ``--config
+    machine_description``'s, say), checked whole when the workflow loads, so a bad one stops even a dry run
+    before any job: InputError naming ``asked_by`` and ``key`` (where the path was given) for a missing
+    file, else the description's file and the dotted key of the first bad value."""
+    file = Path(repo) / path
+    if not file.is_file():
+        raise InputError(asked_by, key, f"no such file: {path}")
+    return load_description(file)
 
 
 def _gpu_of(device: Any) -> dict[str, Any]:

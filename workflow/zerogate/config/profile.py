@@ -11,6 +11,7 @@ from zerogate.config.model_data import SHAPE_KEYS, ModelSettings
 from zerogate.config.settings import ProfileSettings, profile_settings
 from zerogate.config.tables import read_yaml
 from zerogate.errors import InputError
+from zerogate.model.attention import check_model_attention
 from zerogate.model.hf_config import config_file, load_config, shape_of
 
 
@@ -117,7 +118,8 @@ def check_profile(
     the file that sets the key.
 
     The cross-field checks and defaults live in the settings models (zerogate.config.settings); this adds
-    the checks that need the repository."""
+    the checks that need the repository or the installed transformers (the model's attention
+    implementation, zerogate.model.attention.check_model_attention)."""
 
     def where(key: str) -> str:
         return str(file_defining(chain, key.split(".")))
@@ -125,7 +127,9 @@ def check_profile(
     template = Path(repo) / profile["deepspeed"]["template"]
     if not template.is_file():
         raise InputError(where("deepspeed.template"), "deepspeed.template", f"no such file: {template}")
-    return with_model_config(profile_settings(profile, where), where)
+    settings = with_model_config(profile_settings(profile, where), where)
+    check_model_attention(settings.model, repo, where)
+    return settings
 
 
 def with_model_config(settings: ProfileSettings, where: Where = anywhere) -> ProfileSettings:

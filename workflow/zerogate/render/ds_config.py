@@ -23,7 +23,7 @@ from zerogate.render.claim import check_keys
 from zerogate.render.cpu_tuning import cpu_comm_overrides
 from zerogate.render.ds_keys import unknown_keys
 from zerogate.render.overrides import MISSING, find_auto, get_path, nested, set_path
-from zerogate.render.world import nodes_spec, thread_env, threads_per_rank, world_size
+from zerogate.render.world import check_batch, nodes_spec, thread_env, threads_per_rank, world_size
 from zerogate.runtime.nodes import NodeLayout
 
 
@@ -43,6 +43,8 @@ class RenderInputs:
     fingerprint: Fingerprint
     template_file: str
     profile_file: str = "profile"
+    # The profile file that sets training.train_batch_size (an ancestor of the one named, perhaps).
+    batch_file: str = "profile"
     nodes: NodeLayout | None = None
     nodes_section: dict[str, Any] | None = None
 
@@ -113,21 +115,14 @@ def gpu_precision(r: _Renderer, devices: list[Any]) -> None:
         )
 
 
-def _batch_geometry(r: _Renderer, training: RunTraining, ranks: int, profile_file: str) -> None:
+def _batch_geometry(r: _Renderer, training: RunTraining, ranks: int, batch_file: str) -> None:
     """The profile's micro-batch and accumulation; the global batch follows from them."""
     micro, accumulation = training.micro_batch_per_rank, training.gradient_accumulation_steps
     geometry_reason = f"profile geometry {micro} x {accumulation} x {ranks} ranks"
     r.set("train_micro_batch_size_per_gpu", micro, "changed", geometry_reason, True)
     r.set("gradient_accumulation_steps", accumulation, "changed", geometry_reason, True)
     r.set("train_batch_size", micro * accumulation * ranks, "changed", geometry_reason, True)
-    wanted = training.train_batch_size
-    if wanted is not None and wanted != micro * accumulation * ranks:
-        raise InputError(
-            profile_file,
-            "training.train_batch_size",
-            f"{wanted} != micro_batch_per_rank {micro} x gradient_accumulation_steps {accumulation} x "
-            f"{ranks} ranks",
-        )
+    check_batch(training, ranks, batch_file)
 
 
 def _resolve_auto(r: _Renderer, model: ModelSettings, on_cpu: bool) -> None:
@@ -257,7 +252,7 @@ def render(claim: dict[str, Any], inputs: RenderInputs) -> tuple[dict[str, Any],
     check_keys(claim, inputs.template_file)
     r = _Renderer(claim)
     ranks = world_size(inputs.training, inputs.fingerprint, nodes)
-    _batch_geometry(r, inputs.training, ranks, inputs.profile_file)
+    _batch_geometry(r, inputs.training, ranks, inputs.batch_file)
     _resolve_auto(r, inputs.model, inputs.fingerprint.on_cpu)
     _precision(r, inputs.fingerprint)
     _open_choices(r, inputs.training)

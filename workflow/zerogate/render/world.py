@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from zerogate.config.machines import MachineDescription, to_fingerprint
 from zerogate.config.training import RunTraining
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.run import NodesSpec
+from zerogate.errors import InputError
 from zerogate.runtime.nodes import NodeLayout, local_nodes
 
 
@@ -32,6 +34,32 @@ def world_size(training: RunTraining, fingerprint: Fingerprint, nodes: NodeLayou
         return nodes.world_size
     accelerator = fingerprint.accelerator
     return accelerator.count if accelerator.kind == "cuda" else training.cpu_ranks
+
+
+def check_batch(training: RunTraining, ranks: int, file: str) -> None:
+    """A stated global batch (``training.train_batch_size``) must be the geometry's, micro-batch x
+    accumulation x ``ranks`` (DeepSpeed refuses any other, deepspeed/runtime/config.py
+    ``_batch_assertion``); InputError naming ``file``, the profile file that sets it."""
+    micro, accumulation = training.micro_batch_per_rank, training.gradient_accumulation_steps
+    wanted = training.train_batch_size
+    if wanted is not None and wanted != micro * accumulation * ranks:
+        raise InputError(
+            file,
+            "training.train_batch_size",
+            f"{wanted} != micro_batch_per_rank {micro} x gradient_accumulation_steps {accumulation} x "
+            f"{ranks} ranks",
+        )
+
+
+def check_described_world(
+    training: RunTraining, machine: MachineDescription, nodes_section: dict[str, Any] | None, batch_file: str
+) -> None:
+    """The profile's global batch against a described machine's ranks, checked when the workflow loads
+    (``batch_file``: the profile file that sets ``training.train_batch_size``). One node only: the ranks
+    of several come from the profile's hostfile, which the rendering reads and checks (DeepSpeed's
+    parser)."""
+    if not nodes_section:
+        check_batch(training, world_size(training, to_fingerprint(machine)), batch_file)
 
 
 def threads_per_rank(cores: int, ranks: int, nodes: NodeLayout) -> int:

@@ -4,8 +4,8 @@ main report's style (templates/log_summary.html.j2 extends its base template and
 from __future__ import annotations
 
 from zerogate import __version__
-from zerogate.contracts.log_summary import LogSummary, RankFailure
-from zerogate.contracts.verdicts import GATE_OUTCOMES
+from zerogate.contracts.log_summary import LogGate, LogSummary, RankFailure
+from zerogate.contracts.verdicts import GATE_OUTCOMES, NOT_MEASURED
 from zerogate.report.html import environment
 
 # LogSummary field -> the label the page gives it.
@@ -62,3 +62,27 @@ def render_log_page(summary: LogSummary, profile: str) -> str:
             version=__version__,
         )
     )
+
+
+def _gate_line(gate: LogGate, width: int) -> str:
+    """``  FAIL  ranks_completed: 2 count, needs == 0``: a judged gate, its value against its threshold."""
+    value = "no value" if gate.measured is None else f"{gate.measured:g} {gate.unit}"
+    return f"  {gate.verdict:<{width}}  {gate.name}: {value}, needs {gate.comparison} {gate.threshold:g}"
+
+
+def log_verdicts_text(summary: LogSummary, summary_path: str) -> str:
+    """What judge_log prints on the console for one log: the verdicts counted, each judged gate's verdict
+    and value (the profile's order), the gates the log cannot judge by name (their reasons are in
+    ``summary_path`` and the page), and the failed ranks with how each failed."""
+    counts = [f"{n} {v}" for v in GATE_OUTCOMES if (n := sum(g.verdict == v for g in summary.gates))]
+    lines = [f"{summary.log}: {', '.join(counts) or 'no'} of {len(summary.gates)} gates ({summary_path})"]
+    judged = [g for g in summary.gates if g.verdict != NOT_MEASURED]
+    width = max((len(g.verdict) for g in judged), default=0)
+    lines += [_gate_line(gate, width) for gate in judged]
+    unjudged = [g.name for g in summary.gates if g.verdict == NOT_MEASURED]
+    if unjudged:
+        lines.append(f"  {NOT_MEASURED}: {', '.join(unjudged)} (why: the summary and its page)")
+    ranks = ", ".join(map(str, summary.failed_ranks)) or "none the log shows"
+    how = f" ({failures_row(summary)})" if summary.failures else ""
+    lines.append(f"  failed ranks: {ranks}{how}")
+    return "\n".join(lines)
