@@ -28,6 +28,17 @@ CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
         ("NVIDIA H100 80GB HBM3", "H100 SXM5"),
         ("RTX3090", "RTX 3090"),
         ("NVIDIA GeForce RTX 5070", "RTX 5070"),
+        ("NVIDIA GeForce RTX 3090 Ti", "RTX 3090 Ti"),
+        ("NVIDIA A10G", "A10G"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA L4", "L4"),
+        ("Tesla V100-PCIE-16GB", "V100 PCIe 16GB"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL (stated as 96G)", "H100 NVL"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
+        ("AMD Instinct MI250X / MI250", "MI250X (one GCD)"),
+        ("AMD Instinct MI300X", "MI300X"),
     ],
 )
 def test_a_reported_name_finds_its_card(reported, card):
@@ -35,7 +46,7 @@ def test_a_reported_name_finds_its_card(reported, card):
     assert found is not None and found.card == card
 
 
-VARIANTS = ["NVIDIA GeForce RTX 5070 Ti", "NVIDIA GeForce RTX 4090 D", "Some GPU", ""]
+VARIANTS = ["NVIDIA GeForce RTX 5070 Ti", "NVIDIA GeForce RTX 4090 D", "NVIDIA L40", "Some GPU", ""]
 
 
 @pytest.mark.parametrize("reported", VARIANTS)
@@ -121,6 +132,8 @@ def test_short_forms_build_boxes_from_the_catalogue():
     assert four.collectives.kinds["all_gather"].bandwidth_gbps.value == 300
     assert find(box_from_text("8xH100").gpus[0].name).card == "H100 SXM5"
     assert box_from_text("1xV100-32GB").gpus[0].bf16_supported is False
+    amd = box_from_text("8xMI300X")
+    assert amd.collectives.route == "Infinity Fabric (RCCL)" and amd.nvlink is False and amd.peer_to_peer
     one = box_from_text("RTX4090")
     assert len(one.gpus) == 1 and one.collectives is None and one.peer_to_peer is None
 

@@ -90,6 +90,10 @@ class Card(CardRecord):
     peer_to_peer: PeerToPeer
     note: str | None = None
 
+    def short_form(self) -> str:
+        """The name to type in a box's short form: the first without spaces after the reported one."""
+        return next((n for n in self.names[1:] if " " not in n), self.names[-1])
+
     def cited(self) -> list[tuple[str, Cited]]:
         """(what, figure) of every figure the card states."""
         parts: list[tuple[str, Cited | None]] = [
@@ -132,6 +136,7 @@ class Catalogue(CardRecord):
         return text if figure.how is None else f"{text}; {figure.how}"
 
 
+@functools.cache
 def name_words(name: str) -> tuple[str, ...]:
     """A card name's words for matching (the module's docstring)."""
     plain = re.sub(r"\([^)]*\)", " ", name.lower())
@@ -177,10 +182,17 @@ def find(device_name: str | None, cards: Catalogue | None = None) -> Card | None
 
 
 def close_names(device_name: str, cards: Catalogue | None = None, count: int = 6) -> list[str]:
-    """The catalogue's names nearest ``device_name`` (for an error that lists them)."""
-    names = {"".join(name_words(n)): n for card in (cards or catalogue()).cards for n in card.names}
+    """The catalogue's names nearest ``device_name``, one per card (for an error that lists them): first the
+    cards with a name that holds it (``A100`` -> the four A100s), then the closest spellings."""
     wanted = "".join(name_words(device_name))
-    near = difflib.get_close_matches(wanted, list(names), n=count, cutoff=0.5)
-    if not near:
-        near = [key for key in names if wanted and (wanted in key or key in wanted)][:count]
-    return [names[key] for key in near]
+    by_key: dict[str, tuple[str, str]] = {}  # joined words -> (the card's short form, card)
+    for card in (cards or catalogue()).cards:
+        for name in card.names:
+            by_key.setdefault("".join(name_words(name)), (card.short_form(), card.card))
+    holding = sorted((k for k in by_key if wanted and wanted in k), key=len)
+    spelled = difflib.get_close_matches(wanted, list(by_key), n=len(by_key), cutoff=0.5)
+    chosen: dict[str, str] = {}  # card -> its name shown
+    for key in holding + spelled:
+        name, card = by_key[key]
+        chosen.setdefault(card, name)
+    return list(chosen.values())[:count]
