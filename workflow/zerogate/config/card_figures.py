@@ -22,15 +22,16 @@ class UsedPeak:
 def gpu_peak(machine: MachineDescription, gpu: GpuDescription, dtype: str) -> UsedPeak:
     """``gpu``'s peak for ``dtype``: the description's stated figure ("stated in <file>"), else the
     catalogue's ("catalogue: <card> (<source>)"), else None with why (the card named, never assumed)."""
+    described = machine.file or f"the description '{machine.name}'"
     stated = None if gpu.peaks is None else gpu.peaks.get(dtype)  # type: ignore[call-overload]
     if stated is not None:
-        return UsedPeak(stated.tflops, f"stated in {machine.file or machine.name} ({stated.source})")
+        return UsedPeak(stated.tflops, f"stated in {described} ({stated.source})")
     card = find(gpu.name)
     if card is None:
         return UsedPeak(
             None,
             f"peak missing: {gpu.name} is not in the card catalogue ({CARDS_FILE}) and "
-            f"{machine.file or machine.name} states no {dtype} peak for it (gpus[].peaks.{dtype})",
+            f"{described} states no {dtype} peak for it (gpus[].peaks.{dtype})",
         )
     found = card.peaks.get(dtype)  # type: ignore[call-overload]
     if found is None:
