@@ -3,6 +3,7 @@ form of a box, and a machine description's stated peak winning over the catalogu
 
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
@@ -10,7 +11,8 @@ from zerogate import hardware
 from zerogate.config.boxes import box_from_text
 from zerogate.config.card_figures import gpu_peak
 from zerogate.config.cards import Catalogue, catalogue, find
-from zerogate.config.machines import check, load_description
+from zerogate.config.machines import MachineDescription, check, load_description
+from zerogate.config.schemas import json_schema
 from zerogate.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,6 +136,9 @@ def test_short_forms_build_boxes_from_the_catalogue():
     assert box_from_text("1xV100-32GB").gpus[0].bf16_supported is False
     amd = box_from_text("8xMI300X")
     assert amd.collectives.route == "Infinity Fabric (RCCL)" and amd.nvlink is False and amd.peer_to_peer
+    unknown_ram = box_from_text("2xRTX3090")
+    assert check(unknown_ram.plain(), "box.yaml") == unknown_ram  # as its YAML file holds it, null RAM kept
+    assert jsonschema.Draft202012Validator(json_schema(MachineDescription)).is_valid(unknown_ram.plain())
     one = box_from_text("RTX4090")
     assert len(one.gpus) == 1 and one.collectives is None and one.peer_to_peer is None
 

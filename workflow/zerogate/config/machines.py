@@ -194,8 +194,11 @@ class MachineDescription(Description):
         return self._file
 
     def plain(self) -> dict[str, Any]:
-        """The description as its YAML file would hold it (keys left out where they were absent)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """The description as its YAML file would hold it (keys left out where they were absent; the host's
+        RAM, a key that must be there, null where unknown)."""
+        plain = self.model_dump(mode="json", exclude_none=True)
+        plain["host"].setdefault("ram_total_bytes", None)
+        return plain
 
 
 def _problem(error: dict[str, Any]) -> tuple[str, str]:
