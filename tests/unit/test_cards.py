@@ -9,7 +9,7 @@ import yaml
 
 from zerogate import hardware
 from zerogate.config.boxes import box_from_text
-from zerogate.config.card_figures import gpu_peak
+from zerogate.config.card_figures import gpu_bandwidth, gpu_peak
 from zerogate.config.cards import Catalogue, catalogue, find
 from zerogate.config.machines import MachineDescription, check, load_description
 from zerogate.config.schemas import json_schema
@@ -118,6 +118,12 @@ def test_a_stated_peak_wins_over_the_catalogue_and_an_unknown_card_is_named():
     assert used.tflops == 300.0 and "stated in" in used.source and "measured by us" in used.source
     missing = gpu_peak(stated, stated.gpus[0], "fp16")
     assert missing.tflops is None and "NVIDIA GeForce RTX 9999" in missing.source
+    assert gpu_bandwidth(stated, stated.gpus[1]).value == 1008  # stated in the description
+    raw["gpus"][1].pop("memory_bandwidth_gbps")
+    raw["gpus"][0].pop("memory_bandwidth_gbps")
+    unstated = check(raw, "mine.yaml")
+    assert gpu_bandwidth(unstated, unstated.gpus[1]).source.startswith("catalogue: RTX 4090")
+    assert gpu_bandwidth(unstated, unstated.gpus[0]).value is None
 
 
 def test_short_forms_build_boxes_from_the_catalogue():

@@ -37,3 +37,25 @@ def gpu_peak(machine: MachineDescription, gpu: GpuDescription, dtype: str) -> Us
     if found is None:
         return UsedPeak(None, f"peak missing: the catalogue's {card.card} has no {dtype} rate")
     return UsedPeak(found.tflops, f"catalogue: {card.card} ({catalogue().source_text(found)})")
+
+
+@dataclass(frozen=True)
+class UsedFigure:
+    """A card's figure (None: missing) and where it comes from, or why it is missing."""
+
+    value: float | None
+    source: str
+
+
+def gpu_bandwidth(machine: MachineDescription, gpu: GpuDescription) -> UsedFigure:
+    """``gpu``'s memory bandwidth in 10^9 bytes/s: the description's (``memory_bandwidth_gbps``), else the
+    catalogue's, else None with why."""
+    if gpu.memory_bandwidth_gbps is not None:
+        described = machine.file or f"the description '{machine.name}'"
+        return UsedFigure(gpu.memory_bandwidth_gbps, f"stated in {described}")
+    card = find(gpu.name)
+    if card is None:
+        missing = f"memory bandwidth missing: {gpu.name} is not in the card catalogue ({CARDS_FILE})"
+        return UsedFigure(None, missing)
+    figure = card.memory_bandwidth
+    return UsedFigure(figure.gbps, f"catalogue: {card.card} ({catalogue().source_text(figure)})")

@@ -34,7 +34,7 @@ listed in ``missing``, never assumed.
 from __future__ import annotations
 
 from zerogate import hardware
-from zerogate.config.card_figures import gpu_peak
+from zerogate.config.card_figures import gpu_bandwidth, gpu_peak
 from zerogate.config.machines import FigureDescription, MachineDescription, PcieLink
 from zerogate.contracts.machine import CollectiveKindFigures, Figure
 from zerogate.contracts.model import ModelCounts
@@ -315,7 +315,7 @@ def _optimizer_terms(
     if setup.offload_optimizer or not gpus:
         bandwidth = machine.host.memory_bandwidth_gbps
         return {"cpu_adam(s)": per_param * counts.total / (bandwidth * 1e9) if bandwidth else None}
-    bandwidths = [g.memory_bandwidth_gbps for g in gpus]
+    bandwidths = [gpu_bandwidth(machine, g).value for g in gpus]  # stated, else the card catalogue's
     known = [b for b in bandwidths if b]
     slowest = min(known) if len(known) == len(bandwidths) else None
     share = counts.partition_numel(setup.ranks) if setup.stage >= 1 else counts.total
