@@ -143,6 +143,8 @@ def floor_lines(steps: Floor) -> list[str]:
     for rank in steps.ranks:
         terms = ", ".join(f"{k} {_seconds(v)}" for k, v in rank.terms.items())
         lines.append(f"  rank {rank.rank} {rank.device}: {terms}")
+        if rank.peak_source:
+            lines.append(f"    peak: {rank.peak_source}")
     for k, v in steps.optimizer_terms.items():
         lines.append(f"  optimizer update: {k} {_seconds(v)}")
     return lines + collective_lines(steps)
