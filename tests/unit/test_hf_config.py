@@ -72,6 +72,11 @@ def test_gpt2_without_n_inner_has_the_4x_mlp_and_with_it_its_own_width():
     assert shape_of(GPT2Config(n_embd=64, n_head=4, n_inner=100)).intermediate_size == 100
 
 
+def test_opt_states_its_mlp_width_as_ffn_dim():
+    shape = shape_of(load_config(MODELS / "opt-125m.json"))
+    assert (shape.intermediate_size, shape.hidden_size, shape.tied_embeddings) == (3072, 768, True)
+
+
 def test_the_readme_lists_every_config_in_the_directory_with_a_source():
     readme = (MODELS / "README.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in readme.splitlines() if line.startswith("| `")}

@@ -109,7 +109,8 @@ def shape_of(config: Any) -> ModelShape:
 
     head_dim is the config's own where it states one (Llama 3, Mistral), else hidden / heads. The MLP width
     is ``intermediate_size``, or GPT-2's ``n_inner``, which GPT-2's MLP replaces by 4 x hidden when it is None
-    (transformers' modeling_gpt2.GPT2Block). InputError naming the config file and key for a missing number.
+    (transformers' modeling_gpt2.GPT2Block), or OPT's ``ffn_dim`` (modeling_opt.OPTDecoderLayer: fc1 maps
+    hidden to ffn_dim). InputError naming the config file and key for a missing number.
     """
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     source = getattr(config, "name_or_path", "") or f"{type(config).__name__}"
@@ -127,8 +128,12 @@ def shape_of(config: Any) -> ModelShape:
         intermediate = number("intermediate_size")
     elif hasattr(text, "n_inner"):
         intermediate = text.n_inner if text.n_inner is not None else 4 * hidden
+    elif getattr(text, "ffn_dim", None) is not None:
+        intermediate = number("ffn_dim")
     else:
-        raise InputError(source, "intermediate_size", "missing (and no n_inner): the MLP width is unknown")
+        raise InputError(
+            source, "intermediate_size", "missing (and no n_inner or ffn_dim): the MLP width is unknown"
+        )
     return ModelShape(
         model_type=str(getattr(config, "model_type", "")),
         hidden_size=hidden,
