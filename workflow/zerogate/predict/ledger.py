@@ -40,10 +40,11 @@ from zerogate.predict.activation_figures import (
     activation_bytes,
     formula_activations,
 )
+from zerogate.predict.cuda_terms import OVERHEAD_SOURCES
 from zerogate.predict.estimates import Estimate, deepspeed_estimates, paper_ledger
 from zerogate.predict.fsdp2_terms import FSDP2_SOURCES
 from zerogate.predict.host_memory import HOST_RUNTIME_SOURCES, RESIDENT_SOURCES
-from zerogate.predict.phases import OVERHEAD_SOURCES, device_levels
+from zerogate.predict.phases import device_levels
 from zerogate.predict.setup import SCHEMES, Setup
 from zerogate.predict.zero_buffers import BUFFER_SOURCES
 from zerogate.predict.zero_states import OFFLOAD_SOURCES, STATE_SOURCES
@@ -74,6 +75,7 @@ TERM_ORDER = (
     "gathered_parameter_copies",
     "gathered_copy_in_use",
     "gathered_parameters",
+    "offloaded_partition_copies",
     "offload_gradient_buffer",
     "offload_gradient_conversion",
     "offload_gradient_conversion_in_backward",
@@ -88,7 +90,9 @@ TERM_ORDER = (
     "activations_at_first_gradient",
     "backward_transient_after_first_gradient",
     "fp32_gradient_copy",
+    "optimizer_step_temporaries",
     "allocator_margin",
+    "cross_stream_reserve",
     "cuda_context",
     "communicator",
     "host_runtime",

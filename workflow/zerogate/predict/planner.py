@@ -19,7 +19,14 @@ from zerogate.contracts.plan import (
 from zerogate.contracts.run import Deviation, DsConfig, RunSpec
 from zerogate.predict.activation_figures import Activations
 from zerogate.predict.comms_terms import step_totals
-from zerogate.predict.fit import checks, device_and_host_checks, largest_micro_batch, notes, pinned_note
+from zerogate.predict.fit import (
+    checks,
+    device_and_host_checks,
+    largest_micro_batches,
+    notes,
+    overall_verdict,
+    pinned_note,
+)
 from zerogate.predict.floor import floor
 from zerogate.predict.fsdp2_comms import fsdp2_theory
 from zerogate.predict.fsdp2_terms import fsdp2_host_need_per_rank, fsdp2_terms
@@ -101,6 +108,7 @@ def plan(
     and so never retrains."""
     memory = checks(counts, setup, machine, activations)
     fits = all(c.fits for c in memory)
+    largest = largest_micro_batches(counts, setup, machine, activations)
     return Plan(
         machine=machine.name,
         machine_source=machine.source,
@@ -113,7 +121,10 @@ def plan(
         refused=not fits and not (override and override.allow_infeasible),
         deciding_check=min(memory, key=lambda c: c.headroom_bytes),
         checks=memory,
-        largest_micro_batch_per_rank=largest_micro_batch(counts, setup, machine, activations),
+        largest_micro_batch_per_rank=largest["point"],
+        verdict=overall_verdict(memory),
+        largest_micro_batch_fits_per_rank=largest["fits"],
+        largest_micro_batch_may_fit_per_rank=largest["may_fit"],
         notes=notes(counts, setup, machine, activations),
         suggestions=[] if fits else suggestions(counts, setup, machine, activations),
         device_changes=device_changes(counts, setup, machine, activations),
