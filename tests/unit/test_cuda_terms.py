@@ -161,3 +161,15 @@ def test_largest_micro_batch_pair_brackets_the_point_one():
     assert all(c.verdict != "does not fit" for c in at_may)
     beyond = checks(claim_counts(), dataclasses.replace(setup, micro_batch=found["may_fit"] + 1), roomy)
     assert any(c.verdict == "does not fit" for c in beyond)
+
+
+def test_the_loss_shifted_logits_copy_only_for_a_stated_older_transformers():
+    counts = claim_counts()
+    older = zerogate_terms(counts, claim_setup(transformers_version=(4, 46, 1))).device
+    # micro-batch 1 x (512 - 1) x the vocabulary, fp32 (the loss on upcast logits).
+    assert older["loss_shifted_logits"] == 4 * 511 * 152064
+    assert device_levels(older).tensor > device_levels(zerogate_terms(counts, claim_setup()).device).tensor
+    for setup in (claim_setup(), claim_setup(transformers_version=(4, 49, 0))):
+        assert "loss_shifted_logits" not in zerogate_terms(counts, setup).device
+    on_cpu = claim_setup(device_kind="cpu", dtype="fp32", transformers_version=(4, 40))
+    assert "loss_shifted_logits" in zerogate_terms(counts, on_cpu).device  # a tensor, on any accelerator

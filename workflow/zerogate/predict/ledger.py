@@ -86,6 +86,7 @@ TERM_ORDER = (
     "largest_layer_gradient",
     "tied_weight_gradient",
     "activations",
+    "loss_shifted_logits",
     "backward_transient",
     "activations_at_first_gradient",
     "backward_transient_after_first_gradient",

@@ -41,6 +41,7 @@ FORWARD = (
     "gathered_copy_in_use",
     "unsharded_parameters",
     "activations",
+    "loss_shifted_logits",
 )
 BACKWARD = (
     "unsharded_parameters",

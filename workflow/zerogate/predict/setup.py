@@ -73,6 +73,9 @@ class Setup:
     # is used, the HF Trainer's default; or it sets torch_adam: deepspeed/runtime/engine.py
     # get_optimizer_configuration) rather than DeepSpeed's FusedAdam or CPU Adam.
     torch_optimizer: bool = False
+    # The transformers release a published run used, where it states one; None: the installed one, whose
+    # loss the activation trace runs (zerogate.predict.zero_buffers.loss_logits_terms).
+    transformers_version: tuple[int, ...] | None = None
     # CUDA's module loading: "lazy" (CUDA 11.7+, set by torch from 1.13) or "eager"
     # (zerogate.predict.cuda_terms).
     cuda_module_loading: str = "lazy"

@@ -112,6 +112,13 @@ BUFFER_SOURCES = {
         "sub_group_size elements (stage3.py _prepare_fp32_grad_for_sub_group); none on the device "
         "with optimizer offload (optimizer_gradients, on the host, is the copy)"
     ),
+    "loss_shifted_logits": (
+        "a run that states a transformers release before the shifted-logits copy was removed: its causal-LM "
+        "loss copies the upcast logits shifted by one, logits[..., :-1, :].contiguous(), beside them at the "
+        "forward's end (removed by https://github.com/huggingface/transformers/pull/35646, merged "
+        "2025-01-13; first absent in 4.49: assumed from the release dates); the installed release pads the "
+        "labels instead (transformers/loss/loss_utils.py ForCausalLMLoss), and the trace runs that loss"
+    ),
     "optimizer_step_temporaries": (
         "CUDA, torch's Adam/AdamW stepping the device partition (the config names no optimizer, or "
         "torch_adam: deepspeed/runtime/engine.py get_optimizer_configuration): its foreach path, the "
@@ -230,3 +237,19 @@ def optimizer_step_temporaries(counts: ModelCounts, setup: Setup, share: int) ->
         return {}
     elements = {0: counts.total, 3: min(share, setup.sub_group_size)}.get(setup.stage, share)
     return {"optimizer_step_temporaries": 4 * elements}
+
+
+# The first transformers release whose causal-LM loss makes no shifted copy of the logits
+# (BUFFER_SOURCES["loss_shifted_logits"]: PR 35646, merged 2025-01-13; assumed from the release dates).
+TRANSFORMERS_WITHOUT_SHIFT_COPY = (4, 49)
+
+
+def loss_logits_terms(counts: ModelCounts, setup: Setup) -> dict[str, int]:
+    """The loss's shifted copy of the logits for a run that states an older transformers release
+    (BUFFER_SOURCES["loss_shifted_logits"]), bytes: micro-batch x (sequence - 1) x vocabulary elements in the
+    loss's dtype. None for the installed release (the activation trace runs its loss)."""
+    version = setup.transformers_version
+    if version is None or version >= TRANSFORMERS_WITHOUT_SHIFT_COPY:
+        return {}
+    element = 4 if setup.loss_in_fp32 else setup.dtype_bytes
+    return {"loss_shifted_logits": element * setup.micro_batch * (setup.seq_len - 1) * counts.vocab}

@@ -23,6 +23,7 @@ from zerogate.predict.setup import Setup
 from zerogate.predict.zero_buffers import (
     backward_gradient_terms,
     fp32_gradient_copy_bytes,
+    loss_logits_terms,
     optimizer_step_temporaries,
     reduction_terms,
 )
@@ -86,6 +87,7 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
         **backward_gradient_terms(counts, setup, figures),
         "fp32_gradient_copy": fp32_gradient_copy_bytes(counts, setup, share),
         **optimizer_step_temporaries(counts, setup, share),
+        **loss_logits_terms(counts, setup),
         **figures.device_terms(),
     }
     spreads = device_term_spreads(device)
