@@ -176,6 +176,10 @@ class ZerogateRow(Record):
     host_per_node_bytes: int = Field(alias="host_per_node(bytes)")
     nvme_per_node_bytes: int = Field(alias="nvme_per_node(bytes)")
     pinned_per_node_bytes: int = Field(alias="pinned_per_node(bytes)")
+    # The device level's and the host's interval from the terms' own uncertainty (zerogate.predict.fit:
+    # device_need, host_need), [low, high]; None in a file written before intervals.
+    device_per_rank_range_bytes: list[int] | None = Field(None, alias="device_per_rank_range(bytes)")
+    host_per_node_range_bytes: list[int] | None = Field(None, alias="host_per_node_range(bytes)")
 
 
 class ActivationTerms(Record):

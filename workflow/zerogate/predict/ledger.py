@@ -42,6 +42,7 @@ from zerogate.predict.activation_figures import (
 )
 from zerogate.predict.cuda_terms import OVERHEAD_SOURCES
 from zerogate.predict.estimates import Estimate, deepspeed_estimates, paper_ledger
+from zerogate.predict.fit import device_need, host_need
 from zerogate.predict.fsdp2_terms import FSDP2_SOURCES
 from zerogate.predict.host_memory import HOST_RUNTIME_SOURCES, RESIDENT_SOURCES
 from zerogate.predict.phases import device_levels
@@ -125,6 +126,7 @@ def zerogate_row(counts: ModelCounts, variant: Setup, activations: Activations) 
     other = dataclasses.replace(variant, activation_checkpointing=not variant.activation_checkpointing)
     levels = device_levels(terms.device)
     ranks_per_node = variant.ranks_per_node
+    device, host = device_need(terms), host_need(terms, variant.device_kind == "cpu")
     return ZerogateRow(
         device_terms_bytes=terms.device,
         host_terms_per_rank_bytes=terms.host,
@@ -139,6 +141,8 @@ def zerogate_row(counts: ModelCounts, variant: Setup, activations: Activations) 
         host_per_node_bytes=host_need_per_rank(terms, variant.device_kind == "cpu") * ranks_per_node,
         nvme_per_node_bytes=sum(terms.nvme.values()) * ranks_per_node,
         pinned_per_node_bytes=sum(terms.pinned.values()) * ranks_per_node,
+        device_per_rank_range_bytes=[device.low, device.high],
+        host_per_node_range_bytes=[host.low * ranks_per_node, host.high * ranks_per_node],
     )
 
 

@@ -143,8 +143,16 @@ def ledger_lines(result: Plan) -> list[str]:
         + ", ".join(f"{k} {format_bytes(v)}" for k, v in own.device_terms_bytes.items())
         + f"; tensor peak {format_bytes(own.device_tensor_peak_per_rank_bytes)}, allocator "
         f"{format_bytes(own.device_allocator_peak_per_rank_bytes)}, device "
-        f"{format_bytes(own.device_per_rank_bytes)}",
+        f"{format_bytes(own.device_per_rank_bytes)}{_range(own.device_per_rank_range_bytes)}; host per node "
+        f"{format_bytes(own.host_per_node_bytes)}{_range(own.host_per_node_range_bytes)}",
     ]
+
+
+def _range(bounds: list[int] | None) -> str:
+    """A figure's interval in words, where it has one wider than a point."""
+    if not bounds or bounds[0] == bounds[1]:
+        return ""
+    return f" (between {format_bytes(bounds[0])} and {format_bytes(bounds[1])})"
 
 
 def fit_lines(result: Plan) -> list[str]:
@@ -207,8 +215,7 @@ def peer_lines(result: Plan) -> list[str]:
     lines = ["ZeRO-3's peers on this machine (the same model, batch, precision and ranks):"]
     for peer in result.peers:
         needs = "; ".join(
-            f"{_rank(c)}{c.device} {format_bytes(c.need_bytes)} of {format_bytes(c.capacity_bytes)}"
-            for c in peer.checks
+            f"{_rank(c)}{c.device} {_need(c)} of {format_bytes(c.capacity_bytes)}" for c in peer.checks
         )
         lines.append(
             f"  {peer.variant}: {'fits' if peer.fits else 'DOES NOT FIT'} ({needs}); communicates "
