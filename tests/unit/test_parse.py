@@ -108,6 +108,8 @@ def test_real_wall_clock_breakdown_lines_become_timer_columns():
     assert (events["kind"] == "rank_exit_ok").sum() == 2
 
 
+# Illustrative lines in DeepSpeed 0.19.8's formats, the numbers made up (docs/reference.md section 3): no run
+# measured them, and nothing takes a constant from them.
 HAND_BUILT = """\
 [2026-11-29 10:00:01,000] [INFO] [logging.py:107:log_dist] [Rank 0] step=10, skipped=0, lr=[1e-05], mom=[(0.9, 0.999)]
 [2026-11-29 10:00:01,001] [INFO] [timer.py:264:stop] epoch=0/micro_step=80/global_step=10, RunningAvgSamplesPerSec=58.73, CurrSamplesPerSec=61.35, MemAllocated=6.01GB, MaxMemAllocated=19.52GB

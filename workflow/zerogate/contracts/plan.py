@@ -13,9 +13,17 @@ from zerogate.contracts.base import Artefact, Record
 from zerogate.contracts.machine import Figure, Preflight
 from zerogate.contracts.run import Deviation, Dtype
 
+# The three fit verdicts of a check (zerogate.predict.fit.verdict): the need's interval below the capacity,
+# the capacity inside it, the interval above it.
+FITS, MAY_NOT_FIT, DOES_NOT_FIT = "fits", "may not fit", "does not fit"
+VERDICTS = (FITS, MAY_NOT_FIT, DOES_NOT_FIT)
+
 
 class MemoryCheck(Record):
-    """One rank's device (GPUs) or the node's host RAM: what the run needs there and what it has."""
+    """One rank's device (GPUs) or the node's host RAM: what the run needs there and what it has. ``need`` is
+    the point figure (``fits``: it is within the capacity); ``need_low``..``need_high`` the interval its
+    terms' own uncertainty gives (zerogate.predict.cuda_terms.Spread), and ``verdict`` the three-valued fit
+    on that interval."""
 
     what: str  # "device memory" | "host RAM"
     rank: int | None  # None: the host check
@@ -24,6 +32,9 @@ class MemoryCheck(Record):
     capacity_bytes: int = Field(alias="capacity(bytes)")
     headroom_bytes: int = Field(alias="headroom(bytes)")
     fits: bool
+    need_low_bytes: int | None = Field(None, alias="need_low(bytes)")  # None: a file written before intervals
+    need_high_bytes: int | None = Field(None, alias="need_high(bytes)")
+    verdict: str | None = None  # one of VERDICTS
 
 
 class SuggestedSettings(Record):
@@ -168,6 +179,10 @@ class ZerogateRow(Record):
     host_per_node_bytes: int = Field(alias="host_per_node(bytes)")
     nvme_per_node_bytes: int = Field(alias="nvme_per_node(bytes)")
     pinned_per_node_bytes: int = Field(alias="pinned_per_node(bytes)")
+    # The device level's and the host's interval from the terms' own uncertainty (zerogate.predict.fit:
+    # device_need, host_need), [low, high]; None in a file written before intervals.
+    device_per_rank_range_bytes: list[int] | None = Field(None, alias="device_per_rank_range(bytes)")
+    host_per_node_range_bytes: list[int] | None = Field(None, alias="host_per_node_range(bytes)")
 
 
 class ActivationTerms(Record):
@@ -254,6 +269,12 @@ class Plan(Artefact):
     checks: list[MemoryCheck]
     # The largest micro-batch per rank with which every check fits, the rest of the run unchanged (0: none).
     largest_micro_batch_per_rank: int
+    # The three-valued verdict over the checks (the worst check's), and the largest micro-batch per rank with
+    # which every check's verdict is "fits" (its interval's high end within the capacity) and with which no
+    # check's is "does not fit" (its low end within): "fits up to N, may fit up to M".
+    verdict: str | None = None
+    largest_micro_batch_fits_per_rank: int | None = None
+    largest_micro_batch_may_fit_per_rank: int | None = None
     notes: list[str] = []  # what the checks could not judge (an NVMe capacity nobody states, say)
     suggestions: list[Suggestion]  # changes that would make the run fit (none when it fits)
     # Changes a profile expresses that lower the device need (checkpointing, shorter sequences, a smaller

@@ -12,20 +12,31 @@ from zerogate.contracts.model import ModelCounts
 from zerogate.predict.setup import Setup
 
 # Where each activation term comes from (the plan's Ledger.term_sources).
+# The trace: the model's own forward and backward (transformers/modeling_utils.py and the architecture's
+# modeling file) under torch's fake tensors (torch/_subclasses/fake_tensor.py), what the forward saves seen by
+# a torch/autograd/graph.py saved_tensors_hooks pack hook; where not traced, Korthikanti et al. 2022,
+# https://arxiv.org/abs/2205.05198.
+TRACE_SOURCE = (
+    "traced: torch/autograd/graph.py saved_tensors_hooks under torch/_subclasses/fake_tensor.py over "
+    "transformers/modeling_utils.py's model; the formula of https://arxiv.org/abs/2205.05198 where not"
+)
 ACTIVATION_SOURCES = {
-    "activations": "what one micro-step's forward keeps for the backward (zerogate.predict.activations)",
+    "activations": (
+        f"what one micro-step's forward keeps for the backward (zerogate.predict.activations; {TRACE_SOURCE})"
+    ),
     "backward_transient": (
         "what the backward holds on top of the kept activations at its peak up to its first "
-        "accumulated gradient, weight gradients in flight included (zerogate.predict.trace)"
+        "accumulated gradient, weight gradients in flight included (zerogate.predict.trace; "
+        f"{TRACE_SOURCE})"
     ),
     "activations_at_first_gradient": (
         "what is alive when the backward's first weight gradient is accumulated: the activations not "
         "yet released and what the backward holds then (zerogate.predict.trace); the activations "
-        "where not traced"
+        f"where not traced ({TRACE_SOURCE})"
     ),
     "backward_transient_after_first_gradient": (
         "the backward's peak after its first accumulated gradient above those bytes, each weight "
-        "gradient dropped once accumulated (zerogate.predict.trace)"
+        f"gradient dropped once accumulated (zerogate.predict.trace; {TRACE_SOURCE})"
     ),
 }
 

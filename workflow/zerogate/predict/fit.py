@@ -1,6 +1,7 @@
 """Does a run fit a machine? One memory check per rank's device, one for the node's host RAM and one for NVMe,
-each with its headroom; what the checks cannot judge; and the largest micro-batch with which every check
-fits."""
+each with its headroom and its three-valued verdict on the need's interval (fits, may not fit, does not fit);
+what the checks cannot judge; and the largest micro-batch with which every check fits, fits for certain, and
+may fit."""
 
 from __future__ import annotations
 
@@ -9,25 +10,74 @@ from collections.abc import Callable
 
 from zerogate.config.machines import GpuDescription, MachineDescription
 from zerogate.contracts.model import ModelCounts
-from zerogate.contracts.plan import MemoryCheck
+from zerogate.contracts.plan import DOES_NOT_FIT, FITS, MAY_NOT_FIT, MemoryCheck
 from zerogate.hardware import cuda_capacity
 from zerogate.predict.activation_figures import Activations
 from zerogate.predict.phases import device_levels
 from zerogate.predict.setup import Setup
-from zerogate.predict.zero_terms import host_need_per_rank, zerogate_terms
+from zerogate.predict.zero_terms import ZeroTerms, host_need_per_rank, zerogate_terms
 from zerogate.units import format_bytes
 
 
-def memory_check(what: str, rank: int | None, device: str, need: int, capacity: int) -> MemoryCheck:
-    """One check: ``need`` bytes of ``capacity`` on ``device`` (``rank``'s; None: the node's)."""
+def verdict(low: int, high: int, capacity: int) -> str:
+    """The fit of a need known to lie in [``low``, ``high``] bytes: "fits" when its high end is within
+    ``capacity``, "does not fit" when its low end is above it, "may not fit" when the capacity lies inside."""
+    if high <= capacity:
+        return FITS
+    return DOES_NOT_FIT if low > capacity else MAY_NOT_FIT
+
+
+def memory_check(what: str, rank: int | None, device: str, need: Need | int, capacity: int) -> MemoryCheck:
+    """One check: ``need`` bytes (a point figure, or a Need with its interval) of ``capacity`` on ``device``
+    (``rank``'s; None: the node's)."""
+    need = need if isinstance(need, Need) else Need(need, need, need)
     return MemoryCheck(
         what=what,
         rank=rank,
         device=device,
-        need_bytes=need,
+        need_bytes=need.point,
         capacity_bytes=capacity,
-        headroom_bytes=capacity - need,
-        fits=capacity - need >= 0,
+        headroom_bytes=capacity - need.point,
+        fits=capacity - need.point >= 0,
+        need_low_bytes=need.low,
+        need_high_bytes=need.high,
+        verdict=verdict(need.low, need.high, capacity),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Need:
+    """What a rank's device or a node's host needs, bytes: the point figure and its interval."""
+
+    low: int
+    point: int
+    high: int
+
+    def scaled(self, factor: int) -> Need:
+        return Need(self.low * factor, self.point * factor, self.high * factor)
+
+
+def overall_verdict(result: list[MemoryCheck]) -> str:
+    """The verdict of a run over its checks: the worst check's."""
+    found = {c.verdict for c in result}
+    if DOES_NOT_FIT in found:
+        return DOES_NOT_FIT
+    return MAY_NOT_FIT if MAY_NOT_FIT in found else FITS
+
+
+def device_need(terms: ZeroTerms) -> Need:
+    """A rank's device need (its device level) at the low end, the point and the high end of its terms."""
+    low, high = terms.device_bounds()
+    return Need(device_levels(low).device, device_levels(terms.device).device, device_levels(high).device)
+
+
+def host_need(terms: ZeroTerms, on_cpu: bool) -> Need:
+    """A rank's host need (host_need_per_rank) at the low end, the point and the high end of its terms."""
+    low, high = terms.host_bounds()
+    return Need(
+        host_need_per_rank(dataclasses.replace(terms, host=low), on_cpu),
+        host_need_per_rank(terms, on_cpu),
+        host_need_per_rank(dataclasses.replace(terms, host=high), on_cpu),
     )
 
 
@@ -42,7 +92,7 @@ def device_capacity(gpu: GpuDescription, machine: MachineDescription) -> int:
 
 
 def device_and_host_checks(
-    setup: Setup, machine: MachineDescription, device_need: int, host_per_rank: int
+    setup: Setup, machine: MachineDescription, device_need: Need | int, host_per_rank: Need | int
 ) -> list[MemoryCheck]:
     """One check per rank's device (GPUs: every rank needs ``device_need`` of its GPU's device_capacity, its
     GPU the machine's in rank order) and one for the node's host RAM (``host_per_rank`` x the ranks on a
@@ -58,13 +108,18 @@ def device_and_host_checks(
         )
         for rank in (range(setup.ranks) if gpus else ())
     ]
+    host = (
+        host_per_rank
+        if isinstance(host_per_rank, Need)
+        else Need(host_per_rank, host_per_rank, host_per_rank)
+    )
     if machine.host.ram_total_bytes is not None:  # unknown RAM: no host check (notes() says so)
         result.append(
             memory_check(
                 "host RAM",
                 None,
                 "host (all ranks of the node)",
-                host_per_rank * setup.ranks_per_node,
+                host.scaled(setup.ranks_per_node),
                 machine.host.ram_total_bytes,
             )
         )
@@ -77,9 +132,7 @@ def checks(
     """One check per rank's device (GPUs), one for host RAM, and one for NVMe where the run swaps to NVMe
     and the machine states its capacity, each with headroom."""
     terms = zerogate_terms(counts, setup, activations)
-    result = device_and_host_checks(
-        setup, machine, device_levels(terms.device).device, host_need_per_rank(terms, not machine.gpus)
-    )
+    result = device_and_host_checks(setup, machine, device_need(terms), host_need(terms, not machine.gpus))
     nvme = sum(terms.nvme.values()) * setup.ranks_per_node
     capacity = machine.host.nvme_bytes
     if nvme and capacity is not None:
@@ -138,6 +191,33 @@ def largest_accepted(fits_at: Callable[[int], bool], limit: int) -> int:
     return low
 
 
+def largest_micro_batches(
+    counts: ModelCounts,
+    setup: Setup,
+    machine: MachineDescription,
+    activations: Activations | None = None,
+    limit: int = 4096,
+) -> dict[str, int]:
+    """The largest micro-batch per rank, the rest of ``setup`` unchanged, with which every check's point
+    need fits (``point``), every check's verdict is "fits" (``fits``: "fits up to N") and no check's is "does
+    not fit" (``may_fit``: "may fit up to M"); 0 when not even one does. Doubling, then bisection: each
+    candidate's activations are traced (or the formula's), and a larger micro-batch never needs less memory.
+    Each candidate is checked once for all three."""
+    found: dict[int, list[MemoryCheck]] = {}
+
+    def checked(micro_batch: int) -> list[MemoryCheck]:
+        if micro_batch not in found:
+            variant = dataclasses.replace(setup, micro_batch=micro_batch)
+            found[micro_batch] = checks(counts, variant, machine, activations)
+        return found[micro_batch]
+
+    return {
+        "point": largest_accepted(lambda m: all(c.fits for c in checked(m)), limit),
+        "fits": largest_accepted(lambda m: all(c.verdict == FITS for c in checked(m)), limit),
+        "may_fit": largest_accepted(lambda m: all(c.verdict != DOES_NOT_FIT for c in checked(m)), limit),
+    }
+
+
 def largest_micro_batch(
     counts: ModelCounts,
     setup: Setup,
@@ -145,14 +225,5 @@ def largest_micro_batch(
     activations: Activations | None = None,
     limit: int = 4096,
 ) -> int:
-    """The largest micro-batch per rank with which every check fits, the rest of ``setup`` unchanged; 0 when
-    not even one does. Doubling, then bisection: each candidate's activations are traced (or the formula's),
-    and a larger micro-batch never needs less memory."""
-
-    def fits(micro_batch: int) -> bool:
-        return all(
-            c.fits
-            for c in checks(counts, dataclasses.replace(setup, micro_batch=micro_batch), machine, activations)
-        )
-
-    return largest_accepted(fits, limit)
+    """The largest micro-batch per rank with which every check's point need fits (largest_micro_batches)."""
+    return largest_micro_batches(counts, setup, machine, activations, limit)["point"]

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from zerogate.contracts.model import ModelCounts
 from zerogate.predict.activation_figures import Activations, formula_activations
+from zerogate.predict.cuda_terms import cuda_overhead
 from zerogate.predict.host_memory import host_runtime_bytes
-from zerogate.predict.phases import cuda_overhead, device_levels
+from zerogate.predict.phases import device_levels
 from zerogate.predict.setup import Setup
 
 # Where FSDP2's own term comes from (the plan's Ledger.term_sources); its other terms are ZeRO's names.
 FSDP2_SOURCES = {
     "unsharded_parameters": (
         "FSDP2: the root gathered whole (from its forward to the end of its backward) and two "
-        "decoder layers (the one running and the one prefetched), in the compute dtype"
+        "decoder layers (the one running and the one prefetched), in the compute dtype "
+        "(torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py unshard, reshard; the root is "
+        "not resharded after its forward: torch/distributed/fsdp/_fully_shard/_fully_shard.py)"
     ),
 }
 
@@ -48,7 +51,7 @@ def fsdp2_terms(counts: ModelCounts, setup: Setup, activations: Activations | No
             "backward_transient": figures.backward_transient_bytes,
         }
     )
-    terms.update(cuda_overhead(terms, setup))
+    terms.update(cuda_overhead(terms, setup, deepspeed_engine=False))
     return terms
 
 

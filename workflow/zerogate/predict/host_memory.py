@@ -5,6 +5,7 @@ accelerator's resident set: zerogate.predict.levels)."""
 from __future__ import annotations
 
 from zerogate.contracts.model import ModelCounts
+from zerogate.predict.cuda_terms import Spread
 from zerogate.predict.phases import ACTIVATION_TERMS, PHASES, transient_bytes
 from zerogate.predict.setup import Setup
 from zerogate.runtime.heap import size_class_of
@@ -15,6 +16,10 @@ from zerogate.units import GIB
 # 2026-12-01; the CPU peak prediction measures it for each run); on GPUs the CUDA libraries' host memory comes
 # on top, assumed 2 GiB per rank in all (not measured: no GPU here).
 HOST_RUNTIME_BYTES = {"cpu": int(0.6 * GIB), "cuda": 2 * GIB}
+# The CUDA runtime's host share is not measured here: assumed 1-3 GiB around the 2 GiB (the CUDA, cuBLAS,
+# cuDNN and NCCL libraries mapped by each rank). On the CPU accelerator the figure is exact for the plan (the
+# peak prediction measures the baseline per run).
+HOST_RUNTIME_CUDA_RANGE = (1 * GIB, 3 * GIB)
 # DeepSpeed's shared-memory all-reduce workspace on the CPU accelerator (deepspeed/ops/csrc/cpu/comm/shm.cpp,
 # struct allreduce_workspace: 2 * NAIVE_ALLREDUCE_THRESHOLD + 2 * MAX_BUF_SIZE bytes, 1 MiB and 32 MiB), one
 # /dev/shm file per rank, mapped by every rank (zerogate.runtime.launch.shm_buffers): 66 MiB (69.2 MB). A page
@@ -22,7 +27,7 @@ HOST_RUNTIME_BYTES = {"cpu": int(0.6 * GIB), "cuda": 2 * GIB}
 # inference_all_reduce): each rank writes the state words of its own workspace and reads the others'. So
 # the resident share is one page per rank (RssShmem of a cpu-smollm2 rank: 8 kB), the rest is address space.
 SHM_WORKSPACE_BYTES = 2 * 1048576 + 2 * 1048576 * 32
-PAGE_BYTES = 4096
+PAGE_BYTES = 4096  # the x86-64 base page (os.sysconf("SC_PAGE_SIZE") there): assumed, the machines' CPU
 # Terms made of one storage per parameter (each parameter's gathered copy, each parameter's gradient): a
 # storage's size class is its parameter's. Every other term is one storage (a flat buffer, one parameter's
 # gradient or copy, a bucket) and has the size class of its bytes.
@@ -32,13 +37,15 @@ PER_PARAMETER_TERMS = ("gathered_parameter_copies", "window_gradients")
 HOST_RUNTIME_SOURCES = {
     "host_runtime": (
         "a rank's process before any model: measured on the CPU accelerator "
-        "(zerogate.runtime.baseline, 0.55 GB here), assumed 2 GiB with the CUDA libraries"
+        "(zerogate.runtime.baseline, 0.55 GB here), assumed 2 GiB (1-3 GiB) with the CUDA libraries: "
+        "not measured, no GPU here"
     ),
 }
 # Where the resident-set terms beyond the tensors come from.
 RESIDENT_SOURCES = {
     "runtime_baseline": (
-        "the runtime's resident set measured in a process without the run's model (zerogate.runtime.baseline)"
+        "the runtime's resident set measured in a process without the run's model "
+        "(zerogate.runtime.baseline): measured at run time on the machine the prediction is for"
     ),
     "shm_comm_buffer": (
         "the resident page of each other rank's shm comm workspace (deepspeed/ops/csrc/cpu/comm/shm.cpp)"
@@ -59,6 +66,15 @@ RESIDENT_SOURCES = {
 def host_runtime_bytes(setup: Setup) -> int:
     """A rank's process before any model (HOST_RUNTIME_BYTES, the ``host_runtime`` term)."""
     return HOST_RUNTIME_BYTES["cpu" if setup.device_kind == "cpu" else "cuda"]
+
+
+def host_runtime_spread(setup: Setup) -> Spread:
+    """The ``host_runtime`` term with its interval: exact on the CPU accelerator, HOST_RUNTIME_CUDA_RANGE on
+    GPUs."""
+    point = host_runtime_bytes(setup)
+    if setup.device_kind == "cpu":
+        return Spread(point, point, point)
+    return Spread(HOST_RUNTIME_CUDA_RANGE[0], point, HOST_RUNTIME_CUDA_RANGE[1])
 
 
 def runtime_terms(setup: Setup, runtime_baseline: int | None) -> dict[str, int]:

@@ -40,10 +40,12 @@ from zerogate.predict.activation_figures import (
     activation_bytes,
     formula_activations,
 )
+from zerogate.predict.cuda_terms import OVERHEAD_SOURCES
 from zerogate.predict.estimates import Estimate, deepspeed_estimates, paper_ledger
+from zerogate.predict.fit import device_need, host_need
 from zerogate.predict.fsdp2_terms import FSDP2_SOURCES
 from zerogate.predict.host_memory import HOST_RUNTIME_SOURCES, RESIDENT_SOURCES
-from zerogate.predict.phases import OVERHEAD_SOURCES, device_levels
+from zerogate.predict.phases import device_levels
 from zerogate.predict.setup import SCHEMES, Setup
 from zerogate.predict.zero_buffers import BUFFER_SOURCES
 from zerogate.predict.zero_states import OFFLOAD_SOURCES, STATE_SOURCES
@@ -74,6 +76,7 @@ TERM_ORDER = (
     "gathered_parameter_copies",
     "gathered_copy_in_use",
     "gathered_parameters",
+    "offloaded_partition_copies",
     "offload_gradient_buffer",
     "offload_gradient_conversion",
     "offload_gradient_conversion_in_backward",
@@ -84,11 +87,14 @@ TERM_ORDER = (
     "largest_layer_gradient",
     "tied_weight_gradient",
     "activations",
+    "loss_shifted_logits",
     "backward_transient",
     "activations_at_first_gradient",
     "backward_transient_after_first_gradient",
     "fp32_gradient_copy",
+    "optimizer_step_temporaries",
     "allocator_margin",
+    "cross_stream_reserve",
     "cuda_context",
     "communicator",
     "host_runtime",
@@ -120,6 +126,7 @@ def zerogate_row(counts: ModelCounts, variant: Setup, activations: Activations) 
     other = dataclasses.replace(variant, activation_checkpointing=not variant.activation_checkpointing)
     levels = device_levels(terms.device)
     ranks_per_node = variant.ranks_per_node
+    device, host = device_need(terms), host_need(terms, variant.device_kind == "cpu")
     return ZerogateRow(
         device_terms_bytes=terms.device,
         host_terms_per_rank_bytes=terms.host,
@@ -134,6 +141,8 @@ def zerogate_row(counts: ModelCounts, variant: Setup, activations: Activations) 
         host_per_node_bytes=host_need_per_rank(terms, variant.device_kind == "cpu") * ranks_per_node,
         nvme_per_node_bytes=sum(terms.nvme.values()) * ranks_per_node,
         pinned_per_node_bytes=sum(terms.pinned.values()) * ranks_per_node,
+        device_per_rank_range_bytes=[device.low, device.high],
+        host_per_node_range_bytes=[host.low * ranks_per_node, host.high * ranks_per_node],
     )
 
 

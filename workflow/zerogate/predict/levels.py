@@ -12,7 +12,14 @@ from zerogate.contracts.plan import PredictedPeak
 from zerogate.predict.activation_figures import Activations
 from zerogate.predict.fsdp2_terms import fsdp2_terms
 from zerogate.predict.host_memory import retained_heap_bytes, runtime_terms
-from zerogate.predict.phases import OVERHEAD, PERSISTENT, PHASES, device_levels, transient_bytes
+from zerogate.predict.phases import (
+    ALLOCATOR_OVERHEAD,
+    OVERHEAD,
+    PERSISTENT,
+    PHASES,
+    device_levels,
+    transient_bytes,
+)
 from zerogate.predict.setup import Setup
 from zerogate.predict.zero_states import HOST_SETUP
 from zerogate.predict.zero_terms import ZeroTerms, zerogate_terms
@@ -115,7 +122,10 @@ def device_peak_levels(device: dict[str, int]) -> dict[str, PredictedPeak]:
     tensors = {k: v for k, v in device.items() if k not in OVERHEAD}
     named = {
         "tensor": (levels.tensor, tensors),
-        "allocator": (levels.allocator, {**tensors, "allocator_margin": device.get("allocator_margin", 0)}),
+        "allocator": (
+            levels.allocator,
+            {**tensors, **{k: device[k] for k in ALLOCATOR_OVERHEAD if k in device}},
+        ),
         "device": (levels.device, device),
     }
     return {

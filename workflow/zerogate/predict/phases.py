@@ -11,15 +11,13 @@ optimizer step. A term may sit in several phases (the activations in the forward
 gradients of a window of one micro-step (ZeRO-0's, and ZeRO-1/2's reduced partitions) exist only from the
 backward or the boundary to the step's end. The tensor peak is the persistent terms plus the largest phase
 (:func:`transient_bytes`). On GPUs what is not a tensor comes on top (:data:`OVERHEAD`: the caching
-allocator's margin, the CUDA context, the communicator's buffers; :func:`cuda_overhead`).
+allocator's fragmentation and ZeRO-3's cross-stream reserve, the CUDA context, the communicators' buffers;
+zerogate.predict.cuda_terms).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from zerogate.predict.setup import Setup
-from zerogate.units import GIB
 
 PERSISTENT = (
     "parameters",
@@ -36,8 +34,15 @@ PERSISTENT = (
 )
 # ZeRO-3's forward starts with its coalesced fetch split into every parameter's copy, and ends with the
 # fetch's buffer, the running module's copy and the activations.
-FORWARD_START = ("gathered_parameters", "gathered_parameter_copies")
-FORWARD = ("gathered_parameters", "gathered_copy_in_use", "unsharded_parameters", "activations")
+FORWARD_START = ("gathered_parameters", "gathered_parameter_copies", "offloaded_partition_copies")
+FORWARD = (
+    "gathered_parameters",
+    "offloaded_partition_copies",
+    "gathered_copy_in_use",
+    "unsharded_parameters",
+    "activations",
+    "loss_shifted_logits",
+)
 BACKWARD = (
     "unsharded_parameters",
     "largest_layer_gradient",
@@ -49,6 +54,7 @@ BACKWARD = (
 # ZeRO-0's gradients accumulate in the backward (window_gradients); ZeRO-1/2/3 hand each to their buckets.
 BACKWARD_FROM_FIRST_GRADIENT = (
     "gathered_parameters",
+    "offloaded_partition_copies",
     "unsharded_parameters",
     "largest_layer_gradient",
     "tied_weight_gradient",
@@ -78,6 +84,7 @@ OPTIMIZER_STEP = (
     "window_gradient_partition",
     "gradient_reduction_buckets",
     "fp32_gradient_copy",
+    "optimizer_step_temporaries",
 )
 PHASES = {
     "forward_start": FORWARD_START,
@@ -96,37 +103,9 @@ ACTIVATION_TERMS = (
     "backward_transient_after_first_gradient",
 )
 # What is not a tensor: on GPUs, above the tensor peak.
-OVERHEAD = ("allocator_margin", "cuda_context", "communicator")
-
-# --- The terms that are not a model's tensors, each a measurement or a stated assumption -------------------
-# CUDA context + cuBLAS workspaces per GPU process: 0.3-0.6 GiB measured by users (docs/reference.md section
-# 1); the upper end, so that a "fits" verdict is not optimistic.
-CUDA_CONTEXT_BYTES = int(0.6 * GIB)
-# NCCL's communicator buffers on the device: 1.6 GB per GPU was published for one communicator after an
-# all-reduce, CUDA context included (NVIDIA/nccl issue 864); the buffers are that less the context term.
-# NCCL's memory grows with its channels (issue 986: linear in the channels), so a PCIe box likely needs less.
-NCCL_PUBLISHED_DEVICE_BYTES = int(1.6e9)
-COMMUNICATOR_BYTES = NCCL_PUBLISHED_DEVICE_BYTES - CUDA_CONTEXT_BYTES
-# The CUDA caching allocator reserves more than the tensors it holds (block rounding, fragmentation): a
-# DeepSpeed memory line of a real run reads Max_MA 19.52 GB, Max_CA 21 GB (docs/reference.md section 3),
-# 7.6 % above the tensor peak. A stated assumption from one published line, to be checked on a GPU run.
-ALLOCATOR_MARGIN = 21.0 / 19.52 - 1.0
-
-# Where each of the OVERHEAD terms comes from (the plan's Ledger.term_sources).
-OVERHEAD_SOURCES = {
-    "allocator_margin": (
-        f"the CUDA caching allocator's reserve above the tensor peak, {100 * ALLOCATOR_MARGIN:.1f} % "
-        "(assumed from one published DeepSpeed memory line, docs/reference.md section 3)"
-    ),
-    "cuda_context": (
-        "CUDA context and cuBLAS workspaces, 0.6 GiB (the upper end of users' 0.3-0.6 GiB, "
-        "docs/reference.md section 1)"
-    ),
-    "communicator": (
-        "NCCL's device buffers: 1.6 GB published per GPU for one communicator (NVIDIA/nccl issue "
-        "864) less the CUDA context term"
-    ),
-}
+OVERHEAD = ("allocator_margin", "cross_stream_reserve", "cuda_context", "communicator")
+# The part of OVERHEAD that the caching allocator reserves (max_memory_reserved counts it).
+ALLOCATOR_OVERHEAD = ("allocator_margin", "cross_stream_reserve")
 
 
 def phase_bytes(terms: dict[str, int]) -> dict[str, int]:
@@ -144,7 +123,7 @@ class DeviceLevels:
     """A device's peak at three levels, bytes (:func:`device_levels`)."""
 
     tensor: int  # what torch.cuda.max_memory_allocated counts
-    allocator: int  # plus the caching allocator's margin: max_memory_reserved
+    allocator: int  # plus what the caching allocator reserves beyond them: max_memory_reserved
     device: int  # plus the CUDA context and the communicator: what NVML sees, and what must fit the device
 
 
@@ -155,24 +134,9 @@ def device_levels(device: dict[str, int]) -> DeviceLevels:
     communicator: what NVML sees, and what must fit the device)."""
     persistent = sum(v for k, v in device.items() if k in PERSISTENT)
     tensor = persistent + transient_bytes(device)
-    allocator = tensor + device.get("allocator_margin", 0)
+    allocator = tensor + sum(device.get(name, 0) for name in ALLOCATOR_OVERHEAD)
     return DeviceLevels(
         tensor=tensor,
         allocator=allocator,
         device=allocator + device.get("cuda_context", 0) + device.get("communicator", 0),
     )
-
-
-def cuda_overhead(tensors: dict[str, int], setup: Setup) -> dict[str, int]:
-    """What a GPU rank holds beside ``tensors`` (its tensor terms), bytes: the caching allocator's margin
-    above their peak, the CUDA context and, with more than one rank, the communicator's buffers
-    (OVERHEAD_SOURCES). None on the CPU accelerator."""
-    if setup.device_kind != "cuda":
-        return {}
-    overhead = {
-        "allocator_margin": int(ALLOCATOR_MARGIN * device_levels(tensors).tensor),
-        "cuda_context": CUDA_CONTEXT_BYTES,
-    }
-    if setup.ranks > 1:
-        overhead["communicator"] = COMMUNICATOR_BYTES
-    return overhead

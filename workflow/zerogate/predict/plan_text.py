@@ -12,13 +12,61 @@ def _rank(check: MemoryCheck) -> str:
     return f"rank {check.rank} " if check.rank is not None else ""
 
 
+def _need(check: MemoryCheck) -> str:
+    """A check's need: its point figure and, where it has one, its interval."""
+    text = format_bytes(check.need_bytes)
+    low, high = check.need_low_bytes, check.need_high_bytes
+    if low is None or high is None or low == high:
+        return text
+    return f"{text} (between {format_bytes(low)} and {format_bytes(high)})"
+
+
+def _verdict(check: MemoryCheck) -> str:
+    """A check's verdict in words: the three-valued one where the plan has it, else fits or not."""
+    if check.verdict is not None:
+        return check.verdict.upper() if check.verdict != "fits" else "fits"
+    return "fits" if check.fits else "DOES NOT FIT"
+
+
+def may_not_fit_warning(result: Plan) -> str | None:
+    """What approve_plan logs when it approves a run whose need's interval holds a device's or the host's
+    capacity: the run is not refused (its point need fits), but it may run out of memory."""
+    if result.verdict != "may not fit" or result.refused:
+        return None
+    lines = ["the plan's point need fits, but the interval of its terms reaches past a capacity:"]
+    lines += [
+        f"  {_rank(c)}{c.device}: {c.what} needs {_need(c)}, capacity {format_bytes(c.capacity_bytes)}"
+        for c in result.checks
+        if c.verdict == "may not fit"
+    ]
+    return "\n".join(
+        lines + ["the run may run out of memory; it is approved (only a point need past it refuses)"]
+    )
+
+
+def largest_micro_batch_text(result: Plan) -> str:
+    """The largest micro-batch per rank: "fits up to N, may fit up to M", with the point figure's beside."""
+    point = result.largest_micro_batch_per_rank or "none"
+    if (
+        result.largest_micro_batch_fits_per_rank is None
+        or result.largest_micro_batch_may_fit_per_rank is None
+    ):
+        return f"largest micro-batch per rank that fits: {point}"
+    fits = result.largest_micro_batch_fits_per_rank or "none"
+    may = result.largest_micro_batch_may_fit_per_rank or "none"
+    return (
+        f"largest micro-batch per rank: fits up to {fits}, may fit up to {may} (the point need fits up to "
+        f"{point})"
+    )
+
+
 def refusal(result: Plan) -> str:
     """The refusal message: each failing check with rank, device, need and capacity; what would fit."""
     lines = [f"plan refused: the {result.scheme} run of {result.ranks} ranks does not fit {result.machine}:"]
     for check in result.checks:
         if not check.fits:
             lines.append(
-                f"  {_rank(check)}{check.device}: {check.what} needs {format_bytes(check.need_bytes)}, "
+                f"  {_rank(check)}{check.device}: {check.what} needs {_need(check)}, "
                 f"capacity {format_bytes(check.capacity_bytes)}"
             )
     if result.suggestions:
@@ -95,24 +143,36 @@ def ledger_lines(result: Plan) -> list[str]:
         + ", ".join(f"{k} {format_bytes(v)}" for k, v in own.device_terms_bytes.items())
         + f"; tensor peak {format_bytes(own.device_tensor_peak_per_rank_bytes)}, allocator "
         f"{format_bytes(own.device_allocator_peak_per_rank_bytes)}, device "
-        f"{format_bytes(own.device_per_rank_bytes)}",
+        f"{format_bytes(own.device_per_rank_bytes)}{_range(own.device_per_rank_range_bytes)}; host per node "
+        f"{format_bytes(own.host_per_node_bytes)}{_range(own.host_per_node_range_bytes)}",
     ]
+
+
+def _range(bounds: list[int] | None) -> str:
+    """A figure's interval in words, where it has one wider than a point."""
+    if not bounds or bounds[0] == bounds[1]:
+        return ""
+    return f" (between {format_bytes(bounds[0])} and {format_bytes(bounds[1])})"
 
 
 def fit_lines(result: Plan) -> list[str]:
     """Each check with its headroom, the notes, the largest micro-batch, and the changes that would fit or
     lower the device need."""
-    lines = ["fit of this run:"]
+    verdict = f": {result.verdict.upper() if result.verdict != 'fits' else 'fits'}" if result.verdict else ""
+    lines = [
+        f"fit of this run{verdict} (fits: the need's interval within the capacity; may not fit: the "
+        "capacity inside it; does not fit: above it):"
+    ]
     for check in result.checks:
         lines.append(
-            f"  {'fits' if check.fits else 'DOES NOT FIT'}: {_rank(check)}{check.device} {check.what}: need "
-            f"{format_bytes(check.need_bytes)}, capacity {format_bytes(check.capacity_bytes)}, headroom "
+            f"  {_verdict(check)}: {_rank(check)}{check.device} {check.what}: need "
+            f"{_need(check)}, capacity {format_bytes(check.capacity_bytes)}, headroom "
             f"{format_bytes(check.headroom_bytes)}"
         )
     if result.pinned_memory:
         lines.append(f"  note: {result.pinned_memory}")
     lines += [f"  note: {note}" for note in result.notes]
-    lines.append(f"largest micro-batch per rank that fits: {result.largest_micro_batch_per_rank or 'none'}")
+    lines.append(largest_micro_batch_text(result))
     if not result.fits:
         lines.append("changes that would fit:" + ("" if result.suggestions else " none of those considered"))
         lines += [f"  - {s.change}" + (f": {s.command}" if s.command else "") for s in result.suggestions]
@@ -157,8 +217,7 @@ def peer_lines(result: Plan) -> list[str]:
     lines = ["ZeRO-3's peers on this machine (the same model, batch, precision and ranks):"]
     for peer in result.peers:
         needs = "; ".join(
-            f"{_rank(c)}{c.device} {format_bytes(c.need_bytes)} of {format_bytes(c.capacity_bytes)}"
-            for c in peer.checks
+            f"{_rank(c)}{c.device} {_need(c)} of {format_bytes(c.capacity_bytes)}" for c in peer.checks
         )
         lines.append(
             f"  {peer.variant}: {'fits' if peer.fits else 'DOES NOT FIT'} ({needs}); communicates "

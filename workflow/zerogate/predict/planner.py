@@ -19,15 +19,25 @@ from zerogate.contracts.plan import (
 from zerogate.contracts.run import Deviation, DsConfig, RunSpec
 from zerogate.predict.activation_figures import Activations
 from zerogate.predict.comms_terms import step_totals
-from zerogate.predict.fit import checks, device_and_host_checks, largest_micro_batch, notes, pinned_note
+from zerogate.predict.cuda_terms import overhead_spreads
+from zerogate.predict.fit import (
+    Need,
+    checks,
+    device_and_host_checks,
+    largest_micro_batches,
+    notes,
+    overall_verdict,
+    pinned_note,
+)
 from zerogate.predict.floor import floor
 from zerogate.predict.fsdp2_comms import fsdp2_theory
 from zerogate.predict.fsdp2_terms import fsdp2_host_need_per_rank, fsdp2_terms
 from zerogate.predict.ledger import ledger
-from zerogate.predict.phases import device_levels
+from zerogate.predict.phases import OVERHEAD, device_levels
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.setup import Setup
 from zerogate.predict.suggestions import device_changes, suggestions
+from zerogate.predict.zero_terms import bounds
 from zerogate.render.variants import PEERS
 
 # Why an FSDP2 peer planned at fp16 is not what zerogate's FSDP2 engine would train.
@@ -50,7 +60,7 @@ def peer_plans(
         peer = dataclasses.replace(setup, stage=3, offload_optimizer=offload, offload_param=offload)
         terms = fsdp2_terms(counts, peer, activations)
         result = device_and_host_checks(
-            peer, machine, device_levels(terms).device, fsdp2_host_need_per_rank(counts, peer, terms)
+            peer, machine, peer_device_need(terms, peer), fsdp2_host_need_per_rank(counts, peer, terms)
         )
         _, volume = step_totals(
             fsdp2_theory(counts, peer.ranks, peer.dtype_bytes), peer.accumulation, peer.ranks
@@ -67,6 +77,13 @@ def peer_plans(
             )
         )
     return found
+
+
+def peer_device_need(terms: dict[str, int], setup: Setup) -> Need:
+    """A peer's device need with the interval of what it holds beside its tensors (cuda_terms)."""
+    tensors = {k: v for k, v in terms.items() if k not in OVERHEAD}
+    low, high = bounds(terms, overhead_spreads(tensors, setup, deepspeed_engine=False))
+    return Need(device_levels(low).device, device_levels(terms).device, device_levels(high).device)
 
 
 def deviations(fits: bool, override: PlanSettings | None) -> list[Deviation]:
@@ -101,6 +118,7 @@ def plan(
     and so never retrains."""
     memory = checks(counts, setup, machine, activations)
     fits = all(c.fits for c in memory)
+    largest = largest_micro_batches(counts, setup, machine, activations)
     return Plan(
         machine=machine.name,
         machine_source=machine.source,
@@ -113,7 +131,10 @@ def plan(
         refused=not fits and not (override and override.allow_infeasible),
         deciding_check=min(memory, key=lambda c: c.headroom_bytes),
         checks=memory,
-        largest_micro_batch_per_rank=largest_micro_batch(counts, setup, machine, activations),
+        largest_micro_batch_per_rank=largest["point"],
+        verdict=overall_verdict(memory),
+        largest_micro_batch_fits_per_rank=largest["fits"],
+        largest_micro_batch_may_fit_per_rank=largest["may_fit"],
         notes=notes(counts, setup, machine, activations),
         suggestions=[] if fits else suggestions(counts, setup, machine, activations),
         device_changes=device_changes(counts, setup, machine, activations),

@@ -14,6 +14,7 @@ from importlib import metadata
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.render.deepspeed_defaults import deepspeed_default, deepspeed_defaults
 
+# Bytes per element (torch/_tensor_docs.py element_size: torch.float32 4, float16 and bfloat16 2).
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # torch.<name> of each
 SCHEMES = (
@@ -68,6 +69,16 @@ class Setup:
     # a published run made with an older DeepSpeed is planned with another
     # (zerogate.bench.planner_validation).
     deepspeed_version: tuple[int, ...] | None = None
+    # The optimizer step runs torch's Adam/AdamW on the device (the config names no optimizer, so the client's
+    # is used, the HF Trainer's default; or it sets torch_adam: deepspeed/runtime/engine.py
+    # get_optimizer_configuration) rather than DeepSpeed's FusedAdam or CPU Adam.
+    torch_optimizer: bool = False
+    # The transformers release a published run used, where it states one; None: the installed one, whose
+    # loss the activation trace runs (zerogate.predict.zero_buffers.loss_logits_terms).
+    transformers_version: tuple[int, ...] | None = None
+    # CUDA's module loading: "lazy" (CUDA 11.7+, set by torch from 1.13) or "eager"
+    # (zerogate.predict.cuda_terms).
+    cuda_module_loading: str = "lazy"
 
     @property
     def dtype_bytes(self) -> int:
@@ -154,7 +165,18 @@ def setup_from_config(
         optimizer_swap_buffer_count=int(
             optimizer_offload.get("buffer_count", defaults.optimizer_buffer_count)
         ),
+        torch_optimizer=names_torch_optimizer(ds_config),
     )
+
+
+def names_torch_optimizer(ds_config: DsConfig) -> bool:
+    """Whether the run's optimizer step is torch's Adam/AdamW: the config names no optimizer (the client's,
+    torch.optim.AdamW under the HF Trainer), or an Adam with ``torch_adam`` (deepspeed/runtime/engine.py
+    get_optimizer_configuration)."""
+    if ds_config.optimizer is None:
+        return True
+    params = ds_config.optimizer.get("params") or {}
+    return bool(params.get("torch_adam", False))
 
 
 def release(version: str) -> tuple[int, ...]:

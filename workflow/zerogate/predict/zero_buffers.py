@@ -37,7 +37,14 @@ BUFFER_SOURCES = {
     "gathered_copy_in_use": (
         "ZeRO-3 at the forward's end: the copy of the module running (the head), at most the largest "
         "layer's, beside the fetch's buffer, which lives until the fetch's last parameter is used "
-        "(measured: freed at the head's matmul)"
+        "(partition_parameters.py AllGatherCoalescedHandle.wait: param.data = torch.cat(partitions) per "
+        "parameter; freed by partitioned_param_coordinator.py release_sub_module after the module runs)"
+    ),
+    "offloaded_partition_copies": (
+        "ZeRO-3 with parameter offload on CUDA: each offloaded partition of a fetch copied to the device "
+        "before the gather, all of them at once (deepspeed/runtime/zero/partition_parameters.py "
+        "_all_gather_dtype: torch.cat([p.ds_tensor.to(current_device) ...], out=...)), the rank's share of "
+        "the gathered set; on the CPU accelerator .to() of a host tensor is the tensor itself"
     ),
     "reduce_bucket": (
         "ZeRO-3's contiguous gradient bucket, torch.empty(reduce_bucket_size) per parameter dtype at "
@@ -55,11 +62,14 @@ BUFFER_SOURCES = {
     ),
     "reduce_scatter_in_backward": (
         "ZeRO-3 with a model larger than one bucket: a bucket fills and is reduced inside the "
-        "backward, its flat buffer (and on the CPU its copy) beside what is left of the activations"
+        "backward, its flat buffer (and on the CPU its copy) beside what is left of the activations "
+        "(stage3.py reduce_independent_p_g_buckets_and_remove_grads -> __reduce_and_partition_ipg_grads "
+        "when the bucket is full)"
     ),
     "last_gradient": (
         "ZeRO-3: the gradient whose hook starts the final bucket reduction, held until it ends "
-        "(measured: the input embedding's); the largest layer's at most"
+        "(stage3.py reduce_ready_partitions_and_remove_grads; the input embedding's in a decoder); the "
+        "largest layer's at most"
     ),
     "gradient_reduction_buckets": (
         "ZeRO-1/2's gradient reduction buckets, torch.empty(reduce_bucket_size) at the micro-step's "
@@ -69,7 +79,8 @@ BUFFER_SOURCES = {
     "gradient_reduction_buckets_per_backward": (
         "ZeRO-2's gradient reduction buckets planned for a DeepSpeed from 0.3.0 to 0.3.16, in place "
         "of gradient_reduction_buckets: each holds 4.5 x reduce_bucket_size elements "
-        "(reduction_bucket_factor), allocated before each loss backward (stage2.py backward) and "
+        "(reduction_bucket_factor), allocated before each loss backward (stage2.py backward, "
+        "https://github.com/deepspeedai/DeepSpeed/blob/v0.3.16/deepspeed/runtime/zero/stage2.py) and "
         "released at its end (independent_gradient_partition_epilogue -> _release_ipg_buffers), so "
         "not in the optimizer step. That release allocates them only with contiguous_gradients, "
         "which its cpu_offload forces; the ledger does not read contiguous_gradients"
@@ -80,8 +91,10 @@ BUFFER_SOURCES = {
         "elements, reduced, copied back)"
     ),
     "largest_layer_gradient": (
-        "the largest layer's full gradient before it is reduced into the partitions (ZeRO-2/3, "
-        "FSDP2's unit) where the backward is not traced with its weight gradients"
+        "the largest layer's full gradient before it is reduced into the partitions (ZeRO-2/3: "
+        "stage3.py reduce_ready_partitions_and_remove_grads, stage_1_and_2.py "
+        "reduce_ready_partitions_and_remove_grads; FSDP2's unit: torch/distributed/fsdp/_fully_shard/"
+        "_fsdp_collectives.py foreach_reduce) where the backward is not traced with its weight gradients"
     ),
     "tied_weight_gradient": (
         "with tied input and output embeddings, the output embedding's gradient contribution, "
@@ -98,6 +111,21 @@ BUFFER_SOURCES = {
         "bytes per element of Phi/N, stage_1_and_2.py step); ZeRO-3 the same per sub-group of "
         "sub_group_size elements (stage3.py _prepare_fp32_grad_for_sub_group); none on the device "
         "with optimizer offload (optimizer_gradients, on the host, is the copy)"
+    ),
+    "loss_shifted_logits": (
+        "a run that states a transformers release before the shifted-logits copy was removed: its causal-LM "
+        "loss copies the upcast logits shifted by one, logits[..., :-1, :].contiguous(), beside them at the "
+        "forward's end (removed by https://github.com/huggingface/transformers/pull/35646, merged "
+        "2025-01-13; first absent in 4.49: assumed from the release dates); the installed release pads the "
+        "labels instead (transformers/loss/loss_utils.py ForCausalLMLoss), and the trace runs that loss"
+    ),
+    "optimizer_step_temporaries": (
+        "CUDA, torch's Adam/AdamW stepping the device partition (the config names no optimizer, or "
+        "torch_adam: deepspeed/runtime/engine.py get_optimizer_configuration): its foreach path, the "
+        "default on CUDA (torch/optim/optimizer.py _default_to_fused_or_foreach), makes "
+        "exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), an fp32 copy of the second moment of what "
+        "one step updates (torch/optim/adam.py _multi_tensor_adam; ZeRO-3 steps one sub-group at a "
+        "time, stage3.py _optimizer_step); low 0: fused=True updates in place (adam.py _fused_adam)"
     ),
 }
 
@@ -137,17 +165,21 @@ def reduction_bucket_factor(deepspeed: tuple[int, ...]) -> float:
 
 def stage3_terms(counts: ModelCounts, setup: Setup) -> dict[str, int]:
     """ZeRO-3's buffers: the persistent small parameters, the gathered working set, each gathered
-    parameter's copy and the running module's, the contiguous gradient bucket and its reduction."""
+    parameter's copy and the running module's, the contiguous gradient bucket and its reduction; on CUDA with
+    parameter offload the device copies of the offloaded partitions a fetch gathers."""
     b = setup.dtype_bytes
-    gathered = b * gathered_elements(counts, setup)
-    return {
+    elements = gathered_elements(counts, setup)
+    terms = {
         "persistent_parameters": b * counts.persistent_numel(setup.persistence_threshold),
-        "gathered_parameters": gathered,
-        "gathered_parameter_copies": gathered,
+        "gathered_parameters": b * elements,
+        "gathered_parameter_copies": b * elements,
         "gathered_copy_in_use": b * counts.largest_layer,
         "reduce_bucket": b * setup.reduce_bucket,
         **reduce_scatter_terms(counts, setup),
     }
+    if setup.offload_param and setup.device_kind == "cuda":
+        terms["offloaded_partition_copies"] = b * -(-elements // setup.ranks)
+    return terms
 
 
 def reduction_terms(counts: ModelCounts, setup: Setup) -> dict[str, int]:
@@ -195,3 +227,29 @@ def fp32_gradient_copy_bytes(counts: ModelCounts, setup: Setup, share: int) -> i
     per_element = 4 + b if b < 4 else 4
     elements = min(share, setup.sub_group_size) if setup.stage == 3 else share
     return per_element * elements
+
+
+def optimizer_step_temporaries(counts: ModelCounts, setup: Setup, share: int) -> dict[str, int]:
+    """torch's foreach Adam/AdamW's fp32 temporary of what one step updates, on CUDA without optimizer offload
+    (BUFFER_SOURCES["optimizer_step_temporaries"]); ``share``: the rank's elements. DeepSpeed's own
+    optimizers (FusedAdam, CPU Adam) make none per element."""
+    if setup.device_kind != "cuda" or setup.offload_optimizer or not setup.torch_optimizer:
+        return {}
+    elements = {0: counts.total, 3: min(share, setup.sub_group_size)}.get(setup.stage, share)
+    return {"optimizer_step_temporaries": 4 * elements}
+
+
+# The first transformers release whose causal-LM loss makes no shifted copy of the logits
+# (BUFFER_SOURCES["loss_shifted_logits"]: PR 35646, merged 2025-01-13; assumed from the release dates).
+TRANSFORMERS_WITHOUT_SHIFT_COPY = (4, 49)
+
+
+def loss_logits_terms(counts: ModelCounts, setup: Setup) -> dict[str, int]:
+    """The loss's shifted copy of the logits for a run that states an older transformers release
+    (BUFFER_SOURCES["loss_shifted_logits"]), bytes: micro-batch x (sequence - 1) x vocabulary elements in the
+    loss's dtype. None for the installed release (the activation trace runs its loss)."""
+    version = setup.transformers_version
+    if version is None or version >= TRANSFORMERS_WITHOUT_SHIFT_COPY:
+        return {}
+    element = 4 if setup.loss_in_fp32 else setup.dtype_bytes
+    return {"loss_shifted_logits": element * setup.micro_batch * (setup.seq_len - 1) * counts.vocab}

@@ -57,9 +57,13 @@ STATE_SOURCES = {
     ),
     "gradient_accumulation": (
         "16-bit gradient accumulation partition on the host with optimizer offload and accumulation "
-        "> 1 (docs/reference.md section 1: +2 Phi when G > 1)"
+        "> 1: assumed from the pinned-memory figure docs/reference.md section 1 gives (+2 Phi when "
+        "G > 1); not located in stage3.py"
     ),
-    "optimizer_states": "Adam's two fp32 moments of the rank's partition (8 bytes per element)",
+    "optimizer_states": (
+        "Adam's two fp32 moments of the rank's partition, 8 bytes per element (exp_avg and exp_avg_sq: "
+        "deepspeed/ops/adam/fused_adam.py, deepspeed/ops/adam/cpu_adam.py, torch/optim/adam.py)"
+    ),
     "optimizer_gradients": (
         "ZeRO-3 with optimizer offload: the fp32 gradient the optimizer steps on, one pinned host "
         "buffer per sub-group held for the run beside the accumulation buffer (stage3.py "
@@ -70,7 +74,8 @@ STATE_SOURCES = {
     "model_build": (
         "the model as each rank builds it on the host before DeepSpeed moves it: whole in fp32 at "
         "ZeRO-0/1/2 (zerogate.model.build loads fp32; DeepSpeed's estimator: 4 Phi per GPU), the "
-        "largest layer in fp32 under zero.Init at ZeRO-3 (the estimator's zero_init figure, 4 L)"
+        "largest layer in fp32 under zero.Init at ZeRO-3 (the estimator's zero_init figure, 4 L: "
+        "stage3.py estimate_zero3_model_states_mem_needs)"
     ),
 }
 # Where each term of an optimizer offload comes from.
@@ -106,7 +111,10 @@ OFFLOAD_SOURCES = {
         "phases the copy is in. None from 0.19.6 (PR #8325), whose check reduces to two scalars "
         "(runtime/utils.py has_inf_or_nan)"
     ),
-    "offload_overflow_check_in_backward": "the same check inside the backward, where the copies are",
+    "offload_overflow_check_in_backward": (
+        "the same check inside the backward, where the copies are (stage_1_and_2.py "
+        "reduce_independent_p_g_buckets_and_remove_grads)"
+    ),
     "offload_gradient_staging": (
         "ZeRO-1/2 with optimizer offload: the host buffer of the largest parameter's size (pinned "
         "with pin_memory), held for the run (stage_1_and_2.py temp_grad_buffer_for_cpu_offload)"

@@ -2,10 +2,11 @@
 term named with where it comes from (zerogate.predict.zero_states: the model states and the offload's
 buffers; zerogate.predict.zero_buffers: gathering, reduction and the optimizer step's copy;
 zerogate.predict.activation_figures: one micro-step's activations), then on GPUs what is not a tensor
-(zerogate.predict.phases.cuda_overhead)."""
+(zerogate.predict.cuda_terms); the uncertain terms with their intervals."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from zerogate.contracts.model import ModelCounts
@@ -15,9 +16,17 @@ from zerogate.predict.activation_figures import (
     formula_activations,
     no_activations,
 )
-from zerogate.predict.phases import cuda_overhead, device_levels
+from zerogate.predict.cuda_terms import Spread, overhead_spreads
+from zerogate.predict.host_memory import host_runtime_spread
+from zerogate.predict.phases import device_levels
 from zerogate.predict.setup import Setup
-from zerogate.predict.zero_buffers import backward_gradient_terms, fp32_gradient_copy_bytes, reduction_terms
+from zerogate.predict.zero_buffers import (
+    backward_gradient_terms,
+    fp32_gradient_copy_bytes,
+    loss_logits_terms,
+    optimizer_step_temporaries,
+    reduction_terms,
+)
 from zerogate.predict.zero_states import (
     host_setup_terms,
     model_state_terms,
@@ -39,11 +48,30 @@ class ZeroTerms:
     nvme: dict[str, int]
     pinned: dict[str, int]  # the pinned share of the host terms
     activations: ActivationFigures  # the figures the activation terms come from
+    # The terms whose figure is uncertain, each with its interval (zerogate.predict.cuda_terms.Spread); every
+    # other term is exact: its low and high are its figure.
+    device_spreads: dict[str, Spread] = dataclasses.field(default_factory=dict)
+    host_spreads: dict[str, Spread] = dataclasses.field(default_factory=dict)
+
+    def device_bounds(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The device terms at the low and at the high end of their intervals."""
+        return bounds(self.device, self.device_spreads)
+
+    def host_bounds(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The host terms at the low and at the high end of their intervals."""
+        return bounds(self.host, self.host_spreads)
 
     def model_states(self) -> dict[str, int]:
         """The MODEL_STATES in whichever tier holds them, bytes (0 for a term the scheme does not keep)."""
         merged = {**self.device, **self.host, **self.nvme}
         return {name: merged.get(name, 0) for name in MODEL_STATES}
+
+
+def bounds(terms: dict[str, int], spreads: dict[str, Spread]) -> tuple[dict[str, int], dict[str, int]]:
+    """``terms`` with each term of ``spreads`` at its low end, and at its high end."""
+    low = {k: spreads[k].low if k in spreads else v for k, v in terms.items()}
+    high = {k: spreads[k].high if k in spreads else v for k, v in terms.items()}
+    return low, high
 
 
 def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations | None = None) -> ZeroTerms:
@@ -58,17 +86,31 @@ def zerogate_terms(counts: ModelCounts, setup: Setup, activations: Activations |
         **reduction_terms(counts, setup),
         **backward_gradient_terms(counts, setup, figures),
         "fp32_gradient_copy": fp32_gradient_copy_bytes(counts, setup, share),
+        **optimizer_step_temporaries(counts, setup, share),
+        **loss_logits_terms(counts, setup),
         **figures.device_terms(),
     }
-    device.update(cuda_overhead(device, setup))
+    spreads = device_term_spreads(device)
+    spreads.update(overhead_spreads(device, setup, deepspeed_engine=True))
+    device.update({name: spread.point for name, spread in spreads.items()})
     swap = nvme_swap_bytes(setup, share)
+    host = {**states.host, **host_setup_terms(counts, setup, swap)}
     return ZeroTerms(
         device=device,
-        host={**states.host, **host_setup_terms(counts, setup, swap)},
+        host=host,
         nvme=states.nvme,
         pinned=pinned_terms(states.host, setup, swap),
         activations=figures,
+        device_spreads=spreads,
+        host_spreads={"host_runtime": host_runtime_spread(setup)},
     )
+
+
+def device_term_spreads(device: dict[str, int]) -> dict[str, Spread]:
+    """The intervals of the device's tensor terms that have one: torch's optimizer temporaries, none where
+    the client asked for the fused step (BUFFER_SOURCES["optimizer_step_temporaries"])."""
+    name = "optimizer_step_temporaries"
+    return {name: Spread(0, device[name], device[name])} if name in device else {}
 
 
 def host_need_per_rank(terms: ZeroTerms, on_cpu: bool) -> int:

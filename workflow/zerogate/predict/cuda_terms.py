@@ -1,0 +1,139 @@
+"""What a GPU rank holds beside its tensors' peak, each term with its source and its own uncertainty: the
+caching allocator's fragmentation, ZeRO-3's cross-stream reserve, the CUDA context by CUDA's module loading,
+and one NCCL communicator per process group. None of them exists on DeepSpeed's CPU accelerator.
+
+Each term has a point figure and a (low, high) interval from what the source leaves open (:data:`Spread`);
+the plan's device need is an interval of the levels over those (zerogate.predict.fit)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerogate.predict.phases import PHASES, device_levels
+from zerogate.predict.setup import Setup
+from zerogate.units import MIB
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A figure with its interval, bytes: ``low`` <= ``point`` <= ``high``."""
+
+    low: int
+    point: int
+    high: int
+
+    def scaled(self, factor: int) -> Spread:
+        return Spread(self.low * factor, self.point * factor, self.high * factor)
+
+
+# The CUDA context of one process (driver state and the kernels loaded), by CUDA's module loading. With lazy
+# loading (CUDA 11.7+; torch sets CUDA_MODULE_LOADING=LAZY where the user has not, from torch 1.13,
+# https://github.com/pytorch/pytorch/pull/86509): 287,047,680 bytes measured with cudaMemGetInfo after one
+# small tensor (that PR's description), "around 400MB" with CUDA >= 11.7 (a PyTorch maintainer,
+# https://github.com/pytorch/pytorch/issues/109888); the high end read as MiB. Eager loading (CUDA < 11.7,
+# or CUDA_MODULE_LOADING=EAGER): 666,632,192 bytes (PR 86509, CUDA_MODULE_LOADING=DEFAULT) to ">1000MB"
+# (https://github.com/pytorch/pytorch/issues/107667; a lower bound there, taken as the high end here).
+CUDA_CONTEXT_BYTES = {
+    "lazy": Spread(low=287_047_680, point=400 * MIB, high=400 * MIB),
+    "eager": Spread(low=666_632_192, point=1000 * MIB, high=1000 * MIB),
+}
+# NCCL's device buffers of one communicator. Published: 544 MB for a 2-GPU group after a 4 MB all-reduce
+# (4 x A100 with NVLink, https://github.com/NVIDIA/nccl/issues/964), about 1.6 GB per GPU for one
+# communicator after an all-reduce, the CUDA context included (https://github.com/NVIDIA/nccl/issues/864; the
+# high end is that less the lazy context's low end). NCCL's memory grows with its channels (a maintainer,
+# https://github.com/NVIDIA/nccl/issues/986), so a PCIe pair likely needs no more than the NVLink pair: the
+# point is the 2-GPU figure.
+NCCL_COMMUNICATOR_BYTES = Spread(
+    low=544_000_000, point=544_000_000, high=1_600_000_000 - CUDA_CONTEXT_BYTES["lazy"].low
+)
+# Communicators a ZeRO rank opens: the default (world) group's, which DeepSpeed's barriers use
+# (deepspeed/runtime/zero/stage3.py _setup_for_real_optimizer -> dist.barrier(), deepspeed/comm/torch.py
+# barrier: group WORLD), and DeepSpeed's data-parallel group, a clone of the world made with new_group
+# (deepspeed/utils/groups.py _clone_world_group), which every gather and reduce-scatter uses. torch makes one
+# NCCL communicator per process group at its first collective.
+ZERO_PROCESS_GROUPS = 2
+# The caching allocator's fragmentation above the tensor peak, as a fraction of it: assumed, low 0 (every
+# freed block reused), high 10 %. No published measurement isolates it; block rounding alone is small (large
+# blocks round to kRoundLarge = 2 MiB, torch/include/c10/core/AllocatorConfig.h), the rest depends on the
+# order of allocations. The point is the middle.
+FRAGMENTATION = (0.0, 0.05, 0.10)
+# ZeRO-3's side streams: its gathers run on the all-gather stream (deepspeed/runtime/zero/parameter_offload.py
+# __allgather_stream; partitioned_param_coordinator.py fetch_sub_module) and its bucket reductions on
+# reduce_and_partition_stream (stage3.py, with overlap_comm, its default); blocks freed there go back to that
+# stream's pool (torch/_tensor_docs.py record_stream: "the CUDA caching allocator guarantees that the memory
+# will only be reused with the same creation stream"), so the compute stream's peak cannot reuse them.
+SIDE_STREAM_TERMS = {
+    "all_gather": ("gathered_parameters", "offloaded_partition_copies"),
+    "reduce": ("reduce_scatter_buffer", "reduce_scatter_in_backward"),
+}
+
+# Where each of these terms comes from (the plan's Ledger.term_sources).
+OVERHEAD_SOURCES = {
+    "allocator_margin": (
+        "the CUDA caching allocator's fragmentation above the tensor peak: assumed 5 % (0-10 %), no "
+        "published measurement isolates it; large blocks round to 2 MiB (torch/include/c10/core/"
+        "AllocatorConfig.h kRoundLarge)"
+    ),
+    "cross_stream_reserve": (
+        "ZeRO-3's side-stream pools the compute stream cannot reuse: the gathered buffers (all-gather "
+        "stream, deepspeed/runtime/zero/parameter_offload.py __allgather_stream) and the reduce-scatter "
+        "buffer (stage3.py reduce_and_partition_stream), record_stream-ed and freed to their own "
+        "stream's pool (partition_parameters.py free_param, stage3.py __add_grad_to_ipg_bucket; "
+        "torch/_tensor_docs.py record_stream), less what the tensor peak's phase holds of them; low 0: "
+        "a failed cudaMalloc flushes the cache and retries (torch/cuda/memory.py memory_stats "
+        "num_alloc_retries)"
+    ),
+    "cuda_context": (
+        "the CUDA context: lazy module loading 287 MB-400 MiB (https://github.com/pytorch/pytorch/pull/"
+        "86509, https://github.com/pytorch/pytorch/issues/109888), eager 667-1000 MiB "
+        "(https://github.com/pytorch/pytorch/issues/107667)"
+    ),
+    "communicator": (
+        "NCCL's device buffers, one communicator per process group (the world group for DeepSpeed's "
+        "barriers, deepspeed/comm/torch.py barrier; the data-parallel clone, deepspeed/utils/groups.py "
+        "_clone_world_group): 544 MB-1.3 GB each (https://github.com/NVIDIA/nccl/issues/964, "
+        "https://github.com/NVIDIA/nccl/issues/864)"
+    ),
+}
+
+
+def peak_phase(tensors: dict[str, int]) -> str:
+    """The phase (PHASES) that holds the tensor peak's transient."""
+    return max(PHASES, key=lambda name: sum(v for k, v in tensors.items() if k in PHASES[name]))
+
+
+def cross_stream_reserve(tensors: dict[str, int]) -> int:
+    """ZeRO-3's side-stream pools at the tensor peak (OVERHEAD_SOURCES["cross_stream_reserve"]), bytes: each
+    side stream's largest phase, less what the peak's phase itself holds of it."""
+    at_peak = PHASES[peak_phase(tensors)]
+    reserve = 0
+    for names in SIDE_STREAM_TERMS.values():
+        pool = max(sum(tensors.get(n, 0) for n in names if n in phase) for phase in PHASES.values())
+        held = sum(tensors.get(n, 0) for n in names if n in at_peak)
+        reserve += max(0, pool - held)
+    return reserve
+
+
+def overhead_spreads(tensors: dict[str, int], setup: Setup, deepspeed_engine: bool) -> dict[str, Spread]:
+    """What a GPU rank holds beside ``tensors`` (its tensor terms), each with its interval: the allocator's
+    fragmentation, ZeRO-3's cross-stream reserve (``deepspeed_engine``: DeepSpeed's, not a peer's), the CUDA
+    context, and with more than one rank the communicators (DeepSpeed's two process groups, a peer's one).
+    None on the CPU accelerator."""
+    if setup.device_kind != "cuda":
+        return {}
+    peak = device_levels(tensors).tensor
+    low, point, high = (int(f * peak) for f in FRAGMENTATION)
+    spreads = {"allocator_margin": Spread(low, point, high)}
+    if deepspeed_engine and setup.stage == 3:
+        reserve = cross_stream_reserve(tensors)
+        spreads["cross_stream_reserve"] = Spread(0, reserve, reserve)
+    spreads["cuda_context"] = CUDA_CONTEXT_BYTES[setup.cuda_module_loading]
+    if setup.ranks > 1:
+        groups = ZERO_PROCESS_GROUPS if deepspeed_engine else 1
+        spreads["communicator"] = NCCL_COMMUNICATOR_BYTES.scaled(groups)
+    return spreads
+
+
+def cuda_overhead(tensors: dict[str, int], setup: Setup, deepspeed_engine: bool = True) -> dict[str, int]:
+    """The point figures of :func:`overhead_spreads`, bytes."""
+    return {name: s.point for name, s in overhead_spreads(tensors, setup, deepspeed_engine).items()}
