@@ -108,8 +108,9 @@ def test_a_claim_that_is_not_there_names_where_it_was_asked_for():
 
 
 def test_dry_runs_plan_no_claimed_box_without_a_claim_and_refuse_a_malformed_claim_in_one_line(tmp_path):
-    """`claim=none`: the plan target's DAG holds no claimed box's plan and no claim's judge. A malformed claim
-    file stops the dry run itself with one line naming the file and the key (both dry runs side by side)."""
+    """`claim=none`: the plan target's DAG holds no claimed box's plan and no claim's judge; another claim's
+    results sit under its own name; a malformed claim file stops the dry run itself with one line naming the
+    file and the key (the dry runs side by side)."""
     import os
     import subprocess
     import sys
@@ -141,7 +142,11 @@ def test_dry_runs_plan_no_claimed_box_without_a_claim_and_refuse_a_malformed_cla
             stderr=subprocess.PIPE,
             text=True,
         )
-        for name, value in (("none", "claim=none"), ("broken", f"claim={claim}"))
+        for name, value in (
+            ("none", "claim=none"),
+            ("broken", f"claim={claim}"),
+            ("another", "claim=zero-offload-v100"),
+        )
     }
     done = {name: run.communicate(timeout=300) + (run.returncode,) for name, run in runs.items()}
     out, err, code = done["none"]
@@ -150,6 +155,11 @@ def test_dry_runs_plan_no_claimed_box_without_a_claim_and_refuse_a_malformed_cla
     jobs = set(re.findall(r"^(\w+)\s+\d+$", table, re.MULTILINE))
     assert jobs == {"render_deepspeed_config", "plan_run", "judge_plan_claims", "plan"}, jobs
     assert "claimed_box_plan" not in out and "on_paper.txt" not in out
+    # Another claim's results go under its own name, beside the seed's: neither overwrites the other.
+    out, err, code = done["another"]
+    assert code == 0, err[-3000:]
+    here = "results/cpu-tiny/claim-rtx5070-rtx4090/claims/"
+    assert f"{here}zero-offload-v100/claimed_box_plan.json" in out and f"{here}seed/" not in out
     out, err, code = done["broken"]
     errors = [line for line in (out + err).splitlines() if line.startswith("zerogate: error:")]
     assert code != 0 and errors == [f"zerogate: error: {claim}: claims.0.phi: '14B' is not float"], out + err
