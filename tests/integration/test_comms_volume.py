@@ -45,7 +45,7 @@ def test_every_scheme_measured_at_both_accumulations_and_agrees_with_theory(smok
 
 
 def test_the_seed_claim_is_judged_from_the_measurement_and_reported(smoke_run):
-    claims = ClaimVerdicts.read(smoke_run.results / "claims/verdicts.json")
+    claims = ClaimVerdicts.read(smoke_run.results / "claims/seed/verdicts.json")
     measured = next(c for c in claims.claims if c.kind == "communication").measured_here
     assert measured.verdict != CANNOT_JUDGE, measured
     assert "measured" in measured.evidence and "accumulation 1" in measured.evidence

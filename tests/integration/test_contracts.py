@@ -40,7 +40,7 @@ ARTEFACTS: dict[str, type[Artefact]] = {
     "deepspeed/deviations.json": Deviations,
     "plan/plan.json": Plan,
     "plan/plan_measured.json": Plan,
-    "claims/claimed_box_plan.json": Plan,
+    "claims/seed/claimed_box_plan.json": Plan,
     "plan/approved.json": Approval,
     "plan/model_compute.json": ModelCompute,
     "plan/runtime_baseline.json": RuntimeBaseline,
@@ -59,7 +59,7 @@ ARTEFACTS: dict[str, type[Artefact]] = {
     "summary/run.json": RunSummary,
     "ledger/ledger_vs_measured.json": LedgerTable,
     "gates/verdicts.json": GateVerdicts,
-    "claims/verdicts.json": ClaimVerdicts,
+    "claims/seed/verdicts.json": ClaimVerdicts,
     "provenance.json": Provenance,
     "registry.json": RunRegistry,
 }

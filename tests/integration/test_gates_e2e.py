@@ -125,9 +125,9 @@ def test_a_truncated_rank_fails_completion_and_measures_nothing(finished_run, tm
 
 def seed_convergence_claim(run: Path, verdicts: GateVerdicts):
     """The seed's convergence statement judged on these verdicts (judge_seed_claims' judge)."""
-    claims = read_claims(REPO / "config/claims.yaml")
+    claims = read_claims(REPO / "config/claims/seed.yaml")
     claims = claims.model_copy(update={"claims": [c for c in claims.claims if c.kind == "convergence"]})
-    evidence = Evidence(claimed_plan=Plan.read(run / "claims/claimed_box_plan.json"), gates=verdicts)
+    evidence = Evidence(claimed_plan=Plan.read(run / "claims/seed/claimed_box_plan.json"), gates=verdicts)
     return judge_claims(claims, evidence).claims[0].measured_here
 
 

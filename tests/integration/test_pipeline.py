@@ -302,20 +302,18 @@ def test_workflow_passes_snakemake_lint(checks):
     assert "Congratulations" in done.stdout + done.stderr
 
 
-def test_plan_txt_and_the_report_judge_every_seed_claim_on_paper_in_the_same_words(smoke_run):
+def test_the_plan_target_and_the_report_judge_every_seed_claim_on_paper_in_the_same_words(smoke_run):
     import html
     import re
 
     results = smoke_run.results
-    plan_txt = (results / "plan/plan.txt").read_text()
-    in_plan = dict(
-        re.findall(r"^  seed claim (\S+) \(for the claimed box\): (.*)$", plan_txt, flags=re.MULTILINE)
-    )
+    on_paper = (results / "claims/seed/on_paper.txt").read_text()
+    in_plan = dict(re.findall(r"^  (\w+): (.*)$", on_paper, flags=re.MULTILINE))
     (page,) = [html.unescape(p.read_text()) for p in (results / "report").glob("zerogate-v*.html")]
     in_report = dict(
         re.findall(r"<tr id='claim-([^']+)'><td>.*?</td><td class='claim-[^']*'><b>(.*?)</b>", page, re.S)
     )
-    judged = ClaimVerdicts.read(results / "claims/verdicts.json")
+    judged = ClaimVerdicts.read(results / "claims/seed/verdicts.json")
     assert set(in_plan) == set(in_report) == {c.id for c in judged.claims}
     assert in_plan == in_report
     assert in_plan == {c.id: c.on_paper.text for c in judged.claims}

@@ -1,9 +1,10 @@
 """The seed's claims: each kind's verdict logic on numbers that flip it both ways.
 
-The claims are config/claims.yaml's entries (varied where a test flips one); the claimed box's plan is the
-one plan_claimed_box makes (the claimed profile rendered for the described box, then planned), with the
-figure a test turns pinned by hand; the ledger table is compare_ledger's (zerogate.analysis.ledger_check)
-over held bytes chosen by each test; the gates' verdicts are gates.evaluate's on synthetic runs."""
+The claims are the seed's claim file's entries (config/claims/seed.yaml, varied where a test flips one); the
+claimed box's plan is the one plan_claimed_box makes (the claimed profile rendered for the described box, then
+planned), with the figure a test turns pinned by hand; the ledger table is compare_ledger's
+(zerogate.analysis.ledger_check) over held bytes chosen by each test; the gates' verdicts are gates.evaluate's
+on synthetic runs."""
 
 import copy
 import functools
@@ -44,7 +45,7 @@ from zerogate.predict.planner import plan_for_run
 from zerogate.units import GB, GIB
 
 REPO = Path(__file__).resolve().parents[2]
-CLAIMS_DATA = yaml.safe_load((REPO / "config" / "claims.yaml").read_text())
+CLAIMS_DATA = yaml.safe_load((REPO / "config" / "claims" / "seed.yaml").read_text())
 CLAIMS = claims_file(CLAIMS_DATA)
 CLAIM = {claim.id: claim for claim in CLAIMS.claims}
 CLAIMED_MACHINE = load_description(REPO / CLAIMS.claimed_box.machine)
@@ -318,7 +319,8 @@ def test_step_time_on_the_floor_and_from_the_gate():
     below = c.judge_step_time(claim, Evidence(below_floor, gates=passed))
     assert below[0].verdict == CANNOT_JUDGE and below[1].verdict == HOLDS
     elsewhere = c.judge_step_time(claim, Evidence(below_floor, gates=verdicts(faithful=False)))[1]
-    assert elsewhere.verdict == HOLDS_ONLY_WHEN and "not the claim's 14B model" in elsewhere.condition
+    assert elsewhere.verdict == HOLDS_ONLY_WHEN
+    assert "not the claim's model on the claimed box" in elsewhere.condition
     failed = verdicts(step_time=2.5)
     assert failed.gate("optimizer_step_time").verdict == g.FAIL
     micro = c.judge_step_time(claim, Evidence(with_floor(claimed_plan(), 5.0, 0.1), gates=failed))
@@ -416,7 +418,9 @@ def test_every_claim_of_the_real_file_is_judged_with_a_known_kind():
             claimed_machine=CLAIMED_MACHINE,
             gates=verdicts(run_steps=1000),
         ),
+        "seed",
     )
+    assert judged.claim == "seed" and judged.source.startswith("docs/claim/claim.md")
     assert [v.id for v in judged.claims] == [claim["id"] for claim in claims["claims"]]
     by_id = {v.id: v for v in judged.claims}
     assert by_id["hardware"].on_paper.verdict == DOES_NOT_HOLD  # the RTX 5070 is a 12 GB card
@@ -439,14 +443,15 @@ def test_analysis_claims_never_imports_torch():
 
 
 def test_claims_file_is_an_input_of_the_judges_only():
-    """Editing a claim re-judges (judge_plan_claims on paper into plan.txt, judge_seed_claims measured, then
-    the
-    report), never re-plans or retrains: only the two judges read config/claims.yaml, and nothing that plans,
-    measures or trains depends on it, however indirectly."""
+    """Editing a claim re-judges (judge_claim_on_paper on paper, judge_seed_claims measured, then the report),
+    never re-plans or retrains: only the two judges read the claim file, and nothing that plans, measures or
+    trains depends on it, however indirectly. The claim's results sit under claims/seed/."""
     from tests.unit.test_workflow import planned_jobs, snakemake
 
+    claim = "config/claims/seed.yaml"
     done = snakemake("-n", "--config", "profile=smoke", "machine=dry-run")
     assert planned_jobs(done)["judge_seed_claims"] == 1 and planned_jobs(done)["plan_claimed_box"] == 1
+    assert "results/smoke/dry-run/claims/seed/verdicts.json" in done.stdout
     jobs, job = [], None
     for line in done.stdout.splitlines():
         if found := re.match(r"^(?:local)?rule (\w+):", line):
@@ -454,16 +459,15 @@ def test_claims_file_is_an_input_of_the_judges_only():
             jobs.append(job)
         elif job and (found := re.match(r"^\s+(input|output): (.*)$", line)):
             job[found[1]] = {path.strip() for path in found[2].split(",")}
-    readers = sorted(j["rule"] for j in jobs if "config/claims.yaml" in j["input"])
-    assert readers == ["judge_plan_claims", "judge_seed_claims"], readers
-    made, downstream = {"config/claims.yaml"}, set()
+    readers = sorted(j["rule"] for j in jobs if claim in j["input"])
+    assert readers == ["judge_claim_on_paper", "judge_seed_claims"], readers
+    made, downstream = {claim}, set()
     while grown := [j for j in jobs if j["rule"] not in downstream and j["input"] & made]:
         for j in grown:
             downstream.add(j["rule"])
             made |= j["output"]
-    assert downstream <= {"judge_plan_claims", "judge_seed_claims", "write_report", "register_run", "all"}, (
-        downstream
-    )
+    judges = {"judge_claim_on_paper", "judge_seed_claims", "write_report", "register_run", "all"}
+    assert downstream <= judges, downstream
     assert downstream.isdisjoint(
         {
             "render_deepspeed_config",

@@ -241,7 +241,7 @@ def test_the_claim_verdict_from_the_measured_ratio(tmp_path):
         (4 * (1100 * 4 + PHI * 4) * 0.5 + 16 * 4 * 0.5 + 8) / ddp
     )
     assert claim_verdict(table, 1.5, 16)["at_claim_accumulation"]["measured"] is None
-    claim = CommunicationClaim(  # config/claims.yaml's entry
+    claim = CommunicationClaim(  # config/claims/seed.yaml's entry
         id="zero3_communication",
         statement="ZeRO-3 communicates 1.5 x DDP's volume",
         kind="communication",
@@ -274,6 +274,8 @@ def test_the_report_section_shows_every_row_the_unknown_kind_and_the_claim():
     )
     table = tabulate(every_record(changes))
     claims = ClaimVerdicts(
+        claim="seed",
+        source="docs/claim/claim.md",
         claimed_box=ClaimedBox(
             profile="claim-14b", machine="config/machines/claimed.yaml", machine_name="box"
         ),

@@ -129,8 +129,9 @@ def reached_modules(script: Path) -> set[str]:
 
 def rule_script(rule: str) -> Path:
     for smk in (REPO / "workflow" / "rules").glob("*.smk"):
-        rule_text = re.search(rf"^rule {rule}:\n((?:    .*\n|\n)*)", smk.read_text(), re.M)
-        found = rule_text and re.search(r"\"\.\./scripts/(\w+\.py)\"", rule_text.group(1))
+        # a rule defined only under a condition (the claim's rules: `if CLAIMS:`) is indented
+        rule_text = re.search(rf"^( *)rule {rule}:\n((?:\1    .*\n|\n)*)", smk.read_text(), re.M)
+        found = rule_text and re.search(r"\"\.\./scripts/(\w+\.py)\"", rule_text.group(2))
         if found:
             return REPO / "workflow" / "scripts" / found.group(1)
     raise AssertionError(f"no script for rule {rule}")

@@ -535,6 +535,8 @@ def test_a_run_that_stopped_in_its_warmup_still_gets_its_figures_and_summary(tmp
 
 def test_report_opens_with_the_seeds_claims_and_shows_the_peak_table(tmp_path, tiny_profile):
     claims = ClaimVerdicts(
+        claim="seed",
+        source="docs/claim/claim.md",
         claimed_box=ClaimedBox(profile="claim-14b", machine="m.yaml", machine_name="box"),
         machine="here",
         claims=[

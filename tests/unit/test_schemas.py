@@ -190,7 +190,7 @@ def test_the_run_config_is_typed_with_its_defaults_and_errors_name_where_the_key
 
 
 def test_the_claims_file_has_one_typed_entry_per_kind_and_errors_name_the_entry_and_key():
-    data = yaml.safe_load((REPO / "config/claims.yaml").read_text())
+    data = yaml.safe_load((REPO / "config/claims/seed.yaml").read_text())
     claims = claims_file(data)
     kinds = {claim.kind: type(claim).__name__ for claim in claims.claims}
     assert kinds["arithmetic"] == "ArithmeticClaim" and kinds["not_tested"] == "NotTestedClaim"
@@ -201,10 +201,10 @@ def test_the_claims_file_has_one_typed_entry_per_kind_and_errors_name_the_entry_
     del broken["claims"][0]["phi"]
     with pytest.raises(InputError) as error:
         claims_file(broken)
-    assert str(error.value).startswith("config/claims.yaml: claims.0.phi: required")
+    assert str(error.value).startswith("config/claims/seed.yaml: claims.0.phi: required")
     with pytest.raises(jsonschema.ValidationError, match="'phi' is a required property"):
         jsonschema.validate(broken, schemas.json_schema(ClaimsFile))
     broken = copy.deepcopy(data)
     broken["claims"][0]["kind"] = "folklore"
-    with pytest.raises(InputError, match="^config/claims.yaml: claims.0.kind: "):
+    with pytest.raises(InputError, match="^config/claims/seed.yaml: claims.0.kind: "):
         claims_file(broken)

@@ -104,16 +104,18 @@ def test_described_machine_is_planned_never_probed_or_trained():
         "machine_description=config/machines/claim-rtx5070-rtx4090.yaml",
     )
     jobs = planned_jobs(done)
-    # plan.txt judges the seed's claims on paper for the claimed box too: its plan is planned in-process.
+    # The plan target judges the default claim (the seed's) on paper for its claimed box too: its plan is
+    # planned in-process, under the claim's own directory.
     assert set(jobs) == {
         "render_deepspeed_config",
         "plan_run",
         "plan_claimed_box",
+        "judge_claim_on_paper",
         "judge_plan_claims",
         "plan",
     }, jobs
     assert "results/claim-14b/claim-rtx5070-rtx4090/plan/plan.txt" in done.stdout
-    assert "results/claim-14b/claim-rtx5070-rtx4090/claims/claimed_box_plan.json" in done.stdout
+    assert "results/claim-14b/claim-rtx5070-rtx4090/claims/seed/claimed_box_plan.json" in done.stdout
     assert "plan/ds_config.json" not in done.stdout  # the planner reads render_deepspeed_config's rendering
 
 

@@ -14,7 +14,7 @@ from zerogate import __version__ as PIPELINE_VERSION
 from zerogate.errors import InputError
 from zerogate.bench.grid_points import PROFILE_PREFIX, point_ids, profile_file_name
 from zerogate.hashing import sha256_json
-from zerogate.config.claims import CLAIMS_FILE, claims_file
+from zerogate.config.claims import claim_file, claim_name, load_claim
 from zerogate.config.machine_id import machine_id_from_host
 from zerogate.config.machines import described_machine
 from zerogate.config.profile import (
@@ -26,7 +26,6 @@ from zerogate.config.profile import (
 )
 from zerogate.config.published_setups import read_setups
 from zerogate.config.run_config import run_config
-from zerogate.config.tables import read_yaml
 from zerogate.config.validation import key_path, to_input_error
 from zerogate.contracts.base import plain
 from zerogate.data.sources import check_dataset_source
@@ -74,12 +73,13 @@ def validated(data, schema, chain=None):
         fail(to_input_error(file, cause))
 
 
-def load_profile(name):
+def load_profile(name, asked_by=CONFIG_FILE, key="profile"):
     """(the resolved profile as written, with the defaults the schema fills in: what the run's hash is
     taken of; its typed settings, zerogate.config.settings.ProfileSettings: what every rule's parameters
-    come from), after the schema and the settings model's checks."""
+    come from), after the schema and the settings model's checks. ``asked_by`` and ``key``: where the
+    profile was named, for the error when it is not there."""
     try:
-        chain = load_profile_chain(PROFILES, name, CONFIG_FILE, "profile")
+        chain = load_profile_chain(PROFILES, name, asked_by, key)
         profile = resolve_profile(chain)
     except InputError as error:
         fail(error)
@@ -148,22 +148,20 @@ REPEATS = SETTINGS.repeats
 VARIANT_STEPS = SETTINGS.variant_steps
 
 
-# The seed's own statements (config/claims.yaml), judged on paper for the claimed box (plan_claimed_box,
-# judge_plan_claims) and measured on the machine that ran (judge_seed_claims): zerogate.analysis.claims,
-# typed by zerogate.config.claims.ClaimsFile.
+# The claim judged (config key `claim`: a claim file, zerogate.config.claims, docs/claims.md; default the
+# seed's, config/claims/seed.yaml): on paper for its claimed box (plan_claimed_box, judge_claim_on_paper)
+# and measured on the machine that ran (judge_seed_claims), by zerogate.analysis.claims. Checked whole here,
+# before any job; with `claim=none` nothing of a claim is in the DAG: CLAIMS is None.
 try:
-    CLAIMS_DATA = read_yaml(REPO / CLAIMS_FILE, CLAIMS_FILE)
+    CLAIMS = load_claim(REPO, RUN_CONFIG.claim, config_source(["claim"]))
 except InputError as error:
     fail(error)
-validated(CLAIMS_DATA, "claims.schema.json")
-try:
-    CLAIMS = claims_file(CLAIMS_DATA, CLAIMS_FILE)
-except InputError as error:
-    fail(error)
-CLAIMED_BOX = CLAIMS.claimed_box
-if not (REPO / CLAIMED_BOX.machine).is_file():
-    fail(InputError(CLAIMS_FILE, "claimed_box.machine", f"no such file: {CLAIMED_BOX.machine}"))
-CLAIMED_PROFILE, CLAIMED_SETTINGS = load_profile(CLAIMED_BOX.profile)
+CLAIM_FILE = claim_file(RUN_CONFIG.claim)
+CLAIM_NAME = claim_name(CLAIM_FILE) if CLAIMS else None
+CLAIMED_BOX = CLAIMS.claimed_box if CLAIMS else None
+CLAIMED_PROFILE, CLAIMED_SETTINGS = (
+    load_profile(CLAIMED_BOX.profile, CLAIM_FILE, "claimed_box.profile") if CLAIMS else (None, None)
+)
 
 
 def profile_file_setting(key):
@@ -182,7 +180,8 @@ def check_inputs():
         check_model_source(SETTINGS.model.source, profile_file_setting("model.source"), REPO)
         dataset = SETTINGS.dataset
         check_dataset_source(dataset.source, dataset.columns, dataset.format, REPO)
-        for template in dict.fromkeys([SETTINGS.deepspeed.template, CLAIMED_SETTINGS.deepspeed.template]):
+        claimed = [CLAIMED_SETTINGS.deepspeed.template] if CLAIMS else []
+        for template in dict.fromkeys([SETTINGS.deepspeed.template, *claimed]):
             read_claim(REPO / template, template)
         if DESCRIBED_MACHINE is not None:
             check_described_world(
@@ -220,6 +219,23 @@ RESULTS = f"results/{PROFILE_NAME}/{MACHINE}"
 def result(path):
     """``path`` under this run's results directory, results/<profile>/<machine>/."""
     return f"{RESULTS}/{path}"
+
+
+def claim_result(path):
+    """``path`` under the judged claim's own directory, results/<profile>/<machine>/claims/<claim>/: the
+    results of two claims never overwrite each other."""
+    return result(f"claims/{CLAIM_NAME}/{path}")
+
+
+def claim_outputs(named):
+    """Outputs of the claim's rules as named inputs (``named()``: input name -> a rule's output), for a rule
+    that reads them only when a claim is judged: none with claim=none (the claim's rules are not defined
+    then, so ``named`` is called only when they are)."""
+
+    def inputs(wildcards):
+        return named() if CLAIMS else {}
+
+    return inputs
 
 
 # The benchmarks (bench.smk) train two variants whatever the profile lists.
@@ -265,17 +281,24 @@ HOST_SHARE_POOL = host_share_pool()
 RUN_LABEL = f"v{PIPELINE_VERSION}-{RUN_ID}-{REPORT_DATE}"
 
 
+def plan_targets():
+    """What the plan target prints: the plan, and the claim judged on paper when one is named."""
+    judged = [rules.judge_claim_on_paper.output.summary] if CLAIMS else []
+    return [rules.judge_plan_claims.output.summary, *judged]
+
+
 def final_targets():
     if MACHINE_DESCRIPTION:  # a described machine is planned for, never trained on
-        return [rules.judge_plan_claims.output.summary]
+        return plan_targets()
     targets = [
         rules.check_gates.output.verdicts,
         rules.write_report.output.html,
         rules.register_run.output.registry,
-        rules.judge_plan_claims.output.summary,
+        *plan_targets(),
         rules.compare_ledger.output.table,
-        rules.judge_seed_claims.output.verdicts,
     ]
+    if CLAIMS:
+        targets.append(rules.judge_seed_claims.output.verdicts)
     if STRICT:
         targets.append(rules.enforce_gates.output.passed)
     return targets

@@ -132,40 +132,59 @@ rule replan_with_measured_compute:
 
 # The claimed box's plan, computed in-process through the planner's functions (render, count on the meta
 # device, plan): one small job, no second invocation, no file from another run read behind the DAG's back.
-# Its inputs are the claimed profile (params) and the box's description and template (files), not
-# claims.yaml's statements: editing a statement re-judges without re-planning.
-rule plan_claimed_box:
-    input:
-        description=CLAIMED_BOX.machine,
-        template=CLAIMED_SETTINGS.deepspeed.template,
-    output:
-        plan=result("claims/claimed_box_plan.json"),
-        # Each change the planner finds for the claimed box, as a profile extending the claimed one.
-        suggestions=directory(result("claims/claimed_box_suggestions")),
-    log:
-        result("logs/plan_claimed_box.log"),
-    conda:
-        "../../envs/train.yaml"
-    params:
-        model=plain(CLAIMED_SETTINGS.model),
-        training=plain(CLAIMED_SETTINGS.training.run),
-        overrides=CLAIMED_SETTINGS.deepspeed.overrides,
-        seq_len=CLAIMED_SETTINGS.dataset.seq_len,
-        vocab_size=CLAIMED_SETTINGS.vocab_size,
-        plan=plain(CLAIMED_SETTINGS.plan),
-        profile_name=CLAIMED_BOX.profile,
-    script:
-        "../scripts/plan_claimed_box.py"
+# Its inputs are the claimed profile (params) and the box's description and template (files), not the
+# claim's statements: editing a statement re-judges without re-planning. Only when a claim is judged
+# (config key `claim`; none: neither rule is in the DAG), under the claim's own directory (claims/<name>/).
+if CLAIMS:
+
+    rule plan_claimed_box:
+        input:
+            description=CLAIMED_BOX.machine,
+            template=CLAIMED_SETTINGS.deepspeed.template,
+        output:
+            plan=claim_result("claimed_box_plan.json"),
+            # Each change the planner finds for the claimed box, as a profile extending the claimed one.
+            suggestions=directory(claim_result("claimed_box_suggestions")),
+        log:
+            claim_result("logs/plan_claimed_box.log"),
+        conda:
+            "../../envs/train.yaml"
+        params:
+            model=plain(CLAIMED_SETTINGS.model),
+            training=plain(CLAIMED_SETTINGS.training.run),
+            overrides=CLAIMED_SETTINGS.deepspeed.overrides,
+            seq_len=CLAIMED_SETTINGS.dataset.seq_len,
+            vocab_size=CLAIMED_SETTINGS.vocab_size,
+            plan=plain(CLAIMED_SETTINGS.plan),
+            profile_name=CLAIMED_BOX.profile,
+        script:
+            "../scripts/plan_claimed_box.py"
+
+    # The claim's statements judged on paper for the claimed box (zerogate.analysis.claims.judge_on_paper),
+    # printed by the plan target after the plan.
+    rule judge_claim_on_paper:
+        input:
+            claims=CLAIM_FILE,
+            claimed_plan=rules.plan_claimed_box.output.plan,
+            description=CLAIMED_BOX.machine,
+        output:
+            summary=claim_result("on_paper.txt"),
+        log:
+            claim_result("logs/judge_claim_on_paper.log"),
+        localrule: True
+        conda:
+            "../../envs/analysis.yaml"
+        params:
+            claim=CLAIM_NAME,
+        script:
+            "../scripts/judge_claim_on_paper.py"
 
 
-# plan.txt: this run's plan, the profile's gates judged on paper against it, and the seed's claims judged on
-# paper for the claimed box, in the words the report uses (zerogate.contracts.verdicts).
+# plan.txt: this run's plan and its fit, and, when a claim is judged (config key `claim`), the profile's gates
+# judged on paper against it, in the words the report uses (zerogate.contracts.verdicts).
 rule judge_plan_claims:
     input:
         plan=rules.plan_run.output.plan,
-        claims=CLAIMS_FILE,
-        claimed_plan=rules.plan_claimed_box.output.plan,
-        description=CLAIMED_BOX.machine,
     output:
         claims=result("plan/claims.json"),
         summary=result("plan/plan.txt"),
@@ -176,7 +195,8 @@ rule judge_plan_claims:
     conda:
         "../../envs/analysis.yaml"
     params:
-        gates=plain(SETTINGS.gates),
+        # The gates state a claim's thresholds: judged on paper only where a claim is named.
+        gates=plain(SETTINGS.gates) if CLAIMS else [],
         profile_name=PROFILE_NAME,
         training=plain(SETTINGS.training.run),
         overrides=SETTINGS.deepspeed.overrides,
@@ -187,5 +207,5 @@ rule judge_plan_claims:
 
 rule plan:
     input:
-        rules.judge_plan_claims.output.summary,
+        plan_targets(),
     localrule: True

@@ -69,6 +69,15 @@ rule record_provenance:
 # beside each other.
 rule write_report:
     input:
+        # the claim's verdicts (claims) and its claimed box's plan (claimed_plan): none with claim=none
+        unpack(
+            claim_outputs(
+                lambda: {
+                    "claims": rules.judge_seed_claims.output.verdicts,
+                    "claimed_plan": rules.plan_claimed_box.output.plan,
+                }
+            )
+        ),
         run_summary=rules.summarise_run.output.summary,
         verdicts=rules.check_gates.output.verdicts,
         steps=rules.parse_logs.output.steps,
@@ -77,9 +86,7 @@ rule write_report:
         provenance=rules.record_provenance.output.provenance,
         deviations=rules.render_deepspeed_config.output.deviations,
         ledger=rules.compare_ledger.output.table,
-        claims=rules.judge_seed_claims.output.verdicts,
         plan=rules.replan_with_measured_compute.output.plan,
-        claimed_plan=rules.plan_claimed_box.output.plan,
         communication=rules.tabulate_comms_volume.output.table,
         evaluation=rules.train.output.evaluation,
         loss=rules.plot_figures.output.loss,

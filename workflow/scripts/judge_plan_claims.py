@@ -1,14 +1,12 @@
-"""Entry point of the judge_plan_claims rule: the profile's claims and the seed's judged on paper
-(zerogate.analysis.on_paper, zerogate.analysis.claims), and the plan's text."""
+"""Entry point of the judge_plan_claims rule: the run's fit and, where a claim is judged, the profile's gates
+on paper (zerogate.analysis.on_paper), and the plan's text. The claim's own statements on paper are
+judge_claim_on_paper's."""
 
 import sys
 from pathlib import Path
 
-from zerogate.analysis.claims import judge_on_paper
 from zerogate.analysis.on_paper import plan_claims
-from zerogate.config.claims import read_claims
 from zerogate.config.judging import GateSettings
-from zerogate.config.machines import load_description
 from zerogate.config.training import RunTraining
 from zerogate.contracts.base import typed
 from zerogate.contracts.plan import Plan
@@ -20,13 +18,7 @@ with logging_to(snakemake.log[0]) as log:
     inputs, params = snakemake.input, snakemake.params
     plan = Plan.read(inputs.plan)
     claims = plan_claims(plan, typed(tuple[GateSettings, ...], params.gates))
-    seed = judge_on_paper(
-        read_claims(inputs.claims),
-        Plan.read(inputs.claimed_plan),
-        load_description(inputs.description),
-    )
     lines = [(c.gate, c.verdict.text) for c in claims.claims]
-    lines += [(f"seed claim {claim_id} (for the claimed box)", verdict.text) for claim_id, verdict in seed]
     text = summary(plan, lines)
     log.info("\n%s", text)
     claims.write(snakemake.output.claims)

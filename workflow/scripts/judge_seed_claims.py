@@ -24,7 +24,7 @@ with logging_to(snakemake.log[0]) as log:
         communication=CommsVolume.read(inputs.communication),
         claim_accumulation=snakemake.params.claim_accumulation,
     )
-    verdicts = judge(read_claims(inputs.claims), evidence)
+    verdicts = judge(read_claims(inputs.claims), evidence, snakemake.params.claim)
     for claim in verdicts.claims:
         log.info("%s: on paper %s; measured here %s", claim.id, claim.on_paper.text, claim.measured_here.text)
     verdicts.write(snakemake.output.verdicts)

@@ -1,16 +1,17 @@
-"""The seed's own statements judged: on paper for the claimed box, and measured on the machine that ran.
+"""A claim's statements judged: on paper for the claimed box, and measured on the machine that ran.
 
-Each statement is data (config/claims.yaml: an id, the statement with its original number and unit, the
-kind of check). A judge per kind turns it and the evidence (:class:`Evidence`: the plan of the claimed box,
-this run's plan, the ledger table, the gates' verdicts, the two machines) into two verdicts from a fixed
-vocabulary (zerogate.contracts.verdicts.ClaimVerdict), each with its evidence and the gate or table it comes
-from. Torch-free: the plans are computed by the planner in their own rules; this module only reads and
-compares them. The judges of what the run measures (communication, the gates' claims) are
-zerogate.analysis.measured_claims'; :class:`Evidence` is zerogate.analysis.claim_evidence's.
+Each statement is data (a claim file, config/claims/<name>.yaml: an id, the statement with its original
+number and unit, the kind of check; docs/claims.md). A judge per kind turns it and the evidence
+(:class:`Evidence`: the plan of the claimed box, this run's plan, the ledger table, the gates' verdicts, the
+two machines) into two verdicts from a fixed vocabulary (zerogate.contracts.verdicts.ClaimVerdict), each
+with its evidence and the gate or table it comes from. Torch-free: the plans are computed by the planner in
+their own rules; this module only reads and compares them. The judges of what the run measures
+(communication, the gates' claims) are zerogate.analysis.measured_claims'; :class:`Evidence` is
+zerogate.analysis.claim_evidence's.
 
 Units: GB = 10^9 bytes, GiB = 2^30 bytes (zerogate.units), always as the claim writes them. The claims
-themselves are config/claims.yaml's entries (validated against config/schemas/claims.schema.json), typed
-by zerogate.config.claims, one model per kind.
+themselves are a claim file's entries (validated against config/schemas/claims.schema.json), typed by
+zerogate.config.claims, one model per kind.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from zerogate.analysis import on_paper
 from zerogate.analysis.claim_evidence import Evidence, Judged, gpus_here, not_measured_on_cpu, verdict
 from zerogate.analysis.measured_claims import (
     judge_communication,
@@ -29,6 +31,7 @@ from zerogate.analysis.measured_claims import (
 from zerogate.config.claims import (
     ArithmeticClaim,
     ClaimsFile,
+    FitsClaim,
     HardwareClaim,
     LedgerFormulaClaim,
     NotTestedClaim,
@@ -116,7 +119,7 @@ def judge_arithmetic(claim: ArithmeticClaim, evidence: Evidence) -> Judged:
         CANNOT_JUDGE,
         "arithmetic on the stated parameter count",
         "—",
-        why="a statement about a 14B model's bytes, not a measurement",
+        why=f"a statement about {phi:.3g} parameters' bytes, not a measurement",
     )
     return paper, measured
 
@@ -297,6 +300,25 @@ def judge_hardware(claim: HardwareClaim, evidence: Evidence) -> Judged:
     return paper, measured
 
 
+def judge_fits(claim: FitsClaim, evidence: Evidence) -> Judged:
+    """The planner's fit for the claimed box; a statement about that box, not measured on this machine."""
+    plan = evidence.claimed_plan
+    fit = on_paper.judge_fit(plan)
+    paper = fit.model_copy(
+        update={
+            "evidence": f"{fit.evidence}; largest micro-batch per rank that fits: "
+            f"{plan.largest_micro_batch_per_rank} (the claimed profile's: {plan.ledger.micro_batch})"
+        }
+    )
+    measured = verdict(
+        CANNOT_JUDGE,
+        "a statement about the claimed box's memory",
+        "—",
+        why=f"{evidence.machine} is not the claimed box; this run's own fit is its plan's (plan/plan.txt)",
+    )
+    return paper, measured
+
+
 def judge_not_tested(claim: NotTestedClaim, evidence: Evidence) -> Judged:
     untested = verdict(CANNOT_JUDGE, "—", "—", why=claim.why)
     return untested, untested
@@ -309,14 +331,15 @@ JUDGES: dict[str, Callable[[Any, Evidence], Judged]] = {
     "communication": judge_communication,
     "step_time": judge_step_time,
     "peak_memory": judge_peak_memory,
+    "fits": judge_fits,
     "convergence": judge_convergence,
     "hardware": judge_hardware,
     "not_tested": judge_not_tested,
 }
 
 
-def judge(claims: ClaimsFile, evidence: Evidence) -> ClaimVerdicts:
-    """Every claim of config/claims.yaml judged: claims/verdicts.json."""
+def judge(claims: ClaimsFile, evidence: Evidence, name: str) -> ClaimVerdicts:
+    """Every statement of the claim ``name`` (its file's stem) judged: claims/<name>/verdicts.json."""
     judged = []
     for claim in claims.claims:
         paper, measured = JUDGES[claim.kind](claim, evidence)
@@ -330,6 +353,8 @@ def judge(claims: ClaimsFile, evidence: Evidence) -> ClaimVerdicts:
             )
         )
     return ClaimVerdicts(
+        claim=name,
+        source=claims.source,
         claimed_box=ClaimedBox(**claims.claimed_box.model_dump(), machine_name=evidence.claimed_plan.machine),
         machine=evidence.machine,
         claims=judged,
@@ -343,3 +368,20 @@ def judge_on_paper(
     claimed box's plan and description (what plan.txt prints, in the report's words)."""
     evidence = Evidence(claimed_plan=claimed_plan, claimed_machine=claimed_machine)
     return [(claim.id, JUDGES[claim.kind](claim, evidence)[0]) for claim in claims.claims]
+
+
+def on_paper_text(
+    name: str, claims: ClaimsFile, claimed_plan: Plan, claimed_machine: MachineDescription
+) -> str:
+    """The claim ``name`` judged on paper for its claimed box, as the plan target prints it
+    (claims/<name>/on_paper.txt): where it was published, the box, then one line per statement."""
+    box = claims.claimed_box
+    lines = [
+        f"claim {name} ({claims.source}), on paper for the claimed box {claimed_plan.machine} "
+        f"(profile {box.profile}, {box.machine}):"
+    ]
+    for claim_id, judged in judge_on_paper(claims, claimed_plan, claimed_machine):
+        lines.append(f"  {claim_id}: {judged.text}")
+        if judged.evidence not in ("", "—"):
+            lines.append(f"    evidence: {judged.evidence}")
+    return "\n".join(lines)

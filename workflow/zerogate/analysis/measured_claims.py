@@ -100,7 +100,7 @@ def gate_claim_verdict(gate: GateVerdict | None, name: str, evidence: Evidence) 
     condition = (
         f"the model and machine are this run's ({evidence.machine}"
         + (f", {parameters:,} parameters" if parameters else "")
-        + "), not the claim's 14B model on the claimed box"
+        + "), not the claim's model on the claimed box"
     )
     return claim_from_gate(
         gate.verdict,

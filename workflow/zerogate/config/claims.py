@@ -1,6 +1,8 @@
-"""The seed's statements as data (config/claims.yaml), typed: the claimed box planned on paper, and one entry
-per claim, of one of the kinds zerogate.analysis.claims judges (discriminated on ``kind``), each with the
-keys its judge reads. config/schemas/claims.schema.json is generated from :class:`ClaimsFile`.
+"""A claim as data (a claim file: config/claims/<name>.yaml, or any path given as ``--config claim=PATH``),
+typed: where it was published (``source``), the claimed box planned on paper, and one entry per statement,
+of one of the kinds zerogate.analysis.claims judges (discriminated on ``kind``), each with the keys its judge
+reads. config/schemas/claims.schema.json is generated from :class:`ClaimsFile`; docs/claims.md teaches
+writing one. The seed's own claim is config/claims/seed.yaml, the default.
 
 Numbers keep the type the file gives them (an int stays an int: zerogate.config.base.Number), so a verdict
 quotes a stated figure as the claim writes it."""
@@ -13,18 +15,27 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from zerogate.config.base import Int, Number, OptionalNumber, Settings, Str, setting
+from zerogate.config.profile import profile_path
 from zerogate.config.tables import read_yaml
 from zerogate.config.validation import build
+from zerogate.errors import InputError
 
-CLAIMS_FILE = "config/claims.yaml"
+CLAIMS_DIR = "config/claims"
+# The claim judged when none is named (config key ``claim``), and the value that names none.
+DEFAULT_CLAIM = "seed"
+NO_CLAIM = "none"
+CLAIMS_FILE = f"{CLAIMS_DIR}/{DEFAULT_CLAIM}.yaml"
 Unit = Literal["GB", "GiB", "s", "ratio"]
 Scheme = Literal["ddp", "zero1", "zero2", "zero3"]
 
 
 class ClaimedBoxSpec(Settings):
-    """``claimed_box``: the box the claims are about, planned on paper."""
+    """``claimed_box``: the box the claims are about, planned on paper (only when the claim is judged)."""
 
-    profile: Str = setting("profile under config/profiles/ planned on paper for the claimed box")
+    profile: Str = setting(
+        "the claim's model and setup: a profile name under config/profiles/, or a profile path ending in "
+        ".yaml, planned on paper for the claimed box"
+    )
     machine: Str = setting("machine description (config/machines/<name>.yaml) of the claimed box")
 
 
@@ -106,6 +117,13 @@ class PeakMemoryClaim(ClaimEntry):
     gate: Str = setting("the profile's gate that measures it")
 
 
+class FitsClaim(ClaimEntry):
+    """The claimed profile's run can be held by the claimed box: the planner's fit (every memory check, the
+    devices' and the host's) on paper."""
+
+    kind: Literal["fits"] = setting("the kind of check")
+
+
 class ConvergenceClaim(ClaimEntry):
     """This run's convergence and non-finite gates and its length."""
 
@@ -135,6 +153,7 @@ Claim = Annotated[
     | CommunicationClaim
     | StepTimeClaim
     | PeakMemoryClaim
+    | FitsClaim
     | ConvergenceClaim
     | HardwareClaim
     | NotTestedClaim,
@@ -143,10 +162,14 @@ Claim = Annotated[
 
 
 class ClaimsFile(Settings):
-    """The seed's statements as data (config/claims.yaml), judged by zerogate.analysis.claims. Each claim
-    names the statement in English with its original number and unit, and the kind of check that judges
-    it."""
+    """A claim's statements as data (config/claims/<name>.yaml), judged by zerogate.analysis.claims. Each
+    statement is written in English with its original number and unit, with the kind of check that judges
+    it; ``source`` says where the claim was published."""
 
+    source: Str = setting(
+        "where the claim was published, for a reader to open: a URL, or a file of this repository",
+        min_length=1,
+    )
     claimed_box: ClaimedBoxSpec
     claims: list[Claim] = setting("the statements, each judged on paper and measured here", min_length=1)
 
@@ -160,3 +183,37 @@ def read_claims(path: str | Path, file: str | None = None) -> ClaimsFile:
     """The claims at ``path`` (``file``: the name errors give, as the user wrote it)."""
     shown = file or str(path)
     return claims_file(read_yaml(path, shown), shown)
+
+
+def claim_file(claim: str) -> str | None:
+    """The claim file a ``claim`` config value names (repository-relative): a name in config/claims/
+    (without .yaml) or a path ending in .yaml; None for ``none`` (no claim is judged)."""
+    if claim == NO_CLAIM:
+        return None
+    return claim if claim.endswith((".yaml", ".yml")) else f"{CLAIMS_DIR}/{claim}.yaml"
+
+
+def claim_name(file: str) -> str:
+    """The name a claim's results are filed under (claims/<name>/ in a run's results): its file's stem."""
+    return Path(file).stem
+
+
+def load_claim(repo: Path, claim: str, asked_by: str) -> ClaimsFile | None:
+    """The claim the config value ``claim`` names, checked whole before any job: the file is there
+    (InputError naming ``asked_by``, the config file or the command line, and the key ``claim``), it is a
+    claim file (naming the file and the dotted key), and the claimed box's description and profile exist
+    (naming the file and ``claimed_box.machine`` or ``claimed_box.profile``). None for ``none``."""
+    file = claim_file(claim)
+    if file is None:
+        return None
+    if not (repo / file).is_file():
+        known = ", ".join(sorted(p.stem for p in (repo / CLAIMS_DIR).glob("*.yaml"))) or "none"
+        raise InputError(asked_by, "claim", f"no such claim file: {file} (shipped: {known}; or none)")
+    claims = claims_file(read_yaml(repo / file, file), file)
+    box = claims.claimed_box
+    if not (repo / box.machine).is_file():
+        raise InputError(file, "claimed_box.machine", f"no such file: {box.machine}")
+    profile = profile_path(repo / "config" / "profiles", box.profile)
+    if not profile.is_file():
+        raise InputError(file, "claimed_box.profile", f"no such profile: {box.profile}")
+    return claims

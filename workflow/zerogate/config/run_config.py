@@ -55,6 +55,14 @@ class RunConfig(Settings):
         "(`snakemake plan --config machine_description=...`); only the plan target can be built for it",
         None,
     )
+    claim: Str = setting(
+        "the claim judged: a name in config/claims/ (without .yaml) or the path of a claim file ending in "
+        ".yaml (docs/claims.md), whose file name without .yaml names its results (claims/<name>/); none: no "
+        "claim is judged (the plan and the run only: no claimed box planned, no gate judged on paper)",
+        "seed",
+        filled=True,
+        pattern=r"^[A-Za-z0-9/][A-Za-z0-9_./-]*$",
+    )
     bench_repeats: Int = setting(
         "runs per row of the benchmarks (`make bench`); each row's figure is the median over them",
         2,

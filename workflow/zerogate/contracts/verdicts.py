@@ -343,11 +343,13 @@ class ClaimedBox(Record):
 
 
 class ClaimVerdicts(Artefact):
-    """``claims/verdicts.json``: the seed's statements (config/claims.yaml), each judged on paper for the
-    claimed box and measured here."""
+    """``claims/<claim>/verdicts.json``: a claim's statements (its claim file, config/claims/<claim>.yaml by
+    default), each judged on paper for the claimed box and measured here."""
 
     CONTRACT = "claim_verdicts"
 
+    claim: str  # the claim's name (its file's stem)
+    source: str  # where it was published
     claimed_box: ClaimedBox
     machine: str
     vocabulary: list[str] = list(CLAIM_VERDICTS)
