@@ -1,6 +1,7 @@
 # Shared helpers: load and validate the configuration and the chosen profile, compute the
 # result paths' wildcards and the per-rule parameters. No rule lives here.
 import datetime
+import functools
 import os
 import re
 import socket
@@ -16,6 +17,7 @@ from zerogate.bench.grid_points import PROFILE_PREFIX, point_ids, profile_file_n
 from zerogate.hashing import sha256_json
 from zerogate.config.claims import CLAIMS_FILE, claims_file
 from zerogate.config.machine_id import machine_id_from_host
+from zerogate.config.plan_request import BASE_FILE as PLAN_BASE_FILE, plan_request, read_base
 from zerogate.config.profile import (
     check_profile,
     file_defining,
@@ -162,6 +164,12 @@ CLAIMED_BOX = CLAIMS.claimed_box
 if not (REPO / CLAIMED_BOX.machine).is_file():
     fail(InputError(CLAIMS_FILE, "claimed_box.machine", f"no such file: {CLAIMED_BOX.machine}"))
 CLAIMED_PROFILE, CLAIMED_SETTINGS = load_profile(CLAIMED_BOX.profile)
+
+# The neutral base of the plan_model target (plan_model.smk), read once: one line when it is malformed.
+try:
+    PLAN_BASE = read_base(REPO)
+except InputError as error:
+    fail(error)
 
 
 def profile_file_setting(key):

@@ -141,3 +141,13 @@ def shape_of(config: Any) -> ModelShape:
         tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
         max_positions=number("max_position_embeddings"),
     )
+
+
+def supports_sdpa(config: Any) -> bool:
+    """Whether transformers' causal-LM class of ``config`` runs torch's scaled_dot_product_attention: the
+    class's own ``_supports_sdpa`` (transformers/modeling_utils.py, PreTrainedModel; Gemma-2's class sets it
+    False, so an sdpa run of it fails in transformers' attention check)."""
+    # Here, not at the top: as load_config, transformers only when a config is read.
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    return bool(getattr(MODEL_FOR_CAUSAL_LM_MAPPING[type(config)], "_supports_sdpa", False))

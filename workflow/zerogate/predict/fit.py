@@ -14,7 +14,7 @@ from zerogate.hardware import cuda_capacity
 from zerogate.predict.activation_figures import Activations
 from zerogate.predict.phases import device_levels
 from zerogate.predict.setup import Setup
-from zerogate.predict.zero_terms import host_need_per_rank, zerogate_terms
+from zerogate.predict.zero_terms import ZeroTerms, host_need_per_rank, zerogate_terms
 from zerogate.units import format_bytes
 
 
@@ -70,6 +70,11 @@ def device_and_host_checks(
     return result
 
 
+def nvme_need(terms: ZeroTerms, setup: Setup) -> int:
+    """What the node swaps to NVMe: every rank's NVMe terms x the ranks on a node (0 without NVMe offload)."""
+    return sum(terms.nvme.values()) * setup.ranks_per_node
+
+
 def checks(
     counts: ModelCounts, setup: Setup, machine: MachineDescription, activations: Activations | None = None
 ) -> list[MemoryCheck]:
@@ -79,7 +84,7 @@ def checks(
     result = device_and_host_checks(
         setup, machine, device_levels(terms.device).device, host_need_per_rank(terms, not machine.gpus)
     )
-    nvme = sum(terms.nvme.values()) * setup.ranks_per_node
+    nvme = nvme_need(terms, setup)
     capacity = machine.host.nvme_bytes
     if nvme and capacity is not None:
         result.append(memory_check("NVMe", None, "NVMe swap space of the node", nvme, capacity))
@@ -90,7 +95,7 @@ def notes(
     counts: ModelCounts, setup: Setup, machine: MachineDescription, activations: Activations | None = None
 ) -> list[str]:
     """What the checks could not judge."""
-    nvme = sum(zerogate_terms(counts, setup, activations).nvme.values()) * setup.ranks_per_node
+    nvme = nvme_need(zerogate_terms(counts, setup, activations), setup)
     if nvme and machine.host.nvme_bytes is None:
         return [
             f"the run swaps {format_bytes(nvme)} per node to NVMe; the machine states no NVMe capacity "

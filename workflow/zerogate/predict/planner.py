@@ -27,7 +27,7 @@ from zerogate.predict.ledger import ledger
 from zerogate.predict.phases import device_levels
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.setup import Setup
-from zerogate.predict.suggestions import device_changes, suggestions
+from zerogate.predict.suggestions import device_changes, host_changes, suggestions
 from zerogate.render.variants import PEERS
 
 # Why an FSDP2 peer planned at fp16 is not what zerogate's FSDP2 engine would train.
@@ -117,6 +117,7 @@ def plan(
         notes=notes(counts, setup, machine, activations),
         suggestions=[] if fits else suggestions(counts, setup, machine, activations),
         device_changes=device_changes(counts, setup, machine, activations),
+        host_changes=[] if fits else host_changes(counts, setup, machine, activations),
         pinned_memory=pinned_note(counts, setup, machine),
         floor=floor(counts, setup, machine, model_compute),
         ledger=ledger(counts, setup, activations),
