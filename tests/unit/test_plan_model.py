@@ -13,7 +13,7 @@ from zerogate.config.plan_request import changed, command, plan_request, read_ba
 from zerogate.config.run_config import RunConfig
 from zerogate.contracts.run import DsConfig
 from zerogate.errors import InputError
-from zerogate.predict.model_plan import overrides, render_request, suggestion_command
+from zerogate.predict.model_plan import attention_for, overrides, render_request, suggestion_command
 from zerogate.predict.plan_answer import answer
 from zerogate.predict.planner import plan
 from zerogate.predict.suggestions import host_changes
@@ -64,6 +64,11 @@ def test_two_requests_differing_in_one_argument_have_their_own_directory():
         ({"host_ram": "128G"}, "host_ram (HOST_RAM)", "unit 'G' is not one of"),
         ({"zero": 2, "offload": "cpu"}, "offload (OFFLOAD)", "needs zero=3"),
         ({"zero": 0, "offload": "optimizer"}, "offload (OFFLOAD)", "nothing is offloaded"),
+        (
+            {"seq_len": 40000},
+            "seq_len (SEQ_LEN)",
+            "exceeds the 32768 positions of config/models/qwen3-8b.json",
+        ),
     ],
 )
 def test_a_bad_argument_is_one_line_naming_it(given, argument, problem):
@@ -175,3 +180,11 @@ def test_the_console_answer_names_the_failing_check_and_each_change_with_its_com
     assert f"make plan MODEL=qwen2.5-14b BOX={CLAIM_BOX} OFFLOAD=nvme ACCUMULATION=8" in text
     assert "HOST_RAM=" in text
     assert "claim" not in text.replace(CLAIM_BOX, "").replace("claim-rtx5070-rtx4090", "")
+
+
+def test_sdpa_for_a_model_whose_class_has_none_is_one_line_and_auto_picks_eager():
+    gemma = plan_request(_values(model="gemma-2-9b", box=CLAIM_BOX), REPO)
+    assert attention_for(gemma) == "eager"
+    assert attention_for(plan_request(_values(model="qwen3-8b", box=CLAIM_BOX), REPO)) == "sdpa"
+    with pytest.raises(InputError, match=r"^--config: attention \(ATTENTION\): .* does not support sdpa"):
+        attention_for(plan_request(_values(model="gemma-2-9b", box=CLAIM_BOX, attention="sdpa"), REPO))

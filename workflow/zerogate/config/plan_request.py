@@ -113,9 +113,10 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "model"
 
 
-def model_config(given: str, repo: Path) -> tuple[str, str]:
-    """(config.json path, name) of ``model``: a shipped name (config/models/<name>.json), a config.json, or
-    a directory holding one; refused when none is there or it is not a JSON object with a model_type."""
+def model_config(given: str, repo: Path) -> tuple[str, str, int | None]:
+    """(config.json path, name, its positions) of ``model``: a shipped name (config/models/<name>.json), a
+    config.json, or a directory holding one; refused when none is there or it is not a JSON object with a
+    model_type."""
     shipped = SHIPPED_MODELS / f"{given}.json"
     path = Path(given)
     if "/" not in given and not given.endswith(".json") and (repo / shipped).is_file():
@@ -137,7 +138,15 @@ def model_config(given: str, repo: Path) -> tuple[str, str]:
         raise _error("model", f"{path} is not valid JSON ({error})") from None
     if not isinstance(raw, dict) or "model_type" not in raw:
         raise _error("model", f"{path} has no model_type (not a transformers config.json)")
-    return str(path), _safe(name)
+    return str(path), _safe(name), positions(raw)
+
+
+def positions(raw: dict[str, Any]) -> int | None:
+    """The positions a config.json states (transformers' max_position_embeddings, GPT-2's n_positions)."""
+    for key in ("max_position_embeddings", "n_positions"):
+        if isinstance(raw.get(key), int):
+            return raw[key]
+    return None
 
 
 def box_description(
@@ -188,7 +197,9 @@ def plan_request(values: dict[str, Any], repo: Path, short_form: Any = None) -> 
         raise _error("model", "required: a config.json, a directory holding one, or a shipped name")
     if not values.get("box"):
         raise _error("box", "required: a machine description (.yaml) or a short form such as 2xRTX3090")
-    config, name = model_config(str(values["model"]), repo)
+    config, name, most = model_config(str(values["model"]), repo)
+    if most is not None and values["seq_len"] > most:
+        raise _error("seq_len", f"{values['seq_len']} exceeds the {most} positions of {config}")
     box, box_file = box_description(str(values["box"]), values.get("host_ram"), repo, short_form)
     check_geometry(values["zero"], values["offload"])
     return PlanRequest(

@@ -31,9 +31,16 @@ OFFLOAD_PATHS = {
 def attention_for(request: PlanRequest) -> str:
     """The request's attention; ``auto``: sdpa where the model's transformers class supports it (its
     ``_supports_sdpa``), else eager (Gemma-2's class, for one, supports no sdpa)."""
+    sdpa = supports_sdpa(load_config(config_file(request.model_config)))
+    if request.attention == "sdpa" and not sdpa:
+        raise InputError(
+            "--config",
+            "attention (ATTENTION)",
+            f"transformers' class of {request.model_config} does not support sdpa: eager, or auto",
+        )
     if request.attention != "auto":
         return request.attention
-    return "sdpa" if supports_sdpa(load_config(config_file(request.model_config))) else "eager"
+    return "sdpa" if sdpa else "eager"
 
 
 def overrides(request: PlanRequest, base: PlanBase) -> list[dict[str, Any]]:
@@ -56,16 +63,11 @@ def overrides(request: PlanRequest, base: PlanBase) -> list[dict[str, Any]]:
 def render_request(request: PlanRequest, base: PlanBase, attention: str) -> tuple[dict[str, Any], RunSpec]:
     """(DeepSpeed config, run spec) of the request on its box: the base's template and training with the
     request's geometry; train_batch_size left for the rendering to derive."""
-    model, positions = model_with_config(
+    # The config's positions were checked against the sequence while the DAG was built (plan_request).
+    model, _ = model_with_config(
         typed(ModelSettings, {"source": "shape", "config": request.model_config, "attention": attention}),
         lambda key: "--config",
     )
-    if request.seq_len > positions:
-        raise InputError(
-            "--config",
-            "seq_len (SEQ_LEN)",
-            f"{request.seq_len} exceeds the {positions} positions of {request.model_config}",
-        )
     training = base.training.model_copy(
         update={
             "micro_batch_per_rank": request.micro_batch,
