@@ -5,6 +5,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.unit.helpers import judged_gate
 from tests.unit.test_ledger import claim_setup, oracle_counts
@@ -519,3 +520,21 @@ def claim_box_plan():
     from zerogate.predict.planner import plan
 
     return plan(oracle_counts(), claim_setup(), load_description(CLAIM_BOX))
+
+
+def test_the_floor_names_the_peak_it_used_and_a_missing_one_with_its_card(tmp_path):
+    raw = load_description(CLAIM_BOX).plain()
+    raw["gpus"][0]["name"] = "NVIDIA GeForce RTX 9999"
+    raw["gpus"][1]["peaks"] = {"fp16": {"tflops": 165.2, "source": "our GEMM benchmark"}}
+    result = floor(oracle_counts(), claim_setup(), check(raw, "mine.yaml"))
+    unknown, stated = result.ranks
+    assert unknown.terms["compute(s)"] is None and "NVIDIA GeForce RTX 9999" in unknown.peak_source
+    assert any("rank 0" in m and "compute(s)" in m and "RTX 9999" in m for m in result.missing)
+    assert stated.peak_source == "stated in the description 'claim-rtx5070-rtx4090' (our GEMM benchmark)"
+    catalogued = floor(oracle_counts(), claim_setup(), load_description(CLAIM_BOX)).ranks[1]
+    assert catalogued.peak_source.startswith("catalogue: RTX 4090 (NVIDIA Ada")
+    # Half the catalogue's fp16 peak (330.3), so twice its compute time.
+    assert stated.terms["compute(s)"] == pytest.approx(2 * catalogued.terms["compute(s)"], rel=1e-3)
+    (tmp_path / "box.yaml").write_text(yaml.safe_dump(raw))
+    from_file = floor(oracle_counts(), claim_setup(), load_description(tmp_path / "box.yaml")).ranks[1]
+    assert from_file.peak_source == f"stated in {tmp_path / 'box.yaml'} (our GEMM benchmark)"

@@ -271,7 +271,6 @@ def test_the_spike_rule_is_documented_as_upward_only_like_the_stabiliser():
 # MFU used fp32-accumulate for one card and fp16-accumulate for the other; the floor a third basis.
 def test_one_peak_flops_basis_for_mfu_and_the_floor():
     from zerogate import hardware
-    from zerogate.predict.floor import _peak
     from zerogate.train import loop
 
     # The training loop's MFU divides by hardware.peak_flops (StepMetrics' peak_flops_per_s), as the floor
@@ -280,7 +279,7 @@ def test_one_peak_flops_basis_for_mfu_and_the_floor():
     for card in ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 5070"):
         for dtype in ("fp16", "bf16", "fp32"):
             assert hardware.peak_flops(card, dtype) is not None
-            assert _peak(card, dtype) * 1e12 == pytest.approx(hardware.peak_flops(card, dtype))
+            assert hardware.peak(card, dtype).tflops * 1e12 == pytest.approx(hardware.peak_flops(card, dtype))
     # Both cards' fp16 figures on the same (fp16-accumulate) basis: 4090 / 5070 = 330.3 / 123.5.
     assert hardware.peak_flops("NVIDIA GeForce RTX 4090", "fp16") / hardware.peak_flops(
         "NVIDIA GeForce RTX 5070", "fp16"

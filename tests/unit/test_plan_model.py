@@ -188,3 +188,13 @@ def test_sdpa_for_a_model_whose_class_has_none_is_one_line_and_auto_picks_eager(
     assert attention_for(plan_request(_values(model="qwen3-8b", box=CLAIM_BOX), REPO)) == "sdpa"
     with pytest.raises(InputError, match=r"^--config: attention \(ATTENTION\): .* does not support sdpa"):
         attention_for(plan_request(_values(model="gemma-2-9b", box=CLAIM_BOX, attention="sdpa"), REPO))
+
+
+def test_a_short_form_is_a_box_of_the_catalogues_cards_and_its_host_ram_names_it():
+    box = plan_request(_values(model="qwen3-8b", box="2xRTX3090", host_ram="128GiB"), REPO).box
+    assert [g.name for g in box.gpus] == ["NVIDIA GeForce RTX 3090"] * 2
+    assert box.host.ram_total_bytes == 128 * GIB and box.name == "2xRTX3090-host128GiB"
+    unknown = plan_request(_values(model="qwen3-8b", box="2xRTX3090"), REPO).box
+    assert unknown.host.ram_total_bytes is None  # not assumed: the plan says the host is not checked
+    with pytest.raises(InputError, match=r"^--config: box \(BOX\): "):
+        plan_request(_values(model="qwen3-8b", box="2xRTX9999"), REPO)

@@ -434,6 +434,7 @@ PLANNER_SOURCES = sorted(
     "workflow/zerogate/runtime/live_tensors.py",
     "workflow/zerogate/hardware.py",
     "workflow/zerogate/units.py",
+    "config/cards.yaml",
 ]
 
 

@@ -1,7 +1,8 @@
-"""Peak dense FLOP/s per card and dtype: the one table behind MFU (zerogate.train.metrics), the planner's
-floor (zerogate.predict.floor) and the machine descriptions (config/machines/*.yaml name the card; the
-figure is looked up here, never written there). Also the memory CUDA gives a process on a card, where a
-described machine states the chips' capacity (CUDA_CAPACITY). torch-free.
+"""Peak dense FLOP/s per card and dtype: the one lookup behind MFU (zerogate.train.metrics), the planner's
+floor (zerogate.predict.floor, through zerogate.config.card_figures, where a machine description's stated
+peak wins) and the short form of a box. The figures are the card catalogue's (config/cards.yaml, read by
+zerogate.config.cards), each with its source; never written here. Also the memory CUDA gives a process on
+a card, where a described machine states the chips' capacity (CUDA_CAPACITY). torch-free.
 
 Basis, the same for every card: the fastest dense (no 2:4 sparsity) rate the vendor publishes for
 inputs of that dtype, whatever the accumulate precision -- tensor cores for fp16 and bf16, the CUDA
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zerogate.config.cards import catalogue, find
 from zerogate.units import GIB
 
 TFLOPS = 1e12
@@ -27,55 +29,17 @@ class Peak:
     tflops: float
     accumulate: str  # the accumulate precision of the published figure
     source: str
-
-
-_ADA = "NVIDIA Ada Lovelace architecture whitepaper v2.1, appendix table 2"
-_BLACKWELL = (
-    "NVIDIA RTX 5070 family specifications: 988 AI TOPS (FP4, 2:4 sparse); /2 sparsity, /2 per precision "
-    "step FP4 -> FP8 -> FP16 (Blackwell whitepaper ratios): a derived upper bound"
-)
-_A100 = "NVIDIA A100 datasheet (SXM; dense)"
-_H100 = "NVIDIA H100/H200 datasheet (SXM; dense; the PCIe card is slower: an upper bound there)"
-
-# Card name fragment (as CUDA reports it, e.g. "NVIDIA GeForce RTX 4090") -> dtype -> peak.
-PEAKS: dict[str, dict[str, Peak]] = {
-    "RTX 4090": {
-        "fp16": Peak(330.3, "fp16", _ADA),
-        "bf16": Peak(165.2, "fp32", _ADA + " (bf16 has no fp16-accumulate mode)"),
-        "fp32": Peak(82.6, "fp32", _ADA + " (CUDA cores)"),
-    },
-    "RTX 5070": {
-        "fp16": Peak(123.5, "fp16", _BLACKWELL),
-        # Not published per accumulate mode: the fp16 figure, an upper bound, keeps the floor a lower bound.
-        "bf16": Peak(123.5, "fp32", _BLACKWELL + "; bf16 taken as the fp16 figure (upper bound)"),
-        "fp32": Peak(30.9, "fp32", "NVIDIA RTX 5070 specifications (shader TFLOPS)"),
-    },
-    "A100": {
-        "fp16": Peak(312.0, "fp32", _A100),
-        "bf16": Peak(312.0, "fp32", _A100),
-        "fp32": Peak(19.5, "fp32", _A100),
-    },
-    "H100": {
-        "fp16": Peak(989.4, "fp32", _H100),
-        "bf16": Peak(989.4, "fp32", _H100),
-        "fp32": Peak(66.9, "fp32", _H100),
-    },
-    "H200": {
-        "fp16": Peak(989.4, "fp32", _H100),
-        "bf16": Peak(989.4, "fp32", _H100),
-        "fp32": Peak(66.9, "fp32", _H100),
-    },
-}
+    card: str = ""  # the catalogue's name of the card
 
 
 def peak(device_name: str | None, dtype: str) -> Peak | None:
-    """The table's entry for the card whose name contains a key (None for unknown cards and CPUs)."""
-    if not device_name:
+    """The catalogue's peak of the card ``device_name`` names (zerogate.config.cards.find: the most
+    specific name), None for unknown cards, CPUs and dtypes the card lacks."""
+    card = find(device_name)
+    found = None if card is None else card.peaks.get(dtype)  # type: ignore[call-overload]
+    if card is None or found is None:
         return None
-    for fragment, peaks in PEAKS.items():
-        if fragment in device_name:
-            return peaks.get(dtype)
-    return None
+    return Peak(found.tflops, found.accumulate, catalogue().source_text(found), card.card)
 
 
 def peak_flops(device_name: str | None, dtype: str) -> float | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError
 from pydantic_core import PydanticCustomError
 
 from zerogate.config.tables import read_yaml
@@ -71,8 +71,15 @@ class PcieLink(Description):
     max_width: AtLeastOne | None = None
 
 
+class StatedPeak(Description):
+    """a card's dense peak for one dtype, stated in the description (it wins over the card catalogue)"""
+
+    tflops: Positive = Field(description="dense (no 2:4 sparsity) 10^12 FLOP/s")
+    source: str = Field(description="where the figure comes from (a datasheet's URL, a measurement)")
+
+
 class GpuDescription(Description):
-    name: str
+    name: str = Field(description="the card's name as CUDA/ROCm report it (looked up in config/cards.yaml)")
     memory_total_bytes: AtLeastOne
     memory_free_bytes: NotNegative | None = None
     compute_capability: str | None = None
@@ -80,6 +87,11 @@ class GpuDescription(Description):
     bf16_supported: Omittable[bool] = None
     memory_bandwidth_gbps: Positive | None = None
     pcie: Omittable[PcieLink] = None
+    peaks: Omittable[dict[Literal["fp16", "bf16", "fp32"], StatedPeak]] = Field(
+        None,
+        description="dense peaks per dtype, each with its source; absent: the card catalogue's "
+        "(config/cards.yaml)",
+    )
 
 
 class FigureDescription(Description):
@@ -138,7 +150,9 @@ class HostDescription(Description):
     physical_cores: AtLeastOne | None = None
     logical_cores: AtLeastOne | None = None
     numa_nodes: AtLeastOne | None = None
-    ram_total_bytes: AtLeastOne
+    ram_total_bytes: AtLeastOne | None = Field(
+        description="the host's RAM; null = unknown (the plan then does not check the host, and says so)"
+    )
     ram_available_bytes: NotNegative | None = None
     shm_bytes: NotNegative | None = None
     pinned_memory_limit_bytes: Integer | None = Field(None, description="RLIMIT_MEMLOCK; null = unlimited")
@@ -172,10 +186,19 @@ class MachineDescription(Description):
     nvlink: bool | None = None
     collectives: CollectivesDescription | None = Field(None, description=COLLECTIVES)
     host: HostDescription
+    _file: str | None = PrivateAttr(None)
+
+    @property
+    def file(self) -> str | None:
+        """The file the description was read from (None: built in memory, e.g. from a box's short form)."""
+        return self._file
 
     def plain(self) -> dict[str, Any]:
-        """The description as its YAML file would hold it (keys left out where they were absent)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """The description as its YAML file would hold it (keys left out where they were absent; the host's
+        RAM, a key that must be there, null where unknown)."""
+        plain = self.model_dump(mode="json", exclude_none=True)
+        plain["host"].setdefault("ram_total_bytes", None)
+        return plain
 
 
 def _problem(error: dict[str, Any]) -> tuple[str, str]:
@@ -210,7 +233,9 @@ def load_description(path: str | Path) -> MachineDescription:
     raw = read_yaml(path, str(path))
     if not isinstance(raw, dict):
         raise InputError(str(path), "", "a machine description must be a mapping")
-    return check(raw, str(path))
+    machine = check(raw, str(path))
+    machine._file = str(path)
+    return machine
 
 
 def _gpu_of(device: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zerogate.config.boxes import box_from_text
 from zerogate.config.machines import MachineDescription, check, load_description
 from zerogate.config.run_config import RunConfig
 from zerogate.config.tables import read_yaml
@@ -153,7 +154,8 @@ def box_description(
     given: str, host_ram: Any, repo: Path, short_form: Any = None
 ) -> tuple[MachineDescription, str | None]:
     """(machine, its file or None) of ``box``: a machine description (a .yaml file), with ``host_ram`` in
-    place of its host RAM when given; or a short form read by ``short_form(text, host_ram_bytes)``."""
+    place of its host RAM when given; or a short form such as 2xRTX3090 (zerogate.config.boxes.box_from_text,
+    or ``short_form(text, host_ram_bytes)``), its host RAM ``host_ram`` (None: unknown, not checked)."""
     ram = None
     if host_ram is not None:
         try:
@@ -163,19 +165,19 @@ def box_description(
     if given.endswith((".yaml", ".yml")) or (repo / given).is_file():
         if not (repo / given).is_file():
             raise _error("box", f"no such machine description: {given}")
-        machine = load_description(repo / given)
-        if ram is None:
-            return machine, given
-        described = machine.plain()
-        described["host"]["ram_total_bytes"] = ram
-        described["name"] = f"{machine.name}-host{ram / GIB:g}GiB"
-        return check(described, given), given
-    if short_form is None:
-        raise _error("box", f"no such machine description: {given} (a .yaml file under config/machines/)")
-    try:
-        return short_form(given, ram), None
-    except InputError as error:
-        raise _error("box", error.problem) from None
+        machine, file = load_description(repo / given), given
+    else:
+        try:
+            machine, file = (short_form or box_from_text)(given, ram), None
+        except InputError as error:
+            raise _error("box", error.problem) from None
+    if ram is None:
+        return machine, file
+    # The RAM given names the box too, so that plans for two host sizes never share a directory.
+    described = machine.plain()
+    described["host"]["ram_total_bytes"] = ram
+    described["name"] = f"{machine.name}-host{ram / GIB:g}GiB"
+    return check(described, file or given), file
 
 
 def check_geometry(stage: int, offload: str) -> None:
@@ -192,7 +194,8 @@ def check_geometry(stage: int, offload: str) -> None:
 
 def plan_request(values: dict[str, Any], repo: Path, short_form: Any = None) -> PlanRequest:
     """The request in ``values`` (the run configuration's plan_model keys, validated by its schema);
-    InputError naming the argument. ``short_form``: the reader of boxes such as 2xRTX3090."""
+    InputError naming the argument. ``short_form``: the reader of boxes such as 2xRTX3090 (default
+    zerogate.config.boxes.box_from_text)."""
     if not values.get("model"):
         raise _error("model", "required: a config.json, a directory holding one, or a shipped name")
     if not values.get("box"):

@@ -93,7 +93,7 @@ class Cpu(Record):
 
 
 class Ram(Record):
-    total_bytes: int
+    total_bytes: int | None  # None only for a described machine that does not state its RAM
     available_bytes: int | None = None
 
 

@@ -68,6 +68,9 @@ class FloorRank(Record):
     device: str
     terms: dict[str, float | None]
     micro_step_floor_s: float | None = Field(alias="micro_step_floor(s)")
+    # Where the device's peak comes from ("stated in <file> (...)", "catalogue: <card> (...)") or why it is
+    # missing; None on the CPU.
+    peak_source: str | None = None
 
 
 class CollectivePart(Record):

@@ -58,15 +58,16 @@ def device_and_host_checks(
         )
         for rank in (range(setup.ranks) if gpus else ())
     ]
-    result.append(
-        memory_check(
-            "host RAM",
-            None,
-            "host (all ranks of the node)",
-            host_per_rank * setup.ranks_per_node,
-            machine.host.ram_total_bytes,
+    if machine.host.ram_total_bytes is not None:  # unknown RAM: no host check (notes() says so)
+        result.append(
+            memory_check(
+                "host RAM",
+                None,
+                "host (all ranks of the node)",
+                host_per_rank * setup.ranks_per_node,
+                machine.host.ram_total_bytes,
+            )
         )
-    )
     return result
 
 
@@ -95,13 +96,18 @@ def notes(
     counts: ModelCounts, setup: Setup, machine: MachineDescription, activations: Activations | None = None
 ) -> list[str]:
     """What the checks could not judge."""
+    unjudged = []
+    if machine.host.ram_total_bytes is None:
+        unjudged.append(
+            f"{machine.name} states no host RAM (host.ram_total_bytes), so the host is not checked"
+        )
     nvme = nvme_need(zerogate_terms(counts, setup, activations), setup)
     if nvme and machine.host.nvme_bytes is None:
-        return [
+        unjudged.append(
             f"the run swaps {format_bytes(nvme)} per node to NVMe; the machine states no NVMe capacity "
             f"(host.nvme_bytes), so that is not checked"
-        ]
-    return []
+        )
+    return unjudged
 
 
 def pinned_note(counts: ModelCounts, setup: Setup, machine: MachineDescription) -> str | None:

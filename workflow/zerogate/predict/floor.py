@@ -34,6 +34,7 @@ listed in ``missing``, never assumed.
 from __future__ import annotations
 
 from zerogate import hardware
+from zerogate.config.card_figures import gpu_peak
 from zerogate.config.machines import FigureDescription, MachineDescription, PcieLink
 from zerogate.contracts.machine import CollectiveKindFigures, Figure
 from zerogate.contracts.model import ModelCounts
@@ -223,12 +224,6 @@ def collective_time(terms: list[Term], per: str, world: int, machine: MachineDes
     )
 
 
-def _peak(card: str, dtype: str) -> float | None:
-    """The card's peak in TFLOP/s from zerogate.hardware (the table MFU uses too)."""
-    flops = hardware.peak_flops(card, dtype)
-    return None if flops is None else flops / hardware.TFLOPS
-
-
 def _flop_per_micro_step(counts: ModelCounts, setup: Setup) -> float:
     """FLOP of one rank's micro-step (zerogate.hardware's count per token x its tokens)."""
     per_token = hardware.training_flops_per_token(
@@ -249,26 +244,27 @@ def _compute_terms(
     flop: float,
     moved: dict[str, float],
     model_compute: ModelComputeMeasurement | None,
-) -> tuple[str, dict[str, float | None]]:
-    """(the rank's device, its compute and host-link terms in seconds, None where a figure is missing)."""
+) -> tuple[str, dict[str, float | None], str | None]:
+    """(the rank's device, its compute and host-link terms in seconds, None where a figure is missing, where
+    the device's peak comes from or why it is missing; None on the CPU)."""
     gpus = machine.gpus
     terms: dict[str, float | None] = {}
     if gpus:
         gpu = gpus[rank % len(gpus)]
         device = gpu.name
-        peak = _peak(gpu.name, setup.dtype)
-        terms["compute(s)"] = flop / (peak * 1e12) if peak else None
+        peak = gpu_peak(machine, gpu, setup.dtype)  # the description's stated figure, else the catalogue's
+        terms["compute(s)"] = flop / (peak.tflops * 1e12) if peak.tflops else None
         link = pcie_gbps(gpu.pcie)
         terms["pcie_h2d(s)"] = moved["h2d"] / (link * 1e9) if link else (None if moved["h2d"] else 0.0)
         terms["pcie_d2h(s)"] = moved["d2h"] / (link * 1e9) if link else (None if moved["d2h"] else 0.0)
-        return device, terms
+        return device, terms, peak.source
     peak = machine.host.cpu_peak_tflops_fp32
     # The ranks share the host's cores: each gets its share of the measured peak.
     terms["compute(s)"] = flop / (peak * 1e12 / setup.ranks) if peak else None
     if model_compute is not None:
         # Every micro-step runs the model's forward and backward: at least that pass alone.
         terms[EAGER_PASS] = model_compute.forward_backward_s
-    return "cpu", terms
+    return "cpu", terms, None
 
 
 def _rank_floors(
@@ -283,17 +279,28 @@ def _rank_floors(
     ranks: list[FloorRank] = []
     missing: list[str] = []
     for rank in range(setup.ranks):
-        device, terms = _compute_terms(rank, setup, machine, flop, moved, model_compute)
+        device, terms, peak_source = _compute_terms(rank, setup, machine, flop, moved, model_compute)
         # Every rank takes part in every collective, so each waits at least this long for them.
         terms["collectives(s)"] = micro_comms.seconds
         computed = [v for k in ("compute(s)", EAGER_PASS) if (v := terms.get(k)) is not None]
         if micro_comms.dependent_s and computed:
             # One gather of every parameter before the compute, one reduction of every gradient after it.
             terms["compute + dependent collectives(s)"] = max(computed) + micro_comms.dependent_s
-        missing += [f"rank {rank} ({device}): {k}" for k, v in terms.items() if v is None]
+        missing += [
+            f"rank {rank} ({device}): {k}"
+            + (f" ({peak_source})" if k == "compute(s)" and peak_source else "")
+            for k, v in terms.items()
+            if v is None
+        ]
         known = [v for v in terms.values() if v is not None]
         ranks.append(
-            FloorRank(rank=rank, device=device, terms=terms, micro_step_floor_s=max(known) if known else None)
+            FloorRank(
+                rank=rank,
+                device=device,
+                terms=terms,
+                micro_step_floor_s=max(known) if known else None,
+                peak_source=peak_source,
+            )
         )
     return ranks, missing
 

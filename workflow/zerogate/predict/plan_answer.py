@@ -52,6 +52,9 @@ def answer_lines(plan: Plan) -> list[str]:
         decide = plan.deciding_check
         lines = [f"answer: FITS (tightest: {decide.what}, headroom {format_bytes(decide.headroom_bytes)})"]
     lines += [f"  {_check(c)}" for c in plan.checks]
+    if not any(c.what == "host RAM" for c in plan.checks):
+        own = plan.ledger.own.zerogate
+        lines.append(f"  host RAM: needs {format_bytes(own.host_per_node_bytes)} per node (not checked)")
     lines += [f"  note: {note}" for note in plan.notes]
     largest = plan.largest_micro_batch_per_rank
     lines.append(f"  largest micro-batch per rank that fits: {largest or 'none (not even 1)'}")
@@ -79,19 +82,28 @@ def _need(s: Suggestion) -> str:
 
 
 def change_lines(title: str, changes: list[Suggestion]) -> list[str]:
-    """Each change with its effect, whether the run then fits, and its command; the changes no make plan
-    argument expresses (more nodes) last, in one line each."""
+    """Each change with its effect, whether the run then fits, and its command; of the changes no make plan
+    argument expresses (more nodes), only the first, with how many more plan.txt lists."""
+    commanded = [s for s in changes if s.command]
+    others = [s for s in changes if not s.command]
     if not changes:
         return []
     lines = [title]
-    for s in sorted(changes, key=lambda s: s.command is None):
-        verdict = "fits" if s.fits else f"still does not fit ({s.tightest})"
-        lines.append(f"  - {s.change}: {_need(s)}; {verdict}")
-        if s.command:
-            lines.append(f"      {s.command}")
-    if any(s.command is None for s in changes):
-        lines.append("  (more nodes are not a make plan argument: docs/cluster.md runs a profile on several)")
+    for s in commanded:
+        lines.append(f"  - {s.change}: {_need(s)}; {_verdict(s)}")
+        lines.append(f"      {s.command}")
+    if others:
+        first = others[0]
+        more = f" (and {len(others) - 1} more such in plan.txt)" if len(others) > 1 else ""
+        lines.append(
+            f"  - on more nodes (docs/cluster.md; not a make plan argument): {first.change}: {_need(first)}; "
+            f"{_verdict(first)}{more}"
+        )
     return lines
+
+
+def _verdict(s: Suggestion) -> str:
+    return "fits" if s.fits else f"still does not fit ({s.tightest})"
 
 
 def answer(plan: Plan, ds_config: DsConfig, files: list[str] | None = None) -> str:
@@ -99,9 +111,9 @@ def answer(plan: Plan, ds_config: DsConfig, files: list[str] | None = None) -> s
     lines = head_lines(plan, ds_config) + answer_lines(plan)
     host_fails = any(not c.fits for c in plan.checks if c.rank is None)
     device_fails = any(not c.fits for c in plan.device_checks)
-    lines += change_lines("changes that make the run fit:", plan.suggestions)
     if host_fails:
         lines += change_lines("what would make the host fit:", plan.host_changes)
+    lines += change_lines("changes that make the run fit:", plan.suggestions)
     if device_fails:
         lines += change_lines("changes that lower the device need:", plan.device_changes)
     if not plan.fits and not plan.suggestions:

@@ -29,7 +29,7 @@ def shortfalls(needs: dict[str, Any], fingerprint: Fingerprint) -> list[str]:
             problems.append(
                 f"needs {needs['min_device_memory_GiB']} GiB per device, the smallest has {smallest:.1f} GiB"
             )
-    ram = fingerprint.ram.total_bytes / GIB
+    ram = (fingerprint.ram.total_bytes or 0) / GIB  # unknown RAM (a described box) meets no minimum
     if ram < needs.get("min_host_memory_GiB", 0):
         problems.append(
             f"needs {needs['min_host_memory_GiB']} GiB host memory, this machine has {ram:.1f} GiB"

@@ -200,8 +200,8 @@ def host_changes(
     (:func:`changes_that_lower_the_host_need`), each with the host, device and NVMe need after it and
     whether the run then fits; and the host RAM the run as planned would take. Empty when the host fits."""
     planned = checks(counts, setup, machine, activations)
-    host = next(c for c in planned if c.what == "host RAM")
-    if host.fits:
+    host = next((c for c in planned if c.what == "host RAM"), None)
+    if host is None or host.fits:  # fits, or the machine states no RAM (not checked)
         return []
     found = []
     for change, variant in changes_that_lower_the_host_need(setup):

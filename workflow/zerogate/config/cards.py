@@ -1,0 +1,198 @@
+"""The catalogue of GPU cards (config/cards.yaml): each card's names as CUDA or ROCm report them, the memory
+its chips hold, its dense peaks per dtype, memory bandwidth, host link, GPU-to-GPU link and whether
+peer-to-peer works, every figure with a source a reader can open. zerogate.hardware's peaks (MFU, the
+planner's floor) and the short form of a box (zerogate.config.boxes) read it; a machine description may
+state any figure itself, and a stated figure wins (zerogate.config.card_figures).
+
+Lookup (:func:`find`): a card name (``NVIDIA A100-SXM4-40GB``, ``RTX3090``) is split into words, letters
+and digits apart (``a 100 sxm 4 40 gb``), lower case, without the vendor's words (NVIDIA, GeForce, Tesla,
+AMD, Instinct) and anything in parentheses. A catalogue name matches where its words appear in that order,
+side by side, and the word after them (if any) is not a letters-only word: a letters-only word names a
+variant (``RTX 3090 Ti``, ``A10G``, ``RTX 5070 Ti``, ``H100 NVL``), a number does not (``RTX 4090 24GB``).
+The longest matching name wins, so ``A100-SXM4-40GB`` is not ``A100 80GB PCIe`` and ``RTX 3090 Ti`` is not
+``RTX 3090``; a variant not listed matches nothing (its figures are missing, never another card's).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+
+from zerogate.config.tables import read_yaml
+from zerogate.config.validation import dotted
+from zerogate.contracts.base import Record
+from zerogate.errors import InputError
+
+REPO = Path(__file__).resolve().parents[3]
+CARDS_FILE = "config/cards.yaml"
+DTYPES = ("fp16", "bf16", "fp32")
+# Words of a reported name that name the vendor or the product line, not the card.
+VENDOR_WORDS = frozenset({"nvidia", "geforce", "tesla", "amd", "instinct"})
+
+
+class CardRecord(Record):
+    """A closed, strictly typed part of the catalogue."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class Cited(CardRecord):
+    source: str = Field(description="a key of the catalogue's sources")
+    how: str | None = Field(None, description="how the figure is derived from the source, where it is")
+
+
+class CardPeak(Cited):
+    tflops: float = Field(gt=0, description="dense (no 2:4 sparsity) 10^12 FLOP/s")
+    accumulate: Literal["fp16", "fp32"] = Field(description="the accumulate precision of the figure")
+
+
+class CardMemory(Cited):
+    bytes: int = Field(ge=1, description="what the chips hold (CUDA gives a process a little less)")
+
+
+class CardBandwidth(Cited):
+    gbps: float = Field(gt=0, description="10^9 bytes per second")
+
+
+class HostLink(Cited):
+    bus: Literal["PCIe"] = "PCIe"
+    generation: int = Field(ge=1)
+    width: int = Field(ge=1)
+
+
+class GpuLink(Cited):
+    kind: Literal["NVLink", "NVLink bridge", "Infinity Fabric"]
+    gbps: float = Field(gt=0, description="10^9 bytes per second, both directions together, per GPU")
+
+
+class PeerToPeer(Cited):
+    works: bool = Field(description="the driver gives one card direct access to another's memory")
+    over: Literal["PCIe", "NVLink", "NVLink bridge", "Infinity Fabric", "none"]
+
+
+class Card(CardRecord):
+    card: str = Field(description="the card's name as the plan prints it")
+    vendor: Literal["nvidia", "amd"]
+    names: list[str] = Field(min_length=1, description="names as CUDA/ROCm report them, and short forms")
+    compute_capability: str | None = None
+    memory: CardMemory
+    peaks: dict[Literal["fp16", "bf16", "fp32"], CardPeak] = Field(
+        description="dense peaks; a dtype the card does not compute in is absent"
+    )
+    memory_bandwidth: CardBandwidth
+    host_link: HostLink
+    gpu_link: GpuLink | None = Field(None, description="NVLink / Infinity Fabric; absent where there is none")
+    peer_to_peer: PeerToPeer
+    note: str | None = None
+
+    def short_form(self) -> str:
+        """The name to type in a box's short form: the first without spaces after the reported one."""
+        return next((n for n in self.names[1:] if " " not in n), self.names[-1])
+
+    def cited(self) -> list[tuple[str, Cited]]:
+        """(what, figure) of every figure the card states."""
+        parts: list[tuple[str, Cited | None]] = [
+            ("memory", self.memory),
+            ("memory_bandwidth", self.memory_bandwidth),
+            ("host_link", self.host_link),
+            ("gpu_link", self.gpu_link),
+            ("peer_to_peer", self.peer_to_peer),
+            *((f"peaks.{dtype}", peak) for dtype, peak in self.peaks.items()),
+        ]
+        return [(what, figure) for what, figure in parts if figure is not None]
+
+
+class Catalogue(CardRecord):
+    """config/cards.yaml: the sources (key -> title and URL) and the cards."""
+
+    sources: dict[str, str]
+    cards: list[Card]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Catalogue:
+        seen: dict[tuple[str, ...], str] = {}
+        for card in self.cards:
+            for what, figure in card.cited():
+                if figure.source not in self.sources:
+                    raise ValueError(f"{card.card}: {what}: source '{figure.source}' is not in sources")
+            for name in card.names:
+                words = name_words(name)
+                if words in seen and seen[words] != card.card:
+                    raise ValueError(f"name '{name}' of {card.card} is also {seen[words]}'s")
+                seen[words] = card.card
+        for key, text in self.sources.items():
+            if "https://" not in text:
+                raise ValueError(f"sources.{key}: no URL to open")
+        return self
+
+    def source_text(self, figure: Cited) -> str:
+        """The figure's source as a reader opens it, with how the figure is derived."""
+        text = self.sources[figure.source]
+        return text if figure.how is None else f"{text}; {figure.how}"
+
+
+@functools.cache
+def name_words(name: str) -> tuple[str, ...]:
+    """A card name's words for matching (the module's docstring)."""
+    plain = re.sub(r"\([^)]*\)", " ", name.lower())
+    return tuple(w for w in re.findall(r"[a-z]+|[0-9]+", plain) if w not in VENDOR_WORDS)
+
+
+def _matches(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
+    """``pattern`` side by side in ``words``, not followed by a letters-only word (a variant)."""
+    n = len(pattern)
+    for start in range(len(words) - n + 1):
+        if words[start : start + n] == pattern:
+            after = words[start + n] if start + n < len(words) else None
+            if after is None or after.isdigit():
+                return True
+    return False
+
+
+@functools.cache
+def catalogue(path: str | None = None) -> Catalogue:
+    """The catalogue (config/cards.yaml, or ``path``), read and checked once."""
+    file = Path(path) if path is not None else REPO / CARDS_FILE
+    shown = str(path) if path is not None else CARDS_FILE
+    raw = read_yaml(file, shown)
+    try:
+        return Catalogue.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        raise InputError(shown, dotted(list(first["loc"])), first["msg"]) from None
+
+
+def find(device_name: str | None, cards: Catalogue | None = None) -> Card | None:
+    """The catalogue's card whose longest name matches ``device_name``; None when none does."""
+    if not device_name:
+        return None
+    words = name_words(device_name)
+    best: tuple[int, Card] | None = None
+    for card in (cards or catalogue()).cards:
+        for name in card.names:
+            pattern = name_words(name)
+            if pattern and _matches(pattern, words) and (best is None or len(pattern) > best[0]):
+                best = (len(pattern), card)
+    return None if best is None else best[1]
+
+
+def close_names(device_name: str, cards: Catalogue | None = None, count: int = 6) -> list[str]:
+    """The catalogue's names nearest ``device_name``, one per card (for an error that lists them): first the
+    cards with a name that holds it (``A100`` -> the four A100s), then the closest spellings."""
+    wanted = "".join(name_words(device_name))
+    by_key: dict[str, tuple[str, str]] = {}  # joined words -> (the card's short form, card)
+    for card in (cards or catalogue()).cards:
+        for name in card.names:
+            by_key.setdefault("".join(name_words(name)), (card.short_form(), card.card))
+    holding = sorted((k for k in by_key if wanted and wanted in k), key=len)
+    spelled = difflib.get_close_matches(wanted, list(by_key), n=len(by_key), cutoff=0.5)
+    chosen: dict[str, str] = {}  # card -> its name shown
+    for key in holding + spelled:
+        name, card = by_key[key]
+        chosen.setdefault(card, name)
+    return list(chosen.values())[:count]
