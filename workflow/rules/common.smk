@@ -495,3 +495,28 @@ def planner_grid_runs(wildcards):
     for name in ("ledger", "run_spec", "ds_config", "train_benchmark"):
         files[name] = expand(getattr(rules.run_grid_point.output, name), point=GRID_POINTS)
     return files
+
+
+# The plan_model target (plan_model.smk): a model on a box, from the neutral base.
+@functools.cache
+def model_plan_request():
+    """The plan_model request of this invocation's config (zerogate.config.plan_request); one line naming
+    the argument when one is bad."""
+    try:
+        return plan_request(config, REPO)
+    except InputError as error:
+        fail(error)
+
+
+def model_plan_dir(wildcards=None):
+    return f"results/plans/{model_plan_request().key}"
+
+
+def model_plan_inputs(wildcards):
+    """The files the plan reads: the model's config.json, the box's description (a short form has none),
+    the neutral base and its DeepSpeed template."""
+    request = model_plan_request()
+    files = {"model": request.model_config, "base": PLAN_BASE_FILE, "template": PLAN_BASE.deepspeed_template}
+    if request.box_file:
+        files["box"] = request.box_file
+    return files

@@ -6,30 +6,6 @@
 # results/plans/<model>/<box>/<settings>/ and its answer is printed on the console each time.
 
 
-@functools.cache
-def model_plan_request():
-    """The plan_model request of this invocation's config (zerogate.config.plan_request); one line naming
-    the argument when one is bad."""
-    try:
-        return plan_request(config, REPO)
-    except InputError as error:
-        fail(error)
-
-
-def model_plan_dir(wildcards=None):
-    return f"results/plans/{model_plan_request().key}"
-
-
-def model_plan_inputs(wildcards):
-    """The files the plan reads: the model's config.json, the box's description (a short form has none),
-    the neutral base and its DeepSpeed template."""
-    request = model_plan_request()
-    files = {"model": request.model_config, "base": PLAN_BASE_FILE, "template": PLAN_BASE.deepspeed_template}
-    if request.box_file:
-        files["box"] = request.box_file
-    return files
-
-
 rule plan_model_run:
     input:
         unpack(model_plan_inputs),
@@ -54,6 +30,8 @@ rule plan_model_run:
 rule plan_model:
     input:
         answer=lambda wildcards: f"{model_plan_dir()}/answer.txt",
+    log:
+        "results/plans/plan_model.log",
     localrule: True
     run:
         print(Path(input.answer).read_text(), end="")
