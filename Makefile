@@ -1,6 +1,7 @@
 # make run   — create .venv (pinned versions) and run the default pipeline end to end
 # make test  — create .venv and run the test suite
 # make compare — compare the runs under results/ (machines and profiles side by side)
+# make plan MODEL=... BOX=... — plan a model (config.json or shipped name) on a box (description or short form)
 # make gpu-kit — fetch and check the wheels a lent GPU machine lacks (docs/gpu-kit.md)
 PYTHON ?= python3.11
 VENV := .venv
@@ -9,7 +10,7 @@ OPS_STAMP := $(VENV)/.ops-built
 # Rules call `python`, `deepspeed` and `snakemake`: take them from the project's environment.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup run test lint format compare clean
+.PHONY: setup run test lint format compare clean plan
 
 # Set-up in two steps that overlap: what the ops build imports (envs/requirements-ops.txt) first, then the ops
 # build beside the install of everything else (make -j2 below); both pinned as the resolved set.
@@ -61,6 +62,17 @@ compare: setup
 
 clean:
 	rm -rf .snakemake results/*/
+
+# One plan: a model on a box, printed on the console (workflow/rules/plan_model.smk, docs/planning.md):
+#   make plan MODEL=qwen3-8b BOX=2xRTX3090 HOST_RAM=128GiB [ZERO=3] [OFFLOAD=cpu|none|optimizer|nvme-optimizer|nvme]
+#             [MICRO_BATCH=1] [ACCUMULATION=1] [SEQ_LEN=512] [CHECKPOINTING=true] [ATTENTION=auto|sdpa|eager]
+# Each variable given becomes the --config key of the same name in lower case.
+PLAN_KEYS := model:MODEL box:BOX host_ram:HOST_RAM zero:ZERO offload:OFFLOAD micro_batch:MICRO_BATCH \
+	accumulation:ACCUMULATION seq_len:SEQ_LEN checkpointing:CHECKPOINTING attention:ATTENTION
+plan_key = $(word $(2),$(subst :, ,$(1)))
+PLAN_CONFIG = $(foreach kv,$(PLAN_KEYS),$(if $($(call plan_key,$(kv),2)),$(call plan_key,$(kv),1)='$($(call plan_key,$(kv),2))'))
+plan: setup
+	snakemake --cores 1 plan_model --quiet all --config $(PLAN_CONFIG)
 
 # Benchmarks: figures printed and written to results/bench/<machine>/bench/, not tests. Snakemake targets
 # (workflow/rules/bench.smk) on the pipeline's own rules, profile `bench` (the default in 60 steps).

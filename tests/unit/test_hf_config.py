@@ -92,6 +92,9 @@ PUBLISHED_SETUP_COUNTS = {
     "deepseek-math-7b": 6_910_365_696,
     "qwen2.5-32b": 32_763_876_352,
     "deepseek-r1-distill-llama-70b": 70_553_706_496,
+    # The plan_model examples (docs/planning.md).
+    "qwen3-8b": 8_190_735_360,
+    "gemma-2-9b": 9_241_705_984,
 }
 
 

@@ -119,6 +119,37 @@ def test_described_machine_is_planned_never_probed_or_trained():
     assert "plan/ds_config.json" not in done.stdout  # the planner reads render_deepspeed_config's rendering
 
 
+def test_a_plan_of_your_model_plans_no_claimed_box_and_judges_no_claim():
+    model, box = "qwen3-8b", "config/machines/claim-rtx5070-rtx4090.yaml"
+    done = snakemake(
+        "-n",
+        "-F",
+        "--cores",
+        "1",
+        "plan_model",
+        "--config",
+        f"model={model}",
+        f"box={box}",
+        "machine=dry-run",
+    )
+    jobs = planned_jobs(done)
+    assert set(jobs) == {"plan_model_run", "plan_model"}, jobs
+    assert "results/plans/qwen3-8b/claim-rtx5070-rtx4090/zero3-offload-cpu-" in done.stdout
+    bad = snakemake(
+        "-n",
+        "--cores",
+        "1",
+        "plan_model",
+        "--config",
+        f"model={model}",
+        f"box={box}",
+        "offload=nvme",
+        "zero=2",
+    )
+    assert bad.returncode != 0
+    assert "zerogate: error: --config: offload (OFFLOAD): nvme needs zero=3" in bad.stderr
+
+
 def test_benchmarks_are_targets_on_the_pipelines_rules():
     jobs = planned_jobs(
         snakemake("-n", "bench", "--config", "profile=bench", "machine=dry-run", "bench_repeats=1")

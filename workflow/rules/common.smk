@@ -1,6 +1,7 @@
 # Shared helpers: load and validate the configuration and the chosen profile, compute the
 # result paths' wildcards and the per-rule parameters. No rule lives here.
 import datetime
+import functools
 import os
 import re
 import socket
@@ -17,6 +18,7 @@ from zerogate.hashing import sha256_json
 from zerogate.config.claims import claim_file, claim_name, load_claim
 from zerogate.config.machine_id import machine_id_from_host
 from zerogate.config.machines import described_machine
+from zerogate.config.plan_request import BASE_FILE as PLAN_BASE_FILE, plan_request, read_base
 from zerogate.config.profile import (
     check_profile,
     file_defining,
@@ -162,6 +164,12 @@ CLAIMED_BOX = CLAIMS.claimed_box if CLAIMS else None
 CLAIMED_PROFILE, CLAIMED_SETTINGS = (
     load_profile(CLAIMED_BOX.profile, CLAIM_FILE, "claimed_box.profile") if CLAIMS else (None, None)
 )
+
+# The neutral base of the plan_model target (plan_model.smk), read once: one line when it is malformed.
+try:
+    PLAN_BASE = read_base(REPO)
+except InputError as error:
+    fail(error)
 
 
 def profile_file_setting(key):
@@ -526,4 +534,29 @@ def planner_grid_runs(wildcards):
     files = {"grid": planner_grid_file(wildcards)}
     for name in ("ledger", "run_spec", "ds_config", "train_benchmark"):
         files[name] = expand(getattr(rules.run_grid_point.output, name), point=GRID_POINTS)
+    return files
+
+
+# The plan_model target (plan_model.smk): a model on a box, from the neutral base.
+@functools.cache
+def model_plan_request():
+    """The plan_model request of this invocation's config (zerogate.config.plan_request); one line naming
+    the argument when one is bad."""
+    try:
+        return plan_request(config, REPO)
+    except InputError as error:
+        fail(error)
+
+
+def model_plan_dir(wildcards=None):
+    return f"results/plans/{model_plan_request().key}"
+
+
+def model_plan_inputs(wildcards):
+    """The files the plan reads: the model's config.json, the box's description (a short form has none),
+    the neutral base and its DeepSpeed template."""
+    request = model_plan_request()
+    files = {"model": request.model_config, "base": PLAN_BASE_FILE, "template": PLAN_BASE.deepspeed_template}
+    if request.box_file:
+        files["box"] = request.box_file
     return files

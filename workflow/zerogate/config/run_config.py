@@ -4,7 +4,7 @@ every default is filled into Snakemake's ``config`` when the workflow validates 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -98,6 +98,44 @@ class RunConfig(Settings):
         "config/planner_grid.yaml",
         filled=True,
         min_length=1,
+    )
+
+    # The plan_model target (`make plan`): a model and a box, planned from the neutral base
+    # config/plan_base.yaml (zerogate.config.plan_request reads these keys; docs/planning.md).
+    model: Str | None = setting(
+        "plan_model: the model, as a config.json, a directory holding one, or a shipped name "
+        "(config/models/<name>.json)",
+        None,
+        min_length=1,
+    )
+    box: Str | None = setting(
+        "plan_model: the box, as a machine description (config/machines/<name>.yaml) or a short form such as "
+        "2xRTX3090",
+        None,
+        min_length=1,
+    )
+    host_ram: Str | Int | None = setting(
+        "plan_model: the box's host RAM (128GiB, 512GB or bytes): a short form's, or in place of a "
+        "description's",
+        None,
+    )
+    zero: Int = setting("plan_model: the ZeRO stage (0: DDP)", 3, filled=True, ge=0, le=3)
+    offload: Literal["none", "optimizer", "cpu", "nvme-optimizer", "nvme"] = setting(
+        "plan_model: none; optimizer (optimizer state to CPU); cpu (optimizer state and parameters to CPU); "
+        "nvme-optimizer (optimizer state to NVMe); nvme (both to NVMe). Parameter and NVMe offload need "
+        "zero=3",
+        "cpu",
+        filled=True,
+    )
+    micro_batch: Int = setting("plan_model: rows per micro-step per rank", 1, filled=True, ge=1)
+    accumulation: Int = setting("plan_model: micro-steps per optimizer step", 1, filled=True, ge=1)
+    seq_len: Int = setting("plan_model: tokens per row", 512, filled=True, ge=1)
+    checkpointing: Bool = setting("plan_model: activation checkpointing", False, filled=True)
+    attention: Literal["auto", "sdpa", "eager"] = setting(
+        "plan_model: the attention implementation; auto: sdpa where the model's transformers class supports "
+        "it, else eager",
+        "auto",
+        filled=True,
     )
 
 

@@ -48,6 +48,9 @@ class SuggestedSettings(Record):
     offload_param: bool
     activation_checkpointing: bool
     seq_len: int | None = None  # None: the planned run's
+    nvme_optimizer: bool = False  # the optimizer offload goes to NVMe, not host RAM
+    nvme_param: bool = False
+    host_ram_bytes: int | None = Field(None, alias="host_ram(bytes)")  # a host with this much RAM instead
 
 
 class Suggestion(Record):
@@ -60,6 +63,9 @@ class Suggestion(Record):
     smallest_device_need_bytes: int | None = Field(
         None, alias="smallest_device_need(bytes)"
     )  # None without GPUs
+    # The node's host RAM and NVMe need after the change (None: not computed for this kind of change).
+    host_need_bytes: int | None = Field(None, alias="host_need(bytes)")
+    nvme_need_bytes: int | None = Field(None, alias="nvme_need(bytes)")
     # The change as a profile that extends the planned one (zerogate.render.overlay.suggestion_profile), where
     # the plan rule wrote it, and the one command that plans it; None until a plan rule writes it.
     profile_file: str | None = None
@@ -281,6 +287,10 @@ class Plan(Artefact):
     # micro-batch), each with the smallest device's need after it, fitting or not: what a claim on the small
     # card's memory is judged against (zerogate.analysis.on_paper.judge_memory). Empty without GPUs.
     device_changes: list[Suggestion] = []
+    # When the host RAM check fails: what would make the host fit (optimizer offload only, offload to
+    # NVMe, more RAM), each with the host, device and NVMe need after it
+    # (zerogate.predict.suggestions.host_changes).
+    host_changes: list[Suggestion] = []
     pinned_memory: str | None
     floor: Floor
     ledger: Ledger

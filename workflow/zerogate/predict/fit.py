@@ -126,6 +126,11 @@ def device_and_host_checks(
     return result
 
 
+def nvme_need(terms: ZeroTerms, setup: Setup) -> int:
+    """What the node swaps to NVMe: every rank's NVMe terms x the ranks on a node (0 without NVMe offload)."""
+    return sum(terms.nvme.values()) * setup.ranks_per_node
+
+
 def checks(
     counts: ModelCounts, setup: Setup, machine: MachineDescription, activations: Activations | None = None
 ) -> list[MemoryCheck]:
@@ -133,7 +138,7 @@ def checks(
     and the machine states its capacity, each with headroom."""
     terms = zerogate_terms(counts, setup, activations)
     result = device_and_host_checks(setup, machine, device_need(terms), host_need(terms, not machine.gpus))
-    nvme = sum(terms.nvme.values()) * setup.ranks_per_node
+    nvme = nvme_need(terms, setup)
     capacity = machine.host.nvme_bytes
     if nvme and capacity is not None:
         result.append(memory_check("NVMe", None, "NVMe swap space of the node", nvme, capacity))
@@ -149,7 +154,7 @@ def notes(
         unjudged.append(
             f"{machine.name} states no host RAM (host.ram_total_bytes), so the host is not checked"
         )
-    nvme = sum(zerogate_terms(counts, setup, activations).nvme.values()) * setup.ranks_per_node
+    nvme = nvme_need(zerogate_terms(counts, setup, activations), setup)
     if nvme and machine.host.nvme_bytes is None:
         unjudged.append(
             f"the run swaps {format_bytes(nvme)} per node to NVMe; the machine states no NVMe capacity "

@@ -176,6 +176,16 @@ def fit_lines(result: Plan) -> list[str]:
     if not result.fits:
         lines.append("changes that would fit:" + ("" if result.suggestions else " none of those considered"))
         lines += [f"  - {s.change}" + (f": {s.command}" if s.command else "") for s in result.suggestions]
+    if result.host_changes:
+        lines.append("changes that lower the host need (host, smallest device and NVMe after each):")
+        lines += [
+            f"  - {s.change}: host {format_bytes(s.host_need_bytes)}, device "
+            f"{format_bytes(s.smallest_device_need_bytes)}"
+            + (f", NVMe {format_bytes(s.nvme_need_bytes)}" if s.nvme_need_bytes else "")
+            + ("" if s.fits else " (the run still does not fit)")
+            + (f": {s.command}" if s.command else "")
+            for s in result.host_changes
+        ]
     if result.device_changes:
         lines.append("changes that lower the device need (smallest device after each):")
         lines += [

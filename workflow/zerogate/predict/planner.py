@@ -36,7 +36,7 @@ from zerogate.predict.ledger import ledger
 from zerogate.predict.phases import OVERHEAD, device_levels
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.setup import Setup
-from zerogate.predict.suggestions import device_changes, suggestions
+from zerogate.predict.suggestions import device_changes, host_changes, suggestions
 from zerogate.predict.zero_terms import bounds
 from zerogate.render.variants import PEERS
 
@@ -138,6 +138,7 @@ def plan(
         notes=notes(counts, setup, machine, activations),
         suggestions=[] if fits else suggestions(counts, setup, machine, activations),
         device_changes=device_changes(counts, setup, machine, activations),
+        host_changes=[] if fits else host_changes(counts, setup, machine, activations),
         pinned_memory=pinned_note(counts, setup, machine),
         floor=floor(counts, setup, machine, model_compute),
         ledger=ledger(counts, setup, activations),

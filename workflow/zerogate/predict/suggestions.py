@@ -10,8 +10,10 @@ from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import MemoryCheck, SuggestedSettings, Suggestion
 from zerogate.predict.activation_figures import Activations
-from zerogate.predict.fit import checks
+from zerogate.predict.fit import checks, nvme_need
 from zerogate.predict.setup import Setup
+from zerogate.predict.zero_terms import zerogate_terms
+from zerogate.units import format_bytes
 
 # A change in words and the setup it makes.
 Change = tuple[str, Setup]
@@ -67,12 +69,21 @@ def changes_that_may_fit(setup: Setup) -> list[Change]:
     return options
 
 
-def suggestion(change: str, setup: Setup, variant: Setup, result: list[MemoryCheck]) -> Suggestion:
+def suggestion(
+    change: str,
+    setup: Setup,
+    variant: Setup,
+    result: list[MemoryCheck],
+    nvme_bytes: int | None = None,
+    host_ram_bytes: int | None = None,
+) -> Suggestion:
     """``change`` (``variant`` of ``setup``) with the need it leaves on the tightest of its checks
-    (``result``) and on the smallest device."""
+    (``result``), on the smallest device and on the host; ``nvme_bytes``: what it swaps to NVMe, where
+    computed; ``host_ram_bytes``: the host RAM the change asks for (the checks made with it)."""
     tightest = min(result, key=lambda c: c.headroom_bytes)
     devices = [c for c in result if c.rank is not None]
     smallest = min(devices, key=lambda c: c.capacity_bytes) if devices else None
+    host = next((c for c in result if c.what == "host RAM"), None)
     return Suggestion(
         change=change,
         tightest=tightest.what,
@@ -88,9 +99,14 @@ def suggestion(change: str, setup: Setup, variant: Setup, result: list[MemoryChe
             offload_param=variant.offload_param,
             activation_checkpointing=variant.activation_checkpointing,
             seq_len=variant.seq_len if variant.seq_len != setup.seq_len else None,
+            nvme_optimizer=variant.nvme_optimizer,
+            nvme_param=variant.nvme_param,
+            host_ram_bytes=host_ram_bytes,
         ),
         fits=all(c.fits for c in result),
         smallest_device_need_bytes=None if smallest is None else smallest.need_bytes,
+        host_need_bytes=None if host is None else host.need_bytes,
+        nvme_need_bytes=nvme_bytes,
     )
 
 
@@ -146,3 +162,62 @@ def device_changes(
         suggestion(change, setup, variant, checks(counts, variant, machine, activations))
         for change, variant in changes_that_lower_the_device_need(setup)
     ]
+
+
+def changes_that_lower_the_host_need(setup: Setup) -> list[Change]:
+    """ZeRO-3's offloads that keep less in host RAM than ``setup``: the optimizer state alone to the CPU
+    (the parameters on the devices), the optimizer state to NVMe (the parameters on the devices), and both
+    to NVMe (ZeRO-Infinity); each only where it differs from the run's. None below ZeRO-3 (DeepSpeed
+    offloads parameters and to NVMe only there)."""
+    if setup.stage != 3:
+        return []
+    zero3 = dataclasses.replace(setup, stage=3)
+    options: list[Change] = [
+        (
+            "optimizer offload to CPU only (the parameters on the devices)",
+            dataclasses.replace(zero3, offload_optimizer=True, offload_param=False, nvme_optimizer=False),
+        ),
+        (
+            "optimizer state offloaded to NVMe (the parameters on the devices)",
+            dataclasses.replace(
+                zero3, offload_optimizer=True, offload_param=False, nvme_optimizer=True, nvme_param=False
+            ),
+        ),
+        (
+            "optimizer state and parameters offloaded to NVMe",
+            dataclasses.replace(
+                zero3, offload_optimizer=True, offload_param=True, nvme_optimizer=True, nvme_param=True
+            ),
+        ),
+    ]
+    return [(change, variant) for change, variant in options if variant != setup]
+
+
+def host_changes(
+    counts: ModelCounts, setup: Setup, machine: MachineDescription, activations: Activations | None = None
+) -> list[Suggestion]:
+    """When the host RAM check fails: the offloads that keep less on the host
+    (:func:`changes_that_lower_the_host_need`), each with the host, device and NVMe need after it and
+    whether the run then fits; and the host RAM the run as planned would take. Empty when the host fits."""
+    planned = checks(counts, setup, machine, activations)
+    host = next((c for c in planned if c.what == "host RAM"), None)
+    if host is None or host.fits:  # fits, or the machine states no RAM (not checked)
+        return []
+    found = []
+    for change, variant in changes_that_lower_the_host_need(setup):
+        result = checks(counts, variant, machine, activations)
+        nvme = nvme_need(zerogate_terms(counts, variant, activations), variant)
+        found.append(suggestion(change, setup, variant, result, nvme_bytes=nvme))
+    larger = machine.model_copy(
+        update={"host": machine.host.model_copy(update={"ram_total_bytes": host.need_bytes})}
+    )
+    found.append(
+        suggestion(
+            f"a host with {format_bytes(host.need_bytes)} of RAM (the run as planned)",
+            setup,
+            setup,
+            checks(counts, setup, larger, activations),
+            host_ram_bytes=host.need_bytes,
+        )
+    )
+    return found
