@@ -1,6 +1,7 @@
 """The planner: the ledger and the floor against a machine, assembled into the plan. Does the run fit, per
 rank and per host (zerogate.predict.fit), what would make it fit (zerogate.predict.suggestions), how fast
-could it be (zerogate.predict.floor), and how would ZeRO-3's peers fare on the same machine? Refuses an
+could it be (zerogate.predict.floor), how long will a step take and where does the time go
+(zerogate.predict.step_time), and how would ZeRO-3's peers fare on the same machine? Refuses an
 infeasible run before training starts (approve_plan). Judging the profile's claims against a plan is
 zerogate.analysis.on_paper's: the plan holds the figures, not verdicts."""
 
@@ -27,6 +28,7 @@ from zerogate.predict.ledger import ledger
 from zerogate.predict.phases import device_levels
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.setup import Setup
+from zerogate.predict.step_time import step_time
 from zerogate.predict.suggestions import device_changes, suggestions
 from zerogate.render.variants import PEERS
 
@@ -122,6 +124,7 @@ def plan(
         ledger=ledger(counts, setup, activations),
         deviations=deviations(fits, override),
         peers=peer_plans(counts, setup, machine, activations),
+        step_time=step_time(counts, setup, machine),
     )
 
 
