@@ -86,6 +86,28 @@ rule measure_model_compute:
         "../scripts/measure_model_compute.py"
 
 
+# This machine's rates for the run's shapes, by micro-benchmarks that build and step no model
+# (zerogate.predict.microbench): the linear layers' matrix products, memory copies, the optimizer update over
+# a rank's partition, and the probe's collectives carried over. Only for an approved plan (the measurements
+# follow the one gate); a time, so it holds the whole host share, with a rank's threads (the run spec's).
+rule measure_microbenchmarks:
+    input:
+        fingerprint=rules.probe_hardware.output.fingerprint,
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+        approved=rules.approve_plan.output.approved,
+    output:
+        microbench=result("plan/microbench.json"),
+    log:
+        result("logs/measure_microbenchmarks.log"),
+    conda:
+        "../../envs/train.yaml"
+    resources:
+        host_share=HOST_SHARE_POOL,
+    script:
+        "../scripts/measure_microbenchmarks.py"
+
+
 # plan_run's plan with its floor made again with the measured compute term (plan.json, the one approve_plan
 # judged, is the plan on paper): the floor is the one part of a plan the measurement changes, so nothing is
 # traced again. What the judging and the report read.
