@@ -6,17 +6,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_floor_comms import cpu_setup, tiny_counts
 from tests.unit.test_ledger import claim_counts, claim_setup, oracle_counts
+from tests.unit.test_microbench import bench
 from zerogate import hardware
 from zerogate.config.machines import load_description
 from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import Plan
 from zerogate.predict import rates
 from zerogate.predict.floor import floor
+from zerogate.predict.microbench_rates import rates_from_microbench
 from zerogate.predict.plan_text import summary
 from zerogate.predict.planner import plan
 from zerogate.predict.setup import Setup
-from zerogate.predict.step_time import host_copy_bytes, overlap_comm_on, overlaps, step_time
+from zerogate.predict.step_time import step_time
+from zerogate.predict.step_time_terms import host_copy_bytes, overlap_comm_on, overlaps
 from zerogate.report.html import fmt, section
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,3 +195,25 @@ def test_the_plan_records_the_interval_and_prints_and_renders_where_the_time_goe
     assert fmt(step.low_s) in interval and step.deciding_term in interval
     for term in step.terms:
         assert term.name in page
+
+
+def test_this_machines_micro_benchmarks_replace_the_peaks_where_they_have_a_figure():
+    box = load_description(CLAIM_BOX)
+    cpu = box.model_validate({**box.plain(), "gpus": [], "nvlink": False, "peer_to_peer": False})
+    counts, setup = tiny_counts(), cpu_setup()
+    measured = rates_from_microbench(bench())
+    result = step_time(counts, setup, cpu, measured)
+    terms = {t.name: t for t in result.terms}
+    attention = 12 * counts.layers * counts.hidden * setup.seq_len * setup.seq_len / 3  # the forward's third
+    fwd, rate = measured.linear_forward_s, measured.forward_flop_per_s
+    g = setup.accumulation
+    assert terms["forward"].low_s == pytest.approx(g * (fwd.low + attention / rate.high))
+    assert terms["forward"].high_s == pytest.approx(g * (fwd.high + attention / rate.low))
+    update = measured.cpu_update_param_per_s
+    partition = counts.partition_numel(2)
+    assert terms["CPU Adam update"].low_s == pytest.approx(partition / update.high)
+    assert terms["CPU Adam update"].high_s == pytest.approx(2 * partition / update.low)
+    assert "measured" in terms["forward"].source and "measured" in terms["CPU Adam update"].source
+    # Synchronised device: everything serial, and the host's operator dispatch named as missing.
+    assert not any(t.overlapped for t in result.terms)
+    assert any(m.startswith("operator dispatch and ZeRO-3 hooks") for m in result.missing)

@@ -25,6 +25,7 @@ from zerogate.predict.floor import floor
 from zerogate.predict.fsdp2_comms import fsdp2_theory
 from zerogate.predict.fsdp2_terms import fsdp2_host_need_per_rank, fsdp2_terms
 from zerogate.predict.ledger import ledger
+from zerogate.predict.microbench_rates import MeasuredRates
 from zerogate.predict.phases import device_levels
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.setup import Setup
@@ -151,9 +152,14 @@ def with_measured_compute(
     ds_config: DsConfig,
     machine: MachineDescription,
     model_compute: ModelComputeMeasurement | None,
+    measured: MeasuredRates | None = None,
 ) -> Plan:
     """``first`` (plan_for_run's plan of the same run, config and machine) with its floor made again with
-    ``model_compute``: the floor is the one part of a plan that depends on it (see plan), so nothing is
-    traced again."""
+    ``model_compute`` and its step time predicted again with this machine's micro-benchmarked rates
+    (``measured``, zerogate.predict.microbench_rates.rates_from_microbench; None: as planned on paper): the
+    two parts of a plan that depend on them (see plan), so nothing is traced again."""
     counts, setup, _ = run_setup(run_spec, ds_config, machine.nodes)
-    return first.model_copy(update={"floor": floor(counts, setup, machine, model_compute)})
+    update: dict[str, object] = {"floor": floor(counts, setup, machine, model_compute)}
+    if measured is not None:
+        update["step_time"] = step_time(counts, setup, machine, measured)
+    return first.model_copy(update=update)

@@ -57,7 +57,7 @@ class Setup:
     sub_group_size: int = deepspeed_default("sub_group_size")  # elements the ZeRO-3 optimizer steps at once
     overlap_comm: bool = False
     # The config's overlap_comm as written (None: left out, DeepSpeed's stage default applies): what the
-    # step-time ledger resolves (zerogate.predict.step_time.overlap_comm_on).
+    # step-time ledger resolves (zerogate.predict.step_time_terms.overlap_comm_on).
     overlap_comm_given: bool | None = None
     attention: str = "sdpa"  # the model's attn_implementation
     nvme_optimizer: bool = False  # the optimizer offload goes to NVMe, not host RAM
