@@ -6,13 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.helpers import settings
 from tests.unit.test_floor_comms import cpu_setup, tiny_counts
 from tests.unit.test_ledger import claim_counts, claim_setup, oracle_counts
 from tests.unit.test_microbench import bench
 from zerogate import hardware
+from zerogate.analysis.on_paper import judge_step_time, judge_step_time_predicted, plan_claims
 from zerogate.config.machines import load_description
 from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import Plan
+from zerogate.contracts.verdicts import CANNOT_JUDGE, DOES_NOT_HOLD, HOLDS
 from zerogate.predict import rates
 from zerogate.predict.floor import floor
 from zerogate.predict.microbench_rates import rates_from_microbench
@@ -217,3 +220,18 @@ def test_this_machines_micro_benchmarks_replace_the_peaks_where_they_have_a_figu
     # Synchronised device: everything serial, and the host's operator dispatch named as missing.
     assert not any(t.overlapped for t in result.terms)
     assert any(m.startswith("operator dispatch and ZeRO-3 hooks") for m in result.missing)
+
+
+def test_a_step_time_claim_is_judged_against_the_floor_and_the_prediction():
+    box = load_description(CLAIM_BOX)
+    result = plan(claim_counts(), claim_setup(), box)
+    low, high = result.step_time.low_s, result.step_time.high_s
+    assert judge_step_time_predicted(result, low / 2).verdict == DOES_NOT_HOLD
+    assert judge_step_time_predicted(result, 2 * high).verdict == HOLDS
+    inside = judge_step_time_predicted(result, (low + high) / 2)
+    assert inside.verdict == CANNOT_JUDGE and "inside the predicted interval" in inside.why
+    # The floor's verdict names the prediction beside it; plan_claims lists both.
+    assert f"predicted optimizer step {low:.3g} to {high:.3g} s" in judge_step_time(result, 1.82).evidence
+    gate = next(g for g in settings("cpu-tiny").gates if g.name == "optimizer_step_time")
+    names = [c.gate for c in plan_claims(result, (gate,)).claims]
+    assert names == ["run_fits_machine", "optimizer_step_time", "optimizer_step_time (predicted)"]
