@@ -235,3 +235,27 @@ def test_a_step_time_claim_is_judged_against_the_floor_and_the_prediction():
     gate = next(g for g in settings("cpu-tiny").gates if g.name == "optimizer_step_time")
     names = [c.gate for c in plan_claims(result, (gate,)).claims]
     assert names == ["run_fits_machine", "optimizer_step_time", "optimizer_step_time (predicted)"]
+
+
+def test_across_nodes_or_on_nvme_a_term_without_a_figure_is_named(nvlink_box):
+    box = load_description(CLAIM_BOX)
+    two_nodes = step_time(oracle_counts(), claim_setup(nodes=2, ranks=4), box.model_copy(update={"nodes": 2}))
+    assert any("across nodes" in m for m in two_nodes.missing)
+    nvme = step_time(oracle_counts(), claim_setup(nvme_optimizer=True), box)
+    assert any(m.startswith("NVMe swaps") for m in nvme.missing)
+
+
+def test_an_overlapped_micro_step_is_the_longest_resource_plus_what_stays_exposed(nvlink_box):
+    counts, setup = qwen3_8b(), zero3_setup(accumulation=2)
+    result = step_time(counts, setup, nvlink_box)
+    terms = {t.name: t for t in result.terms}
+    kinds = floor(counts, setup, nvlink_box).communication.micro_step.kinds
+    gathers, reductions = terms["all-gathers per micro-step"], terms["reduce-scatters per micro-step"]
+    # One prefetch bucket of the gathers and one reduce bucket of the reductions stay on the critical path.
+    exposed = gathers.low_s * min(1, setup.prefetch_bucket / (kinds["all_gather"].volume_bytes / 2))
+    exposed += reductions.low_s * min(1, setup.reduce_bucket / (kinds["reduce_scatter"].volume_bytes / 2))
+    compute = terms["forward"].low_s + terms["backward"].low_s
+    link = gathers.low_s + reductions.low_s  # both on NVLink: they add
+    boundary = sum(t.low_s for t in result.terms if t.per == "boundary")
+    assert result.low_s == pytest.approx(max(compute, link) + exposed + boundary)
+    assert result.micro_step_low_s == pytest.approx((max(compute, link) + exposed) / 2)

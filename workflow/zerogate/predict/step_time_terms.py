@@ -12,6 +12,7 @@ from zerogate import hardware
 from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
 from zerogate.predict import rates
+from zerogate.predict.collectives import DERIVED
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.fetch_trace import zero3_gathers
 from zerogate.predict.floor import adam_bytes_per_param, collective_time, pcie_gbps, theory_terms
@@ -206,7 +207,10 @@ def collective_terms(
         timed = collective_time(found, per, setup.ranks, machine)
         for kind, part in timed.kinds.items():
             seconds: Seconds = None
-            if part.transfer_time_s is not None:
+            # Between nodes the ring crosses the network: a bandwidth derived from the PCIe links (the floor's
+            # upper bound) says nothing of it, so the term waits for a figure the description gives.
+            across_nodes = setup.nodes > 1 and part.bandwidth is not None and part.bandwidth.basis == DERIVED
+            if part.transfer_time_s is not None and not across_nodes:
                 # A latency nobody gives is left out (named in the source): the term is then too low.
                 latency, transfer = part.latency_time_s or 0.0, part.transfer_time_s
                 seconds = (latency + transfer, latency + transfer / rates.COLLECTIVE_BANDWIDTH.low)
@@ -215,6 +219,8 @@ def collective_terms(
                 for name, fig in (("latency s", part.latency), ("bandwidth GB/s", part.bandwidth))
                 if fig is not None
             ) + ("" if part.latency is not None else "; no latency figure: left out")
+            if across_nodes:
+                figures += "; across nodes: no network figure (the description's collectives give one)"
             source = (
                 f"zerogate.predict.comms theory: {part.calls:g} calls, {part.volume_bytes:.4g} B per {per} "
                 f"(zerogate.predict.volume); {figures or 'no figure'}; high at "
@@ -225,7 +231,8 @@ def collective_terms(
             if in_step and seconds is not None and part.volume_bytes:
                 bucket = setup.prefetch_bucket if kind == "all_gather" else setup.reduce_bucket
                 elements = part.volume_bytes / setup.dtype_bytes
-                exposed = _scaled(seconds, times * min(1.0, bucket / elements) / max(part.calls, 1.0))
+                # One bucket's share of the micro-step's calls of this kind stays on the critical path.
+                exposed = _scaled(seconds, times * min(1.0, bucket / elements))
             terms.append(
                 Term(
                     f"{kind.replace('_', '-')}s per {'micro-step' if per == MICRO_STEP else 'boundary'}",
@@ -295,6 +302,18 @@ def host_copy_terms(
         return []  # the CPU accelerator's "device" is host memory: no copies
     kind = "pinned" if setup.pin_memory else "pageable"
     terms = []
+    if setup.nvme_optimizer or setup.nvme_param:
+        terms.append(
+            Term(
+                "NVMe swaps",
+                HOST_COPY,
+                MICRO_STEP,
+                None,
+                False,
+                "DeepSpeed's swapper (zero/swap_tensor) reads and writes the offloaded states on NVMe: no "
+                "figure for the drive in a machine description",
+            )
+        )
     for name, moved in host_copy_bytes(counts, setup).items():
         per = BOUNDARY if name.startswith("updated") else MICRO_STEP
         seconds, rate = _copy_seconds(moved, name, setup, machine, measured)
