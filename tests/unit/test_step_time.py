@@ -8,11 +8,11 @@ import pytest
 
 from tests.unit.helpers import settings
 from tests.unit.test_floor_comms import cpu_setup, tiny_counts
-from tests.unit.test_ledger import claim_counts, claim_setup, oracle_counts
+from tests.unit.test_ledger import claim_counts, claim_setup, oracle_counts, rendered
 from tests.unit.test_microbench import bench
 from zerogate import hardware
 from zerogate.analysis.on_paper import judge_step_time, judge_step_time_predicted, plan_claims
-from zerogate.config.machines import load_description
+from zerogate.config.machines import load_description, target_machine
 from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.verdicts import CANNOT_JUDGE, DOES_NOT_HOLD, HOLDS
@@ -20,7 +20,8 @@ from zerogate.predict import rates
 from zerogate.predict.floor import floor
 from zerogate.predict.microbench_rates import rates_from_microbench
 from zerogate.predict.plan_text import summary
-from zerogate.predict.planner import plan
+from zerogate.predict.planned_run import run_setup
+from zerogate.predict.planner import plan, plan_for_run, with_measured_compute
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import step_time
 from zerogate.predict.step_time_terms import host_copy_bytes, overlap_comm_on, overlaps
@@ -259,3 +260,19 @@ def test_an_overlapped_micro_step_is_the_longest_resource_plus_what_stays_expose
     boundary = sum(t.low_s for t in result.terms if t.per == "boundary")
     assert result.low_s == pytest.approx(max(compute, link) + exposed + boundary)
     assert result.micro_step_low_s == pytest.approx((max(compute, link) + exposed) / 2)
+
+
+def test_the_replanned_plan_predicts_the_step_with_the_micro_benchmarks(
+    tiny_profile, cpu_fingerprint, tmp_path
+):
+    probed = cpu_fingerprint.write(tmp_path / "hardware.json")
+    machine, fingerprint = target_machine(None, str(probed), "testbox")
+    ds, run_spec = rendered(tiny_profile, fingerprint)
+    on_paper = plan_for_run(run_spec, ds, machine, settings(tiny_profile).plan, "cpu-tiny")
+    measured = rates_from_microbench(bench())
+    replanned = with_measured_compute(on_paper, run_spec, ds, machine, None, measured)
+    counts, setup, _ = run_setup(run_spec, ds, machine.nodes)
+    assert replanned.step_time == step_time(counts, setup, machine, measured)
+    assert replanned.step_time != on_paper.step_time
+    # Without the micro-benchmarks the plan's prediction stays the one on paper.
+    assert with_measured_compute(on_paper, run_spec, ds, machine, None).step_time == on_paper.step_time
