@@ -218,6 +218,10 @@ def test_this_machines_micro_benchmarks_replace_the_peaks_where_they_have_a_figu
     assert terms["CPU Adam update"].low_s == pytest.approx(partition / update.high)
     assert terms["CPU Adam update"].high_s == pytest.approx(2 * partition / update.low)
     assert "measured" in terms["forward"].source and "measured" in terms["CPU Adam update"].source
+    # The CPU accelerator's offload copies one host buffer into another: the host-to-host copy as measured.
+    copy = measured.copy("device_to_host", True)
+    moved = setup.accumulation * partition * 4
+    assert terms["gradients d2h (pinned)"].low_s == pytest.approx(moved / copy.high)
     # Synchronised device: everything serial, and the host's operator dispatch named as missing.
     assert not any(t.overlapped for t in result.terms)
     assert any(m.startswith("operator dispatch and ZeRO-3 hooks") for m in result.missing)

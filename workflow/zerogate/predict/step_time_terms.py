@@ -16,7 +16,7 @@ from zerogate.predict.collectives import DERIVED
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.fetch_trace import zero3_gathers
 from zerogate.predict.floor import adam_bytes_per_param, collective_time, pcie_gbps, theory_terms
-from zerogate.predict.microbench_rates import MeasuredRates, Rate, copy_key
+from zerogate.predict.microbench_rates import MeasuredRates, Rate
 from zerogate.predict.setup import Setup
 
 COMPUTE, COLLECTIVE, HOST_COPY, OPTIMIZER, SERIAL = (
@@ -280,9 +280,20 @@ def _copy_seconds(
     """(low, high) seconds of ``moved`` bytes in the copy's direction: the micro-benchmarks' copy where they
     timed that route, else the slowest rank's PCIe rate x the pinned or pageable fraction."""
     route = "host_to_device" if "h2d" in name else "device_to_host"
-    rate = None if measured is None else measured.copies.get(copy_key(route, setup.pin_memory))
+    rate = None if measured is None else measured.copy(route, setup.pin_memory)
     if rate is not None:
         return (moved / rate.high, moved / rate.low), f"measured: {rate.source} (quartiles)"
+    if not machine.gpus:
+        # The CPU accelerator's device is host memory: a copy reads and writes it (the description's
+        # bandwidth counts both), every rank's at once.
+        bandwidth = machine.host.memory_bandwidth_gbps
+        if not bandwidth:
+            return None, "no host memory bandwidth (host.memory_bandwidth_gbps)"
+        moved_all = 2 * moved * setup.ranks_per_node
+        return rates.HOST_MEMORY.seconds(moved_all, bandwidth * 1e9), (
+            f"host memory to host memory, read and written, {setup.ranks_per_node} rank(s) over the host's "
+            f"{bandwidth:g} GB/s x ({rates.HOST_MEMORY.source})"
+        )
     link, link_source = _pcie(machine)
     fraction = _copy_rate(setup)
     seconds = None if link is None else fraction.seconds(moved, link * 1e9)
@@ -297,9 +308,8 @@ def host_copy_terms(
     measured: MeasuredRates | None = None,
 ) -> list[Term]:
     """The offloads' host <-> device copies (_copy_seconds); the micro-step's copies run on the gather /
-    reduce streams (overlapped under the rule), the updated partition's after the update (serial)."""
-    if not machine.gpus:
-        return []  # the CPU accelerator's "device" is host memory: no copies
+    reduce streams (overlapped under the rule), the updated partition's after the update (serial). On the CPU
+    accelerator DeepSpeed's offload copies one host buffer into another, serially."""
     kind = "pinned" if setup.pin_memory else "pageable"
     terms = []
     if setup.nvme_optimizer or setup.nvme_param:
