@@ -108,9 +108,10 @@ rule measure_microbenchmarks:
         "../scripts/measure_microbenchmarks.py"
 
 
-# plan_run's plan with its floor made again with the measured compute term (plan.json, the one approve_plan
-# judged, is the plan on paper): the floor is the one part of a plan the measurement changes, so nothing is
-# traced again. What the judging and the report read.
+# plan_run's plan with its floor made again with the measured compute term and its step time predicted again
+# with this machine's micro-benchmarked rates (plan.json, the one approve_plan judged, is the plan on paper):
+# the two parts of a plan the measurements change, so nothing is traced again. What the judging and the
+# report read.
 rule replan_with_measured_compute:
     input:
         unpack(machine_input),
@@ -118,6 +119,7 @@ rule replan_with_measured_compute:
         ds_config=rules.render_deepspeed_config.output.ds_config,
         run_spec=rules.render_deepspeed_config.output.run_spec,
         model_compute=rules.measure_model_compute.output.compute,
+        microbench=rules.measure_microbenchmarks.output.microbench,
     output:
         plan=result("plan/plan_measured.json"),
     log:
