@@ -86,9 +86,32 @@ rule measure_model_compute:
         "../scripts/measure_model_compute.py"
 
 
-# plan_run's plan with its floor made again with the measured compute term (plan.json, the one approve_plan
-# judged, is the plan on paper): the floor is the one part of a plan the measurement changes, so nothing is
-# traced again. What the judging and the report read.
+# This machine's rates for the run's shapes, by micro-benchmarks that build and step no model
+# (zerogate.predict.microbench): the linear layers' matrix products, memory copies, the optimizer update over
+# a rank's partition, and the probe's collectives carried over. Only for an approved plan (the measurements
+# follow the one gate); a time, so it holds the whole host share, with a rank's threads (the run spec's).
+rule measure_microbenchmarks:
+    input:
+        fingerprint=rules.probe_hardware.output.fingerprint,
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+        approved=rules.approve_plan.output.approved,
+    output:
+        microbench=result("plan/microbench.json"),
+    log:
+        result("logs/measure_microbenchmarks.log"),
+    conda:
+        "../../envs/train.yaml"
+    resources:
+        host_share=HOST_SHARE_POOL,
+    script:
+        "../scripts/measure_microbenchmarks.py"
+
+
+# plan_run's plan with its floor made again with the measured compute term and its step time predicted again
+# with this machine's micro-benchmarked rates (plan.json, the one approve_plan judged, is the plan on paper):
+# the two parts of a plan the measurements change, so nothing is traced again. What the judging and the
+# report read.
 rule replan_with_measured_compute:
     input:
         unpack(machine_input),
@@ -96,6 +119,7 @@ rule replan_with_measured_compute:
         ds_config=rules.render_deepspeed_config.output.ds_config,
         run_spec=rules.render_deepspeed_config.output.run_spec,
         model_compute=rules.measure_model_compute.output.compute,
+        microbench=rules.measure_microbenchmarks.output.microbench,
     output:
         plan=result("plan/plan_measured.json"),
     log:

@@ -14,20 +14,21 @@ from zerogate.contracts.base import typed
 from zerogate.contracts.plan import Plan
 from zerogate.entry import logging_to
 from zerogate.predict.plan_text import summary
+from zerogate.predict.step_time_text import time_lines
 from zerogate.render.overlay import overlay, overlay_text
 
 with logging_to(snakemake.log[0]) as log:
     inputs, params = snakemake.input, snakemake.params
     plan = Plan.read(inputs.plan)
     claims = plan_claims(plan, typed(tuple[GateSettings, ...], params.gates))
-    seed = judge_on_paper(
-        read_claims(inputs.claims),
-        Plan.read(inputs.claimed_plan),
-        load_description(inputs.description),
-    )
+    claimed = Plan.read(inputs.claimed_plan)
+    seed = judge_on_paper(read_claims(inputs.claims), claimed, load_description(inputs.description))
     lines = [(c.gate, c.verdict.text) for c in claims.claims]
     lines += [(f"seed claim {claim_id} (for the claimed box)", verdict.text) for claim_id, verdict in seed]
-    text = summary(plan, lines)
+    # Where the time goes on the claimed box too, beside this run's (zerogate.predict.step_time).
+    claimed_time = [f"the claimed box, {claimed.machine} ({claimed.scheme}, {claimed.ranks} ranks):"]
+    claimed_time += time_lines(claimed.step_time, claimed.floor)
+    text = summary(plan, lines) + "\n" + "\n".join(claimed_time)
     log.info("\n%s", text)
     claims.write(snakemake.output.claims)
     Path(snakemake.output.summary).write_text(text + "\n")

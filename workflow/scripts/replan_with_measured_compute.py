@@ -1,12 +1,14 @@
 """Entry point of the replan_with_measured_compute rule (logic:
 zerogate.predict.planner.with_measured_compute): plan_run's plan with the measured compute term in its
-floor."""
+floor and its step time predicted with this machine's micro-benchmarked rates."""
 
 from zerogate.config.machines import target_machine
+from zerogate.contracts.microbench import Microbench
 from zerogate.contracts.plan import ModelCompute, Plan
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import fail, logging_to
 from zerogate.errors import InputError
+from zerogate.predict.microbench_rates import rates_from_microbench
 from zerogate.predict.plan_text import summary
 from zerogate.predict.planner import with_measured_compute
 
@@ -20,8 +22,9 @@ with logging_to(snakemake.log[0]) as log:
             DsConfig.read(inputs.ds_config),
             machine,
             ModelCompute.read(inputs.model_compute).measurement,
+            rates_from_microbench(Microbench.read(inputs.microbench), inputs.microbench),
         )
-    except InputError as error:
+    except (InputError, ValueError) as error:
         fail(str(error))
     log.info("\n%s", summary(result))
     result.write(snakemake.output.plan)

@@ -1,5 +1,6 @@
 """Robust spread and z-scores, shared by the loss stabiliser (at training time) and the gates' spike
-count (at analysis time): one definition of a loss spike. numpy only."""
+count (at analysis time): one definition of a loss spike; and the quartiles of repeated timings (the
+micro-benchmarks' spread, zerogate.predict.microbench). numpy only."""
 
 from __future__ import annotations
 
@@ -19,3 +20,13 @@ def robust_z(value: float, history: list[float] | np.ndarray) -> float | None:
     if mad <= 0 or not math.isfinite(mad):
         return None
     return (value - median) / mad
+
+
+def quartiles(values: list[float] | np.ndarray) -> tuple[float, float, float]:
+    """(25th percentile, median, 75th percentile) of ``values``, numpy's default (linear) interpolation:
+    the spread of a few repeated timings, which one disturbed repeat moves little."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        raise ValueError("quartiles of no values")
+    q1, median, q3 = np.quantile(data, [0.25, 0.5, 0.75])
+    return float(q1), float(median), float(q3)

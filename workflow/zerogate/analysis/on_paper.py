@@ -124,9 +124,50 @@ def judge_memory(plan: Plan, threshold: float, unit: str) -> ClaimVerdict:
     return ClaimVerdict(verdict=DOES_NOT_HOLD, evidence=text, source=source)
 
 
+def predicted_text(plan: Plan) -> str:
+    """The plan's predicted optimizer step in words (zerogate.predict.step_time), "" when it has none."""
+    step = plan.step_time
+    if step is None or step.low_s is None or step.high_s is None:
+        return ""
+    return (
+        f"predicted optimizer step {step.low_s:.3g} to {step.high_s:.3g} s (decided by {step.deciding_term})"
+    )
+
+
+def judge_step_time_predicted(plan: Plan, threshold: float) -> ClaimVerdict:
+    """A step-time claim against the plan's predicted interval (zerogate.predict.step_time): holds when the
+    whole interval is at or below the claim, does not hold when all of it is above, cannot be judged when the
+    claim lies inside it or the prediction lacks figures. A prediction, not a bound: the floor's verdict
+    (judge_step_time) is the proof."""
+    source = plan_source(plan) + ", predicted step time"
+    step = plan.step_time
+    if step is None or step.low_s is None or step.high_s is None:
+        return ClaimVerdict(
+            verdict=CANNOT_JUDGE, evidence="no prediction", source=source, why="no prediction"
+        )
+    text = predicted_text(plan) + f", against {threshold:g} s"
+    if step.missing:
+        text += f"; without a figure, so too low: {'; '.join(step.missing)}"
+    if step.low_s > threshold:
+        return ClaimVerdict(
+            verdict=DOES_NOT_HOLD, evidence=text + ": all of it above the claim", source=source
+        )
+    if step.high_s <= threshold and not step.missing:
+        return ClaimVerdict(verdict=HOLDS, evidence=text + ": all of it at or below the claim", source=source)
+    return ClaimVerdict(
+        verdict=CANNOT_JUDGE,
+        evidence=text,
+        source=source,
+        why="the claim lies inside the predicted interval"
+        if step.low_s <= threshold < step.high_s
+        else "terms without a figure could lift the interval above the claim",
+    )
+
+
 def judge_step_time(plan: Plan, threshold: float) -> ClaimVerdict:
     """A step-time claim against the plan's floor: a floor above the claim rules it out; a floor below it
-    cannot confirm it (a floor is a lower bound)."""
+    cannot confirm it (a floor is a lower bound). The evidence names the predicted step beside the floor
+    (judge_step_time_predicted judges the claim against it)."""
     source = plan_source(plan) + ", throughput floor"
     step, micro = plan.floor.optimizer_step_floor_s, plan.floor.micro_step_floor_s
     if step is None or micro is None:
@@ -136,7 +177,11 @@ def judge_step_time(plan: Plan, threshold: float) -> ClaimVerdict:
             source=source,
             why="the floor lacks figures: " + "; ".join(plan.floor.missing),
         )
-    text = f"optimizer-step floor {step:.3g} s, micro-step floor {micro:.3g} s, against {threshold:g} s"
+    predicted = predicted_text(plan)
+    text = f"optimizer-step floor {step:.3g} s, micro-step floor {micro:.3g} s" + (
+        f" ({predicted})" if predicted else ""
+    )
+    text += f", against {threshold:g} s"
     if micro > threshold:
         return ClaimVerdict(
             verdict=DOES_NOT_HOLD, evidence=text + ": even a micro-step cannot be that fast", source=source
@@ -178,4 +223,12 @@ def plan_claims(plan: Plan, gates: tuple[GateSettings, ...]) -> PlanClaims:
         verdict = judge_gate(gate, plan)
         if verdict is not None:
             claims.append(PlanClaim(gate=gate.name, claim=gate.claim, verdict=verdict))
+        if verdict is not None and verdict.source.endswith("throughput floor"):
+            claims.append(
+                PlanClaim(
+                    gate=f"{gate.name} (predicted)",
+                    claim=f"{gate.claim} (against the predicted step time)",
+                    verdict=judge_step_time_predicted(plan, gate.threshold),
+                )
+            )
     return PlanClaims(machine=plan.machine, claims=claims)

@@ -138,6 +138,40 @@ class Floor(Record):
     missing: list[str]  # terms left out for lack of a figure: the floor is then lower than it could be
 
 
+class TimeTerm(Record):
+    """One term of the step-time ledger (zerogate.predict.step_time): its seconds per optimizer step (a
+    micro-step's term times the accumulation), bracketed by the uncertainty of its rate, and what it
+    contributes to the step once the overlap rule is applied."""
+
+    name: str
+    kind: str  # compute | collective | host_copy | optimizer | serial
+    per: str  # micro_step | boundary
+    low_s: float | None = Field(alias="low(s)")  # None: no figure (listed in StepTime.missing)
+    high_s: float | None = Field(alias="high(s)")
+    overlapped: bool  # runs on a stream of its own beside the compute (DeepSpeed), or serially
+    # Seconds of the interval's middle this term decides: the whole of a serial term, the longest of an
+    # overlapped group, 0 for a term hidden behind a longer one, plus any part the overlap leaves exposed.
+    contribution_s: float | None = Field(alias="contribution(s)")
+    share: float | None  # contribution / the sum of contributions
+    source: str
+
+
+class StepTime(Record):
+    """The predicted optimizer-step time on the planned machine: an interval (low, high) from the terms'
+    rate brackets, the term that decides it, each term's seconds, share and overlap (zerogate.predict.
+    step_time); the floor (Floor) stays the lower bound beside it."""
+
+    low_s: float | None = Field(alias="low(s)")
+    high_s: float | None = Field(alias="high(s)")
+    deciding_term: str | None
+    micro_step_low_s: float | None = Field(alias="micro_step_low(s)")
+    micro_step_high_s: float | None = Field(alias="micro_step_high(s)")
+    accumulation: int
+    overlap: str  # the overlap rule applied, with its source
+    terms: list[TimeTerm]
+    missing: list[str]  # terms without a figure: left out of low and high, so the interval is then too low
+
+
 class PaperRow(Record):
     device_per_rank_bytes: int | None = Field(alias="device_per_rank(bytes)")
 
@@ -263,6 +297,9 @@ class Plan(Artefact):
     deviations: list[Deviation]
     # ZeRO-3's peers on the same machine (FSDP2 without and with its offload), planned beside the run.
     peers: list[PeerPlan] = []
+    # The predicted optimizer-step time (zerogate.predict.step_time), beside the floor; None in plans
+    # written before it was predicted.
+    step_time: StepTime | None = None
 
     @property
     def device_checks(self) -> list[MemoryCheck]:

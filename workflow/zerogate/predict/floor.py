@@ -78,16 +78,22 @@ def pcie_gbps(pcie: PcieLink | None) -> float | None:
     return PCIE_LANE_GBPS.get(pcie.generation, max(PCIE_LANE_GBPS.values())) * pcie.width
 
 
-def link_bytes(counts: ModelCounts, setup: Setup) -> dict[str, float]:
+def link_bytes(counts: ModelCounts, setup: Setup, nvlink: bool = False) -> dict[str, float]:
     """Bytes one rank moves over its host link per micro-step, host-to-device and device-to-host.
 
-    Without peer-to-peer every collective crosses host memory, so it is counted on the link either way.
+    Without NVLink every collective between the devices crosses the PCIe links: through host memory without
+    peer-to-peer, and peer-to-peer over PCIe through the switch or root port (each byte still crosses the
+    sender's and the receiver's link), so it is counted on the link either way. With NVLink (``nvlink``: the
+    machine description's ``nvlink``) NCCL sends them over NVLink (its NVLS / P2P transports, which it prefers
+    to the PCIe path: NCCL's environment documentation, NCCL_P2P_LEVEL), so only the host copies are left on
+    the link: counting the collectives there would make the floor higher than a real step on such a box.
     """
     phi, b, n = counts.total, setup.dtype_bytes, setup.ranks
-    others = (n - 1) / n
+    others = 0.0 if nvlink else (n - 1) / n
     h2d = d2h = 0.0
     if setup.stage == 3:
-        # Forward and backward each gather the full model onto every device (docs/reference.md section 2).
+        # Forward and backward each gather the full model onto every device (docs/reference.md section 2):
+        # with parameter offload the whole model comes from host memory.
         h2d += 2 * phi * b if setup.offload_param else 2 * phi * b * others
         h2d += phi * b * others  # reduce-scatter: the other ranks' gradient shards arrive
         d2h += phi * b * others
@@ -358,7 +364,7 @@ def floor(
     micro_comms = collective_time(terms_theory, MICRO_STEP, setup.ranks, machine)
     boundary_comms = collective_time(terms_theory, BOUNDARY, setup.ranks, machine)
     flop = _flop_per_micro_step(counts, setup)
-    moved = link_bytes(counts, setup)
+    moved = link_bytes(counts, setup, nvlink=bool(machine.nvlink))
     ranks, missing = _rank_floors(setup, machine, flop, moved, micro_comms, model_compute)
 
     micro = [r.micro_step_floor_s for r in ranks if r.micro_step_floor_s is not None]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from zerogate.contracts.machine import Figure
 from zerogate.contracts.plan import Floor, Ledger, MemoryCheck, Plan
+from zerogate.predict.step_time_text import time_lines
 from zerogate.units import format_bytes
 
 
@@ -167,9 +168,10 @@ def peer_lines(result: Plan) -> list[str]:
 
 
 def summary(result: Plan, claims: list[tuple[str, str]] | None = None) -> str:
-    """The human-readable plan: per-rank memory of every scheme, the floor, and ``claims`` (name, verdict
-    text) as zerogate.analysis.on_paper judged them."""
-    lines = ledger_lines(result) + fit_lines(result) + floor_lines(result.floor) + peer_lines(result)
+    """The human-readable plan: per-rank memory of every scheme, the floor, where the time goes, and
+    ``claims`` (name, verdict text) as zerogate.analysis.on_paper judged them."""
+    lines = ledger_lines(result) + fit_lines(result) + floor_lines(result.floor)
+    lines += time_lines(result.step_time, result.floor) + peer_lines(result)
     if claims:
         lines.append("claims, on paper:")
         lines += [f"  {name}: {text}" for name, text in claims]

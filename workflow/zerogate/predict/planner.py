@@ -1,6 +1,7 @@
 """The planner: the ledger and the floor against a machine, assembled into the plan. Does the run fit, per
 rank and per host (zerogate.predict.fit), what would make it fit (zerogate.predict.suggestions), how fast
-could it be (zerogate.predict.floor), and how would ZeRO-3's peers fare on the same machine? Refuses an
+could it be (zerogate.predict.floor), how long will a step take and where does the time go
+(zerogate.predict.step_time), and how would ZeRO-3's peers fare on the same machine? Refuses an
 infeasible run before training starts (approve_plan). Judging the profile's claims against a plan is
 zerogate.analysis.on_paper's: the plan holds the figures, not verdicts."""
 
@@ -24,9 +25,11 @@ from zerogate.predict.floor import floor
 from zerogate.predict.fsdp2_comms import fsdp2_theory
 from zerogate.predict.fsdp2_terms import fsdp2_host_need_per_rank, fsdp2_terms
 from zerogate.predict.ledger import ledger
+from zerogate.predict.microbench_rates import MeasuredRates
 from zerogate.predict.phases import device_levels
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.setup import Setup
+from zerogate.predict.step_time import step_time
 from zerogate.predict.suggestions import device_changes, suggestions
 from zerogate.render.variants import PEERS
 
@@ -122,6 +125,7 @@ def plan(
         ledger=ledger(counts, setup, activations),
         deviations=deviations(fits, override),
         peers=peer_plans(counts, setup, machine, activations),
+        step_time=step_time(counts, setup, machine),
     )
 
 
@@ -148,9 +152,14 @@ def with_measured_compute(
     ds_config: DsConfig,
     machine: MachineDescription,
     model_compute: ModelComputeMeasurement | None,
+    measured: MeasuredRates | None = None,
 ) -> Plan:
     """``first`` (plan_for_run's plan of the same run, config and machine) with its floor made again with
-    ``model_compute``: the floor is the one part of a plan that depends on it (see plan), so nothing is
-    traced again."""
+    ``model_compute`` and its step time predicted again with this machine's micro-benchmarked rates
+    (``measured``, zerogate.predict.microbench_rates.rates_from_microbench; None: as planned on paper): the
+    two parts of a plan that depend on them (see plan), so nothing is traced again."""
     counts, setup, _ = run_setup(run_spec, ds_config, machine.nodes)
-    return first.model_copy(update={"floor": floor(counts, setup, machine, model_compute)})
+    update: dict[str, object] = {"floor": floor(counts, setup, machine, model_compute)}
+    if measured is not None:
+        update["step_time"] = step_time(counts, setup, machine, measured)
+    return first.model_copy(update=update)

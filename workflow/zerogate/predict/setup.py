@@ -56,6 +56,9 @@ class Setup:
     max_live_parameters: int = deepspeed_default("max_live_parameters")
     sub_group_size: int = deepspeed_default("sub_group_size")  # elements the ZeRO-3 optimizer steps at once
     overlap_comm: bool = False
+    # The config's overlap_comm as written (None: left out, DeepSpeed's stage default applies): what the
+    # step-time ledger resolves (zerogate.predict.step_time_terms.overlap_comm_on).
+    overlap_comm_given: bool | None = None
     attention: str = "sdpa"  # the model's attn_implementation
     nvme_optimizer: bool = False  # the optimizer offload goes to NVMe, not host RAM
     nvme_param: bool = False
@@ -146,6 +149,7 @@ def setup_from_config(
         # DeepSpeed leaves overlap_comm None and resolves it to its stage's default: off below stage 3,
         # where the ledger reads it (ZeRO-1/2's buckets).
         overlap_comm=bool(extra.get("overlap_comm", False)),
+        overlap_comm_given=None if extra.get("overlap_comm") is None else bool(extra["overlap_comm"]),
         attention=run_spec.model.attention,
         nvme_optimizer=bool(zero.offload_optimizer and zero.offload_optimizer.device == "nvme"),
         nvme_param=bool(zero.offload_param and zero.offload_param.device == "nvme"),

@@ -1,0 +1,237 @@
+"""The step-time ledger (zerogate.predict.step_time): each term against its formula by hand, the overlap rule,
+the deciding term, and the floor on an NVLink box (a true lower bound there too)."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tests.unit.helpers import settings
+from tests.unit.test_floor_comms import cpu_setup, tiny_counts
+from tests.unit.test_ledger import claim_counts, claim_setup, oracle_counts
+from tests.unit.test_microbench import bench
+from zerogate import hardware
+from zerogate.analysis.on_paper import judge_step_time, judge_step_time_predicted, plan_claims
+from zerogate.config.machines import load_description
+from zerogate.contracts.model import ModelCounts
+from zerogate.contracts.plan import Plan
+from zerogate.contracts.verdicts import CANNOT_JUDGE, DOES_NOT_HOLD, HOLDS
+from zerogate.predict import rates
+from zerogate.predict.floor import floor
+from zerogate.predict.microbench_rates import rates_from_microbench
+from zerogate.predict.plan_text import summary
+from zerogate.predict.planner import plan
+from zerogate.predict.setup import Setup
+from zerogate.predict.step_time import step_time
+from zerogate.predict.step_time_terms import host_copy_bytes, overlap_comm_on, overlaps
+from zerogate.report.html import fmt, section
+
+REPO = Path(__file__).resolve().parents[2]
+NVLINK_BOX = REPO / "tests/data/machines/a100-sxm4-40gb-nvlink-x4.yaml"
+CLAIM_BOX = REPO / "config/machines/claim-rtx5070-rtx4090.yaml"
+EMBEDDING = 151936 * 4096
+
+
+def qwen3_8b() -> ModelCounts:
+    """Qwen3-8B's shape by hand: 36 decoder layers of 4096, untied 151,936-token embedding and head."""
+    layer = (8_190_735_360 - 2 * EMBEDDING) // 36
+    return ModelCounts(
+        total=2 * EMBEDDING + 36 * layer,
+        largest_layer=EMBEDDING,
+        numels=(EMBEDDING, *(layer,) * 36, EMBEDDING),
+        hidden=4096,
+        layers=36,
+        heads=32,
+        vocab=151936,
+        tied_embeddings=False,
+    )
+
+
+def zero3_setup(**changes) -> Setup:
+    base = Setup(
+        ranks=4,
+        nodes=1,
+        dtype="bf16",
+        device_kind="cuda",
+        micro_batch=1,
+        seq_len=512,
+        accumulation=1,
+        stage=3,
+        offload_optimizer=False,
+        offload_param=False,
+        pin_memory=False,
+        reduce_bucket=500_000_000,
+        prefetch_bucket=50_000_000,
+        persistence_threshold=100_000,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.fixture(scope="module")
+def nvlink_box():
+    return load_description(NVLINK_BOX)
+
+
+def test_the_floor_on_an_nvlink_box_keeps_collectives_off_the_pcie_link(nvlink_box):
+    counts, setup = qwen3_8b(), zero3_setup()
+    with_nvlink = floor(counts, setup, nvlink_box)
+    assert with_nvlink.ranks[0].terms["pcie_h2d(s)"] == 0.0
+    assert with_nvlink.ranks[0].terms["pcie_d2h(s)"] == 0.0
+    # The floor is below the ledger's lowest step on the same box (a lower bound), and the same box without
+    # NVLink puts the gathers and the reduce-scatter on PCIe 4.0 x16: 2.25 x 2 B x params x 3/4 / 31.5 GB/s.
+    assert with_nvlink.optimizer_step_floor_s < step_time(counts, setup, nvlink_box).low_s
+    pcie_only = nvlink_box.model_copy(update={"nvlink": False})
+    h2d = floor(counts, setup, pcie_only).ranks[0].terms["pcie_h2d(s)"]
+    assert h2d == pytest.approx(3 * counts.total * 2 * 3 / 4 / (1.969e9 * 16))
+    assert h2d == pytest.approx(1.170, abs=0.005)
+
+
+def test_compute_terms_are_flop_by_kind_at_the_achievable_rates(nvlink_box):
+    counts, setup = qwen3_8b(), zero3_setup()
+    terms = {t.name: t for t in step_time(counts, setup, nvlink_box).terms}
+    peak = hardware.peak("NVIDIA A100-SXM4-40GB", "bf16").tflops * 1e12
+    matmul, attention = 2 * counts.total * 512, 4 * 36 * 4096 * 512 * 512  # the forward's third
+    assert terms["forward"].low_s == pytest.approx(
+        matmul / (peak * rates.GPU_MATMUL.high) + attention / (peak * rates.GPU_ATTENTION.high)
+    )
+    assert terms["forward"].high_s == pytest.approx(
+        matmul / (peak * rates.GPU_MATMUL.low) + attention / (peak * rates.GPU_ATTENTION.low)
+    )
+    assert terms["backward"].low_s == pytest.approx(2 * terms["forward"].low_s)
+    assert "recomputation" not in terms
+    checkpointed = step_time(counts, zero3_setup(activation_checkpointing=True), nvlink_box)
+    assert {t.name: t for t in checkpointed.terms}["recomputation"].low_s == pytest.approx(
+        terms["forward"].low_s
+    )
+
+
+def test_collectives_are_the_theory_at_the_described_route(nvlink_box):
+    counts, setup = qwen3_8b(), zero3_setup()
+    terms = {t.name: t for t in step_time(counts, setup, nvlink_box).terms}
+    found = floor(counts, setup, nvlink_box).communication.micro_step.kinds["all_gather"]
+    # Low: the volume at the NVLink figure (the floor's own term); high: at COLLECTIVE_BANDWIDTH.low of it.
+    assert terms["all-gathers per micro-step"].low_s == pytest.approx(found.volume_bytes / 300e9)
+    assert terms["all-gathers per micro-step"].high_s == pytest.approx(
+        found.volume_bytes / (300e9 * rates.COLLECTIVE_BANDWIDTH.low)
+    )
+    assert terms["all-gathers per micro-step"].overlapped
+
+
+def test_offload_copies_and_cpu_adam_by_hand():
+    box = load_description(CLAIM_BOX)
+    counts, setup = oracle_counts(), claim_setup()  # 14e9 parameters, 2 ranks, both offloads, pinned, G = 8
+    moved = host_copy_bytes(counts, setup)
+    partition = counts.partition_numel(2)
+    assert moved["gradients d2h"] == 8 * partition * 4 and moved["gradients h2d"] == 7 * partition * 4
+    assert "updated partition h2d" not in moved  # the 16-bit partitions live on the host
+    terms = {t.name: t for t in step_time(counts, setup, box).terms}
+    link = 1.969e9 * 8  # the RTX 4090's PCIe 4.0 x8, the slower link
+    assert terms["gradients d2h (pinned)"].low_s == pytest.approx(
+        8 * partition * 4 / (link * rates.PCIE_PINNED.high)
+    )
+    adam = terms["CPU Adam update"]
+    assert not adam.overlapped and adam.per == "boundary"
+    # Both ranks' partitions over one host's memory: 30 B per parameter at HOST_MEMORY of 89.6 GB/s.
+    assert adam.high_s == pytest.approx(2 * partition * 30 / (89.6e9 * rates.HOST_MEMORY.low))
+    pageable = step_time(counts, dataclasses.replace(setup, pin_memory=False), box)
+    slower = {t.name: t for t in pageable.terms}["gradients d2h (pageable)"]
+    assert slower.high_s > terms["gradients d2h (pinned)"].high_s
+
+
+def test_the_overlap_rule_follows_deepspeeds_streams(nvlink_box):
+    assert overlap_comm_on(zero3_setup()) and not overlap_comm_on(zero3_setup(stage=2))
+    assert not overlap_comm_on(zero3_setup(overlap_comm_given=False))
+    assert overlaps(zero3_setup(), nvlink_box)
+    assert not overlaps(zero3_setup(prefetch_bucket=0), nvlink_box)
+    assert not overlaps(zero3_setup(device_kind="cpu"), nvlink_box)
+    counts = qwen3_8b()
+    overlapped = step_time(counts, zero3_setup(), nvlink_box)
+    serial = step_time(counts, zero3_setup(overlap_comm_given=False), nvlink_box)
+    # Serial: every term adds, so the interval's ends are the sums of the terms' ends.
+    assert serial.low_s == pytest.approx(sum(t.low_s for t in serial.terms))
+    assert serial.high_s == pytest.approx(sum(t.high_s for t in serial.terms))
+    # Overlapped: shorter than serial, never shorter than the compute or the collectives alone.
+    terms = {t.name: t for t in overlapped.terms}
+    assert overlapped.low_s < serial.low_s
+    assert overlapped.low_s >= terms["forward"].low_s + terms["backward"].low_s
+    gathers = terms["all-gathers per micro-step"].low_s + terms["reduce-scatters per micro-step"].low_s
+    assert overlapped.low_s >= gathers
+
+
+def test_the_deciding_term_is_the_largest_contribution_and_shares_add_up(nvlink_box):
+    counts = qwen3_8b()
+    result = step_time(counts, zero3_setup(), nvlink_box)
+    shares = [t.share for t in result.terms if t.share is not None]
+    assert sum(shares) == pytest.approx(1.0)
+    deciding = max(result.terms, key=lambda t: t.contribution_s or 0)
+    assert result.deciding_term == deciding.name
+    assert result.low_s < result.high_s
+    # On the claimed box with both offloads the PCIe link decides, not the compute.
+    offload = step_time(oracle_counts(), claim_setup(), load_description(CLAIM_BOX))
+    assert {t.name: t.kind for t in offload.terms}[offload.deciding_term] in ("collective", "host_copy")
+    compute = [t for t in offload.terms if t.kind == "compute"]
+    assert all(t.contribution_s == 0 for t in compute)
+
+
+def test_a_missing_figure_is_named_not_assumed(nvlink_box):
+    gpus = [{**g, "name": "Some GPU zerogate.hardware does not list"} for g in nvlink_box.plain()["gpus"]]
+    box = load_description(NVLINK_BOX).model_validate({**nvlink_box.plain(), "gpus": gpus})
+    result = step_time(qwen3_8b(), zero3_setup(), box)
+    assert any(m.startswith("forward:") for m in result.missing)
+    # The NVLink box gives no collective latency: named, the bandwidth part kept.
+    assert any("latency" in m for m in step_time(qwen3_8b(), zero3_setup(), nvlink_box).missing)
+
+
+def test_the_plan_records_the_interval_and_prints_and_renders_where_the_time_goes():
+    box = load_description(CLAIM_BOX)
+    result = plan(claim_counts(), claim_setup(), box)
+    step = result.step_time
+    assert step is not None and step.low_s < step.high_s and step.deciding_term
+    # In plan.json beside the floor, by the contract's aliases.
+    written = Plan.model_validate_json(result.model_dump_json(by_alias=True))
+    assert written.step_time == step
+    assert '"low(s)"' in result.model_dump_json(by_alias=True)
+    text = summary(result)
+    assert "where the time goes" in text and f"decided by {step.deciding_term}" in text
+    page = section("time_goes", result, result)
+    interval = page[page.index("id='time-claimed-interval'") :]
+    assert fmt(step.low_s) in interval and step.deciding_term in interval
+    for term in step.terms:
+        assert term.name in page
+
+
+def test_this_machines_micro_benchmarks_replace_the_peaks_where_they_have_a_figure():
+    box = load_description(CLAIM_BOX)
+    cpu = box.model_validate({**box.plain(), "gpus": [], "nvlink": False, "peer_to_peer": False})
+    counts, setup = tiny_counts(), cpu_setup()
+    measured = rates_from_microbench(bench())
+    result = step_time(counts, setup, cpu, measured)
+    terms = {t.name: t for t in result.terms}
+    attention = 12 * counts.layers * counts.hidden * setup.seq_len * setup.seq_len / 3  # the forward's third
+    fwd, rate = measured.linear_forward_s, measured.forward_flop_per_s
+    g = setup.accumulation
+    assert terms["forward"].low_s == pytest.approx(g * (fwd.low + attention / rate.high))
+    assert terms["forward"].high_s == pytest.approx(g * (fwd.high + attention / rate.low))
+    update = measured.cpu_update_param_per_s
+    partition = counts.partition_numel(2)
+    assert terms["CPU Adam update"].low_s == pytest.approx(partition / update.high)
+    assert terms["CPU Adam update"].high_s == pytest.approx(2 * partition / update.low)
+    assert "measured" in terms["forward"].source and "measured" in terms["CPU Adam update"].source
+    # Synchronised device: everything serial, and the host's operator dispatch named as missing.
+    assert not any(t.overlapped for t in result.terms)
+    assert any(m.startswith("operator dispatch and ZeRO-3 hooks") for m in result.missing)
+
+
+def test_a_step_time_claim_is_judged_against_the_floor_and_the_prediction():
+    box = load_description(CLAIM_BOX)
+    result = plan(claim_counts(), claim_setup(), box)
+    low, high = result.step_time.low_s, result.step_time.high_s
+    assert judge_step_time_predicted(result, low / 2).verdict == DOES_NOT_HOLD
+    assert judge_step_time_predicted(result, 2 * high).verdict == HOLDS
+    inside = judge_step_time_predicted(result, (low + high) / 2)
+    assert inside.verdict == CANNOT_JUDGE and "inside the predicted interval" in inside.why
+    # The floor's verdict names the prediction beside it; plan_claims lists both.
+    assert f"predicted optimizer step {low:.3g} to {high:.3g} s" in judge_step_time(result, 1.82).evidence
+    gate = next(g for g in settings("cpu-tiny").gates if g.name == "optimizer_step_time")
+    names = [c.gate for c in plan_claims(result, (gate,)).claims]
+    assert names == ["run_fits_machine", "optimizer_step_time", "optimizer_step_time (predicted)"]

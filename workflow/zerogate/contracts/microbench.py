@@ -1,0 +1,103 @@
+"""This machine's rates, measured by micro-benchmarks that never build or step the run's model
+(``plan/microbench.json``, rule measure_microbenchmarks; zerogate.predict.microbench): matrix products at
+the shapes of the run's linear layers, memory copies, the optimizer's update over a buffer of one rank's
+partition, and the collectives the probe measured. What a time ledger multiplies its work by.
+
+Every rate is a :class:`Spread` of repeats (median and quartiles, zerogate.robust.quartiles); its unit is
+in the key that holds it (``matmul_rate(flop/s)``, ``copy_rate(bytes/s)``, ``update_rate(param/s)``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from zerogate.contracts.base import Artefact, Record
+from zerogate.contracts.machine import Collectives
+from zerogate.contracts.run import Dtype
+
+# The three products of one linear layer's training step, y = x W^T (x: tokens x in, W: out x in):
+# forward y = x W^T (m = tokens, k = in, n = out); backward_input dx = dy W (m = tokens, k = out, n = in);
+# backward_weight dW = dy^T x (m = out, k = tokens, n = in). torch.nn.functional.linear's autograd
+# formula (torch/csrc/autograd/FunctionsManual.cpp, and tools/autograd/derivatives.yaml: addmm / mm).
+MatmulKind = Literal["forward", "backward_input", "backward_weight"]
+CopyRoute = Literal["host_to_host", "host_to_device", "device_to_host"]
+OptimizerImplementation = Literal["deepspeed_cpu_adam", "torch_adamw", "torch_adamw_fused"]
+
+
+class Spread(Record):
+    """One rate over its repeats: the median and the quartiles of the per-repeat rates
+    (zerogate.robust.quartiles); the unit is the key's that holds it."""
+
+    median: float
+    q1: float  # 25th percentile of the repeats' rates
+    q3: float  # 75th percentile
+    samples: list[float]  # each repeat's rate, in the order measured
+
+
+class MatmulRate(Record):
+    """One matrix product (m x k) @ (k x n) of a linear layer's training step, timed at the run's dtype on
+    the run's device with a rank's threads."""
+
+    kind: MatmulKind
+    m: int
+    n: int
+    k: int
+    # Rows (tokens) the product was timed on: the run's micro-batch x sequence length, fewer where a CPU
+    # product would outlast the budget (zerogate.predict.microbench.timed_rows); its rate then stands for
+    # the run's shape.
+    timed_rows: int
+    # The linear layers this product stands for (module names, layer indices folded into ``*``) and how
+    # many modules of the model have it: each runs once per pass per micro-step.
+    layers: list[str]
+    count: int
+    flop_per_call: float = Field(alias="flop_per_call(flop)")  # 2 m n k
+    rate: Spread = Field(alias="matmul_rate(flop/s)")
+    # flop_per_call / the median rate: the run's shape at the rate measured
+    seconds_per_call: float = Field(alias="seconds_per_call(s)")
+
+
+class CopyRate(Record):
+    """A memory copy of ``size`` bytes: payload bytes per second (each byte read once and written once; the
+    probe's ``memory_bandwidth_gbps`` counts both, so it is twice this figure for the same copy)."""
+
+    route: CopyRoute
+    pinned: bool | None  # the host buffer page-locked (None: host to host)
+    size_bytes: int = Field(alias="size(bytes)")
+    rate: Spread = Field(alias="copy_rate(bytes/s)")
+
+
+class OptimizerRate(Record):
+    """The optimizer's update over a buffer of one rank's partition (capped at ``parameters``), parameters
+    updated per second: DeepSpeed's CPU Adam where its op loads, else torch's AdamW, and which (``why``)."""
+
+    implementation: OptimizerImplementation
+    device: Literal["cpu", "cuda"]
+    why: str  # why this implementation: the op loaded, or the reason it did not
+    parameters: int  # elements of the timed buffer
+    partition_parameters: int  # elements of one rank's ZeRO-3 partition of the run's model
+    threads: int
+    rate: Spread = Field(alias="update_rate(param/s)")
+
+
+class Microbench(Artefact):
+    """This machine's rates for the run's shapes, none of them from the run's model being built or
+    stepped."""
+
+    CONTRACT = "microbench"
+
+    accelerator: Literal["cpu", "cuda"]
+    device: str  # "cpu" or the GPU's name
+    dtype: Dtype  # the products' dtype: the run's
+    threads: int  # torch's intra-op threads while timing: a rank's (the run spec's thread count)
+    micro_batch: int
+    seq_len: int
+    matmuls: list[MatmulRate]
+    copies: list[CopyRate]
+    optimizer: list[OptimizerRate]
+    # The probe's collectives between two ranks, not measured again: ``collectives_source`` names the file.
+    collectives: Collectives | None
+    collectives_source: str
+    how: str
+    seconds_s: float = Field(alias="seconds(s)")  # wall time of the whole measurement

@@ -1,0 +1,210 @@
+"""This machine measured for the run's shapes by micro-benchmarks (rule measure_microbenchmarks,
+``plan/microbench.json`` [Microbench]), none of which builds or steps the run's model, so a time ledger
+built on them predicts the run rather than replaying it.
+
+- Matrix products: the three products of each linear layer's training step (forward, backward_input,
+  backward_weight; zerogate.runtime.microbench.product_call) at the run's micro-batch x sequence length,
+  the layers' widths read from the model's config on the meta device (zerogate.model.linear_shapes), in
+  the run's dtype on the run's device with a rank's threads. On the CPU a product of more than
+  ``CPU_PRODUCT_FLOP_CAP`` is timed on fewer rows (``timed_rows``) and its seconds extrapolated at that
+  rate, so a large model's shapes stay within the budget.
+- Copies: one rank's partition in the run's dtype (capped at ``COPY_BYTES_CAP``), host to host, and on a
+  GPU host to device and back, pinned and pageable.
+- The optimizer's update over a buffer of one rank's partition (zerogate.predict.zero_states.rank_share;
+  capped at ``UPDATE_NUMEL_CAP``): DeepSpeed's CPU Adam where its op is built in this environment
+  (zerogate.runtime.ops), else torch's AdamW, and which; on a GPU also torch's fused AdamW on the device.
+- Collectives: the probe's (probe/hardware.json, zerogate.runtime.collective_timing), carried, not timed
+  again.
+
+Each kind has a share of ``BUDGET_S``; each rate is the spread of 3 to 5 repeats
+(zerogate.runtime.microbench).
+Imports torch: only the rule's script imports it, once the rank's environment (DS_ACCELERATOR, thread
+counts) is set.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zerogate.contracts.machine import Collectives
+from zerogate.contracts.microbench import Microbench
+from zerogate.contracts.run import DsConfig, RunSpec
+from zerogate.model.build import planned_model_config
+from zerogate.model.counts import count_parameters
+from zerogate.model.linear_shapes import LinearShape, linear_shapes
+from zerogate.predict.setup import DTYPE_BYTES, TORCH_DTYPES, setup_from_config
+from zerogate.predict.zero_states import rank_share
+from zerogate.runtime import microbench as bench
+from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE, build_env
+
+# Seconds of timing per kind (the rule's process start, imports and warm-ups come on top): the products
+# share theirs equally, the copies and updates theirs per route and implementation.
+BUDGET_S = {"matmuls": 4.0, "copies": 1.0, "optimizer": 2.0}
+KINDS = ("forward", "backward_input", "backward_weight")
+# Assumed: 4 GFLOP is about 0.1 s on one core of this machine (fp32 matmul ~40 GFLOP/s, the probe's
+# measure_host); a larger product is timed on fewer rows. Not applied on a GPU, where the run's shapes take
+# milliseconds.
+CPU_PRODUCT_FLOP_CAP = 4e9
+COPY_BYTES_CAP = 256 * 1024**2  # assumed: beyond any last-level cache, a few tens of ms per copy
+UPDATE_NUMEL_CAP = 32 * 1024**2  # assumed: 512 MiB of parameter, gradient and two states in fp32
+
+
+def timed_rows(tokens: int, in_features: int, out_features: int, accelerator: str) -> int:
+    """Rows to time a linear layer's products on: the run's ``tokens``, fewer on the CPU where a product
+    would exceed CPU_PRODUCT_FLOP_CAP (never under 1)."""
+    flop = 2.0 * tokens * in_features * out_features
+    if accelerator != "cpu" or flop <= CPU_PRODUCT_FLOP_CAP:
+        return tokens
+    return max(1, math.floor(tokens * CPU_PRODUCT_FLOP_CAP / flop))
+
+
+def matmul_rows(
+    shapes: list[LinearShape], tokens: int, dtype: torch.dtype, device: str, accelerator: str
+) -> list[dict[str, Any]]:
+    """Each shape's three products timed: the contract's ``matmuls`` rows."""
+    budget = BUDGET_S["matmuls"] / max(1, len(shapes) * len(KINDS))
+    rows = []
+    for shape in shapes:
+        rows_timed = timed_rows(tokens, shape.in_features, shape.out_features, accelerator)
+        for kind in KINDS:
+            m, n, k = bench.product_dims(kind, tokens, shape.in_features, shape.out_features)
+            call = bench.product_call(kind, rows_timed, shape.in_features, shape.out_features, dtype, device)
+            timed_flop = 2.0 * rows_timed * shape.in_features * shape.out_features
+            spread = bench.spread_of(bench.rate_samples(call, timed_flop, budget, device))
+            flop = 2.0 * m * n * k
+            rows.append(
+                {
+                    "kind": kind,
+                    "m": m,
+                    "n": n,
+                    "k": k,
+                    "timed_rows": rows_timed,
+                    "layers": list(shape.layers),
+                    "count": shape.count,
+                    "flop_per_call(flop)": flop,
+                    "matmul_rate(flop/s)": spread,
+                    "seconds_per_call(s)": flop / spread.median,
+                }
+            )
+    return rows
+
+
+def copy_rows(size_bytes: int, device: str) -> list[dict[str, Any]]:
+    """Host to host, and with a GPU each direction pinned and pageable: the contract's ``copies`` rows."""
+    routes: list[tuple[str, bool | None]] = [("host_to_host", None)]
+    if device.startswith("cuda"):
+        routes += [(r, p) for r in ("host_to_device", "device_to_host") for p in (True, False)]
+    budget = BUDGET_S["copies"] / len(routes)
+    return [
+        {
+            "route": route,
+            "pinned": pinned,
+            "size(bytes)": size_bytes,
+            "copy_rate(bytes/s)": bench.spread_of(
+                bench.rate_samples(
+                    bench.copy_call(route, size_bytes, pinned, device), size_bytes, budget, device
+                )
+            ),
+        }
+        for route, pinned in routes
+    ]
+
+
+def cpu_adam_built() -> tuple[bool, str]:
+    """Whether DeepSpeed's CPU Adam loads here without a build (installed with DeepSpeed, or built in this
+    environment's directory by zerogate.runtime.ops), and why; loading an unbuilt op would compile it for
+    minutes."""
+    directory = Path(build_env().get(EXTENSIONS_DIR_VARIABLE) or os.environ[EXTENSIONS_DIR_VARIABLE])
+    # Here, not at the top: DeepSpeed reads DS_ACCELERATOR (the run's, set by the rule) when imported.
+    from deepspeed.git_version_info import installed_ops
+
+    if installed_ops.get("cpu_adam"):
+        return True, "DeepSpeed's CPU Adam op, installed with DeepSpeed"
+    if (directory / "cpu_adam" / "cpu_adam.so").is_file():
+        return True, f"DeepSpeed's CPU Adam op, built in {directory / 'cpu_adam'}"
+    return False, (
+        f"DeepSpeed's CPU Adam op is not built in {directory} (python -m zerogate.runtime.ops builds it, "
+        "minutes): torch's AdamW timed instead"
+    )
+
+
+def optimizer_rows(partition: int, threads: int, device: str) -> list[dict[str, Any]]:
+    """The host's update (DeepSpeed's CPU Adam, else torch's AdamW) and, with a GPU, torch's fused AdamW on
+    it, over ``partition`` parameters (capped): the contract's ``optimizer`` rows."""
+    numel = min(partition, UPDATE_NUMEL_CAP)
+    built, why = cpu_adam_built()
+    chosen = [("deepspeed_cpu_adam" if built else "torch_adamw", "cpu", why)]
+    if device.startswith("cuda"):
+        chosen.append(("torch_adamw_fused", "cuda", "torch.optim.AdamW(fused=True) on the device"))
+    budget = BUDGET_S["optimizer"] / len(chosen)
+    rows = []
+    for implementation, where, reason in chosen:
+        try:
+            call = bench.update_call(implementation, numel, device)
+        except Exception as error:  # the op failed to load: torch's AdamW, and why
+            reason = f"DeepSpeed's CPU Adam failed to load ({type(error).__name__}: {error}): torch's AdamW"
+            implementation, call = "torch_adamw", bench.update_call("torch_adamw", numel, device)
+        rows.append(
+            {
+                "implementation": implementation,
+                "device": where,
+                "why": reason,
+                "parameters": numel,
+                "partition_parameters": partition,
+                "threads": threads,
+                "update_rate(param/s)": bench.spread_of(
+                    bench.rate_samples(call, numel, budget, "cpu" if where == "cpu" else device)
+                ),
+            }
+        )
+    return rows
+
+
+def measure(
+    run_spec: RunSpec, ds_config: DsConfig, collectives: Collectives | None, collectives_source: str
+) -> Microbench:
+    """Every micro-benchmark for the run's shapes, with a rank's threads, alone on the host."""
+    started = time.perf_counter()
+    threads = run_spec.threads_per_rank
+    torch.set_num_threads(threads)
+    device = "cuda:0" if run_spec.accelerator == "cuda" else "cpu"
+    dtype = getattr(torch, TORCH_DTYPES[run_spec.dtype])
+    config = planned_model_config(run_spec.model, run_spec.vocab_size, run_spec.seq_len)
+    micro_batch = ds_config.train_micro_batch_size_per_gpu
+    tokens = micro_batch * run_spec.seq_len
+    partition = rank_share(count_parameters(config), setup_from_config(ds_config, run_spec))
+    copy_bytes = min(partition * DTYPE_BYTES[run_spec.dtype], COPY_BYTES_CAP)
+    matmuls = matmul_rows(linear_shapes(config), tokens, dtype, device, run_spec.accelerator)
+    copies = copy_rows(copy_bytes, device)
+    optimizer = optimizer_rows(partition, threads, device)
+    how = (
+        f"plain tensors, no model built: each linear layer's three products on {micro_batch} x "
+        f"{run_spec.seq_len} tokens in {run_spec.dtype} on {device}; copies of {copy_bytes} B; the "
+        f"optimizer over {min(partition, UPDATE_NUMEL_CAP)} of a rank's {partition} parameters; "
+        f"{threads} thread(s); per rate {bench.MIN_REPEATS}-{bench.REPEATS} repeats of about "
+        f"{bench.REPEAT_S} s of back-to-back calls after a warm-up, median and quartiles"
+    )
+    return Microbench.of(
+        {
+            "accelerator": run_spec.accelerator,
+            "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
+            "dtype": run_spec.dtype,
+            "threads": threads,
+            "micro_batch": micro_batch,
+            "seq_len": run_spec.seq_len,
+            "matmuls": matmuls,
+            "copies": copies,
+            "optimizer": optimizer,
+            "collectives": collectives,
+            "collectives_source": collectives_source,
+            "how": how,
+            "seconds(s)": round(time.perf_counter() - started, 3),
+        },
+        "the micro-benchmarks",
+    )

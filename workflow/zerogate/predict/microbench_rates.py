@@ -1,0 +1,124 @@
+"""The micro-benchmarks' contract (zerogate.contracts.microbench.Microbench) as the rates a time ledger
+multiplies its work by: :func:`rates_from_microbench`.
+
+Each rate is a :class:`Rate`, the median with a low and a high end taken from the repeats' quartiles, so a
+ledger built on them carries the measurement's spread. Aggregates over several matrix products weigh each
+product by the time it takes, not by its rate: the linear layers' forward rate is their forward FLOP divided
+by the sum of each product's seconds (``count`` x ``seconds_per_call``), which is the rate at which the
+model's linear layers really run. No torch: the planner imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerogate.contracts.machine import Collectives
+from zerogate.contracts.microbench import CopyRate, MatmulRate, Microbench, OptimizerRate, Spread
+
+FORWARD = ("forward",)
+BACKWARD = ("backward_input", "backward_weight")
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A measured rate or time: the median, and the ends its repeats' quartiles give (``low`` <= ``median``
+    <= ``high``, in ``unit``), with what it was measured on (``source``)."""
+
+    median: float
+    low: float
+    high: float
+    unit: str
+    source: str
+
+
+@dataclass(frozen=True)
+class MeasuredRates:
+    """What the time ledger needs of this machine, from the micro-benchmarks alone.
+
+    - ``forward_flop_per_s``, ``backward_flop_per_s``: the linear layers' products of one micro-step, FLOP
+      over time (flop/s); ``linear_forward_s``, ``linear_backward_s``: those products' seconds per
+      micro-step and rank (s), the backward's two products per layer together.
+    - ``copies``: payload bytes per second (bytes/s) by :func:`copy_key` (``host_to_host``,
+      ``host_to_device_pinned``, ``host_to_device_pageable``, ``device_to_host_pinned``, ...), only the
+      routes measured (no device: host to host only).
+    - ``cpu_update_param_per_s``: the optimizer update on the host (param/s: DeepSpeed's CPU Adam, or
+      torch's AdamW where its op does not load; ``source`` says which), over one rank's partition;
+      ``device_update_param_per_s``: torch's fused AdamW on the device (None without one).
+    - ``collectives``: the probe's figures between two ranks (latency and bandwidth per kind), as measured.
+    """
+
+    forward_flop_per_s: Rate
+    backward_flop_per_s: Rate
+    linear_forward_s: Rate
+    linear_backward_s: Rate
+    copies: dict[str, Rate]
+    cpu_update_param_per_s: Rate | None
+    device_update_param_per_s: Rate | None
+    collectives: Collectives | None
+    threads: int
+    dtype: str
+
+
+def copy_key(route: str, pinned: bool | None) -> str:
+    """The key of a copy's rate in ``MeasuredRates.copies``: the route, then ``_pinned`` or ``_pageable``
+    for a copy to or from a device."""
+    return route if pinned is None else f"{route}_{'pinned' if pinned else 'pageable'}"
+
+
+def _rate(spread: Spread, unit: str, source: str) -> Rate:
+    return Rate(median=spread.median, low=spread.q1, high=spread.q3, unit=unit, source=source)
+
+
+def _products(matmuls: list[MatmulRate], kinds: tuple[str, ...], where: str) -> tuple[Rate, Rate]:
+    """(flop/s, seconds per micro-step) of the products of ``kinds``: total FLOP over total time, each
+    end of the interval from the products' quartile rates."""
+    chosen = [m for m in matmuls if m.kind in kinds]
+    if not chosen:
+        raise ValueError(f"the micro-benchmarks hold no {'/'.join(kinds)} matrix product")
+    flop = sum(m.count * m.flop_per_call for m in chosen)
+
+    def seconds(pick: str) -> float:
+        return sum(m.count * m.flop_per_call / getattr(m.rate, pick) for m in chosen)
+
+    fast, median, slow = seconds("q3"), seconds("median"), seconds("q1")
+    source = f"{where}: {len(chosen)} {'/'.join(kinds)} products at the run's linear layers' shapes"
+    return (
+        Rate(median=flop / median, low=flop / slow, high=flop / fast, unit="flop/s", source=source),
+        Rate(median=median, low=fast, high=slow, unit="s", source=source),
+    )
+
+
+def _update(rows: list[OptimizerRate], device: str, where: str) -> Rate | None:
+    row = next((r for r in rows if r.device == device), None)
+    if row is None:
+        return None
+    source = (
+        f"{where}: {row.implementation} over {row.parameters} parameters, {row.threads} thread(s) ({row.why})"
+    )
+    return _rate(row.rate, "param/s", source)
+
+
+def _copies(rows: list[CopyRate], where: str) -> dict[str, Rate]:
+    return {
+        copy_key(r.route, r.pinned): _rate(r.rate, "bytes/s", f"{where}: {r.size_bytes} B copies")
+        for r in rows
+    }
+
+
+def rates_from_microbench(bench: Microbench, where: str = "plan/microbench.json") -> MeasuredRates:
+    """The rates a time ledger needs, from the micro-benchmarks' file (``where`` names it in each rate's
+    source). ValueError when the file holds no forward or no backward product."""
+    forward, forward_s = _products(bench.matmuls, FORWARD, where)
+    backward, backward_s = _products(bench.matmuls, BACKWARD, where)
+    return MeasuredRates(
+        forward_flop_per_s=forward,
+        backward_flop_per_s=backward,
+        linear_forward_s=forward_s,
+        linear_backward_s=backward_s,
+        copies=_copies(bench.copies, where),
+        cpu_update_param_per_s=_update(bench.optimizer, "cpu", where),
+        device_update_param_per_s=_update(bench.optimizer, "cuda", where),
+        collectives=bench.collectives,
+        threads=bench.threads,
+        dtype=bench.dtype,
+    )

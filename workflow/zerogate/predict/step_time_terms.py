@@ -1,0 +1,394 @@
+"""The terms of the step-time ledger (zerogate.predict.step_time, whose docstring says what each is and
+where it comes from): each a (low, high) seconds per optimizer step from its work and its rate, with the
+rate's source; on this machine the micro-benchmarks' measured rates where they have one
+(zerogate.predict.microbench_rates.MeasuredRates), else the peaks x the achievable fractions of
+zerogate.predict.rates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerogate import hardware
+from zerogate.config.machines import MachineDescription
+from zerogate.contracts.model import ModelCounts
+from zerogate.predict import rates
+from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
+from zerogate.predict.fetch_trace import zero3_gathers
+from zerogate.predict.floor import adam_bytes_per_param, collective_time, pcie_gbps, theory_terms
+from zerogate.predict.microbench_rates import MeasuredRates, Rate, copy_key
+from zerogate.predict.setup import Setup
+
+COMPUTE, COLLECTIVE, HOST_COPY, OPTIMIZER, SERIAL = (
+    "compute",
+    "collective",
+    "host_copy",
+    "optimizer",
+    "serial",
+)
+# Bytes of one gradient element where DeepSpeed accumulates and offloads it (gradient_accumulation_dtype:
+# fp32 for 16-bit training, stage3.py ``grad_partitions_flat_buffer``).
+GRAD_ACCUMULATION_BYTES = 4
+# The gradient norm and unscale per gradient element: read for the norm, read and written to unscale.
+NORM_BYTES_PER_ELEMENT = 3 * GRAD_ACCUMULATION_BYTES
+
+Seconds = tuple[float, float] | None
+
+
+@dataclass(frozen=True)
+class Term:
+    """One ledger term before the overlap rule: (low, high) seconds per optimizer step, or None."""
+
+    name: str
+    kind: str
+    per: str
+    seconds: Seconds
+    overlapped: bool
+    source: str
+    exposed: Seconds = None  # the part the overlap leaves on the critical path (per optimizer step)
+    left_out: str = ""  # a part without a figure, left out of ``seconds``
+
+
+def flop_by_kind(counts: ModelCounts, setup: Setup) -> dict[str, float]:
+    """One rank's FLOP per micro-step by kind (``matmul``: the parameters' products, ``attention``: scores and
+    values), forward and backward, from the one definition (zerogate.hardware.training_flops_per_token)."""
+    tokens = setup.micro_batch * setup.seq_len
+    return {
+        "matmul": hardware.training_flops_per_token(counts.total, 0, 0, setup.seq_len) * tokens,
+        "attention": hardware.training_flops_per_token(0, counts.layers, counts.hidden, setup.seq_len)
+        * tokens,
+    }
+
+
+def _scaled(seconds: Seconds, factor: float) -> Seconds:
+    return None if seconds is None else (seconds[0] * factor, seconds[1] * factor)
+
+
+def _added(*parts: Seconds) -> Seconds:
+    if any(p is None for p in parts):
+        return None
+    return sum(p[0] for p in parts), sum(p[1] for p in parts)  # type: ignore[index]
+
+
+def _pass_seconds(counts: ModelCounts, setup: Setup, machine: MachineDescription) -> tuple[Seconds, str]:
+    """(low, high) seconds of one micro-step's forward pass on the slowest rank, and the rate's source."""
+    flop = flop_by_kind(counts, setup)
+    forward = {kind: value / 3 for kind, value in flop.items()}  # 2 of 6 per parameter, 4 of 12 attention
+    if not machine.gpus:
+        peak = machine.host.cpu_peak_tflops_fp32
+        if not peak:
+            return None, "no CPU peak (host.cpu_peak_tflops_fp32)"
+        share = peak * hardware.TFLOPS / setup.ranks  # the ranks share the host's cores
+        seconds = rates.CPU_ARITHMETIC.seconds(sum(forward.values()), share)
+        return (
+            seconds,
+            f"a rank's share of the probe's fp32 peak {peak:.4g} TFLOP/s x ({rates.CPU_ARITHMETIC.source})",
+        )
+    slowest: Seconds = (0.0, 0.0)
+    sources = []
+    for gpu in machine.gpus:
+        found = hardware.peak(gpu.name, setup.dtype)
+        if found is None:
+            return None, f"no {setup.dtype} peak for {gpu.name} in zerogate.hardware"
+        peak = found.tflops * hardware.TFLOPS
+        seconds = _added(
+            rates.GPU_MATMUL.seconds(forward["matmul"], peak),
+            rates.GPU_ATTENTION.seconds(forward["attention"], peak),
+        )
+        assert seconds is not None and slowest is not None
+        slowest = (max(slowest[0], seconds[0]), max(slowest[1], seconds[1]))
+        sources.append(f"{gpu.name} {found.tflops:g} TFLOP/s ({found.source})")
+    rate = (
+        f"peak {'; '.join(dict.fromkeys(sources))}; matmul x ({rates.GPU_MATMUL.source}); attention x "
+        f"({rates.GPU_ATTENTION.source})"
+    )
+    return slowest, rate
+
+
+def _measured_passes(
+    counts: ModelCounts, setup: Setup, measured: MeasuredRates
+) -> tuple[Seconds, Seconds, str]:
+    """(forward, backward) seconds of one micro-step from the micro-benchmarks: the run's linear layers'
+    products as timed, the attention's FLOP at the same products' measured rate."""
+    attention = flop_by_kind(counts, setup)["attention"]
+
+    def at(flop: float, rate: Rate) -> tuple[float, float]:
+        return flop / rate.high, flop / rate.low
+
+    fwd, bwd = measured.linear_forward_s, measured.backward_flop_per_s
+    forward = _added((fwd.low, fwd.high), at(attention / 3, measured.forward_flop_per_s))
+    back = measured.linear_backward_s
+    backward = _added((back.low, back.high), at(2 * attention / 3, bwd))
+    source = (
+        f"measured: {fwd.source} (quartiles), with {measured.threads} thread(s); the attention's FLOP "
+        "(zerogate.hardware.training_flops_per_token by kind) at those products' measured rate"
+    )
+    return forward, backward, source
+
+
+def compute_terms(
+    counts: ModelCounts, setup: Setup, machine: MachineDescription, measured: MeasuredRates | None = None
+) -> list[Term]:
+    """Forward, backward (twice the forward's FLOP) and recomputation (the forward again, with activation
+    checkpointing) per optimizer step; with ``measured``, the micro-benchmarks' products instead of a peak.
+    On a synchronised device (the CPU accelerator) the host also runs every operator's dispatch and ZeRO-3's
+    module hooks between the products (zerogate.predict.compute's docstring: most of a small model's
+    micro-step there), which no micro-benchmark measures: named as missing."""
+    g = setup.accumulation
+    if measured is not None:
+        forward, backward, rate = _measured_passes(counts, setup, measured)
+        flop = "the forward's products"
+    else:
+        forward, rate = _pass_seconds(counts, setup, machine)
+        backward = _scaled(forward, 2)
+        flop = (
+            "FLOP: zerogate.hardware.training_flops_per_token by kind, the forward a third, the backward two"
+        )
+    terms = [
+        Term("forward", COMPUTE, MICRO_STEP, _scaled(forward, g), False, f"{flop}; {rate}"),
+        Term("backward", COMPUTE, MICRO_STEP, _scaled(backward, g), False, f"{flop}; {rate}"),
+    ]
+    if setup.activation_checkpointing:
+        terms.append(
+            Term(
+                "recomputation",
+                COMPUTE,
+                MICRO_STEP,
+                _scaled(forward, g),
+                False,
+                f"full activation checkpointing runs the forward again; {rate}",
+            )
+        )
+    if not machine.gpus or setup.device_kind == "cpu":
+        terms.append(
+            Term(
+                "operator dispatch and ZeRO-3 hooks",
+                SERIAL,
+                MICRO_STEP,
+                None,
+                False,
+                "eager dispatch per operator and ZeRO-3's fetch / release / gradient hooks per module, run "
+                "by the host between the products: no micro-benchmark figure",
+            )
+        )
+    return terms
+
+
+def overlap_comm_on(setup: Setup) -> bool:
+    """DeepSpeed's overlap_comm for the run: the config's, else its stage's default (zero/config.py
+    ``overlap_comm_valid``: on at stage 3 only)."""
+    return setup.overlap_comm_given if setup.overlap_comm_given is not None else setup.stage == 3
+
+
+def overlaps(setup: Setup, machine: MachineDescription) -> bool:
+    """Whether DeepSpeed runs ZeRO-3's gathers and reductions beside the compute on this run (module doc)."""
+    asynchronous = bool(machine.gpus) and setup.device_kind != "cpu"
+    return asynchronous and setup.stage == 3 and overlap_comm_on(setup) and setup.prefetch_bucket > 0
+
+
+def _pcie(machine: MachineDescription) -> tuple[float | None, str]:
+    """The slowest rank's PCIe rate (GB/s per direction) and its name, None where a link is unknown."""
+    links = [(pcie_gbps(g.pcie), g.name) for g in machine.gpus]
+    if not links or any(rate is None for rate, _ in links):
+        return None, "no PCIe generation and width for every device"
+    rate, name = min(links, key=lambda item: item[0] or 0.0)
+    return rate, f"{name} PCIe {rate:.4g} GB/s per direction (zerogate.predict.floor.pcie_gbps)"
+
+
+def collective_terms(
+    counts: ModelCounts, setup: Setup, machine: MachineDescription, overlap: bool
+) -> list[Term]:
+    """Each collective kind per micro-step (x G) and per boundary: the floor's time at the machine's figures
+    (low) and at COLLECTIVE_BANDWIDTH.low of the bandwidth (high). With the overlap rule, a micro-step's
+    gathers leave their first prefetch bucket exposed and its reductions their last reduce bucket."""
+    found = theory_terms(counts, setup)
+    terms = []
+    for per, times in ((MICRO_STEP, setup.accumulation), (BOUNDARY, 1)):
+        timed = collective_time(found, per, setup.ranks, machine)
+        for kind, part in timed.kinds.items():
+            seconds: Seconds = None
+            if part.transfer_time_s is not None:
+                # A latency nobody gives is left out (named in the source): the term is then too low.
+                latency, transfer = part.latency_time_s or 0.0, part.transfer_time_s
+                seconds = (latency + transfer, latency + transfer / rates.COLLECTIVE_BANDWIDTH.low)
+            figures = ", ".join(
+                f"{name} {fig.value:.4g} ({fig.basis}: {fig.source})"
+                for name, fig in (("latency s", part.latency), ("bandwidth GB/s", part.bandwidth))
+                if fig is not None
+            ) + ("" if part.latency is not None else "; no latency figure: left out")
+            source = (
+                f"zerogate.predict.comms theory: {part.calls:g} calls, {part.volume_bytes:.4g} B per {per} "
+                f"(zerogate.predict.volume); {figures or 'no figure'}; high at "
+                f"{rates.COLLECTIVE_BANDWIDTH.low:g} of the bandwidth ({rates.COLLECTIVE_BANDWIDTH.source})"
+            )
+            in_step = per == MICRO_STEP and overlap and kind != "all_reduce"
+            exposed = None
+            if in_step and seconds is not None and part.volume_bytes:
+                bucket = setup.prefetch_bucket if kind == "all_gather" else setup.reduce_bucket
+                elements = part.volume_bytes / setup.dtype_bytes
+                exposed = _scaled(seconds, times * min(1.0, bucket / elements) / max(part.calls, 1.0))
+            terms.append(
+                Term(
+                    f"{kind.replace('_', '-')}s per {'micro-step' if per == MICRO_STEP else 'boundary'}",
+                    COLLECTIVE,
+                    per,
+                    _scaled(seconds, times),
+                    in_step,
+                    source,
+                    exposed,
+                    "" if part.latency is not None or not part.calls else "latency (no figure)",
+                )
+            )
+    return terms
+
+
+def _copy_rate(setup: Setup) -> rates.Achievable:
+    return rates.PCIE_PINNED if setup.pin_memory else rates.PCIE_PAGEABLE
+
+
+def host_copy_bytes(counts: ModelCounts, setup: Setup) -> dict[str, float]:
+    """Bytes one rank copies between host and device per optimizer step for its offloads (module doc):
+    ``parameters h2d`` (parameter offload: its partition of every gathered parameter, every micro-step),
+    ``gradients d2h`` and ``gradients h2d`` (optimizer offload: the reduced partition out every micro-step,
+    back in every micro-step after the first), ``updated partition h2d`` (optimizer offload without
+    parameter offload: the updated 16-bit partition after the update, at the boundary)."""
+    g, n, b = setup.accumulation, setup.ranks, setup.dtype_bytes
+    partition = counts.partition_numel(n) if setup.stage == 3 else counts.total / n
+    moved: dict[str, float] = {}
+    if setup.stage == 3 and setup.offload_param:
+        gathers = zero3_gathers(
+            counts, n, setup.persistence_threshold, setup.max_reuse_distance, setup.leaf_blocks
+        )
+        moved["parameters h2d"] = g * sum(gathers.values()) / n * b
+    if setup.offload_optimizer:
+        moved["gradients d2h"] = g * partition * GRAD_ACCUMULATION_BYTES
+        moved["gradients h2d"] = (g - 1) * partition * GRAD_ACCUMULATION_BYTES
+        if not setup.offload_param:
+            moved["updated partition h2d"] = partition * b
+    return moved
+
+
+def _copy_seconds(
+    moved: float, name: str, setup: Setup, machine: MachineDescription, measured: MeasuredRates | None
+) -> tuple[Seconds, str]:
+    """(low, high) seconds of ``moved`` bytes in the copy's direction: the micro-benchmarks' copy where they
+    timed that route, else the slowest rank's PCIe rate x the pinned or pageable fraction."""
+    route = "host_to_device" if "h2d" in name else "device_to_host"
+    rate = None if measured is None else measured.copies.get(copy_key(route, setup.pin_memory))
+    if rate is not None:
+        return (moved / rate.high, moved / rate.low), f"measured: {rate.source} (quartiles)"
+    link, link_source = _pcie(machine)
+    fraction = _copy_rate(setup)
+    seconds = None if link is None else fraction.seconds(moved, link * 1e9)
+    return seconds, f"{link_source} x ({fraction.source})"
+
+
+def host_copy_terms(
+    counts: ModelCounts,
+    setup: Setup,
+    machine: MachineDescription,
+    overlap: bool,
+    measured: MeasuredRates | None = None,
+) -> list[Term]:
+    """The offloads' host <-> device copies (_copy_seconds); the micro-step's copies run on the gather /
+    reduce streams (overlapped under the rule), the updated partition's after the update (serial)."""
+    if not machine.gpus:
+        return []  # the CPU accelerator's "device" is host memory: no copies
+    kind = "pinned" if setup.pin_memory else "pageable"
+    terms = []
+    for name, moved in host_copy_bytes(counts, setup).items():
+        per = BOUNDARY if name.startswith("updated") else MICRO_STEP
+        seconds, rate = _copy_seconds(moved, name, setup, machine, measured)
+        terms.append(
+            Term(
+                f"{name} ({kind})",
+                HOST_COPY,
+                per,
+                seconds,
+                overlap and per == MICRO_STEP,
+                f"{moved:.4g} B per optimizer step (stage3.py partition_grads, partitioned_param_coordinator "
+                f"fetches, _reassign_or_swap_out_partitioned_parameters); {rate}",
+            )
+        )
+    return terms
+
+
+def _partition(counts: ModelCounts, setup: Setup) -> float:
+    """Elements of one rank's optimizer partition (every parameter without ZeRO)."""
+    if setup.stage == 0:
+        return counts.total
+    return counts.partition_numel(setup.ranks) if setup.stage == 3 else counts.total / setup.ranks
+
+
+def _memory_bound(
+    moved_per_rank: float, setup: Setup, machine: MachineDescription, on_host: bool
+) -> tuple[Seconds, str]:
+    """(low, high) seconds to stream ``moved_per_rank`` bytes on every rank: over the host's memory (all
+    ranks' traffic on one host's bandwidth) or each device's (the slowest device deciding)."""
+    if on_host:
+        bandwidth = machine.host.memory_bandwidth_gbps
+        if not bandwidth:
+            return None, "no host memory bandwidth (host.memory_bandwidth_gbps)"
+        moved = moved_per_rank * setup.ranks_per_node
+        return rates.HOST_MEMORY.seconds(moved, bandwidth * 1e9), (
+            f"{setup.ranks_per_node} rank(s) x {moved_per_rank:.4g} B over the host's {bandwidth:g} GB/s x "
+            f"({rates.HOST_MEMORY.source})"
+        )
+    bandwidths = [g.memory_bandwidth_gbps for g in machine.gpus]
+    if not all(bandwidths):
+        return None, "no memory bandwidth for every device (gpus[].memory_bandwidth_gbps)"
+    slowest = min(b for b in bandwidths if b)
+    return rates.DEVICE_MEMORY.seconds(moved_per_rank, slowest * 1e9), (
+        f"{moved_per_rank:.4g} B per rank over the slowest device's {slowest:g} GB/s x "
+        f"({rates.DEVICE_MEMORY.source})"
+    )
+
+
+def _measured_update(partition: float, setup: Setup, rate: Rate) -> tuple[Seconds, str]:
+    """(low, high) seconds of the update from the micro-benchmark over one rank's partition, timed alone with
+    a rank's threads: low, every rank updates at that rate at once; high, the host's ranks share what one
+    rank reached (memory-bound ranks on one host's memory), at the rate's low quartile."""
+    low, high = partition / rate.high, setup.ranks_per_node * partition / rate.low
+    return (low, high), (
+        f"measured: {rate.source} (quartiles); {setup.ranks_per_node} rank(s) on the host at once: between "
+        "each at the measured rate and one after another"
+    )
+
+
+def boundary_terms(
+    counts: ModelCounts, setup: Setup, machine: MachineDescription, measured: MeasuredRates | None = None
+) -> list[Term]:
+    """The optimizer update and the gradient norm and unscale, serial at the boundary (stage3.py ``step``);
+    the update at the micro-benchmarks' measured rate where ``measured`` has one for its device."""
+    on_host = setup.offload_optimizer or not machine.gpus
+    partition = _partition(counts, setup)
+    rate = None
+    if measured is not None:
+        rate = measured.cpu_update_param_per_s if on_host else measured.device_update_param_per_s
+    adam, adam_rate = (
+        _measured_update(partition, setup, rate)
+        if rate is not None
+        else _memory_bound(partition * adam_bytes_per_param(setup.dtype_bytes), setup, machine, on_host)
+    )
+    norm, norm_rate = _memory_bound(partition * NORM_BYTES_PER_ELEMENT, setup, machine, on_host)
+    adam_name = "CPU Adam update" if on_host else "fused Adam update on the device"
+    return [
+        Term(
+            adam_name,
+            OPTIMIZER,
+            BOUNDARY,
+            adam,
+            False,
+            f"{adam_bytes_per_param(setup.dtype_bytes)} B per parameter of the partition "
+            f"(zerogate.predict.floor.adam_bytes_per_param: ops/adam/cpu_adam.py -> csrc/adam Step_AVX, or "
+            f"the fused multi-tensor Adam); {adam_rate}",
+        ),
+        Term(
+            "gradient norm and unscale",
+            SERIAL,
+            BOUNDARY,
+            norm,
+            False,
+            f"{NORM_BYTES_PER_ELEMENT} B per gradient element (stage3.py _get_norm_groups reads the fp32 "
+            f"partition, unscale_and_clip_grads reads and writes it); {norm_rate}",
+        ),
+    ]

@@ -1,0 +1,152 @@
+"""Micro-benchmarks of this machine: matrix products, memory copies and the optimizer's update, each timed
+on plain tensors (no model is built), each rate with its spread over repeats.
+
+One timing loop (:func:`rate_samples`): a warm-up call, one call timed to size a batch, then a few repeats,
+each a batch of back-to-back calls of about ``REPEAT_S`` (sub-millisecond calls are averaged over the
+batch, so the clock's resolution and the loop's own cost do not count), the device synchronised after
+each batch. Each repeat gives one rate; :func:`spread_of` turns them into the contract's median and
+quartiles (zerogate.robust.quartiles). What shapes and sizes to time is the caller's
+(zerogate.predict.microbench); this module knows nothing of the run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from zerogate.contracts.microbench import Spread
+from zerogate.robust import quartiles
+from zerogate.runtime.ops import build_env, keep_cpu_info
+
+REPEATS = 5  # at most; fewer when the budget is short, never under MIN_REPEATS
+MIN_REPEATS = 3  # the quartiles of fewer say nothing
+REPEAT_S = 0.02  # each repeat's batch of calls lasts about this long
+
+
+def synchronizer(device: str) -> Callable[[], None]:
+    if device.startswith("cuda"):
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def rate_samples(
+    operation: Callable[[], Any], work: float, budget_s: float, device: str = "cpu", repeats: int = REPEATS
+) -> list[float]:
+    """``work`` per second of ``operation``, one rate per repeat: between MIN_REPEATS and ``repeats``
+    repeats, as many as ``budget_s`` allows, each a batch of calls of about REPEAT_S."""
+    synchronize = synchronizer(device)
+    operation()  # warm-up: thread pool, kernels, first-touch pages, optimizer state
+    synchronize()
+    started = time.perf_counter()
+    operation()
+    synchronize()
+    one = max(time.perf_counter() - started, 1e-7)
+    calls = max(1, math.floor(REPEAT_S / one))
+    count = min(repeats, max(MIN_REPEATS, math.floor(budget_s / (calls * one))))
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter()
+        for _ in range(calls):
+            operation()
+        synchronize()
+        samples.append(work * calls / (time.perf_counter() - started))
+    return samples
+
+
+def spread_of(samples: list[float]) -> Spread:
+    q1, median, q3 = quartiles(samples)
+    return Spread(median=median, q1=q1, q3=q3, samples=samples)
+
+
+# --- matrix products ----------------------------------------------------------------------------------
+
+
+def product_call(
+    kind: str, tokens: int, in_features: int, out_features: int, dtype: torch.dtype, device: str
+) -> Callable[[], Any]:
+    """One of a linear layer's three products as autograd runs them (W: out x in, contiguous):
+    forward ``linear(x, W)`` (x: tokens x in), backward_input ``dy @ W``, backward_weight ``dy^T @ x``
+    (dy: tokens x out). torch's profiler shows these aten::mm shapes for F.linear's forward and
+    backward (torch/csrc/autograd/FunctionsManual.cpp, mm_mat1_backward and mm_mat2_backward)."""
+    generator = torch.Generator(device=device).manual_seed(0)
+
+    def random(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, device=device).to(dtype)
+
+    weight = random(out_features, in_features)
+    if kind == "forward":
+        x = random(tokens, in_features)
+        return lambda: torch.nn.functional.linear(x, weight)
+    dy = random(tokens, out_features)
+    if kind == "backward_input":
+        return lambda: dy.mm(weight)
+    if kind == "backward_weight":
+        x = random(tokens, in_features)
+        return lambda: dy.t().mm(x)
+    raise KeyError(f"no product {kind!r}: forward, backward_input or backward_weight")
+
+
+# (m, n, k) of each product of a linear layer with these widths on ``tokens`` rows: (m x k) @ (k x n).
+def product_dims(kind: str, tokens: int, in_features: int, out_features: int) -> tuple[int, int, int]:
+    return {
+        "forward": (tokens, out_features, in_features),
+        "backward_input": (tokens, in_features, out_features),
+        "backward_weight": (out_features, in_features, tokens),
+    }[kind]
+
+
+# --- memory copies ------------------------------------------------------------------------------------
+
+
+def copy_call(route: str, size_bytes: int, pinned: bool | None, device: str = "cpu") -> Callable[[], Any]:
+    """A copy of ``size_bytes`` (uint8 buffers, both touched first): host to host, or between a host buffer
+    (page-locked when ``pinned``) and ``device``; blocking, as the payload must arrive."""
+    host = torch.ones(size_bytes, dtype=torch.uint8, pin_memory=bool(pinned))
+    if route == "host_to_host":
+        target = torch.zeros_like(host)
+        return lambda: target.copy_(host)
+    on_device = torch.zeros(size_bytes, dtype=torch.uint8, device=device)
+    if route == "host_to_device":
+        return lambda: on_device.copy_(host)
+    if route == "device_to_host":
+        return lambda: host.copy_(on_device)
+    raise KeyError(f"no copy route {route!r}: host_to_host, host_to_device or device_to_host")
+
+
+# --- the optimizer's update -----------------------------------------------------------------------------
+
+
+def deepspeed_cpu_adam(parameters: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """DeepSpeed's CPU Adam (AdamW mode, fp32 states: what ZeRO's optimizer offload builds), its op loaded
+    from this environment's build directory (zerogate.runtime.ops). Raises whatever loading the op
+    raises."""
+    os.environ.update(build_env())
+    keep_cpu_info()
+    # Here, not at the top: DeepSpeed reads DS_ACCELERATOR (the run's environment, set by the caller) when
+    # it is imported, and the op may fail to load (the caller then falls back to torch's AdamW).
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    return DeepSpeedCPUAdam(parameters, lr=1e-3, adamw_mode=True, fp32_optimizer_states=True)
+
+
+def update_call(implementation: str, numel: int, device: str = "cpu") -> Callable[[], Any]:
+    """One optimizer step over one fp32 buffer of ``numel`` parameters with a gradient (the states made by
+    the warm-up step): ``deepspeed_cpu_adam``, ``torch_adamw`` (torch.optim.AdamW, single tensor, on the
+    host) or ``torch_adamw_fused`` (fused=True, on ``device``)."""
+    where = "cpu" if implementation != "torch_adamw_fused" else device
+    parameter = torch.nn.Parameter(torch.zeros(numel, device=where))
+    parameter.grad = torch.full_like(parameter, 1e-3)
+    if implementation == "deepspeed_cpu_adam":
+        optimizer = deepspeed_cpu_adam([parameter])
+    elif implementation == "torch_adamw":
+        optimizer = torch.optim.AdamW([parameter], lr=1e-3, foreach=False)
+    elif implementation == "torch_adamw_fused":
+        optimizer = torch.optim.AdamW([parameter], lr=1e-3, fused=True)
+    else:
+        raise KeyError(f"no optimizer {implementation!r}")
+    return optimizer.step
