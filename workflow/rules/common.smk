@@ -429,6 +429,13 @@ PLANNER_SOURCES = sorted(
 ]
 
 
+def planner_grid_if_run(wildcards):
+    """bench_planner_grid's table where it was run for this profile (validate_planner reads it, never runs it:
+    the grid trains); nothing otherwise."""
+    grid = result("bench/planner_grid.json")
+    return [grid] if (REPO / grid).is_file() else []
+
+
 def published_setups_table(wildcards):
     """The table to judge, checked whole (zerogate.config.published_setups.read_setups): one line before any
     job when it is not there or a row is malformed. What needs the planner (a row's model config) is checked

@@ -5,13 +5,16 @@
 # the hardware the row states, as plan_claimed_box plans the claimed box; estimator and paper rows go to
 # the planner's DeepSpeed and paper columns. The table is checked whole (one line naming the file, the row
 # and the key) while the workflow loads, its rows' model configs before any row is planned. The planner's own modules are inputs, so a changed planner
-# re-judges the table. Results in results/planner_validation/<table's file stem>/; the table is also
-# printed. Its helpers (the table, the planner's sources) are in common.smk.
+# re-judges the table. This machine's CPU grid (bench_planner_grid's JSON) is read where it is there (it is
+# never run for this target: it trains); the summary line leads with the published runs. Results in
+# results/planner_validation/<table's file stem>/; the table is also printed. Its helpers (the table, the
+# planner's sources, the grid) are in common.smk.
 rule validate_planner:
     input:
         setups=published_setups_table,
         models=sorted(str(path.relative_to(REPO)) for path in (REPO / "config" / "models").glob("*.json")),
         planner=PLANNER_SOURCES,
+        grid=planner_grid_if_run,
     output:
         validation=f"{PLANNER_VALIDATION}/planner_validation.json",
         table=f"{PLANNER_VALIDATION}/planner_validation.txt",

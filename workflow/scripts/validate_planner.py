@@ -13,7 +13,11 @@ from zerogate.errors import InputError
 
 with logging_to(snakemake.log[0]) as log:
     try:
-        validation = validate(repo_root(snakemake), snakemake.input.setups)
+        validation = validate(
+            repo_root(snakemake),
+            snakemake.input.setups,
+            snakemake.input.grid[0] if snakemake.input.grid else None,
+        )
     except InputError as error:
         fail(str(error))
     text = table_text(validation)

@@ -8,21 +8,27 @@ Targets (each figure is judged against one, with the gates' vocabulary: PASS, FA
   printed rounded (DeepSpeed prints ``int(params / 1e6)`` M). The target is met when the two overlap.
 - a ZeRO-paper figure to its rounding, the same way;
 - a published fits / out-of-memory outcome: zerogate's verdict on the memory the source names (the
-  device's, or the host's) agrees;
-- a published largest micro-batch: zerogate's largest fitting micro-batch within a factor 1.25 of it.
+  device's, or the host's) agrees; a verdict is one of :data:`FIT_VERDICTS`, and "may not fit" agrees with
+  either outcome (the summary counts its share: at most :data:`MAY_NOT_FIT_SHARE` is the target);
+- a published largest micro-batch: zerogate's largest fitting micro-batch within a factor 1.25 of it;
+- a published reading: inside the plan's interval at the level it was read at (an out-of-memory message's
+  allocated-plus-requested bytes: the plan's tensor peak at least that). A plan figure without an interval
+  is printed with its error and no target.
 
-A memory reading (a peak someone measured) is printed with its error and no target, against the level the
-planner predicts for the reading's metric (the tensor peak for torch.cuda.max_memory_allocated, the
-allocator's
-for max_memory_reserved, the device's for nvidia-smi and for a reading whose tool is not named).
+Rows fall in three groups (:data:`GROUPS`), and the summary line leads with the independent one: published
+runs someone measured; this machine's CPU grid (the planner's terms were written looking at those points);
+and the consistency rows (DeepSpeed's estimator tables, the ZeRO paper's formulas), which check counting and
+rounding against the formulas the planner's columns call, not prediction.
 
 Pure Python: the predictions come from zerogate.bench.planner_validation, which calls the planner.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from zerogate.contracts.planner_grid import GridLevel, PlannerGridTable
 from zerogate.contracts.planner_validation import FigureCheck, PlannerValidation, RowCheck, TargetSummary
 from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS
 from zerogate.units import format_bytes
@@ -31,8 +37,26 @@ ESTIMATOR_ROUNDING = "estimator figure to its rounding"
 PAPER_ROUNDING = "paper figure to its rounding"
 VERDICT_AGREES = "fits / out-of-memory verdict agrees"
 LARGEST_WITHIN = "largest micro-batch within a factor 1.25"
-TARGETS = (ESTIMATOR_ROUNDING, PAPER_ROUNDING, VERDICT_AGREES, LARGEST_WITHIN)
+READING_INSIDE = "reading inside the plan's interval at its level"
+GRID_WITHIN = "CPU level within its target"
+INDEPENDENT = "independent (published runs)"
+THIS_MACHINE = "this machine (CPU grid)"
+CONSISTENCY = "consistency (estimator and paper formulas)"
+# The groups, in the order the summary line gives them, and the targets each holds.
+GROUPS = {
+    INDEPENDENT: (VERDICT_AGREES, LARGEST_WITHIN, READING_INSIDE),
+    THIS_MACHINE: (GRID_WITHIN,),
+    CONSISTENCY: (ESTIMATOR_ROUNDING, PAPER_ROUNDING),
+}
+GROUP_OF_KIND = {"measured": INDEPENDENT, "cpu_grid": THIS_MACHINE}
+TARGETS = tuple(target for targets in GROUPS.values() for target in targets)
 LARGEST_FACTOR = 1.25
+# A plan's fit verdict: the need below the capacity, the capacity inside the need's interval, above it.
+FITS, MAY_NOT_FIT, DOES_NOT_FIT = "fits", "may not fit", "does not fit"
+FIT_VERDICTS = (FITS, MAY_NOT_FIT, DOES_NOT_FIT)
+# The most of the published outcomes a plan may leave at "may not fit" (assumed: a verdict that hedges on more
+# than one row in four tells a user little).
+MAY_NOT_FIT_SHARE = 0.25
 # A figure converted to bytes was rounded to whole bytes (config/published_setups/README.md, Units).
 BYTE_ROUNDING = 1.0
 
@@ -116,24 +140,43 @@ def judge_printed(
     )
 
 
+def group_of(kind: str) -> str:
+    """The group (:data:`GROUPS`) of a row of this kind: estimator and paper rows are consistency checks."""
+    return GROUP_OF_KIND.get(kind, CONSISTENCY)
+
+
+def worst_verdict(verdicts: Iterable[str]) -> str:
+    """Several checks' fit verdicts as one: does not fit if one does not, may not fit if one may not."""
+    seen = set(verdicts)
+    return next((v for v in reversed(FIT_VERDICTS) if v in seen), FITS)
+
+
 def judge_outcome(
-    published: str, memory: str | None, predicted_fits: bool, predicted: str, basis: str
+    published: str, memory: str | None, verdict: str, predicted: str, basis: str
 ) -> FigureCheck:
-    """A published outcome (``fits`` or ``out_of_memory`` in ``memory``) against zerogate's verdict on
-    the same memory (``predicted_fits``; ``predicted``: its need and capacity in words)."""
+    """A published outcome (``fits`` or ``out_of_memory`` in ``memory``) against zerogate's fit verdict on
+    the same memory (one of :data:`FIT_VERDICTS`; ``predicted``: its need and capacity in words). "may not
+    fit" agrees with either outcome."""
+    if verdict not in FIT_VERDICTS:
+        raise ValueError(f"unknown fit verdict {verdict!r}")
     published_fits = published == "fits"
     shown = "fits" if published_fits else f"out of memory ({memory})"
+    agrees = verdict == MAY_NOT_FIT or (verdict == FITS) == published_fits
     return FigureCheck(
         quantity="fits / out of memory",
         published=shown,
-        predicted=("fits" if predicted_fits else "does not fit") + f": {predicted}",
+        predicted=f"{verdict}: {predicted}",
         published_value=None,
         predicted_value=None,
         error_percent=None,
         target=VERDICT_AGREES,
-        verdict=PASS if predicted_fits == published_fits else FAIL,
-        basis=basis,
+        verdict=PASS if agrees else FAIL,
+        basis=basis + ("; may not fit agrees with either outcome" if verdict == MAY_NOT_FIT else ""),
     )
+
+
+def may_not_fit(check: FigureCheck) -> bool:
+    return check.target == VERDICT_AGREES and check.predicted.startswith(MAY_NOT_FIT + ":")
 
 
 def judge_largest_micro_batch(published: int, predicted: int, basis: str) -> FigureCheck:
@@ -153,26 +196,33 @@ def judge_largest_micro_batch(published: int, predicted: int, basis: str) -> Fig
     )
 
 
-def reported_peak(
-    published_bytes: float, metric: str, predicted_bytes: float, predicted_what: str, same_metric: bool
+def judge_reading(
+    quantity: str, published_bytes: float, level: str, planned: Spread, planned_what: str, lower_bound: bool
 ) -> FigureCheck:
-    """A published memory reading beside zerogate's prediction of the level its metric measures
-    (``same_metric``; else of the device's level, what must fit): the error, no target."""
-    basis = (
-        "no target; the predicted level of the reading's own metric"
-        if same_metric
-        else "no target: the reading's tool is not named, set against the device's level (allocator, CUDA "
-        "context, communicator)"
-    )
+    """A published figure read at ``level`` against the plan's figure at the same level. With an interval
+    (``planned.low < planned.high``) it is judged: PASS inside it; a ``lower_bound`` (an out-of-memory
+    message's allocated plus requested bytes) is judged always: PASS when the plan's high end reaches it.
+    A plan figure without an interval is printed with its error and no target."""
+    judged = lower_bound or planned.low < planned.high
+    if lower_bound:
+        inside = planned.high >= published_bytes
+        basis = "the message's allocated plus requested bytes: the plan's figure at least that"
+    else:
+        inside = planned.low <= published_bytes <= planned.high
+        basis = (
+            f"inside {format_bytes(planned.low)}..{format_bytes(planned.high)}"
+            if judged
+            else "no target: the plan gives this level without an interval"
+        )
     return FigureCheck(
-        quantity="peak memory per GPU",
-        published=f"{format_bytes(published_bytes)} ({metric})",
-        predicted=f"{format_bytes(predicted_bytes)} ({predicted_what})",
+        quantity=quantity,
+        published=f"{format_bytes(published_bytes)} ({level})",
+        predicted=f"{format_bytes(planned.nominal)} ({planned_what})",
         published_value=published_bytes,
-        predicted_value=predicted_bytes,
-        error_percent=error_percent(predicted_bytes, published_bytes),
-        target=None,
-        verdict=None,
+        predicted_value=planned.nominal,
+        error_percent=error_percent(planned.nominal, published_bytes),
+        target=READING_INSIDE if judged else None,
+        verdict=(PASS if inside else FAIL) if judged else None,
         basis=basis,
     )
 
@@ -227,44 +277,151 @@ def missed(quantity: str, published: str, target: str | None, why: str) -> Figur
     )
 
 
+def grid_check(level: GridLevel) -> FigureCheck:
+    """One level of one CPU grid point as bench_planner_grid judged it: predicted against measured, within
+    the level's target or not (NOT MEASURED: nothing measured)."""
+    verdict = {True: PASS, False: FAIL, None: NOT_MEASURED}[level.within_target]
+    return FigureCheck(
+        quantity=f"CPU {level.level} peak (rank {level.rank})",
+        published=f"{format_bytes(level.measured_bytes)} measured on this machine",
+        predicted=format_bytes(level.predicted_bytes),
+        published_value=float(level.measured_bytes),
+        predicted_value=float(level.predicted_bytes),
+        error_percent=level.error_percent,
+        target=GRID_WITHIN,
+        verdict=verdict,
+        basis=f"within {level.target_percent:g} % (bench_planner_grid's target for this level); in-sample",
+    )
+
+
+def grid_rows(table: PlannerGridTable, source: str) -> list[RowCheck]:
+    """This machine's CPU grid (bench_planner_grid's table, read from ``source``) as rows, one per point."""
+    points: dict[str, list[GridLevel]] = {}
+    for level in table.rows:
+        points.setdefault(level.point, []).append(level)
+    return [
+        RowCheck(
+            id=point,
+            kind="cpu_grid",
+            group=THIS_MACHINE,
+            source=source,
+            where=(
+                f"{levels[0].architecture} {levels[0].parameters} parameters, {levels[0].scheme}, "
+                f"micro-batch {levels[0].micro_batch}, sequence {levels[0].seq_len}"
+            ),
+            checks=[grid_check(level) for level in levels],
+            not_expressed=[],
+        )
+        for point, levels in points.items()
+    ]
+
+
 def summarise(rows: list[RowCheck]) -> list[TargetSummary]:
-    """Per target: figures that met it, missed it, could not be judged."""
+    """Per target, in its group: figures that met it, missed it, could not be judged."""
     counts = {target: {PASS: 0, FAIL: 0, NOT_MEASURED: 0} for target in TARGETS}
     for row in rows:
         for check in row.checks:
             if check.target is not None and check.verdict is not None:
                 counts.setdefault(check.target, {PASS: 0, FAIL: 0, NOT_MEASURED: 0})[check.verdict] += 1
+    group = {target: name for name, targets in GROUPS.items() for target in targets}
     return [
-        TargetSummary(target=t, passed=c[PASS], failed=c[FAIL], not_measured=c[NOT_MEASURED])
+        TargetSummary(
+            group=group.get(t, CONSISTENCY),
+            target=t,
+            passed=c[PASS],
+            failed=c[FAIL],
+            not_measured=c[NOT_MEASURED],
+        )
         for t, c in counts.items()
     ]
 
 
-def summary_line(summary: list[TargetSummary], rows: list[RowCheck]) -> str:
+def _count(checks: list[FigureCheck], what: str) -> str:
+    judged = [c for c in checks if c.verdict in (PASS, FAIL)]
+    passed = sum(1 for c in judged if c.verdict == PASS)
+    unjudged = len(checks) - len(judged)
+    return f"{what} {passed}/{len(judged)}" + (f" ({unjudged} not judged)" if unjudged else "")
+
+
+def independent_part(rows: list[RowCheck]) -> str:
+    """The published runs' figures in words: verdicts agreeing (with the share of "may not fit"), largest
+    micro-batches within the factor, readings inside the plan's interval, the errors of those without one."""
+    checks = [c for r in rows for c in r.checks]
+    verdicts = [c for c in checks if c.target == VERDICT_AGREES]
+    hedged = sum(1 for c in verdicts if may_not_fit(c))
+    judged = sum(1 for c in verdicts if c.verdict in (PASS, FAIL))
+    share = f"{100 * hedged / judged:.0f} %" if judged else "n/a"
     parts = [
-        f"{s.target}: {s.passed}/{s.passed + s.failed} met"
-        + (f", {s.failed} missed" if s.failed else "")
-        + (f", {s.not_measured} not judged" if s.not_measured else "")
-        for s in summary
+        _count(verdicts, "fits / out of memory agree")
+        + f" (may not fit: {hedged} of {judged}, {share}; at most {100 * MAY_NOT_FIT_SHARE:.0f} %)",
+        _count([c for c in checks if c.target == LARGEST_WITHIN], "largest micro-batch within 1.25"),
+        _count([c for c in checks if c.target == READING_INSIDE], "readings inside"),
     ]
-    untold = sum(1 for r in rows if r.not_expressed for c in r.checks if c.verdict == PASS)
+    bare = [c for c in checks if c.target is None and c.predicted_value is not None]
+    if bare:
+        errors = [f"{c.error_percent:+.0f} %" for c in bare if c.error_percent is not None]
+        parts[-1] += f", {len(bare)} without an interval" + (
+            f" (errors {', '.join(errors)})" if errors else ""
+        )
+    unplanned = sum(1 for c in checks if c.target is None and c.predicted_value is None)
+    if unplanned:
+        parts[-1] += f", {unplanned} not predicted (the row leaves unstated what the plan needs)"
+    return ", ".join(parts)
+
+
+def summary_line(summary: list[TargetSummary], rows: list[RowCheck], grid: str | None = None) -> str:
+    """The table's last line, the independent group first: the published runs (and of them the held-out
+    rows), this machine's grid (``grid``: where it was read; None: not run), then the consistency rows."""
+    independent = [r for r in rows if r.group == INDEPENDENT]
+    parts = [f"{INDEPENDENT}: {independent_part(independent)}"]
+    held_out = [r for r in independent if r.held_out]
+    if held_out:
+        parts.append(f"of them held out ({len(held_out)} rows): {independent_part(held_out)}")
+    untold = sum(1 for r in independent if r.not_expressed for c in r.checks if c.verdict == PASS)
     if untold:
         parts.append(
-            f"{untold} of the met ones planned without a setting the row states (see 'not told to the "
-            "planner')"
+            f"{untold} of the met ones planned without a setting the row states "
+            "(see 'not told to the planner')"
         )
-    readings = [c for r in rows for c in r.checks if c.target is None]
-    if readings:
-        errors = [f"{c.error_percent:+.0f} %" for c in readings if c.error_percent is not None]
-        parts.append(
-            f"memory readings: {len(readings)}, {len(errors)} predicted"
-            + (f" (errors {', '.join(errors)})" if errors else "")
+    by_target = {s.target: s for s in summary}
+
+    def counted(target: str, what: str) -> str:
+        s = by_target[target]
+        return f"{what} {s.passed}/{s.passed + s.failed}" + (
+            f", {s.not_measured} not judged" if s.not_measured else ""
         )
+
+    if grid is None:
+        parts.append(f"{THIS_MACHINE}: not run here (bench_planner_grid writes it)")
+    else:
+        parts.append(f"{THIS_MACHINE}, in-sample: {counted(GRID_WITHIN, 'levels within target')}")
+    parts.append(
+        f"{CONSISTENCY}, counting and rounding, not prediction: "
+        f"{counted(ESTIMATOR_ROUNDING, 'estimator')}; {counted(PAPER_ROUNDING, 'paper')}"
+    )
     return "summary: " + "; ".join(parts)
 
 
 def _error(check: FigureCheck) -> str:
     return "" if check.error_percent is None else f"{check.error_percent:+.1f} %"
+
+
+def row_lines(row: RowCheck) -> list[str]:
+    """One row as printed: its source, then each figure: published, zerogate, error, target, verdict and
+    basis."""
+    held_out = " (held out)" if row.held_out else ""
+    lines = [f"{row.id} [{row.kind}]{held_out} {row.source}", f"    where: {row.where}"]
+    for check in row.checks:
+        verdict = check.verdict or "(no target)"
+        lines.append(
+            f"  {verdict:<12} {check.quantity}: published {check.published}; zerogate {check.predicted}"
+            + (f"; error {_error(check)}" if check.error_percent is not None else "")
+        )
+        lines.append(f"               target: {check.target or 'none'}; {check.basis}")
+    for note in row.not_expressed:
+        lines.append(f"  not told to the planner: {note}")
+    lines.append("")
+    return lines
 
 
 def table_text(validation: PlannerValidation) -> str:
@@ -278,18 +435,11 @@ def table_text(validation: PlannerValidation) -> str:
         + ")",
         "",
     ]
-    for row in validation.rows:
-        lines.append(f"{row.id} [{row.kind}] {row.source}")
-        lines.append(f"    where: {row.where}")
-        for check in row.checks:
-            verdict = check.verdict or "(no target)"
-            lines.append(
-                f"  {verdict:<12} {check.quantity}: published {check.published}; zerogate {check.predicted}"
-                + (f"; error {_error(check)}" if check.error_percent is not None else "")
-            )
-            lines.append(f"               target: {check.target or 'none'}; {check.basis}")
-        for note in row.not_expressed:
-            lines.append(f"  not told to the planner: {note}")
+    for group in GROUPS:
+        lines.append(f"== {group} ==")
         lines.append("")
-    lines.append(summary_line(validation.summary, validation.rows))
+        for row in validation.rows:
+            if row.group == group:
+                lines.extend(row_lines(row))
+    lines.append(summary_line(validation.summary, validation.rows, validation.grid))
     return "\n".join(lines) + "\n"

@@ -18,13 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from zerogate.analysis.planner_validation import (
+    DOES_NOT_FIT,
+    FITS,
     LARGEST_WITHIN,
     VERDICT_AGREES,
+    Spread,
     judge_largest_micro_batch,
     judge_outcome,
+    judge_reading,
     missed,
     not_judged,
-    reported_peak,
+    worst_verdict,
 )
 from zerogate.bench.printed_rows import row_check
 from zerogate.config.launch import PlanSettings
@@ -32,8 +36,8 @@ from zerogate.config.machines import MachineDescription, check, to_fingerprint
 from zerogate.config.model_data import ATTENTIONS, model_settings
 from zerogate.config.profile import model_with_config
 from zerogate.config.published_setups import (
-    CUDA_LEVEL_OF_METRIC,
-    UNNAMED_METRIC,
+    HOST_RSS,
+    OOM_MESSAGE,
     MeasuredRow,
     level_of_metric,
 )
@@ -232,14 +236,20 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     )
 
 
-def judged_fits(run: MeasuredRun, memory: str, host_stated: bool) -> tuple[bool, str]:
-    """Whether the run plans to fit on ``memory`` ("device", "host" or "both": the device and, where the
-    source states it, the host), and the tightest check judged, in words."""
+def check_verdict(check: MemoryCheck) -> str:
+    """One memory check's fit verdict (zerogate.analysis.planner_validation.FIT_VERDICTS): the plan's check
+    says fits or does not fit."""
+    return FITS if check.fits else DOES_NOT_FIT
+
+
+def judged_fits(run: MeasuredRun, memory: str, host_stated: bool) -> tuple[str, str]:
+    """The run's fit verdict on ``memory`` ("device", "host" or "both": the device and, where the source
+    states it, the host): the worst of its checks', and the tightest check judged, in words."""
     device, host = [c for c in run.checks if c.rank is not None], [c for c in run.checks if c.rank is None]
     judged = {"device": device, "host": host, "both": device + (host if host_stated else [])}[memory]
     tightest = min(judged, key=lambda c: c.headroom_bytes)
     rank = f"rank {tightest.rank} {tightest.device}" if tightest.rank is not None else "host"
-    return all(c.fits for c in judged), (
+    return worst_verdict(check_verdict(c) for c in judged), (
         f"{rank} {tightest.what} needs {format_bytes(tightest.need_bytes)} of "
         f"{format_bytes(tightest.capacity_bytes)}"
     )
@@ -261,9 +271,13 @@ def wanted_figures(row: MeasuredRow) -> list[Wanted]:
         wanted.append(("largest micro-batch per GPU", str(published.largest_micro_batch), LARGEST_WITHIN))
     if published.peak_bytes is not None:
         wanted.append(
-            ("peak memory per GPU", f"{format_bytes(published.peak_bytes)} ({published.peak_metric})", None)
+            (reading_quantity(row), f"{format_bytes(published.peak_bytes)} ({published.level})", None)
         )
     return wanted
+
+
+def reading_quantity(row: MeasuredRow) -> str:
+    return "host memory" if row.published.level == HOST_RSS else "peak memory per GPU"
 
 
 def unstated_facts(row: MeasuredRow, memory: str, host_stated: bool) -> list[str]:
@@ -275,8 +289,8 @@ def unstated_facts(row: MeasuredRow, memory: str, host_stated: bool) -> list[str
 
 
 def outcome_check(row: MeasuredRow, run: MeasuredRun, memory: str, host_stated: bool) -> FigureCheck:
-    """The published outcome against the plan's fit on the memory the source names."""
-    fits, need = judged_fits(run, memory, host_stated)
+    """The published outcome against the plan's fit verdict on the memory the source names."""
+    verdict, need = judged_fits(run, memory, host_stated)
     judged_on = {
         "device": "every GPU's check",
         "host": "the host check",
@@ -288,25 +302,37 @@ def outcome_check(row: MeasuredRow, run: MeasuredRun, memory: str, host_stated: 
     return judge_outcome(
         row.published.outcome,
         row.published.oom_memory,
-        fits,
+        verdict,
         need,
         f"the plan ({run.scheme}, {run.ranks} ranks, {run.dtype}{planned_for}) on {judged_on}",
     )
 
 
+def planned_at_level(run: MeasuredRun, level: str) -> tuple[Spread, str]:
+    """The plan's figure at one of its levels (:data:`zerogate.config.published_setups.PLAN_LEVEL_OF`): a
+    device level of the peak prediction (zerogate.predict.peak.peak_prediction), or the host check's need;
+    with what it is, in words."""
+    if level == "host":
+        host = next(c for c in run.checks if c.rank is None)
+        return Spread.exact(host.need_bytes), "the host check's need"
+    counts, setup, activations = run.planned
+    predicted = peak_prediction(counts, setup, None, activations).levels[level]
+    return Spread.exact(predicted.predicted_bytes), predicted.what
+
+
 def peak_check(row: MeasuredRow, run: MeasuredRun) -> FigureCheck:
-    """A published peak reading beside the planner's prediction of the level its metric measures."""
+    """A published figure against the plan's figure at the level it was read at."""
     published = row.published
     assert published.peak_bytes is not None
-    counts, setup, activations = run.planned
-    metric = published.peak_metric or UNNAMED_METRIC
-    predicted = peak_prediction(counts, setup, None, activations).levels[level_of_metric(metric)]
-    return reported_peak(
+    plan_level = level_of_metric(published.level)
+    spread, what = planned_at_level(run, plan_level)
+    return judge_reading(
+        reading_quantity(row),
         published.peak_bytes,
-        metric,
-        predicted.predicted_bytes,
-        predicted.what,
-        same_metric=metric in CUDA_LEVEL_OF_METRIC,
+        published.level,
+        spread,
+        f"{what} (plan level {plan_level})",
+        lower_bound=published.level == OOM_MESSAGE,
     )
 
 
@@ -328,7 +354,7 @@ def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
     judged = [outcome_check(row, run, memory, host_stated)]
     if published.largest_micro_batch is not None:
         predicted = largest_micro_batch(
-            lambda m: judged_fits(plan_measured(row, config, repo, m), "both", host_stated)[0]
+            lambda m: judged_fits(plan_measured(row, config, repo, m), "both", host_stated)[0] == FITS
         )
         judged.append(
             judge_largest_micro_batch(

@@ -16,9 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from zerogate import __version__
-from zerogate.analysis.planner_validation import (
-    summarise,
-)
+from zerogate.analysis.planner_validation import grid_rows, summarise
 from zerogate.bench.measured_rows import SETUPS_FILE, check_measured_row
 from zerogate.bench.printed_rows import check_estimator_row, check_paper_row
 from zerogate.config.published_setups import (
@@ -28,6 +26,7 @@ from zerogate.config.published_setups import (
     PublishedSetups,
     read_setups,
 )
+from zerogate.contracts.planner_grid import PlannerGridTable
 from zerogate.contracts.planner_validation import PlannerValidation
 from zerogate.contracts.records import GitState
 from zerogate.errors import InputError
@@ -55,8 +54,9 @@ def load_table(repo: Path, file: str = SETUPS_FILE) -> tuple[PublishedSetups, di
     return table, configs
 
 
-def validate(repo: Path, file: str = SETUPS_FILE) -> PlannerValidation:
-    """Every row of the table judged (the table checked whole first: a bad row plans nothing)."""
+def validate(repo: Path, file: str = SETUPS_FILE, grid: str | None = None) -> PlannerValidation:
+    """Every row of the table judged (the table checked whole first: a bad row plans nothing), and this
+    machine's CPU grid as bench_planner_grid judged it where ``grid`` (its JSON) is given."""
     table, configs = load_table(repo, file)
     rows = []
     for row in table.setups:
@@ -66,6 +66,8 @@ def validate(repo: Path, file: str = SETUPS_FILE) -> PlannerValidation:
             rows.append(check_paper_row(row))
         else:
             rows.append(check_measured_row(row, configs[row.id], repo))
+    if grid is not None:
+        rows.extend(grid_rows(PlannerGridTable.read(repo / grid), grid))
     return PlannerValidation(
         table=file,
         table_sha256=hashlib.sha256((repo / file).read_bytes()).hexdigest(),
@@ -73,6 +75,7 @@ def validate(repo: Path, file: str = SETUPS_FILE) -> PlannerValidation:
         git=GitState(**git_state(repo)),
         packages={name: metadata.version(name) for name in PACKAGES},
         recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        grid=grid,
         rows=rows,
         summary=summarise(rows),
     )

@@ -19,6 +19,7 @@ from zerogate.analysis.planner_validation import (
     PAPER_ROUNDING,
     PrintedFigure,
     Spread,
+    group_of,
     judge_printed,
     printed_by_another_formula,
 )
@@ -47,6 +48,8 @@ def row_check(row: Any, checks: list[FigureCheck], notes: tuple[str, ...] | list
     return RowCheck(
         id=row.id,
         kind=row.kind,
+        group=group_of(row.kind),
+        held_out=row.held_out,
         source=row.source.url,
         where=row.source.where,
         checks=checks,

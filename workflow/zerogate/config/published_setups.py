@@ -44,11 +44,14 @@ class Source(Record):
 
 
 class PublishedRow(Record):
-    """What every row has: its id, its source, and what was inferred (``notes``)."""
+    """What every row has: its id, its source, and what was inferred (``notes``). ``held_out``: the row was
+    added, with others, in one commit and judged by the planner as it stood before any term changed because
+    of it (docs/measurements.md, "Held-out published rows")."""
 
     id: str
     source: Source
     notes: str = ""
+    held_out: bool = False
 
 
 class EstimatedModel(Record):
@@ -218,23 +221,29 @@ class MeasuredSetup(Record):
         return self
 
 
-# What a published memory reading measured, with the planner's peak level
-# (zerogate.predict.levels.PEAK_LEVELS) that predicts it: torch's tensor peak, its caching allocator's peak,
-# the device's memory as nvidia-smi (NVML)
-# shows it. A reading of a tool not named is ``unknown``: set against the device's level, what must fit.
+# The level a published figure was read at (a measured row's ``published.level``), and the plan's level it
+# is set against: torch's tensor peak and its caching allocator's peak, the device's memory as nvidia-smi
+# (NVML) shows it (zerogate.predict.levels.PEAK_LEVELS); the numbers of a CUDA out-of-memory message (what
+# PyTorch had allocated plus what it tried to allocate: the tensors at the failing allocation, so a lower
+# bound of the tensor peak); the host's resident memory (the host check's need, zerogate.predict.fit.checks);
+# a reading whose tool is not named (the device's level, what must fit). ``outcome``: the row publishes no
+# figure, only that the run trained or ran out of memory, judged on the fit checks of the memory it names.
 CUDA_LEVEL_OF_METRIC = {
     "torch.cuda.max_memory_allocated": "tensor",
     "torch.cuda.max_memory_reserved": "allocator",
     "nvidia-smi": "device",
 }
 UNNAMED_METRIC = "unknown"
-PeakMetric = Literal[(*CUDA_LEVEL_OF_METRIC, UNNAMED_METRIC)]
+OOM_MESSAGE = "oom_message"
+HOST_RSS = "host_rss"
+OUTCOME_ONLY = "outcome"
+PLAN_LEVEL_OF = {**CUDA_LEVEL_OF_METRIC, UNNAMED_METRIC: "device", OOM_MESSAGE: "tensor", HOST_RSS: "host"}
+ReadAt = Literal[(*CUDA_LEVEL_OF_METRIC, UNNAMED_METRIC, OOM_MESSAGE, HOST_RSS, OUTCOME_ONLY)]
 
 
 def level_of_metric(metric: str) -> str:
-    """The planner's peak level a reading of ``metric`` is set against: its own, or the device's for a tool
-    not named."""
-    return CUDA_LEVEL_OF_METRIC.get(metric, "device")
+    """The plan's level a figure read at ``metric`` is set against (:data:`PLAN_LEVEL_OF`)."""
+    return PLAN_LEVEL_OF[metric]
 
 
 class Hardware(Record):
@@ -245,13 +254,15 @@ class Hardware(Record):
 
 class Outcome(Record):
     """What happened: ``fits`` (it trained) or ``out_of_memory`` in the device's memory or the host's;
-    ``largest_micro_batch`` where the source says the batch was the most that fit; a memory reading."""
+    ``largest_micro_batch`` where the source says the batch was the most that fit; the level the row's figure
+    was read at (``level``, :data:`PLAN_LEVEL_OF`; ``outcome`` where it publishes no figure) and the figure
+    (``peak_bytes``)."""
 
     outcome: Literal["fits", "out_of_memory"]
     oom_memory: Literal["device", "host"] | None = None
     largest_micro_batch: Positive | None = None
+    level: ReadAt
     peak_bytes: Positive | None = None
-    peak_metric: PeakMetric | None = None
     unit_as_printed: str | None = None
 
     @model_validator(mode="after")
@@ -262,9 +273,10 @@ class Outcome(Record):
             raise ValueError("oom_memory: only for an out_of_memory outcome")
         if self.largest_micro_batch is not None and self.outcome != "fits":
             raise ValueError("largest_micro_batch: a largest micro-batch that fit needs outcome fits")
-        if (self.peak_bytes is None) != (self.peak_metric is None):
+        if (self.peak_bytes is None) != (self.level == OUTCOME_ONLY):
             raise ValueError(
-                "peak_metric: a memory reading names its metric (unknown where the source does not)"
+                "level: a figure (peak_bytes) names the level it was read at, and only a row without one "
+                "has level outcome"
             )
         return self
 

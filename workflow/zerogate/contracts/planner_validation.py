@@ -32,10 +32,15 @@ class FigureCheck(Record):
 
 class RowCheck(Record):
     """One row of the table: where it was published, its figures judged, and what the row states that
-    the planner could not be told (a setting its settings have no key for)."""
+    the planner could not be told (a setting its settings have no key for). ``group``: independent
+    (published runs), this machine (CPU grid) or consistency (estimator and paper formulas), as
+    zerogate.analysis.planner_validation.GROUPS names them; ``held_out``: a row judged first by the planner
+    as it stood when the row was added."""
 
     id: str
-    kind: str
+    kind: str  # estimator_table | paper_figure | measured | cpu_grid
+    group: str
+    held_out: bool = False
     source: str  # the address
     where: str  # the place in it
     checks: list[FigureCheck]
@@ -43,8 +48,9 @@ class RowCheck(Record):
 
 
 class TargetSummary(Record):
-    """How many figures met, missed and could not be judged against one target."""
+    """How many figures met, missed and could not be judged against one target, in its group."""
 
+    group: str
     target: str
     passed: int
     failed: int
@@ -62,5 +68,6 @@ class PlannerValidation(Artefact):
     git: GitState
     packages: dict[str, str]  # deepspeed, torch, transformers: the versions the figures come from
     recorded_at: str
+    grid: str | None  # this machine's CPU grid as read (bench_planner_grid's JSON); None: not run here
     rows: list[RowCheck]
     summary: list[TargetSummary]
