@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from zerogate.analysis.step_time_validation import INSIDE, NOT_JUDGED, OUTSIDE, judge, summary_line
+from zerogate.bench.step_time_rows import needs, options
 from zerogate.config.step_times import parse_step_times, read_step_times
 from zerogate.errors import InputError
 
@@ -56,3 +58,34 @@ def test_a_duplicate_id_is_refused(raw):
     doubled = {"rows": [raw["rows"][0], raw["rows"][0]]}
     with pytest.raises(InputError, match=TABLE):
         parse_step_times(doubled, TABLE)
+
+
+# ---- judging (zerogate.analysis.step_time_validation) and what a row needs (zerogate.bench.step_time_rows)
+
+
+def test_a_published_time_is_inside_outside_or_not_judged_when_a_term_has_no_figure():
+    assert judge(10.0, (8.0, 12.0), []).verdict == INSIDE
+    assert judge(13.0, (8.0, 12.0), []).verdict == OUTSIDE
+    # Missing terms only add time: faster than the low end is a miss even so, slower cannot be judged.
+    assert judge(7.0, (8.0, 12.0), ["all-gathers per micro-step"]).verdict == OUTSIDE
+    assert judge(13.0, (8.0, 12.0), ["all-gathers per micro-step"]).verdict == NOT_JUDGED
+    # A throughput is faster when larger.
+    assert judge(3000.0, (1000.0, 2000.0), ["x"], faster_is_larger=True).verdict == OUTSIDE
+    judged = judge(9.0, (6.0, 12.0), [])
+    assert judged.width == 2.0 and abs(judged.error - 0.0) < 1e-12
+    assert judge(1.0, None, ["compute"]).verdict == NOT_JUDGED
+    line = summary_line([judge(10.0, (8.0, 12.0), []), judge(13.0, (8.0, 12.0), []), judge(1.0, None, ["c"])])
+    assert line.startswith("inside 1/2 judged (50%; target 75%)") and "cannot be judged 1/3" in line
+
+
+def test_what_a_row_leaves_unstated_is_named_or_bracketed_never_filled_in():
+    rows = {row.id: row for row in read_step_times(REPO / TABLE, TABLE).rows}
+    assert needs(rows["cai4719-llama2-13b-z3-8xa100-fwdbwd"])[0].startswith("model.config")
+    assert any("epoch" in need for need in needs(rows["hfblog-accelerate-gpt2-xl-z3-offboth-titanrtx-epoch"]))
+    titan = rows["torchtitan-llama3-8b-fsdp2-64xa100-sel-layer"]
+    assert needs(titan) == []
+    bracketed = options(titan)  # dtype and GPUs per node unstated: every value they can take
+    assert {dtype for dtype, _, _ in bracketed} == {"fp16", "bf16"}
+    assert {per_node for _, per_node, _ in bracketed} == {1, 2, 4, 8}
+    pinned = options(rows["cai4719-llama2-13b-z3-offboth-8xa100-fwdbwd"])
+    assert {p for _, _, p in pinned} == {True}
