@@ -207,7 +207,7 @@ def _number(value: float | None) -> str:
 
 def result_lines(results: list[RowResult]) -> list[str]:
     """Each row: published, predicted interval, deciding term, error, width, verdict and why; the summary."""
-    lines = ["Published step times against the step-time ledger (config/published_setups/step_times.yaml)"]
+    lines = ["== published step times against the step-time ledger (independent) ==", ""]
     for result in results:
         prediction, judged = result.prediction, result.judged
         interval = (
