@@ -6,12 +6,44 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
+from tests.unit.helpers import REPO
+from zerogate.config.model_data import ModelSettings
 from zerogate.contracts.base import ContractError
 from zerogate.contracts.machine import Collectives
 from zerogate.contracts.microbench import CopyRate, MatmulRate, Microbench, OptimizerRate, Spread
+from zerogate.model.build import planned_model_config
+from zerogate.model.counts import count_parameters
+from zerogate.model.hf_config import load_config
+from zerogate.model.linear_shapes import LinearShape, linear_shapes
+from zerogate.predict import microbench as predict_microbench
+from zerogate.predict.microbench import (
+    CPU_PRODUCT_FLOP_CAP,
+    KINDS,
+    cpu_adam_built,
+    matmul_rows,
+    optimizer_rows,
+    timed_rows,
+)
 from zerogate.predict.microbench_rates import copy_key, rates_from_microbench
 from zerogate.robust import quartiles
+from zerogate.runtime import microbench as runtime_microbench
+from zerogate.runtime.microbench import (
+    MIN_REPEATS,
+    copy_call,
+    product_call,
+    product_dims,
+    rate_samples,
+    spread_of,
+    update_call,
+)
+from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE
+
+# A Llama with grouped-query attention (k and v narrower than q), so its shapes are not all square.
+TINY = ModelSettings(
+    hidden_size=16, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=24
+)
 
 
 def spread(samples: list[float]) -> Spread:
@@ -68,6 +100,7 @@ def bench() -> Microbench:
         collectives_source="probe/hardware.json",
         how="test",
         seconds_s=1.0,
+        cpu_share=0.9,
     )
 
 
@@ -105,9 +138,141 @@ def test_rates_weigh_products_by_their_time():
     assert rates.cpu_update_param_per_s.median == 2e8 and rates.device_update_param_per_s is None
     assert "deepspeed_cpu_adam" in rates.cpu_update_param_per_s.source
     assert copy_key("host_to_device", True) == "host_to_device_pinned"
+    assert rates.cpu_share == 0.9
+    # on the CPU accelerator the device is host memory: an offload copy either way is a host copy
+    assert (
+        rates.copy("host_to_device", True)
+        == rates.copy("device_to_host", False)
+        == rates.copies["host_to_host"]
+    )
+
+
+def test_on_a_gpu_a_copy_is_looked_up_by_direction_and_pinning():
+    rows = [
+        CopyRate(route=route, pinned=pinned, size_bytes=1 << 20, rate=spread([rate, rate, rate]))
+        for route, pinned, rate in [
+            ("host_to_host", None, 5e9),
+            ("host_to_device", True, 20e9),
+            ("host_to_device", False, 8e9),
+            ("device_to_host", True, 19e9),
+        ]
+    ]
+    rates = rates_from_microbench(bench().model_copy(update={"accelerator": "cuda", "copies": rows}))
+    assert rates.copy("host_to_device", True).median == 20e9
+    assert rates.copy("host_to_device", False).median == 8e9
+    assert rates.copy("device_to_host", False) is None  # not timed: the ledger says so
+    assert rates.copy("host_to_host", True).median == 5e9
 
 
 def test_rates_refuse_a_file_without_backward_products():
     without = bench().model_copy(update={"matmuls": [m for m in bench().matmuls if m.kind == "forward"]})
     with pytest.raises(ValueError, match="backward"):
         rates_from_microbench(without)
+
+
+# --- the shapes: a model's linear layers, from its config ------------------------------------------------
+
+
+def test_the_shapes_are_the_llama_models_linear_layers():
+    """Every parameter of a Llama is a linear layer's weight, the embedding or a norm's scale: the shapes'
+    weights plus those are the model's parameter count (tied: the head's weight is the embedding's)."""
+    for tied in (False, True):
+        shape = TINY.model_copy(update={"tie_word_embeddings": tied})
+        config = planned_model_config(shape, vocab_size=50, seq_len=8)
+        counts = count_parameters(config)
+        shapes = linear_shapes(config)
+        weights = sum(s.count * s.weight_numel for s in shapes) - sum(s.tied * s.weight_numel for s in shapes)
+        embedding, norms = counts.vocab * counts.hidden, (2 * counts.layers + 1) * counts.hidden
+        assert weights + embedding + norms == counts.total
+        assert sum(s.count for s in shapes) == 7 * counts.layers + 1  # q, k, v, o, gate, up, down; the head
+        assert sum(s.tied for s in shapes) == int(tied)
+        head = next(s for s in shapes if "lm_head" in s.layers)
+        assert (head.in_features, head.out_features) == (counts.hidden, counts.vocab)
+
+
+def test_the_shapes_of_gpt2_read_its_conv1d_layers():
+    """GPT-2's attention and MLP are transformers' Conv1D (weight in x out) with biases; its head is tied."""
+    config = load_config(REPO / "config" / "models" / "gpt2.json")
+    counts = count_parameters(config)
+    shapes = linear_shapes(config)
+    hidden, layers = counts.hidden, counts.layers
+    weights = sum((s.count - s.tied) * s.weight_numel for s in shapes)
+    biases = sum(s.biases * s.out_features for s in shapes)
+    embeddings = (counts.vocab + config.n_positions) * hidden
+    norms = (2 * layers + 1) * 2 * hidden  # LayerNorm: scale and shift
+    assert weights + biases + embeddings + norms == counts.total
+    widths = {(s.in_features, s.out_features) for s in shapes}
+    assert {(hidden, 3 * hidden), (hidden, hidden), (hidden, 4 * hidden), (4 * hidden, hidden)} <= widths
+
+
+def test_product_dims_are_the_products_autograd_runs_for_a_linear_layer():
+    """The (m x k) @ (k x n) products of F.linear's forward and backward, as torch's profiler records
+    them."""
+    tokens, width_in, width_out = 7, 5, 3
+    x = torch.randn(tokens, width_in, requires_grad=True)
+    w = torch.randn(width_out, width_in, requires_grad=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        torch.nn.functional.linear(x, w).sum().backward()
+    recorded = {tuple(map(tuple, e.input_shapes[:2])) for e in prof.events() if e.name == "aten::mm"}
+    ours = set()
+    for kind in KINDS:
+        m, n, k = product_dims(kind, tokens, width_in, width_out)
+        ours.add(((m, k), (k, n)))
+    assert ours == recorded
+
+
+# --- the timing functions, on tiny sizes ---------------------------------------------------------------
+
+
+@pytest.fixture
+def short_batches(monkeypatch):
+    """Batches of about a millisecond and a budget of a few: the loop as it runs, quickly."""
+    monkeypatch.setattr(runtime_microbench, "REPEAT_S", 0.001)
+    monkeypatch.setitem(predict_microbench.BUDGET_S, "matmuls", 0.01)
+    monkeypatch.setitem(predict_microbench.BUDGET_S, "optimizer", 0.01)
+
+
+def test_products_copies_and_updates_give_positive_rates_with_spreads(short_batches):
+    for kind in KINDS:
+        call = product_call(kind, 4, 8, 16, torch.float32, "cpu")
+        check_spread(spread_of(rate_samples(call, 2.0 * 4 * 8 * 16, budget_s=0.01)))
+    check_spread(spread_of(rate_samples(copy_call("host_to_host", 4096, None), 4096, budget_s=0.01)))
+    check_spread(spread_of(rate_samples(update_call("torch_adamw", 1000), 1000, budget_s=0.01)))
+
+
+def check_spread(spread: Spread) -> None:
+    assert len(spread.samples) >= MIN_REPEATS
+    assert all(s > 0 for s in spread.samples)
+    assert 0 < spread.q1 <= spread.median <= spread.q3
+    assert spread.cpu_share is not None and spread.cpu_share > 0
+
+
+def test_the_products_of_every_shape_are_timed_at_the_runs_rows(short_batches):
+    shapes = [LinearShape(in_features=8, out_features=16, count=3, layers=("a.*.up",))]
+    rows = [MatmulRate.of(r, "test") for r in matmul_rows(shapes, 4, torch.float32, "cpu", "cpu")]
+    assert [r.kind for r in rows] == list(KINDS)
+    assert {(r.m, r.n, r.k) for r in rows} == {(4, 16, 8), (4, 8, 16), (16, 8, 4)}
+    assert all(r.timed_rows == 4 and r.count == 3 and r.flop_per_call == 2 * 4 * 8 * 16 for r in rows)
+
+
+def test_a_large_cpu_product_is_timed_on_fewer_rows():
+    assert timed_rows(512, 64, 64, "cpu") == 512
+    rows = timed_rows(4096, 5120, 152064, "cpu")
+    assert 1 <= rows < 4096 and 2.0 * rows * 5120 * 152064 <= CPU_PRODUCT_FLOP_CAP
+    assert timed_rows(4096, 5120, 152064, "cuda") == 4096
+
+
+def test_without_a_built_cpu_adam_torchs_adamw_is_timed_and_named(tmp_path, monkeypatch, short_batches):
+    monkeypatch.setenv(EXTENSIONS_DIR_VARIABLE, str(tmp_path))
+    built, why = cpu_adam_built(installed=False)
+    assert not built and "torch's AdamW" in why
+    assert cpu_adam_built(installed=True)[0]
+    (tmp_path / "cpu_adam").mkdir()
+    (tmp_path / "cpu_adam" / "cpu_adam.so").touch()
+    assert cpu_adam_built(installed=False) == (
+        True,
+        f"DeepSpeed's CPU Adam op, built in {tmp_path / 'cpu_adam'}",
+    )
+    row = OptimizerRate.of(optimizer_rows(500, 1, "cpu", cpu_adam=(built, why))[0], "test")
+    assert row.implementation == "torch_adamw" and row.parameters == 500 and row.rate.median > 0
+    assert row.why == why

@@ -8,11 +8,11 @@ import pytest
 
 from tests.unit.helpers import settings
 from tests.unit.test_floor_comms import cpu_setup, tiny_counts
-from tests.unit.test_ledger import claim_counts, claim_setup, oracle_counts
+from tests.unit.test_ledger import claim_counts, claim_setup, oracle_counts, rendered
 from tests.unit.test_microbench import bench
 from zerogate import hardware
 from zerogate.analysis.on_paper import judge_step_time, judge_step_time_predicted, plan_claims
-from zerogate.config.machines import load_description
+from zerogate.config.machines import load_description, target_machine
 from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.verdicts import CANNOT_JUDGE, DOES_NOT_HOLD, HOLDS
@@ -20,7 +20,8 @@ from zerogate.predict import rates
 from zerogate.predict.floor import floor
 from zerogate.predict.microbench_rates import rates_from_microbench
 from zerogate.predict.plan_text import summary
-from zerogate.predict.planner import plan
+from zerogate.predict.planned_run import run_setup
+from zerogate.predict.planner import plan, with_measured_compute
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import step_time
 from zerogate.predict.step_time_terms import host_copy_bytes, overlap_comm_on, overlaps
@@ -217,6 +218,10 @@ def test_this_machines_micro_benchmarks_replace_the_peaks_where_they_have_a_figu
     assert terms["CPU Adam update"].low_s == pytest.approx(partition / update.high)
     assert terms["CPU Adam update"].high_s == pytest.approx(2 * partition / update.low)
     assert "measured" in terms["forward"].source and "measured" in terms["CPU Adam update"].source
+    # The CPU accelerator's offload copies one host buffer into another: the host-to-host copy as measured.
+    copy = measured.copy("device_to_host", True)
+    moved = setup.accumulation * partition * 4
+    assert terms["gradients d2h (pinned)"].low_s == pytest.approx(moved / copy.high)
     # Synchronised device: everything serial, and the host's operator dispatch named as missing.
     assert not any(t.overlapped for t in result.terms)
     assert any(m.startswith("operator dispatch and ZeRO-3 hooks") for m in result.missing)
@@ -235,3 +240,43 @@ def test_a_step_time_claim_is_judged_against_the_floor_and_the_prediction():
     gate = next(g for g in settings("cpu-tiny").gates if g.name == "optimizer_step_time")
     names = [c.gate for c in plan_claims(result, (gate,)).claims]
     assert names == ["run_fits_machine", "optimizer_step_time", "optimizer_step_time (predicted)"]
+
+
+def test_across_nodes_or_on_nvme_a_term_without_a_figure_is_named(nvlink_box):
+    box = load_description(CLAIM_BOX)
+    two_nodes = step_time(oracle_counts(), claim_setup(nodes=2, ranks=4), box.model_copy(update={"nodes": 2}))
+    assert any("across nodes" in m for m in two_nodes.missing)
+    nvme = step_time(oracle_counts(), claim_setup(nvme_optimizer=True), box)
+    assert any(m.startswith("NVMe swaps") for m in nvme.missing)
+
+
+def test_an_overlapped_micro_step_is_the_longest_resource_plus_what_stays_exposed(nvlink_box):
+    counts, setup = qwen3_8b(), zero3_setup(accumulation=2)
+    result = step_time(counts, setup, nvlink_box)
+    terms = {t.name: t for t in result.terms}
+    kinds = floor(counts, setup, nvlink_box).communication.micro_step.kinds
+    gathers, reductions = terms["all-gathers per micro-step"], terms["reduce-scatters per micro-step"]
+    # One prefetch bucket of the gathers and one reduce bucket of the reductions stay on the critical path.
+    exposed = gathers.low_s * min(1, setup.prefetch_bucket / (kinds["all_gather"].volume_bytes / 2))
+    exposed += reductions.low_s * min(1, setup.reduce_bucket / (kinds["reduce_scatter"].volume_bytes / 2))
+    compute = terms["forward"].low_s + terms["backward"].low_s
+    link = gathers.low_s + reductions.low_s  # both on NVLink: they add
+    boundary = sum(t.low_s for t in result.terms if t.per == "boundary")
+    assert result.low_s == pytest.approx(max(compute, link) + exposed + boundary)
+    assert result.micro_step_low_s == pytest.approx((max(compute, link) + exposed) / 2)
+
+
+def test_the_replanned_plan_predicts_the_step_with_the_micro_benchmarks(
+    tiny_profile, cpu_fingerprint, tmp_path
+):
+    probed = cpu_fingerprint.write(tmp_path / "hardware.json")
+    machine, fingerprint = target_machine(None, str(probed), "testbox")
+    ds, run_spec = rendered(tiny_profile, fingerprint)
+    counts, setup, _ = run_setup(run_spec, ds, machine.nodes)
+    on_paper = plan(counts, setup, machine)  # the activations by formula: only the step time is compared
+    measured = rates_from_microbench(bench())
+    replanned = with_measured_compute(on_paper, run_spec, ds, machine, None, measured)
+    assert replanned.step_time == step_time(counts, setup, machine, measured)
+    assert replanned.step_time != on_paper.step_time
+    # Without the micro-benchmarks the plan's prediction stays the one on paper.
+    assert with_measured_compute(on_paper, run_spec, ds, machine, None).step_time == on_paper.step_time

@@ -8,6 +8,7 @@ from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import logging_to
 
 with logging_to(snakemake.log[0]) as log:
+    log.info("started")
     run_spec, ds_config = RunSpec.read(snakemake.input.run_spec), DsConfig.read(snakemake.input.ds_config)
     fingerprint = Fingerprint.read(snakemake.input.fingerprint)
     os.environ.update(run_spec.env)
@@ -56,5 +57,12 @@ with logging_to(snakemake.log[0]) as log:
             row.rate.q3,
             row.why,
         )
-    log.info("measured in %.1f s: %s", bench.seconds_s, bench.how)
+    log.info(
+        "measured in %.1f s with %.0f %% of %d core(s): %s",
+        bench.seconds_s,
+        100 * (bench.cpu_share or 0),
+        bench.threads,
+        bench.how,
+    )
     bench.write(snakemake.output.microbench)
+    log.info("written")

@@ -34,6 +34,10 @@ class Spread(Record):
     q1: float  # 25th percentile of the repeats' rates
     q3: float  # 75th percentile
     samples: list[float]  # each repeat's rate, in the order measured
+    # The median over the repeats of the process's CPU seconds over wall seconds x its threads: near 1 when
+    # it had its cores, lower when other processes took turns on them (a shared machine; the rate is then
+    # below what the machine does alone). On a GPU the host may spin while it waits. None: not recorded.
+    cpu_share: float | None = None
 
 
 class MatmulRate(Record):
@@ -101,3 +105,7 @@ class Microbench(Artefact):
     collectives_source: str
     how: str
     seconds_s: float = Field(alias="seconds(s)")  # wall time of the whole measurement
+    # The process's CPU seconds over wall seconds x threads while it timed: near 1 when it had its cores,
+    # well below when other processes took turns on them (a shared machine), its rates then lower than the
+    # machine's. None: not recorded.
+    cpu_share: float | None = None

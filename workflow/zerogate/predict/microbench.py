@@ -45,7 +45,7 @@ from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE, build_env
 
 # Seconds of timing per kind (the rule's process start, imports and warm-ups come on top): the products
 # share theirs equally, the copies and updates theirs per route and implementation.
-BUDGET_S = {"matmuls": 4.0, "copies": 1.0, "optimizer": 2.0}
+BUDGET_S = {"matmuls": 2.5, "copies": 0.5, "optimizer": 1.0}
 KINDS = ("forward", "backward_input", "backward_weight")
 # Assumed: 4 GFLOP is about 0.1 s on one core of this machine (fp32 matmul ~40 GFLOP/s, the probe's
 # measure_host); a larger product is timed on fewer rows. Not applied on a GPU, where the run's shapes take
@@ -116,15 +116,20 @@ def copy_rows(size_bytes: int, device: str) -> list[dict[str, Any]]:
     ]
 
 
-def cpu_adam_built() -> tuple[bool, str]:
-    """Whether DeepSpeed's CPU Adam loads here without a build (installed with DeepSpeed, or built in this
-    environment's directory by zerogate.runtime.ops), and why; loading an unbuilt op would compile it for
-    minutes."""
-    directory = Path(build_env().get(EXTENSIONS_DIR_VARIABLE) or os.environ[EXTENSIONS_DIR_VARIABLE])
+def cpu_adam_installed() -> bool:
+    """Whether DeepSpeed was installed with its CPU Adam op prebuilt (DS_BUILD_CPU_ADAM)."""
     # Here, not at the top: DeepSpeed reads DS_ACCELERATOR (the run's, set by the rule) when imported.
     from deepspeed.git_version_info import installed_ops
 
-    if installed_ops.get("cpu_adam"):
+    return bool(installed_ops.get("cpu_adam"))
+
+
+def cpu_adam_built(installed: bool) -> tuple[bool, str]:
+    """Whether DeepSpeed's CPU Adam loads here without a build (``installed`` with DeepSpeed, or built in
+    this environment's directory by zerogate.runtime.ops), and why; loading an unbuilt op would compile it
+    for minutes, so it is then not loaded."""
+    directory = Path(build_env().get(EXTENSIONS_DIR_VARIABLE) or os.environ[EXTENSIONS_DIR_VARIABLE])
+    if installed:
         return True, "DeepSpeed's CPU Adam op, installed with DeepSpeed"
     if (directory / "cpu_adam" / "cpu_adam.so").is_file():
         return True, f"DeepSpeed's CPU Adam op, built in {directory / 'cpu_adam'}"
@@ -134,11 +139,14 @@ def cpu_adam_built() -> tuple[bool, str]:
     )
 
 
-def optimizer_rows(partition: int, threads: int, device: str) -> list[dict[str, Any]]:
-    """The host's update (DeepSpeed's CPU Adam, else torch's AdamW) and, with a GPU, torch's fused AdamW on
-    it, over ``partition`` parameters (capped): the contract's ``optimizer`` rows."""
+def optimizer_rows(
+    partition: int, threads: int, device: str, cpu_adam: tuple[bool, str] | None = None
+) -> list[dict[str, Any]]:
+    """The host's update (DeepSpeed's CPU Adam where ``cpu_adam``, default :func:`cpu_adam_built`, says it
+    loads, else torch's AdamW) and, with a GPU, torch's fused AdamW on it, over ``partition`` parameters
+    (capped): the contract's ``optimizer`` rows."""
     numel = min(partition, UPDATE_NUMEL_CAP)
-    built, why = cpu_adam_built()
+    built, why = cpu_adam if cpu_adam is not None else cpu_adam_built(cpu_adam_installed())
     chosen = [("deepspeed_cpu_adam" if built else "torch_adamw", "cpu", why)]
     if device.startswith("cuda"):
         chosen.append(("torch_adamw_fused", "cuda", "torch.optim.AdamW(fused=True) on the device"))
@@ -169,8 +177,8 @@ def optimizer_rows(partition: int, threads: int, device: str) -> list[dict[str, 
 def measure(
     run_spec: RunSpec, ds_config: DsConfig, collectives: Collectives | None, collectives_source: str
 ) -> Microbench:
-    """Every micro-benchmark for the run's shapes, with a rank's threads, alone on the host."""
-    started = time.perf_counter()
+    """Every micro-benchmark for the run's shapes, with a rank's threads, alone on the host. ``seconds(s)``
+    and ``cpu_share`` cover the timing, not reading the model's shapes or looking DeepSpeed's op up."""
     threads = run_spec.threads_per_rank
     torch.set_num_threads(threads)
     device = "cuda:0" if run_spec.accelerator == "cuda" else "cpu"
@@ -180,9 +188,11 @@ def measure(
     tokens = micro_batch * run_spec.seq_len
     partition = rank_share(count_parameters(config), setup_from_config(ds_config, run_spec))
     copy_bytes = min(partition * DTYPE_BYTES[run_spec.dtype], COPY_BYTES_CAP)
-    matmuls = matmul_rows(linear_shapes(config), tokens, dtype, device, run_spec.accelerator)
+    shapes, cpu_adam = linear_shapes(config), cpu_adam_built(cpu_adam_installed())
+    started, cpu_started = time.perf_counter(), time.process_time()
+    matmuls = matmul_rows(shapes, tokens, dtype, device, run_spec.accelerator)
     copies = copy_rows(copy_bytes, device)
-    optimizer = optimizer_rows(partition, threads, device)
+    optimizer = optimizer_rows(partition, threads, device, cpu_adam)
     how = (
         f"plain tensors, no model built: each linear layer's three products on {micro_batch} x "
         f"{run_spec.seq_len} tokens in {run_spec.dtype} on {device}; copies of {copy_bytes} B; the "
@@ -190,6 +200,7 @@ def measure(
         f"{threads} thread(s); per rate {bench.MIN_REPEATS}-{bench.REPEATS} repeats of about "
         f"{bench.REPEAT_S} s of back-to-back calls after a warm-up, median and quartiles"
     )
+    seconds = time.perf_counter() - started
     return Microbench.of(
         {
             "accelerator": run_spec.accelerator,
@@ -204,7 +215,8 @@ def measure(
             "collectives": collectives,
             "collectives_source": collectives_source,
             "how": how,
-            "seconds(s)": round(time.perf_counter() - started, 3),
+            "seconds(s)": round(seconds, 3),
+            "cpu_share": round((time.process_time() - cpu_started) / (seconds * threads), 3),
         },
         "the micro-benchmarks",
     )

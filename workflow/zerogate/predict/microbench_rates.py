@@ -45,6 +45,8 @@ class MeasuredRates:
       torch's AdamW where its op does not load; ``source`` says which), over one rank's partition;
       ``device_update_param_per_s``: torch's fused AdamW on the device (None without one).
     - ``collectives``: the probe's figures between two ranks (latency and bandwidth per kind), as measured.
+    - ``cpu_share``: the measuring process's CPU seconds over wall seconds x ``threads`` (None: not
+      recorded); well below 1, other processes shared its cores and the rates are lower than the machine's.
     """
 
     forward_flop_per_s: Rate
@@ -57,6 +59,17 @@ class MeasuredRates:
     collectives: Collectives | None
     threads: int
     dtype: str
+    cpu_share: float | None = None
+    accelerator: str = "cpu"
+
+    def copy(self, route: str, pinned: bool | None) -> Rate | None:
+        """The rate of a copy in ``route``'s direction (``host_to_device``, ``device_to_host``,
+        ``host_to_host``), page-locked or not (None where nothing was timed for it). On DeepSpeed's CPU
+        accelerator the device is host memory (its offload copies one host buffer into another), so
+        both directions are the host-to-host copy, pinned or not."""
+        if self.accelerator == "cpu":
+            return self.copies.get("host_to_host")
+        return self.copies.get(copy_key(route, None if route == "host_to_host" else pinned))
 
 
 def copy_key(route: str, pinned: bool | None) -> str:
@@ -121,4 +134,6 @@ def rates_from_microbench(bench: Microbench, where: str = "plan/microbench.json"
         collectives=bench.collectives,
         threads=bench.threads,
         dtype=bench.dtype,
+        cpu_share=bench.cpu_share,
+        accelerator=bench.accelerator,
     )

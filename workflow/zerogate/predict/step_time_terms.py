@@ -12,10 +12,11 @@ from zerogate import hardware
 from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
 from zerogate.predict import rates
+from zerogate.predict.collectives import DERIVED
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.fetch_trace import zero3_gathers
 from zerogate.predict.floor import adam_bytes_per_param, collective_time, pcie_gbps, theory_terms
-from zerogate.predict.microbench_rates import MeasuredRates, Rate, copy_key
+from zerogate.predict.microbench_rates import MeasuredRates, Rate
 from zerogate.predict.setup import Setup
 
 COMPUTE, COLLECTIVE, HOST_COPY, OPTIMIZER, SERIAL = (
@@ -206,7 +207,10 @@ def collective_terms(
         timed = collective_time(found, per, setup.ranks, machine)
         for kind, part in timed.kinds.items():
             seconds: Seconds = None
-            if part.transfer_time_s is not None:
+            # Between nodes the ring crosses the network: a bandwidth derived from the PCIe links (the floor's
+            # upper bound) says nothing of it, so the term waits for a figure the description gives.
+            across_nodes = setup.nodes > 1 and part.bandwidth is not None and part.bandwidth.basis == DERIVED
+            if part.transfer_time_s is not None and not across_nodes:
                 # A latency nobody gives is left out (named in the source): the term is then too low.
                 latency, transfer = part.latency_time_s or 0.0, part.transfer_time_s
                 seconds = (latency + transfer, latency + transfer / rates.COLLECTIVE_BANDWIDTH.low)
@@ -215,6 +219,8 @@ def collective_terms(
                 for name, fig in (("latency s", part.latency), ("bandwidth GB/s", part.bandwidth))
                 if fig is not None
             ) + ("" if part.latency is not None else "; no latency figure: left out")
+            if across_nodes:
+                figures += "; across nodes: no network figure (the description's collectives give one)"
             source = (
                 f"zerogate.predict.comms theory: {part.calls:g} calls, {part.volume_bytes:.4g} B per {per} "
                 f"(zerogate.predict.volume); {figures or 'no figure'}; high at "
@@ -225,7 +231,8 @@ def collective_terms(
             if in_step and seconds is not None and part.volume_bytes:
                 bucket = setup.prefetch_bucket if kind == "all_gather" else setup.reduce_bucket
                 elements = part.volume_bytes / setup.dtype_bytes
-                exposed = _scaled(seconds, times * min(1.0, bucket / elements) / max(part.calls, 1.0))
+                # One bucket's share of the micro-step's calls of this kind stays on the critical path.
+                exposed = _scaled(seconds, times * min(1.0, bucket / elements))
             terms.append(
                 Term(
                     f"{kind.replace('_', '-')}s per {'micro-step' if per == MICRO_STEP else 'boundary'}",
@@ -273,9 +280,20 @@ def _copy_seconds(
     """(low, high) seconds of ``moved`` bytes in the copy's direction: the micro-benchmarks' copy where they
     timed that route, else the slowest rank's PCIe rate x the pinned or pageable fraction."""
     route = "host_to_device" if "h2d" in name else "device_to_host"
-    rate = None if measured is None else measured.copies.get(copy_key(route, setup.pin_memory))
+    rate = None if measured is None else measured.copy(route, setup.pin_memory)
     if rate is not None:
         return (moved / rate.high, moved / rate.low), f"measured: {rate.source} (quartiles)"
+    if not machine.gpus:
+        # The CPU accelerator's device is host memory: a copy reads and writes it (the description's
+        # bandwidth counts both), every rank's at once.
+        bandwidth = machine.host.memory_bandwidth_gbps
+        if not bandwidth:
+            return None, "no host memory bandwidth (host.memory_bandwidth_gbps)"
+        moved_all = 2 * moved * setup.ranks_per_node
+        return rates.HOST_MEMORY.seconds(moved_all, bandwidth * 1e9), (
+            f"host memory to host memory, read and written, {setup.ranks_per_node} rank(s) over the host's "
+            f"{bandwidth:g} GB/s x ({rates.HOST_MEMORY.source})"
+        )
     link, link_source = _pcie(machine)
     fraction = _copy_rate(setup)
     seconds = None if link is None else fraction.seconds(moved, link * 1e9)
@@ -290,11 +308,22 @@ def host_copy_terms(
     measured: MeasuredRates | None = None,
 ) -> list[Term]:
     """The offloads' host <-> device copies (_copy_seconds); the micro-step's copies run on the gather /
-    reduce streams (overlapped under the rule), the updated partition's after the update (serial)."""
-    if not machine.gpus:
-        return []  # the CPU accelerator's "device" is host memory: no copies
+    reduce streams (overlapped under the rule), the updated partition's after the update (serial). On the CPU
+    accelerator DeepSpeed's offload copies one host buffer into another, serially."""
     kind = "pinned" if setup.pin_memory else "pageable"
     terms = []
+    if setup.nvme_optimizer or setup.nvme_param:
+        terms.append(
+            Term(
+                "NVMe swaps",
+                HOST_COPY,
+                MICRO_STEP,
+                None,
+                False,
+                "DeepSpeed's swapper (zero/swap_tensor) reads and writes the offloaded states on NVMe: no "
+                "figure for the drive in a machine description",
+            )
+        )
     for name, moved in host_copy_bytes(counts, setup).items():
         per = BOUNDARY if name.startswith("updated") else MICRO_STEP
         seconds, rate = _copy_seconds(moved, name, setup, machine, measured)

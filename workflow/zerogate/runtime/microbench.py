@@ -1,11 +1,11 @@
 """Micro-benchmarks of this machine: matrix products, memory copies and the optimizer's update, each timed
 on plain tensors (no model is built), each rate with its spread over repeats.
 
-One timing loop (:func:`rate_samples`): a warm-up call, one call timed to size a batch, then a few repeats,
-each a batch of back-to-back calls of about ``REPEAT_S`` (sub-millisecond calls are averaged over the
-batch, so the clock's resolution and the loop's own cost do not count), the device synchronised after
-each batch. Each repeat gives one rate; :func:`spread_of` turns them into the contract's median and
-quartiles (zerogate.robust.quartiles). What shapes and sizes to time is the caller's
+One timing loop (:func:`rate_samples`): a warm-up call, one call timed to size a batch, one untimed batch,
+then a few repeats, each a batch of back-to-back calls of about ``REPEAT_S`` (sub-millisecond calls are
+averaged over the batch, so the clock's resolution and the loop's own cost do not count), the device
+synchronised after each batch. Each repeat gives one rate; :func:`spread_of` turns them into the
+contract's median and quartiles (zerogate.robust.quartiles). What shapes and sizes to time is the caller's
 (zerogate.predict.microbench); this module knows nothing of the run.
 """
 
@@ -15,7 +15,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -34,11 +34,21 @@ def synchronizer(device: str) -> Callable[[], None]:
     return lambda: None
 
 
+class Samples(NamedTuple):
+    """Each repeat's rate, and the share of its threads' cores the process had meanwhile (its CPU seconds
+    over wall seconds x torch's threads: near 1 alone on the cores, lower when other processes took turns
+    on them)."""
+
+    rates: list[float]
+    cpu_shares: list[float]
+
+
 def rate_samples(
     operation: Callable[[], Any], work: float, budget_s: float, device: str = "cpu", repeats: int = REPEATS
-) -> list[float]:
+) -> Samples:
     """``work`` per second of ``operation``, one rate per repeat: between MIN_REPEATS and ``repeats``
-    repeats, as many as ``budget_s`` allows, each a batch of calls of about REPEAT_S."""
+    repeats, as many as ``budget_s`` allows after the warm-up batch, each a batch of calls of about
+    REPEAT_S."""
     synchronize = synchronizer(device)
     operation()  # warm-up: thread pool, kernels, first-touch pages, optimizer state
     synchronize()
@@ -47,20 +57,33 @@ def rate_samples(
     synchronize()
     one = max(time.perf_counter() - started, 1e-7)
     calls = max(1, math.floor(REPEAT_S / one))
-    count = min(repeats, max(MIN_REPEATS, math.floor(budget_s / (calls * one))))
-    samples = []
+    count = min(repeats, max(MIN_REPEATS, math.floor(budget_s / (calls * one)) - 1))
+    for _ in range(calls):  # one untimed batch: a cold first call sized the batch, the rest are warm
+        operation()
+    synchronize()
+    samples = Samples([], [])
+    threads = torch.get_num_threads()
     for _ in range(count):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         for _ in range(calls):
             operation()
         synchronize()
-        samples.append(work * calls / (time.perf_counter() - started))
+        seconds = time.perf_counter() - started
+        samples.rates.append(work * calls / seconds)
+        samples.cpu_shares.append((time.process_time() - cpu_started) / (seconds * threads))
     return samples
 
 
-def spread_of(samples: list[float]) -> Spread:
-    q1, median, q3 = quartiles(samples)
-    return Spread(median=median, q1=q1, q3=q3, samples=samples)
+def spread_of(samples: Samples) -> Spread:
+    """The contract's spread of the repeats' rates, with the median share of the cores they had."""
+    q1, median, q3 = quartiles(samples.rates)
+    return Spread(
+        median=median,
+        q1=q1,
+        q3=q3,
+        samples=samples.rates,
+        cpu_share=round(quartiles(samples.cpu_shares)[1], 3),
+    )
 
 
 # --- matrix products ----------------------------------------------------------------------------------
