@@ -8,13 +8,16 @@
 # re-judges the table. This machine's CPU grid (bench_planner_grid's JSON) is read where it is there (it is
 # never run for this target: it trains); the summary line leads with the published runs. Results in
 # results/planner_validation/<table's file stem>/; the table is also printed. Its helpers (the table, the
-# planner's sources, the grid) are in common.smk.
+# planner's sources, the grid) are in common.smk. The published step times
+# (config/published_setups/step_times.yaml) are judged against the step-time ledger after them, as a group
+# of the independent checks (zerogate.bench.step_time_rows; printed, not in the JSON).
 rule validate_planner:
     input:
         setups=published_setups_table,
         models=sorted(str(path.relative_to(REPO)) for path in (REPO / "config" / "models").glob("*.json")),
         planner=PLANNER_SOURCES,
         grid=planner_grid_if_run,
+        step_times="config/published_setups/step_times.yaml",
     output:
         validation=f"{PLANNER_VALIDATION}/planner_validation.json",
         table=f"{PLANNER_VALIDATION}/planner_validation.txt",

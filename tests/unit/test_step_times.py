@@ -1,0 +1,91 @@
+"""The table of published step times (zerogate.config.step_times): the shipped table loads with its rows'
+sources and stated setups, and a malformed row is refused with one line naming the file, the row and the
+key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from zerogate.analysis.step_time_validation import INSIDE, NOT_JUDGED, OUTSIDE, judge, summary_line
+from zerogate.bench.step_time_rows import needs, options
+from zerogate.config.step_times import parse_step_times, read_step_times
+from zerogate.errors import InputError
+
+REPO = Path(__file__).resolve().parents[2]
+TABLE = "config/published_setups/step_times.yaml"
+
+
+@pytest.fixture(scope="module")
+def raw():
+    return yaml.safe_load((REPO / TABLE).read_text())
+
+
+def test_the_shipped_table_loads_with_at_least_eight_sourced_rows_each_with_a_figure():
+    table = read_step_times(REPO / TABLE, TABLE)
+    assert len(table.rows) >= 8
+    for row in table.rows:
+        assert row.source.url.startswith("https://") and row.source.quote
+        assert row.published.seconds is not None or row.published.tokens_per_second_per_gpu is not None
+        if row.model.config is not None:
+            assert (REPO / row.model.config).is_file(), row.id
+    frameworks = {row.setup.framework for row in table.rows}
+    assert "deepspeed" in frameworks and frameworks - {"deepspeed"}
+    assert any(row.setup.offload_optimizer == "cpu" for row in table.rows)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("published", {"covers": "optimizer_step", "as_printed": "x"}, "published.seconds"),
+        ("published", {"seconds": 1.0, "covers": "lunch", "as_printed": "x"}, "published.covers"),
+        ("hardware", {"gpu": "A100", "total_gpus": 7}, "hardware.total_gpus"),
+    ],
+)
+def test_a_malformed_row_is_refused_with_one_line_naming_the_file_row_and_key(raw, key, value, named):
+    broken = {"rows": [dict(row) for row in raw["rows"]]}
+    broken["rows"][1] = {**broken["rows"][1], key: value}
+    with pytest.raises(InputError) as error:
+        parse_step_times(broken, TABLE)
+    line = str(error.value)
+    assert "\n" not in line
+    assert line.startswith(f"{TABLE}: rows[1] ({raw['rows'][1]['id']}): {named}"), line
+
+
+def test_a_duplicate_id_is_refused(raw):
+    doubled = {"rows": [raw["rows"][0], raw["rows"][0]]}
+    with pytest.raises(InputError, match=TABLE):
+        parse_step_times(doubled, TABLE)
+
+
+# ---- judging (zerogate.analysis.step_time_validation) and what a row needs (zerogate.bench.step_time_rows)
+
+
+def test_a_published_time_is_inside_outside_or_not_judged_when_a_term_has_no_figure():
+    assert judge(10.0, (8.0, 12.0), []).verdict == INSIDE
+    assert judge(13.0, (8.0, 12.0), []).verdict == OUTSIDE
+    # Missing terms only add time: faster than the low end is a miss even so, slower cannot be judged.
+    assert judge(7.0, (8.0, 12.0), ["all-gathers per micro-step"]).verdict == OUTSIDE
+    assert judge(13.0, (8.0, 12.0), ["all-gathers per micro-step"]).verdict == NOT_JUDGED
+    # A throughput is faster when larger.
+    assert judge(3000.0, (1000.0, 2000.0), ["x"], faster_is_larger=True).verdict == OUTSIDE
+    judged = judge(9.0, (6.0, 12.0), [])
+    assert judged.width == 2.0 and abs(judged.error - 0.0) < 1e-12
+    assert judge(1.0, None, ["compute"]).verdict == NOT_JUDGED
+    line = summary_line([judge(10.0, (8.0, 12.0), []), judge(13.0, (8.0, 12.0), []), judge(1.0, None, ["c"])])
+    assert line.startswith("inside 1/2 judged (50%; target 75%)") and "cannot be judged 1/3" in line
+
+
+def test_what_a_row_leaves_unstated_is_named_or_bracketed_never_filled_in():
+    rows = {row.id: row for row in read_step_times(REPO / TABLE, TABLE).rows}
+    assert needs(rows["cai4719-llama2-13b-z3-8xa100-fwdbwd"])[0].startswith("model.config")
+    assert any("epoch" in need for need in needs(rows["hfblog-accelerate-gpt2-xl-z3-offboth-titanrtx-epoch"]))
+    titan = rows["torchtitan-llama3-8b-fsdp2-64xa100-sel-layer"]
+    assert needs(titan) == []
+    bracketed = options(titan)  # dtype and GPUs per node unstated: every value they can take
+    assert {dtype for dtype, _, _ in bracketed} == {"fp16", "bf16"}
+    assert {per_node for _, per_node, _ in bracketed} == {1, 2, 4, 8}
+    pinned = options(rows["cai4719-llama2-13b-z3-offboth-8xa100-fwdbwd"])
+    assert {p for _, _, p in pinned} == {True}

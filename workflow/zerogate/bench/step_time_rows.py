@@ -1,0 +1,242 @@
+"""Published step times (config/published_setups/step_times.yaml) against the step-time ledger
+(zerogate.predict.step_time): each row's run planned for its hardware as the memory rows are
+(zerogate.bench.measured_rows.plan_measured), its ledger read for the part of the step the published time
+covers, and judged by zerogate.analysis.step_time_validation.
+
+What the source leaves out is bracketed where it takes a few values that change the prediction: the dtype
+(fp16 and bf16, each at its own peak), the GPUs per node (1, 2, 4 or 8 that divide the total: a server holds
+at most 8, assumed), the offloads' pinned memory (pinned and pageable); the interval is the lowest low and
+the highest high over them. What cannot be bracketed (a model without a shipped config, the micro-batch, the
+sequence length, the accumulation, the steps of an epoch) makes the row "cannot be judged", naming it.
+A run not made with DeepSpeed (FSDP, FSDP2, HSDP) is shown with ZeRO-3's ledger and not judged: the ledger
+models DeepSpeed's streams and buckets.
+
+    python -m zerogate.bench.step_time_rows     (prints the table; run from the repository root)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+from zerogate.analysis.step_time_validation import NOT_JUDGED, Judged, judge, summary_line
+from zerogate.bench.measured_rows import plan_measured
+from zerogate.config.published_setups import (
+    OUTCOME_ONLY,
+    Hardware,
+    MeasuredModel,
+    MeasuredRow,
+    MeasuredSetup,
+    Outcome,
+)
+from zerogate.config.step_times import StepTimeRow, read_step_times
+from zerogate.contracts.plan import StepTime
+from zerogate.errors import InputError
+from zerogate.hardware import peak
+from zerogate.model.hf_config import load_config
+from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
+from zerogate.predict.step_time import step_time
+
+STEP_TIMES_FILE = "config/published_setups/step_times.yaml"
+# A GPU server holds at most 8 GPUs (assumed: the usual HGX/DGX and PCIe servers), so an unstated number of
+# GPUs per node is one of these that divides the total.
+NODE_SIZES = (1, 2, 4, 8)
+# The ledger does not read the GPU's memory size (zerogate.predict.step_time_terms); where a source does
+# not state it, this stands in so that the run renders (the memory rows' fit is not judged here).
+UNSTATED_GPU_MEMORY = 80 * 2**30
+SHARED = ("setup", "zero_stage", "offload_optimizer", "offload_param", "micro_batch_per_gpu", "seq_len")
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """The ledger's interval for the covered part, in the published unit, over the bracketed options."""
+
+    interval: tuple[float, float] | None
+    deciding: tuple[str, ...]
+    missing: tuple[str, ...]
+    options: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RowResult:
+    row: StepTimeRow
+    published: float
+    unit: str
+    prediction: Prediction | None
+    judged: Judged
+
+
+def needs(row: StepTimeRow) -> list[str]:
+    """What the prediction cannot do without and the source does not state."""
+    found = []
+    if row.model.config is None:
+        found.append(f"model.config (no shipped config; the source says {row.model.shape_as_stated})")
+    if row.published.per == "epoch":
+        found.append("the steps of an epoch (the dataset's size in tokens)")
+    for key in ("micro_batch_per_gpu", "seq_len", "gradient_accumulation_steps"):
+        if getattr(row.setup, key) is None:
+            found.append(f"setup.{key}")
+    return found
+
+
+def options(row: StepTimeRow) -> list[tuple[str, int, bool]]:
+    """(dtype, GPUs per node, pinned) for every value the source leaves open (module doc)."""
+    dtypes = (
+        [row.setup.dtype] if row.setup.dtype else [d for d in ("fp16", "bf16") if peak(row.hardware.gpu, d)]
+    )
+    total = row.hardware.total_gpus
+    per_node = (
+        [row.setup.gpus_per_node]
+        if row.setup.gpus_per_node
+        else [
+            n for n in NODE_SIZES if total % n == 0 and (row.setup.nodes == 1 or n * row.setup.nodes == total)
+        ]
+    )
+    offloaded = row.setup.offload_optimizer != "none" or row.setup.offload_param != "none"
+    pinned = [row.setup.pin_memory] if row.setup.pin_memory is not None or not offloaded else [True, False]
+    return list(itertools.product(dtypes or ["fp16"], per_node, [bool(p) for p in pinned]))
+
+
+def measured_row(row: StepTimeRow, dtype: str, per_node: int) -> MeasuredRow:
+    """The row as a memory row of zerogate.config.published_setups, at one bracketed option."""
+    stated = row.setup.model_dump(exclude={"framework", "pin_memory", "activation_checkpointing_detail"})
+    stated.update(dtype=dtype, gpus_per_node=per_node, nodes=row.hardware.total_gpus // per_node)
+    return MeasuredRow(
+        kind="measured",
+        id=row.id,
+        source=row.source,
+        model=MeasuredModel(name=row.model.name, config=row.model.config, parameters=row.model.parameters),
+        setup=MeasuredSetup.model_validate(stated),
+        hardware=Hardware(
+            gpu=row.hardware.gpu, gpu_memory_bytes=row.hardware.gpu_memory_bytes or UNSTATED_GPU_MEMORY
+        ),
+        published=Outcome(outcome="fits", level=OUTCOME_ONLY),
+    )
+
+
+def part_seconds(step: StepTime, covers: str) -> tuple[tuple[float, float] | None, str | None, list[str]]:
+    """(low, high) seconds of the covered part, its deciding term, and its terms without a figure."""
+    per = {"optimizer_step": None, "forward_backward": MICRO_STEP, "optimizer_update": BOUNDARY}[covers]
+    terms = [t for t in step.terms if per is None or t.per == per]
+    names = {t.name for t in terms}
+    # step.missing says "<term>: <why>"; the term's name is enough here (plan.json keeps the why).
+    missing = [
+        m.split(":")[0] + (" latency" if m.endswith("latency (no figure)") else "") for m in step.missing
+    ]
+    missing = list(dict.fromkeys(m for m in missing if m.removesuffix(" latency") in names))
+    if covers == "optimizer_step":
+        bounds = None if step.low_s is None else (step.low_s, step.high_s)
+        return bounds, step.deciding_term, missing
+    if covers == "forward_backward":
+        bounds = None if step.micro_step_low_s is None else (step.micro_step_low_s, step.micro_step_high_s)
+        return bounds, step.deciding_term, missing
+    known = [t for t in terms if t.low_s is not None]
+    if not known:
+        return None, None, missing
+    deciding = max(known, key=lambda t: t.contribution_s or 0.0).name
+    return (sum(t.low_s for t in known), sum(t.high_s for t in known)), deciding, missing
+
+
+def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
+    """The ledger over every bracketed option (module doc), in the published unit."""
+    lows, highs, deciding, missing = [], [], [], []
+    chosen = options(row)
+    for dtype, per_node, pinned in chosen:
+        run = plan_measured(measured_row(row, dtype, per_node), config, repo)
+        setup = dataclasses.replace(run.planned.setup, pin_memory=pinned)
+        step = step_time(run.planned.counts, setup, run.machine)
+        bounds, decides, lacking = part_seconds(step, row.published.covers)
+        missing += [m for m in lacking if m not in missing]
+        if decides and decides not in deciding:
+            deciding.append(decides)
+        if bounds is not None:
+            lows.append(bounds[0])
+            highs.append(bounds[1])
+    interval = (min(lows), max(highs)) if lows else None
+    if interval is not None and row.published.seconds is None:
+        setup = row.setup
+        tokens = setup.micro_batch_per_gpu * setup.seq_len * setup.gradient_accumulation_steps
+        interval = (tokens / interval[1], tokens / interval[0])
+    return Prediction(interval, tuple(deciding), tuple(missing), len(chosen))
+
+
+def published_figure(row: StepTimeRow) -> tuple[float, str]:
+    published = row.published
+    if published.seconds is not None:
+        return published.seconds, f"s per {published.per.replace('_', '-')} ({published.covers})"
+    assert published.tokens_per_second_per_gpu is not None
+    return published.tokens_per_second_per_gpu, "tokens/s per GPU"
+
+
+def check_row(row: StepTimeRow, config: Any, repo: Path) -> RowResult:
+    """The row's published figure against the ledger's interval, or why it cannot be."""
+    value, unit = published_figure(row)
+    lacking = needs(row)
+    if lacking:
+        why = f"the prediction needs what the row does not give: {', '.join(lacking)}"
+        return RowResult(row, value, unit, None, Judged(NOT_JUDGED, None, None, why))
+    try:
+        prediction = predict(row, config, repo)
+    except InputError as error:
+        return RowResult(
+            row, value, unit, None, Judged(NOT_JUDGED, None, None, f"cannot be planned: {error}")
+        )
+    judged = judge(value, prediction.interval, list(prediction.missing), row.published.seconds is None)
+    if row.setup.framework != "deepspeed":
+        framework = row.setup.framework
+        why = f"framework {framework}: the ledger models DeepSpeed ZeRO (shown: ZeRO-3's); {judged.why}"
+        judged = dataclasses.replace(judged, verdict=NOT_JUDGED, why=why)
+    return RowResult(row, value, unit, prediction, judged)
+
+
+def check_table(repo: Path, file: str = STEP_TIMES_FILE) -> list[RowResult]:
+    table = read_step_times(repo / file, file)
+    results = []
+    for row in table.rows:
+        config = None if row.model.config is None else load_config(repo / row.model.config)
+        results.append(check_row(row, config, repo))
+    return results
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def result_lines(results: list[RowResult]) -> list[str]:
+    """Each row: published, predicted interval, deciding term, error, width, verdict and why; the summary."""
+    lines = ["== published step times against the step-time ledger (independent) ==", ""]
+    for result in results:
+        prediction, judged = result.prediction, result.judged
+        interval = (
+            "-"
+            if prediction is None or prediction.interval is None
+            else (f"{_number(prediction.interval[0])}..{_number(prediction.interval[1])}")
+        )
+        error = "-" if judged.error is None else f"{judged.error:+.0%}"
+        lines += [
+            f"  {result.row.id}  {result.row.source.url}",
+            f"    published {_number(result.published)} {result.unit}; predicted {interval}"
+            + (f" over {prediction.options} bracketed option(s)" if prediction else "")
+            + f"; error {error}; width {_number(judged.width)}x",
+            f"    deciding: {', '.join(prediction.deciding) if prediction and prediction.deciding else '-'}",
+            f"    verdict: {judged.verdict}: {judged.why}",
+        ]
+    lines.append("  summary: " + summary_line([r.judged for r in results]))
+    return lines
+
+
+def main() -> int:
+    try:
+        results = check_table(Path.cwd())
+    except InputError as error:
+        print(f"zerogate: error: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(result_lines(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
