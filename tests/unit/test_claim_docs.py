@@ -35,7 +35,7 @@ def test_a_claim_written_from_the_docs_alone_is_loaded_and_judged_on_paper(tmp_p
     claims = load_claim(REPO, str(path), "--config")
     assert claims is not None and claim_name(str(path)) == "my-claim"
     judged = dict(judge_on_paper(claims, claimed_plan(), CLAIMED_MACHINE))
-    # What the doc says it reads: the box's host RAM holds neither run, the small card needs 12 GB only in GiB.
+    # What the doc says it reads: the host RAM holds neither run, the small card needs 12 GB only in GiB.
     words = {claim_id: verdict.verdict for claim_id, verdict in judged.items()}
     assert words == {
         "fits_the_box": DOES_NOT_HOLD,
