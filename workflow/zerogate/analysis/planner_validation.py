@@ -179,20 +179,31 @@ def may_not_fit(check: FigureCheck) -> bool:
     return check.target == VERDICT_AGREES and check.predicted.startswith(MAY_NOT_FIT + ":")
 
 
-def judge_largest_micro_batch(published: int, predicted: int, basis: str) -> FigureCheck:
-    """zerogate's largest fitting micro-batch against the published one: PASS within the factor."""
+def judge_largest_micro_batch(
+    published: int, predicted: int, basis: str, may_fit: int | None = None
+) -> FigureCheck:
+    """zerogate's largest fitting micro-batch against the published one: PASS within the factor. With
+    ``may_fit`` (the largest that may fit: no check's verdict "does not fit"), the plan's answer is the range
+    ``predicted``..``may_fit`` and the published one agrees within the factor of either end."""
+    top = predicted if may_fit is None else max(may_fit, predicted)
+    within = predicted / LARGEST_FACTOR <= published <= top * LARGEST_FACTOR
     ratio = predicted / published
-    within = 1 / LARGEST_FACTOR <= ratio <= LARGEST_FACTOR
+    shown = str(predicted) + ("" if predicted else " (micro-batch 1 does not fit)")
+    if top != predicted:
+        shown += f", may fit up to {top}"
     return FigureCheck(
         quantity="largest micro-batch per GPU",
         published=str(published),
-        predicted=str(predicted) + ("" if predicted else " (micro-batch 1 does not fit)"),
+        predicted=shown,
         published_value=float(published),
         predicted_value=float(predicted),
         error_percent=error_percent(predicted, published),
         target=LARGEST_WITHIN,
         verdict=PASS if within else FAIL,
-        basis=f"ratio {ratio:.2f}, within 1/{LARGEST_FACTOR:g}..{LARGEST_FACTOR:g} needed; {basis}",
+        basis=(
+            f"ratio {ratio:.2f}, within 1/{LARGEST_FACTOR:g}..{LARGEST_FACTOR:g} of the plan's range needed; "
+            f"{basis}"
+        ),
     )
 
 

@@ -50,9 +50,11 @@ from zerogate.errors import InputError
 from zerogate.model.hf_config import shape_of
 from zerogate.predict.fit import checks, largest_accepted
 from zerogate.predict.peak import peak_prediction
+from zerogate.predict.phases import device_levels
 from zerogate.predict.planned_run import PlannedRun, run_setup
 from zerogate.predict.planner import plan
 from zerogate.predict.setup import release
+from zerogate.predict.zero_terms import zerogate_terms
 from zerogate.render.ds_config import RenderInputs, render
 from zerogate.runtime.nodes import NodeLayout
 from zerogate.units import format_bytes
@@ -237,8 +239,11 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
 
 
 def check_verdict(check: MemoryCheck) -> str:
-    """One memory check's fit verdict (zerogate.analysis.planner_validation.FIT_VERDICTS): the plan's check
-    says fits or does not fit."""
+    """One memory check's fit verdict (zerogate.analysis.planner_validation.FIT_VERDICTS): the plan's own
+    three-valued verdict on its need's interval (zerogate.predict.fit.verdict); a check written without one
+    says fits or does not fit on its point need."""
+    if check.verdict is not None:
+        return check.verdict
     return FITS if check.fits else DOES_NOT_FIT
 
 
@@ -314,10 +319,17 @@ def planned_at_level(run: MeasuredRun, level: str) -> tuple[Spread, str]:
     with what it is, in words."""
     if level == "host":
         host = next(c for c in run.checks if c.rank is None)
-        return Spread.exact(host.need_bytes), "the host check's need"
+        need = host.need_bytes
+        low = need if host.need_low_bytes is None else host.need_low_bytes
+        high = need if host.need_high_bytes is None else host.need_high_bytes
+        return Spread(low, need, high), "the host check's need"
     counts, setup, activations = run.planned
-    predicted = peak_prediction(counts, setup, None, activations).levels[level]
-    return Spread.exact(predicted.predicted_bytes), predicted.what
+    point = peak_prediction(counts, setup, None, activations).levels[level]
+    # The interval at that level from the terms' own uncertainty (zerogate.predict.fit.device_need's bounds).
+    low, high = zerogate_terms(counts, setup, activations).device_bounds()
+    at_low, at_high = (getattr(device_levels(bound), level) for bound in (low, high))
+    nominal = point.predicted_bytes
+    return Spread(min(at_low, nominal), nominal, max(at_high, nominal)), point.what
 
 
 def peak_check(row: MeasuredRow, run: MeasuredRun) -> FigureCheck:
@@ -353,14 +365,16 @@ def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
         return row_check(row, [missed(q, p, t, why) for q, p, t in wanted])
     judged = [outcome_check(row, run, memory, host_stated)]
     if published.largest_micro_batch is not None:
-        predicted = largest_micro_batch(
-            lambda m: judged_fits(plan_measured(row, config, repo, m), "both", host_stated)[0] == FITS
-        )
+
+        def verdict_at(micro_batch: int) -> str:
+            return judged_fits(plan_measured(row, config, repo, micro_batch), "both", host_stated)[0]
+
         judged.append(
             judge_largest_micro_batch(
                 published.largest_micro_batch,
-                predicted,
+                largest_micro_batch(lambda m: verdict_at(m) == FITS),
                 "the same plan at each micro-batch, accumulation as published",
+                may_fit=largest_micro_batch(lambda m: verdict_at(m) != DOES_NOT_FIT),
             )
         )
     if published.peak_bytes is not None:
