@@ -1,12 +1,14 @@
 """A plan's answer on the console (the plan_model target): fits or not and which check decides, the largest
-micro-batch, memory per rank and per host, the step-time floor, and each suggestion with the command that
-plans it. Reads the plan contract (and the rendered DeepSpeed config, for the global batch) only: every
-figure is the planner's; nothing is computed here."""
+micro-batch, memory per rank and per host with each need's interval and three-valued verdict, the predicted
+step time beside its floor, and each suggestion with the command that plans it. Reads the plan contract (and
+the rendered DeepSpeed config, for the global batch) only: every figure is the planner's; nothing is
+computed here."""
 
 from __future__ import annotations
 
-from zerogate.contracts.plan import MemoryCheck, Plan, Suggestion
+from zerogate.contracts.plan import FITS, MemoryCheck, Plan, Suggestion
 from zerogate.contracts.run import DsConfig
+from zerogate.predict.step_time_text import interval_line
 from zerogate.units import format_bytes
 
 SCHEMES = {
@@ -22,10 +24,18 @@ SCHEMES = {
 
 def _check(check: MemoryCheck) -> str:
     where = f"rank {check.rank} {check.device}" if check.rank is not None else check.device
-    verdict = "fits" if check.fits else f"short by {format_bytes(-check.headroom_bytes)}"
+    verdict = check.verdict or ("fits" if check.fits else "does not fit")
+    if not check.fits:
+        verdict += f", short by {format_bytes(-check.headroom_bytes)}"
+    low, high = check.need_low_bytes, check.need_high_bytes
+    interval = (
+        f" (between {format_bytes(low)} and {format_bytes(high)})"
+        if low is not None and high is not None and low != high
+        else ""
+    )
     return (
-        f"{check.what}, {where}: needs {format_bytes(check.need_bytes)} of "
-        f"{format_bytes(check.capacity_bytes)} ({verdict})"
+        f"{check.what}, {where}: needs {format_bytes(check.need_bytes)}{interval} of "
+        f"{format_bytes(check.capacity_bytes)}: {verdict}"
     )
 
 
@@ -46,8 +56,12 @@ def head_lines(plan: Plan, ds_config: DsConfig) -> list[str]:
 def answer_lines(plan: Plan) -> list[str]:
     """Fits or not, why, and the figures behind it."""
     failing = [c for c in plan.checks if not c.fits]
+    uncertain = [c for c in plan.checks if c.fits and c.verdict not in (None, FITS)]
     if failing:
         lines = [f"answer: DOES NOT FIT ({', '.join(dict.fromkeys(c.what for c in failing))} too small)"]
+    elif uncertain:
+        what = ", ".join(dict.fromkeys(c.what for c in uncertain))
+        lines = [f"answer: MAY NOT FIT ({what}: the capacity lies inside the need's interval)"]
     else:
         decide = plan.deciding_check
         lines = [f"answer: FITS (tightest: {decide.what}, headroom {format_bytes(decide.headroom_bytes)})"]
@@ -57,7 +71,14 @@ def answer_lines(plan: Plan) -> list[str]:
         lines.append(f"  host RAM: needs {format_bytes(own.host_per_node_bytes)} per node (not checked)")
     lines += [f"  note: {note}" for note in plan.notes]
     largest = plan.largest_micro_batch_per_rank
-    lines.append(f"  largest micro-batch per rank that fits: {largest or 'none (not even 1)'}")
+    sure, may = plan.largest_micro_batch_fits_per_rank, plan.largest_micro_batch_may_fit_per_rank
+    if sure is None or may is None:
+        lines.append(f"  largest micro-batch per rank that fits: {largest or 'none (not even 1)'}")
+    else:
+        lines.append(
+            f"  largest micro-batch per rank: fits up to {sure or 'none'}, may fit up to {may or 'none'} "
+            f"(the point need fits up to {largest or 'none'})"
+        )
     steps = plan.floor
     micro, step = steps.micro_step_floor_s, steps.optimizer_step_floor_s
     lines.append(
@@ -66,6 +87,7 @@ def answer_lines(plan: Plan) -> list[str]:
         f"optimizer step {'n/a' if step is None else f'{step:.3f} s'}"
         + (f"; left out for lack of a figure: {'; '.join(steps.missing)}" if steps.missing else "")
     )
+    lines.append(f"  {interval_line(plan.step_time, steps)}")
     return lines
 
 
