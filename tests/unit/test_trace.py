@@ -321,3 +321,31 @@ def test_bad_arguments_are_refused(change, message):
     arguments = {"micro_batch": 1, "seq_len": S, "dtype": "fp16", "attention": "sdpa", **change}
     with pytest.raises(ValueError, match=message):
         trace_micro_step(tiny_llama(), MicroStep(**arguments))
+
+
+def test_layer_types_that_repeat_are_traced_by_periods_and_scale_as_the_whole_model_traces_them():
+    # Gemma-2's pattern: sliding and global layers alternating (period 2), six layers.
+    alternating = Qwen2Config(
+        vocab_size=V,
+        hidden_size=H,
+        intermediate_size=I,
+        num_hidden_layers=6,
+        num_attention_heads=A,
+        num_key_value_heads=G,
+        max_position_embeddings=256,
+        use_sliding_window=True,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"] * 3,
+    )
+    step = MicroStep(1, S, "fp16", "sdpa", padding_mask=True)
+    scaled = trace_micro_step(alternating, step)
+    assert "periods of 2 decoder layers" in scaled.how and "not scaled" not in scaled.how
+    whole = _trace_step(alternating, step)
+    assert scaled.total_bytes == whole.saved_bytes
+    assert scaled.at_first_gradient_bytes == whole.saved_bytes + whole.at_first_gradient_change
+    assert scaled.after_first_gradient_bytes == whole.after_first_gradient_bytes
+    assert scaled.backward_transient_bytes == whole.transient_bytes
+    # Types that do not repeat are still traced whole.
+    odd_types = ["sliding_attention"] * 5 + ["full_attention"]
+    odd = Qwen2Config(**{**alternating.to_dict(), "layer_types": odd_types})
+    assert "do not repeat" in trace_micro_step(odd, step).how

@@ -20,6 +20,7 @@ def interval_line(step: StepTime | None, steps: Floor) -> str:
         f"(floor {_s(steps.optimizer_step_floor_s)}; "
         f"micro-step {_s(step.micro_step_low_s)} to {_s(step.micro_step_high_s)} x {step.accumulation}); "
         f"decided by {step.deciding_term or 'n/a'}"
+        + (f"; a lower bound: no figure for {'; '.join(step.missing)}" if step.missing else "")
     )
 
 

@@ -54,9 +54,11 @@ Few layers, then scale: the same config with k and k+1 decoder layers is traced;
 difference, outside the layers (embeddings, rotary tables, final norm, logits, loss) = the rest. That is
 exact only when every decoder layer of the full config is alike, which is checked on the full model built
 on the meta device: the config's ``layer_types`` (if any) are one type, and every decoder layer (the
-classes in ``_no_split_modules``) has the same class, attention type and parameter names and shapes.
-Where they differ (sliding-window/global alternation, dense-then-MoE stacks), the whole model is traced
-instead and the result says so.
+classes in ``_no_split_modules``) has the same class, attention type and parameter names and shapes. Where
+the layer types repeat with a period p (Gemma-2's sliding/global alternation: p = 2) and each layer is
+alike the one p before it, k and k+1 periods are traced and scaled by periods the same way
+(zerogate.predict.trace_layers). Where they differ otherwise (dense-then-MoE stacks, types that do not
+repeat), the whole model is traced instead and the result says so.
 
 Tracing needs torch and transformers, so this module imports them: only what traces imports it (the
 planner's zerogate.predict.activations, when a plan asks for traced activations), never the analysis side
@@ -80,6 +82,7 @@ from zerogate.config.model_data import ATTENTIONS
 from zerogate.model.hf_config import ModelShape, load_config, shape_of
 from zerogate.model.loss import set_loss
 from zerogate.predict.setup import TORCH_DTYPES
+from zerogate.predict.trace_layers import layer_type_period, layers_differ, with_layers
 from zerogate.runtime.live_tensors import live_bytes_class
 
 
@@ -169,10 +172,16 @@ def trace_micro_step(config: Any, step: MicroStep, *, traced_layers: int = 1) ->
     """Trace one micro-step of ``config``'s causal LM; see the module docstring for what is counted.
     ``traced_layers``: k, the smaller of the two layer counts traced (the other is k + 1)."""
     shape = _checked_shape(config, step, traced_layers)
-    unlike = _layers_differ(config, shape.layers)
+    period = layer_type_period(config, shape.layers)
+    if period is None:
+        types = ", ".join(sorted(set(config.layer_types)))
+        return _whole_model_trace(config, step, shape.layers, f"its layer_types ({types}) do not repeat")
+    unlike = layers_differ(config, shape.layers, period)
+    if unlike is None and period > 1 and period * (traced_layers + 1) > shape.layers:
+        unlike = f"its layer types repeat every {period} layers, too few to trace {traced_layers + 1} periods"
     if unlike is not None:
         return _whole_model_trace(config, step, shape.layers, unlike)
-    return _scaled_trace(config, step, shape.layers, traced_layers)
+    return _scaled_trace(config, step, shape.layers, traced_layers, period)
 
 
 def _whole_model_trace(config: Any, step: MicroStep, layers: int, unlike: str) -> ActivationTrace:
@@ -195,20 +204,26 @@ def _whole_model_trace(config: Any, step: MicroStep, layers: int, unlike: str) -
     )
 
 
-def _scaled_trace(config: Any, step: MicroStep, layers: int, traced_layers: int) -> ActivationTrace:
-    """k and k + 1 alike decoder layers traced, scaled to ``layers``: per layer = the difference, outside the
-    layers = the rest."""
-    fewer = _trace_step(_with_layers(config, traced_layers), step)
-    more = _trace_step(_with_layers(config, traced_layers + 1), step)
-    per_layer = more.saved_bytes - fewer.saved_bytes
-    outside = fewer.saved_bytes - traced_layers * per_layer
+def _scaled_trace(
+    config: Any, step: MicroStep, layers: int, traced_layers: int, period: int = 1
+) -> ActivationTrace:
+    """k and k + 1 alike periods of ``period`` decoder layers traced, scaled to ``layers``: per period = the
+    difference, outside the layers = the rest (one period is one layer where every layer is alike)."""
+    fewer = _trace_step(with_layers(config, period * traced_layers), step)
+    more = _trace_step(with_layers(config, period * (traced_layers + 1)), step)
+    per_period = more.saved_bytes - fewer.saved_bytes
+    outside = fewer.saved_bytes - traced_layers * per_period
+    periods = layers // period
+    unit = "decoder layers" if period == 1 else f"periods of {period} decoder layers (its layer_types)"
     how = (
-        f"{config.model_type} model traced with {traced_layers} and {traced_layers + 1} decoder layers under "
+        f"{config.model_type} model traced with {traced_layers} and {traced_layers + 1} {unit} under "
         f"FakeTensorMode on the CPU ({step.described()}); all {layers} decoder layers of the config are "
-        f"alike (one class, attention type and parameter shapes), so per layer = the difference and outside "
-        f"the layers = the rest; {_COUNTING}"
+        f"alike{'' if period == 1 else ' period by period'} (one class, attention type and parameter "
+        f"shapes), so per {'layer' if period == 1 else 'period'} = the difference and outside the layers = "
+        f"the rest; "
+        f"{_COUNTING}"
     )
-    total = per_layer * layers + outside
+    total = per_period * periods + outside
     # What the backward frees before its first accumulated gradient is the top of the model's (the loss, the
     # head): the same for any layer count. The peak after it, as bytes alive, grows by a layer's activations
     # per layer while it falls early in the backward and not at all once it falls at the end (a tied weight's
@@ -219,17 +234,17 @@ def _scaled_trace(config: Any, step: MicroStep, layers: int, traced_layers: int)
         traced.saved_bytes + traced.at_first_gradient_change + traced.after_first_gradient_bytes
         for traced in (fewer, more)
     ]
-    peak_at_all_layers = peak_after[0] + (layers - traced_layers) * (peak_after[1] - peak_after[0])
+    peak_at_all_layers = peak_after[0] + (periods - traced_layers) * (peak_after[1] - peak_after[0])
     return ActivationTrace(
-        per_layer,
-        outside,
+        per_period if period == 1 else None,  # a period's layers differ: no one layer's figure
+        outside if period == 1 else None,
         layers,
         total,
         max(fewer.transient_bytes, more.transient_bytes),
         at_first,
         max(0, peak_at_all_layers - at_first),
         how + _cpu_kernel_note(more, step.attention),
-        _extrapolated_size_classes(fewer, more, layers - traced_layers),
+        _extrapolated_size_classes(fewer, more, periods - traced_layers),
     )
 
 
@@ -261,56 +276,6 @@ def _cpu_kernel_note(step: _Step, attention: str) -> str:
             "s x s attention probabilities; CUDA's fused kernels would not, so this overstates a GPU run"
         )
     return ""
-
-
-def _layer_count_key(config: Any) -> str:
-    """The config's own key for the decoder-layer count (GPT-2: n_layer)."""
-    return type(config).attribute_map.get("num_hidden_layers", "num_hidden_layers")
-
-
-def _with_layers(config: Any, layers: int) -> Any:
-    """A copy of ``config`` with ``layers`` decoder layers (alike configs only: one layer type)."""
-    data = config.to_dict()
-    data[_layer_count_key(config)] = layers
-    if isinstance(data.get("layer_types"), list) and data["layer_types"]:
-        # transformers checks len(layer_types) == num_hidden_layers; the types are one type here.
-        data["layer_types"] = [data["layer_types"][0]] * layers
-    return type(config).from_dict(data)
-
-
-_LAYERS_DIFFER: dict[tuple[str, str], str | None] = {}
-
-
-def _layers_differ(config: Any, layers: int) -> str | None:
-    """:func:`_why_layers_differ`, once per config (it builds the whole model on the meta device)."""
-    key = (type(config).__name__, config.to_json_string(use_diff=False))
-    if key not in _LAYERS_DIFFER:
-        _LAYERS_DIFFER[key] = _why_layers_differ(config, layers)
-    return _LAYERS_DIFFER[key]
-
-
-def _why_layers_differ(config: Any, layers: int) -> str | None:
-    """None when every decoder layer of ``config`` is alike, else why not (see the module docstring)."""
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types and len(set(layer_types)) > 1:
-        return f"its layer_types mix {', '.join(sorted(set(layer_types)))}"
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    block_classes = set(getattr(model, "_no_split_modules", None) or [])
-    blocks = [module for module in model.modules() if type(module).__name__ in block_classes]
-    if len(blocks) != layers:
-        return f"{len(blocks)} decoder-layer modules ({', '.join(sorted(block_classes))}) for {layers} layers"
-    signatures = {
-        (
-            type(block).__name__,
-            getattr(block, "attention_type", None),
-            tuple((name, tuple(p.shape)) for name, p in block.named_parameters()),
-        )
-        for block in blocks
-    }
-    if len(signatures) > 1:
-        return "its decoder layers differ in class, attention type or parameter shapes"
-    return None
 
 
 def _trace_step(config: Any, step: MicroStep) -> _Step:
