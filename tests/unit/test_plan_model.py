@@ -179,6 +179,7 @@ def test_the_console_answer_names_the_failing_check_and_each_change_with_its_com
     assert "largest micro-batch per rank: fits up to none, may fit up to none" in text
     assert "step-time floor" in text and "what would make the host fit:" in text
     assert "predicted optimizer step: " in text and "decided by " in text
+    assert "peak used: catalogue: RTX 4090" in text
     assert "host RAM, host (all ranks of the node): needs " in text and ": does not fit, short by " in text
     assert f"make plan MODEL=qwen2.5-14b BOX={CLAIM_BOX} OFFLOAD=nvme ACCUMULATION=8" in text
     assert "HOST_RAM=" in text

@@ -88,6 +88,9 @@ def answer_lines(plan: Plan) -> list[str]:
         + (f"; left out for lack of a figure: {'; '.join(steps.missing)}" if steps.missing else "")
     )
     lines.append(f"  {interval_line(plan.step_time, steps)}")
+    # Which peak each card's compute term used: the description's own figure or the card catalogue's.
+    for source in dict.fromkeys(r.peak_source for r in steps.ranks if r.peak_source):
+        lines.append(f"  peak used: {source}")
     return lines
 
 
