@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zerogate import hardware
+from zerogate.config.card_figures import gpu_peak
 from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
 from zerogate.predict import rates
@@ -87,9 +88,10 @@ def _pass_seconds(counts: ModelCounts, setup: Setup, machine: MachineDescription
     slowest: Seconds = (0.0, 0.0)
     sources = []
     for gpu in machine.gpus:
-        found = hardware.peak(gpu.name, setup.dtype)
-        if found is None:
-            return None, f"no {setup.dtype} peak for {gpu.name} in zerogate.hardware"
+        # The floor's peak: the description's stated figure, else the card catalogue's (one definition).
+        found = gpu_peak(machine, gpu, setup.dtype)
+        if found.tflops is None:
+            return None, f"no {setup.dtype} peak: {found.source}"
         peak = found.tflops * hardware.TFLOPS
         seconds = _added(
             rates.GPU_MATMUL.seconds(forward["matmul"], peak),
