@@ -15,6 +15,7 @@ from zerogate.contracts.comms import CommsPlan, CommsRecord, CommsVolume
 from zerogate.contracts.data import DatasetManifest, ModelInfo
 from zerogate.contracts.ledger import LedgerTable
 from zerogate.contracts.machine import Fingerprint, Preflight
+from zerogate.contracts.microbench import Microbench
 from zerogate.contracts.parsed import RunMeta
 from zerogate.contracts.plan import Approval, ModelCompute, PeakPrediction, Plan, RuntimeBaseline
 from zerogate.contracts.records import (
@@ -43,6 +44,7 @@ ARTEFACTS: dict[str, type[Artefact]] = {
     "claims/seed/claimed_box_plan.json": Plan,
     "plan/approved.json": Approval,
     "plan/model_compute.json": ModelCompute,
+    "plan/microbench.json": Microbench,
     "plan/runtime_baseline.json": RuntimeBaseline,
     "plan/peak_memory.json": PeakPrediction,
     "plan/claims.json": PlanClaims,

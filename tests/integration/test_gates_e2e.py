@@ -128,7 +128,7 @@ def seed_convergence_claim(run: Path, verdicts: GateVerdicts):
     claims = read_claims(REPO / "config/claims/seed.yaml")
     claims = claims.model_copy(update={"claims": [c for c in claims.claims if c.kind == "convergence"]})
     evidence = Evidence(claimed_plan=Plan.read(run / "claims/seed/claimed_box_plan.json"), gates=verdicts)
-    return judge_claims(claims, evidence).claims[0].measured_here
+    return judge_claims(claims, evidence, "seed").claims[0].measured_here
 
 
 def test_the_convergence_claim_counts_the_steps_each_rank_recorded(finished_run, tmp_path, smoke_profile):

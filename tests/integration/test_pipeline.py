@@ -308,7 +308,10 @@ def test_the_plan_target_and_the_report_judge_every_seed_claim_on_paper_in_the_s
 
     results = smoke_run.results
     on_paper = (results / "claims/seed/on_paper.txt").read_text()
-    in_plan = dict(re.findall(r"^  (\w+): (.*)$", on_paper, flags=re.MULTILINE))
+    # The statements come first; where the time goes on the claimed box follows them.
+    statements, time_goes = on_paper.split("\nthe claimed box, ", 1)
+    assert "predicted optimizer step: " in time_goes and "where the time goes" in time_goes
+    in_plan = dict(re.findall(r"^  (\w+): (.*)$", statements, flags=re.MULTILINE))
     (page,) = [html.unescape(p.read_text()) for p in (results / "report").glob("zerogate-v*.html")]
     in_report = dict(
         re.findall(r"<tr id='claim-([^']+)'><td>.*?</td><td class='claim-[^']*'><b>(.*?)</b>", page, re.S)
