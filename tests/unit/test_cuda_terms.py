@@ -16,6 +16,7 @@ from zerogate.predict.cuda_terms import (
     CUDA_CONTEXT_BYTES,
     NCCL_COMMUNICATOR_BYTES,
     cross_stream_reserve,
+    module_loading,
     overhead_spreads,
 )
 from zerogate.predict.fit import (
@@ -84,6 +85,21 @@ def test_cross_stream_reserve_is_the_side_pools_the_peak_phase_does_not_hold():
     assert overhead_spreads(forward_peak, claim_setup(device_kind="cpu"), True) == {}
     reserve = overhead_spreads(forward_peak, setup, True)["cross_stream_reserve"]
     assert reserve.low == 0 and reserve.point == reserve.high == 30  # a failed cudaMalloc flushes the cache
+
+
+@pytest.mark.parametrize(
+    ("torch_build", "loading"),
+    [
+        ("1.13.1+cu116", "eager"),  # CUDA 11.6: no lazy loading
+        ("1.12.1+cu117", "eager"),  # torch before it set CUDA_MODULE_LOADING
+        ("1.13.1+cu117", "lazy"),
+        ("2.5.1", "lazy"),  # CUDA not named: torch's default
+        ("2.5.1+cu124", "lazy"),
+        (None, "lazy"),
+    ],
+)
+def test_a_torch_build_decides_the_contexts_module_loading(torch_build, loading):
+    assert module_loading(torch_build) == loading
 
 
 def test_context_by_module_loading_and_one_communicator_per_process_group():

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.unit.helpers import clean_checkout, run_snakemake
+from tests.unit.test_ledger import claim_setup
 from zerogate.analysis.planner_validation import (
     ESTIMATOR_ROUNDING,
     LARGEST_WITHIN,
@@ -29,7 +30,7 @@ from zerogate.analysis.planner_validation import (
 )
 from zerogate.bench import measured_rows
 from zerogate.bench import planner_validation as validation
-from zerogate.config.published_setups import read_setups
+from zerogate.config.published_setups import UNPLANNED_PLATFORMS, read_setups
 from zerogate.contracts.planner_validation import PlannerValidation
 from zerogate.contracts.verdicts import FAIL, NOT_MEASURED, PASS
 from zerogate.errors import InputError
@@ -212,6 +213,21 @@ def test_a_gpt2_row_is_planned_from_its_config_and_an_unstated_fact_is_not_judge
     assert [(c.verdict, c.basis) for c in checked.checks] == [
         (NOT_MEASURED, "the source does not state setup.dtype, which the plan needs")
     ]
+
+
+def test_the_releases_a_row_states_are_planned_and_a_platform_the_planner_does_not_model_is_not_judged(
+    table,
+):
+    swift = row(table, "ms-swift-2947-qwen2.5-14b-8xa800-z3-oom")  # torch 1.13.1+cu116, transformers 4.40.0
+    stated = measured_rows.stated_releases(swift, claim_setup())
+    assert (stated.transformers_version, stated.cuda_module_loading) == ((4, 40, 0), "eager")
+    assert stated.deepspeed_version is None  # not stated: the installed one
+    llama = row(table, "llamafactory-5977-llama3-8b-8x3090-z3-oom")  # torch 2.5.1, DeepSpeed 0.15.3
+    stated = measured_rows.stated_releases(llama, claim_setup())
+    assert (stated.deepspeed_version, stated.cuda_module_loading) == ((0, 15, 3), "lazy")
+    wsl2 = row(table, "xirider-19-gpt2-xl-1x3090-z2-offopt-wsl2-oom")
+    checked = validation.check_measured_row(wsl2, load_config(REPO / wsl2.model.config), REPO)
+    assert [(c.verdict, c.basis) for c in checked.checks] == [(NOT_MEASURED, UNPLANNED_PLATFORMS["wsl2"])]
 
 
 # ---- judging

@@ -38,6 +38,7 @@ from zerogate.config.profile import model_with_config
 from zerogate.config.published_setups import (
     HOST_RSS,
     OOM_MESSAGE,
+    UNPLANNED_PLATFORMS,
     MeasuredRow,
     level_of_metric,
 )
@@ -48,12 +49,13 @@ from zerogate.contracts.planner_validation import FigureCheck, RowCheck
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.errors import InputError
 from zerogate.model.hf_config import shape_of
+from zerogate.predict.cuda_terms import module_loading
 from zerogate.predict.fit import checks, largest_accepted
 from zerogate.predict.peak import peak_prediction
 from zerogate.predict.phases import device_levels
 from zerogate.predict.planned_run import PlannedRun, run_setup
 from zerogate.predict.planner import plan
-from zerogate.predict.setup import release
+from zerogate.predict.setup import Setup, release
 from zerogate.predict.zero_terms import zerogate_terms
 from zerogate.render.ds_config import RenderInputs, render
 from zerogate.runtime.nodes import NodeLayout
@@ -224,9 +226,7 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     typed_config = DsConfig.of(ds_config, where)
     # One row is planned at many micro-batches (largest_micro_batch): its plans share their traces.
     planned = run_setup(run_spec, typed_config, machine.nodes, share_traces=True)
-    if row.setup.deepspeed_version is not None:
-        setup = dataclasses.replace(planned.setup, deepspeed_version=release(row.setup.deepspeed_version))
-        planned = planned._replace(setup=setup)
+    planned = planned._replace(setup=stated_releases(row, planned.setup))
     return MeasuredRun(
         run_spec,
         typed_config,
@@ -235,6 +235,18 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
         tuple(model_notes + training_notes),
         planned,
         row.id,
+    )
+
+
+def stated_releases(row: MeasuredRow, setup: Setup) -> Setup:
+    """``setup`` planned for the releases the row states it ran: its DeepSpeed, its transformers (the loss's
+    logits copies) and its torch build (the CUDA context's module loading); the installed ones otherwise."""
+    stated = row.setup
+    return dataclasses.replace(
+        setup,
+        deepspeed_version=release(stated.deepspeed_version) if stated.deepspeed_version else None,
+        transformers_version=release(stated.transformers_version) if stated.transformers_version else None,
+        cuda_module_loading=module_loading(stated.torch_version),
     )
 
 
@@ -357,6 +369,9 @@ def check_measured_row(row: MeasuredRow, config: Any, repo: Path) -> RowCheck:
     unstated = unstated_facts(row, memory, host_stated)
     if unstated:
         why = f"the source does not state {', '.join(unstated)}, which the plan needs"
+        return row_check(row, [not_judged(q, p, t, why) for q, p, t in wanted])
+    if row.hardware.platform in UNPLANNED_PLATFORMS:
+        why = UNPLANNED_PLATFORMS[row.hardware.platform]
         return row_check(row, [not_judged(q, p, t, why) for q, p, t in wanted])
     try:
         run = plan_measured(row, config, repo)

@@ -32,6 +32,8 @@ Attention = Literal["sdpa", "eager", "flash_attention_2", "unknown"]
 Positive = Annotated[int, Field(ge=1)]
 # A DeepSpeed release as its numbers, "0.19.6" (zerogate.predict.setup.release orders them).
 Release = Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]
+# A torch build as pip names it, "1.13.1+cu116" (the local part names the CUDA it was built with) or "2.5.1".
+TorchBuild = Annotated[str, Field(pattern=r"^\d+(\.\d+)*(\+cu\d{3,})?$")]
 
 
 class Source(Record):
@@ -205,6 +207,12 @@ class MeasuredSetup(Record):
     # is made for that release where the planner knows what changed since (zerogate.predict.ledger); absent,
     # for the installed one.
     deepspeed_version: Release | None = None
+    # The transformers release the run used, where the source states it: its loss's copies of the logits are
+    # planned for it (zerogate.predict.zero_buffers.loss_logits_terms); absent, the installed one's.
+    transformers_version: Release | None = None
+    # The torch build the run used, where the source states it: its CUDA decides the context's module loading
+    # (zerogate.predict.cuda_terms.module_loading); absent, torch's default (lazy).
+    torch_version: TorchBuild | None = None
 
     @model_validator(mode="after")
     def _offloads_deepspeed_has(self) -> MeasuredSetup:
@@ -246,10 +254,22 @@ def level_of_metric(metric: str) -> str:
     return PLAN_LEVEL_OF[metric]
 
 
+# Platforms other than native Linux a source may name, and why the planner does not judge a run on them.
+UNPLANNED_PLATFORMS = {
+    "wsl2": (
+        "the planner models native Linux; under WSL2 the Windows driver manages the GPU's memory and limits "
+        "the pinned host memory ZeRO-Offload's buffers use (NVIDIA's CUDA on WSL user guide, 'Known "
+        "Limitations for Linux CUDA Applications', https://docs.nvidia.com/cuda/wsl-user-guide/index.html; "
+        "https://github.com/microsoft/WSL/issues/8447)"
+    ),
+}
+
+
 class Hardware(Record):
     gpu: str
     gpu_memory_bytes: Positive  # per GPU, the marketed capacity (README: Units)
     host_ram_bytes: Positive | None = None  # per node, where the source states it
+    platform: Literal["linux", "wsl2"] = "linux"  # where the source names another (UNPLANNED_PLATFORMS)
 
 
 class Outcome(Record):

@@ -7,10 +7,11 @@ the plan's device need is an interval of the levels over those (zerogate.predict
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from zerogate.predict.phases import PHASES, device_levels
-from zerogate.predict.setup import Setup
+from zerogate.predict.setup import Setup, release
 from zerogate.units import MIB
 
 
@@ -37,6 +38,26 @@ CUDA_CONTEXT_BYTES = {
     "lazy": Spread(low=287_047_680, point=400 * MIB, high=400 * MIB),
     "eager": Spread(low=666_632_192, point=1000 * MIB, high=1000 * MIB),
 }
+# The first torch release that sets CUDA_MODULE_LOADING=LAZY (https://github.com/pytorch/pytorch/pull/86509).
+LAZY_LOADING_TORCH = (1, 13)
+# The first CUDA with lazy module loading, 11.7 (https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#lazy-loading).
+LAZY_LOADING_CUDA = (11, 7)
+
+
+def module_loading(torch_build: str | None) -> str:
+    """CUDA's module loading of a torch build as pip names it ("1.13.1+cu116"): "eager" for a torch before
+    :data:`LAZY_LOADING_TORCH` or a CUDA before :data:`LAZY_LOADING_CUDA` (the ``+cuXYZ`` local part, read as
+    XY.Z), else "lazy"; None (not stated) is torch's default, lazy."""
+    if torch_build is None:
+        return "lazy"
+    version, _, local = torch_build.partition("+")
+    cuda = re.fullmatch(r"cu(\d+)(\d)", local)
+    cuda_release = (int(cuda.group(1)), int(cuda.group(2))) if cuda else LAZY_LOADING_CUDA
+    if release(version) < LAZY_LOADING_TORCH or cuda_release < LAZY_LOADING_CUDA:
+        return "eager"
+    return "lazy"
+
+
 # NCCL's device buffers of one communicator. Published: 544 MB for a 2-GPU group after a 4 MB all-reduce
 # (4 x A100 with NVLink, https://github.com/NVIDIA/nccl/issues/964), about 1.6 GB per GPU for one
 # communicator after an all-reduce, the CUDA context included (https://github.com/NVIDIA/nccl/issues/864; the
