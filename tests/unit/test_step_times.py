@@ -88,8 +88,10 @@ def test_what_a_row_leaves_unstated_is_named_or_bracketed_never_filled_in():
     bracketed = options(titan)  # dtype and GPUs per node unstated: every value they can take
     assert {option.dtype for option in bracketed} == {"fp16", "bf16"}
     assert {option.per_node for option in bracketed} == {1, 2, 4, 8}
+    assert {option.checkpointing for option in bracketed} == {True}  # stated (selective: the ledger's full)
     pinned = options(rows["cai4719-llama2-13b-z3-offboth-8xa100-fwdbwd"])
     assert {option.pinned for option in pinned} == {True}
+    assert {option.checkpointing for option in pinned} == {False, True}  # unstated
 
 
 def test_a_card_named_without_its_variant_is_bracketed_over_the_catalogues_cards_of_that_name():

@@ -13,10 +13,11 @@ know is described by its name alone (the ledger then names what it lacks).
 What the source leaves out is bracketed where it takes a few values that change the prediction: the card's
 variant where the row names it without one ("NVIDIA A100": every catalogue card whose name holds it, narrowed
 to the stated memory), the dtype (fp16 and bf16, each at its own peak), the GPUs per node (1, 2, 4 or 8 that
-divide the total: a server holds at most 8, assumed), the offloads' pinned memory (pinned and pageable); the
-interval is the lowest low and the highest high over them. What cannot be bracketed (a model without a
-shipped config, the micro-batch, the sequence length, the accumulation, the steps of an epoch) makes the row
-"cannot be judged", naming it.
+divide the total: a server holds at most 8, assumed), the offloads' pinned memory (pinned and pageable),
+activation checkpointing (off, and on as the ledger models it: the whole forward again); the interval is the
+lowest low and the highest high over them. What cannot be bracketed (a model without a shipped config, the
+micro-batch, the sequence length, the accumulation, the steps of an epoch) makes the row "cannot be judged",
+naming it.
 A run not made with DeepSpeed (FSDP, FSDP2, HSDP) is shown with ZeRO-3's ledger and not judged: the ledger
 models DeepSpeed's streams and buckets.
 
@@ -96,12 +97,13 @@ def needs(row: StepTimeRow) -> list[str]:
 
 class Option(NamedTuple):
     """One value of everything the row leaves open: the catalogue's card (None: the catalogue has none of that
-    name), the dtype, the GPUs per node, the offloads' pinned memory."""
+    name), the dtype, the GPUs per node, the offloads' pinned memory, activation checkpointing."""
 
     card: Card | None
     dtype: str
     per_node: int
     pinned: bool
+    checkpointing: bool
 
 
 def cards_named(row: StepTimeRow) -> list[Card]:
@@ -139,7 +141,11 @@ def options(row: StepTimeRow) -> list[Option]:
     )
     offloaded = row.setup.offload_optimizer != "none" or row.setup.offload_param != "none"
     pinned = [row.setup.pin_memory] if row.setup.pin_memory is not None or not offloaded else [True, False]
-    combined = itertools.product(cards, dtypes or ["fp16"], per_node, [bool(p) for p in pinned])
+    stated = row.setup.activation_checkpointing
+    checkpointing = [False, True] if stated is None else [stated]
+    combined = itertools.product(
+        cards, dtypes or ["fp16"], per_node, [bool(p) for p in pinned], checkpointing
+    )
     return [Option(*values) for values in combined]
 
 
@@ -150,10 +156,15 @@ def catalogue_box(row: StepTimeRow, card: Card, per_node: int) -> MachineDescrip
     return box if nodes == 1 else box.model_copy(update={"nodes": nodes})
 
 
-def measured_row(row: StepTimeRow, dtype: str, per_node: int) -> MeasuredRow:
+def measured_row(row: StepTimeRow, option: Option) -> MeasuredRow:
     """The row as a memory row of zerogate.config.published_setups, at one bracketed option."""
     stated = row.setup.model_dump(exclude={"framework", "pin_memory", "activation_checkpointing_detail"})
-    stated.update(dtype=dtype, gpus_per_node=per_node, nodes=row.hardware.total_gpus // per_node)
+    stated.update(
+        dtype=option.dtype,
+        gpus_per_node=option.per_node,
+        nodes=row.hardware.total_gpus // option.per_node,
+        activation_checkpointing=option.checkpointing,
+    )
     return MeasuredRow(
         kind="measured",
         id=row.id,
@@ -194,11 +205,11 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
     """The ledger over every bracketed option (module doc), in the published unit."""
     lows, highs, deciding, missing = [], [], [], []
     chosen = options(row)
-    runs: dict[tuple[str, int], Any] = {}  # the plan does not depend on the card's variant or the pinning
+    runs: dict[tuple[str, int, bool], Any] = {}  # the plan depends on neither the card's variant nor pinning
     for option in chosen:
-        key = (option.dtype, option.per_node)
+        key = (option.dtype, option.per_node, option.checkpointing)
         if key not in runs:
-            runs[key] = plan_measured(measured_row(row, option.dtype, option.per_node), config, repo)
+            runs[key] = plan_measured(measured_row(row, option), config, repo)
         run = runs[key]
         setup = dataclasses.replace(run.planned.setup, pin_memory=option.pinned)
         machine = run.machine if option.card is None else catalogue_box(row, option.card, option.per_node)
