@@ -38,6 +38,17 @@ SHIPPED = {
         7_241_732_096,
         ModelShape("mistral", 4096, 32, 32, 8, 128, 14336, 32000, False, 32768),
     ),
+    # Llama 2's published shapes (config/models/README.md), counted on the meta device.
+    "llama-2-7b": (
+        "LlamaConfig",
+        6_738_415_616,
+        ModelShape("llama", 4096, 32, 32, 32, 128, 11008, 32000, False, 4096),
+    ),
+    "llama-2-13b": (
+        "LlamaConfig",
+        13_015_864_320,
+        ModelShape("llama", 5120, 40, 40, 40, 128, 13824, 32000, False, 4096),
+    ),
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from zerogate.analysis.step_time_validation import INSIDE, NOT_JUDGED, OUTSIDE, judge, summary_line
-from zerogate.bench.step_time_rows import needs, options
+from zerogate.bench.step_time_rows import cards_named, catalogue_box, needs, options
 from zerogate.config.step_times import parse_step_times, read_step_times
 from zerogate.errors import InputError
 
@@ -80,12 +80,42 @@ def test_a_published_time_is_inside_outside_or_not_judged_when_a_term_has_no_fig
 
 def test_what_a_row_leaves_unstated_is_named_or_bracketed_never_filled_in():
     rows = {row.id: row for row in read_step_times(REPO / TABLE, TABLE).rows}
-    assert needs(rows["cai4719-llama2-13b-z3-8xa100-fwdbwd"])[0].startswith("model.config")
+    assert needs(rows["ds1635-gpt-1.35b-z3-offopt-1xrtx3090-update"])[0].startswith("model.config")
+    assert needs(rows["cai4719-llama2-13b-z3-8xa100-fwdbwd"]) == []  # Llama 2 13B's config is shipped
     assert any("epoch" in need for need in needs(rows["hfblog-accelerate-gpt2-xl-z3-offboth-titanrtx-epoch"]))
     titan = rows["torchtitan-llama3-8b-fsdp2-64xa100-sel-layer"]
     assert needs(titan) == []
     bracketed = options(titan)  # dtype and GPUs per node unstated: every value they can take
-    assert {dtype for dtype, _, _ in bracketed} == {"fp16", "bf16"}
-    assert {per_node for _, per_node, _ in bracketed} == {1, 2, 4, 8}
+    assert {option.dtype for option in bracketed} == {"fp16", "bf16"}
+    assert {option.per_node for option in bracketed} == {1, 2, 4, 8}
+    assert {option.checkpointing for option in bracketed} == {True}  # stated (selective: the ledger's full)
     pinned = options(rows["cai4719-llama2-13b-z3-offboth-8xa100-fwdbwd"])
-    assert {p for _, _, p in pinned} == {True}
+    assert {option.pinned for option in pinned} == {True}
+    assert {option.checkpointing for option in pinned} == {False, True}  # unstated
+
+
+def test_a_card_named_without_its_variant_is_bracketed_over_the_catalogues_cards_of_that_name():
+    rows = {row.id: row for row in read_step_times(REPO / TABLE, TABLE).rows}
+    cai = rows["cai4719-llama2-13b-z3-8xa100-fwdbwd"]  # "NVIDIA A100", memory unstated
+    assert {card.card for card in cards_named(cai)} == {
+        "A100 SXM4 40GB",
+        "A100 SXM4 80GB",
+        "A100 PCIe 40GB",
+        "A100 PCIe 80GB",
+    }
+    stated = cai.model_copy(
+        update={"hardware": cai.hardware.model_copy(update={"gpu_memory_bytes": 80 * 2**30})}
+    )
+    assert {card.card for card in cards_named(stated)} == {"A100 SXM4 80GB", "A100 PCIe 80GB"}
+    assert [card.card for card in cards_named(rows["tinyllama1-z2-2xrtx4090-throughput"])] == ["RTX 4090"]
+    unknown = cai.model_copy(update={"hardware": cai.hardware.model_copy(update={"gpu": "NVIDIA Titan RTX"})})
+    assert cards_named(unknown) == [] and {option.card for option in options(unknown)} == {None}
+
+
+def test_the_rows_box_is_the_catalogues_over_the_rows_nodes():
+    rows = {row.id: row for row in read_step_times(REPO / TABLE, TABLE).rows}
+    titan = rows["torchtitan-llama3-8b-fsdp2-64xa100-sel-layer"]
+    (card,) = cards_named(titan)
+    box = catalogue_box(titan, card, 8)
+    assert box.nodes == 8 and len(box.gpus) == 8 and box.nvlink
+    assert box.gpus[0].memory_bandwidth_gbps == card.memory_bandwidth.gbps and box.gpus[0].pcie is not None

@@ -3,11 +3,21 @@
 (zerogate.bench.measured_rows.plan_measured), its ledger read for the part of the step the published time
 covers, and judged by zerogate.analysis.step_time_validation.
 
-What the source leaves out is bracketed where it takes a few values that change the prediction: the dtype
-(fp16 and bf16, each at its own peak), the GPUs per node (1, 2, 4 or 8 that divide the total: a server holds
-at most 8, assumed), the offloads' pinned memory (pinned and pageable); the interval is the lowest low and
-the highest high over them. What cannot be bracketed (a model without a shipped config, the micro-batch, the
-sequence length, the accumulation, the steps of an epoch) makes the row "cannot be judged", naming it.
+The row's box is described as ``make plan BOX=<N>x<card>`` describes one
+(zerogate.config.boxes.box_from_text): each GPU's memory bandwidth and PCIe link, NVLink and peer-to-peer,
+and the collectives' route and GPU-link bandwidth as the card catalogue (config/cards.yaml) has them for the
+card, each with its source; the host's memory bandwidth is in no catalogue, so CPU Adam on a row's host has
+no figure. A card the catalogue does not
+know is described by its name alone (the ledger then names what it lacks).
+
+What the source leaves out is bracketed where it takes a few values that change the prediction: the card's
+variant where the row names it without one ("NVIDIA A100": every catalogue card whose name holds it, narrowed
+to the stated memory), the dtype (fp16 and bf16, each at its own peak), the GPUs per node (1, 2, 4 or 8 that
+divide the total: a server holds at most 8, assumed), the offloads' pinned memory (pinned and pageable),
+activation checkpointing (off, and on as the ledger models it: the whole forward again); the interval is the
+lowest low and the highest high over them. What cannot be bracketed (a model without a shipped config, the
+micro-batch, the sequence length, the accumulation, the steps of an epoch) makes the row "cannot be judged",
+naming it.
 A run not made with DeepSpeed (FSDP, FSDP2, HSDP) is shown with ZeRO-3's ledger and not judged: the ledger
 models DeepSpeed's streams and buckets.
 
@@ -20,10 +30,13 @@ import dataclasses
 import itertools
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from zerogate.analysis.step_time_validation import NOT_JUDGED, Judged, judge, summary_line
 from zerogate.bench.measured_rows import plan_measured
+from zerogate.config.boxes import box_from_text
+from zerogate.config.cards import Card, catalogue, find, name_words
+from zerogate.config.machines import MachineDescription
 from zerogate.config.published_setups import (
     OUTCOME_ONLY,
     Hardware,
@@ -82,11 +95,42 @@ def needs(row: StepTimeRow) -> list[str]:
     return found
 
 
-def options(row: StepTimeRow) -> list[tuple[str, int, bool]]:
-    """(dtype, GPUs per node, pinned) for every value the source leaves open (module doc)."""
-    dtypes = (
-        [row.setup.dtype] if row.setup.dtype else [d for d in ("fp16", "bf16") if peak(row.hardware.gpu, d)]
-    )
+class Option(NamedTuple):
+    """One value of everything the row leaves open: the catalogue's card (None: the catalogue has none of that
+    name), the dtype, the GPUs per node, the offloads' pinned memory, activation checkpointing."""
+
+    card: Card | None
+    dtype: str
+    per_node: int
+    pinned: bool
+    checkpointing: bool
+
+
+def cards_named(row: StepTimeRow) -> list[Card]:
+    """The catalogue's cards the row's GPU can be: the one its name names (zerogate.config.cards.find), else
+    every card with a name holding the row's name (a card named without its variant, "NVIDIA A100": the four
+    A100s), narrowed to the stated memory; empty where the catalogue has none."""
+    named = find(row.hardware.gpu)
+    if named is not None:
+        return [named]
+    wanted = "".join(name_words(row.hardware.gpu))
+    memory = row.hardware.gpu_memory_bytes
+    return [
+        card
+        for card in catalogue().cards
+        if wanted
+        and any(wanted in "".join(name_words(name)) for name in card.names)
+        and (memory is None or card.memory.bytes == memory)
+    ]
+
+
+def options(row: StepTimeRow) -> list[Option]:
+    """Every value the source leaves open, combined (module doc)."""
+    cards: list[Card | None] = list(cards_named(row)) or [None]
+    peaks = {d for card in cards if card is not None for d in card.peaks} or {
+        d for d in ("fp16", "bf16") if peak(row.hardware.gpu, d)
+    }
+    dtypes = [row.setup.dtype] if row.setup.dtype else [d for d in ("fp16", "bf16") if d in peaks]
     total = row.hardware.total_gpus
     per_node = (
         [row.setup.gpus_per_node]
@@ -97,13 +141,30 @@ def options(row: StepTimeRow) -> list[tuple[str, int, bool]]:
     )
     offloaded = row.setup.offload_optimizer != "none" or row.setup.offload_param != "none"
     pinned = [row.setup.pin_memory] if row.setup.pin_memory is not None or not offloaded else [True, False]
-    return list(itertools.product(dtypes or ["fp16"], per_node, [bool(p) for p in pinned]))
+    stated = row.setup.activation_checkpointing
+    checkpointing = [False, True] if stated is None else [stated]
+    combined = itertools.product(
+        cards, dtypes or ["fp16"], per_node, [bool(p) for p in pinned], checkpointing
+    )
+    return [Option(*values) for values in combined]
 
 
-def measured_row(row: StepTimeRow, dtype: str, per_node: int) -> MeasuredRow:
+def catalogue_box(row: StepTimeRow, card: Card, per_node: int) -> MachineDescription:
+    """The row's box as the card catalogue describes ``per_node`` x ``card`` (module doc), over its nodes."""
+    box = box_from_text(f"{per_node}x{card.names[0]}", shown=f"{STEP_TIMES_FILE} ({row.id})")
+    nodes = row.hardware.total_gpus // per_node
+    return box if nodes == 1 else box.model_copy(update={"nodes": nodes})
+
+
+def measured_row(row: StepTimeRow, option: Option) -> MeasuredRow:
     """The row as a memory row of zerogate.config.published_setups, at one bracketed option."""
     stated = row.setup.model_dump(exclude={"framework", "pin_memory", "activation_checkpointing_detail"})
-    stated.update(dtype=dtype, gpus_per_node=per_node, nodes=row.hardware.total_gpus // per_node)
+    stated.update(
+        dtype=option.dtype,
+        gpus_per_node=option.per_node,
+        nodes=row.hardware.total_gpus // option.per_node,
+        activation_checkpointing=option.checkpointing,
+    )
     return MeasuredRow(
         kind="measured",
         id=row.id,
@@ -144,10 +205,15 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
     """The ledger over every bracketed option (module doc), in the published unit."""
     lows, highs, deciding, missing = [], [], [], []
     chosen = options(row)
-    for dtype, per_node, pinned in chosen:
-        run = plan_measured(measured_row(row, dtype, per_node), config, repo)
-        setup = dataclasses.replace(run.planned.setup, pin_memory=pinned)
-        step = step_time(run.planned.counts, setup, run.machine)
+    runs: dict[tuple[str, int, bool], Any] = {}  # the plan depends on neither the card's variant nor pinning
+    for option in chosen:
+        key = (option.dtype, option.per_node, option.checkpointing)
+        if key not in runs:
+            runs[key] = plan_measured(measured_row(row, option), config, repo)
+        run = runs[key]
+        setup = dataclasses.replace(run.planned.setup, pin_memory=option.pinned)
+        machine = run.machine if option.card is None else catalogue_box(row, option.card, option.per_node)
+        step = step_time(run.planned.counts, setup, machine)
         bounds, decides, lacking = part_seconds(step, row.published.covers)
         missing += [m for m in lacking if m not in missing]
         if decides and decides not in deciding:
