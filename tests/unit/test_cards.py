@@ -162,3 +162,22 @@ def test_a_bad_short_form_is_one_line(text, message):
     with pytest.raises(InputError, match=message) as error:
         box_from_text(text, shown="--config box")
     assert "\n" not in str(error.value) and str(error.value).startswith("--config box: ")
+
+
+def test_a_box_takes_the_catalogues_latency_for_its_route_and_rank_count_or_none():
+    eight = box_from_text("8xA100-SXM4-80GB").collectives.kinds["all_gather"].latency_s
+    # NVIDIA/nccl-tests#123 (DGX-A100): a 7-step ring call lies between its 6-step and its 14-step calls.
+    assert (eight.value, eight.high) == pytest.approx((16.88e-6, 33.7e-6))
+    assert eight.basis == "published" and "https://github.com/NVIDIA/nccl-tests/issues/123" in eight.source
+    four = box_from_text("4xA100-SXM4-40GB").collectives.kinds["reduce_scatter"].latency_s
+    assert (four.value, four.high) == pytest.approx((10e-6, 16.88e-6))
+    # Nobody measured two A100s (a latency grows with the ranks), an H100's NVLink or A100s over PCIe.
+    assert box_from_text("2xA100-SXM4-40GB").collectives.kinds["all_gather"].latency_s is None
+    assert box_from_text("8xH100").collectives.kinds["all_gather"].latency_s is None
+    pcie = box_from_text("8xA100-PCIE-40GB").collectives
+    assert pcie.route == "peer-to-peer over PCIe" and pcie.kinds == {}
+    card = _card("A", ["A"])
+    backwards = {"route": "NVLink", "ranks": 8, "low_us": 9.0, "high_us": 5.0, "source": "s"}
+    card["collective_latency"] = [backwards]
+    with pytest.raises(ValueError, match="below low_us"):
+        Catalogue.model_validate({"sources": {"s": "x https://e.org"}, "cards": [card]})

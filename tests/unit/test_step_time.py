@@ -183,6 +183,25 @@ def test_a_missing_figure_is_named_not_assumed(nvlink_box):
     assert any("latency" in m for m in step_time(qwen3_8b(), zero3_setup(), nvlink_box).missing)
 
 
+def test_a_latency_the_box_states_as_an_interval_adds_calls_times_each_end(nvlink_box):
+    plain = nvlink_box.plain()
+    latency = {"value": 20e-6, "high": 40e-6, "basis": "published", "source": "a box's own nccl-tests"}
+    for kind in plain["collectives"]["kinds"].values():
+        kind["latency_s"] = latency
+    stated = load_description(NVLINK_BOX).model_validate(plain)
+    counts, setup = qwen3_8b(), zero3_setup()
+    without = {t.name: t for t in step_time(counts, setup, nvlink_box).terms}["all-gathers per micro-step"]
+    result = step_time(counts, setup, stated)
+    assert not any("latency" in m for m in result.missing)
+    gathers = {t.name: t for t in result.terms}["all-gathers per micro-step"]
+    calls = floor(counts, setup, stated).communication.micro_step.kinds["all_gather"].calls
+    assert calls > 1
+    assert gathers.low_s == pytest.approx(without.low_s + calls * 20e-6)
+    assert gathers.high_s == pytest.approx(without.high_s + calls * 40e-6)
+    # The floor takes the low end: still a lower bound.
+    assert floor(counts, setup, stated).optimizer_step_floor_s < result.low_s
+
+
 def test_the_plan_records_the_interval_and_prints_and_renders_where_the_time_goes():
     box = load_description(CLAIM_BOX)
     result = plan(claim_counts(), claim_setup(), box)

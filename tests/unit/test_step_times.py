@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from zerogate.analysis.step_time_validation import INSIDE, NOT_JUDGED, OUTSIDE, judge, summary_line
-from zerogate.bench.step_time_rows import cards_named, catalogue_box, needs, options
+from zerogate.bench.step_time_rows import cards_named, catalogue_box, lacking_on, needs, options
 from zerogate.config.step_times import parse_step_times, read_step_times
 from zerogate.errors import InputError
 
@@ -119,3 +119,17 @@ def test_the_rows_box_is_the_catalogues_over_the_rows_nodes():
     box = catalogue_box(titan, card, 8)
     assert box.nodes == 8 and len(box.gpus) == 8 and box.nvlink
     assert box.gpus[0].memory_bandwidth_gbps == card.memory_bandwidth.gbps and box.gpus[0].pcie is not None
+
+
+def test_a_term_without_a_figure_on_some_bracketed_cards_names_them():
+    rows = {row.id: row for row in read_step_times(REPO / TABLE, TABLE).rows}
+    chosen = options(rows["cai4719-llama2-13b-z3-8xa100-fwdbwd"])
+    # The catalogue has a latency for the SXM4 cards' NVLink among 8, none for the PCIe cards' peer-to-peer.
+    for option in chosen:
+        kinds = catalogue_box(rows["cai4719-llama2-13b-z3-8xa100-fwdbwd"], option.card, 8).collectives.kinds
+        has_latency = bool(kinds) and kinds["all_gather"].latency_s is not None
+        assert has_latency == ("SXM4" in option.card.card)
+    pcie = ["A100 PCIe 40GB", "A100 PCIe 80GB"]
+    assert lacking_on("x latency", pcie, chosen) == "x latency (on A100 PCIe 40GB, A100 PCIe 80GB)"
+    every = sorted({option.card.card for option in chosen})
+    assert lacking_on("x latency", every, chosen) == "x latency" == lacking_on("x latency", [], chosen)

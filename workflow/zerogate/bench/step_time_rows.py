@@ -15,9 +15,10 @@ variant where the row names it without one ("NVIDIA A100": every catalogue card 
 to the stated memory), the dtype (fp16 and bf16, each at its own peak), the GPUs per node (1, 2, 4 or 8 that
 divide the total: a server holds at most 8, assumed), the offloads' pinned memory (pinned and pageable),
 activation checkpointing (off, and on as the ledger models it: the whole forward again); the interval is the
-lowest low and the highest high over them. What cannot be bracketed (a model without a shipped config, the
-micro-batch, the sequence length, the accumulation, the steps of an epoch) makes the row "cannot be judged",
-naming it.
+lowest low and the highest high over them. A term without a figure on some of the bracketed cards only (the
+collectives' latency over a route the catalogue has no measurement for) is named with those cards. What
+cannot be bracketed (a model without a shipped config, the micro-batch, the sequence length, the
+accumulation, the steps of an epoch) makes the row "cannot be judged", naming it.
 A run not made with DeepSpeed (FSDP, FSDP2, HSDP) is shown with ZeRO-3's ledger and not judged: the ledger
 models DeepSpeed's streams and buckets.
 
@@ -203,7 +204,8 @@ def part_seconds(step: StepTime, covers: str) -> tuple[tuple[float, float] | Non
 
 def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
     """The ledger over every bracketed option (module doc), in the published unit."""
-    lows, highs, deciding, missing = [], [], [], []
+    lows, highs, deciding = [], [], []
+    missing: dict[str, list[str]] = {}  # a term without a figure -> the catalogue cards it lacks one on
     chosen = options(row)
     runs: dict[tuple[str, int, bool], Any] = {}  # the plan depends on neither the card's variant nor pinning
     for option in chosen:
@@ -215,7 +217,10 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
         machine = run.machine if option.card is None else catalogue_box(row, option.card, option.per_node)
         step = step_time(run.planned.counts, setup, machine)
         bounds, decides, lacking = part_seconds(step, row.published.covers)
-        missing += [m for m in lacking if m not in missing]
+        for term in lacking:
+            cards = missing.setdefault(term, [])
+            if option.card is not None and option.card.card not in cards:
+                cards.append(option.card.card)
         if decides and decides not in deciding:
             deciding.append(decides)
         if bounds is not None:
@@ -226,7 +231,14 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
         setup = row.setup
         tokens = setup.micro_batch_per_gpu * setup.seq_len * setup.gradient_accumulation_steps
         interval = (tokens / interval[1], tokens / interval[0])
-    return Prediction(interval, tuple(deciding), tuple(missing), len(chosen))
+    named = [lacking_on(term, cards, chosen) for term, cards in missing.items()]
+    return Prediction(interval, tuple(deciding), tuple(named), len(chosen))
+
+
+def lacking_on(term: str, cards: list[str], chosen: list[Option]) -> str:
+    """A term without a figure, and the bracketed cards it lacks one on where it has one on the others."""
+    every = {option.card.card for option in chosen if option.card is not None}
+    return term if not cards or set(cards) == every else f"{term} (on {', '.join(cards)})"
 
 
 def published_figure(row: StepTimeRow) -> tuple[float, str]:

@@ -1,10 +1,11 @@
 """The short form of a box: ``2xRTX3090``, ``4xA100-SXM4-40GB``, ``8xH100``, ``1xV100-32GB``, ``RTX4090`` (one
 card), as a :class:`MachineDescription` built from the card catalogue (zerogate.config.cards): each GPU's
-memory, bandwidth and host link, NVLink and peer-to-peer as the card has them, the collectives' route, and
-the GPU-to-GPU link's bandwidth where there is one. What the short form does not say is not assumed: the
-host RAM is the caller's (None: unknown, and the plan says the host is not checked), the PCIe links run at
-the card's full width (the most a board can give: the floor stays a lower bound), an NVLink bridge between
-two PCIe cards is fitted only when the caller says so."""
+memory, bandwidth and host link, NVLink and peer-to-peer as the card has them, the collectives' route, the
+GPU-to-GPU link's bandwidth where there is one, and the collectives' per-call latency where the catalogue has
+a measurement for that route among that many cards (an interval, published; else missing). What the
+short form does not say is not assumed: the host RAM is the caller's (None: unknown, and the plan says the
+host is not checked), the PCIe links run at the card's full width (the most a board can give: the floor
+stays a lower bound), an NVLink bridge between two PCIe cards is fitted only when the caller says so."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ def _gpu(card: Card) -> dict[str, Any]:
     }
 
 
-def _links(card: Card, bridge: bool, cards: Catalogue) -> tuple[bool, bool, str, float | None, str]:
-    """(nvlink, peer_to_peer, route, GPU-link bandwidth per direction or None, its source)."""
+def _links(card: Card, bridge: bool, cards: Catalogue) -> tuple[bool, bool, str, str, float | None, str]:
+    """(nvlink, peer_to_peer, route, the route's key in the catalogue (zerogate.config.cards.RouteLatency),
+    GPU-link bandwidth per direction or None, its source)."""
     link, p2p = card.gpu_link, card.peer_to_peer
     joined = link is not None and (link.kind != "NVLink bridge" or bridge)
     peer = p2p.works and (p2p.over != "NVLink bridge" or bridge)
@@ -50,9 +52,31 @@ def _links(card: Card, bridge: bool, cards: Catalogue) -> tuple[bool, bool, str,
             f"catalogue: {card.card} ({cards.source_text(link)}): {link.gbps:g} GB/s both directions per "
             "GPU, halved per direction, the most a rank's ring traffic can use"
         )
-        return link.kind != "Infinity Fabric", peer, f"{link.kind} ({library})", link.gbps / 2, source
-    route = "peer-to-peer over PCIe" if peer else "through host memory (no peer-to-peer, no NVLink)"
-    return False, peer, route, None, ""
+        nvlink = link.kind != "Infinity Fabric"
+        return nvlink, peer, f"{link.kind} ({library})", link.kind, link.gbps / 2, source
+    if peer:
+        return False, peer, "peer-to-peer over PCIe", "PCIe peer-to-peer", None, ""
+    return False, peer, "through host memory (no peer-to-peer, no NVLink)", "host memory", None, ""
+
+
+def _kinds(
+    card: Card, key: str, count: int, per_direction: float | None, source: str, cards: Catalogue
+) -> dict[str, Any]:
+    """Each collective kind's figures on ``count`` x ``card`` over the route ``key``: the GPU link's bandwidth
+    (derived) where there is one, the catalogue's per-call latency (published, low and high) where it has one
+    for that route and rank count; a figure it does not have is left out (missing, never assumed)."""
+    figures: dict[str, Any] = {}
+    if per_direction:
+        figures["bandwidth_gbps"] = {"value": per_direction, "basis": "derived", "source": source}
+    latency = card.latency(key, count)
+    if latency is not None:
+        figures["latency_s"] = {
+            "value": latency.low_us * 1e-6,
+            "high": latency.high_us * 1e-6,
+            "basis": "published",
+            "source": f"catalogue: {card.card} over {key} among {count} ranks ({cards.source_text(latency)})",
+        }
+    return {k: dict(figures) for k in KINDS} if figures else {}
 
 
 def box_from_text(
@@ -85,8 +109,7 @@ def box_from_text(
         raise InputError(
             shown, "nvlink_bridge", f"an NVLink bridge joins two {card.card} only if they take one"
         )
-    nvlink, peer, route, per_direction, link_source = _links(card, nvlink_bridge, cards)
-    figure = {"value": per_direction, "basis": "derived", "source": link_source}
+    nvlink, peer, route, key, per_direction, link_source = _links(card, nvlink_bridge, cards)
     described = {
         "name": re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{count}x{wanted}").strip("-"),
         "source": "described",
@@ -104,7 +127,7 @@ def box_from_text(
                     "backend": "nccl",
                     "world": count,
                     "route": route,
-                    "kinds": {k: {"bandwidth_gbps": figure} for k in KINDS} if per_direction else {},
+                    "kinds": _kinds(card, key, count, per_direction, link_source, cards),
                 }
             }
             if count > 1

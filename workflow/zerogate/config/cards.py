@@ -75,6 +75,24 @@ class PeerToPeer(Cited):
     over: Literal["PCIe", "NVLink", "NVLink bridge", "Infinity Fabric", "none"]
 
 
+class RouteLatency(Cited):
+    """The per-call latency of NCCL's (RCCL's) collectives among ``ranks`` of these cards over ``route`` (the
+    box's route, zerogate.config.boxes: the card's GPU link, peer-to-peer over PCIe, or host memory): the
+    time of a call too small for the bandwidth to count (nccl-tests at a few bytes), as an interval over
+    what its sources spread over (the kinds and algorithms they timed)."""
+
+    route: Literal["NVLink", "NVLink bridge", "Infinity Fabric", "PCIe peer-to-peer", "host memory"]
+    ranks: int = Field(ge=2, description="the ranks the calls were timed among")
+    low_us: float = Field(gt=0, description="microseconds per call, the interval's low end")
+    high_us: float = Field(gt=0, description="microseconds per call, the interval's high end")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RouteLatency:
+        if self.high_us < self.low_us:
+            raise ValueError(f"high_us {self.high_us} is below low_us {self.low_us}")
+        return self
+
+
 class Card(CardRecord):
     card: str = Field(description="the card's name as the plan prints it")
     vendor: Literal["nvidia", "amd"]
@@ -88,7 +106,15 @@ class Card(CardRecord):
     host_link: HostLink
     gpu_link: GpuLink | None = Field(None, description="NVLink / Infinity Fabric; absent where there is none")
     peer_to_peer: PeerToPeer
+    collective_latency: list[RouteLatency] = Field(
+        [], description="per-call latency by route and ranks; a route and rank count not listed is missing"
+    )
     note: str | None = None
+
+    def latency(self, route: str, ranks: int) -> RouteLatency | None:
+        """The catalogue's per-call latency over ``route`` among ``ranks`` of this card, None where nobody
+        measured it (a latency grows with the ranks a ring passes: one timed at another count is not it)."""
+        return next((f for f in self.collective_latency if f.route == route and f.ranks == ranks), None)
 
     def short_form(self) -> str:
         """The name to type in a box's short form: the first without spaces after the reported one."""
@@ -103,6 +129,7 @@ class Card(CardRecord):
             ("gpu_link", self.gpu_link),
             ("peer_to_peer", self.peer_to_peer),
             *((f"peaks.{dtype}", peak) for dtype, peak in self.peaks.items()),
+            *((f"collective_latency.{i}", figure) for i, figure in enumerate(self.collective_latency)),
         ]
         return [(what, figure) for what, figure in parts if figure is not None]
 

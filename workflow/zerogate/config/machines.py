@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from zerogate.config.tables import read_yaml
@@ -100,6 +100,15 @@ class FigureDescription(Description):
     value: float = Field(ge=0, description="0 only for a latency the measured calls do not show above 0")
     basis: Literal["measured", "published", "derived"]
     source: str
+    high: Omittable[NotNegativeFloat] = Field(
+        None, description="where the figure is an interval (low, high): its high end, value its low"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FigureDescription:
+        if self.high is not None and self.high < self.value:
+            raise ValueError(f"high {self.high} is below value {self.value}")
+        return self
 
 
 class SampleDescription(Description):

@@ -20,6 +20,7 @@ class Figure(Record):
     value: float
     basis: Basis
     source: str
+    high: float | None = None  # an interval's high end, ``value`` its low (a latency spread over its sources)
 
 
 class CollectiveSample(Record):

@@ -250,7 +250,10 @@ def summary(result: Plan, claims: list[tuple[str, str]] | None = None) -> str:
 
 
 def _figure(fig: Figure | None, unit: str, scale: float = 1.0) -> str:
-    return "n/a (missing)" if fig is None else f"{fig.value * scale:.4g} {unit} ({fig.basis}: {fig.source})"
+    if fig is None:
+        return "n/a (missing)"
+    high = "" if fig.high is None else f" to {fig.high * scale:.4g}"
+    return f"{fig.value * scale:.4g}{high} {unit} ({fig.basis}: {fig.source})"
 
 
 def collective_lines(steps: Floor) -> list[str]:

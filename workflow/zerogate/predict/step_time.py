@@ -12,8 +12,9 @@ overlaps only what DeepSpeed runs on separate streams. Terms, per optimizer step
   CPU_ARITHMETIC;
 - collectives: the communication theory's calls and volume per micro-step and per boundary
   (zerogate.predict.floor.theory_terms, zerogate.predict.floor.collective_time: the machine's route and
-  figures, NVLink's, peer-to-peer, through host memory or the network), each kind at its figure (low) and at
-  COLLECTIVE_BANDWIDTH.low of it (high);
+  figures, NVLink's, peer-to-peer, through host memory or the network), each kind's calls x latency plus
+  its volume at the bandwidth figure (low) and calls x the latency's high end (a published latency is an
+  interval: zerogate.config.cards.RouteLatency) plus the volume at COLLECTIVE_BANDWIDTH.low of it (high);
 - host <-> device copies (offload): with parameter offload each rank copies its partition of every gathered
   parameter to the device (the fetch trace's gathers, zerogate.predict.fetch_trace.zero3_gathers, / N); with
   optimizer offload the reduced gradient partition goes to the host buffer every micro-step and, after the

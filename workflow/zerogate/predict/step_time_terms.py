@@ -213,11 +213,15 @@ def collective_terms(
             # upper bound) says nothing of it, so the term waits for a figure the description gives.
             across_nodes = setup.nodes > 1 and part.bandwidth is not None and part.bandwidth.basis == DERIVED
             if part.transfer_time_s is not None and not across_nodes:
-                # A latency nobody gives is left out (named in the source): the term is then too low.
+                # A latency nobody gives is left out (named in the source): the term is then too low. A
+                # latency given as an interval adds its low end to the low, its high end to the high.
                 latency, transfer = part.latency_time_s or 0.0, part.transfer_time_s
-                seconds = (latency + transfer, latency + transfer / rates.COLLECTIVE_BANDWIDTH.low)
+                high = part.latency.high if part.latency is not None else None
+                latency_high = latency if high is None else part.calls * high
+                seconds = (latency + transfer, latency_high + transfer / rates.COLLECTIVE_BANDWIDTH.low)
             figures = ", ".join(
-                f"{name} {fig.value:.4g} ({fig.basis}: {fig.source})"
+                f"{name} {fig.value:.4g}{'' if fig.high is None else f'..{fig.high:.4g}'} "
+                f"({fig.basis}: {fig.source})"
                 for name, fig in (("latency s", part.latency), ("bandwidth GB/s", part.bandwidth))
                 if fig is not None
             ) + ("" if part.latency is not None else "; no latency figure: left out")
