@@ -17,6 +17,7 @@ from tests.unit.helpers import clean_checkout, run_snakemake
 from tests.unit.test_ledger import claim_setup
 from zerogate.analysis.planner_validation import (
     ESTIMATOR_ROUNDING,
+    FITS,
     LARGEST_WITHIN,
     MAY_NOT_FIT,
     VERDICT_AGREES,
@@ -209,12 +210,15 @@ def test_what_a_row_states_reaches_the_plan_and_what_the_settings_cannot_say_is_
     assert [note for note in zephyr.not_expressed if note.startswith("attention flash_attention_2")]
 
 
-def test_a_gpt2_row_is_planned_from_its_config_and_an_unstated_fact_is_not_judged(table):
-    gpt2 = row(table, "xirider-gpt2-xl-1xv100-16g-z2-offopt-largest-mb12")
-    checked = validation.check_measured_row(gpt2, load_config(REPO / gpt2.model.config), REPO)
-    assert checked.checks[0].target == VERDICT_AGREES and checked.checks[0].predicted.startswith(
-        "fits: rank 0"
-    )
+def written_row(validated, row_id: str):
+    """The row as validate_planner wrote it (planner_validation.json)."""
+    return next(r for r in validated.written.rows if r.id == row_id)
+
+
+def test_a_gpt2_row_is_planned_from_its_config_and_an_unstated_fact_is_not_judged(table, validated):
+    gpt2 = written_row(validated, "xirider-gpt2-xl-1xv100-16g-z2-offopt-largest-mb12")
+    assert gpt2.checks[0].target == VERDICT_AGREES and gpt2.checks[0].predicted.startswith("fits: rank 0")
+    assert gpt2.checks[1].target == LARGEST_WITHIN and gpt2.checks[1].predicted_value >= 1
     ddp = row(table, "hf-blog-accelerate-ds-gpt2-xl-ddp-oom-titanrtx")  # the blog does not say its precision
     checked = validation.check_measured_row(ddp, load_config(REPO / ddp.model.config), REPO)
     assert [(c.verdict, c.basis) for c in checked.checks] == [
@@ -327,7 +331,7 @@ def test_a_largest_micro_batch_is_within_a_factor_1_25_or_not():
     assert verdicts == {0: FAIL, 12: FAIL, 13: PASS, 16: PASS, 20: PASS, 21: FAIL}
 
 
-def test_the_largest_micro_batch_search_finds_the_last_one_that_plans_to_fit(table):
+def test_the_largest_micro_batch_search_finds_the_last_one_that_plans_to_fit(table, validated):
     assert [measured_rows.largest_micro_batch(lambda m, t=t: m <= t) for t in (0, 1, 5, 64, 100)] == [
         0,
         1,
@@ -336,14 +340,15 @@ def test_the_largest_micro_batch_search_finds_the_last_one_that_plans_to_fit(tab
         100,
     ]
     assert measured_rows.largest_micro_batch(lambda m: True, limit=16) == 16
-    # On the planner: the row's run at the found micro-batch fits every GPU, one more does not.
-    row_id = "openrlhf-698-llama3-8b-1xa100-80g-z2-adam-offload-fits"
-    found = measured_rows.largest_micro_batch(
-        lambda m: all(c.fits for c in device_checks(planned(table, row_id, m)))
+    # On the planner: the largest micro-batch validate_planner found for a row fits, one more does not.
+    row_id = "xirider-gpt2-xl-1xv100-16g-z2-offopt-largest-mb12"
+    found = int(written_row(validated, row_id).checks[1].predicted_value)
+    host_stated = row(table, row_id).hardware.host_ram_bytes is not None
+    at, above = (
+        measured_rows.judged_fits(planned(table, row_id, m), "both", host_stated)[0]
+        for m in (found, found + 1)
     )
-    assert found >= 1
-    at, above = device_checks(planned(table, row_id, found)), device_checks(planned(table, row_id, found + 1))
-    assert all(c.fits for c in at) and not all(c.fits for c in above)
+    assert at == FITS and above != FITS
 
 
 def test_the_summary_counts_each_target_once_per_figure(table):
@@ -395,11 +400,24 @@ def snakemake(checkout: Path, *args: str) -> subprocess.CompletedProcess:
     return run_snakemake(checkout, *args, timeout=600)
 
 
-def test_validate_planner_writes_and_prints_the_table_from_a_clean_checkout(workflow_copy):
+@dataclasses.dataclass(frozen=True)
+class Validated:
+    done: subprocess.CompletedProcess
+    results: Path
+    written: PlannerValidation
+
+
+@pytest.fixture(scope="module")
+def validated(workflow_copy) -> Validated:
+    """validate_planner run once from a clean checkout; the tests read what it wrote and printed."""
     done = snakemake(workflow_copy, "validate_planner", "--config", "machine=test")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     results = workflow_copy / "results" / "planner_validation" / "setups"
-    written = PlannerValidation.read(results / "planner_validation.json")
+    return Validated(done, results, PlannerValidation.read(results / "planner_validation.json"))
+
+
+def test_validate_planner_writes_and_prints_the_table_from_a_clean_checkout(validated):
+    done, results, written = validated.done, validated.results, validated.written
     assert [r.id for r in written.rows] == [r.id for r in read_setups(SETUPS).setups]
     assert {s.target for s in written.summary} >= {ESTIMATOR_ROUNDING, VERDICT_AGREES, LARGEST_WITHIN}
     text = (results / "planner_validation.txt").read_text()
