@@ -12,7 +12,15 @@ from tests.unit.helpers import REPO
 from zerogate.config.model_data import ModelSettings
 from zerogate.contracts.base import ContractError
 from zerogate.contracts.machine import Collectives
-from zerogate.contracts.microbench import CopyRate, MatmulRate, Microbench, OptimizerRate, Spread
+from zerogate.contracts.microbench import (
+    CopyRate,
+    MatmulRate,
+    Microbench,
+    ModuleOverhead,
+    OptimizerRate,
+    Spread,
+)
+from zerogate.contracts.run import DsConfig
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import count_parameters
 from zerogate.model.hf_config import load_config
@@ -21,9 +29,12 @@ from zerogate.predict import microbench as predict_microbench
 from zerogate.predict.microbench import (
     CPU_PRODUCT_FLOP_CAP,
     KINDS,
+    MODULE_STACKS,
+    NO_BOUNDARY,
     cpu_adam_built,
     matmul_rows,
     optimizer_rows,
+    stack_config,
     timed_rows,
 )
 from zerogate.predict.microbench_rates import copy_key, rates_from_microbench
@@ -38,6 +49,7 @@ from zerogate.runtime.microbench import (
     spread_of,
     update_call,
 )
+from zerogate.runtime.module_overhead import stack, time_eager
 from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE
 
 # A Llama with grouped-query attention (k and v narrower than q), so its shapes are not all square.
@@ -68,8 +80,23 @@ def matmul(kind: str, m: int, n: int, k: int, count: int, rates: list[float]) ->
     )
 
 
-def bench() -> Microbench:
+def overhead(engine: str, modules: int, seconds: list[float], stage: int = 3) -> ModuleOverhead:
+    return ModuleOverhead(engine=engine, stage=stage, modules=modules, width=8, rows=64, time=spread(seconds))
+
+
+# Through the engine: 4 modules 2-4 ms, 24 modules 12-16 ms (quartiles 2.5/3.5 and 13/15 ms); eagerly 0.4-0.6
+# and 2.4-3.6 ms (quartiles 0.45/0.55 and 2.7/3.3 ms).
+OVERHEAD = [
+    overhead("deepspeed", 4, [2e-3, 3e-3, 4e-3]),
+    overhead("eager", 4, [0.4e-3, 0.5e-3, 0.6e-3]),
+    overhead("deepspeed", 24, [12e-3, 14e-3, 16e-3]),
+    overhead("eager", 24, [2.4e-3, 3e-3, 3.6e-3]),
+]
+
+
+def bench(module_overhead: list[ModuleOverhead] | None = None) -> Microbench:
     return Microbench(
+        module_overhead=module_overhead or [],
         accelerator="cpu",
         device="cpu",
         dtype="fp32",
@@ -276,3 +303,63 @@ def test_without_a_built_cpu_adam_torchs_adamw_is_timed_and_named(tmp_path, monk
     row = OptimizerRate.of(optimizer_rows(500, 1, "cpu", cpu_adam=(built, why))[0], "test")
     assert row.implementation == "torch_adamw" and row.parameters == 500 and row.rate.median > 0
     assert row.why == why
+
+
+def test_the_module_lines_give_a_fixed_cost_and_a_cost_per_module_by_hand():
+    lines = rates_from_microbench(bench(OVERHEAD)).module_lines
+    assert lines is not None and lines.stage == 3
+    # Quartile lines: engine low 2.5 ms + (n - 4) x 10.5/20 ms, high 3.5 ms + (n - 4) x 11.5/20 ms; eager per
+    # module 2.25/20 ms (low) and 2.75/20 ms (high).
+    assert lines.per_module() == pytest.approx((10.5e-3 / 20, 11.5e-3 / 20))
+    low, high = lines.seconds(hooked=9, modules=33)
+    assert low == pytest.approx(2.5e-3 + 5 * 10.5e-3 / 20 + 24 * 2.25e-3 / 20)
+    assert high == pytest.approx(3.5e-3 + 5 * 11.5e-3 / 20 + 24 * 2.75e-3 / 20)
+    # Every module hooked: the engine's line alone.
+    assert lines.seconds(33, 33)[0] == pytest.approx(2.5e-3 + 29 * 10.5e-3 / 20)
+
+
+def test_without_both_stacks_at_two_sizes_there_are_no_module_lines():
+    assert rates_from_microbench(bench()).module_lines is None
+    assert rates_from_microbench(bench(OVERHEAD[:3])).module_lines is None
+
+
+def test_the_stacks_run_the_runs_zero_settings_without_a_boundary_or_persistent_parameters():
+    ds = DsConfig.of(
+        {
+            "train_micro_batch_size_per_gpu": 1,
+            "gradient_accumulation_steps": 8,
+            "train_batch_size": 16,
+            "zero_optimization": {
+                "stage": 3,
+                "offload_optimizer": {"device": "cpu"},
+                "stage3_param_persistence_threshold": 640,
+                "leaf_module": {"classes": ["LlamaDecoderLayer"]},
+            },
+        },
+        "ds_config.json",
+    )
+    config = stack_config(ds)
+    zero = config["zero_optimization"]
+    assert zero["stage"] == 3 and zero["offload_optimizer"] == {"device": "cpu"}
+    assert zero["stage3_param_persistence_threshold"] == 0 and "leaf_module" not in zero
+    assert config["gradient_accumulation_steps"] == NO_BOUNDARY
+    assert config["train_batch_size"] == NO_BOUNDARY  # one rank's micro-batch of 1
+    assert ds.gradient_accumulation_steps == 8  # the run's config untouched
+    assert len(MODULE_STACKS) == 2 and MODULE_STACKS[0] < MODULE_STACKS[1]
+
+
+def test_an_eager_stack_is_one_parameter_per_module_and_timed_in_seconds(short_batches):
+    model = stack(5, 8)
+    assert len(list(model.children())) == 5 and len(list(model.parameters())) == 5
+    timed = time_eager(3, 8, 4, budget_s=0.01)
+    check_spread(timed)
+    assert timed.median < 0.1  # seconds per micro-step of three 8 x 8 layers, not calls per second
+
+
+def test_the_counts_record_every_module_and_those_inside_the_decoder_layers():
+    counts = count_parameters(planned_model_config(TINY, 64, 16))
+    # LlamaForCausalLM, LlamaModel, embed_tokens, the layers' ModuleList, final norm, rotary embedding,
+    # lm_head; each LlamaDecoderLayer, and inside it self_attn (q, k, v, o), mlp (gate, up, down, act_fn) and
+    # two norms: 12.
+    assert counts.modules == 7 + 2 * 13
+    assert counts.modules_in_blocks == 2 * 12

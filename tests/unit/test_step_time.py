@@ -9,7 +9,7 @@ import pytest
 from tests.unit.helpers import settings
 from tests.unit.test_floor_comms import cpu_setup, tiny_counts
 from tests.unit.test_ledger import claim_counts, claim_setup, oracle_counts, rendered
-from tests.unit.test_microbench import bench
+from tests.unit.test_microbench import OVERHEAD, bench
 from zerogate import hardware
 from zerogate.analysis.on_paper import judge_step_time, judge_step_time_predicted, plan_claims
 from zerogate.config.machines import load_description, target_machine
@@ -24,7 +24,7 @@ from zerogate.predict.planned_run import run_setup
 from zerogate.predict.planner import plan, with_measured_compute
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import step_time
-from zerogate.predict.step_time_terms import host_copy_bytes, overlap_comm_on, overlaps
+from zerogate.predict.step_time_terms import DISPATCH, host_copy_bytes, overlap_comm_on, overlaps
 from zerogate.report.html import fmt, section
 
 REPO = Path(__file__).resolve().parents[2]
@@ -243,7 +243,36 @@ def test_this_machines_micro_benchmarks_replace_the_peaks_where_they_have_a_figu
     assert terms["gradients d2h (pinned)"].low_s == pytest.approx(moved / copy.high)
     # Synchronised device: everything serial, and the host's operator dispatch named as missing.
     assert not any(t.overlapped for t in result.terms)
-    assert any(m.startswith("operator dispatch and ZeRO-3 hooks") for m in result.missing)
+    assert terms[DISPATCH].low_s is None
+    assert any(m.startswith(DISPATCH) for m in result.missing)
+
+
+def test_the_hosts_per_module_work_comes_from_the_stacks_and_the_models_module_count():
+    box = load_description(CLAIM_BOX)
+    cpu = box.model_validate({**box.plain(), "gpus": [], "nvlink": False, "peer_to_peer": False})
+    counts = tiny_counts().model_copy(update={"modules": 33, "modules_in_blocks": 24})
+    measured = rates_from_microbench(bench(OVERHEAD))
+    lines = measured.module_lines
+    g = cpu_setup().accumulation
+    # The decoder layer a ZeRO-3 leaf module: 9 modules hooked, the 24 inside it eagerly.
+    leaf = {t.name: t for t in step_time(counts, cpu_setup(leaf_blocks=True), cpu, measured).terms}
+    assert (leaf[DISPATCH].low_s, leaf[DISPATCH].high_s) == pytest.approx(
+        tuple(g * x for x in lines.seconds(9, 33))
+    )
+    assert "9 of the model's 33 modules" in leaf[DISPATCH].source
+    hooked = {t.name: t for t in step_time(counts, cpu_setup(), cpu, measured).terms}
+    assert hooked[DISPATCH].low_s == pytest.approx(g * lines.seconds(33, 33)[0])
+    assert hooked[DISPATCH].low_s > leaf[DISPATCH].low_s
+    # What a module runs beyond its one product stays named: the interval says it is a lower bound.
+    result = step_time(counts, cpu_setup(), cpu, measured)
+    assert any(m.startswith(DISPATCH) and "functional operators" in m for m in result.missing)
+    # Stacks timed at another ZeRO stage, or a model without its module count: no figure.
+    other = {
+        t.name: t for t in step_time(counts, cpu_setup(stage=2, offload_param=False), cpu, measured).terms
+    }
+    assert other[DISPATCH].low_s is None
+    uncounted = {t.name: t for t in step_time(tiny_counts(), cpu_setup(), cpu, measured).terms}
+    assert uncounted[DISPATCH].low_s is None
 
 
 def test_a_step_time_claim_is_judged_against_the_floor_and_the_prediction():

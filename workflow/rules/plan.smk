@@ -132,6 +132,29 @@ rule replan_with_measured_compute:
         "../scripts/replan_with_measured_compute.py"
 
 
+# plan_run's plan with its step time predicted with this machine's micro-benchmarked rates alone (the floor as
+# on paper): nothing of the run's model is built or stepped, so its step time is a prediction that can be
+# written down before the run it predicts (the same script as replan_with_measured_compute, without the
+# model's measured compute).
+rule predict_step_time:
+    input:
+        unpack(machine_input),
+        plan=rules.plan_run.output.plan,
+        ds_config=rules.render_deepspeed_config.output.ds_config,
+        run_spec=rules.render_deepspeed_config.output.run_spec,
+        microbench=rules.measure_microbenchmarks.output.microbench,
+    output:
+        plan=result("plan/plan_predicted.json"),
+    log:
+        result("logs/predict_step_time.log"),
+    conda:
+        "../../envs/train.yaml"
+    params:
+        machine=MACHINE,
+    script:
+        "../scripts/replan_with_measured_compute.py"
+
+
 # The claimed box's plan, computed in-process through the planner's functions (render, count on the meta
 # device, plan): one small job, no second invocation, no file from another run read behind the DAG's back.
 # Its inputs are the claimed profile (params) and the box's description and template (files), not the

@@ -1,6 +1,7 @@
-"""Entry point of the replan_with_measured_compute rule (logic:
-zerogate.predict.planner.with_measured_compute): plan_run's plan with the measured compute term in its
-floor and its step time predicted with this machine's micro-benchmarked rates."""
+"""Entry point of the replan_with_measured_compute and predict_step_time rules (logic:
+zerogate.predict.planner.with_measured_compute): plan_run's plan with its step time predicted with this
+machine's micro-benchmarked rates, and (replan_with_measured_compute, which has the input) the measured
+compute term in its floor."""
 
 from zerogate.config.machines import target_machine
 from zerogate.contracts.microbench import Microbench
@@ -21,7 +22,7 @@ with logging_to(snakemake.log[0]) as log:
             RunSpec.read(inputs.run_spec),
             DsConfig.read(inputs.ds_config),
             machine,
-            ModelCompute.read(inputs.model_compute).measurement,
+            ModelCompute.read(inputs.model_compute).measurement if "model_compute" in inputs.keys() else None,
             rates_from_microbench(Microbench.read(inputs.microbench), inputs.microbench),
         )
     except (InputError, ValueError) as error:

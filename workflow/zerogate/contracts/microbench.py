@@ -4,7 +4,8 @@ the shapes of the run's linear layers, memory copies, the optimizer's update ove
 partition, and the collectives the probe measured. What a time ledger multiplies its work by.
 
 Every rate is a :class:`Spread` of repeats (median and quartiles, zerogate.robust.quartiles); its unit is
-in the key that holds it (``matmul_rate(flop/s)``, ``copy_rate(bytes/s)``, ``update_rate(param/s)``).
+in the key that holds it (``matmul_rate(flop/s)``, ``copy_rate(bytes/s)``, ``update_rate(param/s)``, and
+the synthetic module stacks' ``micro_step_time(s)``, a time, not a rate).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class Spread(Record):
     # it had its cores, lower when other processes took turns on them (a shared machine; the rate is then
     # below what the machine does alone). On a GPU the host may spin while it waits. None: not recorded.
     cpu_share: float | None = None
+    # The per-module cost of a micro-step on the host (zerogate.predict.microbench.module_overhead_rows): each
+    # engine at two stack sizes. Empty: not measured (a file written before it was, or on a GPU).
+    module_overhead: list[ModuleOverhead] = []
 
 
 class MatmulRate(Record):
@@ -85,6 +89,22 @@ class OptimizerRate(Record):
     rate: Spread = Field(alias="update_rate(param/s)")
 
 
+class ModuleOverhead(Record):
+    """One micro-step (forward, backward, and the engine's non-boundary step) of a synthetic stack of
+    ``modules`` tiny linear layers (``width`` x ``width``, no bias, on ``rows`` rows), timed with a rank's
+    threads: through a DeepSpeed engine from the run's ZeRO settings in a one-rank world (``engine``
+    ``deepspeed``: ZeRO-3's hooks per module, its fetch and release, the gradient hooks per parameter), or
+    plain eager PyTorch (``eager``: each operator's dispatch and autograd's bookkeeping). Its arithmetic is
+    negligible: what it times is the per-module cost a small model pays on the host."""
+
+    engine: Literal["deepspeed", "eager"]
+    stage: int  # the ZeRO stage the engine ran (the run's); the eager stack's: -1
+    modules: int
+    width: int
+    rows: int
+    time: Spread = Field(alias="micro_step_time(s)")  # seconds per micro-step, over the repeats
+
+
 class Microbench(Artefact):
     """This machine's rates for the run's shapes, none of them from the run's model being built or
     stepped."""
@@ -109,3 +129,6 @@ class Microbench(Artefact):
     # well below when other processes took turns on them (a shared machine), its rates then lower than the
     # machine's. None: not recorded.
     cpu_share: float | None = None
+    # The per-module cost of a micro-step on the host (zerogate.predict.microbench.module_overhead_rows): each
+    # engine at two stack sizes. Empty: not measured (a file written before it was, or on a GPU).
+    module_overhead: list[ModuleOverhead] = []

@@ -29,6 +29,12 @@ class ModelCounts(Record):
     # root's), both in ``numels`` order; empty in counts written before they were recorded.
     first_dims: tuple[int, ...] = ()
     blocks: tuple[int, ...] = ()
+    # Every module of the model (``model.modules()``, the root included: DeepSpeed's ZeRO-3 hooks each one,
+    # parameter_offload.py ``_register_deepspeed_module``), and how many of them lie inside a decoder layer
+    # (the layers themselves not counted): with the layer a ZeRO-3 leaf module, DeepSpeed does not recurse
+    # into it, so those get no hooks. 0: counts written before they were recorded.
+    modules: int = 0
+    modules_in_blocks: int = 0
 
     def partition_numel(self, ranks: int) -> int:
         """Elements of one rank's ZeRO-3 partition: each parameter is padded to a multiple of ``ranks``."""

@@ -27,6 +27,7 @@ def count_parameters(config: Any) -> ModelCounts:
     block_modules = [m for m in model.modules() if type(m).__name__ in block_classes]
     largest_block = max((sum(p.numel() for p in m.parameters()) for m in block_modules), default=0)
     block_of = {id(p): index for index, m in enumerate(block_modules) for p in m.parameters()}
+    inside = sum(sum(1 for _ in m.modules()) - 1 for m in block_modules)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return ModelCounts(
         total=sum(numels),
@@ -40,4 +41,6 @@ def count_parameters(config: Any) -> ModelCounts:
         largest_block=largest_block,
         first_dims=tuple(p.shape[0] if p.dim() else 1 for p in parameters),
         blocks=tuple(block_of.get(id(p), -1) for p in parameters),
+        modules=sum(1 for _ in model.modules()),
+        modules_in_blocks=inside,
     )

@@ -13,6 +13,10 @@ built on them predicts the run rather than replaying it.
 - The optimizer's update over a buffer of one rank's partition (zerogate.predict.zero_states.rank_share;
   capped at ``UPDATE_NUMEL_CAP``): DeepSpeed's CPU Adam where its op is built in this environment
   (zerogate.runtime.ops), else torch's AdamW, and which; on a GPU also torch's fused AdamW on the device.
+- The per-module cost of a micro-step on the host (CPU accelerator only): a synthetic stack of tiny linear
+  layers at two sizes (``MODULE_STACKS``) through a DeepSpeed engine from the run's ZeRO settings in a world
+  of one rank, and the same stacks in plain eager PyTorch (zerogate.runtime.module_overhead); the ledger's
+  line through the two sizes gives the engine's fixed cost per micro-step and its cost per module.
 - Collectives: the probe's (probe/hardware.json, zerogate.runtime.collective_timing), carried, not timed
   again.
 
@@ -41,11 +45,22 @@ from zerogate.model.linear_shapes import LinearShape, linear_shapes
 from zerogate.predict.setup import DTYPE_BYTES, TORCH_DTYPES, setup_from_config
 from zerogate.predict.zero_states import rank_share
 from zerogate.runtime import microbench as bench
+from zerogate.runtime import module_overhead
+from zerogate.runtime.launch import one_rank_config, remove_own_shm_buffers, start_one_rank_world
 from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE, build_env
 
 # Seconds of timing per kind (the rule's process start, imports and warm-ups come on top): the products
 # share theirs equally, the copies and updates theirs per route and implementation.
-BUDGET_S = {"matmuls": 2.5, "copies": 0.5, "optimizer": 1.0}
+BUDGET_S = {"matmuls": 2.5, "copies": 0.5, "optimizer": 1.0, "modules": 3.0}
+# The synthetic stacks' sizes (modules): two, so a line through them separates the fixed cost per micro-step
+# from the cost per module; assumed wide enough apart for the difference to stand above the repeats' noise.
+MODULE_STACKS = (4, 24)
+# The stacks' layers: width x width on the run's micro-batch x sequence rows, so small that the arithmetic
+# is nothing beside the bookkeeping (assumed).
+MODULE_WIDTH = 8
+# A gradient accumulation longer than the timing: every timed micro-step is a non-boundary one, as all but
+# one of the run's are (the boundary's work has terms of its own).
+NO_BOUNDARY = 1_000_000
 KINDS = ("forward", "backward_input", "backward_weight")
 # Assumed: 4 GFLOP is about 0.1 s on one core of this machine (fp32 matmul ~40 GFLOP/s, the probe's
 # measure_host); a larger product is timed on fewer rows. Not applied on a GPU, where the run's shapes take
@@ -174,6 +189,57 @@ def optimizer_rows(
     return rows
 
 
+def stack_config(ds_config: DsConfig) -> dict[str, Any]:
+    """The run's DeepSpeed config for the synthetic stacks in a one-rank world: its ZeRO stage, offloads,
+    buckets and optimizer as rendered, with an accumulation longer than the timing (NO_BOUNDARY), every
+    parameter partitioned (persistence thresholds 0: each module fetches and releases its weight, as the run's
+    larger parameters do) and no leaf module classes (the stack has none)."""
+    config = one_rank_config(ds_config.raw)
+    config["gradient_accumulation_steps"] = NO_BOUNDARY
+    config["train_batch_size"] = config["train_micro_batch_size_per_gpu"] * NO_BOUNDARY
+    zero = config.setdefault("zero_optimization", {})
+    zero["stage3_param_persistence_threshold"] = 0
+    zero["model_persistence_threshold"] = 0
+    zero.pop("leaf_module", None)
+    return config
+
+
+def module_overhead_rows(run_spec: RunSpec, ds_config: DsConfig, rows: int) -> list[dict[str, Any]]:
+    """The synthetic stacks at each size of MODULE_STACKS, through the run's DeepSpeed engine and eagerly:
+    the contract's ``module_overhead`` rows. Starts (and leaves) a one-rank world with the run's backend."""
+    budget = BUDGET_S["modules"] / (2 * len(MODULE_STACKS))
+    config = stack_config(ds_config)
+    port = start_one_rank_world(run_spec.backend)
+    timed = []
+    try:
+        for modules in MODULE_STACKS:
+            timed.append(
+                (
+                    "deepspeed",
+                    ds_config.stage,
+                    modules,
+                    module_overhead.time_engine(config, modules, MODULE_WIDTH, rows, budget),
+                )
+            )
+            timed.append(
+                ("eager", -1, modules, module_overhead.time_eager(modules, MODULE_WIDTH, rows, budget))
+            )
+    finally:
+        # DeepSpeed's shm comm buffers of this one-rank world outlive the process otherwise.
+        remove_own_shm_buffers(port)
+    return [
+        {
+            "engine": engine,
+            "stage": stage,
+            "modules": modules,
+            "width": MODULE_WIDTH,
+            "rows": rows,
+            "micro_step_time(s)": spread,
+        }
+        for engine, stage, modules, spread in timed
+    ]
+
+
 def measure(
     run_spec: RunSpec, ds_config: DsConfig, collectives: Collectives | None, collectives_source: str
 ) -> Microbench:
@@ -193,12 +259,19 @@ def measure(
     matmuls = matmul_rows(shapes, tokens, dtype, device, run_spec.accelerator)
     copies = copy_rows(copy_bytes, device)
     optimizer = optimizer_rows(partition, threads, device, cpu_adam)
+    overhead = module_overhead_rows(run_spec, ds_config, tokens) if device == "cpu" else []
     how = (
         f"plain tensors, no model built: each linear layer's three products on {micro_batch} x "
         f"{run_spec.seq_len} tokens in {run_spec.dtype} on {device}; copies of {copy_bytes} B; the "
         f"optimizer over {min(partition, UPDATE_NUMEL_CAP)} of a rank's {partition} parameters; "
         f"{threads} thread(s); per rate {bench.MIN_REPEATS}-{bench.REPEATS} repeats of about "
         f"{bench.REPEAT_S} s of back-to-back calls after a warm-up, median and quartiles"
+        + (
+            f"; stacks of {' and '.join(map(str, MODULE_STACKS))} {MODULE_WIDTH} x {MODULE_WIDTH} linear "
+            f"layers through a ZeRO-{ds_config.stage} engine (one-rank world) and eagerly, a micro-step each"
+            if overhead
+            else ""
+        )
     )
     seconds = time.perf_counter() - started
     return Microbench.of(
@@ -212,6 +285,7 @@ def measure(
             "matmuls": matmuls,
             "copies": copies,
             "optimizer": optimizer,
+            "module_overhead": overhead,
             "collectives": collectives,
             "collectives_source": collectives_source,
             "how": how,

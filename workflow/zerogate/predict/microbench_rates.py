@@ -13,7 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zerogate.contracts.machine import Collectives
-from zerogate.contracts.microbench import CopyRate, MatmulRate, Microbench, OptimizerRate, Spread
+from zerogate.contracts.microbench import (
+    CopyRate,
+    MatmulRate,
+    Microbench,
+    ModuleOverhead,
+    OptimizerRate,
+    Spread,
+)
 
 FORWARD = ("forward",)
 BACKWARD = ("backward_input", "backward_weight")
@@ -32,6 +39,41 @@ class Rate:
 
 
 @dataclass(frozen=True)
+class ModuleLines:
+    """Seconds per micro-step of the synthetic module stacks against their size (Microbench
+    ``module_overhead``): through the run's DeepSpeed engine (``engine``: its size -> (first quartile,
+    third quartile) seconds) and eagerly (``eager``), at two sizes each, with what was measured
+    (``source``). The lines through the two sizes give a fixed cost per micro-step and a cost per module."""
+
+    stage: int
+    engine: dict[int, tuple[float, float]]
+    eager: dict[int, tuple[float, float]]
+    source: str
+
+    @staticmethod
+    def _slope(points: dict[int, tuple[float, float]], end: int) -> float:
+        (n1, t1), (n2, t2) = sorted(points.items())
+        return max(0.0, (t2[end] - t1[end]) / (n2 - n1))
+
+    def _at(self, points: dict[int, tuple[float, float]], modules: int, end: int) -> float:
+        n1, t1 = min(points.items())
+        return max(0.0, t1[end] + (modules - n1) * self._slope(points, end))
+
+    def seconds(self, hooked: int, modules: int) -> tuple[float, float]:
+        """(low, high) seconds of one micro-step's per-module cost for a model of ``modules`` modules of which
+        ``hooked`` go through the engine's hooks: the engine's line at ``hooked`` (its fixed cost included),
+        plus the eager cost per module for the rest (each end from the repeats' quartile lines)."""
+        return tuple(  # type: ignore[return-value]
+            self._at(self.engine, hooked, end) + (modules - hooked) * self._slope(self.eager, end)
+            for end in (0, 1)
+        )
+
+    def per_module(self) -> tuple[float, float]:
+        """(low, high) seconds per module and micro-step through the engine (the lines' slopes)."""
+        return self._slope(self.engine, 0), self._slope(self.engine, 1)
+
+
+@dataclass(frozen=True)
 class MeasuredRates:
     """What the time ledger needs of this machine, from the micro-benchmarks alone.
 
@@ -45,6 +87,7 @@ class MeasuredRates:
       torch's AdamW where its op does not load; ``source`` says which), over one rank's partition;
       ``device_update_param_per_s``: torch's fused AdamW on the device (None without one).
     - ``collectives``: the probe's figures between two ranks (latency and bandwidth per kind), as measured.
+    - ``module_lines``: the per-module cost of a micro-step on the host (None: not measured).
     - ``cpu_share``: the measuring process's CPU seconds over wall seconds x ``threads`` (None: not
       recorded); well below 1, other processes shared its cores and the rates are lower than the machine's.
     """
@@ -61,6 +104,7 @@ class MeasuredRates:
     dtype: str
     cpu_share: float | None = None
     accelerator: str = "cpu"
+    module_lines: ModuleLines | None = None
 
     def copy(self, route: str, pinned: bool | None) -> Rate | None:
         """The rate of a copy in ``route``'s direction (``host_to_device``, ``device_to_host``,
@@ -118,6 +162,23 @@ def _copies(rows: list[CopyRate], where: str) -> dict[str, Rate]:
     }
 
 
+def _module_lines(rows: list[ModuleOverhead], where: str) -> ModuleLines | None:
+    """The stacks' lines, where both engines were timed at two sizes (None otherwise)."""
+    by_engine: dict[str, dict[int, tuple[float, float]]] = {"deepspeed": {}, "eager": {}}
+    for row in rows:
+        by_engine[row.engine][row.modules] = (row.time.q1, row.time.q3)
+    if any(len(points) != 2 for points in by_engine.values()):
+        return None
+    stage = next(r.stage for r in rows if r.engine == "deepspeed")
+    first = rows[0]
+    source = (
+        f"{where}: synthetic stacks of {' and '.join(map(str, sorted(by_engine['deepspeed'])))} "
+        f"{first.width} x {first.width} linear layers on {first.rows} rows, a micro-step each through a "
+        f"ZeRO-{stage} engine from the run's config in a one-rank world and eagerly (quartiles)"
+    )
+    return ModuleLines(stage=stage, engine=by_engine["deepspeed"], eager=by_engine["eager"], source=source)
+
+
 def rates_from_microbench(bench: Microbench, where: str = "plan/microbench.json") -> MeasuredRates:
     """The rates a time ledger needs, from the micro-benchmarks' file (``where`` names it in each rate's
     source). ValueError when the file holds no forward or no backward product."""
@@ -136,4 +197,5 @@ def rates_from_microbench(bench: Microbench, where: str = "plan/microbench.json"
         dtype=bench.dtype,
         cpu_share=bench.cpu_share,
         accelerator=bench.accelerator,
+        module_lines=_module_lines(bench.module_overhead, where),
     )

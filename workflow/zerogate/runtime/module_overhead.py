@@ -1,0 +1,80 @@
+"""The per-module cost of a micro-step on the host, timed on a synthetic stack of tiny linear layers (no
+model of the run is built): through a DeepSpeed engine in a world of one rank, or in plain eager PyTorch.
+
+A stack of ``modules`` ``torch.nn.Linear(width, width, bias=False)`` layers, each its own module (DeepSpeed's
+ZeRO-3 registers its four hooks on every module it recurses into: parameter_offload.py
+``_register_deepspeed_module``; each forward and backward runs ``fetch_sub_module`` and ``release_sub_module``
+of partitioned_param_coordinator.py for it, and ZeRO's gradient hook runs per parameter). With ``width`` a
+few elements the arithmetic is nothing: a micro-step's time is the engine's fixed bookkeeping plus the
+per-module cost, what a small model's micro-step on the CPU accelerator mostly is. One micro-step is a
+forward, the loss's backward through the engine and the engine's ``step`` at a non-boundary micro-step
+(DeepSpeed only counts it), timed over batches of back-to-back micro-steps (zerogate.runtime.microbench).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from zerogate.contracts.microbench import Spread
+from zerogate.runtime.microbench import Samples, rate_samples, spread_of
+
+
+def stack(modules: int, width: int) -> torch.nn.Sequential:
+    """``modules`` linear layers of ``width`` x ``width``, no bias: one parameter per module."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(modules)])
+
+
+def eager_step(model: torch.nn.Module, rows: int, width: int) -> Callable[[], Any]:
+    """One plain forward and backward of ``model`` on ``rows`` random rows (the gradients dropped after)."""
+    x = torch.randn(rows, width)
+
+    def step() -> None:
+        model(x).sum().backward()
+        for parameter in model.parameters():
+            parameter.grad = None
+
+    return step
+
+
+def engine_step(engine: Any, rows: int, width: int) -> Callable[[], Any]:
+    """One micro-step through a DeepSpeed engine: forward, ``engine.backward``, ``engine.step`` (not the
+    boundary: the engine's accumulation is longer than the timing)."""
+    x = torch.randn(rows, width, device=engine.device)
+
+    def step() -> None:
+        loss = engine(x).sum()
+        engine.backward(loss)
+        engine.step()
+
+    return step
+
+
+def seconds_spread(step: Callable[[], Any], budget_s: float) -> Spread:
+    """Seconds per call of ``step``: the repeats of zerogate.runtime.microbench.rate_samples (calls per
+    second) turned into seconds per call."""
+    samples = rate_samples(step, 1.0, budget_s)
+    return spread_of(Samples([1.0 / rate for rate in samples.rates], samples.cpu_shares))
+
+
+def time_eager(modules: int, width: int, rows: int, budget_s: float) -> Spread:
+    """Seconds per plain eager micro-step of a stack of ``modules`` layers."""
+    return seconds_spread(eager_step(stack(modules, width), rows, width), budget_s)
+
+
+def time_engine(ds_config: dict[str, Any], modules: int, width: int, rows: int, budget_s: float) -> Spread:
+    """Seconds per micro-step of a stack of ``modules`` layers through a DeepSpeed engine from ``ds_config``
+    (a one-rank world must already be started: zerogate.runtime.launch.start_one_rank_world)."""
+    # Here, not at the top: DeepSpeed reads DS_ACCELERATOR (the rank's environment, set by the rule's
+    # script) when it is imported.
+    import deepspeed
+
+    model = stack(modules, width)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+    try:
+        return seconds_spread(engine_step(engine, rows, width), budget_s)
+    finally:
+        engine.destroy()
