@@ -116,35 +116,49 @@ def smoke_profile() -> dict:
 @pytest.fixture(scope="session", autouse=True)
 def smoke_run_started(request, tmp_path_factory):
     """The shared smoke pipeline (tests/integration/conftest.py: smoke_run), started in the background before
-    the first test when any selected test needs it, so the unit tests, ordered first, run while it trains;
-    the two-node run follows it as soon as it has ended, where a selected test needs that one.
+    the first test when any selected test needs it, so the unit tests, ordered first, run while it trains.
+    The moment it has ended well, a thread starts the two-node run (where a selected test needs it) and the
+    prefetched fixtures' builds (tests/integration/prefetch.py), so that they too run beside the unit tests;
+    that thread's result (``follower``) is the finished run as the integration tests see it.
     None when no selected test needs the smoke run."""
     if not any("smoke_run" in item.fixturenames for item in request.session.items):
         return None
-    from tests.integration.background import slurm_answers, start_smoke_run, start_two_node_run, then_start
+    from tests.integration import prefetch
+    from tests.integration.background import (
+        SmokeRun,
+        slurm_answers,
+        start_smoke_run,
+        start_two_node_run,
+        then_start,
+    )
     from tests.integration.pipeline import MACHINE
 
     run = start_smoke_run(tmp_path_factory.mktemp("zerogate-smoke"))
     request.addfinalizer(run.stop)
-    if any("two_node_run" in item.fixturenames for item in request.session.items):
-        # The two-node run copies the finished smoke run: started by a thread the moment that run has ended
-        # well.
-        target = tmp_path_factory.mktemp("zerogate-2node")
-        then_start(
-            run,
-            lambda: start_two_node_run(
-                run.workdir,
-                run.workdir / "results" / "smoke" / MACHINE,
-                target,
-                through_slurm=slurm_answers(),
-            ),
-        )
+    needs_two_nodes = any("two_node_run" in item.fixturenames for item in request.session.items)
+    two_node_target = tmp_path_factory.mktemp("zerogate-2node") if needs_two_nodes else None
+    session = request.session
 
-        def stop_two_node_run() -> None:
-            run.stop()  # so that a follower still waiting on the smoke run gives up
-            two_node = run.follower.result(timeout=120)
-            if two_node is not None:
-                two_node.background.stop()
+    def after_smoke() -> SmokeRun:
+        # The two-node run copies the finished smoke run before any test can borrow its directory.
+        results = run.workdir / "results" / "smoke" / MACHINE
+        two_node = None
+        if two_node_target is not None:
+            two_node = start_two_node_run(
+                run.workdir, results, two_node_target, through_slurm=slurm_answers()
+            )
+        finished = SmokeRun(run.workdir, results, two_node)
+        prefetch.start(session, tmp_path_factory, finished)
+        return finished
 
-        request.addfinalizer(stop_two_node_run)
+    then_start(run, after_smoke)
+
+    def stop_followers() -> None:
+        run.stop()  # so that a follower still waiting on the smoke run gives up
+        finished = run.follower.result(timeout=120)
+        if finished is not None and finished.two_node is not None:
+            finished.two_node.background.stop()
+        prefetch.stop()
+
+    request.addfinalizer(stop_followers)
     return run

@@ -18,8 +18,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,31 @@ class TwoNodeRun:
     @property
     def workdir(self) -> Path:
         return self.background.workdir
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    workdir: Path  # a committed copy of the repository, the pipeline run in it
+    results: Path  # results/smoke/<MACHINE>
+    two_node: TwoNodeRun | None = None  # started from this one once it was done, when a test needs it
+
+    @contextmanager
+    def borrowed(self) -> Iterator[tuple[Path, Path]]:
+        """The finished run itself, for a test that changes it: (working directory, results directory).
+
+        A pristine copy waits beside it and is put back afterwards. The test works in place rather than on
+        a copy elsewhere because rule params hold the repository's absolute path (prepare_model,
+        record_provenance): in a moved copy Snakemake would see changed params and retrain everything.
+        """
+        pristine = copy_workdir(self.workdir, self.workdir.with_name(self.workdir.name + "-pristine"))
+        try:
+            yield self.workdir, self.results
+        finally:
+            shutil.rmtree(self.workdir)
+            pristine.rename(self.workdir)
+
+    def share_probe(self, workdir: Path, profile: str, machine: str) -> None:
+        share_probe(self.results, workdir, profile, machine)
 
 
 def start_two_node_run(

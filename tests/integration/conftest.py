@@ -13,25 +13,20 @@ which run last.
 
 The heaviest fixtures that read nothing a test changes (the GPU check's CPU mode, the peers' and the
 stabiliser policies' launches, the claimed box's plans, the user's dataset trained) are built in the
-background from the first integration test on, one after the other, while the tests before them run
-(tests/integration/prefetch.py).
+background from the moment the smoke run has ended, one after the other, while the unit tests and the
+integration tests before them run (tests/integration/prefetch.py).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.integration import prefetch
-from tests.integration.background import BackgroundRun, TwoNodeRun
-from tests.integration.pipeline import MACHINE, copy_workdir, share_probe
+from tests.integration.background import BackgroundRun, SmokeRun, TwoNodeRun
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -40,54 +35,24 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: ("integration" in item.path.parts, "two_node_run" in item.fixturenames))
 
 
-@dataclass(frozen=True)
-class SmokeRun:
-    workdir: Path  # a committed copy of the repository, the pipeline run in it
-    results: Path  # results/smoke/<MACHINE>
-    two_node: TwoNodeRun | None = None  # started from this one once it was done, when a test needs it
-
-    @contextmanager
-    def borrowed(self) -> Iterator[tuple[Path, Path]]:
-        """The finished run itself, for a test that changes it: (working directory, results directory).
-
-        A pristine copy waits beside it and is put back afterwards. The test works in place rather than on
-        a copy elsewhere because rule params hold the repository's absolute path (prepare_model,
-        record_provenance): in a moved copy Snakemake would see changed params and retrain everything.
-        """
-        pristine = copy_workdir(self.workdir, self.workdir.with_name(self.workdir.name + "-pristine"))
-        try:
-            yield self.workdir, self.results
-        finally:
-            shutil.rmtree(self.workdir)
-            pristine.rename(self.workdir)
-
-    def share_probe(self, workdir: Path, profile: str, machine: str) -> None:
-        share_probe(self.results, workdir, profile, machine)
-
-
 @pytest.fixture(scope="session")
-def smoke_run(request, smoke_run_started: BackgroundRun, tmp_path_factory) -> SmokeRun:
-    """The smoke profile end to end on machine ``ci-box``. Tests must not change it: copy it first. Once it
-    is done, the prefetched fixtures start building in the background (tests/integration/prefetch.py)."""
+def smoke_run(request, smoke_run_started: BackgroundRun) -> SmokeRun:
+    """The smoke profile end to end on machine ``ci-box``. Tests must not change it: copy it first. The
+    moment it ended, the two-node run and the prefetched fixtures started building in the background
+    (tests/conftest.py, tests/integration/prefetch.py), while the unit tests still ran."""
     code, output = smoke_run_started.wait(timeout=1500)
     assert code == 0, output[-4000:]
     print(
         f"smoke pipeline end to end: {time.monotonic() - smoke_run_started.started:.1f} s (beside the unit "
         "tests)"
     )
-    workdir = smoke_run_started.workdir
-    results = workdir / "results" / "smoke" / MACHINE
+    run: SmokeRun = smoke_run_started.follower.result(timeout=300)
     # DeepSpeed's CPU comm op leaves its /dev/shm (RAM) buffers behind, named after the rendezvous port;
     # zerogate.runtime.launch removes them. (Only this run's port: other runs may share the machine.)
-    ports = set(re.findall(r"master_port=(\d+)", (results / "logs/train.log").read_text()))
+    ports = set(re.findall(r"master_port=(\d+)", (run.results / "logs/train.log").read_text()))
     assert ports
     assert not [p for port in ports for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*")]
-    # The two-node run started once this run had ended (tests/conftest.py): its copy of this directory is
-    # taken before any test here can borrow the directory.
-    two_node = None if smoke_run_started.follower is None else smoke_run_started.follower.result(timeout=300)
-    run = SmokeRun(workdir, results, two_node)
     request.addfinalizer(prefetch.stop)
-    prefetch.start(request.session, tmp_path_factory, run)
     return run
 
 

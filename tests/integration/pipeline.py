@@ -49,9 +49,15 @@ def share_probe(results: Path, workdir: Path, profile: str, machine: str) -> Non
     shutil.copytree(results / "probe", workdir / "results" / profile / machine / "probe")
 
 
+# The environment as the session began. Runs start in the background while unit tests run, and a unit test
+# may meanwhile set a torch.distributed world in this process's environment (tests/conftest.py:
+# one_rank_world), which no pipeline run must inherit.
+SESSION_ENV = dict(os.environ)
+
+
 def env() -> dict[str, str]:
     # The rules call `python` and `deepspeed`: the ones of this test's environment.
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return {**SESSION_ENV, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{SESSION_ENV['PATH']}"}
 
 
 def snakemake_command(

@@ -1,11 +1,11 @@
 """The heaviest integration fixtures that read nothing a test changes, built in the background.
 
-The integration tests are mostly one process at a time starting up, which leaves a core. So, from the first
-integration test on (tests/integration/conftest.py: smoke_run), one thread builds these fixtures one after
-the other, in the order their test files run, while the tests before them run. A test module registers its
-fixture's preparation with :func:`prefetched`: it copies what it needs from the smoke run (its probe, or its
-results for a launch) in the main thread, before any test has borrowed the smoke run's directory, and
-returns the build, which works only in its own directories. The module's fixture takes the build's result
+The tests are mostly one process at a time starting up, which leaves a core. So, from the moment the smoke
+run has ended (tests/conftest.py: smoke_run_started), one thread builds these fixtures one after the other,
+in the order their test files run, while the unit tests and the integration tests before them run. A test
+module registers its fixture's preparation with :func:`prefetched`: it copies what it needs from the smoke
+run (its probe, or its results for a launch) before any test can have borrowed the smoke run's directory,
+and returns the build, which works only in its own directories. The module's fixture takes the build's result
 with :func:`result`, which builds it there and then when it was not started (a test file run alone, the
 smoke run not selected).
 """
