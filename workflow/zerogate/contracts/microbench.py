@@ -39,9 +39,6 @@ class Spread(Record):
     # it had its cores, lower when other processes took turns on them (a shared machine; the rate is then
     # below what the machine does alone). On a GPU the host may spin while it waits. None: not recorded.
     cpu_share: float | None = None
-    # The per-module cost of a micro-step on the host (zerogate.predict.microbench.module_overhead_rows): each
-    # engine at two stack sizes. Empty: not measured (a file written before it was, or on a GPU).
-    module_overhead: list[ModuleOverhead] = []
 
 
 class MatmulRate(Record):
