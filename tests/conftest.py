@@ -140,7 +140,7 @@ def smoke_run_started(request, tmp_path_factory):
     session = request.session
 
     def after_smoke() -> SmokeRun:
-        # The two-node run copies the finished smoke run before any test can borrow its directory.
+        # The two-node run starts from a copy of the finished smoke run.
         results = run.workdir / "results" / "smoke" / MACHINE
         two_node = None
         if two_node_target is not None:

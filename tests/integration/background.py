@@ -18,9 +18,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,20 +125,13 @@ class SmokeRun:
     results: Path  # results/smoke/<MACHINE>
     two_node: TwoNodeRun | None = None  # started from this one once it was done, when a test needs it
 
-    @contextmanager
-    def borrowed(self) -> Iterator[tuple[Path, Path]]:
-        """The finished run itself, for a test that changes it: (working directory, results directory).
-
-        A pristine copy waits beside it and is put back afterwards. The test works in place rather than on
-        a copy elsewhere because rule params hold the repository's absolute path (prepare_model,
-        record_provenance): in a moved copy Snakemake would see changed params and retrain everything.
-        """
-        pristine = copy_workdir(self.workdir, self.workdir.with_name(self.workdir.name + "-pristine"))
-        try:
-            yield self.workdir, self.results
-        finally:
-            shutil.rmtree(self.workdir)
-            pristine.rename(self.workdir)
+    def copy(self, target: Path) -> tuple[Path, Path]:
+        """The finished run copied whole to ``target`` (git, Snakemake's metadata, results, file times kept),
+        for a test that changes it: (working directory, results directory). Snakemake in the copy finds the
+        run up to date (no rule's params hold the checkout's path) and redoes only what the test changes, so
+        tests that change the run work side by side, each in its own copy."""
+        workdir = copy_workdir(self.workdir, target)
+        return workdir, workdir / self.results.relative_to(self.workdir)
 
     def share_probe(self, workdir: Path, profile: str, machine: str) -> None:
         share_probe(self.results, workdir, profile, machine)

@@ -113,7 +113,7 @@ def copy_run_results(workdir: Path, results: Path, target: Path) -> Path:
     """The finished run's results (``results``, under ``workdir``) copied to the same place under ``target``,
     its checkpoints left out; returns the copy's results directory. A launch with ``target`` as its working
     directory reads only the copy (the dataset's manifest names its tokenizer relative to the working
-    directory), never the run's directory, which a test may have borrowed meanwhile."""
+    directory), never the run's directory."""
     copy = target / results.relative_to(workdir)
     shutil.copytree(results, copy, ignore=shutil.ignore_patterns("checkpoints"))
     return copy

@@ -135,9 +135,8 @@ def test_report_is_versioned_and_names_its_provenance(smoke_run):
     assert page.index("id='verdicts'") < page.index("<h2>Figures</h2>")
 
 
-def test_rerunning_check_gates_does_not_retrain(smoke_run):
-    with smoke_run.borrowed() as (workdir, results):
-        rerun_check_gates(workdir, results)
+def test_rerunning_check_gates_does_not_retrain(smoke_run, tmp_path):
+    rerun_check_gates(*smoke_run.copy(tmp_path / "run"))
 
 
 def rerun_check_gates(workdir, results):
@@ -153,11 +152,10 @@ def rerun_check_gates(workdir, results):
     assert "rule train:" not in done.stderr and "localrule train:" not in done.stderr
 
 
-def test_editing_a_gate_threshold_rejudges_without_retraining_and_strict_fails_on_it(smoke_run):
+def test_editing_a_gate_threshold_rejudges_without_retraining_and_strict_fails_on_it(smoke_run, tmp_path):
     # One re-judged run serves both: the edited threshold must re-judge without retraining, and with
     # strict=True the FAIL it produces must fail the invocation while the verdicts and report stay.
-    with smoke_run.borrowed() as (workdir, results):
-        edit_threshold_with_strict(workdir, results)
+    edit_threshold_with_strict(*smoke_run.copy(tmp_path / "run"))
 
 
 def edit_threshold_with_strict(workdir, results):
