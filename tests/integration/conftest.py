@@ -3,8 +3,7 @@
 Running the DAG end to end (2 CPU ranks over gloo) is the slow part of the suite, so it happens once, in the
 background from the first test on (tests/conftest.py: smoke_run_started), while the unit tests run. A
 test that needs a changed run works on a copy of the finished directory (git, Snakemake's metadata and
-results: SmokeRun.copy) and lets Snakemake redo only what its change touches; the run itself is never
-changed, so such tests can run side by side.
+results: SmokeRun.copy) and lets Snakemake redo only what its change touches; the run itself never changes.
 
 One other pipeline trains: the two-node run (profile cpu-2node, background.start_two_node_run), started in
 the background the moment the smoke run has ended (tests/conftest.py), through the Slurm executor where a
@@ -12,11 +11,10 @@ cluster answers. Its rank 1
 is made a straggler, so it serves tests/integration/test_two_nodes.py, test_ranks.py and test_slurm.py,
 which run last.
 
-The heaviest fixtures (the GPU check's CPU mode, the peers' and the stabiliser policies' launches, the
-claimed box's plans, a second repeat, the interrupted and resumed run, the user's dataset trained, and, once
-the two-node run has ended, the dead node) are built in the background from the moment the smoke run has
-ended, one after the other, while the unit tests and the integration tests before them run
-(tests/integration/prefetch.py).
+The heaviest fixtures that change nothing of the smoke run (the GPU check's CPU mode, the peers' and the
+stabiliser policies' launches, the claimed box's plans, the user's dataset trained) are built in the
+background from the moment the smoke run has ended, one after the other, while the unit tests and the
+integration tests before them run (tests/integration/prefetch.py).
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Profile key `repeats`: a copy of the shared smoke run, given `repeats: 2`, trains one more complete run
 (seed + 1, the same data) beside it without retraining the first, and its gates, report and registry pool the
-two. The copy's pipeline runs in the background (tests/integration/prefetch.py)."""
+two."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.integration import prefetch
 from tests.integration.pipeline import snakemake
 from zerogate.analysis.parse import read_steps
 from zerogate.contracts.report import RunRegistry
@@ -16,19 +15,12 @@ from zerogate.contracts.verdicts import GateVerdicts
 pytestmark = pytest.mark.integration
 
 
-@prefetch.prefetched
-def prepare_second_repeat(tmp_path_factory, smoke_run):
-    """A copy of the smoke run given ``repeats: 2``, its pipeline run again: (results, the first repeat's
-    training time, the Snakemake run)."""
-    workdir, results = smoke_run.copy(tmp_path_factory.mktemp("zerogate-repeats") / "run")
+def test_a_second_repeat_trains_beside_the_run_and_the_timings_pool_both(smoke_run, tmp_path):
+    workdir, results = smoke_run.copy(tmp_path / "run")
     trained_at = (results / "train/summary.json").stat().st_mtime_ns
     profile = workdir / "config/profiles/smoke.yaml"
     profile.write_text(profile.read_text() + "repeats: 2\n")
-    return lambda: (results, trained_at, snakemake(workdir))
-
-
-def test_a_second_repeat_trains_beside_the_run_and_the_timings_pool_both(smoke_run, tmp_path_factory):
-    results, trained_at, done = prefetch.result(__name__, prepare_second_repeat, tmp_path_factory, smoke_run)
+    done = snakemake(workdir)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (results / "train/summary.json").stat().st_mtime_ns == trained_at  # repeat 0 is the run itself
     assert "rule train_repeat:" in done.stderr or "localrule train_repeat:" in done.stderr

@@ -4,7 +4,7 @@ stabiliser policy.
 
 Real DeepSpeed on 2 CPU ranks (smoke profile). The interrupted run starts from a copy of the session's smoke
 run with its training outputs removed, so only training runs again; the policy runs call the launcher on a
-copy of the smoke run's files. Both are built in the background (tests/integration/prefetch.py).
+copy of the smoke run's files.
 """
 
 from __future__ import annotations
@@ -91,31 +91,20 @@ def remove_training(results: Path) -> None:
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
 
 
-@prefetch.prefetched
-def prepare_interrupted_run(tmp_path_factory, smoke_run):
-    """A copy of the smoke run with its training removed, interrupted twice and resumed
-    (:func:`interrupt_twice_and_resume`, whose checks fail the build): the copy's results and the kills."""
-    workdir, results = smoke_run.copy(tmp_path_factory.mktemp("zerogate-resume") / "run")
+def test_interrupted_training_resumes_and_matches_an_uninterrupted_one(smoke_run, tmp_path):
     whole = {rank: metrics(smoke_run.results, rank) for rank in (0, 1)}  # the uninterrupted run
+    workdir, results = smoke_run.copy(tmp_path / "run")
     remove_training(results)
-
-    return lambda: (results, interrupt_twice_and_resume(workdir, results, whole))
-
-
-def test_interrupted_training_resumes_and_matches_an_uninterrupted_one(smoke_run, tmp_path_factory):
-    results, kills = prefetch.result(__name__, prepare_interrupted_run, tmp_path_factory, smoke_run)
-    print(kills)
-    assert TrainSummary.read(results / "train/summary.json").resumed_from_step == 30
+    interrupt_twice_and_resume(workdir, results, whole)
 
 
-def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, list[StepRecord]]) -> str:
-    """The run in ``workdir`` interrupted twice and resumed, checked against ``whole`` (the uninterrupted
-    run's records); which steps the kills came after."""
+def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, list[StepRecord]]) -> None:
     rank0 = results / "train/metrics/rank0.jsonl"
 
     # 1. One rank dies after the first checkpoint (step 10): the job fails, Snakemake takes its outputs away
     #    and will train again; the checkpoints and the launcher's copy of the records stay.
     kill_step = random.Random().randint(11, 19)
+    print(f"killing rank 0 after step {kill_step}")
     process = start(workdir)
     try:
         wait_for_step(process, rank0, kill_step)
@@ -134,6 +123,7 @@ def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, li
     #    (kill -9: nothing gets to clean up; the lock and the incomplete outputs stay).
     first_checkpoint = kill_step // 10 * 10
     group_kill_step = random.Random().randint(31, 34)
+    print(f"killing the Snakemake process group after step {group_kill_step}")
     process = start(workdir)
     try:
         wait_for_step(process, rank0, group_kill_step)
@@ -157,7 +147,6 @@ def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, li
         for a, b in zip(resumed, whole[rank], strict=True):
             assert a.loss == pytest.approx(b.loss, rel=1e-6), a.step
             assert a.lr == pytest.approx(b.lr, rel=1e-9)
-    return f"rank 0 killed after step {kill_step}, the Snakemake process group after step {group_kill_step}"
 
 
 def run_policy(

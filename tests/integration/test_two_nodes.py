@@ -4,8 +4,7 @@ Profile cpu-2node is the smoke run with a ``nodes`` section: two launchers on th
 (``deepspeed --no_ssh --node_rank 0|1``, one CPU rank each, gloo) that meet as one world of two ranks.
 The whole DAG runs on it once (tests/integration/conftest.py: two_node_run, with rank 1 made a straggler for
 test_ranks.py; the injection only sleeps, so the training is the one-node run's); the kill test then drives
-the launcher on that run's files, without the injection, in the background once the two-node run has ended
-(tests/integration/prefetch.py).
+the launcher on that run's files, without the injection.
 """
 
 from __future__ import annotations
@@ -14,13 +13,10 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.integration import prefetch
-from tests.integration.background import TwoNodeRun
 from tests.integration.pipeline import env, shortened_launch
 from tests.integration.test_training_run import metrics, wait_for_step
 from zerogate.contracts.parsed import RunMeta
@@ -88,60 +84,31 @@ def node_launcher(node: int) -> psutil.Process:
     raise AssertionError(f"no launcher of node {node} found")
 
 
-@prefetch.prefetched(last=True)
-def prepare_dead_node(tmp_path_factory, smoke_run):
-    """Once the two-node run has ended: its files in 20 steps (a checkpoint every 10), without its straggler
-    (test_ranks.py's), node 1 killed past the checkpoint of step 10 and the launch run again
-    (:func:`kill_node_1_and_resume`)."""
-    out = tmp_path_factory.mktemp("zerogate-dead-node")
-    return lambda: kill_node_1_and_resume(two_node_finished(smoke_run), out)
-
-
-def two_node_finished(smoke_run) -> TwoNodeRun:
-    """The two-node run, once it has ended well."""
-    run = smoke_run.two_node
-    code, output = run.background.wait(timeout=1800)
-    assert code == 0, output[-4000:]
-    return run
-
-
-DEAD_NODE_STEPS = 20
-
-
-def kill_node_1_and_resume(
-    two_node_run: TwoNodeRun, out_root: Path
-) -> tuple[float, subprocess.CompletedProcess, Path]:
-    """Node 1 dies (its launcher and its rank, at once: the launcher leads its own process group) past step
-    13 of a launch on the two-node run's files: (seconds until node 0's launch ended, the launch run again,
-    its output directory)."""
-    command = shortened_launch(two_node_run.results, out_root, DEAD_NODE_STEPS, stabiliser={"inject": None})
-    out = out_root / "train"
+def test_a_dead_node_ends_the_run_in_bounded_time_and_the_rerun_resumes(two_node_run, tmp_path):
+    # The two-node run's files in 20 steps (a checkpoint every 10), without its straggler (test_ranks.py's).
+    steps = 20
+    command = shortened_launch(two_node_run.results, tmp_path, steps, stabiliser={"inject": None})
+    out = tmp_path / "train"
     process = subprocess.Popen(
         command, cwd=two_node_run.workdir, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     wait_for_step(process, out / "metrics/rank0.jsonl", 13)  # past the checkpoint of step 10
+    # Node 1 dies: its launcher and its rank, at once (the launcher leads its own process group).
     os.killpg(os.getpgid(node_launcher(1).pid), signal.SIGKILL)
     died = time.monotonic()
     assert process.wait(timeout=300) != 0
-    ended_after = time.monotonic() - died
+    assert time.monotonic() - died < 60, "node 0 kept waiting for the dead node"
     assert not (out / "summary.json").exists()
     assert not node_launcher_alive(0)
+
     resumed = subprocess.run(
         command, cwd=two_node_run.workdir, env=env(), capture_output=True, text=True, timeout=900
     )
-    return ended_after, resumed, out_root
-
-
-def test_a_dead_node_ends_the_run_in_bounded_time_and_the_rerun_resumes(
-    two_node_run, smoke_run, tmp_path_factory
-):
-    ended_after, resumed, out_root = prefetch.result(__name__, prepare_dead_node, tmp_path_factory, smoke_run)
-    assert ended_after < 60, "node 0 kept waiting for the dead node"
     assert resumed.returncode == 0, resumed.stderr[-4000:]
-    summary = TrainSummary.read(out_root / "train/summary.json")
+    summary = TrainSummary.read(out / "summary.json")
     assert summary.world_size == 2 and summary.resumed_from_step == 10
     for rank in (0, 1):  # every step exactly once per rank after the resume
-        assert [r.step for r in metrics(out_root, rank)] == list(range(1, DEAD_NODE_STEPS + 1))
+        assert [r.step for r in metrics(tmp_path, rank)] == list(range(1, steps + 1))
 
 
 def node_launcher_alive(node: int) -> bool:
