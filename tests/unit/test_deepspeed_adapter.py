@@ -135,3 +135,48 @@ def test_a_destroyed_zero3_engine_is_freed_once_deepspeeds_globals_forget_it(eng
     adapter.forget_zero3_engines()
     gc.collect()
     assert model() is None, "something else still holds the destroyed engine's model"
+
+
+@pytest.mark.parametrize("retrace", [True, False], ids=["retraced", "deepspeeds-own"])
+def test_an_evaluation_before_training_leaves_the_backward_its_gathered_parameters_only_once_retraced(
+    one_rank_world, retrace
+):
+    """A forward-only pass first (the run's evaluation before step 1), then training: under ZeRO-3 a
+    parameter the backward uses again must stay gathered after the forward. DeepSpeed 0.19.8's release cache
+    keeps the forward-only trace's answer ("release") unless zerogate.runtime.engines' train() retraces."""
+    from zerogate.runtime.deepspeed_adapter import forget_zero3_engines
+    from zerogate.runtime.engines import DeepSpeedEngine
+
+    config = {
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+    }
+    torch.manual_seed(0)
+    wrapped = DeepSpeedEngine(Tiny(), config)
+    engine = wrapped.engine
+    try:
+        wrapped.eval()
+        with torch.no_grad():
+            wrapped(x=torch.randn(4, 8))
+        if retrace:
+            wrapped.train()
+        else:
+            engine.train()  # DeepSpeed's own train(): the trace and its release cache left as they are
+        states = []
+        for _ in range(4):  # the first backward re-records the trace; the later forwards follow it
+            loss = engine(torch.randn(4, 8))
+            states.append(engine.module.a.weight.ds_status.name)
+            engine.backward(loss)
+            engine.step()
+        if retrace:
+            assert states[-1] == "AVAILABLE", f"the first layer's weight released after the forward: {states}"
+        else:
+            assert states[-1] == "NOT_AVAILABLE", (
+                f"DeepSpeed now keeps the weight gathered for the backward after an evaluation ({states}): "
+                "retrace_zero3 may no longer be needed"
+            )
+    finally:
+        engine.destroy()
+        forget_zero3_engines()

@@ -13,8 +13,22 @@ under ZeRO-3 they already sit in the partitioned fp32 buffers, on the CPU with o
 ``overflow`` tells the engine not to advance the LR schedule and to count the step as skipped
 (engine._take_model_step).
 
-Internals used: DeepSpeedZeroOptimizer_Stage3._overflow_clean_up, ZeRO-1/2's averaged_gradients /
-all_grad_tensors / reset_cpu_buffers, optimizer.overflow, optimizer.loss_scale,
+Returning to training after forward-only passes (``retrace_zero3``). ZeRO-3's parameter coordinator records
+the order modules fetch their parameters in during the first pass after a reset, and from then on releases a
+gathered parameter after a module's forward unless the recorded order uses it again within
+``stage3_max_reuse_distance`` (``__params_to_release``). An evaluation before the first training step records
+a forward without a backward; the first backward then invalidates that trace and a full one is recorded, but
+``__params_to_release`` is an lru_cache keyed by (coordinator, module, position) that the invalidation does
+not clear: its entries for the forward's positions, computed from the forward-only trace, stay, so for the
+rest of the run every forward releases every parameter and every backward gathers each module's parameters
+again, one call per module (measured on the default profile: 55 collective calls a step instead of 23, four
+all-gathers per backward instead of none; docs/measurements.md). ``retrace_zero3`` invalidates the trace and
+clears that cache, so the next training micro-step records its own trace and every position is computed from
+it.
+
+Internals used: DeepSpeedZeroOptimizer_Stage3._overflow_clean_up, parameter_offload.get_param_coordinator(),
+PartitionedParameterCoordinator._invalidate_trace / is_invalid_trace / __params_to_release, ZeRO-1/2's
+averaged_gradients / all_grad_tensors / reset_cpu_buffers, optimizer.overflow, optimizer.loss_scale,
 engine.was_step_applied(), engine.skipped_steps, engine.get_global_grad_norm().
 """
 
@@ -105,6 +119,28 @@ def parameter_count(module: Any) -> int:
     return int(sum(getattr(p, "ds_numel", p.numel()) for p in module.parameters()))
 
 
+def _clear_release_cache() -> None:
+    """Empty the lru_cache of PartitionedParameterCoordinator.__params_to_release (every coordinator's)."""
+    method = PartitionedParameterCoordinator._PartitionedParameterCoordinator__params_to_release
+    # instrument_w_nvtx wraps the lru_cache without functools.wraps: the cache is in its closure.
+    for candidate in [method, *(cell.cell_contents for cell in (method.__closure__ or ()))]:
+        if hasattr(candidate, "cache_clear"):
+            candidate.cache_clear()
+
+
+def retrace_zero3(engine: Any) -> None:
+    """Before training resumes after forward-only passes under ZeRO-3: the fetch trace is dropped and the
+    release cache cleared, so the next micro-step records a forward and backward of its own (see the module's
+    docstring); a no-op for other stages."""
+    offload = getattr(engine.optimizer, "parameter_offload", None)
+    if offload is None:
+        return
+    coordinator = offload.get_param_coordinator()
+    if not coordinator.is_invalid_trace():
+        coordinator._invalidate_trace()
+    _clear_release_cache()
+
+
 def forget_zero3_engines() -> None:
     """Drop what DeepSpeed 0.19.8 keeps of a destroyed ZeRO-3 engine in module-level state, so that the
     engine, its model and its optimizer can be freed: parameter_offload.FWD_MODULE_STACK keeps the last
@@ -113,8 +149,4 @@ def forget_zero3_engines() -> None:
     several engines one after another (zerogate.train.comms_volume) otherwise keeps every one of them:
     measured on cpu-smollm2, about 1.3 GiB per ZeRO-3 scheme until the rank was killed for memory."""
     parameter_offload.FWD_MODULE_STACK.clear()
-    method = PartitionedParameterCoordinator._PartitionedParameterCoordinator__params_to_release
-    # instrument_w_nvtx wraps the lru_cache without functools.wraps: the cache is in its closure.
-    for candidate in [method, *(cell.cell_contents for cell in (method.__closure__ or ()))]:
-        if hasattr(candidate, "cache_clear"):
-            candidate.cache_clear()
+    _clear_release_cache()

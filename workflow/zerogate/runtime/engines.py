@@ -111,7 +111,11 @@ class DeepSpeedEngine:
         return ds.parameter_count(self.module)
 
     def train(self) -> None:
+        """Training mode; under ZeRO-3 the next micro-step records the fetch trace again, so an evaluation's
+        forward-only passes leave no trace behind (zerogate.runtime.deepspeed_adapter.retrace_zero3)."""
         self.engine.train()
+        if self.zero3:
+            ds.retrace_zero3(self.engine)
 
     def eval(self) -> None:
         self.engine.eval()
