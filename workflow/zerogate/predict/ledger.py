@@ -74,7 +74,6 @@ TERM_ORDER = (
     "window_gradients",
     "unsharded_parameters",
     "gathered_parameter_copies",
-    "gathered_copy_in_use",
     "gathered_parameters",
     "offloaded_partition_copies",
     "offload_gradient_buffer",

@@ -33,17 +33,19 @@ PERSISTENT = (
     "offload_parameter_buffer",
 )
 # ZeRO-3's forward starts with its coalesced fetch split into every parameter's copy, and ends with the
-# fetch's buffer, the running module's copy and the activations.
+# fetch's buffer, the copies the fetch trace keeps for the backward and the activations; the backward holds
+# those copies at its start, and from its first accumulated gradient the fetches it makes itself.
 FORWARD_START = ("gathered_parameters", "gathered_parameter_copies", "offloaded_partition_copies")
 FORWARD = (
     "gathered_parameters",
     "offloaded_partition_copies",
-    "gathered_copy_in_use",
+    "gathered_parameter_copies",
     "unsharded_parameters",
     "activations",
     "loss_shifted_logits",
 )
 BACKWARD = (
+    "gathered_parameter_copies",
     "unsharded_parameters",
     "largest_layer_gradient",
     "tied_weight_gradient",

@@ -20,25 +20,20 @@ BUFFER_SOURCES = {
         "(partition_parameters.py ds_persist)"
     ),
     "gathered_parameters": (
-        "ZeRO-3's gathered working set, in the forward and again once the backward has passed its "
-        "first accumulated gradient (measured: released at the forward's end, not alive at the "
-        "loss's backward): what its fetch trace keeps gathered at once (parameters used again within "
-        "stage3_max_reuse_distance stay gathered, partitioned_param_coordinator.py "
-        "__params_to_release; zerogate.predict.fetch_trace.zero3_trace) plus the prefetch bucket, which "
-        "stage3_max_live_parameters caps (partitioned_param_coordinator.py fetch_sub_module), at "
-        "most the model"
+        "ZeRO-3's coalesced fetch: the flat buffer of its all-gather, what the fetch trace keeps gathered at "
+        "once (parameters used again within stage3_max_reuse_distance stay gathered, "
+        "partitioned_param_coordinator.py __params_to_release; zerogate.predict.fetch_trace.zero3_trace) "
+        "plus the prefetch bucket, which stage3_max_live_parameters caps (partitioned_param_coordinator.py "
+        "fetch_sub_module), at most the model; alive from the forward's start until the fetch's last "
+        "parameter is used (partition_parameters.py AllGatherCoalescedHandle.wait)"
     ),
     "gathered_parameter_copies": (
         "ZeRO-3: each gathered parameter's own copy out of the coalesced fetch's flat buffer "
-        "(partition_parameters.py: param.data = torch.cat(partitions)), made for every parameter of "
-        "the fetch at once when its first is waited, beside the buffer (measured: 2 x the fetch at "
-        "the forward's start, 455.1 MB on a 227.6 MB model)"
-    ),
-    "gathered_copy_in_use": (
-        "ZeRO-3 at the forward's end: the copy of the module running (the head), at most the largest "
-        "layer's, beside the fetch's buffer, which lives until the fetch's last parameter is used "
-        "(partition_parameters.py AllGatherCoalescedHandle.wait: param.data = torch.cat(partitions) per "
-        "parameter; freed by partitioned_param_coordinator.py release_sub_module after the module runs)"
+        "(partition_parameters.py: param.data = torch.cat(partitions)), made for every parameter of the "
+        "fetch at once when its first is waited (measured: 2 x the fetch at the forward's start, 455.1 MB "
+        "on a 227.6 MB model); a copy the fetch trace keeps for reuse is not released after its module's "
+        "forward (partitioned_param_coordinator.py release_sub_module, __params_to_release) and lives into "
+        "the backward until that module's backward releases it"
     ),
     "offloaded_partition_copies": (
         "ZeRO-3 with parameter offload on CUDA: each offloaded partition of a fetch copied to the device "
@@ -165,7 +160,7 @@ def reduction_bucket_factor(deepspeed: tuple[int, ...]) -> float:
 
 def stage3_terms(counts: ModelCounts, setup: Setup) -> dict[str, int]:
     """ZeRO-3's buffers: the persistent small parameters, the gathered working set, each gathered
-    parameter's copy and the running module's, the contiguous gradient bucket and its reduction; on CUDA with
+    parameter's copy, the contiguous gradient bucket and its reduction; on CUDA with
     parameter offload the device copies of the offloaded partitions a fetch gathers."""
     b = setup.dtype_bytes
     elements = gathered_elements(counts, setup)
@@ -173,7 +168,6 @@ def stage3_terms(counts: ModelCounts, setup: Setup) -> dict[str, int]:
         "persistent_parameters": b * counts.persistent_numel(setup.persistence_threshold),
         "gathered_parameters": b * elements,
         "gathered_parameter_copies": b * elements,
-        "gathered_copy_in_use": b * counts.largest_layer,
         "reduce_bucket": b * setup.reduce_bucket,
         **reduce_scatter_terms(counts, setup),
     }

@@ -24,10 +24,12 @@ rest of the run every forward releases every parameter and every backward gather
 again, one call per module (measured on the default profile: 55 collective calls a step instead of 23, four
 all-gathers per backward instead of none; docs/measurements.md). ``retrace_zero3`` invalidates the trace and
 clears that cache, so the next training micro-step records its own trace and every position is computed from
-it.
+it; after passes that followed a complete training trace without changing it (an evaluation during or after
+training) it leaves the trace alone, so the step after them is an ordinary one.
 
 Internals used: DeepSpeedZeroOptimizer_Stage3._overflow_clean_up, parameter_offload.get_param_coordinator(),
-PartitionedParameterCoordinator._invalidate_trace / is_invalid_trace / __params_to_release, ZeRO-1/2's
+PartitionedParameterCoordinator._invalidate_trace / is_invalid_trace / is_complete_trace / __submodule_order /
+__params_to_release, ZeRO-1/2's
 averaged_gradients / all_grad_tensors / reset_cpu_buffers, optimizer.overflow, optimizer.loss_scale,
 engine.was_step_applied(), engine.skipped_steps, engine.get_global_grad_norm().
 """
@@ -128,14 +130,31 @@ def _clear_release_cache() -> None:
             candidate.cache_clear()
 
 
-def retrace_zero3(engine: Any) -> None:
-    """Before training resumes after forward-only passes under ZeRO-3: the fetch trace is dropped and the
-    release cache cleared, so the next micro-step records a forward and backward of its own (see the module's
-    docstring); a no-op for other stages."""
+def _coordinator(engine: Any) -> Any:
+    """ZeRO-3's parameter coordinator of ``engine``; None below stage 3."""
     offload = getattr(engine.optimizer, "parameter_offload", None)
-    if offload is None:
+    return None if offload is None else offload.get_param_coordinator()
+
+
+def zero3_trace(engine: Any) -> Any:
+    """ZeRO-3's complete fetch trace as recorded (the frozen module order, compared by identity), or None
+    (below stage 3, or no complete trace): taken before forward-only passes, for :func:`retrace_zero3`."""
+    coordinator = _coordinator(engine)
+    if coordinator is None or not coordinator.is_complete_trace():
+        return None
+    return coordinator._PartitionedParameterCoordinator__submodule_order
+
+
+def retrace_zero3(engine: Any, trace_before: Any) -> None:
+    """Before training resumes after forward-only passes under ZeRO-3: unless the complete trace taken before
+    them (``trace_before``, :func:`zero3_trace`) is still the one in use, the trace is dropped and the release
+    cache cleared, so the next micro-step records a forward and backward of its own (the module's docstring).
+    Passes that followed a training trace leave it in place, and the next step is an ordinary one."""
+    coordinator = _coordinator(engine)
+    if coordinator is None:
         return
-    coordinator = offload.get_param_coordinator()
+    if trace_before is not None and zero3_trace(engine) is trace_before:
+        return
     if not coordinator.is_invalid_trace():
         coordinator._invalidate_trace()
     _clear_release_cache()
