@@ -180,3 +180,38 @@ def test_an_evaluation_before_training_leaves_the_backward_its_gathered_paramete
     finally:
         engine.destroy()
         forget_zero3_engines()
+
+
+def test_an_evaluation_after_training_steps_leaves_the_complete_trace_in_place(one_rank_world):
+    """An evaluation between training steps follows the recorded trace's forward: the step after it is an
+    ordinary one (the trace kept), so the live-tensor step sampled after the last evaluation is too."""
+    from zerogate.runtime.deepspeed_adapter import forget_zero3_engines, zero3_trace
+    from zerogate.runtime.engines import DeepSpeedEngine
+
+    config = {
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+    }
+    wrapped = DeepSpeedEngine(Tiny(), config)
+    engine = wrapped.engine
+    try:
+        wrapped.train()
+        for _ in range(3):
+            engine.backward(engine(torch.randn(4, 8)))
+            engine.step()
+        recorded = zero3_trace(engine)
+        assert recorded is not None, "three training steps left no complete trace"
+        wrapped.eval()
+        with torch.no_grad():
+            wrapped(x=torch.randn(4, 8))
+        wrapped.train()
+        assert zero3_trace(engine) is recorded
+        loss = engine(torch.randn(4, 8))
+        assert engine.module.a.weight.ds_status.name == "AVAILABLE"
+        engine.backward(loss)
+        engine.step()
+    finally:
+        engine.destroy()
+        forget_zero3_engines()
