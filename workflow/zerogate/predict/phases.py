@@ -3,16 +3,16 @@ peak.
 
 A device's terms fall into phases that do not coexist (:data:`PHASES`): what is held for the whole run
 (``PERSISTENT``), then, one after the other, the forward's start (ZeRO-3's coalesced fetch and every
-parameter's copy out of it), the forward's end (the fetch, the running module's copy and the activations),
-the backward up to its first accumulated gradient (the activations and the backward's
-transient), the backward from then on (ZeRO-1/2's reduction buckets, allocated at that first gradient, beside
-what is left of the activations), the reduction at the accumulation boundary after the backward and the
-optimizer step. A term may sit in several phases (the activations in the forward and the backward). The
-gradients of a window of one micro-step (ZeRO-0's, and ZeRO-1/2's reduced partitions) exist only from the
-backward or the boundary to the step's end. The tensor peak is the persistent terms plus the largest phase
-(:func:`transient_bytes`). On GPUs what is not a tensor comes on top (:data:`OVERHEAD`: the caching
-allocator's fragmentation and ZeRO-3's cross-stream reserve, the CUDA context, the communicators' buffers;
-zerogate.predict.cuda_terms).
+parameter's copy out of it), the forward's end (the fetch, the copies kept for the backward and the
+activations), the backward up to its first accumulated gradient (those copies, the activations and the
+backward's transient), the backward from then on (ZeRO-1/2's reduction buckets, allocated at that first
+gradient, beside what is left of the activations), the reduction at the accumulation boundary after the
+backward and the optimizer step. A term may sit in several phases (the activations in the forward and the
+backward). The gradients of a window of one micro-step (ZeRO-0's, and ZeRO-1/2's reduced partitions) exist
+only from the backward or the boundary to the step's end. The tensor peak is the persistent terms plus the
+largest phase (:func:`transient_bytes`). On GPUs what is not a tensor comes on top (:data:`OVERHEAD`: the
+caching allocator's fragmentation and ZeRO-3's cross-stream reserve, the CUDA context, the communicators'
+buffers; zerogate.predict.cuda_terms).
 """
 
 from __future__ import annotations
