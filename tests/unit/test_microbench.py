@@ -84,8 +84,8 @@ def overhead(engine: str, modules: int, seconds: list[float], stage: int = 3) ->
     return ModuleOverhead(engine=engine, stage=stage, modules=modules, width=8, rows=64, time=spread(seconds))
 
 
-# Through the engine: 4 modules 2-4 ms, 24 modules 12-16 ms (quartiles 2.5/3.5 and 13/15 ms); eagerly 0.4-0.6
-# and 2.4-3.6 ms (quartiles 0.45/0.55 and 2.7/3.3 ms).
+# Through the engine: 4 modules 2-4 ms, 24 modules 12-16 ms; eagerly 0.4-0.6 and 2.4-3.6 ms (fastest to
+# slowest repeat).
 OVERHEAD = [
     overhead("deepspeed", 4, [2e-3, 3e-3, 4e-3]),
     overhead("eager", 4, [0.4e-3, 0.5e-3, 0.6e-3]),
@@ -156,9 +156,12 @@ def test_rates_weigh_products_by_their_time():
     seconds = 2 * a / 2e9 + b / 4e9
     assert rates.linear_forward_s.median == pytest.approx(seconds)
     assert rates.forward_flop_per_s.median == pytest.approx((2 * a + b) / seconds)
-    # the low end of a rate is the slow quartile's, the low end of a time the fast quartile's
+    # the low end of a rate is the slowest repeat's, the low end of a time the fastest repeat's: each
+    # product's time at its slowest and fastest repeat
     assert rates.forward_flop_per_s.low < rates.forward_flop_per_s.median < rates.forward_flop_per_s.high
-    assert rates.linear_forward_s.low < rates.linear_forward_s.median < rates.linear_forward_s.high
+    assert rates.linear_forward_s.low == pytest.approx(2 * a / 3e9 + b / 4e9)
+    assert rates.linear_forward_s.high == pytest.approx(2 * a / 1e9 + b / 4e9)
+    assert rates.cpu_update_param_per_s.low == 1e8 and rates.cpu_update_param_per_s.high == 3e8
     backward = 2 * (2.0 * 64 * 64 * 192) / 1e9 + 2 * (2.0 * 192 * 64 * 64) / 2e9
     assert rates.linear_backward_s.median == pytest.approx(backward)
     assert set(rates.copies) == {"host_to_host"}
@@ -308,14 +311,14 @@ def test_without_a_built_cpu_adam_torchs_adamw_is_timed_and_named(tmp_path, monk
 def test_the_module_lines_give_a_fixed_cost_and_a_cost_per_module_by_hand():
     lines = rates_from_microbench(bench(OVERHEAD)).module_lines
     assert lines is not None and lines.stage == 3
-    # Quartile lines: engine low 2.5 ms + (n - 4) x 10.5/20 ms, high 3.5 ms + (n - 4) x 11.5/20 ms; eager per
-    # module 2.25/20 ms (low) and 2.75/20 ms (high).
-    assert lines.per_module() == pytest.approx((10.5e-3 / 20, 11.5e-3 / 20))
+    # Lines through the fastest and the slowest repeats: engine low 2 ms + (n - 4) x 10/20 ms, high 4 ms +
+    # (n - 4) x 12/20 ms; eager per module 2/20 ms (low) and 3/20 ms (high).
+    assert lines.per_module() == pytest.approx((10e-3 / 20, 12e-3 / 20))
     low, high = lines.seconds(hooked=9, modules=33)
-    assert low == pytest.approx(2.5e-3 + 5 * 10.5e-3 / 20 + 24 * 2.25e-3 / 20)
-    assert high == pytest.approx(3.5e-3 + 5 * 11.5e-3 / 20 + 24 * 2.75e-3 / 20)
+    assert low == pytest.approx(2e-3 + 5 * 10e-3 / 20 + 24 * 2e-3 / 20)
+    assert high == pytest.approx(4e-3 + 5 * 12e-3 / 20 + 24 * 3e-3 / 20)
     # Every module hooked: the engine's line alone.
-    assert lines.seconds(33, 33)[0] == pytest.approx(2.5e-3 + 29 * 10.5e-3 / 20)
+    assert lines.seconds(33, 33)[0] == pytest.approx(2e-3 + 29 * 10e-3 / 20)
 
 
 def test_without_both_stacks_at_two_sizes_there_are_no_module_lines():

@@ -1,15 +1,18 @@
 """The micro-benchmarks' contract (zerogate.contracts.microbench.Microbench) as the rates a time ledger
 multiplies its work by: :func:`rates_from_microbench`.
 
-Each rate is a :class:`Rate`, the median with a low and a high end taken from the repeats' quartiles, so a
-ledger built on them carries the measurement's spread. Aggregates over several matrix products weigh each
-product by the time it takes, not by its rate: the linear layers' forward rate is their forward FLOP divided
-by the sum of each product's seconds (``count`` x ``seconds_per_call``), which is the rate at which the
-model's linear layers really run. No torch: the planner imports it.
+Each rate is a :class:`Rate`, the median with a low and a high end taken from the slowest and the fastest of
+its repeats (:func:`ends`), so a ledger built on them carries the spread the measurement showed: the middle
+half of five repeats (their quartiles) left out as much as a rate's median moved between two runs of the
+micro-benchmarks on a quiet machine (8-14 %, docs/measurements.md). Aggregates over several matrix products
+weigh each product by the time it takes, not by its rate: the linear layers' forward rate is their forward
+FLOP divided by the sum of each product's seconds (``count`` x ``seconds_per_call``), which is the rate at
+which the model's linear layers really run. No torch: the planner imports it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from zerogate.contracts.machine import Collectives
@@ -28,8 +31,8 @@ BACKWARD = ("backward_input", "backward_weight")
 
 @dataclass(frozen=True)
 class Rate:
-    """A measured rate or time: the median, and the ends its repeats' quartiles give (``low`` <= ``median``
-    <= ``high``, in ``unit``), with what it was measured on (``source``)."""
+    """A measured rate or time: the median, and the ends its repeats give (:func:`ends`; ``low`` <=
+    ``median`` <= ``high``, in ``unit``), with what it was measured on (``source``)."""
 
     median: float
     low: float
@@ -41,8 +44,8 @@ class Rate:
 @dataclass(frozen=True)
 class ModuleLines:
     """Seconds per micro-step of the synthetic module stacks against their size (Microbench
-    ``module_overhead``): through the run's DeepSpeed engine (``engine``: its size -> (first quartile,
-    third quartile) seconds) and eagerly (``eager``), at two sizes each, with what was measured
+    ``module_overhead``): through the run's DeepSpeed engine (``engine``: its size -> (fastest, slowest
+    repeat) seconds) and eagerly (``eager``), at two sizes each, with what was measured
     (``source``). The lines through the two sizes give a fixed cost per micro-step and a cost per module."""
 
     stage: int
@@ -122,22 +125,33 @@ def copy_key(route: str, pinned: bool | None) -> str:
     return route if pinned is None else f"{route}_{'pinned' if pinned else 'pageable'}"
 
 
+def ends(spread: Spread) -> tuple[float, float]:
+    """(low, high) of a measured spread: its smallest and largest repeat, each a measurement of the same
+    quantity on this machine (the quartiles where no repeats were kept)."""
+    if not spread.samples:
+        return spread.q1, spread.q3
+    return min(spread.samples), max(spread.samples)
+
+
 def _rate(spread: Spread, unit: str, source: str) -> Rate:
-    return Rate(median=spread.median, low=spread.q1, high=spread.q3, unit=unit, source=source)
+    low, high = ends(spread)
+    return Rate(median=spread.median, low=low, high=high, unit=unit, source=source)
 
 
 def _products(matmuls: list[MatmulRate], kinds: tuple[str, ...], where: str) -> tuple[Rate, Rate]:
     """(flop/s, seconds per micro-step) of the products of ``kinds``: total FLOP over total time, each
-    end of the interval from the products' quartile rates."""
+    end of the interval from the products' slowest or fastest repeats (:func:`ends`)."""
     chosen = [m for m in matmuls if m.kind in kinds]
     if not chosen:
         raise ValueError(f"the micro-benchmarks hold no {'/'.join(kinds)} matrix product")
     flop = sum(m.count * m.flop_per_call for m in chosen)
 
-    def seconds(pick: str) -> float:
-        return sum(m.count * m.flop_per_call / getattr(m.rate, pick) for m in chosen)
+    def seconds(rate_of: Callable[[Spread], float]) -> float:
+        return sum(m.count * m.flop_per_call / rate_of(m.rate) for m in chosen)
 
-    fast, median, slow = seconds("q3"), seconds("median"), seconds("q1")
+    fast = seconds(lambda spread: ends(spread)[1])
+    median = seconds(lambda spread: spread.median)
+    slow = seconds(lambda spread: ends(spread)[0])
     source = f"{where}: {len(chosen)} {'/'.join(kinds)} products at the run's linear layers' shapes"
     return (
         Rate(median=flop / median, low=flop / slow, high=flop / fast, unit="flop/s", source=source),
@@ -166,7 +180,7 @@ def _module_lines(rows: list[ModuleOverhead], where: str) -> ModuleLines | None:
     """The stacks' lines, where both engines were timed at two sizes (None otherwise)."""
     by_engine: dict[str, dict[int, tuple[float, float]]] = {"deepspeed": {}, "eager": {}}
     for row in rows:
-        by_engine[row.engine][row.modules] = (row.time.q1, row.time.q3)
+        by_engine[row.engine][row.modules] = ends(row.time)
     if any(len(points) != 2 for points in by_engine.values()):
         return None
     stage = next(r.stage for r in rows if r.engine == "deepspeed")
@@ -174,7 +188,8 @@ def _module_lines(rows: list[ModuleOverhead], where: str) -> ModuleLines | None:
     source = (
         f"{where}: synthetic stacks of {' and '.join(map(str, sorted(by_engine['deepspeed'])))} "
         f"{first.width} x {first.width} linear layers on {first.rows} rows, a micro-step each through a "
-        f"ZeRO-{stage} engine from the run's config in a one-rank world and eagerly (quartiles)"
+        f"ZeRO-{stage} engine from the run's config in a one-rank world and eagerly (fastest to slowest "
+        "repeat)"
     )
     return ModuleLines(stage=stage, engine=by_engine["deepspeed"], eager=by_engine["eager"], source=source)
 

@@ -122,8 +122,9 @@ def _measured_passes(
     back = measured.linear_backward_s
     backward = _added((back.low, back.high), at(2 * attention / 3, bwd))
     source = (
-        f"measured: {fwd.source} (quartiles), with {measured.threads} thread(s); the attention's FLOP "
-        "(zerogate.hardware.training_flops_per_token by kind) at those products' measured rate"
+        f"measured: {fwd.source} (fastest to slowest repeat), with {measured.threads} thread(s); the "
+        "attention's FLOP (zerogate.hardware.training_flops_per_token by kind) at those products' measured "
+        "rate"
     )
     return forward, backward, source
 
@@ -336,7 +337,7 @@ def _copy_seconds(
     route = "host_to_device" if "h2d" in name else "device_to_host"
     rate = None if measured is None else measured.copy(route, setup.pin_memory)
     if rate is not None:
-        return (moved / rate.high, moved / rate.low), f"measured: {rate.source} (quartiles)"
+        return (moved / rate.high, moved / rate.low), f"measured: {rate.source} (fastest to slowest repeat)"
     if not machine.gpus:
         # The CPU accelerator's device is host memory: a copy reads and writes it (the description's
         # bandwidth counts both), every rank's at once.
@@ -429,11 +430,11 @@ def _memory_bound(
 def _measured_update(partition: float, setup: Setup, rate: Rate) -> tuple[Seconds, str]:
     """(low, high) seconds of the update from the micro-benchmark over one rank's partition, timed alone with
     a rank's threads: low, every rank updates at that rate at once; high, the host's ranks share what one
-    rank reached (memory-bound ranks on one host's memory), at the rate's low quartile."""
+    rank reached (memory-bound ranks on one host's memory), at the rate's slowest repeat."""
     low, high = partition / rate.high, setup.ranks_per_node * partition / rate.low
     return (low, high), (
-        f"measured: {rate.source} (quartiles); {setup.ranks_per_node} rank(s) on the host at once: between "
-        "each at the measured rate and one after another"
+        f"measured: {rate.source} (fastest to slowest repeat); {setup.ranks_per_node} rank(s) on the host "
+        "at once: between each at the measured rate and one after another"
     )
 
 
