@@ -137,6 +137,15 @@ def test_a_destroyed_zero3_engine_is_freed_once_deepspeeds_globals_forget_it(eng
     assert model() is None, "something else still holds the destroyed engine's model"
 
 
+# Every parameter released after its module unless the fetch trace keeps it (no persistent parameters).
+ZERO3_TRAINING = {
+    "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": 1,
+    "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+}
+
+
 @pytest.mark.parametrize("retrace", [True, False], ids=["retraced", "deepspeeds-own"])
 def test_an_evaluation_before_training_leaves_the_backward_its_gathered_parameters_only_once_retraced(
     one_rank_world, retrace
@@ -147,14 +156,8 @@ def test_an_evaluation_before_training_leaves_the_backward_its_gathered_paramete
     from zerogate.runtime.deepspeed_adapter import forget_zero3_engines
     from zerogate.runtime.engines import DeepSpeedEngine
 
-    config = {
-        "train_micro_batch_size_per_gpu": 4,
-        "gradient_accumulation_steps": 1,
-        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
-        "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
-    }
     torch.manual_seed(0)
-    wrapped = DeepSpeedEngine(Tiny(), config)
+    wrapped = DeepSpeedEngine(Tiny(), ZERO3_TRAINING)
     engine = wrapped.engine
     try:
         wrapped.eval()
@@ -188,13 +191,7 @@ def test_an_evaluation_after_training_steps_leaves_the_complete_trace_in_place(o
     from zerogate.runtime.deepspeed_adapter import forget_zero3_engines, zero3_trace
     from zerogate.runtime.engines import DeepSpeedEngine
 
-    config = {
-        "train_micro_batch_size_per_gpu": 4,
-        "gradient_accumulation_steps": 1,
-        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
-        "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
-    }
-    wrapped = DeepSpeedEngine(Tiny(), config)
+    wrapped = DeepSpeedEngine(Tiny(), ZERO3_TRAINING)
     engine = wrapped.engine
     try:
         wrapped.train()

@@ -125,11 +125,13 @@ def copy_key(route: str, pinned: bool | None) -> str:
     return route if pinned is None else f"{route}_{'pinned' if pinned else 'pageable'}"
 
 
+# How a measured rate's interval is taken (:func:`ends`), as the ledger's sources say it.
+REPEAT_RANGE = "fastest to slowest repeat"
+
+
 def ends(spread: Spread) -> tuple[float, float]:
     """(low, high) of a measured spread: its smallest and largest repeat, each a measurement of the same
-    quantity on this machine (the quartiles where no repeats were kept)."""
-    if not spread.samples:
-        return spread.q1, spread.q3
+    quantity on this machine."""
     return min(spread.samples), max(spread.samples)
 
 
@@ -188,8 +190,7 @@ def _module_lines(rows: list[ModuleOverhead], where: str) -> ModuleLines | None:
     source = (
         f"{where}: synthetic stacks of {' and '.join(map(str, sorted(by_engine['deepspeed'])))} "
         f"{first.width} x {first.width} linear layers on {first.rows} rows, a micro-step each through a "
-        f"ZeRO-{stage} engine from the run's config in a one-rank world and eagerly (fastest to slowest "
-        "repeat)"
+        f"ZeRO-{stage} engine from the run's config in a one-rank world and eagerly ({REPEAT_RANGE})"
     )
     return ModuleLines(stage=stage, engine=by_engine["deepspeed"], eager=by_engine["eager"], source=source)
 

@@ -17,7 +17,7 @@ from zerogate.predict.collectives import DERIVED
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.fetch_trace import zero3_gathers
 from zerogate.predict.floor import adam_bytes_per_param, collective_time, pcie_gbps, theory_terms
-from zerogate.predict.microbench_rates import MeasuredRates, Rate
+from zerogate.predict.microbench_rates import REPEAT_RANGE, MeasuredRates, Rate
 from zerogate.predict.setup import Setup
 
 COMPUTE, COLLECTIVE, HOST_COPY, OPTIMIZER, SERIAL = (
@@ -122,7 +122,7 @@ def _measured_passes(
     back = measured.linear_backward_s
     backward = _added((back.low, back.high), at(2 * attention / 3, bwd))
     source = (
-        f"measured: {fwd.source} (fastest to slowest repeat), with {measured.threads} thread(s); the "
+        f"measured: {fwd.source} ({REPEAT_RANGE}), with {measured.threads} thread(s); the "
         "attention's FLOP (zerogate.hardware.training_flops_per_token by kind) at those products' measured "
         "rate"
     )
@@ -337,7 +337,7 @@ def _copy_seconds(
     route = "host_to_device" if "h2d" in name else "device_to_host"
     rate = None if measured is None else measured.copy(route, setup.pin_memory)
     if rate is not None:
-        return (moved / rate.high, moved / rate.low), f"measured: {rate.source} (fastest to slowest repeat)"
+        return (moved / rate.high, moved / rate.low), f"measured: {rate.source} ({REPEAT_RANGE})"
     if not machine.gpus:
         # The CPU accelerator's device is host memory: a copy reads and writes it (the description's
         # bandwidth counts both), every rank's at once.
@@ -433,7 +433,7 @@ def _measured_update(partition: float, setup: Setup, rate: Rate) -> tuple[Second
     rank reached (memory-bound ranks on one host's memory), at the rate's slowest repeat."""
     low, high = partition / rate.high, setup.ranks_per_node * partition / rate.low
     return (low, high), (
-        f"measured: {rate.source} (fastest to slowest repeat); {setup.ranks_per_node} rank(s) on the host "
+        f"measured: {rate.source} ({REPEAT_RANGE}); {setup.ranks_per_node} rank(s) on the host "
         "at once: between each at the measured rate and one after another"
     )
 

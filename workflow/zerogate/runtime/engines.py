@@ -69,7 +69,7 @@ class DeepSpeedEngine:
         self.module = self.engine.module
         self.zero3 = (ds_config.get("zero_optimization") or {}).get("stage") == 3
         # Set by eval(): ZeRO-3's fetch trace then (ds.zero3_trace), for the next train() to compare.
-        self._evaluating, self._trace_before_eval = False, None
+        self._trace_before_eval: Any = None
 
     def __call__(self, **batch: Any) -> Any:
         """A forward through the engine (evaluation: under ZeRO-3 the engine gathers the parameters)."""
@@ -116,14 +116,14 @@ class DeepSpeedEngine:
         """Training mode; under ZeRO-3 a fetch trace the evaluation's forward-only passes recorded or
         replaced is dropped, so the next micro-step records its own
         (zerogate.runtime.deepspeed_adapter.retrace_zero3)."""
+        returning = not self.module.training  # eval() came before
         self.engine.train()
-        if self.zero3 and self._evaluating:
+        if self.zero3 and returning:
             ds.retrace_zero3(self.engine, self._trace_before_eval)
-        self._evaluating, self._trace_before_eval = False, None
 
     def eval(self) -> None:
-        if self.zero3 and not self._evaluating:
-            self._evaluating, self._trace_before_eval = True, ds.zero3_trace(self.engine)
+        if self.zero3 and self.module.training:
+            self._trace_before_eval = ds.zero3_trace(self.engine)
         self.engine.eval()
 
     def save(self, directory: Path) -> None:
