@@ -79,8 +79,10 @@ BASES = {
     "cuda": ("gpu-1x", {"model": {"source": "shape"}, "dataset": {"template": "plain"}}),
     "cpu": ("cpu-tiny", {}),
 }
-STEPS = {"cuda": 4, "cpu": 2}  # optimizer steps of each point's run
-PROBE_STEPS = 2  # optimizer steps of each micro-batch the search tries
+# Optimizer steps of each point's run, and of each micro-batch the search tries: on CUDA, fp16's dynamic loss
+# scale skipped the first 3 updates on the lent H200 (overflows while the scale came down from 2**16).
+STEPS = {"cuda": 6, "cpu": 2}
+PROBE_STEPS = {"cuda": 5, "cpu": 2}
 FIRST_LAUNCH_S = {"cuda": 60.0, "cpu": 20.0}  # what a launch is expected to take before one was timed
 CPU_NO_SEARCH = "not run: CPU mode (no CUDA device to cap)"
 OUT_OF_MEMORY = ("OutOfMemoryError", "CUDA out of memory")
@@ -246,15 +248,21 @@ def launch(point: Point, dataset: Path, out: Path, deadline: float, cap_bytes: i
     text = (log.read_text() if log.is_file() else "") + output
     metrics = out / "train/metrics/rank0.jsonl"
     records = read_lines(StepRecord, metrics) if metrics.is_file() and code == 0 else []
-    if code == 0:
-        outcome = "trained"
-    elif code is None:
-        outcome = "killed at the deadline"
-    elif any(marker in text for marker in OUT_OF_MEMORY):
-        outcome = "out of memory"
-    else:
-        outcome = f"failed (exit {code})"
-    return Launch(outcome, seconds, records, text)
+    return Launch(outcome_of(code, text, records), seconds, records, text)
+
+
+def outcome_of(code: int | None, text: str, records: list[StepRecord]) -> str:
+    """What a launch came to from its exit status (None: killed), its log and its step records. A run counts
+    as trained only if a step updated the weights: fp16's dynamic loss scale skips the first steps' updates
+    (an overflow at the initial scale), and the optimizer's states are allocated at the first update, so a
+    run of skipped steps never reached its memory peak."""
+    if code is None:
+        return "killed at the deadline"
+    if code != 0:
+        return "out of memory" if any(marker in text for marker in OUT_OF_MEMORY) else f"failed (exit {code})"
+    if records and all(record.skip_reason is not None for record in records):
+        return f"no update: each of its {len(records)} steps skipped ({records[-1].skip_reason})"
+    return "trained"
 
 
 # --- the check ---------------------------------------------------------------------------------------------
@@ -354,11 +362,10 @@ def search_points(points: dict[str, Point], dataset: Path, work: Path, budget: B
             what = f"search {row['point']} on {row['card']} at micro-batch {micro_batch}"
             if not budget.allows(what):
                 return "out of budget"
-            profile = with_micro_batch(points[row["point"]].profile, micro_batch, PROBE_STEPS)
+            profile = with_micro_batch(points[row["point"]].profile, micro_batch, PROBE_STEPS[kind])
             where = work / "search" / f"{row['point']}-{row['cap_bytes']}-mb{micro_batch}"
-            done = launch(
-                render_point(row["point"], profile, fingerprint, where), dataset, where, row["cap_bytes"]
-            )
+            point = render_point(row["point"], profile, fingerprint, where)
+            done = launch(point, dataset, where, budget.deadline, cap_bytes=row["cap_bytes"])
             budget.launch_s = done.seconds
             return done.outcome
 

@@ -3,22 +3,27 @@ themselves need a GPU: tests/gpu/; the runs' CPU mode is tests/integration/test_
 
 import json
 
+import tests.gpu.check_runs as check_runs
 from tests.conftest import gpu_fingerprint
 from tests.gpu.capped_loop import cap_device
 from tests.gpu.check_gpu_1x import check_results
 from tests.gpu.check_runs import (
     CLAIMED_BOX,
     STEPS,
+    Budget,
+    Launch,
     capped_machine,
+    outcome_of,
     plan_point,
     render_point,
+    search_points,
     write_grid,
 )
 from tests.gpu.micro_batch_search import Search, search_largest
 from tests.unit.helpers import step_record
 from zerogate.config.machines import from_fingerprint, load_description
 from zerogate.contracts.base import write_lines
-from zerogate.contracts.records import EvalRecord
+from zerogate.contracts.records import OVERFLOW_REASON, EvalRecord
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.predict.setup import setup_from_config
 
@@ -121,6 +126,51 @@ def test_a_search_stopped_after_its_first_probe_goes_on_where_it_stopped():
     assert tried == [8] and not search.done
     assert search.result()["status"] == "unfinished: out of budget"
     assert search.run(fitting_up_to(37, tried)).result() == search_largest(fitting_up_to(37, []), 8)
+
+
+def test_every_probe_of_the_search_runs_capped_at_its_card_and_within_the_budget(tmp_path, monkeypatch):
+    """The search's launches carry the card's capacity as the cap and the check's deadline as their own: a
+    probe that ran uncapped would measure the H200, not the card."""
+    gpu_fingerprint(("NVIDIA H200", 139.8)).write(tmp_path / "fingerprint.json")
+    cards = {card.name: card.memory_total_bytes for card in load_description(CLAIMED_BOX).gpus}
+    plans = {"NVIDIA GeForce RTX 5070": 3, "NVIDIA GeForce RTX 4090": 9}
+    launched = []
+
+    class Plan:
+        def __init__(self, machine):
+            self.largest_micro_batch_per_rank = plans[machine.gpus[0].name]
+
+    def fake_launch(point, dataset, out, deadline, cap_bytes=None):
+        launched.append((point, deadline, cap_bytes))
+        fits = cap_bytes == cards["NVIDIA GeForce RTX 4090"] or int(str(out).rsplit("mb", 1)[1]) <= 4
+        return Launch("trained" if fits else "out of memory", 1.0, [], "")
+
+    monkeypatch.setattr(check_runs, "plan_point", lambda point, machine: Plan(machine))
+    monkeypatch.setattr(check_runs, "render_point", lambda name, profile, fingerprint, out: name)
+    monkeypatch.setattr(check_runs, "launch", fake_launch)
+    profile = tmp_path / "zero3.yaml"
+    profile.write_text("{}")
+    point = check_runs.Point("zero3", profile, None, profile, profile, profile)
+    budget = Budget(deadline=4e9, launch_s=1.0)
+    found = search_points({"zero3": point}, tmp_path, tmp_path, budget, "cuda")
+    assert {(row["card"], row["largest"]) for row in found} == {
+        ("NVIDIA GeForce RTX 5070", 4),
+        ("NVIDIA GeForce RTX 4090", 512),
+    }
+    assert {cap for _, _, cap in launched} == set(cards.values())
+    assert {deadline for _, deadline, _ in launched} == {4e9}
+
+
+def test_a_run_whose_every_step_skipped_its_update_did_not_train():
+    """fp16's first steps overflow and skip the update, and the optimizer's states come at the first update:
+    a run of skipped steps never reached its peak, so it neither trained nor fits."""
+    skipped = [step_record(step=s, skip_reason=OVERFLOW_REASON, loss_scale=2.0**16) for s in (1, 2)]
+    updated = step_record(step=3, loss_scale=2.0**15)
+    assert outcome_of(0, "", skipped).startswith("no update: each of its 2 steps skipped")
+    assert outcome_of(0, "", [*skipped, updated]) == "trained"
+    assert outcome_of(1, "torch.OutOfMemoryError: CUDA out of memory", []) == "out of memory"
+    assert outcome_of(1, "", []) == "failed (exit 1)"
+    assert outcome_of(None, "", []) == "killed at the deadline"
 
 
 def test_no_cap_without_the_variable():

@@ -2,7 +2,9 @@
 
 import os
 
-from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE, build_env
+import pytest
+
+from zerogate.runtime.ops import ARCH_LIST_VARIABLE, EXTENSIONS_DIR_VARIABLE, build_env, plain_arch_list
 
 
 def test_ops_go_to_the_environments_directory_with_its_ninja_first():
@@ -106,3 +108,21 @@ def test_deepspeed_asks_py_cpuinfo_once_per_process_once_its_answer_is_kept(monk
         cpuinfo.get_cpu_info() == cpuinfo.get_cpu_info()
         and cpuinfo.get_cpu_info() is not cpuinfo.get_cpu_info()
     )
+
+
+def test_an_arch_specific_target_reaches_deepspeed_as_its_plain_one(monkeypatch):
+    """A GPU image's TORCH_CUDA_ARCH_LIST="9.0a" stops DeepSpeed's CUDA op builds (seen on the lent H200);
+    build_env hands DeepSpeed the plain target instead, which DeepSpeed's own reader accepts."""
+    from deepspeed.ops.op_builder.fused_adam import FusedAdamBuilder
+
+    monkeypatch.setenv(ARCH_LIST_VARIABLE, "9.0a")
+    with pytest.raises(ValueError, match="0a"):
+        FusedAdamBuilder().compute_capability_args()
+    monkeypatch.setenv(ARCH_LIST_VARIABLE, build_env()[ARCH_LIST_VARIABLE])
+    assert FusedAdamBuilder().compute_capability_args() == ["-gencode=arch=compute_90,code=sm_90"]
+
+
+def test_arch_lists_without_arch_specific_targets_are_left_alone():
+    assert plain_arch_list("8.6 9.0a+PTX;10.0f;9.0") == "8.6;9.0+PTX;10.0;9.0"
+    assert ARCH_LIST_VARIABLE not in build_env({"TORCH_CUDA_ARCH_LIST": "8.0;9.0+PTX"})
+    assert ARCH_LIST_VARIABLE not in build_env({})

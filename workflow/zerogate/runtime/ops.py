@@ -11,6 +11,12 @@ process that found the other one first on PATH rebuilt everything. Here the buil
 virtual environment and its own ninja comes first on PATH. The workflow puts :func:`build_env` into its
 environment, which every job (local or Slurm) and every rank inherits.
 
+On CUDA DeepSpeed compiles for the targets TORCH_CUDA_ARCH_LIST names, and DeepSpeed 0.19.8 reads each as
+digits alone (op_builder/builder.py, ``compute_capability_args``): a list naming one of torch's arch-specific
+targets ("9.0a", as a GPU image may set it) stops every CUDA op's build with ``ValueError``. :func:`build_env`
+gives DeepSpeed such a list with each of those targets as its plain one ("9.0": the same card, without the
+instructions only the arch-specific target may use, which DeepSpeed's Adam kernels do not).
+
 Loading a built op still asks py-cpuinfo, which starts an interpreter per question: :func:`keep_cpu_info`,
 called before DeepSpeed loads its first op, makes each process ask once.
 
@@ -27,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 EXTENSIONS_DIR_VARIABLE = "TORCH_EXTENSIONS_DIR"
+ARCH_LIST_VARIABLE = "TORCH_CUDA_ARCH_LIST"
 # The ops a run can load on DeepSpeed's CPU accelerator: CPU Adam (optimizer offload), the fused Adam
 # (ZeRO without optimizer offload: the variants and the communication runs) and the comm op that
 # deepspeed.init_distributed loads on the CPU accelerator.
@@ -39,6 +46,9 @@ def build_env(
     """The variables to set so that ops build into, and load from, this environment's own directory
     (``<prefix>/torch_extensions``, unless the user chose one) with this environment's ninja."""
     env: dict[str, str] = {}
+    arch_list = environ.get(ARCH_LIST_VARIABLE, "")
+    if (plain_list := plain_arch_list(arch_list)) != arch_list:
+        env[ARCH_LIST_VARIABLE] = plain_list
     if not environ.get(EXTENSIONS_DIR_VARIABLE):
         env[EXTENSIONS_DIR_VARIABLE] = str(Path(prefix) / "torch_extensions")
     bin_dir = str(Path(executable).parent)
@@ -46,6 +56,20 @@ def build_env(
     if path.split(os.pathsep)[0] != bin_dir:
         env["PATH"] = os.pathsep.join(p for p in (bin_dir, path) if p)
     return env
+
+
+def plain_arch_list(arch_list: str) -> str:
+    """TORCH_CUDA_ARCH_LIST with each arch-specific target ("9.0a", "10.0f+PTX") as its plain one ("9.0",
+    "10.0+PTX"), each target once, separated by ";"; a list without one comes back unchanged."""
+    targets = [target for target in arch_list.replace(" ", ";").split(";") if target.strip()]
+    plain = []
+    for target in targets:
+        number, plus, suffix = target.strip().partition("+")
+        major, dot, minor = number.partition(".")
+        target = major + dot + minor.rstrip("abcdefghijklmnopqrstuvwxyz") + plus + suffix
+        if target not in plain:
+            plain.append(target)
+    return arch_list if plain == targets else ";".join(plain)
 
 
 def keep_cpu_info() -> None:
