@@ -270,11 +270,22 @@ def test_zerogate_adds_what_the_estimator_leaves_out():
         "reduce_scatter_in_backward",
         "gathered_parameter_copies",
         "offloaded_partition_copies",
+        "offload_gradient_device_copies",
+        "offload_gradient_device_copies_in_backward",
+        "zero3_offload_gradient_norm",
+        "zero3_offload_gradient_norm_in_backward",
         "allocator_margin",
         "cross_stream_reserve",
         "cuda_context",
         "communicator",
     }
+    # Optimizer offload: a reduced bucket's gradient partitions come back to the device from the fp32 host
+    # buffer (4 bytes an element) and each one's norm is taken on an fp64 copy of at most 250e6 elements; at
+    # the boundary the largest layer's partition (778,567,680 / 2 ranks), inside the backward a bucket's.
+    assert device["offload_gradient_device_copies"] == 4 * 778_567_680 // 2
+    assert device["zero3_offload_gradient_norm"] == 8 * 250_000_000
+    assert device["offload_gradient_device_copies_in_backward"] == 4 * 5120**2 // 2
+    assert device["zero3_offload_gradient_norm_in_backward"] == 8 * 5120**2 // 2
     # Parameter offload on CUDA: the rank's offloaded partitions of a fetch are copied to the device first.
     assert device["offloaded_partition_copies"] == -(-device["gathered_parameters"] // 4) * 2
     # The forward's fetch: its flat buffer and every parameter's copy out of it, the copies kept for reuse.
@@ -310,20 +321,39 @@ def test_zerogate_adds_what_the_estimator_leaves_out():
             "offloaded_partition_copies",
             "largest_layer_gradient",
             "reduce_scatter_in_backward",
+            "offload_gradient_device_copies_in_backward",
+            "zero3_offload_gradient_norm_in_backward",
             "activations_at_first_gradient",
             "backward_transient_after_first_gradient",
         )
     )
     assert levels.tensor == device["persistent_parameters"] + device["reduce_bucket"] + backward
     assert device["allocator_margin"] == int(0.05 * levels.tensor)  # assumed, the middle of 0-10 %
-    # The backward holds the side streams' buffers at its peak but the all-gather stream's pool: the
-    # all-gather pool's largest phase (the backward's) is held, the reduction pool's too: nothing more.
-    assert device["cross_stream_reserve"] == 0
-    assert levels.allocator == levels.tensor + device["allocator_margin"]
+    # The all-gather stream's pool is largest in the forward (the fetch, the offloaded partitions' copies and
+    # every parameter's copy, all made on that stream); the backward's peak holds all of it but the
+    # parameters' copies, which stay reserved; the reduction pool's largest phase is held.
+    assert device["cross_stream_reserve"] == device["gathered_parameter_copies"]
+    assert levels.allocator == levels.tensor + device["allocator_margin"] + device["cross_stream_reserve"]
     assert levels.device == levels.allocator + 400 * 2**20 + device["communicator"]
     assert levels.device > deepspeed_estimates(counts, 2)["zero3_offload_all"].device
     # One rank has no communicator.
     assert "communicator" not in zerogate_terms(counts, claim_setup(ranks=1)).device
+
+
+def test_one_rank_of_zero3_gathers_nothing():
+    """On one rank a parameter is its partition (DeepSpeed's _no_gather_coalesced): no fetch buffer and no
+    copy; with parameter offload on CUDA each partition's device copy, counted as the gathered copies."""
+    counts = claim_counts()
+    for offload_param, device_kind in ((False, "cuda"), (True, "cpu")):
+        setup = claim_setup(ranks=1, offload_param=offload_param, device_kind=device_kind)
+        device = zerogate_terms(counts, setup).device
+        assert device["gathered_parameters"] == device["gathered_parameter_copies"] == 0
+        assert "offloaded_partition_copies" not in device
+    one = zerogate_terms(counts, claim_setup(ranks=1)).device
+    two = zerogate_terms(counts, claim_setup(ranks=2)).device
+    assert one["gathered_parameters"] == 0 and "offloaded_partition_copies" not in one
+    assert one["gathered_parameter_copies"] == two["gathered_parameter_copies"] > 0
+    assert two["gathered_parameters"] > 0 and two["offloaded_partition_copies"] > 0
 
 
 def test_tied_embeddings_hold_the_output_embeddings_gradient_through_the_backward():

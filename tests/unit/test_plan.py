@@ -360,17 +360,24 @@ def test_the_small_card_claim_shows_the_traced_terms_and_each_change_under_it_pl
         f"layers + {format_bytes(acts.outside_layers_bytes)} outside the layers)" in verdict.evidence
     )
     assert "the Korthikanti formula" in verdict.evidence and "backward transient" in verdict.evidence
-    under = [c for c in result.device_changes if c.smallest_device_need_bytes < 7.42e9]
-    assert "activation checkpointing" in [c.change for c in under]
-    for change in under:
-        assert f"{change.change} (needs {format_bytes(change.smallest_device_need_bytes)}" in verdict.evidence
-        assert f"plan it: {change.command}" in verdict.evidence
-    checkpointing = next(c for c in under if c.change == "activation checkpointing")
+    # No change brings the small card under the claim's 7.42 GB: with checkpointing the end of the backward
+    # decides (the embedding's gradient reduced with its device copy and fp64 norm copy).
+    assert not [c for c in result.device_changes if c.smallest_device_need_bytes < 7.42e9]
+    assert "under it with" not in verdict.evidence
+    # Under a threshold between the changes' needs and the plan's, each change is listed with its command.
+    limit = 11.2
+    assert max(c.smallest_device_need_bytes for c in result.device_changes) < limit * 1e9
+    loose = judge_memory(result, limit, "GB")
+    assert loose.verdict == DOES_NOT_HOLD and result.smallest_device.need_bytes > limit * 1e9
+    for change in result.device_changes:
+        assert f"{change.change} (needs {format_bytes(change.smallest_device_need_bytes)}" in loose.evidence
+        assert f"plan it: {change.command}" in loose.evidence
+    checkpointing = next(c for c in result.device_changes if c.change == "activation checkpointing")
     chain = load_profile_chain(REPO / "config/profiles", checkpointing.profile_file, "test", "profile")
     suggested = check_profile(resolve_profile(chain), chain, REPO)
     ds, run_spec = rendered(suggested, fingerprint)
     replanned = plan_for_run(run_spec, ds, machine, suggested.plan, "claim-14b-checkpointing")
-    assert replanned.smallest_device.need_bytes == checkpointing.smallest_device_need_bytes < 7.42e9
+    assert replanned.smallest_device.need_bytes == checkpointing.smallest_device_need_bytes
     assert (
         replanned.ledger.activations.saved_bytes < acts.saved_bytes / 5
     )  # checkpointing keeps layer inputs only

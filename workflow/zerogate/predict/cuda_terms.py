@@ -79,12 +79,15 @@ ZERO_PROCESS_GROUPS = 2
 # order of allocations. The point is the middle.
 FRAGMENTATION = (0.0, 0.05, 0.10)
 # ZeRO-3's side streams: its gathers run on the all-gather stream (deepspeed/runtime/zero/parameter_offload.py
-# __allgather_stream; partitioned_param_coordinator.py fetch_sub_module) and its bucket reductions on
+# __allgather_stream; partitioned_param_coordinator.py fetch_sub_module), and so do the waits that copy each
+# parameter out of the gathered buffer (fetch_sub_module waits each handle inside that stream's context;
+# partition_parameters.py AllGatherCoalescedHandle.wait: param.data = torch.cat(partitions)), and its bucket
+# reductions on
 # reduce_and_partition_stream (stage3.py, with overlap_comm, its default); blocks freed there go back to that
 # stream's pool (torch/_tensor_docs.py record_stream: "the CUDA caching allocator guarantees that the memory
 # will only be reused with the same creation stream"), so the compute stream's peak cannot reuse them.
 SIDE_STREAM_TERMS = {
-    "all_gather": ("gathered_parameters", "offloaded_partition_copies"),
+    "all_gather": ("gathered_parameters", "gathered_parameter_copies", "offloaded_partition_copies"),
     "reduce": ("reduce_scatter_buffer", "reduce_scatter_in_backward"),
 }
 
@@ -96,8 +99,10 @@ OVERHEAD_SOURCES = {
         "AllocatorConfig.h kRoundLarge)"
     ),
     "cross_stream_reserve": (
-        "ZeRO-3's side-stream pools the compute stream cannot reuse: the gathered buffers (all-gather "
-        "stream, deepspeed/runtime/zero/parameter_offload.py __allgather_stream) and the reduce-scatter "
+        "ZeRO-3's side-stream pools the compute stream cannot reuse: the gathered buffers and each "
+        "parameter's copy out of them (all-gather stream, deepspeed/runtime/zero/parameter_offload.py "
+        "__allgather_stream; partitioned_param_coordinator.py fetch_sub_module waits each fetch in that "
+        "stream's context) and the reduce-scatter "
         "buffer (stage3.py reduce_and_partition_stream), record_stream-ed and freed to their own "
         "stream's pool (partition_parameters.py free_param, stage3.py __add_grad_to_ipg_bucket; "
         "torch/_tensor_docs.py record_stream), less what the tensor peak's phase holds of them; low 0: "

@@ -62,6 +62,8 @@ BACKWARD_FROM_FIRST_GRADIENT = (
     "tied_weight_gradient",
     "offload_gradient_conversion_in_backward",
     "offload_overflow_check_in_backward",
+    "offload_gradient_device_copies_in_backward",
+    "zero3_offload_gradient_norm_in_backward",
     "gradient_reduction_buckets",
     "gradient_reduction_buckets_per_backward",
     "window_gradients",
@@ -80,6 +82,8 @@ BOUNDARY = (
     "gradient_reduction_buckets_per_backward",
     "offload_gradient_conversion",
     "offload_overflow_check",
+    "offload_gradient_device_copies",
+    "zero3_offload_gradient_norm",
 )
 OPTIMIZER_STEP = (
     "window_gradients",

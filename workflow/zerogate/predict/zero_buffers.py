@@ -13,6 +13,15 @@ from zerogate.predict.fetch_trace import zero3_most_gathered
 from zerogate.predict.setup import Setup, planned_deepspeed
 from zerogate.render.deepspeed_defaults import ZERO0_ALLREDUCE_ELEMENTS
 
+# On one rank ZeRO-3 gathers nothing (the gathered terms' sources end with this).
+SINGLE_RANK_FETCH = (
+    "; on one rank nothing is gathered: all_gather_coalesced hands parameters whose partition group has one "
+    "rank to _no_gather_coalesced, whose handle sets param.data = ds_tensor.data.to(device) "
+    "(deepspeed/runtime/zero/partition_parameters.py NoGatherCoalescedHandle), the partition itself where it "
+    "lives on the device (no buffer, no copy: measured on the CPU accelerator, docs/measurements.md), its "
+    "device copy with parameter offload on CUDA, counted as the gathered parameters' copies"
+)
+
 # Where each of these terms comes from (the plan's Ledger.term_sources).
 BUFFER_SOURCES = {
     "persistent_parameters": (
@@ -25,7 +34,7 @@ BUFFER_SOURCES = {
         "partitioned_param_coordinator.py __params_to_release; zerogate.predict.fetch_trace.zero3_trace) "
         "plus the prefetch bucket, which stage3_max_live_parameters caps (partitioned_param_coordinator.py "
         "fetch_sub_module), at most the model; alive from the forward's start until the fetch's last "
-        "parameter is used (partition_parameters.py AllGatherCoalescedHandle.wait)"
+        "parameter is used (partition_parameters.py AllGatherCoalescedHandle.wait)" + SINGLE_RANK_FETCH
     ),
     "gathered_parameter_copies": (
         "ZeRO-3: each gathered parameter's own copy out of the coalesced fetch's flat buffer "
@@ -33,7 +42,7 @@ BUFFER_SOURCES = {
         "fetch at once when its first is waited (measured: 2 x the fetch at the forward's start, 455.1 MB "
         "on a 227.6 MB model); a copy the fetch trace keeps for reuse is not released after its module's "
         "forward (partitioned_param_coordinator.py release_sub_module, __params_to_release) and lives into "
-        "the backward until that module's backward releases it"
+        "the backward until that module's backward releases it" + SINGLE_RANK_FETCH
     ),
     "offloaded_partition_copies": (
         "ZeRO-3 with parameter offload on CUDA: each offloaded partition of a fetch copied to the device "
@@ -161,17 +170,21 @@ def reduction_bucket_factor(deepspeed: tuple[int, ...]) -> float:
 def stage3_terms(counts: ModelCounts, setup: Setup) -> dict[str, int]:
     """ZeRO-3's buffers: the persistent small parameters, the gathered working set, each gathered
     parameter's copy, the contiguous gradient bucket and its reduction; on CUDA with
-    parameter offload the device copies of the offloaded partitions a fetch gathers."""
+    parameter offload the device copies of the offloaded partitions a fetch gathers. On one rank nothing is
+    gathered (SINGLE_RANK_FETCH): a parameter is its partition, or with parameter offload
+    on CUDA that partition's device copy."""
     b = setup.dtype_bytes
     elements = gathered_elements(counts, setup)
+    device_copies = setup.offload_param and setup.device_kind == "cuda"
+    gathers = setup.ranks > 1
     terms = {
         "persistent_parameters": b * counts.persistent_numel(setup.persistence_threshold),
-        "gathered_parameters": b * elements,
-        "gathered_parameter_copies": b * elements,
+        "gathered_parameters": b * elements if gathers else 0,
+        "gathered_parameter_copies": b * elements if gathers or device_copies else 0,
         "reduce_bucket": b * setup.reduce_bucket,
         **reduce_scatter_terms(counts, setup),
     }
-    if setup.offload_param and setup.device_kind == "cuda":
+    if device_copies and gathers:
         terms["offloaded_partition_copies"] = b * -(-elements // setup.ranks)
     return terms
 

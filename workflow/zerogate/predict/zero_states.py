@@ -95,6 +95,34 @@ OFFLOAD_SOURCES = {
         "the largest parameter's slice; at the accumulation boundary, where the last bucket is "
         "reduced beside the buckets, after the backward"
     ),
+    "offload_gradient_device_copies": (
+        "ZeRO-3 with optimizer offload on CUDA: as a bucket is reduced, each gradient partition is copied "
+        "into the fp32 host buffer and back to the device, and the device copies are kept until the "
+        "bucket's partitioning ends (stage3.py partition_grads: grad_buffer.to(grad_partition.device), "
+        "appended to the returned buffers): 4 bytes per element of the rank's share of a bucket, or of "
+        "the largest layer where that is reduced alone; at the accumulation boundary, after the "
+        "backward; none on the CPU accelerator, where .to() of a host tensor is the tensor itself"
+    ),
+    "zero3_offload_gradient_norm": (
+        "ZeRO-3 with optimizer offload: at the accumulation boundary each gradient partition's norm is "
+        "taken on an fp64 copy, at most 250,000,000 elements at a time (stage3.py "
+        "_offload_grad_partition_at_boundary -> _constant_buffered_norm2: part.to(get_norm_dtype()), "
+        "fp64 where the accelerator has it: zero/utils.py), then converted to fp32 for the host "
+        "(.to(dtype=master_weights_and_grads_dtype), the buffer itself when it is fp32), each freed "
+        "before the next: 8 bytes per element of the largest layer's partition, beside its device copy"
+    ),
+    "offload_gradient_device_copies_in_backward": (
+        "the same device copies inside the backward, beside what is left of the activations, when the "
+        "model is larger than one bucket: a bucket that fills is reduced when the next gradient arrives "
+        "(stage3.py reduce_independent_p_g_buckets_and_remove_grads -> __reduce_and_partition_ipg_grads), "
+        "planned at the bucket's size (a parameter larger than the bucket, reduced alone inside the "
+        "backward, is not planned larger)"
+    ),
+    "zero3_offload_gradient_norm_in_backward": (
+        "the same fp64 norm copy (stage3.py _constant_buffered_norm2) inside the backward when the model "
+        "is larger than one bucket, of at most a bucket's partition (as "
+        "offload_gradient_device_copies_in_backward)"
+    ),
     "offload_gradient_conversion_in_backward": (
         "the same copies inside the backward, beside what is left of the activations, when the model "
         "is larger than one bucket (a bucket that fills is reduced at once: stage_1_and_2.py "
@@ -192,6 +220,7 @@ def add_offloaded_optimizer(tiers: Tiers, counts: ModelCounts, setup: Setup, sha
     (tiers.nvme if setup.nvme_optimizer else tiers.host).update(optimizer_state_terms(counts, setup, share))
     if setup.stage == 3 and not setup.nvme_optimizer:
         tiers.host["optimizer_gradients"] = 4 * share
+        tiers.device.update(stage3_offload_gradient_terms(counts, setup))
     if setup.accumulation > 1 and b < 4:
         tiers.host["gradient_accumulation"] = b * share
     if setup.stage in (1, 2):
@@ -229,6 +258,31 @@ def gradient_conversion_terms(counts: ModelCounts, setup: Setup, share: int) -> 
         terms["offload_gradient_conversion_in_backward"] = conversion
         if "offload_overflow_check" in terms:
             terms["offload_overflow_check_in_backward"] = terms["offload_overflow_check"]
+    return terms
+
+
+# The elements ZeRO-3's gradient norm upcasts at a time (stage3.py _constant_buffered_norm2's buffer_size).
+NORM_SPLIT_ELEMENTS = 250_000_000
+
+
+def stage3_offload_gradient_terms(counts: ModelCounts, setup: Setup) -> dict[str, int]:
+    """ZeRO-3's gradient partitions on their way to the host buffer (OFFLOAD_SOURCES): the device copies of a
+    reduced bucket's partitions (CUDA only) and, beside them, the fp64 norm copy of one partition; inside the
+    backward too where the model is larger than one bucket. Optimizer offload to NVMe swaps the gradients
+    out another way (stage3.py _swap_out_offload_fp32_gradients) and is not planned here."""
+    bucket = min(counts.total, setup.reduce_bucket)
+    terms = {}
+    # At the boundary: the last reduction, the largest layer's (the input embedding's in a decoder) alone
+    # where it is larger than a bucket; in the backward: a bucket that fills.
+    units = {"": max(bucket, counts.largest_layer)}
+    if counts.total > setup.reduce_bucket:
+        units["_in_backward"] = bucket
+    for suffix, elements in units.items():
+        share = -(-elements // setup.ranks)
+        norm_share = -(-min(elements, counts.largest_layer) // setup.ranks)
+        terms[f"zero3_offload_gradient_norm{suffix}"] = FP64_BYTES * min(norm_share, NORM_SPLIT_ELEMENTS)
+        if setup.device_kind == "cuda":
+            terms[f"offload_gradient_device_copies{suffix}"] = 4 * share
     return terms
 
 
