@@ -1,7 +1,8 @@
 """The GPU check's result files (tests/gpu/check_runs.py), seven, in the folder given:
 
-- ``check.json``: the mode, budget and what was skipped, the kit's record and install, the ops build, the
-  machine's fingerprint, each run's outcome, and the problems found (none: the check passed);
+- ``check.json``: the mode, budget and what was skipped, the kit's record and install, the ops build, what a
+  CUDA process holds outside the caching allocator (tests/gpu/process_memory.py), the machine's fingerprint,
+  each run's outcome, and the problems found (none: the check passed);
 - ``steps.jsonl``: each run's steps, one line each: the tensor peak (``torch.cuda.max_memory_allocated``),
   the allocator's (``max_memory_reserved``), the device's (NVML), the step time, the loss and loss scale;
   a reading the machine cannot take is null, its reason under ``absent``;

@@ -268,6 +268,22 @@ def outcome_of(code: int | None, text: str, records: list[StepRecord]) -> str:
 # --- the check ---------------------------------------------------------------------------------------------
 
 
+def process_memory(kind: str, env: dict[str, str]) -> dict[str, Any]:
+    """What a CUDA process holds outside the caching allocator (tests/gpu/process_memory.py, in a process of
+    its own): its readings, or why there are none."""
+    if kind == "cpu":
+        return {"not_run": "CPU mode: no CUDA context"}
+    command = [sys.executable, "-m", "tests.gpu.process_memory"]
+    try:
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        return {"not_run": "timed out after 180 s"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {"not_run": f"exit {done.returncode}: {(done.stdout + done.stderr)[-1000:]}"}
+    return json.loads(lines[-1])
+
+
 def build_ops(kind: str) -> dict[str, Any]:
     """Build (or load, when built) the DeepSpeed ops the runs use: on the CPU accelerator
     zerogate.runtime.ops's; on CUDA the fused Adam (ZeRO without optimizer offload) and the CPU Adam
@@ -413,12 +429,16 @@ def check(args: argparse.Namespace) -> int:
     if (kind == "cuda") == fingerprint.on_cpu:
         print(f"check_runs: this machine's accelerator is not {kind}", file=sys.stderr)
         return 2
+    phase("probe")
+    outside = process_memory(kind, {**os.environ, **build_env()})
+    print(f"check_runs: outside the allocator: {json.dumps(outside)}")
+    phase("process memory")
     profiles = write_grid(args.work, kind)
     points = {
         name: render_point(name, path, fingerprint, args.work / "rendered" / name)
         for name, path in profiles.items()
     }
-    phase("probe and render")
+    phase("render")
     dataset = args.work / "dataset"
     prepare(next(iter(points.values())).settings.dataset, dataset, profile_file="the GPU check's grid")
     phase("dataset")
@@ -434,6 +454,7 @@ def check(args: argparse.Namespace) -> int:
         "phases_s": phases,
         "skipped": budget.skipped,
         "ops": ops,
+        "process_memory_outside_allocator": outside,
         "fingerprint": fingerprint,
         "install": json.loads(args.install_record.read_text()) if args.install_record else None,
         "kit": json.loads(args.kit_record.read_text()) if args.kit_record else None,

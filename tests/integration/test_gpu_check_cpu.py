@@ -83,6 +83,7 @@ def test_every_point_trained_and_the_files_are_the_gpu_checks(cpu_check):
     }
     assert set(check["ops"]["seconds"]) == {"ShareMemCommBuilder", "CPUAdamBuilder", "FusedAdamBuilder"}
     assert check["fingerprint"]["accelerator"]["kind"] == "cpu"
+    assert check["process_memory_outside_allocator"] == {"not_run": "CPU mode: no CUDA context"}
 
 
 def test_each_step_has_its_readings_or_the_reason_it_has_none(cpu_check):

@@ -2,6 +2,7 @@
 themselves need a GPU: tests/gpu/; the runs' CPU mode is tests/integration/test_gpu_check_cpu.py)."""
 
 import json
+import subprocess
 
 import tests.gpu.check_runs as check_runs
 from tests.conftest import gpu_fingerprint
@@ -15,6 +16,7 @@ from tests.gpu.check_runs import (
     capped_machine,
     outcome_of,
     plan_point,
+    process_memory,
     render_point,
     search_points,
     write_grid,
@@ -171,6 +173,26 @@ def test_a_run_whose_every_step_skipped_its_update_did_not_train():
     assert outcome_of(1, "torch.OutOfMemoryError: CUDA out of memory", []) == "out of memory"
     assert outcome_of(1, "", []) == "failed (exit 1)"
     assert outcome_of(None, "", []) == "killed at the deadline"
+
+
+def test_the_readings_outside_the_allocator_come_from_their_own_process_or_say_why_not(monkeypatch):
+    """The process_memory module prints one JSON line; a failure is recorded with its exit and output."""
+    printed = '{"context(bytes)": 1, "after_cublas(bytes)": 2, "after_nccl(bytes)": 3}'
+    answers = iter([(0, "loading\n" + printed + "\n"), (1, "")])
+
+    def fake_run(command, **kwargs):
+        assert command[-2:] == ["-m", "tests.gpu.process_memory"]
+        code, out = next(answers)
+        return subprocess.CompletedProcess(command, code, out, "RuntimeError: NCCL error")
+
+    monkeypatch.setattr(check_runs.subprocess, "run", fake_run)
+    assert process_memory("cuda", {}) == {
+        "context(bytes)": 1,
+        "after_cublas(bytes)": 2,
+        "after_nccl(bytes)": 3,
+    }
+    assert process_memory("cuda", {}) == {"not_run": "exit 1: RuntimeError: NCCL error"}
+    assert process_memory("cpu", {}) == {"not_run": "CPU mode: no CUDA context"}
 
 
 def test_no_cap_without_the_variable():
