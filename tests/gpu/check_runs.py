@@ -213,11 +213,17 @@ class Launch:
     log: str
 
 
+def runs_environment() -> dict[str, str]:
+    """The environment of every process the check starts: this one's, with DeepSpeed's ops built into and
+    loaded from this environment (zerogate.runtime.ops.build_env)."""
+    return {**os.environ, **build_env()}
+
+
 def launch(point: Point, dataset: Path, out: Path, deadline: float, cap_bytes: int | None = None) -> Launch:
     """One run of the point through zerogate.runtime.launch (DeepSpeed's launcher, one rank) on
     tests/gpu/capped_loop.py, the device capped at ``cap_bytes`` if given; killed, with every process it
     started, at ``deadline`` (a hung collective must not take the call's results with it)."""
-    env = {**os.environ, **build_env()}
+    env = runs_environment()
     env.pop(CAP_VARIABLE, None)
     if cap_bytes is not None:
         env[CAP_VARIABLE] = str(cap_bytes)
@@ -430,7 +436,7 @@ def check(args: argparse.Namespace) -> int:
         print(f"check_runs: this machine's accelerator is not {kind}", file=sys.stderr)
         return 2
     phase("probe")
-    outside = process_memory(kind, {**os.environ, **build_env()})
+    outside = process_memory(kind, runs_environment())
     print(f"check_runs: outside the allocator: {json.dumps(outside)}")
     phase("process memory")
     profiles = write_grid(args.work, kind)

@@ -4,12 +4,16 @@ themselves need a GPU: tests/gpu/; the runs' CPU mode is tests/integration/test_
 import json
 import subprocess
 
+import pytest
+
 import tests.gpu.check_runs as check_runs
 from tests.conftest import gpu_fingerprint
 from tests.gpu.capped_loop import cap_device
 from tests.gpu.check_gpu_1x import check_results
 from tests.gpu.check_runs import (
     CLAIMED_BOX,
+    POINTS,
+    REPO,
     STEPS,
     Budget,
     Launch,
@@ -22,6 +26,7 @@ from tests.gpu.check_runs import (
     write_grid,
 )
 from tests.gpu.micro_batch_search import Search, search_largest
+from tests.gpu.replan import replan
 from tests.unit.helpers import step_record
 from zerogate.config.machines import from_fingerprint, load_description
 from zerogate.contracts.base import write_lines
@@ -193,6 +198,26 @@ def test_the_readings_outside_the_allocator_come_from_their_own_process_or_say_w
     }
     assert process_memory("cuda", {}) == {"not_run": "exit 1: RuntimeError: NCCL error"}
     assert process_memory("cpu", {}) == {"not_run": "CPU mode: no CUDA context"}
+
+
+def test_a_recorded_gpu_check_is_judged_again_against_its_own_steps(tmp_path):
+    """tests/gpu/replan.py: every point planned now for the recorded H200, each level against the largest
+    reading the recorded steps hold; a CPU-mode record is refused, naming its file and key."""
+    calls = [REPO / "tests/data/gpu_check/h200-2026-12-04" / call for call in ("call1", "call2")]
+    levels = replan(calls)
+    steps = [json.loads(line) for call in calls for line in (call / "steps.jsonl").read_text().splitlines()]
+    assert {row["point"] for row in levels} == set(POINTS) and len(levels) == 3 * len(POINTS)
+    for row in levels:
+        key = {"tensor": "tensor_peak(bytes)", "allocator": "allocator_peak(bytes)"}.get(
+            row["level"], "device_peak_nvml(bytes)"
+        )
+        assert row["measured(bytes)"] == max(s[key] for s in steps if s["point"] == row["point"])
+        assert row["predicted(bytes)"] > 0 and row["error(%)"] is not None
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    (cpu / "check.json").write_text(json.dumps({"mode": "cpu"}))
+    with pytest.raises(SystemExit, match="check.json: mode: want cuda"):
+        replan([cpu])
 
 
 def test_no_cap_without_the_variable():

@@ -277,10 +277,11 @@ def stage3_offload_gradient_terms(counts: ModelCounts, setup: Setup) -> dict[str
     units = {"": max(bucket, counts.largest_layer)}
     if counts.total > setup.reduce_bucket:
         units["_in_backward"] = bucket
+    largest_share = -(-counts.largest_layer // setup.ranks)
     for suffix, elements in units.items():
         share = -(-elements // setup.ranks)
-        norm_share = -(-min(elements, counts.largest_layer) // setup.ranks)
-        terms[f"zero3_offload_gradient_norm{suffix}"] = FP64_BYTES * min(norm_share, NORM_SPLIT_ELEMENTS)
+        norm_elements = min(share, largest_share, NORM_SPLIT_ELEMENTS)
+        terms[f"zero3_offload_gradient_norm{suffix}"] = FP64_BYTES * norm_elements
         if setup.device_kind == "cuda":
             terms[f"offload_gradient_device_copies{suffix}"] = 4 * share
     return terms
