@@ -10,6 +10,7 @@ import tests.gpu.check_runs as check_runs
 from tests.conftest import gpu_fingerprint
 from tests.gpu.capped_loop import cap_device
 from tests.gpu.check_gpu_1x import check_results
+from tests.gpu.check_results import LEVELS
 from tests.gpu.check_runs import (
     CLAIMED_BOX,
     POINTS,
@@ -207,10 +208,9 @@ def test_a_recorded_gpu_check_is_judged_again_against_its_own_steps(tmp_path):
     levels = replan(calls)
     steps = [json.loads(line) for call in calls for line in (call / "steps.jsonl").read_text().splitlines()]
     assert {row["point"] for row in levels} == set(POINTS) and len(levels) == 3 * len(POINTS)
+    reading_of = {level: reading for level, _, reading in LEVELS}
     for row in levels:
-        key = {"tensor": "tensor_peak(bytes)", "allocator": "allocator_peak(bytes)"}.get(
-            row["level"], "device_peak_nvml(bytes)"
-        )
+        key = reading_of[row["level"]]
         assert row["measured(bytes)"] == max(s[key] for s in steps if s["point"] == row["point"])
         assert row["predicted(bytes)"] > 0 and row["error(%)"] is not None
     cpu = tmp_path / "cpu"
