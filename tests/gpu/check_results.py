@@ -70,6 +70,7 @@ def run_levels(point: str, plan: Any, rows: list[dict[str, Any]], unmeasured: st
     found = []
     for level, predicted_field, reading in LEVELS:
         predicted = getattr(zerogate, predicted_field)
+        interval = zerogate.device_per_rank_range_bytes if level == "device" else None
         readings = [row[reading] for row in rows if row[reading] is not None]
         measured = max(readings) if readings else None
         found.append(
@@ -78,8 +79,10 @@ def run_levels(point: str, plan: Any, rows: list[dict[str, Any]], unmeasured: st
                 "scheme": plan.scheme,
                 "level": level,
                 "predicted(bytes)": predicted,
+                "predicted_range(bytes)": interval,
                 "measured(bytes)": measured,
                 "error(%)": None if measured is None else error_percent(predicted, measured),
+                "inside": None if None in (interval, measured) else interval[0] <= measured <= interval[1],
                 "absent": None if measured is not None else unmeasured,
             }
         )
@@ -111,6 +114,10 @@ def run_problems(point: str, launch: Any, rows: list[dict[str, Any]], steps: int
     return problems
 
 
+def _or_dash(value: Any) -> str:
+    return "—" if value is None else str(value)
+
+
 def _mib(value: int | None) -> str:
     return "—" if value is None else f"{value / 2**20:,.0f} MiB"
 
@@ -118,24 +125,28 @@ def _mib(value: int | None) -> str:
 def tables(levels: list[dict[str, Any]], searches: list[dict[str, Any]], mode: str) -> str:
     lines = [f"Planner against the GPU check ({mode} mode): each level predicted and measured", ""]
     lines += [
-        "| point | scheme | level | predicted | measured | error % |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| point | scheme | level | predicted | interval | measured | error % | inside |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in levels:
-        error = "—" if row["error(%)"] is None else f"{row['error(%)']:+.1f}"
+        error = "—" if row.get("error(%)") is None else f"{row['error(%)']:+.1f}"
+        interval = row.get("predicted_range(bytes)")
+        shown = "—" if interval is None else f"{_mib(interval[0])} – {_mib(interval[1])}"
+        inside = {None: "—", True: "yes", False: "no"}[row.get("inside")]
         lines.append(
             f"| {row['point']} | {row['scheme']} | {row['level']} | {_mib(row['predicted(bytes)'])} | "
-            f"{_mib(row['measured(bytes)'])} | {error} |"
+            f"{shown} | {_mib(row['measured(bytes)'])} | {error} | {inside} |"
         )
     lines += ["", "Largest micro-batch on a consumer card's capacity", ""]
     lines += [
-        "| point | card | capacity | plan | measured | status |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| point | card | capacity | plan | fits up to | may fit up to | measured | status |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in searches:
         lines.append(
             f"| {row['point']} | {row['card']} | {row['cap_bytes'] / 1e9:.2f} GB | {row['plan']} | "
-            f"{row['largest'] if row['largest'] is not None else '—'} | {row['status']} |"
+            f"{_or_dash(row.get('plan_fits'))} | {_or_dash(row.get('plan_may_fit'))} | "
+            f"{_or_dash(row['largest'])} | {row['status']} |"
         )
     return "\n".join(lines) + "\n"
 

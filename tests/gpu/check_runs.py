@@ -84,6 +84,9 @@ BASES = {
 STEPS = {"cuda": 6, "cpu": 2}
 PROBE_STEPS = {"cuda": 5, "cpu": 2}
 FIRST_LAUNCH_S = {"cuda": 60.0, "cpu": 20.0}  # what a launch is expected to take before one was timed
+# Held-out points (GPU mode only): other architectures, sizes, sequence lengths, micro-batches and activation
+# checkpointing than POINTS', each trained once; their plans are recorded before the run that checks them.
+HELD_OUT = REPO / "tests/gpu/held_out_points.yaml"
 CPU_NO_SEARCH = "not run: CPU mode (no CUDA device to cap)"
 OUT_OF_MEMORY = ("OutOfMemoryError", "CUDA out of memory")
 
@@ -119,18 +122,46 @@ class Point:
 # --- setting up ------------------------------------------------------------------------------------------
 
 
-def write_grid(work: Path, kind: str) -> dict[str, Path]:
-    """The points' profiles (zerogate.bench.grid_points.write_profiles on a grid written here): variant ->
-    profile file."""
+def merged(*layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Profile overrides section by section, each later layer's keys over the earlier ones'."""
+    keys = dict.fromkeys(key for layer in layers for key in layer)
+    return {key: {k: v for layer in layers for k, v in layer.get(key, {}).items()} for key in keys}
+
+
+def held_out_points() -> list[dict[str, Any]]:
+    """The held-out points (HELD_OUT): id, ZeRO variant and overrides of each."""
+    return yaml.safe_load(HELD_OUT.read_text())["points"]
+
+
+def write_grid(work: Path, kind: str, held_out: list[dict[str, Any]] | None = None) -> dict[str, Path]:
+    """The points' profiles (zerogate.bench.grid_points.write_profiles on a grid written here): the grid's
+    variants, then the ``held_out`` points (held_out_points()) with their overrides on the same short run;
+    point -> profile file."""
     base, base_overrides = BASES[kind]
-    keys = dict.fromkeys([*SHORT_RUN, *base_overrides])
-    shared = {key: {**SHORT_RUN.get(key, {}), **base_overrides.get(key, {})} for key in keys}
-    shared["training"] = {**shared["training"], "optimizer_steps": STEPS[kind]}
-    grid = {"base": base, "points": [{"id": name, "zero": name, "overrides": shared} for name in POINTS]}
+    shared = merged(SHORT_RUN, base_overrides, {"training": {"optimizer_steps": STEPS[kind]}})
+    points = [{"id": name, "zero": name, "overrides": shared} for name in POINTS]
+    points += [
+        {"id": point["id"], "zero": point["zero"], "overrides": merged(shared, point["overrides"])}
+        for point in held_out or []
+    ]
     grid_file = work / "gpu_check_grid.yaml"
-    grid_file.write_text(yaml.safe_dump(grid, sort_keys=False))
+    grid_file.write_text(yaml.safe_dump({"base": base, "points": points}, sort_keys=False))
     written = write_profiles(REPO, work / "profiles", str(grid_file))
-    return dict(zip(POINTS, written, strict=True))
+    return dict(zip([point["id"] for point in points], written, strict=True))
+
+
+def prepare_datasets(points: dict[str, Point], work: Path) -> dict[str, Path]:
+    """Each point's dataset folder: one per distinct ``dataset`` setting (the held-out points' sequence
+    lengths differ), prepared as the prepare_dataset rule prepares a shape-only model's."""
+    folders: dict[str, Path] = {}
+    by_point = {}
+    for name, point in points.items():
+        key = json.dumps(plain(point.settings.dataset), sort_keys=True)
+        if key not in folders:
+            folders[key] = work / f"dataset-{len(folders)}"
+            prepare(point.settings.dataset, folders[key], profile_file="the GPU check's grid")
+        by_point[name] = folders[key]
+    return by_point
 
 
 def load_settings(profile: Path) -> ProfileSettings:
@@ -328,6 +359,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kit-record", type=Path)
     parser.add_argument("--no-search", action="store_true", help="leave the micro-batch search out")
     parser.add_argument(
+        "--no-held-out", action="store_true", help="leave the held-out points out (GPU mode; HELD_OUT)"
+    )
+    parser.add_argument(
         "--launch",
         nargs="+",
         choices=POINTS,
@@ -337,7 +371,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def train_points(points: dict[str, Point], dataset: Path, work: Path, budget: Budget, launched: list) -> list:
+def train_points(
+    points: dict[str, Point], datasets: dict[str, Path], work: Path, budget: Budget, launched: list
+) -> list:
     """Each point planned on this machine and, if among ``launched`` and within the budget, trained once at
     its own micro-batch."""
     runs = []
@@ -354,28 +390,45 @@ def train_points(points: dict[str, Point], dataset: Path, work: Path, budget: Bu
         if not budget.allows(f"run {name}"):
             runs.append({**run, "launch": None, "not_run": "not launched: out of budget"})
             continue
-        done = launch(point, dataset, work / "runs" / name, budget.deadline)
+        done = launch(point, datasets[name], work / "runs" / name, budget.deadline)
         budget.launch_s = done.seconds
         runs.append({**run, "launch": done})
         print(f"check_runs: {name}: {done.outcome} in {done.seconds:.0f} s ({len(done.records)} steps)")
     return runs
 
 
-def search_points(points: dict[str, Point], dataset: Path, work: Path, budget: Budget, kind: str) -> list:
+def planned_micro_batches(points: dict[str, Point], fingerprint: Fingerprint) -> list[dict[str, Any]]:
+    """Per consumer card of the claimed box (the small one first) and per point: the plan's largest
+    micro-batch per rank on this machine with its device capped at the card's capacity (its point figure,
+    and the largest whose verdict is "fits" and the largest that "may fit")."""
+    machine = from_fingerprint(fingerprint, "gpu-check")
+    cards = sorted(load_description(CLAIMED_BOX).gpus, key=lambda card: card.memory_total_bytes)
+    rows = []
+    for card in cards:
+        for name, point in points.items():
+            plan = plan_point(point, capped_machine(machine, card))
+            rows.append(
+                {
+                    "point": name,
+                    "card": card.name,
+                    "cap_bytes": card.memory_total_bytes,
+                    "plan": plan.largest_micro_batch_per_rank,
+                    "plan_fits": plan.largest_micro_batch_fits_per_rank,
+                    "plan_may_fit": plan.largest_micro_batch_may_fit_per_rank,
+                }
+            )
+    return rows
+
+
+def search_points(
+    points: dict[str, Point], datasets: dict[str, Path], work: Path, budget: Budget, kind: str
+) -> list:
     """Per consumer card of the claimed box (the small one first) and per point: the plan's largest
     micro-batch on that card and, on a GPU, the largest that trains with the device capped to it. Every
     search first tries the plan's own figure, then each goes on to its end while the budget lasts."""
     fingerprint = Fingerprint.read(work / "fingerprint.json")
-    machine = from_fingerprint(fingerprint, "gpu-check")
-    cards = sorted(load_description(CLAIMED_BOX).gpus, key=lambda card: card.memory_total_bytes)
-    rows, searches = [], []
-    for card in cards:
-        for name, point in points.items():
-            planned = plan_point(point, capped_machine(machine, card)).largest_micro_batch_per_rank
-            rows.append(
-                {"point": name, "card": card.name, "cap_bytes": card.memory_total_bytes, "plan": planned}
-            )
-            searches.append(Search(planned))
+    rows = planned_micro_batches(points, fingerprint)
+    searches = [Search(row["plan"]) for row in rows]
     if kind == "cpu":
         return [{**row, "largest": None, "status": CPU_NO_SEARCH, "probes": []} for row in rows]
 
@@ -387,7 +440,7 @@ def search_points(points: dict[str, Point], dataset: Path, work: Path, budget: B
             profile = with_micro_batch(points[row["point"]].profile, micro_batch, PROBE_STEPS[kind])
             where = work / "search" / f"{row['point']}-{row['cap_bytes']}-mb{micro_batch}"
             point = render_point(row["point"], profile, fingerprint, where)
-            done = launch(point, dataset, where, budget.deadline, cap_bytes=row["cap_bytes"])
+            done = launch(point, datasets[row["point"]], where, budget.deadline, cap_bytes=row["cap_bytes"])
             budget.launch_s = done.seconds
             return done.outcome
 
@@ -439,19 +492,21 @@ def check(args: argparse.Namespace) -> int:
     outside = process_memory(kind, runs_environment())
     print(f"check_runs: outside the allocator: {json.dumps(outside)}")
     phase("process memory")
-    profiles = write_grid(args.work, kind)
+    held_out = [] if kind == "cpu" or args.no_held_out else held_out_points()
+    profiles = write_grid(args.work, kind, held_out)
     points = {
         name: render_point(name, path, fingerprint, args.work / "rendered" / name)
         for name, path in profiles.items()
     }
     phase("render")
-    dataset = args.work / "dataset"
-    prepare(next(iter(points.values())).settings.dataset, dataset, profile_file="the GPU check's grid")
+    datasets = prepare_datasets(points, args.work)
     phase("dataset")
     budget = Budget(args.deadline, FIRST_LAUNCH_S[kind])
-    runs = train_points(points, dataset, args.work, budget, args.launch)
+    launched = [*args.launch, *(point["id"] for point in held_out)]
+    runs = train_points(points, datasets, args.work, budget, launched)
     phase("runs")
-    searches = [] if args.no_search else search_points(points, dataset, args.work, budget, kind)
+    grid = {name: points[name] for name in POINTS}
+    searches = [] if args.no_search else search_points(grid, datasets, args.work, budget, kind)
     phase("micro-batch search")
     context = {
         "mode": kind,

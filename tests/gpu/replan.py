@@ -16,9 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from tests.gpu.check_results import run_levels, tables
-from tests.gpu.check_runs import plan_point, render_point, write_grid
+from tests.gpu.check_runs import (
+    POINTS,
+    held_out_points,
+    plan_point,
+    planned_micro_batches,
+    render_point,
+    write_grid,
+)
 from zerogate.config.machines import from_fingerprint
 from zerogate.contracts.machine import Fingerprint
+
+NOT_SEARCHED = {"largest": None, "status": "not searched in the recorded checks", "probes": []}
 
 
 def recorded(folders: list[Path]) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
@@ -35,19 +44,40 @@ def recorded(folders: list[Path]) -> tuple[dict[str, Any], dict[str, list[dict[s
     return checks[0]["fingerprint"], rows
 
 
-def replan(folders: list[Path]) -> list[dict[str, Any]]:
-    """The levels (check_results.run_levels) of every point, planned now, against the recorded steps."""
+def replan(
+    folders: list[Path], held_out: list[dict[str, Any]] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The levels (check_results.run_levels) of every point (the grid's and ``held_out``, by default
+    check_runs.held_out_points()), planned now,
+    against the recorded steps (none: the level's measured figure is empty); and
+    the plan's largest micro-batch per card of the claimed box and point (check_runs.planned_micro_batches)
+    beside what the recorded searches measured."""
     fingerprint_json, rows = recorded(folders)
+    searched = {
+        (row["point"], row["card"]): row
+        for folder in folders
+        if (folder / "micro_batch.json").exists()
+        for row in json.loads((folder / "micro_batch.json").read_text())
+    }
     with tempfile.TemporaryDirectory(prefix="zerogate-replan-") as work:
         (Path(work) / "fingerprint.json").write_text(json.dumps(fingerprint_json))
         fingerprint = Fingerprint.read(Path(work) / "fingerprint.json")
         machine = from_fingerprint(fingerprint, "gpu-check")
+        points = {
+            name: render_point(name, profile, fingerprint, Path(work) / name)
+            for name, profile in write_grid(
+                Path(work), "cuda", held_out_points() if held_out is None else held_out
+            ).items()
+        }
         levels = []
-        for name, profile in write_grid(Path(work), "cuda").items():
-            plan = plan_point(render_point(name, profile, fingerprint, Path(work) / name), machine)
-            levels += run_levels(name, plan, rows.get(name, []), "no step recorded it")
-    return levels
+        for name, point in points.items():
+            levels += run_levels(name, plan_point(point, machine), rows.get(name, []), "no step recorded it")
+        micro_batches = [
+            {**NOT_SEARCHED, **searched.get((row["point"], row["card"]), {}), **row}
+            for row in planned_micro_batches({name: points[name] for name in POINTS}, fingerprint)
+        ]
+    return levels, micro_batches
 
 
 if __name__ == "__main__":
-    print(tables(replan([Path(folder) for folder in sys.argv[1:]]), [], "cuda"), end="")
+    print(tables(*replan([Path(folder) for folder in sys.argv[1:]]), "cuda"), end="")

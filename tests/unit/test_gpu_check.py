@@ -19,8 +19,10 @@ from tests.gpu.check_runs import (
     Budget,
     Launch,
     capped_machine,
+    held_out_points,
     outcome_of,
     plan_point,
+    prepare_datasets,
     process_memory,
     render_point,
     search_points,
@@ -147,6 +149,7 @@ def test_every_probe_of_the_search_runs_capped_at_its_card_and_within_the_budget
     class Plan:
         def __init__(self, machine):
             self.largest_micro_batch_per_rank = plans[machine.gpus[0].name]
+            self.largest_micro_batch_fits_per_rank = self.largest_micro_batch_may_fit_per_rank = None
 
     def fake_launch(point, dataset, out, deadline, cap_bytes=None):
         launched.append((point, deadline, cap_bytes))
@@ -160,7 +163,7 @@ def test_every_probe_of_the_search_runs_capped_at_its_card_and_within_the_budget
     profile.write_text("{}")
     point = check_runs.Point("zero3", profile, None, profile, profile, profile)
     budget = Budget(deadline=4e9, launch_s=1.0)
-    found = search_points({"zero3": point}, tmp_path, tmp_path, budget, "cuda")
+    found = search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda")
     assert {(row["card"], row["largest"]) for row in found} == {
         ("NVIDIA GeForce RTX 5070", 4),
         ("NVIDIA GeForce RTX 4090", 512),
@@ -205,14 +208,31 @@ def test_a_recorded_gpu_check_is_judged_again_against_its_own_steps(tmp_path):
     """tests/gpu/replan.py: every point planned now for the recorded H200, each level against the largest
     reading the recorded steps hold; a CPU-mode record is refused, naming its file and key."""
     calls = [REPO / "tests/data/gpu_check/h200-2026-12-04" / call for call in ("call1", "call2")]
-    levels = replan(calls)
+    held_out = held_out_points()[:1]  # one held-out point: each takes seconds to plan
+    levels, micro_batches = replan(calls, held_out)
     steps = [json.loads(line) for call in calls for line in (call / "steps.jsonl").read_text().splitlines()]
-    assert {row["point"] for row in levels} == set(POINTS) and len(levels) == 3 * len(POINTS)
+    names = [*POINTS, *(point["id"] for point in held_out)]
+    assert [row["point"] for row in levels] == [name for name in names for _ in LEVELS]
+    searched = json.loads((calls[1] / "micro_batch.json").read_text())
+    assert [(row["point"], row["card"]) for row in micro_batches] == [
+        (r["point"], r["card"]) for r in searched
+    ]
+    for now, then in zip(micro_batches, searched, strict=True):
+        assert now["largest"] == then["largest"] and now["probes"] == then["probes"]
+        assert 0 <= now["plan_fits"] <= now["plan_may_fit"] and now["plan"] >= 0
     reading_of = {level: reading for level, _, reading in LEVELS}
     for row in levels:
         key = reading_of[row["level"]]
-        assert row["measured(bytes)"] == max(s[key] for s in steps if s["point"] == row["point"])
-        assert row["predicted(bytes)"] > 0 and row["error(%)"] is not None
+        recorded = [s[key] for s in steps if s["point"] == row["point"]]
+        assert row["measured(bytes)"] == (max(recorded) if recorded else None)
+        assert row["predicted(bytes)"] > 0 and (row["error(%)"] is None) == (not recorded)
+        interval = row["predicted_range(bytes)"]
+        if row["level"] != "device":
+            assert interval is None and row["inside"] is None
+        else:
+            low, high = interval
+            assert low <= row["predicted(bytes)"] <= high
+            assert row["inside"] == (None if not recorded else low <= max(recorded) <= high)
     cpu = tmp_path / "cpu"
     cpu.mkdir()
     (cpu / "check.json").write_text(json.dumps({"mode": "cpu"}))
@@ -252,3 +272,35 @@ def test_the_gpu_mode_renders_a_half_billion_model_in_fp16_with_dynamic_loss_sca
     )  # the last point: ZeRO-2, optimizer offloaded
     assert 5e8 > plan.ledger.parameters > 4.9e8
     assert plan.machine.endswith(small_card.name) and plan.largest_micro_batch_per_rank >= 1
+
+
+def test_the_held_out_points_keep_the_short_run_and_change_only_what_they_name(tmp_path):
+    """The GPU mode's held-out points (tests/gpu/held_out_points.yaml), rendered for an H200's fingerprint:
+    the grid's short run (steps, one rank, fp16 with the dynamic loss scale) with each point's model,
+    sequence length, micro-batch and checkpointing, the scheme of the variant it names; a dataset per
+    sequence length."""
+    fingerprint = gpu_fingerprint(("NVIDIA H200", 139.8))
+    held_out = held_out_points()
+    profiles = write_grid(tmp_path, "cuda", held_out)
+    assert list(profiles) == [*POINTS, *(spec["id"] for spec in held_out)]
+    points = {name: render_point(name, path, fingerprint, tmp_path / name) for name, path in profiles.items()}
+
+    def scheme(name: str) -> str:
+        return setup_from_config(
+            DsConfig.read(points[name].ds_config), RunSpec.read(points[name].run_spec)
+        ).scheme
+
+    for spec in held_out:
+        point, stated = points[spec["id"]], spec["overrides"]
+        training, ds_config = point.settings.training, json.loads(point.ds_config.read_text())
+        assert training.optimizer_steps == STEPS["cuda"] and RunSpec.read(point.run_spec).world_size == 1
+        assert ds_config["fp16"]["enabled"] is True and ds_config["fp16"]["loss_scale"] == 0
+        assert ds_config["train_micro_batch_size_per_gpu"] == stated["training"]["micro_batch_per_rank"]
+        assert training.activation_checkpointing is stated["training"]["activation_checkpointing"]
+        assert point.settings.dataset.seq_len == stated["dataset"]["seq_len"]
+        assert point.settings.model.config == stated["model"]["config"]
+        assert scheme(spec["id"]) == scheme(spec["zero"])
+    datasets = prepare_datasets(points, tmp_path / "work")
+    assert set(datasets) == set(points)
+    seq_lens = {point.settings.dataset.seq_len for point in points.values()}
+    assert len(set(datasets.values())) == len(seq_lens) == 3
