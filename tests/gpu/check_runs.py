@@ -364,9 +364,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--launch",
         nargs="+",
-        choices=POINTS,
-        default=POINTS,
-        help="the points trained (default all); the others are rendered and planned only",
+        help="the points trained, the grid's (POINTS) or held-out ones (default all); the others are "
+        "rendered and planned only",
     )
     return parser.parse_args(argv)
 
@@ -374,16 +373,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def train_points(
     points: dict[str, Point], datasets: dict[str, Path], work: Path, budget: Budget, launched: list
 ) -> list:
-    """Each point planned on this machine and, if among ``launched`` and within the budget, trained once at
-    its own micro-batch."""
+    """Each point among ``launched``, within the budget, trained once at its own micro-batch; the others
+    recorded as not run, with the reason. Planning comes later (plan_runs): it needs no device, and a
+    budget spent on it would be taken from the launches."""
     runs = []
-    machine = from_fingerprint(Fingerprint.read(work / "fingerprint.json"), "gpu-check")
     for name, point in points.items():
-        run = {
-            "point": name,
-            "plan": plan_point(point, machine),
-            "steps": point.settings.training.optimizer_steps,
-        }
+        run = {"point": name, "steps": point.settings.training.optimizer_steps}
         if name not in launched:
             runs.append({**run, "launch": None, "not_run": "not launched: left out by --launch"})
             continue
@@ -395,6 +390,12 @@ def train_points(
         runs.append({**run, "launch": done})
         print(f"check_runs: {name}: {done.outcome} in {done.seconds:.0f} s ({len(done.records)} steps)")
     return runs
+
+
+def plan_runs(runs: list[dict[str, Any]], points: dict[str, Point], work: Path) -> list[dict[str, Any]]:
+    """Each run with its point's plan on this machine (the figures plan.json holds)."""
+    machine = from_fingerprint(Fingerprint.read(work / "fingerprint.json"), "gpu-check")
+    return [{**run, "plan": plan_point(points[run["point"]], machine)} for run in runs]
 
 
 def planned_micro_batches(points: dict[str, Point], fingerprint: Fingerprint) -> list[dict[str, Any]]:
@@ -502,12 +503,18 @@ def check(args: argparse.Namespace) -> int:
     datasets = prepare_datasets(points, args.work)
     phase("dataset")
     budget = Budget(args.deadline, FIRST_LAUNCH_S[kind])
-    launched = [*args.launch, *(point["id"] for point in held_out)]
+    unknown = set(args.launch or []) - set(points)
+    if unknown:
+        print(f"check_runs: --launch: no such point: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    launched = args.launch or list(points)
     runs = train_points(points, datasets, args.work, budget, launched)
     phase("runs")
     grid = {name: points[name] for name in POINTS}
     searches = [] if args.no_search else search_points(grid, datasets, args.work, budget, kind)
     phase("micro-batch search")
+    runs = plan_runs(runs, points, args.work)
+    phase("plans")
     context = {
         "mode": kind,
         "budget_s": args.budget_s,
@@ -523,7 +530,11 @@ def check(args: argparse.Namespace) -> int:
     problems = write_results(args.out, context, runs, searches)
     for problem in problems:
         print(f"check_runs: problem: {problem}")
-    print(f"check_runs: {'PASS' if not problems else f'{len(problems)} problem(s)'}; results in {args.out}")
+    unrun = [run["point"] for run in runs if run["launch"] is None]
+    verdict = "PASS" if not problems else f"{len(problems)} problem(s)"
+    print(f"check_runs: {verdict}; {len(runs) - len(unrun)} of {len(runs)} points trained", end="")
+    print(f" (not run: {', '.join(unrun)})" if unrun else "", end="")
+    print(f"; results in {args.out}")
     return 1 if problems else 0
 
 

@@ -3,6 +3,7 @@ themselves need a GPU: tests/gpu/; the runs' CPU mode is tests/integration/test_
 
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -22,10 +23,12 @@ from tests.gpu.check_runs import (
     held_out_points,
     outcome_of,
     plan_point,
+    plan_runs,
     prepare_datasets,
     process_memory,
     render_point,
     search_points,
+    train_points,
     write_grid,
 )
 from tests.gpu.micro_batch_search import Search, search_largest
@@ -304,3 +307,34 @@ def test_the_held_out_points_keep_the_short_run_and_change_only_what_they_name(t
     assert set(datasets) == set(points)
     seq_lens = {point.settings.dataset.seq_len for point in points.values()}
     assert len(set(datasets.values())) == len(seq_lens) == 3
+
+
+def test_the_runs_spend_the_budget_on_launches_and_are_planned_after(tmp_path, monkeypatch):
+    """Planning needs no device: train_points launches without planning (on the lent H200 the eight points'
+    plans took 74 s of a call's budget before any launch); a launch the budget cannot hold is recorded as
+    not run; plan_runs then plans every run's point."""
+
+    def no_planning(point, machine):
+        raise AssertionError("planned before the launches")
+
+    monkeypatch.setattr(check_runs, "plan_point", no_planning)
+    monkeypatch.setattr(
+        check_runs, "launch", lambda point, dataset, out, deadline: Launch("trained", 60.0, [], "")
+    )
+    training = type("Training", (), {"optimizer_steps": 6})
+    settings = type("Settings", (), {"training": training})
+    points = {
+        name: check_runs.Point(name, tmp_path, settings, tmp_path, tmp_path, tmp_path) for name in "abc"
+    }
+    budget = Budget(deadline=time.time() + 45, launch_s=10.0)
+    runs = train_points(points, dict.fromkeys(points, tmp_path), tmp_path, budget, ["a", "b"])
+    assert [(run["point"], run["launch"] is not None) for run in runs] == [
+        ("a", True),
+        ("b", False),
+        ("c", False),
+    ]
+    assert runs[1]["not_run"] == "not launched: out of budget" and "--launch" in runs[2]["not_run"]
+    gpu_fingerprint(("NVIDIA H200", 139.8)).write(tmp_path / "fingerprint.json")
+    monkeypatch.setattr(check_runs, "plan_point", lambda point, machine: (point.name, machine.gpus[0].name))
+    planned = plan_runs(runs, points, tmp_path)
+    assert [run["plan"] for run in planned] == [(name, "NVIDIA H200") for name in "abc"]
