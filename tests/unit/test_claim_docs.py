@@ -15,7 +15,7 @@ import yaml
 from tests.unit.test_claims import CLAIMED_MACHINE, claimed_plan
 from zerogate.analysis.claims import judge_on_paper, on_paper_text
 from zerogate.config.claims import claim_file, claim_name, load_claim
-from zerogate.contracts.verdicts import DOES_NOT_HOLD, HOLDS, HOLDS_ONLY_WHEN
+from zerogate.contracts.verdicts import CANNOT_JUDGE, DOES_NOT_HOLD, HOLDS
 from zerogate.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,11 +35,12 @@ def test_a_claim_written_from_the_docs_alone_is_loaded_and_judged_on_paper(tmp_p
     claims = load_claim(REPO, str(path), "--config")
     assert claims is not None and claim_name(str(path)) == "my-claim"
     judged = dict(judge_on_paper(claims, claimed_plan(), CLAIMED_MACHINE))
-    # What the doc says it reads: the host RAM holds neither run, the small card needs 12 GB only in GiB.
+    # What the doc says it reads: the host RAM holds neither run; the small card's 12 GB lies inside the
+    # predicted need's interval.
     words = {claim_id: verdict.verdict for claim_id, verdict in judged.items()}
     assert words == {
         "fits_the_box": DOES_NOT_HOLD,
-        "small_card_under_12gb": HOLDS_ONLY_WHEN,
+        "small_card_under_12gb": CANNOT_JUDGE,
         "the_cards": HOLDS,
         "weights_in_fp16": HOLDS,
         "one_second_a_step": DOES_NOT_HOLD,
@@ -48,7 +49,10 @@ def test_a_claim_written_from_the_docs_alone_is_loaded_and_judged_on_paper(tmp_p
     assert "largest micro-batch per rank that fits: " in judged["fits_the_box"].evidence
     text = on_paper_text("my-claim", claims, claimed_plan(), CLAIMED_MACHINE)
     assert text.startswith("claim my-claim (https://example.org/a-vendor-note")
-    assert "\n  small_card_under_12gb: holds only when" in text
+    assert (
+        "\n  small_card_under_12gb: cannot be judged here (the claim lies inside the predicted interval)"
+        in text
+    )
 
 
 def test_every_shipped_claim_loads_with_its_claimed_box():

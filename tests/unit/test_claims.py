@@ -26,7 +26,7 @@ from zerogate.analysis.parse import run_metadata
 from zerogate.config.claims import claims_file
 from zerogate.config.machines import from_fingerprint, load_description, target_machine
 from zerogate.contracts.ledger import LedgerTable
-from zerogate.contracts.plan import Plan
+from zerogate.contracts.plan import DOES_NOT_FIT, MAY_NOT_FIT, Plan
 from zerogate.contracts.records import HeldBytes
 from zerogate.contracts.run import Deviations, DsConfig, RunSpec
 from zerogate.contracts.summary import SpikeRule
@@ -96,12 +96,16 @@ def with_dtype(plan: Plan, dtype: str) -> Plan:
     return plan.model_copy(update={"dtype": dtype, "ledger": plan.ledger.model_copy(update={"dtype": dtype})})
 
 
-def with_small_card_need(plan: Plan, need_bytes: int) -> Plan:
-    """``plan`` with the need on its smallest device set to ``need_bytes``."""
+def with_small_card_need(plan: Plan, need_bytes: int, interval: tuple[int, int] | None = None) -> Plan:
+    """``plan`` with the need on its smallest device set to ``need_bytes``, its interval to ``interval``
+    (None: the point alone)."""
     small = plan.smallest_device
+    low, high = interval or (need_bytes, need_bytes)
     pinned = small.model_copy(
         update={
             "need_bytes": need_bytes,
+            "need_low_bytes": low,
+            "need_high_bytes": high,
             "headroom_bytes": small.capacity_bytes - need_bytes,
             "fits": need_bytes <= small.capacity_bytes,
         }
@@ -342,6 +346,12 @@ def test_peak_memory_flips_with_the_prediction_and_the_unit():
     assert paper.verdict == HOLDS_ONLY_WHEN and "GiB" in paper.condition
     over = with_small_card_need(claimed_plan(), int(8.0 * GB))
     assert c.judge_peak_memory(claim, Evidence(over))[0].verdict == DOES_NOT_HOLD
+    # The point under the claim, its interval across it: the interval decides, either way.
+    across = with_small_card_need(claimed_plan(), int(7.0 * GB), (int(6.0 * GB), int(9.0 * GB)))
+    judged = c.judge_peak_memory(claim, Evidence(across))[0]
+    assert (judged.verdict, judged.why) == (CANNOT_JUDGE, "the claim lies inside the predicted interval")
+    above = with_small_card_need(claimed_plan(), int(9.0 * GB), (int(8.0 * GB), int(11.0 * GB)))
+    assert c.judge_peak_memory(claim, Evidence(above))[0].verdict == DOES_NOT_HOLD
 
 
 def test_convergence_from_the_gates_and_the_run_length():
@@ -506,6 +516,7 @@ def test_the_planning_docs_state_the_claimed_boxs_figures_as_the_planner_gives_t
     # format_bytes gives 'x GiB (y GB)'; the paragraph states the GiB figure (and for two the GB one beside
     # it).
     stated = {what: figure.split(" (")[0] for what, figure in stated.items()}
-    assert small.fits and not fsdp2_small.fits  # 12 GiB holds ZeRO-3's need, not FSDP2's with its offload
+    # The small card's 12 GiB lies inside ZeRO-3's need's interval and below all of FSDP2's with its offload.
+    assert (small.verdict, fsdp2_small.verdict) == (MAY_NOT_FIT, DOES_NOT_FIT)
     for what, figure in stated.items():
         assert figure in docs, (what, figure)

@@ -14,8 +14,10 @@ from zerogate.config.machines import check, load_description
 from zerogate.contracts.run import DsConfig
 from zerogate.predict.cuda_terms import (
     CUDA_CONTEXT_BYTES,
+    FRAGMENTATION_OF_RESERVED,
     NCCL_COMMUNICATOR_BYTES,
     cross_stream_reserve,
+    fragmentation_margin,
     module_loading,
     overhead_spreads,
 )
@@ -112,7 +114,8 @@ def test_context_by_module_loading_and_one_communicator_per_process_group():
     )
     assert lazy["communicator"].point == 2 * NCCL_COMMUNICATOR_BYTES.point  # world + data-parallel clone
     assert overhead_spreads(tensors, claim_setup(), False)["communicator"] == NCCL_COMMUNICATOR_BYTES
-    assert "communicator" not in overhead_spreads(tensors, claim_setup(ranks=1), True)
+    one_rank = overhead_spreads(tensors, claim_setup(ranks=1), True)["communicator"]
+    assert one_rank == NCCL_COMMUNICATOR_BYTES.scaled(2)  # no collective passes over a one-rank group
     assert "communicator" in fsdp2_terms(claim_counts(), claim_setup())
 
 
@@ -189,3 +192,15 @@ def test_the_loss_shifted_logits_copy_only_for_a_stated_older_transformers():
         assert "loss_shifted_logits" not in zerogate_terms(counts, setup).device
     on_cpu = claim_setup(device_kind="cpu", dtype="fp32", transformers_version=(4, 40))
     assert "loss_shifted_logits" in zerogate_terms(counts, on_cpu).device  # a tensor, on any accelerator
+
+
+def test_the_allocator_margin_is_the_share_of_the_reserve_no_tensor_holds():
+    """FRAGMENTATION_OF_RESERVED is a share of what the allocator reserves (GMLake's measure), not of the
+    tensor peak: 15 % of the reserve idle is 15/85 of the peak above it."""
+    assert fragmentation_margin(850, 0.15) == 150 and fragmentation_margin(670, 0.33) == 330
+    assert fragmentation_margin(10**9, 0.0) == 0
+    spread = overhead_spreads({"activations": 10**9}, claim_setup(), True)["allocator_margin"]
+    peak = 10**9
+    assert (spread.low, spread.point, spread.high) == tuple(
+        fragmentation_margin(peak, share) for share in FRAGMENTATION_OF_RESERVED
+    )

@@ -328,7 +328,8 @@ def test_zerogate_adds_what_the_estimator_leaves_out():
         )
     )
     assert levels.tensor == device["persistent_parameters"] + device["reduce_bucket"] + backward
-    assert device["allocator_margin"] == int(0.05 * levels.tensor)  # assumed, the middle of 0-10 %
+    # 15 % of the reserve holds no tensor (GMLake's average, zerogate.predict.cuda_terms)
+    assert device["allocator_margin"] == int(levels.tensor * 0.15 / 0.85)
     # The all-gather stream's pool is largest in the forward (the fetch, the offloaded partitions' copies and
     # every parameter's copy, all made on that stream); the backward's peak holds all of it but the
     # parameters' copies, which stay reserved; the reduction pool's largest phase is held.
@@ -336,8 +337,8 @@ def test_zerogate_adds_what_the_estimator_leaves_out():
     assert levels.allocator == levels.tensor + device["allocator_margin"] + device["cross_stream_reserve"]
     assert levels.device == levels.allocator + 400 * 2**20 + device["communicator"]
     assert levels.device > deepspeed_estimates(counts, 2)["zero3_offload_all"].device
-    # One rank has no communicator.
-    assert "communicator" not in zerogate_terms(counts, claim_setup(ranks=1)).device
+    # One rank opens its two communicators too (DeepSpeed reduces on its data-parallel group at every step).
+    assert zerogate_terms(counts, claim_setup(ranks=1)).device["communicator"] == device["communicator"]
 
 
 def test_one_rank_of_zero3_gathers_nothing():

@@ -217,7 +217,8 @@ def written_row(validated, row_id: str):
 
 def test_a_gpt2_row_is_planned_from_its_config_and_an_unstated_fact_is_not_judged(table, validated):
     gpt2 = written_row(validated, "xirider-gpt2-xl-1xv100-16g-z2-offopt-largest-mb12")
-    assert gpt2.checks[0].target == VERDICT_AGREES and gpt2.checks[0].predicted.startswith("fits: rank 0")
+    assert gpt2.checks[0].target == VERDICT_AGREES and gpt2.checks[0].verdict == PASS
+    assert gpt2.checks[0].predicted.startswith("may not fit: rank 0")  # 15.62 GiB (13.35-21.35) of 16 GiB
     assert gpt2.checks[1].target == LARGEST_WITHIN and gpt2.checks[1].predicted_value >= 1
     ddp = row(table, "hf-blog-accelerate-ds-gpt2-xl-ddp-oom-titanrtx")  # the blog does not say its precision
     checked = validation.check_measured_row(ddp, load_config(REPO / ddp.model.config), REPO)
@@ -483,7 +484,9 @@ def test_a_run_is_planned_for_the_deepspeed_it_states_on_the_memory_cuda_gives_i
     )
     installed = found.model_copy(update={"setup": found.setup.model_copy(update={"deepspeed_version": None})})
     today = measured_rows.plan_measured(installed, load_config(REPO / found.model.config), REPO)
-    assert all(c.fits for c in today.checks if c.rank is not None)
+    # The installed DeepSpeed's plan needs less by the elementwise overflow test's bytes (both "may not fit"
+    # now: the allocator's fragmentation spans 0-33 % of its reserve).
+    assert all(c.verdict == MAY_NOT_FIT for c in today.checks if c.rank is not None)
     overflow_check = 3 * 102400 * 4096  # 11 bytes per element less the fp64 copy's 8
     assert run.checks[0].need_bytes - today.checks[0].need_bytes >= overflow_check
     # The verdict says which DeepSpeed it was planned for.

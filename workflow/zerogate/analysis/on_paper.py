@@ -86,9 +86,12 @@ def changes_under(plan: Plan, limit: float) -> list[str]:
 
 
 def judge_memory(plan: Plan, threshold: float, unit: str) -> ClaimVerdict:
-    """A peak-memory claim for the smallest device: zerogate's predicted need against the threshold, read
-    in the claim's unit, else in the other (GB as 10^9 or 2^30 bytes), DeepSpeed's own model-state
-    estimate beside it, the traced terms it is made of, and the changes that would bring it under."""
+    """A peak-memory claim for the smallest device: zerogate's predicted need and its interval (the terms'
+    own uncertainty, zerogate.predict.fit) against the threshold, read in the claim's unit, else in the
+    other (GB as 10^9 or 2^30 bytes), DeepSpeed's own model-state estimate beside it, the traced terms it is
+    made of, and the changes that would bring the need under it. Holds when the whole interval is under the
+    threshold, does not hold when all of it is above in either reading, cannot be judged when the
+    threshold lies inside it."""
     source = plan_source(plan) + ", memory checks"
     small = plan.smallest_device
     if small is None:
@@ -100,24 +103,35 @@ def judge_memory(plan: Plan, threshold: float, unit: str) -> ClaimVerdict:
         )
     limit = threshold * UNIT_BYTES[unit]
     other_unit = "GiB" if unit == "GB" else "GB"
+    other_limit = threshold * UNIT_BYTES[other_unit]
+    low = small.need_bytes if small.need_low_bytes is None else small.need_low_bytes
+    high = small.need_bytes if small.need_high_bytes is None else small.need_high_bytes
     estimate = plan.ledger.own.deepspeed
     floor = None if estimate is None else estimate.device_per_rank_bytes
     text = (
         f"rank {small.rank} ({small.device}): zerogate predicts {format_bytes(small.need_bytes)}"
+        + ("" if low == high else f" (between {format_bytes(low)} and {format_bytes(high)})")
         + ("" if floor is None else f", DeepSpeed's model-state estimate {format_bytes(floor)}")
         + f", against {threshold:g} {unit} = {format_bytes(limit)}; {device_terms_text(plan)}"
     )
-    if small.need_bytes < limit:
+    if high < limit:
         return ClaimVerdict(verdict=HOLDS, evidence=text, source=source)
     under = changes_under(plan, limit)
     if under:
         text += "; under it with: " + "; ".join(under)
-    if small.need_bytes < threshold * UNIT_BYTES[other_unit]:
+    if high < other_limit:
         return ClaimVerdict(
             verdict=HOLDS_ONLY_WHEN,
             evidence=text,
             source=source,
             condition=f"'{unit}' is read as {other_unit}",
+        )
+    if low < max(limit, other_limit):
+        return ClaimVerdict(
+            verdict=CANNOT_JUDGE,
+            evidence=text,
+            source=source,
+            why="the claim lies inside the predicted interval",
         )
     if floor is not None and floor >= limit:
         text += "; DeepSpeed's model-state estimate alone is above it"
