@@ -5,6 +5,7 @@ three-valued fit verdict and the "fits up to N, may fit up to M" micro-batch pai
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -73,13 +74,17 @@ def test_a_config_without_an_optimizer_or_with_torch_adam_steps_with_torch():
     assert names_torch_optimizer(DsConfig.model_validate(torch_adam))
 
 
-def test_cross_stream_reserve_is_the_side_pools_the_peak_phase_does_not_hold():
+def test_cross_stream_reserve_is_the_side_pools_a_phase_does_not_hold_at_its_largest():
     # Peak at the forward's end (activations): the all-gather pool is held there, the reduction pool is not.
     forward_peak = {"gathered_parameters": 100, "activations": 1000, "reduce_scatter_buffer": 30}
     assert cross_stream_reserve(forward_peak) == 30
     # Peak at the boundary (the reduction): the all-gather pool is not held there.
     boundary_peak = {"gathered_parameters": 100, "reduce_scatter_buffer": 3000}
     assert cross_stream_reserve(boundary_peak) == 100
+    # The tensor peak at the forward's end, which holds the gathered set; the backward past its first
+    # gradient holds none of it, yet its blocks stay in the all-gather stream's pool: that phase decides.
+    elsewhere = {"gathered_parameter_copies": 900, "activations": 200, "activations_at_first_gradient": 1000}
+    assert cross_stream_reserve(elsewhere) == (1000 + 900) - (900 + 200)
     setup = claim_setup()
     assert "cross_stream_reserve" in overhead_spreads(forward_peak, setup, deepspeed_engine=True)
     assert "cross_stream_reserve" not in overhead_spreads(forward_peak, setup, deepspeed_engine=False)
@@ -168,18 +173,23 @@ def test_a_check_carries_its_interval_and_the_run_the_worst_verdict():
 
 def test_largest_micro_batch_pair_brackets_the_point_one():
     """On the claimed box without the host check deciding (a host large enough), the RTX 5070 decides: the
-    micro-batch that fits for certain is at most the point one, which is at most the one that may fit."""
+    micro-batch that fits for certain is at most the point one, which is at most the one that may fit; on
+    cards of twice the memory some micro-batch fits for certain."""
     box = load_description(CLAIM_BOX)
     plain = box.plain()
     plain["host"]["ram_total_bytes"] = 10**13
-    roomy = check(plain, "the test's machine")
+    doubled = copy.deepcopy(plain)
+    for gpu in doubled["gpus"]:
+        gpu["memory_total_bytes"] *= 2
     setup = claim_setup(activation_checkpointing=True)
-    found = largest_micro_batches(claim_counts(), setup, roomy)
-    assert 0 < found["fits"] <= found["point"] <= found["may_fit"]
-    at_may = checks(claim_counts(), dataclasses.replace(setup, micro_batch=found["may_fit"]), roomy)
-    assert all(c.verdict != "does not fit" for c in at_may)
-    beyond = checks(claim_counts(), dataclasses.replace(setup, micro_batch=found["may_fit"] + 1), roomy)
-    assert any(c.verdict == "does not fit" for c in beyond)
+    for machine, least in ((check(plain, "the test's machine"), 0), (check(doubled, "doubled cards"), 1)):
+        found = largest_micro_batches(claim_counts(), setup, machine)
+        assert least <= found["fits"] <= found["point"] <= found["may_fit"]
+        assert found["fits"] < found["may_fit"]
+        at_may = checks(claim_counts(), dataclasses.replace(setup, micro_batch=found["may_fit"]), machine)
+        assert all(c.verdict != "does not fit" for c in at_may)
+        beyond = checks(claim_counts(), dataclasses.replace(setup, micro_batch=found["may_fit"] + 1), machine)
+        assert any(c.verdict == "does not fit" for c in beyond)
 
 
 def test_the_loss_shifted_logits_copy_only_for_a_stated_older_transformers():

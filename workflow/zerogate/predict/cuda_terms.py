@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from zerogate.predict.phases import PHASES, device_levels
+from zerogate.predict.phases import PHASES, device_levels, phase_bytes
 from zerogate.predict.setup import Setup, release
 from zerogate.units import MIB
 
@@ -120,7 +120,8 @@ OVERHEAD_SOURCES = {
         "stream's context) and the reduce-scatter "
         "buffer (stage3.py reduce_and_partition_stream), record_stream-ed and freed to their own "
         "stream's pool (partition_parameters.py free_param, stage3.py __add_grad_to_ipg_bucket; "
-        "torch/_tensor_docs.py record_stream), less what the tensor peak's phase holds of them; low 0: "
+        "torch/_tensor_docs.py record_stream), at the phase where they raise the allocator most (each "
+        "phase's transient plus the pools less what it holds of them); low 0: "
         "a failed cudaMalloc flushes the cache and retries (torch/cuda/memory.py memory_stats "
         "num_alloc_retries)"
     ),
@@ -139,21 +140,27 @@ OVERHEAD_SOURCES = {
 }
 
 
-def peak_phase(tensors: dict[str, int]) -> str:
-    """The phase (PHASES) that holds the tensor peak's transient."""
-    return max(PHASES, key=lambda name: sum(v for k, v in tensors.items() if k in PHASES[name]))
-
-
 def cross_stream_reserve(tensors: dict[str, int]) -> int:
-    """ZeRO-3's side-stream pools at the tensor peak (OVERHEAD_SOURCES["cross_stream_reserve"]), bytes: each
-    side stream's largest phase, less what the peak's phase itself holds of it."""
-    at_peak = PHASES[peak_phase(tensors)]
-    reserve = 0
-    for names in SIDE_STREAM_TERMS.values():
-        pool = max(sum(tensors.get(n, 0) for n in names if n in phase) for phase in PHASES.values())
-        held = sum(tensors.get(n, 0) for n in names if n in at_peak)
-        reserve += max(0, pool - held)
-    return reserve
+    """ZeRO-3's side-stream pools (OVERHEAD_SOURCES["cross_stream_reserve"]) as they raise the allocator's
+    peak above the tensor peak, bytes. Each side stream's pool is its largest phase; at every phase (PHASES)
+    the allocator holds that phase's transient plus each pool less what the phase itself holds of it; the
+    reserve is the largest of those, less the tensor peak's transient. Every phase happens in a step, so the
+    phase that decides may be another than the tensor peak's: one that holds few of the pools' blocks while
+    they stay reserved."""
+    transient = phase_bytes(tensors)
+    pools = {
+        stream: max(sum(tensors.get(n, 0) for n in names if n in phase) for phase in PHASES.values())
+        for stream, names in SIDE_STREAM_TERMS.items()
+    }
+
+    def reserved_at(phase: str) -> int:
+        held = {
+            stream: sum(tensors.get(n, 0) for n in names if n in PHASES[phase])
+            for stream, names in SIDE_STREAM_TERMS.items()
+        }
+        return transient[phase] + sum(max(0, pools[stream] - held[stream]) for stream in pools)
+
+    return max(0, max(reserved_at(phase) for phase in PHASES) - max(transient.values()))
 
 
 def overhead_spreads(tensors: dict[str, int], setup: Setup, deepspeed_engine: bool) -> dict[str, Spread]:
