@@ -53,12 +53,13 @@ def replan(
     the plan's largest micro-batch per card of the claimed box and point (check_runs.planned_micro_batches)
     beside what the recorded searches measured."""
     fingerprint_json, rows = recorded(folders)
-    searched = {
-        (row["point"], row["card"]): row
-        for folder in folders
-        if (folder / "micro_batch.json").exists()
-        for row in json.loads((folder / "micro_batch.json").read_text())
-    }
+    searched: dict[tuple[str, str], dict[str, Any]] = {}
+    for folder in folders:  # a later call's row replaces an earlier one only if one of its probes launched
+        if (folder / "micro_batch.json").exists():
+            for row in json.loads((folder / "micro_batch.json").read_text()):
+                launched = [probe for probe in row["probes"] if probe["outcome"] != "out of budget"]
+                if launched or (row["point"], row["card"]) not in searched:
+                    searched[row["point"], row["card"]] = row
     with tempfile.TemporaryDirectory(prefix="zerogate-replan-") as work:
         (Path(work) / "fingerprint.json").write_text(json.dumps(fingerprint_json))
         fingerprint = Fingerprint.read(Path(work) / "fingerprint.json")

@@ -210,12 +210,13 @@ def test_the_readings_outside_the_allocator_come_from_their_own_process_or_say_w
 def test_a_recorded_gpu_check_is_judged_again_against_its_own_steps(tmp_path):
     """tests/gpu/replan.py: every point planned now for the recorded H200, each level against the largest
     reading the recorded steps hold; a CPU-mode record is refused, naming its file and key."""
-    calls = [REPO / "tests/data/gpu_check/h200-2026-12-04" / call for call in ("call1", "call2")]
+    calls = [REPO / "tests/data/gpu_check/h200-2026-12-04" / call for call in ("call1", "call2", "call3")]
     held_out = held_out_points()[:1]  # one held-out point: each takes seconds to plan
     levels, micro_batches = replan(calls, held_out)
     steps = [json.loads(line) for call in calls for line in (call / "steps.jsonl").read_text().splitlines()]
     names = [*POINTS, *(point["id"] for point in held_out)]
     assert [row["point"] for row in levels] == [name for name in names for _ in LEVELS]
+    # Call 3 launched no probe: call 2's rows stand (the last call's row only where one launched).
     searched = json.loads((calls[1] / "micro_batch.json").read_text())
     assert [(row["point"], row["card"]) for row in micro_batches] == [
         (r["point"], r["card"]) for r in searched
