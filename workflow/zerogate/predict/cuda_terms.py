@@ -31,11 +31,14 @@ class Spread:
 # loading (CUDA 11.7+; torch sets CUDA_MODULE_LOADING=LAZY where the user has not, from torch 1.13,
 # https://github.com/pytorch/pytorch/pull/86509): 287,047,680 bytes measured with cudaMemGetInfo after one
 # small tensor (that PR's description), "around 400MB" with CUDA >= 11.7 (a PyTorch maintainer,
-# https://github.com/pytorch/pytorch/issues/109888); the high end read as MiB. Eager loading (CUDA < 11.7,
-# or CUDA_MODULE_LOADING=EAGER): 666,632,192 bytes (PR 86509, CUDA_MODULE_LOADING=DEFAULT) to ">1000MB"
-# (https://github.com/pytorch/pytorch/issues/107667; a lower bound there, taken as the high end here).
+# https://github.com/pytorch/pytorch/issues/109888; the point, read as MiB); by CUDA release, a bare context
+# of 256 MiB under torch 2.7.1+cu128 on an RTX 3090 (nvidia-smi, https://github.com/invoke-ai/InvokeAI/issues/
+# 9413: the low end) and of 426 MiB under torch 2.10.0+cu130 on an RTX 6000 Ada (nvidia-smi after
+# torch.cuda.mem_get_info, https://github.com/unslothai/unsloth-zoo/pull/1053: the high end). Eager loading
+# (CUDA < 11.7, or CUDA_MODULE_LOADING=EAGER): 666,632,192 bytes (PR 86509, CUDA_MODULE_LOADING=DEFAULT) to
+# ">1000MB" (https://github.com/pytorch/pytorch/issues/107667; a lower bound there, the high end here).
 CUDA_CONTEXT_BYTES = {
-    "lazy": Spread(low=287_047_680, point=400 * MIB, high=400 * MIB),
+    "lazy": Spread(low=256 * MIB, point=400 * MIB, high=426 * MIB),
     "eager": Spread(low=666_632_192, point=1000 * MIB, high=1000 * MIB),
 }
 # The first torch release that sets CUDA_MODULE_LOADING=LAZY (https://github.com/pytorch/pytorch/pull/86509).
@@ -126,8 +129,9 @@ OVERHEAD_SOURCES = {
         "num_alloc_retries)"
     ),
     "cuda_context": (
-        "the CUDA context: lazy module loading 287 MB-400 MiB (https://github.com/pytorch/pytorch/pull/"
-        "86509, https://github.com/pytorch/pytorch/issues/109888), eager 667-1000 MiB "
+        "the CUDA context: lazy module loading 400 MiB (256-426 MiB; https://github.com/pytorch/pytorch/"
+        "issues/109888; CUDA 12.8 https://github.com/invoke-ai/InvokeAI/issues/9413, CUDA 13.0 "
+        "https://github.com/unslothai/unsloth-zoo/pull/1053), eager 667-1000 MiB "
         "(https://github.com/pytorch/pytorch/issues/107667)"
     ),
     "communicator": (
