@@ -2,6 +2,7 @@
 background, pinned host memory, FLOP/s and MFU; and resuming appends to the checkpoint's lines."""
 
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,10 +10,14 @@ import torch
 from tests.unit.helpers import step_record
 from zerogate.contracts.base import line_of, read_lines
 from zerogate.contracts.records import StepRecord
-from zerogate.hardware import peak_flops, training_flops_per_token
+from zerogate.hardware import peak_flops, product_parameters, training_flops_per_token
+from zerogate.model.counts import count_parameters
+from zerogate.model.hf_config import load_config
 from zerogate.train.metrics import MeasurementSources, ModelFlops, StepMetrics
 from zerogate.train.nvml_sampler import NvmlSampler
 from zerogate.units import GIB
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class FakeProbe:
@@ -99,6 +104,19 @@ def test_nvml_peak_lands_in_the_step_line(tmp_path):
     recorder.end_step(1, 2.0, 1.0, 1e-3, 10, 1)
     recorder.close()
     assert lines(tmp_path / "r.jsonl")[0].nvml_process_peak_gib == 3
+
+
+def test_an_untied_input_embedding_is_a_lookup_not_a_product():
+    """The FLOP count's parameters leave out an untied input embedding (vocab x hidden: a lookup) and keep a
+    tied one (the output head multiplies by it). Pythia-70M's shipped shape: 37 % of its parameters are its
+    input embedding."""
+    assert product_parameters(1000, 10, 8, tied=False) == 920
+    assert product_parameters(1000, 10, 8, tied=True) == 1000
+    config = load_config(REPO / "config/models/pythia-70m.json")
+    counts = count_parameters(config)
+    products = product_parameters(counts.total, counts.vocab, counts.hidden, counts.tied_embeddings)
+    assert counts.total == 70_426_624 and not counts.tied_embeddings
+    assert counts.total - products == 50304 * 512 and 0.36 < 1 - products / counts.total < 0.37
 
 
 def test_flops_and_mfu_only_where_the_peak_is_known(tmp_path):

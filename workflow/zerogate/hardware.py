@@ -89,11 +89,22 @@ def cuda_capacity(device_name: str | None) -> CudaCapacity | None:
     return None
 
 
+def product_parameters(total: int, vocab: int, hidden: int, tied: bool) -> int:
+    """The parameters a token's forward multiplies by: all of them less the input embedding (vocab x
+    hidden), which is a lookup, unless it is tied to the output head, whose product uses it. nanoGPT's
+    model.py ``get_num_params`` keeps the tied token embedding for that reason and takes out the position
+    embedding; Kaplan et al. 2020 (arXiv 2001.08361, section 2.1) count the forward's 2 FLOP per
+    non-embedding parameter. Learned position embeddings, also lookups, are not known here and stay in
+    (GPT-2 XL's: 1.6 M of 1.56 B)."""
+    return total - (0 if tied else vocab * hidden)
+
+
 def training_flops_per_token(
     parameters: int, layers: int, hidden: int, seq_len: int, recompute: bool = False
 ) -> float:
     """FLOPs of one token's forward + backward: the one definition behind MFU (zerogate.train.metrics) and the
-    floor's compute term (zerogate.predict.floor). 6 per parameter (2 forward, 4 backward) plus the attention
+    floor's compute term (zerogate.predict.floor). ``parameters`` are those in products
+    (:func:`product_parameters`). 6 per parameter (2 forward, 4 backward) plus the attention
     scores and values the parameter count misses, 12 x layers x hidden x seq_len (Kaplan et al. 2020;
     PaLM, Chowdhery et al. 2022, appendix B, the MFU accounting). Full activation checkpointing runs the
     forward again: 8 per parameter and 16 x layers x hidden x seq_len. These are real FLOPs of the step, so a

@@ -233,7 +233,7 @@ def collective_time(terms: list[Term], per: str, world: int, machine: MachineDes
 def _flop_per_micro_step(counts: ModelCounts, setup: Setup) -> float:
     """FLOP of one rank's micro-step (zerogate.hardware's count per token x its tokens)."""
     per_token = hardware.training_flops_per_token(
-        counts.total,
+        hardware.product_parameters(counts.total, counts.vocab, counts.hidden, counts.tied_embeddings),
         counts.layers,
         counts.hidden,
         setup.seq_len,

@@ -54,8 +54,9 @@ def flop_by_kind(counts: ModelCounts, setup: Setup) -> dict[str, float]:
     """One rank's FLOP per micro-step by kind (``matmul``: the parameters' products, ``attention``: scores and
     values), forward and backward, from the one definition (zerogate.hardware.training_flops_per_token)."""
     tokens = setup.micro_batch * setup.seq_len
+    products = hardware.product_parameters(counts.total, counts.vocab, counts.hidden, counts.tied_embeddings)
     return {
-        "matmul": hardware.training_flops_per_token(counts.total, 0, 0, setup.seq_len) * tokens,
+        "matmul": hardware.training_flops_per_token(products, 0, 0, setup.seq_len) * tokens,
         "attention": hardware.training_flops_per_token(0, counts.layers, counts.hidden, setup.seq_len)
         * tokens,
     }

@@ -42,7 +42,7 @@ from zerogate.contracts.machine import Fingerprint, NodeFingerprint
 from zerogate.contracts.records import GitState, HeldBytes, LiveTensorPeak, StabiliserSummary, TrainSummary
 from zerogate.contracts.run import DsConfig, RunSpec, TrainSettings
 from zerogate.data.dataset import load_split
-from zerogate.hardware import peak_flops, training_flops_per_token
+from zerogate.hardware import peak_flops, product_parameters, training_flops_per_token
 from zerogate.hashing import sha256_json
 from zerogate.model.build import load_for_training
 from zerogate.provenance import git_state
@@ -275,7 +275,12 @@ class Run:
             placement=self.placement,
             flops=ModelFlops(
                 per_token=training_flops_per_token(
-                    self.engine.parameter_count(),
+                    product_parameters(
+                        self.engine.parameter_count(),
+                        config.vocab_size,
+                        config.hidden_size,
+                        bool(getattr(config, "tie_word_embeddings", False)),
+                    ),
                     config.num_hidden_layers,
                     config.hidden_size,
                     self.spec.seq_len,
