@@ -129,10 +129,10 @@ def tables(levels: list[dict[str, Any]], searches: list[dict[str, Any]], mode: s
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in levels:
-        error = "—" if row.get("error(%)") is None else f"{row['error(%)']:+.1f}"
-        interval = row.get("predicted_range(bytes)")
+        error = "—" if row["error(%)"] is None else f"{row['error(%)']:+.1f}"
+        interval = row["predicted_range(bytes)"]
         shown = "—" if interval is None else f"{_mib(interval[0])} – {_mib(interval[1])}"
-        inside = {None: "—", True: "yes", False: "no"}[row.get("inside")]
+        inside = {None: "—", True: "yes", False: "no"}[row["inside"]]
         lines.append(
             f"| {row['point']} | {row['scheme']} | {row['level']} | {_mib(row['predicted(bytes)'])} | "
             f"{shown} | {_mib(row['measured(bytes)'])} | {error} | {inside} |"
@@ -145,7 +145,7 @@ def tables(levels: list[dict[str, Any]], searches: list[dict[str, Any]], mode: s
     for row in searches:
         lines.append(
             f"| {row['point']} | {row['card']} | {row['cap_bytes'] / 1e9:.2f} GB | {row['plan']} | "
-            f"{_or_dash(row.get('plan_fits'))} | {_or_dash(row.get('plan_may_fit'))} | "
+            f"{_or_dash(row['plan_fits'])} | {_or_dash(row['plan_may_fit'])} | "
             f"{_or_dash(row['largest'])} | {row['status']} |"
         )
     return "\n".join(lines) + "\n"

@@ -21,6 +21,7 @@ recorded as such. Results (at most 8 files) go to ``--out``: see :mod:`tests.gpu
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -42,7 +43,7 @@ from tests.gpu.micro_batch_search import Search
 from zerogate.bench.grid_points import write_profiles
 from zerogate.config.launch import PlanSettings
 from zerogate.config.machines import GpuDescription, from_fingerprint, load_description
-from zerogate.config.profile import check_profile, load_profile_chain, resolve_profile
+from zerogate.config.profile import check_profile, deep_merge, load_profile_chain, resolve_profile
 from zerogate.config.settings import ProfileSettings
 from zerogate.contracts.base import plain, read_lines
 from zerogate.contracts.machine import Fingerprint
@@ -122,12 +123,6 @@ class Point:
 # --- setting up ------------------------------------------------------------------------------------------
 
 
-def merged(*layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Profile overrides section by section, each later layer's keys over the earlier ones'."""
-    keys = dict.fromkeys(key for layer in layers for key in layer)
-    return {key: {k: v for layer in layers for k, v in layer.get(key, {}).items()} for key in keys}
-
-
 def held_out_points() -> list[dict[str, Any]]:
     """The held-out points (HELD_OUT): id, ZeRO variant and overrides of each."""
     return yaml.safe_load(HELD_OUT.read_text())["points"]
@@ -138,10 +133,12 @@ def write_grid(work: Path, kind: str, held_out: list[dict[str, Any]] | None = No
     variants, then the ``held_out`` points (held_out_points()) with their overrides on the same short run;
     point -> profile file."""
     base, base_overrides = BASES[kind]
-    shared = merged(SHORT_RUN, base_overrides, {"training": {"optimizer_steps": STEPS[kind]}})
+    shared = functools.reduce(
+        deep_merge, (SHORT_RUN, base_overrides, {"training": {"optimizer_steps": STEPS[kind]}})
+    )
     points = [{"id": name, "zero": name, "overrides": shared} for name in POINTS]
     points += [
-        {"id": point["id"], "zero": point["zero"], "overrides": merged(shared, point["overrides"])}
+        {"id": point["id"], "zero": point["zero"], "overrides": deep_merge(shared, point["overrides"])}
         for point in held_out or []
     ]
     grid_file = work / "gpu_check_grid.yaml"
@@ -482,6 +479,11 @@ def check(args: argparse.Namespace) -> int:
         phases[name] = round(time.monotonic() - clock, 1)
         clock = time.monotonic()
 
+    held_out = [] if kind == "cpu" or args.no_held_out else held_out_points()
+    unknown = set(args.launch or []) - {*POINTS, *(point["id"] for point in held_out)}
+    if unknown:
+        print(f"check_runs: --launch: no such point: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
     ops = build_ops(kind)
     phase("ops")
     fingerprint = Fingerprint.of(probe(measure=False), "the probe")
@@ -493,7 +495,6 @@ def check(args: argparse.Namespace) -> int:
     outside = process_memory(kind, runs_environment())
     print(f"check_runs: outside the allocator: {json.dumps(outside)}")
     phase("process memory")
-    held_out = [] if kind == "cpu" or args.no_held_out else held_out_points()
     profiles = write_grid(args.work, kind, held_out)
     points = {
         name: render_point(name, path, fingerprint, args.work / "rendered" / name)
@@ -503,10 +504,6 @@ def check(args: argparse.Namespace) -> int:
     datasets = prepare_datasets(points, args.work)
     phase("dataset")
     budget = Budget(args.deadline, FIRST_LAUNCH_S[kind])
-    unknown = set(args.launch or []) - set(points)
-    if unknown:
-        print(f"check_runs: --launch: no such point: {', '.join(sorted(unknown))}", file=sys.stderr)
-        return 2
     launched = args.launch or list(points)
     runs = train_points(points, datasets, args.work, budget, launched)
     phase("runs")

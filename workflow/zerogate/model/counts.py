@@ -12,6 +12,13 @@ from transformers import AutoModelForCausalLM
 from zerogate.contracts.model import ModelCounts
 
 
+def input_embedding(config: Any) -> tuple[int, int, bool]:
+    """``config``'s input embedding as zerogate.hardware.product_parameters takes it: its text model's
+    vocabulary and hidden size, and whether the output head shares it."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return text.vocab_size, text.hidden_size, bool(getattr(config, "tie_word_embeddings", False))
+
+
 def count_parameters(config: Any) -> ModelCounts:
     """Instantiate ``config``'s causal LM on the meta device and count its parameters.
 
@@ -29,6 +36,7 @@ def count_parameters(config: Any) -> ModelCounts:
     block_of = {id(p): index for index, m in enumerate(block_modules) for p in m.parameters()}
     inside = sum(sum(1 for _ in m.modules()) - 1 for m in block_modules)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab, _, tied = input_embedding(config)
     return ModelCounts(
         total=sum(numels),
         largest_layer=largest,
@@ -36,8 +44,8 @@ def count_parameters(config: Any) -> ModelCounts:
         hidden=text.hidden_size,
         layers=text.num_hidden_layers,
         heads=text.num_attention_heads,
-        vocab=text.vocab_size,
-        tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        vocab=vocab,
+        tied_embeddings=tied,
         largest_block=largest_block,
         first_dims=tuple(p.shape[0] if p.dim() else 1 for p in parameters),
         blocks=tuple(block_of.get(id(p), -1) for p in parameters),

@@ -152,19 +152,14 @@ def cross_stream_reserve(tensors: dict[str, int]) -> int:
     phase that decides may be another than the tensor peak's: one that holds few of the pools' blocks while
     they stay reserved."""
     transient = phase_bytes(tensors)
-    pools = {
-        stream: max(sum(tensors.get(n, 0) for n in names if n in phase) for phase in PHASES.values())
-        for stream, names in SIDE_STREAM_TERMS.items()
-    }
-
-    def reserved_at(phase: str) -> int:
-        held = {
-            stream: sum(tensors.get(n, 0) for n in names if n in PHASES[phase])
-            for stream, names in SIDE_STREAM_TERMS.items()
-        }
-        return transient[phase] + sum(max(0, pools[stream] - held[stream]) for stream in pools)
-
-    return max(0, max(reserved_at(phase) for phase in PHASES) - max(transient.values()))
+    streams = [
+        phase_bytes({name: size for name, size in tensors.items() if name in names})
+        for names in SIDE_STREAM_TERMS.values()
+    ]
+    reserved = max(
+        transient[phase] + sum(max(held.values()) - held[phase] for held in streams) for phase in PHASES
+    )
+    return reserved - max(transient.values())
 
 
 def overhead_spreads(tensors: dict[str, int], setup: Setup, deepspeed_engine: bool) -> dict[str, Spread]:

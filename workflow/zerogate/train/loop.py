@@ -45,6 +45,7 @@ from zerogate.data.dataset import load_split
 from zerogate.hardware import peak_flops, product_parameters, training_flops_per_token
 from zerogate.hashing import sha256_json
 from zerogate.model.build import load_for_training
+from zerogate.model.counts import input_embedding
 from zerogate.provenance import git_state
 from zerogate.runtime import loop
 from zerogate.runtime.engines import ENGINES, build_engine
@@ -275,12 +276,7 @@ class Run:
             placement=self.placement,
             flops=ModelFlops(
                 per_token=training_flops_per_token(
-                    product_parameters(
-                        self.engine.parameter_count(),
-                        config.vocab_size,
-                        config.hidden_size,
-                        bool(getattr(config, "tie_word_embeddings", False)),
-                    ),
+                    product_parameters(self.engine.parameter_count(), *input_embedding(config)),
                     config.num_hidden_layers,
                     config.hidden_size,
                     self.spec.seq_len,
