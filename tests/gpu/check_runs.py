@@ -359,6 +359,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-held-out", action="store_true", help="leave the held-out points out (GPU mode; HELD_OUT)"
     )
     parser.add_argument(
+        "--search-card",
+        help="search only on the claimed box's cards whose name holds this (e.g. 5070; default every card)",
+    )
+    parser.add_argument(
         "--launch",
         nargs="+",
         help="the points trained, the grid's (POINTS) or held-out ones (default all); the others are "
@@ -419,13 +423,19 @@ def planned_micro_batches(points: dict[str, Point], fingerprint: Fingerprint) ->
 
 
 def search_points(
-    points: dict[str, Point], datasets: dict[str, Path], work: Path, budget: Budget, kind: str
+    points: dict[str, Point],
+    datasets: dict[str, Path],
+    work: Path,
+    budget: Budget,
+    kind: str,
+    card: str | None = None,
 ) -> list:
-    """Per consumer card of the claimed box (the small one first) and per point: the plan's largest
-    micro-batch on that card and, on a GPU, the largest that trains with the device capped to it. Every
-    search first tries the plan's own figure, then each goes on to its end while the budget lasts."""
+    """Per consumer card of the claimed box (the small one first; only those whose name holds ``card``, when
+    given) and per point: the plan's largest micro-batch on that card and, on a GPU, the largest that trains
+    with the device capped to it. Every search first tries the plan's own figure, then each goes on to its
+    end while the budget lasts."""
     fingerprint = Fingerprint.read(work / "fingerprint.json")
-    rows = planned_micro_batches(points, fingerprint)
+    rows = [row for row in planned_micro_batches(points, fingerprint) if card is None or card in row["card"]]
     searches = [Search(row["plan"]) for row in rows]
     if kind == "cpu":
         return [{**row, "largest": None, "status": CPU_NO_SEARCH, "probes": []} for row in rows]
@@ -480,6 +490,12 @@ def check(args: argparse.Namespace) -> int:
         clock = time.monotonic()
 
     held_out = [] if kind == "cpu" or args.no_held_out else held_out_points()
+    cards = [card.name for card in load_description(CLAIMED_BOX).gpus]
+    if args.search_card is not None and not any(args.search_card in name for name in cards):
+        print(
+            f"check_runs: --search-card: no card of {CLAIMED_BOX} holds {args.search_card!r}", file=sys.stderr
+        )
+        return 2
     unknown = set(args.launch or []) - {*POINTS, *(point["id"] for point in held_out)}
     if unknown:
         print(f"check_runs: --launch: no such point: {', '.join(sorted(unknown))}", file=sys.stderr)
@@ -508,7 +524,9 @@ def check(args: argparse.Namespace) -> int:
     runs = train_points(points, datasets, args.work, budget, launched)
     phase("runs")
     grid = {name: points[name] for name in POINTS}
-    searches = [] if args.no_search else search_points(grid, datasets, args.work, budget, kind)
+    searches = (
+        [] if args.no_search else search_points(grid, datasets, args.work, budget, kind, args.search_card)
+    )
     phase("micro-batch search")
     runs = plan_runs(runs, points, args.work)
     phase("plans")

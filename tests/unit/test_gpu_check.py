@@ -175,6 +175,36 @@ def test_every_probe_of_the_search_runs_capped_at_its_card_and_within_the_budget
     assert {deadline for _, deadline, _ in launched} == {4e9}
 
 
+def test_the_search_can_be_kept_to_one_card_of_the_claimed_box(tmp_path, monkeypatch):
+    """--search-card keeps the search to the cards whose name holds it, and a name no card holds is refused
+    before anything is built."""
+    gpu_fingerprint(("NVIDIA H200", 139.8)).write(tmp_path / "fingerprint.json")
+    tried = []
+
+    class Plan:
+        largest_micro_batch_per_rank = 2
+        largest_micro_batch_fits_per_rank = largest_micro_batch_may_fit_per_rank = None
+
+    def fake_launch(point, dataset, out, deadline, cap_bytes=None):
+        tried.append(cap_bytes)
+        return Launch("out of memory", 1.0, [], "")
+
+    monkeypatch.setattr(check_runs, "plan_point", lambda point, machine: Plan())
+    monkeypatch.setattr(check_runs, "render_point", lambda name, profile, fingerprint, out: name)
+    monkeypatch.setattr(check_runs, "launch", fake_launch)
+    profile = tmp_path / "zero3.yaml"
+    profile.write_text("{}")
+    point = check_runs.Point("zero3", profile, None, profile, profile, profile)
+    budget = Budget(deadline=4e9, launch_s=1.0)
+    found = search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", "5070")
+    assert [row["card"] for row in found] == ["NVIDIA GeForce RTX 5070"]
+    assert set(tried) == {found[0]["cap_bytes"]}
+    monkeypatch.setattr(check_runs, "build_ops", lambda kind: pytest.fail("built before the refusal"))
+    argv = ["--out", str(tmp_path), "--work", str(tmp_path), "--deadline", "1", "--budget-s", "1"]
+    args = check_runs.parse_args([*argv, "--search-card", "A100"])
+    assert check_runs.check(args) == 2
+
+
 def test_a_run_whose_every_step_skipped_its_update_did_not_train():
     """fp16's first steps overflow and skip the update, and the optimizer's states come at the first update:
     a run of skipped steps never reached its peak, so it neither trained nor fits."""
