@@ -63,6 +63,18 @@ def step_rows(point: str, records: list[StepRecord], on_cpu: bool) -> list[dict[
     return rows
 
 
+def outside_allocator(rows: list[dict[str, Any]]) -> int | None:
+    """What a run's process held on its device outside the caching allocator: the largest, over steps.jsonl
+    rows, of the device reading (NVML) less the allocator's reserve (CUDA's context, kernels, cuBLAS's
+    workspace, NCCL's communicators); None when no row has both."""
+    gaps = [
+        row["device_peak_nvml(bytes)"] - row["allocator_peak(bytes)"]
+        for row in rows
+        if row.get("device_peak_nvml(bytes)") is not None and row.get("allocator_peak(bytes)") is not None
+    ]
+    return max(gaps) if gaps else None
+
+
 def run_levels(point: str, plan: Any, rows: list[dict[str, Any]], unmeasured: str) -> list[dict[str, Any]]:
     """Per level: the plan's figure for the run's scheme against the largest reading over the run's steps
     (none: ``unmeasured`` says why)."""
@@ -139,12 +151,19 @@ def tables(levels: list[dict[str, Any]], searches: list[dict[str, Any]], mode: s
         )
     lines += ["", "Largest micro-batch on a consumer card's capacity", ""]
     lines += [
-        "| point | card | capacity | plan | fits up to | may fit up to | measured | status |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "The plan is for a card of the capacity planned: the probes' allocator cap plus what the process held"
+        " outside the allocator in that call.",
+        "",
+        "| point | card | capacity | allocator cap | outside | capacity planned | plan | fits up to "
+        "| may fit up to | measured | status |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in searches:
+        cap, outside = row.get("allocator_cap(bytes)"), row.get("outside_allocator(bytes)")
         lines.append(
-            f"| {row['point']} | {row['card']} | {row['cap_bytes'] / 1e9:.2f} GB | {row['plan']} | "
+            f"| {row['point']} | {row['card']} | {row['cap_bytes'] / 1e9:.2f} GB | "
+            f"{'—' if cap is None else f'{cap / 1e9:.2f} GB'} | {_mib(outside)} | "
+            f"{row['planned_capacity(bytes)'] / 1e9:.2f} GB | {row['plan']} | "
             f"{_or_dash(row['plan_fits'])} | {_or_dash(row['plan_may_fit'])} | "
             f"{_or_dash(row['largest'])} | {row['status']} |"
         )

@@ -38,7 +38,7 @@ import torch
 import yaml
 
 from tests.gpu.capped_loop import CAP_VARIABLE
-from tests.gpu.check_results import write_results
+from tests.gpu.check_results import outside_allocator, step_rows, write_results
 from tests.gpu.micro_batch_search import Search
 from zerogate.bench.grid_points import write_profiles
 from zerogate.config.launch import PlanSettings
@@ -399,27 +399,45 @@ def plan_runs(runs: list[dict[str, Any]], points: dict[str, Point], work: Path) 
     return [{**run, "plan": plan_point(points[run["point"]], machine)} for run in runs]
 
 
-def planned_micro_batches(points: dict[str, Point], fingerprint: Fingerprint) -> list[dict[str, Any]]:
+def planned_micro_batches(
+    points: dict[str, Point], fingerprint: Fingerprint, extra_bytes: int = 0
+) -> list[dict[str, Any]]:
     """Per consumer card of the claimed box (the small one first) and per point: the plan's largest
-    micro-batch per rank on this machine with its device capped at the card's capacity (its point figure,
-    and the largest whose verdict is "fits" and the largest that "may fit")."""
+    micro-batch per rank on this machine with its device capped at the card's capacity plus ``extra_bytes``
+    (its point figure, and the largest whose verdict is "fits" and the largest that "may fit")."""
     machine = from_fingerprint(fingerprint, "gpu-check")
     cards = sorted(load_description(CLAIMED_BOX).gpus, key=lambda card: card.memory_total_bytes)
     rows = []
     for card in cards:
+        planned = card.model_copy(update={"memory_total_bytes": card.memory_total_bytes + extra_bytes})
         for name, point in points.items():
-            plan = plan_point(point, capped_machine(machine, card))
+            plan = plan_point(point, capped_machine(machine, planned))
             rows.append(
                 {
                     "point": name,
                     "card": card.name,
                     "cap_bytes": card.memory_total_bytes,
+                    "planned_capacity(bytes)": planned.memory_total_bytes,
                     "plan": plan.largest_micro_batch_per_rank,
                     "plan_fits": plan.largest_micro_batch_fits_per_rank,
                     "plan_may_fit": plan.largest_micro_batch_may_fit_per_rank,
                 }
             )
     return rows
+
+
+def outside_of(runs: list[dict[str, Any]], probed: dict[str, Any]) -> int | None:
+    """What this call's process holds outside the caching allocator: the trained runs' largest gap
+    (check_results.outside_allocator), else the probe's reading after its first collective (process_memory),
+    else None (nothing measured it)."""
+    rows = [
+        row
+        for run in runs
+        if run["launch"] is not None
+        for row in step_rows(run["point"], run["launch"].records, on_cpu=False)
+    ]
+    found = outside_allocator(rows)
+    return found if found is not None else probed.get("after_nccl(bytes)")
 
 
 def search_points(
@@ -429,13 +447,24 @@ def search_points(
     budget: Budget,
     kind: str,
     card: str | None = None,
+    outside: int | None = None,
 ) -> list:
     """Per consumer card of the claimed box (the small one first; only those whose name holds ``card``, when
     given) and per point: the plan's largest micro-batch on that card and, on a GPU, the largest that trains
-    with the device capped to it. Every search first tries the plan's own figure, then each goes on to its
-    end while the budget lasts."""
+    with the caching allocator capped at the card's capacity less ``outside`` (what this machine's process
+    holds outside the allocator, measured in this call, which on the card takes from the same memory), so
+    that a probe trains where the card would. Every search first tries the plan's own figure, then each goes
+    on to its end while the budget lasts."""
     fingerprint = Fingerprint.read(work / "fingerprint.json")
-    rows = [row for row in planned_micro_batches(points, fingerprint) if card is None or card in row["card"]]
+    rows = [
+        {
+            **row,
+            "outside_allocator(bytes)": outside,
+            "allocator_cap(bytes)": row["cap_bytes"] - (outside or 0),
+        }
+        for row in planned_micro_batches(points, fingerprint)
+        if card is None or card in row["card"]
+    ]
     searches = [Search(row["plan"]) for row in rows]
     if kind == "cpu":
         return [{**row, "largest": None, "status": CPU_NO_SEARCH, "probes": []} for row in rows]
@@ -448,7 +477,8 @@ def search_points(
             profile = with_micro_batch(points[row["point"]].profile, micro_batch, PROBE_STEPS[kind])
             where = work / "search" / f"{row['point']}-{row['cap_bytes']}-mb{micro_batch}"
             point = render_point(row["point"], profile, fingerprint, where)
-            done = launch(point, datasets[row["point"]], where, budget.deadline, cap_bytes=row["cap_bytes"])
+            cap = row["allocator_cap(bytes)"]
+            done = launch(point, datasets[row["point"]], where, budget.deadline, cap_bytes=cap)
             budget.launch_s = done.seconds
             return done.outcome
 
@@ -508,8 +538,8 @@ def check(args: argparse.Namespace) -> int:
         print(f"check_runs: this machine's accelerator is not {kind}", file=sys.stderr)
         return 2
     phase("probe")
-    outside = process_memory(kind, runs_environment())
-    print(f"check_runs: outside the allocator: {json.dumps(outside)}")
+    outside_probe = process_memory(kind, runs_environment())
+    print(f"check_runs: outside the allocator: {json.dumps(outside_probe)}")
     phase("process memory")
     profiles = write_grid(args.work, kind, held_out)
     points = {
@@ -524,8 +554,11 @@ def check(args: argparse.Namespace) -> int:
     runs = train_points(points, datasets, args.work, budget, launched)
     phase("runs")
     grid = {name: points[name] for name in POINTS}
+    outside = outside_of(runs, outside_probe)
     searches = (
-        [] if args.no_search else search_points(grid, datasets, args.work, budget, kind, args.search_card)
+        []
+        if args.no_search
+        else search_points(grid, datasets, args.work, budget, kind, args.search_card, outside)
     )
     phase("micro-batch search")
     runs = plan_runs(runs, points, args.work)
@@ -537,7 +570,8 @@ def check(args: argparse.Namespace) -> int:
         "phases_s": phases,
         "skipped": budget.skipped,
         "ops": ops,
-        "process_memory_outside_allocator": outside,
+        "process_memory_outside_allocator": outside_probe,
+        "outside_allocator_in_runs(bytes)": outside,
         "fingerprint": fingerprint,
         "install": json.loads(args.install_record.read_text()) if args.install_record else None,
         "kit": json.loads(args.kit_record.read_text()) if args.kit_record else None,

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.gpu.check_results import run_levels, tables
+from tests.gpu.check_results import outside_allocator, run_levels, tables
 from tests.gpu.check_runs import (
     POINTS,
     held_out_points,
@@ -38,8 +38,7 @@ def recorded(folders: list[Path]) -> tuple[dict[str, Any], dict[str, list[dict[s
             raise SystemExit(f"{folder / 'check.json'}: mode: want cuda, got {check.get('mode')!r}")
     rows: dict[str, list[dict[str, Any]]] = {}
     for folder in folders:
-        for line in (folder / "steps.jsonl").read_text().splitlines():
-            row = json.loads(line)
+        for row in read_steps(folder):
             rows.setdefault(row["point"], []).append(row)
     return checks[0]["fingerprint"], rows
 
@@ -56,10 +55,11 @@ def replan(
     searched: dict[tuple[str, str], dict[str, Any]] = {}
     for folder in folders:  # a later call's row replaces an earlier one only if one of its probes launched
         if (folder / "micro_batch.json").exists():
+            outside = outside_allocator(read_steps(folder))
             for row in json.loads((folder / "micro_batch.json").read_text()):
                 launched = [probe for probe in row["probes"] if probe["outcome"] != "out of budget"]
                 if launched or (row["point"], row["card"]) not in searched:
-                    searched[row["point"], row["card"]] = row
+                    searched[row["point"], row["card"]] = as_capped(row, outside)
     with tempfile.TemporaryDirectory(prefix="zerogate-replan-") as work:
         (Path(work) / "fingerprint.json").write_text(json.dumps(fingerprint_json))
         fingerprint = Fingerprint.read(Path(work) / "fingerprint.json")
@@ -73,11 +73,39 @@ def replan(
         levels = []
         for name, point in points.items():
             levels += run_levels(name, plan_point(point, machine), rows.get(name, []), "no step recorded it")
-        micro_batches = [
-            {**NOT_SEARCHED, **searched.get((row["point"], row["card"]), {}), **row}
-            for row in planned_micro_batches({name: points[name] for name in POINTS}, fingerprint)
-        ]
+        grid = {name: points[name] for name in POINTS}
+        extras = {0} | {extra_bytes(row) for row in searched.values()}
+        planned = {extra: planned_micro_batches(grid, fingerprint, extra) for extra in sorted(extras)}
+        micro_batches = []
+        for row in planned[0]:
+            found = {**NOT_SEARCHED, **searched.get((row["point"], row["card"]), {})}
+            plans = {(r["point"], r["card"]): r for r in planned[extra_bytes(found)]}
+            micro_batches.append({**found, **plans[row["point"], row["card"]]})
     return levels, micro_batches
+
+
+def read_steps(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
+
+
+def as_capped(row: dict[str, Any], outside: int | None) -> dict[str, Any]:
+    """A recorded search row with its probes' allocator cap and what the process held outside the allocator
+    in its call. Rows written before the check capped the allocator at the card's capacity less that
+    (check_runs.search_points) capped it at the capacity itself: theirs is ``outside`` (the call's runs,
+    check_results.outside_allocator)."""
+    if "allocator_cap(bytes)" in row:
+        return row
+    return {**row, "allocator_cap(bytes)": row["cap_bytes"], "outside_allocator(bytes)": outside}
+
+
+def extra_bytes(row: dict[str, Any]) -> int:
+    """What the plan adds to the card's capacity to plan the card the probes measured: their allocator cap
+    plus the process's memory outside the allocator, less the capacity (0 for a row the check capped at the
+    capacity less that; 0 for a row not searched)."""
+    cap = row.get("allocator_cap(bytes)")
+    if cap is None:
+        return 0
+    return cap + (row.get("outside_allocator(bytes)") or 0) - row["cap_bytes"]
 
 
 if __name__ == "__main__":

@@ -173,6 +173,30 @@ def test_every_probe_of_the_search_runs_capped_at_its_card_and_within_the_budget
     }
     assert {cap for _, _, cap in launched} == set(cards.values())
     assert {deadline for _, deadline, _ in launched} == {4e9}
+    # What the process holds outside the allocator takes from the card too: the probes' cap is the rest.
+    launched.clear()
+    outside = 1_700 * 2**20
+    found = search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", None, outside)
+    assert {cap for _, _, cap in launched} == {cap - outside for cap in cards.values()}
+    assert {(r["allocator_cap(bytes)"], r["outside_allocator(bytes)"]) for r in found} == {
+        (cap - outside, outside) for cap in cards.values()
+    }
+    assert {row["planned_capacity(bytes)"] for row in found} == set(cards.values())
+
+
+def test_what_the_process_holds_outside_the_allocator_is_the_runs_largest_gap_or_the_probes():
+    """The device reading less the allocator's reserve, the largest over the trained runs' steps; with no run
+    measured, the probe's reading after its first collective; with neither, None."""
+    records = [
+        step_record(step=s, max_reserved_gib=1.0, nvml_process_peak_gib=n) for s, n in ((1, 2.5), (2, 2.75))
+    ]
+    runs = [
+        {"point": "zero3", "launch": Launch("trained", 1.0, records, "")},
+        {"point": "zero2-offload", "launch": None},
+    ]
+    assert check_runs.outside_of(runs, {"after_nccl(bytes)": 5}) == int(2.75 * 2**30) - 2**30
+    assert check_runs.outside_of(runs[1:], {"after_nccl(bytes)": 5}) == 5
+    assert check_runs.outside_of(runs[1:], {"not_run": "CPU mode"}) is None
 
 
 def test_the_search_can_be_kept_to_one_card_of_the_claimed_box(tmp_path, monkeypatch):
@@ -240,20 +264,34 @@ def test_the_readings_outside_the_allocator_come_from_their_own_process_or_say_w
 def test_a_recorded_gpu_check_is_judged_again_against_its_own_steps(tmp_path):
     """tests/gpu/replan.py: every point planned now for the recorded H200, each level against the largest
     reading the recorded steps hold; a CPU-mode record is refused, naming its file and key."""
-    calls = [REPO / "tests/data/gpu_check/h200-2026-12-04" / call for call in ("call1", "call2", "call3")]
+    calls = [REPO / "tests/data/gpu_check/h200-2026-12-04" / c for c in ("call1", "call2", "call3", "call5")]
     held_out = held_out_points()[:1]  # one held-out point: each takes seconds to plan
     levels, micro_batches = replan(calls, held_out)
     steps = [json.loads(line) for call in calls for line in (call / "steps.jsonl").read_text().splitlines()]
     names = [*POINTS, *(point["id"] for point in held_out)]
     assert [row["point"] for row in levels] == [name for name in names for _ in LEVELS]
-    # Call 3 launched no probe: call 2's rows stand (the last call's row only where one launched).
+    # Call 3 launched no probe: call 2's rows stand; call 5 searched the small card: its rows replace those
+    # (the last call's row only where one of its probes launched).
     searched = json.loads((calls[1] / "micro_batch.json").read_text())
+    later = {(r["point"], r["card"]): r for r in json.loads((calls[3] / "micro_batch.json").read_text())}
+    assert {card for _, card in later} == {"NVIDIA GeForce RTX 5070"}
+    expected = [later.get((r["point"], r["card"]), r) for r in searched]
     assert [(row["point"], row["card"]) for row in micro_batches] == [
-        (r["point"], r["card"]) for r in searched
+        (r["point"], r["card"]) for r in expected
     ]
-    for now, then in zip(micro_batches, searched, strict=True):
+    gap = {
+        id(r): max(s["device_peak_nvml(bytes)"] - s["allocator_peak(bytes)"] for s in call_steps)
+        for call, rows in ((calls[1], searched), (calls[3], later.values()))
+        for call_steps in [[json.loads(line) for line in (call / "steps.jsonl").read_text().splitlines()]]
+        for r in rows
+    }
+    for now, then in zip(micro_batches, expected, strict=True):
         assert now["largest"] == then["largest"] and now["probes"] == then["probes"]
         assert 0 <= now["plan_fits"] <= now["plan_may_fit"] and now["plan"] >= 0
+        # These probes capped the allocator at the card's capacity: the card they measured is that plus
+        # what the process held outside the allocator in their call.
+        assert now["allocator_cap(bytes)"] == then["cap_bytes"] == now["cap_bytes"]
+        assert now["planned_capacity(bytes)"] == then["cap_bytes"] + gap[id(then)]
     reading_of = {level: reading for level, _, reading in LEVELS}
     for row in levels:
         key = reading_of[row["level"]]
