@@ -363,6 +363,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="search only on the claimed box's cards whose name holds this (e.g. 5070; default every card)",
     )
     parser.add_argument(
+        "--search-point",
+        nargs="+",
+        choices=POINTS,
+        help="search only these points of the grid (default every one)",
+    )
+    parser.add_argument(
+        "--plan-launched",
+        action="store_true",
+        help="plan only the points this call trains (tests/gpu/replan.py plans any point from the record)",
+    )
+    parser.add_argument(
         "--launch",
         nargs="+",
         help="the points trained, the grid's (POINTS) or held-out ones (default all); the others are "
@@ -400,15 +411,16 @@ def plan_runs(runs: list[dict[str, Any]], points: dict[str, Point], work: Path) 
 
 
 def planned_micro_batches(
-    points: dict[str, Point], fingerprint: Fingerprint, extra_bytes: int = 0
+    points: dict[str, Point], fingerprint: Fingerprint, extra_bytes: int = 0, card_name: str | None = None
 ) -> list[dict[str, Any]]:
-    """Per consumer card of the claimed box (the small one first) and per point: the plan's largest
-    micro-batch per rank on this machine with its device capped at the card's capacity plus ``extra_bytes``
-    (its point figure, and the largest whose verdict is "fits" and the largest that "may fit")."""
+    """Per consumer card of the claimed box (the small one first; only those whose name holds ``card_name``,
+    when given) and per point: the plan's largest micro-batch per rank on this machine with its device capped
+    at the card's capacity plus ``extra_bytes`` (its point figure, and the largest whose verdict is "fits"
+    and the largest that "may fit")."""
     machine = from_fingerprint(fingerprint, "gpu-check")
     cards = sorted(load_description(CLAIMED_BOX).gpus, key=lambda card: card.memory_total_bytes)
     rows = []
-    for card in cards:
+    for card in [card for card in cards if card_name is None or card_name in card.name]:
         planned = card.model_copy(update={"memory_total_bytes": card.memory_total_bytes + extra_bytes})
         for name, point in points.items():
             plan = plan_point(point, capped_machine(machine, planned))
@@ -462,8 +474,7 @@ def search_points(
             "outside_allocator(bytes)": outside,
             "allocator_cap(bytes)": row["cap_bytes"] - (outside or 0),
         }
-        for row in planned_micro_batches(points, fingerprint)
-        if card is None or card in row["card"]
+        for row in planned_micro_batches(points, fingerprint, card_name=card)
     ]
     searches = [Search(row["plan"]) for row in rows]
     if kind == "cpu":
@@ -553,7 +564,7 @@ def check(args: argparse.Namespace) -> int:
     launched = args.launch or list(points)
     runs = train_points(points, datasets, args.work, budget, launched)
     phase("runs")
-    grid = {name: points[name] for name in POINTS}
+    grid = {name: points[name] for name in args.search_point or POINTS}
     outside = outside_of(runs, outside_probe)
     searches = (
         []
@@ -561,7 +572,10 @@ def check(args: argparse.Namespace) -> int:
         else search_points(grid, datasets, args.work, budget, kind, args.search_card, outside)
     )
     phase("micro-batch search")
-    runs = plan_runs(runs, points, args.work)
+    trained = len([run for run in runs if run["launch"] is not None])
+    unrun = [run["point"] for run in runs if run["launch"] is None]
+    kept = [run for run in runs if run["launch"] is not None or not args.plan_launched]
+    runs = plan_runs(kept, points, args.work)
     phase("plans")
     context = {
         "mode": kind,
@@ -579,9 +593,8 @@ def check(args: argparse.Namespace) -> int:
     problems = write_results(args.out, context, runs, searches)
     for problem in problems:
         print(f"check_runs: problem: {problem}")
-    unrun = [run["point"] for run in runs if run["launch"] is None]
     verdict = "PASS" if not problems else f"{len(problems)} problem(s)"
-    print(f"check_runs: {verdict}; {len(runs) - len(unrun)} of {len(runs)} points trained", end="")
+    print(f"check_runs: {verdict}; {trained} of {trained + len(unrun)} points trained", end="")
     print(f" (not run: {', '.join(unrun)})" if unrun else "", end="")
     print(f"; results in {args.out}")
     return 1 if problems else 0
