@@ -52,14 +52,18 @@ def replan(
     the plan's largest micro-batch per card of the claimed box and point (check_runs.planned_micro_batches)
     beside what the recorded searches measured."""
     fingerprint_json, rows = recorded(folders)
-    searched: dict[tuple[str, str], dict[str, Any]] = {}
-    for folder in folders:  # a later call's row replaces an earlier one only if one of its probes launched
+    # Per point, card and the card the probes measured (extra_bytes), the rows where a probe launched (the
+    # others measured nothing), a later call's replacing an earlier one.
+    searched: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for folder in folders:
         if (folder / "micro_batch.json").exists():
             outside = outside_allocator(read_steps(folder))
             for row in json.loads((folder / "micro_batch.json").read_text()):
+                capped = as_capped(row, outside)
+                key = (row["point"], row["card"], extra_bytes(capped))
                 launched = [probe for probe in row["probes"] if probe["outcome"] != "out of budget"]
-                if launched or (row["point"], row["card"]) not in searched:
-                    searched[row["point"], row["card"]] = as_capped(row, outside)
+                if launched:
+                    searched[key] = capped
     with tempfile.TemporaryDirectory(prefix="zerogate-replan-") as work:
         (Path(work) / "fingerprint.json").write_text(json.dumps(fingerprint_json))
         fingerprint = Fingerprint.read(Path(work) / "fingerprint.json")
@@ -74,13 +78,17 @@ def replan(
         for name, point in points.items():
             levels += run_levels(name, plan_point(point, machine), rows.get(name, []), "no step recorded it")
         grid = {name: points[name] for name in POINTS}
-        extras = {0} | {extra_bytes(row) for row in searched.values()}
-        planned = {extra: planned_micro_batches(grid, fingerprint, extra) for extra in sorted(extras)}
-        micro_batches = []
-        for row in planned[0]:
-            found = {**NOT_SEARCHED, **searched.get((row["point"], row["card"]), {})}
-            plans = {(r["point"], r["card"]): r for r in planned[extra_bytes(found)]}
-            micro_batches.append({**found, **plans[row["point"], row["card"]]})
+        extras = sorted({0} | {extra for _, _, extra in searched})
+        planned = {
+            extra: {(r["point"], r["card"]): r for r in planned_micro_batches(grid, fingerprint, extra)}
+            for extra in extras
+        }
+        micro_batches = []  # per point and card: the card itself, then each other card the probes measured
+        for point, card in planned[0]:
+            for extra in extras:
+                found = searched.get((point, card, extra), NOT_SEARCHED if extra == 0 else None)
+                if found is not None:
+                    micro_batches.append({**NOT_SEARCHED, **found, **planned[extra][point, card]})
     return levels, micro_batches
 
 
