@@ -4,7 +4,7 @@ for the machine the check recorded (check.json's fingerprint), and each level ag
 check_results.run_levels and tables). After a planner change, what the same runs say of it: an in-sample
 figure, not a new check.
 
-    python -m tests.gpu.replan tests/data/gpu_check/h200-2026-12-04/call{1,2}
+    python -m tests.gpu.replan tests/data/gpu_check/h200-2026-12-04/call{1,2,3,5,6}
 """
 
 from __future__ import annotations
