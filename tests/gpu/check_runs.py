@@ -39,7 +39,7 @@ import yaml
 
 from tests.gpu.capped_loop import CAP_VARIABLE
 from tests.gpu.check_results import outside_allocator, step_rows, write_results
-from tests.gpu.micro_batch_search import Search
+from tests.gpu.micro_batch_search import Search, resumed
 from zerogate.bench.grid_points import write_profiles
 from zerogate.config.launch import PlanSettings
 from zerogate.config.machines import GpuDescription, from_fingerprint, load_description
@@ -59,6 +59,10 @@ from zerogate.runtime.probe import probe
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "config/profiles"
 # The claimed box as the claim states it: its cards' capacities cap the device in the micro-batch search.
+# How far a recorded search's allocator cap may lie from this call's for the search to go on at the recorded
+# cap: assumed, 32 MiB, sixteen times the 2 MiB by which the recorded calls' memory outside the allocator
+# differed (1,706-1,708 MiB, tests/data/gpu_check/h200-2026-12-04), and under 0.5 % of the smallest card.
+RESUME_TOLERANCE_BYTES = 32 * 2**20
 CLAIMED_BOX = REPO / "config/machines/claim-as-stated-rtx5070-8gb-rtx4090.yaml"
 # The grid's points: ZeRO variants (zerogate.render.variants), in the order they run.
 POINTS = ("zero3", "zero3-offload", "zero3-offload-all", "zero2-offload")
@@ -369,6 +373,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="search only these points of the grid (default every one)",
     )
     parser.add_argument(
+        "--resume",
+        nargs="+",
+        type=Path,
+        default=[],
+        help="recorded checks (folders with micro_batch.json) whose searches go on where they stopped",
+    )
+    parser.add_argument(
         "--plan-launched",
         action="store_true",
         help="plan only the points this call trains (tests/gpu/replan.py plans any point from the record)",
@@ -438,6 +449,12 @@ def planned_micro_batches(
     return rows
 
 
+def recorded_searches(folders: list[Path]) -> list[dict[str, Any]]:
+    """The micro_batch.json rows of recorded checks, in the order given (a later one goes on from an
+    earlier one's probes as well)."""
+    return [row for folder in folders for row in json.loads((folder / "micro_batch.json").read_text())]
+
+
 def outside_of(runs: list[dict[str, Any]], probed: dict[str, Any]) -> int | None:
     """What this call's process holds outside the caching allocator: the trained runs' largest gap
     (check_results.outside_allocator), else the probe's reading after its first collective (process_memory),
@@ -452,6 +469,27 @@ def outside_of(runs: list[dict[str, Any]], probed: dict[str, Any]) -> int | None
     return found if found is not None else probed.get("after_nccl(bytes)")
 
 
+def resume_cap(row: dict[str, Any], earlier: list[dict[str, Any]]) -> dict[str, Any]:
+    """``row`` with the probes and cap of the last of ``earlier``'s rows for its point and card whose
+    allocator cap lies within RESUME_TOLERANCE_BYTES of its own (rows without one capped at the card's
+    capacity); unchanged when there is none."""
+    same = [
+        r
+        for r in earlier
+        if (r["point"], r["card"]) == (row["point"], row["card"])
+        and abs(r.get("allocator_cap(bytes)", r["cap_bytes"]) - row["allocator_cap(bytes)"])
+        <= RESUME_TOLERANCE_BYTES
+    ]
+    if not same:
+        return row
+    last = same[-1]
+    return {
+        **row,
+        "allocator_cap(bytes)": last.get("allocator_cap(bytes)", last["cap_bytes"]),
+        "resumed_probes": [p for r in same for p in r["probes"] if not p.get("earlier")],
+    }
+
+
 def search_points(
     points: dict[str, Point],
     datasets: dict[str, Path],
@@ -460,13 +498,16 @@ def search_points(
     kind: str,
     card: str | None = None,
     outside: int | None = None,
+    earlier: list[dict[str, Any]] = (),
 ) -> list:
     """Per consumer card of the claimed box (the small one first; only those whose name holds ``card``, when
     given) and per point: the plan's largest micro-batch on that card and, on a GPU, the largest that trains
     with the caching allocator capped at the card's capacity less ``outside`` (what this machine's process
     holds outside the allocator, measured in this call, which on the card takes from the same memory), so
     that a probe trains where the card would. Every search first tries the plan's own figure, then each goes
-    on to its end while the budget lasts."""
+    on to its end while the budget lasts. A search recorded in ``earlier`` (micro_batch.json rows) for the
+    same point and card at a cap within RESUME_TOLERANCE_BYTES of this one goes on from its probes, at its
+    cap."""
     fingerprint = Fingerprint.read(work / "fingerprint.json")
     rows = [
         {
@@ -476,9 +517,17 @@ def search_points(
         }
         for row in planned_micro_batches(points, fingerprint, card_name=card)
     ]
-    searches = [Search(row["plan"]) for row in rows]
+    rows = [resume_cap(row, earlier) for row in rows]
+    searches = [
+        resumed(row["plan"], row["resumed_probes"]) if row.get("resumed_probes") else Search(row["plan"])
+        for row in rows
+    ]
     if kind == "cpu":
-        return [{**row, "largest": None, "status": CPU_NO_SEARCH, "probes": []} for row in rows]
+        return [
+            {**{k: v for k, v in row.items() if k != "resumed_probes"}, "largest": None}
+            | {"status": CPU_NO_SEARCH, "probes": []}
+            for row in rows
+        ]
 
     def trying(row: dict[str, Any]) -> Callable[[int], str]:
         def try_batch(micro_batch: int) -> str:
@@ -498,7 +547,10 @@ def search_points(
     for probes in (1, None):  # the plan's figure for every search first, then each to its end
         for row, search in zip(rows, searches, strict=True):
             search.run(trying(row), probes)
-    found = [{**row, **search.result()} for row, search in zip(rows, searches, strict=True)]
+    found = [
+        {**{k: v for k, v in row.items() if k != "resumed_probes"}, **search.result()}
+        for row, search in zip(rows, searches, strict=True)
+    ]
     for row in found:
         where = f"{row['point']} on {row['card']}"
         print(f"check_runs: search {where}: plan {row['plan']}, measured {row['largest']} ({row['status']})")
@@ -541,6 +593,14 @@ def check(args: argparse.Namespace) -> int:
     if unknown:
         print(f"check_runs: --launch: no such point: {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
+    missing = [
+        str(folder / "micro_batch.json")
+        for folder in args.resume
+        if not (folder / "micro_batch.json").is_file()
+    ]
+    if missing:
+        print(f"check_runs: --resume: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
     ops = build_ops(kind)
     phase("ops")
     fingerprint = Fingerprint.of(probe(measure=False), "the probe")
@@ -569,7 +629,9 @@ def check(args: argparse.Namespace) -> int:
     searches = (
         []
         if args.no_search
-        else search_points(grid, datasets, args.work, budget, kind, args.search_card, outside)
+        else search_points(
+            grid, datasets, args.work, budget, kind, args.search_card, outside, recorded_searches(args.resume)
+        )
     )
     phase("micro-batch search")
     trained = len([run for run in runs if run["launch"] is not None])

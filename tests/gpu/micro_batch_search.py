@@ -30,7 +30,7 @@ class Search:
         return self.stopped is not None or self.fits + 1 >= (self.refused or self.upper + 1)
 
     def next_batch(self) -> int:
-        if not self.probes:
+        if self.fits == 0 and self.refused is None:  # nothing known yet: the plan's figure
             return min(max(self.start, 1), self.upper)
         if self.refused is None:
             return min(self.upper, 2 * self.fits)
@@ -63,6 +63,20 @@ class Search:
         else:
             status = f"at the search's upper bound {self.upper}" if self.fits == self.upper else "found"
         return {"largest": self.fits or None, "status": status, "probes": self.probes}
+
+
+def resumed(start: int, earlier: list[dict[str, Any]], upper: int = SEARCH_UPPER) -> Search:
+    """A search that goes on from the probes of earlier calls at the same cap (``earlier``: their
+    ``micro_batch`` and ``outcome``): the largest that trained and the smallest refused above it are known
+    (a refusal at or below a fit, which a probe not repeatable to the byte could give, is left out); the
+    probes of this call come after them in ``probes``."""
+    fits = max((p["micro_batch"] for p in earlier if p["outcome"] == "trained"), default=0)
+    refusals = [
+        p["micro_batch"] for p in earlier if p["outcome"] == "out of memory" and p["micro_batch"] > fits
+    ]
+    search = Search(start, upper, fits=fits, refused=min(refusals, default=None))
+    search.probes = [{**p, "earlier": True} for p in earlier if p["outcome"] in ("trained", "out of memory")]
+    return search
 
 
 def search_largest(try_batch: Callable[[int], str], start: int, upper: int = SEARCH_UPPER) -> dict[str, Any]:

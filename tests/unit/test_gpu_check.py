@@ -31,7 +31,7 @@ from tests.gpu.check_runs import (
     train_points,
     write_grid,
 )
-from tests.gpu.micro_batch_search import Search, search_largest
+from tests.gpu.micro_batch_search import Search, resumed, search_largest
 from tests.gpu.replan import replan
 from tests.unit.helpers import step_record
 from zerogate.config.machines import from_fingerprint, load_description
@@ -141,6 +141,21 @@ def test_a_search_stopped_after_its_first_probe_goes_on_where_it_stopped():
     assert search.run(fitting_up_to(37, tried)).result() == search_largest(fitting_up_to(37, []), 8)
 
 
+def test_a_resumed_search_goes_on_from_the_earlier_calls_probes():
+    """The earlier calls' fits and refusals bound the search; this call's probes come after them, and a
+    refusal at or below a fit (not repeatable to the byte) is left out."""
+    tried = []
+    earlier = [{"micro_batch": 11, "outcome": "trained"}, {"micro_batch": 22, "outcome": "out of budget"}]
+    found = resumed(11, earlier).run(fitting_up_to(16, tried)).result()
+    assert tried == [22, 16, 19, 17] and found["largest"] == 16 and found["status"] == "found"
+    assert found["probes"][0] == {"micro_batch": 11, "outcome": "trained", "earlier": True}
+    assert len(found["probes"]) == 5
+    noisy = [{"micro_batch": 8, "outcome": "out of memory"}, {"micro_batch": 12, "outcome": "trained"}]
+    search = resumed(4, noisy)
+    assert (search.fits, search.refused) == (12, None)
+    assert resumed(6, [{"micro_batch": 9, "outcome": "out of memory"}]).next_batch() == 4
+
+
 def test_every_probe_of_the_search_runs_capped_at_its_card_and_within_the_budget(tmp_path, monkeypatch):
     """The search's launches carry the card's capacity as the cap and the check's deadline as their own: a
     probe that ran uncapped would measure the H200, not the card."""
@@ -227,6 +242,50 @@ def test_the_search_can_be_kept_to_one_card_of_the_claimed_box(tmp_path, monkeyp
     argv = ["--out", str(tmp_path), "--work", str(tmp_path), "--deadline", "1", "--budget-s", "1"]
     args = check_runs.parse_args([*argv, "--search-card", "A100"])
     assert check_runs.check(args) == 2
+    assert check_runs.check(check_runs.parse_args([*argv, "--resume", str(tmp_path / "nowhere")])) == 2
+
+
+def test_a_search_goes_on_at_a_recorded_cap_near_its_own_and_ignores_others(tmp_path, monkeypatch):
+    """--resume: a recorded row of the same point and card whose allocator cap lies within the tolerance of
+    this call's goes on from its probes at its cap; one capped elsewhere (the card's whole capacity, before
+    the outside memory was taken off) is not used."""
+    gpu_fingerprint(("NVIDIA H200", 139.8)).write(tmp_path / "fingerprint.json")
+    small = min(load_description(CLAIMED_BOX).gpus, key=lambda card: card.memory_total_bytes)
+    outside, launched = 1_706 * 2**20, []
+
+    class Plan:
+        largest_micro_batch_per_rank = 11
+        largest_micro_batch_fits_per_rank = largest_micro_batch_may_fit_per_rank = None
+
+    def fake_launch(point, dataset, out, deadline, cap_bytes=None):
+        micro_batch = int(str(out).rsplit("mb", 1)[1])
+        launched.append((micro_batch, cap_bytes))
+        return Launch("trained" if micro_batch <= 12 else "out of memory", 1.0, [], "")
+
+    monkeypatch.setattr(check_runs, "plan_point", lambda point, machine: Plan())
+    monkeypatch.setattr(check_runs, "render_point", lambda name, profile, fingerprint, out: name)
+    monkeypatch.setattr(check_runs, "launch", fake_launch)
+    profile = tmp_path / "zero3.yaml"
+    profile.write_text("{}")
+    point = check_runs.Point("zero3", profile, None, profile, profile, profile)
+    recorded_cap = small.memory_total_bytes - outside + 2 * 2**20
+    base = {"point": "zero3", "card": small.name, "cap_bytes": small.memory_total_bytes}
+    earlier = [
+        {**base, "allocator_cap(bytes)": recorded_cap, "probes": [{"micro_batch": 11, "outcome": "trained"}]},
+        {**base, "probes": [{"micro_batch": 16, "outcome": "trained"}]},  # capped at the whole capacity
+    ]
+    budget = Budget(deadline=4e9, launch_s=1.0)
+    found = search_points(
+        {"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", "5070", outside, earlier
+    )
+    assert launched == [(22, recorded_cap), (16, recorded_cap), (13, recorded_cap), (12, recorded_cap)]
+    assert found[0]["largest"] == 12 and found[0]["allocator_cap(bytes)"] == recorded_cap
+    assert [p["micro_batch"] for p in found[0]["probes"]] == [11, 22, 16, 13, 12]
+    assert "resumed_probes" not in found[0]
+    launched.clear()
+    far = [{**earlier[0], "allocator_cap(bytes)": recorded_cap + 64 * 2**20}]
+    search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", "5070", outside, far)
+    assert launched[0] == (11, small.memory_total_bytes - outside)
 
 
 def test_a_run_whose_every_step_skipped_its_update_did_not_train():
