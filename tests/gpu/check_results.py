@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from zerogate.analysis.ledger_check import error_percent
+from zerogate.analysis.measures import step_time
+from zerogate.analysis.parse import steps_table
 from zerogate.contracts.records import StepRecord
 
 GIB = 1024**3
@@ -32,6 +34,10 @@ LEVELS = (
     ("allocator", "device_allocator_peak_per_rank_bytes", "allocator_peak(bytes)"),
     ("device", "device_per_rank_bytes", "device_peak_nvml(bytes)"),
 )
+# The steps left out of the measured step time before the fp16-skipped ones (zerogate.analysis.measures
+# .timed_steps): the first, which loads kernels and builds the optimizer's states. Assumed: one step; the
+# recorded H200 runs' first step took 2-5 times the median of the others.
+WARMUP_STEPS = 1
 CPU_ABSENT = "CPU mode: DeepSpeed's CPU accelerator has no CUDA allocator or NVML"
 LOG_TAIL_CHARS = 100_000
 
@@ -130,6 +136,30 @@ def _or_dash(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
+def step_time_row(point: str, plan: Any, records: list[StepRecord]) -> dict[str, Any]:
+    """The plan's predicted optimizer step (its interval, the deciding term, what has no figure) against the
+    run's measured median (zerogate.analysis.measures.step_time, after WARMUP_STEPS and without the steps fp16
+    skipped): inside or not, and the interval middle's error."""
+    predicted = plan.step_time
+    low, high = (None, None) if predicted is None else (predicted.low_s, predicted.high_s)
+    timed = steps_table(records) if records else None
+    measured = None
+    if timed is not None and (timed["step"] > WARMUP_STEPS).any():
+        value = step_time(timed, WARMUP_STEPS).value
+        measured = None if math.isnan(value) else value
+    both = None not in (low, high, measured)
+    return {
+        "point": point,
+        "predicted_low(s)": low,
+        "predicted_high(s)": high,
+        "deciding_term": None if predicted is None else predicted.deciding_term,
+        "missing": [] if predicted is None else predicted.missing,
+        "measured_median(s)": measured,
+        "inside": (low <= measured <= high) if both else None,
+        "middle_error(%)": error_percent((low + high) / 2, measured) if both else None,
+    }
+
+
 def _mib(value: int | None) -> str:
     return "—" if value is None else f"{value / 2**20:,.0f} MiB"
 
@@ -170,6 +200,25 @@ def tables(levels: list[dict[str, Any]], searches: list[dict[str, Any]], mode: s
     return "\n".join(lines) + "\n"
 
 
+def step_time_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["", "Optimizer step: predicted (this call's micro-benchmarks) against measured", ""]
+    lines += [
+        "| point | predicted (s) | deciding term | without a figure | measured median (s) | inside "
+        "| middle's error |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        low, high, measured = row["predicted_low(s)"], row["predicted_high(s)"], row["measured_median(s)"]
+        interval = "—" if None in (low, high) else f"{low:.3g} – {high:.3g}"
+        error = "—" if row["middle_error(%)"] is None else f"{row['middle_error(%)']:+.1f} %"
+        inside = {None: "—", True: "yes", False: "no"}[row["inside"]]
+        lines.append(
+            f"| {row['point']} | {interval} | {row['deciding_term'] or '—'} | {len(row['missing'])} | "
+            f"{'—' if measured is None else f'{measured:.3g}'} | {inside} | {error} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def write_results(out: Path, context: dict[str, Any], runs: list[dict], searches: list[dict]) -> list[str]:
     """The seven files (module docstring); the problems found, also in check.json."""
     on_cpu = context["mode"] == "cpu"
@@ -179,7 +228,7 @@ def write_results(out: Path, context: dict[str, Any], runs: list[dict], searches
         problems.append(f"the kit did not install: {install['output_tail'][-300:]}")
     if context["ops"].get("error"):
         problems.append(f"DeepSpeed's ops did not build: {context['ops']['error']}")
-    steps, levels, logs, outcomes = [], [], [], {}
+    steps, levels, logs, outcomes, times = [], [], [], {}, []
     for run in runs:
         point, launch = run["point"], run["launch"]
         if launch is None:
@@ -189,6 +238,7 @@ def write_results(out: Path, context: dict[str, Any], runs: list[dict], searches
         rows = step_rows(point, launch.records, on_cpu)
         steps += rows
         levels += run_levels(point, run["plan"], rows, CPU_ABSENT if on_cpu else "no step recorded it")
+        times.append(step_time_row(point, run["plan"], launch.records))
         problems += run_problems(point, launch, rows, run["steps"], on_cpu)
         outcomes[point] = {"outcome": launch.outcome, "seconds": round(launch.seconds, 1), "steps": len(rows)}
         logs.append(f"===== {point}: {launch.outcome} =====\n{launch.log[-LOG_TAIL_CHARS:]}")
@@ -197,6 +247,7 @@ def write_results(out: Path, context: dict[str, Any], runs: list[dict], searches
         **{k: v for k, v in context.items() if k != "fingerprint"},
         "fingerprint": context["fingerprint"].as_json(),
         "runs": outcomes,
+        "step_times": times,
         "problems": problems,
     }
     (out / "check.json").write_text(json.dumps(check, indent=2) + "\n")
@@ -205,6 +256,6 @@ def write_results(out: Path, context: dict[str, Any], runs: list[dict], searches
     (out / "micro_batch.json").write_text(json.dumps(searches, indent=2) + "\n")
     plans = {run["point"]: run["plan"].as_json() for run in runs}
     (out / "plans.json").write_text(json.dumps(plans) + "\n")
-    (out / "tables.md").write_text(tables(levels, searches, context["mode"]))
+    (out / "tables.md").write_text(tables(levels, searches, context["mode"]) + step_time_table(times))
     (out / "runs.log").write_text("\n".join(logs))
     return problems

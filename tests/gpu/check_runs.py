@@ -47,10 +47,12 @@ from zerogate.config.profile import check_profile, deep_merge, load_profile_chai
 from zerogate.config.settings import ProfileSettings
 from zerogate.contracts.base import plain, read_lines
 from zerogate.contracts.machine import Fingerprint
+from zerogate.contracts.microbench import Microbench
 from zerogate.contracts.records import StepRecord
 from zerogate.contracts.run import DsConfig, RunSpec, TrainSettings
 from zerogate.data.prepare import prepare
-from zerogate.predict.planner import plan_for_run
+from zerogate.predict.microbench_rates import rates_from_microbench
+from zerogate.predict.planner import plan_for_run, with_measured_compute
 from zerogate.render.claim import read_claim
 from zerogate.render.ds_config import RenderInputs, render
 from zerogate.runtime.ops import build_cpu_ops, build_env
@@ -88,6 +90,7 @@ BASES = {
 # scale skipped the first 3 updates on the lent H200 (overflows while the scale came down from 2**16).
 STEPS = {"cuda": 6, "cpu": 2}
 PROBE_STEPS = {"cuda": 5, "cpu": 2}
+MICROBENCH_S = 40.0  # what one point's micro-benchmarks are expected to take (imports and the op included)
 FIRST_LAUNCH_S = {"cuda": 60.0, "cpu": 20.0}  # what a launch is expected to take before one was timed
 # Held-out points (GPU mode only): other architectures, sizes, sequence lengths, micro-batches and activation
 # checkpointing than POINTS', each trained once; their plans are recorded before the run that checks them.
@@ -393,6 +396,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def measure_rates(
+    points: dict[str, Point], launched: list[str], work: Path, budget: Budget
+) -> dict[str, dict[str, Any]]:
+    """Each launched point's micro-benchmarks (tests/gpu/microbench_point.py), before any launch and within
+    the budget: ``{"path": microbench.json, "seconds": ...}`` or ``{"not_run": why}`` per point."""
+    found: dict[str, dict[str, Any]] = {}
+    for name in [name for name in points if name in launched]:
+        point, out = points[name], work / "rendered" / name / "microbench.json"
+        if not budget.allows(f"micro-benchmarks of {name}", MICROBENCH_S):
+            found[name] = {"not_run": "out of budget"}
+            continue
+        command = [
+            sys.executable,
+            "-m",
+            "tests.gpu.microbench_point",
+            str(point.run_spec),
+            str(point.ds_config),
+        ]
+        command += [str(work / "fingerprint.json"), str(out)]
+        started = time.monotonic()
+        done = subprocess.run(command, cwd=REPO, env=runs_environment(), capture_output=True, text=True)
+        seconds = round(time.monotonic() - started, 1)
+        if done.returncode != 0:
+            found[name] = {"not_run": f"exit {done.returncode}: {(done.stdout + done.stderr)[-300:]}"}
+        else:
+            found[name] = {"path": str(out), "seconds": seconds}
+        shown = found[name].get("seconds", found[name].get("not_run"))
+        print(f"check_runs: micro-benchmarks of {name}: {shown}")
+    return found
+
+
 def train_points(
     points: dict[str, Point], datasets: dict[str, Path], work: Path, budget: Budget, launched: list
 ) -> list:
@@ -415,10 +449,27 @@ def train_points(
     return runs
 
 
-def plan_runs(runs: list[dict[str, Any]], points: dict[str, Point], work: Path) -> list[dict[str, Any]]:
-    """Each run with its point's plan on this machine (the figures plan.json holds)."""
+def plan_runs(
+    runs: list[dict[str, Any]],
+    points: dict[str, Point],
+    work: Path,
+    rates: dict[str, dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Each run with its point's plan on this machine (the figures plan.json holds); where ``rates`` has the
+    point's micro-benchmarks (measure_rates), its step time predicted with them, as predict_step_time does
+    (zerogate.predict.planner.with_measured_compute, no measured compute)."""
     machine = from_fingerprint(Fingerprint.read(work / "fingerprint.json"), "gpu-check")
-    return [{**run, "plan": plan_point(points[run["point"]], machine)} for run in runs]
+    planned = []
+    for run in runs:
+        point = points[run["point"]]
+        plan = plan_point(point, machine)
+        bench = (rates or {}).get(run["point"], {}).get("path")
+        if bench is not None:
+            measured = rates_from_microbench(Microbench.read(bench), bench)
+            run_spec, ds_config = RunSpec.read(point.run_spec), DsConfig.read(point.ds_config)
+            plan = with_measured_compute(plan, run_spec, ds_config, machine, None, measured)
+        planned.append({**run, "plan": plan})
+    return planned
 
 
 def planned_micro_batches(
@@ -622,6 +673,8 @@ def check(args: argparse.Namespace) -> int:
     phase("dataset")
     budget = Budget(args.deadline, FIRST_LAUNCH_S[kind])
     launched = args.launch or list(points)
+    rates = measure_rates(points, launched, args.work, budget)
+    phase("micro-benchmarks")
     runs = train_points(points, datasets, args.work, budget, launched)
     phase("runs")
     grid = {name: points[name] for name in args.search_point or POINTS}
@@ -637,7 +690,7 @@ def check(args: argparse.Namespace) -> int:
     trained = len([run for run in runs if run["launch"] is not None])
     unrun = [run["point"] for run in runs if run["launch"] is None]
     kept = [run for run in runs if run["launch"] is not None or not args.plan_launched]
-    runs = plan_runs(kept, points, args.work)
+    runs = plan_runs(kept, points, args.work, rates)
     phase("plans")
     context = {
         "mode": kind,
@@ -648,6 +701,7 @@ def check(args: argparse.Namespace) -> int:
         "ops": ops,
         "process_memory_outside_allocator": outside_probe,
         "outside_allocator_in_runs(bytes)": outside,
+        "microbenchmarks": rates,
         "fingerprint": fingerprint,
         "install": json.loads(args.install_record.read_text()) if args.install_record else None,
         "kit": json.loads(args.kit_record.read_text()) if args.kit_record else None,

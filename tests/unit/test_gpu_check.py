@@ -4,6 +4,7 @@ themselves need a GPU: tests/gpu/; the runs' CPU mode is tests/integration/test_
 import json
 import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -11,7 +12,7 @@ import tests.gpu.check_runs as check_runs
 from tests.conftest import gpu_fingerprint
 from tests.gpu.capped_loop import cap_device
 from tests.gpu.check_gpu_1x import check_results
-from tests.gpu.check_results import LEVELS
+from tests.gpu.check_results import LEVELS, step_time_row
 from tests.gpu.check_runs import (
     CLAIMED_BOX,
     POINTS,
@@ -36,6 +37,7 @@ from tests.gpu.replan import replan
 from tests.unit.helpers import step_record
 from zerogate.config.machines import from_fingerprint, load_description
 from zerogate.contracts.base import write_lines
+from zerogate.contracts.plan import StepTime
 from zerogate.contracts.records import OVERFLOW_REASON, EvalRecord
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.predict.setup import setup_from_config
@@ -286,6 +288,67 @@ def test_a_search_goes_on_at_a_recorded_cap_near_its_own_and_ignores_others(tmp_
     far = [{**earlier[0], "allocator_cap(bytes)": recorded_cap + 64 * 2**20}]
     search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", "5070", outside, far)
     assert launched[0] == (11, small.memory_total_bytes - outside)
+
+
+def test_the_step_time_row_judges_the_median_of_the_updating_steps_after_the_first():
+    """check_results.step_time_row: the plan's interval against the measured median optimizer step, the
+    first step and the steps fp16 skipped left out (zerogate.analysis.measures.step_time)."""
+    predicted = StepTime(
+        **{"low(s)": 0.4, "high(s)": 0.6, "micro_step_low(s)": 0.4, "micro_step_high(s)": 0.6},
+        deciding_term="backward",
+        accumulation=1,
+        overlap="serial",
+        terms=[],
+        missing=["all-reduces per boundary: latency (no figure)"],
+    )
+    records = [
+        step_record(step=1, step_time_s=3.0),
+        step_record(step=2, step_time_s=0.1, skip_reason=OVERFLOW_REASON, loss_scale=2.0**15),
+        step_record(step=3, step_time_s=0.5, loss_scale=2.0**15),
+        step_record(step=4, step_time_s=0.7, loss_scale=2.0**15),
+        step_record(step=5, step_time_s=0.55, loss_scale=2.0**15),
+    ]
+    row = step_time_row("zero3", SimpleNamespace(step_time=predicted), records)
+    assert row["measured_median(s)"] == pytest.approx(0.55)
+    assert row["inside"] is True and row["middle_error(%)"] == pytest.approx(100 * (0.5 - 0.55) / 0.55)
+    assert row["deciding_term"] == "backward" and len(row["missing"]) == 1
+    slow = step_time_row("zero3", SimpleNamespace(step_time=predicted), [*records[:1], *records[2:4]])
+    assert slow["measured_median(s)"] == pytest.approx(0.6) and slow["inside"] is True
+    unplanned = step_time_row("zero3", SimpleNamespace(step_time=None), records)
+    assert unplanned["inside"] is None and unplanned["middle_error(%)"] is None
+    assert (
+        step_time_row("zero3", SimpleNamespace(step_time=predicted), records[:1])["measured_median(s)"]
+        is None
+    )
+
+
+def test_each_launched_point_is_micro_benchmarked_before_the_launches_within_the_budget(
+    tmp_path, monkeypatch
+):
+    """measure_rates: one process per launched point (tests/gpu/microbench_point.py), none for the others; a
+    failure or a budget too short is recorded with its reason."""
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        failed = command[4].endswith("/b/ds")
+        return subprocess.CompletedProcess(command, 1 if failed else 0, "", "RuntimeError: no op" * failed)
+
+    monkeypatch.setattr(check_runs.subprocess, "run", fake_run)
+    points = {
+        name: check_runs.Point(
+            name, tmp_path, None, tmp_path / name / "ds", tmp_path / name / "spec", tmp_path
+        )
+        for name in ("a", "b", "c")
+    }
+    found = check_runs.measure_rates(points, ["a", "b"], tmp_path, Budget(deadline=4e9, launch_s=1.0))
+    assert [command[2:4] for command in commands] == [
+        ["tests.gpu.microbench_point", str(tmp_path / "a" / "spec")]
+    ] + [["tests.gpu.microbench_point", str(tmp_path / "b" / "spec")]]
+    assert found["a"]["path"] == str(tmp_path / "rendered" / "a" / "microbench.json")
+    assert found["b"]["not_run"].startswith("exit 1: RuntimeError: no op") and "c" not in found
+    late = check_runs.measure_rates(points, ["a"], tmp_path, Budget(deadline=time.time() + 1, launch_s=1.0))
+    assert late == {"a": {"not_run": "out of budget"}}
 
 
 def test_a_run_whose_every_step_skipped_its_update_did_not_train():
