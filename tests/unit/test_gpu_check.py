@@ -158,43 +158,57 @@ def test_a_resumed_search_goes_on_from_the_earlier_calls_probes():
     assert resumed(6, [{"micro_batch": 9, "outcome": "out of memory"}]).next_batch() == 4
 
 
-def test_every_probe_of_the_search_runs_capped_at_its_card_and_within_the_budget(tmp_path, monkeypatch):
-    """The search's launches carry the card's capacity as the cap and the check's deadline as their own: a
-    probe that ran uncapped would measure the H200, not the card."""
+def faked_search(tmp_path, monkeypatch, plan_of, outcome_of_probe):
+    """The zero3 grid point, searched on an H200's fingerprint with the planner and the launches faked:
+    ``plan_of(machine)`` the plan's largest micro-batch, ``outcome_of_probe(micro_batch, cap_bytes)`` each
+    probe's outcome; returns the point and the probes launched (micro-batch, cap, deadline)."""
     gpu_fingerprint(("NVIDIA H200", 139.8)).write(tmp_path / "fingerprint.json")
-    cards = {card.name: card.memory_total_bytes for card in load_description(CLAIMED_BOX).gpus}
-    plans = {"NVIDIA GeForce RTX 5070": 3, "NVIDIA GeForce RTX 4090": 9}
     launched = []
 
     class Plan:
         def __init__(self, machine):
-            self.largest_micro_batch_per_rank = plans[machine.gpus[0].name]
+            self.largest_micro_batch_per_rank = plan_of(machine)
             self.largest_micro_batch_fits_per_rank = self.largest_micro_batch_may_fit_per_rank = None
 
     def fake_launch(point, dataset, out, deadline, cap_bytes=None):
-        launched.append((point, deadline, cap_bytes))
-        fits = cap_bytes == cards["NVIDIA GeForce RTX 4090"] or int(str(out).rsplit("mb", 1)[1]) <= 4
-        return Launch("trained" if fits else "out of memory", 1.0, [], "")
+        micro_batch = int(str(out).rsplit("mb", 1)[1])
+        launched.append((micro_batch, cap_bytes, deadline))
+        return Launch(outcome_of_probe(micro_batch, cap_bytes), 1.0, [], "")
 
     monkeypatch.setattr(check_runs, "plan_point", lambda point, machine: Plan(machine))
     monkeypatch.setattr(check_runs, "render_point", lambda name, profile, fingerprint, out: name)
     monkeypatch.setattr(check_runs, "launch", fake_launch)
     profile = tmp_path / "zero3.yaml"
     profile.write_text("{}")
-    point = check_runs.Point("zero3", profile, None, profile, profile, profile)
+    return check_runs.Point("zero3", profile, None, profile, profile, profile), launched
+
+
+def test_every_probe_of_the_search_runs_capped_at_its_card_and_within_the_budget(tmp_path, monkeypatch):
+    """The search's launches carry the card's capacity as the cap and the check's deadline as their own: a
+    probe that ran uncapped would measure the H200, not the card."""
+    cards = {card.name: card.memory_total_bytes for card in load_description(CLAIMED_BOX).gpus}
+    plans = {"NVIDIA GeForce RTX 5070": 3, "NVIDIA GeForce RTX 4090": 9}
+
+    def outcome(micro_batch, cap_bytes):
+        fits = cap_bytes == cards["NVIDIA GeForce RTX 4090"] or micro_batch <= 4
+        return "trained" if fits else "out of memory"
+
+    point, launched = faked_search(
+        tmp_path, monkeypatch, lambda machine: plans[machine.gpus[0].name], outcome
+    )
     budget = Budget(deadline=4e9, launch_s=1.0)
     found = search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda")
     assert {(row["card"], row["largest"]) for row in found} == {
         ("NVIDIA GeForce RTX 5070", 4),
         ("NVIDIA GeForce RTX 4090", 512),
     }
-    assert {cap for _, _, cap in launched} == set(cards.values())
-    assert {deadline for _, deadline, _ in launched} == {4e9}
+    assert {cap for _, cap, _ in launched} == set(cards.values())
+    assert {deadline for _, _, deadline in launched} == {4e9}
     # What the process holds outside the allocator takes from the card too: the probes' cap is the rest.
     launched.clear()
     outside = 1_700 * 2**20
     found = search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", None, outside)
-    assert {cap for _, _, cap in launched} == {cap - outside for cap in cards.values()}
+    assert {cap for _, cap, _ in launched} == {cap - outside for cap in cards.values()}
     assert {(r["allocator_cap(bytes)"], r["outside_allocator(bytes)"]) for r in found} == {
         (cap - outside, outside) for cap in cards.values()
     }
@@ -219,27 +233,11 @@ def test_what_the_process_holds_outside_the_allocator_is_the_runs_largest_gap_or
 def test_the_search_can_be_kept_to_one_card_of_the_claimed_box(tmp_path, monkeypatch):
     """--search-card keeps the search to the cards whose name holds it, and a name no card holds is refused
     before anything is built."""
-    gpu_fingerprint(("NVIDIA H200", 139.8)).write(tmp_path / "fingerprint.json")
-    tried = []
-
-    class Plan:
-        largest_micro_batch_per_rank = 2
-        largest_micro_batch_fits_per_rank = largest_micro_batch_may_fit_per_rank = None
-
-    def fake_launch(point, dataset, out, deadline, cap_bytes=None):
-        tried.append(cap_bytes)
-        return Launch("out of memory", 1.0, [], "")
-
-    monkeypatch.setattr(check_runs, "plan_point", lambda point, machine: Plan())
-    monkeypatch.setattr(check_runs, "render_point", lambda name, profile, fingerprint, out: name)
-    monkeypatch.setattr(check_runs, "launch", fake_launch)
-    profile = tmp_path / "zero3.yaml"
-    profile.write_text("{}")
-    point = check_runs.Point("zero3", profile, None, profile, profile, profile)
+    point, launched = faked_search(tmp_path, monkeypatch, lambda machine: 2, lambda m, cap: "out of memory")
     budget = Budget(deadline=4e9, launch_s=1.0)
     found = search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", "5070")
     assert [row["card"] for row in found] == ["NVIDIA GeForce RTX 5070"]
-    assert set(tried) == {found[0]["cap_bytes"]}
+    assert {cap for _, cap, _ in launched} == {found[0]["cap_bytes"]}
     monkeypatch.setattr(check_runs, "build_ops", lambda kind: pytest.fail("built before the refusal"))
     argv = ["--out", str(tmp_path), "--work", str(tmp_path), "--deadline", "1", "--budget-s", "1"]
     args = check_runs.parse_args([*argv, "--search-card", "A100"])
@@ -251,25 +249,11 @@ def test_a_search_goes_on_at_a_recorded_cap_near_its_own_and_ignores_others(tmp_
     """--resume: a recorded row of the same point and card whose allocator cap lies within the tolerance of
     this call's goes on from its probes at its cap; one capped elsewhere (the card's whole capacity, before
     the outside memory was taken off) is not used."""
-    gpu_fingerprint(("NVIDIA H200", 139.8)).write(tmp_path / "fingerprint.json")
     small = min(load_description(CLAIMED_BOX).gpus, key=lambda card: card.memory_total_bytes)
-    outside, launched = 1_706 * 2**20, []
-
-    class Plan:
-        largest_micro_batch_per_rank = 11
-        largest_micro_batch_fits_per_rank = largest_micro_batch_may_fit_per_rank = None
-
-    def fake_launch(point, dataset, out, deadline, cap_bytes=None):
-        micro_batch = int(str(out).rsplit("mb", 1)[1])
-        launched.append((micro_batch, cap_bytes))
-        return Launch("trained" if micro_batch <= 12 else "out of memory", 1.0, [], "")
-
-    monkeypatch.setattr(check_runs, "plan_point", lambda point, machine: Plan())
-    monkeypatch.setattr(check_runs, "render_point", lambda name, profile, fingerprint, out: name)
-    monkeypatch.setattr(check_runs, "launch", fake_launch)
-    profile = tmp_path / "zero3.yaml"
-    profile.write_text("{}")
-    point = check_runs.Point("zero3", profile, None, profile, profile, profile)
+    outside = 1_706 * 2**20
+    point, probes = faked_search(
+        tmp_path, monkeypatch, lambda machine: 11, lambda m, cap: "trained" if m <= 12 else "out of memory"
+    )
     recorded_cap = small.memory_total_bytes - outside + 2 * 2**20
     base = {"point": "zero3", "card": small.name, "cap_bytes": small.memory_total_bytes}
     earlier = [
@@ -280,14 +264,15 @@ def test_a_search_goes_on_at_a_recorded_cap_near_its_own_and_ignores_others(tmp_
     found = search_points(
         {"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", "5070", outside, earlier
     )
+    launched = [(micro_batch, cap) for micro_batch, cap, _ in probes]
     assert launched == [(22, recorded_cap), (16, recorded_cap), (13, recorded_cap), (12, recorded_cap)]
     assert found[0]["largest"] == 12 and found[0]["allocator_cap(bytes)"] == recorded_cap
     assert [p["micro_batch"] for p in found[0]["probes"]] == [11, 22, 16, 13, 12]
     assert "resumed_probes" not in found[0]
-    launched.clear()
+    probes.clear()
     far = [{**earlier[0], "allocator_cap(bytes)": recorded_cap + 64 * 2**20}]
     search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", "5070", outside, far)
-    assert launched[0] == (11, small.memory_total_bytes - outside)
+    assert probes[0][:2] == (11, small.memory_total_bytes - outside)
 
 
 def test_the_step_time_row_judges_the_median_of_the_updating_steps_after_the_first():
