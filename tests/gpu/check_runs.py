@@ -396,74 +396,54 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def measure_rates(
-    points: dict[str, Point], launched: list[str], work: Path, budget: Budget
-) -> dict[str, dict[str, Any]]:
-    """Each launched point's micro-benchmarks (tests/gpu/microbench_point.py), before any launch and within
-    the budget: ``{"path": microbench.json, "seconds": ...}`` or ``{"not_run": why}`` per point."""
-    found: dict[str, dict[str, Any]] = {}
-    for name in [name for name in points if name in launched]:
-        point, out = points[name], work / "rendered" / name / "microbench.json"
-        if not budget.allows(f"micro-benchmarks of {name}", MICROBENCH_S):
-            found[name] = {"not_run": "out of budget"}
-            continue
-        command = [
-            sys.executable,
-            "-m",
-            "tests.gpu.microbench_point",
-            str(point.run_spec),
-            str(point.ds_config),
-        ]
-        command += [str(work / "fingerprint.json"), str(out)]
-        started = time.monotonic()
-        done = subprocess.run(command, cwd=REPO, env=runs_environment(), capture_output=True, text=True)
-        seconds = round(time.monotonic() - started, 1)
-        if done.returncode != 0:
-            found[name] = {"not_run": f"exit {done.returncode}: {(done.stdout + done.stderr)[-300:]}"}
-        else:
-            found[name] = {"path": str(out), "seconds": seconds}
-        shown = found[name].get("seconds", found[name].get("not_run"))
-        print(f"check_runs: micro-benchmarks of {name}: {shown}")
-    return found
+def measure_rates(point: Point, work: Path) -> dict[str, Any]:
+    """The point's micro-benchmarks (tests/gpu/microbench_point.py, a process of its own):
+    ``{"path": microbench.json, "seconds": ...}``, or ``{"not_run": why}``."""
+    out = work / "rendered" / point.name / "microbench.json"
+    command = [sys.executable, "-m", "tests.gpu.microbench_point", str(point.run_spec), str(point.ds_config)]
+    command += [str(work / "fingerprint.json"), str(out)]
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=REPO, env=runs_environment(), capture_output=True, text=True)
+    if done.returncode != 0:
+        return {"not_run": f"exit {done.returncode}: {(done.stdout + done.stderr)[-300:]}"}
+    return {"path": str(out), "seconds": round(time.monotonic() - started, 1)}
 
 
 def train_points(
     points: dict[str, Point], datasets: dict[str, Path], work: Path, budget: Budget, launched: list
 ) -> list:
-    """Each point among ``launched``, within the budget, trained once at its own micro-batch; the others
-    recorded as not run, with the reason. Planning comes later (plan_runs): it needs no device, and a
-    budget spent on it would be taken from the launches."""
+    """Each point among ``launched``, within the budget, micro-benchmarked (measure_rates: the rates its
+    step time is predicted with) and then trained once at its own micro-batch; the others recorded as not
+    run, with the reason. Planning comes later (plan_runs): it needs no device, and a budget spent on it
+    would be taken from the launches."""
     runs = []
     for name, point in points.items():
         run = {"point": name, "steps": point.settings.training.optimizer_steps}
         if name not in launched:
             runs.append({**run, "launch": None, "not_run": "not launched: left out by --launch"})
             continue
-        if not budget.allows(f"run {name}"):
+        if not budget.allows(f"run {name}", budget.launch_s + MICROBENCH_S):
             runs.append({**run, "launch": None, "not_run": "not launched: out of budget"})
             continue
+        rates = measure_rates(point, work)
+        print(f"check_runs: micro-benchmarks of {name}: {rates.get('seconds', rates.get('not_run'))}")
         done = launch(point, datasets[name], work / "runs" / name, budget.deadline)
         budget.launch_s = done.seconds
-        runs.append({**run, "launch": done})
+        runs.append({**run, "rates": rates, "launch": done})
         print(f"check_runs: {name}: {done.outcome} in {done.seconds:.0f} s ({len(done.records)} steps)")
     return runs
 
 
-def plan_runs(
-    runs: list[dict[str, Any]],
-    points: dict[str, Point],
-    work: Path,
-    rates: dict[str, dict[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
-    """Each run with its point's plan on this machine (the figures plan.json holds); where ``rates`` has the
-    point's micro-benchmarks (measure_rates), its step time predicted with them, as predict_step_time does
-    (zerogate.predict.planner.with_measured_compute, no measured compute)."""
+def plan_runs(runs: list[dict[str, Any]], points: dict[str, Point], work: Path) -> list[dict[str, Any]]:
+    """Each run with its point's plan on this machine (the figures plan.json holds); where the run has its
+    point's micro-benchmarks (train_points' ``rates``), its step time predicted with them, as
+    predict_step_time does (zerogate.predict.planner.with_measured_compute, no measured compute)."""
     machine = from_fingerprint(Fingerprint.read(work / "fingerprint.json"), "gpu-check")
     planned = []
     for run in runs:
         point = points[run["point"]]
         plan = plan_point(point, machine)
-        bench = (rates or {}).get(run["point"], {}).get("path")
+        bench = run.get("rates", {}).get("path")
         if bench is not None:
             measured = rates_from_microbench(Microbench.read(bench), bench)
             run_spec, ds_config = RunSpec.read(point.run_spec), DsConfig.read(point.ds_config)
@@ -673,8 +653,6 @@ def check(args: argparse.Namespace) -> int:
     phase("dataset")
     budget = Budget(args.deadline, FIRST_LAUNCH_S[kind])
     launched = args.launch or list(points)
-    rates = measure_rates(points, launched, args.work, budget)
-    phase("micro-benchmarks")
     runs = train_points(points, datasets, args.work, budget, launched)
     phase("runs")
     grid = {name: points[name] for name in args.search_point or POINTS}
@@ -690,7 +668,7 @@ def check(args: argparse.Namespace) -> int:
     trained = len([run for run in runs if run["launch"] is not None])
     unrun = [run["point"] for run in runs if run["launch"] is None]
     kept = [run for run in runs if run["launch"] is not None or not args.plan_launched]
-    runs = plan_runs(kept, points, args.work, rates)
+    runs = plan_runs(kept, points, args.work)
     phase("plans")
     context = {
         "mode": kind,
@@ -701,7 +679,7 @@ def check(args: argparse.Namespace) -> int:
         "ops": ops,
         "process_memory_outside_allocator": outside_probe,
         "outside_allocator_in_runs(bytes)": outside,
-        "microbenchmarks": rates,
+        "microbenchmarks": {run["point"]: run["rates"] for run in runs if "rates" in run},
         "fingerprint": fingerprint,
         "install": json.loads(args.install_record.read_text()) if args.install_record else None,
         "kit": json.loads(args.kit_record.read_text()) if args.kit_record else None,

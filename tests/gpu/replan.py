@@ -79,10 +79,10 @@ def replan(
             levels += run_levels(name, plan_point(point, machine), rows.get(name, []), "no step recorded it")
         grid = {name: points[name] for name in POINTS}
         extras = sorted({0} | {extra for _, _, extra in searched})
-        planned = {
-            extra: {(r["point"], r["card"]): r for r in planned_micro_batches(grid, fingerprint, extra)}
-            for extra in extras
-        }
+        planned = {0: {(r["point"], r["card"]): r for r in planned_micro_batches(grid, fingerprint)}}
+        for point, card, extra in sorted(key for key in searched if key[2] != 0):  # the cards measured only
+            (row,) = planned_micro_batches({point: grid[point]}, fingerprint, extra, card_name=card)
+            planned.setdefault(extra, {})[point, card] = row
         micro_batches = []  # per point and card: the card itself, then each other card the probes measured
         for point, card in planned[0]:
             for extra in extras:

@@ -307,33 +307,25 @@ def test_the_step_time_row_judges_the_median_of_the_updating_steps_after_the_fir
     )
 
 
-def test_each_launched_point_is_micro_benchmarked_before_the_launches_within_the_budget(
-    tmp_path, monkeypatch
-):
-    """measure_rates: one process per launched point (tests/gpu/microbench_point.py), none for the others; a
-    failure or a budget too short is recorded with its reason."""
-    commands = []
+def test_a_point_is_micro_benchmarked_in_a_process_of_its_own_or_says_why_not(tmp_path, monkeypatch):
+    """measure_rates: tests/gpu/microbench_point.py on the point's rendered files; a failure is recorded with
+    its exit and output."""
+    answers = iter([(0, ""), (1, "RuntimeError: no op")])
 
     def fake_run(command, **kwargs):
-        commands.append(command)
-        failed = command[4].endswith("/b/ds")
-        return subprocess.CompletedProcess(command, 1 if failed else 0, "", "RuntimeError: no op" * failed)
+        assert command[2:6] == [
+            "tests.gpu.microbench_point",
+            str(tmp_path / "spec"),
+            str(tmp_path / "ds"),
+            str(tmp_path / "fingerprint.json"),
+        ]
+        code, err = next(answers)
+        return subprocess.CompletedProcess(command, code, "", err)
 
     monkeypatch.setattr(check_runs.subprocess, "run", fake_run)
-    points = {
-        name: check_runs.Point(
-            name, tmp_path, None, tmp_path / name / "ds", tmp_path / name / "spec", tmp_path
-        )
-        for name in ("a", "b", "c")
-    }
-    found = check_runs.measure_rates(points, ["a", "b"], tmp_path, Budget(deadline=4e9, launch_s=1.0))
-    assert [command[2:4] for command in commands] == [
-        ["tests.gpu.microbench_point", str(tmp_path / "a" / "spec")]
-    ] + [["tests.gpu.microbench_point", str(tmp_path / "b" / "spec")]]
-    assert found["a"]["path"] == str(tmp_path / "rendered" / "a" / "microbench.json")
-    assert found["b"]["not_run"].startswith("exit 1: RuntimeError: no op") and "c" not in found
-    late = check_runs.measure_rates(points, ["a"], tmp_path, Budget(deadline=time.time() + 1, launch_s=1.0))
-    assert late == {"a": {"not_run": "out of budget"}}
+    point = check_runs.Point("a", tmp_path, None, tmp_path / "ds", tmp_path / "spec", tmp_path)
+    assert check_runs.measure_rates(point, tmp_path)["path"] == str(tmp_path / "rendered/a/microbench.json")
+    assert check_runs.measure_rates(point, tmp_path) == {"not_run": "exit 1: RuntimeError: no op"}
 
 
 def test_a_run_whose_every_step_skipped_its_update_did_not_train():
@@ -502,16 +494,25 @@ def test_the_runs_spend_the_budget_on_launches_and_are_planned_after(tmp_path, m
     def no_planning(point, machine):
         raise AssertionError("planned before the launches")
 
+    order = []
+
+    def fake_launch(point, dataset, out, deadline):
+        order.append(("launch", point.name))
+        return Launch("trained", 60.0, [], "")
+
+    def fake_rates(point, work):
+        order.append(("micro-benchmarks", point.name))
+        return {"not_run": "faked"}
+
     monkeypatch.setattr(check_runs, "plan_point", no_planning)
-    monkeypatch.setattr(
-        check_runs, "launch", lambda point, dataset, out, deadline: Launch("trained", 60.0, [], "")
-    )
+    monkeypatch.setattr(check_runs, "launch", fake_launch)
+    monkeypatch.setattr(check_runs, "measure_rates", fake_rates)
     training = type("Training", (), {"optimizer_steps": 6})
     settings = type("Settings", (), {"training": training})
     points = {
         name: check_runs.Point(name, tmp_path, settings, tmp_path, tmp_path, tmp_path) for name in "abc"
     }
-    budget = Budget(deadline=time.time() + 45, launch_s=10.0)
+    budget = Budget(deadline=time.time() + 45 + check_runs.MICROBENCH_S, launch_s=10.0)
     runs = train_points(points, dict.fromkeys(points, tmp_path), tmp_path, budget, ["a", "b"])
     assert [(run["point"], run["launch"] is not None) for run in runs] == [
         ("a", True),
@@ -519,6 +520,7 @@ def test_the_runs_spend_the_budget_on_launches_and_are_planned_after(tmp_path, m
         ("c", False),
     ]
     assert runs[1]["not_run"] == "not launched: out of budget" and "--launch" in runs[2]["not_run"]
+    assert order == [("micro-benchmarks", "a"), ("launch", "a")] and runs[0]["rates"] == {"not_run": "faked"}
     gpu_fingerprint(("NVIDIA H200", 139.8)).write(tmp_path / "fingerprint.json")
     monkeypatch.setattr(check_runs, "plan_point", lambda point, machine: (point.name, machine.gpus[0].name))
     planned = plan_runs(runs, points, tmp_path)
