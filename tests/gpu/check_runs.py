@@ -601,6 +601,19 @@ def main(argv: list[str] | None = None) -> int:
         raise
 
 
+def argument_problem(args: argparse.Namespace, held_out: list[dict[str, Any]]) -> str | None:
+    """What is wrong with the command line, in one line, before anything is built: a card no card of the
+    claimed box matches, a point that is not one, a recorded check without its micro_batch.json."""
+    cards = [card.name for card in load_description(CLAIMED_BOX).gpus]
+    if args.search_card is not None and not any(args.search_card in name for name in cards):
+        return f"--search-card: no card of {CLAIMED_BOX} holds {args.search_card!r}"
+    unknown = set(args.launch or []) - {*POINTS, *(point["id"] for point in held_out)}
+    if unknown:
+        return f"--launch: no such point: {', '.join(sorted(unknown))}"
+    missing = [str(f / "micro_batch.json") for f in args.resume if not (f / "micro_batch.json").is_file()]
+    return f"--resume: no such file: {', '.join(missing)}" if missing else None
+
+
 def check(args: argparse.Namespace) -> int:
     kind = "cpu" if args.cpu else "cuda"
     if kind == "cpu":
@@ -614,23 +627,9 @@ def check(args: argparse.Namespace) -> int:
         clock = time.monotonic()
 
     held_out = [] if kind == "cpu" or args.no_held_out else held_out_points()
-    cards = [card.name for card in load_description(CLAIMED_BOX).gpus]
-    if args.search_card is not None and not any(args.search_card in name for name in cards):
-        print(
-            f"check_runs: --search-card: no card of {CLAIMED_BOX} holds {args.search_card!r}", file=sys.stderr
-        )
-        return 2
-    unknown = set(args.launch or []) - {*POINTS, *(point["id"] for point in held_out)}
-    if unknown:
-        print(f"check_runs: --launch: no such point: {', '.join(sorted(unknown))}", file=sys.stderr)
-        return 2
-    missing = [
-        str(folder / "micro_batch.json")
-        for folder in args.resume
-        if not (folder / "micro_batch.json").is_file()
-    ]
-    if missing:
-        print(f"check_runs: --resume: no such file: {', '.join(missing)}", file=sys.stderr)
+    problem = argument_problem(args, held_out)
+    if problem is not None:
+        print(f"check_runs: {problem}", file=sys.stderr)
         return 2
     ops = build_ops(kind)
     phase("ops")

@@ -231,8 +231,8 @@ def test_what_the_process_holds_outside_the_allocator_is_the_runs_largest_gap_or
 
 
 def test_the_search_can_be_kept_to_one_card_of_the_claimed_box(tmp_path, monkeypatch):
-    """--search-card keeps the search to the cards whose name holds it, and a name no card holds is refused
-    before anything is built."""
+    """--search-card keeps the search to the cards whose name holds it; a name no card holds, like a point
+    that is not one and a recorded check without its file, is refused before anything is built."""
     point, launched = faked_search(tmp_path, monkeypatch, lambda machine: 2, lambda m, cap: "out of memory")
     budget = Budget(deadline=4e9, launch_s=1.0)
     found = search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", "5070")
@@ -243,6 +243,7 @@ def test_the_search_can_be_kept_to_one_card_of_the_claimed_box(tmp_path, monkeyp
     args = check_runs.parse_args([*argv, "--search-card", "A100"])
     assert check_runs.check(args) == 2
     assert check_runs.check(check_runs.parse_args([*argv, "--resume", str(tmp_path / "nowhere")])) == 2
+    assert check_runs.check(check_runs.parse_args([*argv, "--launch", "zero4"])) == 2
 
 
 def test_a_search_goes_on_at_a_recorded_cap_near_its_own_and_ignores_others(tmp_path, monkeypatch):
