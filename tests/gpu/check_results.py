@@ -69,14 +69,23 @@ def step_rows(point: str, records: list[StepRecord], on_cpu: bool) -> list[dict[
     return rows
 
 
+def probe_cap(row: dict[str, Any]) -> int:
+    """What a micro_batch.json row's probes capped the caching allocator at: its ``allocator_cap(bytes)``;
+    rows written before the check took the memory outside the allocator off have none and capped it at the
+    card's capacity."""
+    return row.get("allocator_cap(bytes)", row["cap_bytes"])
+
+
 def outside_allocator(rows: list[dict[str, Any]]) -> int | None:
     """What a run's process held on its device outside the caching allocator: the largest, over steps.jsonl
     rows, of the device reading (NVML) less the allocator's reserve (CUDA's context, kernels, cuBLAS's
     workspace, NCCL's communicators); None when no row has both."""
+    reading = {level: key for level, _, key in LEVELS}
+    device, allocator = reading["device"], reading["allocator"]
     gaps = [
-        row["device_peak_nvml(bytes)"] - row["allocator_peak(bytes)"]
+        row[device] - row[allocator]
         for row in rows
-        if row.get("device_peak_nvml(bytes)") is not None and row.get("allocator_peak(bytes)") is not None
+        if row.get(device) is not None and row.get(allocator) is not None
     ]
     return max(gaps) if gaps else None
 

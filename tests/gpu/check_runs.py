@@ -38,7 +38,7 @@ import torch
 import yaml
 
 from tests.gpu.capped_loop import CAP_VARIABLE
-from tests.gpu.check_results import outside_allocator, step_rows, write_results
+from tests.gpu.check_results import outside_allocator, probe_cap, step_rows, write_results
 from tests.gpu.micro_batch_search import Search, resumed
 from zerogate.bench.grid_points import write_profiles
 from zerogate.config.launch import PlanSettings
@@ -508,15 +508,14 @@ def resume_cap(row: dict[str, Any], earlier: list[dict[str, Any]]) -> dict[str, 
         r
         for r in earlier
         if (r["point"], r["card"]) == (row["point"], row["card"])
-        and abs(r.get("allocator_cap(bytes)", r["cap_bytes"]) - row["allocator_cap(bytes)"])
-        <= RESUME_TOLERANCE_BYTES
+        and abs(probe_cap(r) - row["allocator_cap(bytes)"]) <= RESUME_TOLERANCE_BYTES
     ]
     if not same:
         return row
     last = same[-1]
     return {
         **row,
-        "allocator_cap(bytes)": last.get("allocator_cap(bytes)", last["cap_bytes"]),
+        "allocator_cap(bytes)": probe_cap(last),
         "resumed_probes": [p for r in same for p in r["probes"] if not p.get("earlier")],
     }
 

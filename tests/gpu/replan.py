@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.gpu.check_results import outside_allocator, run_levels, tables
+from tests.gpu.check_results import outside_allocator, probe_cap, run_levels, tables
 from tests.gpu.check_runs import (
     POINTS,
     held_out_points,
@@ -103,7 +103,7 @@ def as_capped(row: dict[str, Any], outside: int | None) -> dict[str, Any]:
     check_results.outside_allocator)."""
     if "allocator_cap(bytes)" in row:
         return row
-    return {**row, "allocator_cap(bytes)": row["cap_bytes"], "outside_allocator(bytes)": outside}
+    return {**row, "allocator_cap(bytes)": probe_cap(row), "outside_allocator(bytes)": outside}
 
 
 def extra_bytes(row: dict[str, Any]) -> int:

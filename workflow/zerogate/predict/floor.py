@@ -230,10 +230,15 @@ def collective_time(terms: list[Term], per: str, world: int, machine: MachineDes
     )
 
 
+def counted_product_parameters(counts: ModelCounts) -> int:
+    """The parameters ``counts``' forward multiplies by (zerogate.hardware.product_parameters)."""
+    return hardware.product_parameters(counts.total, counts.vocab, counts.hidden, counts.tied_embeddings)
+
+
 def _flop_per_micro_step(counts: ModelCounts, setup: Setup) -> float:
     """FLOP of one rank's micro-step (zerogate.hardware's count per token x its tokens)."""
     per_token = hardware.training_flops_per_token(
-        hardware.product_parameters(counts.total, counts.vocab, counts.hidden, counts.tied_embeddings),
+        counted_product_parameters(counts),
         counts.layers,
         counts.hidden,
         setup.seq_len,

@@ -16,7 +16,13 @@ from zerogate.predict import rates
 from zerogate.predict.collectives import DERIVED
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.fetch_trace import zero3_gathers
-from zerogate.predict.floor import adam_bytes_per_param, collective_time, pcie_gbps, theory_terms
+from zerogate.predict.floor import (
+    adam_bytes_per_param,
+    collective_time,
+    counted_product_parameters,
+    pcie_gbps,
+    theory_terms,
+)
 from zerogate.predict.microbench_rates import REPEAT_RANGE, MeasuredRates, Rate
 from zerogate.predict.setup import Setup
 
@@ -54,9 +60,9 @@ def flop_by_kind(counts: ModelCounts, setup: Setup) -> dict[str, float]:
     """One rank's FLOP per micro-step by kind (``matmul``: the parameters' products, ``attention``: scores and
     values), forward and backward, from the one definition (zerogate.hardware.training_flops_per_token)."""
     tokens = setup.micro_batch * setup.seq_len
-    products = hardware.product_parameters(counts.total, counts.vocab, counts.hidden, counts.tied_embeddings)
     return {
-        "matmul": hardware.training_flops_per_token(products, 0, 0, setup.seq_len) * tokens,
+        "matmul": hardware.training_flops_per_token(counted_product_parameters(counts), 0, 0, setup.seq_len)
+        * tokens,
         "attention": hardware.training_flops_per_token(0, counts.layers, counts.hidden, setup.seq_len)
         * tokens,
     }
