@@ -85,7 +85,9 @@ ZERO_PROCESS_GROUPS = 2
 # fine-tuned with DeepSpeed ZeRO, FSDP and Colossal-AI under recomputation, offload and LoRA on A100-80GB;
 # what GMLake leaves is at least 0, so the caching allocator's own is at least that much: point 15 %, high
 # 33 %. Low 0: assumed, every freed block reused (large blocks round to kRoundLarge = 2 MiB alone,
-# torch/include/c10/core/AllocatorConfig.h).
+# torch/include/c10/core/AllocatorConfig.h). Against it, the unallocated share torch prints when a run
+# fails (26 published out-of-memory messages of ZeRO and FSDP runs, each with its address,
+# docs/data/published_oom_fragmentation.csv): as wide, so not narrowed (docs/measurements.md).
 FRAGMENTATION_OF_RESERVED = (0.0, 0.15, 0.33)
 
 
