@@ -1,4 +1,5 @@
-"""The GPU check's search for the largest micro-batch that trains on a capped card (tests/gpu/check_runs.py):
+"""The GPU check's search for the largest micro-batch that trains on a capped card
+(tests/gpu/check_search.py):
 from the plan's own largest, doubling up from a fit or halving down from a refusal until both bounds are
 known, then bisecting; it can stop after some probes and go on later, so that every card and point gets its
 first probe before any search runs to its end."""

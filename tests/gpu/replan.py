@@ -1,6 +1,6 @@
 """Recorded GPU checks re-judged by the planner as it stands: the check's points rendered and planned again
 for the machine the check recorded (check.json's fingerprint), and each level against the steps it recorded
-(steps.jsonl), through the check's own functions (check_runs.write_grid, render_point, plan_point;
+(steps.jsonl), through the check's own functions (check_points.write_grid, render_point, plan_point;
 check_results.run_levels and tables). After a planner change, what the same runs say of it: an in-sample
 figure, not a new check.
 
@@ -15,15 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.gpu.check_points import POINTS, held_out_points, plan_point, render_point, write_grid
 from tests.gpu.check_results import outside_allocator, probe_cap, run_levels, tables
-from tests.gpu.check_runs import (
-    POINTS,
-    held_out_points,
-    plan_point,
-    planned_micro_batches,
-    render_point,
-    write_grid,
-)
+from tests.gpu.check_search import planned_micro_batches
 from zerogate.config.machines import from_fingerprint
 from zerogate.contracts.machine import Fingerprint
 
@@ -47,9 +41,9 @@ def replan(
     folders: list[Path], held_out: list[dict[str, Any]] | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The levels (check_results.run_levels) of every point (the grid's and ``held_out``, by default
-    check_runs.held_out_points()), planned now,
+    check_points.held_out_points()), planned now,
     against the recorded steps (none: the level's measured figure is empty); and
-    the plan's largest micro-batch per card of the claimed box and point (check_runs.planned_micro_batches)
+    the plan's largest micro-batch per card of the claimed box and point (check_search.planned_micro_batches)
     beside what the recorded searches measured."""
     fingerprint_json, rows = recorded(folders)
     # Per point, card and the card the probes measured (extra_bytes), the rows where a probe launched (the
@@ -99,7 +93,7 @@ def read_steps(folder: Path) -> list[dict[str, Any]]:
 def as_capped(row: dict[str, Any], outside: int | None) -> dict[str, Any]:
     """A recorded search row with its probes' allocator cap and what the process held outside the allocator
     in its call. Rows written before the check capped the allocator at the card's capacity less that
-    (check_runs.search_points) capped it at the capacity itself: theirs is ``outside`` (the call's runs,
+    (check_search.search_points) capped it at the capacity itself: theirs is ``outside`` (the call's runs,
     check_results.outside_allocator)."""
     if "allocator_cap(bytes)" in row:
         return row

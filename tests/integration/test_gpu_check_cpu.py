@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from tests.gpu.check_points import POINTS, STEPS
 from tests.gpu.check_results import CPU_ABSENT, LEVELS
-from tests.gpu.check_runs import POINTS, STEPS
 from tests.integration import prefetch
 from tests.integration.pipeline import REPO, env
 

@@ -8,30 +8,29 @@ from types import SimpleNamespace
 
 import pytest
 
+import tests.gpu.check_launch as check_launch
 import tests.gpu.check_runs as check_runs
+import tests.gpu.check_search as check_search
 from tests.conftest import gpu_fingerprint
 from tests.gpu.capped_loop import cap_device
 from tests.gpu.check_gpu_1x import check_results
-from tests.gpu.check_results import LEVELS, step_time_row
-from tests.gpu.check_runs import (
+from tests.gpu.check_launch import Budget, Launch, outcome_of, process_memory
+from tests.gpu.check_points import (
     CLAIMED_BOX,
     POINTS,
     REPO,
     STEPS,
-    Budget,
-    Launch,
+    Point,
     capped_machine,
     held_out_points,
-    outcome_of,
     plan_point,
-    plan_runs,
     prepare_datasets,
-    process_memory,
     render_point,
-    search_points,
-    train_points,
     write_grid,
 )
+from tests.gpu.check_results import LEVELS, step_time_row
+from tests.gpu.check_runs import plan_runs, train_points
+from tests.gpu.check_search import search_points
 from tests.gpu.micro_batch_search import Search, resumed, search_largest
 from tests.gpu.replan import replan
 from tests.unit.helpers import step_record
@@ -95,7 +94,7 @@ def test_peak_beyond_the_card_and_missing_final_eval_are_reported(tmp_path):
     assert any("expected before ... after" in p for p in problems)
 
 
-# --- the GPU check's micro-batch search (tests/gpu/check_runs.py) ------------------------------------------
+# --- the GPU check's micro-batch search (tests/gpu/check_search.py) ----------------------------------------
 
 
 def fitting_up_to(largest: int, tried: list[int]):
@@ -175,12 +174,12 @@ def faked_search(tmp_path, monkeypatch, plan_of, outcome_of_probe):
         launched.append((micro_batch, cap_bytes, deadline))
         return Launch(outcome_of_probe(micro_batch, cap_bytes), 1.0, [], "")
 
-    monkeypatch.setattr(check_runs, "plan_point", lambda point, machine: Plan(machine))
-    monkeypatch.setattr(check_runs, "render_point", lambda name, profile, fingerprint, out: name)
-    monkeypatch.setattr(check_runs, "launch", fake_launch)
+    monkeypatch.setattr(check_search, "plan_point", lambda point, machine: Plan(machine))
+    monkeypatch.setattr(check_search, "render_point", lambda name, profile, fingerprint, out: name)
+    monkeypatch.setattr(check_search, "launch", fake_launch)
     profile = tmp_path / "zero3.yaml"
     profile.write_text("{}")
-    return check_runs.Point("zero3", profile, None, profile, profile, profile), launched
+    return Point("zero3", profile, None, profile, profile, profile), launched
 
 
 def test_every_probe_of_the_search_runs_capped_at_its_card_and_within_the_budget(tmp_path, monkeypatch):
@@ -225,9 +224,9 @@ def test_what_the_process_holds_outside_the_allocator_is_the_runs_largest_gap_or
         {"point": "zero3", "launch": Launch("trained", 1.0, records, "")},
         {"point": "zero2-offload", "launch": None},
     ]
-    assert check_runs.outside_of(runs, {"after_nccl(bytes)": 5}) == int(2.75 * 2**30) - 2**30
-    assert check_runs.outside_of(runs[1:], {"after_nccl(bytes)": 5}) == 5
-    assert check_runs.outside_of(runs[1:], {"not_run": "CPU mode"}) is None
+    assert check_search.outside_of(runs, {"after_nccl(bytes)": 5}) == int(2.75 * 2**30) - 2**30
+    assert check_search.outside_of(runs[1:], {"after_nccl(bytes)": 5}) == 5
+    assert check_search.outside_of(runs[1:], {"not_run": "CPU mode"}) is None
 
 
 def test_the_search_can_be_kept_to_one_card_of_the_claimed_box(tmp_path, monkeypatch):
@@ -324,7 +323,7 @@ def test_a_point_is_micro_benchmarked_in_a_process_of_its_own_or_says_why_not(tm
         return subprocess.CompletedProcess(command, code, "", err)
 
     monkeypatch.setattr(check_runs.subprocess, "run", fake_run)
-    point = check_runs.Point("a", tmp_path, None, tmp_path / "ds", tmp_path / "spec", tmp_path)
+    point = Point("a", tmp_path, None, tmp_path / "ds", tmp_path / "spec", tmp_path)
     assert check_runs.measure_rates(point, tmp_path)["path"] == str(tmp_path / "rendered/a/microbench.json")
     assert check_runs.measure_rates(point, tmp_path) == {"not_run": "exit 1: RuntimeError: no op"}
 
@@ -351,7 +350,7 @@ def test_the_readings_outside_the_allocator_come_from_their_own_process_or_say_w
         code, out = next(answers)
         return subprocess.CompletedProcess(command, code, out, "RuntimeError: NCCL error")
 
-    monkeypatch.setattr(check_runs.subprocess, "run", fake_run)
+    monkeypatch.setattr(check_launch.subprocess, "run", fake_run)
     assert process_memory("cuda", {}) == {
         "context(bytes)": 1,
         "after_cublas(bytes)": 2,
@@ -510,9 +509,7 @@ def test_the_runs_spend_the_budget_on_launches_and_are_planned_after(tmp_path, m
     monkeypatch.setattr(check_runs, "measure_rates", fake_rates)
     training = type("Training", (), {"optimizer_steps": 6})
     settings = type("Settings", (), {"training": training})
-    points = {
-        name: check_runs.Point(name, tmp_path, settings, tmp_path, tmp_path, tmp_path) for name in "abc"
-    }
+    points = {name: Point(name, tmp_path, settings, tmp_path, tmp_path, tmp_path) for name in "abc"}
     budget = Budget(deadline=time.time() + 45 + check_runs.MICROBENCH_S, launch_s=10.0)
     runs = train_points(points, dict.fromkeys(points, tmp_path), tmp_path, budget, ["a", "b"])
     assert [(run["point"], run["launch"] is not None) for run in runs] == [
