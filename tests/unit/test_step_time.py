@@ -19,6 +19,7 @@ from zerogate.contracts.verdicts import CANNOT_JUDGE, DOES_NOT_HOLD, HOLDS
 from zerogate.predict import rates
 from zerogate.predict.floor import floor
 from zerogate.predict.microbench_rates import rates_from_microbench
+from zerogate.predict.nccl_latency import modelled_latency
 from zerogate.predict.plan_text import summary
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.planner import plan, with_measured_compute
@@ -111,10 +112,14 @@ def test_collectives_are_the_theory_at_the_described_route(nvlink_box):
     counts, setup = qwen3_8b(), zero3_setup()
     terms = {t.name: t for t in step_time(counts, setup, nvlink_box).terms}
     found = floor(counts, setup, nvlink_box).communication.micro_step.kinds["all_gather"]
-    # Low: the volume at the NVLink figure (the floor's own term); high: at COLLECTIVE_BANDWIDTH.low of it.
-    assert terms["all-gathers per micro-step"].low_s == pytest.approx(found.volume_bytes / 300e9)
+    # Low: the volume at the NVLink figure (the floor's own term) and each call at NCCL's modelled latency's
+    # low end; high: at COLLECTIVE_BANDWIDTH.low of the bandwidth and the latency's high end.
+    latency = modelled_latency("all_gather", setup.ranks, nvlink=True)
+    assert terms["all-gathers per micro-step"].low_s == pytest.approx(
+        found.volume_bytes / 300e9 + found.calls * latency.value
+    )
     assert terms["all-gathers per micro-step"].high_s == pytest.approx(
-        found.volume_bytes / (300e9 * rates.COLLECTIVE_BANDWIDTH.low)
+        found.volume_bytes / (300e9 * rates.COLLECTIVE_BANDWIDTH.low) + found.calls * latency.high
     )
     assert terms["all-gathers per micro-step"].overlapped
 
@@ -180,8 +185,29 @@ def test_a_missing_figure_is_named_not_assumed(nvlink_box):
     box = load_description(NVLINK_BOX).model_validate({**nvlink_box.plain(), "gpus": gpus})
     result = step_time(qwen3_8b(), zero3_setup(), box)
     assert any(m.startswith("forward:") for m in result.missing)
-    # The NVLink box gives no collective latency: named, the bandwidth part kept.
-    assert any("latency" in m for m in step_time(qwen3_8b(), zero3_setup(), nvlink_box).missing)
+    # The NVLink box gives no collective latency: NCCL's model of it, named in the term's source, and the
+    # floor without it (the floor takes only figures the box gives).
+    described = step_time(qwen3_8b(), zero3_setup(), nvlink_box)
+    assert not any("latency" in m for m in described.missing)
+    gathers = {t.name: t for t in described.terms}["all-gathers per micro-step"]
+    assert "NCCL's latency model, a ring of 4 over NVLink" in gathers.source
+    floor_gathers = floor(qwen3_8b(), zero3_setup(), nvlink_box).communication.micro_step.kinds["all_gather"]
+    assert floor_gathers.latency is None
+    # Across nodes NCCL adds the network's hops, which a description does not give: named.
+    assert modelled_latency("all_gather", 4, True, nodes=2) is None
+
+
+def test_nccls_latency_model_is_its_tuners_ring_by_protocol():
+    """zerogate.predict.nccl_latency against tuning.cc's ring formula by hand: base + steps x hop, LL the
+    low end, Simple the high (LL128 enabled over NVLink only)."""
+    pcie = modelled_latency("all_reduce", 8, nvlink=False)
+    assert (pcie.value, pcie.high) == pytest.approx((1e-6 * (6.6 + 14 * 1.0), 1e-6 * (8.4 + 14 * 5.7)))
+    nvlink = modelled_latency("all_gather", 4, nvlink=True)
+    assert (nvlink.value, nvlink.high) == pytest.approx((1e-6 * (6.6 + 3 * 0.6), 1e-6 * (14.0 + 3 * 1.9)))
+    assert nvlink.basis == "derived" and "tuning.cc" in nvlink.source
+    assert modelled_latency("reduce_scatter", 1, nvlink=False) is None
+    with pytest.raises(ValueError, match="all_to_all"):
+        modelled_latency("all_to_all", 4, nvlink=False)
 
 
 def test_a_latency_the_box_states_as_an_interval_adds_calls_times_each_end(nvlink_box):
@@ -191,14 +217,16 @@ def test_a_latency_the_box_states_as_an_interval_adds_calls_times_each_end(nvlin
         kind["latency_s"] = latency
     stated = load_description(NVLINK_BOX).model_validate(plain)
     counts, setup = qwen3_8b(), zero3_setup()
+    # Without it, the term takes NCCL's model (test above); the stated interval replaces that.
+    modelled = modelled_latency("all_gather", setup.ranks, nvlink=True)
     without = {t.name: t for t in step_time(counts, setup, nvlink_box).terms}["all-gathers per micro-step"]
     result = step_time(counts, setup, stated)
     assert not any("latency" in m for m in result.missing)
     gathers = {t.name: t for t in result.terms}["all-gathers per micro-step"]
     calls = floor(counts, setup, stated).communication.micro_step.kinds["all_gather"].calls
     assert calls > 1
-    assert gathers.low_s == pytest.approx(without.low_s + calls * 20e-6)
-    assert gathers.high_s == pytest.approx(without.high_s + calls * 40e-6)
+    assert gathers.low_s == pytest.approx(without.low_s + calls * (20e-6 - modelled.value))
+    assert gathers.high_s == pytest.approx(without.high_s + calls * (40e-6 - modelled.high))
     # The floor takes the low end: still a lower bound.
     assert floor(counts, setup, stated).optimizer_step_floor_s < result.low_s
 

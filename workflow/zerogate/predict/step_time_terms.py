@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from zerogate import hardware
 from zerogate.config.card_figures import gpu_peak
 from zerogate.config.machines import MachineDescription
+from zerogate.contracts.machine import Figure
 from zerogate.contracts.model import ModelCounts
 from zerogate.predict import rates
 from zerogate.predict.collectives import DERIVED
@@ -24,6 +25,7 @@ from zerogate.predict.floor import (
     theory_terms,
 )
 from zerogate.predict.microbench_rates import REPEAT_RANGE, MeasuredRates, Rate
+from zerogate.predict.nccl_latency import modelled_latency
 from zerogate.predict.setup import Setup
 
 COMPUTE, COLLECTIVE, HOST_COPY, OPTIMIZER, SERIAL = (
@@ -268,19 +270,23 @@ def collective_terms(
             # Between nodes the ring crosses the network: a bandwidth derived from the PCIe links (the floor's
             # upper bound) says nothing of it, so the term waits for a figure the description gives.
             across_nodes = setup.nodes > 1 and part.bandwidth is not None and part.bandwidth.basis == DERIVED
+            # A latency the description does not give is NCCL's model of it on a GPU box
+            # (zerogate.predict.nccl_latency); one nobody gives is left out (named in the source): the term
+            # is then too low.
+            latency_figure = part.latency or gpu_latency(kind, setup, machine)
             if part.transfer_time_s is not None and not across_nodes:
-                # A latency nobody gives is left out (named in the source): the term is then too low. A
-                # latency given as an interval adds its low end to the low, its high end to the high.
-                latency, transfer = part.latency_time_s or 0.0, part.transfer_time_s
-                high = part.latency.high if part.latency is not None else None
+                # A latency given as an interval adds its low end to the low, its high end to the high.
+                transfer = part.transfer_time_s
+                latency = 0.0 if latency_figure is None else part.calls * latency_figure.value
+                high = None if latency_figure is None else latency_figure.high
                 latency_high = latency if high is None else part.calls * high
                 seconds = (latency + transfer, latency_high + transfer / rates.COLLECTIVE_BANDWIDTH.low)
             figures = ", ".join(
                 f"{name} {fig.value:.4g}{'' if fig.high is None else f'..{fig.high:.4g}'} "
                 f"({fig.basis}: {fig.source})"
-                for name, fig in (("latency s", part.latency), ("bandwidth GB/s", part.bandwidth))
+                for name, fig in (("latency s", latency_figure), ("bandwidth GB/s", part.bandwidth))
                 if fig is not None
-            ) + ("" if part.latency is not None else "; no latency figure: left out")
+            ) + ("" if latency_figure is not None else "; no latency figure: left out")
             if across_nodes:
                 figures += "; across nodes: no network figure (the description's collectives give one)"
             source = (
@@ -304,10 +310,19 @@ def collective_terms(
                     in_step,
                     source,
                     exposed,
-                    "" if part.latency is not None or not part.calls else "latency (no figure)",
+                    "" if latency_figure is not None or not part.calls else "latency (no figure)",
                 )
             )
     return terms
+
+
+def gpu_latency(kind: str, setup: Setup, machine: MachineDescription) -> Figure | None:
+    """NCCL's modelled per-call latency of ``kind`` between the run's GPU ranks
+    (zerogate.predict.nccl_latency), over NVLink where the description says the GPUs have it; None off
+    CUDA."""
+    if setup.device_kind != "cuda" or not machine.gpus:
+        return None
+    return modelled_latency(kind, setup.ranks, machine.nvlink, setup.nodes)
 
 
 def _copy_rate(setup: Setup) -> rates.Achievable:
