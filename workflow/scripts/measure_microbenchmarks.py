@@ -1,26 +1,16 @@
-"""Entry point of the measure_microbenchmarks rule (logic: zerogate.predict.microbench.measure; timing:
+"""Entry point of the measure_microbenchmarks rule (logic: zerogate.predict.microbench.measure, called with
+the rank's environment by zerogate.predict.microbench_files.measure_rendered; timing:
 zerogate.runtime.microbench)."""
 
-import os
-
-from zerogate.contracts.machine import Fingerprint
-from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.entry import logging_to
+from zerogate.predict.microbench_files import measure_rendered
 
 with logging_to(snakemake.log[0]) as log:
     log.info("started")
-    run_spec, ds_config = RunSpec.read(snakemake.input.run_spec), DsConfig.read(snakemake.input.ds_config)
-    fingerprint = Fingerprint.read(snakemake.input.fingerprint)
-    os.environ.update(run_spec.env)
-    # Imported here, once the rank's environment (DS_ACCELERATOR, thread counts) is set: the module imports
-    # torch, and loads DeepSpeed's CPU Adam op, which read it.
-    from zerogate.predict.microbench import measure
-    from zerogate.runtime.probe import captured_output
-
     # DeepSpeed's op loading prints its checks: to this rule's log, never the console.
-    with captured_output() as output:
-        bench = measure(run_spec, ds_config, fingerprint.collectives, str(snakemake.input.fingerprint))
-        chatter = output()
+    bench, chatter = measure_rendered(
+        snakemake.input.run_spec, snakemake.input.ds_config, snakemake.input.fingerprint
+    )
     if chatter.strip():
         log.info("output of the measurement (DeepSpeed):\n%s", chatter)
     for row in bench.matmuls:

@@ -22,8 +22,8 @@ built on them predicts the run rather than replaying it.
 
 Each kind has a share of ``BUDGET_S``; each rate is the spread of 3 to 5 repeats
 (zerogate.runtime.microbench).
-Imports torch: only the rule's script imports it, once the rank's environment (DS_ACCELERATOR, thread
-counts) is set.
+Imports torch: only zerogate.predict.microbench_files imports it, once the rank's environment
+(DS_ACCELERATOR, thread counts) is set.
 """
 
 from __future__ import annotations
