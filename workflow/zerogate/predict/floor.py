@@ -182,6 +182,13 @@ BEFORE_COMPUTE = ("all_gather",)
 AFTER_COMPUTE = ("reduce_scatter", "all_reduce", "reduce")
 
 
+def latency_seconds(calls: float, latency: Figure, end: str = "low") -> float:
+    """``calls`` x the per-call ``latency``: at its value (``end`` "low"), or at its interval's high end where
+    it has one ("high")."""
+    per_call = latency.high if end == "high" and latency.high is not None else latency.value
+    return calls * per_call
+
+
 def collective_time(terms: list[Term], per: str, world: int, machine: MachineDescription) -> CollectiveTime:
     """Seconds the ``per`` (micro_step | boundary) collectives of ``terms`` take at least on ``machine``:
     per kind totals' calls x latency + volume / bandwidth, each part with its figure; ``missing``
@@ -199,7 +206,7 @@ def collective_time(terms: list[Term], per: str, world: int, machine: MachineDes
         figures = collective_figures(machine, kind)
         latency, bandwidth = figures.latency_s, figures.bandwidth_gbps
         parts = {
-            "latency": None if latency is None else calls * latency.value,
+            "latency": None if latency is None else latency_seconds(calls, latency),
             "bandwidth": 0.0
             if not volume
             else None

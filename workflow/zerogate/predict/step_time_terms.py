@@ -21,6 +21,7 @@ from zerogate.predict.floor import (
     adam_bytes_per_param,
     collective_time,
     counted_product_parameters,
+    latency_seconds,
     pcie_gbps,
     theory_terms,
 )
@@ -277,9 +278,14 @@ def collective_terms(
             if part.transfer_time_s is not None and not across_nodes:
                 # A latency given as an interval adds its low end to the low, its high end to the high.
                 transfer = part.transfer_time_s
-                latency = 0.0 if latency_figure is None else part.calls * latency_figure.value
-                high = None if latency_figure is None else latency_figure.high
-                latency_high = latency if high is None else part.calls * high
+                latency, latency_high = (
+                    (0.0, 0.0)
+                    if latency_figure is None
+                    else (
+                        latency_seconds(part.calls, latency_figure),
+                        latency_seconds(part.calls, latency_figure, "high"),
+                    )
+                )
                 seconds = (latency + transfer, latency_high + transfer / rates.COLLECTIVE_BANDWIDTH.low)
             figures = ", ".join(
                 f"{name} {fig.value:.4g}{'' if fig.high is None else f'..{fig.high:.4g}'} "
