@@ -15,8 +15,10 @@ description does not give: no figure then.
 
 from __future__ import annotations
 
+from zerogate.config.machines import MachineDescription
 from zerogate.contracts.machine import Figure
 from zerogate.predict.collectives import DERIVED
+from zerogate.predict.setup import Setup
 
 SOURCE = "https://github.com/NVIDIA/nccl/blob/5067397c2676d5aed50042fc39e5c8ee96eb0027/src/graph/tuning.cc"
 # Microseconds, ring algorithm, by protocol: ncclTunerConstantsDefaults' baseLatencies (Ring) and
@@ -65,3 +67,11 @@ def modelled_latency(kind: str, ranks: int, nvlink: bool, nodes: int = 1) -> Fig
             f"({', '.join(PROTOCOLS[link])}): {low:.3g}-{high:.3g} us per call ({SOURCE})"
         ),
     )
+
+
+def gpu_latency(kind: str, setup: Setup, machine: MachineDescription) -> Figure | None:
+    """NCCL's modelled per-call latency of ``kind`` between the run's GPU ranks, over NVLink where the
+    description says the GPUs have it; None off CUDA."""
+    if setup.device_kind != "cuda" or not machine.gpus:
+        return None
+    return modelled_latency(kind, setup.ranks, machine.nvlink, setup.nodes)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from zerogate import hardware
 from zerogate.config.card_figures import gpu_peak
 from zerogate.config.machines import MachineDescription
-from zerogate.contracts.machine import Figure
 from zerogate.contracts.model import ModelCounts
 from zerogate.predict import rates
 from zerogate.predict.collectives import DERIVED
@@ -26,7 +25,7 @@ from zerogate.predict.floor import (
     theory_terms,
 )
 from zerogate.predict.microbench_rates import REPEAT_RANGE, MeasuredRates, Rate
-from zerogate.predict.nccl_latency import modelled_latency
+from zerogate.predict.nccl_latency import gpu_latency
 from zerogate.predict.setup import Setup
 
 COMPUTE, COLLECTIVE, HOST_COPY, OPTIMIZER, SERIAL = (
@@ -320,15 +319,6 @@ def collective_terms(
                 )
             )
     return terms
-
-
-def gpu_latency(kind: str, setup: Setup, machine: MachineDescription) -> Figure | None:
-    """NCCL's modelled per-call latency of ``kind`` between the run's GPU ranks
-    (zerogate.predict.nccl_latency), over NVLink where the description says the GPUs have it; None off
-    CUDA."""
-    if setup.device_kind != "cuda" or not machine.gpus:
-        return None
-    return modelled_latency(kind, setup.ranks, machine.nvlink, setup.nodes)
 
 
 def _copy_rate(setup: Setup) -> rates.Achievable:
