@@ -7,16 +7,19 @@ import json
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.unit.helpers import REPO
 from zerogate.config.model_data import ModelSettings
 from zerogate.contracts.base import ContractError
 from zerogate.contracts.machine import Collectives
 from zerogate.contracts.microbench import (
+    OPS_PER_LINK,
     CopyRate,
     MatmulRate,
     Microbench,
     ModuleOverhead,
+    OperatorChain,
     OptimizerRate,
     Spread,
 )
@@ -31,8 +34,10 @@ from zerogate.predict.microbench import (
     KINDS,
     MODULE_STACKS,
     NO_BOUNDARY,
+    OPERATOR_CHAINS,
     cpu_adam_built,
     matmul_rows,
+    operator_chain_rows,
     optimizer_rows,
     stack_config,
     timed_rows,
@@ -50,6 +55,7 @@ from zerogate.runtime.microbench import (
     update_call,
 )
 from zerogate.runtime.module_overhead import stack, time_eager
+from zerogate.runtime.operator_dispatch import chain_step
 from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE
 
 # A Llama with grouped-query attention (k and v narrower than q), so its shapes are not all square.
@@ -94,9 +100,26 @@ OVERHEAD = [
 ]
 
 
-def bench(module_overhead: list[ModuleOverhead] | None = None) -> Microbench:
+def chain(links: int, numel: int, seconds: list[float]) -> OperatorChain:
+    return OperatorChain(links=links, numel=numel, element_bytes=4, time=spread(seconds))
+
+
+# On 16 elements: 4 links 40-60 us, 36 links 200-300 us; on 1,000,016 elements: 4 links 2.04-3.06 ms, 36
+# links 16.2-24.3 ms (fastest to slowest repeat).
+CHAINS = [
+    chain(4, 16, [40e-6, 50e-6, 60e-6]),
+    chain(36, 16, [200e-6, 250e-6, 300e-6]),
+    chain(4, 1_000_016, [2.04e-3, 2.5e-3, 3.06e-3]),
+    chain(36, 1_000_016, [16.2e-3, 20e-3, 24.3e-3]),
+]
+
+
+def bench(
+    module_overhead: list[ModuleOverhead] | None = None, operator_chains: list[OperatorChain] | None = None
+) -> Microbench:
     return Microbench(
         module_overhead=module_overhead or [],
+        operator_chains=operator_chains or [],
         accelerator="cpu",
         device="cpu",
         dtype="fp32",
@@ -260,6 +283,7 @@ def short_batches(monkeypatch):
     monkeypatch.setattr(runtime_microbench, "REPEAT_S", 0.001)
     monkeypatch.setitem(predict_microbench.BUDGET_S, "matmuls", 0.01)
     monkeypatch.setitem(predict_microbench.BUDGET_S, "optimizer", 0.01)
+    monkeypatch.setitem(predict_microbench.BUDGET_S, "operators", 0.01)
 
 
 def test_products_copies_and_updates_give_positive_rates_with_spreads(short_batches):
@@ -319,6 +343,44 @@ def test_the_module_lines_give_a_fixed_cost_and_a_cost_per_module_by_hand():
     assert high == pytest.approx(4e-3 + 5 * 12e-3 / 20 + 24 * 3e-3 / 20)
     # Every module hooked: the engine's line alone.
     assert lines.seconds(33, 33)[0] == pytest.approx(2e-3 + 29 * 10e-3 / 20)
+
+
+def test_the_operator_lines_give_a_cost_per_op_and_per_byte_by_hand():
+    lines = rates_from_microbench(bench(operator_chains=CHAINS)).operator_lines
+    assert lines is not None
+    # 32 links more, 2 ops a link: on 16 elements (200 - 40) / 64 us and (300 - 60) / 64 us per op.
+    assert lines.dispatch_s == pytest.approx((160e-6 / 64, 240e-6 / 64))
+    # On 1,000,016 elements each op reads and writes 1,000,000 elements (4 B) more: ((16.2 - 2.04) ms / 64 -
+    # 2.5 us) per 8 MB at the fast end, ((24.3 - 3.06) ms / 64 - 3.75 us) at the slow one.
+    fast, slow = (14.16e-3 / 64 - 160e-6 / 64) / 8e6, (21.24e-3 / 64 - 240e-6 / 64) / 8e6
+    assert lines.per_byte_s == pytest.approx((fast, slow))
+    assert "ATen ops a link" in lines.source
+
+
+def test_without_chains_at_two_lengths_and_two_sizes_there_are_no_operator_lines():
+    assert rates_from_microbench(bench()).operator_lines is None
+    assert rates_from_microbench(bench(operator_chains=CHAINS[:3])).operator_lines is None
+
+
+def test_a_chain_link_dispatches_its_ops_per_link_and_times_in_seconds(short_batches):
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    counted = {}
+    for links in OPERATOR_CHAINS:
+        with Count() as mode:
+            chain_step(links, 16)()
+        counted[links] = mode.ops
+    short, long = OPERATOR_CHAINS
+    assert counted[long] - counted[short] == OPS_PER_LINK * (long - short)
+    rows = operator_chain_rows(64, torch.float32)
+    assert {(r["links"], r["numel"]) for r in rows} == {(n, m) for n in OPERATOR_CHAINS for m in (16, 64)}
+    for row in rows:
+        check_spread(row["chain_time(s)"])
 
 
 def test_without_both_stacks_at_two_sizes_there_are_no_module_lines():

@@ -9,7 +9,7 @@ import pytest
 from tests.unit.helpers import settings
 from tests.unit.test_floor_comms import cpu_setup, tiny_counts
 from tests.unit.test_ledger import claim_counts, claim_setup, oracle_counts, rendered
-from tests.unit.test_microbench import OVERHEAD, bench
+from tests.unit.test_microbench import CHAINS, OVERHEAD, bench
 from zerogate import hardware
 from zerogate.analysis.on_paper import judge_step_time, judge_step_time_predicted, plan_claims
 from zerogate.config.machines import load_description, target_machine
@@ -20,11 +20,13 @@ from zerogate.predict import rates
 from zerogate.predict.floor import floor
 from zerogate.predict.microbench_rates import rates_from_microbench
 from zerogate.predict.nccl_latency import modelled_latency
+from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.plan_text import summary
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.planner import plan, with_measured_compute
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import step_time
+from zerogate.predict.step_time_operators import OPERATORS
 from zerogate.predict.step_time_terms import DISPATCH, host_copy_bytes, overlap_comm_on, overlaps
 from zerogate.report.html import fmt, section
 
@@ -304,9 +306,11 @@ def test_the_hosts_per_module_work_comes_from_the_stacks_and_the_models_module_c
     hooked = {t.name: t for t in step_time(counts, cpu_setup(), cpu, measured).terms}
     assert hooked[DISPATCH].low_s == pytest.approx(g * lines.seconds(33, 33)[0])
     assert hooked[DISPATCH].low_s > leaf[DISPATCH].low_s
-    # What a module runs beyond its one product stays named: the interval says it is a lower bound.
+    # What a module runs beyond its one product is a term of its own: without the trace's count of the
+    # operators it has no figure, and the interval says it is a lower bound.
     result = step_time(counts, cpu_setup(), cpu, measured)
-    assert any(m.startswith(DISPATCH) and "functional operators" in m for m in result.missing)
+    assert any(m.startswith(OPERATORS) and "no trace" in m for m in result.missing)
+    assert not any(m.startswith(DISPATCH) for m in result.missing)
     # Stacks timed at another ZeRO stage, or a model without its module count: no figure.
     other = {
         t.name: t for t in step_time(counts, cpu_setup(stage=2, offload_param=False), cpu, measured).terms
@@ -314,6 +318,32 @@ def test_the_hosts_per_module_work_comes_from_the_stacks_and_the_models_module_c
     assert other[DISPATCH].low_s is None
     uncounted = {t.name: t for t in step_time(tiny_counts(), cpu_setup(), cpu, measured).terms}
     assert uncounted[DISPATCH].low_s is None
+
+
+def test_the_functional_operators_are_the_traced_ops_at_the_chains_costs_by_hand(nvlink_box):
+    box = load_description(CLAIM_BOX)
+    cpu = box.model_validate({**box.plain(), "gpus": [], "nvlink": False, "peer_to_peer": False})
+    measured = rates_from_microbench(bench(OVERHEAD, CHAINS))
+    lines = measured.operator_lines
+    tally = OperatorTally(computing=200, views=100, traffic_bytes=5e6)
+    setup = cpu_setup()
+    g = setup.accumulation
+    result = step_time(tiny_counts(), setup, cpu, measured, tally)
+    term = {t.name: t for t in result.terms}[OPERATORS]
+    # Low: the computing ops at the fastest dispatch, their bytes at the fastest per byte, the views free;
+    # high: every op at the slowest dispatch, the bytes at the slowest per byte.
+    assert term.low_s == pytest.approx(g * (200 * lines.dispatch_s[0] + 5e6 * lines.per_byte_s[0]))
+    assert term.high_s == pytest.approx(g * (300 * lines.dispatch_s[1] + 5e6 * lines.per_byte_s[1]))
+    assert term.kind == "serial" and not term.overlapped
+    assert not any(m.startswith(OPERATORS) for m in result.missing)
+    # It adds to the step as every other serial term does on the CPU accelerator.
+    without = step_time(tiny_counts(), setup, cpu, measured)
+    assert result.low_s == pytest.approx(without.low_s + term.low_s)
+    # No chains timed: named, not assumed; on a GPU the host's dispatch overlaps the kernels: no term.
+    unmeasured = step_time(tiny_counts(), setup, cpu, rates_from_microbench(bench(OVERHEAD)), tally)
+    assert any(m.startswith(OPERATORS) and "operator_chains" in m for m in unmeasured.missing)
+    on_gpu = step_time(tiny_counts(), claim_setup(), nvlink_box, measured, tally)
+    assert OPERATORS not in {t.name for t in on_gpu.terms}
 
 
 def test_a_step_time_claim_is_judged_against_the_floor_and_the_prediction():
@@ -361,11 +391,15 @@ def test_the_replanned_plan_predicts_the_step_with_the_micro_benchmarks(
     probed = cpu_fingerprint.write(tmp_path / "hardware.json")
     machine, fingerprint = target_machine(None, str(probed), "testbox")
     ds, run_spec = rendered(tiny_profile, fingerprint)
-    counts, setup, _ = run_setup(run_spec, ds, machine.nodes)
+    counts, setup, activations = run_setup(run_spec, ds, machine.nodes)
     on_paper = plan(counts, setup, machine)  # the activations by formula: only the step time is compared
-    measured = rates_from_microbench(bench())
+    measured = rates_from_microbench(bench(OVERHEAD, CHAINS))
     replanned = with_measured_compute(on_paper, run_spec, ds, machine, None, measured)
-    assert replanned.step_time == step_time(counts, setup, machine, measured)
+    # The run's operators from the trace of its model, the same trace the plan's activations come from.
+    operators = activations(setup).operators
+    assert operators is not None and operators.computing > 0
+    assert replanned.step_time == step_time(counts, setup, machine, measured, operators)
+    assert OPERATORS in {t.name for t in replanned.step_time.terms if t.low_s is not None}
     assert replanned.step_time != on_paper.step_time
     # Without the micro-benchmarks the plan's prediction stays the one on paper.
     assert with_measured_compute(on_paper, run_spec, ds, machine, None).step_time == on_paper.step_time

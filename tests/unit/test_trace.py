@@ -1,13 +1,18 @@
 """The activation trace against exact hand counts of tiny models, its scaling rules, and the claim shape's
 figures measured with such a trace (docs/reference.md section 1)."""
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
-from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
 
 from zerogate.model.hf_config import load_config
-from zerogate.predict.trace import MicroStep, _trace_step, trace_micro_step
+from zerogate.predict.operator_tally import OperatorTally, operator_kind
+from zerogate.predict.trace import MicroStep, _LiveBytes, _trace_step, trace_micro_step
 
 MODELS = Path(__file__).resolve().parents[2] / "config" / "models"
 MIB = 2**20
@@ -349,3 +354,87 @@ def test_layer_types_that_repeat_are_traced_by_periods_and_scale_as_the_whole_mo
     odd_types = ["sliding_attention"] * 5 + ["full_attention"]
     odd = Qwen2Config(**{**alternating.to_dict(), "layer_types": odd_types})
     assert "do not repeat" in trace_micro_step(odd, step).how
+
+
+class _Ops(TorchDispatchMode):
+    """Every computing op dispatched under it, by name, as the trace's tally classifies them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.computing: Counter = Counter()
+        self.traffic_bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        out = func(*args, **(kwargs or {}))
+        if operator_kind(func.namespace, name, func.is_view) == "computing":
+            self.computing[name] += 1
+            tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
+            self.traffic_bytes += sum(t.numel() * t.element_size() for t in tensors)
+        return out
+
+
+# What a real run checks of its padding mask's values (transformers' mask helpers), which fake tensors
+# cannot run: the only computing ops the trace may miss.
+DATA_DEPENDENT = {"eq", "sum", "_local_scalar_dense"}
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_the_traced_operators_are_those_a_real_eager_micro_step_dispatches(attention, monkeypatch):
+    config = tiny_llama(layers=2)
+    in_trace = _Ops()
+    seen = _LiveBytes.__torch_dispatch__
+
+    def counted(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if operator_kind(func.namespace, name, func.is_view) == "computing":
+            in_trace.computing[name] += 1
+        return seen(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(_LiveBytes, "__torch_dispatch__", counted)
+    traced = _trace_step(config, MicroStep(1, S, "fp32", attention)).operators
+    assert traced.computing == sum(in_trace.computing.values()) > 0
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attention)
+    model.train()
+    ids = torch.randint(0, V, (1, S))
+    mask = torch.ones_like(ids)
+    mask[0, -1] = 0  # a padded batch, as the trace's mask stands for
+    real = _Ops()
+    with real:
+        model(input_ids=ids, labels=ids, attention_mask=mask).loss.backward()
+    differ = {
+        name
+        for name in real.computing | in_trace.computing
+        if real.computing[name] != in_trace.computing[name]
+    }
+    assert differ <= DATA_DEPENDENT
+    assert sum(abs(real.computing[n] - in_trace.computing[n]) for n in differ) <= 6
+    assert traced.traffic_bytes == pytest.approx(real.traffic_bytes, rel=0.001)
+
+
+def test_the_operators_of_every_layer_scale_as_the_whole_model_traces_them():
+    step = MicroStep(1, S, "fp32", "eager")
+    scaled = trace_micro_step(tiny_llama(layers=5), step).operators
+    whole = _trace_step(tiny_llama(layers=5), step).operators
+    assert (scaled.computing, scaled.traffic_bytes) == (whole.computing, whole.traffic_bytes)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "is_view", "kind"),
+    [
+        ("aten", "mm", False, "product"),
+        ("aten", "t", True, "product"),
+        ("aten", "_scaled_dot_product_flash_attention_for_cpu", False, "product"),
+        ("aten", "view", True, "view"),
+        ("aten", "_unsafe_view", False, "view"),
+        ("aten", "add", False, "computing"),
+        ("aten", "_softmax", False, "computing"),
+        ("prim", "device", False, "other"),
+    ],
+)
+def test_each_op_is_a_product_a_view_a_computing_op_or_not_atens(namespace, name, is_view, kind):
+    assert operator_kind(namespace, name, is_view) == kind
+    tally = OperatorTally().added(namespace, name, is_view, 100)
+    counted = {"computing": (1, 0, 100), "view": (0, 1, 0)}.get(kind, (0, 0, 0))
+    assert (tally.computing, tally.views, tally.traffic_bytes) == counted

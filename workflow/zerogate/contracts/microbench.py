@@ -102,6 +102,22 @@ class ModuleOverhead(Record):
     time: Spread = Field(alias="micro_step_time(s)")  # seconds per micro-step, over the repeats
 
 
+# ATen ops one link of an operator chain dispatches: its forward's mul and its backward's
+# (zerogate.runtime.operator_dispatch; a test counts them).
+OPS_PER_LINK = 2
+
+
+class OperatorChain(Record):
+    """One forward and backward of a chain of ``links`` elementwise products by a scalar on ``numel``
+    elements in the run's dtype (zerogate.runtime.operator_dispatch: two ATen ops per link, each reading and
+    writing ``numel`` elements), timed with a rank's threads."""
+
+    links: int
+    numel: int
+    element_bytes: int
+    time: Spread = Field(alias="chain_time(s)")  # seconds per forward and backward, over the repeats
+
+
 class Microbench(Artefact):
     """This machine's rates for the run's shapes, none of them from the run's model being built or
     stepped."""
@@ -129,3 +145,7 @@ class Microbench(Artefact):
     # The per-module cost of a micro-step on the host (zerogate.predict.microbench.module_overhead_rows): each
     # engine at two stack sizes. Empty: not measured (a file written before it was, or on a GPU).
     module_overhead: list[ModuleOverhead] = []
+    # The cost of a dispatched operator and of its memory traffic on the host (zerogate.predict.microbench.
+    # operator_chain_rows): chains at two lengths, on a few elements and at the run's activation size. Empty:
+    # not measured (a file written before it was, or on a GPU).
+    operator_chains: list[OperatorChain] = []

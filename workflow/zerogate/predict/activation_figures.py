@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zerogate.contracts.model import ModelCounts
+from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.setup import Setup
 
 # Where each activation term comes from (the plan's Ledger.term_sources).
@@ -59,6 +60,9 @@ class ActivationFigures:
     # Traced only: per phase with activations (forward, backward, backward_from_first_gradient), each of the C
     # allocator's size classes' peak of live bytes (zerogate.predict.trace), {"heap": ..., "mapped": ...}.
     size_classes: dict[str, dict[str, int]] | None = None
+    # Traced only: the micro-step's operators beyond its products (zerogate.predict.operator_tally), what the
+    # step-time ledger's functional-operator term counts.
+    operators: OperatorTally | None = None
 
     @property
     def weight_gradients_traced(self) -> bool:

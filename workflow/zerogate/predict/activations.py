@@ -84,6 +84,7 @@ class TracedActivations:
                 at_first_gradient_bytes=trace.at_first_gradient_bytes,
                 after_first_gradient_bytes=trace.after_first_gradient_bytes,
                 size_classes=trace.size_classes,
+                operators=trace.operators,
             )
         return self._traced[key]
 

@@ -17,6 +17,9 @@ built on them predicts the run rather than replaying it.
   layers at two sizes (``MODULE_STACKS``) through a DeepSpeed engine from the run's ZeRO settings in a world
   of one rank, and the same stacks in plain eager PyTorch (zerogate.runtime.module_overhead); the ledger's
   line through the two sizes gives the engine's fixed cost per micro-step and its cost per module.
+- The cost of one dispatched operator with autograd and of its memory traffic on the host (CPU accelerator
+  only): chains of elementwise products at two lengths (``OPERATOR_CHAINS``), on a few elements and on a
+  tensor of the run's activation size (micro-batch x sequence x hidden), zerogate.runtime.operator_dispatch.
 - Collectives: the probe's (probe/hardware.json, zerogate.runtime.collective_timing), carried, not timed
   again.
 
@@ -41,17 +44,25 @@ from zerogate.contracts.microbench import Microbench
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.model.build import planned_model_config
 from zerogate.model.counts import count_parameters
+from zerogate.model.hf_config import shape_of
 from zerogate.model.linear_shapes import LinearShape, linear_shapes
 from zerogate.predict.setup import DTYPE_BYTES, TORCH_DTYPES, setup_from_config
 from zerogate.predict.zero_states import rank_share
 from zerogate.runtime import microbench as bench
-from zerogate.runtime import module_overhead
+from zerogate.runtime import module_overhead, operator_dispatch
 from zerogate.runtime.launch import one_rank_config, remove_own_shm_buffers, start_one_rank_world
 from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE, build_env
 
 # Seconds of timing per kind (the rule's process start, imports and warm-ups come on top): the products
 # share theirs equally, the copies and updates theirs per route and implementation.
-BUDGET_S = {"matmuls": 2.5, "copies": 0.5, "optimizer": 1.0, "modules": 3.0}
+BUDGET_S = {"matmuls": 2.5, "copies": 0.5, "optimizer": 1.0, "modules": 3.0, "operators": 2.0}
+# The operator chains' lengths (links): two, so the line through them separates the chain's fixed cost from
+# the cost per link; assumed wide enough apart for the difference to stand above the repeats' noise.
+OPERATOR_CHAINS = (4, 36)
+# Elements of the small chains: so few that the memory traffic is nothing beside the dispatch (assumed).
+DISPATCH_NUMEL = 16
+# At most this many elements in the activation-sized chains (assumed: 64 MiB in fp32, beyond any cache).
+TRAFFIC_NUMEL_CAP = 16 * 1024**2
 # The synthetic stacks' sizes (modules): two, so a line through them separates the fixed cost per micro-step
 # from the cost per module; assumed wide enough apart for the difference to stand above the repeats' noise.
 MODULE_STACKS = (4, 24)
@@ -240,6 +251,24 @@ def module_overhead_rows(run_spec: RunSpec, ds_config: DsConfig, rows: int) -> l
     ]
 
 
+def operator_chain_rows(activation_numel: int, dtype: torch.dtype) -> list[dict[str, Any]]:
+    """The operator chains at each length of OPERATOR_CHAINS, on DISPATCH_NUMEL elements and on
+    ``activation_numel`` (capped at TRAFFIC_NUMEL_CAP): the contract's ``operator_chains`` rows."""
+    sizes = (DISPATCH_NUMEL, max(DISPATCH_NUMEL + 1, min(activation_numel, TRAFFIC_NUMEL_CAP)))
+    budget = BUDGET_S["operators"] / (len(OPERATOR_CHAINS) * len(sizes))
+    element_bytes = torch.empty((), dtype=dtype).element_size()
+    return [
+        {
+            "links": links,
+            "numel": numel,
+            "element_bytes": element_bytes,
+            "chain_time(s)": operator_dispatch.time_chain(links, numel, dtype, budget),
+        }
+        for numel in sizes
+        for links in OPERATOR_CHAINS
+    ]
+
+
 def measure(
     run_spec: RunSpec, ds_config: DsConfig, collectives: Collectives | None, collectives_source: str
 ) -> Microbench:
@@ -260,6 +289,8 @@ def measure(
     copies = copy_rows(copy_bytes, device)
     optimizer = optimizer_rows(partition, threads, device, cpu_adam)
     overhead = module_overhead_rows(run_spec, ds_config, tokens) if device == "cpu" else []
+    activation_numel = tokens * shape_of(config).hidden_size
+    chains = operator_chain_rows(activation_numel, dtype) if device == "cpu" else []
     how = (
         f"plain tensors, no model built: each linear layer's three products on {micro_batch} x "
         f"{run_spec.seq_len} tokens in {run_spec.dtype} on {device}; copies of {copy_bytes} B; the "
@@ -270,6 +301,12 @@ def measure(
             f"; stacks of {' and '.join(map(str, MODULE_STACKS))} {MODULE_WIDTH} x {MODULE_WIDTH} linear "
             f"layers through a ZeRO-{ds_config.stage} engine (one-rank world) and eagerly, a micro-step each"
             if overhead
+            else ""
+        )
+        + (
+            f"; chains of {' and '.join(map(str, OPERATOR_CHAINS))} elementwise products with their backward "
+            f"on {DISPATCH_NUMEL} and {chains[-1]['numel']} elements"
+            if chains
             else ""
         )
     )
@@ -286,6 +323,7 @@ def measure(
             "copies": copies,
             "optimizer": optimizer,
             "module_overhead": overhead,
+            "operator_chains": chains,
             "collectives": collectives,
             "collectives_source": collectives_source,
             "how": how,

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 
 from zerogate.contracts.machine import Collectives
 from zerogate.contracts.microbench import (
+    OPS_PER_LINK,
     CopyRate,
     MatmulRate,
     Microbench,
     ModuleOverhead,
+    OperatorChain,
     OptimizerRate,
     Spread,
 )
@@ -77,6 +79,19 @@ class ModuleLines:
 
 
 @dataclass(frozen=True)
+class OperatorLines:
+    """The host's cost of a dispatched computing op with autograd (``dispatch_s``, seconds per op) and of its
+    memory traffic (``per_byte_s``, seconds per byte of its tensor inputs and outputs), each (low, high),
+    from the operator chains (Microbench ``operator_chains``, zerogate.runtime.operator_dispatch): the
+    slope per op of the chain on a few elements, and the extra slope of the activation-sized chain over the
+    bytes each of its ops moves more; low from the repeats' fastest ends, high from their slowest."""
+
+    dispatch_s: tuple[float, float]
+    per_byte_s: tuple[float, float]
+    source: str
+
+
+@dataclass(frozen=True)
 class MeasuredRates:
     """What the time ledger needs of this machine, from the micro-benchmarks alone.
 
@@ -91,6 +106,8 @@ class MeasuredRates:
       ``device_update_param_per_s``: torch's fused AdamW on the device (None without one).
     - ``collectives``: the probe's figures between two ranks (latency and bandwidth per kind), as measured.
     - ``module_lines``: the per-module cost of a micro-step on the host (None: not measured).
+    - ``operator_lines``: the cost of a dispatched operator and of its memory traffic on the host (None: not
+      measured).
     - ``cpu_share``: the measuring process's CPU seconds over wall seconds x ``threads`` (None: not
       recorded); well below 1, other processes shared its cores and the rates are lower than the machine's.
     """
@@ -108,6 +125,7 @@ class MeasuredRates:
     cpu_share: float | None = None
     accelerator: str = "cpu"
     module_lines: ModuleLines | None = None
+    operator_lines: OperatorLines | None = None
 
     def copy(self, route: str, pinned: bool | None) -> Rate | None:
         """The rate of a copy in ``route``'s direction (``host_to_device``, ``device_to_host``,
@@ -195,6 +213,37 @@ def _module_lines(rows: list[ModuleOverhead], where: str) -> ModuleLines | None:
     return ModuleLines(stage=stage, engine=by_engine["deepspeed"], eager=by_engine["eager"], source=source)
 
 
+def _operator_lines(rows: list[OperatorChain], where: str) -> OperatorLines | None:
+    """The operator chains' costs (OperatorLines), where two lengths were timed at two sizes (None
+    otherwise)."""
+    by_size: dict[int, dict[int, tuple[float, float]]] = {}
+    for row in rows:
+        by_size.setdefault(row.numel, {})[row.links] = ends(row.time)
+    if len(by_size) != 2 or any(len(points) != 2 for points in by_size.values()):
+        return None
+    small, large = sorted(by_size)
+    element_bytes = rows[0].element_bytes
+
+    def per_op(points: dict[int, tuple[float, float]], end: int) -> float:
+        (n1, t1), (n2, t2) = sorted(points.items())
+        return max(0.0, (t2[end] - t1[end]) / ((n2 - n1) * OPS_PER_LINK))
+
+    # Each op of a chain reads its numel elements and writes as many (zerogate.runtime.operator_dispatch).
+    extra_bytes = 2 * (large - small) * element_bytes
+    dispatch = sorted(per_op(by_size[small], end) for end in (0, 1))
+    per_byte = sorted(
+        max(0.0, per_op(by_size[large], end) - per_op(by_size[small], end)) / extra_bytes for end in (0, 1)
+    )
+    source = (
+        f"{where}: chains of {' and '.join(map(str, sorted(by_size[small])))} elementwise products and their "
+        f"backward ({OPS_PER_LINK} ATen ops a link) on {small} and {large} elements of {element_bytes} B "
+        f"({REPEAT_RANGE})"
+    )
+    return OperatorLines(
+        dispatch_s=(dispatch[0], dispatch[1]), per_byte_s=(per_byte[0], per_byte[1]), source=source
+    )
+
+
 def rates_from_microbench(bench: Microbench, where: str = "plan/microbench.json") -> MeasuredRates:
     """The rates a time ledger needs, from the micro-benchmarks' file (``where`` names it in each rate's
     source). ValueError when the file holds no forward or no backward product."""
@@ -214,4 +263,5 @@ def rates_from_microbench(bench: Microbench, where: str = "plan/microbench.json"
         cpu_share=bench.cpu_share,
         accelerator=bench.accelerator,
         module_lines=_module_lines(bench.module_overhead, where),
+        operator_lines=_operator_lines(bench.operator_chains, where),
     )

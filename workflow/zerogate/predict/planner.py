@@ -35,6 +35,7 @@ from zerogate.predict.fsdp2_comms import fsdp2_theory
 from zerogate.predict.fsdp2_terms import fsdp2_host_need_per_rank, fsdp2_terms
 from zerogate.predict.ledger import ledger
 from zerogate.predict.microbench_rates import MeasuredRates
+from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.phases import OVERHEAD, device_levels
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.setup import Setup
@@ -105,6 +106,12 @@ def deviations(fits: bool, override: PlanSettings | None) -> list[Deviation]:
     ]
 
 
+def traced_operators(activations: Activations | None, setup: Setup) -> OperatorTally | None:
+    """The trace's count of the run's operators beyond its products (None without a trace: formula
+    activations, or none given)."""
+    return None if activations is None else activations(setup).operators
+
+
 def plan(
     counts: ModelCounts,
     setup: Setup,
@@ -147,7 +154,7 @@ def plan(
         ledger=ledger(counts, setup, activations),
         deviations=deviations(fits, override),
         peers=peer_plans(counts, setup, machine, activations),
-        step_time=step_time(counts, setup, machine),
+        step_time=step_time(counts, setup, machine, operators=traced_operators(activations, setup)),
     )
 
 
@@ -180,8 +187,9 @@ def with_measured_compute(
     ``model_compute`` and its step time predicted again with this machine's micro-benchmarked rates
     (``measured``, zerogate.predict.microbench_rates.rates_from_microbench; None: as planned on paper): the
     two parts of a plan that depend on them (see plan), so nothing is traced again."""
-    counts, setup, _ = run_setup(run_spec, ds_config, machine.nodes)
+    counts, setup, activations = run_setup(run_spec, ds_config, machine.nodes)
     update: dict[str, object] = {"floor": floor(counts, setup, machine, model_compute)}
     if measured is not None:
-        update["step_time"] = step_time(counts, setup, machine, measured)
+        operators = traced_operators(activations, setup)
+        update["step_time"] = step_time(counts, setup, machine, measured, operators)
     return first.model_copy(update=update)

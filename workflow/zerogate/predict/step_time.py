@@ -10,6 +10,9 @@ overlaps only what DeepSpeed runs on separate streams. Terms, per optimizer step
   forward once more), each kind at its achievable rate: the card's peak (zerogate.hardware.peak) x
   GPU_MATMUL / GPU_ATTENTION, or on the CPU accelerator a rank's share of the probe's fp32 peak x
   CPU_ARITHMETIC;
+- functional operators (on a synchronised device, the CPU accelerator): the ops a micro-step runs beyond its
+  products, counted by the planner's trace, at the micro-benchmarks' cost per op and per byte moved
+  (zerogate.predict.step_time_operators);
 - collectives: the communication theory's calls and volume per micro-step and per boundary
   (zerogate.predict.floor.theory_terms, zerogate.predict.floor.collective_time: the machine's route and
   figures, NVLink's, peer-to-peer, through host memory or the network), each kind's calls x latency plus
@@ -56,7 +59,9 @@ from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import StepTime, TimeTerm
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.microbench_rates import MeasuredRates
+from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.setup import Setup
+from zerogate.predict.step_time_operators import operator_terms
 from zerogate.predict.step_time_terms import (
     COLLECTIVE,
     COMPUTE,
@@ -163,16 +168,23 @@ def overlap_rule(setup: Setup, machine: MachineDescription) -> str:
 
 
 def step_time(
-    counts: ModelCounts, setup: Setup, machine: MachineDescription, measured: MeasuredRates | None = None
+    counts: ModelCounts,
+    setup: Setup,
+    machine: MachineDescription,
+    measured: MeasuredRates | None = None,
+    operators: OperatorTally | None = None,
 ) -> StepTime:
     """The predicted optimizer-step time of ``setup`` on ``machine``: every term (module doc), the interval
     (low, high) under the overlap rule, and the term that decides it. ``measured``: this machine's rates from
     the micro-benchmarks (zerogate.predict.microbench_rates.rates_from_microbench), which replace the peaks x
     fractions where they have a figure (the linear layers' products, the copies, the optimizer update); the
-    collectives are the machine description's either way (the probe's, which the micro-benchmarks carry)."""
+    collectives are the machine description's either way (the probe's, which the micro-benchmarks carry).
+    ``operators``: the trace's count of the model's operators beyond its products (the activations' trace),
+    for the host's functional operators on a synchronised device (zerogate.predict.step_time_operators)."""
     overlap = overlaps(setup, machine)
     terms = (
         compute_terms(counts, setup, machine, measured)
+        + operator_terms(operators, setup, machine, measured)
         + collective_terms(counts, setup, machine, overlap)
         + host_copy_terms(counts, setup, machine, overlap, measured)
         + boundary_terms(counts, setup, machine, measured)

@@ -196,9 +196,9 @@ def module_overhead_term(counts: ModelCounts, setup: Setup, measured: MeasuredRa
     hooks, the parameter coordinator's fetch and release, the gradient hooks, each module's dispatch), and
     the eager dispatch of the modules inside a leaf module, from the micro-benchmarks' synthetic stacks
     (zerogate.predict.microbench_rates.ModuleLines) timed at the run's ZeRO stage. The model's counts:
-    zerogate.model.counts (``modules``, ``modules_in_blocks``). What the stacks' one product per module
-    does not have is left out and named: the functional operators a module runs beyond its own (attention's
-    scores and softmax, rotary embedding, residual adds, the loss)."""
+    zerogate.model.counts (``modules``, ``modules_in_blocks``). The functional operators a module runs
+    beyond its one product (attention's scores and softmax, rotary embedding, residual adds, the loss) are
+    a term of their own (zerogate.predict.step_time_operators)."""
     lines = None if measured is None else measured.module_lines
     if lines is None or lines.stage != setup.stage or not counts.modules:
         why = (
@@ -229,8 +229,6 @@ def module_overhead_term(counts: ModelCounts, setup: Setup, measured: MeasuredRa
         f"fixed cost), the other {counts.modules - hooked} eagerly (hooks: parameter_offload.py "
         f"_register_deepspeed_module, partitioned_param_coordinator.py fetch_sub_module / "
         f"release_sub_module; counts: zerogate.model.counts); measured: {lines.source}",
-        left_out="the functional operators a module runs beyond its one product (attention's scores and "
-        "softmax, rotary embedding, residual adds, the loss): their dispatch has no figure",
     )
 
 

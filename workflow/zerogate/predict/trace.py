@@ -81,6 +81,7 @@ from transformers import AutoModelForCausalLM
 from zerogate.config.model_data import ATTENTIONS
 from zerogate.model.hf_config import ModelShape, load_config, shape_of
 from zerogate.model.loss import set_loss
+from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.setup import TORCH_DTYPES
 from zerogate.predict.trace_layers import layer_type_period, layers_differ, with_layers
 from zerogate.runtime.live_tensors import live_bytes_class
@@ -131,6 +132,9 @@ class ActivationTrace:
     # Per window (the ledger's phases: forward, backward to the first gradient, backward from it), the peak of
     # live bytes in each of the C allocator's size classes (zerogate.runtime.live_tensors: heap, mapped).
     size_classes: dict[str, dict[str, int]]
+    # The micro-step's operators beyond its products (forward, loss and backward, recomputation included):
+    # zerogate.predict.operator_tally, scaled to every layer like the bytes.
+    operators: OperatorTally = OperatorTally()
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,7 @@ class _Step:
     after_first_gradient_bytes: int
     math_attention: bool  # torch's SDPA math kernel ran (it saves the s x s attention probabilities)
     size_classes: dict[str, dict[str, int]]  # per window, each size class's peak of live bytes
+    operators: OperatorTally  # every op of the forward with loss and the backward, beyond the products
 
 
 _COUNTING = (
@@ -201,6 +206,7 @@ def _whole_model_trace(config: Any, step: MicroStep, layers: int, unlike: str) -
         whole.after_first_gradient_bytes,
         how + _cpu_kernel_note(whole, step.attention),
         whole.size_classes,
+        whole.operators,
     )
 
 
@@ -245,6 +251,7 @@ def _scaled_trace(
         max(0, peak_at_all_layers - at_first),
         how + _cpu_kernel_note(more, step.attention),
         _extrapolated_size_classes(fewer, more, periods - traced_layers),
+        fewer.operators.extrapolated(more.operators, periods - traced_layers),
     )
 
 
@@ -332,6 +339,7 @@ def _trace_step(config: Any, step: MicroStep) -> _Step:
             live.peak - first["live"],
             live.saw_math_attention,
             size_classes,
+            live.operators,
         )
 
 
@@ -395,6 +403,16 @@ class _LiveBytes(live_bytes_class()):
     def __init__(self, model_state: set) -> None:
         super().__init__(excluded=model_state)
         self.saw_math_attention = False
+        self.operators = OperatorTally()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if out is not NotImplemented:
+            tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
+            traffic = sum(t.numel() * t.element_size() for t in tensors)
+            name = func.overloadpacket.__name__
+            self.operators = self.operators.added(func.namespace, name, func.is_view, traffic)
+        return out
 
     def saw(self, func: Any) -> None:
         # SDPA's math kernel is the composite that calls _safe_softmax; the fused kernels never do.
