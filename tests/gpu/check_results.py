@@ -5,10 +5,11 @@
   each run's outcome, and the problems found (none: the check passed);
 - ``steps.jsonl``: each run's steps, one line each: the tensor peak (``torch.cuda.max_memory_allocated``),
   the allocator's (``max_memory_reserved``), the device's (NVML), the step time, the loss and loss scale;
-  a reading the machine cannot take is null, its reason under ``absent``;
+  a reading the machine cannot take is null, its reason under ``absent`` (tests/gpu/check_files.py StepRow);
 - ``levels.json``: per run and level (tensor, allocator, device) the plan's figure, the largest measured
   over the run's steps and the error (zerogate.analysis.ledger_check.error_percent);
-- ``micro_batch.json``: per consumer card and point, the plan's largest micro-batch and the one measured;
+- ``micro_batch.json``: per consumer card and point, the plan's largest micro-batch and the one measured
+  (tests/gpu/check_files.py MicroBatchRow);
 - ``plans.json``: each point's plan on this machine, as plan.json holds it;
 - ``tables.md``: the levels and micro-batch tables, for docs/measurements.md;
 - ``runs.log``: each launch's log (its tail).
@@ -21,6 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tests.gpu.check_files import MicroBatchRow, StepRow, write_micro_batches, write_steps
 from zerogate.analysis.ledger_check import error_percent
 from zerogate.analysis.measures import step_time
 from zerogate.analysis.parse import steps_table
@@ -46,7 +48,7 @@ def _bytes(gib: float | None) -> int | None:
     return None if gib is None else int(gib * GIB)
 
 
-def step_rows(point: str, records: list[StepRecord], on_cpu: bool) -> list[dict[str, Any]]:
+def step_rows(point: str, records: list[StepRecord], on_cpu: bool) -> list[StepRow]:
     """The run's steps as steps.jsonl lines, what was not measured null with its reason."""
     rows = []
     for record in records:
@@ -65,32 +67,19 @@ def step_rows(point: str, records: list[StepRecord], on_cpu: bool) -> list[dict[
         absent = {key: CPU_ABSENT for key in [level[2] for level in LEVELS] if on_cpu and row[key] is None}
         if record.loss_scale is None:
             absent["loss_scale"] = "no loss scaler: the run trains in fp32 or bf16"
-        rows.append({**row, "absent": absent})
+        rows.append(StepRow.of({**row, "absent": absent}, f"{point} step {record.step}"))
     return rows
 
 
-def probe_cap(row: dict[str, Any]) -> int:
-    """What a micro_batch.json row's probes capped the caching allocator at: its ``allocator_cap(bytes)``;
-    rows written before the check took the memory outside the allocator off have none and capped it at the
-    card's capacity."""
-    return row.get("allocator_cap(bytes)", row["cap_bytes"])
-
-
-def outside_allocator(rows: list[dict[str, Any]]) -> int | None:
+def outside_allocator(rows: list[StepRow]) -> int | None:
     """What a run's process held on its device outside the caching allocator: the largest, over steps.jsonl
-    rows, of the device reading (NVML) less the allocator's reserve (CUDA's context, kernels, cuBLAS's
-    workspace, NCCL's communicators); None when no row has both."""
-    reading = {level: key for level, _, key in LEVELS}
-    device, allocator = reading["device"], reading["allocator"]
-    gaps = [
-        row[device] - row[allocator]
-        for row in rows
-        if row.get(device) is not None and row.get(allocator) is not None
-    ]
+    rows, of the device reading (NVML) less the allocator's reserve (StepRow.outside_allocator_bytes); None
+    when no row has both."""
+    gaps = [gap for gap in (row.outside_allocator_bytes() for row in rows) if gap is not None]
     return max(gaps) if gaps else None
 
 
-def run_levels(point: str, plan: Any, rows: list[dict[str, Any]], unmeasured: str) -> list[dict[str, Any]]:
+def run_levels(point: str, plan: Any, rows: list[StepRow], unmeasured: str) -> list[dict[str, Any]]:
     """Per level: the plan's figure for the run's scheme against the largest reading over the run's steps
     (none: ``unmeasured`` says why)."""
     zerogate = plan.ledger.schemes[plan.scheme].zerogate
@@ -98,7 +87,7 @@ def run_levels(point: str, plan: Any, rows: list[dict[str, Any]], unmeasured: st
     for level, predicted_field, reading in LEVELS:
         predicted = getattr(zerogate, predicted_field)
         interval = zerogate.device_per_rank_range_bytes if level == "device" else None
-        readings = [row[reading] for row in rows if row[reading] is not None]
+        readings = [value for value in (row.reading(reading) for row in rows) if value is not None]
         measured = max(readings) if readings else None
         found.append(
             {
@@ -116,27 +105,25 @@ def run_levels(point: str, plan: Any, rows: list[dict[str, Any]], unmeasured: st
     return found
 
 
-def run_problems(point: str, launch: Any, rows: list[dict[str, Any]], steps: int, on_cpu: bool) -> list[str]:
+def run_problems(point: str, launch: Any, rows: list[StepRow], steps: int, on_cpu: bool) -> list[str]:
     """What is wrong with a run that was started: it did not train, missed steps, or recorded nonsense."""
     if launch.outcome != "trained":
         return [f"{point}: {launch.outcome} (see runs.log)"]
     problems = []
-    if [row["step"] for row in rows] != list(range(1, steps + 1)):
-        problems.append(f"{point}: steps {[row['step'] for row in rows]}, expected 1..{steps}")
+    if [row.step for row in rows] != list(range(1, steps + 1)):
+        problems.append(f"{point}: steps {[row.step for row in rows]}, expected 1..{steps}")
     for row in rows:
-        where = f"{point} step {row['step']}"
-        if not math.isfinite(row["loss"]) or not row["step_time(s)"] > 0:
-            problems.append(f"{where}: loss {row['loss']}, step time {row['step_time(s)']}")
+        where = f"{point} step {row.step}"
+        if not math.isfinite(row.loss) or not row.step_time_s > 0:
+            problems.append(f"{where}: loss {row.loss}, step time {row.step_time_s}")
         if on_cpu:
             continue
-        tensor, allocator, device = (row[level[2]] for level in LEVELS)
-        if None in (tensor, allocator, device):
-            problems.append(
-                f"{where}: a CUDA reading is missing ({row['absent'] or 'tensor/allocator/NVML'})"
-            )
+        tensor, allocator, device = (row.reading(level[2]) for level in LEVELS)
+        if tensor is None or allocator is None or device is None:
+            problems.append(f"{where}: a CUDA reading is missing ({row.absent or 'tensor/allocator/NVML'})")
         elif not 0 < tensor <= allocator:
             problems.append(f"{where}: want 0 < tensor peak {tensor} <= allocator peak {allocator}")
-        if row["loss_scale"] is None:
+        if row.loss_scale is None:
             problems.append(f"{where}: fp16 without a loss scale")
     return problems
 
@@ -173,7 +160,7 @@ def _mib(value: int | None) -> str:
     return "—" if value is None else f"{value / 2**20:,.0f} MiB"
 
 
-def tables(levels: list[dict[str, Any]], searches: list[dict[str, Any]], mode: str) -> str:
+def tables(levels: list[dict[str, Any]], searches: list[MicroBatchRow], mode: str) -> str:
     lines = [f"Planner against the GPU check ({mode} mode): each level predicted and measured", ""]
     lines += [
         "| point | scheme | level | predicted | interval | measured | error % | inside |",
@@ -198,13 +185,14 @@ def tables(levels: list[dict[str, Any]], searches: list[dict[str, Any]], mode: s
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in searches:
-        cap, outside = row.get("allocator_cap(bytes)"), row.get("outside_allocator(bytes)")
+        cap, outside = row.allocator_cap_bytes, row.outside_allocator_bytes
+        planned = row.planned_capacity_bytes
         lines.append(
-            f"| {row['point']} | {row['card']} | {row['cap_bytes'] / 1e9:.2f} GB | "
+            f"| {row.point} | {row.card} | {row.cap_bytes / 1e9:.2f} GB | "
             f"{'—' if cap is None else f'{cap / 1e9:.2f} GB'} | {_mib(outside)} | "
-            f"{row['planned_capacity(bytes)'] / 1e9:.2f} GB | {row['plan']} | "
-            f"{_or_dash(row['plan_fits'])} | {_or_dash(row['plan_may_fit'])} | "
-            f"{_or_dash(row['largest'])} | {row['status']} |"
+            f"{'—' if planned is None else f'{planned / 1e9:.2f} GB'} | {row.plan} | "
+            f"{_or_dash(row.plan_fits)} | {_or_dash(row.plan_may_fit)} | "
+            f"{_or_dash(row.largest)} | {row.status} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -228,7 +216,9 @@ def step_time_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(out: Path, context: dict[str, Any], runs: list[dict], searches: list[dict]) -> list[str]:
+def write_results(
+    out: Path, context: dict[str, Any], runs: list[dict], searches: list[MicroBatchRow]
+) -> list[str]:
     """The seven files (module docstring); the problems found, also in check.json."""
     on_cpu = context["mode"] == "cpu"
     problems = []
@@ -260,9 +250,9 @@ def write_results(out: Path, context: dict[str, Any], runs: list[dict], searches
         "problems": problems,
     }
     (out / "check.json").write_text(json.dumps(check, indent=2) + "\n")
-    (out / "steps.jsonl").write_text("".join(json.dumps(row) + "\n" for row in steps))
+    write_steps(out, steps)
     (out / "levels.json").write_text(json.dumps(levels, indent=2) + "\n")
-    (out / "micro_batch.json").write_text(json.dumps(searches, indent=2) + "\n")
+    write_micro_batches(out, searches)
     plans = {run["point"]: run["plan"].as_json() for run in runs}
     (out / "plans.json").write_text(json.dumps(plans) + "\n")
     (out / "tables.md").write_text(tables(levels, searches, context["mode"]) + step_time_table(times))

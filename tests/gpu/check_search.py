@@ -5,11 +5,11 @@ searches where their cap matches."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.gpu.check_files import MicroBatchRow, read_micro_batches
 from tests.gpu.check_launch import Budget, launch
 from tests.gpu.check_points import (
     CLAIMED_BOX,
@@ -20,7 +20,7 @@ from tests.gpu.check_points import (
     render_point,
     with_micro_batch,
 )
-from tests.gpu.check_results import outside_allocator, probe_cap, step_rows
+from tests.gpu.check_results import outside_allocator, step_rows
 from tests.gpu.micro_batch_search import Search, resumed
 from zerogate.config.machines import from_fingerprint, load_description
 from zerogate.contracts.machine import Fingerprint
@@ -60,10 +60,10 @@ def planned_micro_batches(
     return rows
 
 
-def recorded_searches(folders: list[Path]) -> list[dict[str, Any]]:
+def recorded_searches(folders: list[Path]) -> list[MicroBatchRow]:
     """The micro_batch.json rows of recorded checks, in the order given (a later one goes on from an
     earlier one's probes as well)."""
-    return [row for folder in folders for row in json.loads((folder / "micro_batch.json").read_text())]
+    return [row for folder in folders for row in read_micro_batches(folder)]
 
 
 def outside_of(runs: list[dict[str, Any]], probed: dict[str, Any]) -> int | None:
@@ -80,23 +80,28 @@ def outside_of(runs: list[dict[str, Any]], probed: dict[str, Any]) -> int | None
     return found if found is not None else probed.get("after_nccl(bytes)")
 
 
-def resume_cap(row: dict[str, Any], earlier: list[dict[str, Any]]) -> dict[str, Any]:
+def resume_cap(row: dict[str, Any], earlier: list[MicroBatchRow]) -> dict[str, Any]:
     """``row`` with the probes and cap of the last of ``earlier``'s rows for its point and card whose
     allocator cap lies within RESUME_TOLERANCE_BYTES of its own (rows without one capped at the card's
     capacity); unchanged when there is none."""
     same = [
         r
         for r in earlier
-        if (r["point"], r["card"]) == (row["point"], row["card"])
-        and abs(probe_cap(r) - row["allocator_cap(bytes)"]) <= RESUME_TOLERANCE_BYTES
+        if (r.point, r.card) == (row["point"], row["card"])
+        and abs(r.probe_cap - row["allocator_cap(bytes)"]) <= RESUME_TOLERANCE_BYTES
     ]
     if not same:
         return row
     last = same[-1]
     return {
         **row,
-        "allocator_cap(bytes)": probe_cap(last),
-        "resumed_probes": [p for r in same for p in r["probes"] if not p.get("earlier")],
+        "allocator_cap(bytes)": last.probe_cap,
+        "resumed_probes": [
+            {"micro_batch": p.micro_batch, "outcome": p.outcome}
+            for r in same
+            for p in r.probes
+            if not p.earlier
+        ],
     }
 
 
@@ -108,8 +113,8 @@ def search_points(
     kind: str,
     card: str | None = None,
     outside: int | None = None,
-    earlier: list[dict[str, Any]] = (),
-) -> list:
+    earlier: list[MicroBatchRow] = (),
+) -> list[MicroBatchRow]:
     """Per consumer card of the claimed box (the small one first; only those whose name holds ``card``, when
     given) and per point: the plan's largest micro-batch on that card and, on a GPU, the largest that trains
     with the caching allocator capped at the card's capacity less ``outside`` (what this machine's process
@@ -133,11 +138,7 @@ def search_points(
         for row in rows
     ]
     if kind == "cpu":
-        return [
-            {**{k: v for k, v in row.items() if k != "resumed_probes"}, "largest": None}
-            | {"status": CPU_NO_SEARCH, "probes": []}
-            for row in rows
-        ]
+        return [searched(row, {"largest": None, "status": CPU_NO_SEARCH, "probes": []}) for row in rows]
 
     def trying(row: dict[str, Any]) -> Callable[[int], str]:
         def try_batch(micro_batch: int) -> str:
@@ -157,11 +158,15 @@ def search_points(
     for probes in (1, None):  # the plan's figure for every search first, then each to its end
         for row, search in zip(rows, searches, strict=True):
             search.run(trying(row), probes)
-    found = [
-        {**{k: v for k, v in row.items() if k != "resumed_probes"}, **search.result()}
-        for row, search in zip(rows, searches, strict=True)
-    ]
+    found = [searched(row, search.result()) for row, search in zip(rows, searches, strict=True)]
     for row in found:
-        where = f"{row['point']} on {row['card']}"
-        print(f"check_runs: search {where}: plan {row['plan']}, measured {row['largest']} ({row['status']})")
+        where = f"{row.point} on {row.card}"
+        print(f"check_runs: search {where}: plan {row.plan}, measured {row.largest} ({row.status})")
     return found
+
+
+def searched(row: dict[str, Any], result: dict[str, Any]) -> MicroBatchRow:
+    """A planned row (its working ``resumed_probes`` left out) with its search's result, as the file holds
+    it."""
+    planned = {k: v for k, v in row.items() if k != "resumed_probes"}
+    return MicroBatchRow.of({**planned, **result}, f"the search of {row['point']} on {row['card']}")

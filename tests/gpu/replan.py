@@ -15,8 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.gpu.check_files import MicroBatchRow, StepRow, read_micro_batches, read_steps
 from tests.gpu.check_points import POINTS, held_out_points, plan_point, render_point, write_grid
-from tests.gpu.check_results import outside_allocator, probe_cap, run_levels, tables
+from tests.gpu.check_results import outside_allocator, run_levels, tables
 from tests.gpu.check_search import planned_micro_batches
 from zerogate.config.machines import from_fingerprint
 from zerogate.contracts.machine import Fingerprint
@@ -24,22 +25,22 @@ from zerogate.contracts.machine import Fingerprint
 NOT_SEARCHED = {"largest": None, "status": "not searched in the recorded checks", "probes": []}
 
 
-def recorded(folders: list[Path]) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+def recorded(folders: list[Path]) -> tuple[dict[str, Any], dict[str, list[StepRow]]]:
     """The first folder's fingerprint (check.json) and every folder's step rows by point (steps.jsonl)."""
     checks = [json.loads((folder / "check.json").read_text()) for folder in folders]
     for folder, check in zip(folders, checks, strict=True):
         if check.get("mode") != "cuda":
             raise SystemExit(f"{folder / 'check.json'}: mode: want cuda, got {check.get('mode')!r}")
-    rows: dict[str, list[dict[str, Any]]] = {}
+    rows: dict[str, list[StepRow]] = {}
     for folder in folders:
         for row in read_steps(folder):
-            rows.setdefault(row["point"], []).append(row)
+            rows.setdefault(row.point, []).append(row)
     return checks[0]["fingerprint"], rows
 
 
 def replan(
     folders: list[Path], held_out: list[dict[str, Any]] | None = None
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[dict[str, Any]], list[MicroBatchRow]]:
     """The levels (check_results.run_levels) of every point (the grid's and ``held_out``, by default
     check_points.held_out_points()), planned now,
     against the recorded steps (none: the level's measured figure is empty); and
@@ -48,15 +49,14 @@ def replan(
     fingerprint_json, rows = recorded(folders)
     # Per point, card and the card the probes measured (extra_bytes), the rows where a probe launched (the
     # others measured nothing), a later call's replacing an earlier one.
-    searched: dict[tuple[str, str, int], dict[str, Any]] = {}
+    searched: dict[tuple[str, str, int], MicroBatchRow] = {}
     for folder in folders:
         if (folder / "micro_batch.json").exists():
             outside = outside_allocator(read_steps(folder))
-            for row in json.loads((folder / "micro_batch.json").read_text()):
+            for row in read_micro_batches(folder):
                 capped = as_capped(row, outside)
-                key = (row["point"], row["card"], extra_bytes(capped))
-                launched = [probe for probe in row["probes"] if probe["outcome"] != "out of budget"]
-                if launched:
+                key = (row.point, row.card, extra_bytes(capped))
+                if any(probe.outcome != "out of budget" for probe in row.probes):
                     searched[key] = capped
     with tempfile.TemporaryDirectory(prefix="zerogate-replan-") as work:
         (Path(work) / "fingerprint.json").write_text(json.dumps(fingerprint_json))
@@ -80,34 +80,32 @@ def replan(
         micro_batches = []  # per point and card: the card itself, then each other card the probes measured
         for point, card in planned[0]:
             for extra in extras:
-                found = searched.get((point, card, extra), NOT_SEARCHED if extra == 0 else None)
-                if found is not None:
-                    micro_batches.append({**NOT_SEARCHED, **found, **planned[extra][point, card]})
+                found = searched.get((point, card, extra))
+                if found is None and extra != 0:
+                    continue
+                measured = NOT_SEARCHED if found is None else found.as_json()
+                row = {**NOT_SEARCHED, **measured, **planned[extra][point, card]}
+                micro_batches.append(MicroBatchRow.of(row, f"the replanned search of {point} on {card}"))
     return levels, micro_batches
 
 
-def read_steps(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
-
-
-def as_capped(row: dict[str, Any], outside: int | None) -> dict[str, Any]:
+def as_capped(row: MicroBatchRow, outside: int | None) -> MicroBatchRow:
     """A recorded search row with its probes' allocator cap and what the process held outside the allocator
     in its call. Rows written before the check capped the allocator at the card's capacity less that
     (check_search.search_points) capped it at the capacity itself: theirs is ``outside`` (the call's runs,
     check_results.outside_allocator)."""
-    if "allocator_cap(bytes)" in row:
+    if row.allocator_cap_bytes is not None:
         return row
-    return {**row, "allocator_cap(bytes)": probe_cap(row), "outside_allocator(bytes)": outside}
+    return row.model_copy(update={"allocator_cap_bytes": row.probe_cap, "outside_allocator_bytes": outside})
 
 
-def extra_bytes(row: dict[str, Any]) -> int:
+def extra_bytes(row: MicroBatchRow) -> int:
     """What the plan adds to the card's capacity to plan the card the probes measured: their allocator cap
     plus the process's memory outside the allocator, less the capacity (0 for a row the check capped at the
     capacity less that; 0 for a row not searched)."""
-    cap = row.get("allocator_cap(bytes)")
-    if cap is None:
+    if row.allocator_cap_bytes is None:
         return 0
-    return cap + (row.get("outside_allocator(bytes)") or 0) - row["cap_bytes"]
+    return row.allocator_cap_bytes + (row.outside_allocator_bytes or 0) - row.cap_bytes
 
 
 if __name__ == "__main__":

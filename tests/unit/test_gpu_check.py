@@ -12,7 +12,9 @@ import tests.gpu.check_launch as check_launch
 import tests.gpu.check_runs as check_runs
 import tests.gpu.check_search as check_search
 from tests.conftest import gpu_fingerprint
+from tests.gpu import check_files
 from tests.gpu.capped_loop import cap_device
+from tests.gpu.check_files import MicroBatchRow
 from tests.gpu.check_gpu_1x import check_results
 from tests.gpu.check_launch import Budget, Launch, outcome_of, process_memory
 from tests.gpu.check_points import (
@@ -35,7 +37,7 @@ from tests.gpu.micro_batch_search import Search, resumed, search_largest
 from tests.gpu.replan import replan
 from tests.unit.helpers import step_record
 from zerogate.config.machines import from_fingerprint, load_description
-from zerogate.contracts.base import write_lines
+from zerogate.contracts.base import ContractError, write_lines
 from zerogate.contracts.plan import StepTime
 from zerogate.contracts.records import OVERFLOW_REASON, EvalRecord
 from zerogate.contracts.run import DsConfig, RunSpec
@@ -197,7 +199,7 @@ def test_every_probe_of_the_search_runs_capped_at_its_card_and_within_the_budget
     )
     budget = Budget(deadline=4e9, launch_s=1.0)
     found = search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda")
-    assert {(row["card"], row["largest"]) for row in found} == {
+    assert {(row.card, row.largest) for row in found} == {
         ("NVIDIA GeForce RTX 5070", 4),
         ("NVIDIA GeForce RTX 4090", 512),
     }
@@ -208,10 +210,10 @@ def test_every_probe_of_the_search_runs_capped_at_its_card_and_within_the_budget
     outside = 1_700 * 2**20
     found = search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", None, outside)
     assert {cap for _, cap, _ in launched} == {cap - outside for cap in cards.values()}
-    assert {(r["allocator_cap(bytes)"], r["outside_allocator(bytes)"]) for r in found} == {
+    assert {(r.allocator_cap_bytes, r.outside_allocator_bytes) for r in found} == {
         (cap - outside, outside) for cap in cards.values()
     }
-    assert {row["planned_capacity(bytes)"] for row in found} == set(cards.values())
+    assert {row.planned_capacity_bytes for row in found} == set(cards.values())
 
 
 def test_what_the_process_holds_outside_the_allocator_is_the_runs_largest_gap_or_the_probes():
@@ -235,14 +237,18 @@ def test_the_search_can_be_kept_to_one_card_of_the_claimed_box(tmp_path, monkeyp
     point, launched = faked_search(tmp_path, monkeypatch, lambda machine: 2, lambda m, cap: "out of memory")
     budget = Budget(deadline=4e9, launch_s=1.0)
     found = search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", "5070")
-    assert [row["card"] for row in found] == ["NVIDIA GeForce RTX 5070"]
-    assert {cap for _, cap, _ in launched} == {found[0]["cap_bytes"]}
+    assert [row.card for row in found] == ["NVIDIA GeForce RTX 5070"]
+    assert {cap for _, cap, _ in launched} == {found[0].cap_bytes}
     monkeypatch.setattr(check_runs, "build_ops", lambda kind: pytest.fail("built before the refusal"))
     argv = ["--out", str(tmp_path), "--work", str(tmp_path), "--deadline", "1", "--budget-s", "1"]
     args = check_runs.parse_args([*argv, "--search-card", "A100"])
     assert check_runs.check(args) == 2
     assert check_runs.check(check_runs.parse_args([*argv, "--resume", str(tmp_path / "nowhere")])) == 2
     assert check_runs.check(check_runs.parse_args([*argv, "--launch", "zero4"])) == 2
+
+
+def trained(micro_batch: int) -> dict:
+    return {"micro_batch": micro_batch, "outcome": "trained"}
 
 
 def test_a_search_goes_on_at_a_recorded_cap_near_its_own_and_ignores_others(tmp_path, monkeypatch):
@@ -255,10 +261,19 @@ def test_a_search_goes_on_at_a_recorded_cap_near_its_own_and_ignores_others(tmp_
         tmp_path, monkeypatch, lambda machine: 11, lambda m, cap: "trained" if m <= 12 else "out of memory"
     )
     recorded_cap = small.memory_total_bytes - outside + 2 * 2**20
-    base = {"point": "zero3", "card": small.name, "cap_bytes": small.memory_total_bytes}
+    base = {
+        "point": "zero3",
+        "card": small.name,
+        "cap_bytes": small.memory_total_bytes,
+        "plan": 11,
+        "status": "unfinished: out of budget",
+    }
     earlier = [
-        {**base, "allocator_cap(bytes)": recorded_cap, "probes": [{"micro_batch": 11, "outcome": "trained"}]},
-        {**base, "probes": [{"micro_batch": 16, "outcome": "trained"}]},  # capped at the whole capacity
+        MicroBatchRow.of(
+            {**base, "allocator_cap(bytes)": recorded_cap, "largest": 11, "probes": [trained(11)]}, "recorded"
+        ),
+        # capped at the whole capacity
+        MicroBatchRow.of({**base, "largest": 16, "probes": [trained(16)]}, "recorded"),
     ]
     budget = Budget(deadline=4e9, launch_s=1.0)
     found = search_points(
@@ -266,11 +281,11 @@ def test_a_search_goes_on_at_a_recorded_cap_near_its_own_and_ignores_others(tmp_
     )
     launched = [(micro_batch, cap) for micro_batch, cap, _ in probes]
     assert launched == [(22, recorded_cap), (16, recorded_cap), (13, recorded_cap), (12, recorded_cap)]
-    assert found[0]["largest"] == 12 and found[0]["allocator_cap(bytes)"] == recorded_cap
-    assert [p["micro_batch"] for p in found[0]["probes"]] == [11, 22, 16, 13, 12]
-    assert "resumed_probes" not in found[0]
+    assert found[0].largest == 12 and found[0].allocator_cap_bytes == recorded_cap
+    assert [p.micro_batch for p in found[0].probes] == [11, 22, 16, 13, 12]
+    assert [p.earlier for p in found[0].probes] == [True, False, False, False, False]
     probes.clear()
-    far = [{**earlier[0], "allocator_cap(bytes)": recorded_cap + 64 * 2**20}]
+    far = [earlier[0].model_copy(update={"allocator_cap_bytes": recorded_cap + 64 * 2**20})]
     search_points({"zero3": point}, {"zero3": tmp_path}, tmp_path, budget, "cuda", "5070", outside, far)
     assert probes[0][:2] == (11, small.memory_total_bytes - outside)
 
@@ -389,17 +404,15 @@ def test_a_recorded_gpu_check_is_judged_again_against_its_own_steps(tmp_path):
             same = [
                 now
                 for now in micro_batches
-                if (now["point"], now["card"], now["planned_capacity(bytes)"])
-                == (then["point"], then["card"], card)
+                if (now.point, now.card, now.planned_capacity_bytes) == (then["point"], then["card"], card)
             ]
-            assert len(same) == 1 and same[0]["probes"] == then["probes"], (call.name, then["point"])
-            assert same[0]["largest"] == then["largest"]
-    on_their_card = [
-        (r["point"], r["card"]) for r in micro_batches if r["planned_capacity(bytes)"] == r["cap_bytes"]
-    ]
+            assert len(same) == 1, (call.name, then["point"])
+            assert [p.as_json() for p in same[0].probes] == [{**p, "earlier": False} for p in then["probes"]]
+            assert same[0].largest == then["largest"]
+    on_their_card = [(r.point, r.card) for r in micro_batches if r.planned_capacity_bytes == r.cap_bytes]
     assert sorted(on_their_card) == sorted((point, card.name) for point in POINTS for card in cards)
     for now in micro_batches:
-        assert 0 <= now["plan_fits"] <= now["plan_may_fit"] and now["plan"] >= 0
+        assert 0 <= now.plan_fits <= now.plan_may_fit and now.plan >= 0
     reading_of = {level: reading for level, _, reading in LEVELS}
     for row in levels:
         key = reading_of[row["level"]]
@@ -523,3 +536,31 @@ def test_the_runs_spend_the_budget_on_launches_and_are_planned_after(tmp_path, m
     monkeypatch.setattr(check_runs, "plan_point", lambda point, machine: (point.name, machine.gpus[0].name))
     planned = plan_runs(runs, points, tmp_path)
     assert [run["plan"] for run in planned] == [(name, "NVIDIA H200") for name in "abc"]
+
+
+def test_the_checks_files_round_trip_through_their_contract_and_a_broken_one_is_named(tmp_path):
+    """tests/gpu/check_files.py: every recorded call's steps and searches read back as written; a renamed key
+    or a file that is not a list is refused in one line naming the file, the row and the field."""
+    for call in sorted((REPO / "tests/data/gpu_check/h200-2026-12-04").iterdir()):
+        steps = check_files.read_steps(call)
+        check_files.write_steps(tmp_path, steps)
+        assert check_files.read_steps(tmp_path) == steps
+        searches = check_files.read_micro_batches(call)
+        check_files.write_micro_batches(tmp_path, searches)
+        assert check_files.read_micro_batches(tmp_path) == searches
+        recorded = json.loads((call / "micro_batch.json").read_text())
+        assert [row.probe_cap for row in searches] == [
+            row.get("allocator_cap(bytes)", row["cap_bytes"]) for row in recorded
+        ]
+    broken = [{**recorded[0], "largest_micro_batch": recorded[0]["largest"]}]
+    del broken[0]["largest"]
+    (tmp_path / "micro_batch.json").write_text(json.dumps(broken))
+    with pytest.raises(ContractError, match=r"micro_batch.json\[0\]: largest: Field required"):
+        check_files.read_micro_batches(tmp_path)
+    (tmp_path / "micro_batch.json").write_text("{}")
+    with pytest.raises(ContractError, match="a JSON list of searches was expected"):
+        check_files.read_micro_batches(tmp_path)
+    line = json.loads((call / "steps.jsonl").read_text().splitlines()[0])
+    (tmp_path / "steps.jsonl").write_text(json.dumps({**line, "step_time(s)": "fast"}) + "\n")
+    with pytest.raises(ContractError, match=r"steps.jsonl:1: step_time\(s\)"):
+        check_files.read_steps(tmp_path)
