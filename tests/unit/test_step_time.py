@@ -28,6 +28,8 @@ from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import step_time
 from zerogate.predict.step_time_operators import OPERATORS
 from zerogate.predict.step_time_terms import DISPATCH, host_copy_bytes, overlap_comm_on, overlaps
+from zerogate.predict.step_time_text import change_step
+from zerogate.predict.suggestions import device_changes
 from zerogate.report.html import fmt, section
 
 REPO = Path(__file__).resolve().parents[2]
@@ -403,3 +405,25 @@ def test_the_replanned_plan_predicts_the_step_with_the_micro_benchmarks(
     assert replanned.step_time != on_paper.step_time
     # Without the micro-benchmarks the plan's prediction stays the one on paper.
     assert with_measured_compute(on_paper, run_spec, ds, machine, None).step_time == on_paper.step_time
+
+
+def test_each_suggested_change_carries_the_step_it_leaves():
+    """Item 5 of the time ledger: every change the plan offers has the ledger's optimizer step for the
+    changed setup beside its memory, printed with it; a change whose ledger lacks a figure says "at least"."""
+    counts, box, setup = claim_counts(), load_description(CLAIM_BOX), claim_setup()
+    changes = {c.change: c for c in device_changes(counts, setup, box)}
+    checkpointed = changes["activation checkpointing"]
+    expected = step_time(counts, dataclasses.replace(setup, activation_checkpointing=True), box)
+    assert (checkpointed.step_time_low_s, checkpointed.step_time_high_s) == (expected.low_s, expected.high_s)
+    assert checkpointed.step_time_missing == expected.missing
+    # Recomputing the forward costs time, hidden here behind the gathers on the PCIe link: never shorter.
+    assert "recomputation" in {t.name for t in expected.terms}
+    assert checkpointed.step_time_low_s >= step_time(counts, setup, box).low_s
+    planned = plan(counts, setup, box)
+    text = "\n".join(summary(planned).splitlines())
+    assert f"{change_step(checkpointed)}" in text and change_step(checkpointed).startswith("step ")
+    for change in [*planned.suggestions, *planned.host_changes, *planned.device_changes]:
+        assert change.step_time_low_s is not None and change.step_time_low_s <= change.step_time_high_s
+    # More nodes: the collectives cross the network, which the box does not describe: a lower bound.
+    across = next(s for s in planned.suggestions if "nodes like this one" in s.change)
+    assert across.step_time_missing and change_step(across).startswith("step at least")

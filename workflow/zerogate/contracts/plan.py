@@ -70,6 +70,12 @@ class Suggestion(Record):
     # the plan rule wrote it, and the one command that plans it; None until a plan rule writes it.
     profile_file: str | None = None
     command: str | None = None
+    # The optimizer step the change leaves, predicted on paper by the step-time ledger (zerogate.predict
+    # .step_time, the machine's figures as the plan's own prediction takes them): its interval, and the terms
+    # without a figure (the interval is then a lower bound). None: not predicted (no term had a figure).
+    step_time_low_s: float | None = Field(None, alias="step_time_low(s)")
+    step_time_high_s: float | None = Field(None, alias="step_time_high(s)")
+    step_time_missing: list[str] = []
 
 
 class FloorRank(Record):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from zerogate.contracts.plan import FITS, MemoryCheck, Plan, Suggestion
 from zerogate.contracts.run import DsConfig
-from zerogate.predict.step_time_text import interval_line
+from zerogate.predict.step_time_text import change_step, interval_line
 from zerogate.units import format_bytes
 
 SCHEMES = {
@@ -95,7 +95,8 @@ def answer_lines(plan: Plan) -> list[str]:
 
 
 def _need(s: Suggestion) -> str:
-    """A change's effect: the smallest device's, the host's and NVMe's need after it."""
+    """A change's effect: the smallest device's, the host's and NVMe's need after it, and the optimizer
+    step it leaves."""
     parts = []
     if s.smallest_device_need_bytes is not None:
         parts.append(f"device {format_bytes(s.smallest_device_need_bytes)} per rank")
@@ -103,6 +104,8 @@ def _need(s: Suggestion) -> str:
         parts.append(f"host {format_bytes(s.host_need_bytes)}")
     if s.nvme_need_bytes:
         parts.append(f"NVMe {format_bytes(s.nvme_need_bytes)} per node")
+    if change_step(s):
+        parts.append(change_step(s))
     return ", ".join(parts)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from zerogate.contracts.machine import Figure
 from zerogate.contracts.plan import Floor, Ledger, MemoryCheck, Plan
-from zerogate.predict.step_time_text import time_lines
+from zerogate.predict.step_time_text import change_step, time_lines
 from zerogate.units import format_bytes
 
 
@@ -176,21 +176,30 @@ def fit_lines(result: Plan) -> list[str]:
     lines.append(largest_micro_batch_text(result))
     if not result.fits:
         lines.append("changes that would fit:" + ("" if result.suggestions else " none of those considered"))
-        lines += [f"  - {s.change}" + (f": {s.command}" if s.command else "") for s in result.suggestions]
+        lines += [
+            f"  - {s.change}"
+            + (f" ({change_step(s)})" if change_step(s) else "")
+            + (f": {s.command}" if s.command else "")
+            for s in result.suggestions
+        ]
     if result.host_changes:
-        lines.append("changes that lower the host need (host, smallest device and NVMe after each):")
+        lines.append(
+            "changes that lower the host need (host, smallest device and NVMe after each; the step left):"
+        )
         lines += [
             f"  - {s.change}: host {format_bytes(s.host_need_bytes)}, device "
             f"{format_bytes(s.smallest_device_need_bytes)}"
             + (f", NVMe {format_bytes(s.nvme_need_bytes)}" if s.nvme_need_bytes else "")
+            + (f", {change_step(s)}" if change_step(s) else "")
             + ("" if s.fits else " (the run still does not fit)")
             + (f": {s.command}" if s.command else "")
             for s in result.host_changes
         ]
     if result.device_changes:
-        lines.append("changes that lower the device need (smallest device after each):")
+        lines.append("changes that lower the device need (smallest device after each; the step left):")
         lines += [
             f"  - {s.change}: {format_bytes(s.smallest_device_need_bytes)}"
+            + (f", {change_step(s)}" if change_step(s) else "")
             + ("" if s.fits else " (the run still does not fit)")
             + (f": {s.command}" if s.command else "")
             for s in result.device_changes

@@ -4,11 +4,22 @@ nothing more."""
 
 from __future__ import annotations
 
-from zerogate.contracts.plan import Floor, StepTime
+from zerogate.contracts.plan import Floor, StepTime, Suggestion
 
 
 def _s(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g} s"
+
+
+def change_step(change: Suggestion) -> str:
+    """The optimizer step a change leaves, in words: its interval, "at least" its low end where a term has
+    no figure; empty where it was not predicted."""
+    low, high = change.step_time_low_s, change.step_time_high_s
+    if low is None or high is None:
+        return ""
+    if change.step_time_missing:
+        return f"step at least {_s(low)} (no figure for {len(change.step_time_missing)} term(s))"
+    return f"step {_s(low)} to {_s(high)}"
 
 
 def interval_line(step: StepTime | None, steps: Floor) -> str:

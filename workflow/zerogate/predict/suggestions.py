@@ -1,6 +1,7 @@
 """What would make a run fit, and what lowers a device's need: changes a user can make (offload, a smaller
 micro-batch, activation checkpointing, shorter sequences, more nodes), each checked on the machine with the
-need it leaves."""
+need it leaves and the optimizer step it leaves (the step-time ledger on paper,
+zerogate.predict.step_time)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import dataclasses
 
 from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
-from zerogate.contracts.plan import MemoryCheck, SuggestedSettings, Suggestion
+from zerogate.contracts.plan import MemoryCheck, StepTime, SuggestedSettings, Suggestion
 from zerogate.predict.activation_figures import Activations
 from zerogate.predict.fit import checks, nvme_need
 from zerogate.predict.setup import Setup
+from zerogate.predict.step_time import step_time
 from zerogate.predict.zero_terms import zerogate_terms
 from zerogate.units import format_bytes
 
@@ -74,12 +76,14 @@ def suggestion(
     setup: Setup,
     variant: Setup,
     result: list[MemoryCheck],
+    predicted: StepTime | None = None,
     nvme_bytes: int | None = None,
     host_ram_bytes: int | None = None,
 ) -> Suggestion:
     """``change`` (``variant`` of ``setup``) with the need it leaves on the tightest of its checks
-    (``result``), on the smallest device and on the host; ``nvme_bytes``: what it swaps to NVMe, where
-    computed; ``host_ram_bytes``: the host RAM the change asks for (the checks made with it)."""
+    (``result``), on the smallest device and on the host, and the optimizer step it leaves (``predicted``,
+    the ledger's for ``variant``); ``nvme_bytes``: what it swaps to NVMe, where computed;
+    ``host_ram_bytes``: the host RAM the change asks for (the checks made with it)."""
     tightest = min(result, key=lambda c: c.headroom_bytes)
     devices = [c for c in result if c.rank is not None]
     smallest = min(devices, key=lambda c: c.capacity_bytes) if devices else None
@@ -107,6 +111,9 @@ def suggestion(
         smallest_device_need_bytes=None if smallest is None else smallest.need_bytes,
         host_need_bytes=None if host is None else host.need_bytes,
         nvme_need_bytes=nvme_bytes,
+        step_time_low_s=None if predicted is None else predicted.low_s,
+        step_time_high_s=None if predicted is None else predicted.high_s,
+        step_time_missing=[] if predicted is None else predicted.missing,
     )
 
 
@@ -123,7 +130,7 @@ def suggestions(
         result = checks(counts, variant, machine, activations)
         if all(c.fits for c in result):
             shorter_found |= variant.seq_len != setup.seq_len
-            found.append(suggestion(change, setup, variant, result))
+            found.append(suggestion(change, setup, variant, result, step_time(counts, variant, machine)))
     return found
 
 
@@ -159,7 +166,13 @@ def device_changes(
     if not machine.gpus:
         return []
     return [
-        suggestion(change, setup, variant, checks(counts, variant, machine, activations))
+        suggestion(
+            change,
+            setup,
+            variant,
+            checks(counts, variant, machine, activations),
+            step_time(counts, variant, machine),
+        )
         for change, variant in changes_that_lower_the_device_need(setup)
     ]
 
@@ -207,7 +220,8 @@ def host_changes(
     for change, variant in changes_that_lower_the_host_need(setup):
         result = checks(counts, variant, machine, activations)
         nvme = nvme_need(zerogate_terms(counts, variant, activations), variant)
-        found.append(suggestion(change, setup, variant, result, nvme_bytes=nvme))
+        predicted = step_time(counts, variant, machine)
+        found.append(suggestion(change, setup, variant, result, predicted, nvme_bytes=nvme))
     larger = machine.model_copy(
         update={"host": machine.host.model_copy(update={"ram_total_bytes": host.need_bytes})}
     )
@@ -217,6 +231,7 @@ def host_changes(
             setup,
             setup,
             checks(counts, setup, larger, activations),
+            step_time(counts, setup, larger),
             host_ram_bytes=host.need_bytes,
         )
     )
