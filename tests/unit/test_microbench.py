@@ -383,6 +383,21 @@ def test_a_chain_link_dispatches_its_ops_per_link_and_times_in_seconds(short_bat
         check_spread(row["chain_time(s)"])
 
 
+def test_module_lines_that_cross_still_give_the_lower_end_first():
+    # The fastest repeats' line (1 -> 20 ms) steeper than the slowest's (9 -> 21 ms): past where they cross,
+    # the fastest repeats' end is the higher one.
+    crossing = [
+        overhead("deepspeed", 4, [1e-3, 9e-3]),
+        overhead("eager", 4, [0.4e-3, 0.6e-3]),
+        overhead("deepspeed", 24, [20e-3, 21e-3]),
+        overhead("eager", 24, [2.4e-3, 3.6e-3]),
+    ]
+    lines = rates_from_microbench(bench(crossing)).module_lines
+    assert lines.seconds(hooked=100, modules=100) == pytest.approx(
+        (9e-3 + 96 * 12e-3 / 20, 1e-3 + 96 * 19e-3 / 20)
+    )
+
+
 def test_without_both_stacks_at_two_sizes_there_are_no_module_lines():
     assert rates_from_microbench(bench()).module_lines is None
     assert rates_from_microbench(bench(OVERHEAD[:3])).module_lines is None

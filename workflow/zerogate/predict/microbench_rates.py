@@ -67,15 +67,18 @@ class ModuleLines:
     def seconds(self, hooked: int, modules: int) -> tuple[float, float]:
         """(low, high) seconds of one micro-step's per-module cost for a model of ``modules`` modules of which
         ``hooked`` go through the engine's hooks: the engine's line at ``hooked`` (its fixed cost included),
-        plus the eager cost per module for the rest (each end from the repeats' quartile lines)."""
-        return tuple(  # type: ignore[return-value]
+        plus the eager cost per module for the rest, one end from the lines through the fastest repeats and
+        one from those through the slowest (lines that cross give them the other way round: sorted)."""
+        low, high = sorted(
             self._at(self.engine, hooked, end) + (modules - hooked) * self._slope(self.eager, end)
             for end in (0, 1)
         )
+        return low, high
 
     def per_module(self) -> tuple[float, float]:
-        """(low, high) seconds per module and micro-step through the engine (the lines' slopes)."""
-        return self._slope(self.engine, 0), self._slope(self.engine, 1)
+        """(low, high) seconds per module and micro-step through the engine (the lines' slopes, sorted)."""
+        low, high = sorted((self._slope(self.engine, 0), self._slope(self.engine, 1)))
+        return low, high
 
 
 @dataclass(frozen=True)
