@@ -40,6 +40,7 @@ from zerogate.predict.phases import OVERHEAD, device_levels
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import step_time
+from zerogate.predict.step_time_operators import host_runs_operators
 from zerogate.predict.suggestions import device_changes, host_changes, suggestions
 from zerogate.predict.zero_terms import bounds
 from zerogate.render.variants import PEERS
@@ -186,10 +187,12 @@ def with_measured_compute(
     """``first`` (plan_for_run's plan of the same run, config and machine) with its floor made again with
     ``model_compute`` and its step time predicted again with this machine's micro-benchmarked rates
     (``measured``, zerogate.predict.microbench_rates.rates_from_microbench; None: as planned on paper): the
-    two parts of a plan that depend on them (see plan), so nothing is traced again."""
+    two parts of a plan that depend on them (see plan). The model is traced again only where the ledger takes
+    the trace's count of its operators (on the CPU accelerator: zerogate.predict.step_time_operators)."""
     counts, setup, activations = run_setup(run_spec, ds_config, machine.nodes)
     update: dict[str, object] = {"floor": floor(counts, setup, machine, model_compute)}
     if measured is not None:
-        operators = traced_operators(activations, setup)
+        traced = host_runs_operators(setup, machine)
+        operators = traced_operators(activations, setup) if traced else None
         update["step_time"] = step_time(counts, setup, machine, measured, operators)
     return first.model_copy(update=update)

@@ -34,6 +34,12 @@ WORK_SOURCE = (
 )
 
 
+def host_runs_operators(setup: Setup, machine: MachineDescription) -> bool:
+    """Whether the host runs the functional operators between the products (a synchronised device: the CPU
+    accelerator), so the ledger has their term."""
+    return not machine.gpus or setup.device_kind == "cpu"
+
+
 def operator_terms(
     operators: OperatorTally | None,
     setup: Setup,
@@ -42,7 +48,7 @@ def operator_terms(
 ) -> list[Term]:
     """The functional operators' term on a synchronised device (module doc); none on a GPU. Without a trace
     of the model or without the micro-benchmarks' chains it has no figure, and says which is missing."""
-    if machine.gpus and setup.device_kind != "cpu":
+    if not host_runs_operators(setup, machine):
         return []
     lines = None if measured is None else measured.operator_lines
     if operators is None or lines is None:
