@@ -7,12 +7,17 @@ from pathlib import Path
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
 
 from zerogate.model.hf_config import load_config
 from zerogate.predict.operator_tally import OperatorTally, operator_kind
-from zerogate.predict.trace import MicroStep, _LiveBytes, _trace_step, trace_micro_step
+from zerogate.predict.trace import (
+    MicroStep,
+    _LiveBytes,
+    _trace_step,
+    operator_traffic_bytes,
+    trace_micro_step,
+)
 
 MODELS = Path(__file__).resolve().parents[2] / "config" / "models"
 MIB = 2**20
@@ -369,8 +374,7 @@ class _Ops(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if operator_kind(func.namespace, name, func.is_view) == "computing":
             self.computing[name] += 1
-            tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
-            self.traffic_bytes += sum(t.numel() * t.element_size() for t in tensors)
+            self.traffic_bytes += operator_traffic_bytes(args, kwargs, out)
         return out
 
 

@@ -43,6 +43,14 @@ class Rate:
     source: str
 
 
+def slope(points: dict[int, tuple[float, float]], end: int) -> float:
+    """The slope, never below zero, of the line through two timed sizes (size -> (fastest, slowest repeat)
+    seconds) at one end of their repeats (0 fastest, 1 slowest): the cost of one more unit of size (a module
+    of a synthetic stack, a link of an operator chain)."""
+    (n1, t1), (n2, t2) = sorted(points.items())
+    return max(0.0, (t2[end] - t1[end]) / (n2 - n1))
+
+
 @dataclass(frozen=True)
 class ModuleLines:
     """Seconds per micro-step of the synthetic module stacks against their size (Microbench
@@ -55,14 +63,9 @@ class ModuleLines:
     eager: dict[int, tuple[float, float]]
     source: str
 
-    @staticmethod
-    def _slope(points: dict[int, tuple[float, float]], end: int) -> float:
-        (n1, t1), (n2, t2) = sorted(points.items())
-        return max(0.0, (t2[end] - t1[end]) / (n2 - n1))
-
     def _at(self, points: dict[int, tuple[float, float]], modules: int, end: int) -> float:
         n1, t1 = min(points.items())
-        return max(0.0, t1[end] + (modules - n1) * self._slope(points, end))
+        return max(0.0, t1[end] + (modules - n1) * slope(points, end))
 
     def seconds(self, hooked: int, modules: int) -> tuple[float, float]:
         """(low, high) seconds of one micro-step's per-module cost for a model of ``modules`` modules of which
@@ -70,14 +73,13 @@ class ModuleLines:
         plus the eager cost per module for the rest, one end from the lines through the fastest repeats and
         one from those through the slowest (lines that cross give them the other way round: sorted)."""
         low, high = sorted(
-            self._at(self.engine, hooked, end) + (modules - hooked) * self._slope(self.eager, end)
-            for end in (0, 1)
+            self._at(self.engine, hooked, end) + (modules - hooked) * slope(self.eager, end) for end in (0, 1)
         )
         return low, high
 
     def per_module(self) -> tuple[float, float]:
         """(low, high) seconds per module and micro-step through the engine (the lines' slopes, sorted)."""
-        low, high = sorted((self._slope(self.engine, 0), self._slope(self.engine, 1)))
+        low, high = sorted((slope(self.engine, 0), slope(self.engine, 1)))
         return low, high
 
 
@@ -228,8 +230,7 @@ def _operator_lines(rows: list[OperatorChain], where: str) -> OperatorLines | No
     element_bytes = rows[0].element_bytes
 
     def per_op(points: dict[int, tuple[float, float]], end: int) -> float:
-        (n1, t1), (n2, t2) = sorted(points.items())
-        return max(0.0, (t2[end] - t1[end]) / ((n2 - n1) * OPS_PER_LINK))
+        return slope(points, end) / OPS_PER_LINK
 
     # Each op of a chain reads its numel elements and writes as many (zerogate.runtime.operator_dispatch).
     extra_bytes = 2 * (large - small) * element_bytes

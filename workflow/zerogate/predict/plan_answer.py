@@ -104,8 +104,8 @@ def _need(s: Suggestion) -> str:
         parts.append(f"host {format_bytes(s.host_need_bytes)}")
     if s.nvme_need_bytes:
         parts.append(f"NVMe {format_bytes(s.nvme_need_bytes)} per node")
-    if change_step(s):
-        parts.append(change_step(s))
+    if step := change_step(s):
+        parts.append(step)
     return ", ".join(parts)
 
 

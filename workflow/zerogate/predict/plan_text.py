@@ -177,9 +177,7 @@ def fit_lines(result: Plan) -> list[str]:
     if not result.fits:
         lines.append("changes that would fit:" + ("" if result.suggestions else " none of those considered"))
         lines += [
-            f"  - {s.change}"
-            + (f" ({change_step(s)})" if change_step(s) else "")
-            + (f": {s.command}" if s.command else "")
+            f"  - {s.change}" + change_step(s, " (", ")") + (f": {s.command}" if s.command else "")
             for s in result.suggestions
         ]
     if result.host_changes:
@@ -190,7 +188,7 @@ def fit_lines(result: Plan) -> list[str]:
             f"  - {s.change}: host {format_bytes(s.host_need_bytes)}, device "
             f"{format_bytes(s.smallest_device_need_bytes)}"
             + (f", NVMe {format_bytes(s.nvme_need_bytes)}" if s.nvme_need_bytes else "")
-            + (f", {change_step(s)}" if change_step(s) else "")
+            + change_step(s, ", ")
             + ("" if s.fits else " (the run still does not fit)")
             + (f": {s.command}" if s.command else "")
             for s in result.host_changes
@@ -199,7 +197,7 @@ def fit_lines(result: Plan) -> list[str]:
         lines.append("changes that lower the device need (smallest device after each; the step left):")
         lines += [
             f"  - {s.change}: {format_bytes(s.smallest_device_need_bytes)}"
-            + (f", {change_step(s)}" if change_step(s) else "")
+            + change_step(s, ", ")
             + ("" if s.fits else " (the run still does not fit)")
             + (f": {s.command}" if s.command else "")
             for s in result.device_changes

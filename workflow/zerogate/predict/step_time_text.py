@@ -11,15 +11,17 @@ def _s(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g} s"
 
 
-def change_step(change: Suggestion) -> str:
-    """The optimizer step a change leaves, in words: its interval, "at least" its low end where a term has
-    no figure; empty where it was not predicted."""
+def change_step(change: Suggestion, before: str = "", after: str = "") -> str:
+    """The optimizer step a change leaves, in words between ``before`` and ``after``: its interval, "at
+    least" its low end where a term has no figure; empty (without them) where it was not predicted."""
     low, high = change.step_time_low_s, change.step_time_high_s
     if low is None or high is None:
         return ""
     if change.step_time_missing:
-        return f"step at least {_s(low)} (no figure for {len(change.step_time_missing)} term(s))"
-    return f"step {_s(low)} to {_s(high)}"
+        words = f"step at least {_s(low)} (no figure for {len(change.step_time_missing)} term(s))"
+    else:
+        words = f"step {_s(low)} to {_s(high)}"
+    return f"{before}{words}{after}"
 
 
 def interval_line(step: StepTime | None, steps: Floor) -> str:

@@ -395,6 +395,12 @@ def _checkpoint_counting_bound_tensors(model: Any, saved: _SavedTensors) -> None
             module._gradient_checkpointing_func = _counting_bound_tensors(checkpoint_function, saved)
 
 
+def operator_traffic_bytes(args: Any, kwargs: Any, out: Any) -> int:
+    """The bytes one dispatched op moves (zerogate.predict.operator_tally): its tensor inputs and outputs."""
+    tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 class _LiveBytes(live_bytes_class()):
     """Bytes of the storages alive now (model state excluded) and their peak, op by op: the runtime's
     live-tensor count (zerogate.runtime.live_tensors, also what the training ranks measure), which also
@@ -408,9 +414,8 @@ class _LiveBytes(live_bytes_class()):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = super().__torch_dispatch__(func, types, args, kwargs)
         if out is not NotImplemented:
-            tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
-            traffic = sum(t.numel() * t.element_size() for t in tensors)
             name = func.overloadpacket.__name__
+            traffic = operator_traffic_bytes(args, kwargs, out)
             self.operators = self.operators.added(func.namespace, name, func.is_view, traffic)
         return out
 
