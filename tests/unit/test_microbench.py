@@ -40,6 +40,7 @@ from zerogate.predict.microbench import (
     operator_chain_rows,
     optimizer_rows,
     stack_config,
+    stack_shapes,
     timed_rows,
 )
 from zerogate.predict.microbench_rates import copy_key, rates_from_microbench
@@ -54,7 +55,7 @@ from zerogate.runtime.microbench import (
     spread_of,
     update_call,
 )
-from zerogate.runtime.module_overhead import stack, time_eager
+from zerogate.runtime.module_overhead import StackShape, stack, time_eager
 from zerogate.runtime.operator_dispatch import chain_step
 from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE
 
@@ -86,8 +87,18 @@ def matmul(kind: str, m: int, n: int, k: int, count: int, rates: list[float]) ->
     )
 
 
-def overhead(engine: str, modules: int, seconds: list[float], stage: int = 3) -> ModuleOverhead:
-    return ModuleOverhead(engine=engine, stage=stage, modules=modules, width=8, rows=64, time=spread(seconds))
+def overhead(
+    engine: str, modules: int, seconds: list[float], stage: int = 3, parameters_per_module: int = 1
+) -> ModuleOverhead:
+    return ModuleOverhead(
+        engine=engine,
+        stage=stage,
+        modules=modules,
+        width=8,
+        rows=64,
+        time=spread(seconds),
+        parameters_per_module=parameters_per_module,
+    )
 
 
 # Through the engine: 4 modules 2-4 ms, 24 modules 12-16 ms; eagerly 0.4-0.6 and 2.4-3.6 ms (fastest to
@@ -97,6 +108,11 @@ OVERHEAD = [
     overhead("eager", 4, [0.4e-3, 0.5e-3, 0.6e-3]),
     overhead("deepspeed", 24, [12e-3, 14e-3, 16e-3]),
     overhead("eager", 24, [2.4e-3, 3e-3, 3.6e-3]),
+]
+# The 24-module stack again with a bias on every layer: through the engine 14.4-19.6 ms, eagerly 3.12-4.08 ms.
+TWO_PARAMETERS = [
+    overhead("deepspeed", 24, [14.4e-3, 15e-3, 19.6e-3], parameters_per_module=2),
+    overhead("eager", 24, [3.12e-3, 3.5e-3, 4.08e-3], parameters_per_module=2),
 ]
 
 
@@ -338,11 +354,29 @@ def test_the_module_lines_give_a_fixed_cost_and_a_cost_per_module_by_hand():
     # Lines through the fastest and the slowest repeats: engine low 2 ms + (n - 4) x 10/20 ms, high 4 ms +
     # (n - 4) x 12/20 ms; eager per module 2/20 ms (low) and 3/20 ms (high).
     assert lines.per_module() == pytest.approx((10e-3 / 20, 12e-3 / 20))
-    low, high = lines.seconds(hooked=9, modules=33)
+    # Without the stack of two parameters a module, no cost per parameter: the parameters change nothing.
+    assert lines.per_parameter() is None
+    low, high = lines.seconds(hooked=9, modules=33, parameters=(16, 21))
     assert low == pytest.approx(2e-3 + 5 * 10e-3 / 20 + 24 * 2e-3 / 20)
     assert high == pytest.approx(4e-3 + 5 * 12e-3 / 20 + 24 * 3e-3 / 20)
     # Every module hooked: the engine's line alone.
-    assert lines.seconds(33, 33)[0] == pytest.approx(2e-3 + 29 * 10e-3 / 20)
+    assert lines.seconds(33, 33, (33, 33))[0] == pytest.approx(2e-3 + 29 * 10e-3 / 20)
+
+
+def test_the_stack_of_two_parameters_a_module_gives_a_cost_per_parameter_by_hand():
+    lines = rates_from_microbench(bench(OVERHEAD + TWO_PARAMETERS)).module_lines
+    # Through the engine (14.4 - 12) / 24 ms (fastest repeats) and (19.6 - 16) / 24 ms (slowest) per
+    # parameter more; eagerly (3.12 - 2.4) / 24 and (4.08 - 3.6) / 24 ms.
+    assert lines.per_parameter() == pytest.approx((0.1e-3, 0.15e-3))
+    assert lines.per_module() == pytest.approx((10e-3 / 20, 12e-3 / 20))
+    low, high = lines.seconds(hooked=9, modules=33, parameters=(16, 21))
+    # The engine's line at 9 modules, 7 (fast end) or 12 (slow end) parameters more at the engine's cost,
+    # and 24 eager modules at the eager cost per module less its parameter's.
+    assert low == pytest.approx(2e-3 + 5 * 0.5e-3 + 7 * 0.1e-3 + 24 * (0.1e-3 - 0.03e-3))
+    assert high == pytest.approx(4e-3 + 5 * 0.6e-3 + 12 * 0.15e-3 + 24 * (0.15e-3 - 0.02e-3))
+    # Fewer parameters than hooked modules: the modules without one cost less than the stack's.
+    assert lines.seconds(33, 33, (21, 21))[0] == pytest.approx(2e-3 + 29 * 0.5e-3 - 12 * 0.1e-3)
+    assert "of 24 with a bias each" in lines.source
 
 
 def test_the_operator_lines_give_a_cost_per_op_and_per_byte_by_hand():
@@ -393,7 +427,7 @@ def test_module_lines_that_cross_still_give_the_lower_end_first():
         overhead("eager", 24, [2.4e-3, 3.6e-3]),
     ]
     lines = rates_from_microbench(bench(crossing)).module_lines
-    assert lines.seconds(hooked=100, modules=100) == pytest.approx(
+    assert lines.seconds(hooked=100, modules=100, parameters=(100, 100)) == pytest.approx(
         (9e-3 + 96 * 12e-3 / 20, 1e-3 + 96 * 19e-3 / 20)
     )
 
@@ -426,12 +460,21 @@ def test_the_stacks_run_the_runs_zero_settings_without_a_boundary_or_persistent_
     assert config["train_batch_size"] == NO_BOUNDARY  # one rank's micro-batch of 1
     assert ds.gradient_accumulation_steps == 8  # the run's config untouched
     assert len(MODULE_STACKS) == 2 and MODULE_STACKS[0] < MODULE_STACKS[1]
+    # Each size with one parameter a module, and the larger again with two.
+    assert [(s.modules, s.parameters_per_module) for s in stack_shapes(64)] == [
+        (MODULE_STACKS[0], 1),
+        (MODULE_STACKS[1], 1),
+        (MODULE_STACKS[1], 2),
+    ]
 
 
-def test_an_eager_stack_is_one_parameter_per_module_and_timed_in_seconds(short_batches):
-    model = stack(5, 8)
+def test_a_stack_has_one_or_two_parameters_a_module_and_times_in_seconds(short_batches):
+    model = stack(StackShape(5, 8, 4))
     assert len(list(model.children())) == 5 and len(list(model.parameters())) == 5
-    timed = time_eager(3, 8, 4, budget_s=0.01)
+    assert len(list(stack(StackShape(5, 8, 4, parameters_per_module=2)).parameters())) == 10
+    with pytest.raises(ValueError, match="1 or 2 parameters"):
+        StackShape(5, 8, 4, parameters_per_module=3)
+    timed = time_eager(StackShape(3, 8, 4), budget_s=0.01)
     check_spread(timed)
     assert timed.median < 0.1  # seconds per micro-step of three 8 x 8 layers, not calls per second
 

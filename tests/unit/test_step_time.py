@@ -9,7 +9,7 @@ import pytest
 from tests.unit.helpers import settings
 from tests.unit.test_floor_comms import cpu_setup, tiny_counts
 from tests.unit.test_ledger import claim_counts, claim_setup, oracle_counts, rendered
-from tests.unit.test_microbench import CHAINS, OVERHEAD, bench
+from tests.unit.test_microbench import CHAINS, OVERHEAD, TWO_PARAMETERS, bench
 from zerogate import hardware
 from zerogate.analysis.on_paper import judge_step_time, judge_step_time_predicted, plan_claims
 from zerogate.config.machines import load_description, target_machine
@@ -26,8 +26,9 @@ from zerogate.predict.planned_run import run_setup
 from zerogate.predict.planner import plan, with_measured_compute
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import step_time
+from zerogate.predict.step_time_modules import DISPATCH, engine_parameters
 from zerogate.predict.step_time_operators import OPERATORS
-from zerogate.predict.step_time_terms import DISPATCH, host_copy_bytes, overlap_comm_on, overlaps
+from zerogate.predict.step_time_terms import host_copy_bytes, overlap_comm_on, overlaps
 from zerogate.predict.step_time_text import change_step
 from zerogate.predict.suggestions import device_changes
 from zerogate.report.html import fmt, section
@@ -296,17 +297,22 @@ def test_the_hosts_per_module_work_comes_from_the_stacks_and_the_models_module_c
     box = load_description(CLAIM_BOX)
     cpu = box.model_validate({**box.plain(), "gpus": [], "nvlink": False, "peer_to_peer": False})
     counts = tiny_counts().model_copy(update={"modules": 33, "modules_in_blocks": 24})
-    measured = rates_from_microbench(bench(OVERHEAD))
+    measured = rates_from_microbench(bench(OVERHEAD + TWO_PARAMETERS))
     lines = measured.module_lines
     g = cpu_setup().accumulation
+    # Its three parameters: the two 1000-element matrices fetched, the 10-element norm persistent (at or
+    # below 640) and only through the gradient hook: 2 at the fast end, 3 at the slow one.
+    assert engine_parameters(counts, cpu_setup()) == (2, 3)
+    assert engine_parameters(counts, cpu_setup(stage=2, offload_param=False)) == (3, 3)
     # The decoder layer a ZeRO-3 leaf module: 9 modules hooked, the 24 inside it eagerly.
     leaf = {t.name: t for t in step_time(counts, cpu_setup(leaf_blocks=True), cpu, measured).terms}
     assert (leaf[DISPATCH].low_s, leaf[DISPATCH].high_s) == pytest.approx(
-        tuple(g * x for x in lines.seconds(9, 33))
+        tuple(g * x for x in lines.seconds(9, 33, (2, 3)))
     )
     assert "9 of the model's 33 modules" in leaf[DISPATCH].source
+    assert "2 fetched to 3 in all" in leaf[DISPATCH].source
     hooked = {t.name: t for t in step_time(counts, cpu_setup(), cpu, measured).terms}
-    assert hooked[DISPATCH].low_s == pytest.approx(g * lines.seconds(33, 33)[0])
+    assert hooked[DISPATCH].low_s == pytest.approx(g * lines.seconds(33, 33, (2, 3))[0])
     assert hooked[DISPATCH].low_s > leaf[DISPATCH].low_s
     # What a module runs beyond its one product is a term of its own: without the trace's count of the
     # operators it has no figure, and the interval says it is a lower bound.

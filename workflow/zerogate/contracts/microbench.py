@@ -88,11 +88,12 @@ class OptimizerRate(Record):
 
 class ModuleOverhead(Record):
     """One micro-step (forward, backward, and the engine's non-boundary step) of a synthetic stack of
-    ``modules`` tiny linear layers (``width`` x ``width``, no bias, on ``rows`` rows), timed with a rank's
-    threads: through a DeepSpeed engine from the run's ZeRO settings in a one-rank world (``engine``
-    ``deepspeed``: ZeRO-3's hooks per module, its fetch and release, the gradient hooks per parameter), or
-    plain eager PyTorch (``eager``: each operator's dispatch and autograd's bookkeeping). Its arithmetic is
-    negligible: what it times is the per-module cost a small model pays on the host."""
+    ``modules`` tiny linear layers (``width`` x ``width`` on ``rows`` rows, ``parameters_per_module`` each:
+    the weight, and a bias where 2), timed with a rank's threads: through a DeepSpeed engine from the run's
+    ZeRO settings in a one-rank world (``engine`` ``deepspeed``: ZeRO-3's hooks per module, its fetch and
+    release per parameter, the gradient hooks per parameter), or plain eager PyTorch (``eager``: each
+    operator's dispatch and autograd's bookkeeping). Its arithmetic is negligible: what it times is the
+    per-module and per-parameter cost a small model pays on the host (zerogate.runtime.module_overhead)."""
 
     engine: Literal["deepspeed", "eager"]
     stage: int  # the ZeRO stage the engine ran (the run's); the eager stack's: -1
@@ -100,6 +101,8 @@ class ModuleOverhead(Record):
     width: int
     rows: int
     time: Spread = Field(alias="micro_step_time(s)")  # seconds per micro-step, over the repeats
+    # 1: the weight alone; 2: the weight and a bias (files written before the biased stack was timed: 1).
+    parameters_per_module: int = 1
 
 
 # ATen ops one link of an operator chain dispatches: its forward's mul and its backward's
@@ -142,8 +145,9 @@ class Microbench(Artefact):
     # well below when other processes took turns on them (a shared machine), its rates then lower than the
     # machine's. None: not recorded.
     cpu_share: float | None = None
-    # The per-module cost of a micro-step on the host (zerogate.predict.microbench.module_overhead_rows): each
-    # engine at two stack sizes. Empty: not measured (a file written before it was, or on a GPU).
+    # The per-module and per-parameter cost of a micro-step on the host (zerogate.predict.microbench.
+    # module_overhead_rows): each engine at two stack sizes of one parameter a module, and at the larger size
+    # with two. Empty: not measured (a file written before it was, or on a GPU).
     module_overhead: list[ModuleOverhead] = []
     # The cost of a dispatched operator and of its memory traffic on the host (zerogate.predict.microbench.
     # operator_chain_rows): chains at two lengths, on a few elements and at the run's activation size. Empty:

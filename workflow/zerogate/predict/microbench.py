@@ -13,10 +13,12 @@ built on them predicts the run rather than replaying it.
 - The optimizer's update over a buffer of one rank's partition (zerogate.predict.zero_states.rank_share;
   capped at ``UPDATE_NUMEL_CAP``): DeepSpeed's CPU Adam where its op is built in this environment
   (zerogate.runtime.ops), else torch's AdamW, and which; on a GPU also torch's fused AdamW on the device.
-- The per-module cost of a micro-step on the host (CPU accelerator only): a synthetic stack of tiny linear
-  layers at two sizes (``MODULE_STACKS``) through a DeepSpeed engine from the run's ZeRO settings in a world
-  of one rank, and the same stacks in plain eager PyTorch (zerogate.runtime.module_overhead); the ledger's
-  line through the two sizes gives the engine's fixed cost per micro-step and its cost per module.
+- The per-module and per-parameter cost of a micro-step on the host (CPU accelerator only): a synthetic stack
+  of tiny linear layers at two sizes (``MODULE_STACKS``) through a DeepSpeed engine from the run's ZeRO
+  settings in a world of one rank, and the same stacks in plain eager PyTorch (zerogate.runtime.
+  module_overhead); the ledger's line through the two sizes gives the engine's fixed cost per micro-step and
+  its cost per module of one parameter, and the larger stack timed again with a bias on every layer (two
+  parameters a module) the cost per parameter.
 - The cost of one dispatched operator with autograd and of its memory traffic on the host (CPU accelerator
   only): chains of elementwise products at two lengths (``OPERATOR_CHAINS``), on a few elements and on a
   tensor of the run's activation size (micro-batch x sequence x hidden), zerogate.runtime.operator_dispatch.
@@ -55,7 +57,7 @@ from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE, build_env
 
 # Seconds of timing per kind (the rule's process start, imports and warm-ups come on top): the products
 # share theirs equally, the copies and updates theirs per route and implementation.
-BUDGET_S = {"matmuls": 2.5, "copies": 0.5, "optimizer": 1.0, "modules": 3.0, "operators": 2.0}
+BUDGET_S = {"matmuls": 2.5, "copies": 0.5, "optimizer": 1.0, "modules": 4.5, "operators": 2.0}
 # The operator chains' lengths (links): two, so the line through them separates the chain's fixed cost from
 # the cost per link; assumed wide enough apart for the difference to stand above the repeats' noise.
 OPERATOR_CHAINS = (4, 36)
@@ -66,6 +68,9 @@ TRAFFIC_NUMEL_CAP = 16 * 1024**2
 # The synthetic stacks' sizes (modules): two, so a line through them separates the fixed cost per micro-step
 # from the cost per module; assumed wide enough apart for the difference to stand above the repeats' noise.
 MODULE_STACKS = (4, 24)
+# Parameters a module of the stacks at each size of MODULE_STACKS (the weight), and of the larger stack timed
+# again (the weight and a bias): the difference over its modules is the cost per parameter.
+ONE_PARAMETER, TWO_PARAMETERS = 1, 2
 # The stacks' layers: width x width on the run's micro-batch x sequence rows, so small that the arithmetic
 # is nothing beside the bookkeeping (assumed).
 MODULE_WIDTH = 8
@@ -215,26 +220,27 @@ def stack_config(ds_config: DsConfig) -> dict[str, Any]:
     return config
 
 
+def stack_shapes(rows: int) -> list[module_overhead.StackShape]:
+    """The stacks timed: each size of MODULE_STACKS with one parameter a module, and the largest with two."""
+    return [
+        module_overhead.StackShape(modules, MODULE_WIDTH, rows, ONE_PARAMETER) for modules in MODULE_STACKS
+    ] + [module_overhead.StackShape(max(MODULE_STACKS), MODULE_WIDTH, rows, TWO_PARAMETERS)]
+
+
 def module_overhead_rows(run_spec: RunSpec, ds_config: DsConfig, rows: int) -> list[dict[str, Any]]:
-    """The synthetic stacks at each size of MODULE_STACKS, through the run's DeepSpeed engine and eagerly:
-    the contract's ``module_overhead`` rows. Starts (and leaves) a one-rank world with the run's backend."""
-    budget = BUDGET_S["modules"] / (2 * len(MODULE_STACKS))
+    """The synthetic stacks of ``stack_shapes``, through the run's DeepSpeed engine and eagerly: the
+    contract's ``module_overhead`` rows. Starts (and leaves) a one-rank world with the run's backend."""
+    shapes = stack_shapes(rows)
+    budget = BUDGET_S["modules"] / (2 * len(shapes))
     config = stack_config(ds_config)
     port = start_one_rank_world(run_spec.backend)
     timed = []
     try:
-        for modules in MODULE_STACKS:
+        for shape in shapes:
             timed.append(
-                (
-                    "deepspeed",
-                    ds_config.stage,
-                    modules,
-                    module_overhead.time_engine(config, modules, MODULE_WIDTH, rows, budget),
-                )
+                ("deepspeed", ds_config.stage, shape, module_overhead.time_engine(config, shape, budget))
             )
-            timed.append(
-                ("eager", -1, modules, module_overhead.time_eager(modules, MODULE_WIDTH, rows, budget))
-            )
+            timed.append(("eager", -1, shape, module_overhead.time_eager(shape, budget)))
     finally:
         # DeepSpeed's shm comm buffers of this one-rank world outlive the process otherwise.
         remove_own_shm_buffers(port)
@@ -242,12 +248,13 @@ def module_overhead_rows(run_spec: RunSpec, ds_config: DsConfig, rows: int) -> l
         {
             "engine": engine,
             "stage": stage,
-            "modules": modules,
-            "width": MODULE_WIDTH,
-            "rows": rows,
+            "modules": shape.modules,
+            "width": shape.width,
+            "rows": shape.rows,
+            "parameters_per_module": shape.parameters_per_module,
             "micro_step_time(s)": spread,
         }
-        for engine, stage, modules, spread in timed
+        for engine, stage, shape, spread in timed
     ]
 
 
@@ -299,7 +306,8 @@ def measure(
         f"{bench.REPEAT_S} s of back-to-back calls after a warm-up, median and quartiles"
         + (
             f"; stacks of {' and '.join(map(str, MODULE_STACKS))} {MODULE_WIDTH} x {MODULE_WIDTH} linear "
-            f"layers through a ZeRO-{ds_config.stage} engine (one-rank world) and eagerly, a micro-step each"
+            f"layers without a bias, and of {max(MODULE_STACKS)} with one, through a ZeRO-{ds_config.stage} "
+            "engine (one-rank world) and eagerly, a micro-step each"
             if overhead
             else ""
         )

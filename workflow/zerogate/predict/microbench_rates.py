@@ -52,34 +52,75 @@ def slope(points: dict[int, tuple[float, float]], end: int) -> float:
 
 
 @dataclass(frozen=True)
+class ParameterStack:
+    """The largest synthetic stack timed again with two parameters a module (the weight and a bias):
+    ``modules`` modules, (fastest, slowest repeat) seconds per micro-step through the engine and eagerly."""
+
+    modules: int
+    engine: tuple[float, float]
+    eager: tuple[float, float]
+
+
+@dataclass(frozen=True)
 class ModuleLines:
     """Seconds per micro-step of the synthetic module stacks against their size (Microbench
     ``module_overhead``): through the run's DeepSpeed engine (``engine``: its size -> (fastest, slowest
-    repeat) seconds) and eagerly (``eager``), at two sizes each, with what was measured
-    (``source``). The lines through the two sizes give a fixed cost per micro-step and a cost per module."""
+    repeat) seconds) and eagerly (``eager``), at two sizes each of one parameter a module, with what was
+    measured (``source``). The lines through the two sizes give a fixed cost per micro-step and a cost per
+    module of one parameter; the larger stack timed with two parameters a module (``two_parameters``; None:
+    not timed) gives the cost of each parameter beyond a module's first, through the engine and eagerly."""
 
     stage: int
     engine: dict[int, tuple[float, float]]
     eager: dict[int, tuple[float, float]]
     source: str
+    two_parameters: ParameterStack | None = None
 
     def _at(self, points: dict[int, tuple[float, float]], modules: int, end: int) -> float:
         n1, t1 = min(points.items())
         return max(0.0, t1[end] + (modules - n1) * slope(points, end))
 
-    def seconds(self, hooked: int, modules: int) -> tuple[float, float]:
-        """(low, high) seconds of one micro-step's per-module cost for a model of ``modules`` modules of which
-        ``hooked`` go through the engine's hooks: the engine's line at ``hooked`` (its fixed cost included),
-        plus the eager cost per module for the rest, one end from the lines through the fastest repeats and
-        one from those through the slowest (lines that cross give them the other way round: sorted)."""
-        low, high = sorted(
-            self._at(self.engine, hooked, end) + (modules - hooked) * slope(self.eager, end) for end in (0, 1)
-        )
+    def _per_parameter(self, engine: bool, end: int) -> float:
+        """Seconds per parameter beyond a module's first, never below zero (0 where not timed): the two-
+        parameter stack less the one-parameter stack of the same size, over its modules, at one end."""
+        stack = self.two_parameters
+        if stack is None:
+            return 0.0
+        one = (self.engine if engine else self.eager)[stack.modules]
+        two = stack.engine if engine else stack.eager
+        return max(0.0, (two[end] - one[end]) / stack.modules)
+
+    def seconds(self, hooked: int, modules: int, parameters: tuple[int, int]) -> tuple[float, float]:
+        """(low, high) seconds of one micro-step's per-module and per-parameter cost for a model of
+        ``modules`` modules of which ``hooked`` go through the engine's hooks, and whose parameters go
+        through the engine's per-parameter work (``parameters``: at the fast end, at the slow end): the
+        engine's line at ``hooked`` (its fixed cost included, one parameter a module), the engine's cost per
+        parameter for each parameter more than ``hooked`` (fewer: less), and for the other modules the eager
+        cost per module without its parameter (their parameters are the engine's). One end from the lines
+        through the fastest repeats and one from those through the slowest (lines that cross give them the
+        other way round: sorted)."""
+        ends = []
+        for end in (0, 1):
+            engine = self._at(self.engine, hooked, end) + (parameters[end] - hooked) * self._per_parameter(
+                True, end
+            )
+            eager = max(0.0, slope(self.eager, end) - self._per_parameter(False, end))
+            ends.append(max(0.0, engine + (modules - hooked) * eager))
+        low, high = sorted(ends)
         return low, high
 
     def per_module(self) -> tuple[float, float]:
-        """(low, high) seconds per module and micro-step through the engine (the lines' slopes, sorted)."""
+        """(low, high) seconds per module of one parameter and micro-step through the engine (the lines'
+        slopes, sorted)."""
         low, high = sorted((slope(self.engine, 0), slope(self.engine, 1)))
+        return low, high
+
+    def per_parameter(self) -> tuple[float, float] | None:
+        """(low, high) seconds per parameter beyond a module's first and micro-step through the engine
+        (sorted; None where the two-parameter stack was not timed)."""
+        if self.two_parameters is None:
+            return None
+        low, high = sorted((self._per_parameter(True, 0), self._per_parameter(True, 1)))
         return low, high
 
 
@@ -110,7 +151,8 @@ class MeasuredRates:
       torch's AdamW where its op does not load; ``source`` says which), over one rank's partition;
       ``device_update_param_per_s``: torch's fused AdamW on the device (None without one).
     - ``collectives``: the probe's figures between two ranks (latency and bandwidth per kind), as measured.
-    - ``module_lines``: the per-module cost of a micro-step on the host (None: not measured).
+    - ``module_lines``: the per-module and per-parameter cost of a micro-step on the host (None: not
+      measured).
     - ``operator_lines``: the cost of a dispatched operator and of its memory traffic on the host (None: not
       measured).
     - ``cpu_share``: the measuring process's CPU seconds over wall seconds x ``threads`` (None: not
@@ -202,20 +244,31 @@ def _copies(rows: list[CopyRate], where: str) -> dict[str, Rate]:
 
 
 def _module_lines(rows: list[ModuleOverhead], where: str) -> ModuleLines | None:
-    """The stacks' lines, where both engines were timed at two sizes (None otherwise)."""
-    by_engine: dict[str, dict[int, tuple[float, float]]] = {"deepspeed": {}, "eager": {}}
+    """The stacks' lines, where both engines were timed at two sizes of one parameter a module (None
+    otherwise), with the two-parameter stack where both engines timed it at one of those sizes."""
+    one: dict[str, dict[int, tuple[float, float]]] = {"deepspeed": {}, "eager": {}}
+    two: dict[str, dict[int, tuple[float, float]]] = {"deepspeed": {}, "eager": {}}
     for row in rows:
-        by_engine[row.engine][row.modules] = ends(row.time)
-    if any(len(points) != 2 for points in by_engine.values()):
+        (one if row.parameters_per_module == 1 else two)[row.engine][row.modules] = ends(row.time)
+    if any(len(points) != 2 for points in one.values()):
         return None
     stage = next(r.stage for r in rows if r.engine == "deepspeed")
     first = rows[0]
+    sizes = set(two["deepspeed"]) & set(two["eager"]) & set(one["deepspeed"])
+    stack = None
+    if sizes:
+        modules = max(sizes)
+        stack = ParameterStack(modules, two["deepspeed"][modules], two["eager"][modules])
     source = (
-        f"{where}: synthetic stacks of {' and '.join(map(str, sorted(by_engine['deepspeed'])))} "
-        f"{first.width} x {first.width} linear layers on {first.rows} rows, a micro-step each through a "
-        f"ZeRO-{stage} engine from the run's config in a one-rank world and eagerly ({REPEAT_RANGE})"
+        f"{where}: synthetic stacks of {' and '.join(map(str, sorted(one['deepspeed'])))} "
+        f"{first.width} x {first.width} linear layers"
+        + (f" (and of {stack.modules} with a bias each)" if stack else "")
+        + f" on {first.rows} rows, a micro-step each through a ZeRO-{stage} engine from the run's config "
+        f"in a one-rank world and eagerly ({REPEAT_RANGE})"
     )
-    return ModuleLines(stage=stage, engine=by_engine["deepspeed"], eager=by_engine["eager"], source=source)
+    return ModuleLines(
+        stage=stage, engine=one["deepspeed"], eager=one["eager"], source=source, two_parameters=stack
+    )
 
 
 def _operator_lines(rows: list[OperatorChain], where: str) -> OperatorLines | None:

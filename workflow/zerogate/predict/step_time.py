@@ -61,6 +61,7 @@ from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.microbench_rates import MeasuredRates
 from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.setup import Setup
+from zerogate.predict.step_time_modules import module_terms
 from zerogate.predict.step_time_operators import operator_terms
 from zerogate.predict.step_time_terms import (
     COLLECTIVE,
@@ -184,6 +185,7 @@ def step_time(
     overlap = overlaps(setup, machine)
     terms = (
         compute_terms(counts, setup, machine, measured)
+        + module_terms(counts, setup, machine, measured)
         + operator_terms(operators, setup, machine, measured)
         + collective_terms(counts, setup, machine, overlap)
         + host_copy_terms(counts, setup, machine, overlap, measured)

@@ -145,7 +145,7 @@ def compute_terms(
     checkpointing) per optimizer step; with ``measured``, the micro-benchmarks' products instead of a peak.
     On a synchronised device (the CPU accelerator) the host also runs every operator's dispatch and the
     engine's module hooks between the products (zerogate.predict.compute's docstring: most of a small
-    model's micro-step there): :func:`module_overhead_term`."""
+    model's micro-step there): zerogate.predict.step_time_modules."""
     g = setup.accumulation
     if measured is not None:
         forward, backward, rate = _measured_passes(counts, setup, measured)
@@ -171,65 +171,7 @@ def compute_terms(
                 f"full activation checkpointing runs the forward again; {rate}",
             )
         )
-    if not machine.gpus or setup.device_kind == "cpu":
-        terms.append(module_overhead_term(counts, setup, measured))
     return terms
-
-
-def hooked_modules(counts: ModelCounts, setup: Setup) -> int:
-    """The modules whose micro-step goes through the engine's per-module work: at ZeRO-3 every module
-    DeepSpeed registers its hooks on (parameter_offload.py ``_register_deepspeed_module``: the root and each
-    child, recursively, except inside a leaf module, whose children it does not visit; the decoder layer is
-    one when zero_optimization.leaf_module names it: ``setup.leaf_blocks``); below stage 3 every module (the
-    engine's gradient hooks per parameter, stage_1_and_2.py ``create_reduce_and_remove_grad_hooks``)."""
-    if setup.stage == 3 and setup.leaf_blocks:
-        return counts.modules - counts.modules_in_blocks
-    return counts.modules
-
-
-DISPATCH = "operator dispatch and engine hooks"
-
-
-def module_overhead_term(counts: ModelCounts, setup: Setup, measured: MeasuredRates | None) -> Term:
-    """The host's per-module work of a micro-step on a synchronised device (the CPU accelerator), x G: the
-    engine's fixed cost per micro-step and its cost per hooked module (ZeRO-3's pre/post forward and backward
-    hooks, the parameter coordinator's fetch and release, the gradient hooks, each module's dispatch), and
-    the eager dispatch of the modules inside a leaf module, from the micro-benchmarks' synthetic stacks
-    (zerogate.predict.microbench_rates.ModuleLines) timed at the run's ZeRO stage. The model's counts:
-    zerogate.model.counts (``modules``, ``modules_in_blocks``). The functional operators a module runs
-    beyond its one product (attention's scores and softmax, rotary embedding, residual adds, the loss) are
-    a term of their own (zerogate.predict.step_time_operators)."""
-    lines = None if measured is None else measured.module_lines
-    if lines is None or lines.stage != setup.stage or not counts.modules:
-        why = (
-            "no module count for the model (counts written before they were recorded)"
-            if not counts.modules
-            else "no micro-benchmark of the engine's per-module cost at this ZeRO stage"
-        )
-        return Term(
-            DISPATCH,
-            SERIAL,
-            MICRO_STEP,
-            None,
-            False,
-            "eager dispatch per operator and the engine's fetch / release / gradient hooks per module, run "
-            f"by the host between the products: {why}",
-        )
-    hooked = hooked_modules(counts, setup)
-    low, high = lines.seconds(hooked, counts.modules)
-    per_low, per_high = lines.per_module()
-    return Term(
-        DISPATCH,
-        SERIAL,
-        MICRO_STEP,
-        (low * setup.accumulation, high * setup.accumulation),
-        False,
-        f"{hooked} of the model's {counts.modules} modules through the ZeRO-{setup.stage} engine's "
-        f"per-module work ({per_low * 1e3:.3g} to {per_high * 1e3:.3g} ms each per micro-step, plus its "
-        f"fixed cost), the other {counts.modules - hooked} eagerly (hooks: parameter_offload.py "
-        f"_register_deepspeed_module, partitioned_param_coordinator.py fetch_sub_module / "
-        f"release_sub_module; counts: zerogate.model.counts); measured: {lines.source}",
-    )
 
 
 def overlap_comm_on(setup: Setup) -> bool:

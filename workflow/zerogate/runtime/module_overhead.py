@@ -1,12 +1,16 @@
-"""The per-module cost of a micro-step on the host, timed on a synthetic stack of tiny linear layers (no
-model of the run is built): through a DeepSpeed engine in a world of one rank, or in plain eager PyTorch.
+"""The per-module and per-parameter cost of a micro-step on the host, timed on a synthetic stack of tiny
+linear layers (no model of the run is built): through a DeepSpeed engine in a world of one rank, or in plain
+eager PyTorch.
 
-A stack of ``modules`` ``torch.nn.Linear(width, width, bias=False)`` layers, each its own module (DeepSpeed's
-ZeRO-3 registers its four hooks on every module it recurses into: parameter_offload.py
-``_register_deepspeed_module``; each forward and backward runs ``fetch_sub_module`` and ``release_sub_module``
-of partitioned_param_coordinator.py for it, and ZeRO's gradient hook runs per parameter). With ``width`` a
-few elements the arithmetic is nothing: a micro-step's time is the engine's fixed bookkeeping plus the
-per-module cost, what a small model's micro-step on the CPU accelerator mostly is. One micro-step is a
+A stack of ``modules`` ``torch.nn.Linear(width, width)`` layers, each its own module, without a bias (one
+parameter per module) or with one (two): DeepSpeed's ZeRO-3 registers its four hooks on every module it
+recurses into (parameter_offload.py ``_register_deepspeed_module``); each forward and backward runs
+``fetch_sub_module`` and ``release_sub_module`` of partitioned_param_coordinator.py for it, which loop over
+the module's parameters (gather, partition), and ZeRO's gradient hook runs per parameter (stage3.py
+``reduce_ready_partitions_and_remove_grads``; below stage 3 stage_1_and_2.py
+``create_reduce_and_remove_grad_hooks``). With ``width`` a few elements the arithmetic is nothing: a
+micro-step's time is the engine's fixed bookkeeping plus the per-module and per-parameter costs, what a small
+model's micro-step on the CPU accelerator mostly is. One micro-step is a
 forward, the loss's backward through the engine and the engine's ``step`` at a non-boundary micro-step
 (DeepSpeed only counts it), timed over batches of back-to-back micro-steps (zerogate.runtime.microbench).
 """
@@ -14,6 +18,7 @@ forward, the loss's backward through the engine and the engine's ``step`` at a n
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,10 +27,28 @@ from zerogate.contracts.microbench import Spread
 from zerogate.runtime.microbench import Samples, rate_samples, spread_of
 
 
-def stack(modules: int, width: int) -> torch.nn.Sequential:
-    """``modules`` linear layers of ``width`` x ``width``, no bias: one parameter per module."""
+@dataclass(frozen=True)
+class StackShape:
+    """A synthetic stack: ``modules`` linear layers of ``width`` x ``width`` on ``rows`` rows, each with
+    ``parameters_per_module`` parameters (1: the weight; 2: the weight and a bias)."""
+
+    modules: int
+    width: int
+    rows: int
+    parameters_per_module: int = 1
+
+    def __post_init__(self) -> None:
+        if self.parameters_per_module not in (1, 2):
+            raise ValueError(f"a linear layer has 1 or 2 parameters, not {self.parameters_per_module}")
+
+
+def stack(shape: StackShape) -> torch.nn.Sequential:
+    """The stack's layers, initialised from seed 0."""
     torch.manual_seed(0)
-    return torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(modules)])
+    bias = shape.parameters_per_module == 2
+    return torch.nn.Sequential(
+        *[torch.nn.Linear(shape.width, shape.width, bias=bias) for _ in range(shape.modules)]
+    )
 
 
 def eager_step(model: torch.nn.Module, rows: int, width: int) -> Callable[[], Any]:
@@ -60,21 +83,21 @@ def seconds_spread(step: Callable[[], Any], budget_s: float) -> Spread:
     return spread_of(Samples([1.0 / rate for rate in samples.rates], samples.cpu_shares))
 
 
-def time_eager(modules: int, width: int, rows: int, budget_s: float) -> Spread:
-    """Seconds per plain eager micro-step of a stack of ``modules`` layers."""
-    return seconds_spread(eager_step(stack(modules, width), rows, width), budget_s)
+def time_eager(shape: StackShape, budget_s: float) -> Spread:
+    """Seconds per plain eager micro-step of the stack."""
+    return seconds_spread(eager_step(stack(shape), shape.rows, shape.width), budget_s)
 
 
-def time_engine(ds_config: dict[str, Any], modules: int, width: int, rows: int, budget_s: float) -> Spread:
-    """Seconds per micro-step of a stack of ``modules`` layers through a DeepSpeed engine from ``ds_config``
-    (a one-rank world must already be started: zerogate.runtime.launch.start_one_rank_world)."""
+def time_engine(ds_config: dict[str, Any], shape: StackShape, budget_s: float) -> Spread:
+    """Seconds per micro-step of the stack through a DeepSpeed engine from ``ds_config`` (a one-rank world
+    must already be started: zerogate.runtime.launch.start_one_rank_world)."""
     # Here, not at the top: DeepSpeed reads DS_ACCELERATOR (the rank's environment, set by the rule's
     # script) when it is imported.
     import deepspeed
 
-    model = stack(modules, width)
+    model = stack(shape)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
     try:
-        return seconds_spread(engine_step(engine, rows, width), budget_s)
+        return seconds_spread(engine_step(engine, shape.rows, shape.width), budget_s)
     finally:
         engine.destroy()

@@ -1,0 +1,123 @@
+"""The step-time ledger's term for the host's per-module and per-parameter work of a micro-step on a
+synchronised device (DeepSpeed's CPU accelerator), where the host runs the engine's hooks and each module's
+dispatch one after another between the products: "operator dispatch and engine hooks".
+
+Work: the model's counts (zerogate.model.counts on the meta device: its modules, those inside the decoder
+layers, each parameter's size), and which of them the run's ZeRO settings put through the engine's hooks
+(:func:`hooked_modules`) and its per-parameter work (:func:`engine_parameters`). Rates: the micro-benchmarks'
+synthetic stacks (zerogate.predict.microbench_rates.ModuleLines) timed at the run's ZeRO stage: the engine's
+fixed cost per micro-step, its cost per module of one parameter, its cost per parameter more, and the eager
+cost per module.
+
+Per micro-step, x G; each end from the stacks' fastest and slowest repeats. On a device that runs
+asynchronously (CUDA) the host's work overlaps the kernels: no term there (the GPU's achievable fractions
+stand for the whole pass).
+"""
+
+from __future__ import annotations
+
+from zerogate.config.machines import MachineDescription
+from zerogate.contracts.model import ModelCounts
+from zerogate.predict.comms_terms import MICRO_STEP
+from zerogate.predict.microbench_rates import MeasuredRates
+from zerogate.predict.setup import Setup
+from zerogate.predict.step_time_terms import SERIAL, Term
+
+DISPATCH = "operator dispatch and engine hooks"
+
+
+def hooked_modules(counts: ModelCounts, setup: Setup) -> int:
+    """The modules whose micro-step goes through the engine's per-module work: at ZeRO-3 every module
+    DeepSpeed registers its hooks on (parameter_offload.py ``_register_deepspeed_module``: the root and each
+    child, recursively, except inside a leaf module, whose children it does not visit; the decoder layer is
+    one when zero_optimization.leaf_module names it: ``setup.leaf_blocks``); below stage 3 every module (the
+    engine's gradient hooks per parameter, stage_1_and_2.py ``create_reduce_and_remove_grad_hooks``)."""
+    if setup.stage == 3 and setup.leaf_blocks:
+        return counts.modules - counts.modules_in_blocks
+    return counts.modules
+
+
+def engine_parameters(counts: ModelCounts, setup: Setup) -> tuple[int, int]:
+    """The parameters the engine's per-parameter work runs over in a micro-step, (fast end, slow end). The
+    stacks' parameters are all fetched and released (persistence threshold 0,
+    zerogate.predict.microbench.stack_config); at ZeRO-3 the run's parameters at or below
+    stage3_param_persistence_threshold stay whole on every rank and skip the fetch and release
+    (partitioned_param_coordinator.py ``fetch_sub_module``) but not the gradient hook (stage3.py
+    ``reduce_ready_partitions_and_remove_grads``): the fast end counts the fetched parameters alone, the
+    slow end every parameter. A leaf module's parameters are fetched with it, so they count whether or not
+    their modules are hooked. Below stage 3 every parameter (the gradient hooks)."""
+    total = len(counts.numels)
+    if setup.stage == 3:
+        return sum(1 for n in counts.numels if n > setup.persistence_threshold), total
+    return total, total
+
+
+def host_runs_modules(setup: Setup, machine: MachineDescription) -> bool:
+    """Whether the host runs the modules' work between the products (a synchronised device: the CPU
+    accelerator), so the ledger has this term."""
+    return not machine.gpus or setup.device_kind == "cpu"
+
+
+def _missing(counts: ModelCounts) -> Term:
+    why = (
+        "no module count for the model (counts written before they were recorded)"
+        if not counts.modules
+        else "no micro-benchmark of the engine's per-module cost at this ZeRO stage"
+    )
+    return Term(
+        DISPATCH,
+        SERIAL,
+        MICRO_STEP,
+        None,
+        False,
+        "eager dispatch per operator and the engine's fetch / release / gradient hooks per module and "
+        f"parameter, run by the host between the products: {why}",
+    )
+
+
+def module_terms(
+    counts: ModelCounts, setup: Setup, machine: MachineDescription, measured: MeasuredRates | None
+) -> list[Term]:
+    """The host's per-module and per-parameter work of a micro-step, x G, where the host runs it (the CPU
+    accelerator; none elsewhere): the engine's fixed cost, its cost per hooked module (ZeRO-3's pre/post
+    forward and backward hooks, each module's dispatch) and per parameter (the parameter coordinator's
+    fetch and release, the gradient hooks), and the eager dispatch of the modules inside a leaf module. The
+    functional operators a module runs beyond its one product (attention's scores and softmax, rotary
+    embedding, residual adds, the loss) are a term of their own (zerogate.predict.step_time_operators)."""
+    if not host_runs_modules(setup, machine):
+        return []
+    lines = None if measured is None else measured.module_lines
+    if lines is None or lines.stage != setup.stage or not counts.modules:
+        return [_missing(counts)]
+    hooked, parameters = hooked_modules(counts, setup), engine_parameters(counts, setup)
+    low, high = lines.seconds(hooked, counts.modules, parameters)
+    per_low, per_high = lines.per_module()
+    per_parameter = lines.per_parameter()
+    parameter_cost = (
+        f"{per_parameter[0] * 1e3:.3g} to {per_parameter[1] * 1e3:.3g} ms per parameter more than one a "
+        "module"
+        if per_parameter is not None
+        else "the cost per parameter more than one a module not timed (micro-benchmarks without the stack of "
+        "two parameters a module): none counted"
+    )
+    fetched = (
+        f"{parameters[0]} fetched to {parameters[1]} in all"
+        if parameters[0] != parameters[1]
+        else f"all {parameters[1]}"
+    )
+    return [
+        Term(
+            DISPATCH,
+            SERIAL,
+            MICRO_STEP,
+            (low * setup.accumulation, high * setup.accumulation),
+            False,
+            f"{hooked} of the model's {counts.modules} modules through the ZeRO-{setup.stage} engine's "
+            f"per-module work ({per_low * 1e3:.3g} to {per_high * 1e3:.3g} ms each of one parameter per "
+            f"micro-step, plus its fixed cost), its parameters through the engine's per-parameter work "
+            f"({fetched}; {parameter_cost}), the other {counts.modules - hooked} modules eagerly (hooks: "
+            "parameter_offload.py _register_deepspeed_module, partitioned_param_coordinator.py "
+            "fetch_sub_module / release_sub_module, stage3.py reduce_ready_partitions_and_remove_grads; "
+            f"counts: zerogate.model.counts); measured: {lines.source}",
+        )
+    ]
