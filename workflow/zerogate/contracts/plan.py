@@ -51,6 +51,9 @@ class SuggestedSettings(Record):
     nvme_optimizer: bool = False  # the optimizer offload goes to NVMe, not host RAM
     nvme_param: bool = False
     host_ram_bytes: int | None = Field(None, alias="host_ram(bytes)")  # a host with this much RAM instead
+    # Page-locked host buffers for the offloads (zero_optimization.offload_*.pin_memory); None: the planned
+    # run's.
+    pin_memory: bool | None = None
 
 
 class Suggestion(Record):
@@ -331,6 +334,10 @@ class Plan(Artefact):
     # NVMe, more RAM), each with the host, device and NVMe need after it
     # (zerogate.predict.suggestions.host_changes).
     host_changes: list[Suggestion] = []
+    # When the run fits: changes to how it moves its data, not to what it trains, that keep it fitting
+    # (page-locked host buffers on or off where it offloads to a GPU, each other ZeRO-3 offload choice), each
+    # with the step it leaves (zerogate.predict.suggestions.time_changes).
+    time_changes: list[Suggestion] = []
     pinned_memory: str | None
     floor: Floor
     ledger: Ledger

@@ -109,12 +109,12 @@ def offload_of(optimizer: bool, param: bool, nvme_optimizer: bool, nvme_param: b
 
 def suggestion_command(request: PlanRequest, plan: Plan, suggestion: Suggestion) -> str | None:
     """The make plan command of ``suggestion``; None where the change is not a plan_model argument (more
-    nodes)."""
+    nodes, page-locked host buffers)."""
     settings = suggestion.settings
     offload = offload_of(
         settings.offload_optimizer, settings.offload_param, settings.nvme_optimizer, settings.nvme_param
     )
-    if settings.nodes != plan.nodes or offload is None:
+    if settings.nodes != plan.nodes or offload is None or settings.pin_memory is not None:
         return None
     changes: dict[str, Any] = {
         "offload": offload,
@@ -130,7 +130,8 @@ def suggestion_command(request: PlanRequest, plan: Plan, suggestion: Suggestion)
 
 
 def with_commands(request: PlanRequest, plan: Plan) -> Plan:
-    """``plan`` with each suggestion, device change and host change given its make plan command."""
+    """``plan`` with each suggestion, device change, host change and time change given its make plan
+    command."""
 
     def commanded(items: list[Suggestion]) -> list[Suggestion]:
         return [s.model_copy(update={"command": suggestion_command(request, plan, s)}) for s in items]
@@ -140,6 +141,7 @@ def with_commands(request: PlanRequest, plan: Plan) -> Plan:
             "suggestions": commanded(plan.suggestions),
             "device_changes": commanded(plan.device_changes),
             "host_changes": commanded(plan.host_changes),
+            "time_changes": commanded(plan.time_changes),
         }
     )
 

@@ -120,6 +120,14 @@ def change_lines(title: str, changes: list[Suggestion]) -> list[str]:
     for s in commanded:
         lines.append(f"  - {s.change}: {_need(s)}; {_verdict(s)}")
         lines.append(f"      {s.command}")
+    pinned = [s for s in others if s.settings.pin_memory is not None]
+    for s in pinned:
+        lines.append(f"  - {s.change}: {_need(s)}; {_verdict(s)}")
+        lines.append(
+            "      (not a make plan argument: zero_optimization.offload_optimizer / offload_param "
+            ".pin_memory in a profile)"
+        )
+    others = [s for s in others if s.settings.pin_memory is None]
     if others:
         first = others[0]
         more = f" (and {len(others) - 1} more such in plan.txt)" if len(others) > 1 else ""
@@ -144,6 +152,7 @@ def answer(plan: Plan, ds_config: DsConfig, files: list[str] | None = None) -> s
     lines += change_lines("changes that make the run fit:", plan.suggestions)
     if device_fails:
         lines += change_lines("changes that lower the device need:", plan.device_changes)
+    lines += change_lines("changes that keep the run fitting and change its step:", plan.time_changes)
     if not plan.fits and not plan.suggestions:
         lines.append("no single change considered makes the whole run fit")
     if files:

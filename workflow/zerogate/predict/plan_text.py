@@ -193,6 +193,16 @@ def fit_lines(result: Plan) -> list[str]:
             + (f": {s.command}" if s.command else "")
             for s in result.host_changes
         ]
+    if result.time_changes:
+        lines.append(
+            "changes that keep the run fitting and change its step (the step left; the need after each):"
+        )
+        lines += [
+            f"  - {s.change}:" + change_step(s, " ") + f"; tightest {s.tightest}, needs "
+            f"{format_bytes(s.need_bytes)} of {format_bytes(s.capacity_bytes)}"
+            + (f": {s.command}" if s.command else "")
+            for s in result.time_changes
+        ]
     if result.device_changes:
         lines.append("changes that lower the device need (smallest device after each; the step left):")
         lines += [

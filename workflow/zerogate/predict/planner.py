@@ -41,7 +41,7 @@ from zerogate.predict.planned_run import run_setup
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import step_time
 from zerogate.predict.step_time_operators import host_runs_operators
-from zerogate.predict.suggestions import device_changes, host_changes, suggestions
+from zerogate.predict.suggestions import device_changes, host_changes, suggestions, time_changes
 from zerogate.predict.zero_terms import bounds
 from zerogate.render.variants import PEERS
 
@@ -150,6 +150,7 @@ def plan(
         suggestions=[] if fits else suggestions(counts, setup, machine, activations),
         device_changes=device_changes(counts, setup, machine, activations),
         host_changes=[] if fits else host_changes(counts, setup, machine, activations),
+        time_changes=time_changes(counts, setup, machine, activations) if fits else [],
         pinned_memory=pinned_note(counts, setup, machine),
         floor=floor(counts, setup, machine, model_compute),
         ledger=ledger(counts, setup, activations),

@@ -1,7 +1,7 @@
-"""What would make a run fit, and what lowers a device's need: changes a user can make (offload, a smaller
-micro-batch, activation checkpointing, shorter sequences, more nodes), each checked on the machine with the
-need it leaves and the optimizer step it leaves (the step-time ledger on paper,
-zerogate.predict.step_time)."""
+"""What would make a run fit, what lowers a device's need, and what a fitting run can trade for time:
+changes a user can make (offload, a smaller micro-batch, activation checkpointing, shorter sequences, more
+nodes, page-locked host buffers), each checked on the machine with the need it leaves and the optimizer step
+it leaves (the step-time ledger on paper, zerogate.predict.step_time)."""
 
 from __future__ import annotations
 
@@ -106,6 +106,7 @@ def suggestion(
             nvme_optimizer=variant.nvme_optimizer,
             nvme_param=variant.nvme_param,
             host_ram_bytes=host_ram_bytes,
+            pin_memory=None if variant.pin_memory == setup.pin_memory else variant.pin_memory,
         ),
         fits=all(c.fits for c in result),
         smallest_device_need_bytes=None if smallest is None else smallest.need_bytes,
@@ -235,4 +236,54 @@ def host_changes(
             host_ram_bytes=host.need_bytes,
         )
     )
+    return found
+
+
+# ZeRO-3's offload choices a time change may take, with how a change names each.
+OFFLOAD_CHOICES = (
+    ("zero3", "no offload (the optimizer state and parameters on the devices)"),
+    ("zero3_offload_optimizer", "optimizer offload to CPU only (the parameters on the devices)"),
+    ("zero3_offload_all", "optimizer state and parameters offloaded to CPU"),
+)
+
+
+def changes_that_change_the_step(setup: Setup, machine: MachineDescription) -> list[Change]:
+    """Changes to how the run moves its data, not to what it trains: page-locked host buffers on or off where
+    the run offloads to a GPU (its host copies then go at the pinned or the pageable PCIe rate:
+    zerogate.predict.rates ``PCIE_PINNED``, ``PCIE_PAGEABLE``), and at ZeRO-3 each other offload choice
+    to host RAM (``OFFLOAD_CHOICES``). None for a run that offloads to NVMe (its swap buffers are another
+    matter) or below ZeRO-3."""
+    options: list[Change] = []
+    offloads = setup.offload_optimizer or setup.offload_param
+    if offloads and machine.gpus and setup.device_kind != "cpu":
+        options.append(
+            (
+                "page-locked host buffers off (pin_memory false)"
+                if setup.pin_memory
+                else "page-locked host buffers (pin_memory true)",
+                dataclasses.replace(setup, pin_memory=not setup.pin_memory),
+            )
+        )
+    if setup.stage == 3 and not (setup.nvme_optimizer or setup.nvme_param):
+        for scheme, change in OFFLOAD_CHOICES:
+            variant = setup.with_scheme(scheme)
+            if variant != setup:
+                options.append((change, variant))
+    return options
+
+
+def time_changes(
+    counts: ModelCounts, setup: Setup, machine: MachineDescription, activations: Activations | None = None
+) -> list[Suggestion]:
+    """Each change of :func:`changes_that_change_the_step` after which the run still fits, with its need and
+    the optimizer step the ledger predicts for it on this machine, predicted as the plan's own step is (with
+    the trace's count of the model's operators, where there is a trace), so the two compare: what a user of a
+    fitting run can trade."""
+    found = []
+    for change, variant in changes_that_change_the_step(setup, machine):
+        result = checks(counts, variant, machine, activations)
+        if all(c.fits for c in result):
+            operators = None if activations is None else activations(variant).operators
+            predicted = step_time(counts, variant, machine, operators=operators)
+            found.append(suggestion(change, setup, variant, result, predicted))
     return found

@@ -1,14 +1,14 @@
 """The planner's answers as profiles you can plan and run: each change the planner found (a suggestion that
-would make the run fit, a change that lowers the device need) written as a profile that ``extends`` the
-planned profile, and the one command that plans it (``--config profile=<the file>``); and, when a run does
-not fit one node, the first change that fits on more nodes as a profile overlay
-(``plan/multinode-overlay.yaml``).
+would make the run fit, a change that lowers the device need, a change a fitting run can trade for time)
+written as a profile that ``extends`` the planned profile, and the one command that plans it (``--config
+profile=<the file>``); and, when a run does not fit one node, the first change that fits on more nodes as a
+profile overlay (``plan/multinode-overlay.yaml``).
 
 Only changes a profile can express go in: the node count and ranks per node (``nodes``), the micro-batch,
-accumulation and activation checkpointing (``training``), the sequence length (``dataset.seq_len``) and the
-offload devices (``deepspeed.overrides``, the parent's kept: lists replace on ``extends``). The global batch
-of the planned profile is kept where the new rank count divides it, so the experiment stays the claim's;
-where it does not, the profile says so.
+accumulation and activation checkpointing (``training``), the sequence length (``dataset.seq_len``), the
+offload devices and their page-locked buffers (``deepspeed.overrides``, the parent's kept: lists replace on
+``extends``). The global batch of the planned profile is kept where the new rank count divides it, so the
+experiment stays the claim's; where it does not, the profile says so.
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ from zerogate.contracts.plan import Plan, Suggestion
 OFFLOAD_PATHS = {
     "offload_optimizer": "zero_optimization.offload_optimizer.device",
     "offload_param": "zero_optimization.offload_param.device",
+}
+PIN_MEMORY_PATHS = {
+    "offload_optimizer": "zero_optimization.offload_optimizer.pin_memory",
+    "offload_param": "zero_optimization.offload_param.pin_memory",
 }
 
 
@@ -84,6 +88,16 @@ def suggestion_profile(
         for key, path in OFFLOAD_PATHS.items()
         if getattr(settings, key) != plan_offload(plan, key)
     ]
+    if settings.pin_memory is not None:
+        changes += [
+            {
+                "path": path,
+                "value": settings.pin_memory,
+                "reason": f"zerogate's planner: {suggestion.change}",
+            }
+            for key, path in PIN_MEMORY_PATHS.items()
+            if getattr(settings, key)
+        ]
     if changes:
         result["deepspeed"] = {"overrides": [*overrides, *changes]}
     return result
@@ -117,6 +131,12 @@ def profile_stem(plan: Plan, suggestion: Suggestion, profile_name: str, training
         parts.append("offload-all")
     elif settings.offload_optimizer and not plan_offload(plan, "offload_optimizer"):
         parts.append("offload-optimizer")
+    elif not settings.offload_optimizer and plan_offload(plan, "offload_optimizer"):
+        parts.append("no-offload")
+    elif not settings.offload_param and plan_offload(plan, "offload_param"):
+        parts.append("no-param-offload")
+    if settings.pin_memory is not None:
+        parts.append("pinned" if settings.pin_memory else "pageable")
     if settings.activation_checkpointing and not training.activation_checkpointing:
         parts.append("checkpointing")
     if settings.seq_len is not None:
@@ -141,10 +161,10 @@ def with_suggestion_profiles(
     machine_description: str | None,
     stem: str | None = None,
 ) -> Plan:
-    """``plan`` with every suggestion and device change written as a profile in ``directory`` (one YAML file
-    each, made here) and its ``profile_file`` and ``command`` set. ``profile_name``: the planned profile as
-    ``extends`` names it (a name, or a .yaml path); ``stem``: the name the files start with (its results
-    name)."""
+    """``plan`` with every suggestion, device change and time change written as a profile in ``directory``
+    (one YAML file each, made here) and its ``profile_file`` and ``command`` set. ``profile_name``: the
+    planned profile as ``extends`` names it (a name, or a .yaml path); ``stem``: the name the files start with
+    (its results name)."""
     stem = stem or profile_name
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
@@ -165,6 +185,7 @@ def with_suggestion_profiles(
         update={
             "suggestions": [written(s) for s in plan.suggestions],
             "device_changes": [written(s) for s in plan.device_changes],
+            "time_changes": [written(s) for s in plan.time_changes],
         }
     )
 
