@@ -276,14 +276,11 @@ def time_changes(
     counts: ModelCounts, setup: Setup, machine: MachineDescription, activations: Activations | None = None
 ) -> list[Suggestion]:
     """Each change of :func:`changes_that_change_the_step` after which the run still fits, with its need and
-    the optimizer step the ledger predicts for it on this machine, predicted as the plan's own step is (with
-    the trace's count of the model's operators, where there is a trace), so the two compare: what a user of a
-    fitting run can trade."""
+    the optimizer step the ledger predicts for it on this machine, on paper as the plan's own step: what a
+    user of a fitting run can trade."""
     found = []
     for change, variant in changes_that_change_the_step(setup, machine):
         result = checks(counts, variant, machine, activations)
         if all(c.fits for c in result):
-            operators = None if activations is None else activations(variant).operators
-            predicted = step_time(counts, variant, machine, operators=operators)
-            found.append(suggestion(change, setup, variant, result, predicted))
+            found.append(suggestion(change, setup, variant, result, step_time(counts, variant, machine)))
     return found
