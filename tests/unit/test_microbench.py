@@ -486,3 +486,18 @@ def test_the_counts_record_every_module_and_those_inside_the_decoder_layers():
     # two norms: 12.
     assert counts.modules == 7 + 2 * 13
     assert counts.modules_in_blocks == 2 * 12
+
+
+def test_a_two_parameter_stack_without_its_one_parameter_twin_in_both_engines_gives_no_cost_per_parameter():
+    # The eager one-parameter stacks timed at 4 and 12 modules, the two-parameter ones at 24: nothing to
+    # subtract them from eagerly, so no cost per parameter (and no error).
+    eager_elsewhere = [
+        OVERHEAD[0],
+        OVERHEAD[1],
+        OVERHEAD[2],
+        overhead("eager", 12, [1.2e-3, 1.5e-3, 1.8e-3]),
+        *TWO_PARAMETERS,
+    ]
+    lines = rates_from_microbench(bench(eager_elsewhere)).module_lines
+    assert lines is not None and lines.per_parameter() is None
+    assert "with a bias" not in lines.source

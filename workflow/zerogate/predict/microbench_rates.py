@@ -254,7 +254,7 @@ def _module_lines(rows: list[ModuleOverhead], where: str) -> ModuleLines | None:
         return None
     stage = next(r.stage for r in rows if r.engine == "deepspeed")
     first = rows[0]
-    sizes = set(two["deepspeed"]) & set(two["eager"]) & set(one["deepspeed"])
+    sizes = set(two["deepspeed"]) & set(two["eager"]) & set(one["deepspeed"]) & set(one["eager"])
     stack = None
     if sizes:
         modules = max(sizes)
