@@ -102,7 +102,7 @@ class ModuleOverhead(Record):
     rows: int
     time: Spread = Field(alias="micro_step_time(s)")  # seconds per micro-step, over the repeats
     # 1: the weight alone; 2: the weight and a bias (files written before the biased stack was timed: 1).
-    parameters_per_module: int = 1
+    parameters_per_module: Literal[1, 2] = 1
 
 
 # ATen ops one link of an operator chain dispatches: its forward's mul and its backward's

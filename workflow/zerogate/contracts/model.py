@@ -9,6 +9,13 @@ from collections.abc import Iterable
 from zerogate.contracts.base import Record
 
 
+def is_persistent(numel: int, threshold: int) -> bool:
+    """Whether ZeRO-3 keeps a parameter of ``numel`` elements whole on every rank, never fetched or released:
+    at or below stage3_param_persistence_threshold (partition_parameters.py ``_convert_to_deepspeed_param``,
+    ``ds_persist``)."""
+    return numel <= threshold
+
+
 class ModelCounts(Record):
     """Parameter counts of a model, with the shape numbers the activation terms need."""
 
@@ -90,4 +97,8 @@ class ModelCounts(Record):
 
     def persistent_numel(self, threshold: int) -> int:
         """Elements ZeRO-3 keeps whole on every rank (parameters at or below the persistence threshold)."""
-        return sum(n for n in self.numels if n <= threshold)
+        return sum(n for n in self.numels if is_persistent(n, threshold))
+
+    def fetched_parameters(self, threshold: int) -> int:
+        """Parameters ZeRO-3 fetches and releases around the modules that use them (the rest persistent)."""
+        return sum(1 for n in self.numels if not is_persistent(n, threshold))

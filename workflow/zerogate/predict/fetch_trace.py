@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from zerogate.contracts.model import ModelCounts
+from zerogate.contracts.model import ModelCounts, is_persistent
 
 
 def padded(numel: int, world: int) -> int:
@@ -59,13 +59,13 @@ def zero3_trace(
     for position, unit in enumerate(trace):
         phase = "forward" if position < forward_len else "backward"
         for index in unit:
-            if numels[index] <= persistence_threshold or index in resident:
+            if is_persistent(numels[index], persistence_threshold) or index in resident:
                 continue
             resident.add(index)
             tied_again = phase == "forward" and position == forward_len - 1 and counts.tied_embeddings
             gathered["tied" if tied_again else phase] += padded(numels[index], world)
         most_resident = max(most_resident, sum(padded(numels[i], world) for i in resident))
-        release = {i for i in unit if numels[i] > persistence_threshold}
+        release = {i for i in unit if not is_persistent(numels[i], persistence_threshold)}
         traversed = 0
         for later in trace[position + 1 :]:
             if traversed >= max_reuse_distance or not release:

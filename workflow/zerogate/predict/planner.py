@@ -40,7 +40,7 @@ from zerogate.predict.phases import OVERHEAD, device_levels
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import step_time
-from zerogate.predict.step_time_operators import host_runs_operators
+from zerogate.predict.step_time_terms import host_runs_between_products
 from zerogate.predict.suggestions import device_changes, host_changes, suggestions, time_changes
 from zerogate.predict.zero_terms import bounds
 from zerogate.render.variants import PEERS
@@ -193,7 +193,7 @@ def with_measured_compute(
     counts, setup, activations = run_setup(run_spec, ds_config, machine.nodes)
     update: dict[str, object] = {"floor": floor(counts, setup, machine, model_compute)}
     if measured is not None:
-        traced = host_runs_operators(setup, machine)
+        traced = host_runs_between_products(setup, machine)
         operators = traced_operators(activations, setup) if traced else None
         update["step_time"] = step_time(counts, setup, machine, measured, operators)
     return first.model_copy(update=update)

@@ -21,7 +21,7 @@ from zerogate.contracts.model import ModelCounts
 from zerogate.predict.comms_terms import MICRO_STEP
 from zerogate.predict.microbench_rates import MeasuredRates
 from zerogate.predict.setup import Setup
-from zerogate.predict.step_time_terms import SERIAL, Term
+from zerogate.predict.step_time_terms import SERIAL, Term, host_runs_between_products
 
 DISPATCH = "operator dispatch and engine hooks"
 
@@ -48,14 +48,8 @@ def engine_parameters(counts: ModelCounts, setup: Setup) -> tuple[int, int]:
     their modules are hooked. Below stage 3 every parameter (the gradient hooks)."""
     total = len(counts.numels)
     if setup.stage == 3:
-        return sum(1 for n in counts.numels if n > setup.persistence_threshold), total
+        return counts.fetched_parameters(setup.persistence_threshold), total
     return total, total
-
-
-def host_runs_modules(setup: Setup, machine: MachineDescription) -> bool:
-    """Whether the host runs the modules' work between the products (a synchronised device: the CPU
-    accelerator), so the ledger has this term."""
-    return not machine.gpus or setup.device_kind == "cpu"
 
 
 def _missing(counts: ModelCounts) -> Term:
@@ -84,7 +78,7 @@ def module_terms(
     fetch and release, the gradient hooks), and the eager dispatch of the modules inside a leaf module. The
     functional operators a module runs beyond its one product (attention's scores and softmax, rotary
     embedding, residual adds, the loss) are a term of their own (zerogate.predict.step_time_operators)."""
-    if not host_runs_modules(setup, machine):
+    if not host_runs_between_products(setup, machine):
         return []
     lines = None if measured is None else measured.module_lines
     if lines is None or lines.stage != setup.stage or not counts.modules:

@@ -25,19 +25,13 @@ from zerogate.predict.comms_terms import MICRO_STEP
 from zerogate.predict.microbench_rates import MeasuredRates
 from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.setup import Setup
-from zerogate.predict.step_time_terms import SERIAL, Term
+from zerogate.predict.step_time_terms import SERIAL, Term, host_runs_between_products
 
 OPERATORS = "functional operators"
 WORK_SOURCE = (
     "the planner's trace of the run's model (zerogate.predict.operator_tally: every ATen op of the forward "
     "with loss and the backward under torch/_subclasses/fake_tensor.py, the products left out)"
 )
-
-
-def host_runs_operators(setup: Setup, machine: MachineDescription) -> bool:
-    """Whether the host runs the functional operators between the products (a synchronised device: the CPU
-    accelerator), so the ledger has their term."""
-    return not machine.gpus or setup.device_kind == "cpu"
 
 
 def operator_terms(
@@ -48,7 +42,7 @@ def operator_terms(
 ) -> list[Term]:
     """The functional operators' term on a synchronised device (module doc); none on a GPU. Without a trace
     of the model or without the micro-benchmarks' chains it has no figure, and says which is missing."""
-    if not host_runs_operators(setup, machine):
+    if not host_runs_between_products(setup, machine):
         return []
     lines = None if measured is None else measured.operator_lines
     if operators is None or lines is None:

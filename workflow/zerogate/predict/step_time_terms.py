@@ -174,6 +174,13 @@ def compute_terms(
     return terms
 
 
+def host_runs_between_products(setup: Setup, machine: MachineDescription) -> bool:
+    """Whether the host runs a micro-step's work between the products one after another (a synchronised
+    device: DeepSpeed's CPU accelerator, or no GPU at all), so the ledger has terms for the host's per-module
+    work and functional operators; on a GPU the host's dispatch overlaps the kernels."""
+    return not machine.gpus or setup.device_kind == "cpu"
+
+
 def overlap_comm_on(setup: Setup) -> bool:
     """DeepSpeed's overlap_comm for the run: the config's, else its stage's default (zero/config.py
     ``overlap_comm_valid``: on at stage 3 only)."""

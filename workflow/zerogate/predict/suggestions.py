@@ -19,6 +19,8 @@ from zerogate.units import format_bytes
 
 # A change in words and the setup it makes.
 Change = tuple[str, Setup]
+# ZeRO-3 with the optimizer state offloaded to host RAM and the parameters on the devices, in words.
+OPTIMIZER_OFFLOAD_ONLY = "optimizer offload to CPU only (the parameters on the devices)"
 
 
 def micro_batch_one(setup: Setup) -> Change:
@@ -188,7 +190,7 @@ def changes_that_lower_the_host_need(setup: Setup) -> list[Change]:
     zero3 = dataclasses.replace(setup, stage=3)
     options: list[Change] = [
         (
-            "optimizer offload to CPU only (the parameters on the devices)",
+            OPTIMIZER_OFFLOAD_ONLY,
             dataclasses.replace(zero3, offload_optimizer=True, offload_param=False, nvme_optimizer=False),
         ),
         (
@@ -242,7 +244,7 @@ def host_changes(
 # ZeRO-3's offload choices a time change may take, with how a change names each.
 OFFLOAD_CHOICES = (
     ("zero3", "no offload (the optimizer state and parameters on the devices)"),
-    ("zero3_offload_optimizer", "optimizer offload to CPU only (the parameters on the devices)"),
+    ("zero3_offload_optimizer", OPTIMIZER_OFFLOAD_ONLY),
     ("zero3_offload_all", "optimizer state and parameters offloaded to CPU"),
 )
 
