@@ -1,0 +1,31 @@
+import json, sys
+import pandas as pd
+from zerogate.analysis.measures import step_time, timed_steps
+root = sys.argv[1]
+pts = ["cpu-tiny"] + [f"planner-grid-{p}" for p in ["pythia70m-z3-mb4-s256-smallbuckets","opt125m-z2-mb2-s256-ckpt-smallbuckets","qwen3-z3all-mb2-s512-smallbuckets","phi3-z1off-mb4-s256-smallbuckets","gemma2-z3off-mb8-s128-ckpt-smallbuckets","olmo2-z0-mb2-s256-smallbuckets"]]
+rows, split = [], []
+for p in pts:
+    d = json.load(open(f"{root}/results/{p}/vm/plan/plan_predicted.json"))["step_time"]
+    steps = pd.read_parquet(f"{root}/results/{p}/vm/parsed/steps.parquet")
+    warm = 10 if p == "cpu-tiny" else 0
+    m = step_time(steps, warm).value
+    lo, hi = d["low(s)"], d["high(s)"]; mid = (lo + hi) / 2
+    inside = "yes" if lo <= m <= hi else ("no, above" if m > hi else "no, below")
+    err = (mid - m) / m
+    ok = "yes" if inside == "yes" and abs(err) <= 0.2 else "NO"
+    b = pd.read_csv(f"{root}/results/{p}/vm/benchmarks/train.tsv", sep="\t")
+    cores = b["cpu_time"].iloc[0] / b["s"].iloc[0]
+    name = "default (cpu-tiny)" if p == "cpu-tiny" else p.replace("planner-grid-", "")
+    rows.append(f"| `{name}` | {lo:.4g} | {hi:.4g} | {mid:.4g} | {m:.4g} | {inside} | {err*100:+.0f} % | {ok} | {cores:.2f} |")
+    # split: collectives measured vs predicted
+    t = timed_steps(steps, warm)
+    col = [c for c in t.columns if c.startswith("collectives(s)")]
+    calls = [c for c in t.columns if "collective_calls" in c or c.startswith("collective_calls")]
+    slow = t.groupby("rank")["step_time(s)"].median().idxmax() if "step_time(s)" in t.columns else None
+    r = t[t["rank"] == slow] if slow is not None else t
+    cm = r[col[0]].median() if col else float("nan")
+    terms = d["terms"]
+    cl = sum(x["low(s)"] for x in terms if x["kind"] == "collective" and x["low(s)"] is not None)
+    ch = sum(x["high(s)"] for x in terms if x["kind"] == "collective" and x["high(s)"] is not None)
+    split.append(f"| `{name}` | {m:.4g} | {cm:.3g} | {cl:.3g}-{ch:.3g} | {m-cm:.4g} | {lo-cl:.4g}-{hi-ch:.4g} |")
+print("\n".join(rows)); print(); print("\n".join(split))
