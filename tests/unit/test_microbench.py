@@ -39,6 +39,7 @@ from zerogate.predict.microbench import (
     matmul_rows,
     operator_chain_rows,
     optimizer_rows,
+    runs_zero3_linear,
     stack_config,
     stack_shapes,
     timed_rows,
@@ -55,7 +56,7 @@ from zerogate.runtime.microbench import (
     spread_of,
     update_call,
 )
-from zerogate.runtime.module_overhead import StackShape, stack, time_eager
+from zerogate.runtime.module_overhead import StackShape, linear_function, stack, time_eager
 from zerogate.runtime.operator_dispatch import chain_step
 from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE
 
@@ -466,6 +467,35 @@ def test_the_stacks_run_the_runs_zero_settings_without_a_boundary_or_persistent_
         (MODULE_STACKS[1], 1),
         (MODULE_STACKS[1], 2),
     ]
+
+
+def _ds(zero: dict) -> DsConfig:
+    return DsConfig.of(
+        {
+            "train_micro_batch_size_per_gpu": 1,
+            "gradient_accumulation_steps": 1,
+            "train_batch_size": 1,
+            "zero_optimization": zero,
+        },
+        "ds_config.json",
+    )
+
+
+def test_the_eager_stacks_call_the_runs_linear_function_whatever_ran_before():
+    from deepspeed.runtime.zero.linear import zero3_linear_wrap
+
+    assert runs_zero3_linear(_ds({"stage": 3}))
+    assert not runs_zero3_linear(_ds({"stage": 3, "memory_efficient_linear": False}))
+    assert not runs_zero3_linear(_ds({"stage": 2}))
+    functional = torch.nn.functional
+    before = functional.linear
+    with linear_function(zero3_linear=True):
+        assert functional.linear is zero3_linear_wrap
+        # A ZeRO-3 engine built earlier in the process leaves DeepSpeed's function installed: a run below
+        # stage 3 still times torch's own.
+        with linear_function(zero3_linear=False):
+            assert functional.linear is torch._C._nn.linear
+    assert functional.linear is before
 
 
 def test_a_stack_has_one_or_two_parameters_a_module_and_times_in_seconds(short_batches):

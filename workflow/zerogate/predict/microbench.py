@@ -220,6 +220,15 @@ def stack_config(ds_config: DsConfig) -> dict[str, Any]:
     return config
 
 
+def runs_zero3_linear(ds_config: DsConfig) -> bool:
+    """Whether the run's modules call DeepSpeed's ``zero3_linear_wrap`` for ``torch.nn.functional.linear``:
+    at ZeRO-3 with zero_optimization.memory_efficient_linear (DeepSpeedZeroConfig's default true), which
+    zero.Init installs (partition_parameters.py ``_enable_mem_efficient_linear``). The eager stacks time
+    their layers with it, as the run's modules inside its leaf blocks run."""
+    zero = ds_config.raw.get("zero_optimization") or {}
+    return ds_config.stage == 3 and bool(zero.get("memory_efficient_linear", True))
+
+
 def stack_shapes(rows: int) -> list[module_overhead.StackShape]:
     """The stacks timed: each size of MODULE_STACKS with one parameter a module, and the largest with two."""
     return [
@@ -233,6 +242,7 @@ def module_overhead_rows(run_spec: RunSpec, ds_config: DsConfig, rows: int) -> l
     shapes = stack_shapes(rows)
     budget = BUDGET_S["modules"] / (2 * len(shapes))
     config = stack_config(ds_config)
+    zero3_linear = runs_zero3_linear(ds_config)
     port = start_one_rank_world(run_spec.backend)
     timed = []
     try:
@@ -240,7 +250,7 @@ def module_overhead_rows(run_spec: RunSpec, ds_config: DsConfig, rows: int) -> l
             timed.append(
                 ("deepspeed", ds_config.stage, shape, module_overhead.time_engine(config, shape, budget))
             )
-            timed.append(("eager", -1, shape, module_overhead.time_eager(shape, budget)))
+            timed.append(("eager", -1, shape, module_overhead.time_eager(shape, budget, zero3_linear)))
     finally:
         # DeepSpeed's shm comm buffers of this one-rank world outlive the process otherwise.
         remove_own_shm_buffers(port)
@@ -308,6 +318,11 @@ def measure(
             f"; stacks of {' and '.join(map(str, MODULE_STACKS))} {MODULE_WIDTH} x {MODULE_WIDTH} linear "
             f"layers without a bias, and of {max(MODULE_STACKS)} with one, through a ZeRO-{ds_config.stage} "
             "engine (one-rank world) and eagerly, a micro-step each"
+            + (
+                ", the eager layers calling DeepSpeed's zero3_linear_wrap as the run's"
+                if runs_zero3_linear(ds_config)
+                else ""
+            )
             if overhead
             else ""
         )

@@ -17,7 +17,8 @@ forward, the loss's backward through the engine and the engine's ``step`` at a n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,9 +84,30 @@ def seconds_spread(step: Callable[[], Any], budget_s: float) -> Spread:
     return spread_of(Samples([1.0 / rate for rate in samples.rates], samples.cpu_shares))
 
 
-def time_eager(shape: StackShape, budget_s: float) -> Spread:
-    """Seconds per plain eager micro-step of the stack."""
-    return seconds_spread(eager_step(stack(shape), shape.rows, shape.width), budget_s)
+@contextmanager
+def linear_function(zero3_linear: bool) -> Iterator[None]:
+    """``torch.nn.functional.linear`` inside the block as the run's modules call it, whatever engines this
+    process built before: DeepSpeed's ``zero3_linear_wrap`` where ``zero3_linear`` (a ZeRO-3 run with
+    zero_optimization.memory_efficient_linear, its default: zero.Init replaces torch's function for the rest
+    of the process, partition_parameters.py ``_enable_mem_efficient_linear``), torch's own otherwise
+    (``torch._C._nn.linear``, which torch/nn/functional.py names ``linear``). Restored after."""
+    # Here, not at the top: DeepSpeed reads DS_ACCELERATOR (the rank's environment) when it is imported.
+    from deepspeed.runtime.zero.linear import zero3_linear_wrap
+
+    functional = torch.nn.functional
+    before = functional.linear
+    functional.linear = zero3_linear_wrap if zero3_linear else torch._C._nn.linear
+    try:
+        yield
+    finally:
+        functional.linear = before
+
+
+def time_eager(shape: StackShape, budget_s: float, zero3_linear: bool = False) -> Spread:
+    """Seconds per plain eager micro-step of the stack, its layers calling the run's linear function
+    (:func:`linear_function`)."""
+    with linear_function(zero3_linear):
+        return seconds_spread(eager_step(stack(shape), shape.rows, shape.width), budget_s)
 
 
 def time_engine(ds_config: dict[str, Any], shape: StackShape, budget_s: float) -> Spread:
