@@ -106,6 +106,13 @@ PUBLISHED_SETUP_COUNTS = {
     # The plan_model examples (docs/planning.md).
     "qwen3-8b": 8_190_735_360,
     "gemma-2-9b": 9_241_705_984,
+    # The published step times (config/published_setups/step_times.yaml).
+    "qwen2.5-3b": 3_085_938_688,
+    "qwen2.5-1.5b": 1_543_714_304,
+    "opt-1.3b": 1_315_758_080,
+    "gpt2-12b-colossalai-lightning": 12_292_845_568,
+    "gpt2-18b-colossalai-lightning": 18_334_240_768,
+    "gpt-6.86b-bf16-master-example": 6_857_965_568,
 }
 
 
