@@ -380,6 +380,34 @@ def test_figures_from_noisy_timings_never_predict_more_than_a_measured_call():
     assert result["all_reduce"]["latency_s"]["value"] == 0.0
 
 
+def test_the_slowest_batches_give_the_figures_slow_end_and_older_probes_none():
+    # Best batches: 0.5 ms + a rank's volume at 1 GB/s; slowest: 0.8 ms + at 0.5 GB/s.
+    def rows(slowest: bool) -> list[dict[str, float]]:
+        return [
+            {"elements": e, "seconds": 0.5e-3 + e * 4 / 2 / 1e9}
+            | ({"slowest_seconds": 0.8e-3 + e * 4 / 2 / 0.5e9} if slowest else {})
+            for e in (4, 1 << 16, 1 << 20)
+        ]
+
+    gather = CollectiveKindFigures.of(
+        collectives.figures({"all_gather": rows(True)}, 2, "test")["all_gather"], "the figures"
+    )
+    assert gather.latency_s.value == pytest.approx(0.5e-3) and gather.latency_s.high == pytest.approx(0.8e-3)
+    assert gather.bandwidth_gbps.value == pytest.approx(1.0) and gather.bandwidth_gbps.low == pytest.approx(
+        0.5
+    )
+    assert [s.slowest_seconds for s in gather.samples] == [r["slowest_seconds"] for r in rows(True)]
+    # A probe that recorded only its best batches (before the slowest was kept): no slow end.
+    older = CollectiveKindFigures.of(
+        collectives.figures({"all_gather": rows(False)}, 2, "test")["all_gather"], "the figures"
+    )
+    assert older.latency_s.high is None and older.bandwidth_gbps.low is None
+    # Slowest batches no slower than the best add nothing.
+    same = [r | {"slowest_seconds": r["seconds"]} for r in rows(False)]
+    flat = collectives.figures({"all_gather": same}, 2, "test")["all_gather"]
+    assert "high" not in flat["latency_s"] and "low" not in flat["bandwidth_gbps"]
+
+
 def test_lower_line_without_a_fitting_bandwidth_keeps_the_fastest_call():
     assert collectives.lower_line([(0.0, 2e-3), (0.0, 1e-3)]) == (1e-3, None)
 
@@ -395,6 +423,8 @@ def test_gloo_probe_between_two_local_ranks_measures_every_kind():
     assert set(result.kinds) == set(KINDS)
     for kind, entry in result.kinds.items():
         assert 0 <= entry.latency_s.value < 1.0 and entry.latency_s.basis == "measured"
+        # Every size keeps its slowest batch beside its best.
+        assert all(s.slowest_seconds is not None and s.slowest_seconds >= s.seconds for s in entry.samples)
         for sample in entry.samples:
             predicted = collectives.predicted_seconds(entry.model_dump(), kind, sample.tensor_bytes, 2)
             assert predicted is None or predicted <= sample.seconds * (1 + 1e-9)

@@ -248,6 +248,31 @@ def test_a_latency_the_box_states_as_an_interval_adds_calls_times_each_end(nvlin
     assert floor(counts, setup, stated).optimizer_step_floor_s < result.low_s
 
 
+def test_a_measured_bandwidths_slowest_repeat_sets_the_high_end_where_it_is_slower(nvlink_box):
+    counts, setup = qwen3_8b(), zero3_setup()
+    fraction = rates.COLLECTIVE_BANDWIDTH.low
+
+    def gathers_with(low: float | None):
+        plain = nvlink_box.plain()
+        for kind in plain["collectives"]["kinds"].values():
+            if kind.get("bandwidth_gbps") and low is not None:
+                kind["bandwidth_gbps"]["low"] = kind["bandwidth_gbps"]["value"] * low
+        described = load_description(NVLINK_BOX).model_validate(plain)
+        return {t.name: t for t in step_time(counts, setup, described).terms}["all-gathers per micro-step"]
+
+    plain_term = gathers_with(None)
+    # A slowest repeat at 0.4 of the best is slower than the assumed fraction (0.6): it sets the high end;
+    # one at 0.9 is not, and the fraction stays. The low end never moves.
+    slow, near = gathers_with(0.4), gathers_with(0.9)
+    assert slow.low_s == near.low_s == plain_term.low_s
+    assert near.high_s == pytest.approx(plain_term.high_s)
+    part = floor(counts, setup, nvlink_box).communication.micro_step.kinds["all_gather"]
+    transfer = part.transfer_time_s * setup.accumulation
+    assert transfer > 0
+    assert slow.high_s - plain_term.high_s == pytest.approx(transfer * (1 / 0.4 - 1 / fraction))
+    assert "slowest repeat" in slow.source
+
+
 def test_the_plan_records_the_interval_and_prints_and_renders_where_the_time_goes():
     box = load_description(CLAIM_BOX)
     result = plan(claim_counts(), claim_setup(), box)

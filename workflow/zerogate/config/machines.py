@@ -103,17 +103,27 @@ class FigureDescription(Description):
     high: Omittable[NotNegativeFloat] = Field(
         None, description="where the figure is an interval (low, high): its high end, value its low"
     )
+    low: Omittable[NotNegativeFloat] = Field(
+        None,
+        description="a rate measured from its slowest repeat to its best: the slow end, value the best "
+        "(the probe's bandwidth)",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> FigureDescription:
         if self.high is not None and self.high < self.value:
             raise ValueError(f"high {self.high} is below value {self.value}")
+        if self.low is not None and self.low > self.value:
+            raise ValueError(f"low {self.low} is above value {self.value}")
         return self
 
 
 class SampleDescription(Description):
     tensor_bytes: float = Field(ge=0)
     seconds: float = Field(ge=0)
+    slowest_seconds: Omittable[NotNegativeFloat] = Field(
+        None, description="the slowest batch's seconds per call (seconds: the best batch's)"
+    )
 
 
 class CollectiveKindDescription(Description):

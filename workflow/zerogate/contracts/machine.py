@@ -21,11 +21,15 @@ class Figure(Record):
     basis: Basis
     source: str
     high: float | None = None  # an interval's high end, ``value`` its low (a latency spread over its sources)
+    # A rate's slow end, ``value`` its fast end: a bandwidth measured from its best repeat (value) to its
+    # slowest (zerogate.predict.collectives.figures).
+    low: float | None = None
 
 
 class CollectiveSample(Record):
     tensor_bytes: int
-    seconds: float
+    seconds: float  # the best batch's seconds per call
+    slowest_seconds: float | None = None  # the slowest batch's (probes before it was recorded: None)
 
 
 class CollectiveKindFigures(Record):

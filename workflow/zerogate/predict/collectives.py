@@ -62,29 +62,54 @@ def lower_line(points: list[tuple[float, float]]) -> tuple[float, float | None]:
 
 def figures(samples: dict[str, list[dict[str, float]]], world: int, source: str) -> dict[str, dict[str, Any]]:
     """Per kind: latency_s and bandwidth_gbps figures from raw seconds per call (``samples``: kind ->
-    [{"elements", "seconds"}]), and the samples themselves in bytes: ``lower_line`` through the (rank's
-    volume, seconds) points, so latency + volume / bandwidth is at or below every measured call. A latency
-    of 0 is a figure (the calls do not show one above 0); a bandwidth no call shows is absent."""
+    [{"elements", "seconds", "slowest_seconds"}]), and the samples themselves in bytes: ``lower_line`` through
+    the (rank's volume, seconds) points of the best batches, so latency + volume / bandwidth is at or below
+    every measured call. A latency of 0 is a figure (the calls do not show one above 0); a bandwidth no call
+    shows is absent. Where every size records its slowest batch, the same line through the slowest batches
+    gives the spread between repeats: the latency's ``high`` and the bandwidth's ``low`` where they are
+    slower (:func:`slowest_line`)."""
     result: dict[str, dict[str, Any]] = {}
     for kind, rows in samples.items():
         rows = sorted(rows, key=lambda r: r["elements"])
-        points = [(volume_bytes(kind, r["elements"] * ELEMENT_BYTES, world), r["seconds"]) for r in rows]
-        latency, bandwidth = lower_line(points)
+        volumes = [volume_bytes(kind, r["elements"] * ELEMENT_BYTES, world) for r in rows]
+        latency, bandwidth = lower_line(list(zip(volumes, [r["seconds"] for r in rows], strict=True)))
+        slow_latency, slow_bandwidth = slowest_line(rows, volumes)
         sizes = ", ".join(str(r["elements"] * ELEMENT_BYTES) for r in rows)
         how = (
             f"{source}; the line latency + volume / bandwidth at or below the calls at {sizes} B, largest at "
             "the largest"
+            + (
+                "; its slow end the same line through each size's slowest batch"
+                if slow_latency is not None
+                else ""
+            )
         )
+        latency_figure = figure(latency, MEASURED, how)
+        if latency_figure is not None and slow_latency is not None and slow_latency > latency:
+            latency_figure["high"] = slow_latency
         entry: dict[str, Any] = {
-            "latency_s": figure(latency, MEASURED, how),
+            "latency_s": latency_figure,
             "samples": [
-                {"tensor_bytes": r["elements"] * ELEMENT_BYTES, "seconds": r["seconds"]} for r in rows
+                {"tensor_bytes": r["elements"] * ELEMENT_BYTES, "seconds": r["seconds"]}
+                | ({"slowest_seconds": r["slowest_seconds"]} if "slowest_seconds" in r else {})
+                for r in rows
             ],
         }
         if bandwidth:
             entry["bandwidth_gbps"] = figure(bandwidth / 1e9, MEASURED, how)
+            if slow_bandwidth and slow_bandwidth < bandwidth:
+                entry["bandwidth_gbps"]["low"] = slow_bandwidth / 1e9
         result[kind] = entry
     return result
+
+
+def slowest_line(rows: list[dict[str, float]], volumes: list[float]) -> tuple[float | None, float | None]:
+    """(latency, bandwidth) of ``lower_line`` through each size's slowest batch: the probe's repeats at their
+    slowest, as the best batches give the fast end. (None, None) where a size lacks its slowest batch
+    (probes that recorded only the best)."""
+    if not rows or any("slowest_seconds" not in r for r in rows):
+        return None, None
+    return lower_line(list(zip(volumes, [r["slowest_seconds"] for r in rows], strict=True)))
 
 
 def predicted_seconds(entry: dict[str, Any], kind: str, tensor_bytes: float, world: int) -> float | None:

@@ -270,7 +270,8 @@ def _figure(fig: Figure | None, unit: str, scale: float = 1.0) -> str:
     if fig is None:
         return "n/a (missing)"
     high = "" if fig.high is None else f" to {fig.high * scale:.4g}"
-    return f"{fig.value * scale:.4g}{high} {unit} ({fig.basis}: {fig.source})"
+    low = "" if fig.low is None else f" (slowest repeat {fig.low * scale:.4g})"
+    return f"{fig.value * scale:.4g}{high}{low} {unit} ({fig.basis}: {fig.source})"
 
 
 def collective_lines(steps: Floor) -> list[str]:

@@ -17,7 +17,8 @@ overlaps only what DeepSpeed runs on separate streams. Terms, per optimizer step
   (zerogate.predict.floor.theory_terms, zerogate.predict.floor.collective_time: the machine's route and
   figures, NVLink's, peer-to-peer, through host memory or the network), each kind's calls x latency plus
   its volume at the bandwidth figure (low) and calls x the latency's high end (a published latency is an
-  interval: zerogate.config.cards.RouteLatency) plus the volume at COLLECTIVE_BANDWIDTH.low of it (high);
+  interval: zerogate.config.cards.RouteLatency) plus the volume at COLLECTIVE_BANDWIDTH.low of it, or at
+  the probe's slowest repeat where that is slower (high; step_time_terms.slow_transfer);
 - host <-> device copies (offload): with parameter offload each rank copies its partition of every gathered
   parameter to the device (the fetch trace's gathers, zerogate.predict.fetch_trace.zero3_gathers, / N); with
   optimizer offload the reduced gradient partition goes to the host buffer every micro-step and, after the

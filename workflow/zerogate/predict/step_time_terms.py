@@ -12,6 +12,7 @@ from zerogate import hardware
 from zerogate.config.card_figures import gpu_peak
 from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
+from zerogate.contracts.plan import CollectivePart
 from zerogate.predict import rates
 from zerogate.predict.collectives import DERIVED
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
@@ -202,11 +203,23 @@ def _pcie(machine: MachineDescription) -> tuple[float | None, str]:
     return rate, f"{name} PCIe {rate:.4g} GB/s per direction (zerogate.predict.floor.pcie_gbps)"
 
 
+def slow_transfer(part: CollectivePart, transfer: float) -> float:
+    """A collective's transfer at the interval's slow end: its volume at COLLECTIVE_BANDWIDTH.low of the
+    bandwidth figure (assumed), or at the figure's own slow end where the probe measured one that is slower
+    (the slowest repeat's line, zerogate.predict.collectives.figures): what is uncertain of a measured
+    bandwidth is its spread between repeats as much as the fraction a run reaches."""
+    high = transfer / rates.COLLECTIVE_BANDWIDTH.low
+    bandwidth = part.bandwidth
+    if bandwidth is None or bandwidth.low is None or not part.volume_bytes:
+        return high
+    return max(high, part.volume_bytes / (bandwidth.low * 1e9))
+
+
 def collective_terms(
     counts: ModelCounts, setup: Setup, machine: MachineDescription, overlap: bool
 ) -> list[Term]:
     """Each collective kind per micro-step (x G) and per boundary: the floor's time at the machine's figures
-    (low) and at COLLECTIVE_BANDWIDTH.low of the bandwidth (high). With the overlap rule, a micro-step's
+    (low) and at :func:`slow_transfer` (high). With the overlap rule, a micro-step's
     gathers leave their first prefetch bucket exposed and its reductions their last reduce bucket."""
     found = theory_terms(counts, setup)
     terms = []
@@ -232,9 +245,10 @@ def collective_terms(
                         latency_seconds(part.calls, latency_figure, "high"),
                     )
                 )
-                seconds = (latency + transfer, latency_high + transfer / rates.COLLECTIVE_BANDWIDTH.low)
+                seconds = (latency + transfer, latency_high + slow_transfer(part, transfer))
             figures = ", ".join(
-                f"{name} {fig.value:.4g}{'' if fig.high is None else f'..{fig.high:.4g}'} "
+                f"{name} {'' if fig.low is None else f'{fig.low:.4g}..'}{fig.value:.4g}"
+                f"{'' if fig.high is None else f'..{fig.high:.4g}'} "
                 f"({fig.basis}: {fig.source})"
                 for name, fig in (("latency s", latency_figure), ("bandwidth GB/s", part.bandwidth))
                 if fig is not None
@@ -244,7 +258,8 @@ def collective_terms(
             source = (
                 f"zerogate.predict.comms theory: {part.calls:g} calls, {part.volume_bytes:.4g} B per {per} "
                 f"(zerogate.predict.volume); {figures or 'no figure'}; high at "
-                f"{rates.COLLECTIVE_BANDWIDTH.low:g} of the bandwidth ({rates.COLLECTIVE_BANDWIDTH.source})"
+                f"{rates.COLLECTIVE_BANDWIDTH.low:g} of the bandwidth ({rates.COLLECTIVE_BANDWIDTH.source}), "
+                "or at a measured bandwidth's slowest repeat where that is slower"
             )
             in_step = per == MICRO_STEP and overlap and kind != "all_reduce"
             exposed = None

@@ -54,25 +54,39 @@ def collective_call(kind: str, elements: int, world: int, device: str = "cpu") -
     return calls[kind]
 
 
-def time_collective(
+def batch_seconds(
     kind: str, elements: int, world: int, calls: int, batches: int, device: str = "cpu", warmup: int = 3
-) -> float:
-    """Seconds per call: the best over ``batches`` of the mean of ``calls`` back-to-back calls, after
-    ``warmup`` calls and a barrier. With ``batches=1`` it is the plain mean (what the benchmark prints)."""
+) -> list[float]:
+    """Seconds per call of each batch: the mean of ``calls`` back-to-back calls, ``batches`` times, after
+    ``warmup`` calls and a barrier before each batch."""
     call = collective_call(kind, elements, world, device)
     synchronize = _synchronizer(device)
     for _ in range(warmup):
         call()
     synchronize()
-    best = float("inf")
+    means = []
     for _ in range(batches):
         dist.barrier()
         started = time.perf_counter()
         for _ in range(calls):
             call()
         synchronize()
-        best = min(best, (time.perf_counter() - started) / calls)
-    return best
+        means.append((time.perf_counter() - started) / calls)
+    return means
+
+
+def time_collective(
+    kind: str, elements: int, world: int, calls: int, batches: int, device: str = "cpu", warmup: int = 3
+) -> float:
+    """Seconds per call: the best of :func:`batch_seconds`. With ``batches=1`` it is the plain mean (what
+    the benchmark prints)."""
+    return min(batch_seconds(kind, elements, world, calls, batches, device, warmup))
+
+
+def timed_row(kind: str, elements: int, world: int, batch: tuple[int, int], device: str) -> dict[str, float]:
+    """One size of one kind as the probe records it: the best batch's seconds per call and the slowest's."""
+    means = batch_seconds(kind, elements, world, *batch, device=device)
+    return {"elements": elements, "seconds": min(means), "slowest_seconds": max(means)}
 
 
 def _synchronizer(device: str) -> Callable[[], None]:
@@ -94,19 +108,10 @@ def _rank(rank: int, world: int, port: int, backend: str, out: str) -> None:
     samples: dict[str, list[dict[str, float]]] = {}
     try:
         for kind in KINDS:
-            rows = [
-                {
-                    "elements": LATENCY_ELEMENTS,
-                    "seconds": time_collective(kind, LATENCY_ELEMENTS, world, *LATENCY_BATCH, device=device),
-                }
+            rows = [timed_row(kind, LATENCY_ELEMENTS, world, LATENCY_BATCH, device)]
+            rows += [
+                timed_row(kind, elements, world, BANDWIDTH_BATCH, device) for elements in BANDWIDTH_ELEMENTS
             ]
-            for elements in BANDWIDTH_ELEMENTS:
-                rows.append(
-                    {
-                        "elements": elements,
-                        "seconds": time_collective(kind, elements, world, *BANDWIDTH_BATCH, device=device),
-                    }
-                )
             samples[kind] = rows
         if rank == 0:
             Path(out).write_text(json.dumps(samples))
@@ -117,8 +122,8 @@ def _rank(rank: int, world: int, port: int, backend: str, out: str) -> None:
 def measure(world: int = 2, backend: str = "gloo", timeout_s: float = 60.0) -> dict[str, Any]:
     """Seconds per call of every kind and size between ``world`` local ranks on ``backend`` (gloo: CPU
     tensors; nccl: one GPU per rank): ``{"backend", "world", "how", "route", "samples": {kind: [{"elements",
-    "seconds"}]}, "seconds"}``. A failure is recorded with its reason (``error``), never raised: the floor
-    then lists the communication terms as missing."""
+    "seconds", "slowest_seconds"}]}, "seconds"}``. A failure is recorded with its reason (``error``), never
+    raised: the floor then lists the communication terms as missing."""
     started = time.perf_counter()
     how = (
         f"{world} local processes, one thread each, torch.distributed {backend} over "
@@ -126,7 +131,7 @@ def measure(world: int = 2, backend: str = "gloo", timeout_s: float = 60.0) -> d
         f"{LATENCY_BATCH[1]} batches of {LATENCY_BATCH[0]} calls at {LATENCY_ELEMENTS * ELEMENT_BYTES} B, "
         f"{BANDWIDTH_BATCH[1]} batches of {BANDWIDTH_BATCH[0]} calls at "
         f"{', '.join(str(e * ELEMENT_BYTES) for e in BANDWIDTH_ELEMENTS)} B, after a warm-up; "
-        f"the best batch's mean seconds per call on rank 0"
+        f"the best batch's mean seconds per call on rank 0, and the slowest batch's"
     )
     record: dict[str, Any] = {
         "backend": backend,
