@@ -1,5 +1,5 @@
-"""validate_planner's inputs name every module it imports (common.smk's PLANNER_SOURCES), so a changed
-planner re-judges the published setups."""
+"""validate_planner's and make plan's inputs name every module they import (common.smk's PLANNER_SOURCES),
+so a changed planner re-judges the published setups and plans a model again."""
 
 import ast
 import re
@@ -63,3 +63,15 @@ def test_validate_planner_reruns_when_any_module_it_imports_changes():
     assert "workflow/zerogate/predict/floor.py" in imported  # the closure reaches the planner
     assert imported - PLUMBING - listed == set()
     assert all(Path(REPO / path).is_file() for path in listed)  # no removed folder named
+
+
+def test_make_plan_plans_again_when_any_module_it_imports_changes():
+    config = ("--config", "model=qwen3-8b", "box=2xRTX3090", "host_ram=256GiB")
+    done = snakemake("-n", "--forcerun", "plan_model_run", *config, "--", "plan_model")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    inputs = re.search(r"^\s+input: (.*)$", done.stdout, re.MULTILINE)
+    assert inputs is not None, done.stdout[-3000:]
+    listed = {path.strip() for path in inputs[1].split(",")}
+    imported = imported_files(WORKFLOW / "scripts" / "plan_model.py")
+    assert "workflow/zerogate/predict/step_time.py" in imported
+    assert imported - PLUMBING - listed == set()

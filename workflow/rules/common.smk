@@ -556,9 +556,15 @@ def model_plan_dir(wildcards=None):
 
 def model_plan_inputs(wildcards):
     """The files the plan reads: the model's config.json, the box's description (a short form has none),
-    the neutral base and its DeepSpeed template."""
+    the neutral base and its DeepSpeed template, and the planner's modules (PLANNER_SOURCES: a changed
+    planner plans again rather than printing the last answer)."""
     request = model_plan_request()
-    files = {"model": request.model_config, "base": PLAN_BASE_FILE, "template": PLAN_BASE.deepspeed_template}
+    files = {
+        "model": request.model_config,
+        "base": PLAN_BASE_FILE,
+        "template": PLAN_BASE.deepspeed_template,
+        "planner": PLANNER_SOURCES,
+    }
     if request.box_file:
         files["box"] = request.box_file
     return files

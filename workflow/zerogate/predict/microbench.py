@@ -13,12 +13,13 @@ built on them predicts the run rather than replaying it.
 - The optimizer's update over a buffer of one rank's partition (zerogate.predict.zero_states.rank_share;
   capped at ``UPDATE_NUMEL_CAP``): DeepSpeed's CPU Adam where its op is built in this environment
   (zerogate.runtime.ops), else torch's AdamW, and which; on a GPU also torch's fused AdamW on the device.
-- The per-module and per-parameter cost of a micro-step on the host (CPU accelerator only): a synthetic stack
-  of tiny linear layers at two sizes (``MODULE_STACKS``) through a DeepSpeed engine from the run's ZeRO
-  settings in a world of one rank, and the same stacks in plain eager PyTorch (zerogate.runtime.
-  module_overhead); the ledger's line through the two sizes gives the engine's fixed cost per micro-step and
-  its cost per module of one parameter, and the larger stack timed again with a bias on every layer (two
-  parameters a module) the cost per parameter.
+- The per-module and per-parameter cost of a micro-step on the host: a synthetic stack of tiny linear layers
+  at two sizes (``MODULE_STACKS``) through a DeepSpeed engine from the run's ZeRO settings in a world of one
+  rank, and the same stacks in plain eager PyTorch, on the run's device (zerogate.runtime.module_overhead; on
+  a GPU the stacks' kernels take microseconds, so what is timed is the host's hooks and launches); the
+  ledger's line through the two sizes gives the engine's fixed cost per micro-step and its cost per module of
+  one parameter, and the larger stack timed again with a bias on every layer (two parameters a module) the
+  cost per parameter.
 - The cost of one dispatched operator with autograd and of its memory traffic on the host (CPU accelerator
   only): chains of elementwise products at two lengths (``OPERATOR_CHAINS``), on a few elements and on a
   tensor of the run's activation size (micro-batch x sequence x hidden), zerogate.runtime.operator_dispatch.
@@ -236,9 +237,12 @@ def stack_shapes(rows: int) -> list[module_overhead.StackShape]:
     ] + [module_overhead.StackShape(max(MODULE_STACKS), MODULE_WIDTH, rows, TWO_PARAMETERS)]
 
 
-def module_overhead_rows(run_spec: RunSpec, ds_config: DsConfig, rows: int) -> list[dict[str, Any]]:
-    """The synthetic stacks of ``stack_shapes``, through the run's DeepSpeed engine and eagerly: the
-    contract's ``module_overhead`` rows. Starts (and leaves) a one-rank world with the run's backend."""
+def module_overhead_rows(
+    run_spec: RunSpec, ds_config: DsConfig, rows: int, device: str = "cpu"
+) -> list[dict[str, Any]]:
+    """The synthetic stacks of ``stack_shapes``, through the run's DeepSpeed engine and eagerly, on the run's
+    device: the contract's ``module_overhead`` rows. Starts (and leaves) a one-rank world with the run's
+    backend."""
     shapes = stack_shapes(rows)
     budget = BUDGET_S["modules"] / (2 * len(shapes))
     config = stack_config(ds_config)
@@ -250,7 +254,9 @@ def module_overhead_rows(run_spec: RunSpec, ds_config: DsConfig, rows: int) -> l
             timed.append(
                 ("deepspeed", ds_config.stage, shape, module_overhead.time_engine(config, shape, budget))
             )
-            timed.append(("eager", -1, shape, module_overhead.time_eager(shape, budget, zero3_linear)))
+            timed.append(
+                ("eager", -1, shape, module_overhead.time_eager(shape, budget, zero3_linear, device))
+            )
     finally:
         # DeepSpeed's shm comm buffers of this one-rank world outlive the process otherwise.
         remove_own_shm_buffers(port)
@@ -305,7 +311,7 @@ def measure(
     matmuls = matmul_rows(shapes, tokens, dtype, device, run_spec.accelerator)
     copies = copy_rows(copy_bytes, device)
     optimizer = optimizer_rows(partition, threads, device, cpu_adam)
-    overhead = module_overhead_rows(run_spec, ds_config, tokens) if device == "cpu" else []
+    overhead = module_overhead_rows(run_spec, ds_config, tokens, device)
     activation_numel = tokens * shape_of(config).hidden_size
     chains = operator_chain_rows(activation_numel, dtype) if device == "cpu" else []
     how = (

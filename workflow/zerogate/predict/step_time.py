@@ -68,6 +68,7 @@ from zerogate.predict.step_time_terms import (
     COLLECTIVE,
     COMPUTE,
     HOST_COPY,
+    HOST_WORK,
     Seconds,
     Term,
     boundary_terms,
@@ -95,14 +96,33 @@ def _links(beside: list[Term], nvlink: bool) -> list[list[Term]]:
     return [group for group in (collectives + h2d, collectives + d2h) if group]
 
 
+def _value(seconds: Seconds, at: int) -> float:
+    if seconds is None:
+        return 0.0
+    return _mid(seconds) if at == 2 else seconds[at]
+
+
 def _micro_step(terms: list[Term], nvlink: bool, at: int) -> tuple[float, dict[str, float]]:
     """Seconds of the micro-step terms per optimizer step at bound ``at`` (0 low, 1 high) under the overlap
-    rule, and what each term contributes (``at`` 2: the middle of low and high)."""
+    rule, and what each term contributes (``at`` 2: the middle of low and high). The host's own work beside a
+    GPU's kernels (``HOST_WORK``) runs beside the device's whole micro-step: at the low end the longer of the
+    two, at the high end both one after the other (how far the host waits for the device is not modelled)."""
+    host = [t for t in terms if t.kind == HOST_WORK]
+    device, contributions = _device_micro_step([t for t in terms if t.kind != HOST_WORK], nvlink, at)
+    work = sum(_value(t.seconds, at) for t in host)
+    beyond = {0: max(0.0, work - device), 1: work}
+    added = (beyond[0] + beyond[1]) / 2 if at == 2 else beyond[at]
+    for t in host:
+        contributions[t.name] = added * _value(t.seconds, at) / work if work else 0.0
+    return device + added, contributions
+
+
+def _device_micro_step(terms: list[Term], nvlink: bool, at: int) -> tuple[float, dict[str, float]]:
+    """The micro-step terms but the host's work beside the kernels, under the overlap rule (as
+    :func:`_micro_step`)."""
 
     def value(seconds: Seconds) -> float:
-        if seconds is None:
-            return 0.0
-        return _mid(seconds) if at == 2 else seconds[at]
+        return _value(seconds, at)
 
     serial = [t for t in terms if not t.overlapped]
     beside = [t for t in terms if t.overlapped]

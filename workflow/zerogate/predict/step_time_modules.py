@@ -10,8 +10,15 @@ fixed cost per micro-step, its cost per module of one parameter, its cost per pa
 cost per module.
 
 Per micro-step, x G; each end from the stacks' fastest and slowest repeats. On a device that runs
-asynchronously (CUDA) the host's work overlaps the kernels: no term there (the GPU's achievable fractions
-stand for the whole pass).
+asynchronously (CUDA) the host's work runs beside the kernels: the same work measured on the GPU (the
+micro-benchmarks time the stacks on the run's device) is a term of its own, ``HOST_WORK``, which the overlap
+rule puts beside the device's whole micro-step (zerogate.predict.step_time: at least the longer of the two,
+at most both one after the other; how far ZeRO-3's fetches wait for the device is not modelled). Without that
+measurement (a described box) it is missing at ZeRO-3, where the parameter coordinator's fetch and release run
+per module on the host (partitioned_param_coordinator.py ``fetch_sub_module``, ``release_sub_module``) and a
+small step is the host's (this project's first GPU check: a ZeRO-3 step of 128 tokens took 0.42 s, 17 ms a
+decoder layer, against under a millisecond of kernels; docs/measurements.md, "The GPU check on a lent H200");
+below ZeRO-3 the GPU's achievable fractions stand for it, as before.
 """
 
 from __future__ import annotations
@@ -19,11 +26,12 @@ from __future__ import annotations
 from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
 from zerogate.predict.comms_terms import MICRO_STEP
-from zerogate.predict.microbench_rates import MeasuredRates
+from zerogate.predict.microbench_rates import MeasuredRates, ModuleLines
 from zerogate.predict.setup import Setup
-from zerogate.predict.step_time_terms import SERIAL, Term, host_runs_between_products
+from zerogate.predict.step_time_terms import HOST_WORK, SERIAL, Term, host_runs_between_products
 
 DISPATCH = "operator dispatch and engine hooks"
+GPU_HOST = "engine hooks on the host, beside the kernels"
 
 
 def hooked_modules(counts: ModelCounts, setup: Setup) -> int:
@@ -78,11 +86,19 @@ def module_terms(
     fetch and release, the gradient hooks), and the eager dispatch of the modules inside a leaf module. The
     functional operators a module runs beyond its one product (attention's scores and softmax, rotary
     embedding, residual adds, the loss) are a term of their own (zerogate.predict.step_time_operators)."""
-    if not host_runs_between_products(setup, machine):
-        return []
     lines = None if measured is None else measured.module_lines
-    if lines is None or lines.stage != setup.stage or not counts.modules:
+    if lines is not None and lines.stage != setup.stage:
+        lines = None
+    if not host_runs_between_products(setup, machine):
+        return _beside_the_kernels(counts, setup, lines)
+    if lines is None or not counts.modules:
         return [_missing(counts)]
+    seconds, work = _measured_work(counts, setup, lines)
+    return [Term(DISPATCH, SERIAL, MICRO_STEP, seconds, False, f"{work}; measured: {lines.source}")]
+
+
+def _measured_work(counts: ModelCounts, setup: Setup, lines: ModuleLines) -> tuple[tuple[float, float], str]:
+    """The per-module and per-parameter work of a micro-step at the stacks' lines, x G, and what it counts."""
     hooked, parameters = hooked_modules(counts, setup), engine_parameters(counts, setup)
     low, high = lines.seconds(hooked, counts.modules, parameters)
     per_low, per_high = lines.per_module()
@@ -99,19 +115,50 @@ def module_terms(
         if parameters[0] != parameters[1]
         else f"all {parameters[1]}"
     )
+    return (low * setup.accumulation, high * setup.accumulation), (
+        f"{hooked} of the model's {counts.modules} modules through the ZeRO-{setup.stage} engine's "
+        f"per-module work ({per_low * 1e3:.3g} to {per_high * 1e3:.3g} ms each of one parameter per "
+        f"micro-step, plus its fixed cost), its parameters through the engine's per-parameter work "
+        f"({fetched}; {parameter_cost}), the other {counts.modules - hooked} modules eagerly (hooks: "
+        "parameter_offload.py _register_deepspeed_module, partitioned_param_coordinator.py "
+        "fetch_sub_module / release_sub_module, stage3.py reduce_ready_partitions_and_remove_grads; "
+        "counts: zerogate.model.counts)"
+    )
+
+
+def _beside_the_kernels(counts: ModelCounts, setup: Setup, lines: ModuleLines | None) -> list[Term]:
+    """On a GPU: the host's per-module and per-parameter work of a micro-step, x G, as the stacks timed it on
+    the device (``HOST_WORK``, beside the kernels); missing at ZeRO-3 without that measurement; none below
+    ZeRO-3 without it (module doc)."""
+    if lines is None or not counts.modules:
+        if setup.stage != 3:
+            return []
+        why = (
+            "no module count for the model"
+            if not counts.modules
+            else "measured only by the micro-benchmarks on the box itself (a described box gives no figure)"
+        )
+        return [
+            Term(
+                GPU_HOST,
+                HOST_WORK,
+                MICRO_STEP,
+                None,
+                True,
+                "ZeRO-3's per-module hooks, fetch and release and the launches the host runs for the kernels "
+                f"(parameter_offload.py _register_deepspeed_module, partitioned_param_coordinator.py): {why}",
+            )
+        ]
+    seconds, work = _measured_work(counts, setup, lines)
     return [
         Term(
-            DISPATCH,
-            SERIAL,
+            GPU_HOST,
+            HOST_WORK,
             MICRO_STEP,
-            (low * setup.accumulation, high * setup.accumulation),
-            False,
-            f"{hooked} of the model's {counts.modules} modules through the ZeRO-{setup.stage} engine's "
-            f"per-module work ({per_low * 1e3:.3g} to {per_high * 1e3:.3g} ms each of one parameter per "
-            f"micro-step, plus its fixed cost), its parameters through the engine's per-parameter work "
-            f"({fetched}; {parameter_cost}), the other {counts.modules - hooked} modules eagerly (hooks: "
-            "parameter_offload.py _register_deepspeed_module, partitioned_param_coordinator.py "
-            "fetch_sub_module / release_sub_module, stage3.py reduce_ready_partitions_and_remove_grads; "
-            f"counts: zerogate.model.counts); measured: {lines.source}",
+            seconds,
+            True,
+            f"{work}, as the synthetic stacks took them on the device (the host's work and the launches: the "
+            "stacks' kernels are microseconds); beside the kernels: zerogate.predict.step_time; measured: "
+            f"{lines.source}",
         )
     ]

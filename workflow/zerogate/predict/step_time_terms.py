@@ -29,12 +29,13 @@ from zerogate.predict.microbench_rates import REPEAT_RANGE, MeasuredRates, Rate
 from zerogate.predict.nccl_latency import gpu_latency
 from zerogate.predict.setup import Setup
 
-COMPUTE, COLLECTIVE, HOST_COPY, OPTIMIZER, SERIAL = (
+COMPUTE, COLLECTIVE, HOST_COPY, OPTIMIZER, SERIAL, HOST_WORK = (
     "compute",
     "collective",
     "host_copy",
     "optimizer",
     "serial",
+    "host_work",  # the host's own work beside a GPU's kernels (zerogate.predict.step_time_modules)
 )
 # Bytes of one gradient element where DeepSpeed accumulates and offloads it (gradient_accumulation_dtype:
 # fp32 for 16-bit training, stage3.py ``grad_partitions_flat_buffer``).

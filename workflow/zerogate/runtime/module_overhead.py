@@ -1,6 +1,7 @@
 """The per-module and per-parameter cost of a micro-step on the host, timed on a synthetic stack of tiny
 linear layers (no model of the run is built): through a DeepSpeed engine in a world of one rank, or in plain
-eager PyTorch.
+eager PyTorch, on the run's device (on a GPU the stack's kernels are a few microseconds each, so a micro-step
+is the host's work: the engine's hooks and the launches).
 
 A stack of ``modules`` ``torch.nn.Linear(width, width)`` layers, each its own module, without a bias (one
 parameter per module) or with one (two): DeepSpeed's ZeRO-3 registers its four hooks on every module it
@@ -53,8 +54,9 @@ def stack(shape: StackShape) -> torch.nn.Sequential:
 
 
 def eager_step(model: torch.nn.Module, rows: int, width: int) -> Callable[[], Any]:
-    """One plain forward and backward of ``model`` on ``rows`` random rows (the gradients dropped after)."""
-    x = torch.randn(rows, width)
+    """One plain forward and backward of ``model`` on ``rows`` random rows on its device (the gradients
+    dropped after)."""
+    x = torch.randn(rows, width, device=next(model.parameters()).device)
 
     def step() -> None:
         model(x).sum().backward()
@@ -67,7 +69,8 @@ def eager_step(model: torch.nn.Module, rows: int, width: int) -> Callable[[], An
 def engine_step(engine: Any, rows: int, width: int) -> Callable[[], Any]:
     """One micro-step through a DeepSpeed engine: forward, ``engine.backward``, ``engine.step`` (not the
     boundary: the engine's accumulation is longer than the timing)."""
-    x = torch.randn(rows, width, device=engine.device)
+    # In the dtype the engine trains its module in (DeepSpeed casts it for fp16 and bf16).
+    x = torch.randn(rows, width, device=engine.device, dtype=next(engine.module.parameters()).dtype)
 
     def step() -> None:
         loss = engine(x).sum()
@@ -77,10 +80,10 @@ def engine_step(engine: Any, rows: int, width: int) -> Callable[[], Any]:
     return step
 
 
-def seconds_spread(step: Callable[[], Any], budget_s: float) -> Spread:
+def seconds_spread(step: Callable[[], Any], budget_s: float, device: str = "cpu") -> Spread:
     """Seconds per call of ``step``: the repeats of zerogate.runtime.microbench.rate_samples (calls per
-    second) turned into seconds per call."""
-    samples = rate_samples(step, 1.0, budget_s)
+    second, the device synchronised after each batch) turned into seconds per call."""
+    samples = rate_samples(step, 1.0, budget_s, device)
     return spread_of(Samples([1.0 / rate for rate in samples.rates], samples.cpu_shares))
 
 
@@ -103,11 +106,11 @@ def linear_function(zero3_linear: bool) -> Iterator[None]:
         functional.linear = before
 
 
-def time_eager(shape: StackShape, budget_s: float, zero3_linear: bool = False) -> Spread:
-    """Seconds per plain eager micro-step of the stack, its layers calling the run's linear function
-    (:func:`linear_function`)."""
+def time_eager(shape: StackShape, budget_s: float, zero3_linear: bool = False, device: str = "cpu") -> Spread:
+    """Seconds per plain eager micro-step of the stack on ``device``, its layers calling the run's linear
+    function (:func:`linear_function`)."""
     with linear_function(zero3_linear):
-        return seconds_spread(eager_step(stack(shape), shape.rows, shape.width), budget_s)
+        return seconds_spread(eager_step(stack(shape).to(device), shape.rows, shape.width), budget_s, device)
 
 
 def time_engine(ds_config: dict[str, Any], shape: StackShape, budget_s: float) -> Spread:
@@ -120,6 +123,6 @@ def time_engine(ds_config: dict[str, Any], shape: StackShape, budget_s: float) -
     model = stack(shape)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
     try:
-        return seconds_spread(engine_step(engine, shape.rows, shape.width), budget_s)
+        return seconds_spread(engine_step(engine, shape.rows, shape.width), budget_s, str(engine.device))
     finally:
         engine.destroy()
