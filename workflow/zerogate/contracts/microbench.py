@@ -147,7 +147,8 @@ class Microbench(Artefact):
     cpu_share: float | None = None
     # The per-module and per-parameter cost of a micro-step on the host (zerogate.predict.microbench.
     # module_overhead_rows): each engine at two stack sizes of one parameter a module, and at the larger size
-    # with two. Empty: not measured (a file written before it was, or on a GPU).
+    # with two, on the run's device (on a GPU the host's hooks and launches: the stacks' kernels are
+    # microseconds). Empty: not measured (a file written before it was).
     module_overhead: list[ModuleOverhead] = []
     # The cost of a dispatched operator and of its memory traffic on the host (zerogate.predict.microbench.
     # operator_chain_rows): chains at two lengths, on a few elements and at the run's activation size. Empty:

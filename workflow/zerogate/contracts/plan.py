@@ -173,7 +173,7 @@ class TimeTerm(Record):
     contributes to the step once the overlap rule is applied."""
 
     name: str
-    kind: str  # compute | collective | host_copy | optimizer | serial
+    kind: str  # compute | collective | host_copy | optimizer | serial | host_work (beside a GPU's kernels)
     per: str  # micro_step | boundary
     low_s: float | None = Field(alias="low(s)")  # None: no figure (listed in StepTime.missing)
     high_s: float | None = Field(alias="high(s)")
