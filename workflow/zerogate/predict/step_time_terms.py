@@ -179,7 +179,8 @@ def compute_terms(
 def host_runs_between_products(setup: Setup, machine: MachineDescription) -> bool:
     """Whether the host runs a micro-step's work between the products one after another (a synchronised
     device: DeepSpeed's CPU accelerator, or no GPU at all), so the ledger has terms for the host's per-module
-    work and functional operators; on a GPU the host's dispatch overlaps the kernels."""
+    work and functional operators; on a GPU the host's work runs beside the kernels (a term of its own:
+    zerogate.predict.step_time_modules)."""
     return not machine.gpus or setup.device_kind == "cpu"
 
 
