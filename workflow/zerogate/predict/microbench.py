@@ -51,6 +51,7 @@ from zerogate.model.hf_config import shape_of
 from zerogate.model.linear_shapes import LinearShape, linear_shapes
 from zerogate.predict.setup import DTYPE_BYTES, TORCH_DTYPES, setup_from_config
 from zerogate.predict.zero_states import rank_share
+from zerogate.render.deepspeed_defaults import deepspeed_defaults
 from zerogate.runtime import microbench as bench
 from zerogate.runtime import module_overhead, operator_dispatch
 from zerogate.runtime.launch import one_rank_config, remove_own_shm_buffers, start_one_rank_world
@@ -223,11 +224,13 @@ def stack_config(ds_config: DsConfig) -> dict[str, Any]:
 
 def runs_zero3_linear(ds_config: DsConfig) -> bool:
     """Whether the run's modules call DeepSpeed's ``zero3_linear_wrap`` for ``torch.nn.functional.linear``:
-    at ZeRO-3 with zero_optimization.memory_efficient_linear (DeepSpeedZeroConfig's default true), which
-    zero.Init installs (partition_parameters.py ``_enable_mem_efficient_linear``). The eager stacks time
-    their layers with it, as the run's modules inside its leaf blocks run."""
+    at ZeRO-3 with zero_optimization.memory_efficient_linear (absent: DeepSpeedZeroConfig's default,
+    zerogate.render.deepspeed_defaults), which zero.Init installs (partition_parameters.py
+    ``_enable_mem_efficient_linear``). The eager stacks time their layers with it, as the run's modules inside
+    its leaf blocks run."""
     zero = ds_config.raw.get("zero_optimization") or {}
-    return ds_config.stage == 3 and bool(zero.get("memory_efficient_linear", True))
+    default = deepspeed_defaults().memory_efficient_linear
+    return ds_config.stage == 3 and bool(zero.get("memory_efficient_linear", default))
 
 
 def stack_shapes(rows: int) -> list[module_overhead.StackShape]:

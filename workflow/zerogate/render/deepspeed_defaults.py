@@ -85,6 +85,7 @@ class DeepSpeedDefaults:
     max_live_parameters: int  # DeepSpeedZeroConfig, key stage3_max_live_parameters
     max_reuse_distance: int  # DeepSpeedZeroConfig, key stage3_max_reuse_distance
     sub_group_size: int  # DeepSpeedZeroConfig, key sub_group_size
+    memory_efficient_linear: bool  # DeepSpeedZeroConfig, key memory_efficient_linear
     param_buffer_count: int  # DeepSpeedZeroOffloadParamConfig, key offload_param.buffer_count
     param_buffer_size: int  # DeepSpeedZeroOffloadParamConfig, key offload_param.buffer_size
     optimizer_buffer_count: int  # DeepSpeedZeroOffloadOptimizerConfig, key offload_optimizer.buffer_count
@@ -106,6 +107,7 @@ def deepspeed_defaults() -> DeepSpeedDefaults:
         max_live_parameters=zero["max_live_parameters"],
         max_reuse_distance=zero["max_reuse_distance"],
         sub_group_size=zero["sub_group_size"],
+        memory_efficient_linear=zero["memory_efficient_linear"],
         param_buffer_count=param["buffer_count"],
         param_buffer_size=param["buffer_size"],
         optimizer_buffer_count=optimizer["buffer_count"],
