@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -32,6 +33,7 @@ from zerogate.predict import microbench as predict_microbench
 from zerogate.predict.microbench import (
     CPU_PRODUCT_FLOP_CAP,
     KINDS,
+    LOGITS_CHAINS,
     MODULE_STACKS,
     NO_BOUNDARY,
     OPERATOR_CHAINS,
@@ -42,7 +44,7 @@ from zerogate.predict.microbench import (
     runs_zero3_linear,
     stack_config,
     stack_shapes,
-    timed_rows,
+    timed_shape,
 )
 from zerogate.predict.microbench_rates import copy_key, rates_from_microbench
 from zerogate.robust import quartiles
@@ -80,6 +82,8 @@ def matmul(kind: str, m: int, n: int, k: int, count: int, rates: list[float]) ->
         n=n,
         k=k,
         timed_rows=64,
+        timed_in_features=n,
+        timed_out_features=k,
         layers=["model.layers.*.mlp.up_proj"],
         count=count,
         flop_per_call=flop,
@@ -324,13 +328,22 @@ def test_the_products_of_every_shape_are_timed_at_the_runs_rows(short_batches):
     assert [r.kind for r in rows] == list(KINDS)
     assert {(r.m, r.n, r.k) for r in rows} == {(4, 16, 8), (4, 8, 16), (16, 8, 4)}
     assert all(r.timed_rows == 4 and r.count == 3 and r.flop_per_call == 2 * 4 * 8 * 16 for r in rows)
+    assert all((r.timed_in_features, r.timed_out_features) == (8, 16) for r in rows)
 
 
-def test_a_large_cpu_product_is_timed_on_fewer_rows():
-    assert timed_rows(512, 64, 64, "cpu") == 512
-    rows = timed_rows(4096, 5120, 152064, "cpu")
-    assert 1 <= rows < 4096 and 2.0 * rows * 5120 * 152064 <= CPU_PRODUCT_FLOP_CAP
-    assert timed_rows(4096, 5120, 152064, "cuda") == 4096
+def test_a_large_cpu_product_is_timed_on_a_slice_cut_along_its_largest_dimension_first():
+    assert timed_shape(512, 64, 64, "cpu") == (512, 64, 64)
+    assert timed_shape(4096, 5120, 152064, "cuda") == (4096, 5120, 152064)
+    # A vocabulary-wide head keeps the run's rows and width: only the vocabulary is cut.
+    rows, width, vocab = timed_shape(1024, 512, 50304, "cpu")
+    assert (rows, width) == (1024, 512) and 1024 <= vocab < 50304
+    assert 2.0 * rows * width * vocab <= CPU_PRODUCT_FLOP_CAP < 2.0 * rows * width * (vocab + 1)
+    # Cut to below the next largest: the two largest together, then all three, never under 1.
+    rows, width, vocab = timed_shape(4096, 5120, 152064, "cpu")
+    assert rows == width == vocab and 2.0 * rows**3 <= CPU_PRODUCT_FLOP_CAP
+    two = timed_shape(64, 8192, 152064, "cpu")
+    assert two[0] == 64 and two[1] == two[2] and 64 <= two[1] < 8192
+    assert 2.0 * math.prod(two) <= CPU_PRODUCT_FLOP_CAP
 
 
 def test_without_a_built_cpu_adam_torchs_adamw_is_timed_and_named(tmp_path, monkeypatch, short_batches):
@@ -388,8 +401,34 @@ def test_the_operator_lines_give_a_cost_per_op_and_per_byte_by_hand():
     # On 1,000,016 elements each op reads and writes 1,000,000 elements (4 B) more: ((16.2 - 2.04) ms / 64 -
     # 2.5 us) per 8 MB at the fast end, ((24.3 - 3.06) ms / 64 - 3.75 us) at the slow one.
     fast, slow = (14.16e-3 / 64 - 160e-6 / 64) / 8e6, (21.24e-3 / 64 - 240e-6 / 64) / 8e6
-    assert lines.per_byte_s == pytest.approx((fast, slow))
+    assert lines.per_byte_s == {1_000_016: pytest.approx((fast, slow))}
     assert "ATen ops a link" in lines.source
+    # At that size, and at any size below it or above it (the only one timed), the bytes cost that.
+    for numel in (10, 1_000_016, 10**9):
+        assert lines.traffic_s({numel: 5e6}) == pytest.approx((5e6 * fast, 5e6 * slow))
+
+
+# A third size, 4,000,016 elements (the logits'), at 1 and 4 links: 3 links more, 6 ops, (24.0 - 6.2) ms
+# at the fastest repeats and (30.0 - 7.6) ms at the slowest.
+LOGITS_CHAINS_ROWS = [chain(1, 4_000_016, [6.2e-3, 7e-3, 7.6e-3]), chain(4, 4_000_016, [24e-3, 27e-3, 30e-3])]
+
+
+def test_each_size_timed_has_its_cost_per_byte_and_a_size_between_two_may_cost_either():
+    lines = rates_from_microbench(bench(operator_chains=CHAINS + LOGITS_CHAINS_ROWS)).operator_lines
+    assert lines is not None
+    # The dispatch is still the smallest chains' alone.
+    assert lines.dispatch_s == pytest.approx((160e-6 / 64, 240e-6 / 64))
+    activation = lines.per_byte_s[1_000_016]
+    # Each op of the logits' chain moves 2 x 4,000,000 x 4 B more than one on 16 elements.
+    logits = ((17.8e-3 / 6 - 160e-6 / 64) / 32e6, (22.4e-3 / 6 - 240e-6 / 64) / 32e6)
+    assert lines.per_byte_s[4_000_016] == pytest.approx(logits)
+    assert logits[0] > activation[1]  # the test's logits cost more a byte, as the host's do beyond its caches
+    assert lines.traffic_s({1_000_016: 1e6, 4_000_016: 2e6}) == pytest.approx(
+        (1e6 * activation[0] + 2e6 * logits[0], 1e6 * activation[1] + 2e6 * logits[1])
+    )
+    # Between the two sizes: from the cheaper size's fastest to the dearer's slowest.
+    assert lines.traffic_s({2_000_000: 1e6}) == pytest.approx((1e6 * activation[0], 1e6 * logits[1]))
+    assert "1 and 4 links on 4000016" in lines.source
 
 
 def test_without_chains_at_two_lengths_and_two_sizes_there_are_no_operator_lines():
@@ -412,10 +451,13 @@ def test_a_chain_link_dispatches_its_ops_per_link_and_times_in_seconds(short_bat
         counted[links] = mode.ops
     short, long = OPERATOR_CHAINS
     assert counted[long] - counted[short] == OPS_PER_LINK * (long - short)
-    rows = operator_chain_rows(64, torch.float32)
-    assert {(r["links"], r["numel"]) for r in rows} == {(n, m) for n in OPERATOR_CHAINS for m in (16, 64)}
+    rows = operator_chain_rows(64, 256, torch.float32)
+    expected = {(n, m) for n in OPERATOR_CHAINS for m in (16, 64)} | {(n, 256) for n in LOGITS_CHAINS}
+    assert {(r["links"], r["numel"]) for r in rows} == expected
     for row in rows:
         check_spread(row["chain_time(s)"])
+    # Logits no larger than the activation: no third size.
+    assert {r["numel"] for r in operator_chain_rows(64, 64, torch.float32)} == {16, 64}
 
 
 def test_module_lines_that_cross_still_give_the_lower_end_first():

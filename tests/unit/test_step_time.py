@@ -397,15 +397,16 @@ def test_the_functional_operators_are_the_traced_ops_at_the_chains_costs_by_hand
     cpu = box.model_validate({**box.plain(), "gpus": [], "nvlink": False, "peer_to_peer": False})
     measured = rates_from_microbench(bench(OVERHEAD, CHAINS))
     lines = measured.operator_lines
-    tally = OperatorTally(computing=200, views=100, traffic_bytes=5e6)
+    tally = OperatorTally(computing=200, views=100, traffic_by_numel={4096: 5e6})
     setup = cpu_setup()
     g = setup.accumulation
     result = step_time(tiny_counts(), setup, cpu, measured, tally)
     term = {t.name: t for t in result.terms}[OPERATORS]
     # Low: the computing ops at the fastest dispatch, their bytes at the fastest per byte, the views free;
     # high: every op at the slowest dispatch, the bytes at the slowest per byte.
-    assert term.low_s == pytest.approx(g * (200 * lines.dispatch_s[0] + 5e6 * lines.per_byte_s[0]))
-    assert term.high_s == pytest.approx(g * (300 * lines.dispatch_s[1] + 5e6 * lines.per_byte_s[1]))
+    fast, slow = lines.per_byte_s[1_000_016]  # the only size timed: every byte costs it
+    assert term.low_s == pytest.approx(g * (200 * lines.dispatch_s[0] + 5e6 * fast))
+    assert term.high_s == pytest.approx(g * (300 * lines.dispatch_s[1] + 5e6 * slow))
     assert term.kind == "serial" and not term.overlapped
     assert not any(m.startswith(OPERATORS) for m in result.missing)
     # It adds to the step as every other serial term does on the CPU accelerator.

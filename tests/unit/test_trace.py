@@ -15,7 +15,7 @@ from zerogate.predict.trace import (
     MicroStep,
     _LiveBytes,
     _trace_step,
-    operator_traffic_bytes,
+    operator_traffic,
     trace_micro_step,
 )
 
@@ -368,13 +368,16 @@ class _Ops(TorchDispatchMode):
         super().__init__()
         self.computing: Counter = Counter()
         self.traffic_bytes = 0
+        self.logits_bytes = 0  # the bytes of the ops whose largest tensor is the logits (1 x S x V)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         out = func(*args, **(kwargs or {}))
         if operator_kind(func.namespace, name, func.is_view) == "computing":
             self.computing[name] += 1
-            self.traffic_bytes += operator_traffic_bytes(args, kwargs, out)
+            traffic, largest = operator_traffic(args, kwargs, out)
+            self.traffic_bytes += traffic
+            self.logits_bytes += traffic if largest == S * V else 0
         return out
 
 
@@ -415,6 +418,9 @@ def test_the_traced_operators_are_those_a_real_eager_micro_step_dispatches(atten
     assert differ <= DATA_DEPENDENT
     assert sum(abs(real.computing[n] - in_trace.computing[n]) for n in differ) <= 6
     assert traced.traffic_bytes == pytest.approx(real.traffic_bytes, rel=0.001)
+    # Kept by the largest tensor's size: the loss's ops on the logits apart from the layers'.
+    assert traced.traffic_by_numel[S * V] == pytest.approx(real.logits_bytes, rel=0.001)
+    assert 0 < real.logits_bytes < real.traffic_bytes
 
 
 def test_the_operators_of_every_layer_scale_as_the_whole_model_traces_them():
@@ -422,6 +428,7 @@ def test_the_operators_of_every_layer_scale_as_the_whole_model_traces_them():
     scaled = trace_micro_step(tiny_llama(layers=5), step).operators
     whole = _trace_step(tiny_llama(layers=5), step).operators
     assert (scaled.computing, scaled.traffic_bytes) == (whole.computing, whole.traffic_bytes)
+    assert scaled.traffic_by_numel == pytest.approx(whole.traffic_by_numel)
 
 
 @pytest.mark.parametrize(
@@ -439,6 +446,7 @@ def test_the_operators_of_every_layer_scale_as_the_whole_model_traces_them():
 )
 def test_each_op_is_a_product_a_view_a_computing_op_or_not_atens(namespace, name, is_view, kind):
     assert operator_kind(namespace, name, is_view) == kind
-    tally = OperatorTally().added(namespace, name, is_view, 100)
+    tally = OperatorTally().added(namespace, name, is_view, 100, 7)
     counted = {"computing": (1, 0, 100), "view": (0, 1, 0)}.get(kind, (0, 0, 0))
     assert (tally.computing, tally.views, tally.traffic_bytes) == counted
+    assert tally.traffic_by_numel == ({7: 100} if kind == "computing" else {})

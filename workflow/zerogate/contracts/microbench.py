@@ -49,10 +49,12 @@ class MatmulRate(Record):
     m: int
     n: int
     k: int
-    # Rows (tokens) the product was timed on: the run's micro-batch x sequence length, fewer where a CPU
-    # product would outlast the budget (zerogate.predict.microbench.timed_rows); its rate then stands for
-    # the run's shape.
+    # The layer's slice the product was timed on: rows (tokens; the run's micro-batch x sequence length) and
+    # features, fewer where a CPU product would outlast the budget (zerogate.predict.microbench.timed_shape);
+    # its rate then stands for the run's shape.
     timed_rows: int
+    timed_in_features: int
+    timed_out_features: int
     # The linear layers this product stands for (module names, layer indices folded into ``*``) and how
     # many modules of the model have it: each runs once per pass per micro-step.
     layers: list[str]
@@ -151,6 +153,6 @@ class Microbench(Artefact):
     # microseconds). Empty: not measured (a file written before it was).
     module_overhead: list[ModuleOverhead] = []
     # The cost of a dispatched operator and of its memory traffic on the host (zerogate.predict.microbench.
-    # operator_chain_rows): chains at two lengths, on a few elements and at the run's activation size. Empty:
-    # not measured (a file written before it was, or on a GPU).
+    # operator_chain_rows): chains at two lengths, on a few elements, at the run's activation size and at its
+    # logits' size. Empty: not measured (a file written before it was, or on a GPU).
     operator_chains: list[OperatorChain] = []

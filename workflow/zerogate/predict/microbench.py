@@ -6,8 +6,9 @@ built on them predicts the run rather than replaying it.
   backward_weight; zerogate.runtime.microbench.product_call) at the run's micro-batch x sequence length,
   the layers' widths read from the model's config on the meta device (zerogate.model.linear_shapes), in
   the run's dtype on the run's device with a rank's threads. On the CPU a product of more than
-  ``CPU_PRODUCT_FLOP_CAP`` is timed on fewer rows (``timed_rows``) and its seconds extrapolated at that
-  rate, so a large model's shapes stay within the budget.
+  ``CPU_PRODUCT_FLOP_CAP`` is timed on a slice of the layer (``timed_shape``: its largest dimension cut
+  first, so that a vocabulary-wide head keeps the run's rows) and its seconds extrapolated at that rate, so
+  a large model's shapes stay within the budget.
 - Copies: one rank's partition in the run's dtype (capped at ``COPY_BYTES_CAP``), host to host, and on a
   GPU host to device and back, pinned and pageable.
 - The optimizer's update over a buffer of one rank's partition (zerogate.predict.zero_states.rank_share;
@@ -22,7 +23,9 @@ built on them predicts the run rather than replaying it.
   cost per parameter.
 - The cost of one dispatched operator with autograd and of its memory traffic on the host (CPU accelerator
   only): chains of elementwise products at two lengths (``OPERATOR_CHAINS``), on a few elements and on a
-  tensor of the run's activation size (micro-batch x sequence x hidden), zerogate.runtime.operator_dispatch.
+  tensor of the run's activation size (micro-batch x sequence x hidden), and at ``LOGITS_CHAINS`` on one of
+  its logits' size (micro-batch x sequence x vocabulary) where that is larger, both capped at
+  ``TRAFFIC_NUMEL_CAP``: zerogate.runtime.operator_dispatch.
 - Collectives: the probe's (probe/hardware.json, zerogate.runtime.collective_timing), carried, not timed
   again.
 
@@ -59,10 +62,13 @@ from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE, build_env
 
 # Seconds of timing per kind (the rule's process start, imports and warm-ups come on top): the products
 # share theirs equally, the copies and updates theirs per route and implementation.
-BUDGET_S = {"matmuls": 2.5, "copies": 0.5, "optimizer": 1.0, "modules": 4.5, "operators": 2.0}
+BUDGET_S = {"matmuls": 2.5, "copies": 0.5, "optimizer": 1.0, "modules": 4.5, "operators": 3.0}
 # The operator chains' lengths (links): two, so the line through them separates the chain's fixed cost from
 # the cost per link; assumed wide enough apart for the difference to stand above the repeats' noise.
 OPERATOR_CHAINS = (4, 36)
+# The logits-sized chain's lengths: shorter, since each link there moves more bytes than a whole short chain
+# of the activation's (assumed: enough to stand above the noise, and within the budget at TRAFFIC_NUMEL_CAP).
+LOGITS_CHAINS = (1, 4)
 # Elements of the small chains: so few that the memory traffic is nothing beside the dispatch (assumed).
 DISPATCH_NUMEL = 16
 # At most this many elements in the activation-sized chains (assumed: 64 MiB in fp32, beyond any cache).
@@ -81,20 +87,32 @@ MODULE_WIDTH = 8
 NO_BOUNDARY = 1_000_000
 KINDS = ("forward", "backward_input", "backward_weight")
 # Assumed: 4 GFLOP is about 0.1 s on one core of this machine (fp32 matmul ~40 GFLOP/s, the probe's
-# measure_host); a larger product is timed on fewer rows. Not applied on a GPU, where the run's shapes take
-# milliseconds.
+# measure_host); a larger product is timed on a slice of the layer (timed_shape). Not applied on a GPU, where
+# the run's shapes take milliseconds.
 CPU_PRODUCT_FLOP_CAP = 4e9
 COPY_BYTES_CAP = 256 * 1024**2  # assumed: beyond any last-level cache, a few tens of ms per copy
 UPDATE_NUMEL_CAP = 32 * 1024**2  # assumed: 512 MiB of parameter, gradient and two states in fp32
 
 
-def timed_rows(tokens: int, in_features: int, out_features: int, accelerator: str) -> int:
-    """Rows to time a linear layer's products on: the run's ``tokens``, fewer on the CPU where a product
-    would exceed CPU_PRODUCT_FLOP_CAP (never under 1)."""
-    flop = 2.0 * tokens * in_features * out_features
-    if accelerator != "cpu" or flop <= CPU_PRODUCT_FLOP_CAP:
-        return tokens
-    return max(1, math.floor(tokens * CPU_PRODUCT_FLOP_CAP / flop))
+def timed_shape(tokens: int, in_features: int, out_features: int, accelerator: str) -> tuple[int, int, int]:
+    """(rows, in_features, out_features) to time a linear layer's products on: the run's, cut on the CPU
+    where a product would exceed CPU_PRODUCT_FLOP_CAP. The largest dimension is cut first, down to the next
+    largest, then the two largest together, then all three (never under 1), so the slice keeps the run's
+    product as square as the cap allows: cutting the rows of a vocabulary-wide head instead would time a
+    thin product (its weight gradient's inner dimension a few rows) at a fraction of the run's rate."""
+    dims = [tokens, in_features, out_features]
+    if accelerator != "cpu" or 2.0 * math.prod(dims) <= CPU_PRODUCT_FLOP_CAP:
+        return tokens, in_features, out_features
+    order = sorted(range(3), key=lambda i: -dims[i])
+    for cut in (1, 2, 3):
+        kept = math.prod(dims[i] for i in order[cut:])
+        size = (CPU_PRODUCT_FLOP_CAP / (2.0 * kept)) ** (1.0 / cut)
+        next_largest = dims[order[cut]] if cut < 3 else 1
+        if size >= next_largest:
+            for i in order[:cut]:
+                dims[i] = max(1, math.floor(size))
+            break
+    return dims[0], dims[1], dims[2]
 
 
 def matmul_rows(
@@ -104,11 +122,13 @@ def matmul_rows(
     budget = BUDGET_S["matmuls"] / max(1, len(shapes) * len(KINDS))
     rows = []
     for shape in shapes:
-        rows_timed = timed_rows(tokens, shape.in_features, shape.out_features, accelerator)
+        rows_timed, in_timed, out_timed = timed_shape(
+            tokens, shape.in_features, shape.out_features, accelerator
+        )
         for kind in KINDS:
             m, n, k = bench.product_dims(kind, tokens, shape.in_features, shape.out_features)
-            call = bench.product_call(kind, rows_timed, shape.in_features, shape.out_features, dtype, device)
-            timed_flop = 2.0 * rows_timed * shape.in_features * shape.out_features
+            call = bench.product_call(kind, rows_timed, in_timed, out_timed, dtype, device)
+            timed_flop = 2.0 * rows_timed * in_timed * out_timed
             spread = bench.spread_of(bench.rate_samples(call, timed_flop, budget, device))
             flop = 2.0 * m * n * k
             rows.append(
@@ -118,6 +138,8 @@ def matmul_rows(
                     "n": n,
                     "k": k,
                     "timed_rows": rows_timed,
+                    "timed_in_features": in_timed,
+                    "timed_out_features": out_timed,
                     "layers": list(shape.layers),
                     "count": shape.count,
                     "flop_per_call(flop)": flop,
@@ -277,11 +299,16 @@ def module_overhead_rows(
     ]
 
 
-def operator_chain_rows(activation_numel: int, dtype: torch.dtype) -> list[dict[str, Any]]:
-    """The operator chains at each length of OPERATOR_CHAINS, on DISPATCH_NUMEL elements and on
-    ``activation_numel`` (capped at TRAFFIC_NUMEL_CAP): the contract's ``operator_chains`` rows."""
-    sizes = (DISPATCH_NUMEL, max(DISPATCH_NUMEL + 1, min(activation_numel, TRAFFIC_NUMEL_CAP)))
-    budget = BUDGET_S["operators"] / (len(OPERATOR_CHAINS) * len(sizes))
+def operator_chain_rows(activation_numel: int, logits_numel: int, dtype: torch.dtype) -> list[dict[str, Any]]:
+    """The operator chains: at each length of OPERATOR_CHAINS on DISPATCH_NUMEL elements and on
+    ``activation_numel``, and at each of LOGITS_CHAINS on ``logits_numel`` where it is larger (both capped at
+    TRAFFIC_NUMEL_CAP): the contract's ``operator_chains`` rows."""
+    activation = max(DISPATCH_NUMEL + 1, min(activation_numel, TRAFFIC_NUMEL_CAP))
+    logits = min(logits_numel, TRAFFIC_NUMEL_CAP)
+    chains = [(numel, links) for numel in (DISPATCH_NUMEL, activation) for links in OPERATOR_CHAINS]
+    if logits > activation:
+        chains += [(logits, links) for links in LOGITS_CHAINS]
+    budget = BUDGET_S["operators"] / len(chains)
     element_bytes = torch.empty((), dtype=dtype).element_size()
     return [
         {
@@ -290,8 +317,7 @@ def operator_chain_rows(activation_numel: int, dtype: torch.dtype) -> list[dict[
             "element_bytes": element_bytes,
             "chain_time(s)": operator_dispatch.time_chain(links, numel, dtype, budget),
         }
-        for numel in sizes
-        for links in OPERATOR_CHAINS
+        for numel, links in chains
     ]
 
 
@@ -316,7 +342,8 @@ def measure(
     optimizer = optimizer_rows(partition, threads, device, cpu_adam)
     overhead = module_overhead_rows(run_spec, ds_config, tokens, device)
     activation_numel = tokens * shape_of(config).hidden_size
-    chains = operator_chain_rows(activation_numel, dtype) if device == "cpu" else []
+    logits_numel = tokens * shape_of(config).vocab_size
+    chains = operator_chain_rows(activation_numel, logits_numel, dtype) if device == "cpu" else []
     how = (
         f"plain tensors, no model built: each linear layer's three products on {micro_batch} x "
         f"{run_spec.seq_len} tokens in {run_spec.dtype} on {device}; copies of {copy_bytes} B; the "
@@ -336,8 +363,8 @@ def measure(
             else ""
         )
         + (
-            f"; chains of {' and '.join(map(str, OPERATOR_CHAINS))} elementwise products with their backward "
-            f"on {DISPATCH_NUMEL} and {chains[-1]['numel']} elements"
+            "; chains of elementwise products with their backward, "
+            + ", ".join(f"{row['links']} links on {row['numel']} elements" for row in chains)
             if chains
             else ""
         )

@@ -12,7 +12,7 @@ which the model's linear layers really run. No torch: the planner imports it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from zerogate.contracts.machine import Collectives
@@ -127,14 +127,29 @@ class ModuleLines:
 @dataclass(frozen=True)
 class OperatorLines:
     """The host's cost of a dispatched computing op with autograd (``dispatch_s``, seconds per op) and of its
-    memory traffic (``per_byte_s``, seconds per byte of its tensor inputs and outputs), each (low, high),
-    from the operator chains (Microbench ``operator_chains``, zerogate.runtime.operator_dispatch): the
-    slope per op of the chain on a few elements, and the extra slope of the activation-sized chain over the
-    bytes each of its ops moves more; low from the repeats' fastest ends, high from their slowest."""
+    memory traffic at each size timed (``per_byte_s``: elements of the chain's tensor, and seconds per byte
+    of an op's tensor inputs and outputs), each (low, high), from the operator chains (Microbench
+    ``operator_chains``, zerogate.runtime.operator_dispatch): the slope per op of the chain on a few
+    elements, and each larger chain's extra slope over the bytes each of its ops moves more; low from the
+    repeats' fastest ends, high from their slowest."""
 
     dispatch_s: tuple[float, float]
-    per_byte_s: tuple[float, float]
+    per_byte_s: dict[int, tuple[float, float]]
     source: str
+
+    def traffic_s(self, traffic_by_numel: Mapping[int, float]) -> tuple[float, float]:
+        """Seconds (low, high) of the bytes of ops whose largest tensor has each number of elements: at the
+        cost timed at that size where the size was timed, or lies below the smallest (the smallest's) or
+        above the largest (the largest's); between two sizes timed, anywhere between their costs."""
+        sizes = sorted(self.per_byte_s)
+        low = high = 0.0
+        for numel, traffic in traffic_by_numel.items():
+            below = [s for s in sizes if s <= numel] or sizes[:1]
+            above = [s for s in sizes if s >= numel] or sizes[-1:]
+            near = (self.per_byte_s[below[-1]], self.per_byte_s[above[0]])
+            low += traffic * min(cost[0] for cost in near)
+            high += traffic * max(cost[1] for cost in near)
+        return low, high
 
 
 @dataclass(frozen=True)
@@ -272,32 +287,38 @@ def _module_lines(rows: list[ModuleOverhead], where: str) -> ModuleLines | None:
 
 
 def _operator_lines(rows: list[OperatorChain], where: str) -> OperatorLines | None:
-    """The operator chains' costs (OperatorLines), where two lengths were timed at two sizes (None
-    otherwise)."""
+    """The operator chains' costs (OperatorLines), where two lengths were timed at each of two sizes or
+    more (None otherwise): the smallest size's for the dispatch, each larger one's for its bytes."""
     by_size: dict[int, dict[int, tuple[float, float]]] = {}
     for row in rows:
         by_size.setdefault(row.numel, {})[row.links] = ends(row.time)
-    if len(by_size) != 2 or any(len(points) != 2 for points in by_size.values()):
+    if len(by_size) < 2 or any(len(points) != 2 for points in by_size.values()):
         return None
-    small, large = sorted(by_size)
+    small, *larger = sorted(by_size)
     element_bytes = rows[0].element_bytes
 
     def per_op(points: dict[int, tuple[float, float]], end: int) -> float:
         return slope(points, end) / OPS_PER_LINK
 
-    # Each op of a chain reads its numel elements and writes as many (zerogate.runtime.operator_dispatch).
-    extra_bytes = 2 * (large - small) * element_bytes
+    def per_byte(numel: int) -> tuple[float, float]:
+        # Each op of a chain reads its numel elements and writes as many (zerogate.runtime.operator_dispatch).
+        extra_bytes = 2 * (numel - small) * element_bytes
+        extra = [max(0.0, per_op(by_size[numel], end) - per_op(by_size[small], end)) for end in (0, 1)]
+        low, high = sorted(seconds / extra_bytes for seconds in extra)
+        return low, high
+
     dispatch = sorted(per_op(by_size[small], end) for end in (0, 1))
-    per_byte = sorted(
-        max(0.0, per_op(by_size[large], end) - per_op(by_size[small], end)) / extra_bytes for end in (0, 1)
+    chains = "; ".join(
+        f"{' and '.join(map(str, sorted(by_size[numel])))} links on {numel}" for numel in (small, *larger)
     )
     source = (
-        f"{where}: chains of {' and '.join(map(str, sorted(by_size[small])))} elementwise products and their "
-        f"backward ({OPS_PER_LINK} ATen ops a link) on {small} and {large} elements of {element_bytes} B "
-        f"({REPEAT_RANGE})"
+        f"{where}: chains of elementwise products and their backward ({OPS_PER_LINK} ATen ops a link), "
+        f"{chains} elements of {element_bytes} B ({REPEAT_RANGE})"
     )
     return OperatorLines(
-        dispatch_s=(dispatch[0], dispatch[1]), per_byte_s=(per_byte[0], per_byte[1]), source=source
+        dispatch_s=(dispatch[0], dispatch[1]),
+        per_byte_s={numel: per_byte(numel) for numel in larger},
+        source=source,
     )
 
 

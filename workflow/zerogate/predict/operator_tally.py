@@ -13,7 +13,9 @@ Each op is one of three kinds, by its name and its schema:
   traffic;
 - ``computing``: every other op (elementwise, reductions, softmax, the loss, the embedding lookup and its
   backward, concatenations, fills): a dispatch and its memory traffic, the bytes of its tensor inputs and
-  outputs.
+  outputs, kept by the size of the op's largest tensor (elements): a byte costs the host more on a tensor
+  beyond its caches (the logits) than on one within them (an activation), so the ledger prices each size
+  at the cost the micro-benchmarks measured nearest it (zerogate.predict.step_time_operators).
 
 Only ATen's ops count: the trace's dispatch mode also sees ``prim::device`` queries, which a plain eager run
 answers without dispatching a kernel.
@@ -21,7 +23,8 @@ answers without dispatching a kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 PRODUCT_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "t"})
 VIEW_OPS = frozenset({"_unsafe_view"})
@@ -41,33 +44,49 @@ def operator_kind(namespace: str, name: str, is_view: bool) -> str:
 
 @dataclass(frozen=True)
 class OperatorTally:
-    """One micro-step's operators beyond the products: ``computing`` ops and their ``traffic_bytes`` (each
-    op's tensor inputs and outputs, bytes), ``view`` ops (aliases: no traffic). Floats: a trace scaled from
-    fewer layers extrapolates them."""
+    """One micro-step's operators beyond the products: ``computing`` ops and their traffic (each op's tensor
+    inputs and outputs, bytes) by the elements of the op's largest tensor (``traffic_by_numel``), ``view``
+    ops (aliases: no traffic). Floats: a trace scaled from fewer layers extrapolates them."""
 
     computing: float = 0.0
     views: float = 0.0
-    traffic_bytes: float = 0.0
+    traffic_by_numel: Mapping[int, float] = field(default_factory=dict)
 
-    def added(self, namespace: str, name: str, is_view: bool, traffic_bytes: float) -> OperatorTally:
-        """This tally with one more op ``namespace::name`` moving ``traffic_bytes`` (products and ops outside
-        ATen not counted)."""
+    @property
+    def traffic_bytes(self) -> float:
+        """Every computing op's bytes, whatever its size."""
+        return sum(self.traffic_by_numel.values())
+
+    def added(
+        self, namespace: str, name: str, is_view: bool, traffic_bytes: float, largest_numel: int
+    ) -> OperatorTally:
+        """This tally with one more op ``namespace::name`` moving ``traffic_bytes``, its largest tensor of
+        ``largest_numel`` elements (products and ops outside ATen not counted)."""
         kind = operator_kind(namespace, name, is_view)
         if kind in ("product", "other"):
             return self
         if kind == "view":
-            return OperatorTally(self.computing, self.views + 1, self.traffic_bytes)
-        return OperatorTally(self.computing + 1, self.views, self.traffic_bytes + traffic_bytes)
+            return OperatorTally(self.computing, self.views + 1, self.traffic_by_numel)
+        traffic = dict(self.traffic_by_numel)
+        if traffic_bytes > 0:
+            traffic[largest_numel] = traffic.get(largest_numel, 0.0) + traffic_bytes
+        return OperatorTally(self.computing + 1, self.views, traffic)
 
     def extrapolated(self, more: OperatorTally, extra: float) -> OperatorTally:
         """This tally (``fewer`` layers) carried ``extra`` layers further along the line to ``more`` (one
-        layer or period more): each count linear in the layer count, never below zero."""
+        layer or period more): each count, and each size's bytes, linear in the layer count, never below
+        zero."""
 
         def line(a: float, b: float) -> float:
             return max(0.0, a + extra * (b - a))
 
+        sizes = sorted(set(self.traffic_by_numel) | set(more.traffic_by_numel))
+        traffic = {
+            numel: line(self.traffic_by_numel.get(numel, 0.0), more.traffic_by_numel.get(numel, 0.0))
+            for numel in sizes
+        }
         return OperatorTally(
             line(self.computing, more.computing),
             line(self.views, more.views),
-            line(self.traffic_bytes, more.traffic_bytes),
+            {numel: bytes_ for numel, bytes_ in traffic.items() if bytes_ > 0},
         )

@@ -5,14 +5,16 @@ Work: the planner's trace of the run's model (zerogate.predict.operator_tally: e
 micro-step's forward with loss and its backward under torch's fake tensors, products left out) gives the
 computing ops, their bytes (each op's tensor inputs and outputs) and the view ops. Rates: the
 micro-benchmarks' operator chains (zerogate.predict.microbench_rates.OperatorLines): a dispatched op's cost
-with autograd's share, and the cost per byte moved at the run's activation size.
+with autograd's share, and the cost per byte moved at the run's activation size and at its logits' size
+(each op's bytes at the size timed nearest its largest tensor, OperatorLines.traffic_s: a byte of the
+logits, beyond the caches, costs several times one of an activation).
 
 Per micro-step, x G:
-- low: the computing ops at the dispatch cost's low end, their bytes at the per-byte cost's low end, the
+- low: the computing ops at the dispatch cost's low end, their bytes at the per-byte costs' low ends, the
   views free;
 - high: the computing and the view ops at the dispatch cost's high end (a view dispatches as an op does, and
   is timed no cheaper here: its cost is somewhere between nothing and an op's), the bytes at the per-byte
-  cost's high end.
+  costs' high ends.
 
 On a device that runs asynchronously (CUDA) the host's dispatch overlaps the kernels and the kernels' time
 is not what a host chain measures: no term there (the GPU's achievable fractions stand for the whole pass).
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from zerogate.config.machines import MachineDescription
 from zerogate.predict.comms_terms import MICRO_STEP
-from zerogate.predict.microbench_rates import MeasuredRates
+from zerogate.predict.microbench_rates import MeasuredRates, OperatorLines
 from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time_terms import SERIAL, Term, host_runs_between_products
@@ -62,10 +64,9 @@ def operator_terms(
             )
         ]
     g = setup.accumulation
-    low = operators.computing * lines.dispatch_s[0] + operators.traffic_bytes * lines.per_byte_s[0]
-    high = (operators.computing + operators.views) * lines.dispatch_s[1] + (
-        operators.traffic_bytes * lines.per_byte_s[1]
-    )
+    traffic_low, traffic_high = lines.traffic_s(operators.traffic_by_numel)
+    low = operators.computing * lines.dispatch_s[0] + traffic_low
+    high = (operators.computing + operators.views) * lines.dispatch_s[1] + traffic_high
     return [
         Term(
             OPERATORS,
@@ -76,7 +77,14 @@ def operator_terms(
             f"{operators.computing:.0f} computing ops moving {operators.traffic_bytes:.4g} B and "
             f"{operators.views:.0f} views per micro-step ({WORK_SOURCE}); each op "
             f"{lines.dispatch_s[0] * 1e6:.3g} to {lines.dispatch_s[1] * 1e6:.3g} us (the views 0 to that) "
-            f"and each byte {lines.per_byte_s[0] * 1e9:.3g} to {lines.per_byte_s[1] * 1e9:.3g} ns; measured: "
+            f"and the bytes {traffic_low:.3g} to {traffic_high:.3g} s ({_per_byte_text(lines)}); measured: "
             f"{lines.source}",
         )
     ]
+
+
+def _per_byte_text(lines: OperatorLines) -> str:
+    return ", ".join(
+        f"{low * 1e9:.3g} to {high * 1e9:.3g} ns a byte at {numel} elements"
+        for numel, (low, high) in sorted(lines.per_byte_s.items())
+    )

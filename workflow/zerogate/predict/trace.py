@@ -395,10 +395,11 @@ def _checkpoint_counting_bound_tensors(model: Any, saved: _SavedTensors) -> None
             module._gradient_checkpointing_func = _counting_bound_tensors(checkpoint_function, saved)
 
 
-def operator_traffic_bytes(args: Any, kwargs: Any, out: Any) -> int:
-    """The bytes one dispatched op moves (zerogate.predict.operator_tally): its tensor inputs and outputs."""
+def operator_traffic(args: Any, kwargs: Any, out: Any) -> tuple[int, int]:
+    """The bytes one dispatched op moves (zerogate.predict.operator_tally): its tensor inputs and outputs;
+    and the elements of the largest of them."""
     tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return sum(t.numel() * t.element_size() for t in tensors), max((t.numel() for t in tensors), default=0)
 
 
 class _LiveBytes(live_bytes_class()):
@@ -415,8 +416,8 @@ class _LiveBytes(live_bytes_class()):
         out = super().__torch_dispatch__(func, types, args, kwargs)
         if out is not NotImplemented:
             name = func.overloadpacket.__name__
-            traffic = operator_traffic_bytes(args, kwargs, out)
-            self.operators = self.operators.added(func.namespace, name, func.is_view, traffic)
+            traffic, largest = operator_traffic(args, kwargs, out)
+            self.operators = self.operators.added(func.namespace, name, func.is_view, traffic, largest)
         return out
 
     def saw(self, func: Any) -> None:
