@@ -1,6 +1,8 @@
 import json, glob, sys
 root = sys.argv[1]
-pts = ["cpu-tiny"] + [f"planner-grid-{p}" for p in ["pythia70m-z3-mb4-s256-smallbuckets","opt125m-z2-mb2-s256-ckpt-smallbuckets","qwen3-z3all-mb2-s512-smallbuckets","phi3-z1off-mb4-s256-smallbuckets","gemma2-z3off-mb8-s128-ckpt-smallbuckets","olmo2-z0-mb2-s256-smallbuckets"]]
+# The default and every grid point whose profile the clone wrote (both grids), in name order.
+import glob, os
+pts = ["cpu-tiny"] + sorted(os.path.basename(f)[:-5] for f in glob.glob(f"{root}/results/bench/vm/bench/planner_grid/profiles/*.yaml"))
 for p in pts:
     d = json.load(open(f"{root}/results/{p}/vm/plan/plan_predicted.json"))
     st = d["step_time"]; terms = {t["name"]: t for t in st["terms"]}
