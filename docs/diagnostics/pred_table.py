@@ -1,7 +1,7 @@
 import json, glob, sys
 root = sys.argv[1]
 # The default and every grid point whose profile the clone wrote (both grids), in name order.
-import glob, os
+import os
 pts = ["cpu-tiny"] + sorted(os.path.basename(f)[:-5] for f in glob.glob(f"{root}/results/bench/vm/bench/planner_grid/profiles/*.yaml"))
 for p in pts:
     d = json.load(open(f"{root}/results/{p}/vm/plan/plan_predicted.json"))

@@ -76,14 +76,22 @@ def spread(samples: list[float]) -> Spread:
 def matmul(kind: str, m: int, n: int, k: int, count: int, rates: list[float]) -> MatmulRate:
     rate = spread(rates)
     flop = 2.0 * m * n * k
+    # The layer's rows and widths as matmul_rows writes them, read back from the product's (m, n, k)
+    # (zerogate.runtime.microbench.product_dims), timed whole.
+    tokens, in_features, out_features = {
+        "forward": (m, k, n),
+        "backward_input": (m, n, k),
+        "backward_weight": (k, n, m),
+    }[kind]
+    assert product_dims(kind, tokens, in_features, out_features) == (m, n, k)
     return MatmulRate(
         kind=kind,
         m=m,
         n=n,
         k=k,
-        timed_rows=64,
-        timed_in_features=n,
-        timed_out_features=k,
+        timed_rows=tokens,
+        timed_in_features=in_features,
+        timed_out_features=out_features,
         layers=["model.layers.*.mlp.up_proj"],
         count=count,
         flop_per_call=flop,

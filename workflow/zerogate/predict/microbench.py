@@ -341,8 +341,8 @@ def measure(
     copies = copy_rows(copy_bytes, device)
     optimizer = optimizer_rows(partition, threads, device, cpu_adam)
     overhead = module_overhead_rows(run_spec, ds_config, tokens, device)
-    activation_numel = tokens * shape_of(config).hidden_size
-    logits_numel = tokens * shape_of(config).vocab_size
+    shape = shape_of(config)
+    activation_numel, logits_numel = tokens * shape.hidden_size, tokens * shape.vocab_size
     chains = operator_chain_rows(activation_numel, logits_numel, dtype) if device == "cpu" else []
     how = (
         f"plain tensors, no model built: each linear layer's three products on {micro_batch} x "

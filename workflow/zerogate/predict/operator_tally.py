@@ -80,10 +80,9 @@ class OperatorTally:
         def line(a: float, b: float) -> float:
             return max(0.0, a + extra * (b - a))
 
-        sizes = sorted(set(self.traffic_by_numel) | set(more.traffic_by_numel))
         traffic = {
             numel: line(self.traffic_by_numel.get(numel, 0.0), more.traffic_by_numel.get(numel, 0.0))
-            for numel in sizes
+            for numel in self.traffic_by_numel.keys() | more.traffic_by_numel.keys()
         }
         return OperatorTally(
             line(self.computing, more.computing),
