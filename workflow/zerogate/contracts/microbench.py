@@ -133,6 +133,10 @@ class Microbench(Artefact):
     device: str  # "cpu" or the GPU's name
     dtype: Dtype  # the products' dtype: the run's
     threads: int  # torch's intra-op threads while timing: a rank's (the run spec's thread count)
+    # Processes that timed every benchmark at once, each with a rank's threads: the run's ranks on this host
+    # on the CPU accelerator, where they share its cores and memory (zerogate.predict.microbench_together);
+    # every spread pools their repeats. 1: one process alone (on a GPU, or a file written before).
+    ranks_at_once: int = 1
     micro_batch: int
     seq_len: int
     matmuls: list[MatmulRate]
@@ -145,7 +149,8 @@ class Microbench(Artefact):
     seconds_s: float = Field(alias="seconds(s)")  # wall time of the whole measurement
     # The process's CPU seconds over wall seconds x threads while it timed: near 1 when it had its cores,
     # well below when other processes took turns on them (a shared machine), its rates then lower than the
-    # machine's. None: not recorded.
+    # machine's. Timed by several processes at once: the median of every rate's share, over their timed
+    # repeats. None: not recorded.
     cpu_share: float | None = None
     # The per-module and per-parameter cost of a micro-step on the host (zerogate.predict.microbench.
     # module_overhead_rows): each engine at two stack sizes of one parameter a module, and at the larger size

@@ -30,7 +30,9 @@ built on them predicts the run rather than replaying it.
   again.
 
 Each kind has a share of ``BUDGET_S``; each rate is the spread of 3 to 5 repeats
-(zerogate.runtime.microbench).
+(zerogate.runtime.microbench). On the CPU accelerator the host's ranks share its cores and memory, so every
+benchmark is timed by as many processes at once as the run has ranks on the host, in step, their repeats
+pooled (zerogate.predict.microbench_together); this module times one process's share.
 Imports torch: only zerogate.predict.microbench_files imports it, once the rank's environment
 (DS_ACCELERATOR, thread counts) is set.
 """
@@ -324,8 +326,9 @@ def operator_chain_rows(activation_numel: int, logits_numel: int, dtype: torch.d
 def measure(
     run_spec: RunSpec, ds_config: DsConfig, collectives: Collectives | None, collectives_source: str
 ) -> Microbench:
-    """Every micro-benchmark for the run's shapes, with a rank's threads, alone on the host. ``seconds(s)``
-    and ``cpu_share`` cover the timing, not reading the model's shapes or looking DeepSpeed's op up."""
+    """Every micro-benchmark for the run's shapes, with a rank's threads, in this process (in step with the
+    host's other ranks' processes where zerogate.predict.microbench_together runs it). ``seconds(s)`` and
+    ``cpu_share`` cover the timing, not reading the model's shapes or looking DeepSpeed's op up."""
     threads = run_spec.threads_per_rank
     torch.set_num_threads(threads)
     device = "cuda:0" if run_spec.accelerator == "cuda" else "cpu"

@@ -324,7 +324,10 @@ def _operator_lines(rows: list[OperatorChain], where: str) -> OperatorLines | No
 
 def rates_from_microbench(bench: Microbench, where: str = "plan/microbench.json") -> MeasuredRates:
     """The rates a time ledger needs, from the micro-benchmarks' file (``where`` names it in each rate's
-    source). ValueError when the file holds no forward or no backward product."""
+    source, with how many processes timed it at once). ValueError when the file holds no forward or no
+    backward product."""
+    if bench.ranks_at_once > 1:
+        where = f"{where}, timed by {bench.ranks_at_once} processes at once as the run's ranks on the host"
     forward, forward_s = _products(bench.matmuls, FORWARD, where)
     backward, backward_s = _products(bench.matmuls, BACKWARD, where)
     return MeasuredRates(

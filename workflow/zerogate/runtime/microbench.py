@@ -7,6 +7,11 @@ averaged over the batch, so the clock's resolution and the loop's own cost do no
 synchronised after each batch. Each repeat gives one rate; :func:`spread_of` turns them into the
 contract's median and quartiles (zerogate.robust.quartiles). What shapes and sizes to time is the caller's
 (zerogate.predict.microbench); this module knows nothing of the run.
+
+Several processes may time the same benchmarks at once, as a host's ranks run the same work at once
+(zerogate.predict.microbench_together): inside :func:`in_lockstep`, every rate's warm-up starts when every
+process has reached it, and its repeats start together, as many in each process as the fewest any of them
+chose, so no process times a repeat alone while the others wait.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -26,6 +32,35 @@ from zerogate.runtime.ops import build_env, keep_cpu_info
 REPEATS = 5  # at most; fewer when the budget is short, never under MIN_REPEATS
 MIN_REPEATS = 3  # the quartiles of fewer say nothing
 REPEAT_S = 0.02  # each repeat's batch of calls lasts about this long
+
+
+class Lockstep(Protocol):
+    """The processes timing the same benchmarks at once (zerogate.predict.microbench_together.Peers)."""
+
+    def agree(self, count: int) -> int:
+        """Wait until every process has proposed its count; the smallest of them."""
+        ...
+
+
+class Alone:
+    """One process timing alone: nothing to wait for."""
+
+    def agree(self, count: int) -> int:
+        return count
+
+
+_lockstep: Lockstep = Alone()
+
+
+@contextmanager
+def in_lockstep(peers: Lockstep) -> Iterator[None]:
+    """Every :func:`rate_samples` inside the block in step with ``peers``."""
+    global _lockstep
+    before, _lockstep = _lockstep, peers
+    try:
+        yield
+    finally:
+        _lockstep = before
 
 
 def synchronizer(device: str) -> Callable[[], None]:
@@ -47,9 +82,10 @@ def rate_samples(
     operation: Callable[[], Any], work: float, budget_s: float, device: str = "cpu", repeats: int = REPEATS
 ) -> Samples:
     """``work`` per second of ``operation``, one rate per repeat: between MIN_REPEATS and ``repeats``
-    repeats, as many as ``budget_s`` allows after the warm-up batch, each a batch of calls of about
-    REPEAT_S."""
+    repeats, as many as ``budget_s`` allows after the warm-up batch (and, in lockstep, as the fewest any
+    process chose), each a batch of calls of about REPEAT_S."""
     synchronize = synchronizer(device)
+    _lockstep.agree(0)  # every process at this rate
     operation()  # warm-up: thread pool, kernels, first-touch pages, optimizer state
     synchronize()
     started = time.perf_counter()
@@ -61,6 +97,7 @@ def rate_samples(
     for _ in range(calls):  # one untimed batch: a cold first call sized the batch, the rest are warm
         operation()
     synchronize()
+    count = _lockstep.agree(count)  # the repeats start together, as many in every process
     samples = Samples([], [])
     threads = torch.get_num_threads()
     for _ in range(count):

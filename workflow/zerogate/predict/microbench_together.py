@@ -1,0 +1,210 @@
+"""The micro-benchmarks timed by as many processes at once as the run has ranks on this host, each with a
+rank's threads, pooled into one file (:func:`measure_together`).
+
+A run's ranks on one host share its cores, caches and memory bandwidth, and run the same work at the same
+time (their collectives keep them in step). A product or a memory-bound chain timed by one process alone can
+run faster than the same work beside its twin: the rate a ledger needs is the one a rank gets while every
+rank of the host works. So on the CPU accelerator (where the ranks' compute is the host's) the rule's process
+forks one companion per other rank of the host before torch is imported, every process times every benchmark
+in lockstep (zerogate.runtime.microbench.in_lockstep with :class:`Peers`), and each rate's repeats from every
+process are pooled into one spread (:func:`pooled`): its median is a rank's typical rate, its ends the slowest
+and fastest repeat of any rank. On a GPU each rank's products run on its own device and are timed alone.
+
+No torch at import: the processes fork before it loads (each imports zerogate.predict.microbench after).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Barrier
+from typing import Any, TypeVar
+
+from zerogate.contracts.base import Record
+from zerogate.contracts.machine import Collectives
+from zerogate.contracts.microbench import Microbench, Spread
+from zerogate.contracts.run import DsConfig, RunSpec
+from zerogate.robust import quartiles
+
+# Assumed: far longer than any one rate's timing (a few seconds), so a wait this long means a process died.
+WAIT_TIMEOUT_S = 600.0
+
+
+def ranks_on_host(spec: RunSpec) -> int:
+    """Processes that time the benchmarks at once: the run's ranks on one host on the CPU accelerator (all
+    of them on one node, ``nodes.ranks_per_node`` across several), one on a GPU."""
+    if spec.accelerator != "cpu":
+        return 1
+    return spec.nodes.ranks_per_node if spec.nodes is not None else spec.world_size
+
+
+@dataclass
+class Peers:
+    """One process's handle on the processes timing at once (zerogate.runtime.microbench.Lockstep): a barrier
+    of all of them, and each one's proposed count."""
+
+    rank: int
+    barrier: Barrier
+    proposals: Any  # multiprocessing.Array("i", processes)
+
+    def agree(self, count: int) -> int:
+        self.proposals[self.rank] = count
+        self.barrier.wait(WAIT_TIMEOUT_S)
+        agreed = min(self.proposals)
+        self.barrier.wait(WAIT_TIMEOUT_S)  # nobody proposes again before everybody has read
+        return int(agreed)
+
+
+Measured = tuple[Microbench, str]  # the file, and what DeepSpeed's op loading printed meanwhile
+
+
+def measure_in_step(
+    peers: Peers | None, spec: RunSpec, config: DsConfig, collectives: Collectives | None, source: str
+) -> Measured:
+    """zerogate.predict.microbench.measure in this process, in lockstep with ``peers`` (None: alone)."""
+    # Imported here: torch loads with it, after the fork and with the rank's environment set.
+    from zerogate.predict.microbench import measure
+    from zerogate.runtime.microbench import Alone, in_lockstep
+    from zerogate.runtime.probe import captured_output
+
+    with in_lockstep(peers or Alone()), captured_output() as output:
+        return measure(spec, config, collectives, source), output()
+
+
+def _companion(peers: Peers, measured: Callable[[Peers], Measured], send: Connection) -> None:
+    """A forked companion: its measurement, or its error, sent back; the barrier broken on an error so that
+    nobody waits for it."""
+    try:
+        bench, chatter = measured(peers)
+        send.send(("measured", bench.as_json(), chatter))
+    except BaseException as error:
+        peers.barrier.abort()
+        send.send(("failed", f"{type(error).__name__}: {error}", traceback.format_exc()))
+    finally:
+        send.close()
+
+
+def measure_together(
+    spec: RunSpec, config: DsConfig, collectives: Collectives | None, source: str, processes: int
+) -> Measured:
+    """The micro-benchmarks timed by ``processes`` processes at once (this one and forked companions),
+    pooled (:func:`pooled`), with every process's printed output. A companion's failure raises naming it."""
+    if processes <= 1:
+        return measure_in_step(None, spec, config, collectives, source)
+    if "torch" in sys.modules:
+        raise RuntimeError("the micro-benchmarks' companions fork before torch is imported, and it is loaded")
+    context = multiprocessing.get_context("fork")
+    barrier, proposals = context.Barrier(processes), context.Array("i", processes)
+
+    def measured(peers: Peers) -> Measured:
+        return measure_in_step(peers, spec, config, collectives, source)
+
+    companions = []
+    for rank in range(1, processes):
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(target=_companion, args=(Peers(rank, barrier, proposals), measured, send))
+        process.start()
+        send.close()
+        companions.append((process, receive))
+    own: Measured | None = None
+    try:
+        own = measured(Peers(0, barrier, proposals))
+    except BaseException:
+        barrier.abort()
+        own_error = traceback.format_exc()
+    else:
+        own_error = ""
+    replies = []
+    for process, receive in companions:
+        try:
+            replies.append(receive.recv())
+        except EOFError:
+            process.join()
+            replies.append(("failed", f"exited with code {process.exitcode} before replying", ""))
+        process.join()
+    failures = [reply for reply in replies if reply[0] == "failed"]
+    if failures:
+        raise RuntimeError(
+            f"a micro-benchmark companion process failed: {failures[0][1]}\n{failures[0][2]}{own_error}"
+        )
+    if own is None:
+        raise RuntimeError(f"the micro-benchmarks failed:\n{own_error}")
+    others = [Microbench.parse(reply[1], "a companion's micro-benchmarks") for reply in replies]
+    chatter = "\n".join(text for text in [own[1], *(reply[2] for reply in replies)] if text.strip())
+    return pooled([own[0], *others]), chatter
+
+
+def pooled_spread(spreads: Sequence[Spread]) -> Spread:
+    """One rate's repeats from every process as one spread: quartiles of them all, the samples in process
+    order, the median of the processes' shares of their cores."""
+    samples = [sample for spread in spreads for sample in spread.samples]
+    q1, median, q3 = quartiles(samples)
+    shares = [spread.cpu_share for spread in spreads if spread.cpu_share is not None]
+    return Spread(
+        median=median,
+        q1=q1,
+        q3=q3,
+        samples=samples,
+        cpu_share=round(statistics.median(shares), 3) if shares else None,
+    )
+
+
+R = TypeVar("R", bound=Record)
+
+
+# Fields of a matrix product's row that follow from its rate (flop over the median), so differ by process.
+FROM_THE_RATE = frozenset({"seconds_per_call"})
+
+
+def pooled_rows(rows: Sequence[Sequence[R]], spread_field: str, what: str) -> list[R]:
+    """Each row of the first process with its ``spread_field`` pooled over the same row of every process;
+    the rows must be the same benchmarks in the same order (they are, every process timing the same run):
+    alike in every field but the spread and what follows from it (FROM_THE_RATE)."""
+    first = rows[0]
+    if any(len(other) != len(first) for other in rows):
+        raise ValueError(f"the processes timed different numbers of {what}")
+    out = []
+    for index, row in enumerate(first):
+        twins = [process_rows[index] for process_rows in rows]
+        described = [twin.model_dump(exclude={spread_field, *FROM_THE_RATE}) for twin in twins]
+        if any(description != described[0] for description in described):
+            raise ValueError(f"the processes timed different {what} at row {index}")
+        spread = pooled_spread([getattr(twin, spread_field) for twin in twins])
+        out.append(row.model_copy(update={spread_field: spread}))
+    return out
+
+
+def pooled(benches: Sequence[Microbench]) -> Microbench:
+    """The processes' micro-benchmarks as one file: every rate pooled over the processes (each product's
+    seconds per call at the pooled median), the wall time the longest, the share of the cores the median of
+    every rate's (the timed repeats': a process waiting for the others at a rate's start is not timing)."""
+    first = benches[0]
+    matmuls = [
+        row.model_copy(update={"seconds_per_call": row.flop_per_call / row.rate.median})
+        for row in pooled_rows([b.matmuls for b in benches], "rate", "matrix products")
+    ]
+    copies = pooled_rows([b.copies for b in benches], "rate", "copies")
+    optimizer = pooled_rows([b.optimizer for b in benches], "rate", "updates")
+    stacks = pooled_rows([b.module_overhead for b in benches], "time", "module stacks")
+    chains = pooled_rows([b.operator_chains for b in benches], "time", "operator chains")
+    spreads = [r.rate for r in [*matmuls, *copies, *optimizer]] + [r.time for r in [*stacks, *chains]]
+    shares = [spread.cpu_share for spread in spreads if spread.cpu_share is not None]
+    return first.model_copy(
+        update={
+            "matmuls": matmuls,
+            "copies": copies,
+            "optimizer": optimizer,
+            "module_overhead": stacks,
+            "operator_chains": chains,
+            "ranks_at_once": len(benches),
+            "seconds_s": max(b.seconds_s for b in benches),
+            "cpu_share": round(statistics.median(shares), 3) if shares else None,
+            "how": f"{first.how}; timed by {len(benches)} processes at once, as the run's ranks on this "
+            "host, every rate's repeats pooled",
+        }
+    )
