@@ -111,16 +111,18 @@ def test_the_hosts_ranks_time_at_once_on_the_cpu_and_one_process_on_a_gpu():
     assert ranks_on_host(spec.model_copy(update={"accelerator": "cuda", "world_size": 4})) == 1
 
 
-def test_a_failing_companion_is_named_and_nobody_waits_for_it():
-    # In a fresh interpreter: the companions fork before torch is imported, as the rule's script does.
+@pytest.mark.parametrize(("failing", "named"), [(1, "companion 1"), (0, "this process")])
+def test_the_process_that_failed_first_is_named_and_nobody_waits_for_it(failing, named):
+    # In a fresh interpreter: the companions fork before torch is imported, as the rule's script does. The
+    # other process waits at the barrier, which the failure breaks: its BrokenBarrierError is not the cause.
     script = textwrap.dedent(
-        """
+        f"""
         from zerogate.predict import microbench_together as together
 
         def measure_in_step(peers, *args):
-            if peers.rank == 1:
+            if peers.rank == {failing}:
                 raise OSError("no such op")
-            peers.agree(0)  # would wait forever for the companion, but its failure breaks the barrier
+            peers.agree(0)
             raise AssertionError("the barrier held")
 
         together.measure_in_step = measure_in_step
@@ -138,5 +140,4 @@ def test_a_failing_companion_is_named_and_nobody_waits_for_it():
         text=True,
         timeout=120,
     )
-    failed = "a micro-benchmark companion process failed: OSError: no such op"
-    assert done.stdout.strip() == failed, done.stderr
+    assert done.stdout.strip() == f"the micro-benchmarks failed in {named}: OSError: no such op", done.stderr

@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Barrier
-from typing import Any, TypeVar
+from threading import BrokenBarrierError
+from typing import Any, NamedTuple, TypeVar
 
 from zerogate.contracts.base import Record
 from zerogate.contracts.machine import Collectives
@@ -76,24 +77,42 @@ def measure_in_step(
         return measure(spec, config, collectives, source), output()
 
 
+class Failure(NamedTuple):
+    """Where the measurement failed, its error in one line, and its traceback."""
+
+    where: str
+    error: str
+    trace: str
+
+
+def failure(where: str, error: BaseException) -> Failure:
+    return Failure(where, f"{type(error).__name__}: {error}", traceback.format_exc())
+
+
 def _companion(peers: Peers, measured: Callable[[Peers], Measured], send: Connection) -> None:
-    """A forked companion: its measurement, or its error, sent back; the barrier broken on an error so that
-    nobody waits for it."""
+    """A forked companion: its measurement, or its failure, sent back; the barrier broken on a failure so
+    that nobody waits for it."""
     try:
         bench, chatter = measured(peers)
-        send.send(("measured", bench.as_json(), chatter))
+        send.send((bench.as_json(), chatter))
     except BaseException as error:
         peers.barrier.abort()
-        send.send(("failed", f"{type(error).__name__}: {error}", traceback.format_exc()))
+        send.send(failure(f"companion {peers.rank}", error))
     finally:
         send.close()
+
+
+def first_cause(failures: list[Failure]) -> Failure:
+    """The failure that broke the lockstep: the first that is not another process's broken barrier."""
+    return next((f for f in failures if not f.error.startswith(BrokenBarrierError.__name__)), failures[0])
 
 
 def measure_together(
     spec: RunSpec, config: DsConfig, collectives: Collectives | None, source: str, processes: int
 ) -> Measured:
     """The micro-benchmarks timed by ``processes`` processes at once (this one and forked companions),
-    pooled (:func:`pooled`), with every process's printed output. A companion's failure raises naming it."""
+    pooled (:func:`pooled`), with every process's printed output. A failure in any process raises
+    RuntimeError naming the process where it started."""
     if processes <= 1:
         return measure_in_step(None, spec, config, collectives, source)
     if "torch" in sys.modules:
@@ -107,36 +126,39 @@ def measure_together(
     companions = []
     for rank in range(1, processes):
         receive, send = context.Pipe(duplex=False)
-        process = context.Process(target=_companion, args=(Peers(rank, barrier, proposals), measured, send))
+        peers = Peers(rank, barrier, proposals)
+        process = context.Process(target=_companion, args=(peers, measured, send), daemon=True)
         process.start()
         send.close()
         companions.append((process, receive))
-    own: Measured | None = None
+    failures: list[Failure] = []
     try:
         own = measured(Peers(0, barrier, proposals))
-    except BaseException:
+    except Exception as error:
         barrier.abort()
-        own_error = traceback.format_exc()
-    else:
-        own_error = ""
-    replies = []
-    for process, receive in companions:
+        failures.append(failure("this process", error))
+    except BaseException:  # interrupted: the companions go with it
+        barrier.abort()
+        for process, _ in companions:
+            process.terminate()
+        raise
+    others = []
+    for rank, (process, receive) in enumerate(companions, start=1):
         try:
-            replies.append(receive.recv())
+            reply = receive.recv()
         except EOFError:
-            process.join()
-            replies.append(("failed", f"exited with code {process.exitcode} before replying", ""))
+            reply = None
         process.join()
-    failures = [reply for reply in replies if reply[0] == "failed"]
+        if isinstance(reply, tuple) and not isinstance(reply, Failure):
+            others.append(reply)
+        else:
+            failures.append(reply or Failure(f"companion {rank}", f"exited with {process.exitcode}", ""))
     if failures:
-        raise RuntimeError(
-            f"a micro-benchmark companion process failed: {failures[0][1]}\n{failures[0][2]}{own_error}"
-        )
-    if own is None:
-        raise RuntimeError(f"the micro-benchmarks failed:\n{own_error}")
-    others = [Microbench.parse(reply[1], "a companion's micro-benchmarks") for reply in replies]
-    chatter = "\n".join(text for text in [own[1], *(reply[2] for reply in replies)] if text.strip())
-    return pooled([own[0], *others]), chatter
+        cause = first_cause(failures)
+        raise RuntimeError(f"the micro-benchmarks failed in {cause.where}: {cause.error}\n{cause.trace}")
+    benches = [own[0], *(Microbench.parse(data, "a companion's micro-benchmarks") for data, _ in others)]
+    chatter = "\n".join(text for text in [own[1], *(text for _, text in others)] if text.strip())
+    return pooled(benches), chatter
 
 
 def pooled_spread(spreads: Sequence[Spread]) -> Spread:
