@@ -13,7 +13,7 @@ import pytest
 
 from tests.unit.helpers import REPO
 from tests.unit.test_microbench import bench, spread
-from zerogate.contracts.run import RunSpec
+from zerogate.contracts.run import NodesSpec, RunSpec
 from zerogate.predict.microbench_together import Peers, pooled, ranks_on_host
 from zerogate.robust import quartiles
 from zerogate.runtime import microbench as runtime_microbench
@@ -103,12 +103,19 @@ def test_processes_that_timed_different_benchmarks_are_not_pooled():
         pooled([first, first.model_copy(update={"matmuls": []})])
 
 
-def test_the_hosts_ranks_time_at_once_on_the_cpu_and_one_process_on_a_gpu():
+def test_the_ranks_on_this_machine_time_at_once_on_the_cpu_and_one_process_on_a_gpu():
     spec = RunSpec.read(REPO / "tests/data/planner_grid/run_spec.json")
     assert spec.accelerator == "cpu" and spec.nodes is None
     assert ranks_on_host(spec.model_copy(update={"world_size": 2})) == 2
     assert ranks_on_host(spec.model_copy(update={"world_size": 3})) == 3
     assert ranks_on_host(spec.model_copy(update={"accelerator": "cuda", "world_size": 4})) == 1
+    # Two nodes that are both this machine (the tests' layout) share its cores; on a cluster, one node's.
+    local = NodesSpec(
+        mode="no_ssh", hosts=["localhost", "127.0.0.1"], ranks_per_node=1, master_addr="127.0.0.1"
+    )
+    assert ranks_on_host(spec.model_copy(update={"world_size": 2, "nodes": local})) == 2
+    cluster = NodesSpec(mode="slurm", hosts=["node-a", "node-b"], ranks_per_node=4, master_addr="node-a")
+    assert ranks_on_host(spec.model_copy(update={"world_size": 8, "nodes": cluster})) == 4
 
 
 @pytest.mark.parametrize(("failing", "named"), [(1, "companion 1"), (0, "this process")])

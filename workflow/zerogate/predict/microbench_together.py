@@ -31,17 +31,24 @@ from zerogate.contracts.machine import Collectives
 from zerogate.contracts.microbench import Microbench, Spread
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.robust import quartiles
+from zerogate.runtime.nodes import NodeLayout, local_nodes
 
 # Assumed: far longer than any one rate's timing (a few seconds), so a wait this long means a process died.
 WAIT_TIMEOUT_S = 600.0
 
 
 def ranks_on_host(spec: RunSpec) -> int:
-    """Processes that time the benchmarks at once: the run's ranks on one host on the CPU accelerator (all
-    of them on one node, ``nodes.ranks_per_node`` across several), one on a GPU."""
+    """Processes that time the benchmarks at once: on the CPU accelerator the run's ranks on this machine (all
+    of them on one node; across several, ``nodes.ranks_per_node`` times the nodes that are this machine,
+    zerogate.runtime.nodes.local_nodes, as zerogate.render.world.threads_per_rank shares its cores), one on a
+    GPU."""
     if spec.accelerator != "cpu":
         return 1
-    return spec.nodes.ranks_per_node if spec.nodes is not None else spec.world_size
+    if spec.nodes is None:
+        return spec.world_size
+    nodes = spec.nodes
+    layout = NodeLayout(hosts=tuple(nodes.hosts), ranks_per_node=nodes.ranks_per_node, mode=nodes.mode)
+    return nodes.ranks_per_node * local_nodes(layout)
 
 
 @dataclass
