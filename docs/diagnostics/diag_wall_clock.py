@@ -22,7 +22,8 @@ for st in (0, 1, 2):
     import pandas as pd
     steps = pd.read_parquet(f"{d}/parsed/steps.parquet")
     per = steps[steps.step > 2].groupby("rank")["step_time(s)"].median().max()
-    print(f"ZeRO-{st}: {len(rows)} steps; measured {per:.3f} s; predicted {st_json['low(s)']:.3f}-{st_json['high(s)']:.3f}")
+    collectives = steps[steps.step > 2].groupby("rank")["collectives(s)"].median().round(3).to_dict()
+    print(f"ZeRO-{st}: {len(rows)} steps; measured {per:.3f} s; predicted {st_json['low(s)']:.3f}-{st_json['high(s)']:.3f}; collectives by rank {collectives}")
     print("   DeepSpeed timers, steps 3-5 median (ms): " + ", ".join(f"{k} {med[k]:.0f}" for k in keys))
     for t in st_json["terms"]:
         print(f"      {t['name']:40s} {t['per']:10s} {t['low(s)']*1e3:7.0f}-{t['high(s)']*1e3:7.0f} ms")
