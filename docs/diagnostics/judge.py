@@ -2,6 +2,19 @@ import json, sys
 import pandas as pd
 from zerogate.analysis.measures import step_time, timed_steps
 root = sys.argv[1]
+from pathlib import Path
+from zerogate.config.profile import load_profile_chain, resolve_profile
+from zerogate.config.settings import profile_settings
+
+
+def warmup_of(point):
+    """training.warmup_steps_excluded of the profile the clone ran: cpu-tiny, or a grid point's written file."""
+    written = Path(f"{root}/results/bench/vm/bench/planner_grid/profiles/{point}.yaml")
+    name = str(written) if written.is_file() else point
+    chain = load_profile_chain(Path(root) / "config/profiles", name, "judge.py", "profile")
+    return profile_settings(resolve_profile(chain)).training.warmup_steps_excluded
+
+
 # The default and every grid point whose profile the clone wrote (both grids), in name order.
 import glob, os
 pts = ["cpu-tiny"] + sorted(os.path.basename(f)[:-5] for f in glob.glob(f"{root}/results/bench/vm/bench/planner_grid/profiles/*.yaml"))
@@ -9,9 +22,9 @@ rows, split = [], []
 for p in pts:
     d = json.load(open(f"{root}/results/{p}/vm/plan/plan_predicted.json"))["step_time"]
     steps = pd.read_parquet(f"{root}/results/{p}/vm/parsed/steps.parquet")
-    # The profiles' warm-up: cpu-tiny's 10; the step-time grids' base planner-grid-steady's 2 (5 steps). The
-    # earlier measure, every judgement before planner-grid-steady: the median of steps 1-3, none excluded.
-    warm = 10 if p == "cpu-tiny" else 2
+    # The profile's own warm-up (training.warmup_steps_excluded, read from its resolved settings). The earlier
+    # measure, every judgement before planner-grid-steady: the median of steps 1-3, none excluded.
+    warm = warmup_of(p)
     m = step_time(steps, warm).value
     first3 = step_time(steps[steps["step"] <= 3], 0).value if p != "cpu-tiny" else float("nan")
     lo, hi = d["low(s)"], d["high(s)"]; mid = (lo + hi) / 2

@@ -30,25 +30,23 @@ from zerogate.contracts.base import Record
 from zerogate.contracts.machine import Collectives
 from zerogate.contracts.microbench import Microbench, Spread
 from zerogate.contracts.run import DsConfig, RunSpec
-from zerogate.robust import quartiles
-from zerogate.runtime.nodes import NodeLayout, local_nodes
+from zerogate.runtime.nodes import NodeLayout, ranks_on_this_machine
 
 # Assumed: far longer than any one rate's timing (a few seconds), so a wait this long means a process died.
 WAIT_TIMEOUT_S = 600.0
 
 
 def ranks_on_host(spec: RunSpec) -> int:
-    """Processes that time the benchmarks at once: on the CPU accelerator the run's ranks on this machine (all
-    of them on one node; across several, ``nodes.ranks_per_node`` times the nodes that are this machine,
-    zerogate.runtime.nodes.local_nodes, as zerogate.render.world.threads_per_rank shares its cores), one on a
-    GPU."""
+    """Processes that time the benchmarks at once: on the CPU accelerator the run's ranks that share this
+    machine's cores (zerogate.runtime.nodes.ranks_on_this_machine, as the threads per rank count them), one
+    on a GPU."""
     if spec.accelerator != "cpu":
         return 1
-    if spec.nodes is None:
-        return spec.world_size
     nodes = spec.nodes
+    if nodes is None:
+        return spec.world_size
     layout = NodeLayout(hosts=tuple(nodes.hosts), ranks_per_node=nodes.ranks_per_node, mode=nodes.mode)
-    return nodes.ranks_per_node * local_nodes(layout)
+    return ranks_on_this_machine(spec.world_size, layout)
 
 
 @dataclass
@@ -172,15 +170,8 @@ def pooled_spread(spreads: Sequence[Spread]) -> Spread:
     """One rate's repeats from every process as one spread: quartiles of them all, the samples in process
     order, the median of the processes' shares of their cores."""
     samples = [sample for spread in spreads for sample in spread.samples]
-    q1, median, q3 = quartiles(samples)
     shares = [spread.cpu_share for spread in spreads if spread.cpu_share is not None]
-    return Spread(
-        median=median,
-        q1=q1,
-        q3=q3,
-        samples=samples,
-        cpu_share=round(statistics.median(shares), 3) if shares else None,
-    )
+    return Spread.of_repeats(samples, round(statistics.median(shares), 3) if shares else None)
 
 
 R = TypeVar("R", bound=Record)

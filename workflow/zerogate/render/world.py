@@ -10,7 +10,7 @@ from zerogate.config.training import RunTraining
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.run import NodesSpec
 from zerogate.errors import InputError
-from zerogate.runtime.nodes import NodeLayout, local_nodes
+from zerogate.runtime.nodes import NodeLayout, ranks_on_this_machine
 
 
 def thread_env(threads_per_rank: int) -> dict[str, str]:
@@ -63,10 +63,9 @@ def check_described_world(
 
 
 def threads_per_rank(cores: int, ranks: int, nodes: NodeLayout) -> int:
-    """Each rank's share of this machine's cores. The ranks that share them: all of them on one node; on
-    several, those of the nodes that are this machine (two local nodes in the tests, one on a real
-    cluster)."""
-    return max(1, cores // (nodes.ranks_per_node * local_nodes(nodes) if nodes.multi_node else ranks))
+    """Each rank's share of this machine's cores, among the ranks that share them
+    (zerogate.runtime.nodes.ranks_on_this_machine)."""
+    return max(1, cores // ranks_on_this_machine(ranks, nodes))
 
 
 def nodes_spec(nodes: NodeLayout, section: dict[str, Any] | None, profile_file: str) -> NodesSpec | None:

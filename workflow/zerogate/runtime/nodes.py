@@ -184,6 +184,12 @@ def local_nodes(nodes: NodeLayout) -> int:
     return sum(is_this_machine(host) for host in nodes.hosts) or 1
 
 
+def ranks_on_this_machine(ranks: int, nodes: NodeLayout) -> int:
+    """The run's ranks that share this machine's cores: all ``ranks`` on one node; on several, those of the
+    nodes that are this machine (two local nodes in the tests, one on a real cluster)."""
+    return nodes.ranks_per_node * local_nodes(nodes) if nodes.multi_node else ranks
+
+
 def launcher_commands(
     nodes: NodeLayout,
     deepspeed: str,
