@@ -17,7 +17,6 @@ from pydantic import Field
 from zerogate.contracts.base import Artefact, Record
 from zerogate.contracts.machine import Collectives
 from zerogate.contracts.run import Dtype
-from zerogate.robust import quartiles
 
 # The three products of one linear layer's training step, y = x W^T (x: tokens x in, W: out x in):
 # forward y = x W^T (m = tokens, k = in, n = out); backward_input dx = dy W (m = tokens, k = out, n = in);
@@ -40,12 +39,6 @@ class Spread(Record):
     # it had its cores, lower when other processes took turns on them (a shared machine; the rate is then
     # below what the machine does alone). On a GPU the host may spin while it waits. None: not recorded.
     cpu_share: float | None = None
-
-    @classmethod
-    def of_repeats(cls, samples: list[float], cpu_share: float | None) -> Spread:
-        """The spread of these repeats' rates (zerogate.robust.quartiles), with the share of the cores."""
-        q1, median, q3 = quartiles(samples)
-        return cls(median=median, q1=q1, q3=q3, samples=list(samples), cpu_share=cpu_share)
 
 
 class MatmulRate(Record):

@@ -30,6 +30,7 @@ from zerogate.contracts.base import Record
 from zerogate.contracts.machine import Collectives
 from zerogate.contracts.microbench import Microbench, Spread
 from zerogate.contracts.run import DsConfig, RunSpec
+from zerogate.robust import quartiles
 from zerogate.runtime.nodes import NodeLayout, ranks_on_this_machine
 
 # Assumed: far longer than any one rate's timing (a few seconds), so a wait this long means a process died.
@@ -170,8 +171,15 @@ def pooled_spread(spreads: Sequence[Spread]) -> Spread:
     """One rate's repeats from every process as one spread: quartiles of them all, the samples in process
     order, the median of the processes' shares of their cores."""
     samples = [sample for spread in spreads for sample in spread.samples]
+    q1, median, q3 = quartiles(samples)
     shares = [spread.cpu_share for spread in spreads if spread.cpu_share is not None]
-    return Spread.of_repeats(samples, round(statistics.median(shares), 3) if shares else None)
+    return Spread(
+        median=median,
+        q1=q1,
+        q3=q3,
+        samples=samples,
+        cpu_share=round(statistics.median(shares), 3) if shares else None,
+    )
 
 
 R = TypeVar("R", bound=Record)

@@ -113,7 +113,14 @@ def rate_samples(
 
 def spread_of(samples: Samples) -> Spread:
     """The contract's spread of the repeats' rates, with the median share of the cores they had."""
-    return Spread.of_repeats(samples.rates, round(quartiles(samples.cpu_shares)[1], 3))
+    q1, median, q3 = quartiles(samples.rates)
+    return Spread(
+        median=median,
+        q1=q1,
+        q3=q3,
+        samples=samples.rates,
+        cpu_share=round(quartiles(samples.cpu_shares)[1], 3),
+    )
 
 
 # --- matrix products ----------------------------------------------------------------------------------
