@@ -30,8 +30,12 @@ overlaps only what DeepSpeed runs on separate streams. Terms, per optimizer step
   memory (DeepSpeed's CPU Adam, all ranks' partitions on one host's memory) or the device's (the fused Adam on
   the rank's partition), at HOST_MEMORY / DEVICE_MEMORY of the bandwidth;
 - the boundary's serial sections (stage3.py ``step``): the gradient norm and unscale over the gradient
-  partition (``_get_norm_groups``, ``unscale_and_clip_grads``: read it twice, write it once, fp32), the
-  boundary's collectives (persistent parameters re-gathered, the norm's all-reduce).
+  partition (``_get_norm_groups``, ``unscale_and_clip_grads``: at ZeRO 1-3 on a float64 copy of each
+  gradient, zerogate.predict.step_time_update.norm_bytes_per_element), the boundary's collectives
+  (persistent parameters re-gathered, the norm's all-reduce);
+- the copies DeepSpeed makes around its reductions (into the bucket, divided, flattened for the collective,
+  the owner's partition) and at the boundary (the partition flattened, the updated partition into the
+  16-bit one): zerogate.predict.step_time_copies, serial.
 
 The overlap rule (DeepSpeed 0.19.8, torch): on a device that runs asynchronously (CUDA) with ``overlap_comm``
 (zero/config.py ``overlap_comm_valid``: on by default at stage 3), ZeRO-3 all-gathers on its own stream
@@ -62,6 +66,7 @@ from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.microbench_rates import MeasuredRates
 from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.setup import Setup
+from zerogate.predict.step_time_copies import copy_terms
 from zerogate.predict.step_time_modules import module_terms
 from zerogate.predict.step_time_operators import operator_terms
 from zerogate.predict.step_time_terms import (
@@ -71,12 +76,12 @@ from zerogate.predict.step_time_terms import (
     HOST_WORK,
     Seconds,
     Term,
-    boundary_terms,
     collective_terms,
     compute_terms,
     host_copy_terms,
     overlaps,
 )
+from zerogate.predict.step_time_update import boundary_terms
 
 
 def _mid(seconds: Seconds) -> float:
@@ -210,6 +215,7 @@ def step_time(
         + operator_terms(operators, setup, machine, measured)
         + collective_terms(counts, setup, machine, overlap)
         + host_copy_terms(counts, setup, machine, overlap, measured)
+        + copy_terms(counts, setup, machine, measured)
         + boundary_terms(counts, setup, machine, measured)
     )
     micro = [t for t in terms if t.per == MICRO_STEP]

@@ -18,7 +18,6 @@ from zerogate.predict.collectives import DERIVED
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.fetch_trace import zero3_gathers
 from zerogate.predict.floor import (
-    adam_bytes_per_param,
     collective_time,
     counted_product_parameters,
     latency_seconds,
@@ -40,9 +39,6 @@ COMPUTE, COLLECTIVE, HOST_COPY, OPTIMIZER, SERIAL, HOST_WORK = (
 # Bytes of one gradient element where DeepSpeed accumulates and offloads it (gradient_accumulation_dtype:
 # fp32 for 16-bit training, stage3.py ``grad_partitions_flat_buffer``).
 GRAD_ACCUMULATION_BYTES = 4
-# The gradient norm and unscale per gradient element: read for the norm, read and written to unscale.
-NORM_BYTES_PER_ELEMENT = 3 * GRAD_ACCUMULATION_BYTES
-
 Seconds = tuple[float, float] | None
 
 
@@ -378,14 +374,14 @@ def host_copy_terms(
     return terms
 
 
-def _partition(counts: ModelCounts, setup: Setup) -> float:
+def optimizer_partition(counts: ModelCounts, setup: Setup) -> float:
     """Elements of one rank's optimizer partition (every parameter without ZeRO)."""
     if setup.stage == 0:
         return counts.total
     return counts.partition_numel(setup.ranks) if setup.stage == 3 else counts.total / setup.ranks
 
 
-def _memory_bound(
+def memory_bound(
     moved_per_rank: float, setup: Setup, machine: MachineDescription, on_host: bool
 ) -> tuple[Seconds, str]:
     """(low, high) seconds to stream ``moved_per_rank`` bytes on every rank: over the host's memory (all
@@ -409,52 +405,25 @@ def _memory_bound(
     )
 
 
-def _measured_update(partition: float, setup: Setup, rate: Rate) -> tuple[Seconds, str]:
-    """(low, high) seconds of the update from the micro-benchmark over one rank's partition, timed alone with
-    a rank's threads: low, every rank updates at that rate at once; high, the host's ranks share what one
-    rank reached (memory-bound ranks on one host's memory), at the rate's slowest repeat."""
-    low, high = partition / rate.high, setup.ranks_per_node * partition / rate.low
-    return (low, high), (
-        f"measured: {rate.source} ({REPEAT_RANGE}); {setup.ranks_per_node} rank(s) on the host "
-        "at once: between each at the measured rate and one after another"
-    )
-
-
-def boundary_terms(
-    counts: ModelCounts, setup: Setup, machine: MachineDescription, measured: MeasuredRates | None = None
-) -> list[Term]:
-    """The optimizer update and the gradient norm and unscale, serial at the boundary (stage3.py ``step``);
-    the update at the micro-benchmarks' measured rate where ``measured`` has one for its device."""
-    on_host = setup.offload_optimizer or not machine.gpus
-    partition = _partition(counts, setup)
-    rate = None
-    if measured is not None:
-        rate = measured.cpu_update_param_per_s if on_host else measured.device_update_param_per_s
-    adam, adam_rate = (
-        _measured_update(partition, setup, rate)
-        if rate is not None
-        else _memory_bound(partition * adam_bytes_per_param(setup.dtype_bytes), setup, machine, on_host)
-    )
-    norm, norm_rate = _memory_bound(partition * NORM_BYTES_PER_ELEMENT, setup, machine, on_host)
-    adam_name = "CPU Adam update" if on_host else "fused Adam update on the device"
-    return [
-        Term(
-            adam_name,
-            OPTIMIZER,
-            BOUNDARY,
-            adam,
-            False,
-            f"{adam_bytes_per_param(setup.dtype_bytes)} B per parameter of the partition "
-            f"(zerogate.predict.floor.adam_bytes_per_param: ops/adam/cpu_adam.py -> csrc/adam Step_AVX, or "
-            f"the fused multi-tensor Adam); {adam_rate}",
-        ),
-        Term(
-            "gradient norm and unscale",
-            SERIAL,
-            BOUNDARY,
-            norm,
-            False,
-            f"{NORM_BYTES_PER_ELEMENT} B per gradient element (stage3.py _get_norm_groups reads the fp32 "
-            f"partition, unscale_and_clip_grads reads and writes it); {norm_rate}",
-        ),
-    ]
+def memory_traffic(
+    bytes_by_numel: dict[int, float],
+    setup: Setup,
+    machine: MachineDescription,
+    on_host: bool,
+    measured: MeasuredRates | None,
+) -> tuple[Seconds, str]:
+    """(low, high) seconds of one rank's memory traffic (bytes read and written, keyed by the elements of the
+    tensors each op moves): where the host runs a micro-step's ops one after another and the
+    micro-benchmarks timed the operator chains (the CPU accelerator), at the chains' cost per byte at each
+    size (OperatorLines.traffic_s, the rate the functional operators take; every rank's chain timed with the
+    others running); else over the memory's bandwidth at its achievable fraction (:func:`memory_bound`)."""
+    lines = None if measured is None else measured.operator_lines
+    moved = sum(bytes_by_numel.values())
+    if lines is not None and host_runs_between_products(setup, machine):
+        low, high = lines.traffic_s(bytes_by_numel)
+        sizes = ", ".join(f"{b:.4g} B on {n} elements" for n, b in sorted(bytes_by_numel.items()))
+        return (low, high), (
+            f"{sizes} at the operator chains' cost per byte by size (OperatorLines.traffic_s); measured: "
+            f"{lines.source}"
+        )
+    return memory_bound(moved, setup, machine, on_host)

@@ -1,0 +1,101 @@
+"""The step-time ledger's copies around ZeRO's reductions and update, and the norm's float64 copy
+(zerogate.predict.step_time_copies, step_time_terms.norm_bytes_per_element): each against DeepSpeed's
+copies counted by hand, priced at the chains' cost by size on the CPU accelerator and at the memory's
+bandwidth on a GPU box."""
+
+import pytest
+
+from tests.unit.test_floor_comms import cpu_setup, tiny_counts
+from tests.unit.test_microbench import CHAINS, OVERHEAD, bench
+from tests.unit.test_step_time import NVLINK_BOX, qwen3_8b, zero3_setup
+from zerogate.config.machines import load_description
+from zerogate.predict import rates
+from zerogate.predict.microbench_rates import rates_from_microbench
+from zerogate.predict.step_time import step_time
+from zerogate.predict.step_time_copies import (
+    BOUNDARY_COPIES,
+    REDUCTION_COPIES,
+    boundary_copies,
+    reduction_copies,
+)
+from zerogate.predict.step_time_update import norm_bytes_per_element
+
+E = 2010  # tiny_counts: two 1000-element matrices and a 10-element norm
+
+
+def test_the_reduction_copies_by_stage_counted_by_hand():
+    counts = tiny_counts()
+    # ZeRO-0: flatten, scale after the all-reduce, copy back: 3 x (read + write) of every fp32 gradient, once
+    # per optimizer step whatever G, on the whole model as one bucket.
+    ddp = reduction_copies(counts, cpu_setup(stage=0, offload_optimizer=False, offload_param=False))
+    assert ddp.per == "boundary" and ddp.bytes_by_numel == {E: 3 * 2 * E * 4}
+    # ZeRO-2, G = 8, no offload: every micro-step the bucket pass (3 x 2 E b) and the owner's two copies of
+    # its partition (2 x 2 P b), the bucket 2010 elements at most, the owner's share half of it.
+    zero2 = reduction_copies(counts, cpu_setup(stage=2, offload_optimizer=False, offload_param=False))
+    assert zero2.per == "micro_step"
+    assert zero2.bytes_by_numel == {E: 8 * 3 * 2 * E * 4, 1005: 8 * 2 * 2 * 1005 * 4}
+    # ZeRO-1 reduces once, at the boundary; with the optimizer offloaded the partition buffer's copy is the
+    # offload's own.
+    zero1 = reduction_copies(counts, cpu_setup(stage=1, offload_optimizer=True, offload_param=False))
+    assert zero1.per == "boundary" and zero1.bytes_by_numel == {E: 3 * 2 * E * 4, 1005: 2 * 1005 * 4}
+    # ZeRO-3: the bucket pass every micro-step; the partition copied into the fp32 buffer on the first
+    # micro-step and added there on the 7 others (read two, write one).
+    partition = counts.partition_numel(2)
+    zero3 = reduction_copies(counts, cpu_setup(reduce_bucket=1000))
+    assert zero3.per == "micro_step"
+    assert zero3.bytes_by_numel == {1000: 8 * 3 * 2 * E * 4, 500: 2 * partition * 4 + 7 * 3 * partition * 4}
+
+
+def test_the_boundary_copies_by_stage_counted_by_hand():
+    counts = tiny_counts()
+    p2 = 1005
+    # ZeRO-2 without offload: the partition flattened (2 P b) and the fp32 partition into the 16-bit one
+    # (P x (4 + b)); with the offload only the latter; ZeRO-3 with the offload: the offload's own copies.
+    zero2 = boundary_copies(counts, cpu_setup(stage=2, offload_optimizer=False, offload_param=False))
+    assert zero2.bytes_by_numel == {p2: 2 * p2 * 4 + p2 * 8}
+    offloaded = boundary_copies(counts, cpu_setup(stage=2, offload_optimizer=True, offload_param=False))
+    assert offloaded.bytes_by_numel == {p2: p2 * 8}
+    assert boundary_copies(counts, cpu_setup()).bytes_by_numel == {}
+    assert boundary_copies(counts, cpu_setup(stage=0, offload_optimizer=False)).bytes_by_numel == {}
+    bf16 = boundary_copies(qwen3_8b(), zero3_setup())
+    p3 = qwen3_8b().partition_numel(4)
+    assert bf16.bytes_by_numel == {p3: 2 * p3 * 4 + p3 * (4 + 2)}
+
+
+def test_the_norm_reads_a_float64_copy_above_zero_0():
+    # 4 B read, 8 written and 8 read again as float64, 8 to unscale; ZeRO-0's clip_grad_norm_ stays in fp32.
+    assert norm_bytes_per_element(zero3_setup()) == 28
+    assert norm_bytes_per_element(zero3_setup(stage=1)) == 28
+    assert norm_bytes_per_element(zero3_setup(stage=0)) == 12
+
+
+def test_on_the_cpu_accelerator_the_copies_take_the_chains_cost_by_size_and_add_to_the_step():
+    box = load_description(NVLINK_BOX)
+    cpu = box.model_validate({**box.plain(), "gpus": [], "nvlink": False, "peer_to_peer": False})
+    measured = rates_from_microbench(bench(OVERHEAD, CHAINS))
+    lines = measured.operator_lines
+    setup = cpu_setup(stage=2, offload_optimizer=False, offload_param=False)
+    result = step_time(tiny_counts(), setup, cpu, measured)
+    terms = {t.name: t for t in result.terms}
+    copies = reduction_copies(tiny_counts(), setup)
+    expected = lines.traffic_s(copies.bytes_by_numel)
+    assert (terms[REDUCTION_COPIES].low_s, terms[REDUCTION_COPIES].high_s) == pytest.approx(expected)
+    assert terms[REDUCTION_COPIES].kind == "serial" and not terms[REDUCTION_COPIES].overlapped
+    assert "operator chains" in terms[REDUCTION_COPIES].source
+    # The norm takes the same rate, at its 28 B per element of the partition, on the largest gradient.
+    norm = terms["gradient norm and unscale"]
+    assert (norm.low_s, norm.high_s) == pytest.approx(lines.traffic_s({1000: 28 * 1005}))
+    # Every term serial on a synchronised device: the ends are the sums of the terms' ends.
+    assert result.low_s == pytest.approx(sum(t.low_s for t in result.terms if t.low_s is not None))
+
+
+def test_on_a_gpu_box_the_copies_stream_through_the_devices_memory():
+    box = load_description(NVLINK_BOX)
+    counts, setup = qwen3_8b(), zero3_setup()
+    terms = {t.name: t for t in step_time(counts, setup, box).terms}
+    moved = reduction_copies(counts, setup).total_bytes
+    bandwidth = min(g.memory_bandwidth_gbps for g in box.gpus) * 1e9
+    assert terms[REDUCTION_COPIES].low_s == pytest.approx(moved / (bandwidth * rates.DEVICE_MEMORY.high))
+    assert terms[REDUCTION_COPIES].high_s == pytest.approx(moved / (bandwidth * rates.DEVICE_MEMORY.low))
+    assert not terms[REDUCTION_COPIES].overlapped
+    assert terms[BOUNDARY_COPIES].per == "boundary"

@@ -1,0 +1,101 @@
+"""The step-time ledger's boundary terms (zerogate.predict.step_time, whose docstring says what each is and
+where it comes from): the optimizer update and the gradient norm and unscale, serial after the last
+micro-step."""
+
+from __future__ import annotations
+
+from zerogate.config.machines import MachineDescription
+from zerogate.contracts.model import ModelCounts
+from zerogate.predict.comms_terms import BOUNDARY
+from zerogate.predict.floor import adam_bytes_per_param
+from zerogate.predict.microbench_rates import REPEAT_RANGE, MeasuredRates, Rate
+from zerogate.predict.setup import Setup
+from zerogate.predict.step_time_terms import (
+    GRAD_ACCUMULATION_BYTES,
+    OPTIMIZER,
+    SERIAL,
+    Seconds,
+    Term,
+    memory_bound,
+    memory_traffic,
+    optimizer_partition,
+)
+
+# Bytes of one element of a gradient norm's copy at ZeRO stages 1-3: DeepSpeed casts each gradient to
+# get_norm_dtype() before its norm (zero/utils.py: torch.double where the accelerator has fp64, which
+# accelerator/abstract_accelerator.py is_fp64_supported says of every accelerator but MPS; stage_1_and_2.py
+# and stage3.py ``get_grad_norm_direct``, ``_constant_buffered_norm2``).
+NORM_DTYPE_BYTES = 8
+
+
+def norm_bytes_per_element(setup: Setup) -> int:
+    """Bytes read and written per gradient element by the boundary's gradient norm and unscale: at ZeRO 1-3
+    the fp32 gradient read into a float64 copy, written and read again for its norm
+    (:data:`NORM_DTYPE_BYTES`), then read and written to unscale (``unscale_and_clip_grads``); at ZeRO-0 the
+    engine's ``clip_grad_norm_`` (runtime/utils.py) takes each gradient's norm in fp32 (``.float().norm``):
+    read once, then read and written to clip."""
+    if setup.stage == 0:
+        return 3 * GRAD_ACCUMULATION_BYTES
+    return GRAD_ACCUMULATION_BYTES + 2 * NORM_DTYPE_BYTES + 2 * GRAD_ACCUMULATION_BYTES
+
+
+def _largest_gradient(counts: ModelCounts, setup: Setup) -> int:
+    """Elements of the largest gradient tensor the boundary's norm takes one at a time: a parameter's
+    partition at ZeRO-3, a parameter's gradient below it (its slice of the partition at most)."""
+    largest = max(counts.numels, default=counts.total)
+    return -(-largest // setup.ranks) if setup.stage == 3 else largest
+
+
+def _measured_update(partition: float, setup: Setup, rate: Rate) -> tuple[Seconds, str]:
+    """(low, high) seconds of the update from the micro-benchmark over one rank's partition, timed alone with
+    a rank's threads: low, every rank updates at that rate at once; high, the host's ranks share what one
+    rank reached (memory-bound ranks on one host's memory), at the rate's slowest repeat."""
+    low, high = partition / rate.high, setup.ranks_per_node * partition / rate.low
+    return (low, high), (
+        f"measured: {rate.source} ({REPEAT_RANGE}); {setup.ranks_per_node} rank(s) on the host "
+        "at once: between each at the measured rate and one after another"
+    )
+
+
+def boundary_terms(
+    counts: ModelCounts, setup: Setup, machine: MachineDescription, measured: MeasuredRates | None = None
+) -> list[Term]:
+    """The optimizer update and the gradient norm and unscale, serial at the boundary (stage3.py ``step``);
+    the update at the micro-benchmarks' measured rate where ``measured`` has one for its device."""
+    on_host = setup.offload_optimizer or not machine.gpus
+    partition = optimizer_partition(counts, setup)
+    rate = None
+    if measured is not None:
+        rate = measured.cpu_update_param_per_s if on_host else measured.device_update_param_per_s
+    adam, adam_rate = (
+        _measured_update(partition, setup, rate)
+        if rate is not None
+        else memory_bound(partition * adam_bytes_per_param(setup.dtype_bytes), setup, machine, on_host)
+    )
+    norm_bytes = norm_bytes_per_element(setup)
+    norm, norm_rate = memory_traffic(
+        {_largest_gradient(counts, setup): partition * norm_bytes}, setup, machine, on_host, measured
+    )
+    adam_name = "CPU Adam update" if on_host else "fused Adam update on the device"
+    return [
+        Term(
+            adam_name,
+            OPTIMIZER,
+            BOUNDARY,
+            adam,
+            False,
+            f"{adam_bytes_per_param(setup.dtype_bytes)} B per parameter of the partition "
+            f"(zerogate.predict.floor.adam_bytes_per_param: ops/adam/cpu_adam.py -> csrc/adam Step_AVX, or "
+            f"the fused multi-tensor Adam); {adam_rate}",
+        ),
+        Term(
+            "gradient norm and unscale",
+            SERIAL,
+            BOUNDARY,
+            norm,
+            False,
+            f"{norm_bytes} B per gradient element (zerogate.predict.step_time_update.norm_bytes_per_element: "
+            f"stage3.py _get_norm_groups, stage_1_and_2.py scaled_global_norm, unscale_and_clip_grads; "
+            f"runtime/utils.py clip_grad_norm_ at ZeRO-0); {norm_rate}",
+        ),
+    ]
