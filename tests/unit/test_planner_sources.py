@@ -75,3 +75,15 @@ def test_make_plan_plans_again_when_any_module_it_imports_changes():
     imported = imported_files(WORKFLOW / "scripts" / "plan_model.py")
     assert "workflow/zerogate/predict/step_time.py" in imported
     assert imported - PLUMBING - listed == set()
+
+
+def test_predict_step_time_predicts_again_when_any_module_it_imports_changes():
+    done = snakemake("-n", "--forcerun", "predict_step_time", "--", "predict_step_time")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    block = done.stdout[done.stdout.index("rule predict_step_time:") :]
+    inputs = re.search(r"^\s+input: (.*)$", block, re.MULTILINE)
+    assert inputs is not None, block[:3000]
+    listed = {path.strip() for path in inputs[1].split(",")}
+    imported = imported_files(WORKFLOW / "scripts" / "replan_with_measured_compute.py")
+    assert "workflow/zerogate/predict/step_time_copies.py" in imported
+    assert imported - PLUMBING - listed == set()

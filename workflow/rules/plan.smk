@@ -143,6 +143,9 @@ rule predict_step_time:
         ds_config=rules.render_deepspeed_config.output.ds_config,
         run_spec=rules.render_deepspeed_config.output.run_spec,
         microbench=rules.measure_microbenchmarks.output.microbench,
+        # No rule trains from this file, so a changed planner predicts again (plan_run must not: training
+        # depends on its plan).
+        planner=PLANNER_SOURCES,
     output:
         plan=result("plan/plan_predicted.json"),
     log:
