@@ -6,8 +6,9 @@ bandwidth on a GPU box."""
 import pytest
 
 from tests.unit.test_floor_comms import cpu_setup, tiny_counts
+from tests.unit.test_ledger import claim_setup, oracle_counts
 from tests.unit.test_microbench import CHAINS, OVERHEAD, bench
-from tests.unit.test_step_time import NVLINK_BOX, qwen3_8b, zero3_setup
+from tests.unit.test_step_time import CLAIM_BOX, NVLINK_BOX, qwen3_8b, zero3_setup
 from zerogate.config.machines import load_description
 from zerogate.predict import rates
 from zerogate.predict.microbench_rates import rates_from_microbench
@@ -18,6 +19,7 @@ from zerogate.predict.step_time_copies import (
     boundary_copies,
     reduction_copies,
 )
+from zerogate.predict.step_time_terms import memory_bound
 from zerogate.predict.step_time_update import norm_bytes_per_element
 
 E = 2010  # tiny_counts: two 1000-element matrices and a 10-element norm
@@ -99,3 +101,15 @@ def test_on_a_gpu_box_the_copies_stream_through_the_devices_memory():
     assert terms[REDUCTION_COPIES].high_s == pytest.approx(moved / (bandwidth * rates.DEVICE_MEMORY.low))
     assert not terms[REDUCTION_COPIES].overlapped
     assert terms[BOUNDARY_COPIES].per == "boundary"
+
+
+def test_with_the_optimizer_offloaded_the_norm_runs_on_the_device_and_the_unscale_on_the_host():
+    box = load_description(CLAIM_BOX)
+    counts, setup = oracle_counts(), claim_setup()  # 14e9 parameters, 2 ranks, both offloads
+    partition = counts.partition_numel(2)
+    norm = {t.name: t for t in step_time(counts, setup, box).terms}["gradient norm and unscale"]
+    on_device, _ = memory_bound(partition * 20, setup, box, on_host=False)
+    on_host, _ = memory_bound(partition * 8, setup, box, on_host=True)
+    assert (norm.low_s, norm.high_s) == pytest.approx((on_device[0] + on_host[0], on_device[1] + on_host[1]))
+    assert "the norm 20 B an element on the device" in norm.source
+    assert "the unscale 8 B an element on the host" in norm.source

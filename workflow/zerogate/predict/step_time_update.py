@@ -16,6 +16,7 @@ from zerogate.predict.step_time_terms import (
     SERIAL,
     Seconds,
     Term,
+    host_runs_between_products,
     memory_bound,
     memory_traffic,
     optimizer_partition,
@@ -28,15 +29,55 @@ from zerogate.predict.step_time_terms import (
 NORM_DTYPE_BYTES = 8
 
 
-def norm_bytes_per_element(setup: Setup) -> int:
-    """Bytes read and written per gradient element by the boundary's gradient norm and unscale: at ZeRO 1-3
-    the fp32 gradient read into a float64 copy, written and read again for its norm
-    (:data:`NORM_DTYPE_BYTES`), then read and written to unscale (``unscale_and_clip_grads``); at ZeRO-0 the
-    engine's ``clip_grad_norm_`` (runtime/utils.py) takes each gradient's norm in fp32 (``.float().norm``):
-    read once, then read and written to clip."""
+# Bytes per element the unscale reads and writes (``unscale_and_clip_grads``: ``mul_`` on the fp32 partition).
+UNSCALE_BYTES = 2 * GRAD_ACCUMULATION_BYTES
+
+
+def norm_bytes(setup: Setup) -> int:
+    """Bytes read and written per gradient element by the boundary's gradient norm: at ZeRO 1-3 the fp32
+    gradient read into a float64 copy, written and read again for its norm (:data:`NORM_DTYPE_BYTES`); at
+    ZeRO-0 the engine's ``clip_grad_norm_`` (runtime/utils.py) takes each gradient's norm in fp32
+    (``.float().norm``): read once."""
     if setup.stage == 0:
-        return 3 * GRAD_ACCUMULATION_BYTES
-    return GRAD_ACCUMULATION_BYTES + 2 * NORM_DTYPE_BYTES + 2 * GRAD_ACCUMULATION_BYTES
+        return GRAD_ACCUMULATION_BYTES
+    return GRAD_ACCUMULATION_BYTES + 2 * NORM_DTYPE_BYTES
+
+
+def norm_bytes_per_element(setup: Setup) -> int:
+    """Bytes per gradient element of the norm and the unscale together (:func:`norm_bytes` +
+    :data:`UNSCALE_BYTES`)."""
+    return norm_bytes(setup) + UNSCALE_BYTES
+
+
+def _norm_and_unscale(
+    counts: ModelCounts, setup: Setup, machine: MachineDescription, measured: MeasuredRates | None
+) -> tuple[Seconds, str]:
+    """(low, high) seconds of the norm and the unscale over one rank's gradient partition, and their rates.
+    The norm runs where the gradients are reduced: on the device, also with the optimizer offloaded (its
+    norm is taken on the device's gradient buffer before the copy out: stage3.py
+    ``_offload_grad_partition_at_boundary``, stage_1_and_2.py ``set_norm_for_param_grad_in_gpu``); the
+    unscale where the optimizer's fp32 partition is (the host's with the offload)."""
+    host_memory = host_runs_between_products(setup, machine)
+    partition, largest = optimizer_partition(counts, setup), _largest_gradient(counts, setup)
+    parts = (
+        ("norm", norm_bytes(setup), host_memory, largest),
+        ("unscale", UNSCALE_BYTES, host_memory or setup.offload_optimizer, int(partition)),
+    )
+    if parts[0][2] == parts[1][2]:  # one memory: the two at once, on the largest gradient's size
+        return memory_traffic(
+            {largest: partition * norm_bytes_per_element(setup)}, setup, machine, host_memory, measured
+        )
+    seconds: list[Seconds] = []
+    rates = []
+    for what, per_element, on_host, numel in parts:
+        found, rate = memory_traffic({numel: partition * per_element}, setup, machine, on_host, measured)
+        seconds.append(found)
+        rates.append(
+            f"the {what} {per_element} B an element on the {'host' if on_host else 'device'}: {rate}"
+        )
+    if any(found is None for found in seconds):
+        return None, "; ".join(rates)
+    return (sum(f[0] for f in seconds), sum(f[1] for f in seconds)), "; ".join(rates)  # type: ignore[index]
 
 
 def _largest_gradient(counts: ModelCounts, setup: Setup) -> int:
@@ -72,10 +113,7 @@ def boundary_terms(
         if rate is not None
         else memory_bound(partition * adam_bytes_per_param(setup.dtype_bytes), setup, machine, on_host)
     )
-    norm_bytes = norm_bytes_per_element(setup)
-    norm, norm_rate = memory_traffic(
-        {_largest_gradient(counts, setup): partition * norm_bytes}, setup, machine, on_host, measured
-    )
+    norm, norm_rate = _norm_and_unscale(counts, setup, machine, measured)
     adam_name = "CPU Adam update" if on_host else "fused Adam update on the device"
     return [
         Term(
@@ -94,7 +132,8 @@ def boundary_terms(
             BOUNDARY,
             norm,
             False,
-            f"{norm_bytes} B per gradient element (zerogate.predict.step_time_update.norm_bytes_per_element: "
+            f"{norm_bytes_per_element(setup)} B per gradient element "
+            "(zerogate.predict.step_time_update.norm_bytes_per_element: "
             f"stage3.py _get_norm_groups, stage_1_and_2.py scaled_global_norm, unscale_and_clip_grads; "
             f"runtime/utils.py clip_grad_norm_ at ZeRO-0); {norm_rate}",
         ),
