@@ -34,6 +34,7 @@ from tests.integration.pipeline import (
 )
 from zerogate.contracts.base import read_lines
 from zerogate.contracts.records import StabiliserEvent, StepRecord, TrainSummary
+from zerogate.train.checkpoint import MARKER
 
 pytestmark = pytest.mark.integration
 STEPS = 40  # the smoke profile's optimizer steps; it checkpoints every 10
@@ -72,6 +73,13 @@ def start(workdir: Path, *args: str) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+    )
+
+
+def latest_checkpoint(results: Path) -> int:
+    """The step of the newest complete checkpoint (its marker written): the one a rerun resumes from."""
+    return max(
+        int(p.parent.name.removeprefix("step")) for p in (results / "checkpoints").glob(f"step*/{MARKER}")
     )
 
 
@@ -114,14 +122,16 @@ def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, li
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     assert not (results / "train/summary.json").exists()
-    assert list((results / "checkpoints").glob("step*/zerogate.json"))
+    assert list((results / "checkpoints").glob(f"step*/{MARKER}"))
     kept = read_lines(StepRecord, results / "logs/train_failed/metrics/rank1.jsonl")
     assert len(kept) >= kill_step - 1
 
     # 2. Rerun: Snakemake trains again rather than trust the partial run (wait_for_step fails otherwise), and
     #    once it has resumed and passed the checkpoint at step 30 the whole Snakemake process group is killed
-    #    (kill -9: nothing gets to clean up; the lock and the incomplete outputs stay).
-    first_checkpoint = kill_step // 10 * 10
+    #    (kill -9: nothing gets to clean up; the lock and the incomplete outputs stay). It resumes from the
+    #    newest checkpoint the kill left: step 10, or 20 where rank 0 ran past step 20 before the kill took.
+    first_checkpoint = latest_checkpoint(results)
+    assert first_checkpoint >= 10
     group_kill_step = random.Random().randint(31, 34)
     print(f"killing the Snakemake process group after step {group_kill_step}")
     process = start(workdir)
@@ -134,10 +144,12 @@ def interrupt_twice_and_resume(workdir: Path, results: Path, whole: dict[int, li
 
     # 3. After a kill -9 the lock needs `snakemake --unlock` (the README says so); then the usual command
     #    resumes: the workflow profile (profiles/default) sets rerun-incomplete, so no flag is needed.
+    last_checkpoint = latest_checkpoint(results)
+    assert last_checkpoint >= 30
     assert snakemake(workdir, targets=("--unlock",), timeout=300).returncode == 0
     done = snakemake(workdir, targets=(SUMMARY,))
     assert done.returncode == 0, done.stderr[-4000:]
-    assert TrainSummary.read(results / "train/summary.json").resumed_from_step == 30
+    assert TrainSummary.read(results / "train/summary.json").resumed_from_step == last_checkpoint
     assert "resumed from" in (results / "logs/train.log").read_text()
     for rank in (0, 1):
         resumed = metrics(results, rank)
