@@ -21,13 +21,7 @@ from zerogate.predict.step_time_terms import (
     memory_traffic,
     optimizer_partition,
 )
-
-# Bytes of one element of a gradient norm's copy at ZeRO stages 1-3: DeepSpeed casts each gradient to
-# get_norm_dtype() before its norm (zero/utils.py: torch.double where the accelerator has fp64, which
-# accelerator/abstract_accelerator.py is_fp64_supported says of every accelerator but MPS; stage_1_and_2.py
-# and stage3.py ``get_grad_norm_direct``, ``_constant_buffered_norm2``).
-NORM_DTYPE_BYTES = 8
-
+from zerogate.predict.zero_states import FP64_BYTES
 
 # Bytes per element the unscale reads and writes (``unscale_and_clip_grads``: ``mul_`` on the fp32 partition).
 UNSCALE_BYTES = 2 * GRAD_ACCUMULATION_BYTES
@@ -35,12 +29,14 @@ UNSCALE_BYTES = 2 * GRAD_ACCUMULATION_BYTES
 
 def norm_bytes(setup: Setup) -> int:
     """Bytes read and written per gradient element by the boundary's gradient norm: at ZeRO 1-3 the fp32
-    gradient read into a float64 copy, written and read again for its norm (:data:`NORM_DTYPE_BYTES`); at
+    gradient read into a float64 copy (DeepSpeed's get_norm_dtype, zero/utils.py: fp64 on every accelerator
+    but MPS, accelerator/abstract_accelerator.py is_fp64_supported), written and read again for its norm
+    (zerogate.predict.zero_states.FP64_BYTES, the memory ledger's size of the same copy); at
     ZeRO-0 the engine's ``clip_grad_norm_`` (runtime/utils.py) takes each gradient's norm in fp32
     (``.float().norm``): read once."""
     if setup.stage == 0:
         return GRAD_ACCUMULATION_BYTES
-    return GRAD_ACCUMULATION_BYTES + 2 * NORM_DTYPE_BYTES
+    return GRAD_ACCUMULATION_BYTES + 2 * FP64_BYTES
 
 
 def norm_bytes_per_element(setup: Setup) -> int:
