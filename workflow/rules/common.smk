@@ -470,6 +470,7 @@ PLANNER_SOURCES = sorted(
     "workflow/zerogate/hardware.py",
     "workflow/zerogate/units.py",
     "config/cards.yaml",
+    "config/host_cpus.yaml",
 ]
 
 

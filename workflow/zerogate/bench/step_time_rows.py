@@ -6,16 +6,20 @@ covers, and judged by zerogate.analysis.step_time_validation.
 The row's box is described as ``make plan BOX=<N>x<card>`` describes one
 (zerogate.config.boxes.box_from_text): each GPU's memory bandwidth and PCIe link, NVLink and peer-to-peer,
 and the collectives' route and GPU-link bandwidth as the card catalogue (config/cards.yaml) has them for the
-card, each with its source; the host's memory bandwidth is in no catalogue, so CPU Adam on a row's host has
-no figure. A card the catalogue does not
-know is described by its name alone (the ledger then names what it lacks).
+card, each with its source; the host's memory bandwidth from the CPU catalogue (config/host_cpus.yaml,
+zerogate.config.host_cpus) where the row names a CPU it has, else none (CPU Adam on that host has no figure).
+A card the catalogue does not know is described by its name alone (the ledger then names what it lacks).
 
 What the source leaves out is bracketed where it takes a few values that change the prediction: the card's
 variant where the row names it without one ("NVIDIA A100": every catalogue card whose name holds it, narrowed
 to the stated memory), the dtype (fp16 and bf16, each at its own peak), the GPUs per node (1, 2, 4 or 8 that
 divide the total: a server holds at most 8, assumed), the offloads' pinned memory (pinned and pageable),
-activation checkpointing (off, and on as the ledger models it: the whole forward again); the interval is the
-lowest low and the highest high over them. A term without a figure on some of the bracketed cards only (the
+activation checkpointing (off, and on as the ledger models it: the whole forward again), the host memory the
+ranks' traffic reaches on a host of several sockets (one socket's, and every socket's: Linux places a page on
+the node of the CPU that first touches it, https://www.kernel.org/doc/html/latest/admin-guide/mm/
+numa_memory_policy.html, "the default policy ... allocate memory from the node of the CPU where the
+allocation takes place", so unbound ranks' buffers may lie on one node); the interval is the lowest low and
+the highest high over them. A term without a figure on some of the bracketed cards only (the
 collectives' latency over a route the catalogue has no measurement for) is named with those cards. What
 cannot be bracketed (a model without a shipped config, the micro-batch, the sequence length, the
 accumulation, the steps of an epoch) makes the row "cannot be judged", naming it.
@@ -37,6 +41,7 @@ from zerogate.analysis.step_time_validation import NOT_JUDGED, Judged, judge, su
 from zerogate.bench.measured_rows import plan_measured
 from zerogate.config.boxes import box_from_text
 from zerogate.config.cards import Card, catalogue, find, name_words
+from zerogate.config.host_cpus import find_cpu, sockets, source_text
 from zerogate.config.machines import MachineDescription
 from zerogate.config.published_setups import (
     OUTCOME_ONLY,
@@ -98,13 +103,26 @@ def needs(row: StepTimeRow) -> list[str]:
 
 class Option(NamedTuple):
     """One value of everything the row leaves open: the catalogue's card (None: the catalogue has none of that
-    name), the dtype, the GPUs per node, the offloads' pinned memory, activation checkpointing."""
+    name), the dtype, the GPUs per node, the offloads' pinned memory, activation checkpointing, the host
+    memory bandwidth its ranks reach (None: the CPU catalogue has no CPU of the row's)."""
 
     card: Card | None
     dtype: str
     per_node: int
     pinned: bool
     checkpointing: bool
+    host_gbps: float | None = None
+
+
+def host_bandwidths(row: StepTimeRow) -> list[float | None]:
+    """The host memory bandwidths the row's ranks may reach, GB/s (module doc): one socket's peak and every
+    socket's, from the CPU catalogue; [None] where the row names no CPU the catalogue has."""
+    text = row.hardware.host_cpu
+    cpu = find_cpu(text)
+    if text is None or cpu is None:
+        return [None]
+    one = cpu.memory.socket_gbps()
+    return sorted({one, one * sockets(text)})
 
 
 def cards_named(row: StepTimeRow) -> list[Card]:
@@ -145,7 +163,7 @@ def options(row: StepTimeRow) -> list[Option]:
     stated = row.setup.activation_checkpointing
     checkpointing = [False, True] if stated is None else [stated]
     combined = itertools.product(
-        cards, dtypes or ["fp16"], per_node, [bool(p) for p in pinned], checkpointing
+        cards, dtypes or ["fp16"], per_node, [bool(p) for p in pinned], checkpointing, host_bandwidths(row)
     )
     return [Option(*values) for values in combined]
 
@@ -155,6 +173,14 @@ def catalogue_box(row: StepTimeRow, card: Card, per_node: int) -> MachineDescrip
     box = box_from_text(f"{per_node}x{card.names[0]}", shown=f"{STEP_TIMES_FILE} ({row.id})")
     nodes = row.hardware.total_gpus // per_node
     return box if nodes == 1 else box.model_copy(update={"nodes": nodes})
+
+
+def with_host_bandwidth(machine: MachineDescription, gbps: float | None) -> MachineDescription:
+    """``machine`` with the host memory bandwidth ``gbps`` where it states none (a stated figure wins)."""
+    if gbps is None or machine.host.memory_bandwidth_gbps:
+        return machine
+    host = machine.host.model_copy(update={"memory_bandwidth_gbps": gbps})
+    return machine.model_copy(update={"host": host})
 
 
 def measured_row(row: StepTimeRow, option: Option) -> MeasuredRow:
@@ -215,6 +241,7 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
         run = runs[key]
         setup = dataclasses.replace(run.planned.setup, pin_memory=option.pinned)
         machine = run.machine if option.card is None else catalogue_box(row, option.card, option.per_node)
+        machine = with_host_bandwidth(machine, option.host_gbps)
         step = step_time(run.planned.counts, setup, machine)
         bounds, decides, lacking = part_seconds(step, row.published.covers)
         for term in lacking:
@@ -283,6 +310,16 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+def host_line(row: StepTimeRow) -> list[str]:
+    """Where the row's host memory bandwidth comes from, where the CPU catalogue has its CPU."""
+    text = row.hardware.host_cpu
+    cpu = find_cpu(text)
+    if text is None or cpu is None:
+        return []
+    shown = f"{sockets(text)} socket(s) of {source_text(cpu)}"
+    return [f"    host memory: {shown}; one socket's to every socket's"]
+
+
 def result_lines(results: list[RowResult]) -> list[str]:
     """Each row: published, predicted interval, deciding term, error, width, verdict and why; the summary."""
     lines = ["== published step times against the step-time ledger (independent) ==", ""]
@@ -300,6 +337,7 @@ def result_lines(results: list[RowResult]) -> list[str]:
             + (f" over {prediction.options} bracketed option(s)" if prediction else "")
             + f"; error {error}; width {_number(judged.width)}x",
             f"    deciding: {', '.join(prediction.deciding) if prediction and prediction.deciding else '-'}",
+            *host_line(result.row),
             f"    verdict: {judged.verdict}: {judged.why}",
         ]
     lines.append("  summary: " + summary_line([r.judged for r in results]))

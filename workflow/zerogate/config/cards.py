@@ -18,8 +18,9 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
@@ -31,6 +32,15 @@ from zerogate.errors import InputError
 REPO = Path(__file__).resolve().parents[3]
 CARDS_FILE = "config/cards.yaml"
 DTYPES = ("fp16", "bf16", "fp32")
+RecordT = TypeVar("RecordT", bound=Record)
+
+
+class Named(Protocol):
+    @property
+    def names(self) -> list[str]: ...
+
+
+NamedT = TypeVar("NamedT", bound=Named)
 # Words of a reported name that name the vendor or the product line, not the card.
 VENDOR_WORDS = frozenset({"nvidia", "geforce", "tesla", "amd", "instinct"})
 
@@ -142,25 +152,34 @@ class Catalogue(CardRecord):
 
     @model_validator(mode="after")
     def _consistent(self) -> Catalogue:
-        seen: dict[tuple[str, ...], str] = {}
-        for card in self.cards:
-            for what, figure in card.cited():
-                if figure.source not in self.sources:
-                    raise ValueError(f"{card.card}: {what}: source '{figure.source}' is not in sources")
-            for name in card.names:
-                words = name_words(name)
-                if words in seen and seen[words] != card.card:
-                    raise ValueError(f"name '{name}' of {card.card} is also {seen[words]}'s")
-                seen[words] = card.card
-        for key, text in self.sources.items():
-            if "https://" not in text:
-                raise ValueError(f"sources.{key}: no URL to open")
+        check_catalogue(self.sources, [(card.card, card.names, card.cited()) for card in self.cards])
         return self
 
     def source_text(self, figure: Cited) -> str:
         """The figure's source as a reader opens it, with how the figure is derived."""
         text = self.sources[figure.source]
         return text if figure.how is None else f"{text}; {figure.how}"
+
+
+def check_catalogue(
+    sources: dict[str, str], entries: list[tuple[str, list[str], list[tuple[str, Any]]]]
+) -> None:
+    """A catalogue's entries, (entry, its names, (what, figure with a ``source``) of each figure), against its
+    sources: every figure's source is one of them, each source has a URL to open, a name belongs to one
+    entry. ValueError naming the first that does not."""
+    seen: dict[tuple[str, ...], str] = {}
+    for entry, names, figures in entries:
+        for what, figure in figures:
+            if figure.source not in sources:
+                raise ValueError(f"{entry}: {what}: source '{figure.source}' is not in sources")
+        for name in names:
+            words = name_words(name)
+            if words in seen and seen[words] != entry:
+                raise ValueError(f"name '{name}' of {entry} is also {seen[words]}'s")
+            seen[words] = entry
+    for key, text in sources.items():
+        if "https://" not in text:
+            raise ValueError(f"sources.{key}: no URL to open")
 
 
 @functools.cache
@@ -170,7 +189,7 @@ def name_words(name: str) -> tuple[str, ...]:
     return tuple(w for w in re.findall(r"[a-z]+|[0-9]+", plain) if w not in VENDOR_WORDS)
 
 
-def _matches(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
+def words_match(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
     """``pattern`` side by side in ``words``, not followed by a letters-only word (a variant)."""
     n = len(pattern)
     for start in range(len(words) - n + 1):
@@ -181,31 +200,42 @@ def _matches(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
     return False
 
 
-@functools.cache
-def catalogue(path: str | None = None) -> Catalogue:
-    """The catalogue (config/cards.yaml, or ``path``), read and checked once."""
-    file = Path(path) if path is not None else REPO / CARDS_FILE
-    shown = str(path) if path is not None else CARDS_FILE
+def read_checked(model: type[RecordT], path: str | None, default: str) -> RecordT:
+    """A catalogue file (``default`` under the repository, or ``path``) read and checked whole as ``model``;
+    one line naming the file and the first wrong key otherwise."""
+    file = Path(path) if path is not None else REPO / default
+    shown = str(path) if path is not None else default
     raw = read_yaml(file, shown)
     try:
-        return Catalogue.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         raise InputError(shown, dotted(list(first["loc"])), first["msg"]) from None
 
 
+def longest_named(text: str | None, entries: Iterable[NamedT]) -> NamedT | None:
+    """The entry whose longest name matches ``text`` (the module doc's lookup); None when none does."""
+    if not text:
+        return None
+    words = name_words(text)
+    best: tuple[int, NamedT] | None = None
+    for entry in entries:
+        for name in entry.names:
+            pattern = name_words(name)
+            if pattern and words_match(pattern, words) and (best is None or len(pattern) > best[0]):
+                best = (len(pattern), entry)
+    return None if best is None else best[1]
+
+
+@functools.cache
+def catalogue(path: str | None = None) -> Catalogue:
+    """The catalogue (config/cards.yaml, or ``path``), read and checked once."""
+    return read_checked(Catalogue, path, CARDS_FILE)
+
+
 def find(device_name: str | None, cards: Catalogue | None = None) -> Card | None:
     """The catalogue's card whose longest name matches ``device_name``; None when none does."""
-    if not device_name:
-        return None
-    words = name_words(device_name)
-    best: tuple[int, Card] | None = None
-    for card in (cards or catalogue()).cards:
-        for name in card.names:
-            pattern = name_words(name)
-            if pattern and _matches(pattern, words) and (best is None or len(pattern) > best[0]):
-                best = (len(pattern), card)
-    return None if best is None else best[1]
+    return longest_named(device_name, (cards or catalogue()).cards)
 
 
 def close_names(device_name: str, cards: Catalogue | None = None, count: int = 6) -> list[str]:

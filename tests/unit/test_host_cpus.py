@@ -1,0 +1,92 @@
+"""The host CPU catalogue (config/host_cpus.yaml): lookup by name and sockets, the socket's peak from channels
+x rated speed x 8 B, every figure's source, and a published row's host memory bandwidth taken from it
+(zerogate.bench.step_time_rows): one socket's and every socket's, a stated figure winning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from zerogate.bench.step_time_rows import host_bandwidths, host_line, options, predict, with_host_bandwidth
+from zerogate.config.boxes import box_from_text
+from zerogate.config.host_cpus import CpuCatalogue, cpu_catalogue, find_cpu, sockets
+from zerogate.config.step_times import read_step_times
+from zerogate.model.hf_config import load_config
+
+REPO = Path(__file__).resolve().parents[2]
+TABLE = "config/published_setups/step_times.yaml"
+ZENFLOW_OFFLOAD = "zenflow-qwen2.5-3b-z2-offopt-2xa100-40g"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return {row.id: row for row in read_step_times(REPO / TABLE, TABLE).rows}
+
+
+def test_a_cpu_is_found_by_its_name_inside_what_lscpu_prints_and_its_sockets_by_the_count():
+    text = "2x AMD EPYC 7742 64-Core Processor, 1TB memory"
+    cpu = find_cpu(text)
+    assert cpu is not None and cpu.cpu == "AMD EPYC 7742"
+    assert sockets(text) == 2 and sockets("AMD EPYC 7742") == 1
+    assert cpu.memory.socket_gbps() == pytest.approx(8 * 3200 * 8 / 1000)  # 204.8 GB/s
+    assert find_cpu("AMD EPYC 7742X") is None  # a letters-only word after the name is another CPU
+    assert find_cpu("Intel Core i9-13900K") is None and find_cpu(None) is None
+
+
+def test_every_figure_names_a_source_with_a_url_and_a_name_belongs_to_one_cpu():
+    raw = yaml.safe_load((REPO / "config/host_cpus.yaml").read_text())
+    assert cpu_catalogue().cpus
+    broken = {**raw, "sources": {k: v.split("https://")[0] for k, v in raw["sources"].items()}}
+    with pytest.raises(ValueError, match="no URL"):
+        CpuCatalogue.model_validate(broken)
+    unknown = {**raw, "cpus": [{**raw["cpus"][0], "memory": {**raw["cpus"][0]["memory"], "source": "x"}}]}
+    with pytest.raises(ValueError, match="'x' is not in sources"):
+        CpuCatalogue.model_validate(unknown)
+    twice = {**raw, "cpus": [raw["cpus"][0], {**raw["cpus"][0], "cpu": "another"}]}
+    with pytest.raises(ValueError, match="is also"):
+        CpuCatalogue.model_validate(twice)
+
+
+def test_a_row_naming_a_known_cpu_brackets_one_socket_to_every_socket_and_others_have_none(rows):
+    zenflow = rows[ZENFLOW_OFFLOAD]
+    assert host_bandwidths(zenflow) == [pytest.approx(204.8), pytest.approx(409.6)]
+    bracketed = sorted({option.host_gbps for option in options(zenflow)})
+    assert bracketed == [pytest.approx(204.8), pytest.approx(409.6)]
+    unnamed = zenflow.model_copy(update={"hardware": zenflow.hardware.model_copy(update={"host_cpu": None})})
+    assert host_bandwidths(unnamed) == [None]
+    one = zenflow.model_copy(
+        update={"hardware": zenflow.hardware.model_copy(update={"host_cpu": "AMD EPYC 7742"})}
+    )
+    assert host_bandwidths(one) == [pytest.approx(204.8)]
+
+
+def test_a_stated_host_bandwidth_wins_over_the_catalogues():
+    box = box_from_text("2xA100-SXM4-40GB", shown="test")
+    assert box.host.memory_bandwidth_gbps is None
+    assert with_host_bandwidth(box, 204.8).host.memory_bandwidth_gbps == 204.8
+    stated = with_host_bandwidth(box, 100.0)
+    assert with_host_bandwidth(stated, 204.8).host.memory_bandwidth_gbps == 100.0
+    assert with_host_bandwidth(box, None) is box
+
+
+def test_the_offloaded_rows_cpu_adam_gets_a_figure_and_one_socket_gives_the_high_end(rows):
+    zenflow = rows[ZENFLOW_OFFLOAD]
+    config = load_config(REPO / zenflow.model.config)
+    prediction = predict(zenflow, config, REPO)
+    assert prediction.interval is not None
+    assert not any("CPU Adam" in term for term in prediction.missing)
+    both = zenflow.model_copy(
+        update={"hardware": zenflow.hardware.model_copy(update={"host_cpu": "AMD EPYC 7742"})}
+    )
+    one_socket = predict(both, config, REPO)  # one socket only: its interval is the bracket's slow side
+    assert one_socket.interval is not None
+    assert prediction.interval[1] == pytest.approx(one_socket.interval[1])
+    assert prediction.interval[0] < one_socket.interval[0]
+
+
+def test_the_printed_row_names_its_host_figure_and_source(rows):
+    (line,) = host_line(rows[ZENFLOW_OFFLOAD])
+    assert "2 socket(s) of AMD EPYC 7742" in line and "204.8 GB/s a socket" in line and "https://" in line
+    assert host_line(rows["cai4719-llama2-13b-z3-8xa100-fwdbwd"]) == []
