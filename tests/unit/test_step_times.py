@@ -133,3 +133,19 @@ def test_a_term_without_a_figure_on_some_bracketed_cards_names_them():
     assert lacking_on("x latency", pcie, chosen) == "x latency (on A100 PCIe 40GB, A100 PCIe 80GB)"
     every = sorted({option.card.card for option in chosen})
     assert lacking_on("x latency", every, chosen) == "x latency" == lacking_on("x latency", [], chosen)
+
+
+def test_predictions_alone_show_each_interval_and_never_a_published_figure(tmp_path, raw, capsys):
+    from zerogate.bench.step_time_rows import main
+
+    row = next(r for r in raw["rows"] if r["id"] == "zenflow-qwen2.5-1.5b-z2-2xa100-40g")
+    row["published"] = {**row["published"], "seconds": 0.987654, "as_printed": "REDACTED"}
+    table = tmp_path / "blind.yaml"
+    table.write_text(yaml.safe_dump({**raw, "rows": [row]}))
+    assert main(["--table", str(table), "--predictions-only"]) == 0
+    shown = capsys.readouterr().out
+    assert "zenflow-qwen2.5-1.5b-z2-2xa100-40g: " in shown and "s per optimizer-step" in shown
+    assert "0.9877" not in shown and "0.987654" not in shown
+    assert "verdict" not in shown and "error" not in shown
+    assert main(["--table", str(table)]) == 0  # the full table does show it, with its verdict
+    assert "published 0.9877" in capsys.readouterr().out

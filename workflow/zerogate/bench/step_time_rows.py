@@ -27,10 +27,13 @@ A run not made with DeepSpeed (FSDP, FSDP2, HSDP) is shown with ZeRO-3's ledger 
 models DeepSpeed's streams and buckets.
 
     python -m zerogate.bench.step_time_rows     (prints the table; run from the repository root)
+    python -m zerogate.bench.step_time_rows --table FILE --predictions-only   (intervals alone, to commit
+        before the published figures are read)
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import itertools
 import sys
@@ -344,13 +347,40 @@ def result_lines(results: list[RowResult]) -> list[str]:
     return lines
 
 
-def main() -> int:
+def prediction_lines(results: list[RowResult]) -> list[str]:
+    """Each row's prediction without its published figure, error or verdict: what is committed before the
+    figures are read (a pre-registered check of rows not seen)."""
+    lines = ["== step-time predictions, published figures not shown ==", ""]
+    for result in results:
+        prediction = result.prediction
+        if prediction is None or prediction.interval is None:
+            lines.append(f"  {result.row.id}: no interval: {result.judged.why}")
+            continue
+        low, high = prediction.interval
+        lines += [
+            f"  {result.row.id}: {_number(low)}..{_number(high)} {result.unit} over {prediction.options} "
+            f"bracketed option(s); width {_number(high / low)}x",
+            f"    deciding: {', '.join(prediction.deciding) or '-'}",
+            *([f"    no figure: {'; '.join(prediction.missing)}"] if prediction.missing else []),
+        ]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", default=STEP_TIMES_FILE, help="a table of rows (step_times.yaml's schema)")
+    parser.add_argument(
+        "--predictions-only",
+        action="store_true",
+        help="print each row's interval without its published figure, error or verdict",
+    )
+    args = parser.parse_args(argv)
     try:
-        results = check_table(Path.cwd())
+        results = check_table(Path.cwd(), args.table)
     except InputError as error:
         print(f"zerogate: error: {error}", file=sys.stderr)
         return 2
-    print("\n".join(result_lines(results)))
+    print("\n".join(prediction_lines(results) if args.predictions_only else result_lines(results)))
     return 0
 
 
