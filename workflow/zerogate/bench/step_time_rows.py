@@ -59,6 +59,7 @@ from zerogate.contracts.plan import StepTime
 from zerogate.errors import InputError
 from zerogate.hardware import peak
 from zerogate.model.hf_config import load_config
+from zerogate.predict.activation_figures import traced_operators
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.step_time import step_time
 
@@ -245,7 +246,8 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
         setup = dataclasses.replace(run.planned.setup, pin_memory=option.pinned)
         machine = run.machine if option.card is None else catalogue_box(row, option.card, option.per_node)
         machine = with_host_bandwidth(machine, option.host_gbps)
-        step = step_time(run.planned.counts, setup, machine)
+        operators = traced_operators(run.planned.activations, setup)
+        step = step_time(run.planned.counts, setup, machine, operators=operators)
         bounds, decides, lacking = part_seconds(step, row.published.covers)
         for term in lacking:
             cards = missing.setdefault(term, [])

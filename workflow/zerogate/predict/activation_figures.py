@@ -88,6 +88,12 @@ class ActivationFigures:
 Activations = Callable[[Setup], ActivationFigures]
 
 
+def traced_operators(activations: Activations | None, setup: Setup) -> OperatorTally | None:
+    """The trace's count of the run's operators beyond its products (None without a trace: formula
+    activations, or none given)."""
+    return None if activations is None else activations(setup).operators
+
+
 def activation_bytes(counts: ModelCounts, setup: Setup, checkpointing: bool) -> int:
     """The Korthikanti formula's activations of one micro-batch, logits included: the cross-check column.
 

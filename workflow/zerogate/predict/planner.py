@@ -18,7 +18,7 @@ from zerogate.contracts.plan import (
     Plan,
 )
 from zerogate.contracts.run import Deviation, DsConfig, RunSpec
-from zerogate.predict.activation_figures import Activations
+from zerogate.predict.activation_figures import Activations, traced_operators
 from zerogate.predict.comms_terms import step_totals
 from zerogate.predict.cuda_terms import overhead_spreads
 from zerogate.predict.fit import (
@@ -35,12 +35,10 @@ from zerogate.predict.fsdp2_comms import fsdp2_theory
 from zerogate.predict.fsdp2_terms import fsdp2_host_need_per_rank, fsdp2_terms
 from zerogate.predict.ledger import ledger
 from zerogate.predict.microbench_rates import MeasuredRates
-from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.phases import OVERHEAD, device_levels
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import step_time
-from zerogate.predict.step_time_terms import host_runs_between_products
 from zerogate.predict.suggestions import device_changes, host_changes, suggestions, time_changes
 from zerogate.predict.zero_terms import bounds
 from zerogate.render.variants import PEERS
@@ -105,12 +103,6 @@ def deviations(fits: bool, override: PlanSettings | None) -> list[Deviation]:
             changes_experiment=True,
         )
     ]
-
-
-def traced_operators(activations: Activations | None, setup: Setup) -> OperatorTally | None:
-    """The trace's count of the run's operators beyond its products (None without a trace: formula
-    activations, or none given)."""
-    return None if activations is None else activations(setup).operators
 
 
 def plan(
@@ -188,12 +180,11 @@ def with_measured_compute(
     """``first`` (plan_for_run's plan of the same run, config and machine) with its floor made again with
     ``model_compute`` and its step time predicted again with this machine's micro-benchmarked rates
     (``measured``, zerogate.predict.microbench_rates.rates_from_microbench; None: as planned on paper): the
-    two parts of a plan that depend on them (see plan). The model is traced again only where the ledger takes
-    the trace's count of its operators (on the CPU accelerator: zerogate.predict.step_time_operators)."""
+    two parts of a plan that depend on them (see plan), with the trace's count of the model's operators
+    (zerogate.predict.step_time_operators) as the plan's own."""
     counts, setup, activations = run_setup(run_spec, ds_config, machine.nodes)
     update: dict[str, object] = {"floor": floor(counts, setup, machine, model_compute)}
     if measured is not None:
-        traced = host_runs_between_products(setup, machine)
-        operators = traced_operators(activations, setup) if traced else None
+        operators = traced_operators(activations, setup)
         update["step_time"] = step_time(counts, setup, machine, measured, operators)
     return first.model_copy(update=update)

@@ -38,13 +38,16 @@ class Achievable:
 # performance-matrix-multiplication/index.html, section "Dimension Quantization Effects"). Low: the end-to-end
 # model FLOPs utilisation Megatron-LM reports for GPT models on A100s, 44-52 % of peak with every other
 # operation of the step included (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
-# Clusters Using Megatron-LM", https://arxiv.org/abs/2104.04473, table 1); 0.40 leaves the normalisations,
-# activations and loss of an unfused Hugging Face model a share beside them (assumed).
+# Clusters Using Megatron-LM", https://arxiv.org/abs/2104.04473, table 1), read as a floor for the products
+# alone: the kernels between them (normalisations, activations, the loss) are a term of their own, their bytes
+# through the device's memory (zerogate.predict.step_time_operators); 0.40 leaves the smaller GEMMs of a model
+# of small hidden size their tile and wave quantisation (assumed).
 GPU_MATMUL = Achievable(
     0.40,
     0.80,
-    "low: Megatron-LM's end-to-end 44-52 % of A100 peak (arXiv:2104.04473 table 1) less an unfused model's "
-    "elementwise work (assumed); high: cuBLAS dense GEMMs at large shapes, tile quantisation aside (NVIDIA "
+    "low: Megatron-LM's end-to-end 44-52 % of A100 peak (arXiv:2104.04473 table 1), a floor for the products "
+    "alone (the kernels between them are the functional operators' term), less a small model's GEMM "
+    "quantisation (assumed 0.40); high: cuBLAS dense GEMMs at large shapes, tile quantisation aside (NVIDIA "
     "Matrix Multiplication Background User's Guide; assumed 0.80)",
 )
 # The attention's scores and values (12 FLOP per layer, hidden unit, position and token). FlashAttention-2

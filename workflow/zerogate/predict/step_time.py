@@ -10,8 +10,9 @@ overlaps only what DeepSpeed runs on separate streams. Terms, per optimizer step
   forward once more), each kind at its achievable rate: the card's peak (zerogate.hardware.peak) x
   GPU_MATMUL / GPU_ATTENTION, or on the CPU accelerator a rank's share of the probe's fp32 peak x
   CPU_ARITHMETIC;
-- functional operators (on a synchronised device, the CPU accelerator): the ops a micro-step runs beyond its
-  products, counted by the planner's trace, at the micro-benchmarks' cost per op and per byte moved
+- functional operators: the ops a micro-step runs beyond its products, counted by the planner's trace; on a
+  synchronised device (the CPU accelerator) at the micro-benchmarks' cost per op and per byte moved, on a GPU
+  their bytes through the device's memory at DEVICE_MEMORY, beside the products on the compute stream
   (zerogate.predict.step_time_operators);
 - collectives: the communication theory's calls and volume per micro-step and per boundary
   (zerogate.predict.floor.theory_terms, zerogate.predict.floor.collective_time: the machine's route and
@@ -207,7 +208,7 @@ def step_time(
     fractions where they have a figure (the linear layers' products, the copies, the optimizer update); the
     collectives are the machine description's either way (the probe's, which the micro-benchmarks carry).
     ``operators``: the trace's count of the model's operators beyond its products (the activations' trace),
-    for the host's functional operators on a synchronised device (zerogate.predict.step_time_operators)."""
+    for the functional operators (zerogate.predict.step_time_operators)."""
     overlap = overlaps(setup, machine)
     terms = (
         compute_terms(counts, setup, machine, measured)

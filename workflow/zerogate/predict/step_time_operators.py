@@ -1,5 +1,6 @@
-"""The step-time ledger's term for the operators a micro-step runs beyond its products, on a synchronised
-device (DeepSpeed's CPU accelerator), where the host runs them one after another between the products.
+"""The step-time ledger's term for the operators a micro-step runs beyond its products: on a synchronised
+device (DeepSpeed's CPU accelerator) the host runs them one after another between the products; on a GPU
+their kernels move their bytes through the device's memory.
 
 Work: the planner's trace of the run's model (zerogate.predict.operator_tally: every ATen op of one
 micro-step's forward with loss and its backward under torch's fake tensors, products left out) gives the
@@ -16,8 +17,13 @@ Per micro-step, x G:
   is timed no cheaper here: its cost is somewhere between nothing and an op's), the bytes at the per-byte
   costs' high ends.
 
-On a device that runs asynchronously (CUDA) the host's dispatch overlaps the kernels and the kernels' time
-is not what a host chain measures: no term there (the GPU's achievable fractions stand for the whole pass).
+On a device that runs asynchronously (CUDA) the host's dispatch overlaps the kernels, so the term is the
+kernels' memory traffic alone: the same ops' bytes over the slowest device's memory bandwidth at
+DEVICE_MEMORY's fraction (zerogate.predict.step_time_terms.memory_bound), per micro-step x G, on the
+compute stream beside the products (kind COMPUTE: the overlap rule hides the collectives behind both). Each
+op's kernel is taken as one read of its inputs and one write of its outputs (a fused kernel moves less, a
+kernel that rereads its input more: assumed). Without a trace of the model the term has no figure, and the
+interval is then too low.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from zerogate.predict.comms_terms import MICRO_STEP
 from zerogate.predict.microbench_rates import MeasuredRates, OperatorLines
 from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.setup import Setup
-from zerogate.predict.step_time_terms import SERIAL, Term, host_runs_between_products
+from zerogate.predict.step_time_terms import COMPUTE, SERIAL, Term, host_runs_between_products, memory_bound
 
 OPERATORS = "functional operators"
 WORK_SOURCE = (
@@ -42,10 +48,11 @@ def operator_terms(
     machine: MachineDescription,
     measured: MeasuredRates | None,
 ) -> list[Term]:
-    """The functional operators' term on a synchronised device (module doc); none on a GPU. Without a trace
-    of the model or without the micro-benchmarks' chains it has no figure, and says which is missing."""
+    """The functional operators' term (module doc): the host's dispatch and traffic on a synchronised
+    device, the kernels' memory traffic on a GPU. Without a trace of the model or (on the host) without the
+    micro-benchmarks' chains it has no figure, and says which is missing."""
     if not host_runs_between_products(setup, machine):
-        return []
+        return [_device_traffic(operators, setup, machine)]
     lines = None if measured is None else measured.operator_lines
     if operators is None or lines is None:
         why = (
@@ -81,6 +88,31 @@ def operator_terms(
             f"{lines.source}",
         )
     ]
+
+
+def _device_traffic(operators: OperatorTally | None, setup: Setup, machine: MachineDescription) -> Term:
+    """On a GPU: the computing ops' bytes, x G, over the device's memory (module doc)."""
+    if operators is None:
+        return Term(
+            OPERATORS,
+            COMPUTE,
+            MICRO_STEP,
+            None,
+            False,
+            "the memory traffic of the kernels between the products: no trace of the model's operators "
+            "(activations from the formula)",
+        )
+    moved = operators.traffic_bytes * setup.accumulation
+    seconds, rate = memory_bound(moved, setup, machine, on_host=False)
+    return Term(
+        OPERATORS,
+        COMPUTE,
+        MICRO_STEP,
+        seconds,
+        False,
+        f"{operators.computing:.0f} computing ops moving {operators.traffic_bytes:.4g} B per micro-step, "
+        f"each kernel reading its inputs and writing its outputs once ({WORK_SOURCE}); {rate}",
+    )
 
 
 def _per_byte_text(lines: OperatorLines) -> str:

@@ -10,7 +10,7 @@ import dataclasses
 from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import MemoryCheck, StepTime, SuggestedSettings, Suggestion
-from zerogate.predict.activation_figures import Activations
+from zerogate.predict.activation_figures import Activations, traced_operators
 from zerogate.predict.fit import checks, nvme_need
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import step_time
@@ -21,6 +21,13 @@ from zerogate.units import format_bytes
 Change = tuple[str, Setup]
 # ZeRO-3 with the optimizer state offloaded to host RAM and the parameters on the devices, in words.
 OPTIMIZER_OFFLOAD_ONLY = "optimizer offload to CPU only (the parameters on the devices)"
+
+
+def predicted_step(
+    counts: ModelCounts, setup: Setup, machine: MachineDescription, activations: Activations | None
+) -> StepTime:
+    """The ledger's optimizer step for a changed ``setup``, with its traced operators as the plan's own."""
+    return step_time(counts, setup, machine, operators=traced_operators(activations, setup))
 
 
 def micro_batch_one(setup: Setup) -> Change:
@@ -133,7 +140,11 @@ def suggestions(
         result = checks(counts, variant, machine, activations)
         if all(c.fits for c in result):
             shorter_found |= variant.seq_len != setup.seq_len
-            found.append(suggestion(change, setup, variant, result, step_time(counts, variant, machine)))
+            found.append(
+                suggestion(
+                    change, setup, variant, result, predicted_step(counts, variant, machine, activations)
+                )
+            )
     return found
 
 
@@ -174,7 +185,7 @@ def device_changes(
             setup,
             variant,
             checks(counts, variant, machine, activations),
-            step_time(counts, variant, machine),
+            predicted_step(counts, variant, machine, activations),
         )
         for change, variant in changes_that_lower_the_device_need(setup)
     ]
@@ -223,7 +234,7 @@ def host_changes(
     for change, variant in changes_that_lower_the_host_need(setup):
         result = checks(counts, variant, machine, activations)
         nvme = nvme_need(zerogate_terms(counts, variant, activations), variant)
-        predicted = step_time(counts, variant, machine)
+        predicted = predicted_step(counts, variant, machine, activations)
         found.append(suggestion(change, setup, variant, result, predicted, nvme_bytes=nvme))
     larger = machine.model_copy(
         update={"host": machine.host.model_copy(update={"ram_total_bytes": host.need_bytes})}
@@ -234,7 +245,7 @@ def host_changes(
             setup,
             setup,
             checks(counts, setup, larger, activations),
-            step_time(counts, setup, larger),
+            predicted_step(counts, setup, larger, activations),
             host_ram_bytes=host.need_bytes,
         )
     )
@@ -284,5 +295,9 @@ def time_changes(
     for change, variant in changes_that_change_the_step(setup, machine):
         result = checks(counts, variant, machine, activations)
         if all(c.fits for c in result):
-            found.append(suggestion(change, setup, variant, result, step_time(counts, variant, machine)))
+            found.append(
+                suggestion(
+                    change, setup, variant, result, predicted_step(counts, variant, machine, activations)
+                )
+            )
     return found
