@@ -15,14 +15,13 @@ variant where the row names it without one ("NVIDIA A100": every catalogue card 
 to the stated memory), the dtype (fp16 and bf16, each at its own peak), the GPUs per node (1, 2, 4 or 8 that
 divide the total: a server holds at most 8, assumed), the offloads' pinned memory (pinned and pageable),
 activation checkpointing (off, and on as the ledger models it: the whole forward again), the host memory the
-ranks' traffic reaches on a host of several sockets (one socket's, and every socket's: Linux places a page on
-the node of the CPU that first touches it, https://www.kernel.org/doc/html/latest/admin-guide/mm/
-numa_memory_policy.html, "the default policy ... allocate memory from the node of the CPU where the
-allocation takes place", so unbound ranks' buffers may lie on one node); the interval is the lowest low and
-the highest high over them. A term without a figure on some of the bracketed cards only (the
-collectives' latency over a route the catalogue has no measurement for) is named with those cards. What
-cannot be bracketed (a model without a shipped config, the micro-batch, the sequence length, the
-accumulation, the steps of an epoch) makes the row "cannot be judged", naming it.
+ranks' traffic reaches on a host of several sockets (one socket's, and every socket's: under Linux's default
+NUMA policy, local allocation, a page lies on the node of the CPU that first touches it,
+https://www.kernel.org/doc/html/latest/admin-guide/mm/numa_memory_policy.html, so unbound ranks' buffers may
+all lie on one node); the interval is the lowest low and the highest high over them. A term without a figure
+on some of the bracketed cards only (the collectives' latency over a route the catalogue has no measurement
+for) is named with those cards. What cannot be bracketed (a model without a shipped config, the micro-batch,
+the sequence length, the accumulation, the steps of an epoch) makes the row "cannot be judged", naming it.
 A run not made with DeepSpeed (FSDP, FSDP2, HSDP) is shown with ZeRO-3's ledger and not judged: the ledger
 models DeepSpeed's streams and buckets.
 
