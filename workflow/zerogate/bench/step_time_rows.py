@@ -355,7 +355,7 @@ def prediction_lines(results: list[RowResult]) -> list[str]:
     for result in results:
         prediction = result.prediction
         if prediction is None or prediction.interval is None:
-            lines.append(f"  {result.row.id}: no interval: {result.judged.why}")
+            lines.append(f"  {result.row.id}: {result.judged.why}")
             continue
         low, high = prediction.interval
         lines += [
