@@ -149,3 +149,14 @@ def test_predictions_alone_show_each_interval_and_never_a_published_figure(tmp_p
     assert "verdict" not in shown and "error" not in shown
     assert main(["--table", str(table)]) == 0  # the full table does show it, with its verdict
     assert "published 0.9877" in capsys.readouterr().out
+
+
+def test_every_pre_registered_row_has_its_figure_left_out_and_is_in_the_table_with_one():
+    table = {row.id: row for row in read_step_times(REPO / TABLE, TABLE).rows}
+    files = sorted((REPO / "docs/preregistered").glob("step_times_*.yaml"))
+    assert files
+    for file in files:
+        blind = read_step_times(file, str(file.relative_to(REPO))).rows
+        for row in blind:
+            assert row.published.as_printed == "REDACTED" and "#" in row.source.quote
+            assert row.id in table and table[row.id].published.as_printed != "REDACTED"
