@@ -1,6 +1,7 @@
 """The host CPU catalogue (config/host_cpus.yaml): lookup by name and sockets, the socket's peak from channels
-x rated speed x 8 B, every figure's source, and a published row's host memory bandwidth taken from it
-(zerogate.bench.step_time_rows): one socket's and every socket's, a stated figure winning."""
+x rated speed x 8 B, every figure's source, and a published row's host memory taken from it
+(zerogate.bench.step_time_rows): every socket's bandwidth and a NUMA node a socket, a stated figure winning;
+and the ledger's host memory on several NUMA nodes (zerogate.predict.step_time_terms.memory_bound)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zerogate.bench.step_time_rows import host_bandwidths, host_line, options, predict, with_host_bandwidth
+from tests.unit.test_ledger import claim_setup
+from zerogate.bench.step_time_rows import HostMemory, host_line, host_memory, predict, with_host_memory
 from zerogate.config.boxes import box_from_text
 from zerogate.config.host_cpus import CpuCatalogue, cpu_catalogue, find_cpu, sockets
 from zerogate.config.step_times import read_step_times
 from zerogate.model.hf_config import load_config
+from zerogate.predict import rates
+from zerogate.predict.step_time_terms import memory_bound
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = "config/published_setups/step_times.yaml"
@@ -49,26 +53,39 @@ def test_every_figure_names_a_source_with_a_url_and_a_name_belongs_to_one_cpu():
         CpuCatalogue.model_validate(twice)
 
 
-def test_a_row_naming_a_known_cpu_brackets_one_socket_to_every_socket_and_others_have_none(rows):
+def test_a_row_naming_a_known_cpu_states_every_sockets_bandwidth_and_a_numa_node_a_socket(rows):
     zenflow = rows[ZENFLOW_OFFLOAD]
-    assert host_bandwidths(zenflow) == [pytest.approx(204.8), pytest.approx(409.6)]
-    bracketed = sorted({option.host_gbps for option in options(zenflow)})
-    assert bracketed == [pytest.approx(204.8), pytest.approx(409.6)]
+    assert host_memory(zenflow) == HostMemory(pytest.approx(409.6), 2)
     unnamed = zenflow.model_copy(update={"hardware": zenflow.hardware.model_copy(update={"host_cpu": None})})
-    assert host_bandwidths(unnamed) == [None]
+    assert host_memory(unnamed) is None
     one = zenflow.model_copy(
         update={"hardware": zenflow.hardware.model_copy(update={"host_cpu": "AMD EPYC 7742"})}
     )
-    assert host_bandwidths(one) == [pytest.approx(204.8)]
+    assert host_memory(one) == HostMemory(pytest.approx(204.8), 1)
 
 
 def test_a_stated_host_bandwidth_wins_over_the_catalogues():
     box = box_from_text("2xA100-SXM4-40GB", shown="test")
     assert box.host.memory_bandwidth_gbps is None
-    assert with_host_bandwidth(box, 204.8).host.memory_bandwidth_gbps == 204.8
-    stated = with_host_bandwidth(box, 100.0)
-    assert with_host_bandwidth(stated, 204.8).host.memory_bandwidth_gbps == 100.0
-    assert with_host_bandwidth(box, None) is box
+    given = with_host_memory(box, HostMemory(409.6, 2))
+    assert given.host.memory_bandwidth_gbps == 409.6 and given.host.numa_nodes == 2
+    stated = with_host_memory(box, HostMemory(100.0, 1))
+    assert with_host_memory(stated, HostMemory(409.6, 2)).host.memory_bandwidth_gbps == 100.0
+    assert with_host_memory(box, None) is box
+
+
+def test_on_several_numa_nodes_the_slow_end_takes_one_nodes_share():
+    box = box_from_text("2xA100-SXM4-40GB", shown="test")
+    setup = claim_setup()
+    one = with_host_memory(box, HostMemory(409.6, 1))
+    two = with_host_memory(box, HostMemory(409.6, 2))
+    moved = 1e9 * setup.ranks_per_node
+    (low, high), _ = memory_bound(1e9, setup, one, on_host=True)
+    assert low == pytest.approx(moved / (409.6e9 * rates.HOST_MEMORY.high))
+    assert high == pytest.approx(moved / (409.6e9 * rates.HOST_MEMORY.low))
+    (low2, high2), why = memory_bound(1e9, setup, two, on_host=True)
+    assert low2 == pytest.approx(low) and high2 == pytest.approx(2 * high)
+    assert "one of its 2 NUMA nodes' 204.8 GB/s" in why
 
 
 def test_the_offloaded_rows_cpu_adam_gets_a_figure_and_one_socket_gives_the_high_end(rows):
@@ -80,7 +97,7 @@ def test_the_offloaded_rows_cpu_adam_gets_a_figure_and_one_socket_gives_the_high
     both = zenflow.model_copy(
         update={"hardware": zenflow.hardware.model_copy(update={"host_cpu": "AMD EPYC 7742"})}
     )
-    one_socket = predict(both, config, REPO)  # one socket only: its interval is the bracket's slow side
+    one_socket = predict(both, config, REPO)  # one socket only: its interval is the two sockets' slow side
     assert one_socket.interval is not None
     assert prediction.interval[1] == pytest.approx(one_socket.interval[1])
     assert prediction.interval[0] < one_socket.interval[0]

@@ -6,19 +6,18 @@ covers, and judged by zerogate.analysis.step_time_validation.
 The row's box is described as ``make plan BOX=<N>x<card>`` describes one
 (zerogate.config.boxes.box_from_text): each GPU's memory bandwidth and PCIe link, NVLink and peer-to-peer,
 and the collectives' route and GPU-link bandwidth as the card catalogue (config/cards.yaml) has them for the
-card, each with its source; the host's memory bandwidth from the CPU catalogue (config/host_cpus.yaml,
-zerogate.config.host_cpus) where the row names a CPU it has, else none (CPU Adam on that host has no figure).
+card, each with its source; the host's memory from the CPU catalogue (config/host_cpus.yaml,
+zerogate.config.host_cpus) where the row names a CPU it has: every socket's bandwidth, one NUMA node a socket
+(the ledger's slow end takes one node's share: zerogate.predict.step_time_terms.host_bandwidths); else none
+(CPU Adam on that host has no figure).
 A card the catalogue does not know is described by its name alone (the ledger then names what it lacks).
 
 What the source leaves out is bracketed where it takes a few values that change the prediction: the card's
 variant where the row names it without one ("NVIDIA A100": every catalogue card whose name holds it, narrowed
 to the stated memory), the dtype (fp16 and bf16, each at its own peak), the GPUs per node (1, 2, 4 or 8 that
 divide the total: a server holds at most 8, assumed), the offloads' pinned memory (pinned and pageable),
-activation checkpointing (off, and on as the ledger models it: the whole forward again), the host memory the
-ranks' traffic reaches on a host of several sockets (one socket's, and every socket's: under Linux's default
-NUMA policy, local allocation, a page lies on the node of the CPU that first touches it,
-https://www.kernel.org/doc/html/latest/admin-guide/mm/numa_memory_policy.html, so unbound ranks' buffers may
-all lie on one node); the interval is the lowest low and the highest high over them. A term without a figure
+activation checkpointing (off, and on as the ledger models it: the whole forward again); the interval is the
+lowest low and the highest high over them. A term without a figure
 on some of the bracketed cards only (the collectives' latency over a route the catalogue has no measurement
 for) is named with those cards. What cannot be bracketed (a model without a shipped config, the micro-batch,
 the sequence length, the accumulation, the steps of an epoch) makes the row "cannot be judged", naming it.
@@ -106,26 +105,30 @@ def needs(row: StepTimeRow) -> list[str]:
 
 class Option(NamedTuple):
     """One value of everything the row leaves open: the catalogue's card (None: the catalogue has none of that
-    name), the dtype, the GPUs per node, the offloads' pinned memory, activation checkpointing, the host
-    memory bandwidth its ranks reach (None: the CPU catalogue has no CPU of the row's)."""
+    name), the dtype, the GPUs per node, the offloads' pinned memory, activation checkpointing."""
 
     card: Card | None
     dtype: str
     per_node: int
     pinned: bool
     checkpointing: bool
-    host_gbps: float | None = None
 
 
-def host_bandwidths(row: StepTimeRow) -> list[float | None]:
-    """The host memory bandwidths the row's ranks may reach, GB/s (module doc): one socket's peak and every
-    socket's, from the CPU catalogue; [None] where the row names no CPU the catalogue has."""
+class HostMemory(NamedTuple):
+    """The row's host memory as the CPU catalogue has it: every socket's bandwidth, GB/s, and its sockets."""
+
+    gbps: float
+    sockets: int
+
+
+def host_memory(row: StepTimeRow) -> HostMemory | None:
+    """The row's host memory from the CPU catalogue (module doc); None where the row names no CPU it has."""
     text = row.hardware.host_cpu
     cpu = find_cpu(text)
     if text is None or cpu is None:
-        return [None]
-    one = cpu.memory.socket_gbps()
-    return sorted({one, one * sockets(text)})
+        return None
+    count = sockets(text)
+    return HostMemory(cpu.memory.socket_gbps() * count, count)
 
 
 def cards_named(row: StepTimeRow) -> list[Card]:
@@ -166,7 +169,7 @@ def options(row: StepTimeRow) -> list[Option]:
     stated = row.setup.activation_checkpointing
     checkpointing = [False, True] if stated is None else [stated]
     combined = itertools.product(
-        cards, dtypes or ["fp16"], per_node, [bool(p) for p in pinned], checkpointing, host_bandwidths(row)
+        cards, dtypes or ["fp16"], per_node, [bool(p) for p in pinned], checkpointing
     )
     return [Option(*values) for values in combined]
 
@@ -178,12 +181,13 @@ def catalogue_box(row: StepTimeRow, card: Card, per_node: int) -> MachineDescrip
     return box if nodes == 1 else box.model_copy(update={"nodes": nodes})
 
 
-def with_host_bandwidth(machine: MachineDescription, gbps: float | None) -> MachineDescription:
-    """``machine`` with the host memory bandwidth ``gbps`` where it states none (a stated figure wins)."""
-    if gbps is None or machine.host.memory_bandwidth_gbps:
+def with_host_memory(machine: MachineDescription, memory: HostMemory | None) -> MachineDescription:
+    """``machine`` with the row's host memory bandwidth and a NUMA node a socket, where it states no bandwidth
+    (a stated figure wins)."""
+    if memory is None or machine.host.memory_bandwidth_gbps:
         return machine
-    host = machine.host.model_copy(update={"memory_bandwidth_gbps": gbps})
-    return machine.model_copy(update={"host": host})
+    update = {"memory_bandwidth_gbps": memory.gbps, "numa_nodes": memory.sockets}
+    return machine.model_copy(update={"host": machine.host.model_copy(update=update)})
 
 
 def measured_row(row: StepTimeRow, option: Option) -> MeasuredRow:
@@ -244,7 +248,7 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
         run = runs[key]
         setup = dataclasses.replace(run.planned.setup, pin_memory=option.pinned)
         machine = run.machine if option.card is None else catalogue_box(row, option.card, option.per_node)
-        machine = with_host_bandwidth(machine, option.host_gbps)
+        machine = with_host_memory(machine, host_memory(row))
         operators = traced_operators(run.planned.activations, setup)
         step = step_time(run.planned.counts, setup, machine, operators=operators)
         bounds, decides, lacking = part_seconds(step, row.published.covers)
@@ -321,7 +325,7 @@ def host_line(row: StepTimeRow) -> list[str]:
     if text is None or cpu is None:
         return []
     shown = f"{sockets(text)} socket(s) of {source_text(cpu)}"
-    return [f"    host memory: {shown}; one socket's to every socket's"]
+    return [f"    host memory: {shown}; a NUMA node a socket"]
 
 
 def result_lines(results: list[RowResult]) -> list[str]:

@@ -381,19 +381,47 @@ def optimizer_partition(counts: ModelCounts, setup: Setup) -> float:
     return counts.partition_numel(setup.ranks) if setup.stage == 3 else counts.total / setup.ranks
 
 
+# Where a rank's host buffers lie: Linux's default NUMA policy is local allocation, a page on the node of the
+# CPU that first touches it (https://www.kernel.org/doc/html/latest/admin-guide/mm/numa_memory_policy.html); a
+# rank whose threads are not bound to cores may touch all its buffers from one node.
+NUMA_LOCAL = (
+    "Linux's local allocation puts a page on the node of the CPU that first touches it, and ranks not bound "
+    "to cores may hold all their buffers on one node (kernel doc numa_memory_policy)"
+)
+
+
+def host_bandwidths(machine: MachineDescription) -> tuple[float, float]:
+    """(fastest, slowest) host memory bandwidth, GB/s, the ranks' traffic may reach: every node's, and one
+    NUMA node's share where the host has several (:data:`NUMA_LOCAL`). Needs ``memory_bandwidth_gbps``."""
+    bandwidth = machine.host.memory_bandwidth_gbps
+    assert bandwidth
+    nodes = machine.host.numa_nodes or 1
+    return bandwidth, bandwidth / nodes
+
+
 def memory_bound(
     moved_per_rank: float, setup: Setup, machine: MachineDescription, on_host: bool
 ) -> tuple[Seconds, str]:
     """(low, high) seconds to stream ``moved_per_rank`` bytes on every rank: over the host's memory (all
-    ranks' traffic on one host's bandwidth) or each device's (the slowest device deciding)."""
+    ranks' traffic on one host's bandwidth; on a host of several NUMA nodes the high end on one node's share,
+    :func:`host_bandwidths`) or each device's (the slowest device deciding)."""
     if on_host:
         bandwidth = machine.host.memory_bandwidth_gbps
         if not bandwidth:
             return None, "no host memory bandwidth (host.memory_bandwidth_gbps)"
+        fastest, slowest = host_bandwidths(machine)
         moved = moved_per_rank * setup.ranks_per_node
-        return rates.HOST_MEMORY.seconds(moved, bandwidth * 1e9), (
-            f"{setup.ranks_per_node} rank(s) x {moved_per_rank:.4g} B over the host's {bandwidth:g} GB/s x "
-            f"({rates.HOST_MEMORY.source})"
+        low = rates.HOST_MEMORY.seconds(moved, fastest * 1e9)[0]
+        high = rates.HOST_MEMORY.seconds(moved, slowest * 1e9)[1]
+        count = machine.host.numa_nodes
+        nodes = (
+            f" (at the slow end one of its {count} NUMA nodes' {slowest:g} GB/s: {NUMA_LOCAL})"
+            if slowest != fastest
+            else ""
+        )
+        return (low, high), (
+            f"{setup.ranks_per_node} rank(s) x {moved_per_rank:.4g} B over the host's {bandwidth:g} GB/s"
+            f"{nodes} x ({rates.HOST_MEMORY.source})"
         )
     bandwidths = [g.memory_bandwidth_gbps for g in machine.gpus]
     if not all(bandwidths):
