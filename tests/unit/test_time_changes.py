@@ -1,9 +1,12 @@
 """What a fitting run can trade for time (zerogate.predict.suggestions.time_changes): page-locked host buffers
-on or off where it offloads to a GPU, each other ZeRO-3 offload choice that still fits, each with the step the
-ledger predicts for it, printed, written as a profile that plans, and in make plan's answer."""
+on or off where it offloads to a GPU, each other ZeRO-3 offload choice that still fits, ranks bound to cores
+on a host of several NUMA nodes, each with the step the ledger predicts for it, printed, written as a
+profile that plans, and in make plan's answer."""
 
 import dataclasses
 from pathlib import Path
+
+import pytest
 
 from tests.unit.helpers import described
 from tests.unit.test_floor_comms import cpu_setup, tiny_counts
@@ -16,7 +19,7 @@ from zerogate.predict.plan_text import summary
 from zerogate.predict.planner import plan
 from zerogate.predict.step_time import step_time
 from zerogate.predict.step_time_text import change_step
-from zerogate.predict.suggestions import changes_that_change_the_step, time_changes
+from zerogate.predict.suggestions import BIND_CORES, changes_that_change_the_step, time_changes
 from zerogate.render.overlay import profile_stem, with_suggestion_profiles
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,3 +114,37 @@ def rendered_zero(profile_file: str) -> dict:
     typed = check_profile(resolve_profile(chain), chain, REPO)
     ds_config, _ = rendered(typed)
     return ds_config.raw["zero_optimization"]
+
+
+def two_numa_nodes(ranks_box):
+    """``ranks_box`` with a host of two NUMA nodes and 200 GB/s of memory in all."""
+    return described(ranks_box, host={"numa_nodes": 2, "memory_bandwidth_gbps": 200.0})
+
+
+def test_on_two_numa_nodes_binding_the_ranks_to_cores_is_offered_and_lifts_the_one_node_slow_end(tmp_path):
+    counts, setup, box = claim_counts(), claim_setup(), two_numa_nodes(two_4090s())
+    assert setup.ranks_per_node == 2 and not setup.bind_cores
+    planned = plan(counts, setup, box)
+    changes = {c.change: c for c in planned.time_changes}
+    bound = changes[BIND_CORES]
+    assert bound.settings.bind_cores is True and bound.settings.pin_memory is None
+    expected = step_time(counts, dataclasses.replace(setup, bind_cores=True), box)
+    assert (bound.step_time_low_s, bound.step_time_high_s) == (expected.low_s, expected.high_s)
+    # CPU Adam's slow end on every node's bandwidth, not one node's: the step's high end falls, its low
+    # end (every node's already) stays.
+    unbound = {t.name: t for t in step_time(counts, setup, box).terms}["CPU Adam update"]
+    adam = {t.name: t for t in expected.terms}["CPU Adam update"]
+    assert adam.high_s * 2 == pytest.approx(unbound.high_s) and adam.low_s == pytest.approx(unbound.low_s)
+    assert bound.step_time_high_s < planned.step_time.high_s
+    answer = "\n".join(change_lines("changes that keep the run fitting and change its step:", [bound]))
+    assert "--bind_cores_to_rank" in answer
+    # No profile can express it (the pipeline does not pass the launcher flag): no file, no command.
+    written = with_suggestion_profiles(planned, tmp_path, "claim-14b", TRAINING, OVERRIDES, None)
+    (kept,) = [c for c in written.time_changes if c.change == BIND_CORES]
+    assert kept.profile_file is None and kept.command is None
+    every = [*written.suggestions, *written.device_changes, *written.time_changes]
+    assert len(list(tmp_path.glob("*.yaml"))) == len(every) - 1
+    # One node, or ranks that cannot sit as many on each node: nothing offered.
+    assert BIND_CORES not in {c.change for c in time_changes(counts, setup, two_4090s())}
+    one_rank = dataclasses.replace(setup, ranks=1)
+    assert BIND_CORES not in [change for change, _ in changes_that_change_the_step(one_rank, box)]

@@ -54,6 +54,8 @@ class SuggestedSettings(Record):
     # Page-locked host buffers for the offloads (zero_optimization.offload_*.pin_memory); None: the planned
     # run's.
     pin_memory: bool | None = None
+    # Ranks bound to cores by DeepSpeed's launcher (--bind_cores_to_rank); None: the planned run's (unbound).
+    bind_cores: bool | None = None
 
 
 class Suggestion(Record):

@@ -109,12 +109,13 @@ def offload_of(optimizer: bool, param: bool, nvme_optimizer: bool, nvme_param: b
 
 def suggestion_command(request: PlanRequest, plan: Plan, suggestion: Suggestion) -> str | None:
     """The make plan command of ``suggestion``; None where the change is not a plan_model argument (more
-    nodes, page-locked host buffers)."""
+    nodes, page-locked host buffers, ranks bound to cores)."""
     settings = suggestion.settings
     offload = offload_of(
         settings.offload_optimizer, settings.offload_param, settings.nvme_optimizer, settings.nvme_param
     )
-    if settings.nodes != plan.nodes or offload is None or settings.pin_memory is not None:
+    not_a_plan_argument = settings.pin_memory is not None or settings.bind_cores is not None
+    if settings.nodes != plan.nodes or offload is None or not_a_plan_argument:
         return None
     changes: dict[str, Any] = {
         "offload": offload,

@@ -127,7 +127,11 @@ def change_lines(title: str, changes: list[Suggestion]) -> list[str]:
             "      (not a make plan argument: zero_optimization.offload_optimizer / offload_param "
             ".pin_memory in a profile)"
         )
-    others = [s for s in others if s.settings.pin_memory is None]
+    bound = [s for s in others if s.settings.bind_cores is not None]
+    for s in bound:
+        lines.append(f"  - {s.change}: {_need(s)}; {_verdict(s)}")
+        lines.append("      (not a make plan argument: DeepSpeed's launcher flag --bind_cores_to_rank)")
+    others = [s for s in others if s.settings.pin_memory is None and s.settings.bind_cores is None]
     if others:
         first = others[0]
         more = f" (and {len(others) - 1} more such in plan.txt)" if len(others) > 1 else ""

@@ -61,6 +61,10 @@ class Setup:
     # step-time ledger resolves (zerogate.predict.step_time_terms.overlap_comm_on).
     overlap_comm_given: bool | None = None
     attention: str = "sdpa"  # the model's attn_implementation
+    # Each rank bound to its share of the host's physical cores (deepspeed --bind_cores_to_rank: numactl -C,
+    # and -m where the share lies on one NUMA node, deepspeed/utils/numa.py get_numactl_cmd); the pipeline's
+    # own runs are not bound.
+    bind_cores: bool = False
     nvme_optimizer: bool = False  # the optimizer offload goes to NVMe, not host RAM
     nvme_param: bool = False
     param_swap_buffer_count: int = deepspeed_default("param_buffer_count")  # offload_param.buffer_count

@@ -390,26 +390,36 @@ NUMA_LOCAL = (
 )
 
 
-def host_bandwidths(machine: MachineDescription) -> tuple[float, float]:
+def ranks_on_their_nodes(setup: Setup, machine: MachineDescription) -> bool:
+    """Every rank's memory on its own share of the NUMA nodes: ranks bound to cores
+    (``setup.bind_cores``), as many on each node (DeepSpeed gives each rank physical cores / ranks of them and
+    ``numactl -m`` the node they lie on: deepspeed/utils/numa.py get_numactl_cmd)."""
+    nodes = machine.host.numa_nodes or 1
+    return setup.bind_cores and setup.ranks_per_node % nodes == 0
+
+
+def host_bandwidths(setup: Setup, machine: MachineDescription) -> tuple[float, float]:
     """(fastest, slowest) host memory bandwidth, GB/s, the ranks' traffic may reach: every node's, and one
-    NUMA node's share where the host has several (:data:`NUMA_LOCAL`). Needs ``memory_bandwidth_gbps``."""
+    NUMA node's share where the host has several (:data:`NUMA_LOCAL`) unless the ranks are bound to theirs
+    (:func:`ranks_on_their_nodes`). Needs ``memory_bandwidth_gbps``."""
     bandwidth = machine.host.memory_bandwidth_gbps
     assert bandwidth
     nodes = machine.host.numa_nodes or 1
-    return bandwidth, bandwidth / nodes
+    return bandwidth, bandwidth if ranks_on_their_nodes(setup, machine) else bandwidth / nodes
 
 
 def memory_bound(
     moved_per_rank: float, setup: Setup, machine: MachineDescription, on_host: bool
 ) -> tuple[Seconds, str]:
     """(low, high) seconds to stream ``moved_per_rank`` bytes on every rank: over the host's memory (all
-    ranks' traffic on one host's bandwidth; on a host of several NUMA nodes the high end on one node's share,
-    :func:`host_bandwidths`) or each device's (the slowest device deciding)."""
+    ranks' traffic on one host's bandwidth; on a host of several NUMA nodes the high end on one node's share
+    unless the ranks are bound to theirs, :func:`host_bandwidths`) or each device's (the slowest device
+    deciding)."""
     if on_host:
         bandwidth = machine.host.memory_bandwidth_gbps
         if not bandwidth:
             return None, "no host memory bandwidth (host.memory_bandwidth_gbps)"
-        fastest, slowest = host_bandwidths(machine)
+        fastest, slowest = host_bandwidths(setup, machine)
         moved = moved_per_rank * setup.ranks_per_node
         low = rates.HOST_MEMORY.seconds(moved, fastest * 1e9)[0]
         high = rates.HOST_MEMORY.seconds(moved, slowest * 1e9)[1]

@@ -14,6 +14,7 @@ from zerogate.predict.activation_figures import Activations, traced_operators
 from zerogate.predict.fit import checks, nvme_need
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import step_time
+from zerogate.predict.step_time_terms import ranks_on_their_nodes
 from zerogate.predict.zero_terms import zerogate_terms
 from zerogate.units import format_bytes
 
@@ -116,6 +117,7 @@ def suggestion(
             nvme_param=variant.nvme_param,
             host_ram_bytes=host_ram_bytes,
             pin_memory=None if variant.pin_memory == setup.pin_memory else variant.pin_memory,
+            bind_cores=None if variant.bind_cores == setup.bind_cores else variant.bind_cores,
         ),
         fits=all(c.fits for c in result),
         smallest_device_need_bytes=None if smallest is None else smallest.need_bytes,
@@ -260,12 +262,20 @@ OFFLOAD_CHOICES = (
 )
 
 
+BIND_CORES = (
+    "ranks bound to cores (deepspeed --bind_cores_to_rank: each rank on its share of the physical cores, its "
+    "memory on their NUMA node)"
+)
+
+
 def changes_that_change_the_step(setup: Setup, machine: MachineDescription) -> list[Change]:
     """Changes to how the run moves its data, not to what it trains: page-locked host buffers on or off where
     the run offloads to a GPU (its host copies then go at the pinned or the pageable PCIe rate:
     zerogate.predict.rates ``PCIE_PINNED``, ``PCIE_PAGEABLE``), and at ZeRO-3 each other offload choice
     to host RAM (``OFFLOAD_CHOICES``). None for a run that offloads to NVMe (its swap buffers are another
-    matter) or below ZeRO-3."""
+    matter) or below ZeRO-3. Where the offloaded run's host has several NUMA nodes and as many ranks on each:
+    the ranks bound to cores (``BIND_CORES``; the host's memory terms then reach every node's bandwidth:
+    zerogate.predict.step_time_terms.host_bandwidths)."""
     options: list[Change] = []
     offloads = setup.offload_optimizer or setup.offload_param
     if offloads and machine.gpus and setup.device_kind != "cpu":
@@ -277,6 +287,10 @@ def changes_that_change_the_step(setup: Setup, machine: MachineDescription) -> l
                 dataclasses.replace(setup, pin_memory=not setup.pin_memory),
             )
         )
+        bound = dataclasses.replace(setup, bind_cores=True)
+        several_nodes = (machine.host.numa_nodes or 1) > 1
+        if several_nodes and not setup.bind_cores and ranks_on_their_nodes(bound, machine):
+            options.append((BIND_CORES, bound))
     if setup.stage == 3 and not (setup.nvme_optimizer or setup.nvme_param):
         for scheme, change in OFFLOAD_CHOICES:
             variant = setup.with_scheme(scheme)

@@ -164,12 +164,15 @@ def with_suggestion_profiles(
     """``plan`` with every suggestion, device change and time change written as a profile in ``directory``
     (one YAML file each, made here) and its ``profile_file`` and ``command`` set. ``profile_name``: the
     planned profile as ``extends`` names it (a name, or a .yaml path); ``stem``: the name the files start with
-    (its results name)."""
+    (its results name). A change no profile can express (ranks bound to cores, a flag of DeepSpeed's launcher
+    the pipeline does not pass) is left without a file or command."""
     stem = stem or profile_name
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
 
     def written(suggestion: Suggestion) -> Suggestion:
+        if suggestion.settings.bind_cores is not None:
+            return suggestion
         profile = suggestion_profile(plan, suggestion, profile_name, training, overrides, plan.machine)
         file = out / f"{profile_stem(plan, suggestion, stem, training)}.yaml"
         head = (
