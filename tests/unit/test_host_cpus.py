@@ -107,3 +107,12 @@ def test_the_printed_row_names_its_host_figure_and_source(rows):
     (line,) = host_line(rows[ZENFLOW_OFFLOAD])
     assert "2 socket(s) of AMD EPYC 7742" in line and "204.8 GB/s a socket" in line and "https://" in line
     assert host_line(rows["cai4719-llama2-13b-z3-8xa100-fwdbwd"]) == []
+
+
+def test_a_row_run_with_its_ranks_bound_to_cores_keeps_every_sockets_bandwidth_at_the_slow_end(rows):
+    unbound, bound = rows[ZENFLOW_OFFLOAD], rows["zenflow-qwen2.5-3b-z2-offopt-bindcores-2xa100-40g"]
+    assert bound.setup.bind_cores_to_rank and not unbound.setup.bind_cores_to_rank
+    config = load_config(REPO / unbound.model.config)
+    free, tied = predict(unbound, config, REPO).interval, predict(bound, config, REPO).interval
+    assert free is not None and tied is not None
+    assert tied[0] == pytest.approx(free[0]) and tied[1] < free[1]

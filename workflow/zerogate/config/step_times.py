@@ -48,6 +48,8 @@ class StepTimeSetup(MeasuredSetup):
     gpus_per_node: Positive | None = None
     framework: Framework = "deepspeed"
     pin_memory: bool | None = None
+    # DeepSpeed's launcher flag --bind_cores_to_rank as the source's command gives it (absent: not given).
+    bind_cores_to_rank: bool = False
     activation_checkpointing_detail: str = ""  # e.g. torchtitan's "selective layer"
 
 
