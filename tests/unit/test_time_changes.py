@@ -148,3 +148,5 @@ def test_on_two_numa_nodes_binding_the_ranks_to_cores_is_offered_and_lifts_the_o
     assert BIND_CORES not in {c.change for c in time_changes(counts, setup, two_4090s())}
     one_rank = dataclasses.replace(setup, ranks=1)
     assert BIND_CORES not in [change for change, _ in changes_that_change_the_step(one_rank, box)]
+    unpriced = described(two_4090s(), host={"numa_nodes": 2, "memory_bandwidth_gbps": None})
+    assert BIND_CORES not in [change for change, _ in changes_that_change_the_step(setup, unpriced)]

@@ -273,9 +273,9 @@ def changes_that_change_the_step(setup: Setup, machine: MachineDescription) -> l
     the run offloads to a GPU (its host copies then go at the pinned or the pageable PCIe rate:
     zerogate.predict.rates ``PCIE_PINNED``, ``PCIE_PAGEABLE``), and at ZeRO-3 each other offload choice
     to host RAM (``OFFLOAD_CHOICES``). None for a run that offloads to NVMe (its swap buffers are another
-    matter) or below ZeRO-3. Where the offloaded run's host has several NUMA nodes and as many ranks on each:
-    the ranks bound to cores (``BIND_CORES``; the host's memory terms then reach every node's bandwidth:
-    zerogate.predict.step_time_terms.host_bandwidths)."""
+    matter) or below ZeRO-3. Where the offloaded run's host has several NUMA nodes, as many ranks on each and
+    a memory bandwidth figure: the ranks bound to cores (``BIND_CORES``; the host's memory terms then reach
+    every node's bandwidth: zerogate.predict.step_time_terms.host_bandwidths)."""
     options: list[Change] = []
     offloads = setup.offload_optimizer or setup.offload_param
     if offloads and machine.gpus and setup.device_kind != "cpu":
@@ -288,8 +288,9 @@ def changes_that_change_the_step(setup: Setup, machine: MachineDescription) -> l
             )
         )
         bound = dataclasses.replace(setup, bind_cores=True)
+        priced = bool(machine.host.memory_bandwidth_gbps)  # without it the host terms have no figure
         several_nodes = (machine.host.numa_nodes or 1) > 1
-        if several_nodes and not setup.bind_cores and ranks_on_their_nodes(bound, machine):
+        if priced and several_nodes and not setup.bind_cores and ranks_on_their_nodes(bound, machine):
             options.append((BIND_CORES, bound))
     if setup.stage == 3 and not (setup.nvme_optimizer or setup.nvme_param):
         for scheme, change in OFFLOAD_CHOICES:
