@@ -57,9 +57,8 @@ from zerogate.contracts.plan import StepTime
 from zerogate.errors import InputError
 from zerogate.hardware import peak
 from zerogate.model.hf_config import load_config
-from zerogate.predict.activation_figures import traced_operators
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
-from zerogate.predict.step_time import step_time
+from zerogate.predict.step_time import planned_step_time
 
 STEP_TIMES_FILE = "config/published_setups/step_times.yaml"
 # A GPU server holds at most 8 GPUs (assumed: the usual HGX/DGX and PCIe servers), so an unstated number of
@@ -115,10 +114,12 @@ class Option(NamedTuple):
 
 
 class HostMemory(NamedTuple):
-    """The row's host memory as the CPU catalogue has it: every socket's bandwidth, GB/s, and its sockets."""
+    """The row's host memory as the CPU catalogue has it: every socket's bandwidth, GB/s, its sockets, and
+    the catalogue's figure with its source."""
 
     gbps: float
     sockets: int
+    source: str
 
 
 def host_memory(row: StepTimeRow) -> HostMemory | None:
@@ -128,7 +129,7 @@ def host_memory(row: StepTimeRow) -> HostMemory | None:
     if text is None or cpu is None:
         return None
     count = sockets(text)
-    return HostMemory(cpu.memory.socket_gbps() * count, count)
+    return HostMemory(cpu.memory.socket_gbps() * count, count, source_text(cpu))
 
 
 def cards_named(row: StepTimeRow) -> list[Card]:
@@ -242,6 +243,7 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
     lows, highs, deciding = [], [], []
     missing: dict[str, list[str]] = {}  # a term without a figure -> the catalogue cards it lacks one on
     chosen = options(row)
+    host = host_memory(row)
     runs: dict[tuple[str, int, bool], Any] = {}  # the plan depends on neither the card's variant nor pinning
     for option in chosen:
         key = (option.dtype, option.per_node, option.checkpointing)
@@ -252,9 +254,8 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
             run.planned.setup, pin_memory=option.pinned, bind_cores=row.setup.bind_cores_to_rank
         )
         machine = run.machine if option.card is None else catalogue_box(row, option.card, option.per_node)
-        machine = with_host_memory(machine, host_memory(row))
-        operators = traced_operators(run.planned.activations, setup)
-        step = step_time(run.planned.counts, setup, machine, operators=operators)
+        machine = with_host_memory(machine, host)
+        step = planned_step_time(run.planned.counts, setup, machine, run.planned.activations)
         bounds, decides, lacking = part_seconds(step, row.published.covers)
         for term in lacking:
             cards = missing.setdefault(term, [])
@@ -324,12 +325,10 @@ def _number(value: float | None) -> str:
 
 def host_line(row: StepTimeRow) -> list[str]:
     """Where the row's host memory bandwidth comes from, where the CPU catalogue has its CPU."""
-    text = row.hardware.host_cpu
-    cpu = find_cpu(text)
-    if text is None or cpu is None:
+    memory = host_memory(row)
+    if memory is None:
         return []
-    shown = f"{sockets(text)} socket(s) of {source_text(cpu)}"
-    return [f"    host memory: {shown}; a NUMA node a socket"]
+    return [f"    host memory: {memory.sockets} socket(s) of {memory.source}; a NUMA node a socket"]
 
 
 def result_lines(results: list[RowResult]) -> list[str]:

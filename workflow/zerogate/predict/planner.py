@@ -18,7 +18,7 @@ from zerogate.contracts.plan import (
     Plan,
 )
 from zerogate.contracts.run import Deviation, DsConfig, RunSpec
-from zerogate.predict.activation_figures import Activations, traced_operators
+from zerogate.predict.activation_figures import Activations
 from zerogate.predict.comms_terms import step_totals
 from zerogate.predict.cuda_terms import overhead_spreads
 from zerogate.predict.fit import (
@@ -38,7 +38,7 @@ from zerogate.predict.microbench_rates import MeasuredRates
 from zerogate.predict.phases import OVERHEAD, device_levels
 from zerogate.predict.planned_run import run_setup
 from zerogate.predict.setup import Setup
-from zerogate.predict.step_time import step_time
+from zerogate.predict.step_time import planned_step_time
 from zerogate.predict.suggestions import device_changes, host_changes, suggestions, time_changes
 from zerogate.predict.zero_terms import bounds
 from zerogate.render.variants import PEERS
@@ -148,7 +148,7 @@ def plan(
         ledger=ledger(counts, setup, activations),
         deviations=deviations(fits, override),
         peers=peer_plans(counts, setup, machine, activations),
-        step_time=step_time(counts, setup, machine, operators=traced_operators(activations, setup)),
+        step_time=planned_step_time(counts, setup, machine, activations),
     )
 
 
@@ -185,6 +185,5 @@ def with_measured_compute(
     counts, setup, activations = run_setup(run_spec, ds_config, machine.nodes)
     update: dict[str, object] = {"floor": floor(counts, setup, machine, model_compute)}
     if measured is not None:
-        operators = traced_operators(activations, setup)
-        update["step_time"] = step_time(counts, setup, machine, measured, operators)
+        update["step_time"] = planned_step_time(counts, setup, machine, activations, measured)
     return first.model_copy(update=update)

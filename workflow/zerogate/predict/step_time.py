@@ -63,6 +63,7 @@ from __future__ import annotations
 from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import StepTime, TimeTerm
+from zerogate.predict.activation_figures import Activations, traced_operators
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.microbench_rates import MeasuredRates
 from zerogate.predict.operator_tally import OperatorTally
@@ -244,3 +245,16 @@ def step_time(
         terms=[_row(t, contributions[t.name], total) for t in terms],
         missing=missing,
     )
+
+
+def planned_step_time(
+    counts: ModelCounts,
+    setup: Setup,
+    machine: MachineDescription,
+    activations: Activations | None,
+    measured: MeasuredRates | None = None,
+) -> StepTime:
+    """:func:`step_time` with the trace's count of the model's operators for ``setup``
+    (zerogate.predict.activation_figures.traced_operators; none without a trace): a plan's step, a changed
+    setup's, a published row's."""
+    return step_time(counts, setup, machine, measured, traced_operators(activations, setup))

@@ -10,10 +10,10 @@ import dataclasses
 from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import MemoryCheck, StepTime, SuggestedSettings, Suggestion
-from zerogate.predict.activation_figures import Activations, traced_operators
+from zerogate.predict.activation_figures import Activations
 from zerogate.predict.fit import checks, nvme_need
 from zerogate.predict.setup import Setup
-from zerogate.predict.step_time import step_time
+from zerogate.predict.step_time import planned_step_time
 from zerogate.predict.step_time_terms import ranks_on_their_nodes
 from zerogate.predict.zero_terms import zerogate_terms
 from zerogate.units import format_bytes
@@ -22,13 +22,6 @@ from zerogate.units import format_bytes
 Change = tuple[str, Setup]
 # ZeRO-3 with the optimizer state offloaded to host RAM and the parameters on the devices, in words.
 OPTIMIZER_OFFLOAD_ONLY = "optimizer offload to CPU only (the parameters on the devices)"
-
-
-def predicted_step(
-    counts: ModelCounts, setup: Setup, machine: MachineDescription, activations: Activations | None
-) -> StepTime:
-    """The ledger's optimizer step for a changed ``setup``, with its traced operators as the plan's own."""
-    return step_time(counts, setup, machine, operators=traced_operators(activations, setup))
 
 
 def micro_batch_one(setup: Setup) -> Change:
@@ -144,7 +137,7 @@ def suggestions(
             shorter_found |= variant.seq_len != setup.seq_len
             found.append(
                 suggestion(
-                    change, setup, variant, result, predicted_step(counts, variant, machine, activations)
+                    change, setup, variant, result, planned_step_time(counts, variant, machine, activations)
                 )
             )
     return found
@@ -187,7 +180,7 @@ def device_changes(
             setup,
             variant,
             checks(counts, variant, machine, activations),
-            predicted_step(counts, variant, machine, activations),
+            planned_step_time(counts, variant, machine, activations),
         )
         for change, variant in changes_that_lower_the_device_need(setup)
     ]
@@ -236,7 +229,7 @@ def host_changes(
     for change, variant in changes_that_lower_the_host_need(setup):
         result = checks(counts, variant, machine, activations)
         nvme = nvme_need(zerogate_terms(counts, variant, activations), variant)
-        predicted = predicted_step(counts, variant, machine, activations)
+        predicted = planned_step_time(counts, variant, machine, activations)
         found.append(suggestion(change, setup, variant, result, predicted, nvme_bytes=nvme))
     larger = machine.model_copy(
         update={"host": machine.host.model_copy(update={"ram_total_bytes": host.need_bytes})}
@@ -247,7 +240,7 @@ def host_changes(
             setup,
             setup,
             checks(counts, setup, larger, activations),
-            predicted_step(counts, setup, larger, activations),
+            planned_step_time(counts, setup, larger, activations),
             host_ram_bytes=host.need_bytes,
         )
     )
@@ -312,7 +305,7 @@ def time_changes(
         if all(c.fits for c in result):
             found.append(
                 suggestion(
-                    change, setup, variant, result, predicted_step(counts, variant, machine, activations)
+                    change, setup, variant, result, planned_step_time(counts, variant, machine, activations)
                 )
             )
     return found
