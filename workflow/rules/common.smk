@@ -26,6 +26,7 @@ from zerogate.config.profile import (
     profile_name,
     resolve_profile,
 )
+from zerogate.config.preregistered import registered_files
 from zerogate.config.published_setups import read_setups
 from zerogate.config.run_config import run_config
 from zerogate.config.validation import key_path, to_input_error

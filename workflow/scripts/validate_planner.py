@@ -8,7 +8,7 @@ from pathlib import Path
 
 from zerogate.analysis.planner_validation import table_text
 from zerogate.bench.planner_validation import validate
-from zerogate.bench.step_time_rows import check_table, result_lines
+from zerogate.bench.step_time_rows import check_table, report_lines
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
 
@@ -19,13 +19,16 @@ with logging_to(snakemake.log[0]) as log:
             snakemake.input.setups,
             snakemake.input.grid[0] if snakemake.input.grid else None,
         )
-        # The published step times, judged against the step-time ledger: a group of the independent checks.
-        step_times = check_table(repo_root(snakemake), snakemake.input.step_times)
+        # The published step times: each pre-registered row by its first prediction, then every row by the
+        # ledger as it stands (zerogate.bench.step_time_rows.report_lines).
+        step_times = check_table(
+            repo_root(snakemake), snakemake.input.step_times, list(snakemake.input.preregistered)
+        )
     except InputError as error:
         fail(str(error))
     # The step-time group goes after the memory groups, before their summary line (which stays last).
     *groups, summary = table_text(validation).rstrip("\n").splitlines()
-    text = "\n".join([*groups, *result_lines(step_times), "", summary, ""])
+    text = "\n".join([*groups, *report_lines(step_times), "", summary, ""])
     log.info("\n%s", text)
     table = Path(snakemake.output.table)
     table.parent.mkdir(parents=True, exist_ok=True)

@@ -65,3 +65,15 @@ def summary_line(verdicts: list[Judged]) -> str:
         f"{WIDTH_TARGET:g}x on {narrow}/{len(judged)}, cannot be judged {len(verdicts) - len(judged)}"
         f"/{len(verdicts)}"
     )
+
+
+# A registered interval is printed to 4 significant figures (zerogate.bench.step_time_rows), so the ledger's
+# interval now is "the same" where it rounds to it: a relative difference under half the last printed digit.
+PRINTED_RELATIVE = 5e-4
+
+
+def same_interval(registered: tuple[float, float] | None, now: tuple[float, float] | None) -> bool:
+    """Whether the ledger's interval ``now`` is the one registered (both absent, or equal as printed)."""
+    if registered is None or now is None:
+        return registered is None and now is None
+    return all(abs(n - r) <= PRINTED_RELATIVE * abs(r) for r, n in zip(registered, now, strict=True))

@@ -24,9 +24,13 @@ the sequence length, the accumulation, the steps of an epoch) makes the row "can
 A run not made with DeepSpeed (FSDP, FSDP2, HSDP) is shown with ZeRO-3's ledger and not judged: the ledger
 models DeepSpeed's streams and buckets.
 
+Each row with a pre-registered prediction (docs/preregistered/*.predictions.yaml, zerogate.config.preregistered)
+is judged first by that prediction: the independent check. Every row is then judged by the ledger as it
+stands, its verdict marked independent only where the ledger still gives the registered interval.
+
     python -m zerogate.bench.step_time_rows     (prints the table; run from the repository root)
-    python -m zerogate.bench.step_time_rows --table FILE --predictions-only   (intervals alone, to commit
-        before the published figures are read)
+    python -m zerogate.bench.step_time_rows --table FILE --predictions-only [--write-predictions OUT]
+        (intervals alone, to commit before the published figures are read; OUT the pre-registered file)
 """
 
 from __future__ import annotations
@@ -38,12 +42,19 @@ import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from zerogate.analysis.step_time_validation import NOT_JUDGED, Judged, judge, summary_line
+from zerogate.analysis.step_time_validation import NOT_JUDGED, Judged, judge, same_interval, summary_line
 from zerogate.bench.measured_rows import plan_measured
 from zerogate.config.boxes import box_from_text
 from zerogate.config.cards import Card, catalogue, find, name_words
 from zerogate.config.host_cpus import find_cpu, sockets, source_text
 from zerogate.config.machines import MachineDescription
+from zerogate.config.preregistered import (
+    Preregistered,
+    RegisteredPrediction,
+    read_preregistered,
+    registered_files,
+    write_preregistered,
+)
 from zerogate.config.published_setups import (
     OUTCOME_ONLY,
     Hardware,
@@ -59,6 +70,7 @@ from zerogate.hardware import peak
 from zerogate.model.hf_config import load_config
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.step_time import planned_step_time
+from zerogate.provenance import git_state
 
 STEP_TIMES_FILE = "config/published_setups/step_times.yaml"
 # A GPU server holds at most 8 GPUs (assumed: the usual HGX/DGX and PCIe servers), so an unstated number of
@@ -81,12 +93,26 @@ class Prediction:
 
 
 @dataclasses.dataclass(frozen=True)
+class FirstPrediction:
+    """A row's pre-registered prediction (zerogate.config.preregistered) judged against its published figure,
+    and whether the ledger's interval is still the one registered (``unchanged``): where it is, the verdict
+    as the ledger stands is still an independent check; where not, it is in-sample."""
+
+    file: str
+    predicted_at: str
+    registered: RegisteredPrediction
+    judged: Judged
+    unchanged: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class RowResult:
     row: StepTimeRow
     published: float
     unit: str
     prediction: Prediction | None
     judged: Judged
+    first: FirstPrediction | None = None
 
 
 def needs(row: StepTimeRow) -> list[str]:
@@ -302,20 +328,77 @@ def check_row(row: StepTimeRow, config: Any, repo: Path) -> RowResult:
         return RowResult(
             row, value, unit, None, Judged(NOT_JUDGED, None, None, f"cannot be planned: {error}")
         )
-    judged = judge(value, prediction.interval, list(prediction.missing), row.published.seconds is None)
+    judged = judged_row(row, value, prediction.interval, prediction.missing)
+    return RowResult(row, value, unit, prediction, judged)
+
+
+def judged_row(
+    row: StepTimeRow,
+    published: float,
+    interval: tuple[float, float] | None,
+    missing: tuple[str, ...] | list[str],
+) -> Judged:
+    """The row's figure against an interval (the ledger's now, or one registered before the figure was read);
+    a run not made with DeepSpeed is shown and not judged."""
+    judged = judge(published, interval, list(missing), row.published.seconds is None)
     if row.setup.framework != "deepspeed":
         framework = row.setup.framework
         why = f"framework {framework}: the ledger models DeepSpeed ZeRO (shown: ZeRO-3's); {judged.why}"
         judged = dataclasses.replace(judged, verdict=NOT_JUDGED, why=why)
-    return RowResult(row, value, unit, prediction, judged)
+    return judged
 
 
-def check_table(repo: Path, file: str = STEP_TIMES_FILE) -> list[RowResult]:
+def registered_by_id(
+    repo: Path, files: list[str]
+) -> dict[str, tuple[str, Preregistered, RegisteredPrediction]]:
+    """Every pre-registered prediction in ``files`` by its row's id, with its file; a row registered twice is
+    refused (its first prediction must be one)."""
+    found: dict[str, tuple[str, Preregistered, RegisteredPrediction]] = {}
+    for file in files:
+        registered = read_preregistered(repo / file, file)
+        for prediction in registered.predictions:
+            if prediction.id in found:
+                raise InputError(
+                    file, f"predictions ({prediction.id})", f"also registered in {found[prediction.id][0]}"
+                )
+            found[prediction.id] = (file, registered, prediction)
+    return found
+
+
+def with_first(
+    result: RowResult, file: str, registered: Preregistered, prediction: RegisteredPrediction
+) -> RowResult:
+    """``result`` with its row's pre-registered prediction judged (FirstPrediction); the registered unit must
+    be the row's."""
+    if prediction.unit != result.unit:
+        raise InputError(
+            file, f"predictions ({prediction.id}).unit", f"{prediction.unit!r}, the row's is {result.unit!r}"
+        )
+    now = None if result.prediction is None else result.prediction.interval
+    first = FirstPrediction(
+        file,
+        registered.predicted_at,
+        prediction,
+        judged_row(result.row, result.published, prediction.interval, prediction.missing),
+        same_interval(prediction.interval, now),
+    )
+    return dataclasses.replace(result, first=first)
+
+
+def check_table(
+    repo: Path, file: str = STEP_TIMES_FILE, preregistered: list[str] | None = None
+) -> list[RowResult]:
+    """Every row judged by the ledger as it stands and, where a file of ``preregistered`` (default: every
+    one under docs/preregistered) holds its prediction, by that first prediction too."""
     table = read_step_times(repo / file, file)
+    registered = registered_by_id(repo, registered_files(repo) if preregistered is None else preregistered)
     results = []
     for row in table.rows:
         config = None if row.model.config is None else load_config(repo / row.model.config)
-        results.append(check_row(row, config, repo))
+        result = check_row(row, config, repo)
+        if row.id in registered:
+            result = with_first(result, *registered[row.id])
+        results.append(result)
     return results
 
 
@@ -331,28 +414,89 @@ def host_line(row: StepTimeRow) -> list[str]:
     return [f"    host memory: {memory.sockets} socket(s) of {memory.source}; a NUMA node a socket"]
 
 
+def _interval(interval: tuple[float, float] | None) -> str:
+    return "-" if interval is None else f"{_number(interval[0])}..{_number(interval[1])}"
+
+
+def _judged_text(judged: Judged) -> str:
+    error = "-" if judged.error is None else f"{judged.error:+.0%}"
+    return f"error {error}; width {_number(judged.width)}x"
+
+
+def first_lines(results: list[RowResult]) -> list[str]:
+    """The independent check, first: each pre-registered row judged by the prediction committed before its
+    figure was read (each at the ledger of its day), file by file; the summary."""
+    lines = [
+        "== published step times: each row's first prediction, committed before its figure was read "
+        "(independent) ==",
+        "",
+    ]
+    firsts = [result for result in results if result.first is not None]
+    if not firsts:
+        return [*lines, "  no row has a pre-registered prediction (docs/preregistered/*.predictions.yaml)"]
+    for file in dict.fromkeys(result.first.file for result in firsts if result.first):
+        group = [result for result in firsts if result.first and result.first.file == file]
+        lines.append(f"  {file} (the ledger at {group[0].first.predicted_at if group[0].first else '-'}):")
+        for result in group:
+            first = result.first
+            assert first is not None
+            lines += [
+                f"    {result.row.id}: published {_number(result.published)} {result.unit}; registered "
+                f"{_interval(first.registered.interval)}; {_judged_text(first.judged)}",
+                f"      verdict: {first.judged.verdict}: {first.judged.why}",
+            ]
+    lines.append("  summary: " + summary_line([result.first.judged for result in firsts if result.first]))
+    return lines
+
+
+def provenance_line(result: RowResult) -> str:
+    """Whether the row's verdict as the ledger stands is an independent check: only where its figure was
+    registered against and the ledger's interval has not changed since."""
+    first = result.first
+    if first is None:
+        return "    in-sample: its figure was read with the row, before any prediction of it"
+    if first.unchanged:
+        return (
+            f"    independent: the ledger still gives the prediction registered in {first.file} "
+            f"(first verdict {first.judged.verdict})"
+        )
+    return (
+        f"    in-sample: the interval changed since {first.file} registered it "
+        f"(first verdict {first.judged.verdict})"
+    )
+
+
 def result_lines(results: list[RowResult]) -> list[str]:
-    """Each row: published, predicted interval, deciding term, error, width, verdict and why; the summary."""
-    lines = ["== published step times against the step-time ledger (independent) ==", ""]
+    """Each row against the ledger as it stands: published, predicted interval, deciding term, error, width,
+    verdict and why, and whether that verdict is independent (provenance_line); the summaries, of every row
+    and of the rows still independent."""
+    lines = ["== published step times against the step-time ledger as it stands ==", ""]
     for result in results:
         prediction, judged = result.prediction, result.judged
-        interval = (
-            "-"
-            if prediction is None or prediction.interval is None
-            else (f"{_number(prediction.interval[0])}..{_number(prediction.interval[1])}")
-        )
-        error = "-" if judged.error is None else f"{judged.error:+.0%}"
+        interval = _interval(None if prediction is None else prediction.interval)
         lines += [
             f"  {result.row.id}  {result.row.source.url}",
             f"    published {_number(result.published)} {result.unit}; predicted {interval}"
             + (f" over {prediction.options} bracketed option(s)" if prediction else "")
-            + f"; error {error}; width {_number(judged.width)}x",
+            + f"; {_judged_text(judged)}",
             f"    deciding: {', '.join(prediction.deciding) if prediction and prediction.deciding else '-'}",
             *host_line(result.row),
             f"    verdict: {judged.verdict}: {judged.why}",
+            provenance_line(result),
         ]
-    lines.append("  summary: " + summary_line([r.judged for r in results]))
+    still = [result.judged for result in results if result.first is not None and result.first.unchanged]
+    lines += [
+        "  summary, every row (in-sample where its figure was read before the ledger's last change): "
+        + summary_line([result.judged for result in results]),
+        "  summary, rows whose registered interval the ledger still gives (independent): "
+        + summary_line(still),
+    ]
     return lines
+
+
+def report_lines(results: list[RowResult]) -> list[str]:
+    """The independent first judgements, then the ledger as it stands (what validate_planner prints)."""
+    return [*first_lines(results), "", *result_lines(results)]
 
 
 def prediction_lines(results: list[RowResult]) -> list[str]:
@@ -382,14 +526,53 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="print each row's interval without its published figure, error or verdict",
     )
+    parser.add_argument(
+        "--write-predictions",
+        metavar="FILE",
+        help="with --predictions-only: also write them as a pre-registered file "
+        "(docs/preregistered/<table>.predictions.yaml), to commit before the figures are read",
+    )
     args = parser.parse_args(argv)
+    if args.write_predictions and not args.predictions_only:
+        parser.error("--write-predictions goes with --predictions-only")
+    repo = Path.cwd()
     try:
-        results = check_table(Path.cwd(), args.table)
+        results = check_table(repo, args.table, [] if args.predictions_only else None)
     except InputError as error:
         print(f"zerogate: error: {error}", file=sys.stderr)
         return 2
-    print("\n".join(prediction_lines(results) if args.predictions_only else result_lines(results)))
+    if not args.predictions_only:
+        print("\n".join(report_lines(results)))
+        return 0
+    print("\n".join(prediction_lines(results)))
+    if args.write_predictions:
+        write_preregistered(registered(results, args.table, repo), Path(args.write_predictions))
+        print(f"written: {args.write_predictions}")
     return 0
+
+
+def registered(results: list[RowResult], table: str, repo: Path) -> Preregistered:
+    """The predictions of ``results`` as a pre-registered file's contents, at the ledger's commit now."""
+    state = git_state(repo)
+    commit = (state["commit"] or "unknown")[:7] + ("-dirty" if state["dirty"] else "")
+    return Preregistered(
+        table=table,
+        predicted_at=commit,
+        predictions=[
+            RegisteredPrediction(
+                id=result.row.id,
+                unit=result.unit,
+                low=None
+                if result.prediction is None or result.prediction.interval is None
+                else result.prediction.interval[0],
+                high=None
+                if result.prediction is None or result.prediction.interval is None
+                else result.prediction.interval[1],
+                missing=list(result.prediction.missing) if result.prediction else [result.judged.why],
+            )
+            for result in results
+        ],
+    )
 
 
 if __name__ == "__main__":
