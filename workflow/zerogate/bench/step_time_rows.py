@@ -24,9 +24,10 @@ the sequence length, the accumulation, the steps of an epoch) makes the row "can
 A run not made with DeepSpeed (FSDP, FSDP2, HSDP) is shown with ZeRO-3's ledger and not judged: the ledger
 models DeepSpeed's streams and buckets.
 
-Each row with a pre-registered prediction (docs/preregistered/*.predictions.yaml, zerogate.config.preregistered)
-is judged first by that prediction: the independent check. Every row is then judged by the ledger as it
-stands, its verdict marked independent only where the ledger still gives the registered interval.
+Each row with a pre-registered prediction (docs/preregistered/*.predictions.yaml,
+zerogate.config.preregistered) is judged first by that prediction: the independent check. Every row is then
+judged by the ledger as it stands, its verdict marked independent only where the ledger still gives the
+registered interval.
 
     python -m zerogate.bench.step_time_rows     (prints the table; run from the repository root)
     python -m zerogate.bench.step_time_rows --table FILE --predictions-only [--write-predictions OUT]
