@@ -214,7 +214,9 @@ def test_nccls_latency_model_is_its_tuners_ring_by_protocol():
     nvlink = modelled_latency("all_gather", 4, nvlink=True)
     assert (nvlink.value, nvlink.high) == pytest.approx((1e-6 * (6.6 + 3 * 0.6), 1e-6 * (14.0 + 3 * 1.9)))
     assert nvlink.basis == "derived" and "tuning.cc" in nvlink.source
-    assert modelled_latency("reduce_scatter", 1, nvlink=False) is None
+    # One rank: NCCL's one-rank path, nothing or one launch, bounded by the Simple protocol's base latency.
+    one = modelled_latency("reduce_scatter", 1, nvlink=False)
+    assert (one.value, one.high) == pytest.approx((0.0, 8.4e-6)) and "ncclLaunchOneRank" in one.source
 
 
 # Published per-call times of a ring all-reduce at 8-128 B on a DGX-A100 (NVSwitch), 2 to 8 GPUs,

@@ -11,6 +11,11 @@ Simple protocol. NCCL picks the protocol by message size, so the figure is an in
 fastest protocol NCCL enables there, its high end the slowest (LL128 is enabled by default only over
 NVLink, tuning.cc ``protoEnable``). Between nodes NCCL adds the network's hops and overheads, which a
 description does not give: no figure then.
+
+One rank crosses no link: NCCL returns before any ring (src/enqueue.cc ``taskAppend``: ``comm->nRanks == 1``
+calls ``ncclLaunchOneRank``), which does nothing in place and a device memcpy, or a one-rank reduction
+kernel for an average, out of place. Its figure is 0 to one such launch, the launch bounded by NCCL's base
+latency of the Simple protocol (assumed: the base latency of a ring call includes its own kernel launch).
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from zerogate.predict.collectives import DERIVED
 from zerogate.predict.setup import Setup
 
 SOURCE = "https://github.com/NVIDIA/nccl/blob/5067397c2676d5aed50042fc39e5c8ee96eb0027/src/graph/tuning.cc"
+ONE_RANK_SOURCE = (
+    "https://github.com/NVIDIA/nccl/blob/5067397c2676d5aed50042fc39e5c8ee96eb0027/src/enqueue.cc"
+)
 # Microseconds, ring algorithm, by protocol: ncclTunerConstantsDefaults' baseLatencies (Ring) and
 # hwLatencies (NVLINK and PCI rows, Ring; Tree's Simple for reduce and broadcast without the same channels).
 BASE_US = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}
@@ -49,10 +57,21 @@ def ring_latency_us(kind: str, ranks: int, link: str, protocol: str) -> float:
 
 def modelled_latency(kind: str, ranks: int, nvlink: bool, nodes: int = 1) -> Figure | None:
     """The per-call latency of ``kind`` between ``ranks`` GPUs as NCCL models it, seconds, as a figure whose
-    ``value`` is the fastest enabled protocol's and ``high`` the slowest's; None for one rank (no
-    collective crosses a link) or across nodes (the network's figures are not in a description)."""
-    if ranks < 2 or nodes > 1:
+    ``value`` is the fastest enabled protocol's and ``high`` the slowest's; for one rank NCCL's one-rank path
+    (module doc); None across nodes (the network's figures are not in a description)."""
+    if nodes > 1:
         return None
+    if ranks == 1:
+        return Figure(
+            value=0.0,
+            high=BASE_US["Simple"] * 1e-6,
+            basis=DERIVED,
+            source=(
+                f"one rank: NCCL's ncclLaunchOneRank, nothing in place or one launch out of place "
+                f"({ONE_RANK_SOURCE}, taskAppend), at most the Simple protocol's base latency of "
+                f"{BASE_US['Simple']:g} us ({SOURCE}; assumed to bound one launch)"
+            ),
+        )
     link = "nvlink" if nvlink else "pci"
     times = [ring_latency_us(kind, ranks, link, protocol) for protocol in PROTOCOLS[link]]
     if kind in ("reduce", "broadcast"):  # other channels: every step at the tree's Simple hop
