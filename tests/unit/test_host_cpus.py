@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from tests.unit.test_ledger import claim_setup
-from zerogate.bench.step_time_rows import HostMemory, host_line, host_memory, predict, with_host_memory
+from zerogate.bench.step_time_predict import HostMemory, host_memory, predict, with_host_memory
+from zerogate.bench.step_time_rows import host_line
 from zerogate.config.boxes import box_from_text
 from zerogate.config.host_cpus import CpuCatalogue, cpu_catalogue, find_cpu, sockets
 from zerogate.config.step_times import read_step_times

@@ -11,13 +11,8 @@ import pytest
 import yaml
 
 from zerogate.analysis.step_time_validation import same_interval
-from zerogate.bench.step_time_rows import (
-    check_table,
-    main,
-    provenance_line,
-    published_figure,
-    report_lines,
-)
+from zerogate.bench.step_time_judged import check_table, published_figure
+from zerogate.bench.step_time_rows import main, provenance_line, report_lines
 from zerogate.config.preregistered import read_preregistered, registered_files, write_preregistered
 from zerogate.config.step_times import read_step_times
 from zerogate.errors import InputError

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from zerogate.analysis.step_time_validation import INSIDE, NOT_JUDGED, OUTSIDE, judge, summary_line
-from zerogate.bench.step_time_rows import cards_named, catalogue_box, lacking_on, needs, options
+from zerogate.bench.step_time_predict import cards_named, catalogue_box, lacking_on, needs, options
 from zerogate.config.step_times import parse_step_times, read_step_times
 from zerogate.errors import InputError
 

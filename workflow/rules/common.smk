@@ -462,6 +462,8 @@ PLANNER_SOURCES = sorted(
     "workflow/zerogate/bench/printed_rows.py",
     "workflow/zerogate/bench/measured_rows.py",
     "workflow/zerogate/analysis/planner_validation.py",
+    "workflow/zerogate/bench/step_time_predict.py",
+    "workflow/zerogate/bench/step_time_judged.py",
     "workflow/zerogate/bench/step_time_rows.py",
     "workflow/zerogate/analysis/step_time_validation.py",
     "workflow/zerogate/runtime/nodes.py",

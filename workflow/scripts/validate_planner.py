@@ -8,7 +8,8 @@ from pathlib import Path
 
 from zerogate.analysis.planner_validation import table_text
 from zerogate.bench.planner_validation import validate
-from zerogate.bench.step_time_rows import check_table, report_lines
+from zerogate.bench.step_time_judged import check_table
+from zerogate.bench.step_time_rows import report_lines
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
 

@@ -1,6 +1,6 @@
 """Published step times judged against the step-time ledger's interval: inside or outside, the error of the
 interval's middle, the width (high / low), and "cannot be judged" with what is missing. Pure: the
-prediction is made by zerogate.bench.step_time_rows.
+prediction is made by zerogate.bench.step_time_predict.
 
 Targets (what the checks against published runs aim at): the published figure inside the predicted
 interval on at least ``INSIDE_TARGET`` of the judged rows, every interval no wider than ``WIDTH_TARGET``

@@ -8,7 +8,7 @@ before the rows' figures entered config/published_setups/step_times.yaml. Each p
 ``python -m zerogate.bench.step_time_rows --predictions-only`` prints: the interval (absent where the ledger
 gave none), its unit, and the terms without a figure. zerogate.bench.step_time_rows writes the file
 (``--write-predictions``) and reads every such file to judge each row by its first prediction
-(zerogate.bench.step_time_rows.with_first).
+(zerogate.bench.step_time_judged.with_first).
 
 ``read_preregistered`` refuses a malformed file before anything is judged, with one line naming the file and
 the key. Pure Python and pydantic: no torch.

@@ -24,6 +24,8 @@ from zerogate.config.tables import read_yaml, refuse_duplicate_ids
 from zerogate.contracts.base import Record
 from zerogate.errors import InputError
 
+# The shipped table (zerogate.bench.step_time_rows judges it; validate_planner reads it).
+STEP_TIMES_FILE = "config/published_setups/step_times.yaml"
 PositiveFloat = Annotated[float, Field(gt=0)]
 
 # The part of a step a published time covers: the whole optimizer step (forward, backward and update of
