@@ -15,13 +15,13 @@ from zerogate.bench.step_time_predict import HostMemory, host_memory, predict, w
 from zerogate.bench.step_time_rows import host_line
 from zerogate.config.boxes import box_from_text
 from zerogate.config.host_cpus import CpuCatalogue, cpu_catalogue, find_cpu, sockets
-from zerogate.config.step_times import read_step_times
+from zerogate.config.step_times import STEP_TIMES_FILE, read_step_times
 from zerogate.model.hf_config import load_config
 from zerogate.predict import rates
 from zerogate.predict.step_time_terms import memory_bound
 
 REPO = Path(__file__).resolve().parents[2]
-TABLE = "config/published_setups/step_times.yaml"
+TABLE = STEP_TIMES_FILE
 ZENFLOW_OFFLOAD = "zenflow-qwen2.5-3b-z2-offopt-2xa100-40g"
 
 

@@ -14,11 +14,11 @@ from zerogate.analysis.step_time_validation import same_interval
 from zerogate.bench.step_time_judged import check_table, published_figure
 from zerogate.bench.step_time_rows import main, provenance_line, report_lines
 from zerogate.config.preregistered import read_preregistered, registered_files, write_preregistered
-from zerogate.config.step_times import read_step_times
+from zerogate.config.step_times import STEP_TIMES_FILE, read_step_times
 from zerogate.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
-TABLE = "config/published_setups/step_times.yaml"
+TABLE = STEP_TIMES_FILE
 ROW = "zenflow-qwen2.5-1.5b-z2-2xa100-40g"
 
 

@@ -11,11 +11,11 @@ import yaml
 
 from zerogate.analysis.step_time_validation import INSIDE, NOT_JUDGED, OUTSIDE, judge, summary_line
 from zerogate.bench.step_time_predict import cards_named, catalogue_box, lacking_on, needs, options
-from zerogate.config.step_times import parse_step_times, read_step_times
+from zerogate.config.step_times import STEP_TIMES_FILE, parse_step_times, read_step_times
 from zerogate.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
-TABLE = "config/published_setups/step_times.yaml"
+TABLE = STEP_TIMES_FILE
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from zerogate.config.profile import (
 from zerogate.config.preregistered import registered_files
 from zerogate.config.published_setups import read_setups
 from zerogate.config.run_config import run_config
+from zerogate.config.step_times import STEP_TIMES_FILE
 from zerogate.config.validation import key_path, to_input_error
 from zerogate.contracts.base import plain
 from zerogate.data.sources import check_dataset_source

@@ -19,7 +19,7 @@ rule validate_planner:
         models=sorted(str(path.relative_to(REPO)) for path in (REPO / "config" / "models").glob("*.json")),
         planner=PLANNER_SOURCES,
         grid=planner_grid_if_run,
-        step_times="config/published_setups/step_times.yaml",
+        step_times=STEP_TIMES_FILE,
         preregistered=registered_files(REPO),
     output:
         validation=f"{PLANNER_VALIDATION}/planner_validation.json",
