@@ -130,7 +130,11 @@ def test_the_summary_line_leads_with_the_published_runs_then_this_machine_then_t
         rows=rows,
         summary=summarise(rows),
     )
-    text = table_text(validation)
+    text = table_text(validation, "inside 2/3 judged")
+    # The published step times' first predictions count with the independent checks, before this machine.
+    last = text.rstrip("\n").splitlines()[-1]
+    step_times = last.index("published step times, first predictions: inside 2/3 judged")
+    assert last.index(INDEPENDENT) < step_times < last.index(THIS_MACHINE)
     headers = [text.index(f"== {group} ==") for group in (INDEPENDENT, THIS_MACHINE, CONSISTENCY)]
     assert headers == sorted(headers) and text.index(f"{estimator.id} [") > headers[2]
     assert text.index("a [measured]") < headers[1] < text.index("llama-z3-mb1 [cpu_grid]") < headers[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 from zerogate.analysis.planner_validation import table_text
 from zerogate.bench.planner_validation import validate
 from zerogate.bench.step_time_judged import check_table
-from zerogate.bench.step_time_rows import report_lines
+from zerogate.bench.step_time_rows import first_summary, report_lines
 from zerogate.entry import fail, logging_to, repo_root
 from zerogate.errors import InputError
 
@@ -28,7 +28,7 @@ with logging_to(snakemake.log[0]) as log:
     except InputError as error:
         fail(str(error))
     # The step-time group goes after the memory groups, before their summary line (which stays last).
-    *groups, summary = table_text(validation).rstrip("\n").splitlines()
+    *groups, summary = table_text(validation, first_summary(step_times)).rstrip("\n").splitlines()
     text = "\n".join([*groups, *report_lines(step_times), "", summary, ""])
     log.info("\n%s", text)
     table = Path(snakemake.output.table)

@@ -380,9 +380,13 @@ def independent_part(rows: list[RowCheck]) -> str:
     return ", ".join(parts)
 
 
-def summary_line(summary: list[TargetSummary], rows: list[RowCheck], grid: str | None = None) -> str:
+def summary_line(
+    summary: list[TargetSummary], rows: list[RowCheck], grid: str | None = None, step_times: str | None = None
+) -> str:
     """The table's last line, the independent group first: the published runs (and of them the held-out
-    rows), this machine's grid (``grid``: where it was read; None: not run), then the consistency rows."""
+    rows; ``step_times``: the published step times' first predictions, summarised by
+    zerogate.bench.step_time_rows.first_summary), this machine's grid (``grid``: where it was read; None: not
+    run), then the consistency rows."""
     independent = [r for r in rows if r.group == INDEPENDENT]
     parts = [f"{INDEPENDENT}: {independent_part(independent)}"]
     held_out = [r for r in independent if r.held_out]
@@ -394,6 +398,8 @@ def summary_line(summary: list[TargetSummary], rows: list[RowCheck], grid: str |
             f"{untold} of the met ones planned without a setting the row states "
             "(see 'not told to the planner')"
         )
+    if step_times is not None:
+        parts.append(f"published step times, first predictions: {step_times}")
     by_target = {s.target: s for s in summary}
 
     def counted(target: str, what: str) -> str:
@@ -435,9 +441,10 @@ def row_lines(row: RowCheck) -> list[str]:
     return lines
 
 
-def table_text(validation: PlannerValidation) -> str:
+def table_text(validation: PlannerValidation, step_times: str | None = None) -> str:
     """The table as printed: per row its source, then each figure: published, zerogate, error, target,
-    verdict and basis; the summary line last."""
+    verdict and basis; the summary line last (with ``step_times``, the published step times' first
+    predictions, among the independent checks)."""
     lines = [
         f"zerogate planner vs published setups ({validation.table}, sha256 {validation.table_sha256[:12]}; "
         f"zerogate {validation.pipeline_version}, commit {(validation.git.commit or 'n/a')[:12]}"
@@ -452,5 +459,5 @@ def table_text(validation: PlannerValidation) -> str:
         for row in validation.rows:
             if row.group == group:
                 lines.extend(row_lines(row))
-    lines.append(summary_line(validation.summary, validation.rows, validation.grid))
+    lines.append(summary_line(validation.summary, validation.rows, validation.grid, step_times))
     return "\n".join(lines) + "\n"

@@ -70,8 +70,12 @@ def first_lines(results: list[RowResult]) -> list[str]:
                 f"{_interval(first.registered.interval)}; {_judged_text(first.judged)}",
                 f"      verdict: {first.judged.verdict}: {first.judged.why}",
             ]
-    lines.append("  summary: " + summary_line([result.first.judged for result in firsts if result.first]))
-    return lines
+    return [*lines, "  summary: " + first_summary(results)]
+
+
+def first_summary(results: list[RowResult]) -> str:
+    """The first predictions' verdicts summarised (the independent count the validation's headline takes)."""
+    return summary_line([result.first.judged for result in results if result.first is not None])
 
 
 def provenance_line(result: RowResult) -> str:
