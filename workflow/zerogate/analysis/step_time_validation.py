@@ -67,9 +67,12 @@ def summary_line(verdicts: list[Judged]) -> str:
     )
 
 
-# A registered interval is printed to 4 significant figures (zerogate.bench.step_time_rows), so the ledger's
-# interval now is "the same" where it rounds to it: a relative difference under half the last printed digit.
-PRINTED_RELATIVE = 5e-4
+# Significant figures an interval is printed with (zerogate.bench.step_time_rows); the first registered sets
+# were transcribed from that print, so the ledger's interval now is "the same" as a registered one where it
+# differs by less than half the last printed digit (a file --write-predictions wrote holds full floats: a
+# change smaller than that is not told apart there either).
+PRINTED_DIGITS = 4
+PRINTED_RELATIVE = 0.5 * 10 ** (1 - PRINTED_DIGITS)
 
 
 def same_interval(registered: tuple[float, float] | None, now: tuple[float, float] | None) -> bool:

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from zerogate.analysis.step_time_validation import Judged, summary_line
+from zerogate.analysis.step_time_validation import PRINTED_DIGITS, Judged, summary_line
 from zerogate.bench.step_time_judged import RowResult, check_table, registered
 from zerogate.bench.step_time_predict import host_memory
 from zerogate.config.preregistered import (
@@ -28,7 +28,7 @@ from zerogate.errors import InputError
 
 
 def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
+    return "-" if value is None else f"{value:.{PRINTED_DIGITS}g}"
 
 
 def _interval(interval: tuple[float, float] | None) -> str:
