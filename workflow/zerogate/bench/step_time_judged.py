@@ -143,25 +143,15 @@ def check_table(
     return results
 
 
-def registered(results: list[RowResult], table: str, repo: Path) -> Preregistered:
+def registered_predictions(results: list[RowResult], table: str, repo: Path) -> Preregistered:
     """The predictions of ``results`` as a pre-registered file's contents, at the ledger's commit now."""
     state = git_state(repo)
     commit = (state["commit"] or "unknown")[:7] + ("-dirty" if state["dirty"] else "")
-    return Preregistered(
-        table=table,
-        predicted_at=commit,
-        predictions=[
-            RegisteredPrediction(
-                id=result.row.id,
-                unit=result.unit,
-                low=None
-                if result.prediction is None or result.prediction.interval is None
-                else result.prediction.interval[0],
-                high=None
-                if result.prediction is None or result.prediction.interval is None
-                else result.prediction.interval[1],
-                missing=list(result.prediction.missing) if result.prediction else [result.judged.why],
-            )
-            for result in results
-        ],
-    )
+
+    def registration(result: RowResult) -> RegisteredPrediction:
+        interval = None if result.prediction is None else result.prediction.interval
+        low, high = interval if interval is not None else (None, None)
+        missing = list(result.prediction.missing) if result.prediction else [result.judged.why]
+        return RegisteredPrediction(id=result.row.id, unit=result.unit, low=low, high=high, missing=missing)
+
+    return Preregistered(table=table, predicted_at=commit, predictions=[registration(r) for r in results])

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from zerogate.analysis.step_time_validation import PRINTED_DIGITS, Judged, summary_line
-from zerogate.bench.step_time_judged import RowResult, check_table, registered
+from zerogate.bench.step_time_judged import RowResult, check_table, registered_predictions
 from zerogate.bench.step_time_predict import host_memory
 from zerogate.config.preregistered import (
     write_preregistered,
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print("\n".join(prediction_lines(results)))
     if args.write_predictions:
-        write_preregistered(registered(results, args.table, repo), Path(args.write_predictions))
+        write_preregistered(registered_predictions(results, args.table, repo), Path(args.write_predictions))
         print(f"written: {args.write_predictions}")
     return 0
 
