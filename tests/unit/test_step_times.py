@@ -112,6 +112,20 @@ def test_a_card_named_without_its_variant_is_bracketed_over_the_catalogues_cards
     assert cards_named(unknown) == [] and {option.card for option in options(unknown)} == {None}
 
 
+def test_a_gpu_the_catalogue_does_not_know_is_named_as_the_reason_with_its_nearest_cards(tmp_path, raw):
+    from zerogate.bench.step_time_judged import check_table
+
+    zenflow = next(r for r in raw["rows"] if r["id"] == "zenflow-qwen2.5-1.5b-z2-2xa100-40g")
+    row = {**zenflow, "hardware": {**zenflow["hardware"], "gpu": "NVIDIA A800-SXM4-80GB"}}
+    table = tmp_path / "unknown_card.yaml"
+    table.write_text(yaml.safe_dump({**raw, "rows": [row]}))
+    (result,) = check_table(REPO, str(table), [])
+    assert result.judged.verdict == NOT_JUDGED and result.prediction.interval is None
+    reason = result.prediction.missing[0]
+    assert reason.startswith("hardware.gpu ('NVIDIA A800-SXM4-80GB' is not in the card catalogue")
+    assert "nearest: A100-SXM4-80GB" in reason and reason in result.judged.why
+
+
 def test_the_rows_box_is_the_catalogues_over_the_rows_nodes():
     rows = {row.id: row for row in read_step_times(REPO / TABLE, TABLE).rows}
     titan = rows["torchtitan-llama3-8b-fsdp2-64xa100-sel-layer"]

@@ -10,7 +10,8 @@ card, each with its source; the host's memory from the CPU catalogue (config/hos
 zerogate.config.host_cpus) where the row names a CPU it has: every socket's bandwidth, one NUMA node a socket
 (the ledger's slow end takes one node's share: zerogate.predict.step_time_terms.host_bandwidths); else none
 (CPU Adam on that host has no figure).
-A card the catalogue does not know is described by its name alone (the ledger then names what it lacks).
+A card the catalogue does not know is described by its name alone: the ledger names what it lacks, first
+the card itself with the catalogue's nearest names (:func:`unknown_card`).
 
 What the source leaves out is bracketed where it takes a few values that change the prediction: the card's
 variant where the row names it without one ("NVIDIA A100": every catalogue card whose name holds it, narrowed
@@ -34,7 +35,7 @@ from typing import Any, NamedTuple
 
 from zerogate.bench.measured_rows import plan_measured
 from zerogate.config.boxes import box_from_text
-from zerogate.config.cards import Card, catalogue, find, name_words
+from zerogate.config.cards import Card, catalogue, close_names, find, name_words
 from zerogate.config.host_cpus import find_cpu, sockets, source_text
 from zerogate.config.machines import MachineDescription
 from zerogate.config.published_setups import (
@@ -254,7 +255,16 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
         tokens = setup.micro_batch_per_gpu * setup.seq_len * setup.gradient_accumulation_steps
         interval = (tokens / interval[1], tokens / interval[0])
     named = [lacking_on(term, cards, chosen) for term, cards in missing.items()]
+    if chosen and chosen[0].card is None:
+        named.insert(0, unknown_card(row.hardware.gpu))
     return Prediction(interval, tuple(deciding), tuple(named), len(chosen))
+
+
+def unknown_card(gpu: str) -> str:
+    """Why a row's device terms have no figure: its GPU is not in the card catalogue (the nearest names)."""
+    near = close_names(gpu)
+    hint = f"; nearest: {', '.join(near)}" if near else ""
+    return f"hardware.gpu ('{gpu}' is not in the card catalogue, config/cards.yaml{hint})"
 
 
 def lacking_on(term: str, cards: list[str], chosen: list[Option]) -> str:
