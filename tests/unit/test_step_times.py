@@ -116,14 +116,14 @@ def test_a_gpu_the_catalogue_does_not_know_is_named_as_the_reason_with_its_neare
     from zerogate.bench.step_time_judged import check_table
 
     zenflow = next(r for r in raw["rows"] if r["id"] == "zenflow-qwen2.5-1.5b-z2-2xa100-40g")
-    row = {**zenflow, "hardware": {**zenflow["hardware"], "gpu": "NVIDIA A800-SXM4-80GB"}}
+    row = {**zenflow, "hardware": {**zenflow["hardware"], "gpu": "Tesla P100-PCIE-16GB"}}
     table = tmp_path / "unknown_card.yaml"
     table.write_text(yaml.safe_dump({**raw, "rows": [row]}))
     (result,) = check_table(REPO, str(table), [])
     assert result.judged.verdict == NOT_JUDGED and result.prediction.interval is None
     reason = result.prediction.missing[0]
-    assert reason.startswith("hardware.gpu ('NVIDIA A800-SXM4-80GB' is not in the card catalogue")
-    assert "nearest: A100-SXM4-80GB" in reason and reason in result.judged.why
+    assert reason.startswith("hardware.gpu ('Tesla P100-PCIE-16GB' is not in the card catalogue")
+    assert "nearest: V100-PCIE-16GB" in reason and reason in result.judged.why
 
 
 def test_the_rows_box_is_the_catalogues_over_the_rows_nodes():
