@@ -6,7 +6,8 @@ covers, over every value the source leaves open.
 The row's box is described as ``make plan BOX=<N>x<card>`` describes one
 (zerogate.config.boxes.box_from_text): each GPU's memory bandwidth and PCIe link, NVLink and peer-to-peer,
 and the collectives' route and GPU-link bandwidth as the card catalogue (config/cards.yaml) has them for the
-card, each with its source; the host's memory from the CPU catalogue (config/host_cpus.yaml,
+card, each with its source; over several nodes, the network between them as ``hardware.inter_node_link``
+words it (zerogate.config.networks); the host's memory from the CPU catalogue (config/host_cpus.yaml,
 zerogate.config.host_cpus) where the row names a CPU it has: every socket's bandwidth, one NUMA node a socket
 (the ledger's slow end takes one node's share: zerogate.predict.step_time_terms.host_bandwidths); else none
 (CPU Adam on that host has no figure).
@@ -38,6 +39,7 @@ from zerogate.config.boxes import box_from_text
 from zerogate.config.cards import Card, catalogue, close_names, find, name_words
 from zerogate.config.host_cpus import find_cpu, sockets, source_text
 from zerogate.config.machines import MachineDescription
+from zerogate.config.networks import network_from_text
 from zerogate.config.published_setups import (
     OUTCOME_ONLY,
     Hardware,
@@ -159,10 +161,16 @@ def options(row: StepTimeRow) -> list[Option]:
 
 
 def catalogue_box(row: StepTimeRow, card: Card, per_node: int) -> MachineDescription:
-    """The row's box as the card catalogue describes ``per_node`` x ``card`` (module doc), over its nodes."""
-    box = box_from_text(f"{per_node}x{card.names[0]}", shown=f"{STEP_TIMES_FILE} ({row.id})")
+    """The row's box as the card catalogue describes ``per_node`` x ``card`` (module doc), over its nodes,
+    with the network between them as the row words it (zerogate.config.networks; none where it gives no
+    rate)."""
+    shown = f"{STEP_TIMES_FILE} ({row.id})"
+    box = box_from_text(f"{per_node}x{card.names[0]}", shown=shown)
     nodes = row.hardware.total_gpus // per_node
-    return box if nodes == 1 else box.model_copy(update={"nodes": nodes})
+    if nodes == 1:
+        return box
+    network = network_from_text(row.hardware.inter_node_link, per_node, f"{shown} hardware.inter_node_link")
+    return box.model_copy(update={"nodes": nodes, "network": network})
 
 
 def with_host_memory(machine: MachineDescription, memory: HostMemory | None) -> MachineDescription:

@@ -164,6 +164,33 @@ class CollectivesDescription(Description):
     kinds: dict[str, CollectiveKindDescription]
 
 
+# What a description's network section is (the collectives' figures between nodes).
+NETWORK = (
+    "The network between the nodes, for a description of more than one node: what it is (e.g. '8 x 200 "
+    "Gb/s HDR InfiniBand') and the bandwidth of one node's network adapters together, one direction, in "
+    "10^9 bytes per second (a 200 Gb/s adapter is 25). An interval where the adapters' count is not known: "
+    "``low`` one adapter, ``value`` the most the node can have. A ring collective across nodes runs at the "
+    "slower of this and the GPUs' own link (zerogate.predict.floor.collective_figures); without it, the "
+    "collectives' terms across nodes have no figure."
+)
+
+
+class NetworkDescription(Description):
+    """The network between the nodes (NETWORK)."""
+
+    kind: str = Field(description="what the network is, as its source says it")
+    bandwidth_gbps: FigureDescription = Field(
+        description="one node's adapters together, one direction, 10^9 bytes per second"
+    )
+
+    @model_validator(mode="after")
+    def _moves_bytes(self) -> NetworkDescription:
+        figure = self.bandwidth_gbps
+        if figure.value <= 0 or (figure.low is not None and figure.low <= 0):
+            raise ValueError("a network's bandwidth must be above 0")
+        return self
+
+
 class HostDescription(Description):
     cpu_model: str | None = None
     physical_cores: AtLeastOne | None = None
@@ -204,6 +231,7 @@ class MachineDescription(Description):
     )
     nvlink: bool | None = None
     collectives: CollectivesDescription | None = Field(None, description=COLLECTIVES)
+    network: Omittable[NetworkDescription] = Field(None, description=NETWORK)
     host: HostDescription
     _file: str | None = PrivateAttr(None)
 

@@ -160,15 +160,50 @@ def given_figure(described: FigureDescription | None) -> Figure | None:
     return None if described is None else Figure.model_validate(described.model_dump(mode="json"))
 
 
+# NCCL's model of a ring's bus bandwidth across nodes: its channels times the inter-node bandwidth a channel
+# gets (ncclTopoTuneModel, ``busBw = nChannels * bw`` with ``bw = bwInter``), the node's network adapters
+# shared by the channels: a rank's volume crosses at the slower of the GPUs' link and the node's network.
+RING_ACROSS_NODES = (
+    "https://github.com/NVIDIA/nccl/blob/5067397c2676d5aed50042fc39e5c8ee96eb0027/src/graph/tuning.cc"
+)
+
+
+def across_nodes(inside: Figure | None, machine: MachineDescription) -> Figure | None:
+    """The bandwidth of a rank's volume in a ring over ``machine``'s nodes: the slower of the GPUs' link
+    (``inside``) and the node's network (its description's ``network``), at each end (the fast end
+    ``value``, the slow end ``low``); None where either is unknown."""
+    network = machine.network
+    if inside is None or network is None:
+        return None
+    net = Figure.model_validate(network.bandwidth_gbps.model_dump(mode="json"))
+    value = min(inside.value, net.value)
+    slow = min(inside.value if inside.low is None else inside.low, net.value if net.low is None else net.low)
+    binding = net if net.value <= inside.value else inside
+    return Figure(
+        value=value,
+        basis=binding.basis,
+        low=slow if slow < value else None,
+        source=(
+            f"a ring over {machine.nodes} nodes at the slower of the GPUs' link ({inside.value:.4g} GB/s: "
+            f"{inside.source}) and the node's network ({network.kind}: "
+            f"{'' if net.low is None else f'{net.low:.4g} to '}{net.value:.4g} GB/s, {net.source}) "
+            f"({RING_ACROSS_NODES}: ncclTopoTuneModel's busBw across nodes)"
+        ),
+    )
+
+
 def collective_figures(machine: MachineDescription, kind: str) -> CollectiveKindFigures:
     """latency_s and bandwidth_gbps figures of one collective kind on ``machine`` (None where unknown): the
-    description's, the bandwidth else derived from the PCIe links."""
+    description's, the bandwidth else derived from the PCIe links; over several nodes with a network
+    described, the slower of that and the network (:func:`across_nodes`)."""
     given = None if machine.collectives is None else machine.collectives.kinds.get(kind)
     latency = None if given is None else given_figure(given.latency_s)
     bandwidth = None if given is None else given_figure(given.bandwidth_gbps)
-    return CollectiveKindFigures(
-        latency_s=latency, bandwidth_gbps=bandwidth if bandwidth is not None else derived_bandwidth(machine)
-    )
+    if bandwidth is None:
+        bandwidth = derived_bandwidth(machine)
+    if machine.nodes > 1 and machine.network is not None:
+        bandwidth = across_nodes(bandwidth, machine)
+    return CollectiveKindFigures(latency_s=latency, bandwidth_gbps=bandwidth)
 
 
 # The measured term of a CPU rank's compute: the model's own forward + backward through the run's DeepSpeed

@@ -225,9 +225,15 @@ def collective_terms(
         timed = collective_time(found, per, setup.ranks, machine)
         for kind, part in timed.kinds.items():
             seconds: Seconds = None
-            # Between nodes the ring crosses the network: a bandwidth derived from the PCIe links (the floor's
-            # upper bound) says nothing of it, so the term waits for a figure the description gives.
-            across_nodes = setup.nodes > 1 and part.bandwidth is not None and part.bandwidth.basis == DERIVED
+            # Between nodes the ring crosses the network: a bandwidth derived from the GPUs' links (the
+            # floor's upper bound) says nothing of it, so the term waits for the description's network (its
+            # figure is then the slower of the two: zerogate.predict.floor.across_nodes).
+            across_nodes = (
+                setup.nodes > 1
+                and machine.network is None
+                and part.bandwidth is not None
+                and part.bandwidth.basis == DERIVED
+            )
             # A latency the description does not give is NCCL's model of it on a GPU box
             # (zerogate.predict.nccl_latency); one nobody gives is left out (named in the source): the term
             # is then too low.
@@ -252,7 +258,7 @@ def collective_terms(
                 if fig is not None
             ) + ("" if latency_figure is not None else "; no latency figure: left out")
             if across_nodes:
-                figures += "; across nodes: no network figure (the description's collectives give one)"
+                figures += "; across nodes: no network figure (the description's network gives one)"
             source = (
                 f"zerogate.predict.comms theory: {part.calls:g} calls, {part.volume_bytes:.4g} B per {per} "
                 f"(zerogate.predict.volume); {figures or 'no figure'}; high at "
