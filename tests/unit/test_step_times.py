@@ -126,6 +126,21 @@ def test_a_gpu_the_catalogue_does_not_know_is_named_as_the_reason_with_its_neare
     assert "nearest: V100-PCIE-16GB" in reason and reason in result.judged.why
 
 
+def test_a_figure_whose_unit_the_source_does_not_state_is_shown_and_not_judged(tmp_path, raw):
+    from zerogate.bench.step_time_judged import check_table
+
+    zenflow = next(r for r in raw["rows"] if r["id"] == "zenflow-qwen2.5-1.5b-z2-2xa100-40g")
+    read = "seconds per optimizer step"
+    row = {**zenflow, "id": "unit-unstated", "published": {**zenflow["published"], "unit_unstated": read}}
+    table = tmp_path / "unit_unstated.yaml"
+    table.write_text(yaml.safe_dump({**raw, "rows": [zenflow, row]}))
+    stated, unstated = check_table(REPO, str(table), [])
+    assert stated.judged.verdict != NOT_JUDGED and stated.prediction.interval is not None
+    assert unstated.judged.verdict == NOT_JUDGED
+    assert unstated.prediction.interval == stated.prediction.interval
+    assert unstated.judged.why.startswith(f"the source does not state its figure's unit (read as {read})")
+
+
 def test_the_rows_box_is_the_catalogues_over_the_rows_nodes():
     rows = {row.id: row for row in read_step_times(REPO / TABLE, TABLE).rows}
     titan = rows["torchtitan-llama3-8b-fsdp2-64xa100-sel-layer"]

@@ -80,8 +80,13 @@ def judged_row(
     missing: tuple[str, ...] | list[str],
 ) -> Judged:
     """The row's figure against an interval (the ledger's now, or one registered before the figure was read);
-    a run not made with DeepSpeed is shown and not judged."""
+    a run not made with DeepSpeed, or a figure whose unit the source does not state, is shown and not
+    judged."""
     judged = judge(published, interval, list(missing), row.published.seconds is None)
+    reading = row.published.unit_unstated
+    if reading is not None:
+        why = f"the source does not state its figure's unit (read as {reading}); {judged.why}"
+        judged = dataclasses.replace(judged, verdict=NOT_JUDGED, why=why)
     if row.setup.framework != "deepspeed":
         framework = row.setup.framework
         why = f"framework {framework}: the ledger models DeepSpeed ZeRO (shown: ZeRO-3's); {judged.why}"

@@ -78,6 +78,8 @@ class PublishedTime(Record):
     tokens_per_second_per_gpu: PositiveFloat | None = None
     covers: Covers
     as_printed: str  # the figure as the source prints it, with its unit
+    # Where the source does not state the figure's unit: how it was read. The row is shown, never judged.
+    unit_unstated: str | None = None
 
     @model_validator(mode="after")
     def _a_figure(self) -> PublishedTime:
