@@ -113,6 +113,19 @@ def test_compute_terms_are_flop_by_kind_at_the_achievable_rates(nvlink_box):
     )
 
 
+def test_packed_samples_attending_within_themselves_bracket_the_attention_from_none(nvlink_box):
+    counts = qwen3_8b()
+    whole = {t.name: t for t in step_time(counts, zero3_setup(), nvlink_box).terms}
+    packed = {t.name: t for t in step_time(counts, zero3_setup(packed_samples=True), nvlink_box).terms}
+    peak = hardware.peak("NVIDIA A100-SXM4-40GB", "bf16").tflops * 1e12
+    matmul = 2 * (counts.total - EMBEDDING) * 512
+    # The fast end keeps the products alone; the slow end is the whole sequence's attention, as unpacked.
+    assert packed["forward"].low_s == pytest.approx(matmul / (peak * rates.GPU_MATMUL.high))
+    assert packed["forward"].high_s == pytest.approx(whole["forward"].high_s)
+    assert packed["backward"].low_s == pytest.approx(2 * packed["forward"].low_s)
+    assert "attend within themselves" in packed["forward"].source
+
+
 def test_collectives_are_the_theory_at_the_described_route(nvlink_box):
     counts, setup = qwen3_8b(), zero3_setup()
     terms = {t.name: t for t in step_time(counts, setup, nvlink_box).terms}

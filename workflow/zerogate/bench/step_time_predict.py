@@ -185,7 +185,13 @@ def with_host_memory(machine: MachineDescription, memory: HostMemory | None) -> 
 def measured_row(row: StepTimeRow, option: Option) -> MeasuredRow:
     """The row as a memory row of zerogate.config.published_setups, at one bracketed option."""
     stated = row.setup.model_dump(
-        exclude={"framework", "pin_memory", "bind_cores_to_rank", "activation_checkpointing_detail"}
+        exclude={
+            "framework",
+            "pin_memory",
+            "bind_cores_to_rank",
+            "activation_checkpointing_detail",
+            "packed_samples",
+        }
     )
     stated.update(
         dtype=option.dtype,
@@ -242,7 +248,10 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
             runs[key] = plan_measured(measured_row(row, option), config, repo)
         run = runs[key]
         setup = dataclasses.replace(
-            run.planned.setup, pin_memory=option.pinned, bind_cores=row.setup.bind_cores_to_rank
+            run.planned.setup,
+            pin_memory=option.pinned,
+            bind_cores=row.setup.bind_cores_to_rank,
+            packed_samples=row.setup.packed_samples,
         )
         machine = run.machine if option.card is None else catalogue_box(row, option.card, option.per_node)
         machine = with_host_memory(machine, host)

@@ -53,6 +53,9 @@ class StepTimeSetup(MeasuredSetup):
     # DeepSpeed's launcher flag --bind_cores_to_rank as the source's command gives it (absent: not given).
     bind_cores_to_rank: bool = False
     activation_checkpointing_detail: str = ""  # e.g. torchtitan's "selective layer"
+    # Several samples packed into each row, each attending within itself (varlen attention): the ledger's
+    # Setup.packed_samples. Absent: one sequence a row, or packed across samples with one causal attention.
+    packed_samples: bool = False
 
 
 class StepTimeHardware(Hardware):

@@ -61,6 +61,10 @@ class Setup:
     # step-time ledger resolves (zerogate.predict.step_time_terms.overlap_comm_on).
     overlap_comm_given: bool | None = None
     attention: str = "sdpa"  # the model's attn_implementation
+    # Several samples packed into each row of seq_len, each attending within itself only (varlen attention,
+    # e.g. flash-attention with position_ids restarting per sample): how long the samples are is not known, so
+    # the attention's FLOP lies between none and one sequence of seq_len (zerogate.predict.step_time_terms).
+    packed_samples: bool = False
     # Each rank bound to its share of the host's physical cores (deepspeed --bind_cores_to_rank: numactl -C,
     # and -m where the share lies on one NUMA node, deepspeed/utils/numa.py get_numactl_cmd); the pipeline's
     # own runs are not bound.

@@ -88,6 +88,8 @@ def _pass_seconds(counts: ModelCounts, setup: Setup, machine: MachineDescription
             return None, "no CPU peak (host.cpu_peak_tflops_fp32)"
         share = peak * hardware.TFLOPS / setup.ranks  # the ranks share the host's cores
         seconds = rates.CPU_ARITHMETIC.seconds(sum(forward.values()), share)
+        if setup.packed_samples:
+            seconds = (rates.CPU_ARITHMETIC.seconds(forward["matmul"], share)[0], seconds[1])
         return (
             seconds,
             f"a rank's share of the probe's fp32 peak {peak:.4g} TFLOP/s x ({rates.CPU_ARITHMETIC.source})",
@@ -102,16 +104,28 @@ def _pass_seconds(counts: ModelCounts, setup: Setup, machine: MachineDescription
         peak = found.tflops * hardware.TFLOPS
         seconds = _added(
             rates.GPU_MATMUL.seconds(forward["matmul"], peak),
-            rates.GPU_ATTENTION.seconds(forward["attention"], peak),
+            _packed(setup, rates.GPU_ATTENTION.seconds(forward["attention"], peak)),
         )
         assert seconds is not None and slowest is not None
         slowest = (max(slowest[0], seconds[0]), max(slowest[1], seconds[1]))
         sources.append(f"{gpu.name} {found.tflops:g} TFLOP/s ({found.source})")
     rate = (
         f"peak {'; '.join(dict.fromkeys(sources))}; matmul x ({rates.GPU_MATMUL.source}); attention x "
-        f"({rates.GPU_ATTENTION.source})"
+        f"({rates.GPU_ATTENTION.source})" + (PACKED if setup.packed_samples else "")
     )
     return slowest, rate
+
+
+PACKED = (
+    "; the samples packed into each row attend within themselves, their lengths unknown: the attention's "
+    "FLOP from none to one sequence of the row's length"
+)
+
+
+def _packed(setup: Setup, attention: tuple[float, float]) -> tuple[float, float]:
+    """The attention's (low, high) seconds, its low end none where the row packs samples that attend within
+    themselves (Setup.packed_samples)."""
+    return (0.0, attention[1]) if setup.packed_samples else attention
 
 
 def _measured_passes(
@@ -125,13 +139,13 @@ def _measured_passes(
         return flop / rate.high, flop / rate.low
 
     fwd, bwd = measured.linear_forward_s, measured.backward_flop_per_s
-    forward = _added((fwd.low, fwd.high), at(attention / 3, measured.forward_flop_per_s))
+    forward = _added((fwd.low, fwd.high), _packed(setup, at(attention / 3, measured.forward_flop_per_s)))
     back = measured.linear_backward_s
-    backward = _added((back.low, back.high), at(2 * attention / 3, bwd))
+    backward = _added((back.low, back.high), _packed(setup, at(2 * attention / 3, bwd)))
     source = (
         f"measured: {fwd.source} ({REPEAT_RANGE}), with {measured.threads} thread(s); the "
         "attention's FLOP (zerogate.hardware.training_flops_per_token by kind) at those products' measured "
-        "rate"
+        "rate" + (PACKED if setup.packed_samples else "")
     )
     return forward, backward, source
 
