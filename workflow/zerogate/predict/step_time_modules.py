@@ -14,14 +14,15 @@ asynchronously (CUDA) the host's work runs beside the kernels: the same work mea
 micro-benchmarks time the stacks on the run's device) is a term of its own, ``HOST_WORK``, which the overlap
 rule puts beside the device's whole micro-step (zerogate.predict.step_time: at least the longer of the two,
 at most both one after the other; how far ZeRO-3's fetches wait for the device is not modelled). Without that
-measurement (a described box) it is missing at ZeRO-3, where the parameter coordinator's fetch and release run
-per module on the host (partitioned_param_coordinator.py ``fetch_sub_module``, ``release_sub_module``) and a
-small step is the host's (this project's first GPU check: a ZeRO-3 step of 128 tokens took 0.42 s, 17 ms a
-decoder layer, against under a millisecond of kernels; docs/measurements.md, "The GPU check on a lent H200");
-below ZeRO-3 the GPU's achievable fractions stand for it, as before.
+measurement (a described box) at ZeRO-3, where the parameter coordinator's fetch and release run per module on
+the host (partitioned_param_coordinator.py ``fetch_sub_module``, ``release_sub_module``) and a small step is
+the host's, the term takes the one ZeRO-3 step on a GPU this project measured, per hooked module
+(:data:`DESCRIBED_GPU_HOST`); below ZeRO-3 the GPU's achievable fractions stand for it, as before.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
@@ -32,6 +33,42 @@ from zerogate.predict.step_time_terms import HOST_WORK, SERIAL, Term, host_runs_
 
 DISPATCH = "operator dispatch and engine hooks"
 GPU_HOST = "engine hooks on the host, beside the kernels"
+
+
+@dataclass(frozen=True)
+class MeasuredHostStep:
+    """A ZeRO-3 step on a GPU whose kernels took a negligible part of it: the host's work over the modules
+    DeepSpeed hooked, and how far another host and DeepSpeed release may lie from it (``spread``: the
+    factors on its rate per module, low and high)."""
+
+    seconds: float
+    hooked_modules: int
+    spread: tuple[float, float]
+    source: str
+
+    def per_module(self) -> tuple[float, float]:
+        """(low, high) seconds of the host's work a hooked module and micro-step."""
+        rate = self.seconds / self.hooked_modules
+        return rate * self.spread[0], rate * self.spread[1]
+
+
+# docs/measurements.md, "The GPU check on a lent H200" (2026-12-04; tests/gpu/gpu_check.py): ZeRO-3 without
+# offload, one rank, Qwen2.5-0.5B's shape (config/profiles/gpu-1x.yaml; no leaf modules on CUDA, so all 319
+# of its modules are hooked: zerogate.model.counts), micro-batch 1 x 128 tokens, fp16, DeepSpeed 0.19.8,
+# torch 2.11.0: step 3 (no update: the loss scale skipped it) took 0.417 s against under a millisecond of
+# the ledger's device terms. The spread is assumed: the rows' hosts (CPU generation, clock, bare metal or a
+# virtual machine), DeepSpeed releases and rank counts (each fetch launching an all-gather) differ from that
+# one run, by a factor nobody measured; taken as up to 2x either way.
+DESCRIBED_GPU_HOST = MeasuredHostStep(
+    seconds=0.417,
+    hooked_modules=319,
+    spread=(0.5, 2.0),
+    source=(
+        "this project's ZeRO-3 step on a lent H200 (docs/measurements.md, 'The GPU check on a lent H200': "
+        "0.417 s over 319 hooked modules, one rank, DeepSpeed 0.19.8), from half to twice that a module "
+        "(assumed: other hosts, releases and rank counts, not measured)"
+    ),
+)
 
 
 def hooked_modules(counts: ModelCounts, setup: Setup) -> int:
@@ -133,22 +170,15 @@ def _beside_the_kernels(counts: ModelCounts, setup: Setup, lines: ModuleLines | 
     if lines is None or not counts.modules:
         if setup.stage != 3:
             return []
-        why = (
-            "no module count for the model"
-            if not counts.modules
-            else "measured only by the micro-benchmarks on the box itself (a described box gives no figure)"
+        what = (
+            "ZeRO-3's per-module hooks, fetch and release and the launches the host runs for the kernels "
+            "(parameter_offload.py _register_deepspeed_module, partitioned_param_coordinator.py)"
         )
-        return [
-            Term(
-                GPU_HOST,
-                HOST_WORK,
-                MICRO_STEP,
-                None,
-                True,
-                "ZeRO-3's per-module hooks, fetch and release and the launches the host runs for the kernels "
-                f"(parameter_offload.py _register_deepspeed_module, partitioned_param_coordinator.py): {why}",
-            )
-        ]
+        if not counts.modules:
+            return [
+                Term(GPU_HOST, HOST_WORK, MICRO_STEP, None, True, f"{what}: no module count for the model")
+            ]
+        return [_described(counts, setup, what)]
     seconds, work = _measured_work(counts, setup, lines)
     return [
         Term(
@@ -162,3 +192,39 @@ def _beside_the_kernels(counts: ModelCounts, setup: Setup, lines: ModuleLines | 
             f"{lines.source}",
         )
     ]
+
+
+def recomputed_modules(counts: ModelCounts, setup: Setup) -> int:
+    """The hooked modules whose forward runs again in the backward: with activation checkpointing, those
+    inside the decoder layers (torch's non-reentrant checkpoint re-runs each layer's modules, their ZeRO-3
+    hooks included: zerogate.model.build.enable_activation_checkpointing); 0 where a decoder layer is a leaf
+    module (its children are not hooked) or without checkpointing."""
+    if not setup.activation_checkpointing or (setup.stage == 3 and setup.leaf_blocks):
+        return 0
+    return counts.modules_in_blocks
+
+
+def _described(counts: ModelCounts, setup: Setup, what: str) -> Term:
+    """ZeRO-3's host work on a GPU box not measured: its hooked modules at :data:`DESCRIBED_GPU_HOST`'s rate
+    a module, x G, beside the kernels. The measured step had no activation checkpointing; the modules a
+    checkpointed layer runs again add their forward's share of that rate, which nobody measured: from none
+    to half (DeepSpeed's backward repeats the forward's fetch and release for each module and adds its
+    gradient hooks, so the forward is at most half of a module's work)."""
+    hooked, again = hooked_modules(counts, setup), recomputed_modules(counts, setup)
+    low, high = DESCRIBED_GPU_HOST.per_module()
+    g = setup.accumulation
+    recomputed = (
+        f"; {again} modules run their forward again (activation checkpointing), each at none to half the rate"
+        if again
+        else ""
+    )
+    return Term(
+        GPU_HOST,
+        HOST_WORK,
+        MICRO_STEP,
+        (hooked * low * g, (hooked + again / 2) * high * g),
+        True,
+        f"{what}: {hooked} of the model's {counts.modules} modules hooked, {low * 1e3:.3g} to "
+        f"{high * 1e3:.3g} ms each a micro-step{recomputed} ({DESCRIBED_GPU_HOST.source}); beside the "
+        "kernels: zerogate.predict.step_time",
+    )
