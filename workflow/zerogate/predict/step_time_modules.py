@@ -165,8 +165,9 @@ def _measured_work(counts: ModelCounts, setup: Setup, lines: ModuleLines) -> tup
 
 def _beside_the_kernels(counts: ModelCounts, setup: Setup, lines: ModuleLines | None) -> list[Term]:
     """On a GPU: the host's per-module and per-parameter work of a micro-step, x G, as the stacks timed it on
-    the device (``HOST_WORK``, beside the kernels); missing at ZeRO-3 without that measurement; none below
-    ZeRO-3 without it (module doc)."""
+    the device (``HOST_WORK``, beside the kernels); at ZeRO-3 without that measurement, the measured H200
+    step a hooked module (:func:`_described`), missing only without a module count; none below ZeRO-3
+    without it (module doc)."""
     if lines is None or not counts.modules:
         if setup.stage != 3:
             return []
