@@ -83,6 +83,11 @@ def test_gpt2_without_n_inner_has_the_4x_mlp_and_with_it_its_own_width():
     assert shape_of(GPT2Config(n_embd=64, n_head=4, n_inner=100)).intermediate_size == 100
 
 
+def test_gpt_neo_without_intermediate_size_has_the_4x_mlp():
+    shape = shape_of(load_config(MODELS / "gpt-neo-2.7b-vocab50259.json"))
+    assert (shape.intermediate_size, shape.hidden_size) == (4 * 2560, 2560)
+
+
 def test_opt_states_its_mlp_width_as_ffn_dim():
     shape = shape_of(load_config(MODELS / "opt-125m.json"))
     assert (shape.intermediate_size, shape.hidden_size, shape.tied_embeddings) == (3072, 768, True)

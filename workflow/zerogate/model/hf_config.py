@@ -110,7 +110,9 @@ def shape_of(config: Any) -> ModelShape:
     head_dim is the config's own where it states one (Llama 3, Mistral), else hidden / heads. The MLP width
     is ``intermediate_size``, or GPT-2's ``n_inner``, which GPT-2's MLP replaces by 4 x hidden when it is None
     (transformers' modeling_gpt2.GPT2Block), or OPT's ``ffn_dim`` (modeling_opt.OPTDecoderLayer: fc1 maps
-    hidden to ffn_dim). InputError naming the config file and key for a missing number.
+    hidden to ffn_dim); GPT-Neo's ``intermediate_size`` of None is 4 x hidden too
+    (modeling_gpt_neo.GPTNeoBlock ``inner_dim``). InputError naming the config file and key for a missing
+    number.
     """
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     source = getattr(config, "name_or_path", "") or f"{type(config).__name__}"
@@ -130,6 +132,8 @@ def shape_of(config: Any) -> ModelShape:
         intermediate = text.n_inner if text.n_inner is not None else 4 * hidden
     elif getattr(text, "ffn_dim", None) is not None:
         intermediate = number("ffn_dim")
+    elif getattr(config, "model_type", "") == "gpt_neo":
+        intermediate = 4 * hidden
     else:
         raise InputError(
             source, "intermediate_size", "missing (and no n_inner or ffn_dim): the MLP width is unknown"
