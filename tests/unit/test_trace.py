@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
+from transformers import (
+    AutoModelForCausalLM,
+    GPT2Config,
+    GPTNeoConfig,
+    LlamaConfig,
+    MistralConfig,
+    Qwen2Config,
+)
 
 from zerogate.model.hf_config import load_config
 from zerogate.predict.operator_tally import OperatorTally, operator_kind
@@ -359,6 +366,23 @@ def test_layer_types_that_repeat_are_traced_by_periods_and_scale_as_the_whole_mo
     odd_types = ["sliding_attention"] * 5 + ["full_attention"]
     odd = Qwen2Config(**{**alternating.to_dict(), "layer_types": odd_types})
     assert "do not repeat" in trace_micro_step(odd, step).how
+
+
+def test_gpt_neos_global_and_local_layers_are_traced_by_periods_as_the_whole_model_traces_them():
+    # GPT-Neo names its alternating layers attention_layers, built from attention_types.
+    config = GPTNeoConfig(
+        vocab_size=V,
+        hidden_size=H,
+        num_layers=6,
+        num_heads=A,
+        attention_types=[[["global", "local"], 3]],
+        window_size=8,
+        max_position_embeddings=256,
+    )
+    step = MicroStep(1, S, "fp16", "eager", padding_mask=True)
+    scaled = trace_micro_step(config, step)
+    assert "periods of 2 decoder layers" in scaled.how
+    assert scaled.total_bytes == _trace_step(config, step).saved_bytes
 
 
 class _Ops(TorchDispatchMode):

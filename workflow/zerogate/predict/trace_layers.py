@@ -17,10 +17,17 @@ def layer_count_key(config: Any) -> str:
     return type(config).attribute_map.get("num_hidden_layers", "num_hidden_layers")
 
 
+def _layer_types(config: Any) -> list[str] | None:
+    """Each decoder layer's attention type: ``layer_types`` (Gemma-2, Qwen3...), or GPT-Neo's
+    ``attention_layers`` (global and local alternating, expanded from ``attention_types`` by
+    transformers' GPTNeoConfig)."""
+    return getattr(config, "layer_types", None) or getattr(config, "attention_layers", None)
+
+
 def layer_type_period(config: Any, layers: int) -> int | None:
-    """The smallest p dividing ``layers`` with ``layer_types`` the first p types repeated at least twice (1
-    without ``layer_types`` or with one type); None where the types do not repeat so."""
-    layer_types = getattr(config, "layer_types", None)
+    """The smallest p dividing ``layers`` with the layer types (:func:`_layer_types`) the first p types
+    repeated at least twice (1 without them or with one type); None where the types do not repeat so."""
+    layer_types = _layer_types(config)
     if not layer_types:
         return 1
     types = list(layer_types)
@@ -40,6 +47,12 @@ def with_layers(config: Any, layers: int) -> Any:
     data[layer_count_key(config)] = layers
     if isinstance(data.get("layer_types"), list) and data["layer_types"]:
         data["layer_types"] = data["layer_types"][:layers]
+    if isinstance(data.get("attention_layers"), list) and data["attention_layers"]:
+        # GPT-Neo rebuilds attention_layers from attention_types ([[pattern, repeats]]) and checks its length.
+        kept = data["attention_layers"][:layers]
+        period = layer_type_period(config, len(data["attention_layers"])) or layers
+        data["attention_layers"] = kept
+        data["attention_types"] = [[kept[:period], layers // period]] if layers % period == 0 else [[kept, 1]]
     return type(config).from_dict(data)
 
 
