@@ -87,12 +87,14 @@ def _pass_seconds(counts: ModelCounts, setup: Setup, machine: MachineDescription
         if not peak:
             return None, "no CPU peak (host.cpu_peak_tflops_fp32)"
         share = peak * hardware.TFLOPS / setup.ranks  # the ranks share the host's cores
-        seconds = rates.CPU_ARITHMETIC.seconds(sum(forward.values()), share)
-        if setup.packed_samples:
-            seconds = (rates.CPU_ARITHMETIC.seconds(forward["matmul"], share)[0], seconds[1])
+        seconds = _added(
+            rates.CPU_ARITHMETIC.seconds(forward["matmul"], share),
+            _packed(setup, rates.CPU_ARITHMETIC.seconds(forward["attention"], share)),
+        )
         return (
             seconds,
-            f"a rank's share of the probe's fp32 peak {peak:.4g} TFLOP/s x ({rates.CPU_ARITHMETIC.source})",
+            f"a rank's share of the probe's fp32 peak {peak:.4g} TFLOP/s x ({rates.CPU_ARITHMETIC.source})"
+            + (PACKED if setup.packed_samples else ""),
         )
     slowest: Seconds = (0.0, 0.0)
     sources = []
