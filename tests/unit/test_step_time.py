@@ -461,8 +461,9 @@ def test_a_step_time_claim_is_judged_against_the_floor_and_the_prediction():
     result = plan(claim_counts(), claim_setup(), box)
     low, high = result.step_time.low_s, result.step_time.high_s
     assert judge_step_time_predicted(result, low / 2).verdict == DOES_NOT_HOLD
-    # ZeRO-3 on a described GPU box: the host's per-module work has no figure, so a claim above the interval
-    # cannot be confirmed; with every term's figure it would hold.
+    # These counts record no modules, so ZeRO-3's per-module host work has no figure on the described box
+    # (step_time_modules): a claim above the interval cannot be confirmed; with every term's figure it would
+    # hold.
     assert any(m.startswith(GPU_HOST) for m in result.step_time.missing)
     above = judge_step_time_predicted(result, 2 * high)
     assert above.verdict == CANNOT_JUDGE and "terms without a figure" in above.why
