@@ -68,6 +68,7 @@ def test_the_longest_name_wins_and_a_variant_word_stops_a_shorter_name():
     assert find("Vendor Card 10 24GB", cards).card == "Base"  # a number after the name is no variant
     assert find("Card 100", cards).card == "Big"  # "100" is not "10"
     assert find("Card 10 Ti", cards) is None
+    assert find("Card 10 GPU", cards).card == "Base"  # a word for the kind of part is no variant
 
 
 def _card(name, names):

@@ -37,6 +37,9 @@ def test_a_cpu_is_found_by_its_name_inside_what_lscpu_prints_and_its_sockets_by_
     assert sockets(text) == 2 and sockets("AMD EPYC 7742") == 1
     assert cpu.memory.socket_gbps() == pytest.approx(8 * 3200 * 8 / 1000)  # 204.8 GB/s
     assert find_cpu("AMD EPYC 7742X") is None  # a letters-only word after the name is another CPU
+    # Intel's lscpu name ends in "CPU @ <clock>": a word for the kind of part, not a variant.
+    assert find_cpu("Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz").cpu == "Intel Xeon Gold 6248"
+    assert find_cpu("Intel(R) Xeon(R) Gold 6248R CPU @ 3.00GHz") is None  # the 6248R is another CPU
     assert find_cpu("Intel Core i9-13900K") is None and find_cpu(None) is None
 
 

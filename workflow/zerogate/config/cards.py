@@ -8,7 +8,8 @@ Lookup (:func:`find`): a card name (``NVIDIA A100-SXM4-40GB``, ``RTX3090``) is s
 and digits apart (``a 100 sxm 4 40 gb``), lower case, without the vendor's words (NVIDIA, GeForce, Tesla,
 AMD, Instinct) and anything in parentheses. A catalogue name matches where its words appear in that order,
 side by side, and the word after them (if any) is not a letters-only word: a letters-only word names a
-variant (``RTX 3090 Ti``, ``A10G``, ``RTX 5070 Ti``, ``H100 NVL``), a number does not (``RTX 4090 24GB``).
+variant (``RTX 3090 Ti``, ``A10G``, ``RTX 5070 Ti``, ``H100 NVL``), a number does not (``RTX 4090 24GB``),
+nor a word for the kind of part (``CPU``, ``GPU``, ``Processor``).
 The longest matching name wins, so ``A100-SXM4-40GB`` is not ``A100 80GB PCIe`` and ``RTX 3090 Ti`` is not
 ``RTX 3090``; a variant not listed matches nothing (its figures are missing, never another card's).
 """
@@ -43,6 +44,9 @@ class Named(Protocol):
 NamedT = TypeVar("NamedT", bound=Named)
 # Words of a reported name that name the vendor or the product line, not the card.
 VENDOR_WORDS = frozenset({"nvidia", "geforce", "tesla", "amd", "instinct"})
+# Words after a name that say what kind of part it is, not which variant (lscpu's "Intel(R) Xeon(R) Gold 6248
+# CPU @ 2.50GHz", "NVIDIA A100 GPU").
+KIND_WORDS = frozenset({"cpu", "gpu", "processor"})
 
 
 class CardRecord(Record):
@@ -190,12 +194,13 @@ def name_words(name: str) -> tuple[str, ...]:
 
 
 def words_match(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
-    """``pattern`` side by side in ``words``, not followed by a letters-only word (a variant)."""
+    """``pattern`` side by side in ``words``, not followed by a letters-only word (a variant) other than a
+    kind of part (:data:`KIND_WORDS`)."""
     n = len(pattern)
     for start in range(len(words) - n + 1):
         if words[start : start + n] == pattern:
             after = words[start + n] if start + n < len(words) else None
-            if after is None or after.isdigit():
+            if after is None or after.isdigit() or after in KIND_WORDS:
                 return True
     return False
 
