@@ -4,6 +4,7 @@ counts its gathers, the memory ledger its most gathered."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from zerogate.contracts.model import ModelCounts, is_persistent
@@ -53,7 +54,12 @@ def zero3_trace(
     units = fetch_units(counts, leaf_blocks)
     trace = units + units[::-1]
     forward_len = len(units)
+    # before[k]: the elements of the trace's units before position k (what traversing them counts); ahead[k]:
+    # each parameter's next position in the trace after k.
+    before = [0, *itertools.accumulate(sum(numels[i] for i in unit) for unit in trace)]
+    ahead = _next_positions(trace)
     resident: set[int] = set()
+    held = 0  # the padded elements of the resident parameters
     gathered = {"forward": 0, "backward": 0, "tied": 0}
     most_resident = 0
     for position, unit in enumerate(trace):
@@ -62,18 +68,19 @@ def zero3_trace(
             if is_persistent(numels[index], persistence_threshold) or index in resident:
                 continue
             resident.add(index)
+            held += padded(numels[index], world)
             tied_again = phase == "forward" and position == forward_len - 1 and counts.tied_embeddings
             gathered["tied" if tied_again else phase] += padded(numels[index], world)
-        most_resident = max(most_resident, sum(padded(numels[i], world) for i in resident))
-        release = {i for i in unit if not is_persistent(numels[i], persistence_threshold)}
-        traversed = 0
-        for later in trace[position + 1 :]:
-            if traversed >= max_reuse_distance or not release:
-                break
-            for index in later:
-                release.discard(index)
-                traversed += numels[index]
-        resident -= release
+        most_resident = max(most_resident, held)
+        # A parameter stays when the trace uses it again at a later unit reached before the units between
+        # have traversed max_reuse_distance elements.
+        for index in unit:
+            if is_persistent(numels[index], persistence_threshold) or index not in resident:
+                continue
+            later = ahead[position].get(index)
+            if later is None or before[later] - before[position + 1] >= max_reuse_distance:
+                resident.discard(index)
+                held -= padded(numels[index], world)
     return gathered, most_resident
 
 
@@ -90,3 +97,14 @@ def zero3_most_gathered(
     """The most non-persistent elements ZeRO-3 holds gathered at once in a micro-step (zero3_trace), before
     the prefetcher's bucket: what the peak prediction's gathered-parameter term counts."""
     return zero3_trace(counts, world, persistence_threshold, max_reuse_distance, leaf_blocks)[1]
+
+
+def _next_positions(trace: list[tuple[int, ...]]) -> list[dict[int, int]]:
+    """For each position of ``trace``, the next later position that uses each of its unit's parameters."""
+    seen: dict[int, int] = {}
+    ahead: list[dict[int, int]] = [{} for _ in trace]
+    for position in range(len(trace) - 1, -1, -1):
+        ahead[position] = {index: seen[index] for index in trace[position] if index in seen}
+        for index in trace[position]:
+            seen[index] = position
+    return ahead
