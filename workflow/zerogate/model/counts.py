@@ -19,12 +19,25 @@ def input_embedding(config: Any) -> tuple[int, int, bool]:
     return text.vocab_size, text.hidden_size, bool(getattr(config, "tie_word_embeddings", False))
 
 
+# The counts this process has made, by the config's JSON: the planner counts the same model for every scheme,
+# row and change it plans.
+_COUNTED: dict[str, ModelCounts] = {}
+
+
 def count_parameters(config: Any) -> ModelCounts:
-    """Instantiate ``config``'s causal LM on the meta device and count its parameters.
+    """Instantiate ``config``'s causal LM on the meta device and count its parameters (once a config in a
+    process: ``_COUNTED``).
 
     DeepSpeed's ``model_to_params`` deduplicates tied weights by ``data_ptr``, which is 0 for every meta
     tensor; parameters are deduplicated by identity here instead (``Module.parameters`` does that).
     """
+    key = config.to_json_string()
+    if key not in _COUNTED:
+        _COUNTED[key] = _counted(config)
+    return _COUNTED[key]
+
+
+def _counted(config: Any) -> ModelCounts:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     parameters = list(model.parameters())

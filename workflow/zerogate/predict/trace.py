@@ -173,9 +173,24 @@ def _checked_shape(config: Any, step: MicroStep, traced_layers: int) -> ModelSha
     return shape
 
 
+# The traces this process has run. A trace is a function of the config (its JSON and its attention
+# implementation, as zerogate.predict.activations keys the plans' traces), the micro-step and the layers
+# traced: fake tensors on the CPU, nothing of the machine. Plans, the published rows' harness and the
+# suggestions ask for the same ones again.
+_TRACES: dict[tuple[str, str | None, MicroStep, int], ActivationTrace] = {}
+
+
 def trace_micro_step(config: Any, step: MicroStep, *, traced_layers: int = 1) -> ActivationTrace:
     """Trace one micro-step of ``config``'s causal LM; see the module docstring for what is counted.
-    ``traced_layers``: k, the smaller of the two layer counts traced (the other is k + 1)."""
+    ``traced_layers``: k, the smaller of the two layer counts traced (the other is k + 1). Each distinct trace
+    runs once in a process (``_TRACES``)."""
+    key = (config.to_json_string(), getattr(config, "_attn_implementation", None), step, traced_layers)
+    if key not in _TRACES:
+        _TRACES[key] = _traced_micro_step(config, step, traced_layers)
+    return _TRACES[key]
+
+
+def _traced_micro_step(config: Any, step: MicroStep, traced_layers: int) -> ActivationTrace:
     shape = _checked_shape(config, step, traced_layers)
     period = layer_type_period(config, shape.layers)
     if period is None:
