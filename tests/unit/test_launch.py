@@ -1,13 +1,21 @@
 """The launcher wrapper removes the shared-memory buffers DeepSpeed's CPU comm op leaves behind."""
 
 import json
+import socket
 import sys
 
 from tests.unit.helpers import step_record
 from tests.unit.test_ledger import rendered
 from zerogate.contracts.base import line_of
 from zerogate.contracts.records import StabiliserEvent
-from zerogate.runtime.launch import keep_failed_records, out_dir_of, remove_shm_buffers, run_layout, wait_all
+from zerogate.runtime.launch import (
+    free_port,
+    keep_failed_records,
+    out_dir_of,
+    remove_shm_buffers,
+    run_layout,
+    wait_all,
+)
 from zerogate.runtime.nodes import LOCAL_MASTER_ADDR
 
 
@@ -157,3 +165,16 @@ def test_the_launcher_records_its_port_and_cleans_up_after_a_normal_exit(tmp_pat
     assert not any(p.exists() for p in earlier)
     assert str(seen["port"]) in (logs / "train.log").read_text()  # the state file held this run's port
     assert not launch.port_state_file(logs / "train.log").exists()
+
+
+def test_the_rendezvous_port_binds_and_lies_below_the_kernels_range_for_outgoing_ports(tmp_path):
+    """Outgoing connections (every gloo connection of a run beside this one) take ports from the kernel's
+    range; a rendezvous port drawn below it cannot be taken that way between its choice and its bind."""
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("40000\t60999\n")
+    ports = {free_port(ranges) for _ in range(20)}
+    assert all(1024 <= port < 40000 for port in ports) and len(ports) > 1
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind((LOCAL_MASTER_ADDR, port))  # free when chosen, and still free now
+    assert 0 < free_port(tmp_path / "missing") < 65536  # no range to read: any port the kernel gives

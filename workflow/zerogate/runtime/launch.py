@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -26,12 +27,31 @@ from zerogate.errors import InputError
 from zerogate.runtime.nodes import LOCAL_MASTER_ADDR, NodeLayout, launcher_commands, layout, node_log
 from zerogate.runtime.ops import keep_cpu_info
 
+# Linux hands out the ports of outgoing connections from this range (ip(7), ip_local_port_range); every gloo
+# connection of a run beside this one takes one. A rendezvous port chosen inside it can be taken between its
+# choice and its bind (EADDRINUSE), so the rendezvous port is chosen below it.
+PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 1024  # below: privileged ports (ip(7))
 
-def free_port() -> int:
-    """A free TCP port for the rendezvous, so runs of several profiles can share a machine."""
-    with socket.socket() as sock:
-        sock.bind((LOCAL_MASTER_ADDR, 0))
-        return int(sock.getsockname()[1])
+
+def free_port(range_file: Path = PORT_RANGE_FILE) -> int:
+    """A free TCP port for the rendezvous, so runs of several profiles can share a machine: one that binds
+    now, drawn at random below the kernel's range for outgoing connections' ports (where there is one to
+    read, else any the kernel gives)."""
+    try:
+        first_ephemeral = int(range_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = LOWEST_PORT
+    candidates = list(range(LOWEST_PORT, first_ephemeral))
+    random.SystemRandom().shuffle(candidates)
+    for port in [*candidates[:200], 0]:
+        with socket.socket() as sock:
+            try:
+                sock.bind((LOCAL_MASTER_ADDR, port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise OSError("no free TCP port to bind")
 
 
 SHM = Path("/dev/shm")
