@@ -160,7 +160,7 @@ def render_point(name: str, profile: Path, fingerprint: Fingerprint, out: Path) 
     )
 
 
-def plan_point(point: Point, machine: Any, share_traces: bool = True) -> Any:
+def plan_point(point: Point, machine: Any) -> Any:
     """The planner's plan of the point on ``machine`` (plan_run's function, so plan.json's figures)."""
     return plan_for_run(
         RunSpec.read(point.run_spec),
@@ -168,7 +168,6 @@ def plan_point(point: Point, machine: Any, share_traces: bool = True) -> Any:
         machine,
         point.settings.plan or PlanSettings(),
         point.name,
-        share_traces=share_traces,
     )
 
 

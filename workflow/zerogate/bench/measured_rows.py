@@ -225,7 +225,7 @@ def plan_measured(row: MeasuredRow, config: Any, repo: Path, micro_batch: int | 
     )
     typed_config = DsConfig.of(ds_config, where)
     # One row is planned at many micro-batches (largest_micro_batch): its plans share their traces.
-    planned = run_setup(run_spec, typed_config, machine.nodes, share_traces=True)
+    planned = run_setup(run_spec, typed_config, machine.nodes)
     planned = planned._replace(setup=stated_releases(row, planned.setup))
     return MeasuredRun(
         run_spec,

@@ -92,18 +92,3 @@ class TracedActivations:
     def traces(self) -> int:
         """Distinct settings traced so far."""
         return len(self._traced)
-
-
-# One TracedActivations per distinct model config in this process, for the plans that share
-# (traced_activations).
-_TRACED: dict[str, TracedActivations] = {}
-
-
-def traced_activations(config: Any) -> TracedActivations:
-    """The TracedActivations of ``config`` shared in this process by the plans that ask for it (keyed by the
-    config's JSON and its attention implementation): the published setups' harness plans one row at many
-    micro-batches, each plan searching micro-batches of its own, and traces each setting once."""
-    key = f"{config.to_json_string()}|{getattr(config, '_attn_implementation', None)}"
-    if key not in _TRACED:
-        _TRACED[key] = TracedActivations(config)
-    return _TRACED[key]

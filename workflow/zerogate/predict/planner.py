@@ -159,13 +159,11 @@ def plan_for_run(
     override: PlanSettings,
     profile: str,
     model_compute: ModelComputeMeasurement | None = None,
-    share_traces: bool = False,
 ) -> Plan:
     """Plan the run as render_deepspeed_config rendered it for ``machine`` (``ds_config``, ``run_spec``):
     count the model on the meta device, trace its activations under fake tensors, then fit, floor and
-    ledger. ``model_compute``: measure_model_compute's measurement on this machine, if any;
-    ``share_traces``: reuse this process's traces of the same model (planned_run.run_setup)."""
-    counts, setup, activations = run_setup(run_spec, ds_config, machine.nodes, share_traces)
+    ledger. ``model_compute``: measure_model_compute's measurement on this machine, if any."""
+    counts, setup, activations = run_setup(run_spec, ds_config, machine.nodes)
     return plan(counts, setup, machine, override, model_compute, profile, activations)
 
 

@@ -42,9 +42,9 @@ def free_port(range_file: Path = PORT_RANGE_FILE) -> int:
         first_ephemeral = int(range_file.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         first_ephemeral = LOWEST_PORT
-    candidates = list(range(LOWEST_PORT, first_ephemeral))
-    random.SystemRandom().shuffle(candidates)
-    for port in [*candidates[:200], 0]:
+    candidates = range(LOWEST_PORT, first_ephemeral)
+    drawn = random.SystemRandom().sample(candidates, min(200, len(candidates)))
+    for port in [*drawn, 0]:
         with socket.socket() as sock:
             try:
                 sock.bind((LOCAL_MASTER_ADDR, port))
