@@ -276,6 +276,18 @@ def clean_checkout(copy: Path) -> Path:
     return copy
 
 
+def broken_copy(table: Path, tmp_path: Path, index: int, change) -> Path:
+    """A copy of the setups ``table`` under ``tmp_path`` (``setups.yaml``) with ``change`` applied to its row
+    ``index``."""
+    import yaml
+
+    raw = yaml.safe_load(table.read_text())
+    change(raw["setups"][index])
+    path = tmp_path / "setups.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
 def run_snakemake(checkout: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """``snakemake --cores 1 ARGS`` in ``checkout``, with its own package first on the path."""
     env = {
