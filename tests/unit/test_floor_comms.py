@@ -197,9 +197,9 @@ def test_cpu_floor_takes_the_largest_term_and_adds_the_boundary():
     collectives_micro = micro_calls * 1e-3 + micro_volume / 0.5e9
     collectives_boundary = boundary_calls * 1e-3 + boundary_volume / 0.5e9
     # 6 FLOPs per parameter in products and token (the counts' untied vocab x hidden input embedding is a
-    # lookup: zerogate.hardware.product_parameters) plus the attention's 12 x layers x hidden x seq_len, on a
-    # rank's share of the host's peak.
-    compute = (6 * (2010 - 100 * 10) + 12 * 1 * 10 * 64) * 64 / (0.04e12 / 2)
+    # lookup: zerogate.hardware.product_parameters) plus the attention's 12 x layers x hidden x seq_len at the
+    # least share an SDPA kernel computes under the causal mask (half), on a rank's share of the host's peak.
+    compute = (6 * (2010 - 100 * 10) + 0.5 * 12 * 1 * 10 * 64) * 64 / (0.04e12 / 2)
     rank = result.ranks[0].terms
     assert rank["compute(s)"] == pytest.approx(compute)
     assert rank["collectives(s)"] == pytest.approx(collectives_micro)

@@ -104,8 +104,9 @@ def test_compute_terms_are_flop_by_kind_at_the_achievable_rates(nvlink_box):
     peak = hardware.peak("NVIDIA A100-SXM4-40GB", "bf16").tflops * 1e12
     # The forward's third; the untied input embedding is a lookup, the head a product.
     matmul, attention = 2 * (counts.total - EMBEDDING) * 512, 4 * 36 * 4096 * 512 * 512
+    # SDPA may run a kernel that skips the causal mask's upper half (the fast end) or one that does not.
     assert terms["forward"].low_s == pytest.approx(
-        matmul / (peak * rates.GPU_MATMUL.high) + attention / (peak * rates.GPU_ATTENTION.high)
+        matmul / (peak * rates.GPU_MATMUL.high) + attention / 2 / (peak * rates.GPU_ATTENTION.high)
     )
     assert terms["forward"].high_s == pytest.approx(
         matmul / (peak * rates.GPU_MATMUL.low) + attention / (peak * rates.GPU_ATTENTION.low)
@@ -129,6 +130,35 @@ def test_packed_samples_attending_within_themselves_bracket_the_attention_from_n
     assert packed["forward"].high_s == pytest.approx(whole["forward"].high_s)
     assert packed["backward"].low_s == pytest.approx(2 * packed["forward"].low_s)
     assert "attend within themselves" in packed["forward"].source
+
+
+def test_the_attention_is_the_share_of_its_scores_the_runs_causal_kernel_computes(nvlink_box):
+    counts, seq = qwen3_8b(), 4096
+    attention = 4 * 36 * 4096 * seq * seq  # the forward's whole count
+    peak = hardware.peak("NVIDIA A100-SXM4-40GB", "bf16").tflops * 1e12
+    matmul = 2 * (counts.total - EMBEDDING) * seq
+
+    def forward(**changes):
+        found = {t.name: t for t in step_time(counts, zero3_setup(seq_len=seq, **changes), nvlink_box).terms}
+        return found["forward"].low_s, found["forward"].high_s
+
+    products = (matmul / (peak * rates.GPU_MATMUL.high), matmul / (peak * rates.GPU_MATMUL.low))
+    eager = forward(attention="eager")
+    assert eager[0] - products[0] == pytest.approx(attention / (peak * rates.GPU_ATTENTION.high))
+    # FlashAttention skips the tiles past the diagonal: half, and the diagonal's tiles (128 keys) whole.
+    flash = forward(attention_kernel="flash_attention_2")  # a row that states it, planned with SDPA
+    share = 0.5 + 128 / (2 * seq)
+    assert flash[0] - products[0] == pytest.approx(attention / 2 / (peak * rates.GPU_ATTENTION.high))
+    assert flash[1] - products[1] == pytest.approx(share * attention / (peak * rates.GPU_ATTENTION.low))
+    # A kernel the source does not name: the two ends, as SDPA's.
+    assert forward(attention_kernel="unknown") == pytest.approx((flash[0], eager[1])) == forward()
+    # The floor counts the least share: below the ledger's fast end with either kernel; MFU's count is PaLM's.
+    assert (
+        floor(counts, zero3_setup(seq_len=seq), nvlink_box).ranks[0].terms["compute(s)"]
+        < floor(counts, zero3_setup(seq_len=seq, attention="eager"), nvlink_box).ranks[0].terms["compute(s)"]
+    )
+    assert hardware.training_flops_per_token(0, 36, 4096, seq) == 12 * 36 * 4096 * seq
+    assert hardware.causal_attention_share("flash_attention_2", 64) == (0.5, 1.0)  # one tile: all of it
 
 
 def test_collectives_are_the_theory_at_the_described_route(nvlink_box):
@@ -360,7 +390,8 @@ def test_this_machines_micro_benchmarks_replace_the_peaks_where_they_have_a_figu
     attention = 12 * counts.layers * counts.hidden * setup.seq_len * setup.seq_len / 3  # the forward's third
     fwd, rate = measured.linear_forward_s, measured.forward_flop_per_s
     g = setup.accumulation
-    assert terms["forward"].low_s == pytest.approx(g * (fwd.low + attention / rate.high))
+    # SDPA's share of the attention: from half (a kernel that skips the causal mask's upper half) to all.
+    assert terms["forward"].low_s == pytest.approx(g * (fwd.low + attention / 2 / rate.high))
     assert terms["forward"].high_s == pytest.approx(g * (fwd.high + attention / rate.low))
     update = measured.cpu_update_param_per_s
     partition = counts.partition_numel(2)

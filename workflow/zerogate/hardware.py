@@ -100,14 +100,45 @@ def product_parameters(total: int, vocab: int, hidden: int, tied: bool) -> int:
 
 
 def training_flops_per_token(
-    parameters: int, layers: int, hidden: int, seq_len: int, recompute: bool = False
+    parameters: int,
+    layers: int,
+    hidden: int,
+    seq_len: int,
+    recompute: bool = False,
+    attention_share: float = 1.0,
 ) -> float:
     """FLOPs of one token's forward + backward: the one definition behind MFU (zerogate.train.metrics) and the
     floor's compute term (zerogate.predict.floor). ``parameters`` are those in products
     (:func:`product_parameters`). 6 per parameter (2 forward, 4 backward) plus the attention
     scores and values the parameter count misses, 12 x layers x hidden x seq_len (Kaplan et al. 2020;
     PaLM, Chowdhery et al. 2022, appendix B, the MFU accounting). Full activation checkpointing runs the
-    forward again: 8 per parameter and 16 x layers x hidden x seq_len. These are real FLOPs of the step, so a
-    floor built on them stays a lower bound."""
+    forward again: 8 per parameter and 16 x layers x hidden x seq_len. ``attention_share``: the part of the
+    attention's count the kernel computes (:func:`causal_attention_share`); MFU keeps PaLM's whole count, and
+    a floor takes the least share its kernel may compute, so that it stays a lower bound."""
     per_parameter, attention = (8.0, 16.0) if recompute else (6.0, 12.0)
-    return per_parameter * parameters + attention * layers * hidden * seq_len
+    return per_parameter * parameters + attention_share * attention * layers * hidden * seq_len
+
+
+# A causal kernel's tiles: FlashAttention-2 works in blocks of 64 or 128 query and key positions (Dao 2023,
+# "FlashAttention-2", https://arxiv.org/abs/2307.08691, section 3.3), so the tiles across the diagonal,
+# computed whole, add at most half a tile of 128 keys per query to the half below it.
+CAUSAL_TILE = 128
+
+
+def causal_attention_share(kernel: str | None, seq_len: int) -> tuple[float, float]:
+    """(least, most) share of the attention's scores and values (:func:`training_flops_per_token`'s whole
+    seq_len x seq_len count) that ``kernel``, an attn_implementation, computes under the causal mask.
+    FlashAttention's causal kernels skip the key tiles past the diagonal: half the count, which
+    FlashAttention's own benchmark takes for a causal pass (Dao-AILab/flash-attention,
+    benchmarks/benchmark_flash_attention.py, ``flops(..., causal)``), and the diagonal tiles
+    (:data:`CAUSAL_TILE`). transformers' eager attention multiplies every score and masks afterwards
+    (models/llama/modeling_llama.py ``eager_attention_forward``): the whole count. torch's SDPA picks its
+    kernel at run time: its flash and cuDNN kernels skip as FlashAttention does when ``is_causal`` is set,
+    which transformers sets only without an attention mask (integrations/sdpa_attention.py), and its other
+    kernels compute every score; so SDPA, a kernel not named and any other lie between half and the whole."""
+    skipping = (0.5, min(1.0, 0.5 + CAUSAL_TILE / (2 * seq_len)))
+    if kernel == "eager":
+        return 1.0, 1.0
+    if kernel in ("flash_attention_2", "flash_attention_3"):
+        return skipping
+    return skipping[0], 1.0

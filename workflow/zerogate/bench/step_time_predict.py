@@ -252,6 +252,7 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
             pin_memory=option.pinned,
             bind_cores=row.setup.bind_cores_to_rank,
             packed_samples=row.setup.packed_samples,
+            attention_kernel=row.setup.attention or "unknown",
         )
         machine = run.machine if option.card is None else catalogue_box(row, option.card, option.per_node)
         machine = with_host_memory(machine, host)

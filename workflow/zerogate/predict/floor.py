@@ -285,6 +285,7 @@ def _flop_per_micro_step(counts: ModelCounts, setup: Setup) -> float:
         counts.hidden,
         setup.seq_len,
         recompute=setup.activation_checkpointing,
+        attention_share=setup.attention_share[0],  # the least its kernel may compute: a floor stays below
     )
     tokens = setup.micro_batch * setup.seq_len
     return per_token * tokens

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from zerogate.contracts.run import DsConfig, RunSpec
+from zerogate.hardware import causal_attention_share
 from zerogate.render.deepspeed_defaults import deepspeed_default, deepspeed_defaults
 
 # Bytes per element (torch/_tensor_docs.py element_size: torch.float32 4, float16 and bfloat16 2).
@@ -61,6 +62,10 @@ class Setup:
     # step-time ledger resolves (zerogate.predict.step_time_terms.overlap_comm_on).
     overlap_comm_given: bool | None = None
     attention: str = "sdpa"  # the model's attn_implementation
+    # The attention kernel a published run states where its plan traces another (flash_attention_2 is traced
+    # as SDPA): the share of the attention's FLOP it computes (zerogate.hardware.causal_attention_share) is
+    # that kernel's. None: Setup.attention's. "unknown": the source does not say.
+    attention_kernel: str | None = None
     # Several samples packed into each row of seq_len, each attending within itself only (varlen attention,
     # e.g. flash-attention with position_ids restarting per sample): how long the samples are is not known, so
     # the attention's FLOP lies between none and one sequence of seq_len (zerogate.predict.step_time_terms).
@@ -98,6 +103,17 @@ class Setup:
     @property
     def ranks_per_node(self) -> int:
         return max(1, self.ranks // self.nodes)
+
+    @property
+    def attention_counted(self) -> str:
+        """The attention kernel whose work the ledger counts: the one the run states, else the planned one."""
+        return self.attention_kernel or self.attention
+
+    @property
+    def attention_share(self) -> tuple[float, float]:
+        """(least, most) share of the attention's whole FLOP count the counted kernel computes under the
+        causal mask (zerogate.hardware.causal_attention_share)."""
+        return causal_attention_share(self.attention_counted, self.seq_len)
 
     @property
     def scheme(self) -> str:

@@ -6,7 +6,9 @@ overlaps only what DeepSpeed runs on separate streams. Terms, per optimizer step
 
 - forward, backward, recomputation: the FLOP of zerogate.hardware.training_flops_per_token split by kind
   (the parameters' products, 6 per parameter and token; the attention's scores and values, 12 x layers x
-  hidden x sequence) and by pass (the forward a third, the backward two thirds, full checkpointing the
+  hidden x sequence, times the share of them the run's causal kernel computes, from half with
+  FlashAttention's skipped tiles to the whole: zerogate.hardware.causal_attention_share,
+  Setup.attention_share) and by pass (the forward a third, the backward two thirds, full checkpointing the
   forward once more), each kind at its achievable rate: the card's peak (zerogate.hardware.peak) x
   GPU_MATMUL / GPU_ATTENTION, or on the CPU accelerator a rank's share of the probe's fp32 peak x
   CPU_ARITHMETIC;

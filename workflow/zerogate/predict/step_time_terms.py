@@ -89,12 +89,12 @@ def _pass_seconds(counts: ModelCounts, setup: Setup, machine: MachineDescription
         share = peak * hardware.TFLOPS / setup.ranks  # the ranks share the host's cores
         seconds = _added(
             rates.CPU_ARITHMETIC.seconds(forward["matmul"], share),
-            _packed(setup, rates.CPU_ARITHMETIC.seconds(forward["attention"], share)),
+            _share_of(setup, rates.CPU_ARITHMETIC.seconds(forward["attention"], share)),
         )
         return (
             seconds,
             f"a rank's share of the probe's fp32 peak {peak:.4g} TFLOP/s x ({rates.CPU_ARITHMETIC.source})"
-            + (PACKED if setup.packed_samples else ""),
+            + _attention_note(setup),
         )
     slowest: Seconds = (0.0, 0.0)
     sources = []
@@ -106,14 +106,14 @@ def _pass_seconds(counts: ModelCounts, setup: Setup, machine: MachineDescription
         peak = found.tflops * hardware.TFLOPS
         seconds = _added(
             rates.GPU_MATMUL.seconds(forward["matmul"], peak),
-            _packed(setup, rates.GPU_ATTENTION.seconds(forward["attention"], peak)),
+            _share_of(setup, rates.GPU_ATTENTION.seconds(forward["attention"], peak)),
         )
         assert seconds is not None and slowest is not None
         slowest = (max(slowest[0], seconds[0]), max(slowest[1], seconds[1]))
         sources.append(f"{gpu.name} {found.tflops:g} TFLOP/s ({found.source})")
     rate = (
         f"peak {'; '.join(dict.fromkeys(sources))}; matmul x ({rates.GPU_MATMUL.source}); attention x "
-        f"({rates.GPU_ATTENTION.source})" + (PACKED if setup.packed_samples else "")
+        f"({rates.GPU_ATTENTION.source})" + _attention_note(setup)
     )
     return slowest, rate
 
@@ -124,10 +124,21 @@ PACKED = (
 )
 
 
-def _packed(setup: Setup, attention: tuple[float, float]) -> tuple[float, float]:
-    """The attention's (low, high) seconds, its low end none where the row packs samples that attend within
-    themselves (Setup.packed_samples)."""
-    return (0.0, attention[1]) if setup.packed_samples else attention
+def _attention_note(setup: Setup) -> str:
+    """What the attention's seconds took: the share its kernel computes, and packing where the row packs."""
+    least, most = setup.attention_share
+    return (
+        f"; the attention's FLOP x {least:.3g}-{most:.3g}, the share of its whole count a causal "
+        f"{setup.attention_counted} kernel computes (zerogate.hardware.causal_attention_share)"
+    ) + (PACKED if setup.packed_samples else "")
+
+
+def _share_of(setup: Setup, attention: tuple[float, float]) -> tuple[float, float]:
+    """The attention's (low, high) seconds at its whole FLOP count, scaled by the share its kernel computes
+    (Setup.attention_share), the low end none where the row packs samples that attend within themselves
+    (Setup.packed_samples)."""
+    least, most = setup.attention_share
+    return (0.0 if setup.packed_samples else attention[0] * least, attention[1] * most)
 
 
 def _measured_passes(
@@ -141,13 +152,13 @@ def _measured_passes(
         return flop / rate.high, flop / rate.low
 
     fwd, bwd = measured.linear_forward_s, measured.backward_flop_per_s
-    forward = _added((fwd.low, fwd.high), _packed(setup, at(attention / 3, measured.forward_flop_per_s)))
+    forward = _added((fwd.low, fwd.high), _share_of(setup, at(attention / 3, measured.forward_flop_per_s)))
     back = measured.linear_backward_s
-    backward = _added((back.low, back.high), _packed(setup, at(2 * attention / 3, bwd)))
+    backward = _added((back.low, back.high), _share_of(setup, at(2 * attention / 3, bwd)))
     source = (
         f"measured: {fwd.source} ({REPEAT_RANGE}), with {measured.threads} thread(s); the "
         "attention's FLOP (zerogate.hardware.training_flops_per_token by kind) at those products' measured "
-        "rate" + (PACKED if setup.packed_samples else "")
+        "rate" + _attention_note(setup)
     )
     return forward, backward, source
 
