@@ -64,10 +64,10 @@ clean:
 	rm -rf .snakemake results/*/
 
 # One plan: a model on a box, printed on the console (workflow/rules/plan_model.smk, docs/planning.md):
-#   make plan MODEL=qwen3-8b BOX=2xRTX3090 HOST_RAM=128GiB [ZERO=3] [OFFLOAD=cpu|none|optimizer|nvme-optimizer|nvme]
+#   make plan MODEL=qwen3-8b BOX=2xRTX3090 HOST_RAM=128GiB [HOST_CPU='AMD Ryzen 9 5950X'] [ZERO=3] [OFFLOAD=cpu|none|optimizer|nvme-optimizer|nvme]
 #             [MICRO_BATCH=1] [ACCUMULATION=1] [SEQ_LEN=512] [CHECKPOINTING=true] [ATTENTION=auto|sdpa|eager]
 # Each variable given becomes the --config key of the same name in lower case.
-PLAN_KEYS := model:MODEL box:BOX host_ram:HOST_RAM zero:ZERO offload:OFFLOAD micro_batch:MICRO_BATCH \
+PLAN_KEYS := model:MODEL box:BOX host_ram:HOST_RAM host_cpu:HOST_CPU zero:ZERO offload:OFFLOAD micro_batch:MICRO_BATCH \
 	accumulation:ACCUMULATION seq_len:SEQ_LEN checkpointing:CHECKPOINTING attention:ATTENTION
 plan_key = $(word $(2),$(subst :, ,$(1)))
 PLAN_CONFIG = $(foreach kv,$(PLAN_KEYS),$(if $($(call plan_key,$(kv),2)),$(call plan_key,$(kv),1)='$($(call plan_key,$(kv),2))'))

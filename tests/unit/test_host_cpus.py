@@ -11,10 +11,18 @@ import pytest
 import yaml
 
 from tests.unit.test_ledger import claim_setup
-from zerogate.bench.step_time_predict import HostMemory, host_memory, predict, with_host_memory
+from zerogate.bench.step_time_predict import predict
 from zerogate.bench.step_time_rows import host_line
 from zerogate.config.boxes import box_from_text
-from zerogate.config.host_cpus import CpuCatalogue, cpu_catalogue, find_cpu, sockets
+from zerogate.config.host_cpus import (
+    CpuCatalogue,
+    HostMemory,
+    cpu_catalogue,
+    find_cpu,
+    host_memory,
+    sockets,
+    with_host_memory,
+)
 from zerogate.config.step_times import STEP_TIMES_FILE, read_step_times
 from zerogate.model.hf_config import load_config
 from zerogate.predict import rates
@@ -59,13 +67,13 @@ def test_every_figure_names_a_source_with_a_url_and_a_name_belongs_to_one_cpu():
 
 def test_a_row_naming_a_known_cpu_states_every_sockets_bandwidth_and_a_numa_node_a_socket(rows):
     zenflow = rows[ZENFLOW_OFFLOAD]
-    assert host_memory(zenflow)[:2] == (pytest.approx(409.6), 2)
+    assert host_memory(zenflow.hardware.host_cpu)[:2] == (pytest.approx(409.6), 2)
     unnamed = zenflow.model_copy(update={"hardware": zenflow.hardware.model_copy(update={"host_cpu": None})})
-    assert host_memory(unnamed) is None
+    assert host_memory(unnamed.hardware.host_cpu) is None
     one = zenflow.model_copy(
         update={"hardware": zenflow.hardware.model_copy(update={"host_cpu": "AMD EPYC 7742"})}
     )
-    assert host_memory(one)[:2] == (pytest.approx(204.8), 1)
+    assert host_memory(one.hardware.host_cpu)[:2] == (pytest.approx(204.8), 1)
 
 
 def test_a_stated_host_bandwidth_wins_over_the_catalogues():
@@ -76,6 +84,8 @@ def test_a_stated_host_bandwidth_wins_over_the_catalogues():
     stated = with_host_memory(box, HostMemory(100.0, 1, ""))
     assert with_host_memory(stated, HostMemory(409.6, 2, "")).host.memory_bandwidth_gbps == 100.0
     assert with_host_memory(box, None) is box
+    replaced = with_host_memory(stated, HostMemory(409.6, 2, ""), replace=True)
+    assert replaced.host.memory_bandwidth_gbps == 409.6 and replaced.host.numa_nodes == 2
 
 
 def test_on_several_numa_nodes_the_slow_end_takes_one_nodes_share():

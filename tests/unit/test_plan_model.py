@@ -16,6 +16,7 @@ from zerogate.errors import InputError
 from zerogate.predict.model_plan import attention_for, overrides, render_request, suggestion_command
 from zerogate.predict.plan_answer import answer
 from zerogate.predict.planner import plan
+from zerogate.predict.step_time import planned_step_time
 from zerogate.predict.suggestions import host_changes
 from zerogate.units import GIB, parse_bytes
 
@@ -25,7 +26,17 @@ CLAIM_BOX = "config/machines/claim-rtx5070-rtx4090.yaml"
 
 def _values(**given):
     """A request's arguments as the run configuration holds them: its defaults, then ``given``."""
-    keys = ("model", "box", "host_ram", "zero", "offload", "micro_batch", "accumulation", "seq_len")
+    keys = (
+        "model",
+        "box",
+        "host_ram",
+        "host_cpu",
+        "zero",
+        "offload",
+        "micro_batch",
+        "accumulation",
+        "seq_len",
+    )
     defaults = {k: RunConfig.model_fields[k].default for k in (*keys, "checkpointing", "attention")}
     return {**defaults, **given}
 
@@ -62,6 +73,7 @@ def test_two_requests_differing_in_one_argument_have_their_own_directory():
         ({"box": None}, "box (BOX)", "required"),
         ({"box": "config/machines/nothing.yaml"}, "box (BOX)", "no such machine description"),
         ({"host_ram": "128G"}, "host_ram (HOST_RAM)", "unit 'G' is not one of"),
+        ({"host_cpu": "AMD EPYC 7743"}, "host_cpu (HOST_CPU)", "not in the host CPU catalogue"),
         ({"zero": 2, "offload": "cpu"}, "offload (OFFLOAD)", "needs zero=3"),
         ({"zero": 0, "offload": "optimizer"}, "offload (OFFLOAD)", "nothing is offloaded"),
         (
@@ -202,3 +214,27 @@ def test_a_short_form_is_a_box_of_the_catalogues_cards_and_its_host_ram_names_it
     assert unknown.host.ram_total_bytes is None  # not assumed: the plan says the host is not checked
     with pytest.raises(InputError, match=r"^--config: box \(BOX\): "):
         plan_request(_values(model="qwen3-8b", box="2xRTX9999"), REPO)
+
+
+def test_a_host_cpu_gives_the_host_memory_from_the_cpu_catalogue_names_the_box_and_prices_cpu_adam():
+    bare = plan_request(_values(model="qwen3-8b", box="2xRTX3090"), REPO)
+    given = plan_request(_values(model="qwen3-8b", box="2xRTX3090", host_cpu="2x AMD EPYC 7742"), REPO)
+    host = given.box.host
+    assert host.memory_bandwidth_gbps == pytest.approx(2 * 8 * 3200 * 8 / 1000) and host.numa_nodes == 2
+    assert "AMD EPYC 7742" in host.cpu_model and "https://" in host.cpu_model
+    assert given.box.name == "2xRTX3090-2x-AMD-EPYC-7742" and given.key != bare.key
+    # In place of a description's own figure (the claimed box states 89.6 GB/s).
+    claimed = plan_request(_values(model="qwen3-8b", box=CLAIM_BOX, host_cpu="AMD Ryzen 9 5950X"), REPO)
+    assert claimed.box.host.memory_bandwidth_gbps == pytest.approx(2 * 3200 * 8 / 1000)
+    assert claimed.box.name == "claim-rtx5070-rtx4090-AMD-Ryzen-9-5950X"
+    # The offloaded optimizer's update has a figure on the named host, none on the bare box.
+    setup = claim_setup()
+    adam = {
+        name: next(
+            t for t in planned_step_time(claim_counts(), setup, box, None).terms if "CPU Adam" in t.name
+        )
+        for name, box in (("bare", bare.box), ("given", given.box))
+    }
+    assert adam["bare"].low_s is None and adam["given"].low_s is not None
+    assert "AMD EPYC 7742" in adam["given"].source
+    assert command(changed(given)) == "make plan MODEL=qwen3-8b BOX=2xRTX3090 HOST_CPU='2x AMD EPYC 7742'"

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from zerogate.bench.measured_rows import plan_measured
 from zerogate.config.boxes import box_from_text
 from zerogate.config.cards import Card, catalogue, close_names, find, name_words
-from zerogate.config.host_cpus import find_cpu, sockets, source_text
+from zerogate.config.host_cpus import host_memory, with_host_memory
 from zerogate.config.machines import MachineDescription
 from zerogate.config.networks import network_from_text
 from zerogate.config.published_setups import (
@@ -98,25 +98,6 @@ class Option(NamedTuple):
     checkpointing: bool
 
 
-class HostMemory(NamedTuple):
-    """The row's host memory as the CPU catalogue has it: every socket's bandwidth, GB/s, its sockets, and
-    the catalogue's figure with its source."""
-
-    gbps: float
-    sockets: int
-    source: str
-
-
-def host_memory(row: StepTimeRow) -> HostMemory | None:
-    """The row's host memory from the CPU catalogue (module doc); None where the row names no CPU it has."""
-    text = row.hardware.host_cpu
-    cpu = find_cpu(text)
-    if text is None or cpu is None:
-        return None
-    count = sockets(text)
-    return HostMemory(cpu.memory.socket_gbps() * count, count, source_text(cpu))
-
-
 def cards_named(row: StepTimeRow) -> list[Card]:
     """The catalogue's cards the row's GPU can be: the one its name names (zerogate.config.cards.find), else
     every card with a name holding the row's name (a card named without its variant, "NVIDIA A100": the four
@@ -171,15 +152,6 @@ def catalogue_box(row: StepTimeRow, card: Card, per_node: int) -> MachineDescrip
         return box
     network = network_from_text(row.hardware.inter_node_link, per_node, f"{shown} hardware.inter_node_link")
     return box.model_copy(update={"nodes": nodes, "network": network})
-
-
-def with_host_memory(machine: MachineDescription, memory: HostMemory | None) -> MachineDescription:
-    """``machine`` with the row's host memory bandwidth and a NUMA node a socket, where it states no bandwidth
-    (a stated figure wins)."""
-    if memory is None or machine.host.memory_bandwidth_gbps:
-        return machine
-    update = {"memory_bandwidth_gbps": memory.gbps, "numa_nodes": memory.sockets}
-    return machine.model_copy(update={"host": machine.host.model_copy(update=update)})
 
 
 def measured_row(row: StepTimeRow, option: Option) -> MeasuredRow:
@@ -240,7 +212,7 @@ def predict(row: StepTimeRow, config: Any, repo: Path) -> Prediction:
     lows, highs, deciding = [], [], []
     missing: dict[str, list[str]] = {}  # a term without a figure -> the catalogue cards it lacks one on
     chosen = options(row)
-    host = host_memory(row)
+    host = host_memory(row.hardware.host_cpu)
     runs: dict[tuple[str, int, bool], Any] = {}  # the plan depends on neither the card's variant nor pinning
     for option in chosen:
         key = (option.dtype, option.per_node, option.checkpointing)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from zerogate.analysis.step_time_validation import PRINTED_DIGITS, Judged, summary_line
 from zerogate.bench.step_time_judged import RowResult, check_table, registered_predictions
-from zerogate.bench.step_time_predict import host_memory
+from zerogate.config.host_cpus import host_memory
 from zerogate.config.preregistered import (
     write_preregistered,
 )
@@ -42,7 +42,7 @@ def _judged_text(judged: Judged) -> str:
 
 def host_line(row: StepTimeRow) -> list[str]:
     """Where the row's host memory bandwidth comes from, where the CPU catalogue has its CPU."""
-    memory = host_memory(row)
+    memory = host_memory(row.hardware.host_cpu)
     if memory is None:
         return []
     return [f"    host memory: {memory.sockets} socket(s) of {memory.source}; a NUMA node a socket"]

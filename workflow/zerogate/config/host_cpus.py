@@ -1,8 +1,10 @@
 """The catalogue of host CPUs (config/host_cpus.yaml): each CPU's names and its memory, as channels x the
 fastest transfer rate the vendor rates it for x 8 bytes a transfer, every figure with a source a reader can
 open. The step-time ledger prices the host's memory traffic (CPU Adam, the unscale, the offload's copies) over
-``host.memory_bandwidth_gbps`` (zerogate.predict.step_time_terms.memory_bound); a published row that names its
-host CPU takes that figure from here (zerogate.bench.step_time_rows).
+``host.memory_bandwidth_gbps`` (zerogate.predict.step_time_terms.memory_bound); a published row that names
+its host CPU (zerogate.bench.step_time_rows) and a plan given ``host_cpu`` (zerogate.config.plan_request) take
+that figure from here (:func:`host_memory`, :func:`with_host_memory`): every socket's bandwidth, a NUMA node a
+socket.
 
 Lookup (:func:`find_cpu`) matches names as the card catalogue does (zerogate.config.cards.name_words,
 words_match: ``2x AMD EPYC 7742 64-Core Processor`` holds ``EPYC 7742``); a leading ``<N>x`` is the number of
@@ -14,12 +16,15 @@ run slower, has less: the interval's high end is then too low).
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
+from typing import NamedTuple
 
 from pydantic import ConfigDict, Field, model_validator
 
-from zerogate.config.cards import check_catalogue, longest_named, read_checked
+from zerogate.config.cards import check_catalogue, longest_named, name_words, read_checked
+from zerogate.config.machines import MachineDescription
 from zerogate.contracts.base import Record
 
 HOST_CPUS_FILE = "config/host_cpus.yaml"
@@ -85,3 +90,43 @@ def source_text(cpu: HostCpu, cpus: CpuCatalogue | None = None) -> str:
         f"{cpu.cpu}: {memory.channels} channels x {memory.transfers_mts} MT/s x {BYTES_PER_TRANSFER} B = "
         f"{memory.socket_gbps():g} GB/s a socket ({(cpus or cpu_catalogue()).sources[memory.source]})"
     )
+
+
+def close_cpu_names(text: str, cpus: CpuCatalogue | None = None, count: int = 6) -> list[str]:
+    """The catalogue's CPUs nearest ``text`` (for an error that lists them): those with a name holding it,
+    then the closest spellings."""
+    wanted = "".join(name_words(text))
+    by_key = {"".join(name_words(n)): cpu.cpu for cpu in (cpus or cpu_catalogue()).cpus for n in cpu.names}
+    holding = sorted((k for k in by_key if wanted and wanted in k), key=len)
+    spelled = difflib.get_close_matches(wanted, list(by_key), n=len(by_key), cutoff=0.5)
+    return list(dict.fromkeys(by_key[k] for k in holding + spelled))[:count]
+
+
+class HostMemory(NamedTuple):
+    """A host's memory as the catalogue has it: every socket's bandwidth, GB/s, its sockets, and the
+    catalogue's figure with its source."""
+
+    gbps: float
+    sockets: int
+    source: str
+
+
+def host_memory(text: str | None, cpus: CpuCatalogue | None = None) -> HostMemory | None:
+    """The memory of the host ``text`` names (``2x AMD EPYC 7742``); None where it names no CPU the catalogue
+    has."""
+    cpu = find_cpu(text, cpus)
+    if text is None or cpu is None:
+        return None
+    count = sockets(text)
+    return HostMemory(cpu.memory.socket_gbps() * count, count, source_text(cpu, cpus))
+
+
+def with_host_memory(
+    machine: MachineDescription, memory: HostMemory | None, *, replace: bool = False
+) -> MachineDescription:
+    """``machine`` with ``memory``'s bandwidth and a NUMA node a socket, where it states no bandwidth (a
+    stated figure wins), or in place of the one it states with ``replace``."""
+    if memory is None or (machine.host.memory_bandwidth_gbps and not replace):
+        return machine
+    update = {"memory_bandwidth_gbps": memory.gbps, "numa_nodes": memory.sockets}
+    return machine.model_copy(update={"host": machine.host.model_copy(update=update)})

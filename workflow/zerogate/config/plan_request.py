@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from zerogate.config.boxes import box_from_text
+from zerogate.config.host_cpus import HOST_CPUS_FILE, close_cpu_names, host_memory
 from zerogate.config.machines import MachineDescription, check, load_description
 from zerogate.config.run_config import RunConfig
 from zerogate.config.tables import read_yaml
@@ -29,6 +30,7 @@ KEYS = {
     "model": "MODEL",
     "box": "BOX",
     "host_ram": "HOST_RAM",
+    "host_cpu": "HOST_CPU",
     "zero": "ZERO",
     "offload": "OFFLOAD",
     "micro_batch": "MICRO_BATCH",
@@ -151,17 +153,28 @@ def positions(raw: dict[str, Any]) -> int | None:
 
 
 def box_description(
-    given: str, host_ram: Any, repo: Path, short_form: Any = None
+    given: str, host_ram: Any, repo: Path, short_form: Any = None, host_cpu: str | None = None
 ) -> tuple[MachineDescription, str | None]:
     """(machine, its file or None) of ``box``: a machine description (a .yaml file), with ``host_ram`` in
     place of its host RAM when given; or a short form such as 2xRTX3090 (zerogate.config.boxes.box_from_text,
-    or ``short_form(text, host_ram_bytes)``), its host RAM ``host_ram`` (None: unknown, not checked)."""
+    or ``short_form(text, host_ram_bytes)``), its host RAM ``host_ram`` (None: unknown, not checked).
+    ``host_cpu`` (``2x AMD EPYC 7742``): the host's CPUs, whose memory the CPU catalogue gives
+    (zerogate.config.host_cpus.host_memory), in place of the description's."""
     ram = None
     if host_ram is not None:
         try:
             ram = parse_bytes(host_ram)
         except ValueError as error:
             raise _error("host_ram", str(error)) from None
+    memory = host_memory(host_cpu) if host_cpu else None
+    if host_cpu and memory is None:
+        near = close_cpu_names(host_cpu)
+        hint = f"; nearest: {', '.join(near)}" if near else ""
+        raise _error(
+            "host_cpu",
+            f"'{host_cpu}' is not in the host CPU catalogue ({HOST_CPUS_FILE}){hint}; or give the box as a "
+            "machine description with host.memory_bandwidth_gbps",
+        )
     if given.endswith((".yaml", ".yml")) or (repo / given).is_file():
         if not (repo / given).is_file():
             raise _error("box", f"no such machine description: {given}")
@@ -171,12 +184,20 @@ def box_description(
             machine, file = (short_form or box_from_text)(given, ram), None
         except InputError as error:
             raise _error("box", error.problem) from None
-    if ram is None:
+    if ram is None and memory is None:
         return machine, file
-    # The RAM given names the box too, so that plans for two host sizes never share a directory.
+    # What is given names the box too, so that plans for two hosts never share a directory.
     described = machine.plain()
-    described["host"]["ram_total_bytes"] = ram
-    described["name"] = f"{machine.name}-host{ram / GIB:g}GiB"
+    if ram is not None:
+        described["host"]["ram_total_bytes"] = ram
+        described["name"] = f"{described['name']}-host{ram / GIB:g}GiB"
+    if memory is not None:
+        described["host"].update(
+            cpu_model=f"{memory.sockets} x {memory.source}",
+            memory_bandwidth_gbps=memory.gbps,
+            numa_nodes=memory.sockets,
+        )
+        described["name"] = f"{described['name']}-{_safe(str(host_cpu))}"
     return check(described, file or given), file
 
 
@@ -203,7 +224,9 @@ def plan_request(values: dict[str, Any], repo: Path, short_form: Any = None) -> 
     config, name, most = model_config(str(values["model"]), repo)
     if most is not None and values["seq_len"] > most:
         raise _error("seq_len", f"{values['seq_len']} exceeds the {most} positions of {config}")
-    box, box_file = box_description(str(values["box"]), values.get("host_ram"), repo, short_form)
+    box, box_file = box_description(
+        str(values["box"]), values.get("host_ram"), repo, short_form, values.get("host_cpu")
+    )
     check_geometry(values["zero"], values["offload"])
     return PlanRequest(
         values={k: values.get(k) for k in KEYS},

@@ -119,6 +119,12 @@ class RunConfig(Settings):
         "description's",
         None,
     )
+    host_cpu: Str | None = setting(
+        "plan_model: the host's CPUs, as the host CPU catalogue (config/host_cpus.yaml) names them, with the "
+        "sockets first (2x AMD EPYC 7742): their memory bandwidth in place of the box's",
+        None,
+        min_length=1,
+    )
     zero: Int = setting("plan_model: the ZeRO stage (0: DDP)", 3, filled=True, ge=0, le=3)
     offload: Literal["none", "optimizer", "cpu", "nvme-optimizer", "nvme"] = setting(
         "plan_model: none; optimizer (optimizer state to CPU); cpu (optimizer state and parameters to CPU); "

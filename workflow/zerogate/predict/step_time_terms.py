@@ -456,7 +456,7 @@ def memory_bound(
         moved = moved_per_rank * setup.ranks_per_node
         low = rates.HOST_MEMORY.seconds(moved, fastest * 1e9)[0]
         high = rates.HOST_MEMORY.seconds(moved, slowest * 1e9)[1]
-        count = machine.host.numa_nodes
+        count, cpu = machine.host.numa_nodes, machine.host.cpu_model
         nodes = (
             f" (at the slow end one of its {count} NUMA nodes' {slowest:g} GB/s: {NUMA_LOCAL})"
             if slowest != fastest
@@ -464,7 +464,7 @@ def memory_bound(
         )
         return (low, high), (
             f"{setup.ranks_per_node} rank(s) x {moved_per_rank:.4g} B over the host's {bandwidth:g} GB/s"
-            f"{nodes} x ({rates.HOST_MEMORY.source})"
+            f"{f' ({cpu})' if cpu else ''}{nodes} x ({rates.HOST_MEMORY.source})"
         )
     bandwidths = [g.memory_bandwidth_gbps for g in machine.gpus]
     if not all(bandwidths):
