@@ -1,6 +1,8 @@
 """Shipped model configs load offline into the right transformers class, with their published shape and
 parameter count; bad config files are refused in one line naming the file and the key."""
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -100,6 +102,20 @@ def test_the_readme_lists_every_config_in_the_directory_with_a_source():
     assert set(SHIPPED) <= {name.strip("`").removesuffix(".json") for name in shipped}
     for name in shipped:
         assert name in rows and "https://" in rows[name], name
+
+
+def test_an_activation_the_readme_names_for_a_config_is_the_one_it_holds():
+    """A stand-in's row names the activation its model runs (``activation_function`` `X`): its config holds
+    X."""
+    readme = (MODELS / "README.md").read_text()
+    named = {}
+    for line in readme.splitlines():
+        found = re.search(r"`activation_function` `([a-z_]+)`", line)
+        if line.startswith("| `") and found:
+            named[line.split("|")[1].strip().strip("`")] = found.group(1)
+    assert len(named) >= 12  # the Megatron stand-ins, minGPT's, min-LLM's and the bf16 example's
+    for file, activation in named.items():
+        assert json.loads((MODELS / file).read_text())["activation_function"] == activation, file
 
 
 # The counts config/models/README.md states for the configs the published setups use (no published total
