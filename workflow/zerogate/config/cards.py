@@ -243,18 +243,27 @@ def find(device_name: str | None, cards: Catalogue | None = None) -> Card | None
     return longest_named(device_name, (cards or catalogue()).cards)
 
 
-def close_names(device_name: str, cards: Catalogue | None = None, count: int = 6) -> list[str]:
-    """The catalogue's names nearest ``device_name``, one per card (for an error that lists them): first the
-    cards with a name that holds it (``A100`` -> the four A100s), then the closest spellings."""
-    wanted = "".join(name_words(device_name))
-    by_key: dict[str, tuple[str, str]] = {}  # joined words -> (the card's short form, card)
-    for card in (cards or catalogue()).cards:
-        for name in card.names:
-            by_key.setdefault("".join(name_words(name)), (card.short_form(), card.card))
-    holding = sorted((k for k in by_key if wanted and wanted in k), key=len)
-    spelled = difflib.get_close_matches(wanted, list(by_key), n=len(by_key), cutoff=0.5)
-    chosen: dict[str, str] = {}  # card -> its name shown
-    for key in holding + spelled:
-        name, card = by_key[key]
-        chosen.setdefault(card, name)
+def nearest_named(wanted: str, named: Iterable[tuple[str, str, str]], count: int = 6) -> list[str]:
+    """The names shown for the entries nearest ``wanted`` (for an error that lists them), one per entry:
+    first the entries with a name that holds it, then the closest spellings. ``named``: (a name, its entry,
+    the name shown for the entry) for every name of every entry."""
+    key = "".join(name_words(wanted))
+    by_key: dict[str, tuple[str, str]] = {}  # joined words -> (the name shown, entry)
+    for name, entry, shown in named:
+        by_key.setdefault("".join(name_words(name)), (shown, entry))
+    holding = sorted((k for k in by_key if key and key in k), key=len)
+    spelled = difflib.get_close_matches(key, list(by_key), n=len(by_key), cutoff=0.5)
+    chosen: dict[str, str] = {}  # entry -> its name shown
+    for found in holding + spelled:
+        shown, entry = by_key[found]
+        chosen.setdefault(entry, shown)
     return list(chosen.values())[:count]
+
+
+def close_names(device_name: str, cards: Catalogue | None = None, count: int = 6) -> list[str]:
+    """The catalogue's names nearest ``device_name``, one per card, as :func:`nearest_named` finds them
+    (``A100`` -> the four A100s), each shown in its short form."""
+    cards = cards or catalogue()
+    return nearest_named(
+        device_name, ((n, c.card, c.short_form()) for c in cards.cards for n in c.names), count
+    )

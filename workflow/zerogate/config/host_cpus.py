@@ -16,14 +16,13 @@ run slower, has less: the interval's high end is then too low).
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 from typing import NamedTuple
 
 from pydantic import ConfigDict, Field, model_validator
 
-from zerogate.config.cards import check_catalogue, longest_named, name_words, read_checked
+from zerogate.config.cards import check_catalogue, longest_named, nearest_named, read_checked
 from zerogate.config.machines import MachineDescription
 from zerogate.contracts.base import Record
 
@@ -93,13 +92,10 @@ def source_text(cpu: HostCpu, cpus: CpuCatalogue | None = None) -> str:
 
 
 def close_cpu_names(text: str, cpus: CpuCatalogue | None = None, count: int = 6) -> list[str]:
-    """The catalogue's CPUs nearest ``text`` (for an error that lists them): those with a name holding it,
-    then the closest spellings."""
-    wanted = "".join(name_words(text))
-    by_key = {"".join(name_words(n)): cpu.cpu for cpu in (cpus or cpu_catalogue()).cpus for n in cpu.names}
-    holding = sorted((k for k in by_key if wanted and wanted in k), key=len)
-    spelled = difflib.get_close_matches(wanted, list(by_key), n=len(by_key), cutoff=0.5)
-    return list(dict.fromkeys(by_key[k] for k in holding + spelled))[:count]
+    """The catalogue's CPUs nearest ``text`` (zerogate.config.cards.nearest_named), for an error that lists
+    them."""
+    named = ((n, cpu.cpu, cpu.cpu) for cpu in (cpus or cpu_catalogue()).cpus for n in cpu.names)
+    return nearest_named(text, named, count)
 
 
 class HostMemory(NamedTuple):
@@ -125,8 +121,11 @@ def with_host_memory(
     machine: MachineDescription, memory: HostMemory | None, *, replace: bool = False
 ) -> MachineDescription:
     """``machine`` with ``memory``'s bandwidth and a NUMA node a socket, where it states no bandwidth (a
-    stated figure wins), or in place of the one it states with ``replace``."""
+    stated figure wins), or in place of the one it states with ``replace`` (its CPUs then named with the
+    catalogue's figure and source, ``host.cpu_model``)."""
     if memory is None or (machine.host.memory_bandwidth_gbps and not replace):
         return machine
-    update = {"memory_bandwidth_gbps": memory.gbps, "numa_nodes": memory.sockets}
+    update: dict[str, object] = {"memory_bandwidth_gbps": memory.gbps, "numa_nodes": memory.sockets}
+    if replace:
+        update["cpu_model"] = f"{memory.sockets} x {memory.source}"
     return machine.model_copy(update={"host": machine.host.model_copy(update=update)})

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from zerogate.config.boxes import box_from_text
-from zerogate.config.host_cpus import HOST_CPUS_FILE, close_cpu_names, host_memory
+from zerogate.config.host_cpus import HOST_CPUS_FILE, close_cpu_names, host_memory, with_host_memory
 from zerogate.config.machines import MachineDescription, check, load_description
 from zerogate.config.run_config import RunConfig
 from zerogate.config.tables import read_yaml
@@ -187,16 +187,11 @@ def box_description(
     if ram is None and memory is None:
         return machine, file
     # What is given names the box too, so that plans for two hosts never share a directory.
-    described = machine.plain()
+    described = with_host_memory(machine, memory, replace=True).plain()
     if ram is not None:
         described["host"]["ram_total_bytes"] = ram
         described["name"] = f"{described['name']}-host{ram / GIB:g}GiB"
     if memory is not None:
-        described["host"].update(
-            cpu_model=f"{memory.sockets} x {memory.source}",
-            memory_bandwidth_gbps=memory.gbps,
-            numa_nodes=memory.sockets,
-        )
         described["name"] = f"{described['name']}-{_safe(str(host_cpu))}"
     return check(described, file or given), file
 
