@@ -67,8 +67,7 @@ or the Snakefile's DAG build.
 
 from __future__ import annotations
 
-import argparse
-import time
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,11 +78,23 @@ from torch.utils._pytree import tree_leaves
 from transformers import AutoModelForCausalLM
 
 from zerogate.config.model_data import ATTENTIONS
-from zerogate.model.hf_config import ModelShape, load_config, shape_of
+from zerogate.model.hf_config import ModelShape, shape_of
 from zerogate.model.loss import set_loss
 from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.setup import TORCH_DTYPES
 from zerogate.predict.trace_layers import layer_type_period, layers_differ, with_layers
+from zerogate.predict.trace_log import (
+    ALLOC,
+    END,
+    FIRST_GRADIENT,
+    FORWARD_END,
+    FREE,
+    OP,
+    SAVED,
+    StepFigures,
+    TraceLog,
+    at_micro_batch,
+)
 from zerogate.runtime.live_tensors import live_bytes_class
 
 
@@ -137,21 +148,6 @@ class ActivationTrace:
     operators: OperatorTally = OperatorTally()
 
 
-@dataclass(frozen=True)
-class _Step:
-    saved_bytes: int
-    # Every storage created in the forward and still alive, model state excluded.
-    live_bytes_at_forward_end: int
-    transient_bytes: int  # the backward's peak above the forward's end, to the first accumulated gradient
-    # Live bytes at the first accumulated gradient less those at the forward's end.
-    at_first_gradient_change: int
-    # The backward's peak after the first accumulated gradient, above its bytes.
-    after_first_gradient_bytes: int
-    math_attention: bool  # torch's SDPA math kernel ran (it saves the s x s attention probabilities)
-    size_classes: dict[str, dict[str, int]]  # per window, each size class's peak of live bytes
-    operators: OperatorTally  # every op of the forward with loss and the backward, beyond the products
-
-
 _COUNTING = (
     "saved tensors counted once per storage, parameters and buffers excluded; backward transient "
     "= peak live bytes in backward above the forward's end until the first weight gradient is "
@@ -188,6 +184,12 @@ def trace_micro_step(config: Any, step: MicroStep, *, traced_layers: int = 1) ->
     if key not in _TRACES:
         _TRACES[key] = _traced_micro_step(config, step, traced_layers)
     return _TRACES[key]
+
+
+def forget_traces() -> None:
+    """Drop every trace and recorded event this process keeps (a benchmark comparing ways of tracing)."""
+    _TRACES.clear()
+    _BASE_LOGS.clear()
 
 
 def _traced_micro_step(config: Any, step: MicroStep, traced_layers: int) -> ActivationTrace:
@@ -270,7 +272,9 @@ def _scaled_trace(
     )
 
 
-def _extrapolated_size_classes(fewer: _Step, more: _Step, extra_layers: int) -> dict[str, dict[str, int]]:
+def _extrapolated_size_classes(
+    fewer: StepFigures, more: StepFigures, extra_layers: int
+) -> dict[str, dict[str, int]]:
     """Each size class's peak in each window, alive bytes, extrapolated from the two traces by
     ``extra_layers`` more layers than the fewer has (linear in the layer count)."""
     return {
@@ -286,12 +290,12 @@ def _extrapolated_size_classes(fewer: _Step, more: _Step, extra_layers: int) -> 
     }
 
 
-def _at_first_gradient(saved_bytes: int, step: _Step) -> int:
+def _at_first_gradient(saved_bytes: int, step: StepFigures) -> int:
     """The bytes alive at the first accumulated gradient for a model saving ``saved_bytes``."""
     return max(0, saved_bytes + step.at_first_gradient_change)
 
 
-def _cpu_kernel_note(step: _Step, attention: str) -> str:
+def _cpu_kernel_note(step: StepFigures, attention: str) -> str:
     if attention == "sdpa" and step.math_attention:
         return (
             "; note: torch's CPU SDPA ran its math kernel here (attention dropout, for one), which saves the "
@@ -300,32 +304,79 @@ def _cpu_kernel_note(step: _Step, attention: str) -> str:
     return ""
 
 
-def _trace_step(config: Any, step: MicroStep) -> _Step:
-    """One fake forward with loss and one backward, each weight gradient dropped once accumulated."""
+# The events of the micro-steps traced at the micro-batches others are read from (BASE_MICRO_BATCHES), by
+# the config's JSON, its attention implementation and the micro-step: a micro-batch search reads them again.
+BASE_MICRO_BATCHES = (2, 3)
+_BASE_LOGS: dict[tuple[str, str | None, MicroStep], TraceLog] = {}
+
+
+@dataclass
+class StepCounts:
+    """The micro-steps this process has traced and those it has read off a line (:func:`_trace_step`)."""
+
+    traced: int = 0
+    on_the_line: int = 0
+
+
+STEP_COUNTS = StepCounts()
+
+
+def _trace_step(config: Any, step: MicroStep) -> StepFigures:
+    """The figures of one micro-step of ``config`` (one fake forward with loss and one backward, each weight
+    gradient dropped once accumulated). A micro-batch above the larger of BASE_MICRO_BATCHES, where the
+    smaller one's trace is already at hand (a micro-batch search), is read off the line through those two
+    micro-batches' events when they saw the same events (zerogate.predict.trace_log.at_micro_batch); every
+    other micro-step is traced."""
+    low, high = BASE_MICRO_BATCHES
+    if step.micro_batch > high and _log_key(config, dataclasses.replace(step, micro_batch=low)) in _BASE_LOGS:
+        one, other = (_base_log(config, dataclasses.replace(step, micro_batch=m)) for m in BASE_MICRO_BATCHES)
+        line = at_micro_batch(one, other, step.micro_batch)
+        if line is not None:
+            STEP_COUNTS.on_the_line += 1
+            return line.figures()
+    if step.micro_batch in BASE_MICRO_BATCHES:
+        return _base_log(config, step).figures()
+    return record_step(config, step).figures()
+
+
+def _log_key(config: Any, step: MicroStep) -> tuple[str, str | None, MicroStep]:
+    return config.to_json_string(), getattr(config, "_attn_implementation", None), step
+
+
+def _base_log(config: Any, step: MicroStep) -> TraceLog:
+    key = _log_key(config, step)
+    if key not in _BASE_LOGS:
+        _BASE_LOGS[key] = record_step(config, step)
+    return _BASE_LOGS[key]
+
+
+def record_step(config: Any, step: MicroStep) -> TraceLog:
+    """The events of one fake forward with loss and one backward of ``config``'s causal LM, each weight
+    gradient dropped once accumulated (zerogate.predict.trace_log)."""
     with FakeTensorMode():
         model = AutoModelForCausalLM.from_config(
             config, dtype=getattr(torch, TORCH_DTYPES[step.dtype]), attn_implementation=step.attention
         )
+        STEP_COUNTS.traced += 1
         model.train()  # dropout as in training
         set_loss(model, step.loss_in_fp32)
         model_state = {StorageWeakRef(t.untyped_storage()) for t in [*model.parameters(), *model.buffers()]}
-        saved = _SavedTensors(model_state)
+        events: list[tuple] = []
+        saved = _SavedTensors(model_state, events)
         if step.checkpointing:
             _checkpoint_counting_bound_tensors(model, saved)
         input_ids = torch.zeros(step.micro_batch, step.seq_len, dtype=torch.long)
         inputs = {"input_ids": input_ids, "labels": input_ids}
         if step.padding_mask:
             inputs["attention_mask"] = torch.ones_like(input_ids)
-        live = _LiveBytes(model_state)
-        first: dict[str, int] = {}
-        size_classes: dict[str, dict[str, int]] = {}
+        live = _LiveBytes(model_state, events)
+        first: list[bool] = []
 
         def drop_accumulated_gradient(parameter: Any) -> None:
             # ZeRO's gradient hooks take each gradient into a bucket once it is accumulated.
             if not first:
-                first["live"], first["peak"] = live.now, live.peak
-                size_classes["backward"] = dict(live.class_peak)
-                live.restart_peak()
+                first.append(True)
+                events.append((FIRST_GRADIENT,))
             parameter.grad = None
 
         hooks = [
@@ -337,25 +388,12 @@ def _trace_step(config: Any, step: MicroStep) -> _Step:
             with torch.autograd.graph.saved_tensors_hooks(saved.pack, _unpack):
                 # Only the loss outlives the forward, as in the training loop (engine(**batch).loss).
                 loss = model(**inputs).loss
-            size_classes["forward"] = dict(live.class_peak)
-            forward_end = live.restart_peak()
+            events.append((FORWARD_END,))
             loss.backward()
+        events.append((END,))
         for hook in hooks:
             hook.remove()
-        if not first:  # no parameter takes a gradient: the whole backward is before the first
-            first["live"], first["peak"] = live.now, live.peak
-            size_classes["backward"] = dict(live.class_peak)
-        size_classes["backward_from_first_gradient"] = dict(live.class_peak)
-        return _Step(
-            saved.bytes,
-            forward_end,
-            first["peak"] - forward_end,
-            first["live"] - forward_end,
-            live.peak - first["live"],
-            live.saw_math_attention,
-            size_classes,
-            live.operators,
-        )
+        return TraceLog(step.micro_batch, tuple(events), live.saw_math_attention)
 
 
 def _unpack(tensor: Any) -> Any:
@@ -365,10 +403,10 @@ def _unpack(tensor: Any) -> Any:
 class _SavedTensors:
     """A saved_tensors_hooks pack hook that counts each saved storage once, model state excluded."""
 
-    def __init__(self, model_state: set) -> None:
+    def __init__(self, model_state: set, events: list[tuple]) -> None:
         self._model_state = model_state
         self._counted: set = set()
-        self.bytes = 0
+        self._events = events
 
     def pack(self, tensor: Any) -> Any:
         self.count(tensor)
@@ -379,7 +417,7 @@ class _SavedTensors:
         ref = StorageWeakRef(storage)
         if ref not in self._model_state and ref not in self._counted:
             self._counted.add(ref)
-            self.bytes += storage.nbytes()
+            self._events.append((SAVED, storage.nbytes()))
 
 
 def _counting_bound_tensors(checkpoint_function: Any, saved: _SavedTensors) -> Any:
@@ -418,66 +456,36 @@ def operator_traffic(args: Any, kwargs: Any, out: Any) -> tuple[int, int]:
 
 
 class _LiveBytes(live_bytes_class()):
-    """Bytes of the storages alive now (model state excluded) and their peak, op by op: the runtime's
-    live-tensor count (zerogate.runtime.live_tensors, also what the training ranks measure), which also
-    notes whether SDPA's math kernel ran."""
+    """The runtime's live-tensor count (zerogate.runtime.live_tensors, also what the training ranks measure),
+    model state excluded, writing down each storage it counts and frees and each op it sees
+    (zerogate.predict.trace_log), and noting whether SDPA's math kernel ran."""
 
-    def __init__(self, model_state: set) -> None:
+    def __init__(self, model_state: set, events: list[tuple]) -> None:
         super().__init__(excluded=model_state)
         self.saw_math_attention = False
-        self.operators = OperatorTally()
+        self._events = events
+        self._numbers: dict = {}  # each counted storage's number in the events
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = super().__torch_dispatch__(func, types, args, kwargs)
         if out is not NotImplemented:
-            name = func.overloadpacket.__name__
             traffic, largest = operator_traffic(args, kwargs, out)
-            self.operators = self.operators.added(func.namespace, name, func.is_view, traffic, largest)
+            self._events.append(
+                (OP, func.namespace, func.overloadpacket.__name__, func.is_view, traffic, largest)
+            )
         return out
+
+    def count(self, ref: Any, nbytes: int) -> None:
+        super().count(ref, nbytes)
+        self._numbers[ref] = len(self._events)
+        self._events.append((ALLOC, self._numbers[ref], nbytes))
+
+    def uncount(self, ref: Any) -> None:
+        super().uncount(ref)
+        number = self._numbers.pop(ref, None)
+        if number is not None:
+            self._events.append((FREE, number))
 
     def saw(self, func: Any) -> None:
         # SDPA's math kernel is the composite that calls _safe_softmax; the fused kernels never do.
         self.saw_math_attention |= func is torch.ops.aten._safe_softmax.default
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Print the trace of a config.json for both attentions, with and without checkpointing, and the wall
-    time of each (a benchmark to read, not a test):
-
-        python -m zerogate.predict.trace config/models/qwen2.5-14b.json --seq-len 512 --micro-batch 1 --dtype
-        fp16
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m zerogate.predict.trace", description=main.__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("config", help="a config.json or a directory holding one")
-    parser.add_argument("--seq-len", type=int, default=512)
-    parser.add_argument("--micro-batch", type=int, default=1)
-    parser.add_argument("--dtype", choices=list(TORCH_DTYPES), default="fp16")
-    args = parser.parse_args(argv)
-    config = load_config(args.config)
-    mib = 2**20
-    for attention in ATTENTIONS:
-        for checkpointing in (False, True):
-            start = time.perf_counter()
-            step = MicroStep(args.micro_batch, args.seq_len, args.dtype, attention, checkpointing)
-            trace = trace_micro_step(config, step)
-            seconds = time.perf_counter() - start
-            per_layer = "n/a" if trace.per_layer_bytes is None else f"{trace.per_layer_bytes / mib:.1f}"
-            outside = (
-                "n/a" if trace.outside_layers_bytes is None else f"{trace.outside_layers_bytes / mib:.1f}"
-            )
-            print(
-                f"{attention:5s} checkpointing={'on ' if checkpointing else 'off'} per layer {per_layer} "
-                "MiB, "
-                f"outside {outside} MiB, {trace.layers} layers, total {trace.total_bytes / mib:.1f} MiB, "
-                f"backward transient {trace.backward_transient_bytes / mib:.1f} MiB, at the first gradient "
-                f"{trace.at_first_gradient_bytes / mib:.1f} MiB + "
-                f"{trace.after_first_gradient_bytes / mib:.1f} MiB "
-                f"({seconds:.2f} s)"
-            )
-    print(trace.how)
-
-
-if __name__ == "__main__":
-    main()

@@ -74,21 +74,51 @@ def live_storages(device_type: str = "cpu") -> list[Any]:
     return list(found.values())
 
 
-class LiveBytes(TorchDispatchMode):
-    """Bytes of the storages alive now (``excluded`` left out) and their peak, op by op.
+class LiveCount:
+    """Bytes alive now and their peak, overall and in each of the C allocator's size classes (the module
+    docstring), as storages are counted and uncounted by a key: what :class:`LiveBytes` counts op by op, and
+    what zerogate.predict.trace_log reads back from a trace's events."""
+
+    def __init__(self) -> None:
+        self._sizes: dict = {}
+        self.now = 0
+        self.peak = 0
+        self.class_now = {"heap": 0, "mapped": 0}
+        self.class_peak = {"heap": 0, "mapped": 0}
+
+    def count(self, ref: Any, nbytes: int) -> None:
+        """Count a storage of ``nbytes`` under ``ref``."""
+        self._sizes[ref] = nbytes
+        self.now += nbytes
+        self.peak = max(self.peak, self.now)
+        size_class = size_class_of(nbytes)
+        self.class_now[size_class] += nbytes
+        self.class_peak[size_class] = max(self.class_peak[size_class], self.class_now[size_class])
+
+    def uncount(self, ref: Any) -> None:
+        """Take the storage counted under ``ref`` off (nothing if it is not counted)."""
+        nbytes = self._sizes.pop(ref, 0)
+        self.now -= nbytes
+        self.class_now[size_class_of(nbytes)] -= nbytes
+
+    def restart_peak(self) -> int:
+        """Start a new peak (and a new peak of each size class) from the bytes alive now, and return
+        them."""
+        self.peak = self.now
+        self.class_peak = dict(self.class_now)
+        return self.now
+
+
+class LiveBytes(LiveCount, TorchDispatchMode):
+    """Bytes of the storages alive now (``excluded`` left out) and their peak, op by op (:class:`LiveCount`).
 
     ``seed``: storages alive before the mode starts, counted from the start (live_storages()).
     Subclasses may look at each op in :meth:`saw`."""
 
     def __init__(self, excluded: set | None = None, seed: list | None = None) -> None:
-        super().__init__()
+        LiveCount.__init__(self)
+        TorchDispatchMode.__init__(self)
         self._excluded = excluded or set()
-        self._sizes: dict = {}
-        self.now = 0
-        self.peak = 0
-        # Bytes alive now and their peak in each of the C allocator's size classes (the module docstring).
-        self.class_now = {"heap": 0, "mapped": 0}
-        self.class_peak = {"heap": 0, "mapped": 0}
         for storage in seed or []:
             self.track(storage)
         self.start = self.now
@@ -127,21 +157,8 @@ class LiveBytes(TorchDispatchMode):
         ref = StorageWeakRef(storage)
         if ref in self._excluded or ref in self._sizes:
             return
-        self._count(ref, storage.nbytes())
+        self.count(ref, storage.nbytes())
         weakref.finalize(storage, self._release, ref)
-
-    def _count(self, ref: Any, nbytes: int) -> None:
-        self._sizes[ref] = nbytes
-        self.now += nbytes
-        self.peak = max(self.peak, self.now)
-        size_class = size_class_of(nbytes)
-        self.class_now[size_class] += nbytes
-        self.class_peak[size_class] = max(self.class_peak[size_class], self.class_now[size_class])
-
-    def _uncount(self, ref: Any) -> None:
-        nbytes = self._sizes.pop(ref, 0)
-        self.now -= nbytes
-        self.class_now[size_class_of(nbytes)] -= nbytes
 
     def resized(self, storage: Any) -> None:
         """A storage resized in place: counted at its new size (tracked from now if it was not)."""
@@ -151,18 +168,11 @@ class LiveBytes(TorchDispatchMode):
         if ref not in self._sizes:
             self.track(storage)
             return
-        self._uncount(ref)
-        self._count(ref, storage.nbytes())
+        self.uncount(ref)
+        self.count(ref, storage.nbytes())
 
     def _release(self, ref: Any) -> None:
-        self._uncount(ref)
-
-    def restart_peak(self) -> int:
-        """Start a new peak (and a new peak of each size class) from the bytes alive now, and return
-        them."""
-        self.peak = self.now
-        self.class_peak = dict(self.class_now)
-        return self.now
+        self.uncount(ref)
 
 
 def live_bytes_class() -> type[LiveBytes]:
