@@ -304,8 +304,10 @@ def _cpu_kernel_note(step: StepFigures, attention: str) -> str:
     return ""
 
 
-# The events of the micro-steps traced at the micro-batches others are read from (BASE_MICRO_BATCHES), by
-# the config's JSON, its attention implementation and the micro-step: a micro-batch search reads them again.
+# The micro-batches a larger one's events are read from: assumed, the two smallest above 1, since a batch
+# dimension of one can spare a kernel a copy that every larger micro-batch makes (where the two saw different
+# events there is no line and the micro-batch is traced). _BASE_LOGS keeps their events by the config's JSON,
+# its attention implementation and the micro-step: a micro-batch search reads them again.
 BASE_MICRO_BATCHES = (2, 3)
 _BASE_LOGS: dict[tuple[str, str | None, MicroStep], TraceLog] = {}
 
