@@ -11,13 +11,14 @@ the trace's counting mode counts them with as they happen), and the operators as
 zerogate.predict.operator_tally counts them.
 
 A micro-batch's events at another micro-batch (:func:`at_micro_batch`): the micro-batch is the leading
-dimension of every activation, so two traces that differ only in it see the same ops in the same order, and
-each byte count is either the same in both (weights' gradients, rotary tables) or grows by the same amount
-per sample. Where the traces at two micro-batches saw the same events in the same order (same kinds, the same
-storage freed at the same moment, the same ops), each count at a third micro-batch is on the line through
-the two; where they did not (a kernel chosen by size, a copy one shape needs and another does not), there is
-no line and the micro-step is traced at that micro-batch. ``python -m zerogate.predict.trace_check``
-compares the two ways on every shipped model config (docs/measurements.md).
+dimension of every activation, so two traces that differ only in it are expected to see the same ops in the
+same order, each byte count either the same in both (weights' gradients, rotary tables) or growing by the same
+amount per sample (expected, not proven: the benchmark below checks it). Where the traces at two micro-batches
+saw the same events in the same order (same kinds, the same storage freed at the same moment, the same ops),
+each count at a third micro-batch is taken on the line through the two; where they did not (a kernel chosen by
+size, a copy one shape needs and another does not), there is no line and the micro-step is traced at that
+micro-batch. ``python -m zerogate.predict.trace_check`` compares the two ways on every shipped model config
+(docs/measurements.md).
 """
 
 from __future__ import annotations
