@@ -180,7 +180,7 @@ def trace_micro_step(config: Any, step: MicroStep, *, traced_layers: int = 1) ->
     """Trace one micro-step of ``config``'s causal LM; see the module docstring for what is counted.
     ``traced_layers``: k, the smaller of the two layer counts traced (the other is k + 1). Each distinct trace
     runs once in a process (``_TRACES``)."""
-    key = (config.to_json_string(), getattr(config, "_attn_implementation", None), step, traced_layers)
+    key = (*_log_key(config, step), traced_layers)
     if key not in _TRACES:
         _TRACES[key] = _traced_micro_step(config, step, traced_layers)
     return _TRACES[key]
@@ -342,6 +342,7 @@ def _trace_step(config: Any, step: MicroStep) -> StepFigures:
 
 
 def _log_key(config: Any, step: MicroStep) -> tuple[str, str | None, MicroStep]:
+    """A micro-step of a config as the traces are kept: the config's JSON, its attention implementation."""
     return config.to_json_string(), getattr(config, "_attn_implementation", None), step
 
 

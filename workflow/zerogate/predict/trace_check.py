@@ -87,11 +87,6 @@ def traced_each_way(config, step: MicroStep, micro_batches: list[int]) -> tuple[
     return compared, run
 
 
-def attentions_of(config) -> list[str]:
-    """The attentions a config's model runs here (Gemma-2's SDPA is refused by transformers: eager)."""
-    return ["eager"] if config.model_type in ("gemma2",) else list(ATTENTIONS)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m zerogate.predict.trace_check", description=__doc__.split("\n\n")[0]
@@ -111,14 +106,15 @@ def main(argv: list[str] | None = None) -> None:
         except InputError as error:  # a config the planner does not load or size either
             print(f"{path.name}: not traced ({error})")
             continue
-        for attention in attentions_of(config):
+        for attention in ATTENTIONS:  # one the model does not run is refused, and printed so
             for checkpointing in (False, True):
                 step = MicroStep(1, seq_len, args.dtype, attention, checkpointing)
                 try:
                     compared, run = traced_each_way(config, step, args.micro_batches)
                 except (ValueError, RuntimeError) as error:  # a model the trace refuses
                     why = str(error).split(". ")[0]
-                    print(f"{path.name} {attention} checkpointing={checkpointing}: not traced ({why})")
+                    switch = "on" if checkpointing else "off"
+                    print(f"{path.name} {attention} checkpointing={switch}: not traced ({why})")
                     continue
                 direct_s += sum(c.direct_seconds for c in compared)
                 line_s += run.seconds
