@@ -5,9 +5,11 @@ spread; a companion's failure named; one process on a GPU."""
 from __future__ import annotations
 
 import multiprocessing
+import statistics
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -21,25 +23,46 @@ from zerogate.runtime.microbench import MIN_REPEATS, in_lockstep, rate_samples
 
 
 class Recorded:
-    """A lockstep that records each proposal and agrees on ``agreed`` repeats."""
+    """A lockstep that records each proposal and answers the ones given, in order (the start's 0, the calls
+    a repeat, the repeats)."""
 
-    def __init__(self, agreed: int) -> None:
-        self.agreed, self.proposals = agreed, []
+    def __init__(self, *answers: int) -> None:
+        self.answers, self.proposals = list(answers), []
 
     def agree(self, count: int) -> int:
         self.proposals.append(count)
-        return self.agreed if count else count
+        return self.answers[len(self.proposals) - 1]
 
 
-def test_a_rate_in_lockstep_waits_at_its_start_and_times_the_repeats_the_peers_agree(monkeypatch):
+def test_a_rate_in_lockstep_waits_at_its_start_and_times_the_calls_and_repeats_the_peers_agree(monkeypatch):
     monkeypatch.setattr(runtime_microbench, "REPEAT_S", 0.0005)
-    peers = Recorded(agreed=MIN_REPEATS)
+    calls = []
+    peers = Recorded(0, 7, MIN_REPEATS)
     with in_lockstep(peers):
-        samples = rate_samples(lambda: sum(range(100)), 1.0, budget_s=1.0)
-    assert peers.proposals[0] == 0 and peers.proposals[1] > MIN_REPEATS  # the budget allowed more
-    assert len(peers.proposals) == 2 and len(samples.rates) == MIN_REPEATS
+        samples = rate_samples(lambda: calls.append(sum(range(100))), 1.0, budget_s=1.0)
+    assert peers.proposals[0] == 0 and peers.proposals[2] > MIN_REPEATS  # the budget allowed more
+    assert len(peers.proposals) == 3 and len(samples.rates) == MIN_REPEATS
+    # The warm-up and sizing calls, then the untimed batch and every repeat at the 7 calls agreed: an
+    # operation with collectives between the processes is called as often in each.
+    assert len(calls) == 2 + 7 * (1 + MIN_REPEATS)
     alone = rate_samples(lambda: sum(range(100)), 1.0, budget_s=1.0)  # the lockstep ends with the block
     assert len(alone.rates) == runtime_microbench.REPEATS
+
+
+def test_the_seconds_counted_outside_are_taken_out_of_each_repeat(monkeypatch):
+    monkeypatch.setattr(runtime_microbench, "REPEAT_S", 0.002)
+    outside = [0.0]
+
+    def blocked_half_the_time() -> None:
+        started = time.perf_counter()
+        while time.perf_counter() - started < 0.0002:
+            pass
+        outside[0] += 0.0001  # as a clock that counted half of the call blocked in a collective
+
+    whole = rate_samples(blocked_half_the_time, 1.0, budget_s=0.05)
+    rest = rate_samples(blocked_half_the_time, 1.0, budget_s=0.05, excluded=lambda: outside[0])
+    ratio = statistics.median(rest.rates) / statistics.median(whole.rates)
+    assert 1.6 < ratio < 2.5  # about twice the calls per second once half of each call is left out
 
 
 def _propose(peers: Peers, count: int, results) -> None:
@@ -50,7 +73,7 @@ def test_forked_peers_agree_on_the_fewest_repeats_any_proposed():
     context = multiprocessing.get_context("fork")
     barrier, proposals, results = context.Barrier(3), context.Array("i", 3), context.Queue()
     processes = [
-        context.Process(target=_propose, args=(Peers(rank, barrier, proposals), count, results))
+        context.Process(target=_propose, args=(Peers(rank, barrier, proposals, 0), count, results))
         for rank, count in enumerate((5, 3, 4))
     ]
     for process in processes:

@@ -19,7 +19,8 @@ from zerogate.config.training import check_inject, stabiliser_settings
 from zerogate.contracts.records import GitState, StabiliserSummary, TrainSummary
 from zerogate.contracts.summary import RunSummary, SpikeRule
 from zerogate.errors import InputError
-from zerogate.train.metrics import CollectiveClock, MeasurementSources, StepMetrics
+from zerogate.runtime.collective_clock import CollectiveClock
+from zerogate.train.metrics import MeasurementSources, StepMetrics
 from zerogate.train.policy import FaultInjector
 from zerogate.train.stabiliser import injected_loss_factor
 

@@ -1,18 +1,18 @@
 """Compute, communication and wait per rank (who waits for whom), and the straggler.
 
 Each rank's record holds ``collectives(s)``: the host time it spent inside torch.distributed collectives
-during the optimizer step (zerogate.train.metrics.CollectiveClock: the calls DeepSpeed issues inside every
-micro-step -- ZeRO-3's parameter all-gathers and gradient reductions, timed at the handle's wait() when
-asynchronous -- and the loop's boundary all-reduce; no synchronisation added). In a collective a rank waits
-for the last rank to arrive, then the transfer takes the same time on every rank. So, per timed optimizer
-step: communication(s) = the smallest ``collectives(s)`` over the ranks (the transfer, latency included,
-that no rank avoids); wait(s) of a rank = its ``collectives(s)`` - communication(s) (the time it sat in
-collectives waiting for the others); compute(s) = its ``step_time(s)`` - its ``collectives(s)`` (everything
-else: forward, backward, optimizer, host work). Summing over the step's collectives before taking the
-minimum makes wait a lower bound where different ranks are late at different collectives. Per rank the
-statistic is the median over the timed steps (sums over them for totals). Defined only when every rank of
-the world size recorded both times at every timed step, on the CPU accelerator (on CUDA, NCCL returns once
-the work is queued, so host time says nothing about the device's wait).
+during the optimizer step (zerogate.runtime.collective_clock.CollectiveClock: the calls DeepSpeed issues
+inside every micro-step -- ZeRO-3's parameter all-gathers and gradient reductions, timed at the handle's
+wait() when asynchronous -- and the loop's boundary all-reduce; no synchronisation added). In a collective a
+rank waits for the last rank to arrive, then the transfer takes the same time on every rank. So, per timed
+optimizer step: communication(s) = the smallest ``collectives(s)`` over the ranks (the transfer, latency
+included, that no rank avoids); wait(s) of a rank = its ``collectives(s)`` - communication(s) (the time it sat
+in collectives waiting for the others); compute(s) = its ``step_time(s)`` - its ``collectives(s)`` (everything
+else: forward, backward, optimizer, host work). Summing over the step's collectives before taking the minimum
+makes wait a lower bound where different ranks are late at different collectives. Per rank the statistic is
+the median over the timed steps (sums over them for totals). Defined only when every rank of the world size
+recorded both times at every timed step, on the CPU accelerator (on CUDA, NCCL returns once the work is
+queued, so host time says nothing about the device's wait).
 
 Straggler: the rank with the largest median compute(s), named when it exceeds every other rank's by more
 than ``STRAGGLER_MARGIN`` of the median optimizer-step time (slowest rank); below that the ranks differ by

@@ -92,10 +92,12 @@ class ModuleOverhead(Record):
     """One micro-step (forward, backward, and the engine's non-boundary step) of a synthetic stack of
     ``modules`` tiny linear layers (``width`` x ``width`` on ``rows`` rows, ``parameters_per_module`` each:
     the weight, and a bias where 2), timed with a rank's threads: through a DeepSpeed engine from the run's
-    ZeRO settings in a one-rank world (``engine`` ``deepspeed``: ZeRO-3's hooks per module, its fetch and
-    release per parameter, the gradient hooks per parameter), or plain eager PyTorch (``eager``: each
-    operator's dispatch and autograd's bookkeeping). Its arithmetic is negligible: what it times is the
-    per-module and per-parameter cost a small model pays on the host (zerogate.runtime.module_overhead)."""
+    ZeRO settings in a world of ``world`` ranks (``engine`` ``deepspeed``: ZeRO-3's hooks per module, its
+    fetch and release per parameter, the gradient hooks per parameter), or plain eager PyTorch (``eager``:
+    each operator's dispatch and autograd's bookkeeping). Its arithmetic is negligible: what it times is the
+    per-module and per-parameter cost a small model pays on the host (zerogate.runtime.module_overhead).
+    The time is the host's outside torch.distributed collectives (zerogate.runtime.collective_clock), which
+    the ledger prices as terms of their own."""
 
     engine: Literal["deepspeed", "eager"]
     stage: int  # the ZeRO stage the engine ran (the run's); the eager stack's: -1
@@ -105,6 +107,9 @@ class ModuleOverhead(Record):
     time: Spread = Field(alias="micro_step_time(s)")  # seconds per micro-step, over the repeats
     # 1: the weight alone; 2: the weight and a bias (files written before the biased stack was timed: 1).
     parameters_per_module: Literal[1, 2] = 1
+    # Ranks of the world the engine ran in: the run's ranks on the host on the CPU accelerator, else 1 (files
+    # written before the stacks ran in the run's world, their collectives' time still in: 1).
+    world: int = Field(1, ge=1)
 
 
 # ATen ops one link of an operator chain dispatches: its forward's mul and its backward's

@@ -15,8 +15,10 @@ built on them predicts the run rather than replaying it.
   capped at ``UPDATE_NUMEL_CAP``): DeepSpeed's CPU Adam where its op is built in this environment
   (zerogate.runtime.ops), else torch's AdamW, and which; on a GPU also torch's fused AdamW on the device.
 - The per-module and per-parameter cost of a micro-step on the host: a synthetic stack of tiny linear layers
-  at two sizes (``MODULE_STACKS``) through a DeepSpeed engine from the run's ZeRO settings in a world of one
-  rank, and the same stacks in plain eager PyTorch, on the run's device (zerogate.runtime.module_overhead; on
+  at two sizes (``MODULE_STACKS``) through a DeepSpeed engine from the run's ZeRO settings in a world of the
+  run's ranks on the host (the processes timing at once, zerogate.predict.microbench_together; one on a GPU),
+  the seconds blocked in its collectives taken out, and the same stacks in plain eager PyTorch, on the run's
+  device (zerogate.runtime.module_overhead; on
   a GPU the stacks' kernels take microseconds, so what is timed is the host's hooks and launches); the
   ledger's line through the two sizes gives the engine's fixed cost per micro-step and its cost per module of
   one parameter, and the larger stack timed again with a bias on every layer (two parameters a module) the
@@ -59,7 +61,8 @@ from zerogate.predict.zero_states import rank_share
 from zerogate.render.deepspeed_defaults import deepspeed_defaults
 from zerogate.runtime import microbench as bench
 from zerogate.runtime import module_overhead, operator_dispatch
-from zerogate.runtime.launch import one_rank_config, remove_own_shm_buffers, start_one_rank_world
+from zerogate.runtime.collective_clock import CollectiveClock
+from zerogate.runtime.launch import LocalWorld, one_rank_config, remove_own_shm_buffers, start_local_world
 from zerogate.runtime.ops import EXTENSIONS_DIR_VARIABLE, build_env
 
 # Seconds of timing per kind (the rule's process start, imports and warm-ups come on top): the products
@@ -231,14 +234,14 @@ def optimizer_rows(
     return rows
 
 
-def stack_config(ds_config: DsConfig) -> dict[str, Any]:
-    """The run's DeepSpeed config for the synthetic stacks in a one-rank world: its ZeRO stage, offloads,
-    buckets and optimizer as rendered, with an accumulation longer than the timing (NO_BOUNDARY), every
-    parameter partitioned (persistence thresholds 0: each module fetches and releases its weight, as the run's
-    larger parameters do) and no leaf module classes (the stack has none)."""
+def stack_config(ds_config: DsConfig, world: int = 1) -> dict[str, Any]:
+    """The run's DeepSpeed config for the synthetic stacks in a world of ``world`` ranks: its ZeRO stage,
+    offloads, buckets and optimizer as rendered, with an accumulation longer than the timing (NO_BOUNDARY),
+    every parameter partitioned (persistence thresholds 0: each module fetches and releases its weight, as
+    the run's larger parameters do) and no leaf module classes (the stack has none)."""
     config = one_rank_config(ds_config.raw)
     config["gradient_accumulation_steps"] = NO_BOUNDARY
-    config["train_batch_size"] = config["train_micro_batch_size_per_gpu"] * NO_BOUNDARY
+    config["train_batch_size"] = config["train_micro_batch_size_per_gpu"] * NO_BOUNDARY * world
     zero = config.setdefault("zero_optimization", {})
     zero["stage3_param_persistence_threshold"] = 0
     zero["model_persistence_threshold"] = 0
@@ -265,27 +268,28 @@ def stack_shapes(rows: int) -> list[module_overhead.StackShape]:
 
 
 def module_overhead_rows(
-    run_spec: RunSpec, ds_config: DsConfig, rows: int, device: str = "cpu"
+    run_spec: RunSpec, ds_config: DsConfig, rows: int, device: str = "cpu", world: LocalWorld = LocalWorld()
 ) -> list[dict[str, Any]]:
     """The synthetic stacks of ``stack_shapes``, through the run's DeepSpeed engine and eagerly, on the run's
-    device: the contract's ``module_overhead`` rows. Starts (and leaves) a one-rank world with the run's
-    backend."""
+    device: the contract's ``module_overhead`` rows. Starts (and leaves) ``world`` with the run's backend,
+    every rank of it timing the same stacks in step, the seconds its collectives block taken out of the
+    engine's (zerogate.runtime.collective_clock, installed before the world starts)."""
     shapes = stack_shapes(rows)
     budget = BUDGET_S["modules"] / (2 * len(shapes))
-    config = stack_config(ds_config)
+    config = stack_config(ds_config, world.size)
     zero3_linear = runs_zero3_linear(ds_config)
-    port = start_one_rank_world(run_spec.backend)
+    clock = CollectiveClock().install()
+    port = start_local_world(run_spec.backend, world)
     timed = []
     try:
         for shape in shapes:
-            timed.append(
-                ("deepspeed", ds_config.stage, shape, module_overhead.time_engine(config, shape, budget))
-            )
+            through_engine = module_overhead.time_engine(config, shape, budget, clock)
+            timed.append(("deepspeed", ds_config.stage, shape, through_engine))
             timed.append(
                 ("eager", -1, shape, module_overhead.time_eager(shape, budget, zero3_linear, device))
             )
     finally:
-        # DeepSpeed's shm comm buffers of this one-rank world outlive the process otherwise.
+        # DeepSpeed's shm comm buffers of this world outlive the process otherwise.
         remove_own_shm_buffers(port)
     return [
         {
@@ -296,6 +300,7 @@ def module_overhead_rows(
             "rows": shape.rows,
             "parameters_per_module": shape.parameters_per_module,
             "micro_step_time(s)": spread,
+            "world": world.size if engine == "deepspeed" else 1,
         }
         for engine, stage, shape, spread in timed
     ]
@@ -324,11 +329,16 @@ def operator_chain_rows(activation_numel: int, logits_numel: int, dtype: torch.d
 
 
 def measure(
-    run_spec: RunSpec, ds_config: DsConfig, collectives: Collectives | None, collectives_source: str
+    run_spec: RunSpec,
+    ds_config: DsConfig,
+    collectives: Collectives | None,
+    collectives_source: str,
+    world: LocalWorld = LocalWorld(),
 ) -> Microbench:
     """Every micro-benchmark for the run's shapes, with a rank's threads, in this process (in step with the
-    host's other ranks' processes where zerogate.predict.microbench_together runs it). ``seconds(s)`` and
-    ``cpu_share`` cover the timing, not reading the model's shapes or looking DeepSpeed's op up."""
+    host's other ranks' processes where zerogate.predict.microbench_together runs it, the synthetic stacks'
+    engines in ``world``, a world of those processes). ``seconds(s)`` and ``cpu_share`` cover the timing,
+    not reading the model's shapes or looking DeepSpeed's op up."""
     threads = run_spec.threads_per_rank
     torch.set_num_threads(threads)
     device = "cuda:0" if run_spec.accelerator == "cuda" else "cpu"
@@ -343,7 +353,7 @@ def measure(
     matmuls = matmul_rows(shapes, tokens, dtype, device, run_spec.accelerator)
     copies = copy_rows(copy_bytes, device)
     optimizer = optimizer_rows(partition, threads, device, cpu_adam)
-    overhead = module_overhead_rows(run_spec, ds_config, tokens, device)
+    overhead = module_overhead_rows(run_spec, ds_config, tokens, device, world)
     shape = shape_of(config)
     activation_numel, logits_numel = tokens * shape.hidden_size, tokens * shape.vocab_size
     chains = operator_chain_rows(activation_numel, logits_numel, dtype) if device == "cpu" else []
@@ -356,7 +366,8 @@ def measure(
         + (
             f"; stacks of {' and '.join(map(str, MODULE_STACKS))} {MODULE_WIDTH} x {MODULE_WIDTH} linear "
             f"layers without a bias, and of {max(MODULE_STACKS)} with one, through a ZeRO-{ds_config.stage} "
-            "engine (one-rank world) and eagerly, a micro-step each"
+            f"engine (a world of {world.size} rank(s), its collectives' time taken out) and eagerly, a "
+            "micro-step each"
             + (
                 ", the eager layers calling DeepSpeed's zero3_linear_wrap as the run's"
                 if runs_zero3_linear(ds_config)

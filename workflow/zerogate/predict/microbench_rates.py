@@ -258,6 +258,15 @@ def _copies(rows: list[CopyRate], where: str) -> dict[str, Rate]:
     }
 
 
+def _engine_world(rows: list[ModuleOverhead]) -> str:
+    """Where the stacks' engines ran: a world of one rank, or of the run's ranks on the host with their
+    collectives' time taken out (zerogate.runtime.module_overhead)."""
+    world = max(r.world for r in rows if r.engine == "deepspeed")
+    if world == 1:
+        return "in a one-rank world"
+    return f"in a world of {world} ranks, the time blocked in its collectives taken out"
+
+
 def _module_lines(rows: list[ModuleOverhead], where: str) -> ModuleLines | None:
     """The stacks' lines, where both engines were timed at two sizes of one parameter a module (None
     otherwise), with the two-parameter stack where both engines timed it at one of those sizes."""
@@ -279,7 +288,7 @@ def _module_lines(rows: list[ModuleOverhead], where: str) -> ModuleLines | None:
         f"{first.width} x {first.width} linear layers"
         + (f" (and of {stack.modules} with a bias each)" if stack else "")
         + f" on {first.rows} rows, a micro-step each through a ZeRO-{stage} engine from the run's config "
-        f"in a one-rank world and eagerly ({REPEAT_RANGE})"
+        f"{_engine_world(rows)} and eagerly ({REPEAT_RANGE})"
     )
     return ModuleLines(
         stage=stage, engine=one["deepspeed"], eager=one["eager"], source=source, two_parameters=stack

@@ -31,6 +31,7 @@ from zerogate.contracts.machine import Collectives
 from zerogate.contracts.microbench import Microbench, Spread
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.robust import quartiles
+from zerogate.runtime.launch import LocalWorld, free_port
 from zerogate.runtime.nodes import NodeLayout, ranks_on_this_machine
 
 # Assumed: far longer than any one rate's timing (a few seconds), so a wait this long means a process died.
@@ -53,11 +54,17 @@ def ranks_on_host(spec: RunSpec) -> int:
 @dataclass
 class Peers:
     """One process's handle on the processes timing at once (zerogate.runtime.microbench.Lockstep): a barrier
-    of all of them, and each one's proposed count."""
+    of all of them, each one's proposed count, and the port their torch.distributed world meets at (the
+    synthetic stacks' engines run in one world of them all:
+    zerogate.predict.microbench.module_overhead_rows)."""
 
     rank: int
     barrier: Barrier
     proposals: Any  # multiprocessing.Array("i", processes)
+    port: int
+
+    def world(self) -> LocalWorld:
+        return LocalWorld(self.rank, len(self.proposals), self.port)
 
     def agree(self, count: int) -> int:
         self.proposals[self.rank] = count
@@ -79,8 +86,9 @@ def measure_in_step(
     from zerogate.runtime.microbench import Alone, in_lockstep
     from zerogate.runtime.probe import captured_output
 
+    world = LocalWorld() if peers is None else peers.world()
     with in_lockstep(peers or Alone()), captured_output() as output:
-        return measure(spec, config, collectives, source), output()
+        return measure(spec, config, collectives, source, world), output()
 
 
 class Failure(NamedTuple):
@@ -124,7 +132,7 @@ def measure_together(
     if "torch" in sys.modules:
         raise RuntimeError("the micro-benchmarks' companions fork before torch is imported, and it is loaded")
     context = multiprocessing.get_context("fork")
-    barrier, proposals = context.Barrier(processes), context.Array("i", processes)
+    barrier, proposals, port = context.Barrier(processes), context.Array("i", processes), free_port()
 
     def measured(peers: Peers) -> Measured:
         return measure_in_step(peers, spec, config, collectives, source)
@@ -132,14 +140,14 @@ def measure_together(
     companions = []
     for rank in range(1, processes):
         receive, send = context.Pipe(duplex=False)
-        peers = Peers(rank, barrier, proposals)
+        peers = Peers(rank, barrier, proposals, port)
         process = context.Process(target=_companion, args=(peers, measured, send), daemon=True)
         process.start()
         send.close()
         companions.append((process, receive))
     failures: list[Failure] = []
     try:
-        own = measured(Peers(0, barrier, proposals))
+        own = measured(Peers(0, barrier, proposals, port))
     except Exception as error:
         barrier.abort()
         failures.append(failure("this process", error))

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from zerogate.contracts.run import RunSpec
@@ -68,26 +70,56 @@ def shm_buffers(port: int, shm: Path = SHM) -> list[Path]:
     return sorted(shm.glob(f"deepspeed_allreduce_buffer_*_{LOCAL_MASTER_ADDR}_{port}_*"))
 
 
-def start_one_rank_world(backend: str) -> int:
-    """Make this process a torch.distributed world of one rank (through DeepSpeed, on a free local port),
+# Assumed: far longer than any collective of the planning-stage measurements (milliseconds), so a wait this
+# long means a peer process died.
+WORLD_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class LocalWorld:
+    """A torch.distributed world of ``size`` processes on this host, this process its rank ``rank``, meeting
+    at ``port`` (None: a free one, which only a world of one rank can draw for itself)."""
+
+    rank: int = 0
+    size: int = 1
+    port: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.size:
+            raise ValueError(f"rank {self.rank} is not in a world of {self.size}")
+        if self.size > 1 and self.port is None:
+            raise ValueError("a world of several processes needs the port they all meet at")
+
+
+def start_local_world(backend: str, world: LocalWorld) -> int:
+    """Make this process rank ``world.rank`` of a torch.distributed world on this host (through DeepSpeed),
     as the planning-stage measurements do; the port, which names the world's shm buffers
     (remove_own_shm_buffers). DS_ACCELERATOR must already be in the environment."""
     # Here, not at the top: DeepSpeed picks its accelerator from DS_ACCELERATOR when it is imported, and
     # the launcher process (main) and the gloo benchmark import this module without loading DeepSpeed.
     import deepspeed
 
-    port = free_port()
+    port = free_port() if world.port is None else world.port
     os.environ.update(
-        RANK="0",
-        WORLD_SIZE="1",
-        LOCAL_RANK="0",
-        LOCAL_SIZE="1",
+        RANK=str(world.rank),
+        WORLD_SIZE=str(world.size),
+        LOCAL_RANK=str(world.rank),
+        LOCAL_SIZE=str(world.size),
         MASTER_ADDR=LOCAL_MASTER_ADDR,
         MASTER_PORT=str(port),
     )
     keep_cpu_info()  # DeepSpeed asks py-cpuinfo again at every op it loads
-    deepspeed.init_distributed(dist_backend=backend)
+    if world.size == 1:
+        deepspeed.init_distributed(dist_backend=backend)
+    else:  # a rank whose peer died fails here instead of waiting out torch's default half hour
+        deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(seconds=WORLD_TIMEOUT_S))
     return port
+
+
+def start_one_rank_world(backend: str) -> int:
+    """Make this process a torch.distributed world of one rank on a free local port
+    (:func:`start_local_world`); the port."""
+    return start_local_world(backend, LocalWorld())
 
 
 def one_rank_config(ds_config: dict) -> dict:
@@ -100,8 +132,8 @@ def one_rank_config(ds_config: dict) -> dict:
 
 
 def remove_own_shm_buffers(port: int, shm: Path = SHM) -> None:
-    """Delete the shm buffers of this process's own one-rank world (held by this process, which is about
-    to exit: remove_shm_buffers would keep them)."""
+    """Delete the shm buffers of this process's own planning-stage world (held by its processes, which are
+    about to exit: remove_shm_buffers would keep them)."""
     for path in shm_buffers(port, shm):
         path.unlink(missing_ok=True)
 

@@ -79,11 +79,18 @@ class Samples(NamedTuple):
 
 
 def rate_samples(
-    operation: Callable[[], Any], work: float, budget_s: float, device: str = "cpu", repeats: int = REPEATS
+    operation: Callable[[], Any],
+    work: float,
+    budget_s: float,
+    device: str = "cpu",
+    repeats: int = REPEATS,
+    excluded: Callable[[], float] | None = None,
 ) -> Samples:
     """``work`` per second of ``operation``, one rate per repeat: between MIN_REPEATS and ``repeats``
     repeats, as many as ``budget_s`` allows after the warm-up batch (and, in lockstep, as the fewest any
-    process chose), each a batch of calls of about REPEAT_S."""
+    process chose), each a batch of calls of about REPEAT_S (in lockstep, as many calls in every process: an
+    operation with collectives between the processes must be called as often in each). ``excluded``: a
+    running count of seconds (a CollectiveClock's blocked time) taken out of each repeat's seconds."""
     synchronize = synchronizer(device)
     _lockstep.agree(0)  # every process at this rate
     operation()  # warm-up: thread pool, kernels, first-touch pages, optimizer state
@@ -92,7 +99,7 @@ def rate_samples(
     operation()
     synchronize()
     one = max(time.perf_counter() - started, 1e-7)
-    calls = max(1, math.floor(REPEAT_S / one))
+    calls = _lockstep.agree(max(1, math.floor(REPEAT_S / one)))
     count = min(repeats, max(MIN_REPEATS, math.floor(budget_s / (calls * one)) - 1))
     for _ in range(calls):  # one untimed batch: a cold first call sized the batch, the rest are warm
         operation()
@@ -100,14 +107,15 @@ def rate_samples(
     count = _lockstep.agree(count)  # the repeats start together, as many in every process
     samples = Samples([], [])
     threads = torch.get_num_threads()
+    outside = excluded or (lambda: 0.0)
     for _ in range(count):
-        started, cpu_started = time.perf_counter(), time.process_time()
+        started, cpu_started, left_out = time.perf_counter(), time.process_time(), outside()
         for _ in range(calls):
             operation()
         synchronize()
-        seconds = time.perf_counter() - started
-        samples.rates.append(work * calls / seconds)
-        samples.cpu_shares.append((time.process_time() - cpu_started) / (seconds * threads))
+        wall = time.perf_counter() - started
+        samples.rates.append(work * calls / (wall - (outside() - left_out)))
+        samples.cpu_shares.append((time.process_time() - cpu_started) / (wall * threads))
     return samples
 
 

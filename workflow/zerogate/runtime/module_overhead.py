@@ -1,7 +1,13 @@
 """The per-module and per-parameter cost of a micro-step on the host, timed on a synthetic stack of tiny
-linear layers (no model of the run is built): through a DeepSpeed engine in a world of one rank, or in plain
-eager PyTorch, on the run's device (on a GPU the stack's kernels are a few microseconds each, so a micro-step
-is the host's work: the engine's hooks and the launches).
+linear layers (no model of the run is built): through a DeepSpeed engine, or in plain eager PyTorch, on the
+run's device (on a GPU the stack's kernels are a few microseconds each, so a micro-step is the host's work:
+the engine's hooks and the launches).
+
+The engine runs in a world of as many ranks as the run has on the host (on the CPU accelerator; one on a
+GPU), every rank timing the same stack at once: in a world of one rank DeepSpeed's partitioning and its
+collectives are trivial, and the per-parameter work a rank of the run does around them is not timed. The
+seconds blocked in collectives (zerogate.runtime.collective_clock, the run's own definition of
+``collectives(s)``) are taken out: the ledger prices the run's collectives as terms of their own.
 
 A stack of ``modules`` ``torch.nn.Linear(width, width)`` layers, each its own module, without a bias (one
 parameter per module) or with one (two): DeepSpeed's ZeRO-3 registers its four hooks on every module it
@@ -26,6 +32,7 @@ from typing import Any
 import torch
 
 from zerogate.contracts.microbench import Spread
+from zerogate.runtime.collective_clock import CollectiveClock
 from zerogate.runtime.microbench import Samples, rate_samples, spread_of
 
 
@@ -80,10 +87,14 @@ def engine_step(engine: Any, rows: int, width: int) -> Callable[[], Any]:
     return step
 
 
-def seconds_spread(step: Callable[[], Any], budget_s: float, device: str = "cpu") -> Spread:
+def seconds_spread(
+    step: Callable[[], Any], budget_s: float, device: str = "cpu", clock: CollectiveClock | None = None
+) -> Spread:
     """Seconds per call of ``step``: the repeats of zerogate.runtime.microbench.rate_samples (calls per
-    second, the device synchronised after each batch) turned into seconds per call."""
-    samples = rate_samples(step, 1.0, budget_s, device)
+    second, the device synchronised after each batch) turned into seconds per call; with ``clock``, the
+    seconds it counted blocked in collectives taken out."""
+    excluded = None if clock is None else (lambda: clock.blocked_s)
+    samples = rate_samples(step, 1.0, budget_s, device, excluded=excluded)
     return spread_of(Samples([1.0 / rate for rate in samples.rates], samples.cpu_shares))
 
 
@@ -113,9 +124,12 @@ def time_eager(shape: StackShape, budget_s: float, zero3_linear: bool = False, d
         return seconds_spread(eager_step(stack(shape).to(device), shape.rows, shape.width), budget_s, device)
 
 
-def time_engine(ds_config: dict[str, Any], shape: StackShape, budget_s: float) -> Spread:
-    """Seconds per micro-step of the stack through a DeepSpeed engine from ``ds_config`` (a one-rank world
-    must already be started: zerogate.runtime.launch.start_one_rank_world)."""
+def time_engine(
+    ds_config: dict[str, Any], shape: StackShape, budget_s: float, clock: CollectiveClock | None = None
+) -> Spread:
+    """Seconds per micro-step of the stack through a DeepSpeed engine from ``ds_config``, the collectives'
+    time ``clock`` counts taken out (a world must already be started, every rank of it timing the same
+    stack: zerogate.runtime.launch.start_local_world, the clock installed before it)."""
     # Here, not at the top: DeepSpeed reads DS_ACCELERATOR (the rank's environment, set by the rule's
     # script) when it is imported.
     import deepspeed
@@ -123,6 +137,7 @@ def time_engine(ds_config: dict[str, Any], shape: StackShape, budget_s: float) -
     model = stack(shape)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
     try:
-        return seconds_spread(engine_step(engine, shape.rows, shape.width), budget_s, str(engine.device))
+        step = engine_step(engine, shape.rows, shape.width)
+        return seconds_spread(step, budget_s, str(engine.device), clock)
     finally:
         engine.destroy()

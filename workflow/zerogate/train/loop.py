@@ -48,6 +48,7 @@ from zerogate.model.build import load_for_training
 from zerogate.model.counts import input_embedding
 from zerogate.provenance import git_state
 from zerogate.runtime import loop
+from zerogate.runtime.collective_clock import CollectiveClock
 from zerogate.runtime.engines import ENGINES, build_engine
 from zerogate.runtime.heap import release_freed_memory
 from zerogate.runtime.nodes import rank_env_from_slurm
@@ -58,7 +59,7 @@ from zerogate.train import checkpoint as ckpt
 from zerogate.train.evaluate import Evaluator
 from zerogate.train.held import held_bytes
 from zerogate.train.live_peak import sample_step
-from zerogate.train.metrics import CollectiveClock, MeasurementSources, ModelFlops, NoMetrics, StepMetrics
+from zerogate.train.metrics import MeasurementSources, ModelFlops, NoMetrics, StepMetrics
 from zerogate.train.nvml_sampler import NvmlSampler, nvml_query
 from zerogate.train.policy import FaultInjector, StepPolicy, skip_reason
 from zerogate.train.stabiliser import EventLog, Stabiliser, data_window
