@@ -31,11 +31,8 @@ from zerogate.contracts.machine import Collectives
 from zerogate.contracts.microbench import Microbench, Spread
 from zerogate.contracts.run import DsConfig, RunSpec
 from zerogate.robust import quartiles
-from zerogate.runtime.launch import LocalWorld, free_port
+from zerogate.runtime.launch import PEER_TIMEOUT_S, LocalWorld, free_port
 from zerogate.runtime.nodes import NodeLayout, ranks_on_this_machine
-
-# Assumed: far longer than any one rate's timing (a few seconds), so a wait this long means a process died.
-WAIT_TIMEOUT_S = 600.0
 
 
 def ranks_on_host(spec: RunSpec) -> int:
@@ -68,9 +65,9 @@ class Peers:
 
     def agree(self, count: int) -> int:
         self.proposals[self.rank] = count
-        self.barrier.wait(WAIT_TIMEOUT_S)
+        self.barrier.wait(PEER_TIMEOUT_S)
         agreed = min(self.proposals)
-        self.barrier.wait(WAIT_TIMEOUT_S)  # nobody proposes again before everybody has read
+        self.barrier.wait(PEER_TIMEOUT_S)  # nobody proposes again before everybody has read
         return int(agreed)
 
 

@@ -70,9 +70,9 @@ def shm_buffers(port: int, shm: Path = SHM) -> list[Path]:
     return sorted(shm.glob(f"deepspeed_allreduce_buffer_*_{LOCAL_MASTER_ADDR}_{port}_*"))
 
 
-# Assumed: far longer than any collective of the planning-stage measurements (milliseconds), so a wait this
-# long means a peer process died.
-WORLD_TIMEOUT_S = 600
+# Assumed: far longer than any wait of the planning-stage measurements on a peer process (a collective takes
+# milliseconds, one rate's timing a few seconds), so a wait this long means a peer died.
+PEER_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def start_local_world(backend: str, world: LocalWorld) -> int:
     if world.size == 1:
         deepspeed.init_distributed(dist_backend=backend)
     else:  # a rank whose peer died fails here instead of waiting out torch's default half hour
-        deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(seconds=WORLD_TIMEOUT_S))
+        deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(seconds=PEER_TIMEOUT_S))
     return port
 
 
