@@ -1,7 +1,7 @@
 """The host CPU catalogue (config/host_cpus.yaml): lookup by name and sockets, the socket's peak from channels
 x rated speed x 8 B, every figure's source, and a published row's host memory taken from it
 (zerogate.bench.step_time_rows): every socket's bandwidth and a NUMA node a socket, a stated figure winning;
-and the ledger's host memory on several NUMA nodes (zerogate.predict.step_time_terms.memory_bound)."""
+and the ledger's host memory on several NUMA nodes (zerogate.predict.step_time_memory.memory_bound)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from zerogate.config.host_cpus import (
 from zerogate.config.step_times import STEP_TIMES_FILE, read_step_times
 from zerogate.model.hf_config import load_config
 from zerogate.predict import rates
-from zerogate.predict.step_time_terms import memory_bound
+from zerogate.predict.step_time_memory import memory_bound
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = STEP_TIMES_FILE

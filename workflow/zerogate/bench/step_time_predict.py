@@ -9,7 +9,7 @@ and the collectives' route and GPU-link bandwidth as the card catalogue (config/
 card, each with its source; over several nodes, the network between them as ``hardware.inter_node_link``
 words it (zerogate.config.networks); the host's memory from the CPU catalogue (config/host_cpus.yaml,
 zerogate.config.host_cpus) where the row names a CPU it has: every socket's bandwidth, one NUMA node a socket
-(the ledger's slow end takes one node's share: zerogate.predict.step_time_terms.host_bandwidths); else none
+(the ledger's slow end takes one node's share: zerogate.predict.step_time_memory.host_bandwidths); else none
 (CPU Adam on that host has no figure).
 A card the catalogue does not know is described by its name alone: the ledger names what it lacks, first
 the card itself with the catalogue's nearest names (:func:`unknown_card`).

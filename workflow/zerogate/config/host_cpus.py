@@ -1,7 +1,7 @@
 """The catalogue of host CPUs (config/host_cpus.yaml): each CPU's names and its memory, as channels x the
 fastest transfer rate the vendor rates it for x 8 bytes a transfer, every figure with a source a reader can
 open. The step-time ledger prices the host's memory traffic (CPU Adam, the unscale, the offload's copies) over
-``host.memory_bandwidth_gbps`` (zerogate.predict.step_time_terms.memory_bound); a published row that names
+``host.memory_bandwidth_gbps`` (zerogate.predict.step_time_memory.memory_bound); a published row that names
 its host CPU (zerogate.bench.step_time_rows) and a plan given ``host_cpu`` (zerogate.config.plan_request) take
 that figure from here (:func:`host_memory`, :func:`with_host_memory`): every socket's bandwidth, a NUMA node a
 socket.

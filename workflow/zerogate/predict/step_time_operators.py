@@ -19,7 +19,7 @@ Per micro-step, x G:
 
 On a device that runs asynchronously (CUDA) the host's dispatch overlaps the kernels, so the term is the
 kernels' memory traffic alone: the same ops' bytes over the slowest device's memory bandwidth at
-DEVICE_MEMORY's fraction (zerogate.predict.step_time_terms.memory_bound), per micro-step x G, on the
+DEVICE_MEMORY's fraction (zerogate.predict.step_time_memory.memory_bound), per micro-step x G, on the
 compute stream beside the products (kind COMPUTE: the overlap rule hides the collectives behind both). Each
 op's kernel is taken as one read of its inputs and one write of its outputs (a fused kernel moves less, a
 kernel that rereads its input more: assumed). Without a trace of the model the term has no figure, and the
@@ -33,7 +33,8 @@ from zerogate.predict.comms_terms import MICRO_STEP
 from zerogate.predict.microbench_rates import MeasuredRates, OperatorLines
 from zerogate.predict.operator_tally import OperatorTally
 from zerogate.predict.setup import Setup
-from zerogate.predict.step_time_terms import COMPUTE, SERIAL, Term, host_runs_between_products, memory_bound
+from zerogate.predict.step_time_memory import memory_bound
+from zerogate.predict.step_time_terms import COMPUTE, SERIAL, Term, host_runs_between_products
 
 OPERATORS = "functional operators"
 WORK_SOURCE = (

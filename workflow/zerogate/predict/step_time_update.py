@@ -10,6 +10,7 @@ from zerogate.predict.comms_terms import BOUNDARY
 from zerogate.predict.floor import adam_bytes_per_param
 from zerogate.predict.microbench_rates import REPEAT_RANGE, MeasuredRates, Rate
 from zerogate.predict.setup import Setup
+from zerogate.predict.step_time_memory import Traffic, memory_bound, memory_traffic, traffic
 from zerogate.predict.step_time_terms import (
     GRAD_ACCUMULATION_BYTES,
     OPTIMIZER,
@@ -17,8 +18,6 @@ from zerogate.predict.step_time_terms import (
     Seconds,
     Term,
     host_runs_between_products,
-    memory_bound,
-    memory_traffic,
     optimizer_partition,
 )
 from zerogate.predict.zero_states import FP64_BYTES
@@ -27,16 +26,31 @@ from zerogate.predict.zero_states import FP64_BYTES
 UNSCALE_BYTES = 2 * GRAD_ACCUMULATION_BYTES
 
 
-def norm_bytes(setup: Setup) -> int:
-    """Bytes read and written per gradient element by the boundary's gradient norm: at ZeRO 1-3 the fp32
-    gradient read into a float64 copy (DeepSpeed's get_norm_dtype, zero/utils.py: fp64 on every accelerator
-    but MPS, accelerator/abstract_accelerator.py is_fp64_supported), written and read again for its norm
-    (zerogate.predict.zero_states.FP64_BYTES, the memory ledger's size of the same copy); at
-    ZeRO-0 the engine's ``clip_grad_norm_`` (runtime/utils.py) takes each gradient's norm in fp32
-    (``.float().norm``): read once."""
+def norm_traffic(partition: float, largest: int, setup: Setup) -> Traffic:
+    """The boundary's gradient norm over ``partition`` gradient elements, keyed by the ``largest`` gradient
+    tensor it takes at once: at ZeRO 1-3 each fp32 gradient copied into a new float64 tensor (DeepSpeed's
+    get_norm_dtype, zero/utils.py: fp64 on every accelerator but MPS, accelerator/abstract_accelerator.py
+    is_fp64_supported; ``.to(get_norm_dtype())`` in stage3.py and stage_1_and_2.py
+    ``get_grad_norm_direct``: read and written fresh) and read again for its norm (resident; the copy's size
+    is zerogate.predict.zero_states.FP64_BYTES, the memory ledger's); at ZeRO-0 the engine's
+    ``clip_grad_norm_`` (runtime/utils.py) takes each gradient's norm in fp32 (``.float().norm``): read once,
+    resident."""
     if setup.stage == 0:
-        return GRAD_ACCUMULATION_BYTES
-    return GRAD_ACCUMULATION_BYTES + 2 * FP64_BYTES
+        return traffic(resident={largest: partition * GRAD_ACCUMULATION_BYTES})
+    return traffic(
+        {largest: partition * (GRAD_ACCUMULATION_BYTES + FP64_BYTES)}, {largest: partition * FP64_BYTES}
+    )
+
+
+def unscale_traffic(partition: float) -> Traffic:
+    """The unscale (``unscale_and_clip_grads``; the clip at ZeRO-0): :data:`UNSCALE_BYTES` an element of the
+    partition, in place (resident)."""
+    return traffic(resident={int(partition): partition * UNSCALE_BYTES})
+
+
+def norm_bytes(setup: Setup) -> int:
+    """Bytes read and written per gradient element by the boundary's gradient norm (:func:`norm_traffic`)."""
+    return int(norm_traffic(1, 1, setup).total_bytes)
 
 
 def norm_bytes_per_element(setup: Setup) -> int:
@@ -56,17 +70,15 @@ def _norm_and_unscale(
     host_memory = host_runs_between_products(setup, machine)
     partition, largest = optimizer_partition(counts, setup), _largest_gradient(counts, setup)
     parts = (
-        ("norm", norm_bytes(setup), host_memory, largest),
-        ("unscale", UNSCALE_BYTES, host_memory or setup.offload_optimizer, int(partition)),
+        ("norm", norm_traffic(partition, largest, setup), norm_bytes(setup), host_memory),
+        ("unscale", unscale_traffic(partition), UNSCALE_BYTES, host_memory or setup.offload_optimizer),
     )
-    if parts[0][2] == parts[1][2]:  # one memory: the two at once, on the largest gradient's size
-        return memory_traffic(
-            {largest: partition * norm_bytes_per_element(setup)}, setup, machine, host_memory, measured
-        )
+    if parts[0][3] == parts[1][3]:  # one memory: the two at once
+        return memory_traffic(parts[0][1] + parts[1][1], setup, machine, host_memory, measured)
     seconds: list[Seconds] = []
     rates = []
-    for what, per_element, on_host, numel in parts:
-        found, rate = memory_traffic({numel: partition * per_element}, setup, machine, on_host, measured)
+    for what, moved, per_element, on_host in parts:
+        found, rate = memory_traffic(moved, setup, machine, on_host, measured)
         seconds.append(found)
         rates.append(
             f"the {what} {per_element} B an element on the {'host' if on_host else 'device'}: {rate}"

@@ -14,7 +14,7 @@ from zerogate.predict.activation_figures import Activations
 from zerogate.predict.fit import checks, nvme_need
 from zerogate.predict.setup import Setup
 from zerogate.predict.step_time import planned_step_time
-from zerogate.predict.step_time_terms import ranks_on_their_nodes
+from zerogate.predict.step_time_memory import ranks_on_their_nodes
 from zerogate.predict.zero_terms import zerogate_terms
 from zerogate.units import format_bytes
 
@@ -268,7 +268,7 @@ def changes_that_change_the_step(setup: Setup, machine: MachineDescription) -> l
     to host RAM (``OFFLOAD_CHOICES``). None for a run that offloads to NVMe (its swap buffers are another
     matter) or below ZeRO-3. Where the offloaded run's host has several NUMA nodes, as many ranks on each and
     a memory bandwidth figure: the ranks bound to cores (``BIND_CORES``; the host's memory terms then reach
-    every node's bandwidth: zerogate.predict.step_time_terms.host_bandwidths)."""
+    every node's bandwidth: zerogate.predict.step_time_memory.host_bandwidths)."""
     options: list[Change] = []
     offloads = setup.offload_optimizer or setup.offload_param
     if offloads and machine.gpus and setup.device_kind != "cpu":
