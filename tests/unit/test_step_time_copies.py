@@ -113,6 +113,7 @@ def test_on_the_cpu_accelerator_fresh_bytes_take_the_chains_cost_resident_ones_t
     assert (alone.low_s, alone.high_s) == pytest.approx(
         lines.traffic_s({E: 8 * 3 * 2 * E * 4, 1005: 8 * 4 * 1005 * 4})
     )
+    assert "no host-to-host copy timed" in alone.source
     # Every term serial on a synchronised device: the ends are the sums of the terms' ends.
     assert result.low_s == pytest.approx(sum(t.low_s for t in result.terms if t.low_s is not None))
 

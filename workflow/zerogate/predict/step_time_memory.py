@@ -148,8 +148,9 @@ def memory_traffic(
     low, high = lines.traffic_s(fresh) if fresh else (0.0, 0.0)
     parts = []
     if fresh:
+        what = "written fresh" if copy is not None else "fresh or resident (no host-to-host copy timed)"
         parts.append(
-            f"{_sizes(fresh)} written fresh at the operator chains' cost per byte by size "
+            f"{_sizes(fresh)} {what} at the operator chains' cost per byte by size "
             f"(OperatorLines.traffic_s); measured: {lines.source}"
         )
     resident = sum(moved.resident.values())
