@@ -74,14 +74,16 @@ def one_rank_world():
     import torch.distributed as dist
     from deepspeed.accelerator import get_accelerator
 
-    from zerogate.runtime.launch import remove_shm_buffers, start_one_rank_world
+    from zerogate.runtime.launch import remove_own_shm_buffers, shm_buffers, start_one_rank_world
 
     if get_accelerator().device_name() != "cpu":
         pytest.skip("DeepSpeed's accelerator was already chosen as non-CPU in this session")
     port = start_one_rank_world("gloo")
     yield
     dist.destroy_process_group()
-    remove_shm_buffers(port)
+    # This process still maps its world's buffers: remove_shm_buffers would keep them as held by a live one.
+    remove_own_shm_buffers(port)
+    assert not shm_buffers(port), "the one-rank world's DeepSpeed shm buffers outlived it"
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)

@@ -39,7 +39,7 @@ def worker(directory: str) -> None:
 
     from tests.unit.test_ledger import rendered
     from zerogate.runtime.engines import Fsdp2Engine
-    from zerogate.runtime.launch import one_rank_config, remove_shm_buffers
+    from zerogate.runtime.launch import one_rank_config, remove_own_shm_buffers
 
     port = one_rank_world()
     config = one_rank_config(rendered("cpu-tiny")[0].raw)
@@ -78,7 +78,7 @@ def worker(directory: str) -> None:
     second = engine()
     second.load(Path(directory) / "step2")
     found["resumed"] = train(second, SAVE_AT, STEPS)
-    remove_shm_buffers(port)
+    remove_own_shm_buffers(port)  # this process maps them: remove_shm_buffers would keep them
     print("RESULT " + json.dumps(found))
 
 

@@ -20,7 +20,7 @@ from zerogate.contracts.data import ModelInfo
 from zerogate.model.build import load_for_training
 from zerogate.runtime import loop
 from zerogate.runtime.engines import DeepSpeedEngine
-from zerogate.runtime.launch import one_rank_config, remove_shm_buffers
+from zerogate.runtime.launch import one_rank_config, remove_own_shm_buffers
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_GPT2 = REPO / "tests" / "data" / "models" / "tiny-gpt2.json"
@@ -121,7 +121,7 @@ def worker() -> None:
                 "reduce_bucket": engine.engine.optimizer.reduce_bucket_size,
             }
         engine.destroy()
-    remove_shm_buffers(port)
+    remove_own_shm_buffers(port)  # this process maps them: remove_shm_buffers would keep them
     print("RESULT " + json.dumps(found))
 
 
