@@ -5,9 +5,12 @@ seconds per call at a small message and at larger ones). This module turns those
 per call) and bandwidth (GB/s = 1e9 bytes/s) of the line latency + volume / bandwidth, volume the rank's
 share of one call (``zerogate.predict.volume.volume_bytes``: the same definition the theory and the measured
 records use), that lies at or below every measured call and predicts the most at the largest message
-(``lower_line``). The figures can only under-predict a collective, which is what a floor needs (the tests
-check it); on a busy machine a larger message sometimes beats a smaller one, and the line then bends to fit
-it rather than produce a figure some call contradicts.
+(``lower_line``), fitted on the sizes up to ``LINE_TENSOR_BYTES``. The figures can only under-predict a
+collective of those sizes, which is what a floor needs (the tests check it); on a busy machine a larger
+message sometimes beats a smaller one, and the line then bends to fit it rather than produce a figure some
+call contradicts. The probe's one size beyond the line (beyond a host's last-level cache) gives the time
+ledger the rate a call's volume moves at past the line's last size (``beyond_line``); the floor keeps the
+line.
 
 Every figure is a ``{"value", "basis", "source"}`` record (zerogate.contracts.machine.Figure), basis
 ``measured``, ``published`` or ``derived`` (a machine description may give published or derived figures
@@ -17,10 +20,15 @@ rather than assuming it.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from zerogate.predict.volume import volume_bytes
-from zerogate.runtime.collectives import ELEMENT_BYTES
+from zerogate.runtime.collectives import BANDWIDTH_ELEMENTS, ELEMENT_BYTES
+
+# The line's sizes end here: a size beyond it is priced by ``beyond_line``, not fitted into the line (one line
+# through cache-resident sizes and one beyond the cache would pull the small calls' latency to zero).
+LINE_TENSOR_BYTES = max(BANDWIDTH_ELEMENTS) * ELEMENT_BYTES
 
 MEASURED, PUBLISHED, DERIVED = "measured", "published", "derived"
 BASES = (MEASURED, PUBLISHED, DERIVED)
@@ -63,21 +71,23 @@ def lower_line(points: list[tuple[float, float]]) -> tuple[float, float | None]:
 def figures(samples: dict[str, list[dict[str, float]]], world: int, source: str) -> dict[str, dict[str, Any]]:
     """Per kind: latency_s and bandwidth_gbps figures from raw seconds per call (``samples``: kind ->
     [{"elements", "seconds", "slowest_seconds"}]), and the samples themselves in bytes: ``lower_line`` through
-    the (rank's volume, seconds) points of the best batches, so latency + volume / bandwidth is at or below
-    every measured call. A latency of 0 is a figure (the calls do not show one above 0); a bandwidth no call
-    shows is absent. Where every size records its slowest batch, the same line through the slowest batches
+    the (rank's volume, seconds) points of the best batches up to LINE_TENSOR_BYTES, so latency + volume /
+    bandwidth is at or below every measured call of those sizes; every size is kept in the samples. A latency
+    of 0 is a figure (the calls do not show one above 0); a bandwidth no call shows is absent. Where every
+    size records its slowest batch, the same line through the slowest batches
     gives the spread between repeats: the latency's ``high`` and the bandwidth's ``low`` where they are
     slower (:func:`slowest_line`)."""
     result: dict[str, dict[str, Any]] = {}
-    for kind, rows in samples.items():
-        rows = sorted(rows, key=lambda r: r["elements"])
+    for kind, measured in samples.items():
+        measured = sorted(measured, key=lambda r: r["elements"])
+        rows = [r for r in measured if r["elements"] * ELEMENT_BYTES <= LINE_TENSOR_BYTES]
         volumes = [volume_bytes(kind, r["elements"] * ELEMENT_BYTES, world) for r in rows]
         latency, bandwidth = lower_line(list(zip(volumes, [r["seconds"] for r in rows], strict=True)))
         slow_latency, slow_bandwidth = slowest_line(rows, volumes)
         sizes = ", ".join(str(r["elements"] * ELEMENT_BYTES) for r in rows)
         how = (
             f"{source}; the line latency + volume / bandwidth at or below the calls at {sizes} B, largest at "
-            "the largest"
+            "the largest (larger sizes priced beyond it: zerogate.predict.collectives.beyond_line)"
             + (
                 "; its slow end the same line through each size's slowest batch"
                 if slow_latency is not None
@@ -92,7 +102,7 @@ def figures(samples: dict[str, list[dict[str, float]]], world: int, source: str)
             "samples": [
                 {"tensor_bytes": r["elements"] * ELEMENT_BYTES, "seconds": r["seconds"]}
                 | ({"slowest_seconds": r["slowest_seconds"]} if "slowest_seconds" in r else {})
-                for r in rows
+                for r in measured
             ],
         }
         if bandwidth:
@@ -130,3 +140,71 @@ def interpret(raw: dict[str, Any] | None) -> dict[str, Any] | None:
         raw.get("samples") or {}, raw["world"], f"probe: {raw['backend']}, {raw['world']} local ranks"
     )
     return {**{k: v for k, v in raw.items() if k != "samples"}, "kinds": kinds}
+
+
+class Sample(Protocol):
+    """One measured size of one kind: the best batch's seconds per call and the slowest's (a description's
+    sample or the fingerprint's)."""
+
+    @property
+    def tensor_bytes(self) -> float: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def slowest_seconds(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class BeyondLine:
+    """A rank's volume beyond ``from_volume`` bytes per call, at ``bandwidth`` bytes/s (the best batches) to
+    ``slow_bandwidth`` (the slowest, never faster; None where the probe did not record them)."""
+
+    from_volume: float
+    bandwidth: float
+    slow_bandwidth: float | None
+    source: str
+
+    def split(self, calls: float, volume: float) -> tuple[float, float]:
+        """(near, far) bytes of ``volume`` over ``calls`` calls taken at their mean size: near, up to
+        ``from_volume`` a call, at the line's bandwidth; far, the rest, at this one's."""
+        if calls <= 0 or volume <= 0:
+            return volume, 0.0
+        far = calls * max(0.0, volume / calls - self.from_volume)
+        return volume - far, far
+
+
+def beyond_line(samples: list[Sample], kind: str, world: int) -> BeyondLine | None:
+    """How a rank's volume moves beyond the line's largest size (LINE_TENSOR_BYTES): the secant between
+    that size's call and the largest call measured beyond it, of the best batches (and of the slowest, the
+    slower of the two). None where no size beyond the line was measured (a description's figures, an older
+    probe) or the larger call was no slower (no rate shows)."""
+    line = [s for s in samples if s.tensor_bytes <= LINE_TENSOR_BYTES]
+    beyond = [s for s in samples if s.tensor_bytes > LINE_TENSOR_BYTES]
+    if not line or not beyond:
+        return None
+    knee = max(line, key=lambda s: s.tensor_bytes)
+    far = max(beyond, key=lambda s: s.tensor_bytes)
+    near_volume = volume_bytes(kind, knee.tensor_bytes, world)
+    span = volume_bytes(kind, far.tensor_bytes, world) - near_volume
+    if far.seconds <= knee.seconds:
+        return None
+    bandwidth = span / (far.seconds - knee.seconds)
+    slow = None
+    if knee.slowest_seconds is not None and far.slowest_seconds is not None:
+        slow = (
+            bandwidth
+            if far.slowest_seconds <= knee.slowest_seconds
+            else min(bandwidth, span / (far.slowest_seconds - knee.slowest_seconds))
+        )
+    return BeyondLine(
+        from_volume=near_volume,
+        bandwidth=bandwidth,
+        slow_bandwidth=slow,
+        source=(
+            f"beyond {knee.tensor_bytes:.4g} B a call: the secant to the probe's {far.tensor_bytes:.4g} B "
+            "call, "
+            f"{bandwidth / 1e9:.4g}"
+            + ("" if slow is None or slow >= bandwidth else f" to {slow / 1e9:.4g}")
+            + " GB/s (zerogate.predict.collectives.beyond_line)"
+        ),
+    )

@@ -14,7 +14,7 @@ from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import CollectivePart
 from zerogate.predict import rates
-from zerogate.predict.collectives import DERIVED
+from zerogate.predict.collectives import DERIVED, BeyondLine, beyond_line
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.fetch_trace import zero3_gathers
 from zerogate.predict.floor import (
@@ -240,6 +240,33 @@ def slow_transfer(part: CollectivePart, transfer: float) -> float:
     return max(high, part.volume_bytes / (bandwidth.low * 1e9))
 
 
+def measured_beyond(machine: MachineDescription, kind: str, setup: Setup) -> BeyondLine | None:
+    """The probe's rate for ``kind`` beyond its line's sizes (zerogate.predict.collectives.beyond_line), on
+    one node; None where the machine's collectives hold no size beyond the line (a description's figures)."""
+    collectives = machine.collectives
+    given = None if collectives is None else collectives.kinds.get(kind)
+    if setup.nodes > 1 or collectives is None or given is None or not given.samples:
+        return None
+    return beyond_line(list(given.samples), kind, collectives.world or setup.ranks)
+
+
+def transfer_seconds(part: CollectivePart, beyond: BeyondLine | None) -> tuple[float, float] | None:
+    """(low, high) seconds of a part's volume on the wire. Without ``beyond``: the volume at the bandwidth
+    figure, its slow end by :func:`slow_transfer`. With it: each call's bytes up to the line's last size at
+    the figure, the rest at the probe's rate beyond it (``BeyondLine.split``); the slow end the larger of
+    COLLECTIVE_BANDWIDTH.low of that and both parts at their slowest repeats. None: no bandwidth figure."""
+    transfer, bandwidth = part.transfer_time_s, part.bandwidth
+    if transfer is None:
+        return None
+    if beyond is None or bandwidth is None or not part.volume_bytes:
+        return transfer, slow_transfer(part, transfer)
+    near, far = beyond.split(part.calls, part.volume_bytes)
+    low = near / (bandwidth.value * 1e9) + far / beyond.bandwidth
+    slow_near = bandwidth.value if bandwidth.low is None else bandwidth.low
+    slow_far = beyond.bandwidth if beyond.slow_bandwidth is None else beyond.slow_bandwidth
+    return low, max(low / rates.COLLECTIVE_BANDWIDTH.low, near / (slow_near * 1e9) + far / slow_far)
+
+
 def collective_terms(
     counts: ModelCounts, setup: Setup, machine: MachineDescription, overlap: bool
 ) -> list[Term]:
@@ -265,9 +292,10 @@ def collective_terms(
             # (zerogate.predict.nccl_latency); one nobody gives is left out (named in the source): the term
             # is then too low.
             latency_figure = part.latency or gpu_latency(kind, setup, machine)
-            if part.transfer_time_s is not None and not across_nodes:
+            beyond = measured_beyond(machine, kind, setup)
+            transfer = transfer_seconds(part, beyond)
+            if transfer is not None and not across_nodes:
                 # A latency given as an interval adds its low end to the low, its high end to the high.
-                transfer = part.transfer_time_s
                 latency, latency_high = (
                     (0.0, 0.0)
                     if latency_figure is None
@@ -276,7 +304,7 @@ def collective_terms(
                         latency_seconds(part.calls, latency_figure, "high"),
                     )
                 )
-                seconds = (latency + transfer, latency_high + slow_transfer(part, transfer))
+                seconds = (latency + transfer[0], latency_high + transfer[1])
             figures = ", ".join(
                 f"{name} {'' if fig.low is None else f'{fig.low:.4g}..'}{fig.value:.4g}"
                 f"{'' if fig.high is None else f'..{fig.high:.4g}'} "
@@ -284,6 +312,8 @@ def collective_terms(
                 for name, fig in (("latency s", latency_figure), ("bandwidth GB/s", part.bandwidth))
                 if fig is not None
             ) + ("" if latency_figure is not None else "; no latency figure: left out")
+            if beyond is not None:
+                figures += f"; {beyond.source}"
             if across_nodes:
                 figures += "; across nodes: no network figure (the description's network gives one)"
             source = (

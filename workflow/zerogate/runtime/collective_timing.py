@@ -3,7 +3,8 @@ one timing loop the gloo benchmark prints with (zerogate.bench.gloo_latency).
 
 ``measure`` starts two local ranks (one thread each, as the training ranks run) on the backend the run uses
 -- gloo on DeepSpeed's CPU accelerator, NCCL between two GPUs -- and times each collective kind the
-communication theory names (zerogate.runtime.collectives), at a small message and at larger ones: per size,
+communication theory names (zerogate.runtime.collectives), at a small message, at larger ones and at one
+beyond a host's last-level cache: per size,
 the best batch's mean time per call, batches of back-to-back calls after a warm-up (the ranks' arrival skew
 is spread over the batch). It records the raw seconds per call; what they say about latency and bandwidth is
 the planner's to derive (zerogate.predict.collectives.figures).
@@ -29,6 +30,9 @@ from zerogate.runtime.collectives import (
     BANDWIDTH_ELEMENTS,
     ELEMENT_BYTES,
     KINDS,
+    LARGE_BATCH,
+    LARGE_ELEMENTS,
+    LARGE_WARMUP,
     LATENCY_BATCH,
     LATENCY_ELEMENTS,
 )
@@ -83,9 +87,11 @@ def time_collective(
     return min(batch_seconds(kind, elements, world, calls, batches, device, warmup))
 
 
-def timed_row(kind: str, elements: int, world: int, batch: tuple[int, int], device: str) -> dict[str, float]:
+def timed_row(
+    kind: str, elements: int, world: int, batch: tuple[int, int], device: str, warmup: int = 3
+) -> dict[str, float]:
     """One size of one kind as the probe records it: the best batch's seconds per call and the slowest's."""
-    means = batch_seconds(kind, elements, world, *batch, device=device)
+    means = batch_seconds(kind, elements, world, *batch, device=device, warmup=warmup)
     return {"elements": elements, "seconds": min(means), "slowest_seconds": max(means)}
 
 
@@ -112,6 +118,7 @@ def _rank(rank: int, world: int, port: int, backend: str, out: str) -> None:
             rows += [
                 timed_row(kind, elements, world, BANDWIDTH_BATCH, device) for elements in BANDWIDTH_ELEMENTS
             ]
+            rows.append(timed_row(kind, LARGE_ELEMENTS, world, LARGE_BATCH, device, LARGE_WARMUP))
             samples[kind] = rows
         if rank == 0:
             Path(out).write_text(json.dumps(samples))
@@ -130,7 +137,8 @@ def measure(world: int = 2, backend: str = "gloo", timeout_s: float = 60.0) -> d
         f"{'127.0.0.1' if backend == 'gloo' else 'NCCL (one GPU per rank)'}; float32; per kind: "
         f"{LATENCY_BATCH[1]} batches of {LATENCY_BATCH[0]} calls at {LATENCY_ELEMENTS * ELEMENT_BYTES} B, "
         f"{BANDWIDTH_BATCH[1]} batches of {BANDWIDTH_BATCH[0]} calls at "
-        f"{', '.join(str(e * ELEMENT_BYTES) for e in BANDWIDTH_ELEMENTS)} B, after a warm-up; "
+        f"{', '.join(str(e * ELEMENT_BYTES) for e in BANDWIDTH_ELEMENTS)} B, {LARGE_BATCH[1]} batches of "
+        f"{LARGE_BATCH[0]} call(s) at {LARGE_ELEMENTS * ELEMENT_BYTES} B, after a warm-up; "
         f"the best batch's mean seconds per call on rank 0, and the slowest batch's"
     )
     record: dict[str, Any] = {

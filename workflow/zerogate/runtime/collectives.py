@@ -1,7 +1,8 @@
 """The collectives timed between local ranks, and at which sizes: the kinds the communication theory names,
-a small message for latency and larger ones for bandwidth, and the calls per batch. The timing itself is
-zerogate.runtime.collective_timing's (the probe's measurement program and the gloo benchmark's loop); the
-planner derives latency and bandwidth from its raw seconds (zerogate.predict.collectives.figures).
+a small message for latency, larger ones for the line's bandwidth, one beyond a host's last-level cache, and
+the calls per batch. The timing itself is zerogate.runtime.collective_timing's (the probe's measurement
+program and the gloo benchmark's loop); the planner derives latency and bandwidth from its raw seconds
+(zerogate.predict.collectives.figures).
 """
 
 from __future__ import annotations
@@ -15,7 +16,18 @@ BANDWIDTH_ELEMENTS = (1 << 16, 1 << 20)
 ELEMENT_BYTES = 4  # float32
 # Calls per batch and batches per size: small messages cost ~1 ms with gloo here, 4 MiB ones ~5-10 ms. The
 # slowest batch bounds the repeat-to-repeat spread the planner carries into its interval (five batches at the
-# larger sizes: the spread of three batches is itself a noisy figure; assumed, the probe's whole timing stays
-# under a second here).
+# larger sizes: the spread of three batches is itself a noisy figure; assumed, these sizes' timing stays under
+# a second here).
 LATENCY_BATCH = (8, 12)
 BANDWIDTH_BATCH = (3, 5)
+# One full tensor beyond the line's sizes (64 MiB of fp32): the planner prices a rank's volume between the
+# line's largest size and this one at the rate the two measured sizes show (zerogate.predict.collectives
+# .beyond_line), since a line through cache-resident sizes does not describe messages beyond the last-level
+# cache (docs/measurements.md, "The probe's collective line beyond its sizes": 1.3-2.4x the line at 64 MiB on
+# gloo here). Assumed: 64 MiB lies beyond the last-level cache of the hosts this runs on (32 MiB on the
+# development machine's CPU, docs/measurements.md) and covers the bucket and partition sizes of the runs
+# planned here. One call per batch, three batches, one warm-up call: a call takes 0.03-0.25 s on gloo here;
+# the kinds together add about 2 s to the probe.
+LARGE_ELEMENTS = 1 << 24
+LARGE_BATCH = (1, 3)
+LARGE_WARMUP = 1
