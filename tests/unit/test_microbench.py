@@ -52,6 +52,7 @@ from zerogate.runtime import microbench as runtime_microbench
 from zerogate.runtime.microbench import (
     MIN_REPEATS,
     copy_call,
+    operand_pool,
     product_call,
     product_dims,
     rate_samples,
@@ -310,6 +311,7 @@ def test_product_dims_are_the_products_autograd_runs_for_a_linear_layer():
 def short_batches(monkeypatch):
     """Batches of about a millisecond and a budget of a few: the loop as it runs, quickly."""
     monkeypatch.setattr(runtime_microbench, "REPEAT_S", 0.001)
+    monkeypatch.setattr(predict_microbench, "COLD_POOL_BYTES", 1 << 20)
     monkeypatch.setitem(predict_microbench.BUDGET_S, "matmuls", 0.01)
     monkeypatch.setitem(predict_microbench.BUDGET_S, "optimizer", 0.01)
     monkeypatch.setitem(predict_microbench.BUDGET_S, "operators", 0.01)
@@ -581,3 +583,23 @@ def test_a_two_parameter_stack_without_its_one_parameter_twin_in_both_engines_gi
     lines = rates_from_microbench(bench(eager_elsewhere)).module_lines
     assert lines is not None and lines.per_parameter() is None
     assert "with a bias" not in lines.source
+
+
+def test_products_on_a_pool_cycle_their_operands_through_it():
+    """With a pool each call reads the next slice's operands, cycling; the result is the same product."""
+    pool = operand_pool(3 * (4 * 8 + 16 * 8) * 4 + 4, torch.float32, "cpu")  # three (x, W) pairs and a bit
+    assert pool.numel() == 3 * (4 * 8 + 16 * 8) + 1 and bool((pool == 0.01).all())
+    pool[: 4 * 8 + 16 * 8] = 1.0  # the first pair's operands differ from the others'
+    call = product_call("forward", 4, 8, 16, torch.float32, "cpu", pool)
+    outputs = [call() for _ in range(4)]
+    assert all(o.shape == (4, 16) for o in outputs)
+    assert float(outputs[0][0, 0]) == pytest.approx(8.0)  # x and W of ones: 8 products of 1 summed
+    assert float(outputs[1][0, 0]) == pytest.approx(8 * 0.01**2)  # the next pair
+    assert float(outputs[3][0, 0]) == pytest.approx(8.0)  # after three pairs, the first again
+    for kind, shape in (("backward_input", (4, 8)), ("backward_weight", (16, 8))):
+        assert product_call(kind, 4, 8, 16, torch.float32, "cpu", pool)().shape == shape
+    # A pool smaller than one pair: one pair, used every call.
+    small = operand_pool(8, torch.float32, "cpu")
+    assert product_call("backward_weight", 4, 8, 16, torch.float32, "cpu", small)().shape == (16, 8)
+    with pytest.raises(KeyError):
+        product_call("sideways", 4, 8, 16, torch.float32, "cpu", pool)

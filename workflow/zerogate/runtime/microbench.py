@@ -16,6 +16,7 @@ chose, so no process times a repeat alone while the others wait.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import time
@@ -135,28 +136,73 @@ def spread_of(samples: Samples) -> Spread:
 
 
 def product_call(
-    kind: str, tokens: int, in_features: int, out_features: int, dtype: torch.dtype, device: str
+    kind: str,
+    tokens: int,
+    in_features: int,
+    out_features: int,
+    dtype: torch.dtype,
+    device: str,
+    pool: torch.Tensor | None = None,
 ) -> Callable[[], Any]:
     """One of a linear layer's three products as autograd runs them (W: out x in, contiguous):
     forward ``linear(x, W)`` (x: tokens x in), backward_input ``dy @ W``, backward_weight ``dy^T @ x``
     (dy: tokens x out). torch's profiler shows these aten::mm shapes for F.linear's forward and
-    backward (torch/csrc/autograd/FunctionsManual.cpp, mm_mat1_backward and mm_mat2_backward)."""
-    generator = torch.Generator(device=device).manual_seed(0)
+    backward (torch/csrc/autograd/FunctionsManual.cpp, mm_mat1_backward and mm_mat2_backward).
 
-    def random(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=generator, device=device).to(dtype)
+    With ``pool`` (a flat buffer of ``dtype`` on ``device``, :func:`operand_pool`) each call takes its
+    operands from the next slice of the pool, cycling through it, so no call finds them in cache from the
+    last: a step's products each read a different layer's weights and activations. Without it every call
+    reads the same operands (random), cache-warm after the first."""
+    weight_shape = (out_features, in_features)
+    operand_shapes = {
+        "forward": ((tokens, in_features), weight_shape),
+        "backward_input": ((tokens, out_features), weight_shape),
+        "backward_weight": ((tokens, out_features), (tokens, in_features)),
+    }
+    if kind not in operand_shapes:
+        raise KeyError(f"no product {kind!r}: forward, backward_input or backward_weight")
+    first, second = operand_shapes[kind]
+    product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = {
+        "forward": torch.nn.functional.linear,
+        "backward_input": torch.Tensor.mm,
+        "backward_weight": lambda dy, x: dy.t().mm(x),
+    }[kind]
+    if pool is None:
+        generator = torch.Generator(device=device).manual_seed(0)
+        a, b = (torch.randn(*size, generator=generator, device=device).to(dtype) for size in (first, second))
+        return lambda: product(a, b)
+    operands = itertools.cycle(_operand_sets(pool, first, second))
 
-    weight = random(out_features, in_features)
-    if kind == "forward":
-        x = random(tokens, in_features)
-        return lambda: torch.nn.functional.linear(x, weight)
-    dy = random(tokens, out_features)
-    if kind == "backward_input":
-        return lambda: dy.mm(weight)
-    if kind == "backward_weight":
-        x = random(tokens, in_features)
-        return lambda: dy.t().mm(x)
-    raise KeyError(f"no product {kind!r}: forward, backward_input or backward_weight")
+    def call() -> torch.Tensor:
+        return product(*next(operands))
+
+    return call
+
+
+def operand_pool(size_bytes: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """A flat buffer of ``size_bytes`` in ``dtype`` for :func:`product_call` to cycle its operands through,
+    filled with a small constant (the values do not change a product's speed; a constant fills in a fraction
+    of the time random numbers take)."""
+    element = torch.empty((), dtype=dtype).element_size()
+    return torch.full((max(1, size_bytes // element),), 0.01, dtype=dtype, device=device)
+
+
+def _operand_sets(
+    pool: torch.Tensor, first: tuple[int, ...], second: tuple[int, ...]
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Consecutive views of ``pool`` shaped ``first`` and ``second``, as many pairs as it holds (at least
+    one: a pool smaller than one pair is used whole, the pair's operands overlapping)."""
+    size_a, size_b = math.prod(first), math.prod(second)
+    pair = size_a + size_b
+    if pool.numel() < pair:
+        pool = pool.new_full((pair,), 0.01)
+    return [
+        (
+            pool[start : start + size_a].view(first),
+            pool[start + size_a : start + pair].view(second),
+        )
+        for start in range(0, pool.numel() - pair + 1, pair)
+    ]
 
 
 # (m, n, k) of each product of a linear layer with these widths on ``tokens`` rows: (m x k) @ (k x n).
