@@ -603,3 +603,18 @@ def test_products_on_a_pool_cycle_their_operands_through_it():
     assert product_call("backward_weight", 4, 8, 16, torch.float32, "cpu", small)().shape == (16, 8)
     with pytest.raises(KeyError):
         product_call("sideways", 4, 8, 16, torch.float32, "cpu", pool)
+
+
+def test_the_pool_is_what_a_steps_products_read_capped():
+    """Every layer's input, weight and output gradient once: a small model's operands stay a small pool (timed
+    as warm as its step finds them), a large model's are capped at COLD_POOL_BYTES."""
+    shapes = [
+        LinearShape(in_features=8, out_features=16, count=3, layers=("a.*.up",)),
+        LinearShape(in_features=16, out_features=8, count=2, layers=("a.*.down",)),
+    ]
+    per_layer = {(8, 16): 4 * 8 + 16 * 8 + 4 * 16, (16, 8): 4 * 16 + 8 * 16 + 4 * 8}
+    assert predict_microbench.operand_pool_bytes(shapes, 4, 4) == 4 * (
+        3 * per_layer[8, 16] + 2 * per_layer[16, 8]
+    )
+    wide = [LinearShape(in_features=8192, out_features=8192, count=64, layers=("a.*.up",))]
+    assert predict_microbench.operand_pool_bytes(wide, 4096, 4) == predict_microbench.COLD_POOL_BYTES

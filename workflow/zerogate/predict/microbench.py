@@ -9,7 +9,8 @@ built on them predicts the run rather than replaying it.
   ``CPU_PRODUCT_FLOP_CAP`` is timed on a slice of the layer (``timed_shape``: its largest dimension cut
   first, so that a vocabulary-wide head keeps the run's rows) and its seconds extrapolated at that rate, so
   a large model's shapes stay within the budget. On the CPU each call reads its operands from the next
-  slice of a ``COLD_POOL_BYTES`` buffer, never from cache, as a step's products read each layer's own.
+  slice of a buffer as large as the operands of a step's products (``operand_pool_bytes``, at most
+  ``COLD_POOL_BYTES``), as a step's products read each layer's own.
 - Copies: one rank's partition in the run's dtype (capped at ``COPY_BYTES_CAP``), host to host, and on a
   GPU host to device and back, pinned and pageable.
 - The optimizer's update over a buffer of one rank's partition (zerogate.predict.zero_states.rank_share;
@@ -96,12 +97,13 @@ KINDS = ("forward", "backward_input", "backward_weight")
 # measure_host); a larger product is timed on a slice of the layer (timed_shape). Not applied on a GPU, where
 # the run's shapes take milliseconds.
 CPU_PRODUCT_FLOP_CAP = 4e9
-# The buffer the CPU products cycle their operands through, so that no call finds them in cache from the last
-# (a step's products each read another layer's weights and activations). Assumed: beyond the last-level cache
-# of the hosts here (one development machine reports 480 MiB of L3 shared by its socket, an earlier one 32
-# MiB), as docs/diagnostics/diag_cold_products.py's 1.5 GB; one per timing process, freed after the products.
+# At most this much buffer for the CPU products to cycle their operands through (``operand_pool_bytes``: the
+# bytes a step's products read). Assumed: beyond the last-level cache of the hosts here (one development
+# machine reports 480 MiB of L3 shared by its socket, an earlier one 32 MiB), as
+# docs/diagnostics/diag_cold_products.py's 1.5 GB: a step that reads more finds its operands no less cold.
 # Measured there: products on cycled operands 12-24 % slower than on the same ones (docs/measurements.md).
 COLD_POOL_BYTES = 1024**3
+POOLED = {"cpu": ", each call's operands the next slice of a step's operands (operand_pool_bytes)"}
 COPY_BYTES_CAP = 256 * 1024**2  # assumed: beyond any last-level cache, a few tens of ms per copy
 UPDATE_NUMEL_CAP = 32 * 1024**2  # assumed: 512 MiB of parameter, gradient and two states in fp32
 
@@ -127,14 +129,27 @@ def timed_shape(tokens: int, in_features: int, out_features: int, accelerator: s
     return dims[0], dims[1], dims[2]
 
 
+def operand_pool_bytes(shapes: list[LinearShape], tokens: int, element_bytes: int) -> int:
+    """The bytes a step's products read on one rank, every layer of every shape once (its input, weight and
+    output gradient on ``tokens`` rows), capped at COLD_POOL_BYTES."""
+    per_layer = sum(
+        s.count * (tokens * s.in_features + s.out_features * s.in_features + tokens * s.out_features)
+        for s in shapes
+    )
+    return min(COLD_POOL_BYTES, per_layer * element_bytes)
+
+
 def matmul_rows(
     shapes: list[LinearShape], tokens: int, dtype: torch.dtype, device: str, accelerator: str
 ) -> list[dict[str, Any]]:
     """Each shape's three products timed: the contract's ``matmuls`` rows. On the CPU each call's operands
-    come from the next slice of a COLD_POOL_BYTES buffer (zerogate.runtime.microbench.product_call), as a
-    step's products each read another layer's tensors; on a GPU the same operands every call."""
+    come from the next slice of a buffer of the bytes a step's products read (``operand_pool_bytes``;
+    zerogate.runtime.microbench.product_call), as a step's products each read another layer's tensors, so
+    a model whose operands fit in cache is timed warm and one whose operands do not, cold; on a GPU the same
+    operands every call."""
     budget = BUDGET_S["matmuls"] / max(1, len(shapes) * len(KINDS))
-    pool = bench.operand_pool(COLD_POOL_BYTES, dtype, device) if accelerator == "cpu" else None
+    pool_bytes = operand_pool_bytes(shapes, tokens, torch.empty((), dtype=dtype).element_size())
+    pool = bench.operand_pool(pool_bytes, dtype, device) if accelerator == "cpu" else None
     rows = []
     for shape in shapes:
         rows_timed, in_timed, out_timed = timed_shape(
@@ -369,13 +384,8 @@ def measure(
     chains = operator_chain_rows(activation_numel, logits_numel, dtype) if device == "cpu" else []
     how = (
         f"plain tensors, no model built: each linear layer's three products on {micro_batch} x "
-        f"{run_spec.seq_len} tokens in {run_spec.dtype} on {device}"
-        + (
-            f", each call's operands the next slice of a {COLD_POOL_BYTES} B buffer"
-            if run_spec.accelerator == "cpu"
-            else ""
-        )
-        + f"; copies of {copy_bytes} B; the "
+        f"{run_spec.seq_len} tokens in {run_spec.dtype} on {device}{POOLED.get(run_spec.accelerator, '')}; "
+        f"copies of {copy_bytes} B; the "
         f"optimizer over {min(partition, UPDATE_NUMEL_CAP)} of a rank's {partition} parameters; "
         f"{threads} thread(s); per rate {bench.MIN_REPEATS}-{bench.REPEATS} repeats of about "
         f"{bench.REPEAT_S} s of back-to-back calls after a warm-up, median and quartiles"
