@@ -9,7 +9,7 @@ import pytest
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.verdicts import GateVerdicts
-from zerogate.predict.collectives import predicted_seconds
+from zerogate.predict.collectives import LINE_TENSOR_BYTES, predicted_seconds
 from zerogate.predict.floor import EAGER_PASS
 from zerogate.runtime.collectives import KINDS
 
@@ -23,10 +23,14 @@ def test_probe_measures_gloo_latency_and_bandwidth_between_two_ranks(smoke_run):
     print(f"the probe's collective timing took {measured.seconds:.1f} s")  # a figure, not a timed assertion
     for kind, entry in measured.kinds.items():
         assert entry.latency_s.basis == "measured" and entry.bandwidth_gbps.basis == "measured"
-        for sample in entry.samples:  # the figures never predict a call slower than it was measured
-            assert predicted_seconds(entry.as_json(), kind, sample.tensor_bytes, 2) <= sample.seconds * (
-                1 + 1e-9
-            )
+        # The figures never predict a call of the line's sizes slower than it was measured; the size beyond
+        # them (64 MiB) is the time ledger's (zerogate.predict.collectives.beyond_line), not the line's: the
+        # line is no bound there (a 64 MiB broadcast has come in under it).
+        for sample in entry.samples:
+            if sample.tensor_bytes <= LINE_TENSOR_BYTES:
+                predicted = predicted_seconds(entry.as_json(), kind, sample.tensor_bytes, 2)
+                assert predicted <= sample.seconds * (1 + 1e-9)
+        assert max(s.tensor_bytes for s in entry.samples) > LINE_TENSOR_BYTES
 
 
 def test_measured_step_over_the_floor_with_communication_is_at_least_one(smoke_run):
