@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_floor_comms import cpu_machine, cpu_setup, fig
+from tests.unit.test_floor_comms import cpu_machine, fig
 from zerogate.contracts.machine import CollectiveKindFigures, Figure
 from zerogate.contracts.plan import CollectivePart
 from zerogate.predict import collectives
+from zerogate.predict.floor import floor_transfer, measured_beyond
 from zerogate.predict.rates import COLLECTIVE_BANDWIDTH
-from zerogate.predict.step_time_terms import measured_beyond, transfer_seconds
+from zerogate.predict.step_time_terms import transfer_seconds
 from zerogate.predict.volume import volume_bytes
 from zerogate.runtime.collectives import BANDWIDTH_ELEMENTS, LARGE_ELEMENTS, LATENCY_ELEMENTS
 
@@ -111,9 +112,21 @@ def test_a_transfer_within_the_line_is_priced_as_before_and_one_beyond_it_at_the
 def test_the_ledger_reads_the_rate_beyond_from_a_probed_machines_samples_on_one_node():
     gather = kind_figures(probe_rows(beyond_gbps=0.25, slowest_factor=1.5))
     kinds = {"all_gather": gather.model_dump(mode="json", exclude_none=True)}
-    beyond = measured_beyond(cpu_machine(kinds), "all_gather", cpu_setup())
+    beyond = measured_beyond(cpu_machine(kinds), "all_gather", 1, 2)
     assert beyond is not None and beyond.bandwidth == pytest.approx(0.25e9)
-    assert measured_beyond(cpu_machine(kinds), "all_gather", cpu_setup(nodes=2)) is None
+    assert measured_beyond(cpu_machine(kinds), "all_gather", 2, 2) is None
     # A description's figures without samples: nothing beyond the line.
     described = {"all_gather": {"latency_s": fig(1e-3), "bandwidth_gbps": fig(0.5)}}
-    assert measured_beyond(cpu_machine(described), "all_gather", cpu_setup()) is None
+    assert measured_beyond(cpu_machine(described), "all_gather", 1, 2) is None
+
+
+def test_the_floor_takes_the_faster_of_the_line_and_the_rate_beyond_it():
+    """A larger call measured under the line's extrapolation (a 64 MiB gloo broadcast has been): the floor
+    prices the volume past the line's last size at that faster rate, so it stays under every measured call; a
+    slower rate beyond leaves the floor on the line."""
+    line = Figure(value=1.0, basis="measured", source="test")
+    faster = collectives.BeyondLine(from_volume=2e6, bandwidth=4e9, slow_bandwidth=None, source="test")
+    slower = collectives.BeyondLine(from_volume=2e6, bandwidth=0.25e9, slow_bandwidth=None, source="test")
+    assert floor_transfer(1, 10e6, line, None) == pytest.approx(10e-3)
+    assert floor_transfer(1, 10e6, line, slower) == pytest.approx(10e-3)
+    assert floor_transfer(1, 10e6, line, faster) == pytest.approx(2e-3 + 8e6 / 4e9)

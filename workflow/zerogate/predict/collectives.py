@@ -9,8 +9,8 @@ records use), that lies at or below every measured call and predicts the most at
 collective of those sizes, which is what a floor needs (the tests check it); on a busy machine a larger
 message sometimes beats a smaller one, and the line then bends to fit it rather than produce a figure some
 call contradicts. The probe's one size beyond the line (beyond a host's last-level cache) gives the time
-ledger the rate a call's volume moves at past the line's last size (``beyond_line``); the floor keeps the
-line.
+ledger the rate a call's volume moves at past the line's last size (``beyond_line``); the floor takes the
+faster of the two there (zerogate.predict.floor.floor_transfer).
 
 Every figure is a ``{"value", "basis", "source"}`` record (zerogate.contracts.machine.Figure), basis
 ``measured``, ``published`` or ``derived`` (a machine description may give published or derived figures

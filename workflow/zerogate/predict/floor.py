@@ -48,7 +48,7 @@ from zerogate.contracts.plan import (
     ModelComputeMeasurement,
     TheoryTermRow,
 )
-from zerogate.predict.collectives import DERIVED
+from zerogate.predict.collectives import DERIVED, BeyondLine, beyond_line
 from zerogate.predict.comms import TheoryInputs, theory
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP, Term, totals
 from zerogate.predict.setup import Setup
@@ -224,6 +224,27 @@ def latency_seconds(calls: float, latency: Figure, end: str = "low") -> float:
     return calls * per_call
 
 
+def measured_beyond(machine: MachineDescription, kind: str, nodes: int, world: int) -> BeyondLine | None:
+    """The probe's rate for ``kind`` beyond its line's sizes (zerogate.predict.collectives.beyond_line), on
+    one node; None where the machine's collectives hold no size beyond the line (a description's figures)."""
+    collectives = machine.collectives
+    given = None if collectives is None else collectives.kinds.get(kind)
+    if nodes > 1 or collectives is None or given is None or not given.samples:
+        return None
+    return beyond_line(list(given.samples), kind, collectives.world or world)
+
+
+def floor_transfer(calls: float, volume: float, bandwidth: Figure, beyond: BeyondLine | None) -> float:
+    """A floor's seconds for ``volume`` on the wire: at the bandwidth figure, and past the line's last size a
+    call at the probe's rate beyond it where that is faster (a larger call measured under the line's
+    extrapolation), so the floor stays under every measured call."""
+    rate = bandwidth.value * 1e9
+    if beyond is None or beyond.bandwidth <= rate:
+        return volume / rate
+    near, far = beyond.split(calls, volume)
+    return near / rate + far / beyond.bandwidth
+
+
 def collective_time(terms: list[Term], per: str, world: int, machine: MachineDescription) -> CollectiveTime:
     """Seconds the ``per`` (micro_step | boundary) collectives of ``terms`` take at least on ``machine``:
     per kind totals' calls x latency + volume / bandwidth, each part with its figure; ``missing``
@@ -246,7 +267,9 @@ def collective_time(terms: list[Term], per: str, world: int, machine: MachineDes
             if not volume
             else None
             if bandwidth is None
-            else volume / (bandwidth.value * 1e9),
+            else floor_transfer(
+                calls, volume, bandwidth, measured_beyond(machine, kind, machine.nodes, world)
+            ),
         }
         for figure_name, seconds in parts.items():
             if seconds is None:

@@ -14,13 +14,14 @@ from zerogate.config.machines import MachineDescription
 from zerogate.contracts.model import ModelCounts
 from zerogate.contracts.plan import CollectivePart
 from zerogate.predict import rates
-from zerogate.predict.collectives import DERIVED, BeyondLine, beyond_line
+from zerogate.predict.collectives import DERIVED, BeyondLine
 from zerogate.predict.comms_terms import BOUNDARY, MICRO_STEP
 from zerogate.predict.fetch_trace import zero3_gathers
 from zerogate.predict.floor import (
     collective_time,
     counted_product_parameters,
     latency_seconds,
+    measured_beyond,
     pcie_gbps,
     theory_terms,
 )
@@ -240,16 +241,6 @@ def slow_transfer(part: CollectivePart, transfer: float) -> float:
     return max(high, part.volume_bytes / (bandwidth.low * 1e9))
 
 
-def measured_beyond(machine: MachineDescription, kind: str, setup: Setup) -> BeyondLine | None:
-    """The probe's rate for ``kind`` beyond its line's sizes (zerogate.predict.collectives.beyond_line), on
-    one node; None where the machine's collectives hold no size beyond the line (a description's figures)."""
-    collectives = machine.collectives
-    given = None if collectives is None else collectives.kinds.get(kind)
-    if setup.nodes > 1 or collectives is None or given is None or not given.samples:
-        return None
-    return beyond_line(list(given.samples), kind, collectives.world or setup.ranks)
-
-
 def transfer_seconds(part: CollectivePart, beyond: BeyondLine | None) -> tuple[float, float] | None:
     """(low, high) seconds of a part's volume on the wire. Without ``beyond``: the volume at the bandwidth
     figure, its slow end by :func:`slow_transfer`. With it: each call's bytes up to the line's last size at
@@ -292,7 +283,7 @@ def collective_terms(
             # (zerogate.predict.nccl_latency); one nobody gives is left out (named in the source): the term
             # is then too low.
             latency_figure = part.latency or gpu_latency(kind, setup, machine)
-            beyond = measured_beyond(machine, kind, setup)
+            beyond = measured_beyond(machine, kind, setup.nodes, setup.ranks)
             transfer = transfer_seconds(part, beyond)
             if transfer is not None and not across_nodes:
                 # A latency given as an interval adds its low end to the low, its high end to the high.
