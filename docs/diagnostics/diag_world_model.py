@@ -13,6 +13,8 @@ import time
 import torch
 import torch.multiprocessing as mp
 
+from zerogate.runtime.launch import remove_shm_buffers
+
 RES = "results/cpu-tiny/vm/deepspeed/"
 
 
@@ -72,13 +74,6 @@ def worker(rank, world, port, steps, out):
     json.dump(rows, open(f"{out}.{rank}.{port}", "w"))
 
 
-def remove_buffers(ports):
-    """DeepSpeed's shm buffers of the finished worlds (its CPU comm op never removes them)."""
-    from zerogate.runtime.launch import remove_shm_buffers
-    for port in ports:
-        remove_shm_buffers(port)
-
-
 def run(mode, steps=32):
     out = f"/tmp/diag_world_model_{mode}"
     if mode == "two":
@@ -90,7 +85,8 @@ def run(mode, steps=32):
         [p.start() for p in processes]
         [p.join() for p in processes]
         files = [f"{out}.0.{29640 + i}" for i in (0, 1)]
-    remove_buffers((29631, 29640, 29641))
+    for port in (29631, 29640, 29641):  # DeepSpeed's CPU comm op never removes its shm buffers
+        remove_shm_buffers(port)
     for name in files:
         print(mode, " ".join(f"{s * 1e3:.2f}ms(comm {c * 1e3:.2f}, rest {(s - c) * 1e3:.2f}, {n:.1f} calls)"
                              for s, c, n in json.load(open(name))), flush=True)

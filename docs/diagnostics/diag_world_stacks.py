@@ -12,6 +12,8 @@ import time
 import torch
 import torch.multiprocessing as mp
 
+from zerogate.runtime.launch import remove_shm_buffers
+
 CFG = "results/cpu-tiny/vm/deepspeed/ds_config.json"
 
 
@@ -48,13 +50,6 @@ def worker(rank, world, port, modules, params, steps, out):
     json.dump(rows, open(f"{out}.{rank}.{port}", "w"))
 
 
-def remove_buffers(ports):
-    """DeepSpeed's shm buffers of the finished worlds (its CPU comm op never removes them)."""
-    from zerogate.runtime.launch import remove_shm_buffers
-    for port in ports:
-        remove_shm_buffers(port)
-
-
 def run(mode, modules, params, steps=40):
     out = f"/tmp/diag_world_stacks_{mode}_{modules}_{params}"
     if mode == "two":
@@ -67,7 +62,8 @@ def run(mode, modules, params, steps=40):
         [p.start() for p in processes]
         [p.join() for p in processes]
         files = [f"{out}.0.{29620 + i}" for i in (0, 1)]
-    remove_buffers((29611, 29620, 29621))
+    for port in (29611, 29620, 29621):  # DeepSpeed's CPU comm op never removes its shm buffers
+        remove_shm_buffers(port)
     for name in files:
         print(mode, modules, params, " ".join(
             f"{s * 1e3:.2f}ms(comm {c * 1e3:.2f} rest {(s - c) * 1e3:.2f}, {n:.1f} calls)"

@@ -8,7 +8,7 @@ records use), that lies at or below every measured call and predicts the most at
 (``lower_line``), fitted on the sizes up to ``LINE_TENSOR_BYTES``. The figures can only under-predict a
 collective of those sizes, which is what a floor needs (the tests check it); on a busy machine a larger
 message sometimes beats a smaller one, and the line then bends to fit it rather than produce a figure some
-call contradicts. The probe's one size beyond the line (beyond a host's last-level cache) gives the time
+call contradicts. The probe's one size beyond the line (64 MiB) gives the time
 ledger the rate a call's volume moves at past the line's last size (``beyond_line``); the floor takes the
 faster of the two there (zerogate.predict.floor.floor_transfer).
 

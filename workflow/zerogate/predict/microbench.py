@@ -148,7 +148,7 @@ def matmul_rows(
     a model whose operands fit in cache is timed warm and one whose operands do not, cold; on a GPU the same
     operands every call."""
     budget = BUDGET_S["matmuls"] / max(1, len(shapes) * len(KINDS))
-    pool_bytes = operand_pool_bytes(shapes, tokens, torch.empty((), dtype=dtype).element_size())
+    pool_bytes = operand_pool_bytes(shapes, tokens, dtype.itemsize)
     pool = bench.operand_pool(pool_bytes, dtype, device) if accelerator == "cpu" else None
     rows = []
     for shape in shapes:

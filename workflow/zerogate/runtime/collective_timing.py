@@ -4,7 +4,7 @@ one timing loop the gloo benchmark prints with (zerogate.bench.gloo_latency).
 ``measure`` starts two local ranks (one thread each, as the training ranks run) on the backend the run uses
 -- gloo on DeepSpeed's CPU accelerator, NCCL between two GPUs -- and times each collective kind the
 communication theory names (zerogate.runtime.collectives), at a small message, at larger ones and at one
-beyond a host's last-level cache: per size,
+far larger (64 MiB): per size,
 the best batch's mean time per call, batches of back-to-back calls after a warm-up (the ranks' arrival skew
 is spread over the batch). It records the raw seconds per call; what they say about latency and bandwidth is
 the planner's to derive (zerogate.predict.collectives.figures).

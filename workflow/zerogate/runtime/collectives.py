@@ -1,6 +1,6 @@
 """The collectives timed between local ranks, and at which sizes: the kinds the communication theory names,
-a small message for latency, larger ones for the line's bandwidth, one beyond a host's last-level cache, and
-the calls per batch. The timing itself is zerogate.runtime.collective_timing's (the probe's measurement
+a small message for latency, larger ones for the line's bandwidth, one far larger (64 MiB), and the calls
+per batch. The timing itself is zerogate.runtime.collective_timing's (the probe's measurement
 program and the gloo benchmark's loop); the planner derives latency and bandwidth from its raw seconds
 (zerogate.predict.collectives.figures).
 """
@@ -23,11 +23,13 @@ BANDWIDTH_BATCH = (3, 5)
 # One full tensor beyond the line's sizes (64 MiB of fp32): the planner prices a rank's volume between the
 # line's largest size and this one at the rate the two measured sizes show (zerogate.predict.collectives
 # .beyond_line), since a line through cache-resident sizes does not describe messages beyond the last-level
-# cache (docs/measurements.md, "The probe's collective line beyond its sizes": 1.3-2.4x the line at 64 MiB on
-# gloo here). Assumed: 64 MiB lies beyond the last-level cache of the hosts this runs on (32 MiB on the
-# development machine's CPU, docs/measurements.md) and covers the bucket and partition sizes of the runs
-# planned here. One call per batch, three batches, one warm-up call: a call takes 0.03-0.25 s on gloo here;
-# the kinds together add about 2 s to the probe.
+# cache (docs/measurements.md, "The probe's collective line beyond its sizes": 1.1-2.2x the line at 64 MiB on
+# gloo on a machine with a 32 MiB last-level cache). Assumed: 64 MiB covers the bucket and partition sizes of
+# the runs planned here; it is beyond some hosts' last-level cache (32 MiB there), not every host's (another
+# development machine reports 480 MiB of L3 shared by its socket, and there too the 64 MiB calls move their
+# bytes slower than the 4 MiB ones: docs/measurements.md, the seventh grid draw). One call per batch, three
+# batches, one warm-up call: a call takes 0.03-0.25 s on gloo here; the kinds together add about 2 s to the
+# probe.
 LARGE_ELEMENTS = 1 << 24
 LARGE_BATCH = (1, 3)
 LARGE_WARMUP = 1

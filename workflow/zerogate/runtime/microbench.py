@@ -183,19 +183,18 @@ def operand_pool(size_bytes: int, dtype: torch.dtype, device: str) -> torch.Tens
     """A flat buffer of ``size_bytes`` in ``dtype`` for :func:`product_call` to cycle its operands through,
     filled with a small constant (the values do not change a product's speed; a constant fills in a fraction
     of the time random numbers take)."""
-    element = torch.empty((), dtype=dtype).element_size()
-    return torch.full((max(1, size_bytes // element),), 0.01, dtype=dtype, device=device)
+    return torch.full((max(1, size_bytes // dtype.itemsize),), 0.01, dtype=dtype, device=device)
 
 
 def _operand_sets(
     pool: torch.Tensor, first: tuple[int, ...], second: tuple[int, ...]
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Consecutive views of ``pool`` shaped ``first`` and ``second``, as many pairs as it holds (at least
-    one: a pool smaller than one pair is used whole, the pair's operands overlapping)."""
+    one: for a pool smaller than one pair, a buffer of one pair)."""
     size_a, size_b = math.prod(first), math.prod(second)
     pair = size_a + size_b
     if pool.numel() < pair:
-        pool = pool.new_full((pair,), 0.01)
+        pool = operand_pool(pair * pool.element_size(), pool.dtype, str(pool.device))
     return [
         (
             pool[start : start + size_a].view(first),
