@@ -9,8 +9,9 @@ import pytest
 from zerogate.contracts.machine import Fingerprint
 from zerogate.contracts.plan import Plan
 from zerogate.contracts.verdicts import GateVerdicts
-from zerogate.predict.collectives import LINE_TENSOR_BYTES, predicted_seconds
-from zerogate.predict.floor import EAGER_PASS
+from zerogate.predict.collectives import LINE_TENSOR_BYTES, beyond_line, predicted_seconds
+from zerogate.predict.floor import EAGER_PASS, floor_transfer
+from zerogate.predict.volume import volume_bytes
 from zerogate.runtime.collectives import KINDS
 
 pytestmark = pytest.mark.integration
@@ -23,13 +24,19 @@ def test_probe_measures_gloo_latency_and_bandwidth_between_two_ranks(smoke_run):
     print(f"the probe's collective timing took {measured.seconds:.1f} s")  # a figure, not a timed assertion
     for kind, entry in measured.kinds.items():
         assert entry.latency_s.basis == "measured" and entry.bandwidth_gbps.basis == "measured"
-        # The figures never predict a call of the line's sizes slower than it was measured; the size beyond
-        # them (64 MiB) is the time ledger's (zerogate.predict.collectives.beyond_line), not the line's: the
-        # line is no bound there (a 64 MiB broadcast has come in under it).
+        # The figures never predict a call of the line's sizes slower than it was measured. Beyond them (64
+        # MiB) the line is no bound (a 64 MiB broadcast has come in under it): there the floor takes the
+        # faster of the line and the measured secant (zerogate.predict.floor.floor_transfer), which stays
+        # under the call too.
+        beyond = beyond_line(entry.samples, kind, 2)
         for sample in entry.samples:
+            volume = volume_bytes(kind, sample.tensor_bytes, 2)
             if sample.tensor_bytes <= LINE_TENSOR_BYTES:
                 predicted = predicted_seconds(entry.as_json(), kind, sample.tensor_bytes, 2)
-                assert predicted <= sample.seconds * (1 + 1e-9)
+            else:
+                transfer = floor_transfer(1, volume, entry.bandwidth_gbps, beyond)
+                predicted = entry.latency_s.value + transfer
+            assert predicted <= sample.seconds * (1 + 1e-9), (kind, sample)
         assert max(s.tensor_bytes for s in entry.samples) > LINE_TENSOR_BYTES
 
 
